@@ -1,0 +1,54 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "imgpipe",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "imgpipe", targets: ["imgpipe"]),
+        .library(name: "ImagePipeline", targets: ["ImagePipeline"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
+    ],
+    targets: [
+        // libvips headers plus `shim.h`: non-variadic static inline wrappers for the
+        // variadic libvips operations VipsKit calls.
+        .systemLibrary(
+            name: "CVips",
+            pkgConfig: "vips",
+            providers: [.apt(["libvips-dev"])]
+        ),
+        // The only module that imports CVips.
+        .target(name: "VipsKit", dependencies: ["CVips"]),
+        .target(
+            name: "ImagePipeline",
+            dependencies: [
+                "VipsKit",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .executableTarget(
+            name: "imgpipe",
+            dependencies: [
+                "ImagePipeline",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "ImagePipelineTesting",
+            dependencies: ["ImagePipeline", "VipsKit"]
+        ),
+        .testTarget(
+            name: "ImagePipelineTests",
+            dependencies: ["ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,60 @@
+import Foundation
+
+/// Every file with an image extension below a directory, depth first, names in byte order
+/// within each folder. The key is the path relative to the directory, with `/`.
+///
+/// Hidden entries (names starting with `.`) are skipped, and so are symbolic links to
+/// folders (they could loop); symbolic links to files are followed. Which files are
+/// images is decided by extension here only to choose what to list: each listed file is
+/// then decoded by its magic bytes, and one that is not a decodable image fails as an item.
+public struct DirectoryFeed: Feed {
+    public static let imageExtensions: Set<String> = ["jpg", "jpeg", "png", "webp", "gif", "tif", "tiff", "avif", "heic", "heif"]
+
+    public let root: String
+    public let recursive: Bool
+
+    public init(root: String, recursive: Bool = true) {
+        self.root = root
+        self.recursive = recursive
+    }
+
+    public func list(_ body: (FeedItem) throws -> Bool) throws {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw FeedError("source directory \(root) does not exist or is not a directory")
+        }
+        _ = try walk(relative: "", body)
+    }
+
+    /// Returns false when `body` asked to stop.
+    private func walk(relative: String, _ body: (FeedItem) throws -> Bool) throws -> Bool {
+        let directory = relative.isEmpty ? root : root + "/" + relative
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: directory)
+        } catch {
+            if relative.isEmpty { throw FeedError("cannot list source directory \(root): \(error.localizedDescription)") }
+            return true
+        }
+        for name in names.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) where !name.hasPrefix(".") {
+            let key = relative.isEmpty ? name : relative + "/" + name
+            let path = root + "/" + key
+            var info = stat()
+            var linkInfo = stat()
+            guard lstat(path, &linkInfo) == 0, stat(path, &info) == 0 else { continue }
+            let isLink = (linkInfo.st_mode & S_IFMT) == S_IFLNK
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR:
+                if recursive, !isLink, try !walk(relative: key, body) { return false }
+            case S_IFREG:
+                let ext = (name as NSString).pathExtension.lowercased()
+                if Self.imageExtensions.contains(ext) {
+                    if try !body(FeedItem(key: key, location: path)) { return false }
+                }
+            default:
+                continue
+            }
+        }
+        return true
+    }
+}

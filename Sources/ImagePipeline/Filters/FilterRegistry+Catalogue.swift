@@ -1,0 +1,52 @@
+/// The registry as data, for `imgpipe filters --json`.
+public struct FilterCatalogueEntry: Sendable, Codable {
+    public struct Parameter: Sendable, Codable {
+        public let name: String
+        public let type: String
+        public let minimum: Double?
+        public let maximum: Double?
+        public let values: [String]?
+        public let defaultValue: String?
+        public let required: Bool
+        public let description: String
+
+        enum CodingKeys: String, CodingKey {
+            case name, type, minimum, maximum, values, required, description
+            case defaultValue = "default"
+        }
+    }
+
+    public let op: String
+    public let description: String
+    public let parameters: [Parameter]
+}
+
+extension FilterRegistry {
+    public var catalogue: [FilterCatalogueEntry] {
+        definitions.map { definition in
+            FilterCatalogueEntry(op: definition.name, description: definition.summary, parameters: definition.parameters.map { p in
+                var type = "string"
+                var minimum: Double?
+                var maximum: Double?
+                var values: [String]?
+                switch p.type {
+                case let .integer(range):
+                    type = "integer"
+                    minimum = Double(range.lowerBound)
+                    maximum = range.upperBound == Int.max ? nil : Double(range.upperBound)
+                case let .number(range):
+                    type = "number"
+                    minimum = range.lowerBound
+                    maximum = range.upperBound
+                case .boolean: type = "boolean"
+                case .string: type = "string"
+                case let .choice(options):
+                    type = "string"
+                    values = options
+                }
+                return .init(name: p.name, type: type, minimum: minimum, maximum: maximum, values: values,
+                             defaultValue: p.defaultValue?.serialized(), required: p.required, description: p.summary)
+            })
+        }
+    }
+}

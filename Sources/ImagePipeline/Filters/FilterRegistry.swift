@@ -1,0 +1,148 @@
+/// The type and range of one filter parameter.
+public enum ParameterType: Sendable, Equatable {
+    case integer(ClosedRange<Int>)
+    case number(ClosedRange<Double>)
+    case boolean
+    case string
+    case choice([String])
+
+    /// What an error says was expected.
+    var expectation: String {
+        switch self {
+        case let .integer(range): SpecNode.describe(range)
+        case let .number(range): "a number from \(SpecNode.format(range.lowerBound)) to \(SpecNode.format(range.upperBound))"
+        case .boolean: "true or false"
+        case .string: "a string"
+        case let .choice(options): "one of " + options.joined(separator: ", ")
+        }
+    }
+
+    /// A short name for the catalogue table.
+    public var summary: String {
+        switch self {
+        case let .integer(range):
+            range.upperBound == Int.max ? "integer ≥ \(range.lowerBound)" : "integer \(range.lowerBound)..\(range.upperBound)"
+        case let .number(range):
+            "number \(SpecNode.format(range.lowerBound))..\(SpecNode.format(range.upperBound))"
+        case .boolean: "boolean"
+        case .string: "string"
+        case let .choice(options): options.joined(separator: "|")
+        }
+    }
+}
+
+/// One parameter of a filter op. A parameter with no default and `required` false is
+/// optional with no value (e.g. `fit`'s `height`).
+public struct ParameterDefinition: Sendable {
+    public let name: String
+    public let type: ParameterType
+    public let defaultValue: JSONValue?
+    public let required: Bool
+    public let summary: String
+
+    public init(_ name: String, _ type: ParameterType, default defaultValue: JSONValue? = nil,
+                required: Bool = false, _ summary: String) {
+        self.name = name
+        self.type = type
+        self.defaultValue = defaultValue
+        self.required = required
+        self.summary = summary
+    }
+
+    func validate(_ node: SpecNode) throws -> JSONValue {
+        switch type {
+        case let .integer(range): return .number(Double(try node.integer(in: range)), isInteger: true)
+        case let .number(range): return .number(try node.number(in: range), isInteger: false)
+        case .boolean: return .bool(try node.bool())
+        case .string: return .string(try node.string())
+        case let .choice(options): return .string(try node.choice(options))
+        }
+    }
+}
+
+/// The validated arguments of one filter, defaults filled in.
+public struct FilterArguments: Sendable {
+    let values: [String: JSONValue]
+    let path: JSONPath
+
+    func int(_ name: String) -> Int? {
+        if case let .number(value, _) = values[name] { return Int(value) }
+        return nil
+    }
+
+    func double(_ name: String) -> Double? {
+        if case let .number(value, _) = values[name] { return value }
+        return nil
+    }
+
+    func bool(_ name: String) -> Bool? {
+        if case let .bool(value) = values[name] { return value }
+        return nil
+    }
+
+    func string(_ name: String) -> String? {
+        if case let .string(value) = values[name] { return value }
+        return nil
+    }
+
+    func fail(_ message: String) -> SpecError {
+        SpecError(path: path.description, message: message)
+    }
+}
+
+/// A filter op: its name, what it does, its parameters, and how its step is built.
+public struct FilterDefinition: Sendable {
+    public let name: String
+    public let summary: String
+    public let parameters: [ParameterDefinition]
+    let make: @Sendable (FilterArguments) throws -> FilterStep
+}
+
+/// The one list of filter ops. It drives validation of pipeline files, the runner, and the
+/// catalogue commands.
+public struct FilterRegistry: Sendable {
+    public let definitions: [FilterDefinition]
+
+    public func definition(named name: String) -> FilterDefinition? {
+        definitions.first { $0.name == name }
+    }
+
+    /// Validates one entry of `filters`: the op exists, every parameter is known, of its
+    /// type and in range; defaults are filled in.
+    func decode(_ node: SpecNode) throws -> FilterSpec {
+        guard case let .object(members) = node.value else { throw node.expected("an object with an \"op\"") }
+        guard let opMember = members.first(where: { $0.key == "op" }) else {
+            throw SpecError(path: node.path.appending("op").description, message: "missing (required)")
+        }
+        let opNode = SpecNode(value: opMember.value, path: node.path.appending("op"))
+        let names = definitions.map(\.name)
+        let opName = try opNode.string()
+        guard let definition = definition(named: opName) else {
+            var message = "unknown op \(JSONValue.quote(opName))"
+            if let guess = SpecNode.closest(to: opName, in: names) { message += " (did you mean \"\(guess)\"?)" }
+            throw opNode.fail(message + "; run `imgpipe filters` for the list")
+        }
+        let object = try node.object(allowing: ["op"] + definition.parameters.map(\.name))
+        var values: [String: JSONValue] = [:]
+        for parameter in definition.parameters {
+            if let member = object.member(parameter.name), member.value != .null {
+                values[parameter.name] = try parameter.validate(member)
+            } else if let fallback = parameter.defaultValue {
+                values[parameter.name] = fallback
+            } else if parameter.required {
+                throw SpecError(path: node.path.appending(parameter.name).description,
+                                message: "missing (required by \(opName))")
+            }
+        }
+        let step = try definition.make(FilterArguments(values: values, path: node.path))
+        return FilterSpec(op: opName, step: step, arguments: values)
+    }
+}
+
+/// One decoded entry of a pipeline's `filters`.
+public struct FilterSpec: Sendable, Equatable {
+    public let op: String
+    public let step: FilterStep
+    /// Every parameter's value, defaults included.
+    public let arguments: [String: JSONValue]
+}

@@ -1,0 +1,208 @@
+import Crypto
+import Foundation
+import VipsKit
+
+/// What a pipeline item is read from.
+public enum ImageInput: Sendable {
+    case file(String)
+    case data(Data)
+}
+
+/// An encoded output and what it took to make it.
+public struct ProcessedImage: Sendable {
+    public let data: Data
+    public let width: Int
+    public let height: Int
+    public let inputWidth: Int
+    public let inputHeight: Int
+    public let inputFormat: ImageFormat
+    /// Lower-case hex SHA-256 of `data`.
+    public let sha256: String
+}
+
+/// Runs a filter chain on one image and encodes the result: limits checked from the
+/// header before any decoding, format by magic bytes, everything else by libvips.
+///
+/// Thread-safe: one processor serves every worker. Each call must run on a thread that
+/// calls `VipsRuntime.endThreadWork()` when its job ends.
+public struct ImageProcessor: Sendable {
+    let plan: ChainPlan
+    public let output: OutputSpec
+    public let limits: Limits
+
+    public init(filters: [FilterStep], output: OutputSpec, limits: Limits) {
+        plan = ChainPlan(filters)
+        self.output = output
+        self.limits = limits
+    }
+
+    /// Processes one input; every failure is an `ItemFailure` with its reason.
+    public func process(_ input: ImageInput) throws(ItemFailure) -> ProcessedImage {
+        let format = try checkBytes(input)
+        let header: VipsImage
+        do {
+            try VipsRuntime.setUp()
+            switch input {
+            case let .file(path): header = try VipsImage.open(path: path)
+            case let .data(data): header = try VipsImage.open(data: data)
+            }
+        } catch {
+            throw ItemFailure(.decode, "cannot read \(format.rawValue) header: \(Self.text(error))")
+        }
+        let pixels = header.width * header.height
+        if pixels > limits.maxPixels {
+            throw ItemFailure(.limit, "image is \(header.width)×\(header.height) (\(Self.megapixels(pixels))), over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
+        }
+
+        var image: VipsImage
+        var colourManaged = false
+        if let thumbnail = plan.thumbnail {
+            do {
+                (image, colourManaged) = try runThumbnail(thumbnail, input: input, header: header)
+            } catch {
+                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(Self.text(error))")
+            }
+        } else {
+            image = header
+        }
+        do {
+            for step in plan.steps {
+                image = try step.apply(to: image)
+            }
+            image = try prepareForOutput(image, colourManaged: colourManaged)
+        } catch {
+            throw ItemFailure(.process, Self.text(error))
+        }
+
+        let data: Data
+        do {
+            data = try image.encoded(encoding)
+        } catch {
+            // Pixels are computed while encoding, so a truncated or corrupt input fails here.
+            let message = Self.text(error)
+            throw ItemFailure(Self.looksLikeDecodeError(message) ? .decode : .encode, message)
+        }
+        let digest = SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+        return ProcessedImage(data: data, width: image.width, height: image.height,
+                              inputWidth: header.width, inputHeight: header.height,
+                              inputFormat: format, sha256: digest)
+    }
+
+    /// Size limits and the magic-byte check, before libvips sees the input.
+    private func checkBytes(_ input: ImageInput) throws(ItemFailure) -> ImageFormat {
+        let size: Int
+        var head: [UInt8] = []
+        switch input {
+        case let .file(path):
+            guard let handle = FileHandle(forReadingAtPath: path) else {
+                throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))")
+            }
+            defer { try? handle.close() }
+            do {
+                size = Int(try handle.seekToEnd())
+                try handle.seek(toOffset: 0)
+                head = Array(try handle.read(upToCount: 64) ?? Data())
+            } catch {
+                throw ItemFailure(.download, "cannot read \(path): \(error.localizedDescription)")
+            }
+        case let .data(data):
+            size = data.count
+            head = Array(data.prefix(64))
+        }
+        if size == 0 { throw ItemFailure(.decode, "empty file (0 bytes)") }
+        if size > limits.maxBytes {
+            throw ItemFailure(.limit, "file is \(size) bytes, over limits.maxBytes (\(limits.maxBytes))")
+        }
+        switch ImageFormat.sniff(head) {
+        case let .accepted(format): return format
+        case let .refused(name): throw ItemFailure(.decode, "\(name) input is not accepted (untrusted or unsupported format)")
+        case .unknown: throw ItemFailure(.decode, "not an image: unrecognised format")
+        }
+    }
+
+    /// The fused shrink-on-load step. Returns the image and whether it was already
+    /// converted to sRGB through its ICC profile.
+    private func runThumbnail(_ thumbnail: ChainPlan.Thumbnail, input: ImageInput,
+                              header: VipsImage) throws -> (VipsImage, Bool) {
+        var colour = ColourManagement.none
+        if header.isCMYK {
+            colour = ColourManagement(importProfile: header.hasICCProfile ? nil : "cmyk", exportProfile: "srgb")
+        } else if header.hasICCProfile, !header.isGrey {
+            colour = ColourManagement(exportProfile: "srgb")
+        }
+        let maxSide = 10_000_000
+        var width: Int
+        var height: Int
+        var size = ThumbnailSize.down
+        var crop = Interesting.none
+        var finalCrop: (width: Int, height: Int, gravity: Gravity)?
+        switch thumbnail.box {
+        case let .fit(w, h, enlarge):
+            width = min(w ?? maxSide, maxSide)
+            height = min(h ?? maxSide, maxSide)
+            size = enlarge ? .both : .down
+        case let .fill(w, h, gravity):
+            switch gravity {
+            case .centre, .attention, .entropy:
+                (width, height) = (min(w, maxSide), min(h, maxSide))
+                size = .both
+                crop = gravity == .centre ? .centre : gravity == .attention ? .attention : .entropy
+            default:
+                let turned = thumbnail.autorotate && header.orientation >= 5
+                let source = turned ? (header.height, header.width) : (header.width, header.height)
+                (width, height) = BoxGeometry.cover(width: source.0, height: source.1, box: (w, h))
+                size = .force
+                finalCrop = (w, h, gravity)
+            }
+        }
+        var image: VipsImage
+        switch input {
+        case let .file(path):
+            image = try VipsImage.thumbnail(path: path, width: width, height: height, size: size,
+                                            autorotate: thumbnail.autorotate, crop: crop, colour: colour)
+        case let .data(data):
+            image = try VipsImage.thumbnail(data: data, width: width, height: height, size: size,
+                                            autorotate: thumbnail.autorotate, crop: crop, colour: colour)
+        }
+        if let finalCrop {
+            image = try image.cropped(to: (finalCrop.width, finalCrop.height), gravity: finalCrop.gravity)
+        }
+        return (image, colour.exportProfile != nil)
+    }
+
+    /// 8-bit sRGB (or 8-bit grey for greyscale), alpha kept only where the format has it
+    /// (JPEG output is flattened onto white).
+    func prepareForOutput(_ image: VipsImage, colourManaged: Bool) throws -> VipsImage {
+        var prepared = image.isGrey && !image.isCMYK
+            ? try image.toGrey()
+            : try image.toSRGB(useEmbeddedProfile: !colourManaged)
+        if !output.format.keepsAlpha {
+            prepared = try prepared.flattened()
+        }
+        return prepared
+    }
+
+    var encoding: Encoding {
+        switch output.format {
+        case .jpeg: .jpeg(quality: output.quality, progressive: output.progressive, strip: output.strip)
+        case .png: .png(compression: output.compression, strip: output.strip)
+        case .webp: .webp(quality: output.quality, lossless: output.lossless, effort: output.effort, strip: output.strip)
+        }
+    }
+
+    static func looksLikeDecodeError(_ message: String) -> Bool {
+        let lower = message.lowercased()
+        return ["load", "premature", "truncat", "corrupt", "read", "vipsjpeg", "png", "spng", "gif", "webp", "tiff", "heif", "huffman", "marker"]
+            .contains { lower.contains($0) } && !lower.contains("save")
+    }
+
+    static func text(_ error: any Error) -> String {
+        if let error = error as? VipsError { return error.message }
+        return String(describing: error)
+    }
+
+    static func megapixels(_ pixels: Int) -> String {
+        let mp = Double(pixels) / 1_000_000
+        return mp >= 10 ? "\(Int(mp.rounded())) MP" : String(format: "%.1f MP", mp)
+    }
+}

@@ -1,0 +1,34 @@
+/// The class of an item's failure, as recorded in the state file and shown by `status`.
+public enum FailureReason: String, Sendable, CaseIterable, Codable {
+    /// The input could not be fetched (read or downloaded).
+    case download
+    /// The input is not an image imgpipe accepts, or it is corrupt or truncated.
+    case decode
+    /// The input is over a limit (`maxBytes`, `maxPixels`).
+    case limit
+    /// A filter failed.
+    case process
+    /// The output could not be encoded or named.
+    case encode
+    /// A sink did not take the output.
+    case upload
+}
+
+/// Why one item failed.
+public struct ItemFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    public let reason: FailureReason
+    public let message: String
+    /// For HTTP failures, the status code.
+    public let httpStatus: Int?
+    /// Whether trying again may help (network errors, 5xx). Bad images are final.
+    public let retryable: Bool
+
+    public init(_ reason: FailureReason, _ message: String, httpStatus: Int? = nil, retryable: Bool = false) {
+        self.reason = reason
+        self.message = message
+        self.httpStatus = httpStatus
+        self.retryable = retryable
+    }
+
+    public var description: String { "\(reason.rawValue): \(message)" }
+}

@@ -1,0 +1,33 @@
+/// Why a run could not start. The command line maps these to exit code 2.
+public enum RunError: Error, Sendable, CustomStringConvertible {
+    case unfinishedRun(id: Int64, stateFile: String, pipeline: String)
+    case nothingToResume(stateFile: String, pipeline: String)
+    case pipelineChanged(fields: [String], id: Int64)
+    case stateFileBusy(stateFile: String)
+    case feed(String)
+
+    public var description: String {
+        switch self {
+        case let .unfinishedRun(id, stateFile, pipeline):
+            "state file \(stateFile) has an unfinished run (#\(id)); continue it with `imgpipe resume \(pipeline)`, or start over with `imgpipe run \(pipeline) --new`"
+        case let .nothingToResume(stateFile, pipeline):
+            "state file \(stateFile) has no run to resume; start one with `imgpipe run \(pipeline)`"
+        case let .pipelineChanged(fields, id):
+            "the pipeline's \(fields.joined(separator: " and ")) changed since run #\(id) started, so its outputs would differ; restore the file, or start over with `imgpipe run --new`"
+        case let .stateFileBusy(stateFile):
+            "state file \(stateFile) is in use by another imgpipe process"
+        case let .feed(message):
+            message
+        }
+    }
+}
+
+/// How a run starts.
+public enum RunMode: Sendable {
+    /// A new run over the feed (at most `limit` items). `replaceUnfinished` (`--new`)
+    /// abandons an unfinished run instead of refusing.
+    case fresh(limit: Int?, replaceUnfinished: Bool)
+    /// Continue the latest unfinished run; `retryFailed` also tries its failed items again
+    /// (and reopens a finished run that has failures).
+    case resume(retryFailed: Bool)
+}

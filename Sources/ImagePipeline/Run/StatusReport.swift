@@ -1,0 +1,43 @@
+import Foundation
+
+/// What `imgpipe status` shows about the latest run of a state file.
+public struct StatusReport: Sendable, Codable {
+    public let run: Int64
+    public let state: String
+    public let pipeline: String
+    public let name: String
+    public let total: Int
+    public let done: Int
+    public let failed: Int
+    /// Items not yet done or failed (pending, fetched or processed).
+    public let pending: Int
+    public let fetched: Int
+    public let processed: Int
+    public let sinks: [String: DeliveryCounts]
+    public let failuresByReason: [String: Int]
+    public let failures: [FailureRecord]
+    public let startedAt: String
+    public let finishedAt: String?
+    /// Seconds spent running, over every session.
+    public let elapsed: Double
+    /// Finished items per second of running time.
+    public let itemsPerSecond: Double
+
+    /// Reads the latest run of `store`; nil when it has none.
+    public static func latest(in store: RunStore, failureLimit: Int = 1000) throws -> StatusReport? {
+        guard let run = try store.latestRun() else { return nil }
+        let counts = try store.counts(runId: run.id)
+        var sinks = try store.deliveryCounts(runId: run.id)
+        for name in run.sinks where sinks[name] == nil { sinks[name] = DeliveryCounts() }
+        let formatter = ISO8601DateFormatter()
+        let finishedItems = counts.done + counts.failed
+        return StatusReport(
+            run: run.id, state: run.state.rawValue, pipeline: run.pipelinePath, name: run.pipelineName,
+            total: counts.total, done: counts.done, failed: counts.failed, pending: counts.unfinished,
+            fetched: counts.fetched, processed: counts.processed, sinks: sinks,
+            failuresByReason: try store.failureCounts(runId: run.id),
+            failures: try store.failures(runId: run.id, limit: failureLimit),
+            startedAt: formatter.string(from: run.startedAt), finishedAt: run.finishedAt.map(formatter.string(from:)),
+            elapsed: run.elapsed, itemsPerSecond: run.elapsed > 0 ? Double(finishedItems) / run.elapsed : 0)
+    }
+}

@@ -1,0 +1,97 @@
+import Dispatch
+import Foundation
+
+/// The single writer of a run's state changes. Changes are queued from any thread and
+/// committed in batches (group commit: everything queued while one transaction runs goes
+/// into the next), then each change's completion runs on the writer's queue. A stage
+/// hands an item on only from that completion, so every transition is durable before
+/// the next stage starts.
+// @unchecked because `pending` and `scheduled` are guarded by `lock`.
+final class StoreWriter: @unchecked Sendable {
+    typealias Completion = @Sendable (ChangeOutcome) -> Void
+
+    private let store: RunStore
+    private let runId: Int64
+    private let queue = DispatchQueue(label: "imgpipe.store-writer", qos: .userInitiated)
+    private let lock = NSLock()
+    private var pending: [(StoreChange, Completion)] = []
+    private var scheduled = false
+    private let maxBatch = 1000
+    private let onError: @Sendable (any Error) -> Void
+    private(set) var batches = 0
+
+    init(store: RunStore, runId: Int64, onError: @escaping @Sendable (any Error) -> Void) {
+        self.store = store
+        self.runId = runId
+        self.onError = onError
+    }
+
+    func submit(_ change: StoreChange, completion: @escaping Completion) {
+        let schedule: Bool = lock.withLock {
+            pending.append((change, completion))
+            if scheduled { return false }
+            scheduled = true
+            return true
+        }
+        if schedule { queue.async { self.flush() } }
+    }
+
+    /// Submits and waits for the outcomes (from a thread other than the writer's).
+    func submitAndWait(_ changes: [StoreChange]) -> [ChangeOutcome] {
+        let group = DispatchGroup()
+        let results = OutcomeBox(count: changes.count)
+        for (index, change) in changes.enumerated() {
+            group.enter()
+            submit(change) { outcome in
+                results.set(index, outcome)
+                group.leave()
+            }
+        }
+        group.wait()
+        return results.values
+    }
+
+    /// Waits until everything submitted so far is written.
+    func drain() {
+        queue.sync {}
+        while lock.withLock({ !pending.isEmpty || scheduled }) {
+            queue.sync {}
+        }
+    }
+
+    private func flush() {
+        while true {
+            let batch: [(StoreChange, Completion)] = lock.withLock {
+                if pending.isEmpty {
+                    scheduled = false
+                    return []
+                }
+                let taken = Array(pending.prefix(maxBatch))
+                pending.removeFirst(taken.count)
+                return taken
+            }
+            if batch.isEmpty { return }
+            let outcomes: [ChangeOutcome]
+            do {
+                outcomes = try store.apply(batch.map(\.0), runId: runId)
+                batches += 1
+            } catch {
+                onError(error)
+                let failure = ItemFailure(.process, "cannot write the state file: \(error)")
+                outcomes = Array(repeating: .failed(failure), count: batch.count)
+            }
+            for (entry, outcome) in zip(batch, outcomes) {
+                entry.1(outcome)
+            }
+        }
+    }
+}
+
+// @unchecked because every access is guarded by `lock`.
+private final class OutcomeBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var storage: [ChangeOutcome]
+    init(count: Int) { storage = Array(repeating: .applied, count: count) }
+    func set(_ index: Int, _ value: ChangeOutcome) { lock.withLock { storage[index] = value } }
+    var values: [ChangeOutcome] { lock.withLock { storage } }
+}

@@ -1,0 +1,74 @@
+/// A string from the pipeline file that may contain `${NAME}` references to environment
+/// variables. It is stored and shown as written; `expanded(in:)` resolves it at run time.
+public struct EnvString: Sendable, Equatable, CustomStringConvertible {
+    /// The text as written in the pipeline file.
+    public let raw: String
+    /// The JSON path it was read from, for error messages.
+    public let path: String
+
+    /// Checks the `${…}` syntax: names are letters, digits and `_`, not starting with a digit.
+    init(_ node: SpecNode) throws {
+        let text = try node.string()
+        raw = text
+        path = node.path.description
+        _ = try EnvString.parts(of: text, path: path)
+    }
+
+    public init(raw: String, path: String) {
+        self.raw = raw
+        self.path = path
+    }
+
+    public var description: String { raw }
+
+    /// True when the text refers to at least one variable.
+    public var hasReferences: Bool { raw.contains("${") }
+
+    /// The text with every `${NAME}` replaced; a variable that is not set is an error
+    /// naming it and where it is used. Values that came from the environment are registered
+    /// with `environment` as secrets, so that they can be redacted from any output.
+    public func expanded(in environment: Environment) throws -> String {
+        var out = ""
+        for part in try EnvString.parts(of: raw, path: path) {
+            switch part {
+            case let .literal(text): out += text
+            case let .variable(name):
+                guard let value = environment.value(of: name) else {
+                    throw SpecError(path: path, message: "environment variable \(name) is not set")
+                }
+                out += value
+            }
+        }
+        return out
+    }
+
+    enum Part: Equatable { case literal(String), variable(String) }
+
+    static func parts(of text: String, path: String) throws -> [Part] {
+        var parts: [Part] = []
+        var literal = ""
+        var rest = Substring(text)
+        while let start = rest.range(of: "${") {
+            literal += rest[..<start.lowerBound]
+            guard let end = rest[start.upperBound...].firstIndex(of: "}") else {
+                throw SpecError(path: path, message: "unterminated ${ in \(JSONValue.quote(text))")
+            }
+            let name = String(rest[start.upperBound ..< end])
+            guard let first = name.first, first == "_" || first.isASCIILetter,
+                  name.allSatisfy({ $0 == "_" || $0.isASCIILetter || $0.isASCIIDigit }) else {
+                throw SpecError(path: path, message: "invalid variable name ${\(name)} (letters, digits and _ only)")
+            }
+            if !literal.isEmpty { parts.append(.literal(literal)); literal = "" }
+            parts.append(.variable(name))
+            rest = rest[rest.index(after: end)...]
+        }
+        literal += rest
+        if !literal.isEmpty { parts.append(.literal(literal)) }
+        return parts
+    }
+}
+
+extension Character {
+    var isASCIILetter: Bool { ("a" ... "z").contains(self) || ("A" ... "Z").contains(self) }
+    var isASCIIDigit: Bool { ("0" ... "9").contains(self) }
+}

@@ -1,0 +1,162 @@
+import Foundation
+
+extension PipelineSpec {
+    static let topLevelKeys = ["version", "name", "source", "filters", "output", "sink", "sinks", "limits", "retry"]
+
+    /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
+    /// (syntax errors: line and column) or the file.
+    public static func load(path: String, registry: FilterRegistry = .standard) throws -> PipelineSpec {
+        let url = URL(fileURLWithPath: path)
+        let bytes: [UInt8]
+        do {
+            bytes = Array(try Data(contentsOf: url))
+        } catch {
+            throw SpecError(path: "", message: "cannot read pipeline file \(path): \(error.localizedDescription)")
+        }
+        let document: JSONValue
+        do {
+            document = try JSONParser.parse(bytes: bytes)
+        } catch let error as JSONSyntaxError {
+            throw SpecError(path: "", message: "invalid JSON at \(error)")
+        }
+        let base = url.deletingLastPathComponent().standardizedFileURL.path
+        let stem = url.deletingPathExtension().lastPathComponent
+        return try decode(document, baseDirectory: base, defaultName: stem, registry: registry)
+    }
+
+    /// Validates a parsed document.
+    public static func decode(_ document: JSONValue, baseDirectory: String, defaultName: String,
+                              registry: FilterRegistry = .standard) throws -> PipelineSpec {
+        let root = try SpecNode(value: document, path: .root).object(allowing: topLevelKeys)
+        let version = try root.required("version") { node in try node.integer(in: 1 ... Int.max) }
+        guard version == currentVersion else {
+            throw SpecError(path: "version", message: "unsupported version \(version); this imgpipe reads version \(currentVersion)")
+        }
+        let name = try root.optional("name", default: defaultName) { try $0.nonEmptyString() }
+        let source = try root.required("source") { try SourceSpec(node: $0) }
+        let filters = try root.optional("filters", default: []) { node in
+            try node.array().map { try registry.decode($0) }
+        }
+        let output = try root.optional("output", default: OutputSpec()) { try OutputSpec(node: $0) }
+
+        if root.has("sink"), root.has("sinks") {
+            throw SpecError(path: "sink", message: "give either \"sink\" (one sink) or \"sinks\" (a list), not both")
+        }
+        var sinks: [SinkSpec] = []
+        if let single = root.member("sink") {
+            sinks = [try SinkSpec(node: single, index: 0)]
+        } else if let list = root.member("sinks") {
+            sinks = try list.array().enumerated().map { try SinkSpec(node: $1, index: $0) }
+        }
+        guard !sinks.isEmpty else {
+            throw SpecError(path: "sinks", message: "missing (a pipeline needs at least one sink, e.g. {\"type\": \"directory\", \"path\": \"out\"})")
+        }
+        var seen: Set<String> = []
+        for (index, sink) in sinks.enumerated() where !seen.insert(sink.name).inserted {
+            throw SpecError(path: "sinks[\(index)].name", message: "duplicate sink name \(JSONValue.quote(sink.name))")
+        }
+        let limits = try root.optional("limits", default: Limits()) { try Limits(node: $0) }
+        let retry = try root.optional("retry", default: RetryPolicy()) { try RetryPolicy(node: $0) }
+        return PipelineSpec(version: version, name: name, source: source, filters: filters, output: output,
+                            sinks: sinks, limits: limits, retry: retry, baseDirectory: baseDirectory,
+                            document: document)
+    }
+}
+
+extension SourceSpec {
+    static let types = ["directory"]
+
+    init(node: SpecNode) throws {
+        guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
+        let type = try SpecObject.type(of: node)
+        switch type {
+        case "directory":
+            let object = try node.object(allowing: ["type", "path", "recursive"])
+            self = .directory(path: try object.required("path") { try EnvString($0) },
+                              recursive: try object.optional("recursive", default: true) { try $0.bool() })
+        default:
+            throw SpecError(path: node.path.appending("type").description,
+                            message: "expected one of \(SourceSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
+        }
+    }
+}
+
+extension SinkSpec {
+    static let types = ["directory"]
+
+    init(node: SpecNode, index: Int) throws {
+        guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
+        let type = try SpecObject.type(of: node)
+        switch type {
+        case "directory":
+            let object = try node.object(allowing: ["type", "name", "path"])
+            let name = try object.optional("name", default: "directory-\(index)") { try $0.nonEmptyString() }
+            self = .directory(name: name, path: try object.required("path") { try EnvString($0) })
+        default:
+            throw SpecError(path: node.path.appending("type").description,
+                            message: "expected one of \(SinkSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
+        }
+    }
+}
+
+extension OutputSpec {
+    init(node: SpecNode) throws {
+        let object = try node.object(allowing: ["format", "quality", "strip", "progressive", "compression",
+                                                "lossless", "effort", "name"])
+        self.init()
+        format = try object.optional("format", default: .jpeg) { node in
+            OutputFormat(rawValue: try node.choice(OutputFormat.allCases.map(\.rawValue)))!
+        }
+        func only(_ key: String, for formats: [OutputFormat]) throws {
+            if object.has(key), !formats.contains(format) {
+                throw SpecError(path: object.path.appending(key).description,
+                                message: "not used by \(format.rawValue) (it applies to \(formats.map(\.rawValue).joined(separator: ", ")))")
+            }
+        }
+        try only("quality", for: [.jpeg, .webp])
+        try only("progressive", for: [.jpeg])
+        try only("compression", for: [.png])
+        try only("lossless", for: [.webp])
+        try only("effort", for: [.webp])
+        quality = try object.optional("quality", default: quality) { try $0.integer(in: 1 ... 100) }
+        strip = try object.optional("strip", default: strip) { try $0.bool() }
+        progressive = try object.optional("progressive", default: progressive) { try $0.bool() }
+        compression = try object.optional("compression", default: compression) { try $0.integer(in: 0 ... 9) }
+        lossless = try object.optional("lossless", default: lossless) { try $0.bool() }
+        effort = try object.optional("effort", default: effort) { try $0.integer(in: 0 ... 6) }
+        name = try object.optional("name", default: NameTemplate.standard) { try NameTemplate($0) }
+    }
+}
+
+extension Limits {
+    init(node: SpecNode) throws {
+        let object = try node.object(allowing: ["downloads", "workers", "uploads", "timeout", "maxBytes", "maxPixels"])
+        self.init()
+        downloads = try object.optional("downloads", default: downloads) { try $0.integer(in: 1 ... 1024) }
+        workers = try object.optional("workers", default: workers) { try $0.integer(in: 0 ... 1024) }
+        uploads = try object.optional("uploads", default: uploads) { try $0.integer(in: 1 ... 1024) }
+        timeout = try object.optional("timeout", default: timeout) { try $0.number(in: 0.001 ... 86400) }
+        maxBytes = try object.optional("maxBytes", default: maxBytes) { try $0.integer(in: 1 ... Int.max) }
+        maxPixels = try object.optional("maxPixels", default: maxPixels) { try $0.integer(in: 1 ... Int.max) }
+    }
+}
+
+extension RetryPolicy {
+    init(node: SpecNode) throws {
+        let object = try node.object(allowing: ["attempts", "backoff"])
+        self.init()
+        attempts = try object.optional("attempts", default: attempts) { try $0.integer(in: 1 ... 100) }
+        backoff = try object.optional("backoff", default: backoff) { try $0.number(in: 0 ... 3600) }
+    }
+}
+
+extension SpecObject {
+    /// The `type` member of a source or sink, read before the keys are checked (which keys
+    /// are allowed depends on it).
+    static func type(of node: SpecNode) throws -> String {
+        guard let type = node.value["type"] else {
+            throw SpecError(path: node.path.appending("type").description, message: "missing (required)")
+        }
+        return try SpecNode(value: type, path: node.path.appending("type")).string()
+    }
+}

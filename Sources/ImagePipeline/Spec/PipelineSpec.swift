@@ -1,0 +1,98 @@
+import Foundation
+
+/// A decoded, validated pipeline file (version 1). Strings keep their `${NAME}` form;
+/// paths are resolved against `baseDirectory` when the pipeline is built for a run.
+public struct PipelineSpec: Sendable {
+    public static let currentVersion = 1
+
+    public var version: Int
+    /// `name`, or the file's stem.
+    public var name: String
+    public var source: SourceSpec
+    public var filters: [FilterSpec]
+    public var output: OutputSpec
+    public var sinks: [SinkSpec]
+    public var limits: Limits
+    public var retry: RetryPolicy
+    /// The absolute directory of the pipeline file; relative paths start here.
+    public var baseDirectory: String
+    /// The document as written (no `${…}` expanded), for the state file.
+    public var document: JSONValue
+
+    /// The parts of the document that decide what an output looks like, as canonical JSON:
+    /// `resume` refuses to continue a run if these changed.
+    public var outputFingerprint: [String: String] {
+        [
+            "filters": (document["filters"] ?? .array([])).serialized(sortedKeys: true),
+            "output": (document["output"] ?? .null).serialized(sortedKeys: true),
+        ]
+    }
+
+    /// `path` (already expanded) made absolute against the pipeline file's directory.
+    public func resolvePath(_ path: String) -> String {
+        if path.hasPrefix("/") { return URL(fileURLWithPath: path).standardizedFileURL.path }
+        return URL(fileURLWithPath: baseDirectory).appendingPathComponent(path).standardizedFileURL.path
+    }
+}
+
+/// Where items come from.
+public enum SourceSpec: Sendable, Equatable {
+    /// Every image file below `path` (recursively unless `recursive` is false).
+    case directory(path: EnvString, recursive: Bool)
+
+    public var typeName: String {
+        switch self {
+        case .directory: "directory"
+        }
+    }
+}
+
+/// Where outputs go. Each sink has a name, unique in the pipeline.
+public enum SinkSpec: Sendable, Equatable {
+    case directory(name: String, path: EnvString)
+
+    public var name: String {
+        switch self {
+        case let .directory(name, _): name
+        }
+    }
+
+    public var typeName: String {
+        switch self {
+        case .directory: "directory"
+        }
+    }
+}
+
+/// Concurrency and safety limits.
+public struct Limits: Sendable, Equatable {
+    /// Concurrent downloads.
+    public var downloads = 16
+    /// Pixel workers; 0 means one per core.
+    public var workers = 0
+    /// Concurrent uploads.
+    public var uploads = 8
+    /// Seconds for a network request.
+    public var timeout: Double = 30
+    /// Largest input accepted, in bytes.
+    public var maxBytes = 52_428_800
+    /// Largest input accepted, in pixels (width × height, read from the header).
+    public var maxPixels = 100_000_000
+
+    public init() {}
+
+    /// `workers`, with 0 replaced by the number of cores.
+    public var effectiveWorkers: Int {
+        workers > 0 ? workers : max(1, ProcessInfo.processInfo.activeProcessorCount)
+    }
+}
+
+/// How often and how patiently a failing step is tried again.
+public struct RetryPolicy: Sendable, Equatable {
+    /// Tries in all, the first included.
+    public var attempts = 3
+    /// Seconds before the first retry; doubled each time, with jitter.
+    public var backoff = 0.5
+
+    public init() {}
+}

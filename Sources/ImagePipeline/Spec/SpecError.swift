@@ -1,0 +1,34 @@
+/// Why a pipeline file was refused: the JSON path of the fault and what was expected.
+///
+/// `description` reads `filters[1].width: expected a positive integer, got "wide"`.
+public struct SpecError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Dotted JSON path (`filters[1].width`); empty for the document itself.
+    public let path: String
+    public let message: String
+
+    public init(path: String, message: String) {
+        self.path = path
+        self.message = message
+    }
+
+    public var description: String { path.isEmpty ? message : "\(path): \(message)" }
+}
+
+/// Where a value sits in the document, for error messages.
+public struct JSONPath: Sendable, Equatable, CustomStringConvertible {
+    private var text: String
+
+    public static let root = JSONPath(text: "")
+
+    private init(text: String) { self.text = text }
+
+    public func appending(_ key: String) -> JSONPath {
+        JSONPath(text: text.isEmpty ? key : "\(text).\(key)")
+    }
+
+    public func appending(index: Int) -> JSONPath {
+        JSONPath(text: "\(text)[\(index)]")
+    }
+
+    public var description: String { text }
+}

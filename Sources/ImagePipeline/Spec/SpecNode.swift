@@ -1,0 +1,129 @@
+/// A value of the pipeline document together with its path, with typed readers whose
+/// errors name that path and what was expected.
+struct SpecNode {
+    let value: JSONValue
+    let path: JSONPath
+
+    func fail(_ message: String) -> SpecError {
+        SpecError(path: path.description, message: message)
+    }
+
+    func expected(_ what: String) -> SpecError {
+        fail("expected \(what), got \(value.quoted)")
+    }
+
+    func string() throws -> String {
+        guard case let .string(text) = value else { throw expected("a string") }
+        return text
+    }
+
+    func nonEmptyString() throws -> String {
+        guard case let .string(text) = value, !text.isEmpty else { throw expected("a non-empty string") }
+        return text
+    }
+
+    func bool() throws -> Bool {
+        guard case let .bool(flag) = value else { throw expected("true or false") }
+        return flag
+    }
+
+    func integer(in range: ClosedRange<Int>) throws -> Int {
+        let what = SpecNode.describe(range)
+        guard case let .number(number, _) = value, number.rounded() == number,
+              abs(number) < 9e15 else { throw expected(what) }
+        let integer = Int(number)
+        guard range.contains(integer) else { throw expected(what) }
+        return integer
+    }
+
+    func number(in range: ClosedRange<Double>) throws -> Double {
+        let what = "a number from \(SpecNode.format(range.lowerBound)) to \(SpecNode.format(range.upperBound))"
+        guard case let .number(number, _) = value, range.contains(number) else { throw expected(what) }
+        return number
+    }
+
+    func choice(_ options: [String]) throws -> String {
+        guard case let .string(text) = value, options.contains(text) else {
+            throw expected("one of " + options.joined(separator: ", "))
+        }
+        return text
+    }
+
+    func array() throws -> [SpecNode] {
+        guard case let .array(items) = value else { throw expected("an array") }
+        return items.enumerated().map { SpecNode(value: $1, path: path.appending(index: $0)) }
+    }
+
+    func object(allowing keys: [String]) throws -> SpecObject {
+        guard case let .object(members) = value else { throw expected("an object") }
+        for member in members where !keys.contains(member.key) {
+            let node = SpecNode(value: member.value, path: path.appending(member.key))
+            var message = "unknown key"
+            if let guess = SpecNode.closest(to: member.key, in: keys) { message += " (did you mean \"\(guess)\"?)" }
+            message += "; expected one of: " + keys.joined(separator: ", ")
+            throw node.fail(message)
+        }
+        return SpecObject(node: self, members: members)
+    }
+
+    static func describe(_ range: ClosedRange<Int>) -> String {
+        switch (range.lowerBound, range.upperBound) {
+        case (1, Int.max): "a positive integer"
+        case (0, Int.max): "a non-negative integer"
+        case let (low, Int.max): "an integer of at least \(low)"
+        case let (low, high): "an integer from \(low) to \(high)"
+        }
+    }
+
+    static func format(_ number: Double) -> String {
+        number.rounded() == number && abs(number) < 1e15 ? String(Int64(number)) : String(number)
+    }
+
+    /// The allowed key nearest to a misspelt one (edit distance at most 2).
+    static func closest(to word: String, in candidates: [String]) -> String? {
+        func distance(_ a: [Character], _ b: [Character]) -> Int {
+            var previous = Array(0 ... b.count)
+            for (i, ca) in a.enumerated() {
+                var current = [i + 1]
+                for (j, cb) in b.enumerated() {
+                    current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (ca == cb ? 0 : 1)))
+                }
+                previous = current
+            }
+            return previous[b.count]
+        }
+        let scored = candidates.map { ($0, distance(Array(word.lowercased()), Array($0.lowercased()))) }
+        guard let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= 2 else { return nil }
+        return best.0
+    }
+}
+
+/// The members of one JSON object, read by key.
+struct SpecObject {
+    let node: SpecNode
+    let members: [(key: String, value: JSONValue)]
+
+    var path: JSONPath { node.path }
+
+    func has(_ key: String) -> Bool { members.contains { $0.key == key } }
+
+    func member(_ key: String) -> SpecNode? {
+        members.first { $0.key == key }.map { SpecNode(value: $0.value, path: node.path.appending(key)) }
+    }
+
+    func required<T>(_ key: String, _ read: (SpecNode) throws -> T) throws -> T {
+        guard let member = member(key) else {
+            throw SpecError(path: node.path.appending(key).description, message: "missing (required)")
+        }
+        return try read(member)
+    }
+
+    func optional<T>(_ key: String, _ read: (SpecNode) throws -> T) throws -> T? {
+        guard let member = member(key), member.value != .null else { return nil }
+        return try read(member)
+    }
+
+    func optional<T>(_ key: String, default fallback: T, _ read: (SpecNode) throws -> T) throws -> T {
+        try optional(key, read) ?? fallback
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+import GRDB
+
+extension RunStore {
+    /// Writes a batch of changes in one transaction and says what became of each.
+    public func apply(_ changes: [StoreChange], runId: Int64, now: Date = Date()) throws -> [ChangeOutcome] {
+        let time = now.timeIntervalSince1970
+        return try database.write { db in
+            try changes.map { try apply($0, runId: runId, time: time, db: db) }
+        }
+    }
+
+    private func apply(_ change: StoreChange, runId: Int64, time: Double, db: Database) throws -> ChangeOutcome {
+        switch change {
+        case let .insert(item):
+            if let row = try Row.fetchOne(db, sql: "SELECT seq, status FROM item WHERE runId = ? AND key = ?",
+                                          arguments: [runId, item.key]) {
+                return .existing(seq: row["seq"], status: ItemStatus(rawValue: row["status"]) ?? .pending)
+            }
+            var failure: ItemFailure?
+            if let name = item.outputName, let owner = try nameOwner(name, runId: runId, db: db) {
+                failure = ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
+            }
+            try db.execute(sql: """
+                INSERT INTO item (runId, seq, key, location, metadata, status, reason, message, outputName, updatedAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [runId, item.seq, item.key, item.location, item.metadata,
+                                 failure == nil ? "pending" : "failed", failure?.reason.rawValue, failure?.message,
+                                 failure == nil ? item.outputName : nil, time])
+            for sink in item.sinks {
+                try db.execute(sql: "INSERT INTO delivery (runId, itemKey, sink, status, updatedAt) VALUES (?, ?, ?, 'pending', ?)",
+                               arguments: [runId, item.key, sink, time])
+            }
+            return failure.map { .failed($0) } ?? .applied
+
+        case let .fetched(key, spoolPath):
+            try db.execute(sql: "UPDATE item SET status = 'fetched', spoolPath = ?, updatedAt = ? WHERE runId = ? AND key = ?",
+                           arguments: [spoolPath, time, runId, key])
+            return .applied
+
+        case let .processed(key, output):
+            if let owner = try nameOwner(output.name, runId: runId, db: db), owner != key {
+                let failure = ItemFailure(.encode, "output name \"\(output.name)\" is already used by item \"\(owner)\"")
+                try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
+                return .failed(failure)
+            }
+            try db.execute(sql: """
+                UPDATE item SET status = 'processed', stagedPath = ?, outputName = ?, outputHash = ?,
+                                outputBytes = ?, width = ?, height = ?, attempts = attempts + 1, updatedAt = ?
+                WHERE runId = ? AND key = ?
+                """, arguments: [output.path, output.name, output.sha256, output.bytes, output.width, output.height,
+                                 time, runId, key])
+            return .applied
+
+        case let .delivered(key, sink, remoteURL, httpStatus):
+            try db.execute(sql: """
+                UPDATE delivery SET status = 'done', attempts = attempts + 1, remoteURL = ?, httpStatus = ?,
+                                    message = NULL, updatedAt = ?
+                WHERE runId = ? AND itemKey = ? AND sink = ?
+                """, arguments: [remoteURL, httpStatus, time, runId, key, sink])
+            let open = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done'",
+                                        arguments: [runId, key]) ?? 0
+            guard open == 0 else { return .applied }
+            try db.execute(sql: "UPDATE item SET status = 'done', stagedPath = NULL, updatedAt = ? WHERE runId = ? AND key = ?",
+                           arguments: [time, runId, key])
+            return .completed
+
+        case let .deliveryFailed(key, sink, failure, attempts):
+            try db.execute(sql: """
+                UPDATE delivery SET status = 'failed', attempts = attempts + ?, httpStatus = ?, message = ?, updatedAt = ?
+                WHERE runId = ? AND itemKey = ? AND sink = ?
+                """, arguments: [attempts, failure.httpStatus, failure.message, time, runId, key, sink])
+            let message = "sink \(sink): \(failure.message)"
+            try db.execute(sql: """
+                UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, updatedAt = ?
+                WHERE runId = ? AND key = ?
+                """, arguments: [FailureReason.upload.rawValue, message, failure.httpStatus, time, runId, key])
+            return .failed(ItemFailure(.upload, message, httpStatus: failure.httpStatus))
+
+        case let .failed(key, failure, attempts):
+            try markFailed(key: key, failure: failure, attempts: attempts, runId: runId, time: time, db: db)
+            return .applied
+
+        case let .reset(key, status):
+            try db.execute(sql: """
+                UPDATE item SET status = ?, stagedPath = CASE WHEN ? IN ('pending', 'fetched') THEN NULL ELSE stagedPath END,
+                                updatedAt = ?
+                WHERE runId = ? AND key = ?
+                """, arguments: [status.rawValue, status.rawValue, time, runId, key])
+            return .applied
+        }
+    }
+
+    private func markFailed(key: String, failure: ItemFailure, attempts: Int, runId: Int64, time: Double,
+                            db: Database) throws {
+        try db.execute(sql: """
+            UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, attempts = attempts + ?,
+                            stagedPath = NULL, updatedAt = ?
+            WHERE runId = ? AND key = ?
+            """, arguments: [failure.reason.rawValue, failure.message, failure.httpStatus, attempts, time, runId, key])
+    }
+
+    private func nameOwner(_ name: String, runId: Int64, db: Database) throws -> String? {
+        try String.fetchOne(db, sql: "SELECT key FROM item WHERE runId = ? AND outputName = ?", arguments: [runId, name])
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import GRDB
+
+extension RunStore {
+    /// Items of a run by status.
+    public func counts(runId: Int64) throws -> ItemCounts {
+        try database.read { db in
+            var counts = ItemCounts()
+            for row in try Row.fetchAll(db, sql: "SELECT status, COUNT(*) AS n FROM item WHERE runId = ? GROUP BY status",
+                                        arguments: [runId]) {
+                let n: Int = row["n"]
+                counts.total += n
+                switch ItemStatus(rawValue: row["status"]) {
+                case .pending?: counts.pending = n
+                case .fetched?: counts.fetched = n
+                case .processed?: counts.processed = n
+                case .done?: counts.done = n
+                case .failed?: counts.failed = n
+                case nil: break
+                }
+            }
+            return counts
+        }
+    }
+
+    /// Each sink's deliveries by status, in the order the run lists its sinks.
+    public func deliveryCounts(runId: Int64) throws -> [String: DeliveryCounts] {
+        try database.read { db in
+            var result: [String: DeliveryCounts] = [:]
+            // A delivery still pending for an item that failed before reaching its sinks
+            // is not waiting for anything: it is left out.
+            for row in try Row.fetchAll(db, sql: """
+                SELECT d.sink, d.status, COUNT(*) AS n FROM delivery d
+                JOIN item i ON i.runId = d.runId AND i.key = d.itemKey
+                WHERE d.runId = ? AND NOT (d.status = 'pending' AND i.status = 'failed')
+                GROUP BY d.sink, d.status
+                """, arguments: [runId]) {
+                let sink: String = row["sink"]
+                let n: Int = row["n"]
+                var counts = result[sink] ?? DeliveryCounts()
+                switch row["status"] as String {
+                case "done": counts.done = n
+                case "failed": counts.failed = n
+                default: counts.pending = n
+                }
+                result[sink] = counts
+            }
+            return result
+        }
+    }
+
+    /// Failed items in feed order (at most `limit`).
+    public func failures(runId: Int64, limit: Int = Int.max) throws -> [FailureRecord] {
+        try database.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT key, reason, message, attempts, httpStatus FROM item
+                WHERE runId = ? AND status = 'failed' ORDER BY seq LIMIT ?
+                """, arguments: [runId, min(limit, Int(Int32.max))]).map { row in
+                FailureRecord(key: row["key"], reason: row["reason"] ?? "process", message: row["message"] ?? "",
+                              attempts: row["attempts"], httpStatus: row["httpStatus"])
+            }
+        }
+    }
+
+    /// Failed items counted by reason.
+    public func failureCounts(runId: Int64) throws -> [String: Int] {
+        try database.read { db in
+            var result: [String: Int] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT reason, COUNT(*) AS n FROM item WHERE runId = ? AND status = 'failed' GROUP BY reason",
+                                        arguments: [runId]) {
+                result[row["reason"] ?? "process"] = row["n"]
+            }
+            return result
+        }
+    }
+
+    /// Up to `limit` unfinished items (pending, fetched, processed) after `seq`, in feed order.
+    public func unfinishedItems(runId: Int64, after seq: Int, limit: Int) throws -> [ItemRecord] {
+        try database.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT * FROM item WHERE runId = ? AND seq > ? AND status IN ('pending', 'fetched', 'processed')
+                ORDER BY seq LIMIT ?
+                """, arguments: [runId, seq, limit]).map(ItemRecord.init(row:))
+        }
+    }
+
+    /// One item, or nil.
+    public func item(runId: Int64, key: String) throws -> ItemRecord? {
+        try database.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM item WHERE runId = ? AND key = ?", arguments: [runId, key])
+                .map(ItemRecord.init(row:))
+        }
+    }
+
+    /// Every item of a run in feed order (for tests and small runs).
+    public func items(runId: Int64) throws -> [ItemRecord] {
+        try database.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM item WHERE runId = ? ORDER BY seq", arguments: [runId])
+                .map(ItemRecord.init(row:))
+        }
+    }
+
+    /// Sinks of an item that still need its output.
+    public func pendingSinks(runId: Int64, key: String) throws -> [String] {
+        try database.read { db in
+            try String.fetchAll(db, sql: "SELECT sink FROM delivery WHERE runId = ? AND itemKey = ? AND status = 'pending' ORDER BY sink",
+                                arguments: [runId, key])
+        }
+    }
+
+    /// The highest `seq` of a run, or 0.
+    public func lastSeq(runId: Int64) throws -> Int {
+        try database.read { db in
+            try Int.fetchOne(db, sql: "SELECT MAX(seq) FROM item WHERE runId = ?", arguments: [runId]) ?? 0
+        }
+    }
+}

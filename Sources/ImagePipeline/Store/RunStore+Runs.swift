@@ -1,0 +1,91 @@
+import Foundation
+import GRDB
+
+extension RunStore {
+    /// The newest run that was not replaced, if any.
+    public func latestRun() throws -> RunRecord? {
+        try database.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM run WHERE state != 'abandoned' ORDER BY id DESC LIMIT 1")
+                .map { try RunRecord(row: $0) }
+        }
+    }
+
+    public func run(id: Int64) throws -> RunRecord? {
+        try database.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id]).map { try RunRecord(row: $0) }
+        }
+    }
+
+    /// Starts a new run. `workRoot` gets a folder `run-<id>` for spooled and staged files.
+    public func createRun(pipelinePath: String, pipelineName: String, document: String,
+                          fingerprint: [String: String], sinks: [String], itemLimit: Int?,
+                          workRoot: String, now: Date = Date()) throws -> RunRecord {
+        let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
+        let sinksText = String(decoding: try JSONEncoder.sorted.encode(sinks), as: UTF8.self)
+        return try database.write { db in
+            try db.execute(sql: """
+                INSERT INTO run (pipelinePath, pipelineName, document, fingerprint, sinks, state, itemLimit,
+                                 workDirectory, startedAt)
+                VALUES (?, ?, ?, ?, ?, 'running', ?, '', ?)
+                """, arguments: [pipelinePath, pipelineName, document, fingerprintText, sinksText, itemLimit,
+                                 now.timeIntervalSince1970])
+            let id = db.lastInsertedRowID
+            let work = URL(fileURLWithPath: workRoot).appendingPathComponent("run-\(id)").path
+            try db.execute(sql: "UPDATE run SET workDirectory = ? WHERE id = ?", arguments: [work, id])
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id]) else {
+                throw StoreError("run \(id) vanished")
+            }
+            return try RunRecord(row: row)
+        }
+    }
+
+    /// Records a run's state; `finished` also stamps the finishing time.
+    public func setState(_ state: RunRecord.State, runId: Int64, addingElapsed elapsed: Double = 0,
+                         now: Date = Date()) throws {
+        try database.write { db in
+            try db.execute(sql: """
+                UPDATE run SET state = ?, elapsed = elapsed + ?,
+                               finishedAt = CASE WHEN ? = 'finished' THEN ? ELSE finishedAt END
+                WHERE id = ?
+                """, arguments: [state.rawValue, elapsed, state.rawValue, now.timeIntervalSince1970, runId])
+        }
+    }
+
+    public func markFeedComplete(runId: Int64) throws {
+        try database.write { db in
+            try db.execute(sql: "UPDATE run SET feedComplete = 1 WHERE id = ?", arguments: [runId])
+        }
+    }
+
+    /// Puts a run's failed items back in the queue: to `processed` when their output is
+    /// still staged (only deliveries failed), else to `pending`. Failed deliveries become
+    /// pending again. Returns how many items were requeued.
+    @discardableResult
+    public func requeueFailed(runId: Int64) throws -> Int {
+        try database.write { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT key, stagedPath FROM item WHERE runId = ? AND status = 'failed'",
+                                        arguments: [runId])
+            for row in rows {
+                let key: String = row["key"]
+                let staged: String? = row["stagedPath"]
+                let keepsOutput = staged.map { FileManager.default.fileExists(atPath: $0) } ?? false
+                try db.execute(sql: """
+                    UPDATE item SET status = ?, reason = NULL, message = NULL, httpStatus = NULL,
+                                    stagedPath = CASE WHEN ? THEN stagedPath ELSE NULL END
+                    WHERE runId = ? AND key = ?
+                    """, arguments: [keepsOutput ? "processed" : "pending", keepsOutput, runId, key])
+                try db.execute(sql: "UPDATE delivery SET status = 'pending', message = NULL WHERE runId = ? AND itemKey = ? AND status = 'failed'",
+                               arguments: [runId, key])
+            }
+            return rows.count
+        }
+    }
+}
+
+extension JSONEncoder {
+    static var sorted: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+}

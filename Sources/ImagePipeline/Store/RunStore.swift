@@ -1,0 +1,98 @@
+import Foundation
+import GRDB
+
+/// The state file: one SQLite database (WAL mode) holding runs, their items and each
+/// item's delivery to each sink. Opened once per process; every write goes through
+/// `apply(_:)` in batches (see `StoreWriter`).
+// @unchecked because DatabaseQueue serialises all access itself.
+public final class RunStore: @unchecked Sendable {
+    let database: DatabaseQueue
+    public let path: String
+
+    /// Opens (creating if needed) the state file and brings its schema up to date.
+    public init(path: String) throws {
+        self.path = path
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var configuration = Configuration()
+        configuration.journalMode = .wal
+        configuration.busyMode = .timeout(5)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        do {
+            database = try DatabaseQueue(path: path, configuration: configuration)
+            try Self.migrator.migrate(database)
+        } catch {
+            throw StoreError("cannot open state file \(path): \(error)")
+        }
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE run (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    pipelinePath TEXT NOT NULL,
+                    pipelineName TEXT NOT NULL,
+                    document TEXT NOT NULL,
+                    fingerprint TEXT NOT NULL,
+                    sinks TEXT NOT NULL,
+                    state TEXT NOT NULL,
+                    feedComplete INTEGER NOT NULL DEFAULT 0,
+                    itemLimit INTEGER,
+                    workDirectory TEXT NOT NULL,
+                    startedAt DOUBLE NOT NULL,
+                    finishedAt DOUBLE,
+                    elapsed DOUBLE NOT NULL DEFAULT 0
+                );
+                CREATE TABLE item (
+                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    seq INTEGER NOT NULL,
+                    key TEXT NOT NULL,
+                    location TEXT NOT NULL,
+                    metadata TEXT,
+                    status TEXT NOT NULL CHECK (status IN ('pending', 'fetched', 'processed', 'done', 'failed')),
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    reason TEXT,
+                    message TEXT,
+                    httpStatus INTEGER,
+                    spoolPath TEXT,
+                    stagedPath TEXT,
+                    outputName TEXT,
+                    outputHash TEXT,
+                    outputBytes INTEGER,
+                    width INTEGER,
+                    height INTEGER,
+                    updatedAt DOUBLE NOT NULL,
+                    PRIMARY KEY (runId, key)
+                );
+                CREATE UNIQUE INDEX item_seq ON item(runId, seq);
+                CREATE INDEX item_status ON item(runId, status, seq);
+                CREATE UNIQUE INDEX item_output ON item(runId, outputName) WHERE outputName IS NOT NULL;
+                CREATE TABLE delivery (
+                    runId INTEGER NOT NULL,
+                    itemKey TEXT NOT NULL,
+                    sink TEXT NOT NULL,
+                    status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    httpStatus INTEGER,
+                    remoteURL TEXT,
+                    message TEXT,
+                    updatedAt DOUBLE NOT NULL,
+                    PRIMARY KEY (runId, itemKey, sink),
+                    FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
+                );
+                CREATE INDEX delivery_status ON delivery(runId, sink, status);
+                """)
+        }
+        return migrator
+    }
+}
+
+/// A state-file problem (cannot open, no run to resume, …).
+public struct StoreError: Error, Sendable, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}

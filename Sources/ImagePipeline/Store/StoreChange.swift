@@ -1,0 +1,49 @@
+/// One state change of an item, written by `RunStore.apply(_:)`.
+public enum StoreChange: Sendable {
+    /// A newly listed item: pending, with a pending delivery per sink. `outputName`, when
+    /// known before processing, is claimed now: a second item with the same name fails.
+    case insert(NewItem)
+    /// The input is readable at `spoolPath`.
+    case fetched(key: String, spoolPath: String)
+    /// The output is staged. `outputName` is claimed now if it was not at insert.
+    case processed(key: String, output: StagedOutput)
+    /// One sink has the output; the item is done when every sink has.
+    case delivered(key: String, sink: String, remoteURL: String?, httpStatus: Int?)
+    /// One sink refused the output for good: the item fails with reason `upload`.
+    case deliveryFailed(key: String, sink: String, failure: ItemFailure, attempts: Int)
+    /// The item failed before delivery.
+    case failed(key: String, failure: ItemFailure, attempts: Int)
+    /// Back to an earlier stage (its staged output or spool was lost).
+    case reset(key: String, to: ItemStatus)
+}
+
+/// An item as listed by a feed.
+public struct NewItem: Sendable, Equatable {
+    public let key: String
+    public let seq: Int
+    public let location: String
+    public let metadata: String?
+    public let outputName: String?
+    public let sinks: [String]
+}
+
+/// A processed item's output, waiting for its sinks.
+public struct StagedOutput: Sendable, Equatable {
+    public let path: String
+    public let name: String
+    public let sha256: String
+    public let bytes: Int
+    public let width: Int
+    public let height: Int
+}
+
+/// What became of one change.
+public enum ChangeOutcome: Sendable, Equatable {
+    case applied
+    /// `insert` of a key the run already has (listed before, or twice in the feed).
+    case existing(seq: Int, status: ItemStatus)
+    /// The change turned the item into a failure (e.g. its output name was taken).
+    case failed(ItemFailure)
+    /// `delivered` completed the item.
+    case completed
+}

@@ -1,0 +1,124 @@
+import CVips
+import Foundation
+
+/// How `thumbnail` treats the requested box.
+public enum ThumbnailSize: Sendable {
+    /// Fit inside the box, never enlarge.
+    case down
+    /// Fit inside the box, enlarging or reducing.
+    case both
+    /// Exactly the box, aspect ratio ignored.
+    case force
+
+    var vips: VipsSize {
+        switch self {
+        case .down: VIPS_SIZE_DOWN
+        case .both: VIPS_SIZE_BOTH
+        case .force: VIPS_SIZE_FORCE
+        }
+    }
+}
+
+/// Which part of an image a crop keeps (libvips' `VipsInteresting`).
+public enum Interesting: String, Sendable, CaseIterable {
+    case none, centre, entropy, attention
+
+    var vips: VipsInteresting {
+        switch self {
+        case .none: VIPS_INTERESTING_NONE
+        case .centre: VIPS_INTERESTING_CENTRE
+        case .entropy: VIPS_INTERESTING_ENTROPY
+        case .attention: VIPS_INTERESTING_ATTENTION
+        }
+    }
+}
+
+/// Colour management for `thumbnail`: which profile to import with when the file has none,
+/// and whether to convert to sRGB.
+public struct ColourManagement: Sendable {
+    public var importProfile: String?
+    public var exportProfile: String?
+    public init(importProfile: String? = nil, exportProfile: String? = nil) {
+        self.importProfile = importProfile
+        self.exportProfile = exportProfile
+    }
+    public static let none = ColourManagement()
+}
+
+extension VipsImage {
+    /// Opens a file lazily, for sequential reading, failing on any decode error (a truncated
+    /// file is an error, not a half-grey picture). Only the header is read here.
+    public static func open(path: String) throws -> VipsImage {
+        try VipsRuntime.setUp()
+        guard let image = ip_new_from_file(path) else { throw VipsError.take("load") }
+        return VipsImage(taking: image)
+    }
+
+    /// Opens an image in memory. The bytes are kept alive with the image.
+    public static func open(data: Data) throws -> VipsImage {
+        try VipsRuntime.setUp()
+        let storage = ByteStorage(data)
+        guard let image = ip_new_from_buffer(storage.base, storage.count) else {
+            throw VipsError.take("load")
+        }
+        return VipsImage(taking: image, keepAlive: [storage])
+    }
+
+    /// Loads and resizes in one step, letting the loader shrink while decoding (JPEG DCT
+    /// scaling, WebP and HEIF scaled decode, PNG/TIFF pyramid pages). `crop` other than
+    /// `.none` fills the box and crops to it.
+    public static func thumbnail(path: String, width: Int, height: Int, size: ThumbnailSize,
+                                 autorotate: Bool, crop: Interesting = .none,
+                                 colour: ColourManagement = .none) throws -> VipsImage {
+        try VipsRuntime.setUp()
+        var out: UnsafeMutablePointer<CVips.VipsImage>?
+        let status = ip_thumbnail(path, &out, Int32(width), Int32(height), size.vips,
+                                  autorotate ? 0 : 1, crop.vips,
+                                  colour.importProfile, colour.exportProfile)
+        guard status == 0, let out else { throw VipsError.take("thumbnail") }
+        return VipsImage(taking: out)
+    }
+
+    /// As `thumbnail(path:…)`, from memory. The bytes are kept alive with the image.
+    public static func thumbnail(data: Data, width: Int, height: Int, size: ThumbnailSize,
+                                 autorotate: Bool, crop: Interesting = .none,
+                                 colour: ColourManagement = .none) throws -> VipsImage {
+        try VipsRuntime.setUp()
+        let storage = ByteStorage(data)
+        var out: UnsafeMutablePointer<CVips.VipsImage>?
+        let status = ip_thumbnail_buffer(storage.base, storage.count, &out, Int32(width),
+                                         Int32(height), size.vips, autorotate ? 0 : 1,
+                                         crop.vips, colour.importProfile, colour.exportProfile)
+        guard status == 0, let out else { throw VipsError.take("thumbnail") }
+        return VipsImage(taking: out, keepAlive: [storage])
+    }
+
+    /// An image made from raw interleaved pixels (copied), 8 or 16 bits per sample.
+    public static func fromPixels(_ bytes: [UInt8], width: Int, height: Int, bands: Int,
+                                  sixteenBit: Bool = false) throws -> VipsImage {
+        try VipsRuntime.setUp()
+        let format = sixteenBit ? VIPS_FORMAT_USHORT : VIPS_FORMAT_UCHAR
+        let image = bytes.withUnsafeBytes { raw in
+            ip_new_from_memory_copy(raw.baseAddress, raw.count, Int32(width), Int32(height),
+                                    Int32(bands), format)
+        }
+        guard let image else { throw VipsError.take("new_from_memory") }
+        return VipsImage(taking: image)
+    }
+}
+
+/// A stable copy of some bytes that libvips may read at any time until the image is freed.
+final class ByteStorage {
+    let base: UnsafeMutableRawPointer
+    let count: Int
+
+    init(_ data: Data) {
+        count = data.count
+        base = UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 16)
+        data.withUnsafeBytes { raw in
+            if let source = raw.baseAddress { base.copyMemory(from: source, byteCount: count) }
+        }
+    }
+
+    deinit { base.deallocate() }
+}

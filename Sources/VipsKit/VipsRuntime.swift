@@ -1,0 +1,50 @@
+import CVips
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Process-wide libvips set-up, done once, the first time anything asks for it.
+///
+/// - operation cache off: a batch never sees the same operation twice, and the cache would
+///   only hold memory;
+/// - one libvips thread per image: imgpipe runs one image per worker and as many workers
+///   as cores, which is faster than libvips' own threading for small images;
+/// - untrusted loaders (SVG, PDF, ImageMagick, matrix, …) blocked;
+/// - libvips warnings silenced: failures reach the caller as errors instead.
+public enum VipsRuntime {
+    private static let setUpResult: Result<Void, VipsError> = {
+        setenv("VIPS_WARNING", "0", 0)
+        if ip_init("imgpipe") != 0 {
+            return .failure(VipsError.take("vips_init"))
+        }
+        vips_cache_set_max(0)
+        vips_cache_set_max_mem(0)
+        vips_cache_set_max_files(0)
+        vips_concurrency_set(1)
+        vips_block_untrusted_set(1)
+        vips_leak_set(0)
+        return .success(())
+    }()
+
+    /// Initialises libvips once; later calls return the first call's result.
+    public static func setUp() throws {
+        try setUpResult.get()
+    }
+
+    /// Sets libvips' worker threads per image (default 1). Tuning knob for benchmarks.
+    public static func setThreadsPerImage(_ count: Int) {
+        vips_concurrency_set(Int32(max(1, count)))
+    }
+
+    /// libvips' version, e.g. `8.14.1`.
+    public static var version: String {
+        "\(vips_version(0)).\(vips_version(1)).\(vips_version(2))"
+    }
+
+    /// Frees libvips' per-thread state. Call at the end of every job that ran libvips on a
+    /// thread libvips did not create (a Dispatch worker, a test thread).
+    public static func endThreadWork() {
+        vips_thread_shutdown()
+    }
+}

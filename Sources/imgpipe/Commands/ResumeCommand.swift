@@ -1,0 +1,29 @@
+import ArgumentParser
+import ImagePipeline
+
+struct ResumeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resume",
+        abstract: "Continue the latest unfinished run of the state file.",
+        discussion: """
+            Items already done are not touched; fetched items are not read again and \
+            processed items are not processed again: only what was not durably finished is \
+            redone. Refuses when the pipeline's filters or output changed since the run began.
+            """
+    )
+
+    @OptionGroup var options: PipelineOptions
+
+    @Flag(help: "Also try the run's failed items again.")
+    var retryFailed = false
+
+    @Flag(help: "Print nothing but errors.")
+    var quiet = false
+
+    @Flag(help: "Print a machine-readable summary on standard output.")
+    var json = false
+
+    func run() throws {
+        try RunSession(options: options, quiet: quiet, json: json).perform(.resume(retryFailed: retryFailed))
+    }
+}

@@ -1,0 +1,42 @@
+import ArgumentParser
+import Foundation
+import ImagePipeline
+
+/// Exit codes (DESIGN §4): 0 every item done; 1 finished with failed items; 2 usage or
+/// invalid pipeline; 130 interrupted (state saved).
+enum Exit {
+    static let failedItems = ExitCode(1)
+    static let usage = ExitCode(2)
+    static let interrupted = ExitCode(130)
+}
+
+@main
+struct Imgpipe: ParsableCommand {
+    static let version = "0.1.0"
+
+    static let configuration = CommandConfiguration(
+        commandName: "imgpipe",
+        abstract: "Run batch image pipelines: a feed of images, a chain of libvips filters, and sinks.",
+        discussion: "Exit codes: 0 every item done, 1 some items failed, 2 usage or invalid pipeline, 130 interrupted.",
+        version: version,
+        subcommands: [RunCommand.self, ResumeCommand.self, DryRunCommand.self, StatusCommand.self,
+                      ValidateCommand.self, FiltersCommand.self]
+    )
+
+    /// Parses and runs, mapping argument errors to exit code 2 rather than 64.
+    static func main() {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch {
+            let code = exitCode(for: error)
+            if code == .success || code.rawValue == 1 || code.rawValue == 2 || code.rawValue == 130 {
+                exit(withError: error)
+            }
+            // ArgumentParser's usage errors exit 64 (EX_USAGE); ours is 2.
+            let message = fullMessage(for: error)
+            if !message.isEmpty { FileHandle.standardError.write(Data((message + "\n").utf8)) }
+            Foundation.exit(code.rawValue == 64 ? 2 : code.rawValue)
+        }
+    }
+}

@@ -1,0 +1,79 @@
+import ArgumentParser
+import Foundation
+import ImagePipeline
+import Logging
+
+/// What `run` and `resume` share: open the state file, trap signals, run, report, map the
+/// result to an exit code.
+struct RunSession {
+    let options: PipelineOptions
+    let quiet: Bool
+    let json: Bool
+
+    func perform(_ mode: RunMode) throws {
+        let spec = try options.loadSpec()
+        let environment = Environment()
+        let pipeline = try options.build(spec, environment: environment)
+        let stateFile = options.stateFile
+        let store: RunStore
+        let lock: StateLock
+        do {
+            try FileManager.default.createDirectory(atPath: (stateFile as NSString).deletingLastPathComponent,
+                                                    withIntermediateDirectories: true)
+            lock = try StateLock(stateFile: stateFile)
+            store = try RunStore(path: stateFile)
+        } catch {
+            Console.error(String(describing: error))
+            throw Exit.usage
+        }
+        let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
+        let logger = Logger(label: "imgpipe")
+        let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger)
+        let trap = SignalTrap(
+            onSignal: {
+                reporter.notice("interrupted: finishing the items in flight (a second Ctrl-C stops at once)")
+                runner.interrupt()
+            },
+            onRepeat: { runner.interrupt(now: true) })
+        defer { trap.cancel() }
+
+        let summary: RunSummary
+        do {
+            summary = try runner.execute(mode)
+        } catch let error as RunError {
+            Console.error(environment.redact(error.description))
+            throw Exit.usage
+        } catch {
+            Console.error(environment.redact(String(describing: error)))
+            throw ExitCode.failure
+        }
+        withExtendedLifetime(lock) {}
+        reporter.endLine()
+        report(summary, pipeline: options.pipeline)
+        if summary.interrupted { throw Exit.interrupted }
+        if summary.failed > 0 { throw Exit.failedItems }
+    }
+
+    private func report(_ summary: RunSummary, pipeline: String) {
+        if json {
+            Console.json(summary)
+            return
+        }
+        guard !quiet else { return }
+        var text = "run #\(summary.run): \(summary.done) done, \(summary.failed) failed"
+        if summary.pending > 0 { text += ", \(summary.pending) pending" }
+        text += " of \(summary.total)"
+        text += String(format: " (%d this session in %.1f s, %.1f items/s)", summary.processed, summary.elapsed,
+                       summary.itemsPerSecond)
+        Console.out(text)
+        if !summary.failuresByReason.isEmpty {
+            let reasons = summary.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+            Console.out("failures: " + reasons.joined(separator: ", ") + " (details: imgpipe status \(pipeline))")
+        }
+        if summary.interrupted {
+            var resume = "imgpipe resume \(pipeline)"
+            if options.state != nil { resume += " --state \(options.state!)" }
+            Console.out("stopped before the end; state saved in \(Console.display(summary.stateFile)). Continue with: \(resume)")
+        }
+    }
+}
