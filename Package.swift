@@ -47,7 +47,10 @@ let package = Package(
         ),
         .testTarget(
             name: "ImagePipelineTests",
-            dependencies: ["ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe"]
+            dependencies: [
+                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

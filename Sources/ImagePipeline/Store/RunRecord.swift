@@ -94,6 +94,12 @@ public struct DeliveryCounts: Sendable, Equatable, Codable {
     public var done = 0
     public var failed = 0
     public var pending = 0
+
+    public init(done: Int = 0, failed: Int = 0, pending: Int = 0) {
+        self.done = done
+        self.failed = failed
+        self.pending = pending
+    }
 }
 
 /// An item's failure, for `status`.
@@ -103,6 +109,14 @@ public struct FailureRecord: Sendable, Equatable, Codable {
     public let message: String
     public let attempts: Int
     public let httpStatus: Int?
+
+    public init(key: String, reason: String, message: String, attempts: Int, httpStatus: Int?) {
+        self.key = key
+        self.reason = reason
+        self.message = message
+        self.attempts = attempts
+        self.httpStatus = httpStatus
+    }
 }
 
 /// Counts of a run's items by status.

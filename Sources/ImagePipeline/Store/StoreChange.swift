@@ -25,6 +25,15 @@ public struct NewItem: Sendable, Equatable {
     public let metadata: String?
     public let outputName: String?
     public let sinks: [String]
+
+    public init(key: String, seq: Int, location: String, metadata: String?, outputName: String?, sinks: [String]) {
+        self.key = key
+        self.seq = seq
+        self.location = location
+        self.metadata = metadata
+        self.outputName = outputName
+        self.sinks = sinks
+    }
 }
 
 /// A processed item's output, waiting for its sinks.
@@ -35,6 +44,15 @@ public struct StagedOutput: Sendable, Equatable {
     public let bytes: Int
     public let width: Int
     public let height: Int
+
+    public init(path: String, name: String, sha256: String, bytes: Int, width: Int, height: Int) {
+        self.path = path
+        self.name = name
+        self.sha256 = sha256
+        self.bytes = bytes
+        self.width = width
+        self.height = height
+    }
 }
 
 /// What became of one change.

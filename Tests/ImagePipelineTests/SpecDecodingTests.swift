@@ -1,0 +1,137 @@
+import Foundation
+import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+@Suite("Pipeline file decoding")
+struct SpecDecodingTests {
+    static let base = "/pipelines"
+
+    func decode(_ text: String) throws -> PipelineSpec {
+        let directory = try TemporaryDirectory()
+        let path = try directory.write(text, to: "pipe.json")
+        return try PipelineSpec.load(path: path)
+    }
+
+    func error(_ text: String) -> SpecError? {
+        do {
+            _ = try decode(text)
+            return nil
+        } catch let error as SpecError {
+            return error
+        } catch {
+            return SpecError(path: "?", message: "unexpected \(error)")
+        }
+    }
+
+    static let minimal = """
+        "version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "out"}
+        """
+
+    @Test func minimalFileGetsDefaults() throws {
+        let spec = try decode("{\(Self.minimal)}")
+        #expect(spec.name == "pipe")
+        #expect(spec.filters.isEmpty)
+        #expect(spec.output.format == .jpeg)
+        #expect(spec.output.quality == 85)
+        #expect(spec.output.strip)
+        #expect(spec.output.name.raw == "{stem}.{ext}")
+        #expect(spec.sinks.map(\.name) == ["directory-0"])
+        #expect(spec.limits.maxPixels == 100_000_000)
+        #expect(spec.limits.maxBytes == 52_428_800)
+        #expect(spec.retry.attempts == 3)
+    }
+
+    @Test func badParameterNamesItsPath() {
+        let error = error("""
+            {\(Self.minimal), "filters": [{"op": "autorotate"}, {"op": "fit", "width": "wide", "height": 10}]}
+            """)
+        #expect(error?.path == "filters[1].width")
+        #expect(error?.description == #"filters[1].width: expected a positive integer, got "wide""#)
+    }
+
+    @Test func unknownKeysAreRefusedEverywhere() {
+        #expect(error("{\(Self.minimal), \"filter\": []}")?.path == "filter")
+        #expect(error("{\(Self.minimal), \"filter\": []}")?.message.contains("did you mean \"filters\"") == true)
+        #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\", \"width\": 5, \"hieght\": 5}]}")?.path == "filters[0].hieght")
+        #expect(error("{\(Self.minimal), \"output\": {\"fromat\": \"png\"}}")?.path == "output.fromat")
+        #expect(error("{\(Self.minimal), \"limits\": {\"worker\": 2}}")?.path == "limits.worker")
+        let source = error("""
+            {"version": 1, "source": {"type": "directory", "path": "in", "recursve": false}, "sink": {"type": "directory", "path": "o"}}
+            """)
+        #expect(source?.path == "source.recursve")
+    }
+
+    @Test func unknownOpIsRefusedWithASuggestion() {
+        let error = error("{\(Self.minimal), \"filters\": [{\"op\": \"fitt\", \"width\": 5}]}")
+        #expect(error?.path == "filters[0].op")
+        #expect(error?.message.contains("unknown op \"fitt\"") == true)
+        #expect(error?.message.contains("did you mean \"fit\"") == true)
+    }
+
+    @Test func syntaxErrorsGiveLineAndColumn() {
+        let error = error("{\n  \"version\": 1,\n  \"source\": {\"type\": \"directory\" \"path\": \"x\"}\n}")
+        #expect(error?.message.contains("line 3, column 34") == true, "\(String(describing: error))")
+    }
+
+    @Test func versionIsChecked() {
+        #expect(error(#"{"version": 2, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "o"}}"#)?.path == "version")
+        #expect(error(#"{"source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "o"}}"#)?.description
+            == "version: missing (required)")
+    }
+
+    @Test func rangesAndRequiredParametersAreChecked() {
+        #expect(error("{\(Self.minimal), \"output\": {\"quality\": 101}}")?.description
+            == "output.quality: expected an integer from 1 to 100, got 101")
+        #expect(error("{\(Self.minimal), \"output\": {\"format\": \"png\", \"quality\": 80}}")?.path == "output.quality")
+        #expect(error("{\(Self.minimal), \"output\": {\"format\": \"bmp\"}}")?.path == "output.format")
+        #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fill\", \"width\": 10}]}")?.path == "filters[0].height")
+        #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fill\", \"width\": 10, \"height\": 10, \"gravity\": \"middle\"}]}")?.path
+            == "filters[0].gravity")
+        #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\"}]}")?.message.contains("width, height or both") == true)
+        #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\", \"width\": 0}]}")?.path == "filters[0].width")
+        #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\", \"width\": 2.5}]}")?.path == "filters[0].width")
+        #expect(error("{\(Self.minimal), \"output\": {\"name\": \"{stem}-{size}.{ext}\"}}")?.path == "output.name")
+        #expect(error("{\(Self.minimal), \"output\": {\"name\": \"../{stem}.{ext}\"}}")?.path == "output.name")
+    }
+
+    @Test func sinkIsOneSinkAndNotBothForms() throws {
+        let spec = try decode(#"{"version": 1, "source": {"type": "directory", "path": "in"}, "sinks": [{"type": "directory", "path": "a"}, {"type": "directory", "name": "copy", "path": "b"}]}"#)
+        #expect(spec.sinks.map(\.name) == ["directory-0", "copy"])
+        #expect(error(#"{"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "a"}, "sinks": []}"#)?.path == "sink")
+        #expect(error(#"{"version": 1, "source": {"type": "directory", "path": "in"}}"#)?.path == "sinks")
+    }
+
+    @Test func environmentIsExpandedAtRunTimeAndNeverStored() throws {
+        let directory = try TemporaryDirectory()
+        try directory.folder("photos-2024")
+        let path = try directory.write("""
+            {"version": 1, "source": {"type": "directory", "path": "photos-${YEAR}"}, "sink": {"type": "directory", "path": "out/${YEAR}"}}
+            """, to: "p.json")
+        let spec = try PipelineSpec.load(path: path)
+        #expect(spec.document.serialized().contains("photos-${YEAR}"))
+
+        let built = try BuiltPipeline.build(spec, path: path, environment: Environment(["YEAR": "2024"]))
+        let feed = try #require(built.feed as? DirectoryFeed)
+        #expect(feed.root == directory.url("photos-2024"))
+        let sink = try #require(built.sinks.first as? DirectorySink)
+        #expect(sink.root == directory.url("out/2024"))
+
+        #expect(throws: SpecError(path: "source.path", message: "environment variable YEAR is not set")) {
+            try BuiltPipeline.build(spec, path: path, environment: Environment([:]))
+        }
+    }
+
+    @Test func pathsAreRelativeToThePipelineFile() throws {
+        let directory = try TemporaryDirectory()
+        try directory.folder("samples")
+        let path = try directory.write("""
+            {"version": 1, "source": {"type": "directory", "path": "../samples"}, "sink": {"type": "directory", "path": "/abs/out"}}
+            """, to: "pipelines/p.json")
+        let spec = try PipelineSpec.load(path: path)
+        #expect(spec.baseDirectory == directory.url("pipelines"))
+        let built = try BuiltPipeline.build(spec, path: path, environment: Environment([:]))
+        #expect((built.feed as? DirectoryFeed)?.root == directory.url("samples"))
+        #expect((built.sinks.first as? DirectorySink)?.root == "/abs/out")
+    }
+}
