@@ -44,7 +44,10 @@ public enum VipsRuntime {
 
     /// Frees libvips' per-thread state. Call at the end of every job that ran libvips on a
     /// thread libvips did not create (a Dispatch worker, a test thread).
+    /// Safe to call before anything else touched libvips (it sets libvips up first:
+    /// `vips_thread_shutdown` before `vips_init` crashes).
     public static func endThreadWork() {
+        guard case .success = setUpResult else { return }
         vips_thread_shutdown()
     }
 }

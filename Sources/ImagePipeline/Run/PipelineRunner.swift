@@ -130,6 +130,7 @@ public final class PipelineRunner: @unchecked Sendable {
     func drive(_ run: RunRecord, resuming: Bool) throws -> RunSummary {
         self.run = run
         let started = Date()
+        try VipsRuntime.setUp()
         let initial = try store.counts(runId: run.id)
         lock.withLock { counts = initial }
         if run.state == .finished {

@@ -1,0 +1,299 @@
+import Foundation
+import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+/// The built `imgpipe` binary, end to end: exit codes, messages, files, state.
+@Suite("imgpipe command line", .serialized)
+struct CommandLineTests {
+    let work: TemporaryDirectory
+
+    init() throws { work = try TemporaryDirectory("imgpipe-cli") }
+
+    /// Writes `pipe.json` reading `in/` and writing `out/`.
+    @discardableResult
+    func pipeline(filters: String = #"[{"op": "autorotate"}, {"op": "fit", "width": 256, "height": 256}]"#,
+                  output: String = #"{"format": "jpeg", "quality": 85}"#, limits: String = "{}") throws -> String {
+        try work.write("""
+            {
+              "version": 1,
+              "source": {"type": "directory", "path": "in"},
+              "filters": \(filters),
+              "output": \(output),
+              "sink": {"type": "directory", "path": "out"},
+              "limits": \(limits)
+            }
+            """, to: "pipe.json")
+    }
+
+    /// `count` copies of one 1600×1200 photo-like JPEG, as `in/batch/img-0001.jpg` …
+    func corpus(_ count: Int) throws -> [String] {
+        let original = work.url("original.jpg")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 1600, height: 1200), to: original)
+        try work.folder("in/batch")
+        return try (1 ... count).map { index in
+            let key = String(format: "batch/img-%04d.jpg", index)
+            try FileManager.default.copyItem(atPath: original, toPath: work.url("in/" + key))
+            return key
+        }
+    }
+
+    func imgpipe(_ arguments: String...) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments, in: work.path)
+    }
+
+    func status() throws -> [String: Any] {
+        let result = try imgpipe("status", "pipe.json", "--json")
+        #expect(result.status == 0, "status failed: \(result.stderr)")
+        return try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    }
+
+    func store() throws -> RunStore { try RunStore(path: work.url(".imgpipe/pipe.sqlite")) }
+
+    /// Waits until at least `count` outputs exist (or 60 s pass).
+    func waitForOutputs(_ count: Int, while running: RunningCommand) {
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, running.process.isRunning {
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: work.url("out/batch"))) ?? []
+            if files.count >= count { return }
+            usleep(5000)
+        }
+    }
+
+    // MARK: run
+
+    @Test func runWritesEveryOutputAndRecordsIt() throws {
+        try pipeline()
+        try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 800, height: 600)
+        try ImageFixtures.jpeg(at: work.url("in/nested/deeper/b.JPG"), width: 300, height: 200, orientation: 6)
+        try ImageFixtures.rgbaPNG(at: work.url("in/c.png"), width: 100, height: 100)
+        try work.write("not listed", to: "in/notes.txt")
+
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(result.stdout.contains("3 done, 0 failed"))
+        #expect(work.files(under: "out") == ["a.jpg", "c.jpg", "nested/deeper/b.jpg"])
+        let a = try ImageFixtures.decode(work.url("out/a.jpg"))
+        #expect((a.width, a.height, a.bands) == (256, 192, 3))
+        let b = try ImageFixtures.decode(work.url("out/nested/deeper/b.jpg"))
+        #expect((b.width, b.height) == (171, 256), "orientation 6 applied before fitting")
+        let c = try ImageFixtures.decode(work.url("out/c.jpg"))
+        #expect((c.width, c.height, c.bands) == (100, 100, 3))
+
+        let report = try status()
+        #expect(report["total"] as? Int == 3)
+        #expect(report["done"] as? Int == 3)
+        #expect(report["failed"] as? Int == 0)
+        #expect(report["pending"] as? Int == 0)
+        #expect((report["failures"] as? [Any])?.isEmpty == true)
+        let sinks = try #require(report["sinks"] as? [String: [String: Int]])
+        #expect(sinks["directory-0"] == ["done": 3, "failed": 0, "pending": 0])
+        #expect(report["run"] as? Int == 1)
+    }
+
+    @Test func limitTakesTheFirstItemsOfTheFeed() throws {
+        try pipeline()
+        for name in ["a", "b", "c", "d"] {
+            try ImageFixtures.jpeg(at: work.url("in/\(name).jpg"), width: 64, height: 64)
+        }
+        let result = try imgpipe("run", "pipe.json", "--limit", "2", "--json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let summary = try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        #expect(summary["total"] as? Int == 2)
+        #expect(work.files(under: "out") == ["a.jpg", "b.jpg"])
+    }
+
+    @Test func twoItemsWithOneOutputNameFailTheSecond() throws {
+        try pipeline()
+        try ImageFixtures.jpeg(at: work.url("in/photo.jpg"), width: 64, height: 64)
+        try ImageFixtures.rgbaPNG(at: work.url("in/photo.png"), width: 64, height: 64)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("photo.png"))
+        #expect(work.files(under: "out") == ["photo.jpg"])
+        let failures = try #require(try status()["failures"] as? [[String: Any]])
+        #expect(failures.count == 1)
+        #expect(failures.first?["key"] as? String == "photo.png")
+        #expect((failures.first?["message"] as? String)?.contains("already used by item \"photo.jpg\"") == true)
+        // The surviving file is the first item's: opaque quadrants, not a flattened PNG.
+        let kept = try ImageFixtures.decode(work.url("out/photo.jpg"))
+        #expect(kept[5, 5][0] > 180 && kept[5, 5][1] < 90)
+    }
+
+    @Test func mixedGoodAndHostileFilesExitOneWithAReasonEach() throws {
+        try pipeline(limits: #"{"maxPixels": 5000000}"#)
+        try ImageFixtures.jpeg(at: work.url("in/good1.jpg"), width: 640, height: 480)
+        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 200), to: work.url("in/good2.webp"))
+        try ImageFixtures.write(try ImageFixtures.photo(width: 700, height: 500), to: work.url("in/whole.jpg"))
+        try ImageFixtures.truncate(work.url("in/whole.jpg"), to: work.url("in/truncated.jpg"), keeping: 0.4)
+        try FileManager.default.removeItem(atPath: work.url("in/whole.jpg"))
+        try work.write("", to: "in/empty.jpg")
+        try work.write("<html><body>Not Found</body></html>", to: "in/error-page.jpg")
+        try work.write(#"<svg xmlns="http://www.w3.org/2000/svg"/>"#, to: "in/drawing.png")
+        try ImageFixtures.pngHeaderOnly(at: work.url("in/bomb.png"), width: 50_000, height: 50_000)
+
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 1, "stdout: \(result.stdout) stderr: \(result.stderr)")
+        let bad = ["bomb.png", "drawing.png", "empty.jpg", "error-page.jpg", "truncated.jpg"]
+        for key in bad {
+            #expect(result.stderr.contains("failed: \(key): "), "no reason printed for \(key)")
+        }
+        #expect(work.files(under: "out") == ["good1.jpg", "good2.jpg"])
+        let failures = try #require(try status()["failures"] as? [[String: Any]])
+        let reasons = Dictionary(uniqueKeysWithValues: failures.map { ($0["key"] as! String, $0["reason"] as! String) })
+        #expect(reasons == ["bomb.png": "limit", "drawing.png": "decode", "empty.jpg": "decode",
+                            "error-page.jpg": "decode", "truncated.jpg": "decode"])
+    }
+
+    // MARK: resume
+
+    @Test func killNineThenResumeFinishesEveryItemExactlyOnce() throws {
+        try pipeline(limits: #"{"workers": 1}"#)
+        let keys = try corpus(240)
+        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        waitForOutputs(25, while: running)
+        running.signal(SIGKILL)
+        #expect(running.wait().status != 0)
+
+        let before = try store()
+        let run = try #require(try before.latestRun())
+        #expect(run.state == .running, "a killed run is left unfinished")
+        let doneBefore = try before.items(runId: run.id).filter { $0.status == .done }
+        #expect(doneBefore.count >= 25)
+        #expect(doneBefore.count < keys.count, "the run finished before it could be killed")
+
+        // A new run refuses to start over the unfinished one.
+        let refused = try imgpipe("run", "pipe.json")
+        #expect(refused.status == 2)
+        #expect(refused.stderr.contains("imgpipe resume pipe.json"))
+
+        let resumed = try imgpipe("resume", "pipe.json")
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+
+        let after = try store()
+        let items = try after.items(runId: run.id)
+        #expect(items.count == keys.count)
+        #expect(items.allSatisfy { $0.status == .done })
+        #expect(items.allSatisfy { $0.attempts == 1 }, "an item was processed twice")
+        for old in doneBefore {
+            let now = try #require(items.first { $0.key == old.key })
+            #expect(now.updatedAt == old.updatedAt, "\(old.key) was touched again by resume")
+        }
+        let expected = keys.map { $0.replacingOccurrences(of: ".jpg", with: ".jpg") }.sorted()
+        #expect(work.files(under: "out") == expected, "missing, extra or partial files in out/")
+        for key in [keys.first!, keys[keys.count / 2], keys.last!] {
+            let pixels = try ImageFixtures.decode(work.url("out/" + key))
+            #expect((pixels.width, pixels.height) == (256, 192))
+        }
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-\(run.id)")),
+                "staged outputs left behind")
+        #expect(try after.latestRun()?.state == .finished)
+    }
+
+    @Test func interruptSavesStateAndSaysHowToResume() throws {
+        try pipeline(limits: #"{"workers": 1}"#)
+        let keys = try corpus(150)
+        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        waitForOutputs(10, while: running)
+        running.signal(SIGINT)
+        let result = running.wait()
+        #expect(result.status == 130, "stdout: \(result.stdout) stderr: \(result.stderr)")
+        #expect(result.stdout.contains("imgpipe resume pipe.json"))
+        let interrupted = try #require(try store().latestRun())
+        #expect(interrupted.state == .interrupted)
+        let partial = try store().counts(runId: interrupted.id)
+        #expect(partial.done < keys.count)
+        #expect(partial.done == work.files(under: "out").count, "every item marked done has its file")
+
+        // Changing what outputs look like blocks resume, naming what changed.
+        try pipeline(filters: #"[{"op": "fit", "width": 128, "height": 128}]"#, limits: #"{"workers": 1}"#)
+        let refused = try imgpipe("resume", "pipe.json")
+        #expect(refused.status == 2)
+        #expect(refused.stderr.contains("filters"))
+
+        try pipeline(limits: #"{"workers": 1}"#)
+        let resumed = try imgpipe("resume", "pipe.json")
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+        #expect(work.files(under: "out").count == keys.count)
+        let again = try imgpipe("resume", "pipe.json")
+        #expect(again.status == 0)
+        #expect(again.stderr.contains("already finished"))
+    }
+
+    @Test func resumeRetriesFailedItemsOnlyWhenAsked() throws {
+        try pipeline()
+        try ImageFixtures.jpeg(at: work.url("in/good.jpg"), width: 64, height: 64)
+        try work.write("garbage", to: "in/later.jpg")
+        #expect(try imgpipe("run", "pipe.json").status == 1)
+        // The user fixes the file, then retries.
+        try ImageFixtures.jpeg(at: work.url("in/later.jpg"), width: 64, height: 64)
+        let plain = try imgpipe("resume", "pipe.json")
+        #expect(plain.status == 1)
+        #expect(plain.stderr.contains("--retry-failed"))
+        let retried = try imgpipe("resume", "pipe.json", "--retry-failed")
+        #expect(retried.status == 0, "stderr: \(retried.stderr)")
+        #expect(work.files(under: "out") == ["good.jpg", "later.jpg"])
+    }
+
+    // MARK: other commands
+
+    @Test func dryRunWritesPreviewsAndNoState() throws {
+        try pipeline()
+        try ImageFixtures.jpeg(at: work.url("samples/one.jpg"), width: 1000, height: 500)
+        try ImageFixtures.greyAlphaPNG(at: work.url("samples/two.png"), width: 100, height: 100, grey: 90)
+        let result = try imgpipe("dry-run", "pipe.json", "--samples", "samples", "--out", "previews")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(result.stdout.contains("one.jpg") && result.stdout.contains("1000×500") && result.stdout.contains("256×128"))
+        #expect(work.files(under: "previews") == ["one.jpg", "two.jpg"])
+        let preview = try ImageFixtures.decode(work.url("previews/one.jpg"))
+        #expect((preview.width, preview.height) == (256, 128))
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "dry-run created a state file")
+        #expect(!FileManager.default.fileExists(atPath: work.url("out")), "dry-run wrote to a sink")
+    }
+
+    @Test func dryRunDefaultsToThePipelinesOwnSource() throws {
+        try pipeline()
+        try ImageFixtures.jpeg(at: work.url("in/x.jpg"), width: 300, height: 300)
+        let result = try imgpipe("dry-run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(work.files(under: "preview/pipe") == ["x.jpg"])
+    }
+
+    @Test func validateExitsTwoNamingThePath() throws {
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "autorotate"}, {"op": "fit", "width": "wide"}],
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "bad.json")
+        let bad = try imgpipe("validate", "bad.json")
+        #expect(bad.status == 2)
+        #expect(bad.stderr.contains(#"filters[1].width: expected a positive integer, got "wide""#))
+
+        try pipeline()
+        let good = try imgpipe("validate", "pipe.json")
+        #expect(good.status == 0)
+        #expect(good.stdout.contains("valid"))
+
+        let run = try imgpipe("run", "bad.json")
+        #expect(run.status == 2, "an invalid pipeline is refused before any work")
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/bad.sqlite")))
+    }
+
+    @Test func usageErrorsExitTwo() throws {
+        #expect(try imgpipe("run").status == 2)
+        #expect(try imgpipe("run", "pipe.json", "--limit", "0").status == 2)
+        #expect(try imgpipe("frobnicate").status == 2)
+        let missing = try imgpipe("status", "nothing.json")
+        #expect(missing.status == 2)
+        #expect(missing.stderr.contains("no state file"))
+    }
+
+    @Test func anUnsetVariableIsNamedAndNothingRuns() throws {
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "${PHOTOS_DIR}"}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "env.json")
+        let result = try imgpipe("run", "env.json")
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("source.path: environment variable PHOTOS_DIR is not set"))
+    }
+}
