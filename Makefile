@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev pkg-config
 BIN := .build/debug/imgpipe
 
-.PHONY: deps build release demo test clean
+.PHONY: deps build release demo test bench clean
 
 # Installs the Debian packages only when pkg-config cannot find the libraries.
 deps:
@@ -33,3 +33,7 @@ test: build
 
 clean:
 	rm -rf .build out preview .imgpipe
+
+# Benchmarks are not tests: `make test` never runs them.
+bench: deps
+	bench/local.sh
