@@ -168,4 +168,148 @@ static inline int ip_write_to_file(VipsImage *in, const char *path) {
     return vips_image_write_to_file(in, path, NULL);
 }
 
+// MARK: more geometry
+
+static inline int ip_flip(VipsImage *in, VipsImage **out, VipsDirection direction) {
+    return vips_flip(in, out, direction, NULL);
+}
+
+/// Rotates anticlockwise by `angle` degrees, filling the corners with `background`.
+static inline int ip_rotate(VipsImage *in, VipsImage **out, double angle, const double *background, int n) {
+    VipsArrayDouble *bg = vips_array_double_new(background, n);
+    int result = vips_rotate(in, out, angle, "background", bg, NULL);
+    vips_area_unref(VIPS_AREA(bg));
+    return result;
+}
+
+/// Places the image at (x, y) in a `width`×`height` canvas of `background`.
+static inline int ip_embed(VipsImage *in, VipsImage **out, int x, int y, int width, int height,
+                           const double *background, int n) {
+    VipsArrayDouble *bg = vips_array_double_new(background, n);
+    int result = vips_embed(in, out, x, y, width, height,
+        "extend", VIPS_EXTEND_BACKGROUND, "background", bg, NULL);
+    vips_area_unref(VIPS_AREA(bg));
+    return result;
+}
+
+/// The box inside a uniform border whose colour is the top-left pixel's.
+static inline int ip_find_trim(VipsImage *in, int *left, int *top, int *width, int *height,
+                               double threshold) {
+    return vips_find_trim(in, left, top, width, height, "threshold", threshold, NULL);
+}
+
+static inline int ip_shrink_ceil(VipsImage *in, VipsImage **out, double h, double v) {
+    return vips_shrink(in, out, h, v, "ceil", TRUE, NULL);
+}
+
+static inline int ip_zoom(VipsImage *in, VipsImage **out, int x, int y) {
+    return vips_zoom(in, out, x, y, NULL);
+}
+
+static inline int ip_replicate(VipsImage *in, VipsImage **out, int across, int down) {
+    return vips_replicate(in, out, across, down, NULL);
+}
+
+// MARK: arithmetic
+
+/// out = in * a + b, per band (`n` values each); `uchar` clips to 0…255.
+static inline int ip_linear(VipsImage *in, VipsImage **out, const double *a, const double *b, int n,
+                            gboolean uchar) {
+    return vips_linear(in, out, (double *) a, (double *) b, n, "uchar", uchar, NULL);
+}
+
+static inline int ip_add(VipsImage *a, VipsImage *b, VipsImage **out) { return vips_add(a, b, out, NULL); }
+static inline int ip_subtract(VipsImage *a, VipsImage *b, VipsImage **out) { return vips_subtract(a, b, out, NULL); }
+static inline int ip_multiply(VipsImage *a, VipsImage *b, VipsImage **out) { return vips_multiply(a, b, out, NULL); }
+static inline int ip_pow_const(VipsImage *in, VipsImage **out, double c) { return vips_pow_const1(in, out, c, NULL); }
+static inline int ip_rint(VipsImage *in, VipsImage **out) { return vips_rint(in, out, NULL); }
+static inline int ip_invert(VipsImage *in, VipsImage **out) { return vips_invert(in, out, NULL); }
+static inline int ip_more_eq_const(VipsImage *in, VipsImage **out, double c) {
+    return vips_moreeq_const1(in, out, c, NULL);
+}
+static inline int ip_min(VipsImage *in, double *out) { return vips_min(in, out, NULL); }
+static inline int ip_max(VipsImage *in, double *out) { return vips_max(in, out, NULL); }
+static inline int ip_percent(VipsImage *in, double percent, int *threshold) {
+    return vips_percent(in, percent, threshold, NULL);
+}
+
+/// Multiplies pixels by a `rows`×`cols` matrix (band recombination).
+static inline int ip_recomb(VipsImage *in, VipsImage **out, const double *matrix, int rows, int cols) {
+    VipsImage *m = vips_image_new_matrix_from_array(cols, rows, matrix, rows * cols);
+    if (m == NULL) return -1;
+    int result = vips_recomb(in, out, m, NULL);
+    g_object_unref(m);
+    return result;
+}
+
+static inline int ip_bandjoin_const(VipsImage *in, VipsImage **out, double c) {
+    return vips_bandjoin_const1(in, out, c, NULL);
+}
+
+// MARK: filters
+
+static inline int ip_gaussblur(VipsImage *in, VipsImage **out, double sigma) {
+    return vips_gaussblur(in, out, sigma, NULL);
+}
+
+static inline int ip_rank(VipsImage *in, VipsImage **out, int width, int height, int index) {
+    return vips_rank(in, out, width, height, index, NULL);
+}
+
+// MARK: drawing and compositing
+
+static inline int ip_black(VipsImage **out, int width, int height, int bands) {
+    return vips_black(out, width, height, "bands", bands, NULL);
+}
+
+static inline int ip_draw_rect(VipsImage *image, const double *ink, int n, int left, int top,
+                               int width, int height) {
+    return vips_draw_rect(image, (double *) ink, n, left, top, width, height, "fill", TRUE, NULL);
+}
+
+static inline int ip_draw_circle(VipsImage *image, const double *ink, int n, int cx, int cy, int radius) {
+    return vips_draw_circle(image, (double *) ink, n, cx, cy, radius, "fill", TRUE, NULL);
+}
+
+/// Renders text as a one-band mask (0…255). `width` wraps; with `height` too, the size is
+/// chosen to fit the box (autofit). `fontfile` may be NULL.
+static inline int ip_text(VipsImage **out, const char *text, const char *font, int width, int height,
+                          VipsAlign align, const char *fontfile) {
+    if (height > 0 && fontfile != NULL)
+        return vips_text(out, text, "font", font, "width", width, "height", height, "align", align,
+            "fontfile", fontfile, NULL);
+    if (height > 0)
+        return vips_text(out, text, "font", font, "width", width, "height", height, "align", align, NULL);
+    if (fontfile != NULL)
+        return vips_text(out, text, "font", font, "width", width, "align", align, "fontfile", fontfile, NULL);
+    return vips_text(out, text, "font", font, "width", width, "align", align, NULL);
+}
+
+/// `overlay` over `base` at (x, y), alpha-composited.
+static inline int ip_composite_over(VipsImage *base, VipsImage *overlay, VipsImage **out, int x, int y) {
+    return vips_composite2(base, overlay, out, VIPS_BLEND_MODE_OVER, "x", x, "y", y, NULL);
+}
+
+/// Mixes `then` and `otherwise` by `mask` (0 → otherwise, 255 → then).
+static inline int ip_blend(VipsImage *mask, VipsImage *then, VipsImage *otherwise, VipsImage **out) {
+    return vips_ifthenelse(mask, then, otherwise, out, "blend", TRUE, NULL);
+}
+
+// MARK: more savers
+
+static inline int ip_avifsave_buffer(VipsImage *in, void **buf, size_t *len, int quality, int effort,
+                                     gboolean strip) {
+    return vips_heifsave_buffer(in, buf, len, "Q", quality, "compression",
+        VIPS_FOREIGN_HEIF_COMPRESSION_AV1, "effort", effort, "strip", strip, NULL);
+}
+
+static inline int ip_tiffsave_buffer(VipsImage *in, void **buf, size_t *len, gboolean strip) {
+    return vips_tiffsave_buffer(in, buf, len, "compression", VIPS_FOREIGN_TIFF_COMPRESSION_DEFLATE,
+        "strip", strip, NULL);
+}
+
+static inline int ip_gifsave_buffer(VipsImage *in, void **buf, size_t *len, gboolean strip) {
+    return vips_gifsave_buffer(in, buf, len, "strip", strip, NULL);
+}
+
 #endif

@@ -7,6 +7,12 @@ public enum Encoding: Sendable, Equatable {
     case jpeg(quality: Int, progressive: Bool, strip: Bool)
     case png(compression: Int, strip: Bool)
     case webp(quality: Int, lossless: Bool, effort: Int, strip: Bool)
+    /// AV1 in HEIF (libheif with libaom).
+    case avif(quality: Int, effort: Int, strip: Bool)
+    /// Deflate-compressed TIFF.
+    case tiff(strip: Bool)
+    /// GIF (libvips' cgif saver quantises to 256 colours).
+    case gif(strip: Bool)
 
     /// The libvips saver, for error messages.
     var operation: String {
@@ -14,6 +20,9 @@ public enum Encoding: Sendable, Equatable {
         case .jpeg: "jpegsave"
         case .png: "pngsave"
         case .webp: "webpsave"
+        case .avif: "heifsave"
+        case .tiff: "tiffsave"
+        case .gif: "gifsave"
         }
     }
 }
@@ -34,6 +43,12 @@ extension VipsImage {
         case let .webp(quality, lossless, effort, strip):
             status = ip_webpsave_buffer(pointer, &buffer, &length, Int32(quality), lossless ? 1 : 0,
                                         strip ? 1 : 0, Int32(effort))
+        case let .avif(quality, effort, strip):
+            status = ip_avifsave_buffer(pointer, &buffer, &length, Int32(quality), Int32(effort), strip ? 1 : 0)
+        case let .tiff(strip):
+            status = ip_tiffsave_buffer(pointer, &buffer, &length, strip ? 1 : 0)
+        case let .gif(strip):
+            status = ip_gifsave_buffer(pointer, &buffer, &length, strip ? 1 : 0)
         }
         guard status == 0, let buffer else { throw VipsError.take(encoding.operation) }
         defer { g_free(buffer) }

@@ -15,6 +15,13 @@ struct ChainPlan: Sendable, Equatable {
     var thumbnail: Thumbnail?
     var steps: [FilterStep]
 
+    /// The ops the thumbnail step stands for, e.g. `autorotate+fit`.
+    var thumbnailLabel: String {
+        guard let thumbnail else { return "" }
+        let box = if case .fit = thumbnail.box { "fit" } else { "fill" }
+        return thumbnail.autorotate ? "autorotate+" + box : box
+    }
+
     init(_ filters: [FilterStep]) {
         var rest = filters[...]
         var autorotate = false

@@ -43,6 +43,8 @@ extension FilterRegistry {
                 case let .choice(options):
                     type = "string"
                     values = options
+                case .colour: type = "colour"
+                case .aspect: type = "aspect"
                 }
                 return .init(name: p.name, type: type, minimum: minimum, maximum: maximum, values: values,
                              defaultValue: p.defaultValue?.serialized(), required: p.required, description: p.summary)

@@ -5,6 +5,10 @@ public enum ParameterType: Sendable, Equatable {
     case boolean
     case string
     case choice([String])
+    /// `#rgb`, `#rrggbb` or `#rrggbbaa`.
+    case colour
+    /// `W:H`, two positive numbers, e.g. `16:9`.
+    case aspect
 
     /// What an error says was expected.
     var expectation: String {
@@ -14,6 +18,8 @@ public enum ParameterType: Sendable, Equatable {
         case .boolean: "true or false"
         case .string: "a string"
         case let .choice(options): "one of " + options.joined(separator: ", ")
+        case .colour: "a colour such as \"#ff8800\" (#rgb, #rrggbb or #rrggbbaa)"
+        case .aspect: "an aspect ratio such as \"16:9\""
         }
     }
 
@@ -27,7 +33,19 @@ public enum ParameterType: Sendable, Equatable {
         case .boolean: "boolean"
         case .string: "string"
         case let .choice(options): options.joined(separator: "|")
+        case .colour: "colour"
+        case .aspect: "W:H"
         }
+    }
+}
+
+extension ParameterType {
+    /// Parses `W:H`.
+    static func aspect(_ text: String) -> (Double, Double)? {
+        let parts = text.split(separator: ":")
+        guard parts.count == 2, let w = Double(parts[0]), let h = Double(parts[1]), w > 0, h > 0,
+              w.isFinite, h.isFinite else { return nil }
+        return (w, h)
     }
 }
 
@@ -56,6 +74,14 @@ public struct ParameterDefinition: Sendable {
         case .boolean: return .bool(try node.bool())
         case .string: return .string(try node.string())
         case let .choice(options): return .string(try node.choice(options))
+        case .colour:
+            guard case let .string(text) = node.value, Colour(hex: text) != nil else { throw node.expected(type.expectation) }
+            return .string(text)
+        case .aspect:
+            guard case let .string(text) = node.value, ParameterType.aspect(text) != nil else {
+                throw node.expected(type.expectation)
+            }
+            return .string(text)
         }
     }
 }
@@ -85,8 +111,22 @@ public struct FilterArguments: Sendable {
         return nil
     }
 
+    func colour(_ name: String) -> Colour? {
+        string(name).flatMap(Colour.init(hex:))
+    }
+
+    func gravity(_ name: String) -> Gravity {
+        string(name).flatMap(Gravity.init(name:)) ?? .centre
+    }
+
+    func has(_ name: String) -> Bool { values[name] != nil }
+
     func fail(_ message: String) -> SpecError {
         SpecError(path: path.description, message: message)
+    }
+
+    func fail(_ parameter: String, _ message: String) -> SpecError {
+        SpecError(path: path.appending(parameter).description, message: message)
     }
 }
 

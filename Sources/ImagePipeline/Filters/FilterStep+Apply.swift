@@ -1,8 +1,59 @@
+import Foundation
 import VipsKit
 
+/// What a step may need besides the image.
+struct FilterContext: Sendable {
+    /// The pipeline file's folder, for relative paths (watermark images).
+    let baseDirectory: String
+
+    func resolve(_ path: String) -> String {
+        path.hasPrefix("/") ? path : URL(fileURLWithPath: baseDirectory).appendingPathComponent(path).standardizedFileURL.path
+    }
+}
+
+/// A filter that cannot run on this particular image (e.g. a crop outside it).
+struct FilterError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
 extension FilterStep {
-    /// Runs this step on an image. Pixels are computed later, when the output is encoded.
-    func apply(to image: VipsImage) throws -> VipsImage {
+    /// The op's name in pipeline files.
+    var opName: String {
+        switch self {
+        case .autorotate: "autorotate"
+        case .fit: "fit"
+        case .fill: "fill"
+        case .resize: "resize"
+        case .cropRect, .cropAspect: "crop"
+        case .rotate: "rotate"
+        case .flip: "flip"
+        case .pad: "pad"
+        case .trim: "trim"
+        case .roundCorners: "round-corners"
+        case .border: "border"
+        case .adjust: "adjust"
+        case .grayscale: "grayscale"
+        case .sepia: "sepia"
+        case .invert: "invert"
+        case .posterize: "posterize"
+        case .vignette: "vignette"
+        case .tint: "tint"
+        case .normalize: "normalize"
+        case .threshold: "threshold"
+        case .blur: "blur"
+        case .sharpen: "sharpen"
+        case .pixelate: "pixelate"
+        case .median: "median"
+        case .caption: "caption"
+        case .text: "text"
+        case .watermark: "watermark"
+        }
+    }
+
+    /// Runs this step. Pixels are computed later, when the output is encoded, except
+    /// where a step must read the image more than once (it then computes it into memory).
+    func apply(to image: VipsImage, context: FilterContext) throws -> VipsImage {
         switch self {
         case .autorotate:
             guard image.orientation != 1 else { return image }
@@ -13,8 +64,93 @@ extension FilterStep {
         case let .fill(width, height, gravity):
             let cover = BoxGeometry.cover(width: image.width, height: image.height, box: (width, height))
             return try image.resizedExactly(to: cover).cropped(to: (width, height), gravity: gravity)
+        case let .resize(width, height, scale):
+            return try image.resizedExactly(to: BoxGeometry.resize(width: image.width, height: image.height,
+                                                                   to: (width, height), scale: scale))
+        case let .cropRect(x, y, width, height):
+            guard x < image.width, y < image.height else {
+                throw FilterError("crop at (\(x), \(y)) lies outside the \(image.width)×\(image.height) image")
+            }
+            return try image.cropped(left: x, top: y, width: min(width, image.width - x), height: min(height, image.height - y))
+        case let .cropAspect(aspectWidth, aspectHeight, gravity):
+            let ratio = aspectWidth / aspectHeight
+            var w = image.width
+            var h = Int((Double(w) / ratio).rounded())
+            if h > image.height {
+                h = image.height
+                w = max(1, min(image.width, Int((Double(h) * ratio).rounded())))
+            }
+            return try image.cropped(to: (w, max(1, h)), gravity: gravity)
+        case let .rotate(degrees, background):
+            return try image.rotatedClockwise(degrees, background: background)
+        case let .flip(horizontal):
+            return horizontal ? try image.flipped(.horizontal) : try image.materialized().flipped(.vertical)
+        case let .pad(top, right, bottom, left, colour):
+            return try image.padded(top: top, right: right, bottom: bottom, left: left, colour: colour)
+        case let .border(width, colour):
+            return try image.padded(top: width, right: width, bottom: width, left: width, colour: colour)
+        case let .trim(threshold):
+            let whole = try image.materialized()
+            let box = try whole.trimBox(threshold: threshold)
+            guard box.width > 0, box.height > 0 else { return whole }
+            return try whole.cropped(left: box.left, top: box.top, width: box.width, height: box.height)
+        case let .roundCorners(radius):
+            return try image.roundingCorners(radius: radius)
+        case let .adjust(adjustments):
+            return try image.adjusted(adjustments)
         case .grayscale:
             return try image.toGrey()
+        case let .sepia(intensity):
+            return try image.sepia(intensity: intensity)
+        case .invert:
+            return try image.workingCopy().mappingColour { try $0.inverted() }
+        case let .posterize(levels):
+            let steps = Double(levels - 1)
+            return try image.workingCopy().mappingColour {
+                try $0.linear([steps / 255], [0], clipToByte: false).rounded().linear([255 / steps], [0], clipToByte: true)
+            }
+        case let .vignette(intensity, radius):
+            return try image.vignetted(intensity: intensity, radius: radius)
+        case let .tint(colour, intensity):
+            return try image.tinted(colour, intensity: intensity)
+        case .normalize:
+            return try image.normalized()
+        case let .threshold(level):
+            return try image.toGrey().mappingColour { try $0.atLeast(level) }
+        case let .blur(sigma):
+            return try image.workingCopy().gaussianBlurred(sigma: sigma).castToUChar()
+        case let .sharpen(sigma, amount):
+            return try image.workingCopy().mappingColour { colour in
+                let blurred = try colour.gaussianBlurred(sigma: sigma)
+                return try colour.linear([1 + amount], [0], clipToByte: false)
+                    .adding(try blurred.linear([-amount], [0], clipToByte: false)).castToUChar()
+            }
+        case let .pixelate(size):
+            let (width, height) = (image.width, image.height)
+            return try image.shrunk(by: size).zoomed(by: size).cropped(left: 0, top: 0, width: width, height: height)
+        case let .median(size):
+            return try image.ranked(size: size, index: size * size / 2)
+        case let .caption(caption):
+            return try image.captioned(caption)
+        case let .text(overlay):
+            return try image.withText(overlay)
+        case let .watermark(watermark):
+            return try image.watermarked(watermark, path: context.resolve(watermark.image))
+        }
+    }
+}
+
+extension BoxGeometry {
+    /// `resize`'s output size.
+    static func resize(width: Int, height: Int, to box: (width: Int?, height: Int?), scale: Double?) -> (width: Int, height: Int) {
+        if let scale {
+            return (max(1, Int((Double(width) * scale).rounded())), max(1, Int((Double(height) * scale).rounded())))
+        }
+        switch box {
+        case let (w?, h?): return (w, h)
+        case let (w?, nil): return (w, max(1, Int((Double(height) * Double(w) / Double(width)).rounded())))
+        case let (nil, h?): return (max(1, Int((Double(width) * Double(h) / Double(height)).rounded())), h)
+        default: return (width, height)
         }
     }
 }
@@ -39,5 +175,82 @@ extension VipsImage {
             let origin = gravity.offset(width: w, height: h, fullWidth: width, fullHeight: height)
             return try cropped(left: origin.x, top: origin.y, width: w, height: h)
         }
+    }
+
+    /// 8-bit greyscale stays greyscale; anything else becomes 8-bit sRGB. Alpha is kept.
+    func workingCopy() throws -> VipsImage {
+        isGrey && !isCMYK ? try toGrey() : try toSRGB()
+    }
+
+    /// Applies `body` to the colour bands only, keeping alpha as it was.
+    /// The result keeps this image's colour space label (operations such as `ifthenelse`
+    /// and `bandjoin` may lose it, and with it the alpha band's meaning).
+    func mappingColour(_ body: (VipsImage) throws -> VipsImage) throws -> VipsImage {
+        let space = colourSpace
+        let result: VipsImage
+        if hasAlpha {
+            let colour = try extractBands(0, count: bands - 1)
+            let alpha = try extractBands(bands - 1).castToUChar()
+            let mapped = try body(colour).castToUChar()
+            result = mapped.bands == colour.bands ? try mapped.joined(with: alpha) : mapped
+        } else {
+            result = try body(self).castToUChar()
+        }
+        let resultSpace: ColourSpace = result.isGrey ? .grey : space == .grey ? .srgb : space
+        return resultSpace == .other ? result : try result.labelled(resultSpace)
+    }
+
+    /// The values to fill with `colour` in this image's bands (grey images get its luminance).
+    func fill(_ colour: Colour) -> [Double] {
+        let base = isGrey ? [0.2126 * colour.red + 0.7152 * colour.green + 0.0722 * colour.blue]
+                          : [colour.red, colour.green, colour.blue]
+        return hasAlpha ? base + [colour.alpha] : base
+    }
+
+    /// A working copy that can hold `colour`: sRGB unless both are grey, with alpha when
+    /// the colour is not opaque.
+    func canvas(for colour: Colour) throws -> VipsImage {
+        let isGreyColour = colour.red == colour.green && colour.green == colour.blue
+        var image = isGrey && isGreyColour && !isCMYK ? try toGrey() : try toSRGB()
+        if !colour.isOpaque, !image.hasAlpha { image = try image.appendingBand(255) }
+        return image
+    }
+
+    func padded(top: Int, right: Int, bottom: Int, left: Int, colour: Colour) throws -> VipsImage {
+        let image = try canvas(for: colour)
+        return try image.embedded(x: left, y: top, width: image.width + left + right, height: image.height + top + bottom,
+                                  background: image.fill(colour))
+    }
+
+    func rotatedClockwise(_ degrees: Double, background: Colour) throws -> VipsImage {
+        var turn = degrees.truncatingRemainder(dividingBy: 360)
+        if turn < 0 { turn += 360 }
+        switch turn {
+        case 0: return self
+        case 90: return try materialized().rotated(.d90)
+        case 180: return try materialized().rotated(.d180)
+        case 270: return try materialized().rotated(.d270)
+        default:
+            let image = try canvas(for: background).materialized()
+            return try image.rotated(degrees: -turn, background: image.fill(background)).castToUChar()
+        }
+    }
+
+    func roundingCorners(radius: Int) throws -> VipsImage {
+        let image = try workingCopy()
+        let (w, h) = (image.width, image.height)
+        let r = max(0, min(radius, w / 2, h / 2))
+        guard r > 0 else { return image }
+        let mask = try VipsImage.black(width: w, height: h, bands: 1).linear([0], [255], clipToByte: true).materialized()
+        for (x, y) in [(0, 0), (w - r, 0), (0, h - r), (w - r, h - r)] {
+            try mask.drawRectangle(ink: [0], left: x, top: y, width: r, height: r)
+        }
+        for (x, y) in [(r, r), (w - 1 - r, r), (r, h - 1 - r), (w - 1 - r, h - 1 - r)] {
+            try mask.drawCircle(ink: [255], centreX: x, centreY: y, radius: r)
+        }
+        guard image.hasAlpha else { return try image.joined(with: mask) }
+        let colour = try image.extractBands(0, count: image.bands - 1)
+        let alpha = try image.extractBands(image.bands - 1).multiplying(mask).linear([1.0 / 255], [0], clipToByte: true)
+        return try colour.joined(with: alpha)
     }
 }

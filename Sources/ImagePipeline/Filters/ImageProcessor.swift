@@ -29,15 +29,22 @@ public struct ImageProcessor: Sendable {
     let plan: ChainPlan
     public let output: OutputSpec
     public let limits: Limits
+    let context: FilterContext
 
-    public init(filters: [FilterStep], output: OutputSpec, limits: Limits) {
+    /// `baseDirectory` is the pipeline file's folder (watermark paths are relative to it).
+    public init(filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/") {
         plan = ChainPlan(filters)
         self.output = output
         self.limits = limits
+        context = FilterContext(baseDirectory: baseDirectory)
     }
 
     /// Processes one input; every failure is an `ItemFailure` with its reason.
-    public func process(_ input: ImageInput) throws(ItemFailure) -> ProcessedImage {
+    ///
+    /// With `timing`, each step's pixels are computed as soon as it is applied, and the
+    /// step's label (`autorotate+fit` for a fused thumbnail, `encode` last) and its
+    /// milliseconds are reported: slower and heavier, for dry-runs only.
+    public func process(_ input: ImageInput, timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessedImage {
         let format = try checkBytes(input)
         let header: VipsImage
         do {
@@ -56,9 +63,19 @@ public struct ImageProcessor: Sendable {
 
         var image: VipsImage
         var colourManaged = false
+        var clock = DispatchTime.now()
+        func lap(_ label: String, _ made: VipsImage) throws -> VipsImage {
+            guard let timing else { return made }
+            let computed = try made.materialized()
+            let now = DispatchTime.now()
+            timing(label, Double(now.uptimeNanoseconds - clock.uptimeNanoseconds) / 1_000_000)
+            clock = now
+            return computed
+        }
         if let thumbnail = plan.thumbnail {
             do {
                 (image, colourManaged) = try runThumbnail(thumbnail, input: input, header: header)
+                image = try lap(plan.thumbnailLabel, image)
             } catch {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(Self.text(error))")
             }
@@ -67,16 +84,20 @@ public struct ImageProcessor: Sendable {
         }
         do {
             for step in plan.steps {
-                image = try step.apply(to: image)
+                image = try lap(step.opName, try step.apply(to: image, context: context))
             }
             image = try prepareForOutput(image, colourManaged: colourManaged)
         } catch {
-            throw ItemFailure(.process, Self.text(error))
+            let message = Self.text(error)
+            throw ItemFailure(timing == nil || !Self.looksLikeDecodeError(message) ? .process : .decode, message)
         }
 
         let data: Data
         do {
             data = try image.encoded(encoding)
+            if let timing {
+                timing("encode", Double(DispatchTime.now().uptimeNanoseconds - clock.uptimeNanoseconds) / 1_000_000)
+            }
         } catch {
             // Pixels are computed while encoding, so a truncated or corrupt input fails here.
             let message = Self.text(error)
@@ -187,6 +208,9 @@ public struct ImageProcessor: Sendable {
         case .jpeg: .jpeg(quality: output.quality, progressive: output.progressive, strip: output.strip)
         case .png: .png(compression: output.compression, strip: output.strip)
         case .webp: .webp(quality: output.quality, lossless: output.lossless, effort: output.effort, strip: output.strip)
+        case .avif: .avif(quality: output.quality, effort: output.effort, strip: output.strip)
+        case .tiff: .tiff(strip: output.strip)
+        case .gif: .gif(strip: output.strip)
         }
     }
 

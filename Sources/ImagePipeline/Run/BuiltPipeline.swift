@@ -30,7 +30,16 @@ public struct BuiltPipeline: Sendable {
                 sinks.append(DirectorySink(name: name, root: spec.resolvePath(try pathValue.expanded(in: environment))))
             }
         }
-        let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits)
+        for (index, filter) in spec.filters.enumerated() {
+            if case let .watermark(watermark) = filter.step {
+                let resolved = spec.resolvePath(watermark.image)
+                guard FileManager.default.isReadableFile(atPath: resolved) else {
+                    throw SpecError(path: "filters[\(index)].image", message: "cannot read watermark image \(resolved)")
+                }
+            }
+        }
+        let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
+                                       baseDirectory: spec.baseDirectory)
         return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed,
                              sinks: sinks, processor: processor, environment: environment)
     }

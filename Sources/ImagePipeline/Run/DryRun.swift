@@ -49,7 +49,8 @@ public struct DryRun: Sendable {
     /// `onRow` as each finishes.
     public func execute(onRow: (DryRunRow) -> Void = { _ in }) throws -> [DryRunRow] {
         try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
-        let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits)
+        let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
+                                       baseDirectory: spec.baseDirectory)
         var rows: [DryRunRow] = []
         var index = 0
         let feed = DirectoryFeed(root: samples, recursive: true)

@@ -1,6 +1,6 @@
 /// An output file format.
 public enum OutputFormat: String, Sendable, CaseIterable {
-    case jpeg, png, webp
+    case jpeg, png, webp, avif, tiff, gif
 
     /// The file extension written for `{ext}`.
     public var fileExtension: String {
@@ -8,6 +8,21 @@ public enum OutputFormat: String, Sendable, CaseIterable {
         case .jpeg: "jpg"
         case .png: "png"
         case .webp: "webp"
+        case .avif: "avif"
+        case .tiff: "tif"
+        case .gif: "gif"
+        }
+    }
+
+    /// The MIME type of the encoded file.
+    public var contentType: String {
+        switch self {
+        case .jpeg: "image/jpeg"
+        case .png: "image/png"
+        case .webp: "image/webp"
+        case .avif: "image/avif"
+        case .tiff: "image/tiff"
+        case .gif: "image/gif"
         }
     }
 
@@ -18,7 +33,7 @@ public enum OutputFormat: String, Sendable, CaseIterable {
 /// How outputs are encoded and named.
 public struct OutputSpec: Sendable, Equatable {
     public var format: OutputFormat = .jpeg
-    /// 1…100, for JPEG and WebP (default 85).
+    /// 1…100, for JPEG, WebP and AVIF (default 85).
     public var quality = 85
     /// Remove metadata (EXIF, XMP, ICC) from the output.
     public var strip = true
@@ -28,7 +43,7 @@ public struct OutputSpec: Sendable, Equatable {
     public var compression = 6
     /// WebP: lossless encoding.
     public var lossless = false
-    /// WebP: encoder effort 0…6.
+    /// WebP: encoder effort 0…6 (default 4); AVIF: 0…9 (default 4).
     public var effort = 4
     public var name = NameTemplate.standard
 

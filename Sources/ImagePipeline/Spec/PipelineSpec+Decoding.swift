@@ -113,17 +113,17 @@ extension OutputSpec {
                                 message: "not used by \(format.rawValue) (it applies to \(formats.map(\.rawValue).joined(separator: ", ")))")
             }
         }
-        try only("quality", for: [.jpeg, .webp])
+        try only("quality", for: [.jpeg, .webp, .avif])
         try only("progressive", for: [.jpeg])
         try only("compression", for: [.png])
         try only("lossless", for: [.webp])
-        try only("effort", for: [.webp])
+        try only("effort", for: [.webp, .avif])
         quality = try object.optional("quality", default: quality) { try $0.integer(in: 1 ... 100) }
         strip = try object.optional("strip", default: strip) { try $0.bool() }
         progressive = try object.optional("progressive", default: progressive) { try $0.bool() }
         compression = try object.optional("compression", default: compression) { try $0.integer(in: 0 ... 9) }
         lossless = try object.optional("lossless", default: lossless) { try $0.bool() }
-        effort = try object.optional("effort", default: effort) { try $0.integer(in: 0 ... 6) }
+        effort = try object.optional("effort", default: effort) { try $0.integer(in: 0 ... (format == .webp ? 6 : 9)) }
         name = try object.optional("name", default: NameTemplate.standard) { try NameTemplate($0) }
     }
 }
