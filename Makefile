@@ -4,19 +4,24 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev pkg-config
+DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev pkg-config fonts-dejavu-core chromium
 BIN := .build/debug/imgpipe
 
 .PHONY: deps build release demo test bench clean
 
-# Installs the Debian packages only when pkg-config cannot find the libraries.
+# Installs the Debian packages only when something is missing: the libraries (found
+# with pkg-config), vipsthumbnail, the DejaVu fonts captions use, and Chromium (the
+# contact-sheet test); then Python's jsonschema (the schema test) from PyPI.
 deps:
-	@if pkg-config --exists vips sqlite3 libcurl && command -v vipsthumbnail >/dev/null; then \
-	  echo "deps: libvips $$(pkg-config --modversion vips), sqlite $$(pkg-config --modversion sqlite3), curl $$(pkg-config --modversion libcurl) present"; \
+	@if pkg-config --exists vips sqlite3 libcurl && command -v vipsthumbnail >/dev/null \
+	    && [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ] && command -v chromium >/dev/null; then \
+	  echo "deps: libvips $$(pkg-config --modversion vips), sqlite $$(pkg-config --modversion sqlite3), curl $$(pkg-config --modversion libcurl), fonts, chromium present"; \
 	else \
 	  echo "deps: installing $(DEB_PACKAGES)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEB_PACKAGES); \
 	fi
+	@python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema \
+	  || python3 -m pip install -q --break-system-packages jsonschema
 
 build: deps
 	$(SWIFT) build

@@ -67,3 +67,10 @@ extension VipsImage {
         try derive("bandjoin", with: [other]) { ip_bandjoin2(pointer, other.pointer, &$0) }
     }
 }
+
+extension VipsImage {
+    /// Casts to 16 bits per sample (for building 16-bit test images).
+    public func castTo16Bit() throws -> VipsImage {
+        try derive("cast") { ip_cast(pointer, &$0, VIPS_FORMAT_USHORT) }
+    }
+}

@@ -8,31 +8,20 @@ import VipsKit
 @Suite("Image processing")
 struct ImageProcessorTests {
     let directory: TemporaryDirectory
+    let harness = ProcessingHarness()
 
     init() throws { directory = try TemporaryDirectory() }
 
-    func processor(_ filters: [FilterStep], format: OutputFormat = .png, limits: Limits = Limits()) -> ImageProcessor {
-        var output = OutputSpec()
-        output.format = format
-        return ImageProcessor(filters: filters, output: output, limits: limits)
+    func processor(_ filters: [FilterStep], format: OutputFormat = .png) -> ImageProcessor {
+        harness.processor(filters, format: format)
     }
 
-    /// Runs the chain and decodes the encoded output.
     func run(_ filters: [FilterStep], on path: String, format: OutputFormat = .png) throws -> Pixels {
-        let result = try processor(filters, format: format).process(.file(path))
-        let pixels = try VipsImage.open(data: result.data).pixels()
-        VipsRuntime.endThreadWork()
-        #expect(pixels.width == result.width && pixels.height == result.height)
-        return pixels
+        try harness.run(filters, on: path, format: format)
     }
 
     func failure(_ filters: [FilterStep], on path: String, limits: Limits = Limits()) -> ItemFailure? {
-        do {
-            _ = try processor(filters, limits: limits).process(.file(path))
-            return nil
-        } catch {
-            return error
-        }
+        harness.failure(filters, on: path, limits: limits)
     }
 
     func assertColour(_ pixel: [UInt8], near colour: ImageFixtures.RGB, tolerance: Int = 40,

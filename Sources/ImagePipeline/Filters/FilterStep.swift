@@ -58,6 +58,16 @@ public struct Adjustments: Sendable, Equatable {
     public var gamma = 1.0
     /// −180…180 degrees of hue rotation.
     public var hue = 0.0
+
+    public init(brightness: Double = 0, contrast: Double = 1, saturation: Double = 1, exposure: Double = 0,
+                gamma: Double = 1, hue: Double = 0) {
+        self.brightness = brightness
+        self.contrast = contrast
+        self.saturation = saturation
+        self.exposure = exposure
+        self.gamma = gamma
+        self.hue = hue
+    }
 }
 
 /// `caption`'s parameters: meme-style outlined text in the top and bottom bands.
@@ -71,6 +81,17 @@ public struct Caption: Sendable, Equatable {
     public var strokeWidth: Int?
     /// Font size in pixels; nil = the largest that fits the band.
     public var size: Int?
+
+    public init(top: String?, bottom: String?, font: String, colour: Colour, strokeColour: Colour,
+                strokeWidth: Int?, size: Int?) {
+        self.top = top
+        self.bottom = bottom
+        self.font = font
+        self.colour = colour
+        self.strokeColour = strokeColour
+        self.strokeWidth = strokeWidth
+        self.size = size
+    }
 }
 
 /// `text`'s parameters: one block of text placed by gravity.
@@ -83,6 +104,16 @@ public struct TextOverlay: Sendable, Equatable {
     public var size: Int?
     public var colour: Colour
     public var opacity: Double
+
+    public init(text: String, gravity: Gravity, margin: Int, font: String, size: Int?, colour: Colour, opacity: Double) {
+        self.text = text
+        self.gravity = gravity
+        self.margin = margin
+        self.font = font
+        self.size = size
+        self.colour = colour
+        self.opacity = opacity
+    }
 }
 
 /// `watermark`'s parameters.
@@ -95,6 +126,15 @@ public struct Watermark: Sendable, Equatable {
     public var scale: Double
     public var margin: Int
     public var tile: Bool
+
+    public init(image: String, gravity: Gravity, opacity: Double, scale: Double, margin: Int, tile: Bool) {
+        self.image = image
+        self.gravity = gravity
+        self.opacity = opacity
+        self.scale = scale
+        self.margin = margin
+        self.tile = tile
+    }
 }
 
 /// One validated filter operation, ready to run.

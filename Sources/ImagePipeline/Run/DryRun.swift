@@ -15,6 +15,18 @@ public struct DryRunRow: Sendable, Codable {
     public let milliseconds: Double
     /// `reason: message` when the sample failed.
     public let failure: String?
+    /// Milliseconds per step (a fused thumbnail counts as one step; `encode` last).
+    public var steps: [StepTiming] = []
+    /// The "before" picture written for the contact sheet, relative to the output folder.
+    public var before: String?
+    /// A picture of the output browsers can show (the output itself unless it is TIFF).
+    public var display: String?
+}
+
+/// How long one step of a dry-run took.
+public struct StepTiming: Sendable, Codable {
+    public let op: String
+    public let milliseconds: Double
 }
 
 /// The filter chain alone, on local samples: previews into a folder, no network, no
@@ -46,7 +58,8 @@ public struct DryRun: Sendable {
     }
 
     /// Processes each sample in order, one at a time (so times are comparable), calling
-    /// `onRow` as each finishes.
+    /// `onRow` as each finishes, then writes `index.html`: a contact sheet that opens from
+    /// disk, each sample before and after with sizes, bytes and time per step.
     public func execute(onRow: (DryRunRow) -> Void = { _ in }) throws -> [DryRunRow] {
         try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
         let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
@@ -57,19 +70,62 @@ public struct DryRun: Sendable {
         try feed.list { item in
             if let limit, index >= limit { return false }
             index += 1
-            let row = preview(item, index: index, processor: processor)
+            var row = preview(item, index: index, processor: processor)
+            row.before = beforePicture(item)
+            if let output = row.output { row.display = displayPicture(output) }
             rows.append(row)
             onRow(row)
             return true
         }
         VipsRuntime.endThreadWork()
+        let html = ContactSheet(title: spec.name, filters: spec.filters.map(\.op), rows: rows).html
+        try Data(html.utf8).write(to: URL(fileURLWithPath: outputDirectory).appendingPathComponent("index.html"),
+                                  options: .atomic)
         return rows
+    }
+
+    /// The input, made viewable in a browser (8-bit sRGB PNG or JPEG, at most 1024 px).
+    private func beforePicture(_ item: FeedItem) -> String? {
+        var output = OutputSpec()
+        let hasAlpha = (try? VipsImage.open(path: item.location).hasAlpha) ?? false
+        output.format = hasAlpha ? .png : .jpeg
+        output.quality = 90
+        let processor = ImageProcessor(filters: [.fit(width: 1024, height: 1024, enlarge: false)], output: output, limits: spec.limits)
+        guard let image = try? processor.process(.file(item.location)) else { return nil }
+        let name = "before/" + SafePath.relative(item.key) + "." + output.format.fileExtension
+        return write(image.data, to: name) ? name : nil
+    }
+
+    /// The output itself, or a PNG copy for formats browsers cannot show (TIFF).
+    private func displayPicture(_ output: String) -> String {
+        guard spec.output.format == .tiff else { return output }
+        var png = OutputSpec()
+        png.format = .png
+        let processor = ImageProcessor(filters: [], output: png, limits: spec.limits)
+        let path = URL(fileURLWithPath: outputDirectory).appendingPathComponent(output).path
+        guard let image = try? processor.process(.file(path)) else { return output }
+        let name = "display/" + output + ".png"
+        return write(image.data, to: name) ? name : output
+    }
+
+    private func write(_ data: Data, to relative: String) -> Bool {
+        let url = URL(fileURLWithPath: outputDirectory).appendingPathComponent(relative)
+        do {
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try data.write(to: url, options: .atomic)
+            return true
+        } catch {
+            return false
+        }
     }
 
     private func preview(_ item: FeedItem, index: Int, processor: ImageProcessor) -> DryRunRow {
         let inputBytes = (try? FileManager.default.attributesOfItem(atPath: item.location)[.size] as? Int) ?? 0
         let start = DispatchTime.now()
-        let result = Result { () throws(ItemFailure) -> ProcessedImage in try processor.process(.file(item.location)) }
+        var steps: [StepTiming] = []
+        let result = Result { () throws(ItemFailure) -> ProcessedImage in
+            try processor.process(.file(item.location)) { op, ms in steps.append(StepTiming(op: op, milliseconds: ms)) }
+        }
         let milliseconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
         switch result {
         case let .success(image):
@@ -86,7 +142,8 @@ public struct DryRun: Sendable {
             }
             return DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
                              inputBytes: inputBytes, outputWidth: image.width, outputHeight: image.height,
-                             outputBytes: image.data.count, output: name, milliseconds: milliseconds, failure: nil)
+                             outputBytes: image.data.count, output: name, milliseconds: milliseconds, failure: nil,
+                             steps: steps)
         case let .failure(failure):
             return DryRunRow(key: item.key, inputWidth: nil, inputHeight: nil, inputBytes: inputBytes,
                              outputWidth: nil, outputHeight: nil, outputBytes: nil, output: nil,

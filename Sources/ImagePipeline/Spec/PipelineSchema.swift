@@ -1,0 +1,117 @@
+/// The JSON Schema (draft 2020-12) of pipeline files, made from the same definitions the
+/// decoder uses: the filter registry, the output formats, sources and sinks. Editors use
+/// it for completion; it rejects unknown ops and unknown parameters, like `validate`.
+public enum PipelineSchema {
+    public static func document(registry: FilterRegistry = .standard) -> JSONValue {
+        .object([
+            ("$schema", .string("https://json-schema.org/draft/2020-12/schema")),
+            ("title", .string("imgpipe pipeline file, version 1")),
+            ("type", .string("object")),
+            ("additionalProperties", .bool(false)),
+            ("required", strings(["version", "source"])),
+            ("properties", .object([
+                ("version", .object([("const", integer(1))])),
+                ("name", .object([("type", .string("string")), ("minLength", integer(1))])),
+                ("source", ref("source")),
+                ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
+                ("output", ref("output")),
+                ("sink", ref("sink")),
+                ("sinks", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("sink"))])),
+                ("limits", object([
+                    ("downloads", integerSchema(1 ... 1024)),
+                    ("workers", integerSchema(0 ... 1024)),
+                    ("uploads", integerSchema(1 ... 1024)),
+                    ("timeout", numberSchema(0.001 ... 86400)),
+                    ("maxBytes", integerSchema(1 ... Int.max)),
+                    ("maxPixels", integerSchema(1 ... Int.max)),
+                ])),
+                ("retry", object([
+                    ("attempts", integerSchema(1 ... 100)),
+                    ("backoff", numberSchema(0 ... 3600)),
+                ])),
+            ])),
+            ("oneOf", .array([
+                .object([("required", strings(["sink"]))]),
+                .object([("required", strings(["sinks"]))]),
+            ])),
+            ("$defs", .object([
+                ("source", .object([("oneOf", .array([
+                    object([("type", .object([("const", .string("directory"))])),
+                            ("path", .object([("type", .string("string"))])),
+                            ("recursive", .object([("type", .string("boolean"))]))], required: ["type", "path"]),
+                ]))])),
+                ("sink", .object([("oneOf", .array([
+                    object([("type", .object([("const", .string("directory"))])),
+                            ("name", .object([("type", .string("string")), ("minLength", integer(1))])),
+                            ("path", .object([("type", .string("string"))]))], required: ["type", "path"]),
+                ]))])),
+                ("output", object([
+                    ("format", .object([("enum", strings(OutputFormat.allCases.map(\.rawValue)))])),
+                    ("quality", integerSchema(1 ... 100)),
+                    ("strip", .object([("type", .string("boolean"))])),
+                    ("progressive", .object([("type", .string("boolean"))])),
+                    ("compression", integerSchema(0 ... 9)),
+                    ("lossless", .object([("type", .string("boolean"))])),
+                    ("effort", integerSchema(0 ... 9)),
+                    ("name", .object([("type", .string("string")), ("minLength", integer(1))])),
+                ])),
+                ("filter", .object([("oneOf", .array(registry.definitions.map(filterSchema)))])),
+            ])),
+        ])
+    }
+
+    static func filterSchema(_ definition: FilterDefinition) -> JSONValue {
+        var properties: [(key: String, value: JSONValue)] = [
+            ("op", .object([("const", .string(definition.name)), ("description", .string(definition.summary))])),
+        ]
+        for parameter in definition.parameters {
+            var schema: [(key: String, value: JSONValue)]
+            switch parameter.type {
+            case let .integer(range): schema = members(integerSchema(range))
+            case let .number(range): schema = members(numberSchema(range))
+            case .boolean: schema = [("type", .string("boolean"))]
+            case .string: schema = [("type", .string("string"))]
+            case let .choice(options): schema = [("enum", strings(options))]
+            case .colour: schema = [("type", .string("string")), ("pattern", .string("^#([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$"))]
+            case .aspect: schema = [("type", .string("string")), ("pattern", .string("^[0-9]+(\\.[0-9]+)?:[0-9]+(\\.[0-9]+)?$"))]
+            }
+            if let fallback = parameter.defaultValue { schema.append(("default", fallback)) }
+            schema.append(("description", .string(parameter.summary)))
+            properties.append((parameter.name, .object(schema)))
+        }
+        let required = ["op"] + definition.parameters.filter(\.required).map(\.name)
+        return .object([
+            ("type", .string("object")),
+            ("additionalProperties", .bool(false)),
+            ("required", strings(required)),
+            ("properties", .object(properties)),
+        ])
+    }
+
+    static func object(_ properties: [(key: String, value: JSONValue)], required: [String] = []) -> JSONValue {
+        var members: [(key: String, value: JSONValue)] = [("type", .string("object")), ("additionalProperties", .bool(false))]
+        if !required.isEmpty { members.append(("required", strings(required))) }
+        members.append(("properties", .object(properties)))
+        return .object(members)
+    }
+
+    static func integerSchema(_ range: ClosedRange<Int>) -> JSONValue {
+        var schema: [(key: String, value: JSONValue)] = [("type", .string("integer")), ("minimum", integer(range.lowerBound))]
+        if range.upperBound != Int.max { schema.append(("maximum", integer(range.upperBound))) }
+        return .object(schema)
+    }
+
+    static func numberSchema(_ range: ClosedRange<Double>) -> JSONValue {
+        .object([("type", .string("number")), ("minimum", .number(range.lowerBound, isInteger: false)),
+                 ("maximum", .number(range.upperBound, isInteger: false))])
+    }
+
+    static func members(_ value: JSONValue) -> [(key: String, value: JSONValue)] {
+        if case let .object(members) = value { return members }
+        return []
+    }
+
+    static func ref(_ name: String) -> JSONValue { .object([("$ref", .string("#/$defs/\(name)"))]) }
+    static func integer(_ value: Int) -> JSONValue { .number(Double(value), isInteger: true) }
+    static func strings(_ values: [String]) -> JSONValue { .array(values.map(JSONValue.string)) }
+}
