@@ -1,12 +1,12 @@
 /// The registry as data, for `imgpipe filters --json`.
-public struct FilterCatalogueEntry: Sendable, Codable {
-    public struct Parameter: Sendable, Codable {
+public struct FilterCatalogueEntry: Sendable, Encodable {
+    public struct Parameter: Sendable, Encodable {
         public let name: String
         public let type: String
         public let minimum: Double?
         public let maximum: Double?
         public let values: [String]?
-        public let defaultValue: String?
+        public let defaultValue: JSONValue?
         public let required: Bool
         public let description: String
 
@@ -47,8 +47,33 @@ extension FilterRegistry {
                 case .aspect: type = "aspect"
                 }
                 return .init(name: p.name, type: type, minimum: minimum, maximum: maximum, values: values,
-                             defaultValue: p.defaultValue?.serialized(), required: p.required, description: p.summary)
+                             defaultValue: p.defaultValue, required: p.required, description: p.summary)
             })
         }
+    }
+}
+
+extension JSONValue: Encodable {
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case let .bool(value): try container.encode(value)
+        case let .number(value, isInteger):
+            if isInteger, abs(value) < 9e15 { try container.encode(Int64(value)) } else { try container.encode(value) }
+        case let .string(value): try container.encode(value)
+        case let .array(items): try container.encode(items)
+        case let .object(members):
+            var keyed = encoder.container(keyedBy: AnyKey.self)
+            for member in members { try keyed.encode(member.value, forKey: AnyKey(member.key)) }
+        }
+    }
+
+    private struct AnyKey: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(_ key: String) { stringValue = key }
+        init?(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
     }
 }

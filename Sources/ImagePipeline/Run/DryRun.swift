@@ -90,7 +90,8 @@ public struct DryRun: Sendable {
         let hasAlpha = (try? VipsImage.open(path: item.location).hasAlpha) ?? false
         output.format = hasAlpha ? .png : .jpeg
         output.quality = 90
-        let processor = ImageProcessor(filters: [.fit(width: 1024, height: 1024, enlarge: false)], output: output, limits: spec.limits)
+        let processor = ImageProcessor(filters: [.autorotate, .fit(width: 1024, height: 1024, enlarge: false)], output: output,
+                                       limits: spec.limits)
         guard let image = try? processor.process(.file(item.location)) else { return nil }
         let name = "before/" + SafePath.relative(item.key) + "." + output.format.fileExtension
         return write(image.data, to: name) ? name : nil
