@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev pkg-config fonts-dejavu-core chromium
+DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev pkg-config fonts-dejavu-core chromium
 BIN := .build/debug/imgpipe
 
 .PHONY: deps build release demo test bench clean
@@ -13,7 +13,7 @@ BIN := .build/debug/imgpipe
 # with pkg-config), vipsthumbnail, the DejaVu fonts captions use, and Chromium (the
 # contact-sheet test); then Python's jsonschema (the schema test) from PyPI.
 deps:
-	@if pkg-config --exists vips sqlite3 libcurl && command -v vipsthumbnail >/dev/null \
+	@if pkg-config --exists vips sqlite3 libcurl zlib && command -v vipsthumbnail >/dev/null \
 	    && [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ] && command -v chromium >/dev/null; then \
 	  echo "deps: libvips $$(pkg-config --modversion vips), sqlite $$(pkg-config --modversion sqlite3), curl $$(pkg-config --modversion libcurl), fonts, chromium present"; \
 	else \

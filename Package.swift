@@ -22,12 +22,15 @@ let package = Package(
             pkgConfig: "vips",
             providers: [.apt(["libvips-dev"])]
         ),
+        // zlib's gzip reader, for `.gz` URL lists.
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         // The only module that imports CVips.
         .target(name: "VipsKit", dependencies: ["CVips"]),
         .target(
             name: "ImagePipeline",
             dependencies: [
                 "VipsKit",
+                "CZlib",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

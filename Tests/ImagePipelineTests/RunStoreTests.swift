@@ -40,7 +40,7 @@ struct RunStoreTests {
         #expect(try store.apply([item("x.jpg", 1, sinks: ["a", "b"])], runId: run.id) == [.applied])
         #expect(try store.item(runId: run.id, key: "x.jpg")?.status == .pending)
 
-        #expect(try store.apply([.fetched(key: "x.jpg", spoolPath: "/in/x.jpg")], runId: run.id) == [.applied])
+        #expect(try store.apply([.fetched(key: "x.jpg", spoolPath: "/in/x.jpg", tier: .local)], runId: run.id) == [.applied])
         #expect(try store.item(runId: run.id, key: "x.jpg")?.status == .fetched)
 
         #expect(try store.apply([.processed(key: "x.jpg", output: staged("x.jpg"))], runId: run.id) == [.applied])

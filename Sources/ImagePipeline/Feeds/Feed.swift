@@ -1,3 +1,5 @@
+import Foundation
+
 /// One item a feed lists.
 public struct FeedItem: Sendable, Equatable {
     /// Stable across runs and unique in a run: the source's id, else the URL or relative path.
@@ -6,11 +8,52 @@ public struct FeedItem: Sendable, Equatable {
     public let location: String
     /// Extra fields kept with the item, as JSON text.
     public let metadata: String?
+    /// What `{key}` becomes in output names.
+    public let nameKey: String
+    /// What `{stem}` becomes in output names.
+    public let nameStem: String
+    /// True when a remote source's `fallback` listed it.
+    public let fromFallback: Bool
 
-    public init(key: String, location: String, metadata: String? = nil) {
+    /// A local item: `{key}` is the relative path and `{stem}` the same without its
+    /// extension, sub-folders kept.
+    public init(key: String, location: String, metadata: String? = nil, fromFallback: Bool = false) {
         self.key = key
         self.location = location
         self.metadata = metadata
+        nameKey = key
+        nameStem = NameTemplate.stem(of: key)
+        self.fromFallback = fromFallback
+    }
+
+    /// A remote item: `{key}` is the whole key and `{stem}` the given stem (the URL's last
+    /// segment without extension, or the source's id), both made safe for one file name.
+    public init(key: String, url: String, stem: String, metadata: String?) {
+        self.key = key
+        location = url
+        self.metadata = metadata
+        nameKey = FeedItem.safeName(key)
+        nameStem = FeedItem.safeName(stem)
+        fromFallback = false
+    }
+
+    /// `text` with every character other than letters, digits, `.`, `-` and `_` replaced
+    /// by `_`, no leading dot, at most 200 characters; never empty.
+    public static func safeName(_ text: String) -> String {
+        var out = String(text.unicodeScalars.map { scalar -> Character in
+            let c = Character(scalar)
+            return (c.isASCII && (c.isLetter || c.isNumber)) || c == "." || c == "-" || c == "_" ? c : "_"
+        })
+        while out.hasPrefix(".") { out.removeFirst() }
+        if out.count > 200 { out = String(out.prefix(200)) }
+        return out.isEmpty ? "_" : out
+    }
+
+    /// The last path segment of a URL without its extension (`…/a/moon.jpg?x=1` → `moon`).
+    public static func stem(ofURL url: String) -> String {
+        let path = URL(string: url)?.path ?? url
+        let last = path.split(separator: "/").last.map(String.init) ?? "image"
+        return NameTemplate.stem(of: last)
     }
 }
 

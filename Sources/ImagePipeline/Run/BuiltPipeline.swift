@@ -1,28 +1,37 @@
 import Foundation
 
-/// A pipeline ready to run: `${…}` expanded, paths resolved, feed and sinks built.
+/// A pipeline ready to run: `${…}` expanded, paths resolved, feed, fetcher and sinks built.
 public struct BuiltPipeline: Sendable {
     public let spec: PipelineSpec
     /// Absolute path of the pipeline file.
     public let path: String
     public let feed: any Feed
+    /// Downloads remote items (nil when the source is local).
+    public let fetcher: RemoteFetcher?
     public let sinks: [any Sink]
     public let processor: ImageProcessor
     public let environment: Environment
 
     /// Expands and resolves everything the run needs; errors are `SpecError`s naming the
     /// path of the value (an unset variable, a source directory that does not exist).
-    public static func build(_ spec: PipelineSpec, path: String, environment: Environment) throws -> BuiltPipeline {
-        let feed: any Feed
-        switch spec.source {
-        case let .directory(pathValue, recursive):
-            let root = spec.resolvePath(try pathValue.expanded(in: environment))
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
-                throw SpecError(path: pathValue.path, message: "directory \(environment.redact(root)) does not exist")
+    /// `notice` receives what the feed has to say while listing (e.g. falling back).
+    public static func build(_ spec: PipelineSpec, path: String, environment: Environment,
+                             notice: @escaping @Sendable (String) -> Void = { _ in }) throws -> BuiltPipeline {
+        var fetcher: RemoteFetcher?
+        if let remote = spec.source.remote {
+            var cache: DiskCache?
+            var revalidate = false
+            if let cacheSpec = remote.cache {
+                let directory = try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
+                    ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
+                cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize)
+                revalidate = cacheSpec.revalidate
             }
-            feed = DirectoryFeed(root: root, recursive: recursive)
+            let client = HTTPClient(connectionsPerHost: spec.limits.downloads, timeout: spec.limits.timeout)
+            fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
+                                    backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes)
         }
+        let feed = try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
         var sinks: [any Sink] = []
         for sink in spec.sinks {
             switch sink {
@@ -40,7 +49,35 @@ public struct BuiltPipeline: Sendable {
         }
         let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
                                        baseDirectory: spec.baseDirectory)
-        return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed,
+        return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                              sinks: sinks, processor: processor, environment: environment)
+    }
+
+    static func makeFeed(_ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
+                         notice: @escaping @Sendable (String) -> Void) throws -> any Feed {
+        let feed: any Feed
+        switch source {
+        case let .directory(pathValue, recursive):
+            let root = spec.resolvePath(try pathValue.expanded(in: environment))
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw SpecError(path: pathValue.path, message: "directory \(environment.redact(root)) does not exist")
+            }
+            return DirectoryFeed(root: root, recursive: recursive)
+        case let .urlList(pathValue, _):
+            feed = URLListFeed(path: spec.resolvePath(try pathValue.expanded(in: environment)))
+        case let .jsonFeed(url, urlField, keyField, _):
+            feed = JSONFeed(url: try url.expanded(in: environment), urlField: urlField, keyField: keyField, pages: fetcher!)
+        case let .nasaImages(query, endpoint, mediaType, maxItems, _):
+            feed = NASAImagesFeed(query: try query.expanded(in: environment), endpoint: try endpoint.expanded(in: environment),
+                                  mediaType: mediaType, maxItems: maxItems, pages: fetcher!)
+        case let .flickrSearch(text, apiKey, endpoint, perPage, maxItems, size, _):
+            feed = FlickrSearchFeed(text: try text.expanded(in: environment), apiKey: try apiKey.expanded(in: environment),
+                                    endpoint: try endpoint.expanded(in: environment), perPage: perPage, maxItems: maxItems,
+                                    size: size, pages: fetcher!)
+        }
+        guard let fallback = source.remote?.fallback else { return feed }
+        let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
+        return FallbackFeed(primary: feed, fallback: fallbackFeed) { message in notice(environment.redact(message)) }
     }
 }

@@ -130,7 +130,7 @@ public struct DryRun: Sendable {
         let milliseconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
         switch result {
         case let .success(image):
-            let name = spec.output.name.render(key: item.key, index: index, format: spec.output.format,
+            let name = spec.output.name.render(key: item.nameKey, stem: item.nameStem, index: index, format: spec.output.format,
                                                hash: String(image.sha256.prefix(16)))
             let url = URL(fileURLWithPath: outputDirectory).appendingPathComponent(name)
             do {

@@ -87,7 +87,7 @@ public final class PipelineRunner: @unchecked Sendable {
             return try store.createRun(pipelinePath: pipeline.path, pipelineName: spec.name,
                                        document: spec.document.serialized(), fingerprint: spec.outputFingerprint,
                                        sinks: spec.sinks.map(\.name), itemLimit: limit, workRoot: workRoot)
-        case let .resume(retryFailed):
+        case let .resume(retryFailed, refreshFeed):
             guard var latest else {
                 throw RunError.nothingToResume(stateFile: store.path, pipeline: displayPath)
             }
@@ -96,6 +96,14 @@ public final class PipelineRunner: @unchecked Sendable {
             if retryFailed {
                 let requeued = try store.requeueFailed(runId: latest.id)
                 if requeued > 0 { reporter.notice("retrying \(requeued) failed item(s) of run #\(latest.id)") }
+            }
+            if refreshFeed {
+                try store.markFeedComplete(runId: latest.id, false)
+                latest.feedComplete = false
+                if latest.state == .finished {
+                    try store.setState(.running, runId: latest.id)
+                    latest.state = .running
+                }
             }
             if latest.state == .finished {
                 let counts = try store.counts(runId: latest.id)
@@ -121,6 +129,7 @@ public final class PipelineRunner: @unchecked Sendable {
     private var run: RunRecord!
     private var writer: StoreWriter!
     private var stagedDirectory = ""
+    private var spoolDirectory = ""
     private var fetchers: BoundedExecutor!
     private var workers: BoundedExecutor!
     private var deliverers: BoundedExecutor!
@@ -139,7 +148,9 @@ public final class PipelineRunner: @unchecked Sendable {
         try store.setState(.running, runId: run.id)
 
         stagedDirectory = run.workDirectory + "/staged"
+        spoolDirectory = run.workDirectory + "/spool"
         try FileManager.default.createDirectory(atPath: stagedDirectory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: spoolDirectory, withIntermediateDirectories: true)
         sweepPartialFiles()
         for sink in pipeline.sinks {
             try sink.prepare()
@@ -269,6 +280,7 @@ public final class PipelineRunner: @unchecked Sendable {
         var batch: [FeedItem] = []
         var batchSeqs: [Int] = []
         var admitted = lock.withLock { counts.total }
+        var reportedDuplicates: Set<String> = []
         let template = spec.output.name
         let sinkNames = spec.sinks.map(\.name)
 
@@ -277,23 +289,28 @@ public final class PipelineRunner: @unchecked Sendable {
             let changes = zip(batch, batchSeqs).map { item, itemSeq in
                 StoreChange.insert(NewItem(
                     key: item.key, seq: itemSeq, location: item.location, metadata: item.metadata,
-                    outputName: template.usesHash ? nil : template.render(key: item.key, index: itemSeq,
+                    outputName: template.usesHash ? nil : template.render(key: item.nameKey, stem: item.nameStem, index: itemSeq,
                                                                           format: spec.output.format, hash: nil),
-                    sinks: sinkNames))
+                    sinks: sinkNames, nameKey: item.nameKey, nameStem: item.nameStem,
+                    tier: item.fromFallback ? .fallback : nil))
             }
             let outcomes = writer.submitAndWait(changes)
             for ((item, itemSeq), outcome) in zip(zip(batch, batchSeqs), outcomes) {
                 switch outcome {
                 case .applied:
                     lock.withLock { counts.total += 1; counts.pending += 1 }
-                    start(Job(key: item.key, seq: itemSeq, location: item.location), at: .pending)
+                    var job = Job(key: item.key, seq: itemSeq, location: item.location)
+                    job.nameKey = item.nameKey
+                    job.nameStem = item.nameStem
+                    job.tier = item.fromFallback ? .fallback : nil
+                    start(job, at: .pending)
                 case let .failed(failure):
                     lock.withLock { counts.total += 1; counts.failed += 1; finishedThisSession += 1 }
                     reporter.itemFailed(key: item.key, failure: failure)
                     releaseSlot()
                 case let .existing(existingSeq, _):
                     admitted -= 1
-                    if existingSeq >= passStartSeq {
+                    if existingSeq >= passStartSeq, reportedDuplicates.insert(item.key).inserted {
                         reporter.notice("duplicate key \"\(item.key)\" in the feed; processed once")
                     }
                     releaseSlot()
@@ -377,11 +394,16 @@ public final class PipelineRunner: @unchecked Sendable {
         var spoolPath: String?
         var stagedPath: String?
         var outputName: String?
+        var nameKey: String
+        var nameStem: String
+        var tier: Tier?
 
         init(key: String, seq: Int, location: String) {
             self.key = key
             self.seq = seq
             self.location = location
+            nameKey = key
+            nameStem = NameTemplate.stem(of: key)
         }
 
         init(record: ItemRecord) {
@@ -391,7 +413,12 @@ public final class PipelineRunner: @unchecked Sendable {
             spoolPath = record.spoolPath
             stagedPath = record.stagedPath
             outputName = record.outputName
+            nameKey = record.nameKey
+            nameStem = record.nameStem
+            tier = record.tier
         }
+
+        var isRemote: Bool { location.hasPrefix("http://") || location.hasPrefix("https://") }
     }
 
     private func start(_ job: Job, at status: ItemStatus) {
@@ -403,18 +430,36 @@ public final class PipelineRunner: @unchecked Sendable {
         }
     }
 
-    /// Local items need no download: the input is read in place.
+    /// Remote items are downloaded (or linked from the cache) into the run's spool folder;
+    /// local items are read in place.
     private func fetch(_ job: Job) {
         fetchers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
-            guard FileManager.default.isReadableFile(atPath: job.location) else {
-                let failure = ItemFailure(.download, "cannot read \(job.location)")
-                return fail(job, failure, attempts: 1)
-            }
             var fetched = job
-            fetched.spoolPath = job.location
+            let tier: Tier?
+            if job.isRemote {
+                guard let fetcher = pipeline.fetcher else {
+                    return fail(job, ItemFailure(.download, "a URL item in a local source: \(job.location)"), attempts: 1)
+                }
+                let spool = spoolDirectory + "/\(job.seq)"
+                var attempts = 1
+                do throws(ItemFailure) {
+                    tier = try fetcher.image(job.location, to: spool, isCancelled: { [weak self] in self?.isCancelled ?? true },
+                                             attemptsMade: { attempts = $0 })
+                } catch {
+                    return fail(job, ItemFailure(error.reason, pipeline.environment.redact(error.message), httpStatus: error.httpStatus),
+                                attempts: attempts)
+                }
+                fetched.spoolPath = spool
+            } else {
+                guard FileManager.default.isReadableFile(atPath: job.location) else {
+                    return fail(job, ItemFailure(.download, "cannot read \(job.location)"), attempts: 1)
+                }
+                fetched.spoolPath = job.location
+                tier = job.tier == nil ? .local : nil
+            }
             let next = fetched
-            writer.submit(.fetched(key: job.key, spoolPath: job.location)) { [self] _ in
+            writer.submit(.fetched(key: job.key, spoolPath: next.spoolPath!, tier: tier)) { [self] _ in
                 process(next, attempt: 1)
             }
         }
@@ -435,8 +480,8 @@ public final class PipelineRunner: @unchecked Sendable {
                     fail(job, failure, attempts: attempt)
                 }
             case let .success(image):
-                let name = spec.output.name.render(key: job.key, index: job.seq, format: spec.output.format,
-                                                   hash: String(image.sha256.prefix(16)))
+                let name = spec.output.name.render(key: job.nameKey, stem: job.nameStem, index: job.seq,
+                                                   format: spec.output.format, hash: String(image.sha256.prefix(16)))
                 let staged = stagedDirectory + "/\(job.seq).\(spec.output.format.fileExtension)"
                 let partial = staged + ".partial"
                 do {
@@ -498,6 +543,7 @@ public final class PipelineRunner: @unchecked Sendable {
                         finish(job, failure: failure)
                     } else {
                         unlink(staged)
+                        if job.isRemote { unlink(spoolDirectory + "/\(job.seq)") }
                         finish(job, failure: nil)
                     }
                 }

@@ -28,6 +28,7 @@ public enum RunMode: Sendable {
     /// abandons an unfinished run instead of refusing.
     case fresh(limit: Int?, replaceUnfinished: Bool)
     /// Continue the latest unfinished run; `retryFailed` also tries its failed items again
-    /// (and reopens a finished run that has failures).
-    case resume(retryFailed: Bool)
+    /// (and reopens a finished run that has failures); `refreshFeed` lists the feed again
+    /// and adds only the items the run does not have yet.
+    case resume(retryFailed: Bool, refreshFeed: Bool = false)
 }

@@ -16,6 +16,8 @@ public struct StatusReport: Sendable, Codable {
     public let sinks: [String: DeliveryCounts]
     public let failuresByReason: [String: Int]
     public let failures: [FailureRecord]
+    /// Items by the tier that served their input: `remote`, `cache`, `fallback`, `local`.
+    public let tiers: [String: Int]
     public let startedAt: String
     public let finishedAt: String?
     /// Seconds spent running, over every session.
@@ -37,6 +39,7 @@ public struct StatusReport: Sendable, Codable {
             fetched: counts.fetched, processed: counts.processed, sinks: sinks,
             failuresByReason: try store.failureCounts(runId: run.id),
             failures: try store.failures(runId: run.id, limit: failureLimit),
+            tiers: try store.tierCounts(runId: run.id),
             startedAt: formatter.string(from: run.startedAt), finishedAt: run.finishedAt.map(formatter.string(from:)),
             elapsed: run.elapsed, itemsPerSecond: run.elapsed > 0 ? Double(finishedItems) / run.elapsed : 0)
     }

@@ -108,7 +108,7 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
 
     /// The file name for one item; `hash` is needed only if the template uses `{hash}`.
     /// The result is made safe: it never leaves the sink's directory.
-    public func render(key: String, index: Int, format: OutputFormat, hash: String?) -> String {
+    public func render(key: String, stem: String? = nil, index: Int, format: OutputFormat, hash: String?) -> String {
         var out = ""
         for part in parts {
             switch part {
@@ -116,7 +116,7 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
             case let .field(field):
                 switch field {
                 case "key": out += key
-                case "stem": out += NameTemplate.stem(of: key)
+                case "stem": out += stem ?? NameTemplate.stem(of: key)
                 case "ext": out += format.fileExtension
                 case "index": out += String(index)
                 default: out += hash ?? "hash"

@@ -64,20 +64,74 @@ extension PipelineSpec {
 }
 
 extension SourceSpec {
-    static let types = ["directory"]
+    static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search"]
+    static let remoteKeys = ["cache", "fallback"]
 
     init(node: SpecNode) throws {
         guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
         let type = try SpecObject.type(of: node)
+        func keys(_ own: [String]) throws -> SpecObject {
+            try node.object(allowing: ["type"] + own + SourceSpec.remoteKeys)
+        }
         switch type {
         case "directory":
             let object = try node.object(allowing: ["type", "path", "recursive"])
             self = .directory(path: try object.required("path") { try EnvString($0) },
                               recursive: try object.optional("recursive", default: true) { try $0.bool() })
+        case "url-list":
+            let object = try keys(["path"])
+            self = .urlList(path: try object.required("path") { try EnvString($0) }, remote: try RemoteOptions(object))
+        case "json-feed":
+            let object = try keys(["url", "urlField", "keyField"])
+            self = .jsonFeed(url: try object.required("url") { try EnvString($0) },
+                             urlField: try object.optional("urlField", default: "url") { try $0.nonEmptyString() },
+                             keyField: try object.optional("keyField") { try $0.nonEmptyString() },
+                             remote: try RemoteOptions(object))
+        case "nasa-images":
+            let object = try keys(["query", "endpoint", "mediaType", "maxItems"])
+            self = .nasaImages(query: try object.required("query") { try EnvString($0) },
+                               endpoint: try object.optional("endpoint", default: EnvString(raw: "https://images-api.nasa.gov",
+                                                                                             path: object.path.appending("endpoint").description)) { try EnvString($0) },
+                               mediaType: try object.optional("mediaType", default: "image") { try $0.nonEmptyString() },
+                               maxItems: try object.optional("maxItems") { try $0.integer(in: 1 ... Int.max) },
+                               remote: try RemoteOptions(object))
+        case "flickr-search":
+            let object = try keys(["text", "apiKey", "endpoint", "perPage", "maxItems", "size"])
+            self = .flickrSearch(text: try object.required("text") { try EnvString($0) },
+                                 apiKey: try object.required("apiKey") { try EnvString($0) },
+                                 endpoint: try object.optional("endpoint", default: EnvString(raw: "https://api.flickr.com/services/rest/",
+                                                                                               path: object.path.appending("endpoint").description)) { try EnvString($0) },
+                                 perPage: try object.optional("perPage", default: 100) { try $0.integer(in: 1 ... 500) },
+                                 maxItems: try object.optional("maxItems") { try $0.integer(in: 1 ... Int.max) },
+                                 size: try object.optional("size", default: "url_l") { node in
+                                     let size = try node.nonEmptyString()
+                                     guard size.hasPrefix("url_") else { throw node.expected("a Flickr size extra such as \"url_l\"") }
+                                     return size
+                                 },
+                                 remote: try RemoteOptions(object))
         default:
             throw SpecError(path: node.path.appending("type").description,
                             message: "expected one of \(SourceSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
         }
+    }
+}
+
+extension RemoteOptions {
+    init(_ object: SpecObject) throws {
+        self.init()
+        if let cache = object.member("cache") {
+            switch cache.value {
+            case let .bool(on): self.cache = on ? CacheSpec() : nil
+            case .object:
+                let fields = try cache.object(allowing: ["path", "revalidate", "maxSize"])
+                self.cache = CacheSpec(path: try fields.optional("path") { try EnvString($0) },
+                                       revalidate: try fields.optional("revalidate", default: false) { try $0.bool() },
+                                       maxSize: try fields.optional("maxSize") { try $0.integer(in: 1 ... Int.max) })
+            default:
+                throw cache.expected("true, false or an object with path, revalidate, maxSize")
+            }
+        }
+        fallback = try object.optional("fallback") { try SourceSpec(node: $0) }
     }
 }
 

@@ -36,14 +36,63 @@ public struct PipelineSpec: Sendable {
 }
 
 /// Where items come from.
-public enum SourceSpec: Sendable, Equatable {
+public indirect enum SourceSpec: Sendable, Equatable {
     /// Every image file below `path` (recursively unless `recursive` is false).
     case directory(path: EnvString, recursive: Bool)
+    /// A local file of URLs (`.txt`, `.csv`, `.jsonl`, optionally `.gz`).
+    case urlList(path: EnvString, remote: RemoteOptions)
+    /// A JSON array of objects with an image URL each.
+    case jsonFeed(url: EnvString, urlField: String, keyField: String?, remote: RemoteOptions)
+    /// NASA's image search, paged by `next` links.
+    case nasaImages(query: EnvString, endpoint: EnvString, mediaType: String, maxItems: Int?, remote: RemoteOptions)
+    /// Flickr search, page by page.
+    case flickrSearch(text: EnvString, apiKey: EnvString, endpoint: EnvString, perPage: Int, maxItems: Int?,
+                      size: String, remote: RemoteOptions)
 
     public var typeName: String {
         switch self {
         case .directory: "directory"
+        case .urlList: "url-list"
+        case .jsonFeed: "json-feed"
+        case .nasaImages: "nasa-images"
+        case .flickrSearch: "flickr-search"
         }
+    }
+
+    /// `cache` and `fallback` of a remote source; nil for a directory.
+    public var remote: RemoteOptions? {
+        switch self {
+        case .directory: nil
+        case let .urlList(_, remote), let .jsonFeed(_, _, _, remote), let .nasaImages(_, _, _, _, remote),
+             let .flickrSearch(_, _, _, _, _, _, remote): remote
+        }
+    }
+}
+
+/// What every remote source takes besides its own fields.
+public struct RemoteOptions: Sendable, Equatable {
+    /// nil when `"cache": false`.
+    public var cache: CacheSpec?
+    /// Listed instead when this source cannot be listed.
+    public var fallback: SourceSpec?
+
+    public init(cache: CacheSpec? = CacheSpec(), fallback: SourceSpec? = nil) {
+        self.cache = cache
+        self.fallback = fallback
+    }
+}
+
+/// `cache`: `true` (the default), `false`, or `{ "path", "revalidate", "maxSize" }`.
+public struct CacheSpec: Sendable, Equatable {
+    /// nil: `.imgpipe/cache` in the current directory.
+    public var path: EnvString?
+    public var revalidate = false
+    public var maxSize: Int?
+
+    public init(path: EnvString? = nil, revalidate: Bool = false, maxSize: Int? = nil) {
+        self.path = path
+        self.revalidate = revalidate
+        self.maxSize = maxSize
     }
 }
 

@@ -72,6 +72,9 @@ public struct ItemRecord: Sendable, Equatable {
     public var outputName: String?
     public var outputHash: String?
     public var updatedAt: Double
+    public var nameKey: String
+    public var nameStem: String
+    public var tier: Tier?
 
     init(row: Row) {
         key = row["key"]
@@ -86,6 +89,9 @@ public struct ItemRecord: Sendable, Equatable {
         outputName = row["outputName"]
         outputHash = row["outputHash"]
         updatedAt = row["updatedAt"]
+        nameKey = row["nameKey"] ?? key
+        nameStem = row["nameStem"] ?? NameTemplate.stem(of: key)
+        tier = (row["tier"] as String?).flatMap(Tier.init(rawValue:))
     }
 }
 

@@ -22,20 +22,23 @@ extension RunStore {
                 failure = ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
             }
             try db.execute(sql: """
-                INSERT INTO item (runId, seq, key, location, metadata, status, reason, message, outputName, updatedAt)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO item (runId, seq, key, location, metadata, status, reason, message, outputName, nameKey,
+                                  nameStem, tier, updatedAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [runId, item.seq, item.key, item.location, item.metadata,
                                  failure == nil ? "pending" : "failed", failure?.reason.rawValue, failure?.message,
-                                 failure == nil ? item.outputName : nil, time])
+                                 failure == nil ? item.outputName : nil, item.nameKey, item.nameStem, item.tier?.rawValue, time])
             for sink in item.sinks {
                 try db.execute(sql: "INSERT INTO delivery (runId, itemKey, sink, status, updatedAt) VALUES (?, ?, ?, 'pending', ?)",
                                arguments: [runId, item.key, sink, time])
             }
             return failure.map { .failed($0) } ?? .applied
 
-        case let .fetched(key, spoolPath):
-            try db.execute(sql: "UPDATE item SET status = 'fetched', spoolPath = ?, updatedAt = ? WHERE runId = ? AND key = ?",
-                           arguments: [spoolPath, time, runId, key])
+        case let .fetched(key, spoolPath, tier):
+            try db.execute(sql: """
+                UPDATE item SET status = 'fetched', spoolPath = ?, tier = COALESCE(?, tier), updatedAt = ?
+                WHERE runId = ? AND key = ?
+                """, arguments: [spoolPath, tier?.rawValue, time, runId, key])
             return .applied
 
         case let .processed(key, output):

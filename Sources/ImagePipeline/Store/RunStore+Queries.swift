@@ -62,6 +62,18 @@ extension RunStore {
         }
     }
 
+    /// Items counted by the tier that served their input (remote, cache, fallback, local).
+    public func tierCounts(runId: Int64) throws -> [String: Int] {
+        try database.read { db in
+            var result: [String: Int] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT tier, COUNT(*) AS n FROM item WHERE runId = ? AND tier IS NOT NULL GROUP BY tier",
+                                        arguments: [runId]) {
+                result[row["tier"]] = row["n"]
+            }
+            return result
+        }
+    }
+
     /// Failed items counted by reason.
     public func failureCounts(runId: Int64) throws -> [String: Int] {
         try database.read { db in

@@ -51,9 +51,9 @@ extension RunStore {
         }
     }
 
-    public func markFeedComplete(runId: Int64) throws {
+    public func markFeedComplete(runId: Int64, _ complete: Bool = true) throws {
         try database.write { db in
-            try db.execute(sql: "UPDATE run SET feedComplete = 1 WHERE id = ?", arguments: [runId])
+            try db.execute(sql: "UPDATE run SET feedComplete = ? WHERE id = ?", arguments: [complete, runId])
         }
     }
 

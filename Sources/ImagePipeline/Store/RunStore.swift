@@ -87,6 +87,13 @@ public final class RunStore: @unchecked Sendable {
                 CREATE INDEX delivery_status ON delivery(runId, sink, status);
                 """)
         }
+        migrator.registerMigration("v2: names and tiers of remote items") { db in
+            try db.execute(sql: """
+                ALTER TABLE item ADD COLUMN nameKey TEXT;
+                ALTER TABLE item ADD COLUMN nameStem TEXT;
+                ALTER TABLE item ADD COLUMN tier TEXT;
+                """)
+        }
         return migrator
     }
 }

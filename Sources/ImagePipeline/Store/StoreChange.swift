@@ -3,8 +3,8 @@ public enum StoreChange: Sendable {
     /// A newly listed item: pending, with a pending delivery per sink. `outputName`, when
     /// known before processing, is claimed now: a second item with the same name fails.
     case insert(NewItem)
-    /// The input is readable at `spoolPath`.
-    case fetched(key: String, spoolPath: String)
+    /// The input is readable at `spoolPath`; `tier` says what served it (nil: unchanged).
+    case fetched(key: String, spoolPath: String, tier: Tier?)
     /// The output is staged. `outputName` is claimed now if it was not at insert.
     case processed(key: String, output: StagedOutput)
     /// One sink has the output; the item is done when every sink has.
@@ -25,14 +25,23 @@ public struct NewItem: Sendable, Equatable {
     public let metadata: String?
     public let outputName: String?
     public let sinks: [String]
+    /// What `{key}` and `{stem}` become in output names.
+    public let nameKey: String
+    public let nameStem: String
+    /// Known at listing for items of a fallback source.
+    public let tier: Tier?
 
-    public init(key: String, seq: Int, location: String, metadata: String?, outputName: String?, sinks: [String]) {
+    public init(key: String, seq: Int, location: String, metadata: String?, outputName: String?, sinks: [String],
+                nameKey: String? = nil, nameStem: String? = nil, tier: Tier? = nil) {
         self.key = key
         self.seq = seq
         self.location = location
         self.metadata = metadata
         self.outputName = outputName
         self.sinks = sinks
+        self.nameKey = nameKey ?? key
+        self.nameStem = nameStem ?? NameTemplate.stem(of: key)
+        self.tier = tier
     }
 }
 

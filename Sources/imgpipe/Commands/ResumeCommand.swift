@@ -17,6 +17,9 @@ struct ResumeCommand: ParsableCommand {
     @Flag(help: "Also try the run's failed items again.")
     var retryFailed = false
 
+    @Flag(help: "List the feed again and add only the items the run does not have yet.")
+    var refreshFeed = false
+
     @Flag(help: "Print nothing but errors.")
     var quiet = false
 
@@ -24,6 +27,6 @@ struct ResumeCommand: ParsableCommand {
     var json = false
 
     func run() throws {
-        try RunSession(options: options, quiet: quiet, json: json).perform(.resume(retryFailed: retryFailed))
+        try RunSession(options: options, quiet: quiet, json: json).perform(.resume(retryFailed: retryFailed, refreshFeed: refreshFeed))
     }
 }

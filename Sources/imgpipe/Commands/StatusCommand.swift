@@ -49,6 +49,10 @@ struct StatusCommand: ParsableCommand {
         for (name, counts) in report.sinks.sorted(by: { $0.key < $1.key }) {
             Console.out("sink \(name): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending")
         }
+        if !report.tiers.isEmpty {
+            Console.out("served from: " + report.tiers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                .joined(separator: ", "))
+        }
         Console.out(String(format: "throughput: %.1f items/s over %.1f s of running", report.itemsPerSecond, report.elapsed))
         if !report.failuresByReason.isEmpty {
             Console.out("failures by reason: " + report.failuresByReason.sorted { $0.key < $1.key }

@@ -23,9 +23,10 @@ struct PipelineOptions: ParsableArguments {
     }
 
     /// Builds the pipeline for a run (expands `${…}`, resolves paths), exiting 2 on error.
-    func build(_ spec: PipelineSpec, environment: Environment) throws -> BuiltPipeline {
+    func build(_ spec: PipelineSpec, environment: Environment,
+               notice: @escaping @Sendable (String) -> Void) throws -> BuiltPipeline {
         do {
-            return try BuiltPipeline.build(spec, path: pipeline, environment: environment)
+            return try BuiltPipeline.build(spec, path: pipeline, environment: environment, notice: notice)
         } catch {
             Console.error("\(pipeline): \(environment.redact(String(describing: error)))")
             throw Exit.usage

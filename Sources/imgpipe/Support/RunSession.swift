@@ -13,7 +13,8 @@ struct RunSession {
     func perform(_ mode: RunMode) throws {
         let spec = try options.loadSpec()
         let environment = Environment()
-        let pipeline = try options.build(spec, environment: environment)
+        let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
+        let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
         let stateFile = options.stateFile
         let store: RunStore
         let lock: StateLock
@@ -26,7 +27,6 @@ struct RunSession {
             Console.error(String(describing: error))
             throw Exit.usage
         }
-        let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         let logger = Logger(label: "imgpipe")
         let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger)
         let trap = SignalTrap(

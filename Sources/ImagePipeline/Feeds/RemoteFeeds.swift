@@ -1,0 +1,158 @@
+import Foundation
+
+/// Reads feed pages (through the cache, with retries).
+public protocol PageSource: Sendable {
+    func page(_ url: String) throws -> (Data, Tier)
+}
+
+extension RemoteFetcher: PageSource {}
+
+extension JSONValue {
+    var stringValue: String? {
+        switch self {
+        case let .string(text): text
+        case let .number(value, isInteger): isInteger ? String(Int64(value)) : String(value)
+        default: nil
+        }
+    }
+
+    var arrayValue: [JSONValue]? {
+        if case let .array(items) = self { return items }
+        return nil
+    }
+
+    static func parse(_ data: Data, what: String) throws -> JSONValue {
+        do {
+            return try JSONParser.parse(bytes: Array(data))
+        } catch {
+            throw FeedError("\(what) is not valid JSON (\(error))")
+        }
+    }
+}
+
+/// `json-feed`: one JSON array of objects, each with the image URL in `urlField`; the key
+/// is `keyField`'s value, else the URL; the other fields are kept as metadata.
+public struct JSONFeed: Feed {
+    public let url: String
+    public let urlField: String
+    public let keyField: String?
+    public let pages: any PageSource
+
+    public func list(_ body: (FeedItem) throws -> Bool) throws {
+        let (data, _) = try pages.page(url)
+        guard let items = try JSONValue.parse(data, what: "the feed at \(url)").arrayValue else {
+            throw FeedError("the feed at \(url) is not a JSON array of objects")
+        }
+        for item in items {
+            guard case let .object(members) = item, let image = item[urlField]?.stringValue, !image.isEmpty else { continue }
+            let key = keyField.flatMap { item[$0]?.stringValue } ?? image
+            let metadata = JSONValue.object(members.filter { $0.key != urlField }).serialized()
+            if try !body(FeedItem(key: key, url: image, stem: FeedItem.stem(ofURL: image), metadata: metadata)) { return }
+        }
+    }
+}
+
+/// `nasa-images`: NASA's image search (Collection+JSON), page by page along the `next`
+/// links; key `data[0].nasa_id`, image `links[rel=preview].href`.
+public struct NASAImagesFeed: Feed {
+    public let query: String
+    public let endpoint: String
+    public let mediaType: String
+    public let maxItems: Int?
+    public let pages: any PageSource
+
+    public func list(_ body: (FeedItem) throws -> Bool) throws {
+        var components = URLComponents(string: endpoint.hasSuffix("/") ? endpoint + "search" : endpoint + "/search")
+        components?.queryItems = [URLQueryItem(name: "q", value: query), URLQueryItem(name: "media_type", value: mediaType)]
+        var next = components?.url?.absoluteString
+        var count = 0
+        var seenPages: Set<String> = []
+        while let page = next, seenPages.insert(page).inserted {
+            let (data, _) = try pages.page(page)
+            let document = try JSONValue.parse(data, what: "the NASA page \(page)")
+            guard let collection = document["collection"] else { throw FeedError("the NASA page \(page) has no \"collection\"") }
+            for item in collection["items"]?.arrayValue ?? [] {
+                if let maxItems, count >= maxItems { return }
+                guard let data = item["data"]?.arrayValue?.first, let id = data["nasa_id"]?.stringValue,
+                      let preview = (item["links"]?.arrayValue ?? []).first(where: { $0["rel"]?.stringValue == "preview" }),
+                      let href = preview["href"]?.stringValue else { continue }
+                let metadata = JSONValue.object([("title", data["title"] ?? .null), ("date", data["date_created"] ?? .null),
+                                                 ("description", data["description"] ?? .null),
+                                                 ("keywords", data["keywords"] ?? .array([]))]).serialized()
+                count += 1
+                if try !body(FeedItem(key: id, url: href, stem: id, metadata: metadata)) { return }
+            }
+            next = (collection["links"]?.arrayValue ?? []).first { $0["rel"]?.stringValue == "next" }?["href"]?.stringValue
+        }
+    }
+}
+
+/// `flickr-search`: `flickr.photos.search` page by page until `pages`; key = photo id;
+/// image = the `url_<size>` extra, else built from server, id and secret.
+public struct FlickrSearchFeed: Feed {
+    public let text: String
+    public let apiKey: String
+    public let endpoint: String
+    public let perPage: Int
+    public let maxItems: Int?
+    public let size: String
+    public let pages: any PageSource
+
+    public func list(_ body: (FeedItem) throws -> Bool) throws {
+        var page = 1
+        var pageCount = 1
+        var count = 0
+        repeat {
+            var components = URLComponents(string: endpoint)
+            components?.queryItems = [
+                .init(name: "method", value: "flickr.photos.search"), .init(name: "api_key", value: apiKey),
+                .init(name: "text", value: text), .init(name: "per_page", value: String(perPage)),
+                .init(name: "page", value: String(page)), .init(name: "format", value: "json"),
+                .init(name: "nojsoncallback", value: "1"), .init(name: "extras", value: size),
+            ]
+            guard let address = components?.url?.absoluteString else { throw FeedError("flickr-search: bad endpoint \(endpoint)") }
+            let (data, _) = try pages.page(address)
+            let document = try JSONValue.parse(data, what: "the Flickr page \(page)")
+            guard document["stat"]?.stringValue == "ok", let photos = document["photos"] else {
+                throw FeedError("Flickr answered page \(page) with an error: \(document["message"]?.stringValue ?? "no photos")")
+            }
+            pageCount = Int(photos["pages"]?.stringValue ?? "1") ?? 1
+            for photo in photos["photo"]?.arrayValue ?? [] {
+                if let maxItems, count >= maxItems { return }
+                guard let id = photo["id"]?.stringValue else { continue }
+                var image = photo[size]?.stringValue
+                if image == nil, let server = photo["server"]?.stringValue, let secret = photo["secret"]?.stringValue {
+                    image = "https://live.staticflickr.com/\(server)/\(id)_\(secret)_b.jpg"
+                }
+                guard let image else { continue }
+                let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)]).serialized()
+                count += 1
+                if try !body(FeedItem(key: id, url: image, stem: id, metadata: metadata)) { return }
+            }
+            page += 1
+        } while page <= pageCount
+    }
+}
+
+/// A remote source with a `fallback`: when the remote feed cannot be listed at all (no
+/// page from the server or the cache), the fallback source is listed instead.
+public struct FallbackFeed: Feed {
+    public let primary: any Feed
+    public let fallback: any Feed
+    public let onFallback: @Sendable (String) -> Void
+
+    public func list(_ body: (FeedItem) throws -> Bool) throws {
+        var listedAny = false
+        do {
+            try primary.list { item in
+                listedAny = true
+                return try body(item)
+            }
+        } catch let error as FeedError where !listedAny {
+            onFallback("\(error); using the fallback source")
+            try fallback.list { item in
+                try body(FeedItem(key: item.key, location: item.location, metadata: item.metadata, fromFallback: true))
+            }
+        }
+    }
+}

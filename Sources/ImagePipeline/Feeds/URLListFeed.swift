@@ -1,0 +1,79 @@
+import CZlib
+import Foundation
+
+/// `url-list`: a local file of image URLs, read line by line (gzip or plain): `.txt` (a URL
+/// a line, `#` comments), `.csv` (a header with `url` and optionally `key`), `.jsonl`
+/// (objects with `url` and optionally `key`). The key is `key`, else the URL.
+public struct URLListFeed: Feed {
+    public let path: String
+
+    public func list(_ body: (FeedItem) throws -> Bool) throws {
+        guard FileManager.default.isReadableFile(atPath: path) else { throw FeedError("cannot read URL list \(path)") }
+        guard let file = gzopen(path, "rb") else { throw FeedError("cannot open URL list \(path)") }
+        defer { gzclose(file) }
+        var name = (path as NSString).lastPathComponent.lowercased()
+        if name.hasSuffix(".gz") { name = String(name.dropLast(3)) }
+        let format = name.hasSuffix(".csv") ? "csv" : name.hasSuffix(".jsonl") || name.hasSuffix(".ndjson") ? "jsonl" : "txt"
+        var header: [String]?
+        var lineNumber = 0
+        var buffer = [CChar](repeating: 0, count: 1 << 16)
+        while gzgets(file, &buffer, Int32(buffer.count)) != nil {
+            lineNumber += 1
+            let line = String(cString: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
+            if line.isEmpty { continue }
+            var url: String?
+            var key: String?
+            switch format {
+            case "csv":
+                let fields = CSV.fields(line)
+                guard let columns = header else {
+                    header = fields.map { $0.lowercased() }
+                    guard header!.contains("url") else { throw FeedError("\(path): the CSV header has no \"url\" column") }
+                    continue
+                }
+                url = columns.firstIndex(of: "url").flatMap { $0 < fields.count ? fields[$0] : nil }
+                key = columns.firstIndex(of: "key").flatMap { $0 < fields.count ? fields[$0] : nil }
+            case "jsonl":
+                guard let object = try? JSONParser.parse(line) else { throw FeedError("\(path):\(lineNumber): not a JSON object") }
+                url = object["url"]?.stringValue
+                key = object["key"]?.stringValue
+            default:
+                if line.hasPrefix("#") { continue }
+                url = line
+            }
+            guard let url, !url.isEmpty else { continue }
+            let itemKey = (key?.isEmpty == false ? key : nil) ?? url
+            if try !body(FeedItem(key: itemKey, url: url, stem: FeedItem.stem(ofURL: url), metadata: nil)) { return }
+        }
+    }
+}
+
+enum CSV {
+    /// The fields of one CSV line (RFC 4180 quoting; no line breaks inside fields).
+    static func fields(_ line: String) -> [String] {
+        var fields: [String] = []
+        var field = ""
+        var quoted = false
+        var iterator = Array(line).makeIterator()
+        var pending: Character?
+        while let c = pending ?? iterator.next() {
+            pending = nil
+            if quoted {
+                if c == "\"" {
+                    if let next = iterator.next() {
+                        if next == "\"" { field.append("\"") } else { quoted = false; pending = next }
+                    } else { quoted = false }
+                } else { field.append(c) }
+            } else if c == "\"" {
+                quoted = true
+            } else if c == "," {
+                fields.append(field.trimmingCharacters(in: .whitespaces))
+                field = ""
+            } else {
+                field.append(c)
+            }
+        }
+        fields.append(field.trimmingCharacters(in: .whitespaces))
+        return fields
+    }
+}

@@ -1,0 +1,130 @@
+import Crypto
+import Foundation
+
+/// A disk cache of HTTP bodies (images and feed pages), keyed by the SHA-256 of the URL.
+/// Each entry is `<hh>/<sha256>` (the body) and `<hh>/<sha256>.json` (URL, ETag,
+/// Last-Modified, size), both written to a temporary name and renamed. A hit touches the
+/// body's modification time; when the cache grows past `maxSize` bytes, the least
+/// recently used entries go first.
+// @unchecked because `size` is guarded by `lock`; files are replaced atomically.
+public final class DiskCache: @unchecked Sendable {
+    public struct Entry: Sendable, Codable {
+        public let url: String
+        public let etag: String?
+        public let lastModified: String?
+        public let bytes: Int
+        /// Where the body is.
+        public var path: String = ""
+
+        enum CodingKeys: String, CodingKey { case url, etag, lastModified, bytes }
+    }
+
+    public let directory: String
+    public let maxSize: Int?
+    private let lock = NSLock()
+    private var size: Int?
+
+    public init(directory: String, maxSize: Int?) throws {
+        self.directory = directory
+        self.maxSize = maxSize
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    static func key(_ url: String) -> String {
+        SHA256.hash(data: Data(url.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    private func paths(_ url: String) -> (folder: String, body: String, meta: String) {
+        let key = Self.key(url)
+        let folder = directory + "/" + key.prefix(2)
+        return (folder, folder + "/" + key, folder + "/" + key + ".json")
+    }
+
+    /// The entry for `url`, or nil. Counts as a use (for eviction).
+    public func entry(for url: String) -> Entry? {
+        let (_, body, meta) = paths(url)
+        guard let data = FileManager.default.contents(atPath: meta),
+              var entry = try? JSONDecoder().decode(Entry.self, from: data), entry.url == url,
+              FileManager.default.fileExists(atPath: body) else { return nil }
+        entry.path = body
+        utimes(body, nil)
+        return entry
+    }
+
+    /// The body of `url` when cached.
+    public func data(for url: String) -> Data? {
+        entry(for: url).flatMap { FileManager.default.contents(atPath: $0.path) }
+    }
+
+    /// Moves a downloaded file into the cache (it must be on the same file system, e.g. a
+    /// temporary file in the cache's folder), replacing an older entry.
+    @discardableResult
+    public func store(url: String, file: String, etag: String?, lastModified: String?) throws -> Entry {
+        let (folder, body, meta) = paths(url)
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let bytes = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
+        var entry = Entry(url: url, etag: etag, lastModified: lastModified, bytes: bytes)
+        let previous = (try? FileManager.default.attributesOfItem(atPath: body)[.size] as? Int) ?? 0
+        guard rename(file, body) == 0 else {
+            throw StoreError("cannot move \(file) into the cache: \(String(cString: strerror(errno)))")
+        }
+        let temporary = meta + ".\(UUID().uuidString).tmp"
+        try JSONEncoder().encode(entry).write(to: URL(fileURLWithPath: temporary))
+        rename(temporary, meta)
+        entry.path = body
+        lock.withLock { if size != nil { size! += bytes - previous } }
+        evictIfNeeded()
+        return entry
+    }
+
+    /// Stores bytes held in memory (feed pages).
+    @discardableResult
+    public func store(url: String, data: Data, etag: String?, lastModified: String?) throws -> Entry {
+        let file = temporaryFile()
+        try data.write(to: URL(fileURLWithPath: file))
+        return try store(url: url, file: file, etag: etag, lastModified: lastModified)
+    }
+
+    /// A fresh name inside the cache folder, for a download that may be stored.
+    public func temporaryFile() -> String {
+        directory + "/.download-\(UUID().uuidString).tmp"
+    }
+
+    /// Total bytes of cached bodies.
+    public func totalSize() -> Int {
+        lock.withLock {
+            if let size { return size }
+            let computed = bodies().reduce(0) { $0 + $1.bytes }
+            size = computed
+            return computed
+        }
+    }
+
+    private func bodies() -> [(path: String, bytes: Int, used: Date)] {
+        var result: [(String, Int, Date)] = []
+        let folders = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        for folder in folders where folder.count == 2 {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory + "/" + folder)) ?? []
+            for name in names where !name.hasSuffix(".json") && !name.hasSuffix(".tmp") {
+                let path = directory + "/" + folder + "/" + name
+                guard let attributes = try? FileManager.default.attributesOfItem(atPath: path) else { continue }
+                result.append((path, attributes[.size] as? Int ?? 0, attributes[.modificationDate] as? Date ?? .distantPast))
+            }
+        }
+        return result
+    }
+
+    /// Removes least recently used entries until the cache fits `maxSize`.
+    public func evictIfNeeded() {
+        guard let maxSize, totalSize() > maxSize else { return }
+        lock.withLock {
+            var total = bodies().reduce(0) { $0 + $1.bytes }
+            for body in bodies().sorted(by: { $0.used < $1.used }) where total > maxSize {
+                unlink(body.path)
+                unlink(body.path + ".json")
+                total -= body.bytes
+            }
+            size = total
+        }
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+
+/// Which tier served an item's bytes.
+public enum Tier: String, Sendable, Codable, CaseIterable {
+    /// Downloaded now.
+    case remote
+    /// Read from the disk cache (a hit, a 304, or the server being unreachable).
+    case cache
+    /// Read from the source's `fallback` (the remote feed could not be listed).
+    case fallback
+    /// A local source (a directory).
+    case local
+}
+
+/// Cache settings of a remote source.
+public struct CachePolicy: Sendable, Equatable {
+    public var directory: String
+    /// Ask the server (`If-None-Match`/`If-Modified-Since`) before using a cached copy.
+    public var revalidate: Bool
+    public var maxSize: Int?
+}
+
+/// Feed pages and images over HTTP, through the disk cache: remote, else cache. With the
+/// cache on and `revalidate` off, a cached URL is not requested at all, so a second run
+/// downloads nothing; a failed request falls back to a cached copy when there is one.
+public struct RemoteFetcher: Sendable {
+    public let client: HTTPClient
+    public let cache: DiskCache?
+    public let revalidate: Bool
+    public let attempts: Int
+    public let backoff: Double
+    public let maxBytes: Int
+
+    public init(client: HTTPClient, cache: DiskCache?, revalidate: Bool, attempts: Int, backoff: Double, maxBytes: Int) {
+        self.client = client
+        self.cache = cache
+        self.revalidate = revalidate
+        self.attempts = attempts
+        self.backoff = backoff
+        self.maxBytes = maxBytes
+    }
+
+    /// A feed page's bytes and the tier that served them.
+    public func page(_ address: String) throws -> (Data, Tier) {
+        guard let url = URL(string: address) else { throw FeedError("not a URL: \(address)") }
+        let cached = cache?.entry(for: address)
+        if let cached, !revalidate, let data = FileManager.default.contents(atPath: cached.path) { return (data, .cache) }
+        do {
+            let result = try client.performWithRetries(HTTPRequest(url: url, headers: conditionalHeaders(cached), maxBytes: 64 << 20),
+                                                       attempts: attempts, backoff: backoff)
+            if result.status == 304, let cached, let data = FileManager.default.contents(atPath: cached.path) {
+                return (data, .cache)
+            }
+            guard (200 ... 299).contains(result.status), let body = result.body else {
+                throw HTTPFailure(kind: .status, message: "HTTP \(result.status)", status: result.status, retryAfter: nil)
+            }
+            try? cache?.store(url: address, data: body, etag: result.etag, lastModified: result.lastModified)
+            return (body, .remote)
+        } catch {
+            if let cached, let data = FileManager.default.contents(atPath: cached.path) { return (data, .cache) }
+            throw FeedError("cannot fetch \(address): \(error)")
+        }
+    }
+
+    /// Downloads an image to `destination` (or links it from the cache) and says which
+    /// tier served it. Failures are `ItemFailure`s: `limit` for an oversized body, `decode`
+    /// for a body that is not an image (an HTML error page), `download` otherwise, after
+    /// the retries.
+    public func image(_ address: String, to destination: String, isCancelled: @escaping @Sendable () -> Bool = { false },
+                      attemptsMade: ((Int) -> Void)? = nil) throws(ItemFailure) -> Tier {
+        guard let url = URL(string: address) else { throw ItemFailure(.download, "not a URL: \(address)") }
+        let cached = cache?.entry(for: address)
+        if let cached, !revalidate, Self.place(cached.path, at: destination) { return .cache }
+        let temporary = cache?.temporaryFile() ?? destination + ".part"
+        let result: HTTPResult
+        do {
+            result = try client.performWithRetries(
+                HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes),
+                attempts: attempts, backoff: backoff, isCancelled: isCancelled, attemptsMade: attemptsMade)
+        } catch {
+            unlink(temporary)
+            if let cached, Self.place(cached.path, at: destination) { return .cache }
+            throw ItemFailure(error.kind == .tooLarge ? .limit : .download, error.message, httpStatus: error.status)
+        }
+        if result.status == 304, let cached, Self.place(cached.path, at: destination) {
+            unlink(temporary)
+            return .cache
+        }
+        guard (200 ... 299).contains(result.status) else {
+            unlink(temporary)
+            if let cached, Self.place(cached.path, at: destination) { return .cache }
+            throw ItemFailure(.download, "HTTP \(result.status) from \(url.host ?? "server")", httpStatus: result.status)
+        }
+        let head = Array((FileHandle(forReadingAtPath: temporary).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
+        if case .accepted = ImageFormat.sniff(head) {} else {
+            unlink(temporary)
+            let what: String
+            switch ImageFormat.sniff(head) {
+            case let .refused(name): what = name
+            default: what = head.isEmpty ? "an empty body" : "an unrecognised format"
+            }
+            throw ItemFailure(.decode, "not an image: the server sent \(what) (Content-Type \(result.headers["content-type"] ?? "none"))",
+                              httpStatus: result.status)
+        }
+        if let cache {
+            do {
+                let entry = try cache.store(url: address, file: temporary, etag: result.etag, lastModified: result.lastModified)
+                guard Self.place(entry.path, at: destination) else { throw StoreError("cannot link \(entry.path)") }
+            } catch {
+                unlink(temporary)
+                throw ItemFailure(.download, "cannot cache \(address): \(error)")
+            }
+        } else if rename(temporary, destination) != 0 {
+            unlink(temporary)
+            throw ItemFailure(.download, "cannot spool \(address): \(String(cString: strerror(errno)))")
+        }
+        return .remote
+    }
+
+    private func conditionalHeaders(_ cached: DiskCache.Entry?) -> [String: String] {
+        guard revalidate, let cached else { return [:] }
+        var headers: [String: String] = [:]
+        if let etag = cached.etag { headers["If-None-Match"] = etag }
+        if let lastModified = cached.lastModified { headers["If-Modified-Since"] = lastModified }
+        return headers
+    }
+
+    /// Hard-links (or copies, across file systems) a cached body to `destination`.
+    static func place(_ source: String, at destination: String) -> Bool {
+        unlink(destination)
+        if link(source, destination) == 0 { return true }
+        return (try? FileManager.default.copyItem(atPath: source, toPath: destination)) != nil
+    }
+}
