@@ -17,6 +17,8 @@ public final class TestHTTPServer: @unchecked Sendable {
         /// Header names in lower case.
         public let headers: [String: String]
         public let body: Data
+        /// When the request had been read.
+        public var receivedAt = Date()
 
         public var path: String { String(target.split(separator: "?", maxSplits: 1).first ?? "") }
 
@@ -67,7 +69,6 @@ public final class TestHTTPServer: @unchecked Sendable {
     private let lock = NSLock()
     private var recorded: [Request] = []
     private var stopped = false
-    private let connections = DispatchQueue(label: "test-http.connections", attributes: .concurrent)
 
     /// Binds to a free loopback port and starts serving.
     public init(handler: @escaping Handler) throws {
@@ -126,7 +127,11 @@ public final class TestHTTPServer: @unchecked Sendable {
                 if errno == EINTR { continue }
                 return
             }
-            connections.async { [self] in serve(client) }
+            // A thread per connection: a handler that stalls must not hold up the others
+            // (Dispatch's pool is only a few threads wide on a 2-core machine).
+            let worker = Thread { [self] in serve(client) }
+            worker.stackSize = 1 << 20
+            worker.start()
         }
     }
 

@@ -98,6 +98,17 @@ public struct FlickrSearchFeed: Feed {
     public let size: String
     public let pages: any PageSource
 
+    public init(text: String, apiKey: String, endpoint: String, perPage: Int, maxItems: Int?, size: String,
+                pages: any PageSource) {
+        self.text = text
+        self.apiKey = apiKey
+        self.endpoint = endpoint
+        self.perPage = perPage
+        self.maxItems = maxItems
+        self.size = size
+        self.pages = pages
+    }
+
     public func list(_ body: (FeedItem) throws -> Bool) throws {
         var page = 1
         var pageCount = 1

@@ -238,12 +238,14 @@ extension HTTPClient: URLSessionDataDelegate {
         if let error, state.failure == nil {
             let nsError = error as NSError
             let kind: HTTPFailure.Kind
+            let text = nsError.localizedDescription
             switch nsError.code {
             case NSURLErrorTimedOut: kind = .timeout
             case NSURLErrorNetworkConnectionLost: kind = .truncated
-            default: kind = .network
+            default: kind = text.contains("transfer closed") || text.contains("remaining to read") ? .truncated : .network
             }
-            let what = kind == .timeout ? "timed out" : kind == .truncated ? "connection lost (truncated body)" : nsError.localizedDescription
+            let what = kind == .timeout ? "timed out"
+                : kind == .truncated ? "truncated body (\(text))" : text
             state.failure = HTTPFailure(kind: kind, message: "\(task.originalRequest?.url?.host ?? "server"): \(what)",
                                         status: state.response?.statusCode, retryAfter: nil)
         }

@@ -135,6 +135,14 @@ public final class PipelineRunner: @unchecked Sendable {
     private var deliverers: BoundedExecutor!
     private var sinksByName: [String: any Sink] = [:]
     private var passStartSeq = 0
+    private var admitted = 0
+    /// Keys reported as duplicates (each is reported once).
+    private var reportedDuplicates: Set<String> = []
+
+    private func reportDuplicate(_ key: String) {
+        let first = lock.withLock { reportedDuplicates.insert(key).inserted }
+        if first { reporter.notice("duplicate key \"\(key)\" in the feed; processed once") }
+    }
 
     func drive(_ run: RunRecord, resuming: Bool) throws -> RunSummary {
         self.run = run
@@ -265,6 +273,9 @@ public final class PipelineRunner: @unchecked Sendable {
         list()
     }
 
+    /// Lists the feed and admits each new item as soon as it is listed (so items of one
+    /// page are processed while the next page is still being fetched). Inserts go through
+    /// the group-commit writer; the item starts from the insert's completion.
     private func list() {
         let spec = pipeline.spec
         var seq: Int
@@ -276,26 +287,21 @@ public final class PipelineRunner: @unchecked Sendable {
             return
         }
         passStartSeq = seq + 1
+        let relisting = seq > 0
         let limit = run.itemLimit
-        var batch: [FeedItem] = []
-        var batchSeqs: [Int] = []
-        var admitted = lock.withLock { counts.total }
-        var reportedDuplicates: Set<String> = []
+        lock.withLock { admitted = counts.total }
         let template = spec.output.name
         let sinkNames = spec.sinks.map(\.name)
+        var stoppedByLimit = false
 
-        func flush() {
-            guard !batch.isEmpty else { return }
-            let changes = zip(batch, batchSeqs).map { item, itemSeq in
-                StoreChange.insert(NewItem(
-                    key: item.key, seq: itemSeq, location: item.location, metadata: item.metadata,
-                    outputName: template.usesHash ? nil : template.render(key: item.nameKey, stem: item.nameStem, index: itemSeq,
-                                                                          format: spec.output.format, hash: nil),
-                    sinks: sinkNames, nameKey: item.nameKey, nameStem: item.nameStem,
-                    tier: item.fromFallback ? .fallback : nil))
-            }
-            let outcomes = writer.submitAndWait(changes)
-            for ((item, itemSeq), outcome) in zip(zip(batch, batchSeqs), outcomes) {
+        func admit(_ item: FeedItem, seq itemSeq: Int) {
+            let change = StoreChange.insert(NewItem(
+                key: item.key, seq: itemSeq, location: item.location, metadata: item.metadata,
+                outputName: template.usesHash ? nil : template.render(key: item.nameKey, stem: item.nameStem, index: itemSeq,
+                                                                      format: spec.output.format, hash: nil),
+                sinks: sinkNames, nameKey: item.nameKey, nameStem: item.nameStem,
+                tier: item.fromFallback ? .fallback : nil))
+            writer.submit(change) { [self] outcome in
                 switch outcome {
                 case .applied:
                     lock.withLock { counts.total += 1; counts.pending += 1 }
@@ -308,52 +314,41 @@ public final class PipelineRunner: @unchecked Sendable {
                     lock.withLock { counts.total += 1; counts.failed += 1; finishedThisSession += 1 }
                     reporter.itemFailed(key: item.key, failure: failure)
                     releaseSlot()
-                case let .existing(existingSeq, _):
-                    admitted -= 1
-                    if existingSeq >= passStartSeq, reportedDuplicates.insert(item.key).inserted {
-                        reporter.notice("duplicate key \"\(item.key)\" in the feed; processed once")
-                    }
+                case .existing:
+                    lock.withLock { admitted -= 1 }
+                    reportDuplicate(item.key)
                     releaseSlot()
                 case .completed:
                     releaseSlot()
                 }
             }
-            batch.removeAll(keepingCapacity: true)
-            batchSeqs.removeAll(keepingCapacity: true)
         }
 
-        var stoppedByLimit = false
         do {
             try pipeline.feed.list { item in
                 if isCancelled { return false }
-                if let limit, admitted >= limit {
-                    flush()
-                    if admitted >= limit {
-                        stoppedByLimit = true
-                        return false
-                    }
+                if relisting, let known = try? store.item(runId: run.id, key: item.key) {
+                    // Listed by an earlier pass: resume already has it in hand.
+                    if known.seq >= passStartSeq { reportDuplicate(item.key) }
+                    return true
                 }
-                if slots.wait(timeout: .now()) == .timedOut {
-                    flush()
-                    guard acquireSlot() else { return false }
-                } else {
-                    lock.withLock { inFlight += 1 }
+                if let limit, lock.withLock({ admitted }) >= limit {
+                    stoppedByLimit = true
+                    return false
                 }
+                guard acquireSlot() else { return false }
                 seq += 1
-                admitted += 1
-                batch.append(item)
-                batchSeqs.append(seq)
-                if batch.count >= 64 { flush() }
+                lock.withLock { admitted += 1 }
+                admit(item, seq: seq)
                 return true
             }
-            flush()
             if !isCancelled || stoppedByLimit {
-                try store.markFeedComplete(runId: run.id)
+                // Through the writer, so it is committed after every insert above.
+                writer.submit(.feedComplete) { _ in }
                 run.feedComplete = true
             }
         } catch {
-            flush()
-            reporter.notice("cannot list the feed: \(error)")
+            reporter.notice("cannot list the feed: \(pipeline.environment.redact(String(describing: error)))")
         }
     }
 

@@ -84,6 +84,10 @@ extension RunStore {
             try markFailed(key: key, failure: failure, attempts: attempts, runId: runId, time: time, db: db)
             return .applied
 
+        case .feedComplete:
+            try db.execute(sql: "UPDATE run SET feedComplete = 1 WHERE id = ?", arguments: [runId])
+            return .applied
+
         case let .reset(key, status):
             try db.execute(sql: """
                 UPDATE item SET status = ?, stagedPath = CASE WHEN ? IN ('pending', 'fetched') THEN NULL ELSE stagedPath END,

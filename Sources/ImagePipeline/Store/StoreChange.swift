@@ -15,6 +15,8 @@ public enum StoreChange: Sendable {
     case failed(key: String, failure: ItemFailure, attempts: Int)
     /// Back to an earlier stage (its staged output or spool was lost).
     case reset(key: String, to: ItemStatus)
+    /// The feed has been listed to its end (or to the run's `--limit`).
+    case feedComplete
 }
 
 /// An item as listed by a feed.

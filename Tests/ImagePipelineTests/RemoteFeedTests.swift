@@ -1,0 +1,366 @@
+import Foundation
+import GRDB
+import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+/// Remote sources end to end: the built binary against a real HTTP server on loopback.
+@Suite("Remote feeds", .serialized)
+struct RemoteFeedTests {
+    let work: TemporaryDirectory
+    let jpeg: Data
+
+    init() throws {
+        work = try TemporaryDirectory("imgpipe-remote")
+        let path = work.url("fixture.jpg")
+        try ImageFixtures.jpeg(at: path, width: 64, height: 48)
+        jpeg = try Data(contentsOf: URL(fileURLWithPath: path))
+    }
+
+    /// A server of `/images/<name>.jpg` (with an ETag, answering 304 to it) plus `extra`.
+    func server(_ extra: @escaping @Sendable (TestHTTPServer.Request) -> TestHTTPServer.Response? = { _ in nil }) throws -> TestHTTPServer {
+        let jpeg = self.jpeg
+        return try TestHTTPServer { request in
+            if let response = extra(request) { return response }
+            if request.path.hasPrefix("/images/") {
+                if request.headers["if-none-match"] == "\"v1\"" { return .status(304) }
+                return .bytes(jpeg, headers: [("ETag", "\"v1\"")])
+            }
+            return .status(404)
+        }
+    }
+
+    func feedJSON(_ base: String, count: Int, from: Int = 1) -> String {
+        "[" + (from ..< from + count).map {
+            #"{"url": "\#(base)/images/photo-\#($0).jpg", "created": "Mar 14, 2018 6:50:24 PM", "updated": "Mar 15, 2018 9:00:00 AM"}"#
+        }.joined(separator: ",") + "]"
+    }
+
+    @discardableResult
+    func pipeline(source: String, limits: String = #"{"timeout": 5}"#, retry: String = #"{"attempts": 3, "backoff": 0.05}"#,
+                  name: String = "pipe.json") throws -> String {
+        try work.write("""
+            {"version": 1, "source": \(source),
+             "filters": [{"op": "fit", "width": 32, "height": 32}],
+             "sink": {"type": "directory", "path": "out"}, "limits": \(limits), "retry": \(retry)}
+            """, to: name)
+    }
+
+    func imgpipe(_ arguments: String...) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments, in: work.path)
+    }
+
+    func status(_ pipeline: String = "pipe.json") throws -> [String: Any] {
+        let result = try imgpipe("status", pipeline, "--json")
+        return try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    }
+
+    func failures() throws -> [String: [String: Any]] {
+        let list = try #require(try status()["failures"] as? [[String: Any]])
+        return Dictionary(uniqueKeysWithValues: list.map { ($0["key"] as! String, $0) })
+    }
+
+    // MARK: json-feed and the cache tiers
+
+    @Test func jsonFeedRunThenCachedRerunThenOfflineRerun() throws {
+        let body = feedJSON("BASE", count: 12)
+        let server = try server { request in
+            request.path == "/feed.json" ? .json(body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)")) : nil
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": {"path": "cache"}}"#)
+
+        let cold = try imgpipe("run", "pipe.json")
+        #expect(cold.status == 0, "stderr: \(cold.stderr)")
+        #expect(work.files(under: "out") == (1 ... 12).map { "photo-\($0).jpg" }.sorted())
+        #expect(server.requests(to: "/feed.json").count == 1)
+        #expect(server.requests.filter { $0.path.hasPrefix("/images/") }.count == 12)
+        #expect(try status()["tiers"] as? [String: Int] == ["remote": 12])
+        #expect(server.requests.allSatisfy { $0.headers["user-agent"]?.hasPrefix("imgpipe/") == true })
+        let decoded = try ImageFixtures.decode(work.url("out/photo-1.jpg"))
+        #expect((decoded.width, decoded.height) == (32, 24))
+
+        // A second run downloads nothing: feed page and images come from the cache.
+        let before = server.requests.count
+        let cached = try imgpipe("run", "pipe.json")
+        #expect(cached.status == 0, "stderr: \(cached.stderr)")
+        #expect(server.requests.count == before, "the cached rerun made requests")
+        #expect(try status()["tiers"] as? [String: Int] == ["cache": 12])
+
+        // The server is gone: the cached feed and images still run.
+        server.stop()
+        let offline = try imgpipe("run", "pipe.json")
+        #expect(offline.status == 0, "stderr: \(offline.stderr)")
+        #expect(try status()["done"] as? Int == 12)
+    }
+
+    @Test func revalidateAsksTheServerAndUsesTheCacheOn304() throws {
+        let body = feedJSON("BASE", count: 3)
+        let server = try server { request in
+            guard request.path == "/feed.json" else { return nil }
+            if request.headers["if-none-match"] == "\"feed1\"" { return .status(304) }
+            var response = TestHTTPServer.Response.json(body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)"))
+            response.headers.append(("ETag", "\"feed1\""))
+            return response
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": {"path": "cache", "revalidate": true}}"#)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let conditional = server.requests.filter { $0.headers["if-none-match"] != nil }
+        #expect(conditional.count == 4, "feed page and 3 images revalidated")
+        #expect(try status()["tiers"] as? [String: Int] == ["cache": 3])
+    }
+
+    @Test func withNothingCachedTheFallbackSourceIsUsed() throws {
+        let unreachable = try TestHTTPServer { _ in .status(200) }
+        let address = unreachable.baseURL
+        unreachable.stop()
+        try ImageFixtures.jpeg(at: work.url("bundled/a.jpg"), width: 40, height: 40)
+        try ImageFixtures.jpeg(at: work.url("bundled/b.jpg"), width: 40, height: 40)
+        try pipeline(source: """
+            {"type": "json-feed", "url": "\(address)/feed.json", "cache": {"path": "cache"},
+             "fallback": {"type": "directory", "path": "bundled"}}
+            """, retry: #"{"attempts": 1}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(result.stderr.contains("fallback"))
+        #expect(work.files(under: "out") == ["a.jpg", "b.jpg"])
+        #expect(try status()["tiers"] as? [String: Int] == ["fallback": 2])
+    }
+
+    // MARK: paged sources
+
+    @Test func nasaImagesFollowsNextLinksAndStopsAtMaxItems() throws {
+        let server = try server { request in
+            guard request.path == "/search" else { return nil }
+            let page = Int(request.query["page"] ?? "1") ?? 1
+            let host = "http://\(request.headers["host"]!)"
+            let items = (1 ... 10).map { n -> String in
+                let id = "PIA\(page)\(String(format: "%02d", n))"
+                return #"{"data": [{"nasa_id": "\#(id)", "title": "Moon \#(id)", "date_created": "2018-03-14T00:00:00Z", "keywords": ["moon"]}], "links": [{"href": "\#(host)/images/\#(id)~thumb.jpg", "rel": "preview"}]}"#
+            }
+            let next = page < 3 ? #", "links": [{"rel": "next", "href": "\#(host)/search?q=moon&media_type=image&page=\#(page + 1)"}]"# : ""
+            return .json(#"{"collection": {"items": [\#(items.joined(separator: ","))]\#(next)}}"#)
+        }
+        try pipeline(source: #"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "maxItems": 15}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(server.requests(to: "/search").count == 2, "maxItems stops listing")
+        #expect(server.requests(to: "/search").first?.query == ["q": "moon", "media_type": "image"])
+        let files = work.files(under: "out")
+        #expect(files.count == 15)
+        #expect(files.contains("PIA101.jpg") && files.contains("PIA205.jpg"), "{stem} is the nasa_id")
+    }
+
+    @Test func flickrSearchPagesUntilPagesAndKeepsTheKeyOutOfTheStateFile() throws {
+        let secret = "k3y-\(UUID().uuidString.prefix(8))"
+        let server = try server { request in
+            guard request.path == "/rest/" else { return nil }
+            guard request.query["api_key"] == secret, request.query["method"] == "flickr.photos.search",
+                  request.query["nojsoncallback"] == "1", request.query["extras"] == "url_l" else {
+                return .json(#"{"stat": "fail", "message": "Invalid API Key"}"#)
+            }
+            let page = Int(request.query["page"] ?? "1") ?? 1
+            let host = "http://\(request.headers["host"]!)"
+            let photos = (1 ... 4).map { n in
+                #"{"id": "\#(page * 100 + n)", "secret": "s", "server": "7", "title": "t", "url_l": "\#(host)/images/\#(page * 100 + n)_s_b.jpg"}"#
+            }
+            return .json(#"{"photos": {"page": \#(page), "pages": 3, "perpage": 4, "photo": [\#(photos.joined(separator: ","))]}, "stat": "ok"}"#)
+        }
+        try pipeline(source: #"{"type": "flickr-search", "text": "sunset", "apiKey": "${FLICKR_TEST_KEY}", "endpoint": "\#(server.baseURL)/rest/", "perPage": 4}"#)
+        let result = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: ["FLICKR_TEST_KEY": secret])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(server.requests(to: "/rest/").count == 3)
+        #expect(work.files(under: "out").count == 12)
+        #expect(work.files(under: "out").contains("101.jpg"))
+        for file in [".imgpipe/pipe.sqlite", ".imgpipe/pipe.sqlite-wal"] where FileManager.default.fileExists(atPath: work.url(file)) {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: work.url(file)))
+            #expect(bytes.range(of: Data(secret.utf8)) == nil, "the API key reached \(file)")
+        }
+        #expect(!(result.stdout + result.stderr).contains(secret))
+
+        let refused = try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path, environment: ["FLICKR_TEST_KEY": "wrong-key"])
+        #expect(refused.status != 0)
+        #expect(!refused.stderr.contains("wrong-key"))
+    }
+
+    @Test func flickrBuildsTheImageURLWhenTheSizeIsMissing() throws {
+        struct Pages: PageSource {
+            func page(_ url: String) throws -> (Data, Tier) {
+                (Data(#"{"photos": {"page": 1, "pages": 1, "photo": [{"id": "42", "secret": "abc", "server": "7"}]}, "stat": "ok"}"#.utf8), .remote)
+            }
+        }
+        var items: [FeedItem] = []
+        try FlickrSearchFeed(text: "x", apiKey: "k", endpoint: "http://127.0.0.1:9/rest/", perPage: 10, maxItems: nil,
+                             size: "url_l", pages: Pages()).list { items.append($0); return true }
+        #expect(items.map(\.location) == ["https://live.staticflickr.com/7/42_abc_b.jpg"])
+        #expect(items.first?.nameStem == "42")
+    }
+
+    @Test func urlListsInEveryFormat() throws {
+        let server = try server()
+        let base = server.baseURL
+        try work.write("# holiday\n\(base)/images/a.jpg\n\n\(base)/images/b.jpg?size=large\n", to: "list.txt")
+        try work.write("key,url\nfirst,\(base)/images/c.jpg\n\"second, quoted\",\(base)/images/d.jpg\n", to: "list.csv")
+        let jsonl = "{\"url\": \"\(base)/images/e.jpg\", \"key\": \"e-key\"}\n{\"url\": \"\(base)/images/f.jpg\"}\n"
+        try Data(jsonl.utf8).write(to: URL(fileURLWithPath: work.url("list.jsonl")))
+        let gzip = Process()
+        gzip.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        gzip.arguments = ["gzip", "-f", work.url("list.jsonl")]
+        try gzip.run()
+        gzip.waitUntilExit()
+        for (list, expected) in [("list.txt", ["a.jpg", "b.jpg"]), ("list.csv", ["c.jpg", "d.jpg"]), ("list.jsonl.gz", ["e.jpg", "f.jpg"])] {
+            try? FileManager.default.removeItem(atPath: work.url("out"))
+            try pipeline(source: #"{"type": "url-list", "path": "\#(list)", "cache": false}"#, name: "p.json")
+            let result = try imgpipe("run", "p.json", "--new")
+            #expect(result.status == 0, "\(list): \(result.stderr)")
+            #expect(work.files(under: "out") == expected, "\(list)")
+        }
+        let keys = try RunStore(path: work.url(".imgpipe/p.sqlite")).items(runId: 3).map(\.key)
+        #expect(keys == ["e-key", "\(base)/images/f.jpg"])
+    }
+
+    // MARK: failure policies
+
+    @Test func eachFailureEndsAsThePolicySays() throws {
+        let counter = Counter()
+        let jpeg = self.jpeg
+        let server = try server { request in
+            let n = counter.next(request.path)
+            switch request.path {
+            case "/images/flaky.jpg":
+                return n == 1 ? .status(503, headers: [("Retry-After", "1")]) : .bytes(jpeg)
+            case "/images/down.jpg": return .status(503)
+            case "/images/missing.jpg": return .status(404)
+            case "/images/truncated.jpg":
+                return TestHTTPServer.Response(headers: [("Content-Type", "image/jpeg")], body: jpeg.prefix(jpeg.count / 2),
+                                               declaredLength: jpeg.count)
+            case "/images/stalled.jpg":
+                return TestHTTPServer.Response(headers: [("Content-Type", "image/jpeg")], body: jpeg, stall: 4)
+            case "/images/huge.jpg": return .bytes(Data(count: 300_000) + jpeg)
+            case "/images/error-page.jpg":
+                return TestHTTPServer.Response(headers: [("Content-Type", "image/jpeg")], body: Data("<!DOCTYPE html><html>Oops</html>".utf8))
+            case "/images/redirect.jpg": return .status(302, headers: [("Location", "/images/redirect.jpg")])
+            default: return nil
+            }
+        }
+        let names = ["good", "flaky", "down", "missing", "truncated", "stalled", "huge", "error-page", "redirect"]
+        try work.write(names.map { "\(server.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "list.txt")
+        try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#,
+                     limits: #"{"timeout": 1, "maxBytes": 200000}"#, retry: #"{"attempts": 3, "backoff": 0.05}"#)
+        let started = Date()
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 1)
+        let url = { (name: String) in "\(server.baseURL)/images/\(name).jpg" }
+        let failed = try failures()
+        #expect(Set(failed.keys) == Set(["down", "missing", "truncated", "stalled", "huge", "error-page", "redirect"].map(url)))
+        #expect(work.files(under: "out") == ["flaky.jpg", "good.jpg"])
+
+        #expect(counter.count("/images/flaky.jpg") == 2, "503 then retried after Retry-After")
+        #expect(Date().timeIntervalSince(started) >= 1, "Retry-After: 1 was honoured")
+        #expect(counter.count("/images/down.jpg") == 3 && failed[url("down")]?["attempts"] as? Int == 3)
+        #expect(failed[url("down")]?["reason"] as? String == "download")
+        #expect(counter.count("/images/missing.jpg") == 1, "404 is final")
+        #expect((failed[url("missing")]?["message"] as? String)?.contains("404") == true)
+        #expect(counter.count("/images/truncated.jpg") == 3)
+        let truncated = failed[url("truncated")]?["message"] as? String ?? ""
+        #expect(truncated.contains("truncated") || truncated.contains("connection lost"), "got: \(truncated)")
+        #expect((failed[url("stalled")]?["message"] as? String)?.contains("timed out") == true)
+        #expect(failed[url("huge")]?["reason"] as? String == "limit")
+        #expect(counter.count("/images/huge.jpg") == 1, "an oversized body is not retried")
+        #expect(failed[url("error-page")]?["reason"] as? String == "decode")
+        #expect(counter.count("/images/error-page.jpg") == 1)
+        #expect(counter.count("/images/redirect.jpg") == 6, "the first request and 5 redirects")
+    }
+
+    @Test func duplicateKeysAreReportedOnceAndProcessedOnce() throws {
+        let server = try server()
+        let line = "\(server.baseURL)/images/same.jpg"
+        try work.write([line, line, "\(server.baseURL)/images/other.jpg", line].joined(separator: "\n"), to: "list.txt")
+        try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0)
+        #expect(result.stderr.components(separatedBy: "duplicate key").count == 2, "reported once: \(result.stderr)")
+        #expect(server.requests(to: "/images/same.jpg").count == 1)
+        #expect(try status()["total"] as? Int == 2)
+    }
+
+    @Test func refreshFeedAddsOnlyNewItems() throws {
+        let size = Counter()
+        let server = try server { request in
+            guard request.path == "/feed.json" else { return nil }
+            let body = "[" + (1 ... size.value("feed")).map {
+                #"{"url": "http://\#(request.headers["host"]!)/images/n\#($0).jpg"}"#
+            }.joined(separator: ",") + "]"
+            return .json(body)
+        }
+        size.set("feed", 3)
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": {"path": "cache", "revalidate": true}}"#)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        size.set("feed", 5)
+        let refreshed = try imgpipe("resume", "pipe.json", "--refresh-feed")
+        #expect(refreshed.status == 0, "stderr: \(refreshed.stderr)")
+        #expect(try status()["total"] as? Int == 5)
+        #expect(work.files(under: "out").count == 5)
+        for n in 1 ... 5 { #expect(server.requests(to: "/images/n\(n).jpg").count == 1, "n\(n) fetched once") }
+    }
+
+    @Test func pagingStreamsItemsWhileLaterPagesAreListed() throws {
+        let server = try server { request in
+            guard request.path == "/search" else { return nil }
+            let page = Int(request.query["page"] ?? "1") ?? 1
+            let host = "http://\(request.headers["host"]!)"
+            let items = (1 ... 5).map { n in
+                #"{"data": [{"nasa_id": "p\#(page)-\#(n)"}], "links": [{"href": "\#(host)/images/p\#(page)-\#(n).jpg", "rel": "preview"}]}"#
+            }
+            let next = page == 1 ? #", "links": [{"rel": "next", "href": "\#(host)/search?page=2"}]"# : ""
+            var response = TestHTTPServer.Response.json(#"{"collection": {"items": [\#(items.joined(separator: ","))]\#(next)}}"#)
+            if page == 2 { response.stall = 2 }
+            return response
+        }
+        try pipeline(source: #"{"type": "nasa-images", "query": "x", "endpoint": "\#(server.baseURL)", "cache": false}"#)
+        let started = Date()
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(Date().timeIntervalSince(started) >= 2)
+        let pageTwo = try #require(server.requests.first { $0.path == "/search" && $0.query["page"] == "2" })
+        let firstPageImages = server.requests.filter { $0.path.hasPrefix("/images/p1-") }
+        #expect(firstPageImages.count == 5)
+        // Page 2 stalled for 2 s: every page-1 image was requested while it was still pending.
+        #expect(firstPageImages.allSatisfy { $0.receivedAt < pageTwo.receivedAt.addingTimeInterval(1.5) })
+        #expect(work.files(under: "out").count == 10)
+    }
+
+    @Test func interruptedRemoteRunResumesWithoutDownloadingAnythingTwice() throws {
+        let jpeg = self.jpeg
+        let server = try server { request in
+            guard request.path.hasPrefix("/slow/") else { return nil }
+            Thread.sleep(forTimeInterval: 0.05)
+            return .bytes(jpeg)
+        }
+        try work.write((1 ... 60).map { "\(server.baseURL)/slow/\($0).jpg" }.joined(separator: "\n"), to: "list.txt")
+        try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#, limits: #"{"downloads": 4, "workers": 1}"#)
+        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, server.requests.count < 15 { usleep(10000) }
+        running.signal(SIGINT)
+        #expect(running.wait().status == 130)
+        let resumed = try imgpipe("resume", "pipe.json")
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+        #expect(work.files(under: "out").count == 60)
+        let perImage = Dictionary(grouping: server.requests, by: \.path)
+        #expect(perImage.count == 60)
+        #expect(perImage.values.allSatisfy { $0.count == 1 }, "an image was downloaded twice")
+    }
+}
+
+/// Thread-safe counters keyed by name, for server handlers.
+final class Counter: @unchecked Sendable {
+    // @unchecked: every access is guarded by `lock`.
+    private let lock = NSLock()
+    private var values: [String: Int] = [:]
+
+    func next(_ name: String) -> Int { lock.withLock { values[name, default: 0] += 1; return values[name]! } }
+    func count(_ name: String) -> Int { lock.withLock { values[name] ?? 0 } }
+    func value(_ name: String) -> Int { count(name) }
+    func set(_ name: String, _ value: Int) { lock.withLock { values[name] = value } }
+}
