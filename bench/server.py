@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Loopback image server for the benchmarks: serves the files of a folder at
+/images/<name>, with an ETag. With --fail-first P, the first request for P % of the
+images (chosen by a hash of the name) is answered 503. Counts requests; GET /stats
+returns them as JSON. Binds 127.0.0.1 only."""
+import argparse, hashlib, http.server, json, os, socketserver, threading
+
+parser = argparse.ArgumentParser()
+parser.add_argument("folder")
+parser.add_argument("--port", type=int, default=0)
+parser.add_argument("--fail-first", type=float, default=0)
+parser.add_argument("--port-file")
+args = parser.parse_args()
+
+lock = threading.Lock()
+seen = set()
+stats = {"requests": 0, "images": 0, "503": 0}
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        if self.path == "/stats":
+            body = json.dumps(stats).encode()
+            return self.reply(200, body, "application/json")
+        name = os.path.basename(self.path.split("?")[0])
+        path = os.path.join(args.folder, name)
+        with lock:
+            stats["requests"] += 1
+            first = name not in seen
+            seen.add(name)
+        if not self.path.startswith("/images/") or not os.path.isfile(path):
+            return self.reply(404, b"not found", "text/plain")
+        bucket = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % 10000
+        if first and bucket < args.fail_first * 100:
+            with lock:
+                stats["503"] += 1
+            return self.reply(503, b"busy", "text/plain")
+        with open(path, "rb") as f:
+            body = f.read()
+        with lock:
+            stats["images"] += 1
+        self.reply(200, body, "image/jpeg", {"ETag": '"%s"' % name})
+
+    def reply(self, status, body, kind, headers=None):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+server = Server(("127.0.0.1", args.port), Handler)
+if args.port_file:
+    with open(args.port_file, "w") as f:
+        f.write(str(server.server_address[1]))
+server.serve_forever()
