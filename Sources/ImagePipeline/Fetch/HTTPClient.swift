@@ -15,6 +15,50 @@ public struct HTTPResult: Sendable {
 
     public var etag: String? { headers["etag"] }
     public var lastModified: String? { headers["last-modified"] }
+
+    /// Turns 408, 429 and 5xx into a retryable failure (with the server's `Retry-After`).
+    public func throwIfRetryableStatus() throws(HTTPFailure) {
+        guard status == 408 || status == 429 || (500 ... 599).contains(status) else { return }
+        throw HTTPFailure(kind: .status, message: "HTTP \(status)", status: status,
+                          retryAfter: headers["retry-after"].flatMap(HTTPClient.retryAfterSeconds))
+    }
+}
+
+/// Tries an operation again while its failure may pass: exponential backoff with jitter
+/// (`backoff` × 2^(n−1) × 0.5…1.5), or the server's `Retry-After` (at most 60 s).
+public struct RetryLoop: Sendable {
+    public let attempts: Int
+    public let backoff: Double
+    public let isCancelled: @Sendable () -> Bool
+
+    public init(attempts: Int, backoff: Double, isCancelled: @escaping @Sendable () -> Bool = { false }) {
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
+        self.isCancelled = isCancelled
+    }
+
+    /// Runs `body(attempt)` until it returns, throws a final failure, or attempts run out;
+    /// the last failure's message says how many attempts were made.
+    public func run<T>(attemptsMade: ((Int) -> Void)? = nil,
+                       _ body: (Int) throws(HTTPFailure) -> T) throws(HTTPFailure) -> T {
+        var attempt = 1
+        while true {
+            do {
+                let value = try body(attempt)
+                attemptsMade?(attempt)
+                return value
+            } catch {
+                attemptsMade?(attempt)
+                guard error.retryable, attempt < attempts, !isCancelled() else {
+                    throw HTTPFailure(kind: error.kind, message: error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
+                                      status: error.status, retryAfter: error.retryAfter)
+                }
+                let delay = error.retryAfter.map { min($0, 60) } ?? backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
+                Thread.sleep(forTimeInterval: delay)
+                attempt += 1
+            }
+        }
+    }
 }
 
 /// One request's description.
@@ -137,32 +181,12 @@ public final class HTTPClient: NSObject, @unchecked Sendable {
     /// failures that may pass, statuses 408/429/5xx included. Returns a final response
     /// (2xx, 304, or another status that is not retried) or throws the last failure.
     public func performWithRetries(_ request: HTTPRequest, attempts: Int, backoff: Double,
-                                   isCancelled: @Sendable () -> Bool = { false },
+                                   isCancelled: @escaping @Sendable () -> Bool = { false },
                                    attemptsMade: ((Int) -> Void)? = nil) throws(HTTPFailure) -> HTTPResult {
-        var attempt = 1
-        while true {
-            var failure: HTTPFailure
-            do {
-                let result = try perform(request)
-                if result.status == 408 || result.status == 429 || (500 ... 599).contains(result.status) {
-                    let retryAfter = result.headers["retry-after"].flatMap(Self.retryAfterSeconds)
-                    failure = HTTPFailure(kind: .status, message: "HTTP \(result.status)", status: result.status,
-                                          retryAfter: retryAfter)
-                } else {
-                    attemptsMade?(attempt)
-                    return result
-                }
-            } catch {
-                failure = error
-            }
-            attemptsMade?(attempt)
-            guard failure.retryable, attempt < attempts, !isCancelled() else {
-                throw HTTPFailure(kind: failure.kind, message: failure.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
-                                  status: failure.status, retryAfter: failure.retryAfter)
-            }
-            let delay = failure.retryAfter.map { min($0, 60) } ?? backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
-            Thread.sleep(forTimeInterval: delay)
-            attempt += 1
+        try RetryLoop(attempts: attempts, backoff: backoff, isCancelled: isCancelled).run(attemptsMade: attemptsMade) { _ throws(HTTPFailure) in
+            let result = try perform(request)
+            try result.throwIfRetryableStatus()
+            return result
         }
     }
 

@@ -11,6 +11,8 @@ public struct BuiltPipeline: Sendable {
     public let sinks: [any Sink]
     public let processor: ImageProcessor
     public let environment: Environment
+    /// Set when the run is interrupted; retry loops watch it.
+    public let cancellation: CancellationFlag
 
     /// Expands and resolves everything the run needs; errors are `SpecError`s naming the
     /// path of the value (an unset variable, a source directory that does not exist).
@@ -32,11 +34,37 @@ public struct BuiltPipeline: Sendable {
                                     backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes)
         }
         let feed = try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
+        let cancellation = CancellationFlag()
+        let isCancelled: @Sendable () -> Bool = { cancellation.isCancelled }
+        var uploadClient: HTTPClient?
+        func uploads() -> HTTPClient {
+            if let uploadClient { return uploadClient }
+            let client = HTTPClient(connectionsPerHost: spec.limits.uploads, timeout: spec.limits.timeout)
+            uploadClient = client
+            return client
+        }
         var sinks: [any Sink] = []
         for sink in spec.sinks {
             switch sink {
             case let .directory(name, pathValue):
                 sinks.append(DirectorySink(name: name, root: spec.resolvePath(try pathValue.expanded(in: environment))))
+            case let .upload(name, endpointValue, fieldValues, fileField, originalField):
+                let endpoint = try endpointValue.expanded(in: environment)
+                guard let url = URL(string: endpoint), ["http", "https"].contains(url.scheme?.lowercased() ?? "") else {
+                    throw SpecError(path: endpointValue.path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(endpoint)))")
+                }
+                let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
+                sinks.append(UploadSink(name: name, endpoint: url, fields: fields, fileField: fileField, originalField: originalField,
+                                        client: uploads(), retry: spec.retry, isCancelled: isCancelled))
+            case let .http(name, urlValue, method, fileField, headerValues):
+                let template = try urlValue.expanded(in: environment)
+                guard template.lowercased().hasPrefix("http://") || template.lowercased().hasPrefix("https://") else {
+                    throw SpecError(path: urlValue.path, message: "expected an http(s) URL template, got \(JSONValue.quote(environment.redact(template)))")
+                }
+                var headers: [String: String] = [:]
+                for header in headerValues { headers[header.name] = try header.value.expanded(in: environment) }
+                sinks.append(HTTPSink(name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
+                                      client: uploads(), retry: spec.retry, isCancelled: isCancelled))
             }
         }
         for (index, filter) in spec.filters.enumerated() {
@@ -50,7 +78,7 @@ public struct BuiltPipeline: Sendable {
         let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
                                        baseDirectory: spec.baseDirectory)
         return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
-                             sinks: sinks, processor: processor, environment: environment)
+                             sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
     }
 
     static func makeFeed(_ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,

@@ -58,6 +58,7 @@ public final class PipelineRunner: @unchecked Sendable {
             }
             if now { interruptedAt = .distantPast }
         }
+        pipeline.cancellation.cancel()
     }
 
     var isCancelled: Bool { lock.withLock { cancelled } }
@@ -167,7 +168,7 @@ public final class PipelineRunner: @unchecked Sendable {
         let limits = pipeline.spec.limits
         let capacity = limits.downloads + limits.effectiveWorkers * 2 + limits.uploads
         slots = DispatchSemaphore(value: capacity)
-        writer = StoreWriter(store: store, runId: run.id) { [weak self] error in
+        writer = StoreWriter(store: store, runId: run.id, redact: pipeline.environment.redact) { [weak self] error in
             self?.reporter.notice("cannot write the state file: \(error); stopping")
             self?.interrupt()
         }
@@ -210,7 +211,9 @@ public final class PipelineRunner: @unchecked Sendable {
         let finished = !wasCancelled && latest.feedComplete && final.unfinished == 0
         try store.setState(finished ? .finished : .interrupted, runId: run.id, addingElapsed: elapsed)
         for sink in pipeline.sinks { sink.finish() }
-        if finished { try? FileManager.default.removeItem(atPath: run.workDirectory) }
+        // The work folder goes once nothing in it can be needed: kept while items failed,
+        // so that `resume --retry-failed` can deliver staged outputs without redoing them.
+        if finished, final.failed == 0 { try? FileManager.default.removeItem(atPath: run.workDirectory) }
         return try summary(run: latest, elapsed: elapsed, interrupted: !finished)
     }
 
@@ -389,6 +392,7 @@ public final class PipelineRunner: @unchecked Sendable {
         var spoolPath: String?
         var stagedPath: String?
         var outputName: String?
+        var outputHash: String?
         var nameKey: String
         var nameStem: String
         var tier: Tier?
@@ -408,6 +412,7 @@ public final class PipelineRunner: @unchecked Sendable {
             spoolPath = record.spoolPath
             stagedPath = record.stagedPath
             outputName = record.outputName
+            outputHash = record.outputHash
             nameKey = record.nameKey
             nameStem = record.nameStem
             tier = record.tier
@@ -491,6 +496,7 @@ public final class PipelineRunner: @unchecked Sendable {
                 var processed = job
                 processed.stagedPath = staged
                 processed.outputName = name
+                processed.outputHash = image.sha256
                 let next = processed
                 writer.submit(.processed(key: job.key, output: output)) { [self] outcome in
                     if case let .failed(failure) = outcome {
@@ -520,7 +526,8 @@ public final class PipelineRunner: @unchecked Sendable {
             }
             guard !pending.isEmpty else { return releaseSlot() }
             let delivery = Delivery(runId: run.id, key: job.key, stagedPath: staged, name: name,
-                                    format: pipeline.spec.output.format, origin: job.location)
+                                    format: pipeline.spec.output.format, origin: job.location, nameKey: job.nameKey,
+                                    nameStem: job.nameStem, sha256: job.outputHash ?? "")
             var changes: [StoreChange] = []
             for sinkName in pending {
                 guard let sink = sinksByName[sinkName] else {
@@ -546,21 +553,14 @@ public final class PipelineRunner: @unchecked Sendable {
         }
     }
 
+    /// One sink's delivery (the sink retries what may pass) as a state change.
     private func deliverWithRetries(_ delivery: Delivery, to sink: any Sink) -> StoreChange {
-        var attempt = 1
-        while true {
-            do throws(ItemFailure) {
-                let receipt = try sink.deliver(delivery)
-                return .delivered(key: delivery.key, sink: sink.name, remoteURL: receipt.remoteURL,
-                                  httpStatus: receipt.httpStatus)
-            } catch {
-                if error.retryable, attempt < pipeline.spec.retry.attempts, !isCancelled {
-                    Thread.sleep(forTimeInterval: backoff(after: attempt))
-                    attempt += 1
-                    continue
-                }
-                return .deliveryFailed(key: delivery.key, sink: sink.name, failure: error, attempts: attempt)
-            }
+        do throws(DeliveryFailure) {
+            let receipt = try sink.deliver(delivery)
+            return .delivered(key: delivery.key, sink: sink.name, remoteURL: receipt.remoteURL,
+                              httpStatus: receipt.httpStatus, attempts: receipt.attempts)
+        } catch {
+            return .deliveryFailed(key: delivery.key, sink: sink.name, failure: error.failure, attempts: error.attempts)
         }
     }
 

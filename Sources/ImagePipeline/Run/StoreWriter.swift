@@ -20,13 +20,35 @@ final class StoreWriter: @unchecked Sendable {
     private let onError: @Sendable (any Error) -> Void
     private(set) var batches = 0
 
-    init(store: RunStore, runId: Int64, onError: @escaping @Sendable (any Error) -> Void) {
+    private let redact: @Sendable (String) -> String
+
+    /// `redact` masks secrets in every message and URL before it reaches the state file.
+    init(store: RunStore, runId: Int64, redact: @escaping @Sendable (String) -> String = { $0 },
+         onError: @escaping @Sendable (any Error) -> Void) {
         self.store = store
         self.runId = runId
+        self.redact = redact
         self.onError = onError
     }
 
+    private func redacted(_ change: StoreChange) -> StoreChange {
+        func clean(_ failure: ItemFailure) -> ItemFailure {
+            ItemFailure(failure.reason, redact(failure.message), httpStatus: failure.httpStatus, retryable: failure.retryable)
+        }
+        switch change {
+        case let .failed(key, failure, attempts):
+            return .failed(key: key, failure: clean(failure), attempts: attempts)
+        case let .deliveryFailed(key, sink, failure, attempts):
+            return .deliveryFailed(key: key, sink: sink, failure: clean(failure), attempts: attempts)
+        case let .delivered(key, sink, remoteURL, httpStatus, attempts):
+            return .delivered(key: key, sink: sink, remoteURL: remoteURL.map(redact), httpStatus: httpStatus, attempts: attempts)
+        default:
+            return change
+        }
+    }
+
     func submit(_ change: StoreChange, completion: @escaping Completion) {
+        let change = redacted(change)
         let schedule: Bool = lock.withLock {
             pending.append((change, completion))
             if scheduled { return false }

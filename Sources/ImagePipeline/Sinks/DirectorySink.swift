@@ -32,7 +32,15 @@ public struct DirectorySink: Sink {
         rmdir(partialDirectory)
     }
 
-    public func deliver(_ delivery: Delivery) throws(ItemFailure) -> DeliveryReceipt {
+    public func deliver(_ delivery: Delivery) throws(DeliveryFailure) -> DeliveryReceipt {
+        do throws(ItemFailure) {
+            return try write(delivery)
+        } catch {
+            throw DeliveryFailure(error)
+        }
+    }
+
+    private func write(_ delivery: Delivery) throws(ItemFailure) -> DeliveryReceipt {
         let relative = SafePath.relative(delivery.name)
         let destination = root + "/" + relative
         let folder = (destination as NSString).deletingLastPathComponent

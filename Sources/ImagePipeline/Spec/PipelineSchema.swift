@@ -35,15 +35,20 @@ public enum PipelineSchema {
                 .object([("required", strings(["sinks"]))]),
             ])),
             ("$defs", .object([
-                ("source", .object([("oneOf", .array([
-                    object([("type", .object([("const", .string("directory"))])),
-                            ("path", .object([("type", .string("string"))])),
-                            ("recursive", .object([("type", .string("boolean"))]))], required: ["type", "path"]),
+                ("source", .object([("oneOf", .array(sourceSchemas(fallback: true)))])),
+                ("sourceWithoutFallback", .object([("oneOf", .array(sourceSchemas(fallback: false)))])),
+                ("cache", .object([("oneOf", .array([
+                    .object([("type", .string("boolean"))]),
+                    object([("path", string), ("revalidate", boolean), ("maxSize", integerSchema(1 ... Int.max))]),
                 ]))])),
+                ("strings", .object([("type", .string("object")), ("additionalProperties", string)])),
                 ("sink", .object([("oneOf", .array([
-                    object([("type", .object([("const", .string("directory"))])),
-                            ("name", .object([("type", .string("string")), ("minLength", integer(1))])),
-                            ("path", .object([("type", .string("string"))]))], required: ["type", "path"]),
+                    object([("type", constant("directory")), ("name", nonEmpty), ("path", string)], required: ["type", "path"]),
+                    object([("type", constant("upload")), ("name", nonEmpty), ("endpoint", string), ("fields", ref("strings")),
+                            ("fileField", nonEmpty), ("originalField", nonEmpty)], required: ["type", "endpoint"]),
+                    object([("type", constant("http")), ("name", nonEmpty), ("url", string),
+                            ("method", .object([("enum", strings(["PUT", "POST"]))])), ("fileField", nonEmpty),
+                            ("headers", ref("strings"))], required: ["type", "url"]),
                 ]))])),
                 ("output", object([
                     ("format", .object([("enum", strings(OutputFormat.allCases.map(\.rawValue)))])),
@@ -58,6 +63,30 @@ public enum PipelineSchema {
                 ("filter", .object([("oneOf", .array(registry.definitions.map(filterSchema)))])),
             ])),
         ])
+    }
+
+    static let string = JSONValue.object([("type", .string("string"))])
+    static let nonEmpty = JSONValue.object([("type", .string("string")), ("minLength", integer(1))])
+    static let boolean = JSONValue.object([("type", .string("boolean"))])
+    static func constant(_ value: String) -> JSONValue { .object([("const", .string(value))]) }
+
+    /// Every source type; remote ones take `cache` and (at the top level) `fallback`.
+    static func sourceSchemas(fallback: Bool) -> [JSONValue] {
+        var remote: [(key: String, value: JSONValue)] = [("cache", ref("cache"))]
+        if fallback { remote.append(("fallback", ref("sourceWithoutFallback"))) }
+        let maxItems = integerSchema(1 ... Int.max)
+        return [
+            object([("type", constant("directory")), ("path", string), ("recursive", boolean)], required: ["type", "path"]),
+            object([("type", constant("url-list")), ("path", string)] + remote, required: ["type", "path"]),
+            object([("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty)] + remote,
+                   required: ["type", "url"]),
+            object([("type", constant("nasa-images")), ("query", string), ("endpoint", string), ("mediaType", nonEmpty),
+                    ("maxItems", maxItems)] + remote, required: ["type", "query"]),
+            object([("type", constant("flickr-search")), ("text", string), ("apiKey", string), ("endpoint", string),
+                    ("perPage", integerSchema(1 ... 500)), ("maxItems", maxItems),
+                    ("size", .object([("type", .string("string")), ("pattern", .string("^url_"))]))] + remote,
+                   required: ["type", "text", "apiKey"]),
+        ]
     }
 
     static func filterSchema(_ definition: FilterDefinition) -> JSONValue {

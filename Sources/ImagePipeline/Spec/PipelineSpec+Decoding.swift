@@ -67,11 +67,12 @@ extension SourceSpec {
     static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search"]
     static let remoteKeys = ["cache", "fallback"]
 
-    init(node: SpecNode) throws {
+    /// A fallback source may not have a fallback of its own (`allowFallback` false).
+    init(node: SpecNode, allowFallback: Bool = true) throws {
         guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
         let type = try SpecObject.type(of: node)
         func keys(_ own: [String]) throws -> SpecObject {
-            try node.object(allowing: ["type"] + own + SourceSpec.remoteKeys)
+            try node.object(allowing: ["type"] + own + (allowFallback ? SourceSpec.remoteKeys : ["cache"]))
         }
         switch type {
         case "directory":
@@ -131,21 +132,50 @@ extension RemoteOptions {
                 throw cache.expected("true, false or an object with path, revalidate, maxSize")
             }
         }
-        fallback = try object.optional("fallback") { try SourceSpec(node: $0) }
+        fallback = try object.optional("fallback") { try SourceSpec(node: $0, allowFallback: false) }
     }
 }
 
 extension SinkSpec {
-    static let types = ["directory"]
+    static let types = ["directory", "upload", "http"]
 
     init(node: SpecNode, index: Int) throws {
         guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
         let type = try SpecObject.type(of: node)
+        func name(_ object: SpecObject) throws -> String {
+            try object.optional("name", default: "\(type)-\(index)") { try $0.nonEmptyString() }
+        }
+        func named(_ node: SpecNode) throws -> [NamedValue] {
+            guard case let .object(members) = node.value else { throw node.expected("an object of strings") }
+            return try members.map { member in
+                NamedValue(name: member.key, value: try EnvString(SpecNode(value: member.value, path: node.path.appending(member.key))))
+            }
+        }
         switch type {
         case "directory":
             let object = try node.object(allowing: ["type", "name", "path"])
-            let name = try object.optional("name", default: "directory-\(index)") { try $0.nonEmptyString() }
-            self = .directory(name: name, path: try object.required("path") { try EnvString($0) })
+            self = .directory(name: try name(object), path: try object.required("path") { try EnvString($0) })
+        case "upload":
+            let object = try node.object(allowing: ["type", "name", "endpoint", "fields", "fileField", "originalField"])
+            self = .upload(name: try name(object), endpoint: try object.required("endpoint") { try EnvString($0) },
+                           fields: try object.optional("fields", default: []) { try named($0) },
+                           fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
+                           originalField: try object.optional("originalField", default: "original") { try $0.nonEmptyString() })
+        case "http":
+            let object = try node.object(allowing: ["type", "name", "url", "method", "fileField", "headers"])
+            let url = try object.required("url") { node in
+                let value = try EnvString(node)
+                var rest = value.raw.replacingOccurrences(of: "${", with: "")
+                for field in ["{key}", "{stem}", "{ext}", "{hash}"] { rest = rest.replacingOccurrences(of: field, with: "") }
+                if let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
+                    throw node.fail("unknown field \(rest[open ... close]); expected {key}, {stem}, {ext} or {hash}")
+                }
+                return value
+            }
+            self = .http(name: try name(object), url: url,
+                         method: try object.optional("method", default: "PUT") { try $0.choice(["PUT", "POST"]) },
+                         fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
+                         headers: try object.optional("headers", default: []) { try named($0) })
         default:
             throw SpecError(path: node.path.appending("type").description,
                             message: "expected one of \(SinkSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")

@@ -96,19 +96,32 @@ public struct CacheSpec: Sendable, Equatable {
     }
 }
 
-/// Where outputs go. Each sink has a name, unique in the pipeline.
+/// A name and a value that may hold `${…}` (upload fields, HTTP headers).
+public struct NamedValue: Sendable, Equatable {
+    public let name: String
+    public let value: EnvString
+}
+
+/// Where outputs go. Each sink has a name, unique in the pipeline (default: its type and
+/// index, e.g. `upload-1`).
 public enum SinkSpec: Sendable, Equatable {
     case directory(name: String, path: EnvString)
+    /// The two-step upload: `GET endpoint` → `{"url": U}` → `POST U` (multipart).
+    case upload(name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String)
+    /// One request per item to a URL template: `PUT` (raw body) or `POST` (multipart).
+    case http(name: String, url: EnvString, method: String, fileField: String, headers: [NamedValue])
 
     public var name: String {
         switch self {
-        case let .directory(name, _): name
+        case let .directory(name, _), let .upload(name, _, _, _, _), let .http(name, _, _, _, _): name
         }
     }
 
     public var typeName: String {
         switch self {
         case .directory: "directory"
+        case .upload: "upload"
+        case .http: "http"
         }
     }
 }

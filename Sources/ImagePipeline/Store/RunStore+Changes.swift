@@ -55,12 +55,12 @@ extension RunStore {
                                  time, runId, key])
             return .applied
 
-        case let .delivered(key, sink, remoteURL, httpStatus):
+        case let .delivered(key, sink, remoteURL, httpStatus, attempts):
             try db.execute(sql: """
-                UPDATE delivery SET status = 'done', attempts = attempts + 1, remoteURL = ?, httpStatus = ?,
+                UPDATE delivery SET status = 'done', attempts = attempts + ?, remoteURL = ?, httpStatus = ?,
                                     message = NULL, updatedAt = ?
                 WHERE runId = ? AND itemKey = ? AND sink = ?
-                """, arguments: [remoteURL, httpStatus, time, runId, key, sink])
+                """, arguments: [attempts, remoteURL, httpStatus, time, runId, key, sink])
             let open = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done'",
                                         arguments: [runId, key]) ?? 0
             guard open == 0 else { return .applied }

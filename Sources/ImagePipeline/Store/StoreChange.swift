@@ -8,7 +8,7 @@ public enum StoreChange: Sendable {
     /// The output is staged. `outputName` is claimed now if it was not at insert.
     case processed(key: String, output: StagedOutput)
     /// One sink has the output; the item is done when every sink has.
-    case delivered(key: String, sink: String, remoteURL: String?, httpStatus: Int?)
+    case delivered(key: String, sink: String, remoteURL: String?, httpStatus: Int?, attempts: Int = 1)
     /// One sink refused the output for good: the item fails with reason `upload`.
     case deliveryFailed(key: String, sink: String, failure: ItemFailure, attempts: Int)
     /// The item failed before delivery.

@@ -1,0 +1,114 @@
+import Foundation
+
+/// A loopback server that speaks both upload contracts and honours `Idempotency-Key`:
+///
+/// - `GET /upload` → `{"url": "<base>/once/<token>"}`, a one-shot URL;
+/// - `POST /once/<token>` (multipart) → stores the file part and fields, answers
+///   `{"url": "<base>/files/<id>"}`; a used token is refused with 410;
+/// - `PUT /put/<name>` and multipart `POST /put/<name>` → stores the body (or file part).
+///
+/// A request whose `Idempotency-Key` was already stored is answered as the first one was,
+/// and nothing is stored again. `mode` makes it refuse, fail now and then, or slow down.
+// @unchecked because mutable state is guarded by `lock`.
+public final class UploadServer: @unchecked Sendable {
+    public struct Upload: Sendable {
+        public let key: String?
+        public let path: String
+        public let fields: [String: String]
+        public let filename: String?
+        public let contentType: String?
+        public let data: Data
+    }
+
+    public enum Mode: Sendable {
+        case normal
+        /// Every upload (step 2 or PUT) answers this status.
+        case refuse(Int)
+        /// The first `n` attempts of each file answer 503.
+        case flaky(failures: Int)
+        /// Each upload takes this long.
+        case slow(Double)
+    }
+
+    private let lock = NSLock()
+    private var stored: [Upload] = []
+    private var byKey: [String: String] = [:]
+    private var tokens: [String: Bool] = [:]
+    private var attempts: [String: Int] = [:]
+    private var currentMode: Mode
+    public private(set) var server: TestHTTPServer!
+
+    public init(mode: Mode = .normal) throws {
+        currentMode = mode
+        server = try TestHTTPServer { [unowned self] request in self.handle(request) }
+    }
+
+    public var baseURL: String { server.baseURL }
+    public var mode: Mode {
+        get { lock.withLock { currentMode } }
+        set { lock.withLock { currentMode = newValue } }
+    }
+
+    /// Every upload stored (a replay with a known key is not stored again).
+    public var uploads: [Upload] { lock.withLock { stored } }
+
+    public func stop() { server.stop() }
+
+    private func handle(_ request: TestHTTPServer.Request) -> TestHTTPServer.Response {
+        let base = "http://\(request.headers["host"] ?? "127.0.0.1")"
+        if request.method == "GET", request.path == "/upload" {
+            let token = UUID().uuidString
+            lock.withLock { tokens[token] = false }
+            return .json(#"{"url": "\#(base)/once/\#(token)"}"#)
+        }
+        if request.method == "POST", request.path.hasPrefix("/once/") {
+            let token = String(request.path.dropFirst("/once/".count))
+            let known = lock.withLock { () -> Bool? in
+                guard let used = tokens[token] else { return nil }
+                tokens[token] = true
+                return used
+            }
+            guard known == false else { return .status(410) }
+            return store(request, base: base)
+        }
+        if request.path.hasPrefix("/put/"), request.method == "PUT" || request.method == "POST" {
+            return store(request, base: base)
+        }
+        return .status(404)
+    }
+
+    private func store(_ request: TestHTTPServer.Request, base: String) -> TestHTTPServer.Response {
+        let key = request.headers["idempotency-key"]
+        var fields: [String: String] = [:]
+        var file: FormPart?
+        if let type = request.headers["content-type"], type.hasPrefix("multipart/") {
+            guard let parts = try? MultipartParser.parse(request.body, contentType: type) else { return .status(400) }
+            for part in parts {
+                if part.filename != nil { file = part } else { fields[part.name] = part.text }
+            }
+            guard file != nil else { return .status(400) }
+        }
+        let identity = file?.filename ?? request.path
+        let mode = lock.withLock { () -> Mode in
+            attempts[identity, default: 0] += 1
+            return currentMode
+        }
+        switch mode {
+        case let .refuse(status): return .status(status)
+        case let .flaky(failures):
+            if lock.withLock({ attempts[identity]! }) <= failures { return .status(503) }
+        case let .slow(seconds): Thread.sleep(forTimeInterval: seconds)
+        case .normal: break
+        }
+        let answer = lock.withLock { () -> String in
+            if let key, let earlier = byKey[key] { return earlier }
+            let id = String(stored.count + 1)
+            stored.append(Upload(key: key, path: request.path, fields: fields, filename: file?.filename,
+                                 contentType: file?.contentType ?? request.headers["content-type"], data: file?.data ?? request.body))
+            let url = "\(base)/files/\(id)"
+            if let key { byKey[key] = url }
+            return url
+        }
+        return .json(#"{"url": "\#(answer)"}"#, status: 201)
+    }
+}

@@ -1,0 +1,183 @@
+import Foundation
+import GRDB
+import ImagePipeline
+import ImagePipelineTesting
+import Testing
+import VipsKit
+
+/// Upload and HTTP sinks end to end, against a loopback server that parses multipart
+/// bodies and honours `Idempotency-Key`.
+@Suite("Upload sinks", .serialized)
+struct UploadSinkTests {
+    let work: TemporaryDirectory
+
+    init() throws { work = try TemporaryDirectory("imgpipe-upload") }
+
+    func images(_ count: Int, size: (Int, Int) = (120, 90)) throws {
+        for index in 1 ... count {
+            try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: size.0, height: size.1)
+        }
+    }
+
+    func pipeline(sinks: String, limits: String = #"{"uploads": 4, "timeout": 5}"#,
+                  retry: String = #"{"attempts": 3, "backoff": 0.05}"#) throws {
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 60, "height": 60}],
+             "sinks": \(sinks), "limits": \(limits), "retry": \(retry)}
+            """, to: "pipe.json")
+    }
+
+    func imgpipe(_ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments, in: work.path, environment: environment)
+    }
+
+    func status() throws -> [String: Any] {
+        let result = try imgpipe(["status", "pipe.json", "--json"])
+        return try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    }
+
+    func deliveries() throws -> [Row] {
+        let queue = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite"))
+        return try queue.read { try Row.fetchAll($0, sql: "SELECT * FROM delivery ORDER BY itemKey, sink") }
+    }
+
+    func stateFileBytes() throws -> Data {
+        var bytes = Data()
+        for name in ["pipe.sqlite", "pipe.sqlite-wal"] where FileManager.default.fileExists(atPath: work.url(".imgpipe/" + name)) {
+            bytes += try Data(contentsOf: URL(fileURLWithPath: work.url(".imgpipe/" + name)))
+        }
+        return bytes
+    }
+
+    @Test func twoStepUploadSendsFieldsOriginalAndFile() throws {
+        let server = try UploadServer()
+        try images(5)
+        let secret = "appid-\(UUID().uuidString.prefix(10))"
+        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload", "fields": {"appid": "${TEST_APPID}", "album": "trip"}}]"#)
+        let result = try imgpipe(["run", "pipe.json"], environment: ["TEST_APPID": secret])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+
+        let uploads = server.uploads
+        #expect(uploads.count == 5)
+        #expect(Set(uploads.compactMap(\.filename)) == Set((1 ... 5).map { String(format: "img-%03d.jpg", $0) }))
+        for upload in uploads {
+            #expect(upload.fields["appid"] == secret && upload.fields["album"] == "trip")
+            #expect(upload.fields["original"] == work.url("in/" + upload.filename!), "original is the item's path")
+            #expect(upload.contentType == "image/jpeg")
+            let image = try VipsImage.open(data: upload.data)
+            #expect((image.width, image.height) == (60, 45))
+            #expect(upload.key?.hasPrefix("imgpipe-1-") == true)
+        }
+        #expect(Set(uploads.compactMap(\.key)).count == 5, "one Idempotency-Key per item")
+        let rows = try deliveries()
+        #expect(rows.allSatisfy { ($0["remoteURL"] as String?)?.hasPrefix(server.baseURL + "/files/") == true })
+        #expect(rows.allSatisfy { ($0["httpStatus"] as Int?) == 201 && ($0["status"] as String) == "done" })
+        #expect(try stateFileBytes().range(of: Data(secret.utf8)) == nil, "the secret reached the state file")
+        #expect(!(result.stdout + result.stderr).contains(secret))
+        let report = try imgpipe(["status", "pipe.json", "--json"])
+        #expect(!report.stdout.contains(secret))
+        #expect((try status()["sinks"] as? [String: [String: Int]])?["upload-0"] == ["done": 5, "failed": 0, "pending": 0])
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-1/staged")), "staged outputs removed")
+    }
+
+    @Test func httpSinkPutsEachOutputAndPostsMultipart() throws {
+        let server = try UploadServer()
+        try images(3)
+        let token = "tok-\(UUID().uuidString.prefix(10))"
+        try pipeline(sinks: """
+            [{"type": "http", "url": "\(server.baseURL)/put/{stem}-{hash}.{ext}", "headers": {"Authorization": "Bearer ${TEST_TOKEN}"}},
+             {"type": "http", "name": "form", "url": "\(server.baseURL)/put/form/{key}", "method": "POST", "fileField": "image"}]
+            """)
+        let result = try imgpipe(["run", "pipe.json"], environment: ["TEST_TOKEN": token])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let puts = server.server.requests.filter { $0.method == "PUT" }
+        #expect(puts.count == 3)
+        #expect(puts.allSatisfy { $0.headers["authorization"] == "Bearer \(token)" && $0.headers["content-type"] == "image/jpeg" })
+        #expect(puts.allSatisfy { $0.path.range(of: #"^/put/img-00[1-3]-[0-9a-f]{16}\.jpg$"#, options: .regularExpression) != nil },
+                "\(puts.map(\.path))")
+        for put in puts { #expect((try? VipsImage.open(data: put.body))?.width == 60) }
+        let posts = server.uploads.filter { $0.path.hasPrefix("/put/form/") }
+        #expect(posts.count == 3)
+        #expect(posts.allSatisfy { $0.filename?.hasSuffix(".jpg") == true && $0.path.contains("img-00") })
+        #expect(try stateFileBytes().range(of: Data(token.utf8)) == nil)
+        let sinks = try #require(try status()["sinks"] as? [String: [String: Int]])
+        #expect(sinks == ["http-0": ["done": 3, "failed": 0, "pending": 0], "form": ["done": 3, "failed": 0, "pending": 0]])
+    }
+
+    @Test func killNineMidUploadThenResumeStoresEachItemExactlyOnce() throws {
+        let server = try UploadServer(mode: .slow(0.25))
+        try images(24, size: (64, 48))
+        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload"}]"#, limits: #"{"uploads": 3, "timeout": 10}"#)
+        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        let deadline = Date().addingTimeInterval(60)
+        // Kill while uploads are in flight: received by the server, not yet answered.
+        func posts() -> Int { server.server.requests.filter { $0.path.hasPrefix("/once/") }.count }
+        while Date() < deadline, !(server.uploads.count >= 6 && posts() > server.uploads.count) { usleep(2000) }
+        running.signal(SIGKILL)
+        _ = running.wait()
+        Thread.sleep(forTimeInterval: 0.4) // let uploads already in flight land on the server
+        let before = server.uploads.count
+        #expect(before >= 6 && before < 24, "killed after \(before) uploads")
+
+        server.mode = .normal
+        let resumed = try imgpipe(["resume", "pipe.json"])
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+        let uploads = server.uploads
+        #expect(uploads.count == 24, "each item stored exactly once (got \(uploads.count))")
+        #expect(Set(uploads.compactMap(\.filename)).count == 24, "none missing")
+        let attempts = server.server.requests.filter { $0.path.hasPrefix("/once/") }.count
+        #expect(attempts > 24, "some uploads were sent again and recognised by their key (\(attempts) posts)")
+        #expect(try status()["done"] as? Int == 24)
+    }
+
+    @Test func aRefusingEndpointFailsEveryItemWithReasonUpload() throws {
+        let server = try UploadServer(mode: .refuse(403))
+        try images(4)
+        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload"}]"#)
+        let result = try imgpipe(["run", "pipe.json"])
+        #expect(result.status == 1)
+        let report = try status()
+        #expect(report["failed"] as? Int == 4)
+        let failures = try #require(report["failures"] as? [[String: Any]])
+        #expect(failures.allSatisfy { $0["reason"] as? String == "upload" && ($0["message"] as? String)?.contains("403") == true })
+        #expect(server.server.requests.filter { $0.path.hasPrefix("/once/") }.count == 4, "4xx is not retried")
+        #expect(try deliveries().allSatisfy { ($0["httpStatus"] as Int?) == 403 && ($0["status"] as String) == "failed" })
+    }
+
+    @Test func aFlakyEndpointIsRetriedUntilItTakesTheUpload() throws {
+        let server = try UploadServer(mode: .flaky(failures: 2))
+        try images(3)
+        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload"}]"#)
+        let result = try imgpipe(["run", "pipe.json"])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(server.uploads.count == 3)
+        #expect(try deliveries().allSatisfy { ($0["attempts"] as Int) == 3 }, "two 503s, then stored")
+    }
+
+    @Test func twoSinksWhereOneFailsThenRetryDeliversOnlyWhatIsMissing() throws {
+        let server = try UploadServer(mode: .refuse(500))
+        try images(4)
+        try pipeline(sinks: #"[{"type": "directory", "path": "out"}, {"type": "upload", "name": "server", "endpoint": "\#(server.baseURL)/upload"}]"#,
+                     retry: #"{"attempts": 2, "backoff": 0.05}"#)
+        let first = try imgpipe(["run", "pipe.json"])
+        #expect(first.status == 1)
+        #expect(work.files(under: "out").count == 4, "the directory sink got every output")
+        let sinks = try #require(try status()["sinks"] as? [String: [String: Int]])
+        #expect(sinks["directory-0"] == ["done": 4, "failed": 0, "pending": 0])
+        #expect(sinks["server"] == ["done": 0, "failed": 4, "pending": 0])
+        let inode = { (path: String) in (try FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? Int) }
+        let inodes = try work.files(under: "out").map { try inode(work.url("out/" + $0)) }
+
+        server.mode = .normal
+        let retried = try imgpipe(["resume", "pipe.json", "--retry-failed"])
+        #expect(retried.status == 0, "stderr: \(retried.stderr)")
+        #expect(server.uploads.count == 4)
+        #expect(try work.files(under: "out").map { try inode(work.url("out/" + $0)) } == inodes, "the directory sink was not written again")
+        let queue = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite"))
+        let attempts = try queue.read { try Int.fetchAll($0, sql: "SELECT attempts FROM item") }
+        #expect(attempts == [1, 1, 1, 1], "nothing was processed again")
+        #expect(try status()["done"] as? Int == 4)
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-1")), "staged outputs removed at the end")
+    }
+}
