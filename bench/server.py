@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Loopback image server for the benchmarks: serves the files of a folder at
-/images/<name>, with an ETag. With --fail-first P, the first request for P % of the
-images (chosen by a hash of the name) is answered 503. Counts requests; GET /stats
-returns them as JSON. Binds 127.0.0.1 only."""
-import argparse, hashlib, http.server, json, os, socketserver, threading
+"""Loopback server for the benchmarks (binds 127.0.0.1 only):
+- GET /images/<name>: the files of a folder, with an ETag; with --fail-first P, the first
+  request for P % of the images (chosen by a hash of the name) is answered 503;
+- GET /upload → {"url": "/once/<token>"}; POST /once/<token>: a multipart upload, stored
+  once per Idempotency-Key (the two-step upload of imgpipe's `upload` sink);
+- GET /stats: counts and the times of the first and last upload, as JSON."""
+import argparse, hashlib, http.server, json, os, socketserver, threading, time, uuid
 
 parser = argparse.ArgumentParser()
 parser.add_argument("folder")
@@ -14,7 +16,8 @@ args = parser.parse_args()
 
 lock = threading.Lock()
 seen = set()
-stats = {"requests": 0, "images": 0, "503": 0}
+stats = {"requests": 0, "images": 0, "503": 0, "uploads": 0, "replays": 0, "firstUpload": None, "lastUpload": None}
+keys = set()
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -22,7 +25,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length)
+        if not self.path.startswith("/once/") or b'filename="' not in body:
+            return self.reply(400, b"bad upload", "text/plain")
+        key = self.headers.get("Idempotency-Key")
+        with lock:
+            now = time.time()
+            if key in keys:
+                stats["replays"] += 1
+            else:
+                keys.add(key)
+                stats["uploads"] += 1
+            stats["firstUpload"] = stats["firstUpload"] or now
+            stats["lastUpload"] = now
+        self.reply(201, json.dumps({"url": "/files/" + str(uuid.uuid4())}).encode(), "application/json")
+
     def do_GET(self):
+        if self.path == "/upload":
+            return self.reply(200, json.dumps({"url": "/once/" + str(uuid.uuid4())}).encode(), "application/json")
         if self.path == "/stats":
             body = json.dumps(stats).encode()
             return self.reply(200, body, "application/json")

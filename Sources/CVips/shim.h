@@ -145,7 +145,7 @@ static inline int ip_deviate(VipsImage *in, double *out) { return vips_deviate(i
 static inline int ip_jpegsave_buffer(VipsImage *in, void **buf, size_t *len, int quality,
                                      gboolean strip, gboolean interlace) {
     return vips_jpegsave_buffer(in, buf, len, "Q", quality, "strip", strip,
-        "interlace", interlace, "optimize_coding", TRUE, NULL);
+        "interlace", interlace, NULL);
 }
 
 static inline int ip_pngsave_buffer(VipsImage *in, void **buf, size_t *len, int compression,

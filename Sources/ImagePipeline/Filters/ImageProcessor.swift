@@ -45,6 +45,10 @@ public struct ImageProcessor: Sendable {
     /// step's label (`autorotate+fit` for a fused thumbnail, `encode` last) and its
     /// milliseconds are reported: slower and heavier, for dry-runs only.
     public func process(_ input: ImageInput, timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessedImage {
+        // Files are read into memory (within limits.maxBytes) and decoded from there: libvips
+        // then picks its loader from the bytes in memory instead of opening the file once
+        // per loader it tries.
+        let input = try loaded(input)
         let format = try checkBytes(input)
         let header: VipsImage
         do {
@@ -109,23 +113,47 @@ public struct ImageProcessor: Sendable {
                               inputFormat: format, sha256: digest)
     }
 
+    private func loaded(_ input: ImageInput) throws(ItemFailure) -> ImageInput {
+        guard case let .file(path) = input else { return input }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw ItemFailure(.download, "cannot read \(path): \(String(cString: strerror(errno)))") }
+        let size = Int(info.st_size)
+        if size > limits.maxBytes {
+            throw ItemFailure(.limit, "file is \(size) bytes, over limits.maxBytes (\(limits.maxBytes))")
+        }
+        var data = Data(count: size)
+        let count = data.withUnsafeMutableBytes { raw -> Int in
+            var offset = 0
+            while offset < size {
+                let got = read(fd, raw.baseAddress! + offset, size - offset)
+                if got < 0, errno == EINTR { continue }
+                if got <= 0 { break }
+                offset += got
+            }
+            return offset
+        }
+        guard count == size else { throw ItemFailure(.download, "cannot read \(path): short read (\(count) of \(size) bytes)") }
+        return .data(data)
+    }
+
     /// Size limits and the magic-byte check, before libvips sees the input.
     private func checkBytes(_ input: ImageInput) throws(ItemFailure) -> ImageFormat {
         let size: Int
         var head: [UInt8] = []
         switch input {
         case let .file(path):
-            guard let handle = FileHandle(forReadingAtPath: path) else {
-                throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))")
-            }
-            defer { try? handle.close() }
-            do {
-                size = Int(try handle.seekToEnd())
-                try handle.seek(toOffset: 0)
-                head = Array(try handle.read(upToCount: 64) ?? Data())
-            } catch {
-                throw ItemFailure(.download, "cannot read \(path): \(error.localizedDescription)")
-            }
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))") }
+            defer { close(fd) }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { throw ItemFailure(.download, "cannot read \(path): \(String(cString: strerror(errno)))") }
+            size = Int(info.st_size)
+            head = [UInt8](repeating: 0, count: 64)
+            let count = read(fd, &head, 64)
+            head = Array(head.prefix(max(0, count)))
         case let .data(data):
             size = data.count
             head = Array(data.prefix(64))

@@ -303,7 +303,7 @@ public final class PipelineRunner: @unchecked Sendable {
                 outputName: template.usesHash ? nil : template.render(key: item.nameKey, stem: item.nameStem, index: itemSeq,
                                                                       format: spec.output.format, hash: nil),
                 sinks: sinkNames, nameKey: item.nameKey, nameStem: item.nameStem,
-                tier: item.fromFallback ? .fallback : nil))
+                tier: item.fromFallback ? .fallback : item.location.hasPrefix("/") ? .local : nil))
             writer.submit(change) { [self] outcome in
                 switch outcome {
                 case .applied:
@@ -423,6 +423,11 @@ public final class PipelineRunner: @unchecked Sendable {
 
     private func start(_ job: Job, at status: ItemStatus) {
         switch status {
+        case .pending where !job.isRemote:
+            // A local file has nothing to fetch: it is read in place by the pixel stage.
+            var local = job
+            local.spoolPath = job.location
+            process(local, attempt: 1)
         case .pending: fetch(job)
         case .fetched: process(job, attempt: 1)
         case .processed: deliver(job)
@@ -430,8 +435,7 @@ public final class PipelineRunner: @unchecked Sendable {
         }
     }
 
-    /// Remote items are downloaded (or linked from the cache) into the run's spool folder;
-    /// local items are read in place.
+    /// Downloads a remote item (or links it from the cache) into the run's spool folder.
     private func fetch(_ job: Job) {
         fetchers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
@@ -452,11 +456,8 @@ public final class PipelineRunner: @unchecked Sendable {
                 }
                 fetched.spoolPath = spool
             } else {
-                guard FileManager.default.isReadableFile(atPath: job.location) else {
-                    return fail(job, ItemFailure(.download, "cannot read \(job.location)"), attempts: 1)
-                }
                 fetched.spoolPath = job.location
-                tier = job.tier == nil ? .local : nil
+                tier = nil
             }
             let next = fetched
             writer.submit(.fetched(key: job.key, spoolPath: next.spoolPath!, tier: tier)) { [self] _ in
@@ -485,7 +486,7 @@ public final class PipelineRunner: @unchecked Sendable {
                 let staged = stagedDirectory + "/\(job.seq).\(spec.output.format.fileExtension)"
                 let partial = staged + ".partial"
                 do {
-                    try image.data.write(to: URL(fileURLWithPath: partial))
+                    try FileWriter.write(image.data, to: partial)
                     guard rename(partial, staged) == 0 else { throw StoreError(String(cString: strerror(errno))) }
                 } catch {
                     unlink(partial)

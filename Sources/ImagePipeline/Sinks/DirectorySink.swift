@@ -9,6 +9,7 @@ public struct DirectorySink: Sink {
     public let name: String
     public let root: String
     static let partialFolder = ".imgpipe-partial"
+    private let folders = FolderCache()
 
     public init(name: String, root: String) {
         self.name = name
@@ -25,11 +26,13 @@ public struct DirectorySink: Sink {
             throw FeedError("sink \(name): cannot create directory \(root): \(error.localizedDescription)")
         }
         try? FileManager.default.removeItem(atPath: partialDirectory)
+        folders.removeAll()
     }
 
     public func finish() {
         // Removed only when empty: another process may be delivering into it.
         rmdir(partialDirectory)
+        folders.removeAll()
     }
 
     public func deliver(_ delivery: Delivery) throws(DeliveryFailure) -> DeliveryReceipt {
@@ -44,16 +47,19 @@ public struct DirectorySink: Sink {
         let relative = SafePath.relative(delivery.name)
         let destination = root + "/" + relative
         let folder = (destination as NSString).deletingLastPathComponent
-        do {
-            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-            try FileManager.default.createDirectory(atPath: partialDirectory, withIntermediateDirectories: true)
-        } catch {
-            throw ItemFailure(.upload, "cannot create \(folder): \(error.localizedDescription)")
-        }
-        let realRoot = URL(fileURLWithPath: root).resolvingSymlinksInPath().path
-        let realFolder = URL(fileURLWithPath: folder).resolvingSymlinksInPath().path
-        guard realFolder == realRoot || realFolder.hasPrefix(realRoot + "/") else {
-            throw ItemFailure(.upload, "output name \"\(relative)\" leads outside \(root)")
+        for needed in [partialDirectory, folder] where !folders.contains(needed) {
+            do {
+                try FileManager.default.createDirectory(atPath: needed, withIntermediateDirectories: true)
+            } catch {
+                throw ItemFailure(.upload, "cannot create \(needed): \(error.localizedDescription)")
+            }
+            // A folder on the way may be a symbolic link that leads out of the sink.
+            let realRoot = URL(fileURLWithPath: root).resolvingSymlinksInPath().path
+            let realFolder = URL(fileURLWithPath: needed).resolvingSymlinksInPath().path
+            guard realFolder == realRoot || realFolder.hasPrefix(realRoot + "/") else {
+                throw ItemFailure(.upload, "output name \"\(relative)\" leads outside \(root)")
+            }
+            folders.insert(needed)
         }
         let temporary = partialDirectory + "/\(delivery.runId)-\(UUID().uuidString).tmp"
         defer { unlink(temporary) }
@@ -69,4 +75,15 @@ public struct DirectorySink: Sink {
         }
         return DeliveryReceipt(remoteURL: destination)
     }
+}
+
+/// Folders a sink has already created and checked (so that each is checked once).
+// @unchecked because `folders` is guarded by `lock`.
+final class FolderCache: @unchecked Sendable {
+    private let lock = NSLock()
+    private var folders: Set<String> = []
+
+    func contains(_ folder: String) -> Bool { lock.withLock { folders.contains(folder) } }
+    func insert(_ folder: String) { lock.withLock { _ = folders.insert(folder) } }
+    func removeAll() { lock.withLock { folders.removeAll() } }
 }

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Makes names that come from feeds safe to use below a sink's directory.
 enum SafePath {
     /// A relative path that cannot leave its base directory: no leading `/`, no `..` or
@@ -15,5 +20,26 @@ enum SafePath {
             components.append(component)
         }
         return components.isEmpty ? "_" : components.joined(separator: "/")
+    }
+}
+
+/// Plain POSIX file writing: no `fsync` (a killed process loses nothing the kernel has;
+/// imgpipe's durability is the state file's), no temporary name (callers rename).
+enum FileWriter {
+    static func write(_ data: Data, to path: String) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw StoreError("cannot create \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        try data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let written = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw StoreError("cannot write \(path): \(String(cString: strerror(errno)))")
+                }
+                offset += written
+            }
+        }
     }
 }

@@ -13,7 +13,7 @@ extension RunStore {
     private func apply(_ change: StoreChange, runId: Int64, time: Double, db: Database) throws -> ChangeOutcome {
         switch change {
         case let .insert(item):
-            if let row = try Row.fetchOne(db, sql: "SELECT seq, status FROM item WHERE runId = ? AND key = ?",
+            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT seq, status FROM item WHERE runId = ? AND key = ?"),
                                           arguments: [runId, item.key]) {
                 return .existing(seq: row["seq"], status: ItemStatus(rawValue: row["status"]) ?? .pending)
             }
@@ -21,24 +21,24 @@ extension RunStore {
             if let name = item.outputName, let owner = try nameOwner(name, runId: runId, db: db) {
                 failure = ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
             }
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO item (runId, seq, key, location, metadata, status, reason, message, outputName, nameKey,
                                   nameStem, tier, updatedAt)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [runId, item.seq, item.key, item.location, item.metadata,
+                """).execute(arguments: [runId, item.seq, item.key, item.location, item.metadata,
                                  failure == nil ? "pending" : "failed", failure?.reason.rawValue, failure?.message,
                                  failure == nil ? item.outputName : nil, item.nameKey, item.nameStem, item.tier?.rawValue, time])
             for sink in item.sinks {
-                try db.execute(sql: "INSERT INTO delivery (runId, itemKey, sink, status, updatedAt) VALUES (?, ?, ?, 'pending', ?)",
-                               arguments: [runId, item.key, sink, time])
+                try db.cachedStatement(sql: "INSERT INTO delivery (runId, itemKey, sink, status, updatedAt) VALUES (?, ?, ?, 'pending', ?)")
+                    .execute(arguments: [runId, item.key, sink, time])
             }
             return failure.map { .failed($0) } ?? .applied
 
         case let .fetched(key, spoolPath, tier):
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE item SET status = 'fetched', spoolPath = ?, tier = COALESCE(?, tier), updatedAt = ?
                 WHERE runId = ? AND key = ?
-                """, arguments: [spoolPath, tier?.rawValue, time, runId, key])
+                """).execute(arguments: [spoolPath, tier?.rawValue, time, runId, key])
             return .applied
 
         case let .processed(key, output):
@@ -47,37 +47,38 @@ extension RunStore {
                 try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
                 return .failed(failure)
             }
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE item SET status = 'processed', stagedPath = ?, outputName = ?, outputHash = ?,
                                 outputBytes = ?, width = ?, height = ?, attempts = attempts + 1, updatedAt = ?
                 WHERE runId = ? AND key = ?
-                """, arguments: [output.path, output.name, output.sha256, output.bytes, output.width, output.height,
+                """).execute(arguments: [output.path, output.name, output.sha256, output.bytes, output.width, output.height,
                                  time, runId, key])
             return .applied
 
         case let .delivered(key, sink, remoteURL, httpStatus, attempts):
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE delivery SET status = 'done', attempts = attempts + ?, remoteURL = ?, httpStatus = ?,
                                     message = NULL, updatedAt = ?
                 WHERE runId = ? AND itemKey = ? AND sink = ?
-                """, arguments: [attempts, remoteURL, httpStatus, time, runId, key, sink])
-            let open = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done'",
-                                        arguments: [runId, key]) ?? 0
-            guard open == 0 else { return .applied }
-            try db.execute(sql: "UPDATE item SET status = 'done', stagedPath = NULL, updatedAt = ? WHERE runId = ? AND key = ?",
-                           arguments: [time, runId, key])
-            return .completed
+                """).execute(arguments: [attempts, remoteURL, httpStatus, time, runId, key, sink])
+            // Done when no delivery of the item is left open: one statement.
+            try db.cachedStatement(sql: """
+                UPDATE item SET status = 'done', stagedPath = NULL, updatedAt = ?
+                WHERE runId = ? AND key = ? AND NOT EXISTS
+                    (SELECT 1 FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done')
+                """).execute(arguments: [time, runId, key, runId, key])
+            return db.changesCount > 0 ? .completed : .applied
 
         case let .deliveryFailed(key, sink, failure, attempts):
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE delivery SET status = 'failed', attempts = attempts + ?, httpStatus = ?, message = ?, updatedAt = ?
                 WHERE runId = ? AND itemKey = ? AND sink = ?
-                """, arguments: [attempts, failure.httpStatus, failure.message, time, runId, key, sink])
+                """).execute(arguments: [attempts, failure.httpStatus, failure.message, time, runId, key, sink])
             let message = "sink \(sink): \(failure.message)"
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, updatedAt = ?
                 WHERE runId = ? AND key = ?
-                """, arguments: [FailureReason.upload.rawValue, message, failure.httpStatus, time, runId, key])
+                """).execute(arguments: [FailureReason.upload.rawValue, message, failure.httpStatus, time, runId, key])
             return .failed(ItemFailure(.upload, message, httpStatus: failure.httpStatus))
 
         case let .failed(key, failure, attempts):
@@ -85,29 +86,30 @@ extension RunStore {
             return .applied
 
         case .feedComplete:
-            try db.execute(sql: "UPDATE run SET feedComplete = 1 WHERE id = ?", arguments: [runId])
+            try db.cachedStatement(sql: "UPDATE run SET feedComplete = 1 WHERE id = ?").execute(arguments: [runId])
             return .applied
 
         case let .reset(key, status):
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE item SET status = ?, stagedPath = CASE WHEN ? IN ('pending', 'fetched') THEN NULL ELSE stagedPath END,
                                 updatedAt = ?
                 WHERE runId = ? AND key = ?
-                """, arguments: [status.rawValue, status.rawValue, time, runId, key])
+                """).execute(arguments: [status.rawValue, status.rawValue, time, runId, key])
             return .applied
         }
     }
 
     private func markFailed(key: String, failure: ItemFailure, attempts: Int, runId: Int64, time: Double,
                             db: Database) throws {
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, attempts = attempts + ?,
                             stagedPath = NULL, updatedAt = ?
             WHERE runId = ? AND key = ?
-            """, arguments: [failure.reason.rawValue, failure.message, failure.httpStatus, attempts, time, runId, key])
+            """).execute(arguments: [failure.reason.rawValue, failure.message, failure.httpStatus, attempts, time, runId, key])
     }
 
     private func nameOwner(_ name: String, runId: Int64, db: Database) throws -> String? {
-        try String.fetchOne(db, sql: "SELECT key FROM item WHERE runId = ? AND outputName = ?", arguments: [runId, name])
+        try String.fetchOne(db.cachedStatement(sql: "SELECT key FROM item WHERE runId = ? AND outputName = ?"),
+                            arguments: [runId, name])
     }
 }
