@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev pkg-config fonts-dejavu-core chromium
 BIN := .build/debug/imgpipe
 
-.PHONY: deps build release demo test bench clean
+.PHONY: deps build release demo test bench bench-deps clean
 
 # Installs the Debian packages only when something is missing: the libraries (found
 # with pkg-config), vipsthumbnail, the DejaVu fonts captions use, and Chromium (the
@@ -40,5 +40,9 @@ clean:
 	rm -rf .build out preview .imgpipe
 
 # Benchmarks are not tests: `make test` never runs them.
-bench: deps
-	bench/local.sh
+bench-deps: deps
+	@command -v mogrify >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq imagemagick; }
+	@command -v curl >/dev/null || { DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq curl; }
+
+bench: bench-deps
+	bench/run.sh

@@ -8,42 +8,16 @@
 #   RUNS=5 COUNT=1000 bench/local.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 RUNS=${RUNS:-3}
 COUNT=${COUNT:-1000}
-WORK=bench/work
 CORPUS=bench/corpus/local-$COUNT
-BIN=.build/release/imgpipe
 
-swift build -c release >/dev/null
+build_release
 command -v vipsthumbnail >/dev/null || { echo "vipsthumbnail missing: make deps" >&2; exit 2; }
+make_corpus "$CORPUS" "$COUNT" 1600
+[ "$RUNS" -gt 0 ] || exit 0
 
-# The corpus: the samples scaled to 1600 px wide, in 5 variants each (as is, mirrored,
-# three crops), copied round-robin to COUNT files. Cached between runs.
-if [ "$(ls "$CORPUS" 2>/dev/null | wc -l)" -ne "$COUNT" ]; then
-  rm -rf "$CORPUS" "$CORPUS.base"; mkdir -p "$CORPUS" "$CORPUS.base"
-  n=0
-  for sample in samples/*.jpg samples/*.png samples/*.webp; do
-    base=$(basename "${sample%.*}")
-    vips thumbnail "$sample" "$CORPUS.base/$base-0.v" 1600 --height 100000 --size both
-    vips flip "$CORPUS.base/$base-0.v" "$CORPUS.base/$base-1.v" horizontal
-    w=$(vipsheader -f width "$CORPUS.base/$base-0.v"); h=$(vipsheader -f height "$CORPUS.base/$base-0.v")
-    for k in 2 3 4; do
-      vips crop "$CORPUS.base/$base-0.v" "$CORPUS.base/$base-c.v" $((w / (k * 8))) $((h / (k * 8))) $((w - w / (k * 4))) $((h - h / (k * 4)))
-      vips resize "$CORPUS.base/$base-c.v" "$CORPUS.base/$base-$k.v" "$(python3 -c "print(1600/$((w - w / (k * 4))))")"
-    done
-    for k in 0 1 2 3 4; do
-      vips colourspace "$CORPUS.base/$base-$k.v" "$CORPUS.base/$base-$k.jpg[Q=90,strip]" srgb
-      n=$((n + 1))
-    done
-  done
-  bases=("$CORPUS.base"/*.jpg)
-  for i in $(seq 1 "$COUNT"); do
-    cp "${bases[$(( (i - 1) % ${#bases[@]} ))]}" "$CORPUS/$(printf 'img-%05d.jpg' "$i")"
-  done
-  rm -rf "$CORPUS.base"
-fi
-
-mkdir -p "$WORK"
 cat > "$WORK/local.json" <<JSON
 {
   "version": 1,
@@ -55,12 +29,7 @@ cat > "$WORK/local.json" <<JSON
 }
 JSON
 
-measure() { # label, command… → appends "label wall rss" to $WORK/samples.txt
-  local label=$1; shift
-  /usr/bin/time -f "%e %M" -o "$WORK/time.txt" "$@" >/dev/null 2>"$WORK/stderr.txt" || {
-    echo "$label failed:" >&2; cat "$WORK/stderr.txt" >&2; exit 1; }
-  echo "$label $(cat "$WORK/time.txt")" >> "$WORK/samples.txt"
-}
+measure() { timed "$1" "$WORK/samples.txt" "${@:2}"; }
 
 : > "$WORK/samples.txt"
 for run in $(seq 1 "$RUNS"); do

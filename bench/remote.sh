@@ -7,21 +7,12 @@
 # Each RUNS times (default 3); medians go to bench/results-remote.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 RUNS=${RUNS:-3}
 COUNT=${COUNT:-1000}
-WORK=bench/work
 CORPUS=bench/corpus/local-$COUNT
-BIN=.build/release/imgpipe
-[ -d "$CORPUS" ] || COUNT=$COUNT RUNS=0 bench/local.sh >/dev/null
-swift build -c release >/dev/null
-mkdir -p "$WORK"
-
-start_server() { # extra args → sets PORT, SERVER_PID
-  rm -f "$WORK/port"
-  python3 bench/server.py "$CORPUS" --port-file "$WORK/port" "$@" & SERVER_PID=$!
-  for _ in $(seq 100); do [ -s "$WORK/port" ] && break; sleep 0.05; done
-  PORT=$(cat "$WORK/port")
-}
+build_release
+make_corpus "$CORPUS" "$COUNT" 1600
 pipeline() { # cache(true|false) → $WORK/remote.json
   ls "$CORPUS" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/urls.txt"
   cat > "$WORK/remote.json" <<JSON
@@ -42,16 +33,16 @@ measure() { # label
 
 : > "$WORK/remote-samples.txt"
 for run in $(seq 1 "$RUNS"); do
-  start_server
+  start_server "$CORPUS"
   pipeline '{ "path": "cache-remote" }'
   rm -rf "$WORK/cache-remote"
   measure cold
   measure cached
-  kill $SERVER_PID; wait $SERVER_PID 2>/dev/null || true
-  start_server --fail-first 20
+  stop_server
+  start_server "$CORPUS" --fail-first 20
   pipeline false
   measure 503
-  kill $SERVER_PID; wait $SERVER_PID 2>/dev/null || true
+  stop_server
 done
 
 python3 - "$WORK/remote-samples.txt" "$COUNT" "$RUNS" <<'PY' | tee bench/results-remote.md

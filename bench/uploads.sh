@@ -6,23 +6,14 @@
 # the whole run's wall time; medians of RUNS (3) runs → bench/results-uploads.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 RUNS=${RUNS:-3}
-WORK=bench/work
 SMALL=bench/corpus/small-1000
-BIN=.build/release/imgpipe
-swift build -c release >/dev/null
-if [ "$(ls "$SMALL" 2>/dev/null | wc -l)" -ne 1000 ]; then
-  [ -d bench/corpus/local-1000 ] || RUNS=0 bench/local.sh >/dev/null
-  rm -rf "$SMALL"; mkdir -p "$SMALL"
-  ls bench/corpus/local-1000 | xargs -P 2 -n 50 sh -c 'for f; do vipsthumbnail --size 256x256 -o "$PWD/'"$SMALL"'/%s.jpg[Q=85,strip]" "bench/corpus/local-1000/$f"; done' sh
-fi
-mkdir -p "$WORK"
+build_release
+make_corpus "$SMALL" 1000 256
 : > "$WORK/upload-samples.txt"
 for run in $(seq 1 "$RUNS"); do
-  rm -f "$WORK/port"
-  python3 bench/server.py "$SMALL" --port-file "$WORK/port" & SERVER=$!
-  for _ in $(seq 100); do [ -s "$WORK/port" ] && break; sleep 0.05; done
-  PORT=$(cat "$WORK/port")
+  start_server "$SMALL"
   cat > "$WORK/uploads.json" <<JSON
 { "version": 1, "name": "bench-uploads",
   "source": { "type": "directory", "path": "../corpus/small-1000" },
@@ -33,7 +24,7 @@ JSON
   rm -rf "$WORK/state-uploads"
   /usr/bin/time -f "%e %M" -o "$WORK/time.txt" "$BIN" run "$WORK/uploads.json" --state "$WORK/state-uploads/u.sqlite" --quiet
   echo "$(cat "$WORK/time.txt") $(curl -s "http://127.0.0.1:$PORT/stats" | tr -d ' ')" >> "$WORK/upload-samples.txt"
-  kill $SERVER; wait $SERVER 2>/dev/null || true
+  stop_server
 done
 python3 - "$WORK/upload-samples.txt" <<'PY' | tee bench/results-uploads.md
 import datetime, json, statistics, subprocess, sys

@@ -34,6 +34,7 @@ public enum VipsRuntime {
 
     /// Sets libvips' worker threads per image (default 1). Tuning knob for benchmarks.
     public static func setThreadsPerImage(_ count: Int) {
+        guard case .success = setUpResult else { return }
         vips_concurrency_set(Int32(max(1, count)))
     }
 

@@ -2,6 +2,21 @@ import Crypto
 import Foundation
 import VipsKit
 
+/// Knobs for benchmarks, not part of the pipeline file: the command line reads them from
+/// `IMGPIPE_FUSE` (`0` runs a leading autorotate/fit/fill step by step instead of as one
+/// `vips_thumbnail`) and `IMGPIPE_VIPS_THREADS` (libvips threads per image, default 1).
+public struct Tuning: Sendable {
+    public var fuseLeadingGeometry = true
+    public var threadsPerImage = 1
+
+    public init() {}
+
+    public init(environment: [String: String]) {
+        fuseLeadingGeometry = environment["IMGPIPE_FUSE"] != "0"
+        threadsPerImage = environment["IMGPIPE_VIPS_THREADS"].flatMap(Int.init).map { max(1, $0) } ?? 1
+    }
+}
+
 /// What a pipeline item is read from.
 public enum ImageInput: Sendable {
     case file(String)
@@ -32,8 +47,9 @@ public struct ImageProcessor: Sendable {
     let context: FilterContext
 
     /// `baseDirectory` is the pipeline file's folder (watermark paths are relative to it).
-    public init(filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/") {
-        plan = ChainPlan(filters)
+    public init(filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/",
+                tuning: Tuning = Tuning()) {
+        plan = ChainPlan(filters, fuse: tuning.fuseLeadingGeometry)
         self.output = output
         self.limits = limits
         context = FilterContext(baseDirectory: baseDirectory)

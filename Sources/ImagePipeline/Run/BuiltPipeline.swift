@@ -1,4 +1,5 @@
 import Foundation
+import VipsKit
 
 /// A pipeline ready to run: `${…}` expanded, paths resolved, feed, fetcher and sinks built.
 public struct BuiltPipeline: Sendable {
@@ -75,8 +76,10 @@ public struct BuiltPipeline: Sendable {
                 }
             }
         }
+        let tuning = Tuning(environment: ProcessInfo.processInfo.environment)
+        if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
         let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
-                                       baseDirectory: spec.baseDirectory)
+                                       baseDirectory: spec.baseDirectory, tuning: tuning)
         return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                              sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
     }

@@ -1,0 +1,55 @@
+# Shared by the bench scripts: source it from the repository root.
+# shellcheck shell=bash
+WORK=bench/work
+BIN=.build/release/imgpipe
+mkdir -p "$WORK"
+
+build_release() { swift build -c release >/dev/null; }
+
+cpu_name() { grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'; }
+
+# make_corpus DIR COUNT WIDTHS… — COUNT photographic JPEGs (q90) made from samples/: each
+# sample scaled to each width, as is and mirrored, copied round-robin. Cached: kept when
+# DIR already holds COUNT files.
+make_corpus() {
+  local dir=$1 count=$2; shift 2
+  [ "$(ls "$dir" 2>/dev/null | wc -l)" -eq "$count" ] && return 0
+  rm -rf "$dir" "$dir.base"; mkdir -p "$dir" "$dir.base"
+  local sample base width
+  for sample in samples/*.jpg samples/*.png samples/*.webp; do
+    base=$(basename "${sample%.*}")
+    for width in "$@"; do
+      vips thumbnail "$sample" "$dir.base/$base-$width.v" "$width" --height 100000 --size both
+      vips colourspace "$dir.base/$base-$width.v" "$dir.base/$base-$width-a.jpg[Q=90,strip]" srgb
+      vips flip "$dir.base/$base-$width.v" "$dir.base/$base-$width-f.v" horizontal
+      vips colourspace "$dir.base/$base-$width-f.v" "$dir.base/$base-$width-b.jpg[Q=90,strip]" srgb
+    done
+  done
+  local bases=("$dir.base"/*.jpg) i
+  for i in $(seq 1 "$count"); do
+    cp "${bases[$(( (i - 1) % ${#bases[@]} ))]}" "$dir/$(printf 'img-%05d.jpg' "$i")"
+  done
+  rm -rf "$dir.base"
+}
+
+# start_server FOLDER [args…] — bench/server.py on loopback; sets PORT and SERVER_PID.
+start_server() {
+  local folder=$1; shift
+  rm -f "$WORK/port"
+  python3 bench/server.py "$folder" --port-file "$WORK/port" "$@" & SERVER_PID=$!
+  for _ in $(seq 200); do [ -s "$WORK/port" ] && break; sleep 0.05; done
+  PORT=$(cat "$WORK/port")
+}
+
+stop_server() { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true; }
+
+# timed LABEL FILE COMMAND… — runs COMMAND, appends "LABEL wall peakRSS(KB)" to FILE.
+timed() {
+  local label=$1 file=$2; shift 2
+  /usr/bin/time -f "%e %M" -o "$WORK/time.txt" "$@" >"$WORK/stdout.txt" 2>"$WORK/stderr.txt" || {
+    echo "$label failed:" >&2; tail -20 "$WORK/stderr.txt" >&2; return 1; }
+  echo "$label $(cat "$WORK/time.txt")" >> "$file"
+}
+
+# count_files DIR — regular files below DIR.
+count_files() { find "$1" -type f | wc -l; }

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# `make bench`: the benchmark of issue "at the libvips floor, ahead of img2dataset".
+# Release build; no network but loopback. Writes bench/RESULTS.md.
+#
+#   Work A, local: 1000 web-sized JPEGs (640–1600 px wide, made from samples/, cached in
+#     bench/corpus/web-1000) → fit 256×256 → JPEG q85 → a folder; imgpipe against
+#     vipsthumbnail --size '256x256>' on 2 processes (the floor) and mogrify on 2 processes.
+#   Work B, feed: the same images as a URL list from a loopback server (bench/server.py),
+#     cache off; imgpipe against img2dataset (PyPI, in bench/work/venv; 2 processes × 32
+#     threads, keep_ratio, resize_only_if_bigger, 256, quality 85) on the same URLs.
+#   Each RUNS (3) times, alternating; medians, ratios to the floor/peer of the same run.
+#   Scale: peak RSS at 1k and 20k items (a generated URL list of small images), and the
+#     time of `imgpipe resume` on the finished 20k-item run.
+#
+# Knobs: RUNS, SCALE (20000), SKIP_PEERS=1 (imgpipe only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+RUNS=${RUNS:-3}
+SCALE=${SCALE:-20000}
+WEB=bench/corpus/web-1000
+TINY=bench/corpus/tiny-40
+SAMPLES="$WORK/run-samples.txt"
+
+build_release
+make_corpus "$WEB" 1000 640 800 1024 1280 1600
+make_corpus "$TINY" 40 320
+command -v mogrify >/dev/null || { echo "mogrify missing: make bench-deps" >&2; exit 2; }
+VENV=$WORK/venv
+if [ -z "${SKIP_PEERS:-}" ] && [ ! -x "$VENV/bin/img2dataset" ]; then
+  python3 -m venv "$VENV" && "$VENV/bin/pip" install -q img2dataset
+fi
+: > "$SAMPLES"
+
+pipeline_a() { cat > "$WORK/a.json" <<JSON
+{ "version": 1, "name": "bench-a", "source": { "type": "directory", "path": "../corpus/web-1000" },
+  "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
+  "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "out-a" } }
+JSON
+}
+pipeline_b() { # url list file, out folder, pipeline file [name template]
+  cat > "$3" <<JSON
+{ "version": 1, "name": "bench-b", "source": { "type": "url-list", "path": "$(basename "$1")", "cache": false },
+  "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
+  "output": { "format": "jpeg", "quality": 85, "name": "${4:-{stem\}.{ext\}}" }, "sink": { "type": "directory", "path": "$2" } }
+JSON
+}
+check() { [ "$(count_files "$1")" -ge "$2" ] || { echo "$1: $(count_files "$1") files, expected $2" >&2; exit 1; }; }
+
+pipeline_a
+start_server "$WEB"
+ls "$WEB" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/urls.txt"
+pipeline_b "$WORK/urls.txt" out-b "$WORK/b.json"
+for run in $(seq 1 "$RUNS"); do
+  rm -rf "$WORK/out-a" "$WORK/state-a"
+  timed "A imgpipe" "$SAMPLES" "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet; check "$WORK/out-a" 1000
+  if [ -z "${SKIP_PEERS:-}" ]; then
+    rm -rf "$WORK/out-vips"; mkdir -p "$WORK/out-vips"
+    timed "A vipsthumbnail" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-vips/%s.jpg[Q=85,strip]'"
+    check "$WORK/out-vips" 1000
+    rm -rf "$WORK/out-magick"; mkdir -p "$WORK/out-magick"
+    timed "A mogrify" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 mogrify -path '$WORK/out-magick' -resize '256x256>' -quality 85 -strip"
+    check "$WORK/out-magick" 1000
+  fi
+  rm -rf "$WORK/out-b" "$WORK/state-b"
+  timed "B imgpipe" "$SAMPLES" "$BIN" run "$WORK/b.json" --state "$WORK/state-b/b.sqlite" --quiet; check "$WORK/out-b" 1000
+  if [ -z "${SKIP_PEERS:-}" ]; then
+    rm -rf "$WORK/out-i2d"
+    timed "B img2dataset" "$SAMPLES" "$VENV/bin/img2dataset" --url_list "$WORK/urls.txt" --input_format txt \
+      --output_folder "$WORK/out-i2d" --output_format files --processes_count 2 --thread_count 32 --image_size 256 \
+      --resize_mode keep_ratio --resize_only_if_bigger True --encode_quality 85 --enable_wandb False
+    check "$WORK/out-i2d" 1000
+  fi
+done
+stop_server
+
+# Scale: the same small image SCALE times over loopback.
+start_server "$TINY"
+for n in 1000 "$SCALE"; do
+  ls "$TINY" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/tiny.txt"
+  python3 -c "import sys; lines=open(sys.argv[1]).read().split(); n=int(sys.argv[2]); print('\n'.join(f'{lines[i % len(lines)]}?n={i}' for i in range(n)))" \
+    "$WORK/tiny.txt" "$n" > "$WORK/scale-$n.txt"
+  pipeline_b "$WORK/scale-$n.txt" "out-scale-$n" "$WORK/scale-$n.json" "{index}.{ext}"
+  rm -rf "$WORK/out-scale-$n" "$WORK/state-scale-$n"
+  timed "S run $n" "$SAMPLES" "$BIN" run "$WORK/scale-$n.json" --state "$WORK/state-scale-$n/s.sqlite" --quiet
+  check "$WORK/out-scale-$n" "$n"
+  for run in $(seq 1 "$RUNS"); do
+    timed "S resume $n" "$SAMPLES" "$BIN" resume "$WORK/scale-$n.json" --state "$WORK/state-scale-$n/s.sqlite" --quiet
+  done
+done
+stop_server
+
+python3 bench/report.py "$SAMPLES" "$RUNS" "$SCALE" "$(cpu_name)" "$(pkg-config --modversion vips)" > bench/RESULTS.md.new
+python3 - <<'PY'
+# Keep the hand-written tuning log (everything from "## Tuning log") below the new table.
+import os
+new = open("bench/RESULTS.md.new").read()
+old = open("bench/RESULTS.md").read() if os.path.exists("bench/RESULTS.md") else ""
+log = old[old.index("## Tuning log"):] if "## Tuning log" in old else ""
+open("bench/RESULTS.md", "w").write(new + ("\n" + log if log else ""))
+os.remove("bench/RESULTS.md.new")
+PY
+cat bench/RESULTS.md

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Tuning experiments behind bench/RESULTS.md's tuning log: work A on the first COUNT (300)
+# images of the web corpus, each variant RUNS (3) times, alternating; medians of wall time
+# and peak RSS. Variants change one thing against the default:
+#   default          workers = cores (2), 1 libvips thread per image, leading fit fused
+#   no-fuse          IMGPIPE_FUSE=0: fit as a separate vips_resize after a full decode
+#   1w×2t            workers 1, IMGPIPE_VIPS_THREADS=2 (libvips threads instead of images in flight)
+#   3 workers        limits.workers 3 (one more image in flight than cores)
+#   arenas=2         MALLOC_ARENA_MAX=2 (fewer glibc malloc arenas)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+RUNS=${RUNS:-3}
+COUNT=${COUNT:-300}
+WEB=bench/corpus/web-1000
+SUBSET=$WORK/tune-in
+build_release
+make_corpus "$WEB" 1000 640 800 1024 1280 1600
+rm -rf "$SUBSET"; mkdir -p "$SUBSET"
+ls "$WEB" | head -"$COUNT" | while read -r f; do ln "$WEB/$f" "$SUBSET/$f"; done
+tune_pipeline() { # file, limits
+  cat > "$1" <<JSON
+{ "version": 1, "source": { "type": "directory", "path": "tune-in" }, "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
+  "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "tune-out" }, "limits": $2 }
+JSON
+}
+tune_pipeline "$WORK/tune.json" '{}'
+tune_pipeline "$WORK/tune-1w.json" '{"workers": 1}'
+tune_pipeline "$WORK/tune-3w.json" '{"workers": 3}'
+: > "$WORK/tune-samples.txt"
+variant() { # label, env…, pipeline
+  local label=$1 file=${*: -1}; shift
+  rm -rf "$WORK/tune-out" "$WORK/tune-state"
+  timed "$label" "$WORK/tune-samples.txt" env "${@:1:$#-1}" "$BIN" run "$file" --state "$WORK/tune-state/t.sqlite" --quiet
+}
+for run in $(seq 1 "$RUNS"); do
+  variant "default" IMGPIPE_FUSE=1 "$WORK/tune.json"
+  variant "no-fuse" IMGPIPE_FUSE=0 "$WORK/tune.json"
+  variant "1w×2t" IMGPIPE_VIPS_THREADS=2 "$WORK/tune-1w.json"
+  variant "3 workers" IMGPIPE_FUSE=1 "$WORK/tune-3w.json"
+  variant "arenas=2" MALLOC_ARENA_MAX=2 "$WORK/tune.json"
+done
+python3 - "$WORK/tune-samples.txt" "$COUNT" <<'PY'
+import collections, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    *label, wall, rss = line.split()
+    rows[" ".join(label)].append((float(wall), int(rss)))
+count = int(sys.argv[2])
+base = statistics.median(w for w, _ in rows["default"])
+print(f"| variant ({count} images) | wall (s) | images/s | peak RSS (MB) | vs default |")
+print("|---|---|---|---|---|")
+for label, values in rows.items():
+    wall = statistics.median(w for w, _ in values)
+    rss = statistics.median(r for _, r in values) / 1024
+    print(f"| {label} | {wall:.2f} | {count / wall:.0f} | {rss:.0f} | {wall / base:.2f}× |")
+PY
