@@ -40,6 +40,7 @@ let package = Package(
             name: "imgpipe",
             dependencies: [
                 "ImagePipeline",
+                "VipsKit",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

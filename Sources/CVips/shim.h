@@ -7,10 +7,14 @@
 #define IMGPIPE_CVIPS_SHIM_H
 
 #include <vips/vips.h>
+#include <malloc.h>
 
 // MARK: runtime
 
 static inline int ip_init(const char *argv0) { return vips_init(argv0); }
+
+/// At most `n` glibc malloc arenas (glibc's default is 8 per core).
+static inline void ip_limit_malloc_arenas(int n) { mallopt(M_ARENA_MAX, n); }
 
 // MARK: loading
 
