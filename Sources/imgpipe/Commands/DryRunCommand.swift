@@ -28,13 +28,7 @@ struct DryRunCommand: ParsableCommand {
     }
 
     func run() throws {
-        let spec: PipelineSpec
-        do {
-            spec = try PipelineSpec.load(path: pipeline)
-        } catch {
-            Console.error("\(pipeline): \(error)")
-            throw Exit.usage
-        }
+        let spec = try PipelineOptions.loadSpec(pipeline)
         let environment = Environment()
         let samplesFolder = samples.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
             ?? DryRun.defaultSamples(for: spec, environment: environment)

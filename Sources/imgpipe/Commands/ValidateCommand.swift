@@ -12,13 +12,7 @@ struct ValidateCommand: ParsableCommand {
     var pipeline: String
 
     func run() throws {
-        let spec: PipelineSpec
-        do {
-            spec = try PipelineSpec.load(path: pipeline)
-        } catch {
-            Console.error("\(pipeline): \(error)")
-            throw Exit.usage
-        }
+        let spec = try PipelineOptions.loadSpec(pipeline)
         let sinks = spec.sinks.map { "\($0.name) (\($0.typeName))" }.joined(separator: ", ")
         Console.out("\(pipeline): valid — \(spec.source.typeName) source, \(spec.filters.count) filter(s)"
                     + (spec.filters.isEmpty ? "" : " [\(spec.filters.map(\.op).joined(separator: " → "))]")

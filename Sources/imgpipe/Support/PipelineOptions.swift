@@ -13,11 +13,14 @@ struct PipelineOptions: ParsableArguments {
     var stateFile: String { StateFiles.path(explicit: state, pipeline: pipeline) }
 
     /// Loads and validates the pipeline file, reporting a fault and exiting 2.
-    func loadSpec() throws -> PipelineSpec {
+    func loadSpec() throws -> PipelineSpec { try Self.loadSpec(pipeline) }
+
+    /// Loads and validates `path`, reporting a fault (`file: path: message`) and exiting 2.
+    static func loadSpec(_ path: String) throws -> PipelineSpec {
         do {
-            return try PipelineSpec.load(path: pipeline)
+            return try PipelineSpec.load(path: path)
         } catch {
-            Console.error("\(pipeline): \(error)")
+            Console.error("\(path): \(error)")
             throw Exit.usage
         }
     }
