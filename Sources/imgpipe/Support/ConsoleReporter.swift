@@ -9,7 +9,8 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
     private let live: Bool
     private let environment: Environment
     private let lock = NSLock()
-    private var lastPlain = Date.distantPast
+    /// Plain lines start one interval in: a short run prints only its summary.
+    private var lastPlain = Date()
     private var lineShown = false
     private var failuresShown = 0
     private let maxFailuresShown = 20
