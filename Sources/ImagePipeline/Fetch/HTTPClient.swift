@@ -37,6 +37,12 @@ public struct RetryLoop: Sendable {
         self.isCancelled = isCancelled
     }
 
+    /// Seconds to wait before the next attempt: the server's `Retry-After` (at most 60 s),
+    /// else `backoff` × 2^(attempt−1) × a jitter of 0.5…1.5.
+    public static func delay(after failure: HTTPFailure, attempt: Int, backoff: Double) -> Double {
+        failure.retryAfter.map { min($0, 60) } ?? backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
+    }
+
     /// Runs `body(attempt)` until it returns, throws a final failure, or attempts run out;
     /// the last failure's message says how many attempts were made.
     public func run<T>(attemptsMade: ((Int) -> Void)? = nil,
@@ -53,8 +59,7 @@ public struct RetryLoop: Sendable {
                     throw HTTPFailure(kind: error.kind, message: error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
                                       status: error.status, retryAfter: error.retryAfter)
                 }
-                let delay = error.retryAfter.map { min($0, 60) } ?? backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
-                Thread.sleep(forTimeInterval: delay)
+                Thread.sleep(forTimeInterval: Self.delay(after: error, attempt: attempt, backoff: backoff))
                 attempt += 1
             }
         }

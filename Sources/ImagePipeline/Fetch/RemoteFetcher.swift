@@ -62,33 +62,45 @@ public struct RemoteFetcher: Sendable {
         }
     }
 
-    /// Downloads an image to `destination` (or links it from the cache) and says which
-    /// tier served it. Failures are `ItemFailure`s: `limit` for an oversized body, `decode`
-    /// for a body that is not an image (an HTML error page), `download` otherwise, after
-    /// the retries.
-    public func image(_ address: String, to destination: String, isCancelled: @escaping @Sendable () -> Bool = { false },
-                      attemptsMade: ((Int) -> Void)? = nil) throws(ItemFailure) -> Tier {
+    /// What one download attempt came to.
+    public enum ImageFetch: Sendable, Equatable {
+        /// The image is at the destination, served by this tier.
+        case fetched(Tier)
+        /// The attempt failed in a way that may pass: try again after this many seconds.
+        case retry(after: Double)
+    }
+
+    /// One attempt at an image: downloads it to `destination` (or links it from the cache)
+    /// and says which tier served it, or asks to be tried again later (the caller waits
+    /// without holding a thread). Final failures are `ItemFailure`s: `limit` for an
+    /// oversized body, `decode` for a body that is not an image (an HTML error page),
+    /// `download` otherwise; a cached copy is used instead when there is one.
+    public func image(_ address: String, to destination: String, attempt: Int) throws(ItemFailure) -> ImageFetch {
         guard let url = URL(string: address) else { throw ItemFailure(.download, "not a URL: \(address)") }
         let cached = cache?.entry(for: address)
-        if let cached, !revalidate, Self.place(cached.path, at: destination) { return .cache }
+        if let cached, !revalidate, Self.place(cached.path, at: destination) { return .fetched(.cache) }
         let temporary = cache?.temporaryFile() ?? destination + ".part"
         let result: HTTPResult
         do {
-            result = try client.performWithRetries(
-                HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes),
-                attempts: attempts, backoff: backoff, isCancelled: isCancelled, attemptsMade: attemptsMade)
+            result = try client.perform(HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary,
+                                                    maxBytes: maxBytes))
+            try result.throwIfRetryableStatus()
         } catch {
             unlink(temporary)
-            if let cached, Self.place(cached.path, at: destination) { return .cache }
-            throw ItemFailure(error.kind == .tooLarge ? .limit : .download, error.message, httpStatus: error.status)
+            if error.retryable, attempt < attempts {
+                return .retry(after: RetryLoop.delay(after: error, attempt: attempt, backoff: backoff))
+            }
+            if let cached, Self.place(cached.path, at: destination) { return .fetched(.cache) }
+            throw ItemFailure(error.kind == .tooLarge ? .limit : .download,
+                              error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
         }
         if result.status == 304, let cached, Self.place(cached.path, at: destination) {
             unlink(temporary)
-            return .cache
+            return .fetched(.cache)
         }
         guard (200 ... 299).contains(result.status) else {
             unlink(temporary)
-            if let cached, Self.place(cached.path, at: destination) { return .cache }
+            if let cached, Self.place(cached.path, at: destination) { return .fetched(.cache) }
             throw ItemFailure(.download, "HTTP \(result.status) from \(url.host ?? "server")", httpStatus: result.status)
         }
         let head = Array((FileHandle(forReadingAtPath: temporary).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
@@ -114,7 +126,7 @@ public struct RemoteFetcher: Sendable {
             unlink(temporary)
             throw ItemFailure(.download, "cannot spool \(address): \(String(cString: strerror(errno)))")
         }
-        return .remote
+        return .fetched(.remote)
     }
 
     private func conditionalHeaders(_ cached: DiskCache.Entry?) -> [String: String] {

@@ -436,7 +436,9 @@ public final class PipelineRunner: @unchecked Sendable {
     }
 
     /// Downloads a remote item (or links it from the cache) into the run's spool folder.
-    private func fetch(_ job: Job) {
+    /// A retry waits on a timer, not on a download thread, so a burst of 503s does not
+    /// stall the other downloads.
+    private func fetch(_ job: Job, attempt: Int = 1) {
         fetchers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
             var fetched = job
@@ -446,13 +448,18 @@ public final class PipelineRunner: @unchecked Sendable {
                     return fail(job, ItemFailure(.download, "a URL item in a local source: \(job.location)"), attempts: 1)
                 }
                 let spool = spoolDirectory + "/\(job.seq)"
-                var attempts = 1
                 do throws(ItemFailure) {
-                    tier = try fetcher.image(job.location, to: spool, isCancelled: { [weak self] in self?.isCancelled ?? true },
-                                             attemptsMade: { attempts = $0 })
+                    switch try fetcher.image(job.location, to: spool, attempt: attempt) {
+                    case let .fetched(served):
+                        tier = served
+                    case let .retry(delay):
+                        DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [self] in
+                            fetch(job, attempt: attempt + 1)
+                        }
+                        return
+                    }
                 } catch {
-                    return fail(job, ItemFailure(error.reason, pipeline.environment.redact(error.message), httpStatus: error.httpStatus),
-                                attempts: attempts)
+                    return fail(job, error, attempts: attempt)
                 }
                 fetched.spoolPath = spool
             } else {
