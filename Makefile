@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev pkg-config fonts-dejavu-core chromium
 BIN := .build/debug/imgpipe
 
-.PHONY: deps build release demo test bench bench-deps clean
+.PHONY: deps build release install demo test bench bench-deps clean
 
 # Installs the Debian packages only when something is missing: the libraries (found
 # with pkg-config), vipsthumbnail, the DejaVu fonts captions use, and Chromium (the
@@ -28,6 +28,9 @@ build: deps
 
 release: deps
 	$(SWIFT) build -c release
+
+install: release
+	$(SUDO) install -m 755 .build/release/imgpipe /usr/local/bin/imgpipe
 
 demo: build
 	$(BIN) run pipelines/samples.json --new
