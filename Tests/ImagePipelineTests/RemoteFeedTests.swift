@@ -272,6 +272,51 @@ struct RemoteFeedTests {
         #expect(counter.count("/images/redirect.jpg") == 6, "the first request and 5 redirects")
     }
 
+    @Test func aRemoteFeedCannotPointAtLocalFiles() throws {
+        try ImageFixtures.jpeg(at: work.url("private/secret.jpg"), width: 40, height: 40)
+        try ImageFixtures.jpeg(at: work.url("private/other.jpg"), width: 40, height: 40)
+        let local = work.url("private/secret.jpg")
+        let other = work.url("private/other.jpg")
+        let server = try server { request in
+            request.path == "/feed.json" ? .json(#"[{"url": "\#(local)"}, {"url": "file://\#(other)"}]"#) : nil
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 1)
+        #expect(!FileManager.default.fileExists(atPath: work.url("out")) || work.files(under: "out").isEmpty,
+                "a local file was read through a remote feed")
+        let failed = try failures()
+        #expect(failed.count == 2)
+        #expect(failed.values.allSatisfy { $0["reason"] as? String == "download" })
+    }
+
+    @Test func limitIsNotUsedUpByARepeatedKey() throws {
+        let server = try server()
+        let base = server.baseURL
+        try work.write(["a", "a", "b", "c"].map { "\(base)/images/\($0).jpg" }.joined(separator: "\n"), to: "list.txt")
+        try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json", "--limit", "2")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(work.files(under: "out") == ["a.jpg", "b.jpg"])
+    }
+
+    @Test func aFeedThatCannotBeListedExitsOneAndRefreshKeepsTheRunFinished() throws {
+        let body = feedJSON("BASE", count: 2)
+        let server = try server { request in
+            request.path == "/feed.json" ? .json(body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)")) : nil
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#,
+                     retry: #"{"attempts": 1}"#)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        server.stop()
+        let refresh = try imgpipe("resume", "pipe.json", "--refresh-feed")
+        #expect(refresh.status == 1, "a listing error is a failure, not an interruption: \(refresh.stdout)")
+        #expect(refresh.stdout.contains("could not be listed"))
+        let again = try imgpipe("resume", "pipe.json")
+        #expect(again.status == 0)
+        #expect(again.stderr.contains("already finished"), "the refresh left the run finished: \(again.stderr)")
+    }
+
     @Test func duplicateKeysAreReportedOnceAndProcessedOnce() throws {
         let server = try server()
         let line = "\(server.baseURL)/images/same.jpg"

@@ -14,6 +14,9 @@ public struct FeedItem: Sendable, Equatable {
     public let nameStem: String
     /// True when a remote source's `fallback` listed it.
     public let fromFallback: Bool
+    /// True for files of a local source. A remote source's item is never read from the
+    /// local disk, whatever its URL looks like: only http(s) is fetched.
+    public let isLocal: Bool
 
     /// A local item: `{key}` is the relative path and `{stem}` the same without its
     /// extension, sub-folders kept.
@@ -24,6 +27,7 @@ public struct FeedItem: Sendable, Equatable {
         nameKey = key
         nameStem = NameTemplate.stem(of: key)
         self.fromFallback = fromFallback
+        isLocal = true
     }
 
     /// A remote item: `{key}` is the whole key and `{stem}` the given stem (the URL's last
@@ -35,6 +39,24 @@ public struct FeedItem: Sendable, Equatable {
         nameKey = FeedItem.safeName(key)
         nameStem = FeedItem.safeName(stem)
         fromFallback = false
+        isLocal = false
+    }
+
+    /// This item as listed by a fallback source.
+    func asFallback() -> FeedItem {
+        FeedItem(key: key, location: location, metadata: metadata, nameKey: nameKey, nameStem: nameStem,
+                 fromFallback: true, isLocal: isLocal)
+    }
+
+    private init(key: String, location: String, metadata: String?, nameKey: String, nameStem: String,
+                 fromFallback: Bool, isLocal: Bool) {
+        self.key = key
+        self.location = location
+        self.metadata = metadata
+        self.nameKey = nameKey
+        self.nameStem = nameStem
+        self.fromFallback = fromFallback
+        self.isLocal = isLocal
     }
 
     /// `text` with every character other than letters, digits, `.`, `-` and `_` replaced

@@ -161,9 +161,7 @@ public struct FallbackFeed: Feed {
             }
         } catch let error as FeedError where !listedAny {
             onFallback("\(error); using the fallback source")
-            try fallback.list { item in
-                try body(FeedItem(key: item.key, location: item.location, metadata: item.metadata, fromFallback: true))
-            }
+            try fallback.list { item in try body(item.asFallback()) }
         }
     }
 }

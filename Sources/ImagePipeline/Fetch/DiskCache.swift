@@ -28,6 +28,21 @@ public final class DiskCache: @unchecked Sendable {
         self.directory = directory
         self.maxSize = maxSize
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        sweepStaleDownloads()
+    }
+
+    /// Removes partial downloads a killed process left (older than an hour: a younger one
+    /// may belong to another imgpipe using the same cache).
+    private func sweepStaleDownloads() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        let cutoff = Date().addingTimeInterval(-3600)
+        for name in names where name.hasPrefix(".download-") && name.hasSuffix(".tmp") {
+            let path = directory + "/" + name
+            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
+               modified < cutoff {
+                unlink(path)
+            }
+        }
     }
 
     static func key(_ url: String) -> String {

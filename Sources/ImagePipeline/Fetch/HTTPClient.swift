@@ -55,7 +55,12 @@ public struct RetryLoop: Sendable {
                 return value
             } catch {
                 attemptsMade?(attempt)
-                guard error.retryable, attempt < attempts, !isCancelled() else {
+                if error.retryable, attempt < attempts, isCancelled() {
+                    // Not a verdict on the item: the run is stopping. Left for resume.
+                    throw HTTPFailure(kind: .cancelled, message: "interrupted before retrying: \(error.message)",
+                                      status: error.status, retryAfter: nil)
+                }
+                guard error.retryable, attempt < attempts else {
                     throw HTTPFailure(kind: error.kind, message: error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
                                       status: error.status, retryAfter: error.retryAfter)
                 }
@@ -89,7 +94,7 @@ public struct HTTPRequest: Sendable {
 
 /// Why one exchange failed.
 public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
-    public enum Kind: Sendable { case network, timeout, truncated, status, tooLarge, redirects, scheme }
+    public enum Kind: Sendable { case network, timeout, truncated, status, tooLarge, redirects, scheme, cancelled }
     public let kind: Kind
     public let message: String
     public let status: Int?
@@ -101,7 +106,7 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
         switch kind {
         case .network, .timeout, .truncated: true
         case .status: status.map { $0 == 408 || $0 == 429 || (500 ... 599).contains($0) } ?? false
-        case .tooLarge, .redirects, .scheme: false
+        case .tooLarge, .redirects, .scheme, .cancelled: false
         }
     }
 
@@ -234,7 +239,9 @@ extension HTTPClient: URLSessionDataDelegate {
         if response.expectedContentLength > Int64(state.request.maxBytes) {
             state.failure = HTTPFailure(kind: .tooLarge, message: "body of \(response.expectedContentLength) bytes is over limits.maxBytes (\(state.request.maxBytes))",
                                         status: state.response?.statusCode, retryAfter: nil)
-            return completionHandler(.cancel)
+            completionHandler(.cancel)
+            dataTask.cancel() // FoundationNetworking may ignore .cancel here: make sure the transfer stops.
+            return
         }
         completionHandler(.allow)
     }

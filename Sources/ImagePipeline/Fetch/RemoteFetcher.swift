@@ -115,12 +115,16 @@ public struct RemoteFetcher: Sendable {
                               httpStatus: result.status)
         }
         if let cache {
-            do {
-                let entry = try cache.store(url: address, file: temporary, etag: result.etag, lastModified: result.lastModified)
-                guard Self.place(entry.path, at: destination) else { throw StoreError("cannot link \(entry.path)") }
-            } catch {
+            // Into the spool first, then into the cache: an eviction right after storing
+            // (an image larger than maxSize, other downloads) cannot take it from the item.
+            guard Self.place(temporary, at: destination) else {
                 unlink(temporary)
-                throw ItemFailure(.download, "cannot cache \(address): \(error)")
+                throw ItemFailure(.download, "cannot spool \(address)")
+            }
+            do {
+                try cache.store(url: address, file: temporary, etag: result.etag, lastModified: result.lastModified)
+            } catch {
+                unlink(temporary) // the item has its copy; only the cache misses it
             }
         } else if rename(temporary, destination) != 0 {
             unlink(temporary)

@@ -101,6 +101,7 @@ public final class PipelineRunner: @unchecked Sendable {
             if refreshFeed {
                 try store.markFeedComplete(runId: latest.id, false)
                 latest.feedComplete = false
+                refreshing = true
                 if latest.state == .finished {
                     try store.setState(.running, runId: latest.id)
                     latest.state = .running
@@ -137,6 +138,10 @@ public final class PipelineRunner: @unchecked Sendable {
     private var sinksByName: [String: any Sink] = [:]
     private var passStartSeq = 0
     private var admitted = 0
+    /// `resume --refresh-feed`: the feed was complete before this pass.
+    private var refreshing = false
+    /// Why the feed could not be listed to its end, if it could not.
+    private var listingError: String?
     /// Keys reported as duplicates (each is reported once).
     private var reportedDuplicates: Set<String> = []
 
@@ -222,8 +227,10 @@ public final class PipelineRunner: @unchecked Sendable {
         let session = lock.withLock { finishedThisSession }
         return RunSummary(run: run.id, stateFile: store.path, total: final.total, done: final.done,
                           failed: final.failed, pending: final.unfinished, processed: session, elapsed: elapsed,
-                          itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0, interrupted: interrupted,
-                          failuresByReason: try store.failureCounts(runId: run.id))
+                          itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0,
+                          interrupted: interrupted && isCancelled,
+                          failuresByReason: try store.failureCounts(runId: run.id),
+                          listingError: lock.withLock { listingError })
     }
 
     private func progress(since started: Date) -> RunProgress {
@@ -303,7 +310,7 @@ public final class PipelineRunner: @unchecked Sendable {
                 outputName: template.usesHash ? nil : template.render(key: item.nameKey, stem: item.nameStem, index: itemSeq,
                                                                       format: spec.output.format, hash: nil),
                 sinks: sinkNames, nameKey: item.nameKey, nameStem: item.nameStem,
-                tier: item.fromFallback ? .fallback : item.location.hasPrefix("/") ? .local : nil))
+                tier: !item.isLocal ? nil : item.fromFallback ? .fallback : .local))
             writer.submit(change) { [self] outcome in
                 switch outcome {
                 case .applied:
@@ -311,7 +318,7 @@ public final class PipelineRunner: @unchecked Sendable {
                     var job = Job(key: item.key, seq: itemSeq, location: item.location)
                     job.nameKey = item.nameKey
                     job.nameStem = item.nameStem
-                    job.tier = item.fromFallback ? .fallback : nil
+                    job.tier = !item.isLocal ? nil : item.fromFallback ? .fallback : .local
                     start(job, at: .pending)
                 case let .failed(failure):
                     lock.withLock { counts.total += 1; counts.failed += 1; finishedThisSession += 1 }
@@ -327,9 +334,16 @@ public final class PipelineRunner: @unchecked Sendable {
             }
         }
 
+        // With --limit, a key repeated in the feed must not use up the limit: the keys of
+        // this pass are remembered (at most `limit` of them).
+        var seenThisPass: Set<String> = []
         do {
             try pipeline.feed.list { item in
                 if isCancelled { return false }
+                if limit != nil, !seenThisPass.insert(item.key).inserted {
+                    reportDuplicate(item.key)
+                    return true
+                }
                 if relisting, let known = try? store.item(runId: run.id, key: item.key) {
                     // Listed by an earlier pass: resume already has it in hand.
                     if known.seq >= passStartSeq { reportDuplicate(item.key) }
@@ -351,7 +365,14 @@ public final class PipelineRunner: @unchecked Sendable {
                 run.feedComplete = true
             }
         } catch {
-            reporter.notice("cannot list the feed: \(pipeline.environment.redact(String(describing: error)))")
+            let message = pipeline.environment.redact(String(describing: error))
+            lock.withLock { listingError = message }
+            reporter.notice("cannot list the feed: \(message)")
+            if refreshing {
+                // The refresh failed: the run stays as complete as it was.
+                writer.submit(.feedComplete) { _ in }
+                run.feedComplete = true
+            }
         }
     }
 
@@ -418,7 +439,10 @@ public final class PipelineRunner: @unchecked Sendable {
             tier = record.tier
         }
 
-        var isRemote: Bool { location.hasPrefix("http://") || location.hasPrefix("https://") }
+        /// Items of a local source carry the tier `local` (or `fallback`) from their listing;
+        /// everything else was listed by a remote source and is only ever fetched over
+        /// http(s), never read from disk.
+        var isRemote: Bool { tier != .local && tier != .fallback }
     }
 
     private func start(_ job: Job, at status: ItemStatus) {
@@ -537,37 +561,44 @@ public final class PipelineRunner: @unchecked Sendable {
                                     format: pipeline.spec.output.format, origin: job.location, nameKey: job.nameKey,
                                     nameStem: job.nameStem, sha256: job.outputHash ?? "")
             var changes: [StoreChange] = []
+            // `pending` sinks that end up without a change were interrupted.
             for sinkName in pending {
                 guard let sink = sinksByName[sinkName] else {
                     let failure = ItemFailure(.upload, "sink \(sinkName) is no longer in the pipeline")
                     changes.append(.deliveryFailed(key: job.key, sink: sinkName, failure: failure, attempts: 1))
                     continue
                 }
-                changes.append(deliverWithRetries(delivery, to: sink))
+                if let change = deliverWithRetries(delivery, to: sink) { changes.append(change) }
             }
+            guard !changes.isEmpty else { return releaseSlot() }
             let outcomes = OutcomeCollector(expected: changes.count)
             for change in changes {
                 writer.submit(change) { [self] outcome in
                     guard let all = outcomes.add(outcome) else { return }
                     if let failure = all.compactMap({ if case let .failed(f) = $0 { f } else { nil } }).first {
                         finish(job, failure: failure)
-                    } else {
+                    } else if all.contains(.completed) {
                         unlink(staged)
                         if job.isRemote { unlink(spoolDirectory + "/\(job.seq)") }
                         finish(job, failure: nil)
+                    } else {
+                        // A delivery was left pending (the run is stopping): resume finishes it.
+                        releaseSlot()
                     }
                 }
             }
         }
     }
 
-    /// One sink's delivery (the sink retries what may pass) as a state change.
-    private func deliverWithRetries(_ delivery: Delivery, to sink: any Sink) -> StoreChange {
+    /// One sink's delivery (the sink retries what may pass) as a state change; nil when
+    /// the run was interrupted before a due retry (the delivery stays pending).
+    private func deliverWithRetries(_ delivery: Delivery, to sink: any Sink) -> StoreChange? {
         do throws(DeliveryFailure) {
             let receipt = try sink.deliver(delivery)
             return .delivered(key: delivery.key, sink: sink.name, remoteURL: receipt.remoteURL,
                               httpStatus: receipt.httpStatus, attempts: receipt.attempts)
         } catch {
+            if error.interrupted { return nil }
             return .deliveryFailed(key: delivery.key, sink: sink.name, failure: error.failure, attempts: error.attempts)
         }
     }

@@ -39,6 +39,8 @@ public struct RunSummary: Sendable, Codable {
     /// True when stopped by a signal: the run can be resumed.
     public let interrupted: Bool
     public let failuresByReason: [String: Int]
+    /// Set when the feed could not be listed to its end (the run can be resumed later).
+    public let listingError: String?
 }
 
 /// Receives what a run has to say. The library prints nothing itself: the command line

@@ -16,22 +16,31 @@ public struct DirectorySink: Sink {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
     }
 
-    var partialDirectory: String { root + "/" + Self.partialFolder }
+    /// Temporary files of this process: `.imgpipe-partial/<pid>/`, so that two imgpipe
+    /// processes delivering into one folder never touch each other's files.
+    var partialDirectory: String { root + "/" + Self.partialFolder + "/\(getpid())" }
 
-    /// Creates the directory and removes temporary files a killed run left behind.
+    /// Creates the directory and removes temporary files killed processes left behind.
     public func prepare() throws {
         do {
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         } catch {
             throw FeedError("sink \(name): cannot create directory \(root): \(error.localizedDescription)")
         }
-        try? FileManager.default.removeItem(atPath: partialDirectory)
+        let parent = root + "/" + Self.partialFolder
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? [] {
+            // A folder whose process is gone (or this process's own, from an earlier run).
+            if let pid = Int32(entry), pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH) {
+                try? FileManager.default.removeItem(atPath: parent + "/" + entry)
+            }
+        }
         folders.removeAll()
     }
 
     public func finish() {
-        // Removed only when empty: another process may be delivering into it.
+        // Removed only when empty: another process may be delivering into the parent.
         rmdir(partialDirectory)
+        rmdir(root + "/" + Self.partialFolder)
         folders.removeAll()
     }
 

@@ -44,10 +44,13 @@ public struct DeliveryReceipt: Sendable, Equatable {
 public struct DeliveryFailure: Error, Sendable {
     public let failure: ItemFailure
     public let attempts: Int
+    /// The run stopped while a retry was due: the delivery stays pending for resume.
+    public let interrupted: Bool
 
-    public init(_ failure: ItemFailure, attempts: Int = 1) {
+    public init(_ failure: ItemFailure, attempts: Int = 1, interrupted: Bool = false) {
         self.failure = failure
         self.attempts = attempts
+        self.interrupted = interrupted
     }
 }
 

@@ -66,7 +66,8 @@ public struct UploadSink: Sink {
                                            httpStatus: answer.status, attempts: attempt)
                 }
         } catch {
-            throw DeliveryFailure(ItemFailure(.upload, error.message, httpStatus: error.status), attempts: attempts)
+            throw DeliveryFailure(ItemFailure(.upload, error.message, httpStatus: error.status), attempts: attempts,
+                                  interrupted: error.kind == .cancelled)
         }
     }
 
@@ -147,7 +148,8 @@ public struct HTTPSink: Sink {
             let remote = UploadSink.url(in: result.body, relativeTo: url)?.absoluteString ?? url.absoluteString
             return DeliveryReceipt(remoteURL: remote, httpStatus: result.status, attempts: attempts)
         } catch {
-            throw DeliveryFailure(ItemFailure(.upload, error.message, httpStatus: error.status), attempts: attempts)
+            throw DeliveryFailure(ItemFailure(.upload, error.message, httpStatus: error.status), attempts: attempts,
+                                  interrupted: error.kind == .cancelled)
         }
     }
 }

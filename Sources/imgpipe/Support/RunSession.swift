@@ -51,7 +51,7 @@ struct RunSession {
         reporter.endLine()
         report(summary, pipeline: options.pipeline)
         if summary.interrupted { throw Exit.interrupted }
-        if summary.failed > 0 { throw Exit.failedItems }
+        if summary.failed > 0 || summary.listingError != nil { throw Exit.failedItems }
     }
 
     private func report(_ summary: RunSummary, pipeline: String) {
@@ -69,6 +69,10 @@ struct RunSession {
         if !summary.failuresByReason.isEmpty {
             let reasons = summary.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
             Console.out("failures: " + reasons.joined(separator: ", ") + " (details: imgpipe status \(pipeline))")
+        }
+        if let listingError = summary.listingError {
+            Console.out("the feed could not be listed to its end (\(listingError)); the items listed were run. "
+                        + "Continue later with: imgpipe resume \(pipeline)")
         }
         if summary.interrupted {
             var resume = "imgpipe resume \(pipeline)"
