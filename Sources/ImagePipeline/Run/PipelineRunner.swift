@@ -82,8 +82,10 @@ public final class PipelineRunner: @unchecked Sendable {
                     throw RunError.unfinishedRun(id: latest.id, stateFile: store.path, pipeline: displayPath)
                 }
                 try store.setState(.abandoned, runId: latest.id)
-                try? FileManager.default.removeItem(atPath: latest.workDirectory)
             }
+            // A new run makes the previous one unreachable for resume: its staged files
+            // (kept for --retry-failed) can go.
+            if let latest { try? FileManager.default.removeItem(atPath: latest.workDirectory) }
             let workRoot = URL(fileURLWithPath: store.path).deletingPathExtension().path + ".work"
             return try store.createRun(pipelinePath: pipeline.path, pipelineName: spec.name,
                                        document: spec.document.serialized(), fingerprint: spec.outputFingerprint,
