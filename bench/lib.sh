@@ -32,6 +32,10 @@ make_corpus() {
   rm -rf "$dir.base"
 }
 
+# web_corpus — the 1000 web-sized JPEGs (640–1600 px) of works A and B, in $WEB_CORPUS.
+WEB_CORPUS=bench/corpus/web-1000
+web_corpus() { make_corpus "$WEB_CORPUS" 1000 640 800 1024 1280 1600; }
+
 # start_server FOLDER [args…] — bench/server.py on loopback; sets PORT and SERVER_PID.
 start_server() {
   local folder=$1; shift

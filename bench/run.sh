@@ -18,12 +18,12 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 RUNS=${RUNS:-3}
 SCALE=${SCALE:-20000}
-WEB=bench/corpus/web-1000
+WEB=$WEB_CORPUS
 TINY=bench/corpus/tiny-40
 SAMPLES="$WORK/run-samples.txt"
 
 build_release
-make_corpus "$WEB" 1000 640 800 1024 1280 1600
+web_corpus
 make_corpus "$TINY" 40 320
 command -v mogrify >/dev/null || { echo "mogrify missing: make bench-deps" >&2; exit 2; }
 VENV=$WORK/venv

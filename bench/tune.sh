@@ -2,22 +2,22 @@
 # Tuning experiments behind bench/RESULTS.md's tuning log: work A on the first COUNT (300)
 # images of the web corpus, each variant RUNS (3) times, alternating; medians of wall time
 # and peak RSS. Variants change one thing against the default:
-#   default          workers = cores (2), 1 libvips thread per image, leading fit fused
+#   default          workers = cores (2), 1 libvips thread per image, leading fit fused, 2 arenas
 #   no-fuse          IMGPIPE_FUSE=0: fit as a separate vips_resize after a full decode
 #   1w×2t            workers 1, IMGPIPE_VIPS_THREADS=2 (libvips threads instead of images in flight)
 #   3 workers        limits.workers 3 (one more image in flight than cores)
-#   arenas=2         MALLOC_ARENA_MAX=2 (fewer glibc malloc arenas)
+#   arenas=16        MALLOC_ARENA_MAX=16, glibc's default on 2 cores (imgpipe itself sets 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 RUNS=${RUNS:-3}
 COUNT=${COUNT:-300}
-WEB=bench/corpus/web-1000
+WEB=$WEB_CORPUS
 SUBSET=$WORK/tune-in
 build_release
-make_corpus "$WEB" 1000 640 800 1024 1280 1600
+web_corpus
 rm -rf "$SUBSET"; mkdir -p "$SUBSET"
-ls "$WEB" | head -"$COUNT" | while read -r f; do ln "$WEB/$f" "$SUBSET/$f"; done
+ls "$WEB" | sed -n "1,${COUNT}p" | while read -r f; do ln "$WEB/$f" "$SUBSET/$f"; done
 tune_pipeline() { # file, limits
   cat > "$1" <<JSON
 { "version": 1, "source": { "type": "directory", "path": "tune-in" }, "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
@@ -38,7 +38,7 @@ for run in $(seq 1 "$RUNS"); do
   variant "no-fuse" IMGPIPE_FUSE=0 "$WORK/tune.json"
   variant "1w×2t" IMGPIPE_VIPS_THREADS=2 "$WORK/tune-1w.json"
   variant "3 workers" IMGPIPE_FUSE=1 "$WORK/tune-3w.json"
-  variant "arenas=2" MALLOC_ARENA_MAX=2 "$WORK/tune.json"
+  variant "arenas=16" MALLOC_ARENA_MAX=16 "$WORK/tune.json"
 done
 python3 - "$WORK/tune-samples.txt" "$COUNT" <<'PY'
 import collections, statistics, sys

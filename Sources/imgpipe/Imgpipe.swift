@@ -15,6 +15,9 @@ enum Exit {
 struct Imgpipe: ParsableCommand {
     static let version = "0.1.0"
 
+    /// Benchmark knobs from the environment (`IMGPIPE_FUSE`, `IMGPIPE_VIPS_THREADS`).
+    static let tuning = Tuning(environment: ProcessInfo.processInfo.environment)
+
     static let configuration = CommandConfiguration(
         commandName: "imgpipe",
         abstract: "Run batch image pipelines: a feed of images, a chain of libvips filters, and sinks.",
@@ -31,6 +34,7 @@ struct Imgpipe: ParsableCommand {
         if ProcessInfo.processInfo.environment["MALLOC_ARENA_MAX"] == nil {
             VipsRuntime.limitMallocArenas(2)
         }
+        if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
         do {
             var command = try parseAsRoot()
             try command.run()

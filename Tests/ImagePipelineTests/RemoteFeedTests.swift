@@ -333,7 +333,7 @@ struct RemoteFeedTests {
         let size = Counter()
         let server = try server { request in
             guard request.path == "/feed.json" else { return nil }
-            let body = "[" + (1 ... size.value("feed")).map {
+            let body = "[" + (1 ... size.count("feed")).map {
                 #"{"url": "http://\#(request.headers["host"]!)/images/n\#($0).jpg"}"#
             }.joined(separator: ",") + "]"
             return .json(body)
@@ -406,6 +406,5 @@ final class Counter: @unchecked Sendable {
 
     func next(_ name: String) -> Int { lock.withLock { values[name, default: 0] += 1; return values[name]! } }
     func count(_ name: String) -> Int { lock.withLock { values[name] ?? 0 } }
-    func value(_ name: String) -> Int { count(name) }
     func set(_ name: String, _ value: Int) { lock.withLock { values[name] = value } }
 }

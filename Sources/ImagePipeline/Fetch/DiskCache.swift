@@ -66,11 +66,6 @@ public final class DiskCache: @unchecked Sendable {
         return entry
     }
 
-    /// The body of `url` when cached.
-    public func data(for url: String) -> Data? {
-        entry(for: url).flatMap { FileManager.default.contents(atPath: $0.path) }
-    }
-
     /// Moves a downloaded file into the cache (it must be on the same file system, e.g. a
     /// temporary file in the cache's folder), replacing an older entry.
     @discardableResult

@@ -143,8 +143,6 @@ public final class HTTPClient: NSObject, @unchecked Sendable {
         session = URLSession(configuration: configuration, delegate: self, delegateQueue: delegateQueue)
     }
 
-    public func invalidate() { session.finishTasksAndInvalidate() }
-
     /// One exchange, no retries. Any status is returned; transport problems throw.
     public func perform(_ request: HTTPRequest) throws(HTTPFailure) -> HTTPResult {
         guard let scheme = request.url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {

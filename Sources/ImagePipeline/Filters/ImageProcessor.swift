@@ -4,7 +4,8 @@ import VipsKit
 
 /// Knobs for benchmarks, not part of the pipeline file: the command line reads them from
 /// `IMGPIPE_FUSE` (`0` runs a leading autorotate/fit/fill step by step instead of as one
-/// `vips_thumbnail`) and `IMGPIPE_VIPS_THREADS` (libvips threads per image, default 1).
+/// `vips_thumbnail`) and `IMGPIPE_VIPS_THREADS` (libvips threads per image, default 1;
+/// process-wide, so the command line applies it with `VipsRuntime.setThreadsPerImage`).
 public struct Tuning: Sendable {
     public var fuseLeadingGeometry = true
     public var threadsPerImage = 1
@@ -64,15 +65,12 @@ public struct ImageProcessor: Sendable {
         // Files are read into memory (within limits.maxBytes) and decoded from there: libvips
         // then picks its loader from the bytes in memory instead of opening the file once
         // per loader it tries.
-        let input = try loaded(input)
-        let format = try checkBytes(input)
+        let data = try bytes(of: input)
+        let format = try checkBytes(data)
         let header: VipsImage
         do {
             try VipsRuntime.setUp()
-            switch input {
-            case let .file(path): header = try VipsImage.open(path: path)
-            case let .data(data): header = try VipsImage.open(data: data)
-            }
+            header = try VipsImage.open(data: data)
         } catch {
             throw ItemFailure(.decode, "cannot read \(format.rawValue) header: \(Self.text(error))")
         }
@@ -94,7 +92,7 @@ public struct ImageProcessor: Sendable {
         }
         if let thumbnail = plan.thumbnail {
             do {
-                (image, colourManaged) = try runThumbnail(thumbnail, input: input, header: header)
+                (image, colourManaged) = try runThumbnail(thumbnail, data: data, header: header)
                 image = try lap(plan.thumbnailLabel, image)
             } catch {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(Self.text(error))")
@@ -112,9 +110,9 @@ public struct ImageProcessor: Sendable {
             throw ItemFailure(timing == nil || !Self.looksLikeDecodeError(message) ? .process : .decode, message)
         }
 
-        let data: Data
+        let encoded: Data
         do {
-            data = try image.encoded(encoding)
+            encoded = try image.encoded(encoding)
             if let timing {
                 timing("encode", Double(DispatchTime.now().uptimeNanoseconds - clock.uptimeNanoseconds) / 1_000_000)
             }
@@ -123,14 +121,20 @@ public struct ImageProcessor: Sendable {
             let message = Self.text(error)
             throw ItemFailure(Self.looksLikeDecodeError(message) ? .decode : .encode, message)
         }
-        let digest = SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
-        return ProcessedImage(data: data, width: image.width, height: image.height,
+        let digest = SHA256.hash(data: encoded).map { String(format: "%02x", $0) }.joined()
+        return ProcessedImage(data: encoded, width: image.width, height: image.height,
                               inputWidth: header.width, inputHeight: header.height,
                               inputFormat: format, sha256: digest)
     }
 
-    private func loaded(_ input: ImageInput) throws(ItemFailure) -> ImageInput {
-        guard case let .file(path) = input else { return input }
+    /// The input's bytes; a file is read whole, after its size is checked against
+    /// `limits.maxBytes`.
+    private func bytes(of input: ImageInput) throws(ItemFailure) -> Data {
+        let path: String
+        switch input {
+        case let .data(data): return data
+        case let .file(file): path = file
+        }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
@@ -152,28 +156,13 @@ public struct ImageProcessor: Sendable {
             return offset
         }
         guard count == size else { throw ItemFailure(.download, "cannot read \(path): short read (\(count) of \(size) bytes)") }
-        return .data(data)
+        return data
     }
 
     /// Size limits and the magic-byte check, before libvips sees the input.
-    private func checkBytes(_ input: ImageInput) throws(ItemFailure) -> ImageFormat {
-        let size: Int
-        var head: [UInt8] = []
-        switch input {
-        case let .file(path):
-            let fd = open(path, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))") }
-            defer { close(fd) }
-            var info = stat()
-            guard fstat(fd, &info) == 0 else { throw ItemFailure(.download, "cannot read \(path): \(String(cString: strerror(errno)))") }
-            size = Int(info.st_size)
-            head = [UInt8](repeating: 0, count: 64)
-            let count = read(fd, &head, 64)
-            head = Array(head.prefix(max(0, count)))
-        case let .data(data):
-            size = data.count
-            head = Array(data.prefix(64))
-        }
+    private func checkBytes(_ data: Data) throws(ItemFailure) -> ImageFormat {
+        let size = data.count
+        let head = Array(data.prefix(64))
         if size == 0 { throw ItemFailure(.decode, "empty file (0 bytes)") }
         if size > limits.maxBytes {
             throw ItemFailure(.limit, "file is \(size) bytes, over limits.maxBytes (\(limits.maxBytes))")
@@ -187,7 +176,7 @@ public struct ImageProcessor: Sendable {
 
     /// The fused shrink-on-load step. Returns the image and whether it was already
     /// converted to sRGB through its ICC profile.
-    private func runThumbnail(_ thumbnail: ChainPlan.Thumbnail, input: ImageInput,
+    private func runThumbnail(_ thumbnail: ChainPlan.Thumbnail, data: Data,
                               header: VipsImage) throws -> (VipsImage, Bool) {
         var colour = ColourManagement.none
         if header.isCMYK {
@@ -220,15 +209,8 @@ public struct ImageProcessor: Sendable {
                 finalCrop = (w, h, gravity)
             }
         }
-        var image: VipsImage
-        switch input {
-        case let .file(path):
-            image = try VipsImage.thumbnail(path: path, width: width, height: height, size: size,
+        var image = try VipsImage.thumbnail(data: data, width: width, height: height, size: size,
                                             autorotate: thumbnail.autorotate, crop: crop, colour: colour)
-        case let .data(data):
-            image = try VipsImage.thumbnail(data: data, width: width, height: height, size: size,
-                                            autorotate: thumbnail.autorotate, crop: crop, colour: colour)
-        }
         if let finalCrop {
             image = try image.cropped(to: (finalCrop.width, finalCrop.height), gravity: finalCrop.gravity)
         }

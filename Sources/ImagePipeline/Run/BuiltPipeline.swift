@@ -1,5 +1,4 @@
 import Foundation
-import VipsKit
 
 /// A pipeline ready to run: `${…}` expanded, paths resolved, feed, fetcher and sinks built.
 public struct BuiltPipeline: Sendable {
@@ -18,7 +17,7 @@ public struct BuiltPipeline: Sendable {
     /// Expands and resolves everything the run needs; errors are `SpecError`s naming the
     /// path of the value (an unset variable, a source directory that does not exist).
     /// `notice` receives what the feed has to say while listing (e.g. falling back).
-    public static func build(_ spec: PipelineSpec, path: String, environment: Environment,
+    public static func build(_ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning = Tuning(),
                              notice: @escaping @Sendable (String) -> Void = { _ in }) throws -> BuiltPipeline {
         var fetcher: RemoteFetcher?
         if let remote = spec.source.remote {
@@ -76,8 +75,6 @@ public struct BuiltPipeline: Sendable {
                 }
             }
         }
-        let tuning = Tuning(environment: ProcessInfo.processInfo.environment)
-        if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
         let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
                                        baseDirectory: spec.baseDirectory, tuning: tuning)
         return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,

@@ -20,14 +20,10 @@ public struct ItemFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public let message: String
     /// For HTTP failures, the status code.
     public let httpStatus: Int?
-    /// Whether trying again may help (network errors, 5xx). Bad images are final.
-    public let retryable: Bool
-
-    public init(_ reason: FailureReason, _ message: String, httpStatus: Int? = nil, retryable: Bool = false) {
+    public init(_ reason: FailureReason, _ message: String, httpStatus: Int? = nil) {
         self.reason = reason
         self.message = message
         self.httpStatus = httpStatus
-        self.retryable = retryable
     }
 
     public var description: String { "\(reason.rawValue): \(message)" }

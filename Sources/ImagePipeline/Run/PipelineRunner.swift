@@ -453,9 +453,9 @@ public final class PipelineRunner: @unchecked Sendable {
             // A local file has nothing to fetch: it is read in place by the pixel stage.
             var local = job
             local.spoolPath = job.location
-            process(local, attempt: 1)
+            process(local)
         case .pending: fetch(job)
-        case .fetched: process(job, attempt: 1)
+        case .fetched: process(job)
         case .processed: deliver(job)
         case .done, .failed: releaseSlot()
         }
@@ -494,12 +494,12 @@ public final class PipelineRunner: @unchecked Sendable {
             }
             let next = fetched
             writer.submit(.fetched(key: job.key, spoolPath: next.spoolPath!, tier: tier)) { [self] _ in
-                process(next, attempt: 1)
+                process(next)
             }
         }
     }
 
-    private func process(_ job: Job, attempt: Int) {
+    private func process(_ job: Job) {
         workers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
             let spec = pipeline.spec
@@ -508,11 +508,8 @@ public final class PipelineRunner: @unchecked Sendable {
             }
             switch result {
             case let .failure(failure):
-                if failure.retryable, attempt < spec.retry.attempts {
-                    retry(after: attempt) { self.process(job, attempt: attempt + 1) }
-                } else {
-                    fail(job, failure, attempts: attempt)
-                }
+                // Decoding and encoding are deterministic: a failure here is final.
+                fail(job, failure, attempts: 1)
             case let .success(image):
                 let name = spec.output.name.render(key: job.nameKey, stem: job.nameStem, index: job.seq,
                                                    format: spec.output.format, hash: String(image.sha256.prefix(16)))
@@ -523,7 +520,7 @@ public final class PipelineRunner: @unchecked Sendable {
                     guard rename(partial, staged) == 0 else { throw StoreError(String(cString: strerror(errno))) }
                 } catch {
                     unlink(partial)
-                    return fail(job, ItemFailure(.encode, "cannot stage output: \(error)"), attempts: attempt)
+                    return fail(job, ItemFailure(.encode, "cannot stage output: \(error)"), attempts: 1)
                 }
                 let output = StagedOutput(path: staged, name: name, sha256: image.sha256, bytes: image.data.count,
                                           width: image.width, height: image.height)
@@ -549,7 +546,7 @@ public final class PipelineRunner: @unchecked Sendable {
             guard let staged = job.stagedPath, let name = job.outputName,
                   FileManager.default.fileExists(atPath: staged) else {
                 // The staged output is gone (removed by hand): make it again.
-                writer.submit(.reset(key: job.key, to: .fetched)) { [self] _ in process(job, attempt: 1) }
+                writer.submit(.reset(key: job.key, to: .fetched)) { [self] _ in process(job) }
                 return
             }
             let pending: [String]
@@ -618,15 +615,6 @@ public final class PipelineRunner: @unchecked Sendable {
         }
         if let failure { reporter.itemFailed(key: job.key, failure: failure) }
         releaseSlot()
-    }
-
-    private func backoff(after attempt: Int) -> Double {
-        let base = pipeline.spec.retry.backoff * pow(2, Double(attempt - 1))
-        return base * Double.random(in: 0.5 ... 1.5)
-    }
-
-    private func retry(after attempt: Int, _ body: @escaping @Sendable () -> Void) {
-        DispatchQueue.global().asyncAfter(deadline: .now() + backoff(after: attempt), execute: body)
     }
 }
 

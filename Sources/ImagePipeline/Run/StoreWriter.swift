@@ -18,7 +18,6 @@ final class StoreWriter: @unchecked Sendable {
     private var scheduled = false
     private let maxBatch = 1000
     private let onError: @Sendable (any Error) -> Void
-    private(set) var batches = 0
 
     private let redact: @Sendable (String) -> String
 
@@ -33,7 +32,7 @@ final class StoreWriter: @unchecked Sendable {
 
     private func redacted(_ change: StoreChange) -> StoreChange {
         func clean(_ failure: ItemFailure) -> ItemFailure {
-            ItemFailure(failure.reason, redact(failure.message), httpStatus: failure.httpStatus, retryable: failure.retryable)
+            ItemFailure(failure.reason, redact(failure.message), httpStatus: failure.httpStatus)
         }
         switch change {
         case let .failed(key, failure, attempts):
@@ -96,7 +95,6 @@ final class StoreWriter: @unchecked Sendable {
             let outcomes: [ChangeOutcome]
             do {
                 outcomes = try store.apply(batch.map(\.0), runId: runId)
-                batches += 1
             } catch {
                 onError(error)
                 let failure = ItemFailure(.process, "cannot write the state file: \(error)")

@@ -29,7 +29,8 @@ struct PipelineOptions: ParsableArguments {
     func build(_ spec: PipelineSpec, environment: Environment,
                notice: @escaping @Sendable (String) -> Void) throws -> BuiltPipeline {
         do {
-            return try BuiltPipeline.build(spec, path: pipeline, environment: environment, notice: notice)
+            return try BuiltPipeline.build(spec, path: pipeline, environment: environment, tuning: Imgpipe.tuning,
+                                           notice: notice)
         } catch {
             Console.error("\(pipeline): \(environment.redact(String(describing: error)))")
             throw Exit.usage
