@@ -24,6 +24,9 @@ let package = Package(
         ),
         // zlib's gzip reader, for `.gz` URL lists.
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        // libcurl's easy API, for HTTP: a blocking call per transfer on the caller's thread,
+        // with callbacks that can stop a transfer at once (limits, deadlines).
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         // The only module that imports CVips.
         .target(name: "VipsKit", dependencies: ["CVips"]),
         .target(
@@ -31,6 +34,7 @@ let package = Package(
             dependencies: [
                 "VipsKit",
                 "CZlib",
+                "CCurl",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -1,7 +1,6 @@
+import CCurl
+import Dispatch
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// What one HTTP exchange gave.
 public struct HTTPResult: Sendable {
@@ -94,17 +93,18 @@ public struct HTTPRequest: Sendable {
 
 /// Why one exchange failed.
 public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
-    public enum Kind: Sendable { case network, timeout, truncated, status, tooLarge, redirects, scheme, cancelled }
+    public enum Kind: Sendable { case network, timeout, truncated, status, tooLarge, redirects, scheme, cancelled, io }
     public let kind: Kind
     public let message: String
     public let status: Int?
     /// Seconds the server asked us to wait (`Retry-After`).
     public let retryAfter: Double?
 
-    /// Network errors, timeouts, truncated bodies, 408, 429 and 5xx may pass; the rest is final.
+    /// Network errors, timeouts, truncated bodies, local I/O errors (a full disk), 408, 429
+    /// and 5xx may pass; the rest is final.
     public var retryable: Bool {
         switch kind {
-        case .network, .timeout, .truncated: true
+        case .network, .timeout, .truncated, .io: true
         case .status: status.map { $0 == 408 || $0 == 429 || (500 ... 599).contains($0) } ?? false
         case .tooLarge, .redirects, .scheme, .cancelled: false
         }
@@ -113,34 +113,42 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// HTTP through URLSession (FoundationNetworking, on libcurl): a per-host connection
-/// limit, an idle timeout and a total timeout, at most 5 redirects and only to http(s),
-/// `limits.maxBytes` enforced while receiving (the transfer is cut), bodies streamed to a
-/// file when asked, and a `User-Agent` naming imgpipe.
-// @unchecked because per-task state is guarded by `lock`; URLSession is thread-safe.
-public final class HTTPClient: NSObject, @unchecked Sendable {
+/// HTTP through libcurl's easy API: one blocking transfer on the caller's thread, so the
+/// number of transfers at once is the number of threads that call (`limits.downloads`,
+/// `limits.uploads`). libcurl calls back into this client for every block it receives,
+/// which is what makes the limits hold:
+/// - `limits.maxBytes`: a `Content-Length` over it stops the transfer before the body, and
+///   the body is cut at the first block past it; nothing past the limit is ever buffered,
+///   so memory stays flat whatever the server sends;
+/// - `limits.timeout`: connecting, and any stretch of that many seconds with less than one
+///   byte, fails the transfer (`timed out`); the whole transfer has a deadline of 4 × that,
+///   checked by the client itself on every callback, so a server that drips one byte a
+///   second cannot hold an item;
+/// - at most 5 redirects, only to `http`/`https`; a `User-Agent` naming imgpipe.
+///
+/// Easy handles are kept in a pool and reused, so connections to a host are kept alive.
+// @unchecked because the pool is guarded by `lock`; a handle is used by one thread at a time.
+public final class HTTPClient: @unchecked Sendable {
     public static let userAgent = "imgpipe/0.1.0 (+batch image pipeline)"
     public static let maxRedirects = 5
 
-    private var session: URLSession!
-    private let lock = NSLock()
-    private var tasks: [Int: TaskState] = [:]
-    private let delegateQueue: OperationQueue
+    /// Seconds without data (connecting included) before a transfer fails.
+    public let timeout: Double
+    /// Seconds a whole transfer may take.
+    public var transferDeadline: Double { timeout * 4 }
 
-    /// `timeout`: seconds without data (connect included) and, ×4, for the whole exchange.
-    public init(connectionsPerHost: Int, timeout: Double) {
-        delegateQueue = OperationQueue()
-        delegateQueue.maxConcurrentOperationCount = 1
-        super.init()
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.httpMaximumConnectionsPerHost = max(1, connectionsPerHost)
-        configuration.timeoutIntervalForRequest = timeout
-        configuration.timeoutIntervalForResource = timeout * 4
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-        configuration.urlCache = nil
-        configuration.httpCookieStorage = nil
-        configuration.httpAdditionalHeaders = ["User-Agent": Self.userAgent]
-        session = URLSession(configuration: configuration, delegate: self, delegateQueue: delegateQueue)
+    private let lock = NSLock()
+    private var idle: [UnsafeMutableRawPointer] = []
+
+    private static let globalSetUp: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+
+    public init(timeout: Double) {
+        _ = Self.globalSetUp
+        self.timeout = timeout
+    }
+
+    deinit {
+        for handle in idle { curl_easy_cleanup(handle) }
     }
 
     /// One exchange, no retries. Any status is returned; transport problems throw.
@@ -149,40 +157,34 @@ public final class HTTPClient: NSObject, @unchecked Sendable {
             throw HTTPFailure(kind: .scheme, message: "only http and https URLs are fetched, got \(request.url.absoluteString)",
                               status: nil, retryAfter: nil)
         }
-        var urlRequest = URLRequest(url: request.url)
-        urlRequest.httpMethod = request.method
-        for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
-        urlRequest.httpBody = request.body
-        let state = TaskState(request: request)
+        guard let handle = takeHandle() else {
+            throw HTTPFailure(kind: .network, message: "cannot start an HTTP transfer (libcurl)", status: nil, retryAfter: nil)
+        }
+        defer { returnHandle(handle) }
+        let transfer = Transfer(maxBytes: request.maxBytes, deadline: transferDeadline)
         if let destination = request.destination {
-            FileManager.default.createFile(atPath: destination, contents: nil)
-            state.file = FileHandle(forWritingAtPath: destination)
+            transfer.file = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard transfer.file >= 0 else {
+                throw HTTPFailure(kind: .io, message: "cannot create \(destination): \(String(cString: strerror(errno)))",
+                                  status: nil, retryAfter: nil)
+            }
         }
-        let task = session.dataTask(with: urlRequest)
-        lock.withLock { tasks[task.taskIdentifier] = state }
-        task.resume()
-        state.done.wait()
-        lock.withLock { _ = tasks.removeValue(forKey: task.taskIdentifier) }
-        try? state.file?.close()
-        if let failure = state.failure { throw failure }
-        guard let response = state.response else {
-            throw HTTPFailure(kind: .network, message: "no response from \(request.url.host ?? "server")", status: nil, retryAfter: nil)
+        defer { if transfer.file >= 0 { close(transfer.file) } }
+        let code = withExtendedLifetime(transfer) { run(request, on: handle, transfer: transfer) }
+        var status = 0
+        var redirects = 0
+        _ = ip_curl_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
+        _ = ip_curl_get_long(handle, CURLINFO_REDIRECT_COUNT, &redirects)
+        if let failure = transfer.failure { throw failure }
+        if code != CURLE_OK {
+            throw failure(code, request: request, transfer: transfer, redirects: redirects, status: status)
         }
-        var headers: [String: String] = [:]
-        for (key, value) in response.allHeaderFields {
-            if let key = key as? String, let value = value as? String { headers[key.lowercased()] = value }
+        if (300 ... 399).contains(status), status != 304 {
+            throw HTTPFailure(kind: .redirects, message: "more than \(Self.maxRedirects) redirects, or a redirect without a location",
+                              status: status, retryAfter: nil)
         }
-        if (300 ... 399).contains(response.statusCode), response.statusCode != 304 {
-            throw HTTPFailure(kind: .redirects, message: "more than \(Self.maxRedirects) redirects, or a redirect to a non-http URL",
-                              status: response.statusCode, retryAfter: nil)
-        }
-        if (200 ... 299).contains(response.statusCode), request.method != "HEAD",
-           let expected = headers["content-length"].flatMap(Int.init), state.received < expected {
-            throw HTTPFailure(kind: .truncated, message: "truncated body: \(state.received) of \(expected) bytes",
-                              status: response.statusCode, retryAfter: nil)
-        }
-        return HTTPResult(status: response.statusCode, headers: headers,
-                          body: request.destination == nil ? state.data : nil, bytes: state.received)
+        return HTTPResult(status: status, headers: transfer.headers,
+                          body: request.destination == nil ? transfer.data : nil, bytes: transfer.received)
     }
 
     /// `perform` with retries (backoff with jitter, `Retry-After` honoured up to 60 s) for
@@ -208,81 +210,185 @@ public final class HTTPClient: NSObject, @unchecked Sendable {
         return formatter.date(from: value).map { max(0, $0.timeIntervalSinceNow) }
     }
 
-    fileprivate func state(of task: URLSessionTask) -> TaskState? {
-        lock.withLock { tasks[task.taskIdentifier] }
+    // MARK: - one transfer
+
+    /// Sets the handle up for `request` and runs the transfer to its end.
+    private func run(_ request: HTTPRequest, on handle: UnsafeMutableRawPointer, transfer: Transfer) -> CURLcode {
+        let context = Unmanaged.passUnretained(transfer).toOpaque()
+        let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
+        errorBuffer.initialize(to: 0)
+        defer { errorBuffer.deallocate() }
+        var headers: UnsafeMutablePointer<curl_slist>?
+        // No `Expect: 100-continue` round trip before a body.
+        headers = curl_slist_append(headers, "Expect:")
+        for (name, value) in request.headers { headers = curl_slist_append(headers, "\(name): \(value)") }
+        defer { curl_slist_free_all(headers) }
+
+        _ = ip_curl_set_string(handle, CURLOPT_URL, request.url.absoluteString)
+        _ = ip_curl_set_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
+        _ = ip_curl_set_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        _ = ip_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, 1)
+        _ = ip_curl_set_long(handle, CURLOPT_MAXREDIRS, Self.maxRedirects)
+        _ = ip_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
+        _ = ip_curl_set_string(handle, CURLOPT_USERAGENT, Self.userAgent)
+        _ = ip_curl_set_headers(handle, headers)
+        _ = ip_curl_set_pointer(handle, CURLOPT_ERRORBUFFER, errorBuffer)
+        let idleSeconds = max(1, Int(timeout.rounded(.up)))
+        _ = ip_curl_set_long(handle, CURLOPT_CONNECTTIMEOUT_MS, max(1, Int(timeout * 1000)))
+        _ = ip_curl_set_long(handle, CURLOPT_LOW_SPEED_LIMIT, 1)
+        _ = ip_curl_set_long(handle, CURLOPT_LOW_SPEED_TIME, idleSeconds)
+        // libcurl's own deadline, a little after ours (ours names the limit in its message).
+        _ = ip_curl_set_long(handle, CURLOPT_TIMEOUT_MS, Int(transferDeadline * 1000) + 500)
+        if request.maxBytes < Int.max {
+            _ = ip_curl_set_offset(handle, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(request.maxBytes))
+        }
+        _ = ip_curl_set_write_function(handle, { data, size, count, context in
+            guard let data, let context else { return 0 }
+            return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().receive(data, size * count)
+        })
+        _ = ip_curl_set_pointer(handle, CURLOPT_WRITEDATA, context)
+        _ = ip_curl_set_header_function(handle, { data, size, count, context in
+            guard let data, let context else { return 0 }
+            return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().header(data, size * count)
+        })
+        _ = ip_curl_set_pointer(handle, CURLOPT_HEADERDATA, context)
+        _ = ip_curl_set_long(handle, CURLOPT_NOPROGRESS, 0)
+        _ = ip_curl_set_progress_function(handle, { context, _, _, _, _ in
+            guard let context else { return 1 }
+            return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().checkDeadline() ? 0 : 1
+        })
+        _ = ip_curl_set_pointer(handle, CURLOPT_XFERINFODATA, context)
+
+        switch request.method {
+        case "GET": _ = ip_curl_set_long(handle, CURLOPT_HTTPGET, 1)
+        case "HEAD": _ = ip_curl_set_long(handle, CURLOPT_NOBODY, 1)
+        default:
+            if request.method != "POST" { _ = ip_curl_set_string(handle, CURLOPT_CUSTOMREQUEST, request.method) }
+        }
+        guard request.method != "GET", request.method != "HEAD" else {
+            let code = curl_easy_perform(handle)
+            transfer.errorText = String(cString: errorBuffer)
+            return code
+        }
+        // A body (possibly empty) is sent from memory; libcurl does not copy it, so the
+        // transfer runs inside the closure that keeps it alive.
+        let body = request.body ?? Data()
+        return body.withUnsafeBytes { raw -> CURLcode in
+            _ = ip_curl_set_offset(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(raw.count))
+            _ = ip_curl_set_pointer(handle, CURLOPT_POSTFIELDS, raw.baseAddress ?? UnsafeRawPointer(errorBuffer))
+            let code = curl_easy_perform(handle)
+            transfer.errorText = String(cString: errorBuffer)
+            return code
+        }
+    }
+
+    /// The failure a libcurl result code stands for.
+    private func failure(_ code: CURLcode, request: HTTPRequest, transfer: Transfer, redirects: Int,
+                         status: Int) -> HTTPFailure {
+        let host = request.url.host ?? "server"
+        let detail = transfer.errorText.isEmpty ? String(cString: curl_easy_strerror(code)) : transfer.errorText
+        let response = status > 0 ? status : nil
+        switch code {
+        case CURLE_OPERATION_TIMEDOUT:
+            return HTTPFailure(kind: .timeout, message: "\(host): timed out (\(detail))", status: response, retryAfter: nil)
+        case CURLE_PARTIAL_FILE:
+            let expected = transfer.headers["content-length"].map { " of \($0)" } ?? ""
+            return HTTPFailure(kind: .truncated, message: "\(host): truncated body (\(transfer.received)\(expected) bytes)",
+                               status: response, retryAfter: nil)
+        case CURLE_TOO_MANY_REDIRECTS:
+            return HTTPFailure(kind: .redirects, message: "more than \(Self.maxRedirects) redirects", status: response,
+                               retryAfter: nil)
+        case CURLE_UNSUPPORTED_PROTOCOL where redirects > 0:
+            return HTTPFailure(kind: .redirects, message: "a redirect to a URL that is not http(s)", status: response,
+                               retryAfter: nil)
+        case CURLE_FILESIZE_EXCEEDED:
+            let size = transfer.headers["content-length"].map { "of \($0) bytes " } ?? ""
+            return HTTPFailure(kind: .tooLarge, message: "body \(size)is over limits.maxBytes (\(request.maxBytes))",
+                               status: response, retryAfter: nil)
+        default:
+            return HTTPFailure(kind: .network, message: "\(host): \(detail)", status: response, retryAfter: nil)
+        }
+    }
+
+    private func takeHandle() -> UnsafeMutableRawPointer? {
+        if let handle = lock.withLock({ idle.popLast() }) { return handle }
+        return curl_easy_init()
+    }
+
+    /// Back into the pool with its options cleared (its connections stay open).
+    private func returnHandle(_ handle: UnsafeMutableRawPointer) {
+        curl_easy_reset(handle)
+        lock.withLock { idle.append(handle) }
     }
 }
 
-/// The progress of one task, filled in by the delegate.
-// @unchecked because the delegate queue is serial and `done` orders the last write
-// before the waiting reader.
-private final class TaskState: @unchecked Sendable {
-    let request: HTTPRequest
-    var file: FileHandle?
+/// The state of one transfer, filled in by libcurl's callbacks on the transfer's thread.
+private final class Transfer {
+    let maxBytes: Int
+    let deadlineSeconds: Double
+    let deadline: UInt64
+    var file: Int32 = -1
     var data = Data()
     var received = 0
-    var response: HTTPURLResponse?
+    /// Headers of the last response (a redirect's are replaced by the next response's).
+    var headers: [String: String] = [:]
+    var status = 0
     var failure: HTTPFailure?
-    var redirects = 0
-    let done = DispatchSemaphore(value: 0)
+    var errorText = ""
 
-    init(request: HTTPRequest) { self.request = request }
-}
-
-extension HTTPClient: URLSessionDataDelegate {
-    public func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-                           completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
-        guard let state = state(of: dataTask) else { return completionHandler(.cancel) }
-        state.response = response as? HTTPURLResponse
-        if response.expectedContentLength > Int64(state.request.maxBytes) {
-            state.failure = HTTPFailure(kind: .tooLarge, message: "body of \(response.expectedContentLength) bytes is over limits.maxBytes (\(state.request.maxBytes))",
-                                        status: state.response?.statusCode, retryAfter: nil)
-            completionHandler(.cancel)
-            dataTask.cancel() // FoundationNetworking may ignore .cancel here: make sure the transfer stops.
-            return
-        }
-        completionHandler(.allow)
+    init(maxBytes: Int, deadline: Double) {
+        self.maxBytes = maxBytes
+        deadlineSeconds = deadline
+        self.deadline = DispatchTime.now().uptimeNanoseconds + UInt64(deadline * 1_000_000_000)
     }
 
-    public func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        guard let state = state(of: dataTask), state.failure == nil else { return }
-        state.received += data.count
-        if state.received > state.request.maxBytes {
-            state.failure = HTTPFailure(kind: .tooLarge, message: "body is over limits.maxBytes (\(state.request.maxBytes) bytes); transfer cut",
-                                        status: state.response?.statusCode, retryAfter: nil)
-            dataTask.cancel()
-            return
+    /// A block of the body; returning less than `count` stops the transfer.
+    func receive(_ bytes: UnsafeMutablePointer<CChar>, _ count: Int) -> Int {
+        received += count
+        if received > maxBytes {
+            failure = HTTPFailure(kind: .tooLarge, message: "body is over limits.maxBytes (\(maxBytes) bytes); transfer cut",
+                                  status: status, retryAfter: nil)
+            return 0
         }
-        if let file = state.file { file.write(data) } else { state.data.append(data) }
-    }
-
-    public func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                           newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
-        guard let state = state(of: task) else { return completionHandler(nil) }
-        state.redirects += 1
-        let scheme = request.url?.scheme?.lowercased()
-        guard state.redirects <= HTTPClient.maxRedirects, scheme == "http" || scheme == "https" else {
-            return completionHandler(nil)
+        guard file >= 0 else {
+            data.append(UnsafeRawPointer(bytes).assumingMemoryBound(to: UInt8.self), count: count)
+            return count
         }
-        completionHandler(request)
-    }
-
-    public func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        guard let state = state(of: task) else { return }
-        if let error, state.failure == nil {
-            let nsError = error as NSError
-            let kind: HTTPFailure.Kind
-            let text = nsError.localizedDescription
-            switch nsError.code {
-            case NSURLErrorTimedOut: kind = .timeout
-            case NSURLErrorNetworkConnectionLost: kind = .truncated
-            default: kind = text.contains("transfer closed") || text.contains("remaining to read") ? .truncated : .network
+        var offset = 0
+        while offset < count {
+            let written = write(file, bytes + offset, count - offset)
+            if written < 0, errno == EINTR { continue }
+            guard written > 0 else {
+                failure = HTTPFailure(kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
+                                      status: status, retryAfter: nil)
+                return 0
             }
-            let what = kind == .timeout ? "timed out"
-                : kind == .truncated ? "truncated body (\(text))" : text
-            state.failure = HTTPFailure(kind: kind, message: "\(task.originalRequest?.url?.host ?? "server"): \(what)",
-                                        status: state.response?.statusCode, retryAfter: nil)
+            offset += written
         }
-        state.done.signal()
+        return count
+    }
+
+    /// One header line (status lines included).
+    func header(_ bytes: UnsafeMutablePointer<CChar>, _ count: Int) -> Int {
+        let line = String(decoding: UnsafeRawBufferPointer(start: bytes, count: count), as: UTF8.self)
+        if line.hasPrefix("HTTP/") {
+            headers = [:]
+            let parts = line.split(separator: " ", maxSplits: 2)
+            status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+        } else if let colon = line.firstIndex(of: ":") {
+            let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
+            headers[name] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        return count
+    }
+
+    /// False once the whole-transfer deadline has passed (libcurl then stops the transfer).
+    func checkDeadline() -> Bool {
+        guard DispatchTime.now().uptimeNanoseconds > deadline else { return true }
+        failure = HTTPFailure(kind: .timeout,
+                              message: String(format: "timed out: the transfer took longer than %g s (4 × limits.timeout)",
+                                              deadlineSeconds),
+                              status: status > 0 ? status : nil, retryAfter: nil)
+        return false
     }
 }
