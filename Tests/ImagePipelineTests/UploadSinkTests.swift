@@ -42,6 +42,12 @@ struct UploadSinkTests {
         return try queue.read { try Row.fetchAll($0, sql: "SELECT * FROM delivery ORDER BY itemKey, sink") }
     }
 
+    /// The UUID of the newest run in `pipe.json`'s state file.
+    func runUUID(_ stateFile: String = ".imgpipe/pipe.sqlite") throws -> String {
+        let queue = try DatabaseQueue(path: work.url(stateFile))
+        return try #require(try queue.read { try String.fetchOne($0, sql: "SELECT uuid FROM run ORDER BY id DESC LIMIT 1") })
+    }
+
     func stateFileBytes() throws -> Data {
         var bytes = Data()
         for name in ["pipe.sqlite", "pipe.sqlite-wal"] where FileManager.default.fileExists(atPath: work.url(".imgpipe/" + name)) {
@@ -67,7 +73,7 @@ struct UploadSinkTests {
             #expect(upload.contentType == "image/jpeg")
             let image = try VipsImage.open(data: upload.data)
             #expect((image.width, image.height) == (60, 45))
-            #expect(upload.key?.hasPrefix("imgpipe-1-") == true)
+            #expect(upload.key?.hasPrefix("imgpipe-\(try runUUID())-") == true)
         }
         #expect(Set(uploads.compactMap(\.key)).count == 5, "one Idempotency-Key per item")
         let rows = try deliveries()
@@ -79,6 +85,35 @@ struct UploadSinkTests {
         #expect(!report.stdout.contains(secret))
         #expect((try status()["sinks"] as? [String: [String: Int]])?["upload-0"] == ["done": 5, "failed": 0, "pending": 0])
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-1/staged")), "staged outputs removed")
+    }
+
+    /// Two pipelines over the same feed with the same sink name, each with its own state
+    /// file (both have a run #1), and then a deleted state folder with changed filters:
+    /// a server that honours `Idempotency-Key` must store every upload of every run.
+    @Test func idempotencyKeysAreUniqueAcrossStateFiles() throws {
+        let server = try UploadServer()
+        try images(4)
+        let sink = #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload"}]"#
+        try pipeline(sinks: sink)
+        #expect(try imgpipe(["run", "pipe.json"]).status == 0)
+        let first = try runUUID()
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 30, "height": 30}], "sinks": \(sink)}
+            """, to: "other.json")
+        #expect(try imgpipe(["run", "other.json"]).status == 0)
+        #expect(server.uploads.count == 8, "the second pipeline's uploads were taken for replays")
+        let second = try runUUID(".imgpipe/other.sqlite")
+        #expect(first != second)
+
+        try FileManager.default.removeItem(atPath: work.url(".imgpipe"))
+        try pipeline(sinks: sink)
+        #expect(try imgpipe(["run", "pipe.json"]).status == 0)
+        #expect(server.uploads.count == 12, "a recreated state file reused the keys of the deleted one")
+        let keys = server.uploads.compactMap(\.key)
+        #expect(Set(keys).count == 12)
+        let widths = try server.uploads.map { try VipsImage.open(data: $0.data).width }
+        #expect(widths.sorted() == [30, 30, 30, 30, 60, 60, 60, 60, 60, 60, 60, 60])
     }
 
     @Test func httpSinkPutsEachOutputAndPostsMultipart() throws {

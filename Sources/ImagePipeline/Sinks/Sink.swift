@@ -4,6 +4,8 @@ import Foundation
 /// One output to hand to a sink.
 public struct Delivery: Sendable {
     public let runId: Int64
+    /// The run's UUID (unique across state files and machines).
+    public let runUUID: String
     public let key: String
     /// The staged output file.
     public let stagedPath: String
@@ -18,11 +20,12 @@ public struct Delivery: Sendable {
     /// Lower-case hex SHA-256 of the output.
     public let sha256: String
 
-    /// The `Idempotency-Key` for this item and sink: the same for every retry and resume
-    /// of the run, different for another run, item or sink.
+    /// The `Idempotency-Key` for this item and sink: `imgpipe-<run UUID>-<digest of item
+    /// and sink>`, the same for every retry and resume of the run, different for any other
+    /// run (of any state file, on any machine), item or sink.
     public func idempotencyKey(sink: String) -> String {
-        let digest = SHA256.hash(data: Data("\(runId)\u{0}\(key)\u{0}\(sink)".utf8))
-        return "imgpipe-\(runId)-" + digest.prefix(16).map { String(format: "%02x", $0) }.joined()
+        let digest = SHA256.hash(data: Data("\(runUUID)\u{0}\(key)\u{0}\(sink)".utf8))
+        return "imgpipe-\(runUUID)-" + digest.prefix(16).map { String(format: "%02x", $0) }.joined()
     }
 }
 

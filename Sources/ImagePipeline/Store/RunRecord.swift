@@ -15,6 +15,8 @@ public struct RunRecord: Sendable, Equatable {
     }
 
     public let id: Int64
+    /// Unique across state files, databases and machines: idempotency keys are made from it.
+    public let uuid: String
     public let pipelinePath: String
     public let pipelineName: String
     /// The pipeline document as written (no `${…}` expanded).
@@ -36,6 +38,7 @@ public struct RunRecord: Sendable, Equatable {
 
     init(row: Row) throws {
         id = row["id"]
+        uuid = row["uuid"]
         pipelinePath = row["pipelinePath"]
         pipelineName = row["pipelineName"]
         document = row["document"]
@@ -62,7 +65,8 @@ public enum ItemStatus: String, Sendable, CaseIterable {
 public struct ItemRecord: Sendable, Equatable {
     public let key: String
     public let seq: Int
-    public let location: String
+    /// As recorded: a `${…}` value in it is kept as the reference.
+    public private(set) var location: String
     public var status: ItemStatus
     public var attempts: Int
     public var reason: FailureReason?
@@ -92,6 +96,13 @@ public struct ItemRecord: Sendable, Equatable {
         nameKey = row["nameKey"] ?? key
         nameStem = row["nameStem"] ?? NameTemplate.stem(of: key)
         tier = (row["tier"] as String?).flatMap(Tier.init(rawValue:))
+    }
+
+    /// The record with `${…}` references in its location expanded, ready to fetch.
+    func expandingLocation(_ environment: Environment) -> ItemRecord {
+        var copy = self
+        copy.location = environment.expanding(location)
+        return copy
     }
 }
 

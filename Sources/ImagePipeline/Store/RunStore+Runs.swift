@@ -24,11 +24,11 @@ extension RunStore {
         let sinksText = String(decoding: try JSONEncoder.sorted.encode(sinks), as: UTF8.self)
         return try database.write { db in
             try db.execute(sql: """
-                INSERT INTO run (pipelinePath, pipelineName, document, fingerprint, sinks, state, itemLimit,
+                INSERT INTO run (uuid, pipelinePath, pipelineName, document, fingerprint, sinks, state, itemLimit,
                                  workDirectory, startedAt)
-                VALUES (?, ?, ?, ?, ?, 'running', ?, '', ?)
-                """, arguments: [pipelinePath, pipelineName, document, fingerprintText, sinksText, itemLimit,
-                                 now.timeIntervalSince1970])
+                VALUES (?, ?, ?, ?, ?, ?, 'running', ?, '', ?)
+                """, arguments: [UUID().uuidString.lowercased(), pipelinePath, pipelineName, document, fingerprintText,
+                                 sinksText, itemLimit, now.timeIntervalSince1970])
             let id = db.lastInsertedRowID
             let work = URL(fileURLWithPath: workRoot).appendingPathComponent("run-\(id)").path
             try db.execute(sql: "UPDATE run SET workDirectory = ? WHERE id = ?", arguments: [work, id])

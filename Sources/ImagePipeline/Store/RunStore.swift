@@ -94,6 +94,18 @@ public final class RunStore: @unchecked Sendable {
                 ALTER TABLE item ADD COLUMN tier TEXT;
                 """)
         }
+        migrator.registerMigration("v3: run UUIDs") { db in
+            // Idempotency keys are made from a run's UUID: the integer id starts at 1 in
+            // every state file, so two state files (or a deleted and recreated one) would
+            // send the same keys. Runs made before this get a random UUID of their own.
+            try db.execute(sql: """
+                ALTER TABLE run ADD COLUMN uuid TEXT;
+                UPDATE run SET uuid = lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' ||
+                    substr(hex(randomblob(2)), 2) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) ||
+                    substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)));
+                CREATE UNIQUE INDEX run_uuid ON run(uuid);
+                """)
+        }
         return migrator
     }
 }
