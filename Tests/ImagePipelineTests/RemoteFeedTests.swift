@@ -178,9 +178,62 @@ struct RemoteFeedTests {
         }
         #expect(!(result.stdout + result.stderr).contains(secret))
 
+        // Cache entries are keyed by the unexpanded URL (`api_key=${FLICKR_TEST_KEY}`): with
+        // the cache emptied, the server is asked and refuses the wrong key.
+        try FileManager.default.removeItem(atPath: work.url(".imgpipe/cache"))
         let refused = try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path, environment: ["FLICKR_TEST_KEY": "wrong-key"])
         #expect(refused.status != 0)
         #expect(!refused.stderr.contains("wrong-key"))
+    }
+
+    /// An API key that needs percent-encoding, in a Flickr source with the cache on, whose
+    /// server echoes it in image links (`?sig=…`) and in an upload answer: no file imgpipe
+    /// writes (state file, cache bodies' metadata, outputs) holds it in any encoding.
+    @Test func aSecretReachesNoFileInAnyEncoding() throws {
+        let secret = "k3y %/é-\(UUID().uuidString.prefix(8))"
+        let encoded = try #require(secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics))
+        let queryEncoded = try #require(secret.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed))
+        let forms = Set([secret, encoded, encoded.lowercased(), queryEncoded, queryEncoded.replacingOccurrences(of: "%20", with: "+")])
+        let server = try server { request in
+            let host = "http://\(request.headers["host"]!)"
+            if request.path == "/rest/" {
+                guard request.query["api_key"] == secret else { return .json(#"{"stat": "fail", "message": "Invalid API Key"}"#) }
+                let photos = (1 ... 3).map { n in
+                    #"{"id": "\#(n)", "title": "t", "url_l": "\#(host)/images/\#(n).jpg?sig=\#(queryEncoded)"}"#
+                }
+                return .json(#"{"photos": {"page": 1, "pages": 1, "photo": [\#(photos.joined(separator: ","))]}, "stat": "ok"}"#)
+            }
+            if request.path.hasPrefix("/put/") {
+                return .json(#"{"url": "\#(host)\#(request.path)?token=\#(encoded)"}"#, status: 201)
+            }
+            return nil
+        }
+        try work.write("""
+            {"version": 1,
+             "source": {"type": "flickr-search", "text": "sunset", "apiKey": "${FLICKR_TEST_KEY}",
+                        "endpoint": "\(server.baseURL)/rest/", "cache": true},
+             "filters": [{"op": "fit", "width": 32, "height": 32}],
+             "sinks": [{"type": "directory", "path": "out"},
+                       {"type": "http", "url": "\(server.baseURL)/put/{key}.jpg", "method": "PUT"}],
+             "retry": {"attempts": 1}}
+            """, to: "pipe.json")
+        let result = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: ["FLICKR_TEST_KEY": secret])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(server.requests(to: "/rest/").count == 1)
+        #expect(work.files(under: "out").count == 3)
+        #expect(work.files(under: ".imgpipe/cache").contains { $0.hasSuffix(".json") }, "the cache was not used")
+        for file in work.files() where file != "pipe.json" {
+            let text = String(decoding: try Data(contentsOf: URL(fileURLWithPath: work.url(file))), as: UTF8.self)
+            for form in forms {
+                let holds = text.contains(form)
+                #expect(!holds, "\(file) holds the secret as \(form)")
+            }
+        }
+        for form in forms { #expect(!(result.stdout + result.stderr).contains(form)) }
+        // The cache still serves a second run (its keys do not depend on the value).
+        #expect(try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path,
+                                      environment: ["FLICKR_TEST_KEY": secret]).status == 0)
+        #expect(server.requests(to: "/rest/").count == 1, "the cached page was not found again")
     }
 
     @Test func flickrBuildsTheImageURLWhenTheSizeIsMissing() throws {

@@ -48,6 +48,15 @@ public struct FeedItem: Sendable, Equatable {
                  fromFallback: true, isLocal: isLocal)
     }
 
+    /// This item as it may be recorded: `${…}` values in its key and names put back as
+    /// references, masked in its metadata. The location stays as it is (it is fetched);
+    /// the runner records it unexpanded.
+    func withoutSecrets(_ environment: Environment) -> FeedItem {
+        FeedItem(key: environment.unexpanded(key), location: location, metadata: metadata.map(environment.redact),
+                 nameKey: environment.unexpanded(nameKey), nameStem: environment.unexpanded(nameStem),
+                 fromFallback: fromFallback, isLocal: isLocal)
+    }
+
     private init(key: String, location: String, metadata: String?, nameKey: String, nameStem: String,
                  fromFallback: Bool, isLocal: Bool) {
         self.key = key

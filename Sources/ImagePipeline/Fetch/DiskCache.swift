@@ -1,9 +1,11 @@
 import Crypto
 import Foundation
 
-/// A disk cache of HTTP bodies (images and feed pages), keyed by the SHA-256 of the URL.
-/// Each entry is `<hh>/<sha256>` (the body) and `<hh>/<sha256>.json` (URL, ETag,
-/// Last-Modified, size), both written to a temporary name and renamed. A hit touches the
+/// A disk cache of HTTP bodies (images and feed pages), keyed by the SHA-256 of the URL
+/// in its unexpanded form: a URL that holds a `${…}` value (an API key) is keyed and
+/// recorded with the `${NAME}` reference, never with the value, so no secret reaches the
+/// cache's files. Each entry is `<hh>/<sha256>` (the body) and `<hh>/<sha256>.json` (URL,
+/// ETag, Last-Modified, size), both written to a temporary name and renamed. A hit touches the
 /// body's modification time; when the cache grows past `maxSize` bytes, the least
 /// recently used entries go first.
 // @unchecked because `size` is guarded by `lock`; files are replaced atomically.
@@ -21,12 +23,18 @@ public final class DiskCache: @unchecked Sendable {
 
     public let directory: String
     public let maxSize: Int?
+    /// Text as it may be written to disk (`Environment.unexpanded`), and back.
+    private let unexpanded: @Sendable (String) -> String
+    private let expanding: @Sendable (String) -> String
     private let lock = NSLock()
     private var size: Int?
 
-    public init(directory: String, maxSize: Int?) throws {
+    public init(directory: String, maxSize: Int?, unexpanded: @escaping @Sendable (String) -> String = { $0 },
+                expanding: @escaping @Sendable (String) -> String = { $0 }) throws {
         self.directory = directory
         self.maxSize = maxSize
+        self.unexpanded = unexpanded
+        self.expanding = expanding
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         sweepStaleDownloads()
     }
@@ -50,7 +58,7 @@ public final class DiskCache: @unchecked Sendable {
     }
 
     private func paths(_ url: String) -> (folder: String, body: String, meta: String) {
-        let key = Self.key(url)
+        let key = Self.key(unexpanded(url))
         let folder = directory + "/" + key.prefix(2)
         return (folder, folder + "/" + key, folder + "/" + key + ".json")
     }
@@ -59,7 +67,7 @@ public final class DiskCache: @unchecked Sendable {
     public func entry(for url: String) -> Entry? {
         let (_, body, meta) = paths(url)
         guard let data = FileManager.default.contents(atPath: meta),
-              var entry = try? JSONDecoder().decode(Entry.self, from: data), entry.url == url,
+              var entry = try? JSONDecoder().decode(Entry.self, from: data), entry.url == unexpanded(url),
               FileManager.default.fileExists(atPath: body) else { return nil }
         entry.path = body
         utimes(body, nil)
@@ -73,7 +81,7 @@ public final class DiskCache: @unchecked Sendable {
         let (folder, body, meta) = paths(url)
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let bytes = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
-        var entry = Entry(url: url, etag: etag, lastModified: lastModified, bytes: bytes)
+        var entry = Entry(url: unexpanded(url), etag: etag, lastModified: lastModified, bytes: bytes)
         let previous = (try? FileManager.default.attributesOfItem(atPath: body)[.size] as? Int) ?? 0
         guard rename(file, body) == 0 else {
             throw StoreError("cannot move \(file) into the cache: \(String(cString: strerror(errno)))")
@@ -87,12 +95,21 @@ public final class DiskCache: @unchecked Sendable {
         return entry
     }
 
-    /// Stores bytes held in memory (feed pages).
+    /// Stores a feed page. A page is text that may echo a `${…}` value back (a signed image
+    /// link): it is stored unexpanded and expanded again by `page(at:)`.
     @discardableResult
-    public func store(url: String, data: Data, etag: String?, lastModified: String?) throws -> Entry {
+    public func storePage(url: String, data: Data, etag: String?, lastModified: String?) throws -> Entry {
         let file = temporaryFile()
-        try data.write(to: URL(fileURLWithPath: file))
+        let text = String(data: data, encoding: .utf8).map { Data(unexpanded($0).utf8) } ?? data
+        try text.write(to: URL(fileURLWithPath: file))
         return try store(url: url, file: file, etag: etag, lastModified: lastModified)
+    }
+
+    /// A stored feed page, with its `${…}` references expanded.
+    public func page(at entry: Entry) -> Data? {
+        guard let data = FileManager.default.contents(atPath: entry.path) else { return nil }
+        guard let text = String(data: data, encoding: .utf8), text.contains("${") else { return data }
+        return Data(expanding(text).utf8)
     }
 
     /// A fresh name inside the cache folder, for a download that may be stored.

@@ -44,20 +44,20 @@ public struct RemoteFetcher: Sendable {
     public func page(_ address: String) throws -> (Data, Tier) {
         guard let url = URL(string: address) else { throw FeedError("not a URL: \(address)") }
         let cached = cache?.entry(for: address)
-        if let cached, !revalidate, let data = FileManager.default.contents(atPath: cached.path) { return (data, .cache) }
+        if let cached, !revalidate, let data = cache?.page(at: cached) { return (data, .cache) }
         do {
             let result = try client.performWithRetries(HTTPRequest(url: url, headers: conditionalHeaders(cached), maxBytes: 64 << 20),
                                                        attempts: attempts, backoff: backoff)
-            if result.status == 304, let cached, let data = FileManager.default.contents(atPath: cached.path) {
+            if result.status == 304, let cached, let data = cache?.page(at: cached) {
                 return (data, .cache)
             }
             guard (200 ... 299).contains(result.status), let body = result.body else {
                 throw HTTPFailure(kind: .status, message: "HTTP \(result.status)", status: result.status, retryAfter: nil)
             }
-            try? cache?.store(url: address, data: body, etag: result.etag, lastModified: result.lastModified)
+            try? cache?.storePage(url: address, data: body, etag: result.etag, lastModified: result.lastModified)
             return (body, .remote)
         } catch {
-            if let cached, let data = FileManager.default.contents(atPath: cached.path) { return (data, .cache) }
+            if let cached, let data = cache?.page(at: cached) { return (data, .cache) }
             throw FeedError("cannot fetch \(address): \(error)")
         }
     }

@@ -26,10 +26,11 @@ public struct BuiltPipeline: Sendable {
             if let cacheSpec = remote.cache {
                 let directory = try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
                     ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
-                cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize)
+                cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize, unexpanded: environment.unexpanded,
+                                      expanding: environment.expanding)
                 revalidate = cacheSpec.revalidate
             }
-            let client = HTTPClient(connectionsPerHost: spec.limits.downloads, timeout: spec.limits.timeout)
+            let client = HTTPClient(timeout: spec.limits.timeout)
             fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
                                     backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes)
         }
@@ -39,7 +40,7 @@ public struct BuiltPipeline: Sendable {
         var uploadClient: HTTPClient?
         func uploads() -> HTTPClient {
             if let uploadClient { return uploadClient }
-            let client = HTTPClient(connectionsPerHost: spec.limits.uploads, timeout: spec.limits.timeout)
+            let client = HTTPClient(timeout: spec.limits.timeout)
             uploadClient = client
             return client
         }

@@ -267,7 +267,9 @@ public final class PipelineRunner: @unchecked Sendable {
             pages: while !isCancelled {
                 let page: [ItemRecord]
                 do {
-                    page = try store.unfinishedItems(runId: run.id, after: after, limit: 256)
+                    page = try store.unfinishedItems(runId: run.id, after: after, limit: 256).map {
+                        $0.expandingLocation(pipeline.environment)
+                    }
                 } catch {
                     reporter.notice("cannot read the state file: \(error)")
                     interrupt()
@@ -308,7 +310,7 @@ public final class PipelineRunner: @unchecked Sendable {
 
         func admit(_ item: FeedItem, seq itemSeq: Int) {
             let change = StoreChange.insert(NewItem(
-                key: item.key, seq: itemSeq, location: item.location, metadata: item.metadata,
+                key: item.key, seq: itemSeq, location: pipeline.environment.unexpanded(item.location), metadata: item.metadata,
                 outputName: template.usesHash ? nil : template.render(key: item.nameKey, stem: item.nameStem, index: itemSeq,
                                                                       format: spec.output.format, hash: nil),
                 sinks: sinkNames, nameKey: item.nameKey, nameStem: item.nameStem,
@@ -340,8 +342,10 @@ public final class PipelineRunner: @unchecked Sendable {
         // this pass are remembered (at most `limit` of them).
         var seenThisPass: Set<String> = []
         do {
-            try pipeline.feed.list { item in
+            try pipeline.feed.list { listed in
                 if isCancelled { return false }
+                // No expanded `${…}` value is recorded: keys and names carry the reference.
+                let item = listed.withoutSecrets(pipeline.environment)
                 if limit != nil, !seenThisPass.insert(item.key).inserted {
                     reportDuplicate(item.key)
                     return true
@@ -556,8 +560,8 @@ public final class PipelineRunner: @unchecked Sendable {
                 return fail(job, ItemFailure(.upload, "cannot read the state file: \(error)"), attempts: 1)
             }
             guard !pending.isEmpty else { return releaseSlot() }
-            let delivery = Delivery(runId: run.id, key: job.key, stagedPath: staged, name: name,
-                                    format: pipeline.spec.output.format, origin: job.location, nameKey: job.nameKey,
+            let delivery = Delivery(runId: run.id, runUUID: run.uuid, key: job.key, stagedPath: staged, name: name,
+                                    format: pipeline.spec.output.format, origin: pipeline.environment.unexpanded(job.location), nameKey: job.nameKey,
                                     nameStem: job.nameStem, sha256: job.outputHash ?? "")
             var changes: [StoreChange] = []
             // `pending` sinks that end up without a change were interrupted.
