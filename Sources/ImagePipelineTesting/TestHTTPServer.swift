@@ -38,6 +38,17 @@ public final class TestHTTPServer: @unchecked Sendable {
         public var declaredLength: Int?
         /// Seconds to wait after the headers before the body.
         public var stall: Double = 0
+        /// A body sent chunked, without a length, instead of `body`.
+        public var stream: Stream?
+
+        /// A hostile body. Each stops by itself (a bounded time or size), or when the
+        /// client hangs up.
+        public enum Stream: Sendable {
+            /// One byte every `interval` seconds, for at most `seconds`.
+            case drip(interval: Double, seconds: Double)
+            /// 64 KiB chunks as fast as the client reads them, up to `bytes`.
+            case flood(bytes: Int)
+        }
 
         public init(status: Int = 200, headers: [(String, String)] = [], body: Data = Data(),
                     declaredLength: Int? = nil, stall: Double = 0) {
@@ -54,6 +65,12 @@ public final class TestHTTPServer: @unchecked Sendable {
 
         public static func bytes(_ data: Data, type: String = "image/jpeg", headers: [(String, String)] = []) -> Response {
             Response(headers: [("Content-Type", type)] + headers, body: data)
+        }
+
+        public static func streamed(_ stream: Stream, type: String = "image/jpeg") -> Response {
+            var response = Response(headers: [("Content-Type", type)])
+            response.stream = stream
+            return response
         }
 
         public static func status(_ code: Int, headers: [(String, String)] = []) -> Response {
@@ -148,11 +165,35 @@ public final class TestHTTPServer: @unchecked Sendable {
             if name.lowercased() == "content-length" { hasLength = true }
             head += "\(name): \(value)\r\n"
         }
-        if !hasLength { head += "Content-Length: \(response.declaredLength ?? response.body.count)\r\n" }
+        if response.stream != nil {
+            head += "Transfer-Encoding: chunked\r\n"
+        } else if !hasLength {
+            head += "Content-Length: \(response.declaredLength ?? response.body.count)\r\n"
+        }
         head += "Connection: close\r\n\r\n"
         guard send(fd, Data(head.utf8)) else { return }
+        if let stream = response.stream { return sendStream(stream, to: fd) }
         if response.stall > 0 { Thread.sleep(forTimeInterval: response.stall) }
         if request.method != "HEAD", !response.body.isEmpty { _ = send(fd, response.body) }
+    }
+
+    private func sendStream(_ stream: Response.Stream, to fd: Int32) {
+        func chunk(_ bytes: Data) -> Bool {
+            send(fd, Data(String(bytes.count, radix: 16).utf8 + [13, 10]) + bytes + Data([13, 10]))
+        }
+        switch stream {
+        case let .drip(interval, seconds):
+            let end = Date().addingTimeInterval(seconds)
+            var next: [UInt8] = [0xFF, 0xD8, 0xFF]
+            while Date() < end, chunk(Data([next.isEmpty ? 0 : next.removeFirst()])) {
+                Thread.sleep(forTimeInterval: interval)
+            }
+        case let .flood(bytes):
+            var block = Data(count: 65536)
+            block[0] = 0xFF; block[1] = 0xD8; block[2] = 0xFF
+            var sent = 0
+            while sent < bytes, chunk(block) { sent += block.count }
+        }
     }
 
     private func send(_ fd: Int32, _ data: Data) -> Bool {

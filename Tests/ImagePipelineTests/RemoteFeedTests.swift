@@ -186,6 +186,34 @@ struct RemoteFeedTests {
         #expect(!refused.stderr.contains("wrong-key"))
     }
 
+    /// A server that drips one byte every half second and one that floods an endless body:
+    /// the first fails at the whole-transfer deadline (4 × `limits.timeout`), the second at
+    /// `limits.maxBytes` with memory flat, and the good item beside them is done.
+    @Test func hostileServersCannotHoldAnItemNorFillMemory() throws {
+        let server = try server { request in
+            switch request.path {
+            case "/slow/drip.jpg": .streamed(.drip(interval: 0.5, seconds: 120))
+            case "/slow/flood.jpg": .streamed(.flood(bytes: 16 << 30))
+            default: nil
+            }
+        }
+        try work.write(["\(server.baseURL)/slow/drip.jpg", "\(server.baseURL)/slow/flood.jpg",
+                        "\(server.baseURL)/images/good.jpg"].joined(separator: "\n"), to: "urls.txt")
+        try pipeline(source: #"{"type": "url-list", "path": "urls.txt"}"#,
+                     limits: #"{"timeout": 1, "maxBytes": 1048576}"#, retry: #"{"attempts": 1}"#)
+        let watched = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 90)
+        let result = try #require(watched.result, "the run was still going after 90 s")
+        #expect(result.status == 1, "stderr: \(result.stderr)")
+        let failed = try failures()
+        let drip = failed["\(server.baseURL)/slow/drip.jpg"]
+        #expect(drip?["reason"] as? String == "download")
+        #expect((drip?["message"] as? String)?.contains("longer than 4 s") == true, "got: \(String(describing: drip))")
+        let flood = failed["\(server.baseURL)/slow/flood.jpg"]
+        #expect(flood?["reason"] as? String == "limit", "got: \(String(describing: flood))")
+        #expect(watched.peakRSS < 200 << 20, "peak RSS \(watched.peakRSS >> 20) MB while a server flooded a 1 MiB-limited item")
+        #expect(work.files(under: "out") == ["good.jpg"])
+    }
+
     /// An API key that needs percent-encoding, in a Flickr source with the cache on, whose
     /// server echoes it in image links (`?sig=…`) and in an upload answer: no file imgpipe
     /// writes (state file, cache bodies' metadata, outputs) holds it in any encoding.
