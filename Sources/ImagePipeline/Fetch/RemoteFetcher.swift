@@ -91,7 +91,7 @@ public struct RemoteFetcher: Sendable {
                 return .retry(after: RetryLoop.delay(after: error, attempt: attempt, backoff: backoff))
             }
             if let cached, Self.place(cached.path, at: destination) { return .fetched(.cache) }
-            throw ItemFailure(error.kind == .tooLarge ? .limit : .download,
+            throw ItemFailure(error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,
                               error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
         }
         if result.status == 304, let cached, Self.place(cached.path, at: destination) {

@@ -135,11 +135,14 @@ public struct ImageProcessor: Sendable {
         case let .data(data): return data
         case let .file(file): path = file
         }
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        // Non-blocking, so that a FIFO in a source folder cannot hold a worker; only
+        // regular files are read (not a FIFO, a device such as /dev/zero, a socket).
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw ItemFailure(.download, "cannot read \(path): \(String(cString: strerror(errno)))") }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw ItemFailure(.download, "\(path) is not a regular file") }
         let size = Int(info.st_size)
         if size > limits.maxBytes {
             throw ItemFailure(.limit, "file is \(size) bytes, over limits.maxBytes (\(limits.maxBytes))")

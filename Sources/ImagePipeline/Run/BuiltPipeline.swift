@@ -71,8 +71,15 @@ public struct BuiltPipeline: Sendable {
         for (index, filter) in spec.filters.enumerated() {
             if case let .watermark(watermark) = filter.step {
                 let resolved = spec.resolvePath(watermark.image)
-                guard FileManager.default.isReadableFile(atPath: resolved) else {
-                    throw SpecError(path: "filters[\(index)].image", message: "cannot read watermark image \(resolved)")
+                // A FIFO or a device (`/dev/zero`) would block the run or never end.
+                var info = stat()
+                guard stat(resolved, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
+                      FileManager.default.isReadableFile(atPath: resolved) else {
+                    throw SpecError(path: "filters[\(index)].image", message: "cannot read watermark image \(resolved): not a readable regular file")
+                }
+                guard Int(info.st_size) <= spec.limits.maxBytes else {
+                    throw SpecError(path: "filters[\(index)].image",
+                                    message: "watermark image \(resolved) is \(info.st_size) bytes, over limits.maxBytes (\(spec.limits.maxBytes))")
                 }
             }
         }

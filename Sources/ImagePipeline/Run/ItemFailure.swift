@@ -12,6 +12,9 @@ public enum FailureReason: String, Sendable, CaseIterable, Codable {
     case encode
     /// A sink did not take the output.
     case upload
+    /// A local file could not be written (a full disk, a read-only folder): retried like a
+    /// download, and again by `resume --retry-failed`.
+    case io
 }
 
 /// Why one item failed.

@@ -67,6 +67,9 @@ public final class PipelineRunner: @unchecked Sendable {
 
     /// Runs to the end of the feed (or an interruption) and returns the summary.
     public func execute(_ mode: RunMode) throws -> RunSummary {
+        // Sinks are checked before a run is created or reopened: a sink that cannot be
+        // prepared (a read-only folder) must not leave a `running` run behind.
+        for sink in pipeline.sinks { try sink.prepare() }
         let run = try prepareRun(mode)
         return try drive(run, resuming: { if case .resume = mode { return true } else { return false } }())
     }
@@ -162,16 +165,18 @@ public final class PipelineRunner: @unchecked Sendable {
             return try summary(run: run, elapsed: 0, interrupted: false)
         }
         try store.setState(.running, runId: run.id)
-
-        stagedDirectory = run.workDirectory + "/staged"
-        spoolDirectory = run.workDirectory + "/spool"
-        try FileManager.default.createDirectory(atPath: stagedDirectory, withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(atPath: spoolDirectory, withIntermediateDirectories: true)
-        sweepPartialFiles()
-        for sink in pipeline.sinks {
-            try sink.prepare()
-            sinksByName[sink.name] = sink
+        do {
+            stagedDirectory = run.workDirectory + "/staged"
+            spoolDirectory = run.workDirectory + "/spool"
+            try FileManager.default.createDirectory(atPath: stagedDirectory, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: spoolDirectory, withIntermediateDirectories: true)
+        } catch {
+            // Nothing was started: the run stays resumable rather than `running`.
+            try? store.setState(.interrupted, runId: run.id)
+            throw error
         }
+        sweepPartialFiles()
+        for sink in pipeline.sinks { sinksByName[sink.name] = sink }
         let limits = pipeline.spec.limits
         let capacity = limits.downloads + limits.effectiveWorkers * 2 + limits.uploads
         slots = DispatchSemaphore(value: capacity)
@@ -503,7 +508,7 @@ public final class PipelineRunner: @unchecked Sendable {
         }
     }
 
-    private func process(_ job: Job) {
+    private func process(_ job: Job, attempt: Int = 1) {
         workers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
             let spec = pipeline.spec
@@ -521,10 +526,22 @@ public final class PipelineRunner: @unchecked Sendable {
                 let partial = staged + ".partial"
                 do {
                     try FileWriter.write(image.data, to: partial)
-                    guard rename(partial, staged) == 0 else { throw StoreError(String(cString: strerror(errno))) }
+                    guard rename(partial, staged) == 0 else { throw StageError(String(cString: strerror(errno))) }
                 } catch {
+                    // A full disk or a vanished work folder: an I/O failure, which may pass.
                     unlink(partial)
-                    return fail(job, ItemFailure(.encode, "cannot stage output: \(error)"), attempts: 1)
+                    let retry = pipeline.spec.retry
+                    guard attempt >= retry.attempts else {
+                        let delay = retry.backoff * pow(2, Double(attempt - 1))
+                        DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [self] in
+                            try? FileManager.default.createDirectory(atPath: stagedDirectory, withIntermediateDirectories: true)
+                            process(job, attempt: attempt + 1)
+                        }
+                        return
+                    }
+                    let attempts = attempt > 1 ? " (after \(attempt) attempts)" : ""
+                    return fail(job, ItemFailure(.io, "cannot stage the output in \(stagedDirectory): \(error)\(attempts)"),
+                                attempts: attempt)
                 }
                 let output = StagedOutput(path: staged, name: name, sha256: image.sha256, bytes: image.data.count,
                                           width: image.width, height: image.height)

@@ -48,7 +48,15 @@ public struct DirectorySink: Sink {
         do throws(ItemFailure) {
             return try write(delivery)
         } catch {
-            throw DeliveryFailure(error)
+            // The folder (or one inside it) was removed while the run went on: make the
+            // folders again and try once more.
+            guard folders.anyMissing() else { throw DeliveryFailure(error) }
+            folders.removeAll()
+            do throws(ItemFailure) {
+                return try write(delivery)
+            } catch {
+                throw DeliveryFailure(error)
+            }
         }
     }
 
@@ -95,4 +103,9 @@ final class FolderCache: @unchecked Sendable {
     func contains(_ folder: String) -> Bool { lock.withLock { folders.contains(folder) } }
     func insert(_ folder: String) { lock.withLock { _ = folders.insert(folder) } }
     func removeAll() { lock.withLock { folders.removeAll() } }
+
+    /// True when a folder checked before is gone.
+    func anyMissing() -> Bool {
+        lock.withLock { folders.contains { !FileManager.default.fileExists(atPath: $0) } }
+    }
 }

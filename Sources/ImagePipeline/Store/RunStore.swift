@@ -110,6 +110,18 @@ public final class RunStore: @unchecked Sendable {
     }
 }
 
+extension RunStore {
+    /// What SQLite's `PRAGMA quick_check` finds wrong with the file, or nil when it is sound.
+    public func damage() -> String? {
+        do {
+            let lines = try database.read { try String.fetchAll($0, sql: "PRAGMA quick_check(5)") }
+            return lines == ["ok"] ? nil : lines.joined(separator: "; ")
+        } catch {
+            return String(describing: error)
+        }
+    }
+}
+
 /// A state-file problem (cannot open, no run to resume, …).
 public struct StoreError: Error, Sendable, CustomStringConvertible {
     public let description: String

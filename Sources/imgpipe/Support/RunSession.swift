@@ -27,6 +27,13 @@ struct RunSession {
             Console.error(String(describing: error))
             throw Exit.usage
         }
+        // A resumed run that was left `running` was killed (or crashed): the moment a state
+        // file is most likely to be damaged, so it is checked before anything is added.
+        if case .resume = mode, (try? store.latestRun())??.state == .running, let damage = store.damage() {
+            Console.error("state file \(stateFile) is damaged (\(damage)): it cannot be resumed; "
+                          + "start over with `imgpipe run \(options.pipeline) --new --state <another file>`")
+            throw Exit.usage
+        }
         let logger = Logger(label: "imgpipe")
         let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger)
         let trap = SignalTrap(
@@ -47,8 +54,12 @@ struct RunSession {
             Console.error(environment.redact(String(describing: error)))
             throw ExitCode.failure
         }
-        withExtendedLifetime(lock) {}
         reporter.endLine()
+        // The state file must still be the one this session wrote to.
+        if let problem = lock.problem() ?? (lock.shrank ? store.damage().map { "state file \(stateFile) was damaged while the run was going (\($0))" } : nil) {
+            Console.error(problem)
+            throw ExitCode.failure
+        }
         report(summary, pipeline: options.pipeline)
         if summary.interrupted { throw Exit.interrupted }
         if summary.failed > 0 || summary.listingError != nil { throw Exit.failedItems }

@@ -1,0 +1,196 @@
+import Foundation
+import GRDB
+import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+/// The state file and the folders a run writes, attacked while a run goes on: the same
+/// state file reached by another path, a state file deleted, a read-only sink, a full
+/// disk, a sink folder removed, a FIFO where a file should be.
+@Suite("State and folders under attack", .serialized)
+struct StateIntegrityTests {
+    let work: TemporaryDirectory
+
+    init() throws { work = try TemporaryDirectory("imgpipe-integrity") }
+
+    func images(_ count: Int, width: Int = 200, height: Int = 150) throws {
+        for index in 1 ... count {
+            try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: width, height: height)
+        }
+    }
+
+    func pipeline(source: String = #"{"type": "directory", "path": "in"}"#, filters: String = #"[{"op": "fit", "width": 64, "height": 64}]"#,
+                  output: String = #"{"format": "jpeg"}"#, sink: String = "out", extra: String = "") throws {
+        try work.write("""
+            {"version": 1, "source": \(source), "filters": \(filters), "output": \(output),
+             "sink": {"type": "directory", "path": "\(sink)"}\(extra)}
+            """, to: "pipe.json")
+    }
+
+    func imgpipe(_ arguments: String...) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments, in: work.path)
+    }
+
+    /// A run kept busy for several seconds: 12 images, each answered after 0.5 s, one at a time.
+    func slowRun(_ server: TestHTTPServer, state: String) throws -> RunningCommand {
+        try work.write((1 ... 12).map { "\(server.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "urls.txt")
+        try pipeline(source: #"{"type": "url-list", "path": "urls.txt"}"#, extra: #", "limits": {"downloads": 1}"#)
+        return try ImgpipeBinary.launch(["run", "pipe.json", "--state", state], in: work.path)
+    }
+
+    func slowServer() throws -> TestHTTPServer {
+        let path = work.url("fixture.jpg")
+        try ImageFixtures.jpeg(at: path, width: 64, height: 48)
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: path))
+        return try TestHTTPServer { _ in
+            var response = TestHTTPServer.Response.bytes(jpeg)
+            response.stall = 0.5
+            return response
+        }
+    }
+
+    /// Waits until the state file has a run (the process holds its lock by then).
+    func waitForRun(in state: String) {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if let queue = try? DatabaseQueue(path: work.url(state)),
+               let count = try? queue.read({ try Int.fetchOne($0, sql: "SELECT count(*) FROM item") }), count > 0 { return }
+            usleep(50_000)
+        }
+    }
+
+    @Test func theSameStateFileThroughAnotherPathIsRefused() throws {
+        let server = try slowServer()
+        try work.folder("states")
+        let first = try slowRun(server, state: "states/run.sqlite")
+        waitForRun(in: "states/run.sqlite")
+        try FileManager.default.createSymbolicLink(atPath: work.url("link.sqlite"), withDestinationPath: work.url("states/run.sqlite"))
+        for other in ["link.sqlite", "./states/run.sqlite", "states/../states/run.sqlite"] {
+            let second = try imgpipe("resume", "pipe.json", "--state", other)
+            #expect(second.status == 2, "\(other): \(second.stderr)")
+            #expect(second.stderr.contains("in use by another imgpipe process"), "\(other): \(second.stderr)")
+        }
+        first.signal(SIGINT)
+        let ended = try #require(first.watch(deadline: 60).result)
+        #expect(ended.status == 130 || ended.status == 0, "stderr: \(ended.stderr)")
+        #expect(try imgpipe("resume", "pipe.json", "--state", "link.sqlite").status == 0)
+    }
+
+    @Test func aStateFileDeletedMidRunDoesNotEndInAllDone() throws {
+        let server = try slowServer()
+        let running = try slowRun(server, state: "run.sqlite")
+        waitForRun(in: "run.sqlite")
+        try FileManager.default.removeItem(atPath: work.url("run.sqlite"))
+        let result = try #require(running.watch(deadline: 60).result)
+        #expect(result.status == 1, "stdout: \(result.stdout) stderr: \(result.stderr)")
+        #expect(result.stderr.contains("run.sqlite was deleted while the run was going"), "stderr: \(result.stderr)")
+    }
+
+    @Test func aReadOnlySinkLeavesNoRunningRunBehind() throws {
+        try images(3)
+        try work.folder("ro")
+        let mount = try TmpfsMount(at: work.url("ro"), size: "1m", readOnly: true)
+        defer { mount.unmount() }
+        try pipeline(sink: "ro/out")
+        let refused = try imgpipe("run", "pipe.json")
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("ro/out"), "stderr: \(refused.stderr)")
+        let queue = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite"))
+        let running = try queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM run WHERE state = 'running'") }
+        #expect(running == 0, "a run was left running")
+        try pipeline(sink: "out")
+        let next = try imgpipe("run", "pipe.json")
+        #expect(next.status == 0, "stderr: \(next.stderr)")
+        #expect(work.files(under: "out").count == 3)
+    }
+
+    /// Outputs staged on a full disk fail `io` after their retries, and `resume
+    /// --retry-failed` delivers them once there is room.
+    @Test func aFullDiskWhileStagingIsAnIOFailureThatIsRetried() throws {
+        for index in 1 ... 2 {
+            try ImageFixtures.write(try ImageFixtures.photo(width: 900, height: 700, seed: index), to: work.url("in/photo-\(index).jpg"))
+        }
+        try work.folder("small")
+        let mount = try TmpfsMount(at: work.url("small"), size: "64k")
+        defer { mount.unmount() }
+        // The run's work folder (beside the state file) lives on the small disk.
+        try work.folder(".imgpipe")
+        try FileManager.default.createSymbolicLink(atPath: work.url(".imgpipe/pipe.work"), withDestinationPath: work.url("small"))
+        try pipeline(filters: #"[{"op": "fit", "width": 900, "height": 700}]"#, output: #"{"format": "png"}"#,
+                     extra: #", "retry": {"attempts": 2, "backoff": 0.05}"#)
+        let full = try imgpipe("run", "pipe.json")
+        #expect(full.status == 1, "stderr: \(full.stderr)")
+        let status = try imgpipe("status", "pipe.json", "--json")
+        let report = try JSONDecoder().decode(StatusReport.self, from: Data(status.stdout.utf8))
+        #expect(report.failed == 2)
+        #expect(report.failures.allSatisfy { $0.reason == "io" && $0.attempts == 2 && $0.message.contains("No space left") },
+                "got: \(report.failures)")
+        try mount.resize("64m")
+        let resumed = try imgpipe("resume", "pipe.json", "--retry-failed")
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+        #expect(work.files(under: "out").count == 2)
+    }
+
+    @Test func aSinkFolderRemovedMidRunIsMadeAgain() throws {
+        try images(150, width: 400, height: 300)
+        try pipeline(extra: #", "limits": {"workers": 1}"#)
+        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, running.process.isRunning, work.files(under: "out").isEmpty { usleep(5000) }
+        try FileManager.default.removeItem(atPath: work.url("out"))
+        let result = try #require(running.watch(deadline: 120).result)
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(!work.files(under: "out").isEmpty, "nothing was written after the folder was removed")
+    }
+
+    @Test func aFIFOWhereAFileShouldBeNeverHoldsTheRun() throws {
+        try images(2)
+        #expect(mkfifo(work.url("in/pipe.jpg"), 0o644) == 0)
+        #expect(mkfifo(work.url("mark.png"), 0o644) == 0)
+        try pipeline(filters: #"[{"op": "watermark", "image": "mark.png"}]"#)
+        let refused = try #require(try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 60).result)
+        #expect(refused.status == 2)
+        #expect(refused.stderr.contains("filters[0].image") && refused.stderr.contains("not a readable regular file"),
+                "stderr: \(refused.stderr)")
+        try pipeline()
+        // A FIFO in the source folder is not an image file: it is not listed.
+        let result = try #require(try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 60).result,
+                                  "the run hung on a FIFO in the source folder")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let status = try imgpipe("status", "pipe.json", "--json")
+        let report = try JSONDecoder().decode(StatusReport.self, from: Data(status.stdout.utf8))
+        #expect(report.total == 2 && report.done == 2)
+    }
+}
+
+/// A tmpfs mounted for one test (the tests run as root, as CI does).
+private struct TmpfsMount {
+    let path: String
+
+    init(at path: String, size: String, readOnly: Bool = false) throws {
+        self.path = path
+        let options = "size=\(size)" + (readOnly ? ",ro" : "")
+        guard Self.command(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path]) == 0 else {
+            throw MountError(description: "cannot mount a tmpfs on \(path) (the test needs root)")
+        }
+    }
+
+    func resize(_ size: String) throws {
+        guard Self.command(["mount", "-o", "remount,size=\(size)", path]) == 0 else {
+            throw MountError(description: "cannot resize the tmpfs on \(path)")
+        }
+    }
+
+    func unmount() { _ = Self.command(["umount", "-l", path]) }
+
+    static func command(_ arguments: [String]) -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = arguments
+        do { try process.run() } catch { return -1 }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    struct MountError: Error, CustomStringConvertible { let description: String }
+}
