@@ -116,6 +116,23 @@ struct UploadSinkTests {
         #expect(widths.sorted() == [30, 30, 30, 30, 60, 60, 60, 60, 60, 60, 60, 60])
     }
 
+    /// An upload server that answers with an endless body cannot fill memory: the answer
+    /// is cut at 1 MiB and the delivery fails `upload`.
+    @Test func anEndlessUploadAnswerIsCut() throws {
+        let server = try TestHTTPServer { _ in .streamed(.flood(bytes: 8 << 30), type: "application/json") }
+        try images(2)
+        try pipeline(sinks: #"[{"type": "http", "url": "\#(server.baseURL)/put/{stem}.jpg", "method": "PUT"}]"#,
+                     retry: #"{"attempts": 1}"#)
+        let watched = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 60)
+        let result = try #require(watched.result, "the run was still going after 60 s")
+        #expect(result.status == 1)
+        let failures = try #require(try status()["failures"] as? [[String: Any]])
+        #expect(failures.count == 2)
+        #expect(failures.allSatisfy { ($0["reason"] as? String) == "upload" && ($0["message"] as? String)?.contains("the answer's limit") == true },
+                "got: \(failures)")
+        #expect(watched.peakRSS < 200 << 20, "peak RSS \(watched.peakRSS >> 20) MB")
+    }
+
     @Test func httpSinkPutsEachOutputAndPostsMultipart() throws {
         let server = try UploadServer()
         try images(3)

@@ -79,15 +79,18 @@ public struct HTTPRequest: Sendable {
     /// Where the body goes; nil keeps it in memory.
     public var destination: String?
     public var maxBytes = Int.max
+    /// What `maxBytes` is called in a failure's message.
+    public var maxBytesName = "limits.maxBytes"
 
     public init(url: URL, method: String = "GET", headers: [String: String] = [:], body: Data? = nil,
-                destination: String? = nil, maxBytes: Int = Int.max) {
+                destination: String? = nil, maxBytes: Int = Int.max, maxBytesName: String = "limits.maxBytes") {
         self.url = url
         self.method = method
         self.headers = headers
         self.body = body
         self.destination = destination
         self.maxBytes = maxBytes
+        self.maxBytesName = maxBytesName
     }
 }
 
@@ -161,7 +164,7 @@ public final class HTTPClient: @unchecked Sendable {
             throw HTTPFailure(kind: .network, message: "cannot start an HTTP transfer (libcurl)", status: nil, retryAfter: nil)
         }
         defer { returnHandle(handle) }
-        let transfer = Transfer(maxBytes: request.maxBytes, deadline: transferDeadline)
+        let transfer = Transfer(maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline)
         if let destination = request.destination {
             transfer.file = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
             guard transfer.file >= 0 else {
@@ -303,7 +306,7 @@ public final class HTTPClient: @unchecked Sendable {
                                retryAfter: nil)
         case CURLE_FILESIZE_EXCEEDED:
             let size = transfer.headers["content-length"].map { "of \($0) bytes " } ?? ""
-            return HTTPFailure(kind: .tooLarge, message: "body \(size)is over limits.maxBytes (\(request.maxBytes))",
+            return HTTPFailure(kind: .tooLarge, message: "body \(size)is over \(request.maxBytesName) (\(request.maxBytes))",
                                status: response, retryAfter: nil)
         default:
             return HTTPFailure(kind: .network, message: "\(host): \(detail)", status: response, retryAfter: nil)
@@ -325,6 +328,7 @@ public final class HTTPClient: @unchecked Sendable {
 /// The state of one transfer, filled in by libcurl's callbacks on the transfer's thread.
 private final class Transfer {
     let maxBytes: Int
+    let maxBytesName: String
     let deadlineSeconds: Double
     let deadline: UInt64
     var file: Int32 = -1
@@ -336,8 +340,9 @@ private final class Transfer {
     var failure: HTTPFailure?
     var errorText = ""
 
-    init(maxBytes: Int, deadline: Double) {
+    init(maxBytes: Int, named name: String, deadline: Double) {
         self.maxBytes = maxBytes
+        maxBytesName = name
         deadlineSeconds = deadline
         self.deadline = DispatchTime.now().uptimeNanoseconds + UInt64(deadline * 1_000_000_000)
     }
@@ -346,7 +351,7 @@ private final class Transfer {
     func receive(_ bytes: UnsafeMutablePointer<CChar>, _ count: Int) -> Int {
         received += count
         if received > maxBytes {
-            failure = HTTPFailure(kind: .tooLarge, message: "body is over limits.maxBytes (\(maxBytes) bytes); transfer cut",
+            failure = HTTPFailure(kind: .tooLarge, message: "body is over \(maxBytesName) (\(maxBytes) bytes); transfer cut",
                                   status: status, retryAfter: nil)
             return 0
         }

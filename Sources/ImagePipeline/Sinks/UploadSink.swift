@@ -40,7 +40,8 @@ public struct UploadSink: Sink {
         do {
             return try RetryLoop(attempts: retry.attempts, backoff: retry.backoff, isCancelled: isCancelled)
                 .run(attemptsMade: { attempts = $0 }) { attempt throws(HTTPFailure) in
-                    let ticket = try client.perform(HTTPRequest(url: endpoint, headers: ["Accept": "application/json", "Idempotency-Key": key]))
+                    let ticket = try client.perform(HTTPRequest(url: endpoint, headers: ["Accept": "application/json", "Idempotency-Key": key],
+                                                                maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
                     try ticket.throwIfRetryableStatus()
                     guard (200 ... 299).contains(ticket.status) else {
                         throw HTTPFailure(kind: .status, message: "the upload endpoint answered HTTP \(ticket.status)",
@@ -56,7 +57,7 @@ public struct UploadSink: Sink {
                     let answer = try client.perform(HTTPRequest(
                         url: target, method: "POST",
                         headers: ["Content-Type": form.contentType, "Idempotency-Key": key, "Accept": "application/json"],
-                        body: form.body))
+                        body: form.body, maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
                     try answer.throwIfRetryableStatus()
                     guard (200 ... 299).contains(answer.status) else {
                         throw HTTPFailure(kind: .status, message: "the upload answered HTTP \(answer.status)", status: answer.status,
@@ -70,6 +71,10 @@ public struct UploadSink: Sink {
                                   interrupted: error.kind == .cancelled)
         }
     }
+
+    /// A server's answer to an upload is a short JSON object: a larger one is cut (a
+    /// hostile server cannot fill memory through it).
+    static let maxAnswerBytes = 1 << 20
 
     /// The `url` member of a JSON object body.
     static func url(in body: Data?, relativeTo base: URL) -> URL? {
@@ -126,7 +131,8 @@ public struct HTTPSink: Sink {
               scheme == "http" || scheme == "https" else {
             throw DeliveryFailure(ItemFailure(.upload, "the sink's url is not an http(s) URL"))
         }
-        var request = HTTPRequest(url: url, method: method, headers: headers)
+        var request = HTTPRequest(url: url, method: method, headers: headers, maxBytes: UploadSink.maxAnswerBytes,
+                                  maxBytesName: "the answer's limit")
         request.headers["Idempotency-Key"] = delivery.idempotencyKey(sink: name)
         if method == "POST" {
             var form = Multipart()
