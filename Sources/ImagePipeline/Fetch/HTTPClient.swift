@@ -17,7 +17,7 @@ public struct HTTPResult: Sendable {
 
     /// Turns 408, 429 and 5xx into a retryable failure (with the server's `Retry-After`).
     public func throwIfRetryableStatus() throws(HTTPFailure) {
-        guard status == 408 || status == 429 || (500 ... 599).contains(status) else { return }
+        guard HTTPFailure.isRetryable(status: status) else { return }
         throw HTTPFailure(kind: .status, message: "HTTP \(status)", status: status,
                           retryAfter: headers["retry-after"].flatMap(HTTPClient.retryAfterSeconds))
     }
@@ -25,6 +25,10 @@ public struct HTTPResult: Sendable {
 
 /// Tries an operation again while its failure may pass: exponential backoff with jitter
 /// (`backoff` × 2^(n−1) × 0.5…1.5), or the server's `Retry-After` (at most 60 s).
+///
+/// It waits on the calling thread, so it is only used where one thread does one thing in
+/// order: listing a feed's pages. Items' downloads and deliveries return "retry after N"
+/// to the runner instead, which waits on a timer.
 public struct RetryLoop: Sendable {
     public let attempts: Int
     public let backoff: Double
@@ -34,12 +38,6 @@ public struct RetryLoop: Sendable {
         self.attempts = max(1, attempts)
         self.backoff = backoff
         self.isCancelled = isCancelled
-    }
-
-    /// Seconds to wait before the next attempt: the server's `Retry-After` (at most 60 s),
-    /// else `backoff` × 2^(attempt−1) × a jitter of 0.5…1.5.
-    public static func delay(after failure: HTTPFailure, attempt: Int, backoff: Double) -> Double {
-        failure.retryAfter.map { min($0, 60) } ?? backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
     }
 
     /// Runs `body(attempt)` until it returns, throws a final failure, or attempts run out;
@@ -63,7 +61,7 @@ public struct RetryLoop: Sendable {
                     throw HTTPFailure(kind: error.kind, message: error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
                                       status: error.status, retryAfter: error.retryAfter)
                 }
-                Thread.sleep(forTimeInterval: Self.delay(after: error, attempt: attempt, backoff: backoff))
+                Thread.sleep(forTimeInterval: error.retryDelay(attempt: attempt, backoff: backoff))
                 attempt += 1
             }
         }
@@ -108,9 +106,20 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
     public var retryable: Bool {
         switch kind {
         case .network, .timeout, .truncated, .io: true
-        case .status: status.map { $0 == 408 || $0 == 429 || (500 ... 599).contains($0) } ?? false
+        case .status: status.map(Self.isRetryable(status:)) ?? false
         case .tooLarge, .redirects, .scheme, .cancelled: false
         }
+    }
+
+    /// The one retry rule for statuses: 408, 429 and 5xx may pass; every other is final.
+    public static func isRetryable(status: Int) -> Bool {
+        status == 408 || status == 429 || (500 ... 599).contains(status)
+    }
+
+    /// Seconds to wait before attempt `attempt + 1`: the server's `Retry-After` (at most
+    /// 60 s), else `backoff` × 2^(attempt−1) × a jitter of 0.5…1.5.
+    public func retryDelay(attempt: Int, backoff: Double) -> Double {
+        retryAfter.map { min($0, 60) } ?? backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
     }
 
     public var description: String { message }
@@ -140,14 +149,17 @@ public final class HTTPClient: @unchecked Sendable {
     /// Seconds a whole transfer may take.
     public var transferDeadline: Double { timeout * 4 }
 
+    /// When aborted, transfers in progress stop within about a second.
+    let cancellation: CancellationFlag?
     private let lock = NSLock()
     private var idle: [UnsafeMutableRawPointer] = []
 
     private static let globalSetUp: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
-    public init(timeout: Double) {
+    public init(timeout: Double, cancellation: CancellationFlag? = nil) {
         _ = Self.globalSetUp
         self.timeout = timeout
+        self.cancellation = cancellation
     }
 
     deinit {
@@ -164,7 +176,8 @@ public final class HTTPClient: @unchecked Sendable {
             throw HTTPFailure(kind: .network, message: "cannot start an HTTP transfer (libcurl)", status: nil, retryAfter: nil)
         }
         defer { returnHandle(handle) }
-        let transfer = Transfer(maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline)
+        let transfer = Transfer(maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline,
+                                cancellation: cancellation)
         if let destination = request.destination {
             transfer.file = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
             guard transfer.file >= 0 else {
@@ -331,6 +344,7 @@ private final class Transfer {
     let maxBytesName: String
     let deadlineSeconds: Double
     let deadline: UInt64
+    let cancellation: CancellationFlag?
     var file: Int32 = -1
     var data = Data()
     var received = 0
@@ -340,7 +354,8 @@ private final class Transfer {
     var failure: HTTPFailure?
     var errorText = ""
 
-    init(maxBytes: Int, named name: String, deadline: Double) {
+    init(maxBytes: Int, named name: String, deadline: Double, cancellation: CancellationFlag?) {
+        self.cancellation = cancellation
         self.maxBytes = maxBytes
         maxBytesName = name
         deadlineSeconds = deadline
@@ -387,8 +402,13 @@ private final class Transfer {
         return count
     }
 
-    /// False once the whole-transfer deadline has passed (libcurl then stops the transfer).
+    /// False once the whole-transfer deadline has passed or the run abandons its work
+    /// (libcurl then stops the transfer).
     func checkDeadline() -> Bool {
+        if cancellation?.isAborted == true {
+            failure = HTTPFailure(kind: .cancelled, message: "interrupted", status: nil, retryAfter: nil)
+            return false
+        }
         guard DispatchTime.now().uptimeNanoseconds > deadline else { return true }
         failure = HTTPFailure(kind: .timeout,
                               message: String(format: "timed out: the transfer took longer than %g s (4 × limits.timeout)",

@@ -88,7 +88,7 @@ public struct RemoteFetcher: Sendable {
         } catch {
             unlink(temporary)
             if error.retryable, attempt < attempts {
-                return .retry(after: RetryLoop.delay(after: error, attempt: attempt, backoff: backoff))
+                return .retry(after: error.retryDelay(attempt: attempt, backoff: backoff))
             }
             if let cached, Self.place(cached.path, at: destination) { return .fetched(.cache) }
             throw ItemFailure(error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,

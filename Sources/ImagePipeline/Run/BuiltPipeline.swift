@@ -19,6 +19,7 @@ public struct BuiltPipeline: Sendable {
     /// `notice` receives what the feed has to say while listing (e.g. falling back).
     public static func build(_ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning = Tuning(),
                              notice: @escaping @Sendable (String) -> Void = { _ in }) throws -> BuiltPipeline {
+        let cancellation = CancellationFlag()
         var fetcher: RemoteFetcher?
         if let remote = spec.source.remote {
             var cache: DiskCache?
@@ -30,17 +31,15 @@ public struct BuiltPipeline: Sendable {
                                       expanding: environment.expanding)
                 revalidate = cacheSpec.revalidate
             }
-            let client = HTTPClient(timeout: spec.limits.timeout)
+            let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
             fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
                                     backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes)
         }
         let feed = try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
-        let cancellation = CancellationFlag()
-        let isCancelled: @Sendable () -> Bool = { cancellation.isCancelled }
         var uploadClient: HTTPClient?
         func uploads() -> HTTPClient {
             if let uploadClient { return uploadClient }
-            let client = HTTPClient(timeout: spec.limits.timeout)
+            let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
             uploadClient = client
             return client
         }
@@ -56,7 +55,7 @@ public struct BuiltPipeline: Sendable {
                 }
                 let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
                 sinks.append(UploadSink(name: name, endpoint: url, fields: fields, fileField: fileField, originalField: originalField,
-                                        client: uploads(), retry: spec.retry, isCancelled: isCancelled))
+                                        client: uploads(), retry: spec.retry))
             case let .http(name, urlValue, method, fileField, headerValues):
                 let template = try urlValue.expanded(in: environment)
                 guard template.lowercased().hasPrefix("http://") || template.lowercased().hasPrefix("https://") else {
@@ -65,7 +64,7 @@ public struct BuiltPipeline: Sendable {
                 var headers: [String: String] = [:]
                 for header in headerValues { headers[header.name] = try header.value.expanded(in: environment) }
                 sinks.append(HTTPSink(name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
-                                      client: uploads(), retry: spec.retry, isCancelled: isCancelled))
+                                      client: uploads(), retry: spec.retry))
             }
         }
         for (index, filter) in spec.filters.enumerated() {

@@ -57,21 +57,6 @@ final class StoreWriter: @unchecked Sendable {
         if schedule { queue.async { self.flush() } }
     }
 
-    /// Submits and waits for the outcomes (from a thread other than the writer's).
-    func submitAndWait(_ changes: [StoreChange]) -> [ChangeOutcome] {
-        let group = DispatchGroup()
-        let results = OutcomeBox(count: changes.count)
-        for (index, change) in changes.enumerated() {
-            group.enter()
-            submit(change) { outcome in
-                results.set(index, outcome)
-                group.leave()
-            }
-        }
-        group.wait()
-        return results.values
-    }
-
     /// Waits until everything submitted so far is written.
     func drain() {
         queue.sync {}
@@ -105,13 +90,4 @@ final class StoreWriter: @unchecked Sendable {
             }
         }
     }
-}
-
-// @unchecked because every access is guarded by `lock`.
-private final class OutcomeBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var storage: [ChangeOutcome]
-    init(count: Int) { storage = Array(repeating: .applied, count: count) }
-    func set(_ index: Int, _ value: ChangeOutcome) { lock.withLock { storage[index] = value } }
-    var values: [ChangeOutcome] { lock.withLock { storage } }
 }

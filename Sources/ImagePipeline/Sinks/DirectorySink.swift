@@ -25,7 +25,7 @@ public struct DirectorySink: Sink {
         do {
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         } catch {
-            throw FeedError("sink \(name): cannot create directory \(root): \(error.localizedDescription)")
+            throw SinkError("sink \(name): cannot create directory \(root): \(error.localizedDescription)")
         }
         let parent = root + "/" + Self.partialFolder
         for entry in (try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? [] {
@@ -44,16 +44,17 @@ public struct DirectorySink: Sink {
         folders.removeAll()
     }
 
-    public func deliver(_ delivery: Delivery) throws(DeliveryFailure) -> DeliveryReceipt {
+    /// A copy into a folder either works or fails for good (no retry).
+    public func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {
         do throws(ItemFailure) {
-            return try write(delivery)
+            return .delivered(try write(delivery))
         } catch {
             // The folder (or one inside it) was removed while the run went on: make the
             // folders again and try once more.
             guard folders.anyMissing() else { throw DeliveryFailure(error) }
             folders.removeAll()
             do throws(ItemFailure) {
-                return try write(delivery)
+                return .delivered(try write(delivery))
             } catch {
                 throw DeliveryFailure(error)
             }

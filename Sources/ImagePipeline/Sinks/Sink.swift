@@ -43,18 +43,23 @@ public struct DeliveryReceipt: Sendable, Equatable {
     }
 }
 
-/// A sink's final refusal of one output, after its retries.
+/// A sink's final refusal of one output.
 public struct DeliveryFailure: Error, Sendable {
     public let failure: ItemFailure
     public let attempts: Int
-    /// The run stopped while a retry was due: the delivery stays pending for resume.
-    public let interrupted: Bool
 
-    public init(_ failure: ItemFailure, attempts: Int = 1, interrupted: Bool = false) {
+    public init(_ failure: ItemFailure, attempts: Int = 1) {
         self.failure = failure
         self.attempts = attempts
-        self.interrupted = interrupted
     }
+}
+
+/// What one attempt at a delivery came to, when it did not fail for good.
+public enum DeliveryAttempt: Sendable, Equatable {
+    case delivered(DeliveryReceipt)
+    /// The attempt failed in a way that may pass: the runner tries again after this many
+    /// seconds (on a timer: no thread waits), unless the run is stopping.
+    case retry(after: Double, ItemFailure)
 }
 
 /// A destination for outputs. Delivery must be idempotent: after a crash, resume may hand
@@ -62,22 +67,41 @@ public struct DeliveryFailure: Error, Sendable {
 public protocol Sink: Sendable {
     var name: String { get }
     /// Called before a run or resume delivers anything (create folders, sweep leftovers).
+    /// Throws a `SinkError` naming the sink.
     func prepare() throws
-    /// Delivers one output, retrying what may pass; throws the final failure.
-    func deliver(_ delivery: Delivery) throws(DeliveryFailure) -> DeliveryReceipt
+    /// Makes attempt number `attempt` (from 1) at one output; throws the final failure.
+    func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt
     /// Called when the run stops.
     func finish()
 }
 
-/// Set when a run is interrupted, so that retry loops stop waiting.
-// @unchecked because `value` is guarded by `lock`.
-public final class CancellationFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = false
+/// A sink that cannot be used at all (its folder cannot be made, …).
+public struct SinkError: Error, Sendable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+extension HTTPFailure {
+    /// The answer of a sink to this failure on attempt `attempt` of `retry.attempts`: try
+    /// again later if it may pass and attempts remain, else fail with reason `upload`.
+    func deliveryAttempt(_ attempt: Int, retry: RetryPolicy) throws(DeliveryFailure) -> DeliveryAttempt {
+        let failure = ItemFailure(.upload, message + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: status)
+        guard retryable, attempt < retry.attempts else { throw DeliveryFailure(failure, attempts: attempt) }
+        return .retry(after: retryDelay(attempt: attempt, backoff: retry.backoff), failure)
+    }
+}
+
+/// Set when a run is interrupted (retry loops stop waiting), and aborted when in-flight
+/// work is abandoned (a second Ctrl-C, or the grace period over: transfers stop at once).
+public final class CancellationFlag: Sendable {
+    private let state = Mutex((cancelled: false, aborted: false))
 
     public init() {}
 
-    public var isCancelled: Bool { lock.withLock { value } }
+    public var isCancelled: Bool { state.withLock { $0.cancelled } }
+    public var isAborted: Bool { state.withLock { $0.aborted } }
 
-    public func cancel() { lock.withLock { value = true } }
+    public func cancel() { state.withLock { $0.cancelled = true } }
+
+    public func abort() { state.withLock { $0 = (true, true) } }
 }

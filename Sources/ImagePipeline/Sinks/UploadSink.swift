@@ -14,10 +14,9 @@ public struct UploadSink: Sink {
     let originalField: String
     let client: HTTPClient
     let retry: RetryPolicy
-    let isCancelled: @Sendable () -> Bool
 
     init(name: String, endpoint: URL, fields: [(String, String)], fileField: String, originalField: String,
-         client: HTTPClient, retry: RetryPolicy, isCancelled: @escaping @Sendable () -> Bool = { false }) {
+         client: HTTPClient, retry: RetryPolicy) {
         self.name = name
         self.endpoint = endpoint
         self.fields = fields
@@ -25,51 +24,50 @@ public struct UploadSink: Sink {
         self.originalField = originalField
         self.client = client
         self.retry = retry
-        self.isCancelled = isCancelled
     }
 
     public func prepare() throws {}
     public func finish() {}
 
-    public func deliver(_ delivery: Delivery) throws(DeliveryFailure) -> DeliveryReceipt {
+    public func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {
         guard let data = FileManager.default.contents(atPath: delivery.stagedPath) else {
-            throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output"))
+            throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output"), attempts: attempt)
         }
-        let key = delivery.idempotencyKey(sink: name)
-        var attempts = 1
-        do {
-            return try RetryLoop(attempts: retry.attempts, backoff: retry.backoff, isCancelled: isCancelled)
-                .run(attemptsMade: { attempts = $0 }) { attempt throws(HTTPFailure) in
-                    let ticket = try client.perform(HTTPRequest(url: endpoint, headers: ["Accept": "application/json", "Idempotency-Key": key],
-                                                                maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
-                    try ticket.throwIfRetryableStatus()
-                    guard (200 ... 299).contains(ticket.status) else {
-                        throw HTTPFailure(kind: .status, message: "the upload endpoint answered HTTP \(ticket.status)",
-                                          status: ticket.status, retryAfter: nil)
-                    }
-                    guard let target = Self.url(in: ticket.body, relativeTo: endpoint) else {
-                        throw HTTPFailure(kind: .status, message: "the upload endpoint did not answer {\"url\": …}",
-                                          status: ticket.status, retryAfter: nil)
-                    }
-                    var form = Multipart()
-                    form.fields = fields + [(originalField, delivery.origin)]
-                    form.file = (fileField, (delivery.name as NSString).lastPathComponent, delivery.format.contentType, data)
-                    let answer = try client.perform(HTTPRequest(
-                        url: target, method: "POST",
-                        headers: ["Content-Type": form.contentType, "Idempotency-Key": key, "Accept": "application/json"],
-                        body: form.body, maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
-                    try answer.throwIfRetryableStatus()
-                    guard (200 ... 299).contains(answer.status) else {
-                        throw HTTPFailure(kind: .status, message: "the upload answered HTTP \(answer.status)", status: answer.status,
-                                          retryAfter: nil)
-                    }
-                    return DeliveryReceipt(remoteURL: Self.url(in: answer.body, relativeTo: target)?.absoluteString,
-                                           httpStatus: answer.status, attempts: attempt)
-                }
+        do throws(HTTPFailure) {
+            return .delivered(try upload(data, of: delivery, attempt: attempt))
         } catch {
-            throw DeliveryFailure(ItemFailure(.upload, error.message, httpStatus: error.status), attempts: attempts,
-                                  interrupted: error.kind == .cancelled)
+            return try error.deliveryAttempt(attempt, retry: retry)
         }
+    }
+
+    /// Both steps, once. A retry repeats both (a one-shot URL is used once).
+    private func upload(_ data: Data, of delivery: Delivery, attempt: Int) throws(HTTPFailure) -> DeliveryReceipt {
+        let key = delivery.idempotencyKey(sink: name)
+        let ticket = try client.perform(HTTPRequest(url: endpoint, headers: ["Accept": "application/json", "Idempotency-Key": key],
+                                                    maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
+        try ticket.throwIfRetryableStatus()
+        guard (200 ... 299).contains(ticket.status) else {
+            throw HTTPFailure(kind: .status, message: "the upload endpoint answered HTTP \(ticket.status)",
+                              status: ticket.status, retryAfter: nil)
+        }
+        guard let target = Self.url(in: ticket.body, relativeTo: endpoint) else {
+            throw HTTPFailure(kind: .status, message: "the upload endpoint did not answer {\"url\": …}",
+                              status: ticket.status, retryAfter: nil)
+        }
+        var form = Multipart()
+        form.fields = fields + [(originalField, delivery.origin)]
+        form.file = (fileField, (delivery.name as NSString).lastPathComponent, delivery.format.contentType, data)
+        let answer = try client.perform(HTTPRequest(
+            url: target, method: "POST",
+            headers: ["Content-Type": form.contentType, "Idempotency-Key": key, "Accept": "application/json"],
+            body: form.body, maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
+        try answer.throwIfRetryableStatus()
+        guard (200 ... 299).contains(answer.status) else {
+            throw HTTPFailure(kind: .status, message: "the upload answered HTTP \(answer.status)", status: answer.status,
+                              retryAfter: nil)
+        }
+        return DeliveryReceipt(remoteURL: Self.url(in: answer.body, relativeTo: target)?.absoluteString,
+                               httpStatus: answer.status, attempts: attempt)
     }
 
     /// A server's answer to an upload is a short JSON object: a larger one is cut (a
@@ -81,81 +79,5 @@ public struct UploadSink: Sink {
         guard let body, let document = try? JSONParser.parse(bytes: Array(body)),
               let text = document["url"]?.stringValue else { return nil }
         return URL(string: text, relativeTo: base)?.absoluteURL
-    }
-}
-
-/// `http`: one request per item to a URL made from a template (`{key}`, `{stem}`, `{ext}`,
-/// `{hash}`, each percent-encoded): `PUT` with the file as the body, or `POST` as
-/// `multipart/form-data` with the file under `fileField`. 2xx is success.
-public struct HTTPSink: Sink {
-    public let name: String
-    let urlTemplate: String
-    let method: String
-    let fileField: String
-    let headers: [String: String]
-    let client: HTTPClient
-    let retry: RetryPolicy
-    let isCancelled: @Sendable () -> Bool
-
-    init(name: String, urlTemplate: String, method: String, fileField: String, headers: [String: String],
-         client: HTTPClient, retry: RetryPolicy, isCancelled: @escaping @Sendable () -> Bool = { false }) {
-        self.name = name
-        self.urlTemplate = urlTemplate
-        self.method = method
-        self.fileField = fileField
-        self.headers = headers
-        self.client = client
-        self.retry = retry
-        self.isCancelled = isCancelled
-    }
-
-    public func prepare() throws {}
-    public func finish() {}
-
-    /// The template with its fields filled in, each value percent-encoded for a path.
-    static func render(_ template: String, _ delivery: Delivery) -> String {
-        let allowed = CharacterSet.urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?#"))
-        func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
-        return template
-            .replacingOccurrences(of: "{key}", with: encode(delivery.nameKey))
-            .replacingOccurrences(of: "{stem}", with: encode(delivery.nameStem))
-            .replacingOccurrences(of: "{ext}", with: delivery.format.fileExtension)
-            .replacingOccurrences(of: "{hash}", with: String(delivery.sha256.prefix(16)))
-    }
-
-    public func deliver(_ delivery: Delivery) throws(DeliveryFailure) -> DeliveryReceipt {
-        guard let data = FileManager.default.contents(atPath: delivery.stagedPath) else {
-            throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output"))
-        }
-        guard let url = URL(string: Self.render(urlTemplate, delivery)), let scheme = url.scheme?.lowercased(),
-              scheme == "http" || scheme == "https" else {
-            throw DeliveryFailure(ItemFailure(.upload, "the sink's url is not an http(s) URL"))
-        }
-        var request = HTTPRequest(url: url, method: method, headers: headers, maxBytes: UploadSink.maxAnswerBytes,
-                                  maxBytesName: "the answer's limit")
-        request.headers["Idempotency-Key"] = delivery.idempotencyKey(sink: name)
-        if method == "POST" {
-            var form = Multipart()
-            form.file = (fileField, (delivery.name as NSString).lastPathComponent, delivery.format.contentType, data)
-            request.headers["Content-Type"] = form.contentType
-            request.body = form.body
-        } else {
-            request.headers["Content-Type"] = delivery.format.contentType
-            request.body = data
-        }
-        var attempts = 1
-        do throws(HTTPFailure) {
-            let result = try client.performWithRetries(request, attempts: retry.attempts, backoff: retry.backoff,
-                                                       isCancelled: isCancelled, attemptsMade: { attempts = $0 })
-            guard (200 ... 299).contains(result.status) else {
-                throw HTTPFailure(kind: .status, message: "HTTP \(result.status) from \(url.host ?? "server")",
-                                  status: result.status, retryAfter: nil)
-            }
-            let remote = UploadSink.url(in: result.body, relativeTo: url)?.absoluteString ?? url.absoluteString
-            return DeliveryReceipt(remoteURL: remote, httpStatus: result.status, attempts: attempts)
-        } catch {
-            throw DeliveryFailure(ItemFailure(.upload, error.message, httpStatus: error.status), attempts: attempts,
-                                  interrupted: error.kind == .cancelled)
-        }
     }
 }

@@ -1,0 +1,575 @@
+import Dispatch
+import Foundation
+import Logging
+import VipsKit
+
+/// One session of a run: the producer that lists the feed and admits items, and the stages
+/// each item goes through — fetch (`limits.downloads` wide), pixels (`limits.workers`
+/// wide, never on Swift's cooperative pool) and sinks (`limits.uploads` wide).
+///
+/// The constants are in `context`; everything that changes is in `state`, one value behind
+/// one lock, whose methods say what to do next. An item holds one of `capacity` slots from
+/// its admission to its verdict, so memory does not grow with the feed. Each stage hands an
+/// item on from the completion of its state change (`StoreWriter`), so a kill at any
+/// moment loses at most the work in flight. A retry (a download, a delivery) waits on a
+/// timer, never on a thread.
+final class RunStages: Sendable {
+    let context: RunContext
+    let state: Mutex<RunState>
+    /// Signalled once, when the producer has finished and no item is in flight.
+    private let allDone = DispatchSemaphore(value: 0)
+    /// Signalled when a slot is given back (the producer may be waiting for one).
+    private let slotFreed = DispatchSemaphore(value: 0)
+    /// Signalled when the producer thread ends.
+    private let producerEnded = DispatchSemaphore(value: 0)
+
+    init(_ context: RunContext) throws {
+        self.context = context
+        let counts = try context.store.counts(runId: context.runId)
+        state = Mutex(RunState(capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete))
+    }
+
+    private var pipeline: BuiltPipeline { context.pipeline }
+    private var writer: StoreWriter { context.writer }
+    private var isCancelled: Bool { state.withLock { $0.isCancelled } }
+
+    func interrupt(now: Bool) {
+        let action = state.withLock { $0.interrupt(now: now, at: Date()) }
+        if action == .abort { pipeline.cancellation.abort() }
+    }
+
+    // MARK: - the session
+
+    func drive() throws -> RunSummary {
+        let run = context.run
+        let store = context.store
+        let started = Date()
+        if run.state == .finished {
+            return try summary(elapsed: 0, interrupted: false)
+        }
+        try store.setState(.running, runId: run.id)
+        do {
+            try FileManager.default.createDirectory(atPath: context.stagedDirectory, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: context.spoolDirectory, withIntermediateDirectories: true)
+        } catch {
+            // Nothing was started: the run stays resumable rather than `running`.
+            try? store.setState(.interrupted, runId: run.id)
+            throw StageError("cannot make the run's work folder \(run.workDirectory): \(error.localizedDescription)")
+        }
+        sweepPartialFiles()
+        context.logger.debug("session started", metadata: ["run": "\(run.id)", "slots": "\(context.capacity)",
+                                                            "workers": "\(pipeline.spec.limits.effectiveWorkers)"])
+
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue.global(qos: .utility))
+        let interval = context.options.progressInterval
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        timer.setEventHandler { [self] in
+            let elapsed = Date().timeIntervalSince(started)
+            context.reporter.progress(state.withLock { $0.progress(runId: run.id, elapsed: elapsed) })
+        }
+        timer.resume()
+
+        let producer = Thread { [self] in
+            produce()
+            producerEnded.signal()
+        }
+        producer.name = "imgpipe.feed"
+        producer.start()
+
+        // Wait for every item, or for the grace period after an interruption.
+        var finishedEverything = false
+        while !finishedEverything {
+            finishedEverything = allDone.wait(timeout: .now() + 0.1) == .success
+            if !finishedEverything, let deadline = state.withLock({ $0.graceDeadline(context.options.gracePeriod) }),
+               Date() > deadline {
+                if !state.withLock({ $0.aborted }) {
+                    context.reporter.notice("grace period over; leaving unfinished items for resume")
+                }
+                interrupt(now: true)
+                break
+            }
+        }
+        // Join the producer and the items in flight: transfers stop within a second of
+        // the abort, pixel work ends with the image it is on.
+        producerEnded.wait()
+        if !finishedEverything, allDone.wait(timeout: .now() + 30) == .timedOut {
+            context.reporter.notice("some work did not stop within 30 s of the interruption; its items stay unfinished")
+        }
+        timer.cancel()
+        writer.drain()
+
+        let elapsed = Date().timeIntervalSince(started)
+        let final = try store.counts(runId: run.id)
+        let cancelled = isCancelled
+        let feedComplete = state.withLock { $0.feedComplete }
+        let finished = !cancelled && feedComplete && final.unfinished == 0
+        try store.setState(finished ? .finished : .interrupted, runId: run.id, addingElapsed: elapsed)
+        for sink in pipeline.sinks { sink.finish() }
+        // The work folder goes once nothing in it can be needed: kept while items failed,
+        // so that `resume --retry-failed` can deliver staged outputs without redoing them.
+        if finished, final.failed == 0 { try? FileManager.default.removeItem(atPath: run.workDirectory) }
+        return try summary(elapsed: elapsed, interrupted: !finished && cancelled)
+    }
+
+    private func summary(elapsed: Double, interrupted: Bool) throws -> RunSummary {
+        let store = context.store
+        let run = try store.run(id: context.runId) ?? context.run
+        let final = try store.counts(runId: run.id)
+        let (session, listingError) = state.withLock { ($0.finishedThisSession, $0.listingError) }
+        return RunSummary(run: run.id, stateFile: store.path, total: final.total, done: final.done,
+                          failed: final.failed, pending: final.unfinished, processed: session, elapsed: elapsed,
+                          itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0, interrupted: interrupted,
+                          failuresByReason: try store.failureCounts(runId: run.id), listingError: listingError)
+    }
+
+    /// Removes half-written staged files of a killed session.
+    private func sweepPartialFiles() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: context.stagedDirectory)) ?? []
+        for name in names where name.hasSuffix(".partial") {
+            unlink(context.stagedDirectory + "/" + name)
+        }
+    }
+
+    // MARK: - slots
+
+    /// Blocks until a slot is free; false when the run was interrupted meanwhile.
+    private func acquireSlot() -> Bool {
+        while true {
+            switch state.withLock({ $0.admit() }) {
+            case .start: return true
+            case .stop: return false
+            case .wait: _ = slotFreed.wait(timeout: .now() + 0.1)
+            }
+        }
+    }
+
+    private func perform(_ action: RunState.ReleaseAction) {
+        slotFreed.signal()
+        if action == .allDone { allDone.signal() }
+    }
+
+    private func releaseSlot() {
+        perform(state.withLock { $0.release() })
+    }
+
+    private func reportDuplicate(_ key: String) {
+        if state.withLock({ $0.reportDuplicate(key) }) {
+            context.reporter.notice("duplicate key \"\(key)\" in the feed; processed once")
+        }
+    }
+
+    // MARK: - the producer
+
+    /// Admits items: first the unfinished items of a resumed run, then the feed's items
+    /// not yet in the run. Runs on its own thread and blocks while all slots are taken.
+    private func produce() {
+        defer {
+            let action = state.withLock { $0.producerDone() }
+            if action == .allDone { allDone.signal() }
+        }
+        if context.resuming {
+            var after = 0
+            pages: while !isCancelled {
+                let page: [ItemRecord]
+                do {
+                    page = try context.store.unfinishedItems(runId: context.runId, after: after, limit: 256).map {
+                        $0.expandingLocation(pipeline.environment)
+                    }
+                } catch {
+                    context.reporter.notice("cannot read the state file: \(error)")
+                    interrupt(now: false)
+                    break
+                }
+                if page.isEmpty { break }
+                for record in page {
+                    guard acquireSlot() else { break pages }
+                    start(Job(record: record), at: record.status)
+                }
+                after = page.last?.seq ?? after
+            }
+        }
+        guard !state.withLock({ $0.feedComplete }), !isCancelled else { return }
+        list()
+    }
+
+    /// Lists the feed and admits each new item as soon as it is listed (so items of one
+    /// page are processed while the next page is still being fetched). Inserts go through
+    /// the group-commit writer; the item starts from the insert's completion.
+    private func list() {
+        let spec = pipeline.spec
+        let environment = pipeline.environment
+        var seq: Int
+        do {
+            seq = try context.store.lastSeq(runId: context.runId)
+        } catch {
+            context.reporter.notice("cannot read the state file: \(error)")
+            interrupt(now: false)
+            return
+        }
+        let passStartSeq = seq + 1
+        let relisting = seq > 0
+        let limit = context.run.itemLimit
+        let template = spec.output.name
+        let sinkNames = spec.sinks.map(\.name)
+        var stoppedByLimit = false
+
+        func admit(_ item: FeedItem, seq itemSeq: Int) {
+            let tier: Tier? = !item.isLocal ? nil : item.fromFallback ? .fallback : .local
+            let change = StoreChange.insert(NewItem(
+                key: item.key, seq: itemSeq, location: environment.unexpanded(item.location), metadata: item.metadata,
+                outputName: template.usesHash ? nil : template.render(key: item.nameKey, stem: item.nameStem, index: itemSeq,
+                                                                      format: spec.output.format, hash: nil),
+                sinks: sinkNames, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier))
+            writer.submit(change) { [self] outcome in
+                switch outcome {
+                case .applied:
+                    state.withLock { $0.inserted() }
+                    var job = Job(key: item.key, seq: itemSeq, location: item.location)
+                    job.nameKey = item.nameKey
+                    job.nameStem = item.nameStem
+                    job.tier = tier
+                    start(job, at: .pending)
+                case let .failed(failure):
+                    context.reporter.itemFailed(key: item.key, failure: failure)
+                    perform(state.withLock { $0.insertFailed() })
+                case .existing:
+                    reportDuplicate(item.key)
+                    perform(state.withLock { $0.duplicate() })
+                case .completed:
+                    releaseSlot()
+                }
+            }
+        }
+
+        // With --limit, a key repeated in the feed must not use up the limit: the keys of
+        // this pass are remembered (at most `limit` of them).
+        var seenThisPass: Set<String> = []
+        do {
+            try pipeline.feed.list { listed in
+                if isCancelled { return false }
+                // No expanded `${…}` value is recorded: keys and names carry the reference.
+                let item = listed.withoutSecrets(environment)
+                if limit != nil, !seenThisPass.insert(item.key).inserted {
+                    reportDuplicate(item.key)
+                    return true
+                }
+                if relisting, let known = try? context.store.item(runId: context.runId, key: item.key) {
+                    // Listed by an earlier pass: resume already has it in hand.
+                    if known.seq >= passStartSeq { reportDuplicate(item.key) }
+                    return true
+                }
+                guard state.withLock({ $0.hasRoom(limit: limit) }) else {
+                    stoppedByLimit = true
+                    return false
+                }
+                guard acquireSlot() else { return false }
+                seq += 1
+                state.withLock { $0.listed() }
+                admit(item, seq: seq)
+                return true
+            }
+            if !isCancelled || stoppedByLimit { completeFeed() }
+        } catch {
+            let message = environment.redact(String(describing: error))
+            state.withLock { $0.listingFailed(message) }
+            context.reporter.notice("cannot list the feed: \(message)")
+            // A failed refresh leaves the run as complete as it was.
+            if context.refreshing { completeFeed() }
+        }
+    }
+
+    /// Through the writer, so that it is committed after every insert before it.
+    private func completeFeed() {
+        writer.submit(.feedComplete) { _ in }
+        state.withLock { $0.markFeedComplete() }
+    }
+
+    // MARK: - stages
+
+    struct Job: Sendable {
+        let key: String
+        let seq: Int
+        let location: String
+        var spoolPath: String?
+        var stagedPath: String?
+        var outputName: String?
+        var outputHash: String?
+        var nameKey: String
+        var nameStem: String
+        var tier: Tier?
+
+        init(key: String, seq: Int, location: String) {
+            self.key = key
+            self.seq = seq
+            self.location = location
+            nameKey = key
+            nameStem = NameTemplate.stem(of: key)
+        }
+
+        init(record: ItemRecord) {
+            key = record.key
+            seq = record.seq
+            location = record.location
+            spoolPath = record.spoolPath
+            stagedPath = record.stagedPath
+            outputName = record.outputName
+            outputHash = record.outputHash
+            nameKey = record.nameKey
+            nameStem = record.nameStem
+            tier = record.tier
+        }
+
+        /// Items of a local source carry the tier `local` (or `fallback`) from their listing;
+        /// everything else was listed by a remote source and is only ever fetched over
+        /// http(s), never read from disk.
+        var isRemote: Bool { tier != .local && tier != .fallback }
+    }
+
+    private func start(_ job: Job, at status: ItemStatus) {
+        switch status {
+        case .pending where !job.isRemote:
+            // A local file has nothing to fetch: it is read in place by the pixel stage.
+            var local = job
+            local.spoolPath = job.location
+            process(local)
+        case .pending: fetch(job)
+        case .fetched: process(job)
+        case .processed: deliver(job)
+        case .done, .failed: releaseSlot()
+        }
+    }
+
+    /// Runs `body` again after `delay` seconds, on a timer (no thread waits for it).
+    private func later(_ delay: Double, _ body: @escaping @Sendable () -> Void) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: body)
+    }
+
+    /// Downloads a remote item (or links it from the cache) into the run's spool folder.
+    private func fetch(_ job: Job, attempt: Int = 1) {
+        context.fetchers.submit { [self] in
+            guard !isCancelled else { return releaseSlot() }
+            guard let fetcher = pipeline.fetcher else {
+                return fail(job, ItemFailure(.download, "a URL item in a local source: \(job.location)"), attempts: 1)
+            }
+            let spool = context.spoolDirectory + "/\(job.seq)"
+            let tier: Tier
+            do throws(ItemFailure) {
+                switch try fetcher.image(job.location, to: spool, attempt: attempt) {
+                case let .fetched(served):
+                    tier = served
+                case let .retry(delay):
+                    context.logger.info("download will be retried", metadata: [
+                        "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",
+                        "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)"])
+                    return later(delay) { [self] in fetch(job, attempt: attempt + 1) }
+                }
+            } catch {
+                // A transfer cut by the abort is no verdict on the item: left for resume.
+                if pipeline.cancellation.isAborted { return releaseSlot() }
+                return fail(job, error, attempts: attempt)
+            }
+            var fetched = job
+            fetched.spoolPath = spool
+            let next = fetched
+            writer.submit(.fetched(key: job.key, spoolPath: spool, tier: tier)) { [self] _ in
+                process(next)
+            }
+        }
+    }
+
+    private func process(_ job: Job, attempt: Int = 1) {
+        context.workers.submit { [self] in
+            guard !isCancelled else { return releaseSlot() }
+            let spec = pipeline.spec
+            let began = DispatchTime.now()
+            let result = Result { () throws(ItemFailure) -> ProcessedImage in
+                try pipeline.processor.process(.file(job.spoolPath ?? job.location))
+            }
+            let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9
+            if seconds > context.options.slowItem {
+                context.logger.warning("slow item", metadata: ["item": "\(job.key)", "stage": "pixels",
+                                                                "seconds": "\(String(format: "%.1f", seconds))"])
+            }
+            let image: ProcessedImage
+            switch result {
+            case let .failure(failure):
+                // Decoding and encoding are deterministic: a failure here is final.
+                return fail(job, failure, attempts: 1)
+            case let .success(processed):
+                image = processed
+            }
+            let name = spec.output.name.render(key: job.nameKey, stem: job.nameStem, index: job.seq,
+                                               format: spec.output.format, hash: String(image.sha256.prefix(16)))
+            let staged = context.stagedDirectory + "/\(job.seq).\(spec.output.format.fileExtension)"
+            let partial = staged + ".partial"
+            do {
+                try FileWriter.write(image.data, to: partial)
+                guard rename(partial, staged) == 0 else { throw StageError(String(cString: strerror(errno))) }
+            } catch {
+                // A full disk or a vanished work folder: an I/O failure, which may pass.
+                unlink(partial)
+                let retry = spec.retry
+                guard attempt >= retry.attempts else {
+                    let delay = retry.backoff * pow(2, Double(attempt - 1))
+                    context.logger.info("staging will be retried", metadata: [
+                        "item": "\(job.key)", "stage": "stage", "attempt": "\(attempt)", "error": "\(error)"])
+                    return later(delay) { [self] in
+                        try? FileManager.default.createDirectory(atPath: context.stagedDirectory, withIntermediateDirectories: true)
+                        process(job, attempt: attempt + 1)
+                    }
+                }
+                let attempts = attempt > 1 ? " (after \(attempt) attempts)" : ""
+                return fail(job, ItemFailure(.io, "cannot stage the output in \(context.stagedDirectory): \(error)\(attempts)"),
+                            attempts: attempt)
+            }
+            let output = StagedOutput(path: staged, name: name, sha256: image.sha256, bytes: image.data.count,
+                                      width: image.width, height: image.height)
+            var processed = job
+            processed.stagedPath = staged
+            processed.outputName = name
+            processed.outputHash = image.sha256
+            let next = processed
+            writer.submit(.processed(key: job.key, output: output)) { [self] outcome in
+                if case let .failed(failure) = outcome {
+                    unlink(staged)
+                    finish(job, failure: failure)
+                } else {
+                    deliver(next)
+                }
+            }
+        }
+    }
+
+    /// Hands a staged output to every sink that does not have it yet. Each sink's delivery
+    /// goes on by itself (its retries on a timer); the item is settled when every one has
+    /// ended: done, failed, or left pending because the run is stopping.
+    private func deliver(_ job: Job) {
+        context.deliverers.submit { [self] in
+            guard let staged = job.stagedPath, let name = job.outputName,
+                  FileManager.default.fileExists(atPath: staged) else {
+                // The staged output is gone (removed by hand): make it again.
+                writer.submit(.reset(key: job.key, to: .fetched)) { [self] _ in process(job) }
+                return
+            }
+            let pending: [String]
+            do {
+                pending = try context.store.pendingSinks(runId: context.runId, key: job.key)
+            } catch {
+                return fail(job, ItemFailure(.upload, "cannot read the state file: \(error)"), attempts: 1)
+            }
+            guard !pending.isEmpty else { return releaseSlot() }
+            let delivery = Delivery(runId: context.runId, runUUID: context.run.uuid, key: job.key, stagedPath: staged,
+                                    name: name, format: pipeline.spec.output.format,
+                                    origin: pipeline.environment.unexpanded(job.location), nameKey: job.nameKey,
+                                    nameStem: job.nameStem, sha256: job.outputHash ?? "")
+            let settlement = Settlement(job: job, remaining: pending.count)
+            for sinkName in pending {
+                guard let sink = context.sinks[sinkName] else {
+                    let failure = ItemFailure(.upload, "sink \(sinkName) is no longer in the pipeline")
+                    record(.deliveryFailed(key: job.key, sink: sinkName, failure: failure, attempts: 1), settlement)
+                    continue
+                }
+                attempt(delivery, to: sink, number: 1, settlement)
+            }
+        }
+    }
+
+    /// One attempt at one sink, on a deliverer thread.
+    private func attempt(_ delivery: Delivery, to sink: any Sink, number: Int, _ settlement: Settlement) {
+        let outcome: DeliveryAttempt
+        do throws(DeliveryFailure) {
+            outcome = try sink.deliver(delivery, attempt: number)
+        } catch {
+            if pipeline.cancellation.isAborted { return record(nil, settlement) }
+            return record(.deliveryFailed(key: delivery.key, sink: sink.name, failure: error.failure,
+                                          attempts: error.attempts), settlement)
+        }
+        switch outcome {
+        case let .delivered(receipt):
+            record(.delivered(key: delivery.key, sink: sink.name, remoteURL: receipt.remoteURL,
+                              httpStatus: receipt.httpStatus, attempts: receipt.attempts), settlement)
+        case let .retry(delay, failure):
+            // The run is stopping: the delivery stays pending for resume.
+            guard !isCancelled else { return record(nil, settlement) }
+            context.logger.info("delivery will be retried", metadata: [
+                "item": "\(delivery.key)", "stage": "sink", "sink": "\(sink.name)", "attempt": "\(number)",
+                "delay": "\(delay)", "error": "\(pipeline.environment.redact(failure.message))"])
+            later(delay) { [self] in
+                context.deliverers.submit { [self] in
+                    guard !isCancelled else { return record(nil, settlement) }
+                    attempt(delivery, to: sink, number: number + 1, settlement)
+                }
+            }
+        }
+    }
+
+    /// Records one sink's end (nil: left pending) and settles the item after the last.
+    private func record(_ change: StoreChange?, _ settlement: Settlement) {
+        guard let change else {
+            if let verdict = settlement.add(nil) { settle(settlement.job, verdict) }
+            return
+        }
+        writer.submit(change) { [self] outcome in
+            if let verdict = settlement.add(outcome) { settle(settlement.job, verdict) }
+        }
+    }
+
+    private func settle(_ job: Job, _ verdict: Settlement.Verdict) {
+        switch verdict {
+        case let .failed(failure):
+            finish(job, failure: failure)
+        case .done:
+            if let staged = job.stagedPath { unlink(staged) }
+            if job.isRemote { unlink(context.spoolDirectory + "/\(job.seq)") }
+            finish(job, failure: nil)
+        case .unfinished:
+            releaseSlot()
+        }
+    }
+
+    private func fail(_ job: Job, _ failure: ItemFailure, attempts: Int) {
+        context.logger.debug("item failed", metadata: ["item": "\(job.key)", "reason": "\(failure.reason.rawValue)",
+                                                        "attempts": "\(attempts)"])
+        writer.submit(.failed(key: job.key, failure: failure, attempts: attempts)) { [self] _ in
+            finish(job, failure: failure)
+        }
+    }
+
+    private func finish(_ job: Job, failure: ItemFailure?) {
+        if let failure { context.reporter.itemFailed(key: job.key, failure: failure) }
+        perform(state.withLock { $0.finish(failed: failure != nil) })
+    }
+}
+
+/// Gathers the ends of one item's deliveries and gives the item's verdict after the last.
+final class Settlement: Sendable {
+    enum Verdict: Equatable {
+        case done
+        case failed(ItemFailure)
+        /// A delivery was left pending (the run is stopping): resume finishes it.
+        case unfinished
+    }
+
+    let job: RunStages.Job
+    private let outcomes: Mutex<(remaining: Int, failure: ItemFailure?, completed: Bool)>
+
+    init(job: RunStages.Job, remaining: Int) {
+        self.job = job
+        outcomes = Mutex((remaining, nil, false))
+    }
+
+    /// One delivery's end (nil: left pending); the verdict once every delivery has ended.
+    func add(_ outcome: ChangeOutcome?) -> Verdict? {
+        outcomes.withLock { state in
+            switch outcome {
+            case let .failed(failure)?: state.failure = state.failure ?? failure
+            case .completed?: state.completed = true
+            default: break
+            }
+            state.remaining -= 1
+            guard state.remaining == 0 else { return nil }
+            if let failure = state.failure { return .failed(failure) }
+            return state.completed ? .done : .unfinished
+        }
+    }
+}

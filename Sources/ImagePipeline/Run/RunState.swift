@@ -1,0 +1,151 @@
+import Foundation
+
+/// What changes while a run session goes on: how many items hold a slot, the counts shown
+/// by progress lines, whether the producer has finished, whether the run was interrupted.
+///
+/// A plain value, held by the runner in a `Mutex`. Each method is one event and returns
+/// what the caller must do next, so the rules can be tested without threads (as in
+/// Hummingbird's state machines).
+struct RunState: Sendable {
+    /// Items in flight at most: a slot is taken when an item is admitted and given back
+    /// when it is finished or set aside.
+    let capacity: Int
+    private(set) var inFlight = 0
+    private(set) var counts: ItemCounts
+    private(set) var finishedThisSession = 0
+    /// Items of this run, counted against `--limit`.
+    private(set) var admitted = 0
+    private(set) var producerFinished = false
+    private(set) var listing = true
+    /// The feed was listed to its end (or to the run's limit) in this session or before.
+    private(set) var feedComplete: Bool
+    private(set) var listingError: String?
+    /// When the first interrupt came; nil while the run goes on.
+    private(set) var interruptedAt: Date?
+    /// A second interrupt, or the grace period over: in-flight work is abandoned.
+    private(set) var aborted = false
+    private var reportedDuplicates: Set<String> = []
+    private var signalledDone = false
+
+    init(capacity: Int, counts: ItemCounts, feedComplete: Bool) {
+        self.capacity = max(1, capacity)
+        self.counts = counts
+        self.feedComplete = feedComplete
+        admitted = counts.total
+    }
+
+    var isCancelled: Bool { interruptedAt != nil }
+
+    // MARK: - slots
+
+    enum AdmitAction: Equatable {
+        /// A slot was taken: start the item.
+        case start
+        /// Every slot is taken: wait for one to be given back, then ask again.
+        case wait
+        /// The run was interrupted: admit nothing more.
+        case stop
+    }
+
+    mutating func admit() -> AdmitAction {
+        if isCancelled { return .stop }
+        guard inFlight < capacity else { return .wait }
+        inFlight += 1
+        return .start
+    }
+
+    enum ReleaseAction: Equatable {
+        case none
+        /// The producer has finished and no item is in flight: the session is over.
+        case allDone
+    }
+
+    /// A slot given back without a verdict (a duplicate, an item left for resume).
+    mutating func release() -> ReleaseAction {
+        inFlight -= 1
+        return checkDone()
+    }
+
+    /// An item reached `done` (no failure) or `failed`, and gives its slot back.
+    mutating func finish(failed: Bool) -> ReleaseAction {
+        if failed { counts.failed += 1 } else { counts.done += 1 }
+        finishedThisSession += 1
+        return release()
+    }
+
+    mutating func producerDone() -> ReleaseAction {
+        producerFinished = true
+        listing = false
+        return checkDone()
+    }
+
+    private mutating func checkDone() -> ReleaseAction {
+        guard producerFinished, inFlight == 0, !signalledDone else { return .none }
+        signalledDone = true
+        return .allDone
+    }
+
+    // MARK: - listing
+
+    /// True while `--limit` leaves room for one more item of the feed.
+    func hasRoom(limit: Int?) -> Bool { limit.map { admitted < $0 } ?? true }
+
+    mutating func listed() { admitted += 1 }
+
+    /// The insert of a listed item was committed.
+    mutating func inserted() {
+        counts.total += 1
+        counts.pending += 1
+    }
+
+    /// The insert found the item refused (its output name was taken): it failed at once.
+    mutating func insertFailed() -> ReleaseAction {
+        counts.total += 1
+        return finish(failed: true)
+    }
+
+    /// The insert found the key already in the run: not a new item.
+    mutating func duplicate() -> ReleaseAction {
+        admitted -= 1
+        return release()
+    }
+
+    /// True the first time a key is reported as a duplicate.
+    mutating func reportDuplicate(_ key: String) -> Bool { reportedDuplicates.insert(key).inserted }
+
+    mutating func markFeedComplete() { feedComplete = true }
+
+    mutating func listingFailed(_ message: String) { listingError = message }
+
+    // MARK: - stopping
+
+    enum InterruptAction: Equatable {
+        /// The first interrupt: stop admitting, let in-flight items finish.
+        case drain
+        /// Already stopping: abandon in-flight work now.
+        case abort
+        case none
+    }
+
+    mutating func interrupt(now: Bool, at date: Date) -> InterruptAction {
+        if interruptedAt == nil {
+            interruptedAt = date
+            if now { aborted = true; return .abort }
+            return .drain
+        }
+        guard now, !aborted else { return .none }
+        aborted = true
+        return .abort
+    }
+
+    /// When in-flight items stop being waited for.
+    func graceDeadline(_ grace: Double) -> Date? {
+        guard let interruptedAt else { return nil }
+        return aborted ? interruptedAt : interruptedAt.addingTimeInterval(grace)
+    }
+
+    func progress(runId: Int64, elapsed: Double) -> RunProgress {
+        RunProgress(runId: runId, total: counts.total, listing: listing, done: counts.done, failed: counts.failed,
+                    finishedThisSession: finishedThisSession, elapsed: elapsed)
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+
+/// What a run is made of, as the store records it.
+public struct RunIdentity: Sendable {
+    public var pipelinePath: String
+    public var pipelineName: String
+    /// The pipeline document as written.
+    public var document: String
+    /// Canonical JSON of the parts that decide outputs, by name (`filters`, `output`).
+    public var fingerprint: [String: String]
+    public var sinks: [String]
+    /// The folder under which each run gets its work folder.
+    public var workRoot: String
+    /// How the pipeline file is named in messages.
+    public var displayPath: String
+
+    public init(pipelinePath: String, pipelineName: String, document: String, fingerprint: [String: String],
+                sinks: [String], workRoot: String, displayPath: String) {
+        self.pipelinePath = pipelinePath
+        self.pipelineName = pipelineName
+        self.document = document
+        self.fingerprint = fingerprint
+        self.sinks = sinks
+        self.workRoot = workRoot
+        self.displayPath = displayPath
+    }
+}
+
+/// The run a session works on, and what the user should be told about it.
+public struct RunStart: Sendable {
+    public var run: RunRecord
+    /// True when the session continues a run (its unfinished items come first).
+    public var resuming: Bool
+    /// `resume --refresh-feed` of a run whose feed was complete: a listing that fails
+    /// leaves it complete.
+    public var refreshing: Bool
+    public var notices: [String]
+}
+
+extension RunStore {
+    /// Finds or creates the run a `run` or `resume` works on, with their rules: `run`
+    /// refuses an unfinished run (unless `--new`, which abandons it) and starts a new one;
+    /// `resume` continues the latest run, refuses one whose outputs would differ (filters or
+    /// output changed), requeues failed items when asked, and reopens a finished run that
+    /// has something left to do.
+    public func begin(_ mode: RunMode, _ identity: RunIdentity) throws -> RunStart {
+        let latest = try latestRun()
+        switch mode {
+        case let .fresh(limit, replace):
+            if let latest, latest.isUnfinished {
+                guard replace else {
+                    throw RunError.unfinishedRun(id: latest.id, stateFile: path, pipeline: identity.displayPath)
+                }
+                try setState(.abandoned, runId: latest.id)
+            }
+            // A new run makes the previous one unreachable for resume: its staged files
+            // (kept for --retry-failed) can go.
+            if let latest { try? FileManager.default.removeItem(atPath: latest.workDirectory) }
+            let run = try createRun(pipelinePath: identity.pipelinePath, pipelineName: identity.pipelineName,
+                                    document: identity.document, fingerprint: identity.fingerprint, sinks: identity.sinks,
+                                    itemLimit: limit, workRoot: identity.workRoot)
+            return RunStart(run: run, resuming: false, refreshing: false, notices: [])
+
+        case let .resume(retryFailed, refreshFeed):
+            guard var run = latest else {
+                throw RunError.nothingToResume(stateFile: path, pipeline: identity.displayPath)
+            }
+            let changed = identity.fingerprint.keys.sorted().filter { identity.fingerprint[$0] != run.fingerprint[$0] }
+            if !changed.isEmpty { throw RunError.pipelineChanged(fields: changed, id: run.id) }
+            var start = RunStart(run: run, resuming: true, refreshing: false, notices: [])
+            if retryFailed {
+                let requeued = try requeueFailed(runId: run.id)
+                if requeued > 0 { start.notices.append("retrying \(requeued) failed item(s) of run #\(run.id)") }
+            }
+            if refreshFeed {
+                try markFeedComplete(runId: run.id, false)
+                run.feedComplete = false
+                start.refreshing = true
+                if run.state == .finished {
+                    try setState(.running, runId: run.id)
+                    run.state = .running
+                }
+            }
+            if run.state == .finished {
+                let counts = try counts(runId: run.id)
+                if counts.unfinished == 0 {
+                    start.notices.append("run #\(run.id) already finished: \(counts.done) done, \(counts.failed) failed"
+                                         + (counts.failed > 0 ? " (add --retry-failed to try the failed ones again)" : ""))
+                    start.run = run
+                    return start
+                }
+                try setState(.running, runId: run.id)
+                run.state = .running
+            }
+            start.run = run
+            return start
+        }
+    }
+}
