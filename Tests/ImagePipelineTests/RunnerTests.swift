@@ -1,0 +1,182 @@
+import Foundation
+import GRDB
+@testable import ImagePipeline
+import ImagePipelineTesting
+import Logging
+import Testing
+import VipsKit
+
+/// The runner in-process: its state machine without threads, the run/resume policy
+/// against a database alone, and whole sessions with a temporary store, a sink that keeps
+/// what it is given in memory, and the silent reporter.
+@Suite("Runner in-process", .serialized)
+struct RunnerTests {
+    let work: TemporaryDirectory
+
+    init() throws { work = try TemporaryDirectory("imgpipe-runner") }
+
+    // MARK: - RunState, without threads
+
+    @Test func slotsAreTakenUpToCapacityAndTheSessionEndsAfterTheProducer() {
+        var state = RunState(capacity: 2, counts: ItemCounts(), feedComplete: false)
+        #expect(state.admit() == .start)
+        #expect(state.admit() == .start)
+        #expect(state.admit() == .wait)
+        #expect(state.finish(failed: false) == .none)
+        #expect(state.admit() == .start)
+        #expect(state.finish(failed: true) == .none)
+        #expect(state.producerDone() == .none, "an item is still in flight")
+        #expect(state.release() == .allDone)
+        #expect(state.counts.done == 1 && state.counts.failed == 1 && state.finishedThisSession == 2)
+    }
+
+    @Test func anInterruptDrainsThenAborts() {
+        var state = RunState(capacity: 4, counts: ItemCounts(), feedComplete: false)
+        let now = Date(timeIntervalSince1970: 1000)
+        #expect(state.graceDeadline(10) == nil)
+        #expect(state.interrupt(now: false, at: now) == .drain)
+        #expect(state.admit() == .stop)
+        #expect(state.graceDeadline(10) == now.addingTimeInterval(10))
+        #expect(state.interrupt(now: false, at: now.addingTimeInterval(1)) == .none)
+        #expect(state.interrupt(now: true, at: now.addingTimeInterval(2)) == .abort)
+        #expect(state.graceDeadline(10) == now, "after an abort nothing is waited for")
+        #expect(state.interrupt(now: true, at: now.addingTimeInterval(3)) == .none)
+    }
+
+    @Test func duplicatesGiveBackTheirSlotAndTheirPlaceInTheLimit() {
+        var state = RunState(capacity: 1, counts: ItemCounts(), feedComplete: false)
+        #expect(state.hasRoom(limit: 1))
+        #expect(state.admit() == .start)
+        state.listed()
+        #expect(!state.hasRoom(limit: 1))
+        #expect(state.duplicate() == .none)
+        #expect(state.hasRoom(limit: 1))
+        #expect(state.reportDuplicate("a") && !state.reportDuplicate("a"))
+    }
+
+    // MARK: - run and resume policy, against a database alone
+
+    func identity(filters: String = "fit") -> RunIdentity {
+        RunIdentity(pipelinePath: "/p.json", pipelineName: "p", document: "{}", fingerprint: ["filters": filters, "output": "jpeg"],
+                    sinks: ["out"], workRoot: work.url("work"), displayPath: "p.json")
+    }
+
+    @Test func runRefusesAnUnfinishedRunAndNewAbandonsIt() throws {
+        let store = try RunStore(path: work.url("state.sqlite"))
+        let first = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity())
+        #expect(!first.resuming && first.run.state == .running)
+        #expect(throws: RunError.self) { try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()) }
+        let second = try store.begin(.fresh(limit: 5, replaceUnfinished: true), identity())
+        #expect(second.run.id != first.run.id && second.run.uuid != first.run.uuid && second.run.itemLimit == 5)
+        #expect(try store.run(id: first.run.id)?.state == .abandoned)
+    }
+
+    @Test func resumeRefusesChangedOutputsAndRequeuesFailedItemsWhenAsked() throws {
+        let store = try RunStore(path: work.url("state.sqlite"))
+        #expect(throws: RunError.self) { try store.begin(.resume(retryFailed: false), identity()) }
+        let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
+        _ = try store.apply([.insert(NewItem(key: "a", seq: 1, location: "/a.jpg", metadata: nil, outputName: nil, sinks: ["out"])),
+                             .failed(key: "a", failure: ItemFailure(.decode, "bad"), attempts: 1), .feedComplete], runId: run.id)
+        try store.setState(.finished, runId: run.id)
+        do {
+            _ = try store.begin(.resume(retryFailed: false), identity(filters: "fill"))
+            Issue.record("a changed pipeline was resumed")
+        } catch let RunError.pipelineChanged(fields, _) {
+            #expect(fields == ["filters"])
+        }
+        let finished = try store.begin(.resume(retryFailed: false), identity())
+        #expect(finished.run.state == .finished)
+        #expect(finished.notices.first?.contains("already finished: 0 done, 1 failed") == true)
+        let retried = try store.begin(.resume(retryFailed: true), identity())
+        #expect(retried.run.state == .running && retried.notices == ["retrying 1 failed item(s) of run #\(run.id)"])
+        #expect(try store.counts(runId: run.id).pending == 1)
+    }
+
+    // MARK: - whole sessions
+
+    /// A sink that keeps the bytes it is given; it refuses (and asks for retries) as told.
+    final class MemorySink: Sink {
+        let name: String
+        let retriesBeforeSuccess: Int
+        let refused: Set<String>
+        let received = Mutex<[String: Data]>([:])
+        let attempts = Mutex<[String: Int]>([:])
+
+        init(name: String = "memory", retriesBeforeSuccess: Int = 0, refused: Set<String> = []) {
+            self.name = name
+            self.retriesBeforeSuccess = retriesBeforeSuccess
+            self.refused = refused
+        }
+
+        func prepare() throws {}
+        func finish() {}
+
+        func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {
+            attempts.withLock { $0[delivery.key] = attempt }
+            if refused.contains(delivery.key) { throw DeliveryFailure(ItemFailure(.upload, "refused"), attempts: attempt) }
+            if attempt <= retriesBeforeSuccess { return .retry(after: 0.01, ItemFailure(.upload, "busy")) }
+            let data = FileManager.default.contents(atPath: delivery.stagedPath) ?? Data()
+            received.withLock { $0[delivery.key] = data }
+            return .delivered(DeliveryReceipt(remoteURL: "memory:\(delivery.name)", attempts: attempt))
+        }
+    }
+
+    func built(_ sinks: [any Sink], retry: String = #"{"attempts": 3, "backoff": 0.01}"#) throws -> BuiltPipeline {
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 32, "height": 32}], "sink": {"type": "directory", "path": "unused", "name": "memory"},
+             "retry": \(retry)}
+            """, to: "pipe.json")
+        let spec = try PipelineSpec.load(path: work.url("pipe.json"))
+        let pipeline = try BuiltPipeline.build(spec, path: work.url("pipe.json"), environment: Environment([:]))
+        return BuiltPipeline(spec: spec, path: pipeline.path, feed: pipeline.feed, fetcher: nil, sinks: sinks,
+                             processor: pipeline.processor, environment: pipeline.environment,
+                             cancellation: pipeline.cancellation)
+    }
+
+    func runner(_ pipeline: BuiltPipeline, store: RunStore) -> PipelineRunner {
+        PipelineRunner(pipeline: pipeline, store: store, reporter: SilentReporter(), logger: Logger(label: "test"))
+    }
+
+    @Test func aSessionDeliversEveryItemAndRetriesOnATimer() throws {
+        for index in 1 ... 5 {
+            try ImageFixtures.jpeg(at: work.url("in/\(index).jpg"), width: 64, height: 48)
+        }
+        let sink = MemorySink(retriesBeforeSuccess: 2)
+        let store = try RunStore(path: work.url("state.sqlite"))
+        let summary = try runner(try built([sink]), store: store).execute(.fresh(limit: nil, replaceUnfinished: false))
+        #expect(summary.done == 5 && summary.failed == 0 && summary.pending == 0 && !summary.interrupted)
+        let received = sink.received.withLock { $0 }
+        #expect(received.keys.sorted() == (1 ... 5).map { "\($0).jpg" })
+        for data in received.values {
+            let image = try VipsImage.open(data: data)
+            #expect((image.width, image.height) == (32, 24))
+        }
+        #expect(sink.attempts.withLock { $0 }.values.allSatisfy { $0 == 3 })
+        let rows = try DatabaseQueue(path: work.url("state.sqlite")).read {
+            try Row.fetchAll($0, sql: "SELECT status, attempts, remoteURL FROM delivery")
+        }
+        #expect(rows.count == 5 && rows.allSatisfy { $0["status"] == "done" && $0["attempts"] == 3 })
+        #expect(!FileManager.default.fileExists(atPath: summary.stateFile.replacingOccurrences(of: ".sqlite", with: ".work") + "/run-1"),
+                "the work folder stays after a run with no failure")
+    }
+
+    @Test func aRefusingSinkFailsItsItemAndAnInterruptedSessionResumes() throws {
+        for index in 1 ... 4 {
+            try ImageFixtures.jpeg(at: work.url("in/\(index).jpg"), width: 64, height: 48)
+        }
+        let store = try RunStore(path: work.url("state.sqlite"))
+        let refusing = MemorySink(refused: ["2.jpg"])
+        let first = try runner(try built([refusing]), store: store).execute(.fresh(limit: nil, replaceUnfinished: false))
+        #expect(first.done == 3 && first.failed == 1 && first.failuresByReason == ["upload": 1])
+
+        // Interrupted before it starts: nothing is admitted, the run stays resumable.
+        let pipeline = try built([MemorySink()])
+        let stopped = runner(pipeline, store: store)
+        stopped.interrupt()
+        let interrupted = try stopped.execute(.resume(retryFailed: true))
+        #expect(interrupted.interrupted && interrupted.pending == 1)
+        let resumed = try runner(try built([MemorySink()]), store: store).execute(.resume(retryFailed: false))
+        #expect(resumed.done == 4 && resumed.failed == 0 && resumed.processed == 1)
+    }
+}
