@@ -74,6 +74,15 @@ struct SpecDecodingTests {
         #expect(error?.message.contains("line 3, column 34") == true, "\(String(describing: error))")
     }
 
+    /// 200,000 keys in one object: the old duplicate-key check scanned the earlier keys for
+    /// each key, which took hours here; a hashed set takes a second. (No timing asserted.)
+    @Test func anObjectWithManyKeysIsReadInLinearTime() {
+        let keys = (0 ..< 200_000).map { "\"k\($0)\": \($0)" }.joined(separator: ", ")
+        #expect(error("{\(Self.minimal), \(keys)}")?.path == "k0")
+        let duplicate = error("{\(Self.minimal), \(keys), \"k199999\": 0}")
+        #expect(duplicate?.message.contains(#"duplicate key "k199999""#) == true, "\(String(describing: duplicate))")
+    }
+
     @Test func versionIsChecked() {
         #expect(error(#"{"version": 2, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "o"}}"#)?.path == "version")
         #expect(error(#"{"source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "o"}}"#)?.description

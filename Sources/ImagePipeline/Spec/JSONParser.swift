@@ -54,6 +54,7 @@ struct JSONParser {
         try enter()
         index += 1
         var members: [(key: String, value: JSONValue)] = []
+        var keys: Set<String> = []
         skipWhitespace()
         if peek(UInt8(ascii: "}")) { index += 1; depth -= 1; return .object(members) }
         while true {
@@ -62,7 +63,8 @@ struct JSONParser {
                 throw error("unexpected \(describeCurrent()), expected a key in double quotes")
             }
             let key = try parseString()
-            if members.contains(where: { $0.key == key }) {
+            // A hashed set, not a scan of `members`: a scan is quadratic in the key count.
+            guard keys.insert(key).inserted else {
                 throw error("duplicate key \(JSONValue.quote(key))")
             }
             skipWhitespace()
