@@ -34,9 +34,13 @@ public struct URLListFeed: Feed {
                 url = columns.firstIndex(of: "url").flatMap { $0 < fields.count ? fields[$0] : nil }
                 key = columns.firstIndex(of: "key").flatMap { $0 < fields.count ? fields[$0] : nil }
             case "jsonl":
-                guard let object = try? JSONParser.parse(line) else { throw FeedError("\(path):\(lineNumber): not a JSON object") }
-                url = object["url"]?.stringValue
-                key = object["key"]?.stringValue
+                // Read leniently like other third-party JSON (`JSONValue+Decodable.swift`).
+                struct Line: Decodable { let url, key: JSONValue? }
+                guard let object = try? JSONDecoder().decode(Line.self, from: Data(line.utf8)) else {
+                    throw FeedError("\(path):\(lineNumber): not a JSON object")
+                }
+                url = object.url?.stringValue
+                key = object.key?.stringValue
             default:
                 if line.hasPrefix("#") { continue }
                 url = line

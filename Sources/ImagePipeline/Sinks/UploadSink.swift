@@ -71,10 +71,11 @@ public struct UploadSink: Sink {
         }
     }
 
-    /// The `url` member of a JSON object body.
+    /// The `url` member of a JSON object body, read leniently (`JSONValue+Decodable.swift`):
+    /// a server's duplicate key is not a failed upload.
     static func url(in body: Data?, relativeTo base: URL) -> URL? {
-        guard let body, let document = try? JSONParser.parse(bytes: Array(body)),
-              let text = document["url"]?.stringValue else { return nil }
+        struct Answer: Decodable { let url: JSONValue? }
+        guard let body, let text = (try? JSONDecoder().decode(Answer.self, from: body))?.url?.stringValue else { return nil }
         return URL(string: text, relativeTo: base)?.absoluteURL
     }
 }
