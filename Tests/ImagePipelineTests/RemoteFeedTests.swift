@@ -262,6 +262,18 @@ struct RemoteFeedTests {
         #expect(keys == ["e-key", "\(base)/images/f.jpg"])
     }
 
+    /// A byte that is not UTF-8 used to become U+FFFD, so another URL was fetched.
+    @Test func aURLListLineWithInvalidUTF8IsRefusedNamingTheLine() throws {
+        let server = try server()
+        let list = Data("\(server.baseURL)/images/a.jpg\n\(server.baseURL)/images/b".utf8) + [0xFF] + Data(".jpg\n".utf8)
+        try list.write(to: URL(fileURLWithPath: work.url("list.txt")))
+        try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 1)
+        #expect((result.stdout + result.stderr).contains("list.txt:2: invalid UTF-8"), "\(result.stdout) \(result.stderr)")
+        #expect(server.requests.map(\.path) == ["/images/a.jpg"])
+    }
+
     // MARK: failure policies
 
     @Test func eachFailureEndsAsThePolicySays() throws {

@@ -19,7 +19,11 @@ public struct URLListFeed: Feed {
         var buffer = [CChar](repeating: 0, count: 1 << 16)
         while gzgets(file, &buffer, Int32(buffer.count)) != nil {
             lineNumber += 1
-            let line = String(cString: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
+            // Refused, not repaired: a replaced byte would make another URL or key.
+            guard let text = String(validating: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
+                throw FeedError("\(path):\(lineNumber): invalid UTF-8")
+            }
+            let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
             if line.isEmpty { continue }
             var url: String?
             var key: String?
