@@ -280,6 +280,17 @@ struct CommandLineTests {
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/bad.sqlite")))
     }
 
+    /// `out\xff` used to read as "" and the run wrote into the pipeline's own folder.
+    @Test func validateRefusesInvalidUTF8NamingThePathLineAndColumn() throws {
+        let bytes = Data(#"{"version": 1, "source": {"type": "directory", "path": "in"},"#.utf8 + [0x0A]
+                         + #" "sinks": [{"type": "directory", "path": "out"#.utf8 + [0xFF] + #""}]}"#.utf8)
+        try bytes.write(to: URL(fileURLWithPath: work.url("utf8.json")))
+        let result = try imgpipe("validate", "utf8.json")
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("utf8.json: sinks[0].path: invalid JSON at line 2, column 46: invalid UTF-8"),
+                "stderr: \(result.stderr)")
+    }
+
     @Test func usageErrorsExitTwo() throws {
         #expect(try imgpipe("run").status == 2)
         #expect(try imgpipe("run", "pipe.json", "--limit", "0").status == 2)

@@ -127,6 +127,49 @@ struct RemoteFeedTests {
         #expect(try status()["tiers"] as? [String: Int] == ["fallback": 2])
     }
 
+    /// A server's duplicate key used to fail the whole page ("duplicate key"), and an item
+    /// with 100,000 keys took minutes to parse (quadratic duplicate check): third-party JSON
+    /// is read leniently, and the extra fields are still kept as metadata.
+    @Test func aFeedItemWithADuplicateKeyOrManyKeysIsListed() throws {
+        let extra = (0 ..< 100_000).map { #""f\#($0)": "v\#($0)""# }.joined(separator: ", ")
+        let server = try server { request in
+            let host = "http://\(request.headers["host"]!)"
+            return request.path == "/feed.json" ? .json("""
+                [{"url": "\(host)/images/dup.jpg", "title": "first", "title": "second"},
+                 {"url": "\(host)/images/wide.jpg", \(extra)}]
+                """) : nil
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(work.files(under: "out") == ["dup.jpg", "wide.jpg"])
+        let metadata = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite")).read { db in
+            try [String: String](uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT key, metadata FROM item").map {
+                (($0["key"] as String).components(separatedBy: "/").last!, $0["metadata"] as String)
+            })
+        }
+        #expect(metadata["dup.jpg"] == #"{"title":"first"}"#, "Foundation keeps the first of duplicate keys")
+        #expect(metadata["wide.jpg"]?.contains(#""f99999":"v99999""#) == true)
+    }
+
+    @Test func pagesThatAreNotJSONOrNotAnArrayAreListingErrors() throws {
+        let server = try server { request in
+            switch request.path {
+            case "/broken.json": .json(#"[{"url": "#)
+            case "/object.json": .json(#"{"url": "x"}"#)
+            default: nil
+            }
+        }
+        for (page, message) in [("broken.json", "is not valid JSON"), ("object.json", "is not a JSON array of objects")] {
+            try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/\#(page)", "cache": false}"#,
+                         retry: #"{"attempts": 1}"#)
+            let result = try imgpipe("run", "pipe.json", "--new")
+            #expect(result.status == 1, "\(page): \(result.stdout)")
+            #expect((result.stdout + result.stderr).contains(message), "\(page): \(result.stdout) \(result.stderr)")
+        }
+    }
+
+    // MARK: paged sources
     // MARK: paged sources
 
     @Test func nasaImagesFollowsNextLinksAndStopsAtMaxItems() throws {
@@ -298,6 +341,18 @@ struct RemoteFeedTests {
         }
         let keys = try RunStore(path: work.url(".imgpipe/p.sqlite")).items(runId: 3).map(\.key)
         #expect(keys == ["e-key", "\(base)/images/f.jpg"])
+    }
+
+    /// A byte that is not UTF-8 used to become U+FFFD, so another URL was fetched.
+    @Test func aURLListLineWithInvalidUTF8IsRefusedNamingTheLine() throws {
+        let server = try server()
+        let list = Data("\(server.baseURL)/images/a.jpg\n\(server.baseURL)/images/b".utf8) + [0xFF] + Data(".jpg\n".utf8)
+        try list.write(to: URL(fileURLWithPath: work.url("list.txt")))
+        try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 1)
+        #expect((result.stdout + result.stderr).contains("list.txt:2: invalid UTF-8"), "\(result.stdout) \(result.stderr)")
+        #expect(server.requests.map(\.path) == ["/images/a.jpg"])
     }
 
     // MARK: failure policies

@@ -7,15 +7,20 @@ import Testing
 struct SpecDecodingTests {
     static let base = "/pipelines"
 
-    func decode(_ text: String) throws -> PipelineSpec {
+    func decode(_ text: String) throws -> PipelineSpec { try decode(Data(text.utf8)) }
+
+    /// Bytes as written, so that a test can hold what a Swift string cannot (invalid UTF-8).
+    func decode(_ bytes: Data) throws -> PipelineSpec {
         let directory = try TemporaryDirectory()
-        let path = try directory.write(text, to: "pipe.json")
-        return try PipelineSpec.load(path: path)
+        try bytes.write(to: URL(fileURLWithPath: directory.url("pipe.json")))
+        return try PipelineSpec.load(path: directory.url("pipe.json"))
     }
 
-    func error(_ text: String) -> SpecError? {
+    func error(_ text: String) -> SpecError? { error(Data(text.utf8)) }
+
+    func error(_ bytes: Data) -> SpecError? {
         do {
-            _ = try decode(text)
+            _ = try decode(bytes)
             return nil
         } catch let error as SpecError {
             return error
@@ -72,6 +77,42 @@ struct SpecDecodingTests {
     @Test func syntaxErrorsGiveLineAndColumn() {
         let error = error("{\n  \"version\": 1,\n  \"source\": {\"type\": \"directory\" \"path\": \"x\"}\n}")
         #expect(error?.message.contains("line 3, column 34") == true, "\(String(describing: error))")
+    }
+
+    /// 200,000 keys in one object: the old duplicate-key check scanned the earlier keys for
+    /// each key, which took hours here; a hashed set takes a second. (No timing asserted.)
+    @Test func anObjectWithManyKeysIsReadInLinearTime() {
+        let keys = (0 ..< 200_000).map { "\"k\($0)\": \($0)" }.joined(separator: ", ")
+        #expect(error("{\(Self.minimal), \(keys)}")?.path == "k0")
+        let duplicate = error("{\(Self.minimal), \(keys), \"k199999\": 0}")
+        #expect(duplicate?.message.contains(#"duplicate key "k199999""#) == true, "\(String(describing: duplicate))")
+    }
+
+    /// A string with invalid UTF-8 used to become "" (a sink path `out\xff` wrote to the
+    /// pipeline's own folder); it is refused, naming the JSON path, line and column.
+    @Test func invalidUTF8InAStringIsRefusedWithItsPathAndPosition() {
+        func file(_ sink: [UInt8]) -> Data {
+            Data(#"{"version": 1, "source": {"type": "directory", "path": "in"},"#.utf8 + [0x0A]
+                 + #" "sinks": [{"type": "directory", "#.utf8 + sink + "}]}".utf8)
+        }
+        let value = error(file(Array(#""path": "out"#.utf8) + [0xFF, 0x22]))
+        #expect(value?.description == "sinks[0].path: invalid JSON at line 2, column 46: invalid UTF-8 in a string (byte 0xFF)")
+        let truncated = error(file(Array(#""path": "caf"#.utf8) + [0xC3, 0x22]))
+        #expect(truncated?.path == "sinks[0].path")
+        #expect(truncated?.message.contains("column 46: invalid UTF-8") == true, "\(String(describing: truncated))")
+        let key = error(file(Array(#""pa"#.utf8) + [0xC3] + Array(#"th": "out""#.utf8)))
+        #expect(key?.description == "sinks[0]: invalid JSON at line 2, column 37: invalid UTF-8 in a key (byte 0xC3)")
+    }
+
+    /// NUL would cut a path or name short where it reaches C; lone surrogates are not text.
+    @Test func nulAndLoneSurrogatesAreRefusedWithTheirPath() {
+        let sink = #"{"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "#
+        let nul = error(sink + #""out\u0000/x"}}"#)
+        #expect(nul?.path == "sink.path")
+        #expect(nul?.message.contains("column 105: NUL") == true, "\(String(describing: nul))")
+        #expect(error(#"{"version": 1, "name": "a\u0000", "source": {"type": "directory", "path": "in"}}"#)?.path == "name")
+        #expect(error(sink + #""out\udc00"}}"#)?.message.contains("unpaired surrogate") == true)
+        #expect(error(sink + #""out\ud800x"}}"#)?.path == "sink.path")
     }
 
     @Test func versionIsChecked() {

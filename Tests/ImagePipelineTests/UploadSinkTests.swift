@@ -56,6 +56,28 @@ struct UploadSinkTests {
         return bytes
     }
 
+    /// A duplicate key in the endpoint's answer used to make it "not {\"url\": …}" (the
+    /// strict parser refused it), and 100,000 keys in the upload's answer took minutes to
+    /// parse: answers are read leniently, and their `url` kept.
+    @Test func anAnswerWithADuplicateKeyOrManyKeysKeepsItsURL() throws {
+        let extra = (0 ..< 100_000).map { #""k\#($0)": \#($0)"# }.joined(separator: ", ")
+        let server = try TestHTTPServer { request in
+            let host = "http://\(request.headers["host"]!)"
+            switch (request.method, request.path) {
+            // Foundation's decoder keeps the first of duplicate keys.
+            case ("GET", "/upload"): return .json(#"{"url": "\#(host)/post", "url": "\#(host)/ignored", "ticket": 1, "ticket": 2}"#)
+            case ("POST", "/post"): return .json(#"{\#(extra), "url": "/files/kept.jpg", "url": "/files/ignored.jpg"}"#, status: 201)
+            default: return .status(404)
+            }
+        }
+        try images(1)
+        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload"}]"#)
+        let result = try imgpipe(["run", "pipe.json"])
+        #expect(result.status == 0, "stderr: \(result.stderr) \(result.stdout)")
+        #expect(server.requests(to: "/post").count == 1)
+        #expect(try deliveries().map { $0["remoteURL"] as String? } == [server.baseURL + "/files/kept.jpg"])
+    }
+
     @Test func twoStepUploadSendsFieldsOriginalAndFile() throws {
         let server = try UploadServer()
         try images(5)
@@ -117,7 +139,7 @@ struct UploadSinkTests {
     }
 
     /// An upload server that answers with an endless body cannot fill memory: the answer
-    /// is cut at 1 MiB and the delivery fails `upload`.
+    /// is cut at 16 MiB and the delivery fails `upload`.
     @Test func anEndlessUploadAnswerIsCut() throws {
         let server = try TestHTTPServer { _ in .streamed(.flood(bytes: 8 << 30), type: "application/json") }
         try images(2)

@@ -7,29 +7,6 @@ public protocol PageSource: Sendable {
 
 extension RemoteFetcher: PageSource {}
 
-extension JSONValue {
-    var stringValue: String? {
-        switch self {
-        case let .string(text): text
-        case let .number(value, isInteger): isInteger ? String(Int64(value)) : String(value)
-        default: nil
-        }
-    }
-
-    var arrayValue: [JSONValue]? {
-        if case let .array(items) = self { return items }
-        return nil
-    }
-
-    static func parse(_ data: Data, what: String) throws -> JSONValue {
-        do {
-            return try JSONParser.parse(bytes: Array(data))
-        } catch {
-            throw FeedError("\(what) is not valid JSON (\(error))")
-        }
-    }
-}
-
 /// `json-feed`: one JSON array of objects, each with the image URL in `urlField`; the key
 /// is `keyField`'s value, else the URL; the other fields are kept as metadata.
 public struct JSONFeed: Feed {
@@ -40,7 +17,7 @@ public struct JSONFeed: Feed {
 
     public func list(_ body: (FeedItem) throws -> Bool) throws {
         let (data, _) = try pages.page(url)
-        guard let items = try JSONValue.parse(data, what: "the feed at \(url)").arrayValue else {
+        guard let items = try ThirdPartyJSON.decode(JSONValue.self, from: data, what: "the feed at \(url)").arrayValue else {
             throw FeedError("the feed at \(url) is not a JSON array of objects")
         }
         for item in items {
@@ -69,20 +46,46 @@ public struct NASAImagesFeed: Feed {
         var seenPages: Set<String> = []
         while let page = next, seenPages.insert(page).inserted {
             let (data, _) = try pages.page(page)
-            let document = try JSONValue.parse(data, what: "the NASA page \(page)")
-            guard let collection = document["collection"] else { throw FeedError("the NASA page \(page) has no \"collection\"") }
-            for item in collection["items"]?.arrayValue ?? [] {
+            let answer = try ThirdPartyJSON.decode(Lenient<Page>.self, from: data, what: "the NASA page \(page)")
+            guard let collection = answer.value?.collection else { throw FeedError("the NASA page \(page) has no \"collection\"") }
+            for item in collection.items?.elements ?? [] {
                 if let maxItems, count >= maxItems { return }
-                guard let data = item["data"]?.arrayValue?.first, let id = data["nasa_id"]?.stringValue,
-                      let preview = (item["links"]?.arrayValue ?? []).first(where: { $0["rel"]?.stringValue == "preview" }),
-                      let href = preview["href"]?.stringValue else { continue }
-                let metadata = JSONValue.object([("title", data["title"] ?? .null), ("date", data["date_created"] ?? .null),
-                                                 ("description", data["description"] ?? .null),
-                                                 ("keywords", data["keywords"] ?? .array([]))]).serialized()
+                guard let data = item.data?.elements.first, let id = data.nasaID?.stringValue,
+                      let href = item.links?.elements.first(where: { $0.rel?.stringValue == "preview" })?.href?.stringValue else { continue }
+                let metadata = JSONValue.object([("title", data.title ?? .null), ("date", data.dateCreated ?? .null),
+                                                 ("description", data.description ?? .null),
+                                                 ("keywords", data.keywords ?? .array([]))]).serialized()
                 count += 1
                 if try !body(FeedItem(key: id, url: href, stem: id, metadata: metadata)) { return }
             }
-            next = (collection["links"]?.arrayValue ?? []).first { $0["rel"]?.stringValue == "next" }?["href"]?.stringValue
+            next = collection.links?.elements.first { $0.rel?.stringValue == "next" }?.href?.stringValue
+        }
+    }
+
+    /// A Collection+JSON answer, as far as it is read; what has another shape reads as missing.
+    struct Page: Decodable {
+        let collection: Collection?
+
+        struct Collection: Decodable {
+            let items: LenientArray<Item>?
+            let links: LenientArray<Link>?
+        }
+
+        struct Item: Decodable {
+            let data: LenientArray<Datum>?
+            let links: LenientArray<Link>?
+        }
+
+        struct Datum: Decodable {
+            let nasaID, title, dateCreated, description, keywords: JSONValue?
+
+            enum CodingKeys: String, CodingKey {
+                case nasaID = "nasa_id", title, dateCreated = "date_created", description, keywords
+            }
+        }
+
+        struct Link: Decodable {
+            let rel, href: JSONValue?
         }
     }
 }
@@ -123,12 +126,12 @@ public struct FlickrSearchFeed: Feed {
             ]
             guard let address = components?.url?.absoluteString else { throw FeedError("flickr-search: bad endpoint \(endpoint)") }
             let (data, _) = try pages.page(address)
-            let document = try JSONValue.parse(data, what: "the Flickr page \(page)")
-            guard document["stat"]?.stringValue == "ok", let photos = document["photos"] else {
-                throw FeedError("Flickr answered page \(page) with an error: \(document["message"]?.stringValue ?? "no photos")")
+            let answer = try ThirdPartyJSON.decode(Lenient<Answer>.self, from: data, what: "the Flickr page \(page)").value
+            guard answer?.stat?.stringValue == "ok", let photos = answer?.photos?.value else {
+                throw FeedError("Flickr answered page \(page) with an error: \(answer?.message?.stringValue ?? "no photos")")
             }
-            pageCount = Int(photos["pages"]?.stringValue ?? "1") ?? 1
-            for photo in photos["photo"]?.arrayValue ?? [] {
+            pageCount = Int(photos.pages?.stringValue ?? "1") ?? 1
+            for photo in photos.photo?.elements ?? [] {
                 if let maxItems, count >= maxItems { return }
                 guard let id = photo["id"]?.stringValue else { continue }
                 var image = photo[size]?.stringValue
@@ -142,6 +145,18 @@ public struct FlickrSearchFeed: Feed {
             }
             page += 1
         } while page <= pageCount
+    }
+
+    /// A `flickr.photos.search` answer; `pages` may be a number or a string, and a photo is
+    /// read by member name because the name of its image field (`size`) is configured.
+    struct Answer: Decodable {
+        let stat, message: JSONValue?
+        let photos: Lenient<Photos>?
+
+        struct Photos: Decodable {
+            let pages: JSONValue?
+            let photo: LenientArray<[String: JSONValue]>?
+        }
     }
 }
 

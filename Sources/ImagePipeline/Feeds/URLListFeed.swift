@@ -19,7 +19,11 @@ public struct URLListFeed: Feed {
         var buffer = [CChar](repeating: 0, count: 1 << 16)
         while gzgets(file, &buffer, Int32(buffer.count)) != nil {
             lineNumber += 1
-            let line = String(cString: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
+            // Refused, not repaired: a replaced byte would make another URL or key.
+            guard let text = String(validating: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
+                throw FeedError("\(path):\(lineNumber): invalid UTF-8")
+            }
+            let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
             if line.isEmpty { continue }
             var url: String?
             var key: String?
@@ -34,9 +38,13 @@ public struct URLListFeed: Feed {
                 url = columns.firstIndex(of: "url").flatMap { $0 < fields.count ? fields[$0] : nil }
                 key = columns.firstIndex(of: "key").flatMap { $0 < fields.count ? fields[$0] : nil }
             case "jsonl":
-                guard let object = try? JSONParser.parse(line) else { throw FeedError("\(path):\(lineNumber): not a JSON object") }
-                url = object["url"]?.stringValue
-                key = object["key"]?.stringValue
+                // Read leniently like other third-party JSON (`JSONValue+Decodable.swift`).
+                struct Line: Decodable { let url, key: JSONValue? }
+                guard let object = try? JSONDecoder().decode(Line.self, from: Data(line.utf8)) else {
+                    throw FeedError("\(path):\(lineNumber): not a JSON object")
+                }
+                url = object.url?.stringValue
+                key = object.key?.stringValue
             default:
                 if line.hasPrefix("#") { continue }
                 url = line

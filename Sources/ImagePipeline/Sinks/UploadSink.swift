@@ -70,14 +70,15 @@ public struct UploadSink: Sink {
                                httpStatus: answer.status, attempts: attempt)
     }
 
-    /// A server's answer to an upload is a short JSON object: a larger one is cut (a
-    /// hostile server cannot fill memory through it).
-    static let maxAnswerBytes = 1 << 20
+    /// A server's answer to an upload is a JSON object: one over 16 MiB is cut (a hostile
+    /// server cannot fill memory through it).
+    static let maxAnswerBytes = 16 << 20
 
-    /// The `url` member of a JSON object body.
+    /// The `url` member of a JSON object body, read leniently (`JSONValue+Decodable.swift`):
+    /// a server's duplicate key is not a failed upload.
     static func url(in body: Data?, relativeTo base: URL) -> URL? {
-        guard let body, let document = try? JSONParser.parse(bytes: Array(body)),
-              let text = document["url"]?.stringValue else { return nil }
+        struct Answer: Decodable { let url: JSONValue? }
+        guard let body, let text = (try? JSONDecoder().decode(Answer.self, from: body))?.url?.stringValue else { return nil }
         return URL(string: text, relativeTo: base)?.absoluteURL
     }
 }

@@ -1,17 +1,31 @@
-/// A JSON syntax error, with the 1-based line and column where reading stopped.
+/// A JSON syntax error, with the 1-based line and column where reading stopped and the
+/// JSON path of the value being read (`sinks[0].path`; empty at the top level).
 public struct JSONSyntaxError: Error, Sendable, Equatable, CustomStringConvertible {
     public let line: Int
     public let column: Int
+    public let path: String
     public let message: String
     public var description: String { "line \(line), column \(column): \(message)" }
 }
 
 /// A strict RFC 8259 parser that remembers where it is, so that a syntax error names its
 /// line and column (Foundation's parser gives only an offset, and loses key order).
+///
+/// It reads pipeline files, whose strings become paths, names and text handed to C, so it
+/// refuses what a string there cannot hold instead of changing it: invalid UTF-8 and NUL
+/// (`\u0000`), as well as lone surrogates. Third-party JSON is read leniently elsewhere
+/// (`JSONValue+Decodable.swift`).
 struct JSONParser {
     private let bytes: [UInt8]
     private var index = 0
     private var depth = 0
+    /// Where the value being read sits, for errors.
+    private var trail: [Step] = []
+
+    private enum Step {
+        case key(String)
+        case index(Int)
+    }
     private static let maxDepth = 256
 
     init(_ text: String) { bytes = Array(text.utf8) }
@@ -41,7 +55,7 @@ struct JSONParser {
         switch bytes[index] {
         case UInt8(ascii: "{"): return try parseObject()
         case UInt8(ascii: "["): return try parseArray()
-        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "\""): return .string(try parseString(what: "a string"))
         case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
         case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
         case UInt8(ascii: "n"): try expectWord("null"); return .null
@@ -54,6 +68,7 @@ struct JSONParser {
         try enter()
         index += 1
         var members: [(key: String, value: JSONValue)] = []
+        var keys: Set<String> = []
         skipWhitespace()
         if peek(UInt8(ascii: "}")) { index += 1; depth -= 1; return .object(members) }
         while true {
@@ -61,8 +76,10 @@ struct JSONParser {
             guard peek(UInt8(ascii: "\"")) else {
                 throw error("unexpected \(describeCurrent()), expected a key in double quotes")
             }
-            let key = try parseString()
-            if members.contains(where: { $0.key == key }) {
+            let key = try parseString(what: "a key")
+            trail.append(.key(key))
+            // A hashed set, not a scan of `members`: a scan is quadratic in the key count.
+            guard keys.insert(key).inserted else {
                 throw error("duplicate key \(JSONValue.quote(key))")
             }
             skipWhitespace()
@@ -70,6 +87,7 @@ struct JSONParser {
             index += 1
             skipWhitespace()
             members.append((key, try parseValue()))
+            trail.removeLast()
             skipWhitespace()
             if peek(UInt8(ascii: ",")) { index += 1; continue }
             if peek(UInt8(ascii: "}")) { index += 1; depth -= 1; return .object(members) }
@@ -85,7 +103,9 @@ struct JSONParser {
         if peek(UInt8(ascii: "]")) { index += 1; depth -= 1; return .array(items) }
         while true {
             skipWhitespace()
+            trail.append(.index(items.count))
             items.append(try parseValue())
+            trail.removeLast()
             skipWhitespace()
             if peek(UInt8(ascii: ",")) { index += 1; continue }
             if peek(UInt8(ascii: "]")) { index += 1; depth -= 1; return .array(items) }
@@ -93,25 +113,30 @@ struct JSONParser {
         }
     }
 
-    private mutating func parseString() throws -> String {
+    /// `what` ("a key", "a string") names the string in errors.
+    private mutating func parseString(what: String) throws -> String {
         index += 1
         var scalars = String.UnicodeScalarView()
         var run = index
-        func flush(_ end: Int) {
-            if end > run, let text = String(validating: bytes[run ..< end], as: UTF8.self) {
-                scalars.append(contentsOf: text.unicodeScalars)
+        func flush(_ end: Int) throws {
+            guard end > run else { return }
+            guard let text = String(validating: bytes[run ..< end], as: UTF8.self) else {
+                index = run + Self.validUTF8Prefix(bytes[run ..< end])
+                throw error("invalid UTF-8 in \(what) (\(describeCurrent()))")
             }
+            scalars.append(contentsOf: text.unicodeScalars)
         }
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                flush(index)
+                try flush(index)
                 index += 1
                 return String(scalars)
             }
             if byte < 0x20 { throw error("control character in a string (write it as an escape such as \\n)") }
             if byte == UInt8(ascii: "\\") {
-                flush(index)
+                try flush(index)
+                let escapeStart = index
                 index += 1
                 guard index < bytes.count else { break }
                 let escape = bytes[index]
@@ -137,7 +162,11 @@ struct JSONParser {
                         guard (0xDC00 ... 0xDFFF).contains(low) else { throw error("unpaired surrogate in \\u escape") }
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                     }
-                    guard let scalar = Unicode.Scalar(code) else { throw error("invalid \\u escape") }
+                    guard let scalar = Unicode.Scalar(code) else { throw error("unpaired surrogate in \\u escape") }
+                    guard code != 0 else {
+                        index = escapeStart
+                        throw error("NUL (\\u0000) in \(what): a path, name or text cannot hold it")
+                    }
                     scalars.append(scalar)
                 default:
                     index -= 1
@@ -149,6 +178,15 @@ struct JSONParser {
             index += 1
         }
         throw error("unterminated string")
+    }
+
+    /// The length of the longest valid UTF-8 prefix of `slice`.
+    private static func validUTF8Prefix(_ slice: ArraySlice<UInt8>) -> Int {
+        var iterator = slice.makeIterator()
+        var parser = Unicode.UTF8.ForwardParser()
+        var length = 0
+        while case let .valid(scalar) = parser.parseScalar(from: &iterator) { length += scalar.count }
+        return length
     }
 
     private mutating func parseHex4() throws -> UInt32 {
@@ -236,6 +274,12 @@ struct JSONParser {
         for byte in bytes[..<min(index, bytes.count)] {
             if byte == 0x0A { line += 1; column = 1 } else if byte & 0xC0 != 0x80 { column += 1 }
         }
-        return JSONSyntaxError(line: line, column: column, message: message)
+        let path = trail.reduce(JSONPath.root) { path, step in
+            switch step {
+            case let .key(key): path.appending(key)
+            case let .index(index): path.appending(index: index)
+            }
+        }
+        return JSONSyntaxError(line: line, column: column, path: path.description, message: message)
     }
 }

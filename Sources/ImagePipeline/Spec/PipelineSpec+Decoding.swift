@@ -4,7 +4,7 @@ extension PipelineSpec {
     static let topLevelKeys = ["version", "name", "source", "filters", "output", "sink", "sinks", "limits", "retry"]
 
     /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
-    /// (syntax errors: line and column) or the file.
+    /// (syntax errors, invalid UTF-8 and NUL in strings: the path, line and column) or the file.
     public static func load(path: String, registry: FilterRegistry = .standard) throws -> PipelineSpec {
         let url = URL(fileURLWithPath: path)
         let bytes: [UInt8]
@@ -17,7 +17,7 @@ extension PipelineSpec {
         do {
             document = try JSONParser.parse(bytes: bytes)
         } catch let error as JSONSyntaxError {
-            throw SpecError(path: "", message: "invalid JSON at \(error)")
+            throw SpecError(path: error.path, message: "invalid JSON at \(error)")
         }
         let base = url.deletingLastPathComponent().standardizedFileURL.path
         let stem = url.deletingPathExtension().lastPathComponent
