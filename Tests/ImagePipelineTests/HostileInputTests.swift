@@ -73,11 +73,68 @@ struct HostileInputTests {
         #expect(failure.message.lowercased().contains("corrupt"), "\(failure)")
     }
 
+    // MARK: container structure
+
+    /// Good files of every accepted format, and the samples, pass the structure walk.
+    @Test(arguments: ["jpg", "png", "gif", "webp", "tif", "heic", "avif"])
+    func goodFilesOfEveryFormatPass(suffix: String) throws {
+        let path = directory.url("good.\(suffix)")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 320, height: 240), to: path)
+        #expect(harness.failure([.fit(width: 100, height: 100, enlarge: false)], on: path) == nil)
+        #expect(harness.failure([.grayscale], on: path) == nil)
+    }
+
+    @Test func samplesPass() throws {
+        let samples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../samples").standardizedFileURL.path
+        let names = try FileManager.default.contentsOfDirectory(atPath: samples).filter { !$0.hasSuffix(".md") }
+        #expect(names.count >= 8)
+        for name in names {
+            #expect(harness.failure([.fit(width: 200, height: 200, enlarge: false)], on: samples + "/" + name) == nil, "\(name)")
+        }
+    }
+
+    /// A declared size past the end of the file, in each format's container.
+    enum Trap: String, CaseIterable, CustomTestStringConvertible {
+        case jpegSegment, webpRIFFSize, gifSubBlock, tiffStrips, heifBox
+
+        var testDescription: String { rawValue }
+        var suffix: String { ["jpg", "webp", "gif", "tif", "heic"][Self.allCases.firstIndex(of: self)!] }
+        /// What the message must say.
+        var expected: String { ["segment FFDB declares", "RIFF size", "sub-block", "IFD", "iloc extent"][Self.allCases.firstIndex(of: self)!] }
+
+        func apply(to bytes: inout [UInt8]) {
+            switch self {
+            case .jpegSegment:
+                // The quantisation table's segment declares 65520 bytes; 200 are left.
+                let dqt = bytes.indices.first { bytes[$0] == 0xFF && bytes[$0 + 1] == 0xDB } ?? 2
+                bytes[dqt + 2] = 0xFF
+                bytes[dqt + 3] = 0xF0
+                bytes.removeLast(bytes.count - dqt - 200)
+            case .webpRIFFSize: bytes[7] = 0x40
+            case .gifSubBlock: bytes.removeLast(bytes.count / 2)
+            case .tiffStrips, .heifBox: bytes.removeLast(bytes.count / 3)
+            }
+        }
+    }
+
+    @Test(arguments: Trap.allCases)
+    func declaredSizePastTheEndFailsNamingFormatAndOffset(trap: Trap) throws {
+        let path = directory.url("trap.\(trap.suffix)")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 320, height: 240), to: path)
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        trap.apply(to: &bytes)
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        let failure = try #require(harness.failure([.fit(width: 100, height: 100, enlarge: false)], on: path))
+        #expect(failure.reason == .decode)
+        #expect(failure.message.hasPrefix("malformed "), "\(failure)")
+        #expect(failure.message.contains(trap.expected) && failure.message.contains("offset"), "\(failure)")
+    }
+
     /// libvips 8.14 fails to read this PNG's header (a chunk runs 5000 bytes past the end)
     /// without any error text; the message was "libvips reported no reason".
     @Test func aFailureWithoutErrorTextSaysWhatFailed() throws {
         let good = directory.url("good.png")
-        try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 100), to: good)
+        try ImageFixtures.write(try ImageFixtures.photo(width: 800, height: 600), to: good)
         let data = try Data(contentsOf: URL(fileURLWithPath: good))
         let png = ImageFixtures.pngWithOversizedChunk(data, length: UInt32(data.count + 5000))
         defer { VipsRuntime.endThreadWork() }

@@ -176,6 +176,7 @@ public struct ImageProcessor: Sendable {
         }
         switch ImageFormat.sniff(head) {
         case let .accepted(format):
+            try ImageStructure.check(data, format: format)
             return format
         case let .refused(name): throw ItemFailure(.decode, "\(name) input is not accepted (untrusted or unsupported format)")
         case .unknown: throw ItemFailure(.decode, "not an image: unrecognised format")
