@@ -1,13 +1,14 @@
 # imgpipe — set-up, build, demo, tests.
 #   make demo   installs what is missing, builds, runs pipelines/samples.json over samples/
 #   make test   installs what is missing, builds, runs the test suite
+#   make fuzz   libFuzzer on the image-input path for FUZZ_SECONDS (default 60); not a test
 SHELL := /bin/bash
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev pkg-config fonts-dejavu-core chromium
 BIN := .build/debug/imgpipe
 
-.PHONY: deps build release install demo test bench bench-deps clean
+.PHONY: deps build release install demo test fuzz bench bench-deps clean
 
 # Installs the Debian packages only when something is missing: the libraries (found
 # with pkg-config), vipsthumbnail, the DejaVu fonts captions use, and Chromium (the
@@ -49,3 +50,20 @@ bench-deps: deps
 
 bench: bench-deps
 	bench/run.sh
+
+# Fuzzing is not a test either: `make test` never runs it. A separate build folder (the
+# instrumented build would otherwise replace the normal one); seeds are the samples in
+# every accepted format, made small, written at run time under .build-fuzz/corpus; any
+# crash, timeout or input over the memory limit lands in .build-fuzz/artifacts/ (replay it
+# with `swift run imgpipe-fuzz FILE`).
+FUZZ_SECONDS ?= 60
+FUZZ_DIR := .build-fuzz
+fuzz: deps
+	$(SWIFT) build --build-path $(FUZZ_DIR) --product imgpipe-fuzz -Xswiftc -DFUZZING -Xswiftc -sanitize=fuzzer
+	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
+	for f in samples/*.jpg samples/*.png samples/*.webp; do \
+	  for ext in jpg png gif webp tif avif; do \
+	    vipsthumbnail "$$f" -s 96 -o "$(CURDIR)/$(FUZZ_DIR)/corpus/$$(basename "$${f%.*}")-seed.$$ext" 2>/dev/null || true; \
+	  done; done
+	$(FUZZ_DIR)/debug/imgpipe-fuzz $(FUZZ_DIR)/corpus -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=400 \
+	  -timeout=10 -max_len=262144 -artifact_prefix=$(FUZZ_DIR)/artifacts/ -print_final_stats=1

@@ -49,6 +49,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The fuzz target (`make fuzz` builds it with -sanitize=fuzzer -DFUZZING); an
+        // ordinary build makes a replayer of saved inputs.
+        .executableTarget(name: "imgpipe-fuzz", dependencies: ["ImagePipeline", "VipsKit"]),
         .target(
             name: "ImagePipelineTesting",
             dependencies: ["ImagePipeline", "VipsKit"]

@@ -18,54 +18,59 @@ static inline void ip_limit_malloc_arenas(int n) { mallopt(M_ARENA_MAX, n); }
 
 // MARK: loading
 
-/// Opens a file lazily: only the header is read until pixels are asked for.
-static inline VipsImage *ip_new_from_file(const char *path) {
+/// Opens a file lazily: only the header is read until pixels are asked for. `fail_on` is
+/// the least serious libjpeg/libpng/… complaint that fails the load (VipsKit's `FailOn`).
+static inline VipsImage *ip_new_from_file(const char *path, VipsFailOn fail_on) {
     return vips_image_new_from_file(path,
         "access", VIPS_ACCESS_SEQUENTIAL,
-        "fail_on", VIPS_FAIL_ON_ERROR,
+        "fail_on", fail_on,
         NULL);
 }
 
-static inline VipsImage *ip_new_from_buffer(const void *data, size_t length) {
+static inline VipsImage *ip_new_from_buffer(const void *data, size_t length, VipsFailOn fail_on) {
     return vips_image_new_from_buffer(data, length, "",
         "access", VIPS_ACCESS_SEQUENTIAL,
-        "fail_on", VIPS_FAIL_ON_ERROR,
+        "fail_on", fail_on,
         NULL);
 }
 
-/// Shrink-on-load resize of a file. `export_profile` and `import_profile` may be NULL.
-static inline int ip_thumbnail(const char *path, VipsImage **out, int width, int height,
-                               VipsSize size, gboolean no_rotate, VipsInteresting crop,
-                               const char *import_profile, const char *export_profile) {
-    if (export_profile != NULL && import_profile != NULL)
-        return vips_thumbnail(path, out, width, "height", height, "size", size,
-            "no_rotate", no_rotate, "crop", crop, "fail_on", VIPS_FAIL_ON_ERROR,
-            "import_profile", import_profile, "export_profile", export_profile, NULL);
-    if (export_profile != NULL)
-        return vips_thumbnail(path, out, width, "height", height, "size", size,
-            "no_rotate", no_rotate, "crop", crop, "fail_on", VIPS_FAIL_ON_ERROR,
-            "export_profile", export_profile, NULL);
-    return vips_thumbnail(path, out, width, "height", height, "size", size,
-        "no_rotate", no_rotate, "crop", crop, "fail_on", VIPS_FAIL_ON_ERROR, NULL);
-}
-
-/// As `ip_thumbnail`, from a memory buffer that the caller keeps alive.
-static inline int ip_thumbnail_buffer(void *data, size_t length, VipsImage **out,
-                                      int width, int height, VipsSize size,
-                                      gboolean no_rotate, VipsInteresting crop,
-                                      const char *import_profile,
-                                      const char *export_profile) {
-    const char *options = "fail_on=error";
-    if (export_profile != NULL && import_profile != NULL)
-        return vips_thumbnail_buffer(data, length, out, width, "height", height,
-            "size", size, "no_rotate", no_rotate, "crop", crop, "option_string", options,
-            "import_profile", import_profile, "export_profile", export_profile, NULL);
-    if (export_profile != NULL)
-        return vips_thumbnail_buffer(data, length, out, width, "height", height,
-            "size", size, "no_rotate", no_rotate, "crop", crop, "option_string", options,
-            "export_profile", export_profile, NULL);
-    return vips_thumbnail_buffer(data, length, out, width, "height", height,
-        "size", size, "no_rotate", no_rotate, "crop", crop, "option_string", options, NULL);
+/// Shrink-on-load resize of a file or (with `path` NULL) of a buffer the caller keeps
+/// alive. `export_profile` and `import_profile` may be NULL.
+///
+/// `fail_on` goes two ways, because libvips 8.14 treats them differently: the file
+/// variant hands its own `fail_on` argument to the loader, while the buffer variant
+/// ignores that argument and only passes on `option_string` — set to "fail_on=<level>"
+/// here.
+static inline int ip_thumbnail_any(const char *path, void *data, size_t length, VipsImage **out,
+                                   int width, int height, VipsSize size, gboolean no_rotate,
+                                   VipsInteresting crop, const char *import_profile,
+                                   const char *export_profile, VipsFailOn fail_on) {
+    VipsOperation *op = vips_operation_new(path != NULL ? "thumbnail" : "thumbnail_buffer");
+    if (op == NULL) return -1;
+    VipsBlob *blob = NULL;
+    if (path != NULL) {
+        g_object_set(op, "filename", path, NULL);
+    } else {
+        char options[64];
+        g_snprintf(options, sizeof(options), "fail_on=%s",
+            vips_enum_nick(VIPS_TYPE_FAIL_ON, fail_on));
+        blob = vips_blob_new(NULL, data, length);
+        g_object_set(op, "buffer", blob, "option_string", options, NULL);
+        vips_area_unref(VIPS_AREA(blob));
+    }
+    g_object_set(op, "width", width, "height", height, "size", size, "no_rotate", no_rotate,
+        "crop", crop, "fail_on", fail_on, NULL);
+    if (import_profile != NULL) g_object_set(op, "import_profile", import_profile, NULL);
+    if (export_profile != NULL) g_object_set(op, "export_profile", export_profile, NULL);
+    if (vips_cache_operation_buildp(&op)) {
+        vips_object_unref_outputs(VIPS_OBJECT(op));
+        g_object_unref(op);
+        return -1;
+    }
+    g_object_get(op, "out", out, NULL);
+    vips_object_unref_outputs(VIPS_OBJECT(op));
+    g_object_unref(op);
+    return 0;
 }
 
 static inline VipsImage *ip_new_from_memory_copy(const void *data, size_t size, int width,

@@ -115,18 +115,12 @@ public enum ImageFixtures {
     /// A PNG that claims `width`×`height` but holds a few bytes of pixel data: a
     /// "decompression bomb" that must be refused from its header alone.
     public static func pngHeaderOnly(at path: String, width: UInt32, height: UInt32) throws {
-        func bigEndian(_ value: UInt32) -> [UInt8] {
-            [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
-        }
-        func chunk(_ type: String, _ body: [UInt8]) -> [UInt8] {
-            let typed = Array(type.utf8) + body
-            return bigEndian(UInt32(body.count)) + typed + bigEndian(crc32(typed))
-        }
         // A stored (uncompressed) zlib stream of 16 zero bytes: valid, but far too short.
         let zlib: [UInt8] = [0x78, 0x01, 0x01, 0x10, 0x00, 0xEF, 0xFF] + [UInt8](repeating: 0, count: 16) + [0x00, 0x10, 0x00, 0x01]
-        let bytes = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
-            + chunk("IHDR", bigEndian(width) + bigEndian(height) + [8, 2, 0, 0, 0])
-            + chunk("IDAT", zlib) + chunk("IEND", [])
+        let signature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+        let bytes: [UInt8] = signature
+            + pngChunk("IHDR", bigEndian(width) + bigEndian(height) + [8, 2, 0, 0, 0])
+            + pngChunk("IDAT", zlib) + pngChunk("IEND", [])
         try Data(bytes).write(to: URL(fileURLWithPath: path))
     }
 

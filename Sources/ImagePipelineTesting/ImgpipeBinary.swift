@@ -77,3 +77,65 @@ public struct RunningCommand: @unchecked Sendable {
         return CommandResult(status: process.terminationStatus, stdout: stdout, stderr: stderr)
     }
 }
+
+/// How a measured run ended, and the most memory the child held at once.
+public struct MeasuredResult: Sendable {
+    public let result: CommandResult
+    /// The terminating signal, when the child did not exit normally.
+    public let signal: Int32?
+    /// The child's peak resident set size (`ru_maxrss` from `wait4`), in bytes.
+    public let peakRSS: Int
+    /// The hang guard fired: the child was killed after `timeout` seconds.
+    public let timedOut: Bool
+
+    public var peakRSSMegabytes: Int { peakRSS / 1_048_576 }
+}
+
+extension ImgpipeBinary {
+    /// Runs to completion and reads the child's own peak RSS with `wait4`. The child is
+    /// started with `posix_spawn` (not `Process`, whose reaper would take the rusage), and
+    /// killed if it outlives `timeout` seconds (a hang guard, not a timing assertion).
+    public static func runMeasured(_ arguments: [String], in directory: String,
+                                   timeout: TimeInterval = 300) throws -> MeasuredResult {
+        let id = UUID().uuidString.prefix(8)
+        let out = NSTemporaryDirectory() + "/imgpipe-out-\(id)"
+        let err = NSTemporaryDirectory() + "/imgpipe-err-\(id)"
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        // `env -C` changes directory and execs imgpipe in the same process (Glibc's
+        // posix_spawn_file_actions_addchdir_np is not visible to Swift).
+        let argv = (["/usr/bin/env", "-C", directory, path] + arguments).map { strdup($0) } + [nil]
+        let envp = ProcessInfo.processInfo.environment.map { strdup("\($0)=\($1)") } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, "/usr/bin/env", &actions, nil, argv, envp)
+        guard spawned == 0 else {
+            throw CocoaError(.executableLoad, userInfo: [NSLocalizedDescriptionKey: "posix_spawn \(path): \(String(cString: strerror(spawned)))"])
+        }
+        var status: Int32 = 0
+        var usage = rusage()
+        var timedOut = false
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            let reaped = wait4(pid, &status, WNOHANG, &usage)
+            if reaped == pid { break }
+            if reaped < 0, errno != EINTR { break }
+            if !timedOut, Date() > deadline {
+                kill(pid, SIGKILL)
+                timedOut = true
+            }
+            usleep(10_000)
+        }
+        let signal = status & 0x7F
+        let stdout = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+        let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
+        try? FileManager.default.removeItem(atPath: out)
+        try? FileManager.default.removeItem(atPath: err)
+        return MeasuredResult(result: CommandResult(status: signal == 0 ? (status >> 8) & 0xFF : -1, stdout: stdout, stderr: stderr),
+                              signal: signal == 0 ? nil : signal, peakRSS: usage.ru_maxrss * 1024, timedOut: timedOut)
+    }
+}

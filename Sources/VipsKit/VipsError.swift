@@ -19,18 +19,25 @@ public struct VipsError: Error, CustomStringConvertible, Sendable, Equatable {
     /// The buffer is shared by every thread, so `vips_error_buffer_copy` is the only safe
     /// way to read it: it copies and clears under libvips' lock. Under concurrency the text
     /// may also hold another thread's error; we keep the distinct lines in order.
-    static func take(_ operation: String) -> VipsError {
-        guard let raw = vips_error_buffer_copy() else {
-            return VipsError(operation: operation, message: "libvips reported no reason")
-        }
-        defer { g_free(raw) }
+    ///
+    /// The buffer can also be empty: some failures set no text (libpng's longjmp out of
+    /// the PNG header reader in 8.14, for one), and another worker's `take` may have
+    /// cleared ours. The message then says what failed — the operation and `context`
+    /// (the input's size, the image's dimensions and format) — instead of nothing.
+    static func take(_ operation: String, context: @autoclosure () -> String? = nil) -> VipsError {
         var lines: [String] = []
-        for line in String(cString: raw).split(separator: "\n") {
-            let text = line.trimmingCharacters(in: " \t")
-            if !text.isEmpty, !lines.contains(text) { lines.append(text) }
+        if let raw = vips_error_buffer_copy() {
+            defer { g_free(raw) }
+            for line in String(cString: raw).split(separator: "\n") {
+                let text = line.trimmingCharacters(in: " \t")
+                if !text.isEmpty, !lines.contains(text) { lines.append(text) }
+            }
         }
-        let message = lines.isEmpty ? "libvips reported no reason" : lines.prefix(3).joined(separator: "; ")
-        return VipsError(operation: operation, message: message)
+        guard lines.isEmpty else {
+            return VipsError(operation: operation, message: lines.prefix(3).joined(separator: "; "))
+        }
+        let on = context().map { " on \($0)" } ?? ""
+        return VipsError(operation: operation, message: "libvips \(operation) failed\(on) without giving a reason")
     }
 }
 

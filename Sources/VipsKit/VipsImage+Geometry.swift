@@ -17,7 +17,7 @@ extension VipsImage {
     /// The pixels computed into memory: needed before an operation that reads out of order
     /// (rotation, smart crop) on an image opened for sequential reading.
     public func materialized() throws -> VipsImage {
-        guard let copy = ip_copy_memory(pointer) else { throw VipsError.take("copy_memory") }
+        guard let copy = ip_copy_memory(pointer) else { throw VipsError.take("copy_memory", context: summary) }
         return VipsImage(taking: copy)
     }
 

@@ -33,6 +33,24 @@ public enum Interesting: String, Sendable, CaseIterable {
     }
 }
 
+/// The least serious decoder complaint that fails a load (libvips' `VipsFailOn`).
+///
+/// libvips 8.14 loads `fail_on` `none` by default: a JPEG cut short with `FF D9`
+/// appended, or with a zeroed or garbled scan, decodes with libjpeg warnings only and comes
+/// out half grey. `.warning` makes jpegload check libjpeg's warning count (and libpng treat
+/// benign errors as errors); `.error` fails on decoder errors and truncation.
+public enum FailOn: Sendable {
+    case truncated, error, warning
+
+    var vips: VipsFailOn {
+        switch self {
+        case .truncated: VIPS_FAIL_ON_TRUNCATED
+        case .error: VIPS_FAIL_ON_ERROR
+        case .warning: VIPS_FAIL_ON_WARNING
+        }
+    }
+}
+
 /// Colour management for `thumbnail`: which profile to import with when the file has none,
 /// and whether to convert to sRGB.
 public struct ColourManagement: Sendable {
@@ -48,18 +66,20 @@ public struct ColourManagement: Sendable {
 extension VipsImage {
     /// Opens a file lazily, for sequential reading, failing on any decode error (a truncated
     /// file is an error, not a half-grey picture). Only the header is read here.
-    public static func open(path: String) throws -> VipsImage {
+    public static func open(path: String, failOn: FailOn = .error) throws -> VipsImage {
         try VipsRuntime.setUp()
-        guard let image = ip_new_from_file(path) else { throw VipsError.take("load") }
+        guard let image = ip_new_from_file(path, failOn.vips) else {
+            throw VipsError.take("load", context: path)
+        }
         return VipsImage(taking: image)
     }
 
     /// Opens an image in memory. The bytes are kept alive with the image.
-    public static func open(data: Data) throws -> VipsImage {
+    public static func open(data: Data, failOn: FailOn = .error) throws -> VipsImage {
         try VipsRuntime.setUp()
         let storage = ByteStorage(data)
-        guard let image = ip_new_from_buffer(storage.base, storage.count) else {
-            throw VipsError.take("load")
+        guard let image = ip_new_from_buffer(storage.base, storage.count, failOn.vips) else {
+            throw VipsError.take("load", context: "\(data.count) bytes")
         }
         return VipsImage(taking: image, keepAlive: [storage])
     }
@@ -69,27 +89,29 @@ extension VipsImage {
     /// `.none` fills the box and crops to it.
     public static func thumbnail(path: String, width: Int, height: Int, size: ThumbnailSize,
                                  autorotate: Bool, crop: Interesting = .none,
-                                 colour: ColourManagement = .none) throws -> VipsImage {
+                                 colour: ColourManagement = .none, failOn: FailOn = .error) throws -> VipsImage {
         try VipsRuntime.setUp()
         var out: UnsafeMutablePointer<CVips.VipsImage>?
-        let status = ip_thumbnail(path, &out, Int32(width), Int32(height), size.vips,
-                                  autorotate ? 0 : 1, crop.vips,
-                                  colour.importProfile, colour.exportProfile)
-        guard status == 0, let out else { throw VipsError.take("thumbnail") }
+        let status = ip_thumbnail_any(path, nil, 0, &out, Int32(width), Int32(height), size.vips,
+                                      autorotate ? 0 : 1, crop.vips,
+                                      colour.importProfile, colour.exportProfile, failOn.vips)
+        guard status == 0, let out else { throw VipsError.take("thumbnail", context: "\(path) to \(width)×\(height)") }
         return VipsImage(taking: out)
     }
 
     /// As `thumbnail(path:…)`, from memory. The bytes are kept alive with the image.
     public static func thumbnail(data: Data, width: Int, height: Int, size: ThumbnailSize,
                                  autorotate: Bool, crop: Interesting = .none,
-                                 colour: ColourManagement = .none) throws -> VipsImage {
+                                 colour: ColourManagement = .none, failOn: FailOn = .error) throws -> VipsImage {
         try VipsRuntime.setUp()
         let storage = ByteStorage(data)
         var out: UnsafeMutablePointer<CVips.VipsImage>?
-        let status = ip_thumbnail_buffer(storage.base, storage.count, &out, Int32(width),
-                                         Int32(height), size.vips, autorotate ? 0 : 1,
-                                         crop.vips, colour.importProfile, colour.exportProfile)
-        guard status == 0, let out else { throw VipsError.take("thumbnail") }
+        let status = ip_thumbnail_any(nil, storage.base, storage.count, &out, Int32(width),
+                                      Int32(height), size.vips, autorotate ? 0 : 1, crop.vips,
+                                      colour.importProfile, colour.exportProfile, failOn.vips)
+        guard status == 0, let out else {
+            throw VipsError.take("thumbnail", context: "\(data.count) bytes to \(width)×\(height)")
+        }
         return VipsImage(taking: out, keepAlive: [storage])
     }
 

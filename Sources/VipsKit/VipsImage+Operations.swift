@@ -44,7 +44,7 @@ extension VipsImage {
     public func trimBox(threshold: Double) throws -> (left: Int, top: Int, width: Int, height: Int) {
         var left: Int32 = 0, top: Int32 = 0, width: Int32 = 0, height: Int32 = 0
         guard ip_find_trim(pointer, &left, &top, &width, &height, threshold) == 0 else {
-            throw VipsError.take("find_trim")
+            throw VipsError.take("find_trim", context: summary)
         }
         return (Int(left), Int(top), Int(width), Int(height))
     }
@@ -106,20 +106,20 @@ extension VipsImage {
 
     public func minimum() throws -> Double {
         var value = 0.0
-        guard ip_min(pointer, &value) == 0 else { throw VipsError.take("min") }
+        guard ip_min(pointer, &value) == 0 else { throw VipsError.take("min", context: summary) }
         return value
     }
 
     public func maximum() throws -> Double {
         var value = 0.0
-        guard ip_max(pointer, &value) == 0 else { throw VipsError.take("max") }
+        guard ip_max(pointer, &value) == 0 else { throw VipsError.take("max", context: summary) }
         return value
     }
 
     /// The sample value below which `percent` % of samples lie.
     public func percentile(_ percent: Double) throws -> Int {
         var value: Int32 = 0
-        guard ip_percent(pointer, percent, &value) == 0 else { throw VipsError.take("percent") }
+        guard ip_percent(pointer, percent, &value) == 0 else { throw VipsError.take("percent", context: summary) }
         return Int(value)
     }
 
@@ -185,7 +185,7 @@ extension VipsImage {
         let status = ink.withUnsafeBufferPointer {
             ip_draw_rect(pointer, $0.baseAddress, Int32($0.count), Int32(left), Int32(top), Int32(width), Int32(height))
         }
-        guard status == 0 else { throw VipsError.take("draw_rect") }
+        guard status == 0 else { throw VipsError.take("draw_rect", context: summary) }
         return self
     }
 
@@ -194,7 +194,7 @@ extension VipsImage {
         let status = ink.withUnsafeBufferPointer {
             ip_draw_circle(pointer, $0.baseAddress, Int32($0.count), Int32(centreX), Int32(centreY), Int32(radius))
         }
-        guard status == 0 else { throw VipsError.take("draw_circle") }
+        guard status == 0 else { throw VipsError.take("draw_circle", context: summary) }
         return self
     }
 

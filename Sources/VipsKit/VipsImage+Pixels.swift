@@ -37,7 +37,7 @@ extension VipsImage {
         let image = try castToUChar()
         var size = 0
         guard let memory = vips_image_write_to_memory(image.pointer, &size) else {
-            throw VipsError.take("write_to_memory")
+            throw VipsError.take("write_to_memory", context: summary)
         }
         defer { g_free(memory) }
         let samples = Array(UnsafeRawBufferPointer(start: memory, count: size))
@@ -47,14 +47,14 @@ extension VipsImage {
     /// The mean of all samples of all bands.
     public func average() throws -> Double {
         var value = 0.0
-        guard ip_avg(pointer, &value) == 0 else { throw VipsError.take("avg") }
+        guard ip_avg(pointer, &value) == 0 else { throw VipsError.take("avg", context: summary) }
         return value
     }
 
     /// The standard deviation of all samples.
     public func deviation() throws -> Double {
         var value = 0.0
-        guard ip_deviate(pointer, &value) == 0 else { throw VipsError.take("deviate") }
+        guard ip_deviate(pointer, &value) == 0 else { throw VipsError.take("deviate", context: summary) }
         return value
     }
 }

@@ -50,7 +50,7 @@ extension VipsImage {
         case let .gif(strip):
             status = ip_gifsave_buffer(pointer, &buffer, &length, strip ? 1 : 0)
         }
-        guard status == 0, let buffer else { throw VipsError.take(encoding.operation) }
+        guard status == 0, let buffer else { throw VipsError.take(encoding.operation, context: summary) }
         defer { g_free(buffer) }
         return Data(bytes: buffer, count: length)
     }
@@ -58,7 +58,7 @@ extension VipsImage {
     /// Writes to a file, the format chosen by the file name's suffix. For test fixtures and
     /// benchmarks; the pipeline encodes with `encoded(_:)`.
     public func write(toFile path: String) throws {
-        guard ip_write_to_file(pointer, path) == 0 else { throw VipsError.take("write_to_file") }
+        guard ip_write_to_file(pointer, path) == 0 else { throw VipsError.take("write_to_file", context: summary) }
     }
 
     /// Sets the EXIF orientation written by the JPEG saver (1…8). For test fixtures.

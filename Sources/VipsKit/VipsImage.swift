@@ -29,13 +29,20 @@ public final class VipsImage: @unchecked Sendable {
                 _ body: (inout UnsafeMutablePointer<CVips.VipsImage>?) -> Int32) throws -> VipsImage {
         var out: UnsafeMutablePointer<CVips.VipsImage>?
         let status = withExtendedLifetime(others) { body(&out) }
-        guard status == 0, let out else { throw VipsError.take(operation) }
+        guard status == 0, let out else { throw VipsError.take(operation, context: summary) }
         var buffers = keepAlive
         for other in others { buffers += other.keepAlive }
         return VipsImage(taking: out, keepAlive: buffers)
     }
 
     // MARK: header
+
+    /// Dimensions, bands and sample format, e.g. `800×600, 3 bands, uchar`: what an error
+    /// message says about the image an operation failed on.
+    public var summary: String {
+        let format = vips_enum_nick(vips_band_format_get_type(), Int32(vips_image_get_format(pointer).rawValue))
+        return "\(width)×\(height), \(vips_image_get_bands(pointer)) bands, \(format.map { String(cString: $0) } ?? "?")"
+    }
 
     public var width: Int { Int(vips_image_get_width(pointer)) }
     public var height: Int { Int(vips_image_get_height(pointer)) }

@@ -1,6 +1,24 @@
+import VipsKit
+
 /// An input format, recognised by its magic bytes (never by file name or Content-Type).
 public enum ImageFormat: String, Sendable {
     case jpeg, png, gif, webp, tiff, heif, avif
+
+    /// How strict libvips' loader is for this format, for the header, the fused
+    /// thumbnail and every later read of the pixels. Chosen by experiment on libvips 8.14
+    /// with damaged copies of photos (cut short, cut with an end marker, zeroed and
+    /// garbled data):
+    ///
+    /// - JPEG, `.warning`: a JPEG cut short with `FF D9` appended, or with a zeroed or
+    ///   garbled scan, gives libjpeg warnings only ("Corrupt JPEG data: premature end of
+    ///   data segment", "bad Huffman code") and passes `.error` as a half-grey picture.
+    ///   The cost: JPEGs with harmless warnings ("extraneous bytes before marker", common
+    ///   from some cameras and editors) now fail as `decode` too.
+    /// - PNG, GIF, WebP, TIFF, HEIF, AVIF, `.error`: every damaged copy already fails at
+    ///   `.error` (libpng "not enough image data", gif "unexpected end", libtiff read
+    ///   errors), and `.warning` caught none that `.error` missed: it would only add the
+    ///   risk of failing good files on those libraries' harmless warnings.
+    var failOn: FailOn { self == .jpeg ? .warning : .error }
 
     /// What the first bytes of a file say it is.
     enum Sniffed: Equatable {

@@ -70,7 +70,7 @@ public struct ImageProcessor: Sendable {
         let header: VipsImage
         do {
             try VipsRuntime.setUp()
-            header = try VipsImage.open(data: data)
+            header = try VipsImage.open(data: data, failOn: format.failOn)
         } catch {
             throw ItemFailure(.decode, "cannot read \(format.rawValue) header: \(Self.text(error))")
         }
@@ -92,7 +92,7 @@ public struct ImageProcessor: Sendable {
         }
         if let thumbnail = plan.thumbnail {
             do {
-                (image, colourManaged) = try runThumbnail(thumbnail, data: data, header: header)
+                (image, colourManaged) = try runThumbnail(thumbnail, data: data, header: header, format: format)
                 image = try lap(plan.thumbnailLabel, image)
             } catch {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(Self.text(error))")
@@ -107,7 +107,10 @@ public struct ImageProcessor: Sendable {
             image = try prepareForOutput(image, colourManaged: colourManaged)
         } catch {
             let message = Self.text(error)
-            throw ItemFailure(timing == nil || !Self.looksLikeDecodeError(message) ? .process : .decode, message)
+            if timing != nil, Self.looksLikeDecodeError(message) {
+                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(message)")
+            }
+            throw ItemFailure(.process, message)
         }
 
         let encoded: Data
@@ -119,7 +122,10 @@ public struct ImageProcessor: Sendable {
         } catch {
             // Pixels are computed while encoding, so a truncated or corrupt input fails here.
             let message = Self.text(error)
-            throw ItemFailure(Self.looksLikeDecodeError(message) ? .decode : .encode, message)
+            if Self.looksLikeDecodeError(message) {
+                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(message)")
+            }
+            throw ItemFailure(.encode, message)
         }
         let digest = SHA256.hash(data: encoded).map { String(format: "%02x", $0) }.joined()
         return ProcessedImage(data: encoded, width: image.width, height: image.height,
@@ -162,7 +168,8 @@ public struct ImageProcessor: Sendable {
         return data
     }
 
-    /// Size limits and the magic-byte check, before libvips sees the input.
+    /// Size limits, the magic-byte check and the container's structure, before libvips
+    /// sees the input.
     private func checkBytes(_ data: Data) throws(ItemFailure) -> ImageFormat {
         let size = data.count
         let head = Array(data.prefix(64))
@@ -171,7 +178,9 @@ public struct ImageProcessor: Sendable {
             throw ItemFailure(.limit, "file is \(size) bytes, over limits.maxBytes (\(limits.maxBytes))")
         }
         switch ImageFormat.sniff(head) {
-        case let .accepted(format): return format
+        case let .accepted(format):
+            try ImageStructure.check(data, format: format)
+            return format
         case let .refused(name): throw ItemFailure(.decode, "\(name) input is not accepted (untrusted or unsupported format)")
         case .unknown: throw ItemFailure(.decode, "not an image: unrecognised format")
         }
@@ -179,8 +188,8 @@ public struct ImageProcessor: Sendable {
 
     /// The fused shrink-on-load step. Returns the image and whether it was already
     /// converted to sRGB through its ICC profile.
-    private func runThumbnail(_ thumbnail: ChainPlan.Thumbnail, data: Data,
-                              header: VipsImage) throws -> (VipsImage, Bool) {
+    private func runThumbnail(_ thumbnail: ChainPlan.Thumbnail, data: Data, header: VipsImage,
+                              format: ImageFormat) throws -> (VipsImage, Bool) {
         var colour = ColourManagement.none
         if header.isCMYK {
             colour = ColourManagement(importProfile: header.hasICCProfile ? nil : "cmyk", exportProfile: "srgb")
@@ -213,7 +222,8 @@ public struct ImageProcessor: Sendable {
             }
         }
         var image = try VipsImage.thumbnail(data: data, width: width, height: height, size: size,
-                                            autorotate: thumbnail.autorotate, crop: crop, colour: colour)
+                                            autorotate: thumbnail.autorotate, crop: crop, colour: colour,
+                                            failOn: format.failOn)
         if let finalCrop {
             image = try image.cropped(to: (finalCrop.width, finalCrop.height), gravity: finalCrop.gravity)
         }

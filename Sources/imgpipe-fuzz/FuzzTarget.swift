@@ -1,0 +1,48 @@
+import Foundation
+import ImagePipeline
+import VipsKit
+
+/// The decode-and-check path as a fuzz target: any bytes through `ImageProcessor` with a
+/// fit and JPEG output under the default limits. A failure (`ItemFailure`) is an answer;
+/// a crash, a hang or memory over libFuzzer's `-rss_limit_mb` is a finding.
+///
+/// `make fuzz` builds it with `-sanitize=fuzzer -DFUZZING` (libFuzzer supplies `main`);
+/// an ordinary build makes a replayer: `imgpipe-fuzz FILE…` runs each file once, to
+/// reproduce a finding under a debugger.
+enum FuzzTarget {
+    static let processor: ImageProcessor = {
+        var output = OutputSpec()
+        output.format = .jpeg
+        return ImageProcessor(filters: [.fit(width: 256, height: 256, enlarge: false)], output: output, limits: Limits())
+    }()
+
+    /// Processes one input; returns the failure's reason, or `done`.
+    @discardableResult
+    static func run(_ data: Data) -> String {
+        defer { VipsRuntime.endThreadWork() }
+        do {
+            _ = try processor.process(.data(data))
+            return "done"
+        } catch {
+            return error.description
+        }
+    }
+}
+
+#if FUZZING
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzTestOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
+    guard let start else { return 0 }
+    FuzzTarget.run(Data(bytes: start, count: count))
+    return 0
+}
+#else
+@main
+struct Replay {
+    static func main() throws {
+        for path in CommandLine.arguments.dropFirst() {
+            print("\(path): \(FuzzTarget.run(try Data(contentsOf: URL(fileURLWithPath: path))))")
+        }
+    }
+}
+#endif
