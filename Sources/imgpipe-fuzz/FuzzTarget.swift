@@ -36,6 +36,21 @@ public func fuzzTestOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CI
     FuzzTarget.run(Data(bytes: start, count: count))
     return 0
 }
+
+/// libFuzzer's driver, for an executable whose entry point is not libFuzzer's `main`.
+@_silgen_name("LLVMFuzzerRunDriver")
+func LLVMFuzzerRunDriver(_ argc: UnsafeMutablePointer<CInt>,
+                         _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+                         _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt) -> CInt
+
+/// SwiftPM links an executable with its entry point renamed to `<module>_main`: that is
+/// where libFuzzer is started.
+@_cdecl("imgpipe_fuzz_main")
+public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var count = argc
+    var arguments = argv
+    return LLVMFuzzerRunDriver(&count, &arguments) { start, size in fuzzTestOneInput(start, size) }
+}
 #else
 @main
 struct Replay {

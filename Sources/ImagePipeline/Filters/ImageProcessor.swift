@@ -107,7 +107,7 @@ public struct ImageProcessor: Sendable {
             image = try prepareForOutput(image, colourManaged: colourManaged)
         } catch {
             let message = Self.text(error)
-            if timing != nil, Self.looksLikeDecodeError(message) {
+            if timing != nil, Self.isDecodeError(error) {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(message)")
             }
             throw ItemFailure(.process, message)
@@ -122,7 +122,7 @@ public struct ImageProcessor: Sendable {
         } catch {
             // Pixels are computed while encoding, so a truncated or corrupt input fails here.
             let message = Self.text(error)
-            if Self.looksLikeDecodeError(message) {
+            if Self.isDecodeError(error) {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(message)")
             }
             throw ItemFailure(.encode, message)
@@ -253,10 +253,10 @@ public struct ImageProcessor: Sendable {
         }
     }
 
-    static func looksLikeDecodeError(_ message: String) -> Bool {
-        let lower = message.lowercased()
-        return ["load", "premature", "truncat", "corrupt", "read", "vipsjpeg", "png", "spng", "gif", "webp", "tiff", "heif", "huffman", "marker"]
-            .contains { lower.contains($0) } && !lower.contains("save")
+    /// A libvips failure that came from a loader (pixels are computed late, so a damaged
+    /// input can fail in a filter or in the encoder); classified once, in VipsKit.
+    static func isDecodeError(_ error: any Error) -> Bool {
+        (error as? VipsError)?.kind == .decode
     }
 
     static func text(_ error: any Error) -> String {
