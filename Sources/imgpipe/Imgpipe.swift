@@ -3,8 +3,8 @@ import Foundation
 import ImagePipeline
 import VipsKit
 
-/// Exit codes (DESIGN §4): 0 every item done; 1 finished with failed items; 2 usage or
-/// invalid pipeline; 130 interrupted (state saved).
+/// Exit codes (README, "Commands"): 0 every item done; 1 finished with failed items; 2
+/// usage or invalid pipeline; 130 interrupted (state saved).
 enum Exit {
     static let failedItems = ExitCode(1)
     static let usage = ExitCode(2)
@@ -36,8 +36,12 @@ struct Imgpipe: ParsableCommand {
         }
         if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
         do {
+            try refuseUnknownCommand(Array(CommandLine.arguments.dropFirst()))
             var command = try parseAsRoot()
             try command.run()
+        } catch let error as CommandError {
+            Console.error(error.message)
+            Foundation.exit(error.exitCode.rawValue)
         } catch {
             let code = exitCode(for: error)
             if code == .success || code.rawValue == 1 || code.rawValue == 2 || code.rawValue == 130 {
@@ -48,5 +52,31 @@ struct Imgpipe: ParsableCommand {
             if !message.isEmpty { FileHandle.standardError.write(Data((message + "\n").utf8)) }
             Foundation.exit(code.rawValue == 64 ? 2 : code.rawValue)
         }
+    }
+
+    /// A first word that is not an option must name a command: `imgpipe frobnicate
+    /// --help` is an error naming the word (with the nearest command), not the root help.
+    static func refuseUnknownCommand(_ arguments: [String]) throws {
+        guard let word = arguments.first, !word.hasPrefix("-") else { return }
+        let names = configuration.subcommands.map { $0._commandName } + ["help"]
+        guard !names.contains(word) else { return }
+        let nearest = names.min { editDistance($0, word) < editDistance($1, word) }
+        let hint = nearest.flatMap { editDistance($0, word) <= max(2, word.count / 3) ? " (did you mean `\($0)`?)" : nil } ?? ""
+        throw CommandError.usage("unknown command `\(word)`\(hint); the commands are \(names.dropLast().joined(separator: ", "))")
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var row = Array(0 ... b.count)
+        for i in 1 ... max(a.count, 1) where !a.isEmpty {
+            var previous = row[0]
+            row[0] = i
+            for j in stride(from: 1, through: b.count, by: 1) {
+                let current = row[j]
+                row[j] = min(row[j] + 1, row[j - 1] + 1, previous + (a[i - 1] == b[j - 1] ? 0 : 1))
+                previous = current
+            }
+        }
+        return a.isEmpty ? b.count : row[b.count]
     }
 }

@@ -34,8 +34,7 @@ struct DryRunCommand: ParsableCommand {
             ?? DryRun.defaultSamples(for: spec, environment: environment)
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: samplesFolder, isDirectory: &isDirectory), isDirectory.boolValue else {
-            Console.error("samples folder \(Console.display(samplesFolder)) does not exist (give one with --samples)")
-            throw Exit.usage
+            throw CommandError.usage("samples folder \(Console.display(samplesFolder)) does not exist (give one with --samples)")
         }
         let outFolder = URL(fileURLWithPath: out ?? "preview/\(SafeName.component(spec.name))").standardizedFileURL.path
         let dryRun = DryRun(spec: spec, samples: samplesFolder, outputDirectory: outFolder, limit: limit)

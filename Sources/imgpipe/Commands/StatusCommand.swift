@@ -24,19 +24,16 @@ struct StatusCommand: ParsableCommand {
     func run() throws {
         let stateFile = StateFiles.path(explicit: state, pipeline: pipeline)
         guard FileManager.default.fileExists(atPath: stateFile) else {
-            Console.error("no state file at \(Console.display(stateFile)): nothing has run yet")
-            throw Exit.usage
+            throw CommandError.usage("no state file at \(Console.display(stateFile)): nothing has run yet")
         }
         let report: StatusReport?
         do {
             report = try StatusReport.latest(in: try RunStore(path: stateFile))
         } catch {
-            Console.error(String(describing: error))
-            throw Exit.usage
+            throw CommandError.usage(String(describing: error))
         }
         guard let report else {
-            Console.error("state file \(Console.display(stateFile)) has no runs")
-            throw Exit.usage
+            throw CommandError.usage("state file \(Console.display(stateFile)) has no runs")
         }
         if json {
             Console.json(report)

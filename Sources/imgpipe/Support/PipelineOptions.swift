@@ -20,8 +20,7 @@ struct PipelineOptions: ParsableArguments {
         do {
             return try PipelineSpec.load(path: path)
         } catch {
-            Console.error("\(path): \(error)")
-            throw Exit.usage
+            throw CommandError.usage("\(path): \(error)")
         }
     }
 
@@ -32,8 +31,7 @@ struct PipelineOptions: ParsableArguments {
             return try BuiltPipeline.build(spec, path: pipeline, environment: environment, tuning: Imgpipe.tuning,
                                            notice: notice)
         } catch {
-            Console.error("\(pipeline): \(environment.redact(String(describing: error)))")
-            throw Exit.usage
+            throw CommandError.usage("\(pipeline): \(environment.redact(String(describing: error)))")
         }
     }
 }

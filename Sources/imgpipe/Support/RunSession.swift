@@ -24,15 +24,13 @@ struct RunSession {
             lock = try StateLock(stateFile: stateFile)
             store = try RunStore(path: stateFile)
         } catch {
-            Console.error(String(describing: error))
-            throw Exit.usage
+            throw CommandError.usage(String(describing: error))
         }
         // A resumed run that was left `running` was killed (or crashed): the moment a state
         // file is most likely to be damaged, so it is checked before anything is added.
         if case .resume = mode, (try? store.latestRun())??.state == .running, let damage = store.damage() {
-            Console.error("state file \(stateFile) is damaged (\(damage)): it cannot be resumed; "
-                          + "start over with `imgpipe run \(options.pipeline) --new --state <another file>`")
-            throw Exit.usage
+            throw CommandError.usage("state file \(stateFile) is damaged (\(damage)): it cannot be resumed; "
+                                     + "start over with `imgpipe run \(options.pipeline) --new --state <another file>`")
         }
         let logger = Logger(label: "imgpipe")
         let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger)
@@ -48,17 +46,14 @@ struct RunSession {
         do {
             summary = try runner.execute(mode)
         } catch let error as RunError {
-            Console.error(environment.redact(error.description))
-            throw Exit.usage
+            throw CommandError.usage(environment.redact(error.description))
         } catch {
-            Console.error(environment.redact(String(describing: error)))
-            throw ExitCode.failure
+            throw CommandError.failure(environment.redact(String(describing: error)))
         }
         reporter.endLine()
         // The state file must still be the one this session wrote to.
         if let problem = lock.problem() ?? (lock.shrank ? store.damage().map { "state file \(stateFile) was damaged while the run was going (\($0))" } : nil) {
-            Console.error(problem)
-            throw ExitCode.failure
+            throw CommandError.failure(problem)
         }
         report(summary, pipeline: options.pipeline)
         if summary.interrupted { throw Exit.interrupted }
