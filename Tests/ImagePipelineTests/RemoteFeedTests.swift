@@ -257,6 +257,33 @@ struct RemoteFeedTests {
         #expect(work.files(under: "out") == ["good.jpg"])
     }
 
+    /// Logging is off by default, and `--verbose` or `IMGPIPE_LOG` turns on the events an
+    /// operator needs, with their item, stage, attempt and host, on standard error.
+    @Test func retriesAndFeedPagesAreLoggedWhenAsked() throws {
+        let failedOnce = Mutex<Set<String>>([])
+        let server = try server { request in
+            if request.path == "/feed.json" { return .json(self.feedJSON("http://\(request.headers["host"]!)", count: 2)) }
+            if request.path == "/images/photo-1.jpg", failedOnce.withLock({ $0.insert(request.path).inserted }) {
+                return .status(503)
+            }
+            return nil
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#,
+                     retry: #"{"attempts": 3, "backoff": 0.05}"#)
+        let quiet = try imgpipe("run", "pipe.json")
+        #expect(quiet.status == 0 && !quiet.stderr.contains("will be retried") && !quiet.stderr.contains("feed page"))
+        failedOnce.withLock { $0.removeAll() }
+        let verbose = try imgpipe("run", "pipe.json", "--new", "--verbose")
+        #expect(verbose.status == 0)
+        let retry = verbose.stderr.split(separator: "\n").first { $0.contains("download will be retried") }.map(String.init) ?? ""
+        #expect(retry.contains("item=\(server.baseURL)/images/photo-1.jpg") && retry.contains("stage=fetch")
+                && retry.contains("attempt=1") && retry.contains("host=127.0.0.1"), "stderr: \(verbose.stderr)")
+        #expect(verbose.stderr.contains("feed page") && !verbose.stdout.contains("feed page"))
+        failedOnce.withLock { $0.removeAll() }
+        let fromEnvironment = try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path, environment: ["IMGPIPE_LOG": "info"])
+        #expect(fromEnvironment.stderr.contains("download will be retried"))
+    }
+
     /// An API key that needs percent-encoding, in a Flickr source with the cache on, whose
     /// server echoes it in image links (`?sig=…`) and in an upload answer: no file imgpipe
     /// writes (state file, cache bodies' metadata, outputs) holds it in any encoding.

@@ -135,7 +135,7 @@ struct RunnerTests {
     }
 
     func runner(_ pipeline: BuiltPipeline, store: RunStore) -> PipelineRunner {
-        PipelineRunner(pipeline: pipeline, store: store, reporter: SilentReporter(), logger: Logger(label: "test"))
+        PipelineRunner(pipeline: pipeline, store: store, reporter: SilentReporter(), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
     }
 
     @Test func aSessionDeliversEveryItemAndRetriesOnATimer() throws {

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// Which tier served an item's bytes.
 public enum Tier: String, Sendable, Codable, CaseIterable {
@@ -30,8 +31,14 @@ public struct RemoteFetcher: Sendable {
     public let attempts: Int
     public let backoff: Double
     public let maxBytes: Int
+    let logger: Logger
+    /// Masks secrets in what is logged.
+    let redact: @Sendable (String) -> String
 
-    public init(client: HTTPClient, cache: DiskCache?, revalidate: Bool, attempts: Int, backoff: Double, maxBytes: Int) {
+    public init(client: HTTPClient, cache: DiskCache?, revalidate: Bool, attempts: Int, backoff: Double, maxBytes: Int,
+                logger: Logger = Logger(label: "imgpipe"), redact: @escaping @Sendable (String) -> String = { $0 }) {
+        self.logger = logger
+        self.redact = redact
         self.client = client
         self.cache = cache
         self.revalidate = revalidate
@@ -42,6 +49,12 @@ public struct RemoteFetcher: Sendable {
 
     /// A feed page's bytes and the tier that served them.
     public func page(_ address: String) throws -> (Data, Tier) {
+        let (data, tier) = try fetchPage(address)
+        logger.info("feed page", metadata: ["url": "\(redact(address))", "tier": "\(tier.rawValue)", "bytes": "\(data.count)"])
+        return (data, tier)
+    }
+
+    private func fetchPage(_ address: String) throws -> (Data, Tier) {
         guard let url = URL(string: address) else { throw FeedError("not a URL: \(address)") }
         let cached = cache?.entry(for: address)
         if let cached, !revalidate, let data = cache?.page(at: cached) { return (data, .cache) }

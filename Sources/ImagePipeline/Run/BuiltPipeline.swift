@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// A pipeline ready to run: `${…}` expanded, paths resolved, feed, fetcher and sinks built.
 public struct BuiltPipeline: Sendable {
@@ -18,6 +19,7 @@ public struct BuiltPipeline: Sendable {
     /// path of the value (an unset variable, a source directory that does not exist).
     /// `notice` receives what the feed has to say while listing (e.g. falling back).
     public static func build(_ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning = Tuning(),
+                             logger: Logger = Logger(label: "imgpipe"),
                              notice: @escaping @Sendable (String) -> Void = { _ in }) throws -> BuiltPipeline {
         let cancellation = CancellationFlag()
         var fetcher: RemoteFetcher?
@@ -33,7 +35,8 @@ public struct BuiltPipeline: Sendable {
             }
             let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
             fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
-                                    backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes)
+                                    backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
+                                    redact: environment.redact)
         }
         let feed = try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
         var uploadClient: HTTPClient?

@@ -10,6 +10,8 @@ struct PipelineOptions: ParsableArguments {
     @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory).")
     var state: String?
 
+    @OptionGroup var logging: LogOptions
+
     var stateFile: String { StateFiles.path(explicit: state, pipeline: pipeline) }
 
     /// Loads and validates the pipeline file, reporting a fault and exiting 2.
@@ -29,6 +31,7 @@ struct PipelineOptions: ParsableArguments {
                notice: @escaping @Sendable (String) -> Void) throws -> BuiltPipeline {
         do {
             return try BuiltPipeline.build(spec, path: pipeline, environment: environment, tuning: Imgpipe.tuning,
+                                           logger: logging.logger(),
                                            notice: notice)
         } catch {
             throw CommandError.usage("\(pipeline): \(environment.redact(String(describing: error)))")

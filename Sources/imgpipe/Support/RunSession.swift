@@ -32,7 +32,7 @@ struct RunSession {
             throw CommandError.usage("state file \(stateFile) is damaged (\(damage)): it cannot be resumed; "
                                      + "start over with `imgpipe run \(options.pipeline) --new --state <another file>`")
         }
-        let logger = Logger(label: "imgpipe")
+        let logger = options.logging.logger()
         let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger)
         let trap = SignalTrap(
             onSignal: {

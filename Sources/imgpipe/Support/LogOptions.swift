@@ -1,0 +1,37 @@
+import ArgumentParser
+import Foundation
+import Logging
+
+/// `--log-level` / `--verbose`, and `IMGPIPE_LOG`: what the library logs (retries and
+/// their reasons, slow items, feed pages, sessions) goes to standard error, each event with
+/// its item key, stage, attempt, sink or host as metadata. Off (`warning`) by default.
+struct LogOptions: ParsableArguments {
+    @Flag(name: [.customShort("v"), .long], help: "Log retries, slow items and feed pages to standard error (--log-level info).")
+    var verbose = false
+
+    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical (default: $IMGPIPE_LOG, else warning).",
+                               valueName: "level"))
+    var logLevel: String?
+
+    func validate() throws {
+        if let logLevel, Logger.Level(rawValue: logLevel) == nil {
+            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \(logLevel)")
+        }
+    }
+
+    /// The logger the library is given (the process-wide handler is set up in `main`).
+    func logger(environment: [String: String] = ProcessInfo.processInfo.environment) -> Logger {
+        var logger = Logger(label: "imgpipe")
+        logger.logLevel = logLevel.flatMap(Logger.Level.init(rawValue:))
+            ?? (verbose ? .info : nil)
+            ?? environment["IMGPIPE_LOG"].flatMap { Logger.Level(rawValue: $0.lowercased()) }
+            ?? .warning
+        return logger
+    }
+
+    /// Once per process, before any logger is made: everything to standard error (standard
+    /// output carries `--json` summaries and reports).
+    static func bootstrap() {
+        LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
+    }
+}
