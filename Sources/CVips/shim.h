@@ -169,10 +169,6 @@ static inline int ip_webpsave_buffer(VipsImage *in, void **buf, size_t *len, int
         "strip", strip, "effort", effort, NULL);
 }
 
-static inline int ip_tiffsave(VipsImage *in, const char *path) {
-    return vips_tiffsave(in, path, NULL);
-}
-
 static inline int ip_write_to_file(VipsImage *in, const char *path) {
     return vips_image_write_to_file(in, path, NULL);
 }

@@ -54,7 +54,7 @@ public final class DiskCache: @unchecked Sendable {
     }
 
     static func key(_ url: String) -> String {
-        SHA256.hash(data: Data(url.utf8)).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: Data(url.utf8)).hex
     }
 
     private func paths(_ url: String) -> (folder: String, body: String, meta: String) {

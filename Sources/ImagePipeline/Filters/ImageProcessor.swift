@@ -127,7 +127,7 @@ public struct ImageProcessor: Sendable {
             }
             throw ItemFailure(.encode, message)
         }
-        let digest = SHA256.hash(data: encoded).map { String(format: "%02x", $0) }.joined()
+        let digest = SHA256.hash(data: encoded).hex
         return ProcessedImage(data: encoded, width: image.width, height: image.height,
                               inputWidth: header.width, inputHeight: header.height,
                               inputFormat: format, sha256: digest)

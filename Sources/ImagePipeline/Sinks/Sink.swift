@@ -25,7 +25,7 @@ public struct Delivery: Sendable {
     /// run (of any state file, on any machine), item or sink.
     public func idempotencyKey(sink: String) -> String {
         let digest = SHA256.hash(data: Data("\(runUUID)\u{0}\(key)\u{0}\(sink)".utf8))
-        return "imgpipe-\(runUUID)-" + digest.prefix(16).map { String(format: "%02x", $0) }.joined()
+        return "imgpipe-\(runUUID)-" + digest.prefix(16).hex
     }
 }
 
