@@ -92,6 +92,28 @@ struct RunnerTests {
         #expect(try store.counts(runId: run.id).pending == 1)
     }
 
+    @Test func aRowThatDoesNotDecodeIsAnErrorNotADefault() throws {
+        let store = try RunStore(path: work.url("state.sqlite"))
+        let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
+        #expect(run.fingerprint == ["filters": "fit", "output": "jpeg"] && run.sinks == ["out"])
+        #expect(abs(run.startedAt.timeIntervalSinceNow) < 60)
+        let queue = try DatabaseQueue(path: work.url("state.sqlite"))
+        try queue.write { try $0.execute(sql: "UPDATE run SET state = 'bogus'") }
+        #expect(throws: (any Error).self) { try store.latestRun() }
+        try queue.write { try $0.execute(sql: "UPDATE run SET state = 'running', fingerprint = 'not json'") }
+        #expect(throws: (any Error).self) { try store.latestRun() }
+        try queue.write { try $0.execute(sql: "UPDATE run SET fingerprint = '{}'") }
+        _ = try store.apply([.insert(NewItem(key: "a", seq: 1, location: "/a.jpg", metadata: nil, outputName: nil, sinks: []))],
+                            runId: run.id)
+        try queue.write { try $0.execute(sql: "UPDATE item SET tier = 'moon'") }
+        do {
+            _ = try store.items(runId: run.id)
+            Issue.record("an unknown tier was read")
+        } catch {
+            #expect(String(describing: error).contains("column tier holds \"moon\""))
+        }
+    }
+
     // MARK: - whole sessions
 
     /// A sink that keeps the bytes it is given; it refuses (and asks for retries) as told.

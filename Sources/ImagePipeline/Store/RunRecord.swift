@@ -1,9 +1,11 @@
 import Foundation
 import GRDB
 
-/// One run of a pipeline, as stored.
-public struct RunRecord: Sendable, Equatable {
-    public enum State: String, Sendable {
+/// One run of a pipeline, as stored: read through GRDB's Codable records, so a row that
+/// does not decode (an unknown state, a fingerprint that is not JSON) is an error naming
+/// the column, never a silent default.
+public struct RunRecord: Sendable, Equatable, Decodable, FetchableRecord {
+    public enum State: String, Sendable, Codable {
         /// Being worked on, or killed while it was.
         case running
         /// Stopped by SIGINT/SIGTERM; resumable.
@@ -21,8 +23,10 @@ public struct RunRecord: Sendable, Equatable {
     public let pipelineName: String
     /// The pipeline document as written (no `${…}` expanded).
     public let document: String
-    /// Canonical JSON of the parts that decide outputs (`filters`, `output`).
+    /// Canonical JSON of the parts that decide outputs (`filters`, `output`), stored as
+    /// a JSON object.
     public let fingerprint: [String: String]
+    /// Stored as a JSON array.
     public let sinks: [String]
     public var state: State
     public var feedComplete: Bool
@@ -36,28 +40,14 @@ public struct RunRecord: Sendable, Equatable {
     /// True unless the run finished or was replaced.
     public var isUnfinished: Bool { state == .running || state == .interrupted }
 
-    init(row: Row) throws {
-        id = row["id"]
-        uuid = row["uuid"]
-        pipelinePath = row["pipelinePath"]
-        pipelineName = row["pipelineName"]
-        document = row["document"]
-        let fingerprintText: String = row["fingerprint"]
-        fingerprint = (try? JSONDecoder().decode([String: String].self, from: Data(fingerprintText.utf8))) ?? [:]
-        let sinksText: String = row["sinks"]
-        sinks = (try? JSONDecoder().decode([String].self, from: Data(sinksText.utf8))) ?? []
-        state = State(rawValue: row["state"]) ?? .running
-        feedComplete = row["feedComplete"]
-        itemLimit = row["itemLimit"]
-        workDirectory = row["workDirectory"]
-        startedAt = Date(timeIntervalSince1970: row["startedAt"])
-        finishedAt = (row["finishedAt"] as Double?).map { Date(timeIntervalSince1970: $0) }
-        elapsed = row["elapsed"]
+    /// Times are stored as seconds since 1970.
+    public static func databaseDateDecodingStrategy(for column: String) -> DatabaseDateDecodingStrategy {
+        .timeIntervalSince1970
     }
 }
 
 /// An item's stage in the lifecycle: pending → fetched → processed → done, or failed.
-public enum ItemStatus: String, Sendable, CaseIterable {
+public enum ItemStatus: String, Sendable, CaseIterable, Codable {
     case pending, fetched, processed, done, failed
 }
 
@@ -80,22 +70,23 @@ public struct ItemRecord: Sendable, Equatable {
     public var nameStem: String
     public var tier: Tier?
 
-    init(row: Row) {
-        key = row["key"]
-        seq = row["seq"]
-        location = row["location"]
-        status = ItemStatus(rawValue: row["status"]) ?? .pending
-        attempts = row["attempts"]
-        reason = (row["reason"] as String?).flatMap(FailureReason.init(rawValue:))
-        message = row["message"]
-        spoolPath = row["spoolPath"]
-        stagedPath = row["stagedPath"]
-        outputName = row["outputName"]
-        outputHash = row["outputHash"]
-        updatedAt = row["updatedAt"]
-        nameKey = row["nameKey"] ?? key
-        nameStem = row["nameStem"] ?? NameTemplate.stem(of: key)
-        tier = (row["tier"] as String?).flatMap(Tier.init(rawValue:))
+    init(row: Row) throws {
+        key = try row.decode(String.self, forColumn: "key")
+        seq = try row.decode(Int.self, forColumn: "seq")
+        location = try row.decode(String.self, forColumn: "location")
+        status = try row.decodeEnum(ItemStatus.self, forColumn: "status")
+        attempts = try row.decode(Int.self, forColumn: "attempts")
+        reason = try row.decodeEnum(FailureReason?.self, forColumn: "reason")
+        message = try row.decode(String?.self, forColumn: "message")
+        spoolPath = try row.decode(String?.self, forColumn: "spoolPath")
+        stagedPath = try row.decode(String?.self, forColumn: "stagedPath")
+        outputName = try row.decode(String?.self, forColumn: "outputName")
+        outputHash = try row.decode(String?.self, forColumn: "outputHash")
+        updatedAt = try row.decode(Double.self, forColumn: "updatedAt")
+        // Rows of state files made before names were recorded (migration v2) have none.
+        nameKey = try row.decode(String?.self, forColumn: "nameKey") ?? key
+        nameStem = try row.decode(String?.self, forColumn: "nameStem") ?? NameTemplate.stem(of: key)
+        tier = try row.decodeEnum(Tier?.self, forColumn: "tier")
     }
 
     /// The record with `${…}` references in its location expanded, ready to fetch.
@@ -147,4 +138,22 @@ public struct ItemCounts: Sendable, Equatable {
 
     /// Items not yet done or failed.
     public var unfinished: Int { pending + fetched + processed }
+}
+
+extension Row {
+    /// A text column as an enum case; a value that is no case is an error naming both.
+    func decodeEnum<Value: RawRepresentable>(_ type: Value.Type, forColumn column: String) throws -> Value
+    where Value.RawValue == String {
+        let raw = try decode(String.self, forColumn: column)
+        guard let value = Value(rawValue: raw) else {
+            throw StoreError("state file: column \(column) holds \(JSONValue.quote(raw)), not a known \(Value.self)")
+        }
+        return value
+    }
+
+    func decodeEnum<Value: RawRepresentable>(_ type: Value?.Type, forColumn column: String) throws -> Value?
+    where Value.RawValue == String {
+        guard try decode(String?.self, forColumn: column) != nil else { return nil }
+        return try decodeEnum(Value.self, forColumn: column)
+    }
 }

@@ -56,8 +56,11 @@ extension RunStore {
                 SELECT key, reason, message, attempts, httpStatus FROM item
                 WHERE runId = ? AND status = 'failed' ORDER BY seq LIMIT ?
                 """, arguments: [runId, min(limit, Int(Int32.max))]).map { row in
-                FailureRecord(key: row["key"], reason: row["reason"] ?? "process", message: row["message"] ?? "",
-                              attempts: row["attempts"], httpStatus: row["httpStatus"])
+                try FailureRecord(key: row.decode(String.self, forColumn: "key"),
+                                  reason: row.decodeEnum(FailureReason.self, forColumn: "reason").rawValue,
+                                  message: row.decode(String?.self, forColumn: "message") ?? "",
+                                  attempts: row.decode(Int.self, forColumn: "attempts"),
+                                  httpStatus: row.decode(Int?.self, forColumn: "httpStatus"))
             }
         }
     }
@@ -92,7 +95,7 @@ extension RunStore {
             try Row.fetchAll(db, sql: """
                 SELECT * FROM item WHERE runId = ? AND seq > ? AND status IN ('pending', 'fetched', 'processed')
                 ORDER BY seq LIMIT ?
-                """, arguments: [runId, seq, limit]).map(ItemRecord.init(row:))
+                """, arguments: [runId, seq, limit]).map { try ItemRecord(row: $0) }
         }
     }
 
@@ -100,7 +103,7 @@ extension RunStore {
     public func item(runId: Int64, key: String) throws -> ItemRecord? {
         try database.read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM item WHERE runId = ? AND key = ?", arguments: [runId, key])
-                .map(ItemRecord.init(row:))
+                .map { try ItemRecord(row: $0) }
         }
     }
 
@@ -108,7 +111,7 @@ extension RunStore {
     public func items(runId: Int64) throws -> [ItemRecord] {
         try database.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM item WHERE runId = ? ORDER BY seq", arguments: [runId])
-                .map(ItemRecord.init(row:))
+                .map { try ItemRecord(row: $0) }
         }
     }
 

@@ -5,14 +5,13 @@ extension RunStore {
     /// The newest run that was not replaced, if any.
     public func latestRun() throws -> RunRecord? {
         try database.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM run WHERE state != 'abandoned' ORDER BY id DESC LIMIT 1")
-                .map { try RunRecord(row: $0) }
+            try RunRecord.fetchOne(db, sql: "SELECT * FROM run WHERE state != 'abandoned' ORDER BY id DESC LIMIT 1")
         }
     }
 
     public func run(id: Int64) throws -> RunRecord? {
         try database.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id]).map { try RunRecord(row: $0) }
+            try RunRecord.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id])
         }
     }
 
@@ -32,10 +31,10 @@ extension RunStore {
             let id = db.lastInsertedRowID
             let work = URL(fileURLWithPath: workRoot).appendingPathComponent("run-\(id)").path
             try db.execute(sql: "UPDATE run SET workDirectory = ? WHERE id = ?", arguments: [work, id])
-            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id]) else {
+            guard let run = try RunRecord.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id]) else {
                 throw StoreError("run \(id) vanished")
             }
-            return try RunRecord(row: row)
+            return run
         }
     }
 
