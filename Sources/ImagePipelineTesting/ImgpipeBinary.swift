@@ -139,3 +139,20 @@ extension ImgpipeBinary {
                               signal: signal == 0 ? nil : signal, peakRSS: usage.ru_maxrss * 1024, timedOut: timedOut)
     }
 }
+
+extension CommandResult {
+    /// Standard output decoded as one of the CLI's Codable reports (`StatusReport`,
+    /// `RunSummary`): the JSON is read the way the library writes it, not as `Any`.
+    public func decoded<T: Decodable>(_ type: T.Type) throws -> T {
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(stdout.utf8))
+        } catch {
+            throw DecodingFailure(description: "\(T.self) from the command's output: \(error)\nstdout: \(stdout)\nstderr: \(stderr)")
+        }
+    }
+}
+
+/// The command's output was not the report expected.
+public struct DecodingFailure: Error, CustomStringConvertible {
+    public let description: String
+}

@@ -42,10 +42,10 @@ struct CommandLineTests {
         try ImgpipeBinary.run(arguments, in: work.path)
     }
 
-    func status() throws -> [String: Any] {
+    func status() throws -> StatusReport {
         let result = try imgpipe("status", "pipe.json", "--json")
         #expect(result.status == 0, "status failed: \(result.stderr)")
-        return try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        return try result.decoded(StatusReport.self)
     }
 
     func store() throws -> RunStore { try RunStore(path: work.url(".imgpipe/pipe.sqlite")) }
@@ -81,14 +81,13 @@ struct CommandLineTests {
         #expect((c.width, c.height, c.bands) == (100, 100, 3))
 
         let report = try status()
-        #expect(report["total"] as? Int == 3)
-        #expect(report["done"] as? Int == 3)
-        #expect(report["failed"] as? Int == 0)
-        #expect(report["pending"] as? Int == 0)
-        #expect((report["failures"] as? [Any])?.isEmpty == true)
-        let sinks = try #require(report["sinks"] as? [String: [String: Int]])
-        #expect(sinks["directory-0"] == ["done": 3, "failed": 0, "pending": 0])
-        #expect(report["run"] as? Int == 1)
+        #expect(report.total == 3)
+        #expect(report.done == 3)
+        #expect(report.failed == 0)
+        #expect(report.pending == 0)
+        #expect(report.failures.isEmpty)
+        #expect(report.sinks["directory-0"] == DeliveryCounts(done: 3, failed: 0, pending: 0))
+        #expect(report.run == 1)
     }
 
     @Test func limitTakesTheFirstItemsOfTheFeed() throws {
@@ -98,8 +97,7 @@ struct CommandLineTests {
         }
         let result = try imgpipe("run", "pipe.json", "--limit", "2", "--json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        let summary = try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
-        #expect(summary["total"] as? Int == 2)
+        #expect(try result.decoded(RunSummary.self).total == 2)
         #expect(work.files(under: "out") == ["a.jpg", "b.jpg"])
     }
 
@@ -111,10 +109,10 @@ struct CommandLineTests {
         #expect(result.status == 1)
         #expect(result.stderr.contains("photo.png"))
         #expect(work.files(under: "out") == ["photo.jpg"])
-        let failures = try #require(try status()["failures"] as? [[String: Any]])
+        let failures = try status().failures
         #expect(failures.count == 1)
-        #expect(failures.first?["key"] as? String == "photo.png")
-        #expect((failures.first?["message"] as? String)?.contains("already used by item \"photo.jpg\"") == true)
+        #expect(failures.first?.key == "photo.png")
+        #expect(failures.first?.message.contains("already used by item \"photo.jpg\"") == true)
         // The surviving file is the first item's: opaque quadrants, not a flattened PNG.
         let kept = try ImageFixtures.decode(work.url("out/photo.jpg"))
         #expect(kept[5, 5][0] > 180 && kept[5, 5][1] < 90)
@@ -139,8 +137,7 @@ struct CommandLineTests {
             #expect(result.stderr.contains("failed: \(key): "), "no reason printed for \(key)")
         }
         #expect(work.files(under: "out") == ["good1.jpg", "good2.jpg"])
-        let failures = try #require(try status()["failures"] as? [[String: Any]])
-        let reasons = Dictionary(uniqueKeysWithValues: failures.map { ($0["key"] as! String, $0["reason"] as! String) })
+        let reasons = Dictionary(uniqueKeysWithValues: try status().failures.map { ($0.key, $0.reason) })
         #expect(reasons == ["bomb.png": "limit", "drawing.png": "decode", "empty.jpg": "decode",
                             "error-page.jpg": "decode", "truncated.jpg": "decode"])
     }

@@ -171,11 +171,10 @@ struct HostileInputTests {
         #expect(run.result.status == 1, "stderr: \(run.result.stderr)")
         #expect(directory.files(under: "out") == ["fine.jpg"])
         let status = try ImgpipeBinary.run(["status", "pipe.json", "--json"], in: directory.path)
-        let report = try #require(JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
-        let failures = try #require(report["failures"] as? [[String: Any]])
+        let failures = try status.decoded(StatusReport.self).failures
         #expect(failures.count == Damage.allCases.count - 1)
         for failure in failures {
-            #expect(failure["reason"] as? String == "decode", "\(failure)")
+            #expect(failure.reason == "decode", "\(failure)")
         }
     }
 

@@ -82,22 +82,22 @@ struct MutationTests {
         #expect(run.peakRSSMegabytes < 400, "peak RSS \(run.peakRSSMegabytes) MB")
 
         let status = try ImgpipeBinary.run(["status", "pipe.json", "--json"], in: directory.path)
-        let report = try #require(JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
-        let failures = try #require(report["failures"] as? [[String: Any]])
-        let done = report["done"] as? Int ?? -1
-        #expect(report["total"] as? Int == mutants.count)
+        let report = try status.decoded(StatusReport.self)
+        let failures = report.failures
+        let done = report.done
+        #expect(report.total == mutants.count)
         #expect(done + failures.count == mutants.count, "done \(done), failed \(failures.count) of \(mutants.count)")
-        #expect(report["pending"] as? Int == 0)
+        #expect(report.pending == 0)
         #expect(done > 0 && failures.count > 0, "both outcomes exercised: \(done) done, \(failures.count) failed")
         print("mutants: \(mutants.count), done \(done), failed \(failures.count), peak RSS \(run.peakRSSMegabytes) MB")
 
         let outputs = Set(directory.files(under: "out"))
         for failure in failures {
-            let key = failure["key"] as? String ?? ""
+            let key = failure.key
             #expect(!outputs.contains(Self.outputName(key)), "failed item \(key) left an output")
-            #expect(!(failure["message"] as? String ?? "").contains("no reason"), "\(failure)")
+            #expect(!failure.message.contains("no reason"), "\(failure)")
         }
-        let failed = Set(failures.compactMap { $0["key"] as? String })
+        let failed = Set(failures.map(\.key))
         for (key, mutant) in mutants where !failed.contains(key) {
             let name = Self.outputName(key)
             guard outputs.contains(name) else {

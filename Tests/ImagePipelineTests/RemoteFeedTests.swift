@@ -50,14 +50,12 @@ struct RemoteFeedTests {
         try ImgpipeBinary.run(arguments, in: work.path)
     }
 
-    func status(_ pipeline: String = "pipe.json") throws -> [String: Any] {
-        let result = try imgpipe("status", pipeline, "--json")
-        return try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    func status(_ pipeline: String = "pipe.json") throws -> StatusReport {
+        try imgpipe("status", pipeline, "--json").decoded(StatusReport.self)
     }
 
-    func failures() throws -> [String: [String: Any]] {
-        let list = try #require(try status()["failures"] as? [[String: Any]])
-        return Dictionary(uniqueKeysWithValues: list.map { ($0["key"] as! String, $0) })
+    func failures() throws -> [String: FailureRecord] {
+        Dictionary(uniqueKeysWithValues: try status().failures.map { ($0.key, $0) })
     }
 
     // MARK: json-feed and the cache tiers
@@ -74,7 +72,7 @@ struct RemoteFeedTests {
         #expect(work.files(under: "out") == (1 ... 12).map { "photo-\($0).jpg" }.sorted())
         #expect(server.requests(to: "/feed.json").count == 1)
         #expect(server.requests.filter { $0.path.hasPrefix("/images/") }.count == 12)
-        #expect(try status()["tiers"] as? [String: Int] == ["remote": 12])
+        #expect(try status().tiers == ["remote": 12])
         #expect(server.requests.allSatisfy { $0.headers["user-agent"]?.hasPrefix("imgpipe/") == true })
         let decoded = try ImageFixtures.decode(work.url("out/photo-1.jpg"))
         #expect((decoded.width, decoded.height) == (32, 24))
@@ -84,13 +82,13 @@ struct RemoteFeedTests {
         let cached = try imgpipe("run", "pipe.json")
         #expect(cached.status == 0, "stderr: \(cached.stderr)")
         #expect(server.requests.count == before, "the cached rerun made requests")
-        #expect(try status()["tiers"] as? [String: Int] == ["cache": 12])
+        #expect(try status().tiers == ["cache": 12])
 
         // The server is gone: the cached feed and images still run.
         server.stop()
         let offline = try imgpipe("run", "pipe.json")
         #expect(offline.status == 0, "stderr: \(offline.stderr)")
-        #expect(try status()["done"] as? Int == 12)
+        #expect(try status().done == 12)
     }
 
     @Test func revalidateAsksTheServerAndUsesTheCacheOn304() throws {
@@ -107,7 +105,7 @@ struct RemoteFeedTests {
         #expect(try imgpipe("run", "pipe.json").status == 0)
         let conditional = server.requests.filter { $0.headers["if-none-match"] != nil }
         #expect(conditional.count == 4, "feed page and 3 images revalidated")
-        #expect(try status()["tiers"] as? [String: Int] == ["cache": 3])
+        #expect(try status().tiers == ["cache": 3])
     }
 
     @Test func withNothingCachedTheFallbackSourceIsUsed() throws {
@@ -124,7 +122,7 @@ struct RemoteFeedTests {
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(result.stderr.contains("fallback"))
         #expect(work.files(under: "out") == ["a.jpg", "b.jpg"])
-        #expect(try status()["tiers"] as? [String: Int] == ["fallback": 2])
+        #expect(try status().tiers == ["fallback": 2])
     }
 
     /// A server's duplicate key used to fail the whole page ("duplicate key"), and an item
@@ -249,10 +247,10 @@ struct RemoteFeedTests {
         #expect(result.status == 1, "stderr: \(result.stderr)")
         let failed = try failures()
         let drip = failed["\(server.baseURL)/slow/drip.jpg"]
-        #expect(drip?["reason"] as? String == "download")
-        #expect((drip?["message"] as? String)?.contains("longer than 4 s") == true, "got: \(String(describing: drip))")
+        #expect(drip?.reason == "download")
+        #expect(drip?.message.contains("longer than 4 s") == true, "got: \(String(describing: drip))")
         let flood = failed["\(server.baseURL)/slow/flood.jpg"]
-        #expect(flood?["reason"] as? String == "limit", "got: \(String(describing: flood))")
+        #expect(flood?.reason == "limit", "got: \(String(describing: flood))")
         #expect(watched.peakRSS < 200 << 20, "peak RSS \(watched.peakRSS >> 20) MB while a server flooded a 1 MiB-limited item")
         #expect(work.files(under: "out") == ["good.jpg"])
     }
@@ -420,17 +418,17 @@ struct RemoteFeedTests {
 
         #expect(counter.count("/images/flaky.jpg") == 2, "503 then retried after Retry-After")
         #expect(Date().timeIntervalSince(started) >= 1, "Retry-After: 1 was honoured")
-        #expect(counter.count("/images/down.jpg") == 3 && failed[url("down")]?["attempts"] as? Int == 3)
-        #expect(failed[url("down")]?["reason"] as? String == "download")
+        #expect(counter.count("/images/down.jpg") == 3 && failed[url("down")]?.attempts == 3)
+        #expect(failed[url("down")]?.reason == "download")
         #expect(counter.count("/images/missing.jpg") == 1, "404 is final")
-        #expect((failed[url("missing")]?["message"] as? String)?.contains("404") == true)
+        #expect(failed[url("missing")]?.message.contains("404") == true)
         #expect(counter.count("/images/truncated.jpg") == 3)
-        let truncated = failed[url("truncated")]?["message"] as? String ?? ""
+        let truncated = failed[url("truncated")]?.message ?? ""
         #expect(truncated.contains("truncated") || truncated.contains("connection lost"), "got: \(truncated)")
-        #expect((failed[url("stalled")]?["message"] as? String)?.contains("timed out") == true)
-        #expect(failed[url("huge")]?["reason"] as? String == "limit")
+        #expect(failed[url("stalled")]?.message.contains("timed out") == true)
+        #expect(failed[url("huge")]?.reason == "limit")
         #expect(counter.count("/images/huge.jpg") == 1, "an oversized body is not retried")
-        #expect(failed[url("error-page")]?["reason"] as? String == "decode")
+        #expect(failed[url("error-page")]?.reason == "decode")
         #expect(counter.count("/images/error-page.jpg") == 1)
         #expect(counter.count("/images/redirect.jpg") == 6, "the first request and 5 redirects")
     }
@@ -450,7 +448,7 @@ struct RemoteFeedTests {
                 "a local file was read through a remote feed")
         let failed = try failures()
         #expect(failed.count == 2)
-        #expect(failed.values.allSatisfy { $0["reason"] as? String == "download" })
+        #expect(failed.values.allSatisfy { $0.reason == "download" })
     }
 
     @Test func limitIsNotUsedUpByARepeatedKey() throws {
@@ -489,7 +487,7 @@ struct RemoteFeedTests {
         #expect(result.status == 0)
         #expect(result.stderr.components(separatedBy: "duplicate key").count == 2, "reported once: \(result.stderr)")
         #expect(server.requests(to: "/images/same.jpg").count == 1)
-        #expect(try status()["total"] as? Int == 2)
+        #expect(try status().total == 2)
     }
 
     @Test func refreshFeedAddsOnlyNewItems() throws {
@@ -507,7 +505,7 @@ struct RemoteFeedTests {
         size.set("feed", 5)
         let refreshed = try imgpipe("resume", "pipe.json", "--refresh-feed")
         #expect(refreshed.status == 0, "stderr: \(refreshed.stderr)")
-        #expect(try status()["total"] as? Int == 5)
+        #expect(try status().total == 5)
         #expect(work.files(under: "out").count == 5)
         for n in 1 ... 5 { #expect(server.requests(to: "/images/n\(n).jpg").count == 1, "n\(n) fetched once") }
     }

@@ -32,9 +32,8 @@ struct UploadSinkTests {
         try ImgpipeBinary.run(arguments, in: work.path, environment: environment)
     }
 
-    func status() throws -> [String: Any] {
-        let result = try imgpipe(["status", "pipe.json", "--json"])
-        return try #require(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    func status() throws -> StatusReport {
+        try imgpipe(["status", "pipe.json", "--json"]).decoded(StatusReport.self)
     }
 
     func deliveries() throws -> [Row] {
@@ -105,7 +104,7 @@ struct UploadSinkTests {
         #expect(!(result.stdout + result.stderr).contains(secret))
         let report = try imgpipe(["status", "pipe.json", "--json"])
         #expect(!report.stdout.contains(secret))
-        #expect((try status()["sinks"] as? [String: [String: Int]])?["upload-0"] == ["done": 5, "failed": 0, "pending": 0])
+        #expect(try status().sinks["upload-0"] == DeliveryCounts(done: 5, failed: 0, pending: 0))
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-1/staged")), "staged outputs removed")
     }
 
@@ -148,9 +147,9 @@ struct UploadSinkTests {
         let watched = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 60)
         let result = try #require(watched.result, "the run was still going after 60 s")
         #expect(result.status == 1)
-        let failures = try #require(try status()["failures"] as? [[String: Any]])
+        let failures = try status().failures
         #expect(failures.count == 2)
-        #expect(failures.allSatisfy { ($0["reason"] as? String) == "upload" && ($0["message"] as? String)?.contains("the answer's limit") == true },
+        #expect(failures.allSatisfy { $0.reason == "upload" && $0.message.contains("the answer's limit") },
                 "got: \(failures)")
         #expect(watched.peakRSS < 200 << 20, "peak RSS \(watched.peakRSS >> 20) MB")
     }
@@ -175,8 +174,9 @@ struct UploadSinkTests {
         #expect(posts.count == 3)
         #expect(posts.allSatisfy { $0.filename?.hasSuffix(".jpg") == true && $0.path.contains("img-00") })
         #expect(try stateFileBytes().range(of: Data(token.utf8)) == nil)
-        let sinks = try #require(try status()["sinks"] as? [String: [String: Int]])
-        #expect(sinks == ["http-0": ["done": 3, "failed": 0, "pending": 0], "form": ["done": 3, "failed": 0, "pending": 0]])
+        let sinks = try status().sinks
+        #expect(sinks == ["http-0": DeliveryCounts(done: 3, failed: 0, pending: 0),
+                          "form": DeliveryCounts(done: 3, failed: 0, pending: 0)])
     }
 
     @Test func killNineMidUploadThenResumeStoresEachItemExactlyOnce() throws {
@@ -202,7 +202,7 @@ struct UploadSinkTests {
         #expect(Set(uploads.compactMap(\.filename)).count == 24, "none missing")
         let attempts = server.server.requests.filter { $0.path.hasPrefix("/once/") }.count
         #expect(attempts > 24, "some uploads were sent again and recognised by their key (\(attempts) posts)")
-        #expect(try status()["done"] as? Int == 24)
+        #expect(try status().done == 24)
     }
 
     @Test func aRefusingEndpointFailsEveryItemWithReasonUpload() throws {
@@ -212,9 +212,8 @@ struct UploadSinkTests {
         let result = try imgpipe(["run", "pipe.json"])
         #expect(result.status == 1)
         let report = try status()
-        #expect(report["failed"] as? Int == 4)
-        let failures = try #require(report["failures"] as? [[String: Any]])
-        #expect(failures.allSatisfy { $0["reason"] as? String == "upload" && ($0["message"] as? String)?.contains("403") == true })
+        #expect(report.failed == 4)
+        #expect(report.failures.allSatisfy { $0.reason == "upload" && $0.message.contains("403") })
         #expect(server.server.requests.filter { $0.path.hasPrefix("/once/") }.count == 4, "4xx is not retried")
         #expect(try deliveries().allSatisfy { ($0["httpStatus"] as Int?) == 403 && ($0["status"] as String) == "failed" })
     }
@@ -237,9 +236,9 @@ struct UploadSinkTests {
         let first = try imgpipe(["run", "pipe.json"])
         #expect(first.status == 1)
         #expect(work.files(under: "out").count == 4, "the directory sink got every output")
-        let sinks = try #require(try status()["sinks"] as? [String: [String: Int]])
-        #expect(sinks["directory-0"] == ["done": 4, "failed": 0, "pending": 0])
-        #expect(sinks["server"] == ["done": 0, "failed": 4, "pending": 0])
+        let sinks = try status().sinks
+        #expect(sinks["directory-0"] == DeliveryCounts(done: 4, failed: 0, pending: 0))
+        #expect(sinks["server"] == DeliveryCounts(done: 0, failed: 4, pending: 0))
         let inode = { (path: String) in (try FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? Int) }
         let inodes = try work.files(under: "out").map { try inode(work.url("out/" + $0)) }
 
@@ -251,7 +250,7 @@ struct UploadSinkTests {
         let queue = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite"))
         let attempts = try queue.read { try Int.fetchAll($0, sql: "SELECT attempts FROM item") }
         #expect(attempts == [1, 1, 1, 1], "nothing was processed again")
-        #expect(try status()["done"] as? Int == 4)
+        #expect(try status().done == 4)
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-1")), "staged outputs removed at the end")
     }
 }

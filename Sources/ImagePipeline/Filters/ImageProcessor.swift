@@ -106,11 +106,10 @@ public struct ImageProcessor: Sendable {
             }
             image = try prepareForOutput(image, colourManaged: colourManaged)
         } catch {
-            let message = Self.text(error)
-            if timing != nil, Self.isDecodeError(error) {
-                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(message)")
+            if let damage = inputDamage(error, data: data, format: format) {
+                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
             }
-            throw ItemFailure(.process, message)
+            throw ItemFailure(.process, Self.text(error))
         }
 
         let encoded: Data
@@ -121,11 +120,10 @@ public struct ImageProcessor: Sendable {
             }
         } catch {
             // Pixels are computed while encoding, so a truncated or corrupt input fails here.
-            let message = Self.text(error)
-            if Self.isDecodeError(error) {
-                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(message)")
+            if let damage = inputDamage(error, data: data, format: format) {
+                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
             }
-            throw ItemFailure(.encode, message)
+            throw ItemFailure(.encode, Self.text(error))
         }
         let digest = SHA256.hash(data: encoded).hex
         return ProcessedImage(data: encoded, width: image.width, height: image.height,
@@ -250,6 +248,23 @@ public struct ImageProcessor: Sendable {
         case .avif: .avif(quality: output.quality, effort: output.effort, strip: output.strip)
         case .tiff: .tiff(strip: output.strip)
         case .gif: .gif(strip: output.strip)
+        }
+    }
+
+    /// What is wrong with the input, when a failure after the header came from it, or nil
+    /// when the input is sound (the failure is the filter's or the encoder's).
+    ///
+    /// libvips computes pixels late, so a damaged input fails inside a filter or the
+    /// encoder. The error text usually names the loader (`VipsError.kind`), but libvips'
+    /// error buffer is shared by every thread and another worker may have taken the text:
+    /// then the input alone is decoded once more, in full, and only its own failure counts.
+    func inputDamage(_ error: any Error, data: Data, format: ImageFormat) -> String? {
+        if Self.isDecodeError(error) { return Self.text(error) }
+        do {
+            _ = try VipsImage.open(data: data, failOn: format.failOn).materialized()
+            return nil
+        } catch {
+            return Self.isDecodeError(error) ? Self.text(error) : "the input does not decode (\(Self.text(error)))"
         }
     }
 
