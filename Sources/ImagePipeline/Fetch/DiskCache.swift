@@ -84,7 +84,7 @@ public final class DiskCache: @unchecked Sendable {
         var entry = Entry(url: unexpanded(url), etag: etag, lastModified: lastModified, bytes: bytes)
         let previous = (try? FileManager.default.attributesOfItem(atPath: body)[.size] as? Int) ?? 0
         guard rename(file, body) == 0 else {
-            throw StoreError("cannot move \(file) into the cache: \(String(cString: strerror(errno)))")
+            throw CacheError(description: "cannot move \(file) into the cache: \(String(cString: strerror(errno)))")
         }
         let temporary = meta + ".\(UUID().uuidString).tmp"
         try JSONEncoder().encode(entry).write(to: URL(fileURLWithPath: temporary))
@@ -154,4 +154,9 @@ public final class DiskCache: @unchecked Sendable {
             size = total
         }
     }
+}
+
+/// A file of the disk cache that could not be written.
+public struct CacheError: Error, Sendable, CustomStringConvertible {
+    public let description: String
 }

@@ -59,8 +59,10 @@ public struct RemoteFetcher: Sendable {
         let cached = cache?.entry(for: address)
         if let cached, !revalidate, let data = cache?.page(at: cached) { return (data, .cache) }
         do {
+            let cancellation = client.cancellation
             let result = try client.performWithRetries(HTTPRequest(url: url, headers: conditionalHeaders(cached), maxBytes: 64 << 20),
-                                                       attempts: attempts, backoff: backoff)
+                                                       attempts: attempts, backoff: backoff,
+                                                       isCancelled: { cancellation?.isCancelled ?? false })
             if result.status == 304, let cached, let data = cache?.page(at: cached) {
                 return (data, .cache)
             }
@@ -132,7 +134,7 @@ public struct RemoteFetcher: Sendable {
             // (an image larger than maxSize, other downloads) cannot take it from the item.
             guard Self.place(temporary, at: destination) else {
                 unlink(temporary)
-                throw ItemFailure(.download, "cannot spool \(address)")
+                throw ItemFailure(.io, "cannot spool \(address)")
             }
             do {
                 try cache.store(url: address, file: temporary, etag: result.etag, lastModified: result.lastModified)
@@ -141,7 +143,7 @@ public struct RemoteFetcher: Sendable {
             }
         } else if rename(temporary, destination) != 0 {
             unlink(temporary)
-            throw ItemFailure(.download, "cannot spool \(address): \(String(cString: strerror(errno)))")
+            throw ItemFailure(.io, "cannot spool \(address): \(String(cString: strerror(errno)))")
         }
         return .fetched(.remote)
     }

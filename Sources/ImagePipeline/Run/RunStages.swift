@@ -122,11 +122,11 @@ final class RunStages: Sendable {
                           failuresByReason: try store.failureCounts(runId: run.id), listingError: listingError)
     }
 
-    /// Removes half-written staged files of a killed session.
+    /// Removes half-written staged outputs and downloads of a killed session.
     private func sweepPartialFiles() {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: context.stagedDirectory)) ?? []
-        for name in names where name.hasSuffix(".partial") {
-            unlink(context.stagedDirectory + "/" + name)
+        for (folder, suffix) in [(context.stagedDirectory, ".partial"), (context.spoolDirectory, ".part")] {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+            for name in names where name.hasSuffix(suffix) { unlink(folder + "/" + name) }
         }
     }
 
@@ -445,6 +445,8 @@ final class RunStages: Sendable {
     /// ended: done, failed, or left pending because the run is stopping.
     private func deliver(_ job: Job) {
         context.deliverers.submit { [self] in
+            // Queued when the run was interrupted: left `processed`, resume delivers it.
+            guard !isCancelled else { return releaseSlot() }
             guard let staged = job.stagedPath, let name = job.outputName,
                   FileManager.default.fileExists(atPath: staged) else {
                 // The staged output is gone (removed by hand): make it again.
@@ -455,7 +457,7 @@ final class RunStages: Sendable {
             do {
                 pending = try context.store.pendingSinks(runId: context.runId, key: job.key)
             } catch {
-                return fail(job, ItemFailure(.upload, "cannot read the state file: \(error)"), attempts: 1)
+                return fail(job, ItemFailure(.io, "cannot read the state file: \(error)"), attempts: 1)
             }
             guard !pending.isEmpty else { return releaseSlot() }
             let delivery = Delivery(runId: context.runId, runUUID: context.run.uuid, key: job.key, stagedPath: staged,

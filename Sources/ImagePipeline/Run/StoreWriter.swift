@@ -82,7 +82,7 @@ final class StoreWriter: @unchecked Sendable {
                 outcomes = try store.apply(batch.map(\.0), runId: runId)
             } catch {
                 onError(error)
-                let failure = ItemFailure(.process, "cannot write the state file: \(error)")
+                let failure = ItemFailure(.io, "cannot write the state file: \(error)")
                 outcomes = Array(repeating: .failed(failure), count: batch.count)
             }
             for (entry, outcome) in zip(batch, outcomes) {
