@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import GRDB
 @testable import ImagePipeline
@@ -52,6 +53,50 @@ struct RunnerTests {
         #expect(state.duplicate() == .none)
         #expect(state.hasRoom(limit: 1))
         #expect(state.reportDuplicate("a") && !state.reportDuplicate("a"))
+    }
+
+    // MARK: - executors and the writer
+
+    @Test func anExecutorRunsEveryJobAndNeverMoreThanItsWidth() {
+        let executor = BoundedExecutor(label: "test", width: 3)
+        let counters = Mutex((running: 0, most: 0, done: 0))
+        let group = DispatchGroup()
+        for _ in 0 ..< 40 {
+            group.enter()
+            executor.submit {
+                counters.withLock { $0.running += 1; $0.most = max($0.most, $0.running) }
+                usleep(2000)
+                counters.withLock { $0.running -= 1; $0.done += 1 }
+                group.leave()
+            }
+        }
+        #expect(group.wait(timeout: .now() + 30) == .success)
+        let final = counters.withLock { $0 }
+        #expect(final.done == 40 && final.most <= 3 && final.most >= 2)
+    }
+
+    @Test func theWriterCommitsEveryChangeBeforeItsCompletionRuns() throws {
+        let store = try RunStore(path: work.url("state.sqlite"))
+        let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
+        let writer = StoreWriter(store: store, runId: run.id) { error in Issue.record("write failed: \(error)") }
+        let seen = Mutex<[Int: ChangeOutcome]>([:])
+        DispatchQueue.concurrentPerform(iterations: 300) { index in
+            let item = NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"])
+            writer.submit(.insert(item)) { outcome in
+                // Committed before the completion: another connection already sees the row.
+                let visible = (try? store.item(runId: run.id, key: "k\(index)")) != nil
+                seen.withLock { $0[index] = visible ? outcome : .failed(ItemFailure(.io, "not visible")) }
+            }
+        }
+        writer.submit(.insert(NewItem(key: "k0", seq: 999, location: "/again.jpg", metadata: nil, outputName: nil, sinks: []))) { outcome in
+            seen.withLock { $0[-1] = outcome }
+        }
+        writer.drain()
+        let outcomes = seen.withLock { $0 }
+        #expect(outcomes.count == 301)
+        #expect((0 ..< 300).allSatisfy { outcomes[$0] == .applied })
+        #expect(outcomes[-1] == .existing(seq: 1, status: .pending), "a key the run has is not inserted twice")
+        #expect(try store.counts(runId: run.id).total == 300)
     }
 
     // MARK: - run and resume policy, against a database alone
