@@ -255,6 +255,35 @@ struct RemoteFeedTests {
         #expect(work.files(under: "out") == ["good.jpg"])
     }
 
+    /// Against a slow origin, downloads and uploads run at their configured width from the
+    /// first item (a stage on a Dispatch queue grew by a thread a second): the server sees
+    /// `limits.downloads` requests at once, then `limits.uploads`.
+    @Test func slowOriginsSeeTheConfiguredWidthAtOnce() throws {
+        let gauge = Mutex((now: 0, most: 0, mostPuts: 0, puts: 0))
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { request in
+            let put = request.method == "PUT"
+            gauge.withLock {
+                if put { $0.puts += 1; $0.mostPuts = max($0.mostPuts, $0.puts) } else { $0.now += 1; $0.most = max($0.most, $0.now) }
+            }
+            Thread.sleep(forTimeInterval: 0.4)
+            gauge.withLock { if put { $0.puts -= 1 } else { $0.now -= 1 } }
+            return put ? .json("{}", status: 201) : .bytes(jpeg)
+        }
+        try work.write((1 ... 48).map { "\(server.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "urls.txt")
+        try work.write("""
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}],
+             "sink": {"type": "http", "url": "\(server.baseURL)/put/{stem}.jpg", "method": "PUT"},
+             "limits": {"downloads": 16, "uploads": 8, "timeout": 10}}
+            """, to: "pipe.json")
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let seen = gauge.withLock { $0 }
+        #expect(seen.most == 16, "at most \(seen.most) downloads at once, limits.downloads is 16")
+        #expect(seen.mostPuts == 8, "at most \(seen.mostPuts) uploads at once, limits.uploads is 8")
+    }
+
     /// Logging is off by default, and `--verbose` or `IMGPIPE_LOG` turns on the events an
     /// operator needs, with their item, stage, attempt and host, on standard error.
     @Test func retriesAndFeedPagesAreLoggedWhenAsked() throws {

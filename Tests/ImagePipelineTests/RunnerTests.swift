@@ -71,6 +71,7 @@ struct RunnerTests {
             }
         }
         #expect(group.wait(timeout: .now() + 30) == .success)
+        executor.shutdown()
         let final = counters.withLock { $0 }
         #expect(final.done == 40 && final.most <= 3 && final.most >= 2)
     }

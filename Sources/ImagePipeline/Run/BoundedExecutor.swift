@@ -1,61 +1,76 @@
-import Dispatch
 import Foundation
 
-/// Runs jobs on a Dispatch concurrent queue, at most `width` at a time; the rest wait in
-/// order. Submitting never blocks, so completions on other queues can hand work on.
-// @unchecked because `running` and `waiting` are guarded by `lock`.
+/// Runs jobs on a fixed set of `width` threads, started at once; the rest wait in order.
+/// Submitting never blocks, so completions on other queues can hand work on.
+///
+/// Real threads, not a Dispatch queue: jobs here block (a download, an upload, libvips
+/// decoding), and libdispatch grows a queue's threads by about one a second while its jobs
+/// block, so a stage 16 wide would take 15 s to reach its width. These threads are all
+/// there from the first job. `shutdown` ends them once the session is over.
+// @unchecked because `waiting`, `head` and `stopped` are guarded by `condition`.
 final class BoundedExecutor: @unchecked Sendable {
     typealias Job = @Sendable () -> Void
 
     let width: Int
-    private let queue: DispatchQueue
-    private let lock = NSLock()
-    private var running = 0
+    private let condition = NSCondition()
     private var waiting: [Job] = []
     private var head = 0
+    private var stopped = false
     private let afterEachJob: (@Sendable () -> Void)?
 
     /// `afterEachJob` runs on the worker thread after every job (e.g. libvips' per-thread
     /// cleanup).
-    init(label: String, width: Int, qos: DispatchQoS = .userInitiated, afterEachJob: (@Sendable () -> Void)? = nil) {
+    init(label: String, width: Int, afterEachJob: (@Sendable () -> Void)? = nil) {
         self.width = max(1, width)
-        queue = DispatchQueue(label: label, qos: qos, attributes: .concurrent)
         self.afterEachJob = afterEachJob
+        for index in 0 ..< self.width {
+            let thread = Thread { [self] in work() }
+            thread.name = "\(label).\(index)"
+            thread.stackSize = 4 << 20
+            thread.start()
+        }
     }
 
     func submit(_ job: @escaping Job) {
-        let start: Bool = lock.withLock {
-            if running < width {
-                running += 1
-                return true
-            }
-            waiting.append(job)
-            return false
-        }
-        if start { queue.async { self.drain(first: job) } }
+        condition.lock()
+        waiting.append(job)
+        condition.signal()
+        condition.unlock()
     }
 
-    /// Runs `first`, then waiting jobs, on this worker until none is left.
-    private func drain(first: @escaping Job) {
-        var job: Job? = first
-        while let current = job {
-            current()
+    /// Lets the threads end once the jobs already submitted have run; later jobs are
+    /// dropped.
+    func shutdown() {
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    private func work() {
+        while let job = next() {
+            job()
             afterEachJob?()
-            job = lock.withLock {
-                guard head < waiting.count else {
-                    waiting.removeAll(keepingCapacity: true)
-                    head = 0
-                    running -= 1
-                    return nil
-                }
-                let next = waiting[head]
-                head += 1
-                if head > 1024, head * 2 > waiting.count {
-                    waiting.removeFirst(head)
-                    head = 0
-                }
-                return next
-            }
         }
+    }
+
+    /// The oldest waiting job; nil when shut down and nothing is left.
+    private func next() -> Job? {
+        condition.lock()
+        defer { condition.unlock() }
+        while head == waiting.count {
+            if stopped { return nil }
+            condition.wait()
+        }
+        let job = waiting[head]
+        head += 1
+        if head == waiting.count {
+            waiting.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head > 1024, head * 2 > waiting.count {
+            waiting.removeFirst(head)
+            head = 0
+        }
+        return job
     }
 }
