@@ -4,7 +4,8 @@
   request for P % of the images (chosen by a hash of the name) is answered 503;
 - GET /upload → {"url": "/once/<token>"}; POST /once/<token>: a multipart upload, stored
   once per Idempotency-Key (the two-step upload of imgpipe's `upload` sink);
-- GET /stats: counts and the times of the first and last upload, as JSON."""
+- GET /stats: counts and the times of the first and last upload, as JSON;
+- with --delay S, every image and upload answer waits S seconds first (a slow origin)."""
 import argparse, hashlib, http.server, json, os, socketserver, threading, time, uuid
 
 parser = argparse.ArgumentParser()
@@ -12,6 +13,7 @@ parser.add_argument("folder")
 parser.add_argument("--port", type=int, default=0)
 parser.add_argument("--fail-first", type=float, default=0)
 parser.add_argument("--port-file")
+parser.add_argument("--delay", type=float, default=0)
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -32,6 +34,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length)
+        time.sleep(args.delay)
         if not self.path.startswith("/once/") or b'filename="' not in body:
             return self.reply(400, b"bad upload", "text/plain")
         key = self.headers.get("Idempotency-Key")
@@ -65,6 +68,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with lock:
                 stats["503"] += 1
             return self.reply(503, b"busy", "text/plain")
+        time.sleep(args.delay)
         with open(path, "rb") as f:
             body = f.read()
         with lock:
