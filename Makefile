@@ -24,8 +24,12 @@ deps:
 	@python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema \
 	  || python3 -m pip install -q --break-system-packages jsonschema
 
+# Quiet: only errors are printed (the packages imgpipe depends on compile with warnings of
+# their own; imgpipe's own code has none).
 build: deps
-	$(SWIFT) build
+	@echo "build: swift build (a first build takes a few minutes)"
+	@$(SWIFT) build --quiet
+	@echo "build: $(BIN)"
 
 release: deps
 	$(SWIFT) build -c release

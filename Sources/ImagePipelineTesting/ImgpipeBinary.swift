@@ -45,8 +45,8 @@ public enum ImgpipeBinary {
         let id = UUID().uuidString.prefix(8)
         let out = NSTemporaryDirectory() + "/imgpipe-out-\(id)"
         let err = NSTemporaryDirectory() + "/imgpipe-err-\(id)"
-        FileManager.default.createFile(atPath: out, contents: nil)
-        FileManager.default.createFile(atPath: err, contents: nil)
+        _ = FileManager.default.createFile(atPath: out, contents: nil)
+        _ = FileManager.default.createFile(atPath: err, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
         process.standardInput = FileHandle.nullDevice

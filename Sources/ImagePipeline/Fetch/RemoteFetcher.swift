@@ -69,7 +69,7 @@ public struct RemoteFetcher: Sendable {
             guard (200 ... 299).contains(result.status), let body = result.body else {
                 throw HTTPFailure(kind: .status, message: "HTTP \(result.status)", status: result.status, retryAfter: nil)
             }
-            try? cache?.storePage(url: address, data: body, etag: result.etag, lastModified: result.lastModified)
+            _ = try? cache?.storePage(url: address, data: body, etag: result.etag, lastModified: result.lastModified)
             return (body, .remote)
         } catch {
             if let cached, let data = cache?.page(at: cached) { return (data, .cache) }
