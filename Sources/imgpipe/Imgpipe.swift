@@ -45,11 +45,11 @@ struct Imgpipe: ParsableCommand {
             Foundation.exit(error.exitCode.rawValue)
         } catch {
             let code = exitCode(for: error)
-            if code == .success || code.rawValue == 1 || code.rawValue == 2 || code.rawValue == 130 {
-                exit(withError: error)
-            }
-            // ArgumentParser's usage errors exit 64 (EX_USAGE); ours is 2.
-            let message = fullMessage(for: error)
+            if code == .success { exit(withError: error) } // --help, --version
+            // ArgumentParser's usage errors exit 64 (EX_USAGE); ours is 2. Its "Error: "
+            // becomes the "error: " of every other message.
+            var message = fullMessage(for: error)
+            if message.hasPrefix("Error: ") { message = "error: " + message.dropFirst(7) }
             if !message.isEmpty { FileHandle.standardError.write(Data((message + "\n").utf8)) }
             Foundation.exit(code.rawValue == 64 ? 2 : code.rawValue)
         }
@@ -61,23 +61,7 @@ struct Imgpipe: ParsableCommand {
         guard let word = arguments.first, !word.hasPrefix("-") else { return }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]
         guard !names.contains(word) else { return }
-        let nearest = names.min { editDistance($0, word) < editDistance($1, word) }
-        let hint = nearest.flatMap { editDistance($0, word) <= max(2, word.count / 3) ? " (did you mean `\($0)`?)" : nil } ?? ""
+        let hint = Spelling.closest(to: word, in: names, distance: max(2, word.count / 3)).map { " (did you mean `\($0)`?)" } ?? ""
         throw CommandError.usage("unknown command `\(word)`\(hint); the commands are \(names.dropLast().joined(separator: ", "))")
-    }
-
-    static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a), b = Array(b)
-        var row = Array(0 ... b.count)
-        for i in 1 ... max(a.count, 1) where !a.isEmpty {
-            var previous = row[0]
-            row[0] = i
-            for j in stride(from: 1, through: b.count, by: 1) {
-                let current = row[j]
-                row[j] = min(row[j] + 1, row[j - 1] + 1, previous + (a[i - 1] == b[j - 1] ? 0 : 1))
-                previous = current
-            }
-        }
-        return a.isEmpty ? b.count : row[b.count]
     }
 }

@@ -207,7 +207,8 @@ struct CommandLineTests {
         try pipeline(filters: #"[{"op": "fit", "width": 128, "height": 128}]"#, limits: #"{"workers": 1}"#)
         let refused = try imgpipe("resume", "pipe.json")
         #expect(refused.status == 2)
-        #expect(refused.stderr.contains("filters"))
+        #expect(refused.stderr.contains("filters changed since run #1 started (filters: autorotate, fit → fit)"),
+                "stderr: \(refused.stderr)")
 
         try pipeline(limits: #"{"workers": 1}"#)
         let resumed = try imgpipe("resume", "pipe.json")
@@ -286,6 +287,31 @@ struct CommandLineTests {
         #expect(result.status == 2)
         #expect(result.stderr.contains("utf8.json: sinks[0].path: invalid JSON at line 2, column 46: invalid UTF-8"),
                 "stderr: \(result.stderr)")
+    }
+
+    /// What a newcomer types: spellings other tools accept, a folder for a file, a
+    /// negative limit, a misspelt command. Each gets an answer that says what to do.
+    @Test func commonSpellingsAndMistakesGetClearAnswers() throws {
+        try pipeline(filters: #"[{"op": "fill", "width": 32, "height": 32, "gravity": "center"}]"#,
+                     output: #"{"format": "jpg"}"#)
+        let valid = try imgpipe("validate", "pipe.json")
+        #expect(valid.status == 0, "stderr: \(valid.stderr)")
+        try pipeline(output: #"{"format": "jepg"}"#)
+        let typo = try imgpipe("validate", "pipe.json")
+        #expect(typo.status == 2 && typo.stderr.contains(#"output.format: expected one of jpeg, png, webp, avif, tiff, gif, got "jepg" (did you mean "jpeg"?)"#),
+                "stderr: \(typo.stderr)")
+        try work.folder("jobs")
+        let folder = try imgpipe("run", "jobs")
+        #expect(folder.status == 2 && folder.stderr.contains("error: jobs: a folder, not a pipeline file"), "stderr: \(folder.stderr)")
+        #expect(!folder.stderr.contains("NSCocoaErrorDomain"))
+        let negative = try imgpipe("run", "pipe.json", "--limit", "-1")
+        #expect(negative.status == 2 && negative.stderr.contains("error: --limit must be a positive integer, got -1"),
+                "stderr: \(negative.stderr)")
+        let misspelt = try imgpipe("dryrun", "pipe.json")
+        #expect(misspelt.status == 2 && misspelt.stderr.contains("unknown command `dryrun` (did you mean `dry-run`?)"))
+        let unknown = try imgpipe("frobnicate", "--help")
+        #expect(unknown.status == 2 && unknown.stdout.isEmpty && unknown.stderr.contains("unknown command `frobnicate`"))
+        for result in [typo, folder, negative, misspelt] { #expect(!result.stderr.contains("Error:")) }
     }
 
     @Test func usageErrorsExitTwo() throws {

@@ -103,7 +103,7 @@ struct RunnerTests {
     // MARK: - run and resume policy, against a database alone
 
     func identity(filters: String = "fit") -> RunIdentity {
-        RunIdentity(pipelinePath: "/p.json", pipelineName: "p", document: "{}", fingerprint: ["filters": filters, "output": "jpeg"],
+        RunIdentity(pipelinePath: "/p.json", pipelineName: "p", document: "{}", fingerprint: ["filters": #"[{"op":"\#(filters)"}]"#, "output": #"{"format":"jpeg"}"#],
                     sinks: ["out"], workRoot: work.url("work"), displayPath: "p.json")
     }
 
@@ -127,8 +127,9 @@ struct RunnerTests {
         do {
             _ = try store.begin(.resume(retryFailed: false), identity(filters: "fill"))
             Issue.record("a changed pipeline was resumed")
-        } catch let RunError.pipelineChanged(fields, _) {
+        } catch let RunError.pipelineChanged(fields, _, details) {
             #expect(fields == ["filters"])
+            #expect(details == [#"filters[0].op: "fit" → "fill""#])
         }
         let finished = try store.begin(.resume(retryFailed: false), identity())
         #expect(finished.run.state == .finished)
@@ -141,7 +142,7 @@ struct RunnerTests {
     @Test func aRowThatDoesNotDecodeIsAnErrorNotADefault() throws {
         let store = try RunStore(path: work.url("state.sqlite"))
         let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
-        #expect(run.fingerprint == ["filters": "fit", "output": "jpeg"] && run.sinks == ["out"])
+        #expect(run.fingerprint == ["filters": #"[{"op":"fit"}]"#, "output": #"{"format":"jpeg"}"#] && run.sinks == ["out"])
         #expect(abs(run.startedAt.timeIntervalSinceNow) < 60)
         let queue = try DatabaseQueue(path: work.url("state.sqlite"))
         try queue.write { try $0.execute(sql: "UPDATE run SET state = 'bogus'") }

@@ -51,7 +51,7 @@ public enum PipelineSchema {
                             ("headers", ref("strings"))], required: ["type", "url"]),
                 ]))])),
                 ("output", object([
-                    ("format", .object([("enum", strings(OutputFormat.allCases.map(\.rawValue)))])),
+                    ("format", .object([("enum", strings(SpecNode.withAliases(OutputFormat.allCases.map(\.rawValue))))])),
                     ("quality", integerSchema(1 ... 100)),
                     ("strip", .object([("type", .string("boolean"))])),
                     ("progressive", .object([("type", .string("boolean"))])),
@@ -100,7 +100,7 @@ public enum PipelineSchema {
             case let .number(range): schema = members(numberSchema(range))
             case .boolean: schema = [("type", .string("boolean"))]
             case .string: schema = [("type", .string("string"))]
-            case let .choice(options): schema = [("enum", strings(options))]
+            case let .choice(options): schema = [("enum", strings(SpecNode.withAliases(options)))]
             case .colour: schema = [("type", .string("string")), ("pattern", .string("^#([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$"))]
             case .aspect: schema = [("type", .string("string")), ("pattern", .string("^[0-9]+(\\.[0-9]+)?:[0-9]+(\\.[0-9]+)?$"))]
             }

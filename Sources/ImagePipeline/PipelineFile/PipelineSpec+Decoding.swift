@@ -8,10 +8,17 @@ extension PipelineSpec {
     public static func load(path: String, registry: FilterRegistry = .standard) throws -> PipelineSpec {
         let url = URL(fileURLWithPath: path)
         let bytes: [UInt8]
+        var isFolder: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isFolder) else {
+            throw SpecError(path: "", message: "no such file")
+        }
+        guard !isFolder.boolValue else {
+            throw SpecError(path: "", message: "a folder, not a pipeline file (give the JSON file in it)")
+        }
         do {
             bytes = Array(try Data(contentsOf: url))
         } catch {
-            throw SpecError(path: "", message: "cannot read pipeline file \(path): \(error.localizedDescription)")
+            throw SpecError(path: "", message: "cannot read the pipeline file: \(String(cString: strerror(errno)))")
         }
         let document: JSONValue
         do {

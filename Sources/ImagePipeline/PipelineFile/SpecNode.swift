@@ -42,11 +42,24 @@ struct SpecNode {
         return number
     }
 
+    /// Other spellings users type for a choice: accepted as the name they stand for.
+    static let aliases = ["center": "centre", "jpg": "jpeg", "tif": "tiff", "north-west": "northwest",
+                          "north-east": "northeast", "south-west": "southwest", "south-east": "southeast"]
+
+    /// The choices with the aliases that stand for one of them (for the JSON Schema).
+    static func withAliases(_ options: [String]) -> [String] {
+        options + aliases.keys.sorted().filter { aliases[$0].map(options.contains) == true }
+    }
+
     func choice(_ options: [String]) throws -> String {
-        guard case let .string(text) = value, options.contains(text) else {
-            throw expected("one of " + options.joined(separator: ", "))
+        guard case let .string(text) = value else { throw expected("one of " + options.joined(separator: ", ")) }
+        if options.contains(text) { return text }
+        if let name = Self.aliases[text.lowercased()] ?? options.first(where: { $0.lowercased() == text.lowercased() }),
+           options.contains(name) {
+            return name
         }
-        return text
+        let hint = Self.closest(to: text, in: options).map { " (did you mean \"\($0)\"?)" } ?? ""
+        throw fail("expected one of \(options.joined(separator: ", ")), got \(JSONValue.quote(text))\(hint)")
     }
 
     func array() throws -> [SpecNode] {
@@ -81,20 +94,7 @@ struct SpecNode {
 
     /// The allowed key nearest to a misspelt one (edit distance at most 2).
     static func closest(to word: String, in candidates: [String]) -> String? {
-        func distance(_ a: [Character], _ b: [Character]) -> Int {
-            var previous = Array(0 ... b.count)
-            for (i, ca) in a.enumerated() {
-                var current = [i + 1]
-                for (j, cb) in b.enumerated() {
-                    current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (ca == cb ? 0 : 1)))
-                }
-                previous = current
-            }
-            return previous[b.count]
-        }
-        let scored = candidates.map { ($0, distance(Array(word.lowercased()), Array($0.lowercased()))) }
-        guard let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= 2 else { return nil }
-        return best.0
+        Spelling.closest(to: word, in: candidates)
     }
 }
 

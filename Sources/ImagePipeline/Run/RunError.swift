@@ -2,7 +2,8 @@
 public enum RunError: Error, Sendable, CustomStringConvertible {
     case unfinishedRun(id: Int64, stateFile: String, pipeline: String)
     case nothingToResume(stateFile: String, pipeline: String)
-    case pipelineChanged(fields: [String], id: Int64)
+    /// `details`: where the file differs from the run's, `path: old → new`.
+    case pipelineChanged(fields: [String], id: Int64, details: [String])
     case stateFileBusy(stateFile: String)
     case feed(String)
 
@@ -12,8 +13,10 @@ public enum RunError: Error, Sendable, CustomStringConvertible {
             "state file \(stateFile) has an unfinished run (#\(id)); continue it with `imgpipe resume \(pipeline)`, or start over with `imgpipe run \(pipeline) --new`"
         case let .nothingToResume(stateFile, pipeline):
             "state file \(stateFile) has no run to resume; start one with `imgpipe run \(pipeline)`"
-        case let .pipelineChanged(fields, id):
-            "the pipeline's \(fields.joined(separator: " and ")) changed since run #\(id) started, so its outputs would differ; restore the file, or start over with `imgpipe run --new`"
+        case let .pipelineChanged(fields, id, details):
+            "the pipeline's \(fields.joined(separator: " and ")) changed since run #\(id) started"
+                + (details.isEmpty ? "" : " (" + details.joined(separator: "; ") + ")")
+                + ", so its outputs would differ; restore the file, or start over with `imgpipe run --new`"
         case let .stateFileBusy(stateFile):
             "state file \(stateFile) is in use by another imgpipe process"
         case let .feed(message):

@@ -66,7 +66,14 @@ extension RunStore {
                 throw RunError.nothingToResume(stateFile: path, pipeline: identity.displayPath)
             }
             let changed = identity.fingerprint.keys.sorted().filter { identity.fingerprint[$0] != run.fingerprint[$0] }
-            if !changed.isEmpty { throw RunError.pipelineChanged(fields: changed, id: run.id) }
+            if !changed.isEmpty {
+                let details = changed.flatMap { field -> [String] in
+                    guard let old = run.fingerprint[field].flatMap({ try? JSONParser.parse($0) }),
+                          let new = identity.fingerprint[field].flatMap({ try? JSONParser.parse($0) }) else { return [] }
+                    return JSONValue.differences(from: old, to: new, at: field)
+                }
+                throw RunError.pipelineChanged(fields: changed, id: run.id, details: details)
+            }
             var start = RunStart(run: run, resuming: true, refreshing: false, notices: [])
             if retryFailed {
                 let requeued = try requeueFailed(runId: run.id)

@@ -17,7 +17,7 @@ struct DryRunCommand: ParsableCommand {
     @Option(help: "Where previews go (default: preview/<pipeline name>/).")
     var out: String?
 
-    @Option(help: "Use at most this many samples.")
+    @Option(parsing: .unconditional, help: "Use at most this many samples.")
     var limit: Int?
 
     @Flag(help: "Print the table as JSON.")

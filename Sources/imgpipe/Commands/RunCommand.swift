@@ -13,7 +13,8 @@ struct RunCommand: ParsableCommand {
 
     @OptionGroup var options: PipelineOptions
 
-    @Option(help: "Take at most this many items from the feed.")
+    // `.unconditional`, so that `--limit -1` is read as a value (and refused as one).
+    @Option(parsing: .unconditional, help: "Take at most this many items from the feed.")
     var limit: Int?
 
     @Flag(help: "Abandon an unfinished run in the state file and start a new one.")
