@@ -11,7 +11,12 @@ import Glibc
 /// - one libvips thread per image: imgpipe runs one image per worker and as many workers
 ///   as cores, which is faster than libvips' own threading for small images;
 /// - untrusted loaders (SVG, PDF, ImageMagick, matrix, …) blocked;
-/// - libvips warnings silenced: failures reach the caller as errors instead.
+/// - libvips warnings silenced: failures reach the caller as errors instead;
+/// - liborc's run-time compiled vector code off: liborc 0.4.33 (Debian 12's) is not
+///   thread-safe when several images build their vector programs at once, and crashed
+///   imgpipe with 2 workers in the benchmark (SIGSEGV inside liborc; sharp's users saw the
+///   same, lovell/sharp#3677, fixed in liborc 0.4.34). `setVectorEnabled(true)` turns it
+///   back on, for experiments.
 public enum VipsRuntime {
     private static let setUpResult: Result<Void, VipsError> = {
         setenv("VIPS_WARNING", "0", 0)
@@ -24,6 +29,7 @@ public enum VipsRuntime {
         vips_concurrency_set(1)
         vips_block_untrusted_set(1)
         vips_leak_set(0)
+        ip_set_vector_enabled(0)
         return .success(())
     }()
 
@@ -36,6 +42,12 @@ public enum VipsRuntime {
     public static func setThreadsPerImage(_ count: Int) {
         guard case .success = setUpResult else { return }
         vips_concurrency_set(Int32(max(1, count)))
+    }
+
+    /// Turns liborc's vector code on or off (off by default: see above). Tuning knob.
+    public static func setVectorEnabled(_ enabled: Bool) {
+        guard case .success = setUpResult else { return }
+        ip_set_vector_enabled(enabled ? 1 : 0)
     }
 
     /// Limits glibc's malloc arenas for the process (call first thing): libvips workers

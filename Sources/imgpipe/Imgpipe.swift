@@ -35,6 +35,7 @@ struct Imgpipe: ParsableCommand {
             VipsRuntime.limitMallocArenas(2)
         }
         if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
+        if tuning.vectorCode { VipsRuntime.setVectorEnabled(true) }
         LogOptions.bootstrap()
         do {
             try refuseUnknownCommand(Array(CommandLine.arguments.dropFirst()))
