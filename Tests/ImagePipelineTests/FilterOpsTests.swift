@@ -237,6 +237,28 @@ struct FilterOpsTests {
         #expect(topOnly.maxDifference(from: original, rows: h / 2 ..< h) == 0)
     }
 
+    /// Letters over a transparent area are drawn (they used to keep the alpha of what was
+    /// under them, so "ONE DOES NOT" came out as "ONE DOES NO" on a half-transparent PNG).
+    @Test func captionsAreDrawnOverTransparentAreas() throws {
+        let path = directory.url("half-clear.png")
+        try ImageFixtures.rgbaPNG(at: path, width: 200, height: 120) // left half transparent
+        let caption = Caption(top: "MMMMMMMMMMMMMMMM", bottom: nil, font: "DejaVu Sans Bold", colour: .white,
+                              strokeColour: .black, strokeWidth: 2, size: nil)
+        let out = try run(.caption(caption), on: path)
+        #expect(out.bands == 4)
+        var drawnLeft = 0
+        var clearBelow = true
+        for y in 0 ..< out.height {
+            for x in 0 ..< out.width / 2 {
+                let alpha = out.samples[(y * out.width + x) * 4 + 3]
+                if y < out.height / 4, alpha == 255 { drawnLeft += 1 }
+                if y > out.height / 2, alpha != 0 { clearBelow = false }
+            }
+        }
+        #expect(drawnLeft > 100, "the letters over the transparent half are missing (\(drawnLeft) opaque pixels)")
+        #expect(clearBelow, "the transparent area away from the text stays transparent")
+    }
+
     @Test func textIsPlacedByGravity() throws {
         let original = try harness.run([], on: photo)
         let overlay = TextOverlay(text: "© imgpipe", gravity: .southEast, margin: 8, font: "DejaVu Sans", size: 20,

@@ -52,17 +52,28 @@ extension VipsImage {
             let weighted = opacity < 1 ? try m.linear([opacity], [0], clipToByte: true) : m
             return try weighted.embedded(x: mx, y: my, width: w, height: h, background: [0])
         }
-        return try mappingColour { base in
-            var painted = base
-            if let outline, outlineWidth > 0 {
-                let window = 2 * outlineWidth + 1
-                let grown = try mask.embedded(x: outlineWidth, y: outlineWidth, width: mask.width + 2 * outlineWidth,
-                                              height: mask.height + 2 * outlineWidth, background: [0])
-                    .ranked(size: window, index: window * window - 1)
-                painted = try painted.blended(with: solid(outline), mask: place(grown, x - outlineWidth, y - outlineWidth))
-            }
-            return try painted.blended(with: solid(colour), mask: place(mask, x, y))
+        // The outline first, then the letters, each through its own mask.
+        var layers: [(colour: Colour, mask: VipsImage)] = []
+        if let outline, outlineWidth > 0 {
+            let window = 2 * outlineWidth + 1
+            let grown = try mask.embedded(x: outlineWidth, y: outlineWidth, width: mask.width + 2 * outlineWidth,
+                                          height: mask.height + 2 * outlineWidth, background: [0])
+                .ranked(size: window, index: window * window - 1)
+            layers.append((outline, try place(grown, x - outlineWidth, y - outlineWidth)))
         }
+        layers.append((colour, try place(mask, x, y)))
+        let painted = try mappingColour { base in
+            try layers.reduce(base) { try $0.blended(with: solid($1.colour), mask: $1.mask) }
+        }
+        guard hasAlpha else { return painted }
+        // Text is drawn whatever the alpha under it: where a layer covers, the alpha rises
+        // as the colour does (over a transparent area the letters become opaque).
+        let opaque = try VipsImage.black(width: w, height: h, bands: 1).linear([1], [255], clipToByte: true)
+        let alpha = try layers.reduce(try painted.extractBands(painted.bands - 1)) {
+            try $0.blended(with: opaque, mask: $1.mask)
+        }
+        let joined = try painted.extractBands(0, count: painted.bands - 1).joined(with: alpha.castToUChar())
+        return painted.colourSpace == .other ? joined : try joined.labelled(painted.colourSpace)
     }
 
     /// An image composited over this one: scaled to `scale` of the width, its alpha
