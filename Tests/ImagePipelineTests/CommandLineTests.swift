@@ -309,6 +309,8 @@ struct CommandLineTests {
                 "stderr: \(negative.stderr)")
         let misspelt = try imgpipe("dryrun", "pipe.json")
         #expect(misspelt.status == 2 && misspelt.stderr.contains("unknown command `dryrun` (did you mean `dry-run`?)"))
+        let workers = try imgpipe("run", "pipe.json", "-j", "-2")
+        #expect(workers.status == 2 && workers.stderr.contains("--workers must be 0 (one per core) or more, got -2"))
         let unknown = try imgpipe("frobnicate", "--help")
         #expect(unknown.status == 2 && unknown.stdout.isEmpty && unknown.stderr.contains("unknown command `frobnicate`"))
         for result in [typo, folder, negative, misspelt] { #expect(!result.stderr.contains("Error:")) }

@@ -14,6 +14,8 @@ struct ResumeCommand: ParsableCommand {
 
     @OptionGroup var options: PipelineOptions
 
+    @OptionGroup var workerOptions: WorkerOptions
+
     @Flag(help: "Also try the run's failed items again.")
     var retryFailed = false
 
@@ -27,6 +29,6 @@ struct ResumeCommand: ParsableCommand {
     var json = false
 
     func run() throws {
-        try RunSession(options: options, quiet: quiet, json: json).perform(.resume(retryFailed: retryFailed, refreshFeed: refreshFeed))
+        try RunSession(options: options, workers: workerOptions, quiet: quiet, json: json).perform(.resume(retryFailed: retryFailed, refreshFeed: refreshFeed))
     }
 }

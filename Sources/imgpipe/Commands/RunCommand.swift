@@ -13,6 +13,8 @@ struct RunCommand: ParsableCommand {
 
     @OptionGroup var options: PipelineOptions
 
+    @OptionGroup var workerOptions: WorkerOptions
+
     // `.unconditional`, so that `--limit -1` is read as a value (and refused as one).
     @Option(parsing: .unconditional, help: "Take at most this many items from the feed.")
     var limit: Int?
@@ -31,7 +33,7 @@ struct RunCommand: ParsableCommand {
     }
 
     func run() throws {
-        try RunSession(options: options, quiet: quiet, json: json)
+        try RunSession(options: options, workers: workerOptions, quiet: quiet, json: json)
             .perform(.fresh(limit: limit, replaceUnfinished: new))
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import ImagePipeline
 import Logging
 
 /// `--log-level` / `--verbose`, and `IMGPIPE_LOG`: what the library logs (retries and
@@ -33,5 +34,21 @@ struct LogOptions: ParsableArguments {
     /// output carries `--json` summaries and reports).
     static func bootstrap() {
         LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
+    }
+}
+
+/// `-j`/`--workers`: the pipeline's `limits.workers` for this command only (it does not
+/// change outputs, so a run may be resumed with another value).
+struct WorkerOptions: ParsableArguments {
+    @Option(name: [.customShort("j"), .long], parsing: .unconditional,
+            help: "Pixel workers for this command (overrides limits.workers; 0 = one per core).")
+    var workers: Int?
+
+    func validate() throws {
+        if let workers, workers < 0 { throw ValidationError("--workers must be 0 (one per core) or more, got \(workers)") }
+    }
+
+    func apply(to spec: inout PipelineSpec) {
+        if let workers { spec.limits.workers = workers }
     }
 }

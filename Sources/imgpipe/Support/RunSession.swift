@@ -7,11 +7,13 @@ import Logging
 /// result to an exit code.
 struct RunSession {
     let options: PipelineOptions
+    let workers: WorkerOptions
     let quiet: Bool
     let json: Bool
 
     func perform(_ mode: RunMode) throws {
-        let spec = try options.loadSpec()
+        var spec = try options.loadSpec()
+        workers.apply(to: &spec)
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
