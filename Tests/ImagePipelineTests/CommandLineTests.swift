@@ -316,6 +316,34 @@ struct CommandLineTests {
         for result in [typo, folder, negative, misspelt] { #expect(!result.stderr.contains("Error:")) }
     }
 
+    /// `status` with nothing else finds the one state file, `--runs` lists the runs,
+    /// `--run N` shows one, and the report ends with the command to run next.
+    @Test func statusFindsTheStateFileListsRunsAndSaysWhatNext() throws {
+        let none = try imgpipe("status")
+        #expect(none.status == 2 && none.stderr.contains("nothing has run here"))
+        try pipeline()
+        try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 64, height: 64)
+        try work.write("not an image", to: "in/b.jpg")
+        #expect(try imgpipe("run", "pipe.json").status == 1)
+        #expect(try imgpipe("run", "pipe.json", "--new").status == 1)
+        let latest = try imgpipe("status")
+        #expect(latest.status == 0, "stderr: \(latest.stderr)")
+        #expect(latest.stdout.contains("run #2") && latest.stdout.contains("1 done, 1 failed"))
+        #expect(latest.stdout.contains("next: try the 1 failed item(s) again with `imgpipe resume pipe.json --retry-failed`"),
+                "stdout: \(latest.stdout)")
+        let runs = try imgpipe("status", "--runs")
+        #expect(runs.stdout.contains("run #2: finished") && runs.stdout.contains("run #1: finished"), "stdout: \(runs.stdout)")
+        let first = try imgpipe("status", "pipe.json", "--run", "1", "--json").decoded(StatusReport.self)
+        #expect(first.run == 1 && first.state == "finished" && first.failed == 1)
+        let missing = try imgpipe("status", "--run", "9")
+        #expect(missing.status == 2 && missing.stderr.contains("has no run #9"))
+        try work.write("{}", to: "other.json")
+        _ = try imgpipe("run", "other.json")
+        try FileManager.default.copyItem(atPath: work.url(".imgpipe/pipe.sqlite"), toPath: work.url(".imgpipe/copy.sqlite"))
+        let several = try imgpipe("status")
+        #expect(several.status == 2 && several.stderr.contains("several state files"), "stderr: \(several.stderr)")
+    }
+
     @Test func usageErrorsExitTwo() throws {
         #expect(try imgpipe("run").status == 2)
         #expect(try imgpipe("run", "pipe.json", "--limit", "0").status == 2)

@@ -28,6 +28,17 @@ public struct StatusReport: Sendable, Codable {
     /// Reads the latest run of `store`; nil when it has none.
     public static func latest(in store: RunStore, failureLimit: Int = 1000) throws -> StatusReport? {
         guard let run = try store.latestRun() else { return nil }
+        return try report(of: run, in: store, failureLimit: failureLimit)
+    }
+
+    /// Reads run number `id` of `store` (any run, abandoned ones included); nil when there
+    /// is none.
+    public static func run(_ id: Int64, in store: RunStore, failureLimit: Int = 1000) throws -> StatusReport? {
+        guard let run = try store.run(id: id) else { return nil }
+        return try report(of: run, in: store, failureLimit: failureLimit)
+    }
+
+    static func report(of run: RunRecord, in store: RunStore, failureLimit: Int) throws -> StatusReport {
         let counts = try store.counts(runId: run.id)
         var sinks = try store.deliveryCounts(runId: run.id)
         for name in run.sinks where sinks[name] == nil { sinks[name] = DeliveryCounts() }

@@ -9,6 +9,11 @@ extension RunStore {
         }
     }
 
+    /// Every run of the state file, the newest first.
+    public func runs() throws -> [RunRecord] {
+        try database.read { db in try RunRecord.fetchAll(db, sql: "SELECT * FROM run ORDER BY id DESC") }
+    }
+
     public func run(id: Int64) throws -> RunRecord? {
         try database.read { db in
             try RunRecord.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id])

@@ -5,7 +5,11 @@ import ImagePipeline
 struct StatusCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show the latest run of a state file: counts by status, per sink, failures by reason, throughput."
+        abstract: "Show a run of a state file: counts by status, per sink, failures by reason, throughput, what to do next.",
+        discussion: """
+            With no pipeline file and no --state, the one state file in .imgpipe/ is read \
+            (when there are several, they are listed).
+            """
     )
 
     @Argument(help: "The pipeline file; its default state file is read.")
@@ -14,31 +18,75 @@ struct StatusCommand: ParsableCommand {
     @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite).")
     var state: String?
 
+    @Option(name: .customLong("run"), help: ArgumentHelp("Show run number N instead of the latest.", valueName: "N"))
+    var runNumber: Int64?
+
+    @Flag(help: "List every run of the state file.")
+    var runs = false
+
     @Flag(help: "Print one JSON object.")
     var json = false
 
-    func validate() throws {
-        if pipeline == nil, state == nil { throw ValidationError("give a pipeline file or --state") }
-    }
-
     func run() throws {
-        let stateFile = StateFiles.path(explicit: state, pipeline: pipeline)
+        let stateFile = try locateStateFile()
         guard FileManager.default.fileExists(atPath: stateFile) else {
             throw CommandError.usage("no state file at \(Console.display(stateFile)): nothing has run yet")
         }
+        let store: RunStore
         let report: StatusReport?
         do {
-            report = try StatusReport.latest(in: try RunStore(path: stateFile))
+            store = try RunStore(path: stateFile)
+            if runs { return try listRuns(store) }
+            report = try runNumber.map { try StatusReport.run($0, in: store) } ?? StatusReport.latest(in: store)
+        } catch let error as CommandError {
+            throw error
         } catch {
             throw CommandError.usage(String(describing: error))
         }
         guard let report else {
-            throw CommandError.usage("state file \(Console.display(stateFile)) has no runs")
+            throw CommandError.usage(runNumber.map { "state file \(Console.display(stateFile)) has no run #\($0) (see --runs)" }
+                                     ?? "state file \(Console.display(stateFile)) has no runs")
         }
         if json {
             Console.json(report)
             return
         }
+        print(report)
+        for line in nextSteps(report, stateFile: stateFile) { Console.out(line) }
+    }
+
+    /// The explicit state file, the pipeline's default one, or the only one in `.imgpipe/`.
+    func locateStateFile() throws -> String {
+        if state != nil || pipeline != nil { return StateFiles.path(explicit: state, pipeline: pipeline) }
+        let folder = ".imgpipe"
+        let found = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [])
+            .filter { $0.hasSuffix(".sqlite") }.sorted()
+        switch found.count {
+        case 0:
+            throw CommandError.usage("nothing has run here (no state file in .imgpipe/); give a pipeline file or --state")
+        case 1:
+            return URL(fileURLWithPath: folder + "/" + found[0]).standardizedFileURL.path
+        default:
+            throw CommandError.usage("several state files in .imgpipe/ (" + found.joined(separator: ", ")
+                                     + "); give the pipeline file or --state")
+        }
+    }
+
+    func listRuns(_ store: RunStore) throws {
+        let all = try store.runs()
+        if json {
+            Console.json(try all.compactMap { try StatusReport.run($0.id, in: store, failureLimit: 0) })
+            return
+        }
+        let formatter = ISO8601DateFormatter()
+        for record in all {
+            let counts = try store.counts(runId: record.id)
+            Console.out("run #\(record.id): \(record.state.rawValue), started \(formatter.string(from: record.startedAt)), "
+                        + "\(counts.done) done, \(counts.failed) failed, \(counts.unfinished) pending of \(counts.total)")
+        }
+    }
+
+    func print(_ report: StatusReport) {
         Console.out("run #\(report.run) (\(report.name)): \(report.state), started \(report.startedAt)"
                     + (report.finishedAt.map { ", finished \($0)" } ?? ""))
         Console.out("items: \(report.total) total, \(report.done) done, \(report.failed) failed, \(report.pending) pending"
@@ -60,5 +108,25 @@ struct StatusCommand: ParsableCommand {
             }
             if report.failures.count > 50 { Console.out("  … \(report.failed - 50) more (use --json)") }
         }
+    }
+
+    /// What to do next, as commands that work from here.
+    func nextSteps(_ report: StatusReport, stateFile: String) -> [String] {
+        let pipelineFile = Console.display(report.pipeline)
+        let stateOption = state.map { " --state \($0)" } ?? ""
+        var steps: [String] = []
+        switch report.state {
+        case "running", "interrupted":
+            steps.append("next: continue it with `imgpipe resume \(pipelineFile)\(stateOption)`"
+                         + (report.failed > 0 ? " (add --retry-failed to try the failed items again)" : ""))
+        case "finished" where report.failed > 0:
+            steps.append("next: try the \(report.failed) failed item(s) again with "
+                         + "`imgpipe resume \(pipelineFile)\(stateOption) --retry-failed`")
+        case "abandoned":
+            steps.append("this run was replaced by a newer one (`imgpipe status --runs\(stateOption)` lists them)")
+        default:
+            steps.append("every item is done")
+        }
+        return steps
     }
 }
