@@ -59,8 +59,13 @@ struct Imgpipe: ParsableCommand {
     /// A first word that is not an option must name a command: `imgpipe frobnicate
     /// --help` is an error naming the word (with the nearest command), not the root help.
     static func refuseUnknownCommand(_ arguments: [String]) throws {
-        guard let word = arguments.first, !word.hasPrefix("-") else { return }
+        guard var word = arguments.first, !word.hasPrefix("-") else { return }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]
+        if word == "help" {
+            // `imgpipe help run` names a command too.
+            guard let topic = arguments.dropFirst().first, !topic.hasPrefix("-") else { return }
+            word = topic
+        }
         guard !names.contains(word) else { return }
         let hint = Spelling.closest(to: word, in: names, distance: max(2, word.count / 3)).map { " (did you mean `\($0)`?)" } ?? ""
         throw CommandError.usage("unknown command `\(word)`\(hint); the commands are \(names.dropLast().joined(separator: ", "))")

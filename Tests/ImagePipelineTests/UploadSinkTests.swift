@@ -154,6 +154,49 @@ struct UploadSinkTests {
         #expect(watched.peakRSS < 200 << 20, "peak RSS \(watched.peakRSS >> 20) MB")
     }
 
+    /// An upload answered with a redirect is not followed (it would arrive as a GET, or a
+    /// PUT without its body, and carry its headers to another host): it fails `upload`.
+    @Test func aRedirectedUploadIsAFailureNotADelivery() throws {
+        let server = try TestHTTPServer { request in
+            request.path.hasPrefix("/up/") ? .status(302, headers: [("Location", "/landing")]) : .json("{}")
+        }
+        try images(2)
+        let put = #"{"type": "http", "url": "\#(server.baseURL)/up/{stem}.jpg", "method": "PUT", "headers": {"X-Api-Key": "k3y"}}"#
+        let post = #"{"type": "http", "name": "form", "url": "\#(server.baseURL)/up/{stem}", "method": "POST"}"#
+        try pipeline(sinks: "[\(put), \(post)]", retry: #"{"attempts": 1}"#)
+        let result = try imgpipe(["run", "pipe.json"])
+        #expect(result.status == 1)
+        #expect(server.requests(to: "/landing").isEmpty, "a redirect was followed")
+        let report = try status()
+        #expect(report.done == 0 && report.failed == 2)
+        #expect(report.failures.allSatisfy { $0.reason == "upload" && $0.message.contains("redirect") }, "\(report.failures)")
+    }
+
+    /// Ctrl-C while a delivery waits for a `Retry-After: 60`: the run stops at once, the
+    /// delivery stays pending, and resume delivers it.
+    @Test func anInterruptDoesNotWaitForARetryTimer() throws {
+        let busy = Mutex(true)
+        let server = try TestHTTPServer { _ in
+            busy.withLock { $0 } ? .status(503, headers: [("Retry-After", "60")]) : .json("{}", status: 201)
+        }
+        try images(2)
+        try pipeline(sinks: #"[{"type": "http", "url": "\#(server.baseURL)/put/{stem}.jpg", "method": "PUT"}]"#,
+                     retry: #"{"attempts": 3, "backoff": 0.05}"#)
+        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, server.requests.count < 2 { usleep(20_000) }
+        usleep(200_000)
+        running.signal(SIGINT)
+        let watched = running.watch(deadline: 60)
+        let result = try #require(watched.result)
+        #expect(result.status == 130, "stderr: \(result.stderr)")
+        #expect(watched.seconds < 8, "the interrupt waited \(watched.seconds) s for a retry timer")
+        busy.withLock { $0 = false }
+        let resumed = try imgpipe(["resume", "pipe.json"])
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+        #expect(try status().done == 2)
+    }
+
     @Test func httpSinkPutsEachOutputAndPostsMultipart() throws {
         let server = try UploadServer()
         try images(3)

@@ -136,7 +136,8 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
 ///   byte, fails the transfer (`timed out`); the whole transfer has a deadline of 4 × that,
 ///   checked by the client itself on every callback, so a server that drips one byte a
 ///   second cannot hold an item;
-/// - at most 5 redirects, only to `http`/`https`; a `User-Agent` naming imgpipe.
+/// - at most 5 redirects, only to `http`/`https`, and only for GET and HEAD (an upload
+///   answered with a redirect fails: it was not stored); a `User-Agent` naming imgpipe.
 ///
 /// Easy handles are kept in a pool and reused, so connections to a host are kept alive.
 // @unchecked because the pool is guarded by `lock`; a handle is used by one thread at a time.
@@ -196,8 +197,10 @@ public final class HTTPClient: @unchecked Sendable {
             throw failure(code, request: request, transfer: transfer, redirects: redirects, status: status)
         }
         if (300 ... 399).contains(status), status != 304 {
-            throw HTTPFailure(kind: .redirects, message: "more than \(Self.maxRedirects) redirects, or a redirect without a location",
-                              status: status, retryAfter: nil)
+            let message = request.method == "GET" || request.method == "HEAD"
+                ? "more than \(Self.maxRedirects) redirects, or a redirect without a location"
+                : "the server answered \(request.method) with a redirect (HTTP \(status)), which is not followed: nothing was stored"
+            throw HTTPFailure(kind: .redirects, message: message, status: status, retryAfter: nil)
         }
         return HTTPResult(status: status, headers: transfer.headers,
                           body: request.destination == nil ? transfer.data : nil, bytes: transfer.received)
@@ -243,7 +246,10 @@ public final class HTTPClient: @unchecked Sendable {
         _ = ip_curl_set_string(handle, CURLOPT_URL, request.url.absoluteString)
         _ = ip_curl_set_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
         _ = ip_curl_set_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-        _ = ip_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, 1)
+        // Redirects are followed for reads only: a redirected upload would be re-sent as a
+        // GET (or a PUT without its body), and its headers (an API key) to another host.
+        let reads = request.method == "GET" || request.method == "HEAD"
+        _ = ip_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, reads ? 1 : 0)
         _ = ip_curl_set_long(handle, CURLOPT_MAXREDIRS, Self.maxRedirects)
         _ = ip_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
         _ = ip_curl_set_string(handle, CURLOPT_USERAGENT, Self.userAgent)

@@ -12,8 +12,8 @@ import Foundation
 public final class Environment: @unchecked Sendable {
     private let variables: [String: String]
     private let lock = NSLock()
-    /// Every form of every value read, longest first, with the variable it came from.
-    private var forms: [(text: String, name: String)] = []
+    /// Every form of every value read, longest first, with the reference that stands for it.
+    private var forms: [(text: String, reference: String)] = []
     private var known: Set<String> = []
     /// The values read, by name.
     private var values: [String: String] = [:]
@@ -31,8 +31,8 @@ public final class Environment: @unchecked Sendable {
             lock.withLock {
                 guard known.insert(name + "\u{0}" + value).inserted else { return }
                 values[name] = value
-                for form in Self.forms(of: value) where !forms.contains(where: { $0.text == form }) {
-                    forms.append((form, name))
+                for (index, form) in Self.forms(of: value).enumerated() where !forms.contains(where: { $0.text == form }) {
+                    forms.append((form, index == 0 ? "${\(name)}" : "${\(name):\(index)}"))
                 }
                 forms.sort { $0.text.utf8.count > $1.text.utf8.count }
             }
@@ -45,18 +45,25 @@ public final class Environment: @unchecked Sendable {
         replacing(in: text) { _ in "***" }
     }
 
-    /// `text` with every form of every expanded value replaced by its `${NAME}` reference.
+    /// `text` with every form of every expanded value replaced by its reference: `${NAME}`
+    /// for the value as written, `${NAME:n}` for its n-th encoded form (percent-encoded,
+    /// JSON-escaped, …), so that `expanding` gives back exactly the same text.
     public func unexpanded(_ text: String) -> String {
-        replacing(in: text) { "${\($0)}" }
+        replacing(in: text) { $0 }
     }
 
-    /// The inverse of `unexpanded`: each `${NAME}` of a value read before, expanded again
-    /// (a recorded location is fetched with its real value).
+    /// The inverse of `unexpanded`: each reference to a value read before is replaced by the
+    /// form it stood for (a recorded location is fetched with its real value, encoded as it
+    /// was).
     public func expanding(_ text: String) -> String {
         guard text.contains("${") else { return text }
         let known = lock.withLock { values }
         var out = text
-        for (name, value) in known { out = out.replacingOccurrences(of: "${\(name)}", with: value) }
+        for (name, value) in known where out.contains("${\(name)") {
+            for (index, form) in Self.forms(of: value).enumerated().reversed() {
+                out = out.replacingOccurrences(of: index == 0 ? "${\(name)}" : "${\(name):\(index)}", with: form)
+            }
+        }
         return out
     }
 
@@ -64,7 +71,7 @@ public final class Environment: @unchecked Sendable {
         let known = lock.withLock { forms }
         var out = text
         for form in known where out.contains(form.text) {
-            out = out.replacingOccurrences(of: form.text, with: replacement(form.name))
+            out = out.replacingOccurrences(of: form.text, with: replacement(form.reference))
         }
         return out
     }

@@ -31,15 +31,16 @@ final class BoundedExecutor: @unchecked Sendable {
         }
     }
 
+    /// Queues `job`; after `shutdown` it is dropped (the session it belonged to is over).
     func submit(_ job: @escaping Job) {
         condition.lock()
+        guard !stopped else { return condition.unlock() }
         waiting.append(job)
         condition.signal()
         condition.unlock()
     }
 
-    /// Lets the threads end once the jobs already submitted have run; later jobs are
-    /// dropped.
+    /// Lets the threads end once the jobs already queued have run; later jobs are dropped.
     func shutdown() {
         condition.lock()
         stopped = true

@@ -22,6 +22,8 @@ final class RunStages: Sendable {
     private let slotFreed = DispatchSemaphore(value: 0)
     /// Signalled when the producer thread ends.
     private let producerEnded = DispatchSemaphore(value: 0)
+    /// Retries waiting on a timer, with what to do instead if the run is interrupted.
+    private let retryTimers = Mutex<(next: UInt64, pending: [UInt64: @Sendable () -> Void])>((0, [:]))
 
     init(_ context: RunContext) throws {
         self.context = context
@@ -36,6 +38,7 @@ final class RunStages: Sendable {
     func interrupt(now: Bool) {
         let action = state.withLock { $0.interrupt(now: now, at: Date()) }
         if action == .abort { pipeline.cancellation.abort() }
+        if action != .none { cancelRetries() }
     }
 
     // MARK: - the session
@@ -341,8 +344,36 @@ final class RunStages: Sendable {
     }
 
     /// Runs `body` again after `delay` seconds, on a timer (no thread waits for it).
-    private func later(_ delay: Double, _ body: @escaping @Sendable () -> Void) {
-        DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: body)
+    ///
+    /// The wait is registered: when the run is interrupted, `ifInterrupted` runs at once
+    /// instead (the item gives its slot back and stays as recorded, for resume), so a
+    /// pending `Retry-After: 60` never holds up Ctrl-C. Exactly one of the two runs.
+    private func later(_ delay: Double, ifInterrupted cancel: @escaping @Sendable () -> Void,
+                       _ body: @escaping @Sendable () -> Void) {
+        let token = retryTimers.withLock { timers -> UInt64 in
+            timers.next += 1
+            timers.pending[timers.next] = cancel
+            return timers.next
+        }
+        // An interrupt that came just before the registration has already swept.
+        if isCancelled { return cancelRetry(token) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [self] in
+            guard retryTimers.withLock({ $0.pending.removeValue(forKey: token) }) != nil else { return }
+            body()
+        }
+    }
+
+    private func cancelRetry(_ token: UInt64) {
+        retryTimers.withLock { $0.pending.removeValue(forKey: token) }?()
+    }
+
+    /// Gives back the slots of items waiting for a retry (the run is stopping).
+    private func cancelRetries() {
+        let cancels = retryTimers.withLock { timers -> [@Sendable () -> Void] in
+            defer { timers.pending.removeAll() }
+            return Array(timers.pending.values)
+        }
+        for cancel in cancels { cancel() }
     }
 
     /// Downloads a remote item (or links it from the cache) into the run's spool folder.
@@ -362,7 +393,9 @@ final class RunStages: Sendable {
                     context.logger.info("download will be retried", metadata: [
                         "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",
                         "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)"])
-                    return later(delay) { [self] in fetch(job, attempt: attempt + 1) }
+                    return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
+                        fetch(job, attempt: attempt + 1)
+                    }
                 }
             } catch {
                 // A transfer cut by the abort is no verdict on the item: left for resume.
@@ -414,7 +447,7 @@ final class RunStages: Sendable {
                     let delay = retry.backoff * pow(2, Double(attempt - 1))
                     context.logger.info("staging will be retried", metadata: [
                         "item": "\(job.key)", "stage": "stage", "attempt": "\(attempt)", "error": "\(error)"])
-                    return later(delay) { [self] in
+                    return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
                         try? FileManager.default.createDirectory(atPath: context.stagedDirectory, withIntermediateDirectories: true)
                         process(job, attempt: attempt + 1)
                     }
@@ -497,7 +530,7 @@ final class RunStages: Sendable {
             context.logger.info("delivery will be retried", metadata: [
                 "item": "\(delivery.key)", "stage": "sink", "sink": "\(sink.name)", "attempt": "\(number)",
                 "delay": "\(delay)", "error": "\(pipeline.environment.redact(failure.message))"])
-            later(delay) { [self] in
+            later(delay, ifInterrupted: { [self] in record(nil, settlement) }) { [self] in
                 context.deliverers.submit { [self] in
                     guard !isCancelled else { return record(nil, settlement) }
                     attempt(delivery, to: sink, number: number + 1, settlement)
