@@ -344,6 +344,28 @@ struct CommandLineTests {
         #expect(several.status == 2 && several.stderr.contains("several state files"), "stderr: \(several.stderr)")
     }
 
+    /// `${NAME}` works in filter strings as everywhere else: a caption read from the
+    /// environment is drawn, and an unset one stops the run before any work, naming where.
+    @Test func variablesAreExpandedInCaptions() throws {
+        try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 200, height: 150)
+        try pipeline(filters: #"[{"op": "caption", "top": "${TOP_LINE}"}]"#, output: #"{"format": "png"}"#)
+        let unset = try imgpipe("run", "pipe.json")
+        #expect(unset.status == 2 && unset.stderr.contains("filters[0].top: environment variable TOP_LINE is not set"),
+                "stderr: \(unset.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.url("out/a.png")))
+        let preview = try imgpipe("dry-run", "pipe.json", "--samples", "in", "--out", "preview")
+        #expect(preview.status == 2 && preview.stderr.contains("TOP_LINE is not set"), "stderr: \(preview.stderr)")
+
+        let fromVariable = try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path, environment: ["TOP_LINE": "WWWW"])
+        #expect(fromVariable.status == 0, "stderr: \(fromVariable.stderr)")
+        let drawn = try ImageFixtures.decode(work.url("out/a.png"))
+        try FileManager.default.removeItem(atPath: work.url("out"))
+        try pipeline(filters: #"[{"op": "caption", "top": "WWWW"}]"#, output: #"{"format": "png"}"#)
+        #expect(try imgpipe("run", "pipe.json", "--new").status == 0)
+        let literal = try ImageFixtures.decode(work.url("out/a.png"))
+        #expect(drawn.maxDifference(from: literal, rows: 0 ..< drawn.height) == 0, "the variable's text was not what was drawn")
+    }
+
     @Test func usageErrorsExitTwo() throws {
         #expect(try imgpipe("run").status == 2)
         #expect(try imgpipe("run", "pipe.json", "--limit", "0").status == 2)

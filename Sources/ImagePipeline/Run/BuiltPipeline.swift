@@ -70,8 +70,9 @@ public struct BuiltPipeline: Sendable {
                                       client: uploads(), retry: spec.retry))
             }
         }
-        for (index, filter) in spec.filters.enumerated() {
-            if case let .watermark(watermark) = filter.step {
+        let filters = try spec.expandedFilters(in: environment)
+        for (index, step) in filters.enumerated() {
+            if case let .watermark(watermark) = step {
                 let resolved = spec.resolvePath(watermark.image)
                 // A FIFO or a device (`/dev/zero`) would block the run or never end.
                 var info = stat()
@@ -85,7 +86,7 @@ public struct BuiltPipeline: Sendable {
                 }
             }
         }
-        let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
+        let processor = ImageProcessor(filters: filters, output: spec.output, limits: spec.limits,
                                        baseDirectory: spec.baseDirectory, tuning: tuning)
         return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                              sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)

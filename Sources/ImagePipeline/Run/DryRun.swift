@@ -36,12 +36,16 @@ public struct DryRun: Sendable {
     public let samples: String
     public let outputDirectory: String
     public let limit: Int?
+    /// Where `${NAME}` in filter strings (captions, text) is read from.
+    public let environment: Environment
 
-    public init(spec: PipelineSpec, samples: String, outputDirectory: String, limit: Int?) {
+    public init(spec: PipelineSpec, samples: String, outputDirectory: String, limit: Int?,
+                environment: Environment = Environment([:])) {
         self.spec = spec
         self.samples = samples
         self.outputDirectory = outputDirectory
         self.limit = limit
+        self.environment = environment
     }
 
     /// The samples folder a dry-run uses when none is given: the pipeline's own directory
@@ -62,7 +66,7 @@ public struct DryRun: Sendable {
     /// disk, each sample before and after with sizes, bytes and time per step.
     public func execute(onRow: (DryRunRow) -> Void = { _ in }) throws -> [DryRunRow] {
         try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
-        let processor = ImageProcessor(filters: spec.filters.map(\.step), output: spec.output, limits: spec.limits,
+        let processor = ImageProcessor(filters: try spec.expandedFilters(in: environment), output: spec.output, limits: spec.limits,
                                        baseDirectory: spec.baseDirectory)
         var rows: [DryRunRow] = []
         var index = 0

@@ -37,7 +37,13 @@ struct DryRunCommand: ParsableCommand {
             throw CommandError.usage("samples folder \(Console.display(samplesFolder)) does not exist (give one with --samples)")
         }
         let outFolder = URL(fileURLWithPath: out ?? "preview/\(SafeName.component(spec.name))").standardizedFileURL.path
-        let dryRun = DryRun(spec: spec, samples: samplesFolder, outputDirectory: outFolder, limit: limit)
+        do {
+            _ = try spec.expandedFilters(in: environment) // an unset ${NAME} stops before any work
+        } catch {
+            throw CommandError.usage("\(pipeline): \(environment.redact(String(describing: error)))")
+        }
+        let dryRun = DryRun(spec: spec, samples: samplesFolder, outputDirectory: outFolder, limit: limit,
+                            environment: environment)
 
         if !json {
             Console.out(Table.row(["sample", "input", "output", "bytes", "ms"]))
