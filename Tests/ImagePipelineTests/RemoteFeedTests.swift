@@ -284,6 +284,24 @@ struct RemoteFeedTests {
         #expect(seen.mostPuts == 8, "at most \(seen.mostPuts) uploads at once, limits.uploads is 8")
     }
 
+    /// The cache is bounded by default, and `imgpipe cache` shows and clears it.
+    @Test func theCacheIsBoundedShownAndCleared() throws {
+        let server = try server { request in
+            request.path == "/feed.json" ? .json(self.feedJSON("http://\(request.headers["host"]!)", count: 3)) : nil
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json"}"#)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let shown = try imgpipe("cache", "pipe.json")
+        #expect(shown.status == 0 && shown.stdout.contains("cache .imgpipe/cache: 4 entries")
+                && shown.stdout.contains("of at most 1024.0 MB"), "stdout: \(shown.stdout)")
+        let cleared = try imgpipe("cache", "--clear")
+        #expect(cleared.stdout.contains("cleared .imgpipe/cache: 4 entries"), "stdout: \(cleared.stdout)")
+        #expect(try imgpipe("cache").stdout.contains("0 entries"))
+        let before = server.requests.count
+        #expect(try imgpipe("run", "pipe.json", "--new").status == 0)
+        #expect(server.requests.count == before + 4, "a cleared cache was still used")
+    }
+
     /// Logging is off by default, and `--verbose` or `IMGPIPE_LOG` turns on the events an
     /// operator needs, with their item, stage, attempt and host, on standard error.
     @Test func retriesAndFeedPagesAreLoggedWhenAsked() throws {

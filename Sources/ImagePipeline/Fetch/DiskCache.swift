@@ -141,6 +141,22 @@ public final class DiskCache: @unchecked Sendable {
         return result
     }
 
+    /// How many bodies the cache holds and their bytes.
+    public func contents() -> (entries: Int, bytes: Int) {
+        let all = bodies()
+        return (all.count, all.reduce(0) { $0 + $1.bytes })
+    }
+
+    /// Removes every entry (and partial downloads); the folder stays.
+    public func clear() throws {
+        try lock.withLock {
+            for name in try FileManager.default.contentsOfDirectory(atPath: directory) {
+                try FileManager.default.removeItem(atPath: directory + "/" + name)
+            }
+            size = 0
+        }
+    }
+
     /// Removes least recently used entries until the cache fits `maxSize`.
     public func evictIfNeeded() {
         guard let maxSize, totalSize() > maxSize else { return }

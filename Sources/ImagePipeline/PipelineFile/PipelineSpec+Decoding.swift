@@ -134,7 +134,9 @@ extension RemoteOptions {
                 let fields = try cache.object(allowing: ["path", "revalidate", "maxSize"])
                 self.cache = CacheSpec(path: try fields.optional("path") { try EnvString($0) },
                                        revalidate: try fields.optional("revalidate", default: false) { try $0.bool() },
-                                       maxSize: try fields.optional("maxSize") { try $0.integer(in: 1 ... Int.max) })
+                                       maxSize: try fields.optional("maxSize", default: CacheSpec.defaultMaxSize) {
+                                           try $0.integer(in: 1 ... Int.max)
+                                       })
             default:
                 throw cache.expected("true, false or an object with path, revalidate, maxSize")
             }

@@ -87,9 +87,14 @@ public struct CacheSpec: Sendable, Equatable {
     /// nil: `.imgpipe/cache` in the current directory.
     public var path: EnvString?
     public var revalidate = false
+    /// Bytes of cached bodies at most (least recently used evicted first).
     public var maxSize: Int?
 
-    public init(path: EnvString? = nil, revalidate: Bool = false, maxSize: Int? = nil) {
+    /// The bound when the file sets none: a cache is a convenience, not a second copy of
+    /// every feed ever fetched.
+    public static let defaultMaxSize = 1 << 30
+
+    public init(path: EnvString? = nil, revalidate: Bool = false, maxSize: Int? = CacheSpec.defaultMaxSize) {
         self.path = path
         self.revalidate = revalidate
         self.maxSize = maxSize

@@ -1,0 +1,60 @@
+import ArgumentParser
+import Foundation
+import ImagePipeline
+
+struct CacheCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cache",
+        abstract: "Show the download cache (entries, bytes, bound) or clear it.",
+        discussion: """
+            The cache is the pipeline's `source.cache.path`, else .imgpipe/cache in the current \
+            directory. It is bounded by `source.cache.maxSize` (1 GiB unless set): the least \
+            recently used entries go first.
+            """
+    )
+
+    @Argument(help: "The pipeline file whose cache to show (default: .imgpipe/cache).")
+    var pipeline: String?
+
+    @Flag(help: "Remove every cached entry.")
+    var clear = false
+
+    func run() throws {
+        var directory = URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
+        var bound: Int? = CacheSpec.defaultMaxSize
+        if let pipeline {
+            let spec = try PipelineOptions.loadSpec(pipeline)
+            guard let cache = spec.source.remote?.cache else {
+                return Console.out("\(pipeline): its source keeps no cache")
+            }
+            if let path = cache.path {
+                do {
+                    directory = spec.resolvePath(try path.expanded(in: Environment()))
+                } catch {
+                    throw CommandError.usage("\(pipeline): \(error)")
+                }
+            }
+            bound = cache.maxSize
+        }
+        guard FileManager.default.fileExists(atPath: directory) else {
+            return Console.out("no cache at \(Console.display(directory))")
+        }
+        let cache: DiskCache
+        do {
+            cache = try DiskCache(directory: directory, maxSize: bound)
+        } catch {
+            throw CommandError.failure("cannot open the cache at \(Console.display(directory)): \(error)")
+        }
+        let (entries, bytes) = cache.contents()
+        if clear {
+            do { try cache.clear() } catch {
+                throw CommandError.failure("cannot clear \(Console.display(directory)): \(error)")
+            }
+            return Console.out("cleared \(Console.display(directory)): \(entries) entries, \(Self.megabytes(bytes)) freed")
+        }
+        Console.out("cache \(Console.display(directory)): \(entries) entries, \(Self.megabytes(bytes))"
+                    + (bound.map { " of at most \(Self.megabytes($0))" } ?? ""))
+    }
+
+    static func megabytes(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1_048_576) }
+}
