@@ -366,6 +366,28 @@ struct CommandLineTests {
         #expect(drawn.maxDifference(from: literal, rows: 0 ..< drawn.height) == 0, "the variable's text was not what was drawn")
     }
 
+    /// The bash completion offers pipeline files (`.json`) and folders for `run <Tab>`,
+    /// not every file.
+    @Test func completionOffersPipelineFiles() throws {
+        try work.write("{}", to: "job.json")
+        try work.write("notes", to: "notes.txt")
+        try work.folder("jobs")
+        let script = try imgpipe("--generate-completion-script", "bash")
+        #expect(script.status == 0)
+        try work.write(script.stdout, to: "imgpipe.bash")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        process.arguments = ["-c", #"shopt -s extglob; source ./imgpipe.bash; COMP_WORDS=(imgpipe run ""); COMP_CWORD=2; COMP_LINE="imgpipe run "; COMP_POINT=${#COMP_LINE}; _imgpipe; printf '%s\n' "${COMPREPLY[@]}""#]
+        process.currentDirectoryURL = URL(fileURLWithPath: work.path)
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        process.waitUntilExit()
+        let offered = Set(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .split(separator: "\n").map(String.init))
+        #expect(offered == ["job.json", "jobs"], "offered: \(offered)")
+    }
+
     @Test func usageErrorsExitTwo() throws {
         #expect(try imgpipe("run").status == 2)
         #expect(try imgpipe("run", "pipe.json", "--limit", "0").status == 2)

@@ -13,7 +13,7 @@ struct CacheCommand: ParsableCommand {
             """
     )
 
-    @Argument(help: "The pipeline file whose cache to show (default: .imgpipe/cache).")
+    @Argument(help: "The pipeline file whose cache to show (default: .imgpipe/cache).", completion: .file(extensions: ["json"]))
     var pipeline: String?
 
     @Flag(help: "Remove every cached entry.")

@@ -8,13 +8,14 @@ struct DryRunCommand: ParsableCommand {
         abstract: "Apply the filter chain to local samples and write previews; no network, no sinks, no state file."
     )
 
-    @Argument(help: "The pipeline file (JSON).")
+    @Argument(help: "The pipeline file (JSON).", completion: .file(extensions: ["json"]))
     var pipeline: String
 
-    @Option(help: "Folder of sample images (default: the pipeline's own directory source, else samples/).")
+    @Option(help: "Folder of sample images (default: the pipeline's own directory source, else samples/).",
+            completion: .directory)
     var samples: String?
 
-    @Option(help: "Where previews go (default: preview/<pipeline name>/).")
+    @Option(help: "Where previews go (default: preview/<pipeline name>/).", completion: .directory)
     var out: String?
 
     @Option(parsing: .unconditional, help: "Use at most this many samples.")

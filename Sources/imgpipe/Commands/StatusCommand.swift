@@ -12,10 +12,10 @@ struct StatusCommand: ParsableCommand {
             """
     )
 
-    @Argument(help: "The pipeline file; its default state file is read.")
+    @Argument(help: "The pipeline file; its default state file is read.", completion: .file(extensions: ["json"]))
     var pipeline: String?
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite).")
+    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite).", completion: .file(extensions: ["sqlite"]))
     var state: String?
 
     @Option(name: .customLong("run"), help: ArgumentHelp("Show run number N instead of the latest.", valueName: "N"))

@@ -8,7 +8,7 @@ struct ValidateCommand: ParsableCommand {
         abstract: "Check a pipeline file; exit 0 when valid, 2 naming the fault otherwise."
     )
 
-    @Argument(help: "The pipeline file (JSON).")
+    @Argument(help: "The pipeline file (JSON).", completion: .file(extensions: ["json"]))
     var pipeline: String
 
     func run() throws {

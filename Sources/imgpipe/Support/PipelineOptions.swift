@@ -4,10 +4,11 @@ import ImagePipeline
 
 /// The pipeline file argument and `--state`, shared by the commands that take them.
 struct PipelineOptions: ParsableArguments {
-    @Argument(help: "The pipeline file (JSON).")
+    @Argument(help: "The pipeline file (JSON).", completion: .file(extensions: ["json"]))
     var pipeline: String
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory).")
+    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory).",
+            completion: .file(extensions: ["sqlite"]))
     var state: String?
 
     @OptionGroup var logging: LogOptions
