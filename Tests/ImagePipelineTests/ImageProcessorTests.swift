@@ -236,4 +236,17 @@ struct ImageProcessorTests {
         let result = try processor([]).process(.file(path))
         #expect(result.inputFormat == .png)
     }
+
+    /// A FIFO (or a device) where an input file should be fails `download` at once: the
+    /// file is opened without blocking and must be a regular file.
+    @Test func anInputThatIsNotARegularFileFailsWithoutBlocking() throws {
+        let fifo = directory.url("pipe.jpg")
+        #expect(mkfifo(fifo, 0o644) == 0)
+        for path in [fifo, "/dev/zero"] {
+            let failure = harness.failure([], on: path)
+            #expect(failure?.reason == .download && failure?.message.contains("not a regular file") == true,
+                    "\(path): \(String(describing: failure))")
+        }
+    }
+
 }

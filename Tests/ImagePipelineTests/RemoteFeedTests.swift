@@ -242,8 +242,9 @@ struct RemoteFeedTests {
                         "\(server.baseURL)/images/good.jpg"].joined(separator: "\n"), to: "urls.txt")
         try pipeline(source: #"{"type": "url-list", "path": "urls.txt"}"#,
                      limits: #"{"timeout": 1, "maxBytes": 1048576}"#, retry: #"{"attempts": 1}"#)
-        let watched = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 90)
-        let result = try #require(watched.result, "the run was still going after 90 s")
+        let watched = try ImgpipeBinary.runMeasured(["run", "pipe.json"], in: work.path, timeout: 90)
+        #expect(!watched.timedOut, "the run was still going after 90 s")
+        let result = watched.result
         #expect(result.status == 1, "stderr: \(result.stderr)")
         let failed = try failures()
         let drip = failed["\(server.baseURL)/slow/drip.jpg"]

@@ -144,8 +144,9 @@ struct UploadSinkTests {
         try images(2)
         try pipeline(sinks: #"[{"type": "http", "url": "\#(server.baseURL)/put/{stem}.jpg", "method": "PUT"}]"#,
                      retry: #"{"attempts": 1}"#)
-        let watched = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 60)
-        let result = try #require(watched.result, "the run was still going after 60 s")
+        let watched = try ImgpipeBinary.runMeasured(["run", "pipe.json"], in: work.path, timeout: 60)
+        #expect(!watched.timedOut, "the run was still going after 60 s")
+        let result = watched.result
         #expect(result.status == 1)
         let failures = try status().failures
         #expect(failures.count == 2)

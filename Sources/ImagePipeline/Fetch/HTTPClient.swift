@@ -42,16 +42,12 @@ public struct RetryLoop: Sendable {
 
     /// Runs `body(attempt)` until it returns, throws a final failure, or attempts run out;
     /// the last failure's message says how many attempts were made.
-    public func run<T>(attemptsMade: ((Int) -> Void)? = nil,
-                       _ body: (Int) throws(HTTPFailure) -> T) throws(HTTPFailure) -> T {
+    public func run<T>(_ body: (Int) throws(HTTPFailure) -> T) throws(HTTPFailure) -> T {
         var attempt = 1
         while true {
             do {
-                let value = try body(attempt)
-                attemptsMade?(attempt)
-                return value
+                return try body(attempt)
             } catch {
-                attemptsMade?(attempt)
                 if error.retryable, attempt < attempts, isCancelled() {
                     // Not a verdict on the item: the run is stopping. Left for resume.
                     throw HTTPFailure(kind: .cancelled, message: "interrupted before retrying: \(error.message)",
@@ -119,7 +115,7 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
     /// Seconds to wait before attempt `attempt + 1`: the server's `Retry-After` (at most
     /// 60 s), else `backoff` × 2^(attempt−1) × a jitter of 0.5…1.5.
     public func retryDelay(attempt: Int, backoff: Double) -> Double {
-        retryAfter.map { min($0, 60) } ?? backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
+        retryAfter.map { min($0, 60) } ?? RetryPolicy.delay(afterAttempt: attempt, backoff: backoff)
     }
 
     public var description: String { message }
@@ -210,9 +206,8 @@ public final class HTTPClient: @unchecked Sendable {
     /// failures that may pass, statuses 408/429/5xx included. Returns a final response
     /// (2xx, 304, or another status that is not retried) or throws the last failure.
     public func performWithRetries(_ request: HTTPRequest, attempts: Int, backoff: Double,
-                                   isCancelled: @escaping @Sendable () -> Bool = { false },
-                                   attemptsMade: ((Int) -> Void)? = nil) throws(HTTPFailure) -> HTTPResult {
-        try RetryLoop(attempts: attempts, backoff: backoff, isCancelled: isCancelled).run(attemptsMade: attemptsMade) { _ throws(HTTPFailure) in
+                                   isCancelled: @escaping @Sendable () -> Bool = { false }) throws(HTTPFailure) -> HTTPResult {
+        try RetryLoop(attempts: attempts, backoff: backoff, isCancelled: isCancelled).run { _ throws(HTTPFailure) in
             let result = try perform(request)
             try result.throwIfRetryableStatus()
             return result

@@ -15,8 +15,8 @@ public final class Environment: @unchecked Sendable {
     /// Every form of every value read, longest first, with the reference that stands for it.
     private var forms: [(text: String, reference: String)] = []
     private var known: Set<String> = []
-    /// The values read, by name.
-    private var values: [String: String] = [:]
+    /// The forms of each value read (`forms(of:)`, the value itself first), by name.
+    private var encodings: [String: [String]] = [:]
 
     /// Values shorter than this are not masked (they would mask ordinary text).
     static let shortestSecret = 3
@@ -30,8 +30,9 @@ public final class Environment: @unchecked Sendable {
         if value.count >= Self.shortestSecret {
             lock.withLock {
                 guard known.insert(name + "\u{0}" + value).inserted else { return }
-                values[name] = value
-                for (index, form) in Self.forms(of: value).enumerated() where !forms.contains(where: { $0.text == form }) {
+                let all = Self.forms(of: value)
+                encodings[name] = all
+                for (index, form) in all.enumerated() where !forms.contains(where: { $0.text == form }) {
                     forms.append((form, index == 0 ? "${\(name)}" : "${\(name):\(index)}"))
                 }
                 forms.sort { $0.text.utf8.count > $1.text.utf8.count }
@@ -57,10 +58,10 @@ public final class Environment: @unchecked Sendable {
     /// was).
     public func expanding(_ text: String) -> String {
         guard text.contains("${") else { return text }
-        let known = lock.withLock { values }
+        let known = lock.withLock { encodings }
         var out = text
-        for (name, value) in known where out.contains("${\(name)") {
-            for (index, form) in Self.forms(of: value).enumerated().reversed() {
+        for (name, all) in known where out.contains("${\(name)") {
+            for (index, form) in all.enumerated().reversed() {
                 out = out.replacingOccurrences(of: index == 0 ? "${\(name)}" : "${\(name):\(index)}", with: form)
             }
         }

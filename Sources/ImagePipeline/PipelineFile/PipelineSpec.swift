@@ -162,4 +162,10 @@ public struct RetryPolicy: Sendable, Equatable {
     public var backoff = 0.5
 
     public init() {}
+
+    /// Seconds to wait before attempt `attempt + 1`: `backoff` × 2^(attempt−1) × a jitter
+    /// of 0.5…1.5. The one backoff rule: downloads, deliveries and staging all wait this.
+    public static func delay(afterAttempt attempt: Int, backoff: Double) -> Double {
+        backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
+    }
 }

@@ -444,7 +444,7 @@ final class RunStages: Sendable {
                 unlink(partial)
                 let retry = spec.retry
                 guard attempt >= retry.attempts else {
-                    let delay = retry.backoff * pow(2, Double(attempt - 1))
+                    let delay = RetryPolicy.delay(afterAttempt: attempt, backoff: retry.backoff)
                     context.logger.info("staging will be retried", metadata: [
                         "item": "\(job.key)", "stage": "stage", "attempt": "\(attempt)", "error": "\(error)"])
                     return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in

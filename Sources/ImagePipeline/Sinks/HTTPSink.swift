@@ -12,17 +12,6 @@ public struct HTTPSink: Sink {
     let client: HTTPClient
     let retry: RetryPolicy
 
-    init(name: String, urlTemplate: String, method: String, fileField: String, headers: [String: String],
-         client: HTTPClient, retry: RetryPolicy) {
-        self.name = name
-        self.urlTemplate = urlTemplate
-        self.method = method
-        self.fileField = fileField
-        self.headers = headers
-        self.client = client
-        self.retry = retry
-    }
-
     public func prepare() throws {}
     public func finish() {}
 

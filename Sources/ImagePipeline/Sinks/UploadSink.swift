@@ -15,17 +15,6 @@ public struct UploadSink: Sink {
     let client: HTTPClient
     let retry: RetryPolicy
 
-    init(name: String, endpoint: URL, fields: [(String, String)], fileField: String, originalField: String,
-         client: HTTPClient, retry: RetryPolicy) {
-        self.name = name
-        self.endpoint = endpoint
-        self.fields = fields
-        self.fileField = fileField
-        self.originalField = originalField
-        self.client = client
-        self.retry = retry
-    }
-
     public func prepare() throws {}
     public func finish() {}
 
