@@ -48,7 +48,7 @@ final class RunStages: Sendable {
         let store = context.store
         let started = Date()
         if run.state == .finished {
-            return try summary(elapsed: 0, interrupted: false)
+            return try summary(of: store.counts(runId: run.id), elapsed: 0, interrupted: false)
         }
         try store.setState(.running, runId: run.id)
         do {
@@ -112,18 +112,17 @@ final class RunStages: Sendable {
         // The work folder goes once nothing in it can be needed: kept while items failed,
         // so that `resume --retry-failed` can deliver staged outputs without redoing them.
         if finished, final.failed == 0 { try? FileManager.default.removeItem(atPath: run.workDirectory) }
-        return try summary(elapsed: elapsed, interrupted: !finished && cancelled)
+        return try summary(of: final, elapsed: elapsed, interrupted: !finished && cancelled)
     }
 
-    private func summary(elapsed: Double, interrupted: Bool) throws -> RunSummary {
+    /// The summary of the session, from the run's counts as they stand at its end.
+    private func summary(of final: ItemCounts, elapsed: Double, interrupted: Bool) throws -> RunSummary {
         let store = context.store
-        let run = try store.run(id: context.runId) ?? context.run
-        let final = try store.counts(runId: run.id)
         let (session, listingError) = state.withLock { ($0.finishedThisSession, $0.listingError) }
-        return RunSummary(run: run.id, stateFile: store.path, total: final.total, done: final.done,
+        return RunSummary(run: context.runId, stateFile: store.path, total: final.total, done: final.done,
                           failed: final.failed, pending: final.unfinished, processed: session, elapsed: elapsed,
                           itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0, interrupted: interrupted,
-                          failuresByReason: try store.failureCounts(runId: run.id), listingError: listingError)
+                          failuresByReason: try store.failureCounts(runId: context.runId), listingError: listingError)
     }
 
     /// Removes half-written staged outputs and downloads of a killed session.
@@ -167,10 +166,7 @@ final class RunStages: Sendable {
     /// Admits items: first the unfinished items of a resumed run, then the feed's items
     /// not yet in the run. Runs on its own thread and blocks while all slots are taken.
     private func produce() {
-        defer {
-            let action = state.withLock { $0.producerDone() }
-            if action == .allDone { allDone.signal() }
-        }
+        defer { perform(state.withLock { $0.producerDone() }) }
         if context.resuming {
             var after = 0
             pages: while !isCancelled {
