@@ -83,7 +83,7 @@ public struct MeasuredResult: Sendable {
     public let result: CommandResult
     /// The terminating signal, when the child did not exit normally.
     public let signal: Int32?
-    /// The child's peak resident set size (`ru_maxrss` from `wait4`), in bytes.
+    /// The child's peak resident set size (its `VmHWM`), in bytes.
     public let peakRSS: Int
     /// The hang guard fired: the child was killed after `timeout` seconds.
     public let timedOut: Bool
@@ -92,9 +92,14 @@ public struct MeasuredResult: Sendable {
 }
 
 extension ImgpipeBinary {
-    /// Runs to completion and reads the child's own peak RSS with `wait4`. The child is
-    /// started with `posix_spawn` (not `Process`, whose reaper would take the rusage), and
-    /// killed if it outlives `timeout` seconds (a hang guard, not a timing assertion).
+    /// Runs to completion, reading the child's peak RSS while it runs, and kills it if it
+    /// outlives `timeout` seconds (a hang guard, not a timing assertion).
+    ///
+    /// The peak is `VmHWM` from `/proc/<pid>/status`, read every 10 ms: the high-water
+    /// mark of the child's own address space since its `exec`, which only grows, so the
+    /// last reading is the peak up to 10 ms before the end. Not `wait4`'s `ru_maxrss`:
+    /// Linux carries the spawning process's high-water mark across `exec` into it, so a
+    /// child of a 200 MB test process reported 200 MB whatever it used itself.
     public static func runMeasured(_ arguments: [String], in directory: String,
                                    timeout: TimeInterval = 300) throws -> MeasuredResult {
         let id = UUID().uuidString.prefix(8)
@@ -119,8 +124,10 @@ extension ImgpipeBinary {
         var status: Int32 = 0
         var usage = rusage()
         var timedOut = false
+        var peak = 0
         let deadline = Date().addingTimeInterval(timeout)
         while true {
+            peak = max(peak, highWaterMark(of: pid) ?? 0)
             let reaped = wait4(pid, &status, WNOHANG, &usage)
             if reaped == pid { break }
             if reaped < 0, errno != EINTR { break }
@@ -136,7 +143,16 @@ extension ImgpipeBinary {
         try? FileManager.default.removeItem(atPath: out)
         try? FileManager.default.removeItem(atPath: err)
         return MeasuredResult(result: CommandResult(status: signal == 0 ? (status >> 8) & 0xFF : -1, stdout: stdout, stderr: stderr),
-                              signal: signal == 0 ? nil : signal, peakRSS: usage.ru_maxrss * 1024, timedOut: timedOut)
+                              signal: signal == 0 ? nil : signal, peakRSS: peak, timedOut: timedOut)
+    }
+
+    /// `VmHWM` of a running process, in bytes (nil once it has exited).
+    static func highWaterMark(of pid: pid_t) -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kilobytes = Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
+        else { return nil }
+        return kilobytes * 1024
     }
 }
 

@@ -1,4 +1,8 @@
 import CVips
+import Synchronization
+
+/// Serializes text rendering (see `VipsImage.text`).
+private let textLock = Mutex(())
 
 /// A flip axis.
 public enum FlipDirection: Sendable {
@@ -169,13 +173,20 @@ extension VipsImage {
 
     /// A one-band text mask (0…255). `width` wraps lines; with `height` the font size is
     /// chosen to fill the box (libvips autofit).
+    ///
+    /// One text at a time in the process: libvips 8.14 lays text out under its own lock but
+    /// draws it (`pango_cairo_show_layout`) after releasing it, and Pango's shared font map
+    /// is not thread-safe, so two pixel workers captioning at once could crash the process
+    /// inside GLib. `vips_text` returns a finished memory image, so holding the lock around
+    /// the whole call covers every Pango and fontconfig call it makes.
     public static func text(_ text: String, font: String, width: Int, height: Int? = nil,
                             align: TextAlign = .centre, fontFile: String? = nil) throws -> VipsImage {
         try VipsRuntime.setUp()
         var out: UnsafeMutablePointer<CVips.VipsImage>?
-        guard ip_text(&out, text, font, Int32(width), Int32(height ?? 0), align.vips, fontFile) == 0, let out else {
-            throw VipsError.take("text")
+        let status = textLock.withLock { _ in
+            ip_text(&out, text, font, Int32(width), Int32(height ?? 0), align.vips, fontFile)
         }
+        guard status == 0, let out else { throw VipsError.take("text") }
         return VipsImage(taking: out)
     }
 

@@ -259,6 +259,32 @@ struct FilterOpsTests {
         #expect(clearBelow, "the transparent area away from the text stays transparent")
     }
 
+    /// Pango and fontconfig are not thread-safe: pixel workers that render captions at the
+    /// same moment crashed the process (SIGFPE inside GLib's hash table). Text from many
+    /// threads at once comes out whole, and the same each time.
+    @Test func textRendersFromManyThreadsAtOnce() throws {
+        let fonts = ["DejaVu Sans Bold", "DejaVu Sans", "DejaVu Serif", "DejaVu Sans Mono", "Sans 20", "No Such Font"]
+        let masks = Mutex([Int: [[UInt8]]]())
+        let failures = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 60) { index in
+            do {
+                let mask = try VipsImage.text("ONE DOES NOT SIMPLY \(index % 3)", font: fonts[index % fonts.count],
+                                              width: 300, height: index % 2 == 0 ? 60 : nil)
+                let samples = try mask.pixels().samples
+                masks.withLock { $0[index % (2 * 3 * fonts.count), default: []].append(samples) }
+            } catch {
+                failures.withLock { $0 += 1 }
+            }
+        }
+        #expect(failures.withLock { $0 } == 0)
+        let groups = masks.withLock { $0 }
+        #expect(groups.count == 36)
+        for (group, renders) in groups {
+            #expect(Set(renders).count == 1, "text \(group) came out \(Set(renders).count) different ways")
+            #expect(renders.first?.contains { $0 > 128 } == true, "text \(group) has no ink")
+        }
+    }
+
     @Test func textIsPlacedByGravity() throws {
         let original = try harness.run([], on: photo)
         let overlay = TextOverlay(text: "© imgpipe", gravity: .southEast, margin: 8, font: "DejaVu Sans", size: 20,
