@@ -405,4 +405,77 @@ struct CommandLineTests {
         #expect(result.status == 2)
         #expect(result.stderr.contains("source.path: environment variable PHOTOS_DIR is not set"))
     }
+
+    /// A run started in the pipeline file's folder is found from the parent (the current
+    /// directory first, then beside the pipeline file), and neither `status` nor `resume`
+    /// creates a state file where there is none.
+    @Test func theStateFileIsFoundBesideThePipelineFileAndNeverCreatedByResume() throws {
+        try work.folder("jobs/in")
+        try ImageFixtures.jpeg(at: work.url("jobs/in/a.jpg"), width: 64, height: 48)
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "jobs/mixed.json")
+        let ran = try ImgpipeBinary.run(["run", "mixed.json"], in: work.url("jobs"))
+        #expect(ran.status == 0, "stderr: \(ran.stderr)")
+        #expect(FileManager.default.fileExists(atPath: work.url("jobs/.imgpipe/mixed.sqlite")))
+
+        let status = try imgpipe("status", "jobs/mixed.json", "--json")
+        #expect(status.status == 0, "stderr: \(status.stderr)")
+        #expect(try status.decoded(StatusReport.self).done == 1)
+        let resumed = try imgpipe("resume", "jobs/mixed.json")
+        #expect(resumed.status == 0 && resumed.stderr.contains("already finished"), "stderr: \(resumed.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "a state file was created in the parent")
+
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "jobs/never.json")
+        let nothing = try imgpipe("resume", "jobs/never.json")
+        #expect(nothing.status == 2)
+        #expect(nothing.stderr.contains("no state file at .imgpipe/never.sqlite nor at jobs/.imgpipe/never.sqlite"),
+                "stderr: \(nothing.stderr)")
+        #expect(nothing.stderr.contains("imgpipe run jobs/never.json"))
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")))
+        #expect(!FileManager.default.fileExists(atPath: work.url("jobs/.imgpipe/never.sqlite")))
+        #expect(try imgpipe("status", "jobs/never.json").stderr.contains("nor at jobs/.imgpipe/never.sqlite"))
+    }
+
+    /// `validate` makes the checks `run` makes before work, lists every fault, warns (and
+    /// only warns) about an unset variable unless `--strict`, and creates nothing.
+    @Test func validateMakesEveryCheckRunMakesAndCreatesNothing() throws {
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "no-such-folder"},
+             "filters": [{"op": "caption", "top": "${TOP_LINE}"}, {"op": "watermark", "image": "missing-logo.png"}],
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "broken.json")
+        let broken = try ImgpipeBinary.run(["validate", "broken.json"], in: work.path)
+        #expect(broken.status == 2)
+        #expect(broken.stderr.contains("source.path: directory") && broken.stderr.contains("no-such-folder does not exist"),
+                "stderr: \(broken.stderr)")
+        #expect(broken.stderr.contains("filters[1].image: cannot read watermark image"), "stderr: \(broken.stderr)")
+        #expect(broken.stderr.contains("warning: broken.json: filters[0].top: environment variable TOP_LINE is not set"),
+                "stderr: \(broken.stderr)")
+        // What validate passes, run accepts; what it refuses, run refuses too.
+        #expect(try imgpipe("run", "broken.json").status == 2)
+
+        try work.folder("in")
+        try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 64, height: 48)
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "http://127.0.0.1:9/feed.json"},
+             "filters": [{"op": "caption", "top": "${TOP_LINE}"}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "remote.json")
+        let warned = try ImgpipeBinary.run(["validate", "remote.json"], in: work.path)
+        #expect(warned.status == 0 && warned.stdout.contains("remote.json: valid"), "stderr: \(warned.stderr)")
+        #expect(warned.stderr.contains("TOP_LINE is not set (run refuses until TOP_LINE is set"))
+        let strict = try ImgpipeBinary.run(["validate", "remote.json", "--strict"], in: work.path)
+        #expect(strict.status == 2 && strict.stderr.contains("error: remote.json: filters[0].top: environment variable TOP_LINE is not set"))
+        #expect(try ImgpipeBinary.run(["validate", "remote.json", "--strict"], in: work.path,
+                                      environment: ["TOP_LINE": "hello"]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "validate created .imgpipe")
+
+        try work.write("""
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt"}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "list.json")
+        let list = try imgpipe("validate", "list.json")
+        #expect(list.status == 2 && list.stderr.contains("source.path: URL list") && list.stderr.contains("urls.txt does not exist"))
+    }
 }

@@ -3,27 +3,30 @@ extension PipelineSpec {
     /// text lines, fonts, the watermark's path), as in the rest of the file; an unset
     /// variable is an error naming it and where it is used (`filters[2].top`).
     public func expandedFilters(in environment: Environment) throws -> [FilterStep] {
-        try filters.enumerated().map { index, filter in
-            func expand(_ text: String, _ key: String) throws -> String {
-                guard text.contains("${") else { return text }
-                return try EnvString(raw: text, path: "filters[\(index)].\(key)").expanded(in: environment)
-            }
-            switch filter.step {
-            case var .caption(caption):
-                caption.top = try caption.top.map { try expand($0, "top") }
-                caption.bottom = try caption.bottom.map { try expand($0, "bottom") }
-                caption.font = try expand(caption.font, "font")
-                return .caption(caption)
-            case var .text(overlay):
-                overlay.text = try expand(overlay.text, "text")
-                overlay.font = try expand(overlay.font, "font")
-                return .text(overlay)
-            case var .watermark(watermark):
-                watermark.image = try expand(watermark.image, "image")
-                return .watermark(watermark)
-            default:
-                return filter.step
-            }
+        try filters.indices.map { try expandedFilter(at: $0, in: environment) }
+    }
+
+    /// Filter `index` with `${NAME}` expanded in its strings.
+    public func expandedFilter(at index: Int, in environment: Environment) throws -> FilterStep {
+        func expand(_ text: String, _ key: String) throws -> String {
+            guard text.contains("${") else { return text }
+            return try EnvString(raw: text, path: "filters[\(index)].\(key)").expanded(in: environment)
+        }
+        switch filters[index].step {
+        case var .caption(caption):
+            caption.top = try caption.top.map { try expand($0, "top") }
+            caption.bottom = try caption.bottom.map { try expand($0, "bottom") }
+            caption.font = try expand(caption.font, "font")
+            return .caption(caption)
+        case var .text(overlay):
+            overlay.text = try expand(overlay.text, "text")
+            overlay.font = try expand(overlay.font, "font")
+            return .text(overlay)
+        case var .watermark(watermark):
+            watermark.image = try expand(watermark.image, "image")
+            return .watermark(watermark)
+        case let step:
+            return step
         }
     }
 }

@@ -34,7 +34,7 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
             case let .literal(text): out += text
             case let .variable(name):
                 guard let value = environment.value(of: name) else {
-                    throw SpecError(path: path, message: "environment variable \(name) is not set")
+                    throw SpecError(path: path, message: "environment variable \(name) is not set", unsetVariable: name)
                 }
                 out += value
             }

@@ -5,10 +5,13 @@ public struct SpecError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Dotted JSON path (`filters[1].width`); empty for the document itself.
     public let path: String
     public let message: String
+    /// The environment variable whose absence is the fault, when that is the fault.
+    public let unsetVariable: String?
 
-    public init(path: String, message: String) {
+    public init(path: String, message: String, unsetVariable: String? = nil) {
         self.path = path
         self.message = message
+        self.unsetVariable = unsetVariable
     }
 
     public var description: String { path.isEmpty ? message : "\(path): \(message)" }

@@ -21,75 +21,123 @@ public struct BuiltPipeline: Sendable {
     public static func build(_ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning = Tuning(),
                              logger: Logger = Logger(label: "imgpipe"),
                              notice: @escaping @Sendable (String) -> Void = { _ in }) throws -> BuiltPipeline {
-        let cancellation = CancellationFlag()
-        var fetcher: RemoteFetcher?
-        if let remote = spec.source.remote {
-            var cache: DiskCache?
-            var revalidate = false
-            if let cacheSpec = remote.cache {
-                let directory = try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
-                    ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
-                cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize, unexpanded: environment.unexpanded,
-                                      expanding: environment.expanding)
-                revalidate = cacheSpec.revalidate
-            }
-            let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
-            fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
-                                    backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
-                                    redact: environment.redact)
-        }
-        let feed = try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
-        var uploadClient: HTTPClient?
-        func uploads() -> HTTPClient {
-            if let uploadClient { return uploadClient }
-            let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
-            uploadClient = client
-            return client
-        }
-        var sinks: [any Sink] = []
-        for sink in spec.sinks {
-            switch sink {
-            case let .directory(name, pathValue):
-                sinks.append(DirectorySink(name: name, root: spec.resolvePath(try pathValue.expanded(in: environment))))
-            case let .upload(name, endpointValue, fieldValues, fileField, originalField):
-                let endpoint = try endpointValue.expanded(in: environment)
-                guard let url = URL(string: endpoint), ["http", "https"].contains(url.scheme?.lowercased() ?? "") else {
-                    throw SpecError(path: endpointValue.path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(endpoint)))")
-                }
-                let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
-                sinks.append(UploadSink(name: name, endpoint: url, fields: fields, fileField: fileField, originalField: originalField,
-                                        client: uploads(), retry: spec.retry))
-            case let .http(name, urlValue, method, fileField, headerValues):
-                let template = try urlValue.expanded(in: environment)
-                guard template.lowercased().hasPrefix("http://") || template.lowercased().hasPrefix("https://") else {
-                    throw SpecError(path: urlValue.path, message: "expected an http(s) URL template, got \(JSONValue.quote(environment.redact(template)))")
-                }
-                var headers: [String: String] = [:]
-                for header in headerValues { headers[header.name] = try header.value.expanded(in: environment) }
-                sinks.append(HTTPSink(name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
-                                      client: uploads(), retry: spec.retry))
+        var assembly = Assembly(collecting: false)
+        return try assembly.build(spec, path: path, environment: environment, tuning: tuning, logger: logger, notice: notice)
+    }
+
+    /// Every check `build` makes before a run, all of them rather than the first fault, and
+    /// without creating anything (no cache folder): what `imgpipe validate` reports. A check
+    /// that needs a value from an unset variable is not made; the unset variable is among
+    /// the faults (`unsetVariable` says which).
+    public static func check(_ spec: PipelineSpec, path: String, environment: Environment) -> [Error] {
+        var assembly = Assembly(collecting: true)
+        _ = try? assembly.build(spec, path: path, environment: environment, tuning: Tuning(),
+                                logger: Logger(label: "imgpipe"), notice: { _ in })
+        return assembly.faults
+    }
+
+    /// One build: a run's stops at the first fault; a check's notes each fault and goes on
+    /// to the next part (the source, each sink, each filter) without creating folders.
+    private struct Assembly {
+        let collecting: Bool
+        var faults: [Error] = []
+
+        /// `body`'s value; when collecting, a fault is noted and nil returned instead.
+        mutating func attempt<T>(_ body: () throws -> T) throws -> T? {
+            do {
+                return try body()
+            } catch where collecting {
+                faults.append(error)
+                return nil
             }
         }
-        let filters = try spec.expandedFilters(in: environment)
-        for (index, step) in filters.enumerated() {
-            if case let .watermark(watermark) = step {
-                let resolved = spec.resolvePath(watermark.image)
-                // A FIFO or a device (`/dev/zero`) would block the run or never end.
-                var info = stat()
-                guard stat(resolved, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
-                      FileManager.default.isReadableFile(atPath: resolved) else {
-                    throw SpecError(path: "filters[\(index)].image", message: "cannot read watermark image \(resolved): not a readable regular file")
+
+        mutating func build(_ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning,
+                            logger: Logger, notice: @escaping @Sendable (String) -> Void) throws -> BuiltPipeline {
+            let cancellation = CancellationFlag()
+            var fetcher: RemoteFetcher?
+            if let remote = spec.source.remote {
+                var cache: DiskCache?
+                var revalidate = false
+                if let cacheSpec = remote.cache {
+                    let directory = try attempt {
+                        try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
+                            ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
+                    }
+                    if let directory, !collecting {
+                        cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize, unexpanded: environment.unexpanded,
+                                              expanding: environment.expanding)
+                    }
+                    revalidate = cacheSpec.revalidate
                 }
-                guard Int(info.st_size) <= spec.limits.maxBytes else {
-                    throw SpecError(path: "filters[\(index)].image",
-                                    message: "watermark image \(resolved) is \(info.st_size) bytes, over limits.maxBytes (\(spec.limits.maxBytes))")
+                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
+                fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
+                                        backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
+                                        redact: environment.redact)
+            }
+            let feed = try attempt { try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice) }
+            var uploadClient: HTTPClient?
+            func uploads() -> HTTPClient {
+                if let uploadClient { return uploadClient }
+                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
+                uploadClient = client
+                return client
+            }
+            var sinks: [any Sink] = []
+            for sink in spec.sinks {
+                let built: (any Sink)? = try attempt {
+                    switch sink {
+                    case let .directory(name, pathValue):
+                        return DirectorySink(name: name, root: spec.resolvePath(try pathValue.expanded(in: environment)))
+                    case let .upload(name, endpointValue, fieldValues, fileField, originalField):
+                        let endpoint = try endpointValue.expanded(in: environment)
+                        guard let url = URL(string: endpoint), ["http", "https"].contains(url.scheme?.lowercased() ?? "") else {
+                            throw SpecError(path: endpointValue.path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(endpoint)))")
+                        }
+                        let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
+                        return UploadSink(name: name, endpoint: url, fields: fields, fileField: fileField, originalField: originalField,
+                                          client: uploads(), retry: spec.retry)
+                    case let .http(name, urlValue, method, fileField, headerValues):
+                        let template = try urlValue.expanded(in: environment)
+                        guard template.lowercased().hasPrefix("http://") || template.lowercased().hasPrefix("https://") else {
+                            throw SpecError(path: urlValue.path, message: "expected an http(s) URL template, got \(JSONValue.quote(environment.redact(template)))")
+                        }
+                        var headers: [String: String] = [:]
+                        for header in headerValues { headers[header.name] = try header.value.expanded(in: environment) }
+                        return HTTPSink(name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
+                                        client: uploads(), retry: spec.retry)
+                    }
+                }
+                if let built { sinks.append(built) }
+            }
+            var filters: [FilterStep] = []
+            for index in spec.filters.indices {
+                guard let step = try attempt({ try spec.expandedFilter(at: index, in: environment) }) else { continue }
+                filters.append(step)
+                if case let .watermark(watermark) = step {
+                    _ = try attempt { try Self.checkWatermark(spec.resolvePath(watermark.image), at: index, limits: spec.limits) }
                 }
             }
+            guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
+            let processor = ImageProcessor(filters: filters, output: spec.output, limits: spec.limits,
+                                           baseDirectory: spec.baseDirectory, tuning: tuning)
+            return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
+                                 sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
         }
-        let processor = ImageProcessor(filters: filters, output: spec.output, limits: spec.limits,
-                                       baseDirectory: spec.baseDirectory, tuning: tuning)
-        return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
-                             sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
+
+        /// A watermark must be a readable regular file (a FIFO or a device such as
+        /// `/dev/zero` would block the run or never end) within `limits.maxBytes`.
+        static func checkWatermark(_ resolved: String, at index: Int, limits: Limits) throws {
+            var info = stat()
+            guard stat(resolved, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
+                  FileManager.default.isReadableFile(atPath: resolved) else {
+                throw SpecError(path: "filters[\(index)].image", message: "cannot read watermark image \(resolved): not a readable regular file")
+            }
+            guard Int(info.st_size) <= limits.maxBytes else {
+                throw SpecError(path: "filters[\(index)].image",
+                                message: "watermark image \(resolved) is \(info.st_size) bytes, over limits.maxBytes (\(limits.maxBytes))")
+            }
+        }
     }
 
     static func makeFeed(_ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
@@ -104,7 +152,11 @@ public struct BuiltPipeline: Sendable {
             }
             return DirectoryFeed(root: root, recursive: recursive)
         case let .urlList(pathValue, _):
-            feed = URLListFeed(path: spec.resolvePath(try pathValue.expanded(in: environment)))
+            let file = spec.resolvePath(try pathValue.expanded(in: environment))
+            guard FileManager.default.isReadableFile(atPath: file) else {
+                throw SpecError(path: pathValue.path, message: "URL list \(environment.redact(file)) does not exist or cannot be read")
+            }
+            feed = URLListFeed(path: file)
         case let .jsonFeed(url, urlField, keyField, _):
             feed = JSONFeed(url: try url.expanded(in: environment), urlField: urlField, keyField: keyField, pages: fetcher!)
         case let .nasaImages(query, endpoint, mediaType, maxItems, _):

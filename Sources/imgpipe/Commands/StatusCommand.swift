@@ -15,7 +15,7 @@ struct StatusCommand: ParsableCommand {
     @Argument(help: "The pipeline file; its default state file is read.", completion: .file(extensions: ["json"]))
     var pipeline: String?
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite).", completion: .file(extensions: ["sqlite"]))
+    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite here, or beside the pipeline file).", completion: .file(extensions: ["sqlite"]))
     var state: String?
 
     @Option(name: .customLong("run"), help: ArgumentHelp("Show run number N instead of the latest.", valueName: "N"))
@@ -30,7 +30,7 @@ struct StatusCommand: ParsableCommand {
     func run() throws {
         let stateFile = try locateStateFile()
         guard FileManager.default.fileExists(atPath: stateFile) else {
-            throw CommandError.usage("no state file at \(Console.display(stateFile)): nothing has run yet")
+            throw CommandError.usage("\(StateFiles.missing(explicit: state, pipeline: pipeline)): nothing has run yet")
         }
         let store: RunStore
         let report: StatusReport?

@@ -5,14 +5,37 @@ import ImagePipeline
 struct ValidateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "validate",
-        abstract: "Check a pipeline file; exit 0 when valid, 2 naming the fault otherwise."
+        abstract: "Check a pipeline file; exit 0 when valid, 2 naming the fault otherwise.",
+        discussion: """
+            Makes every check `run` makes before any work: the file itself, then that the \
+            source folder or URL list exists, the sinks' URLs, each watermark image, and every \
+            ${NAME} the file uses. All faults are listed, not only the first. An unset \
+            variable is a warning, not a fault (CI validates without its secrets; `run` \
+            refuses until it is set), unless --strict is given; checks that need its value \
+            are skipped. Nothing is created (no state file, no cache folder) and nothing is \
+            fetched.
+            """
     )
 
     @Argument(help: "The pipeline file (JSON).", completion: .file(extensions: ["json"]))
     var pipeline: String
 
+    @Flag(help: "An unset environment variable is a fault too.")
+    var strict = false
+
     func run() throws {
         let spec = try PipelineOptions.loadSpec(pipeline)
+        let environment = Environment()
+        var faults: [String] = []
+        for fault in BuiltPipeline.check(spec, path: pipeline, environment: environment) {
+            let text = environment.redact(String(describing: fault))
+            if let unset = (fault as? SpecError)?.unsetVariable, !strict {
+                Console.warning("\(pipeline): \(text) (run refuses until \(unset) is set; the checks that need it were skipped)")
+            } else {
+                faults.append("\(pipeline): \(text)")
+            }
+        }
+        guard faults.isEmpty else { throw CommandError.usage(faults.joined(separator: "\nerror: ")) }
         let sinks = spec.sinks.map { "\($0.name) (\($0.typeName))" }.joined(separator: ", ")
         Console.out("\(pipeline): valid — \(spec.source.typeName) source, \(spec.filters.count) filter(s)"
                     + (spec.filters.isEmpty ? "" : " [\(spec.filters.map(\.op).joined(separator: " → "))]")

@@ -7,7 +7,7 @@ struct PipelineOptions: ParsableArguments {
     @Argument(help: "The pipeline file (JSON).", completion: .file(extensions: ["json"]))
     var pipeline: String
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory).",
+    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory, or beside the pipeline file when it is there).",
             completion: .file(extensions: ["sqlite"]))
     var state: String?
 
@@ -40,12 +40,38 @@ struct PipelineOptions: ParsableArguments {
     }
 }
 
+/// Where a pipeline's state file is when `--state` is not given.
+///
+/// The default is `.imgpipe/<pipeline file stem>.sqlite` in the current directory: that is
+/// where `run` creates it. A command run from another folder (`imgpipe status
+/// jobs/mixed.json` after `cd jobs && imgpipe run mixed.json`) finds it beside the pipeline
+/// file instead: the current directory is looked at first, then the pipeline file's folder,
+/// and the first that exists is used. Only `run` creates a state file; `resume` and
+/// `status` say where they looked when there is none.
 enum StateFiles {
-    /// `explicit`, else `.imgpipe/<stem>.sqlite` in the current directory.
+    /// `explicit`, else the first existing candidate, else the current directory's default.
     static func path(explicit: String?, pipeline: String?) -> String {
         if let explicit { return URL(fileURLWithPath: explicit).standardizedFileURL.path }
+        let places = candidates(pipeline: pipeline)
+        return places.first { FileManager.default.fileExists(atPath: $0) } ?? places[0]
+    }
+
+    /// The places looked at, in order, without repeats.
+    static func candidates(pipeline: String?) -> [String] {
         let stem = pipeline.map { URL(fileURLWithPath: $0).deletingPathExtension().lastPathComponent } ?? "imgpipe"
-        return URL(fileURLWithPath: ".imgpipe/\(stem).sqlite").standardizedFileURL.path
+        var places = [URL(fileURLWithPath: ".imgpipe/\(stem).sqlite").standardizedFileURL.path]
+        if let pipeline {
+            let beside = URL(fileURLWithPath: pipeline).deletingLastPathComponent()
+                .appendingPathComponent(".imgpipe/\(stem).sqlite").standardizedFileURL.path
+            if beside != places[0] { places.append(beside) }
+        }
+        return places
+    }
+
+    /// "no state file at A (nor at B)", for a command that needs one.
+    static func missing(explicit: String?, pipeline: String?) -> String {
+        let places = explicit.map { [URL(fileURLWithPath: $0).standardizedFileURL.path] } ?? candidates(pipeline: pipeline)
+        return "no state file at " + places.map(Console.display).joined(separator: " nor at ")
     }
 }
 
@@ -53,6 +79,10 @@ enum StateFiles {
 enum Console {
     static func error(_ message: String) {
         FileHandle.standardError.write(Data("error: \(message)\n".utf8))
+    }
+
+    static func warning(_ message: String) {
+        FileHandle.standardError.write(Data("warning: \(message)\n".utf8))
     }
 
     static func out(_ message: String) {

@@ -18,6 +18,12 @@ struct RunSession {
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
         let stateFile = options.stateFile
+        // Only `run` starts a state file: resuming where there is none is a mistake of
+        // folder or name, and an empty state file left behind would hide it.
+        if case .resume = mode, !FileManager.default.fileExists(atPath: stateFile) {
+            throw CommandError.usage("\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): "
+                                     + "nothing to resume; start a run with `imgpipe run \(options.pipeline)`")
+        }
         let store: RunStore
         let lock: StateLock
         do {
