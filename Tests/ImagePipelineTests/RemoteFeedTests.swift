@@ -91,6 +91,44 @@ struct RemoteFeedTests {
         #expect(try status().done == 12)
     }
 
+    /// A caption may draw each item's feed metadata: `{meta.title}` differs per item, a
+    /// missing field leaves its line out, and the state file keeps it for a resume.
+    @Test func captionsDrawEachItemsFeedMetadata() throws {
+        let server = try server { request in
+            guard request.path == "/feed.json" else { return nil }
+            let base = "http://\(request.headers["host"]!)"
+            return .json(#"[{"url": "\#(base)/images/a.jpg", "title": "MMMM MMMM"}, "#
+                         + #"{"url": "\#(base)/images/b.jpg", "title": "WWW"}, {"url": "\#(base)/images/c.jpg"}]"#)
+        }
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", "cache": false},
+             "filters": [{"op": "fit", "width": 200, "height": 150, "enlarge": true},
+                         {"op": "caption", "top": "{meta.title}", "bottom": "{meta.missing}"}],
+             "output": {"format": "png"}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "meme.json")
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", "cache": false},
+             "filters": [{"op": "fit", "width": 200, "height": 150, "enlarge": true}],
+             "output": {"format": "png"}, "sink": {"type": "directory", "path": "plain"}}
+            """, to: "plain.json")
+        #expect(try imgpipe("run", "meme.json").status == 0)
+        #expect(try imgpipe("run", "plain.json").status == 0)
+        let plain = try ImageFixtures.decode(work.url("plain/a.png"))
+        let a = try ImageFixtures.decode(work.url("out/a.png"))
+        let b = try ImageFixtures.decode(work.url("out/b.png"))
+        let c = try ImageFixtures.decode(work.url("out/c.png"))
+        let band = 0 ..< plain.height / 4
+        #expect(a.maxDifference(from: plain, rows: band) > 100, "the title was not drawn")
+        #expect(a.maxDifference(from: b, rows: band) > 100, "two titles drew the same pixels")
+        #expect(c.maxDifference(from: plain, rows: 0 ..< plain.height) == 0, "an item without a title changed")
+        #expect(a.maxDifference(from: plain, rows: plain.height * 3 / 4 ..< plain.height) == 0,
+                "a missing field drew something")
+        // The state file keeps the metadata, which a resumed item is drawn from.
+        let store = try RunStore(path: work.url(".imgpipe/meme.sqlite"))
+        let items = try store.items(runId: try #require(try store.latestRun()).id)
+        #expect(items.first { $0.key.hasSuffix("/a.jpg") }?.metadata?.contains("MMMM MMMM") == true)
+    }
+
     @Test func revalidateAsksTheServerAndUsesTheCacheOn304() throws {
         let body = feedJSON("BASE", count: 3)
         let server = try server { request in

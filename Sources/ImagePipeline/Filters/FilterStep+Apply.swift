@@ -5,6 +5,8 @@ import VipsKit
 struct FilterContext: Sendable {
     /// The pipeline file's folder, for relative paths (watermark images).
     let baseDirectory: String
+    /// The item being processed, for `{meta.…}` in text filters (nil: texts as written).
+    var fields: ItemFields?
 
     func resolve(_ path: String) -> String {
         path.hasPrefix("/") ? path : URL(fileURLWithPath: baseDirectory).appendingPathComponent(path).standardizedFileURL.path
@@ -131,9 +133,10 @@ extension FilterStep {
         case let .median(size):
             return try image.ranked(size: size, index: size * size / 2)
         case let .caption(caption):
-            return try image.captioned(caption)
+            return try image.captioned(context.fields.map { caption.filled(with: $0) } ?? caption)
         case let .text(overlay):
-            return try image.withText(overlay)
+            let filled = context.fields.map { overlay.filled(with: $0) } ?? overlay
+            return filled.text.allSatisfy(\.isWhitespace) ? image : try image.withText(filled)
         case let .watermark(watermark):
             return try image.watermarked(watermark, path: context.resolve(watermark.image))
         }

@@ -59,12 +59,16 @@ public struct ImageProcessor: Sendable {
         context = FilterContext(baseDirectory: baseDirectory)
     }
 
-    /// Processes one input; every failure is an `ItemFailure` with its reason.
+    /// Processes one input; every failure is an `ItemFailure` with its reason. `fields`
+    /// fill `{key}`, `{stem}` and `{meta.…}` in caption and text filters.
     ///
     /// With `timing`, each step's pixels are computed as soon as it is applied, and the
     /// step's label (`autorotate+fit` for a fused thumbnail, `encode` last) and its
     /// milliseconds are reported: slower and heavier, for dry-runs only.
-    public func process(_ input: ImageInput, timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessedImage {
+    public func process(_ input: ImageInput, fields: ItemFields? = nil,
+                        timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessedImage {
+        var context = self.context
+        context.fields = fields
         // Files are read into memory (within limits.maxBytes) and decoded from there: libvips
         // then picks its loader from the bytes in memory instead of opening the file once
         // per loader it tries.

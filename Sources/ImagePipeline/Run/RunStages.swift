@@ -224,7 +224,7 @@ final class RunStages: Sendable {
                 switch outcome {
                 case .applied:
                     state.withLock { $0.inserted() }
-                    var job = Job(key: item.key, seq: itemSeq, location: item.location)
+                    var job = Job(key: item.key, seq: itemSeq, location: item.location, metadata: item.metadata)
                     job.nameKey = item.nameKey
                     job.nameStem = item.nameStem
                     job.tier = tier
@@ -297,11 +297,14 @@ final class RunStages: Sendable {
         var nameKey: String
         var nameStem: String
         var tier: Tier?
+        /// The feed's metadata for the item, for `{meta.…}` in text filters.
+        var metadata: String?
 
-        init(key: String, seq: Int, location: String) {
+        init(key: String, seq: Int, location: String, metadata: String?) {
             self.key = key
             self.seq = seq
             self.location = location
+            self.metadata = metadata
             nameKey = key
             nameStem = NameTemplate.stem(of: key)
         }
@@ -317,6 +320,7 @@ final class RunStages: Sendable {
             nameKey = record.nameKey
             nameStem = record.nameStem
             tier = record.tier
+            metadata = record.metadata
         }
 
         /// Items of a local source carry the tier `local` (or `fallback`) from their listing;
@@ -413,7 +417,8 @@ final class RunStages: Sendable {
             let spec = pipeline.spec
             let began = DispatchTime.now()
             let result = Result { () throws(ItemFailure) -> ProcessedImage in
-                try pipeline.processor.process(.file(job.spoolPath ?? job.location))
+                try pipeline.processor.process(.file(job.spoolPath ?? job.location),
+                                               fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
             }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9
             if seconds > context.options.slowItem {

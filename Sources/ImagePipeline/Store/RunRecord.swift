@@ -69,6 +69,8 @@ public struct ItemRecord: Sendable, Equatable {
     public var nameKey: String
     public var nameStem: String
     public var tier: Tier?
+    /// The metadata the feed listed with the item (a JSON object), nil for local files.
+    public var metadata: String?
 
     init(row: Row) throws {
         key = try row.decode(String.self, forColumn: "key")
@@ -87,6 +89,7 @@ public struct ItemRecord: Sendable, Equatable {
         nameKey = try row.decode(String?.self, forColumn: "nameKey") ?? key
         nameStem = try row.decode(String?.self, forColumn: "nameStem") ?? NameTemplate.stem(of: key)
         tier = try row.decodeEnum(Tier?.self, forColumn: "tier")
+        metadata = try row.decode(String?.self, forColumn: "metadata")
     }
 
     /// The record with `${…}` references in its location expanded, ready to fetch.

@@ -1,0 +1,91 @@
+/// What the text of a `caption` or `text` filter may say of the item it is drawn on:
+/// `{key}` (the item's key), `{stem}` (the stem of its output name) and `{meta.NAME}`, a
+/// field of the metadata its feed listed with it (`{meta.title}` for NASA and Flickr
+/// items; any field of a JSON feed's entry besides the image URL, such as `{meta.created}`;
+/// `{meta.a.b}` reaches into nested objects).
+///
+/// A field the item does not have is empty; a caption line that comes out empty is left
+/// out. Strings are drawn as they are, numbers and booleans as written in JSON, arrays and
+/// objects as compact JSON. Any other `{…}` is drawn literally.
+public struct ItemFields: Sendable {
+    public let key: String
+    public let stem: String
+    let metadata: JSONValue?
+
+    /// `metadata` is the JSON object the feed listed (nil for local files or a URL list).
+    public init(key: String, stem: String, metadata: String?) {
+        self.key = key
+        self.stem = stem
+        self.metadata = metadata.flatMap { try? JSONParser.parse($0) }
+    }
+
+    /// No item (a dry-run sample): every field is empty but `{key}` and `{stem}`.
+    public static func sample(named name: String) -> ItemFields {
+        ItemFields(key: name, stem: NameTemplate.stem(of: name), metadata: nil)
+    }
+
+    /// True when `text` refers to a field, so that filling it can be skipped otherwise.
+    static func mentionsFields(_ text: String) -> Bool {
+        text.contains("{key}") || text.contains("{stem}") || text.contains("{meta.")
+    }
+
+    /// `text` with every `{key}`, `{stem}` and `{meta.…}` replaced.
+    func fill(_ text: String) -> String {
+        guard Self.mentionsFields(text) else { return text }
+        var out = ""
+        var rest = Substring(text)
+        while let open = rest.firstIndex(of: "{") {
+            out += rest[..<open]
+            guard let close = rest[open...].firstIndex(of: "}") else { break }
+            let name = rest[rest.index(after: open) ..< close]
+            if let value = value(of: name) {
+                out += value
+            } else {
+                out += rest[open ... close]
+            }
+            rest = rest[rest.index(after: close)...]
+        }
+        return out + rest
+    }
+
+    /// The text of field `name`, "" for a missing `meta.` field, nil when `name` is not a field.
+    private func value(of name: Substring) -> String? {
+        switch name {
+        case "key": return key
+        case "stem": return stem
+        default:
+            guard name.hasPrefix("meta."), name.count > 5 else { return nil }
+            var node = metadata
+            for part in name.dropFirst(5).split(separator: ".", omittingEmptySubsequences: false) {
+                node = node?[String(part)]
+            }
+            switch node {
+            case nil, .null?: return ""
+            case let .string(text)?: return text
+            case let other?: return other.serialized()
+            }
+        }
+    }
+}
+
+extension Caption {
+    /// The caption with the item's fields filled in; a line that comes out blank is left out.
+    func filled(with fields: ItemFields) -> Caption {
+        var caption = self
+        caption.top = top.map(fields.fill).flatMap(Self.nonBlank)
+        caption.bottom = bottom.map(fields.fill).flatMap(Self.nonBlank)
+        return caption
+    }
+
+    private static func nonBlank(_ text: String) -> String? {
+        text.allSatisfy(\.isWhitespace) ? nil : text
+    }
+}
+
+extension TextOverlay {
+    func filled(with fields: ItemFields) -> TextOverlay {
+        var overlay = self
+        overlay.text = fields.fill(text)
+        return overlay
+    }
+}
