@@ -24,7 +24,8 @@ struct Imgpipe: ParsableCommand {
         discussion: "Exit codes: 0 every item done, 1 some items failed, 2 usage or invalid pipeline, 130 interrupted.",
         version: version,
         subcommands: [RunCommand.self, ResumeCommand.self, DryRunCommand.self, StatusCommand.self,
-                      ValidateCommand.self, FiltersCommand.self, SchemaCommand.self, CacheCommand.self]
+                      ValidateCommand.self, ThumbnailCommand.self, InitCommand.self, FiltersCommand.self,
+                      SchemaCommand.self, CacheCommand.self]
     )
 
     /// Parses and runs, mapping argument errors to exit code 2 rather than 64.

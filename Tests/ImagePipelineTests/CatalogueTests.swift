@@ -62,8 +62,10 @@ struct CatalogueTests {
                 print(("invalid " if errors else "valid ") + path)
             """
         try work.write(script, to: "check.py")
-        let examples = Self.examples
-        #expect(examples.count >= 4)
+        // `imgpipe init`'s starting file, with its `//` comment keys, is a valid pipeline too.
+        #expect(try imgpipe("init", "starter.json").status == 0)
+        let examples = Self.examples + ["starter.json"]
+        #expect(examples.count >= 5)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "check.py"] + examples + bad.indices.map { "bad-\($0).json" }

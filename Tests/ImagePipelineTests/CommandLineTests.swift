@@ -478,4 +478,53 @@ struct CommandLineTests {
         let list = try imgpipe("validate", "list.json")
         #expect(list.status == 2 && list.stderr.contains("source.path: URL list") && list.stderr.contains("urls.txt does not exist"))
     }
+
+    /// `imgpipe thumbnail` runs the pipeline its flags make, and `--print-pipeline` prints
+    /// that pipeline: saved and run, it writes the same bytes.
+    @Test func theThumbnailOneLinerRunsThePipelineItPrints() throws {
+        try work.folder("in")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 320, height: 240), to: work.url("in/a.jpg"))
+        try ImageFixtures.jpeg(at: work.url("in/b.jpg"), width: 240, height: 320, orientation: 6)
+        let made = try imgpipe("thumbnail", "in", "--fit", "100x100", "--to", "thumbs")
+        #expect(made.status == 0, "stderr: \(made.stderr)")
+        let a = try ImageFixtures.decode(work.url("thumbs/a.jpg"))
+        let b = try ImageFixtures.decode(work.url("thumbs/b.jpg"))
+        #expect((a.width, a.height) == (100, 75))
+        #expect((b.width, b.height) == (100, 75), "EXIF orientation 6 turns 240×320 into 320×240 before the fit")
+
+        let printed = try imgpipe("thumbnail", "in", "--fit", "100x100", "--to", "saved-out", "--print-pipeline")
+        #expect(printed.status == 0)
+        #expect(!FileManager.default.fileExists(atPath: work.url("saved-out")), "--print-pipeline ran something")
+        try work.write(printed.stdout, to: "saved.json")
+        #expect(try imgpipe("run", "saved.json").status == 0)
+        for name in ["a.jpg", "b.jpg"] {
+            #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("saved-out/" + name)))
+                    == Data(contentsOf: URL(fileURLWithPath: work.url("thumbs/" + name))), "\(name) differs")
+        }
+
+        #expect(try imgpipe("thumbnail", "in", "--fill", "64", "--format", "webp", "--to", "tiles").status == 0)
+        let tile = try ImageFixtures.decode(work.url("tiles/a.webp"))
+        #expect((tile.width, tile.height) == (64, 64))
+        let bad = try imgpipe("thumbnail", "in", "--fit", "0x5")
+        #expect(bad.status == 2 && bad.stderr.contains("--fit expects WIDTHxHEIGHT"), "stderr: \(bad.stderr)")
+        #expect(try imgpipe("thumbnail", "in", "--fit", "9", "--fill", "9").status == 2)
+    }
+
+    /// `imgpipe init` writes a starting pipeline that validates and runs once its folder
+    /// has images, and does not replace a file unless `--force`.
+    @Test func initWritesAStartingPipelineThatRuns() throws {
+        let written = try imgpipe("init")
+        #expect(written.status == 0 && written.stdout.contains("wrote pipeline.json"))
+        let missing = try imgpipe("validate", "pipeline.json")
+        #expect(missing.status == 2 && missing.stderr.contains("source.path: directory"), "stderr: \(missing.stderr)")
+        try work.folder("photos")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 2048, height: 1536), to: work.url("photos/big.jpg"))
+        #expect(try imgpipe("validate", "pipeline.json").status == 0)
+        #expect(try imgpipe("run", "pipeline.json").status == 0)
+        let out = try ImageFixtures.decode(work.url("out/big.jpg"))
+        #expect((out.width, out.height) == (1024, 768))
+        let again = try imgpipe("init")
+        #expect(again.status == 2 && again.stderr.contains("pipeline.json exists"))
+        #expect(try imgpipe("init", "--force").status == 0)
+    }
 }

@@ -3,6 +3,26 @@
 /// it for completion; it rejects unknown ops and unknown parameters, like `validate`.
 public enum PipelineSchema {
     public static func document(registry: FilterRegistry = .standard) -> JSONValue {
+        allowingComments(definitions(registry: registry))
+    }
+
+    /// Every closed object also takes `//…` keys, which the decoder reads as comments.
+    static func allowingComments(_ value: JSONValue) -> JSONValue {
+        switch value {
+        case let .array(items):
+            return .array(items.map(allowingComments))
+        case let .object(members):
+            var out = members.map { (key: $0.key, value: allowingComments($0.value)) }
+            if let closed = out.firstIndex(where: { $0.key == "additionalProperties" && $0.value == .bool(false) }) {
+                out.insert((key: "patternProperties", value: .object([("^//", .object([]))])), at: closed)
+            }
+            return .object(out)
+        default:
+            return value
+        }
+    }
+
+    static func definitions(registry: FilterRegistry) -> JSONValue {
         .object([
             ("$schema", .string("https://json-schema.org/draft/2020-12/schema")),
             ("title", .string("imgpipe pipeline file, version 1")),

@@ -67,9 +67,11 @@ struct SpecNode {
         return items.enumerated().map { SpecNode(value: $1, path: path.appending(index: $0)) }
     }
 
+    /// An object whose keys are among `keys`. A key that starts with `//` is a comment, in
+    /// any object (JSON has no comments; `imgpipe init` writes its explanations so).
     func object(allowing keys: [String]) throws -> SpecObject {
         guard case let .object(members) = value else { throw expected("an object") }
-        for member in members where !keys.contains(member.key) {
+        for member in members where !keys.contains(member.key) && !member.key.hasPrefix("//") {
             let node = SpecNode(value: member.value, path: path.appending(member.key))
             var message = "unknown key"
             if let guess = SpecNode.closest(to: member.key, in: keys) { message += " (did you mean \"\(guess)\"?)" }

@@ -1,0 +1,133 @@
+import ArgumentParser
+import Foundation
+import ImagePipeline
+
+/// `imgpipe thumbnail DIR --fit 400x400 --to out/`: a run without writing a pipeline file.
+///
+/// The flags make a pipeline (autorotate, then fit or fill, then the output), which
+/// `--print-pipeline` prints instead of running, ready to be saved and edited. To run it,
+/// the same pipeline is written with absolute paths to `.imgpipe/thumbnail-<hash>.json`
+/// (the hash is of the pipeline, so each set of flags has its own file and state file)
+/// and run like `imgpipe run` would; the same command again continues an interrupted
+/// run of it, or else starts a new one. `imgpipe status` and `resume` take that file.
+struct ThumbnailCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "thumbnail",
+        abstract: "Make thumbnails of a folder (or a URL list) without a pipeline file.",
+        discussion: """
+            Examples: imgpipe thumbnail photos --fit 400x400 --to thumbs/ ; \
+            imgpipe thumbnail urls.txt --fill 256 --format webp --to tiles/ ; \
+            add --print-pipeline to see the equivalent pipeline file.
+            """
+    )
+
+    @Argument(help: "A folder of images, or a URL list (.txt, .csv, .jsonl, optionally .gz).",
+              completion: .file())
+    var input: String
+
+    @Option(help: ArgumentHelp("Fit inside this box, aspect kept (WxH, or N for a square).", valueName: "WxH"))
+    var fit: String?
+
+    @Option(help: ArgumentHelp("Cover this box and crop to exactly its size (WxH, or N).", valueName: "WxH"))
+    var fill: String?
+
+    @Option(help: "The folder the thumbnails are written to.", completion: .directory)
+    var to = "thumbnails"
+
+    @Option(help: "Output format: jpeg, png, webp, avif, tiff, gif.")
+    var format = "jpeg"
+
+    @Option(help: "Encoder quality, 1-100 (the format's default otherwise).")
+    var quality: Int?
+
+    @Flag(help: "Print the equivalent pipeline file instead of running.")
+    var printPipeline = false
+
+    @OptionGroup var workerOptions: WorkerOptions
+
+    @Flag(help: "Print nothing but errors.")
+    var quiet = false
+
+    @Flag(help: "Print a machine-readable summary on standard output.")
+    var json = false
+
+    func validate() throws {
+        if fit != nil, fill != nil { throw ValidationError("give --fit or --fill, not both") }
+        if let quality, !(1 ... 100).contains(quality) { throw ValidationError("--quality must be from 1 to 100, got \(quality)") }
+    }
+
+    func run() throws {
+        let box = try Self.box(fill ?? fit ?? "400x400", flag: fill != nil ? "--fill" : "--fit")
+        if printPipeline {
+            Console.out(pipeline(box: box, input: input, output: to))
+            return
+        }
+        let absolute = { (path: String) in URL(fileURLWithPath: path).standardizedFileURL.path }
+        let text = pipeline(box: box, input: absolute(input), output: absolute(to))
+        let file = ".imgpipe/thumbnail-\(Self.hash(text)).json"
+        do {
+            try FileManager.default.createDirectory(atPath: ".imgpipe", withIntermediateDirectories: true)
+            try Data(text.utf8).write(to: URL(fileURLWithPath: file))
+        } catch {
+            throw CommandError.failure("cannot write \(file): \(error.localizedDescription)")
+        }
+        let options = try PipelineOptions.parse([file])
+        let state = options.stateFile
+        var unfinished = false
+        if FileManager.default.fileExists(atPath: state) {
+            let latest = try? RunStore(path: state).latestRun()
+            unfinished = [.running, .interrupted].contains(latest?.state)
+        }
+        try RunSession(options: options, workers: workerOptions, quiet: quiet, json: json)
+            .perform(unfinished ? .resume(retryFailed: false) : .fresh(limit: nil, replaceUnfinished: false))
+    }
+
+    /// The pipeline file the flags stand for, with `input` and `output` as given.
+    func pipeline(box: (width: Int, height: Int), input: String, output: String) -> String {
+        let isList = [".txt", ".csv", ".jsonl", ".txt.gz", ".csv.gz", ".jsonl.gz"].contains { input.lowercased().hasSuffix($0) }
+        let source = isList ? #"{ "type": "url-list", "path": \#(quote(input)) }"#
+            : #"{ "type": "directory", "path": \#(quote(input)) }"#
+        let op = fill != nil ? "fill" : "fit"
+        let encoding = quality.map { #", "quality": \#($0)"# } ?? ""
+        return """
+            {
+              "version": 1,
+              "name": "thumbnail",
+              "source": \(source),
+              "filters": [
+                { "op": "autorotate" },
+                { "op": "\(op)", "width": \(box.width), "height": \(box.height) }
+              ],
+              "output": { "format": \(quote(format))\(encoding), "strip": true },
+              "sink": { "type": "directory", "path": \(quote(output)) }
+            }
+            """
+    }
+
+    private func quote(_ text: String) -> String { JSONValue.string(text).serialized() }
+
+    /// `400x300` or `400` (a square).
+    static func box(_ text: String, flag: String) throws -> (width: Int, height: Int) {
+        let parts = text.lowercased().split(separator: "x", omittingEmptySubsequences: false).map { Int($0) }
+        switch parts.count {
+        case 1: if let side = parts[0], side > 0 { return (side, side) }
+        case 2: if let width = parts[0], let height = parts[1], width > 0, height > 0 { return (width, height) }
+        default: break
+        }
+        throw CommandError.usage("\(flag) expects WIDTHxHEIGHT or a single size, such as 400x300 or 256; got \(JSONValue.string(text).serialized())")
+    }
+
+    /// FNV-1a, 64 bits, as 16 hex digits: a stable name for a pipeline's text.
+    static func hash(_ text: String) -> String {
+        var value: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in text.utf8 {
+            value ^= UInt64(byte)
+            value = value &* 0x0000_0100_0000_01B3
+        }
+        return String(value, radix: 16).leftPadded(to: 16)
+    }
+}
+
+private extension String {
+    func leftPadded(to length: Int) -> String { String(repeating: "0", count: max(0, length - count)) + self }
+}
