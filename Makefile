@@ -7,8 +7,10 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev pkg-config fonts-dejavu-core chromium
 BIN := .build/debug/imgpipe
+PREFIX ?= /usr/local
+MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
 
-.PHONY: deps build release install demo test fuzz bench bench-deps clean
+.PHONY: deps build release man install demo test fuzz bench bench-deps clean
 
 # Installs the Debian packages only when something is missing: the libraries (found
 # with pkg-config), vipsthumbnail, the DejaVu fonts captions use, and Chromium (the
@@ -34,8 +36,15 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
-install: release
-	$(SUDO) install -m 755 .build/release/imgpipe /usr/local/bin/imgpipe
+# The man page, made from the command-line definitions by ArgumentParser's generate-manual
+# plugin (every command, option and help text): `man -l $(MAN_PAGE)` reads it unpacked.
+man: build
+	@$(SWIFT) package --disable-sandbox plugin generate-manual --configuration debug >/dev/null
+	@echo "man: $(MAN_PAGE)"
+
+install: release man
+	$(SUDO) install -D -m 755 .build/release/imgpipe $(PREFIX)/bin/imgpipe
+	$(SUDO) install -D -m 644 $(MAN_PAGE) $(PREFIX)/share/man/man1/imgpipe.1
 
 demo: build
 	$(BIN) run pipelines/samples.json --new
