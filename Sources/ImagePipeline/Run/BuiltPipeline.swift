@@ -22,22 +22,7 @@ public struct BuiltPipeline: Sendable {
                              logger: Logger = Logger(label: "imgpipe"),
                              notice: @escaping @Sendable (String) -> Void = { _ in }) throws -> BuiltPipeline {
         let cancellation = CancellationFlag()
-        var fetcher: RemoteFetcher?
-        if let remote = spec.source.remote {
-            var cache: DiskCache?
-            var revalidate = false
-            if let cacheSpec = remote.cache {
-                let directory = try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
-                    ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
-                cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize, unexpanded: environment.unexpanded,
-                                      expanding: environment.expanding)
-                revalidate = cacheSpec.revalidate
-            }
-            let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
-            fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
-                                    backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
-                                    redact: environment.redact)
-        }
+        let fetcher = try makeFetcher(spec, environment: environment, cancellation: cancellation, logger: logger)
         let feed = try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
         var uploadClient: HTTPClient?
         func uploads() -> HTTPClient {
@@ -90,6 +75,26 @@ public struct BuiltPipeline: Sendable {
                                        baseDirectory: spec.baseDirectory, tuning: tuning)
         return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                              sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
+    }
+
+    /// The fetcher of a remote source (feed pages and images, through its disk cache when
+    /// it has one); nil for a local source.
+    static func makeFetcher(_ spec: PipelineSpec, environment: Environment, cancellation: CancellationFlag,
+                            logger: Logger) throws -> RemoteFetcher? {
+        guard let remote = spec.source.remote else { return nil }
+        var cache: DiskCache?
+        var revalidate = false
+        if let cacheSpec = remote.cache {
+            let directory = try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
+                ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
+            cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize, unexpanded: environment.unexpanded,
+                                  expanding: environment.expanding)
+            revalidate = cacheSpec.revalidate
+        }
+        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
+        return RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
+                             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
+                             redact: environment.redact)
     }
 
     static func makeFeed(_ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
