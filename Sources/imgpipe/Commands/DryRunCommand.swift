@@ -15,9 +15,10 @@ struct DryRunCommand: ParsableCommand {
             """
     )
 
-    @Argument(help: "The pipeline file (JSON); give a second one to compare the two on the same samples.",
+    @Argument(help: ArgumentHelp("The pipeline file (JSON); give a second one to compare the two on the same samples.",
+                                 valueName: "pipeline"),
               completion: .file(extensions: ["json"]))
-    var pipelines: [String] = []
+    var pipelines: [String]
 
     @Option(help: "Folder of sample images (default: the pipeline's own directory source, else samples/, else its feed).",
             completion: .directory)
@@ -36,7 +37,6 @@ struct DryRunCommand: ParsableCommand {
     var json = false
 
     func validate() throws {
-        if pipelines.isEmpty { throw ValidationError("missing the pipeline file (dry-run P.json, or dry-run A.json B.json to compare)") }
         if pipelines.count > 2 { throw ValidationError("dry-run takes one pipeline file, or two to compare; got \(pipelines.count)") }
         if let limit, limit < 1 { throw ValidationError("--limit must be a positive integer, got \(limit)") }
         if feed, samples != nil { throw ValidationError("--samples and --feed cannot be used together") }
