@@ -90,9 +90,53 @@ struct CatalogueTests {
         #expect(work.files(under: "preview").contains("index.html"))
     }
 
-    @Test func contactSheetRendersEveryImageInChromium() throws {
+    /// The page at `path` as headless Chromium leaves it after its scripts ran.
+    func chromium(_ path: String) throws -> String {
         let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first { FileManager.default.isExecutableFile(atPath: $0) }
         let browser = try #require(chromium, "Debian's chromium is needed (make deps installs it)")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: browser)
+        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                             "--user-data-dir=" + work.url("chromium-profile"), "--virtual-time-budget=10000",
+                             "--dump-dom", URL(fileURLWithPath: work.url(path)).absoluteString]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let dom = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return dom
+    }
+
+    /// The attributes of the `<body>` tag of a page.
+    func bodyAttributes(_ dom: String) -> [String: String] {
+        guard let open = dom.range(of: "<body"), let close = dom[open.upperBound...].range(of: ">") else { return [:] }
+        let tag = String(dom[open.upperBound ..< close.lowerBound])
+        var attributes: [String: String] = [:]
+        for match in tag.matches(of: /([a-z-]+)="([^"]*)"/) { attributes[String(match.1)] = String(match.2) }
+        return attributes
+    }
+
+    /// Every data line of a printed table starts each column where the header starts it.
+    func expectAligned(_ lines: [String], columns: [String], sourceLocation: SourceLocation = #_sourceLocation) {
+        guard let header = lines.first(where: { $0.hasPrefix("sample ") }) else {
+            Issue.record("no table header in \(lines)", sourceLocation: sourceLocation)
+            return
+        }
+        let starts = columns.compactMap { title in header.range(of: title).map { header.distance(from: header.startIndex, to: $0.lowerBound) } }
+        #expect(starts.count == columns.count, "header: \(header)", sourceLocation: sourceLocation)
+        let rows = lines.drop { $0 != header }.dropFirst().prefix { !$0.contains("previewed in") }
+        #expect(!rows.isEmpty, sourceLocation: sourceLocation)
+        for row in rows {
+            let characters = Array(row)
+            for start in starts.dropFirst() {
+                #expect(characters.count > start && characters[start - 1] == " " && characters[start] != " ",
+                        "column at \(start) misaligned in \(row)", sourceLocation: sourceLocation)
+            }
+        }
+    }
+
+    func makeSheetSamples() throws {
         let samples = try work.folder("samples")
         try ImageFixtures.jpeg(at: samples + "/rotated.jpg", width: 300, height: 200, orientation: 6)
         try ImageFixtures.rgbaPNG(at: samples + "/alpha.png", width: 120, height: 90)
@@ -103,25 +147,107 @@ struct CatalogueTests {
              "filters": [{"op": "autorotate"}, {"op": "fit", "width": 100, "height": 100}, {"op": "sepia"}],
              "output": {"format": "tiff"}, "sink": {"type": "directory", "path": "out"}}
             """, to: "sheet.json")
+    }
+
+    /// One pipeline: the summary, before and after at one scale with links, a wipe slider
+    /// and 100 % crops per sample, every picture rendered in Chromium; the printed table
+    /// (with SSIM) aligned and the contact sheet's path printed.
+    @Test func contactSheetRendersEveryImageInChromium() throws {
+        try makeSheetSamples()
         let run = try imgpipe("dry-run", "sheet.json", "--out", "sheet preview")
         #expect(run.status == 0, "stderr: \(run.stderr)")
+        let lines = run.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasPrefix("sample ") == true && lines.first?.contains("ssim") == true, "stdout: \(run.stdout)")
+        expectAligned(lines, columns: ["sample", "input", "output", "bytes", "ssim", "ms"])
+        let photo = try #require(lines.first { $0.hasPrefix("photo.tif ") })
+        #expect(photo.contains("200×100") && photo.contains("100×50") && photo.contains(" 0."), "a score for a plain fit: \(photo)")
+        #expect(lines.last == "contact sheet: sheet preview/index.html", "stdout: \(run.stdout)")
+
         let html = try String(contentsOfFile: work.url("sheet preview/index.html"), encoding: .utf8)
         #expect(html.contains("autorotate+fit") && html.contains("sepia") && html.contains("encode"), "time per step")
-        #expect(html.contains("300×200") && html.contains("67×100"), "dimensions before and after")
+        #expect(html.contains("200×300") && html.contains("67×100"), "dimensions before (upright) and after")
+        #expect(html.contains(#"<section id="summary" data-samples="4" data-failed="0">"#))
+        #expect(html.contains("median"), "time per image in the summary")
+        // The same scale: the upright 200×300 input is drawn 200×300 (under the 360 px box),
+        // its 67×100 output 67×100; a link to the full-size source around the before.
+        #expect(html.contains(#"width="200" height="300""#) && html.contains(#"width="67" height="100""#))
+        #expect(html.contains(#"<a href="../samples/rotated.jpg">"#))
+        #expect(!html.contains("http://") && !html.contains("https://"), "no external resources")
 
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: browser)
-        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                             "--user-data-dir=" + work.url("chromium-profile"), "--virtual-time-budget=10000",
-                             "--dump-dom", URL(fileURLWithPath: work.url("sheet preview/index.html")).absoluteString]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let dom = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(dom.contains(#"data-rendered="8""#) && dom.contains(#"data-total="8""#),
-                "every before and after image must render: \(dom.prefix(400))")
+        let dom = try chromium("sheet preview/index.html")
+        let body = bodyAttributes(dom)
+        // Per sample: before, after, the wipe's two pictures and two 100 % crops.
+        #expect(body["data-total"] == "24" && body["data-rendered"] == "24", "every picture must render: \(body)")
+        #expect(body["data-sliders"] == "4" && body["data-summary-samples"] == "4", "\(body)")
+        #expect(body["class"] == "full")
         #expect(!dom.contains(#"data-ok="false""#))
+    }
+
+    /// Two pipelines on the same samples: one row per sample with A's and B's bytes and
+    /// SSIM; B's `fill` to a square changes the geometry, so non-square samples get no score.
+    @Test func twoPipelinesSideBySideInChromium() throws {
+        try makeSheetSamples()
+        try work.write("""
+            {"version": 1, "name": "square", "source": {"type": "directory", "path": "samples"},
+             "filters": [{"op": "autorotate"}, {"op": "fill", "width": 80, "height": 80}],
+             "output": {"format": "jpeg", "quality": 30}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "square.json")
+        let run = try imgpipe("dry-run", "sheet.json", "square.json", "--out", "compare")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        let lines = run.stdout.split(separator: "\n").map(String.init)
+        expectAligned(lines, columns: ["sample", "input", "bytes", "A output", "A bytes", "A ssim", "A ms",
+                                       "B output", "B bytes", "B ssim", "B ms"])
+        let header = try #require(lines.first)
+        let photo = try #require(lines.first { $0.hasPrefix("photo.tif ") })
+        func cell(_ title: String) -> String {
+            let start = header.distance(from: header.startIndex, to: header.range(of: title)!.lowerBound)
+            return String(photo.dropFirst(start).prefix { $0 != " " })
+        }
+        #expect(cell("A output") == "100×50" && cell("B output") == "80×80")
+        #expect(Double(cell("A ssim")).map { $0 > 0 && $0 <= 1 } == true, "A is a resampled source: \(photo)")
+        #expect(cell("B ssim") == "-", "B crops: no score: \(photo)")
+        let cmyk = try #require(lines.first { $0.hasPrefix("cmyk.jpg ") })
+        #expect(!cmyk.contains(" - "), "a square sample filled to a square is scored: \(cmyk)")
+        #expect(lines.last == "contact sheet: compare/index.html")
+        #expect(work.files(under: "compare").contains("a/photo.tif") && work.files(under: "compare").contains("b/photo.jpg"))
+
+        let json = try imgpipe("dry-run", "sheet.json", "square.json", "--out", "compare", "--json")
+        let rows = try #require(JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+        #expect(rows.count == 4 && rows.allSatisfy { $0["a"] is [String: Any] && $0["b"] is [String: Any] })
+
+        let dom = try chromium("compare/index.html")
+        let body = bodyAttributes(dom)
+        // Per sample: before, A, B, the wipe's A and B, and three 100 % crops.
+        #expect(body["data-total"] == "32" && body["data-rendered"] == "32", "every picture must render: \(body)")
+        #expect(body["data-sliders"] == "4" && body["data-summary-samples"] == "4", "\(body)")
+        #expect(dom.contains("A: sheet") && dom.contains("B: square"), "a summary line per pipeline")
+    }
+
+    /// Many samples make a compact grid; a failed sample is listed in the summary and its
+    /// card comes first.
+    @Test func manySamplesMakeACompactGridWithFailuresFirst() throws {
+        let samples = try work.folder("many")
+        for index in 1 ... 13 {
+            try ImageFixtures.write(try ImageFixtures.photo(width: 90, height: 60, seed: index), to: samples + "/p\(index).png")
+        }
+        try work.write("not an image", to: "many/zz-broken.jpg")
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "many"},
+             "filters": [{"op": "fit", "width": 45}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "many.json")
+        let run = try imgpipe("dry-run", "many.json", "--out", "grid")
+        #expect(run.status == 1, "a failed sample exits 1: \(run.stderr)")
+        #expect(run.stdout.contains("13 sample(s) previewed in grid, 1 sample(s) failed"), "stdout: \(run.stdout)")
+        let html = try String(contentsOfFile: work.url("grid/index.html"), encoding: .utf8)
+        #expect(html.contains(#"<body class="compact""#))
+        #expect(html.contains(#"data-samples="14" data-failed="1""#))
+        let broken = try #require(html.range(of: #"id="sample-zz-broken.jpg""#))
+        let first = try #require(html.range(of: #"id="sample-p1.png""#))
+        #expect(broken.lowerBound < first.lowerBound, "the failed sample comes first")
+        #expect(html.contains(##"<li><a href="#sample-zz-broken.jpg">zz-broken.jpg</a>: decode"##))
+
+        let body = bodyAttributes(try chromium("grid/index.html"))
+        #expect(body["data-total"] == "78" && body["data-rendered"] == "78", "13 × 6 pictures: \(body)")
+        #expect(body["data-sliders"] == "13" && body["data-summary-samples"] == "14")
     }
 }

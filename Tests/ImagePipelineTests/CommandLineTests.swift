@@ -243,7 +243,8 @@ struct CommandLineTests {
         let result = try imgpipe("dry-run", "pipe.json", "--samples", "samples", "--out", "previews")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(result.stdout.contains("one.jpg") && result.stdout.contains("1000×500") && result.stdout.contains("256×128"))
-        #expect(work.files(under: "previews") == ["before/one.jpg.jpg", "before/two.png.png", "index.html", "one.jpg", "two.jpg"])
+        #expect(work.files(under: "previews") == ["before/one.jpg.jpg", "before/two.png.png", "crop/one.jpg.png", "crop/two.png.png",
+                                                   "index.html", "one.jpg", "two.jpg"])
         let preview = try ImageFixtures.decode(work.url("previews/one.jpg"))
         #expect((preview.width, preview.height) == (256, 128))
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "dry-run created a state file")

@@ -55,26 +55,12 @@ public struct BuiltPipeline: Sendable {
         mutating func build(_ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning,
                             logger: Logger, notice: @escaping @Sendable (String) -> Void) throws -> BuiltPipeline {
             let cancellation = CancellationFlag()
-            var fetcher: RemoteFetcher?
-            if let remote = spec.source.remote {
-                var cache: DiskCache?
-                var revalidate = false
-                if let cacheSpec = remote.cache {
-                    let directory = try attempt {
-                        try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
-                            ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
-                    }
-                    if let directory, !collecting {
-                        cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize, unexpanded: environment.unexpanded,
-                                              expanding: environment.expanding)
-                    }
-                    revalidate = cacheSpec.revalidate
-                }
-                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
-                fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
-                                        backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
-                                        redact: environment.redact)
+            // A check reads the cache's path (for its variables) but creates no folder.
+            if collecting, let cachePath = spec.source.remote?.cache?.path {
+                _ = try attempt { try cachePath.expanded(in: environment) }
             }
+            let fetcher = try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: cancellation, logger: logger,
+                                                        withCache: !collecting)
             let feed = try attempt { try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice) }
             var uploadClient: HTTPClient?
             func uploads() -> HTTPClient {
@@ -138,6 +124,26 @@ public struct BuiltPipeline: Sendable {
                                 message: "watermark image \(resolved) is \(info.st_size) bytes, over limits.maxBytes (\(limits.maxBytes))")
             }
         }
+    }
+
+    /// The fetcher of a remote source (feed pages and images, through its disk cache when
+    /// it has one and `withCache`); nil for a local source.
+    static func makeFetcher(_ spec: PipelineSpec, environment: Environment, cancellation: CancellationFlag,
+                            logger: Logger, withCache: Bool = true) throws -> RemoteFetcher? {
+        guard let remote = spec.source.remote else { return nil }
+        var cache: DiskCache?
+        var revalidate = false
+        if let cacheSpec = remote.cache, withCache {
+            let directory = try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
+                ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
+            cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize, unexpanded: environment.unexpanded,
+                                  expanding: environment.expanding)
+            revalidate = cacheSpec.revalidate
+        }
+        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
+        return RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
+                             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
+                             redact: environment.redact)
     }
 
     static func makeFeed(_ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,

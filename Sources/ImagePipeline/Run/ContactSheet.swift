@@ -1,79 +1,187 @@
 import Foundation
 
-/// The dry-run's `index.html`: every sample before and after, side by side, with
-/// dimensions, bytes and the time of each step. One self-contained file that opens from
-/// disk; images are referenced relative to it. After loading, the page counts the
-/// pictures that rendered into `body[data-rendered]` (of `data-total`), which the tests
-/// read through headless Chromium.
+/// The dry-run's `index.html`: one self-contained file that opens from disk (inline CSS and
+/// JS, no external resources; pictures referenced relative to it).
+///
+/// - A summary at the top: the number of samples, the failed ones listed first (their cards
+///   are sorted first too), bytes before → after in total and per image with the share
+///   saved, mean SSIM, and the median and mean time per image; one line per pipeline.
+/// - One card per sample: the before picture and each output at the same display scale
+///   (each output is drawn at the before picture's scale factor, so a 2× downscale looks
+///   half the size), each a link to the full-size file; a wipe slider (an
+///   `<input type=range>` over a stacked pair: before and after, or A and B when two
+///   pipelines are compared); the 100 % crops (the centre of the input and of each output
+///   at natural pixel size, 256×256 at most); and the time of each step.
+/// - More than `compactThreshold` samples: a compact grid of smaller cards.
+///
+/// After loading, the page counts what rendered into `body` attributes the tests read
+/// through headless Chromium: `data-rendered` of `data-total` pictures, `data-sliders`,
+/// and `data-summary-samples` (the sample count the summary states).
 struct ContactSheet {
-    let title: String
-    let filters: [String]
-    let rows: [DryRunRow]
+    /// Above this many samples the sheet is a compact grid.
+    static let compactThreshold = 12
+
+    /// Each pipeline's name, in order (one, or two when compared).
+    let titles: [String]
+    /// Each pipeline's op names.
+    let chains: [[String]]
+    /// Each sample's rows, one per pipeline, in listing order.
+    let samples: [[DryRunRow]]
+
+    var compact: Bool { samples.count > Self.compactThreshold }
+    /// The longest side of the before picture on screen, in CSS pixels.
+    var box: Double { compact ? 160 : 360 }
+    /// The side of a 100 % crop window, in CSS pixels.
+    var cropSide: Int { compact ? 128 : 256 }
+
+    private var labels: [String] { titles.count == 1 ? ["after"] : ["A", "B"] }
 
     var html: String {
-        var out = """
-            <!doctype html>
-            <html lang="en"><head><meta charset="utf-8">
-            <title>imgpipe dry-run: \(escape(title))</title>
-            <style>
-            body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; background: #f4f4f4; color: #222; }
-            h1 { font-size: 20px; margin: 0 0 4px; } .chain { color: #555; margin-bottom: 20px; }
-            .sample { background: #fff; border-radius: 8px; padding: 12px 16px; margin-bottom: 16px; box-shadow: 0 1px 3px #0002; }
-            .sample h2 { font-size: 15px; margin: 0 0 8px; word-break: break-all; }
-            .pair { display: flex; gap: 16px; flex-wrap: wrap; align-items: flex-start; }
-            figure { margin: 0; } figcaption { color: #555; font-size: 12px; margin-top: 4px; }
-            img { max-width: 480px; max-height: 480px; display: block;
-                  background: repeating-conic-gradient(#ddd 0% 25%, #fff 0% 50%) 50% / 16px 16px; }
-            table { border-collapse: collapse; font-size: 12px; margin-top: 8px; }
-            td { padding: 1px 10px 1px 0; } td.ms { text-align: right; }
-            .failed { color: #b00020; font-weight: 600; }
-            </style></head>
-            <body data-rendered="0" data-total="0">
-            <h1>\(escape(title))</h1>
-            <div class="chain">\(filters.isEmpty ? "no filters" : filters.map(escape).joined(separator: " → "))</div>
-
-            """
-        for row in rows {
-            out += "<section class=\"sample\"><h2>\(escape(row.key))</h2><div class=\"pair\">\n"
-            if let before = row.before {
-                out += figure(src: before, caption: "before: \(size(row.inputWidth, row.inputHeight)), \(bytes(row.inputBytes))")
-            }
-            if let failure = row.failure {
-                out += "<p class=\"failed\">failed: \(escape(failure))</p>\n"
-            } else if let display = row.display ?? row.output {
-                out += figure(src: display, caption: "after: \(size(row.outputWidth, row.outputHeight)), \(bytes(row.outputBytes ?? 0)), \(String(format: "%.1f", row.milliseconds)) ms")
-            }
-            out += "</div>\n"
-            if !row.steps.isEmpty {
-                out += "<table>" + row.steps.map { step in
-                    "<tr><td>\(escape(step.op))</td><td class=\"ms\">\(String(format: "%.1f", step.milliseconds)) ms</td></tr>"
-                }.joined() + "</table>\n"
-            }
-            out += "</section>\n"
+        let failed = samples.filter { rows in rows.contains { $0.failure != nil } }
+        let ordered = failed + samples.filter { rows in rows.allSatisfy { $0.failure == nil } }
+        var out = head
+        out += "<body class=\"\(compact ? "compact" : "full")\" data-rendered=\"0\" data-total=\"0\" data-sliders=\"0\" data-summary-samples=\"0\">\n"
+        out += "<h1>\(escape(titles.joined(separator: " vs ")))</h1>\n"
+        for (index, chain) in chains.enumerated() {
+            let label = titles.count == 1 ? "" : "\(labels[index]) (\(escape(titles[index]))): "
+            out += "<div class=\"chain\">\(label)\(chain.isEmpty ? "no filters" : chain.map(escape).joined(separator: " → "))</div>\n"
         }
-        out += """
-            <script>
-            window.addEventListener("load", function () {
-              var images = Array.prototype.slice.call(document.images);
-              var rendered = images.filter(function (img) { return img.complete && img.naturalWidth > 0; });
-              images.forEach(function (img) { img.dataset.ok = String(img.complete && img.naturalWidth > 0); });
-              document.body.dataset.total = String(images.length);
-              document.body.dataset.rendered = String(rendered.length);
-            });
-            </script>
-            </body></html>
-
-            """
+        out += summary(failed: failed)
+        out += "<div class=\"samples\">\n"
+        for (number, rows) in ordered.enumerated() { out += card(rows, number: number + 1) }
+        out += "</div>\n" + script + "</body></html>\n"
         return out
     }
 
-    private func figure(src: String, caption: String) -> String {
-        let path = src.split(separator: "/").map { String($0).addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? String($0) }
-            .joined(separator: "/")
-        return "<figure><img src=\"\(escape(path))\" alt=\"\(escape(src))\"><figcaption>\(escape(caption))</figcaption></figure>\n"
+    // MARK: summary
+
+    private func summary(failed: [[DryRunRow]]) -> String {
+        var out = "<section id=\"summary\" data-samples=\"\(samples.count)\" data-failed=\"\(failed.count)\">\n"
+        out += "<p><b>\(samples.count) sample\(samples.count == 1 ? "" : "s")</b>"
+            + (failed.isEmpty ? ", none failed" : ", <span class=\"failed\">\(failed.count) failed</span>") + "</p>\n"
+        if !failed.isEmpty {
+            out += "<ul class=\"failures\">\n"
+            for rows in failed {
+                let reasons = rows.enumerated().compactMap { index, row in
+                    row.failure.map { (titles.count == 1 ? "" : labels[index] + ": ") + $0 }
+                }
+                out += "<li><a href=\"#\(anchor(rows[0].key))\">\(escape(rows[0].key))</a>: \(escape(reasons.joined(separator: "; ")))</li>\n"
+            }
+            out += "</ul>\n"
+        }
+        out += "<table><tr><th></th><th>bytes before → after</th><th>per image</th><th>SSIM (mean)</th><th>time per image (median / mean)</th></tr>\n"
+        for index in titles.indices {
+            let done = samples.map { $0[index] }.filter { $0.failure == nil && $0.outputBytes != nil }
+            let before = done.reduce(0) { $0 + $1.inputBytes }
+            let after = done.reduce(0) { $0 + ($1.outputBytes ?? 0) }
+            let scores = done.compactMap(\.ssim)
+            let times = done.map(\.milliseconds).sorted()
+            let name = titles.count == 1 ? "\(done.count) done" : "\(labels[index]): \(escape(titles[index]))"
+            var cells = [name]
+            if done.isEmpty {
+                cells += ["–", "–", "–", "–"]
+            } else {
+                cells.append("\(bytes(before)) → \(bytes(after)) (\(saving(before, after)))")
+                cells.append("\(bytes(before / done.count)) → \(bytes(after / done.count))")
+                cells.append(scores.isEmpty ? "n/a" : String(format: "%.4f", scores.reduce(0, +) / Double(scores.count)))
+                let median = times.count % 2 == 1 ? times[times.count / 2] : (times[times.count / 2 - 1] + times[times.count / 2]) / 2
+                cells.append(String(format: "%.1f ms / %.1f ms", median, times.reduce(0, +) / Double(times.count)))
+            }
+            out += "<tr class=\"pipeline\">" + cells.map { "<td>\($0)</td>" }.joined() + "</tr>\n"
+        }
+        return out + "</table>\n</section>\n"
     }
 
-    private func size(_ width: Int?, _ height: Int?) -> String {
+    // MARK: one sample
+
+    private func card(_ rows: [DryRunRow], number: Int) -> String {
+        let first = rows[0]
+        let failed = rows.contains { $0.failure != nil }
+        var out = "<section class=\"sample\(failed ? " has-failure" : "")\" id=\"\(anchor(first.key))\"><h2>\(escape(first.key))</h2>\n"
+        // One scale for every picture of the card: the before picture's.
+        let scale = first.uprightWidth.flatMap { width in
+            first.uprightHeight.map { height in min(1, box / Double(max(width, height, 1))) }
+        }
+        func size(_ width: Int?, _ height: Int?) -> (Int, Int)? {
+            guard let scale, let width, let height else { return nil }
+            return (max(1, Int((Double(width) * scale).rounded())), max(1, Int((Double(height) * scale).rounded())))
+        }
+        out += "<div class=\"pair\">\n"
+        if let before = first.before {
+            out += figure(src: before, link: first.source ?? before, size: size(first.uprightWidth, first.uprightHeight),
+                          caption: "before: \(dimensions(first.uprightWidth, first.uprightHeight)), \(bytes(first.inputBytes))")
+        }
+        for (index, row) in rows.enumerated() {
+            if let failure = row.failure {
+                out += "<p class=\"failed\">\(labels[index]) failed: \(escape(failure))</p>\n"
+            } else if let display = row.display ?? row.output {
+                var caption = "\(labels[index]): \(dimensions(row.outputWidth, row.outputHeight)), \(bytes(row.outputBytes ?? 0))"
+                caption += " (\(saving(row.inputBytes, row.outputBytes ?? 0))), SSIM \(row.ssim.map { String(format: "%.4f", $0) } ?? "n/a")"
+                caption += String(format: ", %.1f ms", row.milliseconds)
+                out += figure(src: display, link: display, size: size(row.outputWidth, row.outputHeight), caption: caption)
+            }
+        }
+        out += "</div>\n"
+        out += "<div class=\"tools\">\n" + wipe(rows, size: size(first.uprightWidth, first.uprightHeight)) + crops(rows)
+        for (index, row) in rows.enumerated() where !row.steps.isEmpty {
+            out += "<table class=\"steps\">" + (rows.count > 1 ? "<tr><th colspan=\"2\">\(labels[index])</th></tr>" : "")
+                + row.steps.map { step in
+                    "<tr><td>\(escape(step.op))</td><td class=\"ms\">\(String(format: "%.1f", step.milliseconds)) ms</td></tr>"
+                }.joined() + "</table>\n"
+        }
+        return out + "</div>\n</section>\n"
+    }
+
+    /// Before and after (or A and B) stacked in one box, the upper one clipped at the
+    /// slider: left of it the first picture, right of it the second.
+    private func wipe(_ rows: [DryRunRow], size: (Int, Int)?) -> String {
+        let pictures: [(String, String)]
+        if rows.count == 1 {
+            guard let before = rows[0].before, let after = rows[0].display ?? rows[0].output else { return "" }
+            pictures = [(before, "before"), (after, "after")]
+        } else {
+            let outputs = rows.compactMap { $0.display ?? $0.output }
+            guard outputs.count == 2 else { return "" }
+            pictures = [(outputs[0], "A"), (outputs[1], "B")]
+        }
+        let (width, height) = size ?? (Int(box), Int(box))
+        return """
+            <div class="wipe" style="width: \(width)px; height: \(height)px">\
+            <img class="under" src="\(encoded(pictures[0].0))" alt="\(escape(pictures[0].1))">\
+            <img class="over" src="\(encoded(pictures[1].0))" alt="\(escape(pictures[1].1))">\
+            <span class="tag left">\(pictures[0].1)</span><span class="tag right">\(pictures[1].1)</span>\
+            <input type="range" class="wipe-slider" min="0" max="100" value="50" aria-label="wipe between \(pictures[0].1) and \(pictures[1].1)">\
+            </div>
+
+            """
+    }
+
+    /// The centre of the input (its own file) and of each output (the display picture,
+    /// not scaled: `object-fit: none`) at natural pixel size.
+    private func crops(_ rows: [DryRunRow]) -> String {
+        var figures: [String] = []
+        if let crop = rows[0].crop, let width = rows[0].uprightWidth, let height = rows[0].uprightHeight {
+            let style = "width: \(min(width, cropSide))px; height: \(min(height, cropSide))px"
+            figures.append("<figure><img class=\"crop\" style=\"\(style)\" src=\"\(encoded(crop))\" alt=\"before, 100 %\"><figcaption>before, 100 %</figcaption></figure>")
+        }
+        for (index, row) in rows.enumerated() {
+            guard row.failure == nil, let display = row.display ?? row.output, let width = row.outputWidth,
+                  let height = row.outputHeight else { continue }
+            let style = "width: \(min(width, cropSide))px; height: \(min(height, cropSide))px"
+            figures.append("<figure><img class=\"crop\" style=\"\(style)\" src=\"\(encoded(display))\" alt=\"\(labels[index]), 100 %\"><figcaption>\(labels[index]), 100 %</figcaption></figure>")
+        }
+        return figures.joined(separator: "\n") + "\n"
+    }
+
+    private func figure(src: String, link: String, size: (Int, Int)?, caption: String) -> String {
+        let attributes = size.map { " width=\"\($0.0)\" height=\"\($0.1)\"" } ?? ""
+        return "<figure><a href=\"\(encoded(link))\"><img src=\"\(encoded(src))\"\(attributes) alt=\"\(escape(src))\"></a>"
+            + "<figcaption>\(escape(caption))</figcaption></figure>\n"
+    }
+
+    // MARK: text
+
+    private func dimensions(_ width: Int?, _ height: Int?) -> String {
         guard let width, let height else { return "?" }
         return "\(width)×\(height)"
     }
@@ -83,8 +191,84 @@ struct ContactSheet {
             : count >= 1024 ? String(format: "%.1f KB", Double(count) / 1024) : "\(count) B"
     }
 
+    /// `63 % saved`, or `12 % larger`.
+    private func saving(_ before: Int, _ after: Int) -> String {
+        guard before > 0 else { return "–" }
+        let change = Double(before - after) / Double(before) * 100
+        return change >= 0 ? String(format: "%.0f %% saved", change) : String(format: "%.0f %% larger", -change)
+    }
+
+    /// A relative path with each component percent-encoded, then HTML-escaped.
+    private func encoded(_ path: String) -> String {
+        escape(path.split(separator: "/", omittingEmptySubsequences: false)
+            .map { String($0).addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? String($0) }
+            .joined(separator: "/"))
+    }
+
+    private func anchor(_ key: String) -> String {
+        "sample-" + FeedItem.safeName(key)
+    }
+
     private func escape(_ text: String) -> String {
         text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
             .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+    }
+
+    // MARK: page
+
+    private var head: String {
+        """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8">
+        <title>imgpipe dry-run: \(escape(titles.joined(separator: " vs ")))</title>
+        <style>
+        body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; background: #f4f4f4; color: #222; }
+        h1 { font-size: 20px; margin: 0 0 4px; } .chain { color: #555; }
+        #summary { background: #fff; border-radius: 8px; padding: 12px 16px; margin: 16px 0; box-shadow: 0 1px 3px #0002; }
+        #summary p { margin: 0 0 6px; } #summary th, #summary td { text-align: left; padding: 2px 14px 2px 0; }
+        .sample { background: #fff; border-radius: 8px; padding: 12px 16px; margin-bottom: 16px; box-shadow: 0 1px 3px #0002; }
+        .sample h2 { font-size: 15px; margin: 0 0 8px; word-break: break-all; }
+        .pair, .tools { display: flex; gap: 16px; flex-wrap: wrap; align-items: flex-start; margin-bottom: 10px; }
+        figure { margin: 0; } figcaption { color: #555; font-size: 12px; margin-top: 4px; max-width: 360px; }
+        img { display: block; background: repeating-conic-gradient(#ddd 0% 25%, #fff 0% 50%) 50% / 16px 16px; }
+        .pair img:not([width]) { max-width: 360px; max-height: 360px; }
+        img.crop { object-fit: none; object-position: 50% 50%; image-rendering: pixelated; }
+        .wipe { position: relative; margin-bottom: 30px; user-select: none; }
+        .wipe img { position: absolute; inset: 0; width: 100%; height: 100%; object-fit: contain; }
+        .wipe img.over { clip-path: inset(0 0 0 50%); }
+        .wipe .tag { position: absolute; top: 4px; font-size: 11px; background: #000a; color: #fff; padding: 0 4px; border-radius: 3px; }
+        .wipe .left { left: 4px; } .wipe .right { right: 4px; }
+        .wipe input { position: absolute; left: 0; right: 0; bottom: -22px; width: 100%; margin: 0; }
+        table { border-collapse: collapse; font-size: 12px; }
+        td { padding: 1px 10px 1px 0; } td.ms { text-align: right; }
+        .failed { color: #b00020; font-weight: 600; } .has-failure { border-left: 4px solid #b00020; }
+        body.compact .samples { display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr)); gap: 12px; }
+        body.compact .sample { margin: 0; padding: 8px 10px; } body.compact .sample h2 { font-size: 13px; }
+        body.compact .pair img:not([width]) { max-width: 160px; max-height: 160px; } body.compact figcaption { max-width: 200px; }
+        </style></head>
+
+        """
+    }
+
+    private var script: String {
+        """
+        <script>
+        document.querySelectorAll(".wipe").forEach(function (wipe) {
+          var slider = wipe.querySelector("input"), over = wipe.querySelector("img.over");
+          slider.addEventListener("input", function () { over.style.clipPath = "inset(0 0 0 " + slider.value + "%)"; });
+        });
+        window.addEventListener("load", function () {
+          var images = Array.prototype.slice.call(document.images);
+          var rendered = images.filter(function (img) { return img.complete && img.naturalWidth > 0; });
+          images.forEach(function (img) { img.dataset.ok = String(img.complete && img.naturalWidth > 0); });
+          var summary = document.getElementById("summary");
+          document.body.dataset.total = String(images.length);
+          document.body.dataset.rendered = String(rendered.length);
+          document.body.dataset.sliders = String(document.querySelectorAll(".sample .wipe input[type=range]").length);
+          document.body.dataset.summarySamples = summary ? summary.dataset.samples : "0";
+        });
+        </script>
+
+        """
     }
 }

@@ -1,7 +1,8 @@
 import Foundation
+import Logging
 import VipsKit
 
-/// One sample's result in a dry-run.
+/// One sample's result in a dry-run, for one pipeline.
 public struct DryRunRow: Sendable, Codable {
     public let key: String
     public let inputWidth: Int?
@@ -21,6 +22,38 @@ public struct DryRunRow: Sendable, Codable {
     public var before: String?
     /// A picture of the output browsers can show (the output itself unless it is TIFF).
     public var display: String?
+    /// The input's size turned upright (as the before picture shows it).
+    public var uprightWidth: Int?
+    public var uprightHeight: Int?
+    /// The full-size input, relative to the output folder (a link from the contact sheet).
+    public var source: String?
+    /// The centre of the input at its natural pixel size (at most 256×256), relative to
+    /// the output folder.
+    public var crop: String?
+    /// SSIM of the output against the source resampled to the output's size; nil when the
+    /// geometry differs (see `SourceSimilarity`) or the sample failed.
+    public var ssim: Double?
+
+    /// A sample that never reached the filter chain (its download failed).
+    init(key: String, failure: String) {
+        self.init(key: key, inputWidth: nil, inputHeight: nil, inputBytes: 0, outputWidth: nil, outputHeight: nil,
+                  outputBytes: nil, output: nil, milliseconds: 0, failure: failure)
+    }
+
+    init(key: String, inputWidth: Int?, inputHeight: Int?, inputBytes: Int, outputWidth: Int?, outputHeight: Int?,
+         outputBytes: Int?, output: String?, milliseconds: Double, failure: String?, steps: [StepTiming] = []) {
+        self.key = key
+        self.inputWidth = inputWidth
+        self.inputHeight = inputHeight
+        self.inputBytes = inputBytes
+        self.outputWidth = outputWidth
+        self.outputHeight = outputHeight
+        self.outputBytes = outputBytes
+        self.output = output
+        self.milliseconds = milliseconds
+        self.failure = failure
+        self.steps = steps
+    }
 }
 
 /// How long one step of a dry-run took.
@@ -29,23 +62,36 @@ public struct StepTiming: Sendable, Codable {
     public let milliseconds: Double
 }
 
-/// The filter chain alone, on local samples: previews into a folder, no network, no
-/// sinks, no state file.
+/// The filter chain alone, on samples: previews into a folder, no sinks, no state file.
+/// The network is used only to preview a remote feed's own items (`DryRunSamples.feed`).
+///
+/// With `other`, two pipelines (or two settings of one) run on the same samples: their
+/// outputs go to `a/` and `b/` of the output folder and the contact sheet shows them side
+/// by side, each with its bytes and SSIM against the source.
 public struct DryRun: Sendable {
     public let spec: PipelineSpec
-    public let samples: String
+    /// The second pipeline of a comparison (`dry-run A.json B.json`), or nil.
+    public let other: PipelineSpec?
+    public let samples: DryRunSamples
     public let outputDirectory: String
     public let limit: Int?
-    /// Where `${NAME}` in filter strings (captions, text) is read from.
+    /// Where `${NAME}` in filter strings (captions, text) and remote sources is read from.
     public let environment: Environment
+    let logger: Logger
+    /// Receives what a feed has to say while listing (falling back, for instance).
+    let notice: @Sendable (String) -> Void
 
-    public init(spec: PipelineSpec, samples: String, outputDirectory: String, limit: Int?,
-                environment: Environment = Environment([:])) {
+    public init(spec: PipelineSpec, other: PipelineSpec? = nil, samples: DryRunSamples, outputDirectory: String,
+                limit: Int?, environment: Environment = Environment([:]), logger: Logger = Logger(label: "imgpipe"),
+                notice: @escaping @Sendable (String) -> Void = { _ in }) {
         self.spec = spec
+        self.other = other
         self.samples = samples
         self.outputDirectory = outputDirectory
         self.limit = limit
         self.environment = environment
+        self.logger = logger
+        self.notice = notice
     }
 
     /// The samples folder a dry-run uses when none is given: the pipeline's own directory
@@ -61,85 +107,141 @@ public struct DryRun: Sendable {
         return URL(fileURLWithPath: "samples").standardizedFileURL.path
     }
 
-    /// Processes each sample in order, one at a time (so times are comparable), calling
-    /// `onRow` as each finishes, then writes `index.html`: a contact sheet that opens from
-    /// disk, each sample before and after with sizes, bytes and time per step.
-    public func execute(onRow: (DryRunRow) -> Void = { _ in }) throws -> [DryRunRow] {
+    /// The contact sheet's path.
+    public var indexPath: String { URL(fileURLWithPath: outputDirectory).appendingPathComponent("index.html").path }
+
+    /// Processes each sample in order, one at a time (so times are comparable), by each
+    /// pipeline, calling `onSample` with its rows (one per pipeline) as each finishes, then
+    /// writes `index.html` (`ContactSheet`). Returns every sample's rows in listing order.
+    public func execute(onSample: ([DryRunRow]) -> Void = { _ in }) throws -> [[DryRunRow]] {
         try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
-        let processor = ImageProcessor(filters: try spec.expandedFilters(in: environment), output: spec.output, limits: spec.limits,
-                                       baseDirectory: spec.baseDirectory)
-        var rows: [DryRunRow] = []
+        let pipelines = [spec] + (other.map { [$0] } ?? [])
+        let folders = other == nil ? [""] : ["a/", "b/"]
+        let chains = try pipelines.map { try $0.expandedFilters(in: environment) }
+        let processors = zip(pipelines, chains).map { spec, filters in
+            ImageProcessor(filters: filters, output: spec.output, limits: spec.limits, baseDirectory: spec.baseDirectory)
+        }
+        var results: [[DryRunRow]] = []
         var index = 0
-        let feed = DirectoryFeed(root: samples, recursive: true)
-        try feed.list { item in
-            if let limit, index >= limit { return false }
+        try samples.list(spec: spec, environment: environment, limit: limit, downloads: outputDirectory + "/source",
+                         logger: logger, notice: notice) { sample in
             index += 1
-            var row = preview(item, index: index, processor: processor)
-            row.before = beforePicture(item)
-            if let output = row.output { row.display = displayPicture(output) }
-            rows.append(row)
-            onRow(row)
+            guard let path = sample.path else {
+                let rows = pipelines.map { _ in DryRunRow(key: sample.item.key, failure: sample.failure ?? "download: failed") }
+                results.append(rows)
+                onSample(rows)
+                return true
+            }
+            let source = SourcePictures(self, sample: sample, path: path)
+            var rows: [DryRunRow] = []
+            for (number, pipeline) in pipelines.enumerated() {
+                var row = preview(sample.item, path: path, index: index, spec: pipeline, processor: processors[number],
+                                  folder: folders[number])
+                source.describe(&row)
+                if let output = row.output {
+                    row.display = displayPicture(output, format: pipeline.output.format)
+                    row.ssim = SourceSimilarity.score(output: url(output).path, source: path,
+                                                      autorotate: chains[number].contains(.autorotate))
+                }
+                rows.append(row)
+            }
+            results.append(rows)
+            onSample(rows)
             return true
         }
         VipsRuntime.endThreadWork()
-        let html = ContactSheet(title: spec.name, filters: spec.filters.map(\.op), rows: rows).html
-        try Data(html.utf8).write(to: URL(fileURLWithPath: outputDirectory).appendingPathComponent("index.html"),
-                                  options: .atomic)
-        return rows
+        let sheet = ContactSheet(titles: pipelines.map(\.name), chains: pipelines.map { $0.filters.map(\.op) },
+                                 samples: results)
+        try Data(sheet.html.utf8).write(to: URL(fileURLWithPath: indexPath), options: .atomic)
+        return results
     }
 
-    /// The input, made viewable in a browser (8-bit sRGB PNG or JPEG, at most 1024 px).
-    private func beforePicture(_ item: FeedItem) -> String? {
-        var output = OutputSpec()
-        let hasAlpha = (try? VipsImage.open(path: item.location).hasAlpha) ?? false
-        output.format = hasAlpha ? .png : .jpeg
-        output.quality = 90
-        let processor = ImageProcessor(filters: [.autorotate, .fit(width: 1024, height: 1024, enlarge: false)], output: output,
-                                       limits: spec.limits)
-        guard let image = try? processor.process(.file(item.location)) else { return nil }
-        let name = "before/" + SafePath.relative(item.key) + "." + output.format.fileExtension
-        return write(image.data, to: name) ? name : nil
-    }
+    /// What the contact sheet shows of one sample's input, shared by every pipeline's row:
+    /// its upright size, a viewable before picture, its 100 % crop and a link to the file.
+    private struct SourcePictures {
+        var before: String?
+        var crop: String?
+        var link: String
+        var upright: (width: Int, height: Int)?
 
-    /// The output itself, or a PNG copy for formats browsers cannot show (TIFF).
-    private func displayPicture(_ output: String) -> String {
-        guard spec.output.format == .tiff else { return output }
-        var png = OutputSpec()
-        png.format = .png
-        let processor = ImageProcessor(filters: [], output: png, limits: spec.limits)
-        let path = URL(fileURLWithPath: outputDirectory).appendingPathComponent(output).path
-        guard let image = try? processor.process(.file(path)) else { return output }
-        let name = "display/" + output + ".png"
-        return write(image.data, to: name) ? name : output
-    }
+        init(_ dryRun: DryRun, sample: DryRunSamples.Sample, path: String) {
+            link = dryRun.relativeLink(to: path)
+            let header = try? VipsImage.open(path: path)
+            if let header {
+                let turned = (5 ... 8).contains(header.orientation)
+                upright = turned ? (header.height, header.width) : (header.width, header.height)
+            }
+            let format: OutputFormat = header?.hasAlpha == true ? .png : .jpeg
+            before = dryRun.picture(of: path, filters: [.autorotate, .fit(width: 1024, height: 1024, enlarge: false)],
+                                    format: format, name: "before/" + sample.fileKey + "." + format.fileExtension)
+            if let upright {
+                let width = min(upright.width, 256), height = min(upright.height, 256)
+                crop = dryRun.picture(of: path, filters: [.autorotate, .cropRect(x: (upright.width - width) / 2,
+                                                                                   y: (upright.height - height) / 2,
+                                                                                   width: width, height: height)],
+                                      format: .png, name: "crop/" + sample.fileKey + ".png")
+            }
+        }
 
-    private func write(_ data: Data, to relative: String) -> Bool {
-        let url = URL(fileURLWithPath: outputDirectory).appendingPathComponent(relative)
-        do {
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try data.write(to: url, options: .atomic)
-            return true
-        } catch {
-            return false
+        func describe(_ row: inout DryRunRow) {
+            row.before = before
+            row.crop = crop
+            row.source = link
+            row.uprightWidth = upright?.width
+            row.uprightHeight = upright?.height
         }
     }
 
-    private func preview(_ item: FeedItem, index: Int, processor: ImageProcessor) -> DryRunRow {
-        let inputBytes = (try? FileManager.default.attributesOfItem(atPath: item.location)[.size] as? Int) ?? 0
+    /// `filters` applied to the file at `path`, written as `name` in the output folder;
+    /// nil when it cannot be made.
+    private func picture(of path: String, filters: [FilterStep], format: OutputFormat, name: String) -> String? {
+        var output = OutputSpec()
+        output.format = format
+        output.quality = 90
+        let processor = ImageProcessor(filters: filters, output: output, limits: spec.limits)
+        guard let image = try? processor.process(.file(path)), (try? write(image.data, to: name)) != nil else { return nil }
+        return name
+    }
+
+    /// The output itself, or a PNG copy for formats browsers cannot show (TIFF).
+    private func displayPicture(_ output: String, format: OutputFormat) -> String {
+        guard format == .tiff else { return output }
+        return picture(of: url(output).path, filters: [], format: .png, name: "display/" + output + ".png") ?? output
+    }
+
+    /// `path` relative to the output folder, percent-encoding left to the sheet.
+    private func relativeLink(to path: String) -> String {
+        let target = URL(fileURLWithPath: path).standardizedFileURL.pathComponents
+        let base = URL(fileURLWithPath: outputDirectory).standardizedFileURL.pathComponents
+        let common = zip(target, base).prefix { $0 == $1 }.count
+        return (Array(repeating: "..", count: base.count - common) + target[common...]).joined(separator: "/")
+    }
+
+    private func url(_ relative: String) -> URL {
+        URL(fileURLWithPath: outputDirectory).appendingPathComponent(relative)
+    }
+
+    private func write(_ data: Data, to relative: String) throws {
+        let url = url(relative)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try data.write(to: url, options: .atomic)
+    }
+
+    private func preview(_ item: FeedItem, path: String, index: Int, spec: PipelineSpec, processor: ImageProcessor,
+                         folder: String) -> DryRunRow {
+        let inputBytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
         let start = DispatchTime.now()
         var steps: [StepTiming] = []
         let result = Result { () throws(ItemFailure) -> ProcessedImage in
-            try processor.process(.file(item.location)) { op, ms in steps.append(StepTiming(op: op, milliseconds: ms)) }
+            try processor.process(.file(path)) { op, ms in steps.append(StepTiming(op: op, milliseconds: ms)) }
         }
         let milliseconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
         switch result {
         case let .success(image):
-            let name = spec.output.name.render(key: item.nameKey, stem: item.nameStem, index: index, format: spec.output.format,
-                                               hash: String(image.sha256.prefix(16)))
-            let url = URL(fileURLWithPath: outputDirectory).appendingPathComponent(name)
+            let name = folder + spec.output.name.render(key: item.nameKey, stem: item.nameStem, index: index,
+                                                        format: spec.output.format, hash: String(image.sha256.prefix(16)))
             do {
-                try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-                try image.data.write(to: url, options: .atomic)
+                try write(image.data, to: name)
             } catch {
                 return DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
                                  inputBytes: inputBytes, outputWidth: nil, outputHeight: nil, outputBytes: nil,

@@ -1,0 +1,96 @@
+import Foundation
+import Logging
+
+/// Where a dry-run's samples come from.
+public enum DryRunSamples: Sendable, Equatable {
+    /// The image files of a local folder, listed as a `directory` source lists them.
+    case folder(String)
+    /// The first items of the pipeline's own source: a directory source's first files, or a
+    /// remote feed's first items, downloaded through the pipeline's fetcher (its retries,
+    /// limits and disk cache: with the cache on, a second dry-run reads no network) into
+    /// `source/` of the output folder.
+    case feed
+
+    /// How many samples a dry-run of a feed takes when no `--limit` is given: a remote feed
+    /// may list millions.
+    public static let feedLimit = 12
+
+    /// One sample, as a local file ready for the filter chain, or why it could not be had.
+    struct Sample {
+        let item: FeedItem
+        /// The file to process (nil when `failure` is set).
+        let path: String?
+        /// `reason: message` when the sample could not be downloaded.
+        let failure: String?
+
+        /// A relative path naming the sample's pictures in the output folder: the key of a
+        /// local item, the file-name-safe key of a remote one.
+        var fileKey: String { item.isLocal ? SafePath.relative(item.key) : item.nameKey }
+    }
+
+    /// Calls `body` with the first `limit` samples in order (all of a folder when nil;
+    /// `feedLimit` of a feed), until `body` returns false. A remote item that cannot be
+    /// downloaded is passed with its failure; a feed that cannot be listed throws.
+    func list(spec: PipelineSpec, environment: Environment, limit: Int?, downloads: String, logger: Logger,
+              notice: @escaping @Sendable (String) -> Void, _ body: (Sample) throws -> Bool) throws {
+        let feed: any Feed
+        var fetcher: RemoteFetcher?
+        var limit = limit
+        switch self {
+        case let .folder(path):
+            feed = DirectoryFeed(root: path, recursive: true)
+        case .feed:
+            limit = limit ?? Self.feedLimit
+            fetcher = try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: CancellationFlag(),
+                                                    logger: logger)
+            feed = try BuiltPipeline.makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher,
+                                              notice: notice)
+        }
+        var index = 0
+        try feed.list { listed in
+            if let limit, index >= limit { return false }
+            index += 1
+            guard !listed.isLocal else { return try body(Sample(item: listed, path: listed.location, failure: nil)) }
+            // Keys and names reach the table and the contact sheet: `${…}` values put back as
+            // references, as the runner records them.
+            let item = listed.withoutSecrets(environment)
+            guard let fetcher else {
+                return try body(Sample(item: item, path: nil, failure: "download: a URL item in a local source"))
+            }
+            let downloaded = Result { () throws(ItemFailure) -> String in
+                try Self.download(item, number: index, into: downloads, fetcher: fetcher)
+            }
+            switch downloaded {
+            case let .success(path): return try body(Sample(item: item, path: path, failure: nil))
+            case let .failure(failure): return try body(Sample(item: item, path: nil, failure: failure.description))
+            }
+        }
+    }
+
+    /// Downloads one remote item (or links it from the cache) to
+    /// `downloads/<number>-<stem>.<format's extension>`, waiting between attempts as the
+    /// pipeline's `retry` says.
+    private static func download(_ item: FeedItem, number: Int, into downloads: String,
+                                 fetcher: RemoteFetcher) throws(ItemFailure) -> String {
+        do {
+            try FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
+        } catch {
+            throw ItemFailure(.io, "cannot make \(downloads): \(error)")
+        }
+        let spool = downloads + "/.\(number).part"
+        var attempt = 1
+        while case let .retry(delay) = try fetcher.image(item.location, to: spool, attempt: attempt) {
+            Thread.sleep(forTimeInterval: delay)
+            attempt += 1
+        }
+        let head = Array((FileHandle(forReadingAtPath: spool).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
+        var ext = "img"
+        if case let .accepted(format) = ImageFormat.sniff(head) { ext = format == .jpeg ? "jpg" : format.rawValue }
+        let path = downloads + "/\(number)-\(item.nameStem).\(ext)"
+        guard rename(spool, path) == 0 else {
+            unlink(spool)
+            throw ItemFailure(.io, "cannot move the download to \(path): \(String(cString: strerror(errno)))")
+        }
+        return path
+    }
+}
