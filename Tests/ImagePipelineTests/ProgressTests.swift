@@ -189,6 +189,22 @@ struct ProgressTests {
         #expect(json.status == 0 && progressLines(json).isEmpty, "--json prints no progress: \(json.stderr)")
     }
 
+    @Test(.enabled(if: ImgpipeBinary.canRunOnTerminal, "needs util-linux script"))
+    func onATerminalOneLineIsRedrawnAndClearedBeforeTheSummary() throws {
+        try images(30)
+        let (status, output) = try ImgpipeBinary.runOnTerminal(["run", "pipe.json", "-j", "1"], in: work.path)
+        #expect(status == 0, "\(output)")
+        let drawn = output.split(separator: "\r").filter { $0.hasPrefix("[") }
+        #expect(!drawn.isEmpty, "no progress line was drawn: \(output.debugDescription)")
+        let shape = #/^\[#*\.*\] \d+/30 done, \d+ failed, [0-9.]+ items/s, ETA (--|\d+s|\d+m\d\ds)\x1B\[K$/#
+        for line in drawn {
+            #expect(line.wholeMatch(of: shape) != nil, "\(line.debugDescription)")
+            #expect(line.count < 80 + 3, "fits the default width of 80 columns")
+        }
+        #expect(output.contains("\r\u{1B}[Krun #1: 30 done, 0 failed of 30"), "the line is cleared before the summary: \(output.debugDescription)")
+        #expect(!output.contains("\r\nrun #1"), "no progress line left above the summary")
+    }
+
     /// A server of 24×24 JPEGs at `/images/…`, each after `delay` seconds, plus `pages`.
     func server(delay: Double = 0, _ pages: @escaping @Sendable (TestHTTPServer.Request, String) -> TestHTTPServer.Response?) throws -> TestHTTPServer {
         try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 24, height: 24)
