@@ -26,6 +26,52 @@ public struct DirectoryFeed: Feed {
         _ = try walk(relative: "", body)
     }
 
+    /// Counts the files first (`countFiles`), then lists them.
+    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        expect(.counted(countFiles()))
+        try list(body)
+    }
+
+    /// How many files `list` would list, by the same rules, counted without listing them:
+    /// `readdir` tells each entry's type, so a regular file costs no `stat` (only symbolic
+    /// links, and entries of file systems that do not report types, are looked at), and
+    /// nothing is sorted. A folder that cannot be read counts as empty.
+    public func countFiles() -> Int {
+        countFiles(in: root)
+    }
+
+    private func countFiles(in directory: String) -> Int {
+        guard let handle = opendir(directory) else { return 0 }
+        defer { closedir(handle) }
+        var count = 0
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
+                String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name.hasPrefix(".") { continue }
+            let path = directory + "/" + name
+            var type = Int(entry.pointee.d_type)
+            if type == DT_LNK || type == DT_UNKNOWN {
+                // What the listing does: follow a link to a file, never one to a folder.
+                var info = stat()
+                var linkInfo = stat()
+                guard lstat(path, &linkInfo) == 0, stat(path, &info) == 0 else { continue }
+                let isLink = (linkInfo.st_mode & S_IFMT) == S_IFLNK
+                switch info.st_mode & S_IFMT {
+                case S_IFDIR: type = isLink ? DT_LNK : DT_DIR
+                case S_IFREG: type = DT_REG
+                default: continue
+                }
+            }
+            if type == DT_DIR {
+                if recursive { count += countFiles(in: path) }
+            } else if type == DT_REG, Self.imageExtensions.contains((name as NSString).pathExtension.lowercased()) {
+                count += 1
+            }
+        }
+        return count
+    }
+
     /// Returns false when `body` asked to stop.
     private func walk(relative: String, _ body: (FeedItem) throws -> Bool) throws -> Bool {
         let directory = relative.isEmpty ? root : root + "/" + relative

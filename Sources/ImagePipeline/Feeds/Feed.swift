@@ -93,6 +93,35 @@ public protocol Feed: Sendable {
     /// Calls `body` with each item in order until the feed ends or `body` returns false.
     /// Throws `FeedError` when the feed cannot be listed at all.
     func list(_ body: (FeedItem) throws -> Bool) throws
+
+    /// `list`, also telling `expect` how many items the feed expects to list, as soon as
+    /// that is cheap to know: before the first item for a local folder or file, with the
+    /// first page for a remote source. `expect` may be called again (a fallback source
+    /// takes over) or never (the source does not say). Progress lines use it for their
+    /// total; nothing else depends on it. The default lists without a count.
+    func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws
+}
+
+extension Feed {
+    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        try list(body)
+    }
+}
+
+/// How many items a feed expects to list.
+public struct FeedCount: Sendable, Equatable {
+    public let items: Int
+    /// True when the number is what a remote API says it holds (NASA's `total_hits`,
+    /// Flickr's `total`), which the listing may not reach; false when the feed counted
+    /// what it will list (a folder, a URL list, a one-page JSON feed).
+    public let isEstimate: Bool
+
+    public static func counted(_ items: Int) -> FeedCount { FeedCount(items: items, isEstimate: false) }
+
+    /// What an API reports, capped by the source's own `maxItems`.
+    public static func reported(_ items: Int, maxItems: Int?) -> FeedCount {
+        FeedCount(items: max(0, min(items, maxItems ?? .max)), isEstimate: true)
+    }
 }
 
 /// A feed that cannot be listed.

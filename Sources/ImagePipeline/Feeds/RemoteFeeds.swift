@@ -16,16 +16,28 @@ public struct JSONFeed: Feed {
     public let pages: any PageSource
 
     public func list(_ body: (FeedItem) throws -> Bool) throws {
+        try list(expecting: { _ in }, body)
+    }
+
+    /// The count is exact: the one page holds every item (those without a URL are not counted).
+    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         let (data, _) = try pages.page(url)
         guard let items = try ThirdPartyJSON.decode(JSONValue.self, from: data, what: "the feed at \(url)").arrayValue else {
             throw FeedError("the feed at \(url) is not a JSON array of objects")
         }
+        expect(.counted(items.count { image(of: $0) != nil }))
         for item in items {
-            guard case let .object(members) = item, let image = item[urlField]?.stringValue, !image.isEmpty else { continue }
+            guard case let .object(members) = item, let image = image(of: item) else { continue }
             let key = keyField.flatMap { item[$0]?.stringValue } ?? image
             let metadata = JSONValue.object(members.filter { $0.key != urlField }).serialized()
             if try !body(FeedItem(key: key, url: image, stem: FeedItem.stem(ofURL: image), metadata: metadata)) { return }
         }
+    }
+
+    /// The image URL of an element that is an object with one; nil for anything else.
+    private func image(of item: JSONValue) -> String? {
+        guard case .object = item, let image = item[urlField]?.stringValue, !image.isEmpty else { return nil }
+        return image
     }
 }
 
@@ -39,6 +51,12 @@ public struct NASAImagesFeed: Feed {
     public let pages: any PageSource
 
     public func list(_ body: (FeedItem) throws -> Bool) throws {
+        try list(expecting: { _ in }, body)
+    }
+
+    /// The count is an estimate: the first page's `collection.metadata.total_hits`
+    /// (capped by `maxItems`); items without a preview are not listed.
+    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         var components = URLComponents(string: endpoint.hasSuffix("/") ? endpoint + "search" : endpoint + "/search")
         components?.queryItems = [URLQueryItem(name: "q", value: query), URLQueryItem(name: "media_type", value: mediaType)]
         var next = components?.url?.absoluteString
@@ -48,6 +66,9 @@ public struct NASAImagesFeed: Feed {
             let (data, _) = try pages.page(page)
             let answer = try ThirdPartyJSON.decode(Lenient<Page>.self, from: data, what: "the NASA page \(page)")
             guard let collection = answer.value?.collection else { throw FeedError("the NASA page \(page) has no \"collection\"") }
+            if seenPages.count == 1, let hits = collection.metadata?.value?.totalHits?.stringValue.flatMap({ Int($0) }) {
+                expect(.reported(hits, maxItems: maxItems))
+            }
             for item in collection.items?.elements ?? [] {
                 if let maxItems, count >= maxItems { return }
                 guard let data = item.data?.elements.first, let id = data.nasaID?.stringValue,
@@ -69,6 +90,15 @@ public struct NASAImagesFeed: Feed {
         struct Collection: Decodable {
             let items: LenientArray<Item>?
             let links: LenientArray<Link>?
+            let metadata: Lenient<Metadata>?
+        }
+
+        struct Metadata: Decodable {
+            let totalHits: JSONValue?
+
+            enum CodingKeys: String, CodingKey {
+                case totalHits = "total_hits"
+            }
         }
 
         struct Item: Decodable {
@@ -113,6 +143,11 @@ public struct FlickrSearchFeed: Feed {
     }
 
     public func list(_ body: (FeedItem) throws -> Bool) throws {
+        try list(expecting: { _ in }, body)
+    }
+
+    /// The count is an estimate: the first page's `photos.total` (capped by `maxItems`).
+    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         var page = 1
         var pageCount = 1
         var count = 0
@@ -131,6 +166,9 @@ public struct FlickrSearchFeed: Feed {
                 throw FeedError("Flickr answered page \(page) with an error: \(answer?.message?.stringValue ?? "no photos")")
             }
             pageCount = Int(photos.pages?.stringValue ?? "1") ?? 1
+            if page == 1, let total = photos.total?.stringValue.flatMap({ Int($0) }) {
+                expect(.reported(total, maxItems: maxItems))
+            }
             for photo in photos.photo?.elements ?? [] {
                 if let maxItems, count >= maxItems { return }
                 guard let id = photo["id"]?.stringValue else { continue }
@@ -147,14 +185,14 @@ public struct FlickrSearchFeed: Feed {
         } while page <= pageCount
     }
 
-    /// A `flickr.photos.search` answer; `pages` may be a number or a string, and a photo is
+    /// A `flickr.photos.search` answer; `pages` and `total` may be numbers or strings, and a photo is
     /// read by member name because the name of its image field (`size`) is configured.
     struct Answer: Decodable {
         let stat, message: JSONValue?
         let photos: Lenient<Photos>?
 
         struct Photos: Decodable {
-            let pages: JSONValue?
+            let pages, total: JSONValue?
             let photo: LenientArray<[String: JSONValue]>?
         }
     }
@@ -168,15 +206,20 @@ public struct FallbackFeed: Feed {
     public let onFallback: @Sendable (String) -> Void
 
     public func list(_ body: (FeedItem) throws -> Bool) throws {
+        try list(expecting: { _ in }, body)
+    }
+
+    /// The count of the source that lists: the primary's, else the fallback's.
+    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         var listedAny = false
         do {
-            try primary.list { item in
+            try primary.list(expecting: expect) { item in
                 listedAny = true
                 return try body(item)
             }
         } catch let error as FeedError where !listedAny {
             onFallback("\(error); using the fallback source")
-            try fallback.list { item in try body(item.asFallback()) }
+            try fallback.list(expecting: expect) { item in try body(item.asFallback()) }
         }
     }
 }

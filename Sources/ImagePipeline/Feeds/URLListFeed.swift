@@ -11,9 +11,7 @@ public struct URLListFeed: Feed {
         guard FileManager.default.isReadableFile(atPath: path) else { throw FeedError("cannot read URL list \(path)") }
         guard let file = gzopen(path, "rb") else { throw FeedError("cannot open URL list \(path)") }
         defer { gzclose(file) }
-        var name = (path as NSString).lastPathComponent.lowercased()
-        if name.hasSuffix(".gz") { name = String(name.dropLast(3)) }
-        let format = name.hasSuffix(".csv") ? "csv" : name.hasSuffix(".jsonl") || name.hasSuffix(".ndjson") ? "jsonl" : "txt"
+        let format = self.format
         var header: [String]?
         var lineNumber = 0
         var buffer = [CChar](repeating: 0, count: 1 << 16)
@@ -53,6 +51,40 @@ public struct URLListFeed: Feed {
             let itemKey = (key?.isEmpty == false ? key : nil) ?? url
             if try !body(FeedItem(key: itemKey, url: url, stem: FeedItem.stem(ofURL: url), metadata: nil)) { return }
         }
+    }
+
+    /// Counts the lines first (`countItems`), then lists them.
+    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        if let count = countItems() { expect(.counted(count)) }
+        try list(body)
+    }
+
+    /// How many items `list` would list, read ahead without parsing a line: the lines that
+    /// are not blank (nor `#` comments in a text list), less a CSV list's header. A row
+    /// that turns out to have no URL is counted all the same (the total shrinks by it when
+    /// the listing ends). Nil when the file cannot be opened.
+    public func countItems() -> Int? {
+        guard let file = gzopen(path, "rb") else { return nil }
+        defer { gzclose(file) }
+        let format = self.format
+        var lines = 0
+        var buffer = [CChar](repeating: 0, count: 1 << 16)
+        while gzgets(file, &buffer, Int32(buffer.count)) != nil {
+            // The first byte that is not ASCII white space (0 ends the line).
+            guard let first = buffer.first(where: { !Self.blank.contains($0) }), first != 0 else { continue }
+            if format == "txt", first == CChar(UInt8(ascii: "#")) { continue }
+            lines += 1
+        }
+        return format == "csv" ? max(0, lines - 1) : lines
+    }
+
+    private static let blank = Set(" \t\n\r\u{0B}\u{0C}".utf8.map { CChar(bitPattern: $0) })
+
+    /// `csv`, `jsonl` or `txt`, by the file's name (a `.gz` suffix aside).
+    private var format: String {
+        var name = (path as NSString).lastPathComponent.lowercased()
+        if name.hasSuffix(".gz") { name = String(name.dropLast(3)) }
+        return name.hasSuffix(".csv") ? "csv" : name.hasSuffix(".jsonl") || name.hasSuffix(".ndjson") ? "jsonl" : "txt"
     }
 }
 

@@ -2,11 +2,24 @@ import Foundation
 
 /// A moment of a run, for progress lines.
 public struct RunProgress: Sendable {
+    /// How many items the run will have when the feed has been listed, as far as is known.
+    public enum Total: Sendable, Equatable {
+        /// Listing is over (or the feed counted what it will list): the run's items.
+        case exact(Int)
+        /// The run's items plus what a remote API says is still to come: may be off.
+        case estimate(Int)
+        /// Nothing said how many are to come: the items listed so far.
+        case atLeast(Int)
+
+        public var count: Int {
+            switch self {
+            case let .exact(count), let .estimate(count), let .atLeast(count): count
+            }
+        }
+    }
+
     public let runId: Int64
-    /// Items listed so far.
-    public let total: Int
-    /// True while the feed is still being listed (`total` may grow).
-    public let listing: Bool
+    public let total: Total
     public let done: Int
     public let failed: Int
     /// Items finished (done or failed) in this session.
@@ -16,11 +29,13 @@ public struct RunProgress: Sendable {
 
     public var itemsPerSecond: Double { elapsed > 0 ? Double(finishedThisSession) / elapsed : 0 }
 
-    /// Seconds left at the current rate, when it can be told.
+    /// Seconds left at this session's rate, when it can be told: something has finished
+    /// and the total is not just a lower bound. As rough as the total when it is an estimate.
     public var eta: Double? {
         let rate = itemsPerSecond
-        guard rate > 0, !listing else { return nil }
-        return Double(max(0, total - done - failed)) / rate
+        if case .atLeast = total { return nil }
+        guard rate > 0 else { return nil }
+        return Double(max(0, total.count - done - failed)) / rate
     }
 }
 

@@ -28,7 +28,8 @@ final class RunStages: Sendable {
     init(_ context: RunContext) throws {
         self.context = context
         let counts = try context.store.counts(runId: context.runId)
-        state = Mutex(RunState(capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete))
+        state = Mutex(RunState(capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete,
+                               itemLimit: context.run.itemLimit))
     }
 
     private var pipeline: BuiltPipeline { context.pipeline }
@@ -245,15 +246,18 @@ final class RunStages: Sendable {
         // this pass are remembered (at most `limit` of them).
         var seenThisPass: Set<String> = []
         do {
-            try pipeline.feed.list { listed in
+            // The feed's count, when it gives one, makes the total of progress lines.
+            try pipeline.feed.list(expecting: { count in state.withLock { $0.expect(count) } }) { listed in
                 if isCancelled { return false }
                 // No expanded `${…}` value is recorded: keys and names carry the reference.
                 let item = listed.withoutSecrets(environment)
                 if limit != nil, !seenThisPass.insert(item.key).inserted {
+                    state.withLock { $0.passedOver() }
                     reportDuplicate(item.key)
                     return true
                 }
                 if relisting, let known = try? context.store.item(runId: context.runId, key: item.key) {
+                    state.withLock { $0.passedOver() }
                     // Listed by an earlier pass: resume already has it in hand.
                     if known.seq >= passStartSeq { reportDuplicate(item.key) }
                     return true

@@ -13,8 +13,20 @@ struct RunState: Sendable {
     private(set) var inFlight = 0
     private(set) var counts: ItemCounts
     private(set) var finishedThisSession = 0
-    /// Items of this run, counted against `--limit`.
+    /// Items of this run, counted against `--limit`: those recorded before this session
+    /// and those listed since, less duplicates.
     private(set) var admitted = 0
+    /// The run's `--limit`, which caps the total.
+    let itemLimit: Int?
+    /// What the feed said it would list in this pass, once it said so.
+    private(set) var expected: FeedCount?
+    /// Items the feed has listed in this pass: new ones, ones the run already had,
+    /// repeated keys. The feed has yet to list `expected` less these.
+    private(set) var listedThisPass = 0
+    /// Of those, the ones not admitted (the run had them, or their key came before).
+    private(set) var passedOverThisPass = 0
+    /// Items the run had before this session: a feed listed again lists them again.
+    let knownAtStart: Int
     private(set) var producerFinished = false
     private(set) var listing = true
     /// The feed was listed to its end (or to the run's limit) in this session or before.
@@ -27,11 +39,13 @@ struct RunState: Sendable {
     private var reportedDuplicates: Set<String> = []
     private var signalledDone = false
 
-    init(capacity: Int, counts: ItemCounts, feedComplete: Bool) {
+    init(capacity: Int, counts: ItemCounts, feedComplete: Bool, itemLimit: Int? = nil) {
         self.capacity = max(1, capacity)
         self.counts = counts
         self.feedComplete = feedComplete
+        self.itemLimit = itemLimit
         admitted = counts.total
+        knownAtStart = counts.total
     }
 
     var isCancelled: Bool { interruptedAt != nil }
@@ -90,7 +104,21 @@ struct RunState: Sendable {
     /// True while `--limit` leaves room for one more item of the feed.
     func hasRoom(limit: Int?) -> Bool { limit.map { admitted < $0 } ?? true }
 
-    mutating func listed() { admitted += 1 }
+    /// A new item of the feed was admitted.
+    mutating func listed() {
+        admitted += 1
+        listedThisPass += 1
+    }
+
+    /// The feed listed an item that is not admitted: the run has it already, or its key
+    /// came before in this pass.
+    mutating func passedOver() {
+        listedThisPass += 1
+        passedOverThisPass += 1
+    }
+
+    /// The feed said how many items it will list in this pass.
+    mutating func expect(_ count: FeedCount) { expected = count }
 
     /// The insert of a listed item was committed.
     mutating func inserted() {
@@ -144,8 +172,23 @@ struct RunState: Sendable {
         return aborted ? interruptedAt : interruptedAt.addingTimeInterval(grace)
     }
 
+    /// The run's items once the feed is listed: exact when listing is over or the feed
+    /// counted its items, an estimate when a remote API reported a number, else at least
+    /// the items listed so far. While listing it is the items admitted plus what the feed
+    /// still promises: what it has yet to list, less the items of the run it has yet to
+    /// list again (a resumed run's feed lists its known items again, and they are passed
+    /// over). `--limit` caps it.
+    var total: RunProgress.Total {
+        if feedComplete || !listing { return .exact(admitted) }
+        guard let expected else { return .atLeast(admitted) }
+        let toList = expected.items - listedThisPass
+        let knownToList = max(0, knownAtStart - passedOverThisPass)
+        let count = min(admitted + max(0, toList - knownToList), itemLimit ?? .max)
+        return expected.isEstimate ? .estimate(count) : .exact(count)
+    }
+
     func progress(runId: Int64, elapsed: Double) -> RunProgress {
-        RunProgress(runId: runId, total: counts.total, listing: listing, done: counts.done, failed: counts.failed,
+        RunProgress(runId: runId, total: total, done: counts.done, failed: counts.failed,
                     finishedThisSession: finishedThisSession, elapsed: elapsed)
     }
 }

@@ -1,8 +1,15 @@
 import Foundation
 import ImagePipeline
 
-/// Progress and failures on standard error: a live line on a terminal, a plain line every
-/// few seconds otherwise, nothing with `--quiet`.
+/// Progress and failures on standard error, nothing but notices with `--quiet`.
+///
+/// On a terminal, one line (`ProgressLine`) redrawn in place — `\r`, the text, then clear
+/// to the end of the line — at most ten times a second, fitted to the terminal's width
+/// (`TIOCGWINSZ`, read at each redraw; 80 columns when it cannot be told). Anything else
+/// this reporter prints (a failure, a notice such as the interruption message) clears the
+/// line first, and `endLine` clears it for good before the summary, so no stale line is
+/// left above what follows. Otherwise (piped, CI) a plain `progress: …` line every
+/// `IMGPIPE_PROGRESS_INTERVAL` seconds (5 by default), with no control characters.
 // @unchecked because mutable state is guarded by `lock`.
 final class ConsoleReporter: RunReporter, @unchecked Sendable {
     private let quiet: Bool
@@ -11,10 +18,15 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
     private let lock = NSLock()
     /// Plain lines start one interval in: a short run prints only its summary.
     private var lastPlain = Date()
+    private var lastDrawn: Date?
     private var lineShown = false
+    /// Set by `endLine`: a late report (the session's timer racing its end) draws nothing.
+    private var ended = false
     private var failuresShown = 0
     private let maxFailuresShown = 20
     private let plainInterval: Double
+    /// Redraws of the live line are at least this far apart.
+    private let redrawInterval = 0.1
 
     init(quiet: Bool, environment: Environment) {
         self.quiet = quiet
@@ -26,16 +38,16 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
     func progress(_ progress: RunProgress) {
         guard !quiet else { return }
         lock.withLock {
-            let total = progress.listing ? "\(progress.total)+" : "\(progress.total)"
-            var text = "\(progress.done)/\(total) done, \(progress.failed) failed, "
-                + String(format: "%.1f items/s", progress.itemsPerSecond)
-            if let eta = progress.eta { text += ", ETA \(Self.duration(eta))" }
+            guard !ended else { return }
+            let now = Date()
             if live {
-                write("\r\u{1B}[K" + text)
+                if let lastDrawn, now.timeIntervalSince(lastDrawn) < redrawInterval { return }
+                lastDrawn = now
+                write("\r" + ProgressLine(progress).fitted(columns: Self.columns()) + "\u{1B}[K")
                 lineShown = true
-            } else if Date().timeIntervalSince(lastPlain) >= plainInterval {
-                lastPlain = Date()
-                write("progress: " + text + "\n")
+            } else if now.timeIntervalSince(lastPlain) >= plainInterval {
+                lastPlain = now
+                write("progress: " + ProgressLine(progress).text + "\n")
             }
         }
     }
@@ -56,25 +68,31 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         lock.withLock { line(environment.redact(message)) }
     }
 
-    /// Ends the live line before a summary is printed.
+    /// Clears the live line for good, before the summary (or an error) is printed.
     func endLine() {
         lock.withLock {
-            if lineShown { write("\n"); lineShown = false }
+            clearLine()
+            ended = true
         }
     }
 
     private func line(_ text: String) {
-        if lineShown { write("\r\u{1B}[K"); lineShown = false }
+        clearLine()
         write(text + "\n")
+    }
+
+    private func clearLine() {
+        if lineShown { write("\r\u{1B}[K"); lineShown = false }
     }
 
     private func write(_ text: String) {
         FileHandle.standardError.write(Data(text.utf8))
     }
 
-    static func duration(_ seconds: Double) -> String {
-        let total = Int(seconds.rounded())
-        if total >= 3600 { return String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60) }
-        return String(format: "%d:%02d", total / 60, total % 60)
+    /// The width of the terminal on standard error, else 80.
+    private static func columns() -> Int {
+        var size = winsize()
+        guard ioctl(STDERR_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return 80 }
+        return Int(size.ws_col)
     }
 }

@@ -52,13 +52,14 @@ struct RunSession {
 
         let summary: RunSummary
         do {
+            // Whatever comes next (the summary, an error) starts on a clean line.
+            defer { reporter.endLine() }
             summary = try runner.execute(mode)
         } catch let error as RunError {
             throw CommandError.usage(environment.redact(error.description))
         } catch {
             throw CommandError.failure(environment.redact(String(describing: error)))
         }
-        reporter.endLine()
         // The state file must still be the one this session wrote to.
         if let problem = lock.problem() ?? (lock.shrank ? store.damage().map { "state file \(stateFile) was damaged while the run was going (\($0))" } : nil) {
             throw CommandError.failure(problem)
