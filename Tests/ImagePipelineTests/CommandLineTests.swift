@@ -270,6 +270,7 @@ struct CommandLineTests {
         #expect(bad.stderr.contains(#"filters[1].width: expected a positive integer, got "wide""#))
 
         try pipeline()
+        try work.folder("in") // validate checks that the source folder exists, as run does
         let good = try imgpipe("validate", "pipe.json")
         #expect(good.status == 0)
         #expect(good.stdout.contains("valid"))
@@ -295,6 +296,7 @@ struct CommandLineTests {
     @Test func commonSpellingsAndMistakesGetClearAnswers() throws {
         try pipeline(filters: #"[{"op": "fill", "width": 32, "height": 32, "gravity": "center"}]"#,
                      output: #"{"format": "jpg"}"#)
+        try work.folder("in")
         let valid = try imgpipe("validate", "pipe.json")
         #expect(valid.status == 0, "stderr: \(valid.stderr)")
         try pipeline(output: #"{"format": "jepg"}"#)
@@ -457,6 +459,17 @@ struct CommandLineTests {
                 "stderr: \(broken.stderr)")
         // What validate passes, run accepts; what it refuses, run refuses too.
         #expect(try imgpipe("run", "broken.json").status == 2)
+        // A dry-run names the missing watermark before any sample, instead of failing each.
+        try work.folder("samples")
+        try ImageFixtures.jpeg(at: work.url("samples/s.jpg"), width: 64, height: 48)
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "samples"},
+             "filters": [{"op": "watermark", "image": "missing-logo.png"}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "mark.json")
+        let preview = try imgpipe("dry-run", "mark.json")
+        #expect(preview.status == 2 && preview.stderr.contains("mark.json: filters[0].image: cannot read watermark image"),
+                "stdout: \(preview.stdout) stderr: \(preview.stderr)")
+        #expect(!preview.stdout.contains("decode"))
 
         try work.folder("in")
         try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 64, height: 48)

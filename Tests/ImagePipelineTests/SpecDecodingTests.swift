@@ -158,7 +158,7 @@ struct SpecDecodingTests {
         let sink = try #require(built.sinks.first as? DirectorySink)
         #expect(sink.root == directory.url("out/2024"))
 
-        #expect(throws: SpecError(path: "source.path", message: "environment variable YEAR is not set")) {
+        #expect(throws: SpecError(path: "source.path", message: "environment variable YEAR is not set", unsetVariable: "YEAR")) {
             try BuiltPipeline.build(spec, path: path, environment: Environment([:]))
         }
     }

@@ -126,6 +126,19 @@ public struct BuiltPipeline: Sendable {
         }
     }
 
+    /// The filter chain with `${NAME}` expanded, each watermark image checked as a run
+    /// checks it: what a dry-run needs before any sample (a missing watermark is the
+    /// pipeline's fault, named with its path, not a failure of every sample).
+    public static func checkedFilters(_ spec: PipelineSpec, environment: Environment) throws -> [FilterStep] {
+        try spec.filters.indices.map { index in
+            let step = try spec.expandedFilter(at: index, in: environment)
+            if case let .watermark(watermark) = step {
+                try Assembly.checkWatermark(spec.resolvePath(watermark.image), at: index, limits: spec.limits)
+            }
+            return step
+        }
+    }
+
     /// The fetcher of a remote source (feed pages and images, through its disk cache when
     /// it has one and `withCache`); nil for a local source.
     static func makeFetcher(_ spec: PipelineSpec, environment: Environment, cancellation: CancellationFlag,

@@ -233,7 +233,9 @@ public struct DryRun: Sendable {
         let start = DispatchTime.now()
         var steps: [StepTiming] = []
         let result = Result { () throws(ItemFailure) -> ProcessedImage in
-            try processor.process(.file(path)) { op, ms in steps.append(StepTiming(op: op, milliseconds: ms)) }
+            try processor.process(.file(path), fields: ItemFields(key: item.key, stem: item.nameStem, metadata: item.metadata)) { op, ms in
+                steps.append(StepTiming(op: op, milliseconds: ms))
+            }
         }
         let milliseconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
         switch result {

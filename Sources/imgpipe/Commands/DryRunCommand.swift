@@ -47,7 +47,8 @@ struct DryRunCommand: ParsableCommand {
         let environment = Environment()
         for (path, spec) in zip(pipelines, specs) {
             do {
-                _ = try spec.expandedFilters(in: environment) // an unset ${NAME} stops before any work
+                // An unset ${NAME} or a missing watermark stops before any work, as in `run`.
+                _ = try BuiltPipeline.checkedFilters(spec, environment: environment)
             } catch {
                 throw CommandError.usage("\(path): \(environment.redact(String(describing: error)))")
             }
