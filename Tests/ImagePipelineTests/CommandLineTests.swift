@@ -334,6 +334,7 @@ struct CommandLineTests {
         #expect(latest.stdout.contains("run #2") && latest.stdout.contains("1 done, 1 failed"))
         #expect(latest.stdout.contains("next: try the 1 failed item(s) again with `imgpipe resume pipe.json --retry-failed`"),
                 "stdout: \(latest.stdout)")
+        #expect(latest.stdout.contains("outputs: out/ (sink directory-0)"), "stdout: \(latest.stdout)")
         let runs = try imgpipe("status", "--runs")
         #expect(runs.stdout.contains("run #2: finished") && runs.stdout.contains("run #1: finished"), "stdout: \(runs.stdout)")
         let first = try imgpipe("status", "pipe.json", "--run", "1", "--json").decoded(StatusReport.self)

@@ -127,6 +127,18 @@ struct StatusCommand: ParsableCommand {
         default:
             steps.append("every item is done")
         }
+        steps += outputFolders(of: report.pipeline)
         return steps
+    }
+
+    /// Where the pipeline's directory sinks write, as paths from here (nothing when the
+    /// pipeline file is gone or no longer reads).
+    func outputFolders(of pipelineFile: String) -> [String] {
+        guard let spec = try? PipelineSpec.load(path: pipelineFile) else { return [] }
+        let environment = Environment()
+        return spec.sinks.compactMap { sink in
+            guard case let .directory(name, path) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
+            return "outputs: \(Console.display(spec.resolvePath(expanded)))/ (sink \(name))"
+        }
     }
 }
