@@ -1,0 +1,112 @@
+import ArgumentParser
+import Foundation
+import ImagePipeline
+
+struct ExportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export",
+        abstract: "Write one record per item of a run: status, failure, metadata, outputs and deliveries.",
+        discussion: """
+            JSON Lines by default (one object per item, in feed order), or CSV with fixed \
+            columns (see the README). Streamed: memory stays flat however many items the run \
+            has. The latest run unless --run N. With -o the file appears whole or not at all.
+            """
+    )
+
+    @OptionGroup var options: PipelineOptions
+
+    @Option(name: .customLong("run"), help: ArgumentHelp("Export run number N instead of the latest.", valueName: "N"))
+    var runNumber: Int64?
+
+    @Option(help: "jsonl or csv.")
+    var format: ExportFormat = .jsonl
+
+    @Option(help: ArgumentHelp("Only items with this status: done or failed.", valueName: "status"))
+    var only: String?
+
+    @Option(name: [.customShort("o"), .customLong("output")], help: "Write to this file instead of standard output.",
+            completion: .file())
+    var output: String?
+
+    func validate() throws {
+        if let only, !["done", "failed"].contains(only) {
+            throw ValidationError("--only takes done or failed, got \(JSONValue.string(only).serialized())")
+        }
+    }
+
+    func run() throws {
+        let stateFile = options.stateFile
+        guard FileManager.default.fileExists(atPath: stateFile) else {
+            throw CommandError.usage("\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): nothing to export")
+        }
+        let environment = Environment()
+        let partial = output.map { $0 + ".partial" }
+        do {
+            let store = try RunStore(path: stateFile)
+            let run = try runNumber.map { number -> RunRecord in
+                guard let found = try store.run(id: number) else {
+                    throw CommandError.usage("state file \(Console.display(stateFile)) has no run #\(number) (see imgpipe status --runs)")
+                }
+                return found
+            } ?? store.latestRun()
+            guard let run else { throw CommandError.usage("state file \(Console.display(stateFile)) has no runs") }
+            let sink = try OutputStream(path: partial)
+            if let header = format.header(sinks: run.sinks) { sink.write(header) }
+            try store.exportRecords(runId: run.id, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
+                sink.write(format.line(record, sinks: run.sinks, redact: environment.redact))
+            }
+            try sink.close()
+            if let partial, let output, rename(partial, output) != 0 {
+                throw CommandError.failure("cannot write \(output): \(String(cString: strerror(errno)))")
+            }
+        } catch let error as CommandError {
+            if let partial { unlink(partial) }
+            throw error
+        } catch {
+            if let partial { unlink(partial) }
+            throw CommandError.failure(environment.redact(String(describing: error)))
+        }
+    }
+}
+
+extension ExportFormat: ExpressibleByArgument {}
+
+/// Lines to standard output or a file, written in 64 KiB blocks.
+private final class OutputStream {
+    private let handle: FileHandle
+    private let ownsHandle: Bool
+    private var buffer = Data()
+
+    init(path: String?) throws {
+        if let path {
+            guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path) else {
+                throw CommandError.failure("cannot write \(path): \(String(cString: strerror(errno)))")
+            }
+            self.handle = handle
+            ownsHandle = true
+        } else {
+            handle = FileHandle.standardOutput
+            ownsHandle = false
+        }
+        buffer.reserveCapacity(1 << 16)
+    }
+
+    func write(_ line: String) {
+        buffer.append(contentsOf: line.utf8)
+        buffer.append(0x0A)
+        if buffer.count >= 1 << 16 { flush() }
+    }
+
+    private func flush() {
+        handle.write(buffer)
+        buffer.removeAll(keepingCapacity: true)
+    }
+
+    func close() throws {
+        flush()
+        if ownsHandle {
+            try handle.synchronize()
+            try handle.close()
+        }
+    }
+}
