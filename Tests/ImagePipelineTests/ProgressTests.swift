@@ -205,6 +205,24 @@ struct ProgressTests {
         #expect(!output.contains("\r\nrun #1"), "no progress line left above the summary")
     }
 
+    /// Log events (`--log-level debug`: an "item failed" for each broken file) clear the
+    /// live line before they are written, instead of landing on the end of the bar.
+    @Test(.enabled(if: ImgpipeBinary.canRunOnTerminal))
+    func logLinesOnATerminalNeverLandOnTheBar() throws {
+        try images(30)
+        for index in stride(from: 5, through: 30, by: 5) {
+            try work.write("not an image", to: String(format: "in/img-%02d.jpg", index))
+        }
+        let (status, output) = try ImgpipeBinary.runOnTerminal(["run", "pipe.json", "-j", "1", "--log-level", "debug"], in: work.path)
+        #expect(status == 1, "\(output)")
+        let logged = output.components(separatedBy: "\r\n").filter { $0.contains("item failed") }
+        #expect(logged.count == 6, "\(output.debugDescription)")
+        for line in logged {
+            let visible = line.components(separatedBy: "\r").last ?? ""
+            #expect(!visible.contains("items/s"), "a log line was written after the bar: \(line.debugDescription)")
+        }
+    }
+
     /// A server of 24×24 JPEGs at `/images/…`, each after `delay` seconds, plus `pages`.
     func server(delay: Double = 0, _ pages: @escaping @Sendable (TestHTTPServer.Request, String) -> TestHTTPServer.Response?) throws -> TestHTTPServer {
         try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 24, height: 24)

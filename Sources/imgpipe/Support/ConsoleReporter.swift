@@ -33,6 +33,12 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         self.environment = environment
         live = isatty(STDERR_FILENO) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
         plainInterval = Double(ProcessInfo.processInfo.environment["IMGPIPE_PROGRESS_INTERVAL"] ?? "") ?? 5
+        if live && !quiet {
+            LiveLine.owned { [weak self] in
+                guard let self else { return }
+                lock.withLock { clearLine() }
+            }
+        }
     }
 
     func progress(_ progress: RunProgress) {
@@ -74,6 +80,7 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
             clearLine()
             ended = true
         }
+        LiveLine.released()
     }
 
     private func line(_ text: String) {

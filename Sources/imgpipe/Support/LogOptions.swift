@@ -33,7 +33,7 @@ struct LogOptions: ParsableArguments {
     /// Once per process, before any logger is made: everything to standard error (standard
     /// output carries `--json` summaries and reports).
     static func bootstrap() {
-        LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
+        LoggingSystem.bootstrap { label in LiveLineAwareLogHandler(inner: StreamLogHandler.standardError(label: label)) }
     }
 }
 
