@@ -542,4 +542,110 @@ struct CommandLineTests {
         #expect(again.status == 2 && again.stderr.contains("pipeline.json exists"))
         #expect(try imgpipe("init", "--force").status == 0)
     }
+
+    /// Two pipeline files with one stem run from one folder would share
+    /// `.imgpipe/p.sqlite`: the second is refused instead of resuming, showing or adding to
+    /// the first one's run; `--state` keeps them apart.
+    @Test func aStateFileOfAnotherPipelineIsNeverTakenForThisOne() throws {
+        for folder in ["a", "b"] {
+            try ImageFixtures.jpeg(at: work.url("\(folder)/photos/\(folder).jpg"), width: 64, height: 48)
+            try work.write("""
+                {"version": 1, "source": {"type": "directory", "path": "photos"}, "sink": {"type": "directory", "path": "out"}}
+                """, to: "\(folder)/p.json")
+        }
+        #expect(try imgpipe("run", "a/p.json").status == 0)
+        for command in ["status", "resume", "run", "export"] {
+            let refused = try imgpipe(command, "b/p.json")
+            #expect(refused.status == 2, "\(command): \(refused.stdout) \(refused.stderr)")
+            #expect(refused.stderr.contains("holds the runs of a/p.json, not of b/p.json"), "\(command): \(refused.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: work.url("b/out")), "b's items were run")
+        #expect(try imgpipe("run", "b/p.json", "--state", "b.sqlite").status == 0)
+        #expect(work.files(under: "b/out") == ["b.jpg"])
+        #expect(try imgpipe("status", "a/p.json", "--json").decoded(StatusReport.self).done == 1)
+    }
+
+    /// A sink folder inside the source folder is never listed: a second run does not make
+    /// outputs of outputs, and a dry-run whose previews land in its samples folder does
+    /// not preview its previews; previews written over the samples are refused.
+    @Test func outputsInsideTheSourceFolderAreNeverReadBack() throws {
+        try ImageFixtures.jpeg(at: work.url("pics/a.jpg"), width: 64, height: 48)
+        try ImageFixtures.jpeg(at: work.url("pics/b.jpg"), width: 64, height: 48)
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "."}, "filters": [{"op": "fit", "width": 32}],
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "pics/p.json")
+        #expect(try imgpipe("run", "pics/p.json", "--json").decoded(RunSummary.self).total == 2)
+        #expect(try imgpipe("run", "pics/p.json", "--json").decoded(RunSummary.self).total == 2)
+        for _ in 1 ... 2 {
+            let preview = try imgpipe("dry-run", "pics/p.json", "--samples", "pics", "--out", "pics/preview")
+            #expect(preview.stdout.contains("2 sample(s) previewed"), "stdout: \(preview.stdout)")
+        }
+        let original = try Data(contentsOf: URL(fileURLWithPath: work.url("pics/a.jpg")))
+        let over = try imgpipe("dry-run", "pics/p.json", "--samples", "pics", "--out", "pics")
+        #expect(over.status == 2 && over.stderr.contains("previews would overwrite the originals"), "stderr: \(over.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("pics/a.jpg"))) == original)
+    }
+
+    /// Comments (`//` keys) change nothing: repeated in one object, edited in `filters`
+    /// or `output` between a run and its resume, or in an upload's form fields.
+    @Test func commentsChangeNothing() throws {
+        try corpus(3)
+        try pipeline(filters: #"[{"//": "why", "//": "and why not", "op": "fit", "width": 64, "height": 64}]"#,
+                     output: #"{"//": "small", "format": "jpeg"}"#)
+        #expect(try imgpipe("run", "pipe.json", "--limit", "1").status == 0)
+        try pipeline(filters: #"[{"//": "a new reason", "op": "fit", "width": 64, "height": 64}]"#, output: #"{"format": "jpeg"}"#)
+        let resumed = try imgpipe("resume", "pipe.json", "--refresh-feed")
+        #expect(resumed.status == 0, "a comment made resume refuse: \(resumed.stderr)")
+        try pipeline(filters: #"[{"//": "a new reason", "op": "fit", "width": 65, "height": 64}]"#, output: #"{"format": "jpeg"}"#)
+        #expect(try imgpipe("resume", "pipe.json").stderr.contains("filters[0].width: 64 → 65"))
+    }
+
+    /// What `run` would refuse or break on, `validate` refuses first, each with its path.
+    @Test func validateRefusesWhatRunCannotDo() throws {
+        try work.folder("in")
+        try work.write("a file", to: "afile")
+        try work.write("not an image", to: "logo.png")
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "file:///etc/passwd", "cache": {"path": "afile"}},
+             "filters": [{"op": "watermark", "image": "logo.png"}, {"op": "fill", "width": 40000, "height": 40000}],
+             "sinks": [{"type": "directory", "path": "afile/out"},
+                       {"type": "http", "url": "http://127.0.0.1:9/{key}", "headers": {"X-A": "line\\r\\nX-Injected: 1"}}]}
+            """, to: "bad.json")
+        let result = try imgpipe("validate", "bad.json")
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("sinks[1].headers.X-A: a header value is one line"), "stderr: \(result.stderr)")
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "file:///etc/passwd", "cache": {"path": "afile"}},
+             "filters": [{"op": "watermark", "image": "logo.png"}, {"op": "fill", "width": 40000, "height": 40000}],
+             "sinks": [{"type": "directory", "path": "afile/out"}]}
+            """, to: "bad.json")
+        let all = try imgpipe("validate", "bad.json")
+        #expect(all.status == 2)
+        for fault in ["source.url: expected an http(s) URL", "source.cache.path: cache folder", "filters[0].image: watermark image",
+                      "is not a JPEG, PNG", "filters[1]: fill 40000×40000 makes images over limits.maxPixels",
+                      "sinks[0].path: sink folder", "afile is a file, not a folder"] {
+            #expect(all.stderr.contains(fault), "\(fault) missing: \(all.stderr)")
+        }
+        let run = try imgpipe("run", "bad.json")
+        #expect(run.status == 2 && !FileManager.default.fileExists(atPath: work.url(".imgpipe/bad.sqlite")))
+    }
+
+    /// The one-liner's rough edges: its printed pipeline runs wherever it is saved, one
+    /// side may be left out of `--fit`, and mistakes name the flag.
+    @Test func theThumbnailOneLinerNamesItsFlagsAndPrintsAPortablePipeline() throws {
+        try ImageFixtures.write(try ImageFixtures.photo(width: 320, height: 240), to: work.url("in/a.jpg"))
+        let printed = try imgpipe("thumbnail", "in", "--fit", "x60", "--to", "out", "--print-pipeline")
+        try work.write(printed.stdout, to: "elsewhere/saved.json")
+        #expect(try ImgpipeBinary.run(["run", "saved.json"], in: work.url("elsewhere")).status == 0)
+        let out = try ImageFixtures.decode(work.url("out/a.jpg"))
+        #expect((out.width, out.height) == (80, 60))
+        let quality = try imgpipe("thumbnail", "in", "--format", "png", "--quality", "50")
+        #expect(quality.status == 2 && quality.stderr.contains("error: --quality: "), "stderr: \(quality.stderr)")
+        let file = try imgpipe("thumbnail", "in/a.jpg")
+        #expect(file.status == 2 && file.stderr.contains("is a file: thumbnail takes a folder"), "stderr: \(file.stderr)")
+        #expect(try imgpipe("thumbnail", "in", "--fill", "x60").status == 2)
+        #expect(try imgpipe("thumbnail", "in", "--to", "out-${HOME}").stderr.contains("a path with ${"))
+        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "a refused command left files behind")
+    }
 }

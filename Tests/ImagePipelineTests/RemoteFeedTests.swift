@@ -129,6 +129,26 @@ struct RemoteFeedTests {
         #expect(items.first { $0.key.hasSuffix("/a.jpg") }?.metadata?.contains("MMMM MMMM") == true)
     }
 
+    /// A lone surrogate in one item's title used to stop the whole feed; a NUL in one
+    /// field emptied every `{meta.…}` of its item. Now only that field is lost.
+    @Test func oneOddFieldOfAFeedItemLosesOnlyThatField() throws {
+        let server = try server { request in
+            guard request.path == "/feed.json" else { return nil }
+            let base = "http://\(request.headers["host"]!)"
+            return .json(#"[{"url": "\#(base)/images/a.jpg", "title": "\ud800", "n": "N1"}, "#
+                         + #"{"url": "\#(base)/images/b.jpg", "title": "x\u0000y", "n": "N2"}]"#)
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(try status().done == 2)
+        let exported = try imgpipe("export", "pipe.json").stdout.split(separator: "\n")
+        let metadata = try exported.map { line in
+            try #require((try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["metadata"] as? [String: Any])
+        }
+        #expect(metadata.map { $0["n"] as? String } == ["N1", "N2"])
+    }
+
     @Test func revalidateAsksTheServerAndUsesTheCacheOn304() throws {
         let body = feedJSON("BASE", count: 3)
         let server = try server { request in

@@ -81,7 +81,7 @@ struct UploadSinkTests {
         let server = try UploadServer()
         try images(5)
         let secret = "appid-\(UUID().uuidString.prefix(10))"
-        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload", "fields": {"appid": "${TEST_APPID}", "album": "trip"}}]"#)
+        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload", "fields": {"//": "a comment, not a field", "appid": "${TEST_APPID}", "album": "trip"}}]"#)
         let result = try imgpipe(["run", "pipe.json"], environment: ["TEST_APPID": secret])
         #expect(result.status == 0, "stderr: \(result.stderr)")
 
@@ -90,6 +90,7 @@ struct UploadSinkTests {
         #expect(Set(uploads.compactMap(\.filename)) == Set((1 ... 5).map { String(format: "img-%03d.jpg", $0) }))
         for upload in uploads {
             #expect(upload.fields["appid"] == secret && upload.fields["album"] == "trip")
+            #expect(upload.fields["//"] == nil, "a comment key was sent as a form field")
             #expect(upload.fields["original"] == work.url("in/" + upload.filename!), "original is the item's path")
             #expect(upload.contentType == "image/jpeg")
             let image = try VipsImage.open(data: upload.data)

@@ -12,10 +12,14 @@ public struct DirectoryFeed: Feed {
 
     public let root: String
     public let recursive: Bool
+    /// Folders below `root` that are not listed: where the pipeline's own outputs go (a
+    /// directory sink, a dry-run's previews), so a run never reads what it writes.
+    public let excluded: Set<String>
 
-    public init(root: String, recursive: Bool = true) {
+    public init(root: String, recursive: Bool = true, excluding folders: [String] = []) {
         self.root = root
         self.recursive = recursive
+        excluded = Set(folders.map { URL(fileURLWithPath: $0).standardizedFileURL.path })
     }
 
     public func list(_ body: (FeedItem) throws -> Bool) throws {
@@ -64,7 +68,7 @@ public struct DirectoryFeed: Feed {
                 }
             }
             if type == DT_DIR {
-                if recursive { count += countFiles(in: path) }
+                if recursive, !excluded.contains(path) { count += countFiles(in: path) }
             } else if type == DT_REG, Self.imageExtensions.contains((name as NSString).pathExtension.lowercased()) {
                 count += 1
             }
@@ -91,7 +95,7 @@ public struct DirectoryFeed: Feed {
             let isLink = (linkInfo.st_mode & S_IFMT) == S_IFLNK
             switch info.st_mode & S_IFMT {
             case S_IFDIR:
-                if recursive, !isLink, try !walk(relative: key, body) { return false }
+                if recursive, !isLink, !excluded.contains(path), try !walk(relative: key, body) { return false }
             case S_IFREG:
                 let ext = (name as NSString).pathExtension.lowercased()
                 if Self.imageExtensions.contains(ext) {

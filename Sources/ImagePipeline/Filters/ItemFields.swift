@@ -16,7 +16,7 @@ public struct ItemFields: Sendable {
     public init(key: String, stem: String, metadata: String?) {
         self.key = key
         self.stem = stem
-        self.metadata = metadata.flatMap { try? JSONParser.parse($0) }
+        self.metadata = metadata.flatMap(JSONValue.lenient)
     }
 
     /// No item (a dry-run sample): every field is empty but `{key}` and `{stem}`.

@@ -79,7 +79,8 @@ struct JSONParser {
             let key = try parseString(what: "a key")
             trail.append(.key(key))
             // A hashed set, not a scan of `members`: a scan is quadratic in the key count.
-            guard keys.insert(key).inserted else {
+            // Comments (`//…` keys) may repeat, as several `"//"` lines in one object do.
+            guard key.hasPrefix("//") || keys.insert(key).inserted else {
                 throw error("duplicate key \(JSONValue.quote(key))")
             }
             skipWhitespace()

@@ -32,9 +32,18 @@ extension JSONValue: Decodable {
             self = .bool(flag)
         } else if let integer = try? scalar.decode(Int64.self) {
             self = .number(Double(integer), isInteger: true)
+        } else if let number = try? scalar.decode(Double.self) {
+            self = .number(number, isInteger: false)
         } else {
-            self = .number(try scalar.decode(Double.self), isInteger: false)
+            // A value no Swift type holds (a string with a lone surrogate, `"\ud800"`): one
+            // odd field of a third-party item is dropped, never the item or its page.
+            self = .null
         }
+    }
+
+    /// `text` read leniently (as a feed page is), or nil when it is not JSON at all.
+    static func lenient(_ text: String) -> JSONValue? {
+        try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
     }
 
     /// A text value: a string, or a number written as text (`12`, `1.5`); else nil.

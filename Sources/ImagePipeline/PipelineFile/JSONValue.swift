@@ -52,6 +52,16 @@ public enum JSONValue: Sendable, Equatable {
         }
     }
 
+    /// The value with every `//…` key (a comment) left out, at any depth: a comment
+    /// changes no output, so it is no part of what `resume` compares.
+    public var withoutComments: JSONValue {
+        switch self {
+        case let .array(items): .array(items.map(\.withoutComments))
+        case let .object(members): .object(members.filter { !$0.key.hasPrefix("//") }.map { ($0.key, $0.value.withoutComments) })
+        default: self
+        }
+    }
+
     /// A member of an object, or nil.
     public subscript(key: String) -> JSONValue? {
         guard case let .object(members) = self else { return nil }

@@ -31,6 +31,11 @@ extension PipelineSpec {
         return try decode(document, baseDirectory: base, defaultName: stem, registry: registry)
     }
 
+    /// Reads and validates a pipeline given as text (a syntax error is a `JSONSyntaxError`).
+    public static func decode(text: String, baseDirectory: String, defaultName: String) throws -> PipelineSpec {
+        try decode(try JSONParser.parse(text), baseDirectory: baseDirectory, defaultName: defaultName)
+    }
+
     /// Validates a parsed document.
     public static func decode(_ document: JSONValue, baseDirectory: String, defaultName: String,
                               registry: FilterRegistry = .standard) throws -> PipelineSpec {
@@ -154,10 +159,22 @@ extension SinkSpec {
         func name(_ object: SpecObject) throws -> String {
             try object.optional("name", default: "\(type)-\(index)") { try $0.nonEmptyString() }
         }
-        func named(_ node: SpecNode) throws -> [NamedValue] {
+        /// Form fields or headers: names are free, but a `//…` key is a comment here too,
+        /// and a header is a token with a value on one line (no header can smuggle another).
+        func named(_ node: SpecNode, headers: Bool = false) throws -> [NamedValue] {
             guard case let .object(members) = node.value else { throw node.expected("an object of strings") }
-            return try members.map { member in
-                NamedValue(name: member.key, value: try EnvString(SpecNode(value: member.value, path: node.path.appending(member.key))))
+            return try members.filter { !$0.key.hasPrefix("//") }.map { member in
+                let valueNode = SpecNode(value: member.value, path: node.path.appending(member.key))
+                if headers {
+                    let token = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+                    guard !member.key.isEmpty, member.key.unicodeScalars.allSatisfy(token.contains) else {
+                        throw valueNode.fail("not a header name (letters, digits and !#$%&'*+-.^_`|~ only)")
+                    }
+                    if try valueNode.string().unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
+                        throw valueNode.fail("a header value is one line: no CR, LF or NUL")
+                    }
+                }
+                return NamedValue(name: member.key, value: try EnvString(valueNode))
             }
         }
         switch type {
@@ -184,7 +201,7 @@ extension SinkSpec {
             self = .http(name: try name(object), url: url,
                          method: try object.optional("method", default: "PUT") { try $0.choice(["PUT", "POST"]) },
                          fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
-                         headers: try object.optional("headers", default: []) { try named($0) })
+                         headers: try object.optional("headers", default: []) { try named($0, headers: true) })
         default:
             throw SpecError(path: node.path.appending("type").description,
                             message: "expected one of \(SinkSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")

@@ -23,8 +23,8 @@ public struct PipelineSpec: Sendable {
     /// `resume` refuses to continue a run if these changed.
     public var outputFingerprint: [String: String] {
         [
-            "filters": (document["filters"] ?? .array([])).serialized(sortedKeys: true),
-            "output": (document["output"] ?? .null).serialized(sortedKeys: true),
+            "filters": (document["filters"] ?? .array([])).withoutComments.serialized(sortedKeys: true),
+            "output": (document["output"] ?? .null).withoutComments.serialized(sortedKeys: true),
         ]
     }
 

@@ -56,8 +56,12 @@ public struct BuiltPipeline: Sendable {
                             logger: Logger, notice: @escaping @Sendable (String) -> Void) throws -> BuiltPipeline {
             let cancellation = CancellationFlag()
             // A check reads the cache's path (for its variables) but creates no folder.
-            if collecting, let cachePath = spec.source.remote?.cache?.path {
-                _ = try attempt { try cachePath.expanded(in: environment) }
+            if let cache = spec.source.remote?.cache {
+                _ = try attempt {
+                    let folder = try cache.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
+                        ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
+                    try Self.checkFolder(folder, at: cache.path?.path ?? "source.cache", what: "cache folder")
+                }
             }
             let fetcher = try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: cancellation, logger: logger,
                                                         withCache: !collecting)
@@ -74,7 +78,9 @@ public struct BuiltPipeline: Sendable {
                 let built: (any Sink)? = try attempt {
                     switch sink {
                     case let .directory(name, pathValue):
-                        return DirectorySink(name: name, root: spec.resolvePath(try pathValue.expanded(in: environment)))
+                        let root = spec.resolvePath(try pathValue.expanded(in: environment))
+                        try Self.checkFolder(root, at: pathValue.path, what: "sink folder")
+                        return DirectorySink(name: name, root: root)
                     case let .upload(name, endpointValue, fieldValues, fileField, originalField):
                         let endpoint = try endpointValue.expanded(in: environment)
                         guard let url = URL(string: endpoint), ["http", "https"].contains(url.scheme?.lowercased() ?? "") else {
@@ -89,7 +95,13 @@ public struct BuiltPipeline: Sendable {
                             throw SpecError(path: urlValue.path, message: "expected an http(s) URL template, got \(JSONValue.quote(environment.redact(template)))")
                         }
                         var headers: [String: String] = [:]
-                        for header in headerValues { headers[header.name] = try header.value.expanded(in: environment) }
+                        for header in headerValues {
+                            let value = try header.value.expanded(in: environment)
+                            guard !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+                                throw SpecError(path: header.value.path, message: "a header value is one line: the value read has a CR, LF or NUL")
+                            }
+                            headers[header.name] = value
+                        }
                         return HTTPSink(name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
                                         client: uploads(), retry: spec.retry)
                     }
@@ -103,12 +115,30 @@ public struct BuiltPipeline: Sendable {
                 if case let .watermark(watermark) = step {
                     _ = try attempt { try Self.checkWatermark(spec.resolvePath(watermark.image), at: index, limits: spec.limits) }
                 }
+                _ = try attempt { try Self.checkOutputSize(step, at: index, limits: spec.limits) }
             }
             guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
             let processor = ImageProcessor(filters: filters, output: spec.output, limits: spec.limits,
                                            baseDirectory: spec.baseDirectory, tuning: tuning)
             return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                                  sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
+        }
+
+        /// A step that sets both sides of its result must stay within `limits.maxPixels`,
+        /// as inputs do: `fill 40000×40000` would hold every item for minutes and gigabytes.
+        static func checkOutputSize(_ step: FilterStep, at index: Int, limits: Limits) throws {
+            let size: (Int, Int)?
+            switch step {
+            case let .fill(width, height, _): size = (width, height)
+            case let .fit(width?, height?, true): size = (width, height)
+            case let .resize(width?, height?, _): size = (width, height)
+            default: size = nil
+            }
+            guard let (width, height) = size, width.multipliedReportingOverflow(by: height).overflow
+                    || width * height > limits.maxPixels else { return }
+            throw SpecError(path: "filters[\(index)]",
+                            message: "\(step.opName) \(width)×\(height) makes images over limits.maxPixels "
+                                + "(\(ImageProcessor.megapixels(limits.maxPixels))); raise the limit or make them smaller")
         }
 
         /// A watermark must be a readable regular file (a FIFO or a device such as
@@ -123,6 +153,32 @@ public struct BuiltPipeline: Sendable {
                 throw SpecError(path: "filters[\(index)].image",
                                 message: "watermark image \(resolved) is \(info.st_size) bytes, over limits.maxBytes (\(limits.maxBytes))")
             }
+            // Not an image at all: the pipeline's fault, not every item's `decode`.
+            var head: [UInt8] = []
+            if let handle = FileHandle(forReadingAtPath: resolved) {
+                head = [UInt8]((try? handle.read(upToCount: 64)) ?? Data())
+                try? handle.close()
+            }
+            guard case .accepted = ImageFormat.sniff(head) else {
+                throw SpecError(path: "filters[\(index)].image",
+                                message: "watermark image \(resolved) is not a JPEG, PNG, GIF, WebP, TIFF, HEIF or AVIF file")
+            }
+        }
+
+        /// A folder imgpipe will write into must be a folder wherever it already exists:
+        /// a file in its place (or in place of a folder above it) is the pipeline's fault.
+        static func checkFolder(_ path: String, at jsonPath: String, what: String) throws {
+            var url = URL(fileURLWithPath: path).standardizedFileURL
+            while url.path != "/" {
+                var isDirectory: ObjCBool = false
+                if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) {
+                    guard isDirectory.boolValue else {
+                        throw SpecError(path: jsonPath, message: "\(what) \(path) cannot be made: \(url.path) is a file, not a folder")
+                    }
+                    return
+                }
+                url.deleteLastPathComponent()
+            }
         }
     }
 
@@ -135,6 +191,7 @@ public struct BuiltPipeline: Sendable {
             if case let .watermark(watermark) = step {
                 try Assembly.checkWatermark(spec.resolvePath(watermark.image), at: index, limits: spec.limits)
             }
+            try Assembly.checkOutputSize(step, at: index, limits: spec.limits)
             return step
         }
     }
@@ -159,9 +216,28 @@ public struct BuiltPipeline: Sendable {
                              redact: environment.redact)
     }
 
+    /// The folders of the directory sinks: a sink folder inside the source folder holds
+    /// this pipeline's outputs, and listing them would make outputs of outputs, more with
+    /// every run.
+    static func sinkFolders(_ spec: PipelineSpec, environment: Environment) -> [String] {
+        spec.sinks.compactMap { sink -> String? in
+            guard case let .directory(_, path) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
+            return spec.resolvePath(expanded)
+        }
+    }
+
+    /// `excluding`: folders a directory source must not list besides its directory sinks'.
     static func makeFeed(_ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
-                         notice: @escaping @Sendable (String) -> Void) throws -> any Feed {
+                         excluding: [String] = [], notice: @escaping @Sendable (String) -> Void) throws -> any Feed {
         let feed: any Feed
+        /// A feed's address, expanded: http(s) only, as every remote fetch is.
+        func web(_ value: EnvString) throws -> String {
+            let address = try value.expanded(in: environment)
+            guard let url = URL(string: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
+                throw SpecError(path: value.path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(address)))")
+            }
+            return address
+        }
         switch source {
         case let .directory(pathValue, recursive):
             let root = spec.resolvePath(try pathValue.expanded(in: environment))
@@ -169,7 +245,7 @@ public struct BuiltPipeline: Sendable {
             guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
                 throw SpecError(path: pathValue.path, message: "directory \(environment.redact(root)) does not exist")
             }
-            return DirectoryFeed(root: root, recursive: recursive)
+            return DirectoryFeed(root: root, recursive: recursive, excluding: sinkFolders(spec, environment: environment) + excluding)
         case let .urlList(pathValue, _):
             let file = spec.resolvePath(try pathValue.expanded(in: environment))
             guard FileManager.default.isReadableFile(atPath: file) else {
@@ -177,17 +253,18 @@ public struct BuiltPipeline: Sendable {
             }
             feed = URLListFeed(path: file)
         case let .jsonFeed(url, urlField, keyField, _):
-            feed = JSONFeed(url: try url.expanded(in: environment), urlField: urlField, keyField: keyField, pages: fetcher!)
+            feed = JSONFeed(url: try web(url), urlField: urlField, keyField: keyField, pages: fetcher!)
         case let .nasaImages(query, endpoint, mediaType, maxItems, _):
-            feed = NASAImagesFeed(query: try query.expanded(in: environment), endpoint: try endpoint.expanded(in: environment),
+            feed = NASAImagesFeed(query: try query.expanded(in: environment), endpoint: try web(endpoint),
                                   mediaType: mediaType, maxItems: maxItems, pages: fetcher!)
         case let .flickrSearch(text, apiKey, endpoint, perPage, maxItems, size, _):
             feed = FlickrSearchFeed(text: try text.expanded(in: environment), apiKey: try apiKey.expanded(in: environment),
-                                    endpoint: try endpoint.expanded(in: environment), perPage: perPage, maxItems: maxItems,
+                                    endpoint: try web(endpoint), perPage: perPage, maxItems: maxItems,
                                     size: size, pages: fetcher!)
         }
         guard let fallback = source.remote?.fallback else { return feed }
-        let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
+        let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,
+                                        notice: notice)
         return FallbackFeed(primary: feed, fallback: fallbackFeed) { message in notice(environment.redact(message)) }
     }
 }

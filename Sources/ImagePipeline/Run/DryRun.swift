@@ -124,6 +124,7 @@ public struct DryRun: Sendable {
         var results: [[DryRunRow]] = []
         var index = 0
         try samples.list(spec: spec, environment: environment, limit: limit, downloads: outputDirectory + "/source",
+                         previews: outputDirectory,
                          logger: logger, notice: notice) { sample in
             index += 1
             guard let path = sample.path else {

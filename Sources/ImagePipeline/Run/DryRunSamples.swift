@@ -31,20 +31,24 @@ public enum DryRunSamples: Sendable, Equatable {
     /// Calls `body` with the first `limit` samples in order (all of a folder when nil;
     /// `feedLimit` of a feed), until `body` returns false. A remote item that cannot be
     /// downloaded is passed with its failure; a feed that cannot be listed throws.
-    func list(spec: PipelineSpec, environment: Environment, limit: Int?, downloads: String, logger: Logger,
+    /// The previews' folder (`previews`) and the pipeline's sink folders are never listed,
+    /// even when they lie inside the samples folder: a dry-run never reads what it or the
+    /// pipeline wrote.
+    func list(spec: PipelineSpec, environment: Environment, limit: Int?, downloads: String, previews: String, logger: Logger,
               notice: @escaping @Sendable (String) -> Void, _ body: (Sample) throws -> Bool) throws {
         let feed: any Feed
         var fetcher: RemoteFetcher?
         var limit = limit
         switch self {
         case let .folder(path):
-            feed = DirectoryFeed(root: path, recursive: true)
+            feed = DirectoryFeed(root: path, recursive: true,
+                                 excluding: [previews] + BuiltPipeline.sinkFolders(spec, environment: environment))
         case .feed:
             limit = limit ?? Self.feedLimit
             fetcher = try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: CancellationFlag(),
                                                     logger: logger)
             feed = try BuiltPipeline.makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher,
-                                              notice: notice)
+                                              excluding: [previews], notice: notice)
         }
         var index = 0
         try feed.list { listed in

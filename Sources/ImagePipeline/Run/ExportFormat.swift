@@ -32,7 +32,7 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     private func jsonLine(_ record: ExportRecord, redact: (String) -> String) -> String {
         func text(_ value: String?) -> JSONValue { value.map { .string(redact($0)) } ?? .null }
         func number(_ value: Int?) -> JSONValue { value.map { .number(Double($0), isInteger: true) } ?? .null }
-        let metadata: JSONValue = record.metadata.flatMap { try? JSONParser.parse(redact($0)) } ?? .null
+        let metadata: JSONValue = record.metadata.flatMap { JSONValue.lenient(redact($0)) } ?? .null
         let outputs = JSONValue.object(record.outputs.map { id, output in
             (id, .object([("name", .string(output.name)), ("format", .string(output.format)), ("width", number(output.width)),
                           ("height", number(output.height)), ("bytes", number(output.bytes)), ("sha256", text(output.sha256))]))

@@ -42,6 +42,8 @@ struct DryRunCommand: ParsableCommand {
         if feed, samples != nil { throw ValidationError("--samples and --feed cannot be used together") }
     }
 
+    @OptionGroup var logging: LogOptions
+
     func run() throws {
         let specs = try pipelines.map(PipelineOptions.loadSpec)
         let environment = Environment()
@@ -56,8 +58,19 @@ struct DryRunCommand: ParsableCommand {
         let source = try sampleSource(specs[0], environment: environment)
         let name = specs.map { SafeName.component($0.name) }.joined(separator: "-vs-")
         let outFolder = URL(fileURLWithPath: out ?? "preview/\(name)").standardizedFileURL.path
+        // Previews written over the samples would replace the originals (and be scored
+        // against themselves). A previews folder inside the samples folder is fine: it is
+        // never listed.
+        if case let .folder(folder) = source {
+            func real(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().path }
+            let (samplesPath, outPath) = (real(folder), real(outFolder))
+            if samplesPath == outPath || samplesPath.hasPrefix(outPath + "/") {
+                throw CommandError.usage("--out \(Console.display(outFolder)) would hold the samples folder \(Console.display(folder)), "
+                                         + "and previews would overwrite the originals: give another --out")
+            }
+        }
         let dryRun = DryRun(spec: specs[0], other: specs.count > 1 ? specs[1] : nil, samples: source,
-                            outputDirectory: outFolder, limit: limit, environment: environment,
+                            outputDirectory: outFolder, limit: limit, environment: environment, logger: logging.logger(),
                             notice: { message in FileHandle.standardError.write(Data("note: \(message)\n".utf8)) })
         let table = specs.count == 1 ? Table.single : Table.comparison
         if !json { Console.out(table.header) }

@@ -35,7 +35,7 @@ struct ExportCommand: ParsableCommand {
     }
 
     func run() throws {
-        let stateFile = options.stateFile
+        let stateFile = try options.stateFile()
         guard FileManager.default.fileExists(atPath: stateFile) else {
             throw CommandError.usage("\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): nothing to export")
         }

@@ -57,7 +57,7 @@ struct StatusCommand: ParsableCommand {
 
     /// The explicit state file, the pipeline's default one, or the only one in `.imgpipe/`.
     func locateStateFile() throws -> String {
-        if state != nil || pipeline != nil { return StateFiles.path(explicit: state, pipeline: pipeline) }
+        if state != nil || pipeline != nil { return try StateFiles.path(explicit: state, pipeline: pipeline) }
         let folder = ".imgpipe"
         let found = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [])
             .filter { $0.hasSuffix(".sqlite") }.sorted()

@@ -57,13 +57,28 @@ struct ThumbnailCommand: ParsableCommand {
     }
 
     func run() throws {
-        let box = try Self.box(fill ?? fit ?? "400x400", flag: fill != nil ? "--fill" : "--fit")
-        if printPipeline {
-            Console.out(pipeline(box: box, input: input, output: to))
-            return
+        let box = try Self.box(fill ?? fit ?? "400x400", flag: fill != nil ? "--fill" : "--fit", bothSides: fill != nil)
+        for (flag, path) in [("DIR", input), ("--to", to)] where path.contains("${") {
+            throw CommandError.usage("\(flag) \(path): a path with ${ cannot be put in a pipeline file (it would read an environment variable)")
         }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: input, isDirectory: &isDirectory), !isDirectory.boolValue, !Self.isURLList(input) {
+            throw CommandError.usage("\(input) is a file: thumbnail takes a folder of images or a URL list (.txt, .csv, .jsonl, or .gz of one)")
+        }
+        // Absolute paths: the pipeline runs (and the printed one may be saved) anywhere.
         let absolute = { (path: String) in URL(fileURLWithPath: path).standardizedFileURL.path }
         let text = pipeline(box: box, input: absolute(input), output: absolute(to))
+        // Checked before anything is written: a fault names the flag, not a JSON path.
+        do {
+            _ = try PipelineSpec.decode(text: text, baseDirectory: FileManager.default.currentDirectoryPath, defaultName: "thumbnail")
+        } catch let error as SpecError {
+            let flag = ["output.quality": "--quality", "output.format": "--format"][error.path] ?? error.path
+            throw CommandError.usage("\(flag): \(error.message)")
+        }
+        if printPipeline {
+            Console.out(text)
+            return
+        }
         let file = ".imgpipe/thumbnail-\(Self.hash(text)).json"
         do {
             try FileManager.default.createDirectory(atPath: ".imgpipe", withIntermediateDirectories: true)
@@ -72,7 +87,7 @@ struct ThumbnailCommand: ParsableCommand {
             throw CommandError.failure("cannot write \(file): \(error.localizedDescription)")
         }
         let options = try PipelineOptions.parse([file])
-        let state = options.stateFile
+        let state = try options.stateFile()
         var unfinished = false
         if FileManager.default.fileExists(atPath: state) {
             let latest = try? RunStore(path: state).latestRun()
@@ -82,12 +97,16 @@ struct ThumbnailCommand: ParsableCommand {
             .perform(unfinished ? .resume(retryFailed: false) : .fresh(limit: nil, replaceUnfinished: false))
     }
 
+    static func isURLList(_ path: String) -> Bool {
+        [".txt", ".csv", ".jsonl", ".txt.gz", ".csv.gz", ".jsonl.gz"].contains { path.lowercased().hasSuffix($0) }
+    }
+
     /// The pipeline file the flags stand for, with `input` and `output` as given.
-    func pipeline(box: (width: Int, height: Int), input: String, output: String) -> String {
-        let isList = [".txt", ".csv", ".jsonl", ".txt.gz", ".csv.gz", ".jsonl.gz"].contains { input.lowercased().hasSuffix($0) }
-        let source = isList ? #"{ "type": "url-list", "path": \#(quote(input)) }"#
+    func pipeline(box: (width: Int?, height: Int?), input: String, output: String) -> String {
+        let source = Self.isURLList(input) ? #"{ "type": "url-list", "path": \#(quote(input)) }"#
             : #"{ "type": "directory", "path": \#(quote(input)) }"#
         let op = fill != nil ? "fill" : "fit"
+        let sides = [box.width.map { #""width": \#($0)"# }, box.height.map { #""height": \#($0)"# }].compactMap { $0 }
         let encoding = quality.map { #", "quality": \#($0)"# } ?? ""
         return """
             {
@@ -96,7 +115,7 @@ struct ThumbnailCommand: ParsableCommand {
               "source": \(source),
               "filters": [
                 { "op": "autorotate" },
-                { "op": "\(op)", "width": \(box.width), "height": \(box.height) }
+                { "op": "\(op)", \(sides.joined(separator: ", ")) }
               ],
               "output": { "format": \(quote(format))\(encoding), "strip": true },
               "sink": { "type": "directory", "path": \(quote(output)) }
@@ -106,15 +125,20 @@ struct ThumbnailCommand: ParsableCommand {
 
     private func quote(_ text: String) -> String { JSONValue.string(text).serialized() }
 
-    /// `400x300` or `400` (a square).
-    static func box(_ text: String, flag: String) throws -> (width: Int, height: Int) {
-        let parts = text.lowercased().split(separator: "x", omittingEmptySubsequences: false).map { Int($0) }
+    /// `400x300`, `400` (a square), or for `--fit` one side only (`400x`, `x300`).
+    static func box(_ text: String, flag: String, bothSides: Bool) throws -> (width: Int?, height: Int?) {
+        let parts = text.lowercased().split(separator: "x", omittingEmptySubsequences: false).map(String.init)
+        let sides = parts.map { $0.isEmpty ? nil : Int($0) }
         switch parts.count {
-        case 1: if let side = parts[0], side > 0 { return (side, side) }
-        case 2: if let width = parts[0], let height = parts[1], width > 0, height > 0 { return (width, height) }
+        case 1: if let side = sides[0], side > 0 { return (side, side) }
+        case 2:
+            let valid = zip(parts, sides).allSatisfy { part, side in part.isEmpty ? !bothSides : (side ?? 0) > 0 }
+            if valid, sides[0] != nil || sides[1] != nil { return (sides[0], sides[1]) }
         default: break
         }
-        throw CommandError.usage("\(flag) expects WIDTHxHEIGHT or a single size, such as 400x300 or 256; got \(JSONValue.string(text).serialized())")
+        let forms = bothSides ? "WIDTHxHEIGHT or a single size, such as 400x300 or 256"
+            : "WIDTHxHEIGHT, a single size, or one side (400x, x300)"
+        throw CommandError.usage("\(flag) expects \(forms); got \(JSONValue.string(text).serialized())")
     }
 
     /// FNV-1a, 64 bits, as 16 hex digits: a stable name for a pipeline's text.

@@ -7,9 +7,11 @@ struct ValidateCommand: ParsableCommand {
         commandName: "validate",
         abstract: "Check a pipeline file; exit 0 when valid, 2 naming the fault otherwise.",
         discussion: """
-            Makes every check `run` makes before any work: the file itself, then that the \
-            source folder or URL list exists, the sinks' URLs, each watermark image, and every \
-            ${NAME} the file uses. All faults are listed, not only the first. An unset \
+            Makes every check `run` makes before any work: the file itself (its first fault \
+            is reported: fix it and validate again), then what it points at — the source \
+            folder or URL list, the feed's URL, the sink folders and URLs, each watermark \
+            image, output sizes within limits.maxPixels, and every ${NAME} the file uses — \
+            where every fault is listed, not only the first. An unset \
             variable is a warning, not a fault (CI validates without its secrets; `run` \
             refuses until it is set), unless --strict is given; checks that need its value \
             are skipped. Nothing is created (no state file, no cache folder) and nothing is \

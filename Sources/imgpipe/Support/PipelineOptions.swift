@@ -13,7 +13,8 @@ struct PipelineOptions: ParsableArguments {
 
     @OptionGroup var logging: LogOptions
 
-    var stateFile: String { StateFiles.path(explicit: state, pipeline: pipeline) }
+    /// The state file to use; refuses one that holds another pipeline's runs.
+    func stateFile() throws -> String { try StateFiles.path(explicit: state, pipeline: pipeline) }
 
     /// Loads and validates the pipeline file, reporting a fault and exiting 2.
     func loadSpec() throws -> PipelineSpec { try Self.loadSpec(pipeline) }
@@ -48,12 +49,39 @@ struct PipelineOptions: ParsableArguments {
 /// file instead: the current directory is looked at first, then the pipeline file's folder,
 /// and the first that exists is used. Only `run` creates a state file; `resume` and
 /// `status` say where they looked when there is none.
+///
+/// A default state file is named after the pipeline file's stem, so `a/p.json` and
+/// `b/p.json` run from one folder would share `.imgpipe/p.sqlite`: a state file whose runs
+/// belong to another pipeline file is passed over, and when it is the only one found the
+/// command refuses (exit 2) rather than resume, show or add to the other pipeline's run.
+/// `--state` names a file explicitly and is taken as it is.
 enum StateFiles {
-    /// `explicit`, else the first existing candidate, else the current directory's default.
-    static func path(explicit: String?, pipeline: String?) -> String {
+    /// `explicit`, else the first existing candidate that belongs to `pipeline`, else the
+    /// current directory's default.
+    static func path(explicit: String?, pipeline: String?) throws -> String {
         if let explicit { return URL(fileURLWithPath: explicit).standardizedFileURL.path }
         let places = candidates(pipeline: pipeline)
-        return places.first { FileManager.default.fileExists(atPath: $0) } ?? places[0]
+        let existing = places.filter { FileManager.default.fileExists(atPath: $0) }
+        guard let pipeline, !existing.isEmpty else { return existing.first ?? places[0] }
+        var others: [(String, String)] = []
+        for place in existing {
+            guard let owner = owner(of: place), !sameFile(owner, pipeline) else { return place }
+            others.append((place, owner))
+        }
+        let (place, owner) = others[0]
+        throw CommandError.usage("state file \(Console.display(place)) holds the runs of \(Console.display(owner)), "
+                                 + "not of \(pipeline); run this from \(pipeline)'s folder, or give it a state file "
+                                 + "of its own with --state")
+    }
+
+    /// The pipeline file of the latest run in `stateFile` (nil when it has none or cannot be read).
+    static func owner(of stateFile: String) -> String? {
+        (try? RunStore(path: stateFile).latestRun())??.pipelinePath
+    }
+
+    static func sameFile(_ a: String, _ b: String) -> Bool {
+        func real(_ path: String) -> String { URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path }
+        return real(a) == real(b)
     }
 
     /// The places looked at, in order, without repeats.

@@ -17,7 +17,7 @@ struct RunSession {
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
-        let stateFile = options.stateFile
+        let stateFile = try options.stateFile()
         // Only `run` starts a state file: resuming where there is none is a mistake of
         // folder or name, and an empty state file left behind would hide it.
         if case .resume = mode, !FileManager.default.fileExists(atPath: stateFile) {
@@ -47,7 +47,18 @@ struct RunSession {
                 reporter.notice("interrupted: finishing the items in flight (a second Ctrl-C stops at once)")
                 runner.interrupt()
             },
-            onRepeat: { runner.interrupt(now: true) })
+            onRepeat: {
+                // Work in flight is abandoned; a libvips job cannot be cut short, so the
+                // process does not wait for it: after 2 s it exits as a kill would leave it,
+                // which the state file is made for (each change is one committed row).
+                runner.interrupt(now: true)
+                DispatchQueue.global().asyncAfter(deadline: .now() + 2) {
+                    reporter.endLine()
+                    FileHandle.standardError.write(Data(("stopped at once; the state is saved, and the items that were "
+                        + "in flight are redone by `imgpipe resume \(options.pipeline)`\n").utf8))
+                    _exit(130)
+                }
+            })
         defer { trap.cancel() }
 
         let summary: RunSummary
