@@ -49,6 +49,14 @@ public enum PipelineSchema {
                     ("attempts", integerSchema(1 ... 100)),
                     ("backoff", numberSchema(0 ... 3600)),
                 ])),
+                ("accept", object([
+                    ("minWidth", integerSchema(1 ... Int.max)),
+                    ("minHeight", integerSchema(1 ... Int.max)),
+                    ("maxAspect", numberSchema(1 ... 1_000_000)),
+                    ("minBytes", integerSchema(1 ... Int.max)),
+                    ("formats", .object([("type", .string("array")), ("minItems", integer(1)),
+                                         ("items", .object([("enum", strings(SpecNode.withAliases(AcceptRules.formatNames)))]))])),
+                ])),
             ])),
             ("oneOf", .array([
                 .object([("required", strings(["sink"]))]),

@@ -1,7 +1,8 @@
 import Foundation
 
 extension PipelineSpec {
-    static let topLevelKeys = ["version", "name", "source", "filters", "output", "sink", "sinks", "limits", "retry"]
+    static let topLevelKeys = ["version", "name", "source", "filters", "output", "sink", "sinks", "limits", "retry",
+                               "accept"]
 
     /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
     /// (syntax errors, invalid UTF-8 and NUL in strings: the path, line and column) or the file.
@@ -64,9 +65,10 @@ extension PipelineSpec {
         }
         let limits = try root.optional("limits", default: Limits()) { try Limits(node: $0) }
         let retry = try root.optional("retry", default: RetryPolicy()) { try RetryPolicy(node: $0) }
+        let accept = try root.optional("accept", default: AcceptRules()) { try AcceptRules(node: $0) }
         return PipelineSpec(version: version, name: name, source: source, filters: filters, output: output,
-                            sinks: sinks, limits: limits, retry: retry, baseDirectory: baseDirectory,
-                            document: document)
+                            sinks: sinks, limits: limits, retry: retry, accept: accept,
+                            baseDirectory: baseDirectory, document: document)
     }
 }
 
@@ -231,6 +233,24 @@ extension Limits {
         timeout = try object.optional("timeout", default: timeout) { try $0.number(in: 0.001 ... 86400) }
         maxBytes = try object.optional("maxBytes", default: maxBytes) { try $0.integer(in: 1 ... Int.max) }
         maxPixels = try object.optional("maxPixels", default: maxPixels) { try $0.integer(in: 1 ... Int.max) }
+    }
+}
+
+extension AcceptRules {
+    static let formatNames = ImageFormat.allCases.map(\.rawValue)
+
+    init(node: SpecNode) throws {
+        let object = try node.object(allowing: ["minWidth", "minHeight", "maxAspect", "minBytes", "formats"])
+        self.init()
+        minWidth = try object.optional("minWidth") { try $0.integer(in: 1 ... Int.max) }
+        minHeight = try object.optional("minHeight") { try $0.integer(in: 1 ... Int.max) }
+        maxAspect = try object.optional("maxAspect") { try $0.number(in: 1 ... 1_000_000) }
+        minBytes = try object.optional("minBytes") { try $0.integer(in: 1 ... Int.max) }
+        formats = try object.optional("formats") { node in
+            let list = try node.array()
+            guard !list.isEmpty else { throw node.expected("a non-empty list of formats (\(Self.formatNames.joined(separator: ", ")))") }
+            return try list.map { ImageFormat(rawValue: try $0.choice(Self.formatNames))! }
+        }
     }
 }
 

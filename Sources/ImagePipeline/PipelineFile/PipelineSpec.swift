@@ -14,6 +14,8 @@ public struct PipelineSpec: Sendable {
     public var sinks: [SinkSpec]
     public var limits: Limits
     public var retry: RetryPolicy
+    /// Which inputs are processed; the others are skipped.
+    public var accept = AcceptRules()
     /// The absolute directory of the pipeline file; relative paths start here.
     public var baseDirectory: String
     /// The document as written (no `${…}` expanded), for the state file.

@@ -106,7 +106,7 @@ public struct BuiltPipeline: Sendable {
             }
             guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
             let processor = ImageProcessor(filters: filters, output: spec.output, limits: spec.limits,
-                                           baseDirectory: spec.baseDirectory, tuning: tuning)
+                                           baseDirectory: spec.baseDirectory, tuning: tuning, accept: spec.accept)
             return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                                  sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
         }
