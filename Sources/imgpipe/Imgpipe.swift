@@ -13,7 +13,7 @@ enum Exit {
 
 @main
 struct Imgpipe: ParsableCommand {
-    static let version = "0.1.0"
+    static let version = ImgpipeIdentity.version
 
     /// Benchmark knobs from the environment (`IMGPIPE_FUSE`, `IMGPIPE_VIPS_THREADS`).
     static let tuning = Tuning(environment: ProcessInfo.processInfo.environment)

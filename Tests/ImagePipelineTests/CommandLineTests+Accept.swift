@@ -54,9 +54,17 @@ extension CommandLineTests {
         #expect(fault(#", "accept": {"minWidht": 10}"#).contains("accept.minWidht"))
         #expect(fault(#", "accept": {"formats": ["bmp"]}"#).contains("accept.formats[0]"))
         #expect(fault(#", "accept": {"maxAspect": 0.5}"#).contains("accept.maxAspect"))
+        #expect(fault(#", "userAgent": "two\nlines""#).contains("userAgent"))
+        #expect(fault("", source: #"{"type": "directory", "path": ".", "robots": true}"#).contains("robots"))
+        let fallback = #"{"type": "url-list", "path": "u.txt", "fallback": {"type": "url-list", "path": "v.txt", "robots": true}}"#
+        #expect(fault("", source: fallback).contains("source.fallback.robots"))
 
-        try acceptPipeline(source: #"{"type": "directory", "path": "."}"#, extra: #", "accept": {"formats": ["tif", "heif"]}"#)
+        try acceptPipeline(source: #"{"type": "url-list", "path": "u.txt", "respectOptOut": false, "robots": true}"#,
+                     extra: #", "userAgent": "mybot/1.0 (+mailto:ops@example.com)", "accept": {"formats": ["tif", "heif"]}"#)
         let spec = try PipelineSpec.load(path: work.url("pipe.json"))
+        #expect(spec.source.remote?.respectOptOut == false && spec.source.remote?.robots == true)
+        #expect(spec.userAgent == "mybot/1.0 (+mailto:ops@example.com)")
         #expect(spec.accept.formats == [.tiff, .heif])
+        #expect(ImgpipeIdentity.productToken(of: spec.userAgent) == "mybot")
     }
 }

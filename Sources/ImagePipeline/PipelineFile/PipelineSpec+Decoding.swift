@@ -2,7 +2,7 @@ import Foundation
 
 extension PipelineSpec {
     static let topLevelKeys = ["version", "name", "source", "filters", "output", "sink", "sinks", "limits", "retry",
-                               "accept"]
+                               "userAgent", "accept"]
 
     /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
     /// (syntax errors, invalid UTF-8 and NUL in strings: the path, line and column) or the file.
@@ -65,16 +65,26 @@ extension PipelineSpec {
         }
         let limits = try root.optional("limits", default: Limits()) { try Limits(node: $0) }
         let retry = try root.optional("retry", default: RetryPolicy()) { try RetryPolicy(node: $0) }
+        let userAgent = try root.optional("userAgent", default: ImgpipeIdentity.defaultUserAgent) { node in
+            let text = try node.nonEmptyString()
+            // A header value: a line break would start a header of its own.
+            guard text.unicodeScalars.allSatisfy({ (0x20 ... 0x7E).contains($0.value) }) else {
+                throw node.expected("printable ASCII (a header value), e.g. \"mybot/1.0 (+mailto:ops@example.com)\"")
+            }
+            return text
+        }
         let accept = try root.optional("accept", default: AcceptRules()) { try AcceptRules(node: $0) }
         return PipelineSpec(version: version, name: name, source: source, filters: filters, output: output,
-                            sinks: sinks, limits: limits, retry: retry, accept: accept,
+                            sinks: sinks, limits: limits, retry: retry, userAgent: userAgent, accept: accept,
                             baseDirectory: baseDirectory, document: document)
     }
 }
 
 extension SourceSpec {
     static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search"]
-    static let remoteKeys = ["cache", "fallback"]
+    /// Keys of a remote source at the top level; a fallback takes only `cache` (the
+    /// others are the whole source's).
+    static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots"]
 
     /// A fallback source may not have a fallback of its own (`allowFallback` false).
     init(node: SpecNode, allowFallback: Bool = true) throws {
@@ -144,6 +154,8 @@ extension RemoteOptions {
             }
         }
         fallback = try object.optional("fallback") { try SourceSpec(node: $0, allowFallback: false) }
+        respectOptOut = try object.optional("respectOptOut", default: true) { try $0.bool() }
+        robots = try object.optional("robots", default: false) { try $0.bool() }
     }
 }
 

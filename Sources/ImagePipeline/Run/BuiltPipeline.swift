@@ -65,7 +65,7 @@ public struct BuiltPipeline: Sendable {
             var uploadClient: HTTPClient?
             func uploads() -> HTTPClient {
                 if let uploadClient { return uploadClient }
-                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
+                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent)
                 uploadClient = client
                 return client
             }
@@ -153,9 +153,10 @@ public struct BuiltPipeline: Sendable {
                                   expanding: environment.expanding)
             revalidate = cacheSpec.revalidate
         }
-        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
+        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent)
         return RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
-                             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
+                             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
+                             respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
                              redact: environment.redact)
     }
 

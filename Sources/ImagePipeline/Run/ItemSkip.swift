@@ -1,5 +1,9 @@
 /// Why an item was skipped, as recorded in the state file and shown by `status`.
 public enum SkipReason: String, Sendable, CaseIterable, Codable {
+    /// The server's `X-Robots-Tag` opts the image out (`noai`, `noimageai`, `none`, `noindex`).
+    case optOut = "opt-out"
+    /// The host's robots.txt disallows the image for imgpipe's User-Agent, or could not be read.
+    case robots
     /// Under `accept.minWidth`, `accept.minHeight` or `accept.minBytes`.
     case tooSmall = "too-small"
     /// Longer than `accept.maxAspect` times its short side.

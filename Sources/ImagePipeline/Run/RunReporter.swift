@@ -56,7 +56,7 @@ public struct RunSummary: Sendable, Codable {
     /// True when stopped by a signal: the run can be resumed.
     public let interrupted: Bool
     public let failuresByReason: [String: Int]
-    /// Skipped items by reason (`too-small`, `aspect`, `format`).
+    /// Skipped items by reason (`opt-out`, `robots`, `too-small`, `aspect`, `format`).
     public let skipsByReason: [String: Int]
     /// Set when the feed could not be listed to its end (the run can be resumed later).
     public let listingError: String?

@@ -394,6 +394,8 @@ final class RunStages: Sendable {
                 switch try fetcher.image(job.location, to: spool, attempt: attempt) {
                 case let .fetched(served):
                     tier = served
+                case let .skipped(skip):
+                    return self.skip(job, skip)
                 case let .retry(delay):
                     context.logger.info("download will be retried", metadata: [
                         "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",

@@ -8,7 +8,7 @@ public struct StatusReport: Sendable, Codable {
     public let name: String
     public let total: Int
     public let done: Int
-    /// Items settled without an output: outside `accept`.
+    /// Items settled without an output: opted out, refused by robots.txt, outside `accept`.
     public let skipped: Int
     public let failed: Int
     /// Items not yet done, skipped or failed (pending, fetched or processed).
@@ -18,7 +18,7 @@ public struct StatusReport: Sendable, Codable {
     public let sinks: [String: DeliveryCounts]
     public let failuresByReason: [String: Int]
     public let failures: [FailureRecord]
-    /// Skipped items by reason (`too-small`, `aspect`, `format`).
+    /// Skipped items by reason (`opt-out`, `robots`, `too-small`, `aspect`, `format`).
     public let skipsByReason: [String: Int]
     public let skips: [SkipRecord]
     /// Items by the tier that served their input: `remote`, `cache`, `fallback`, `local`.

@@ -47,7 +47,7 @@ public struct RunRecord: Sendable, Equatable, Decodable, FetchableRecord {
 }
 
 /// An item's stage in the lifecycle: pending → fetched → processed → done, or skipped
-/// (outside `accept`), or failed. The last three are
+/// (opted out, refused by robots.txt, outside `accept`), or failed. The last three are
 /// terminal: a resume does not take them up again (only `--retry-failed`, failed ones).
 public enum ItemStatus: String, Sendable, CaseIterable, Codable {
     case pending, fetched, processed, done, skipped, failed

@@ -111,8 +111,8 @@ public final class RunStore: @unchecked Sendable {
             // from its own definition with `skipped` among its statuses, its rows copied,
             // and its indexes rebuilt. GRDB runs a migration with foreign keys off and checks
             // them at the end, so the deliveries that refer to items are neither cascaded
-            // away nor left dangling. A skipped item keeps its reason
-            // (`too-small`, `aspect`, `format`) in `reason`, as a failed one does.
+            // away nor left dangling. A skipped item keeps its reason (`opt-out`, `robots`,
+            // `too-small`, `aspect`, `format`) in `reason`, as a failed one does.
             let statuses = "('pending', 'fetched', 'processed', 'done', 'failed')"
             guard let definition = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'item'"),
                   definition.contains(statuses), definition.hasPrefix("CREATE TABLE item (") else {
