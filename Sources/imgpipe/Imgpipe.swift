@@ -3,7 +3,7 @@ import Foundation
 import ImagePipeline
 import VipsKit
 
-/// Exit codes (README, "Commands"): 0 every item done; 1 finished with failed items; 2
+/// Exit codes (README, "Commands"): 0 every item done or skipped; 1 finished with failed items; 2
 /// usage or invalid pipeline; 130 interrupted (state saved).
 enum Exit {
     static let failedItems = ExitCode(1)
@@ -13,7 +13,7 @@ enum Exit {
 
 @main
 struct Imgpipe: ParsableCommand {
-    static let version = "0.1.0"
+    static let version = ImgpipeIdentity.version
 
     /// Benchmark knobs from the environment (`IMGPIPE_FUSE`, `IMGPIPE_VIPS_THREADS`).
     static let tuning = Tuning(environment: ProcessInfo.processInfo.environment)
@@ -21,7 +21,7 @@ struct Imgpipe: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "imgpipe",
         abstract: "Run batch image pipelines: a feed of images, a chain of libvips filters, and sinks.",
-        discussion: "Exit codes: 0 every item done, 1 some items failed, 2 usage or invalid pipeline, 130 interrupted.",
+        discussion: "Exit codes: 0 every item done or skipped, 1 some items failed, 2 usage or invalid pipeline, 130 interrupted.",
         version: version,
         subcommands: [RunCommand.self, ResumeCommand.self, DryRunCommand.self, StatusCommand.self,
                       ValidateCommand.self, ExportCommand.self, ThumbnailCommand.self, InitCommand.self, FiltersCommand.self,

@@ -71,7 +71,7 @@ struct CommandLineTests {
 
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect(result.stdout.contains("3 done, 0 failed"))
+        #expect(result.stdout.contains("3 done, 0 skipped, 0 failed"))
         #expect(work.files(under: "out") == ["a.jpg", "c.jpg", "nested/deeper/b.jpg"])
         let a = try ImageFixtures.decode(work.url("out/a.jpg"))
         #expect((a.width, a.height, a.bands) == (256, 192, 3))
@@ -331,7 +331,7 @@ struct CommandLineTests {
         #expect(try imgpipe("run", "pipe.json", "--new").status == 1)
         let latest = try imgpipe("status")
         #expect(latest.status == 0, "stderr: \(latest.stderr)")
-        #expect(latest.stdout.contains("run #2") && latest.stdout.contains("1 done, 1 failed"))
+        #expect(latest.stdout.contains("run #2") && latest.stdout.contains("1 done, 0 skipped, 1 failed"))
         #expect(latest.stdout.contains("next: try the 1 failed item(s) again with `imgpipe resume pipe.json --retry-failed`"),
                 "stdout: \(latest.stdout)")
         #expect(latest.stdout.contains("outputs: out/ (sink directory-0)"), "stdout: \(latest.stdout)")

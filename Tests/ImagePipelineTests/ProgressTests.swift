@@ -177,13 +177,13 @@ struct ProgressTests {
         #expect(lines.allSatisfy { $0.contains("/30 done") && $0.contains("ETA ") }, "\(lines)")
         #expect(!full.stderr.contains("\r") && !full.stderr.contains("\u{1B}"), "no control characters when piped")
         #expect(full.stderr.isEmpty || full.stderr.hasSuffix("\n"), "no partial line before the summary")
-        #expect(full.stdout.hasPrefix("run #1: 30 done, 0 failed of 30"))
+        #expect(full.stdout.hasPrefix("run #1: 30 done, 0 skipped, 0 failed of 30"))
 
         let limited = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--limit", "12", "-j", "1"], in: work.path,
                                             environment: environment)
         #expect(limited.status == 0, "stderr: \(limited.stderr)")
         #expect(progressLines(limited).allSatisfy { $0.contains("/12 done") }, "\(limited.stderr)")
-        #expect(limited.stdout.contains("12 done, 0 failed of 12"))
+        #expect(limited.stdout.contains("12 done, 0 skipped, 0 failed of 12"))
 
         let json = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--json", "--limit", "5", "-j", "1"], in: work.path, environment: environment)
         #expect(json.status == 0 && progressLines(json).isEmpty, "--json prints no progress: \(json.stderr)")
@@ -201,7 +201,7 @@ struct ProgressTests {
             #expect(line.wholeMatch(of: shape) != nil, "\(line.debugDescription)")
             #expect(line.count < 80 + 3, "fits the default width of 80 columns")
         }
-        #expect(output.contains("\r\u{1B}[Krun #1: 30 done, 0 failed of 30"), "the line is cleared before the summary: \(output.debugDescription)")
+        #expect(output.contains("\r\u{1B}[Krun #1: 30 done, 0 skipped, 0 failed of 30"), "the line is cleared before the summary: \(output.debugDescription)")
         #expect(!output.contains("\r\nrun #1"), "no progress line left above the summary")
     }
 
@@ -265,7 +265,7 @@ struct ProgressTests {
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let lines = progressLines(result)
         #expect(lines.contains { $0.contains("/~40 done") && $0.contains("ETA ~") }, "\(lines)")
-        #expect(result.stdout.contains("10 done, 0 failed of 10"), "the total is what was listed: \(result.stdout)")
+        #expect(result.stdout.contains("10 done, 0 skipped, 0 failed of 10"), "the total is what was listed: \(result.stdout)")
     }
 
     @Test func flickrTotalIsShownAsAnEstimateWhileListing() throws {
@@ -280,7 +280,7 @@ struct ProgressTests {
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let lines = progressLines(result)
         #expect(lines.contains { $0.contains("/~30 done") && $0.contains("ETA ~") }, "\(lines)")
-        #expect(result.stdout.contains("10 done, 0 failed of 10"))
+        #expect(result.stdout.contains("10 done, 0 skipped, 0 failed of 10"))
     }
 
     @Test func aURLListWithCommentsGivesTheExactTotal() throws {

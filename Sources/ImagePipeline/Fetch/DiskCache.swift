@@ -5,7 +5,7 @@ import Foundation
 /// in its unexpanded form: a URL that holds a `${…}` value (an API key) is keyed and
 /// recorded with the `${NAME}` reference, never with the value, so no secret reaches the
 /// cache's files. Each entry is `<hh>/<sha256>` (the body) and `<hh>/<sha256>.json` (URL,
-/// ETag, Last-Modified, size), both written to a temporary name and renamed. A hit touches the
+/// ETag, Last-Modified, size, the answer's `X-Robots-Tag` lines), both written to a temporary name and renamed. A hit touches the
 /// body's modification time; when the cache grows past `maxSize` bytes, the least
 /// recently used entries go first.
 // @unchecked because `size` is guarded by `lock`; files are replaced atomically.
@@ -15,10 +15,14 @@ public final class DiskCache: @unchecked Sendable {
         public let etag: String?
         public let lastModified: String?
         public let bytes: Int
+        /// The `X-Robots-Tag` lines the body was served with (nil in entries made before
+        /// they were kept, and when there were none), so that a cached copy is judged as
+        /// the download was.
+        public var robotsTag: [String]?
         /// Where the body is.
         public var path: String = ""
 
-        enum CodingKeys: String, CodingKey { case url, etag, lastModified, bytes }
+        enum CodingKeys: String, CodingKey { case url, etag, lastModified, bytes, robotsTag }
     }
 
     public let directory: String
@@ -77,11 +81,13 @@ public final class DiskCache: @unchecked Sendable {
     /// Moves a downloaded file into the cache (it must be on the same file system, e.g. a
     /// temporary file in the cache's folder), replacing an older entry.
     @discardableResult
-    public func store(url: String, file: String, etag: String?, lastModified: String?) throws -> Entry {
+    public func store(url: String, file: String, etag: String?, lastModified: String?,
+                      robotsTag: [String]? = nil) throws -> Entry {
         let (folder, body, meta) = paths(url)
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let bytes = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
-        var entry = Entry(url: unexpanded(url), etag: etag, lastModified: lastModified, bytes: bytes)
+        var entry = Entry(url: unexpanded(url), etag: etag, lastModified: lastModified, bytes: bytes,
+                          robotsTag: robotsTag.map { $0.map(unexpanded) })
         let previous = (try? FileManager.default.attributesOfItem(atPath: body)[.size] as? Int) ?? 0
         guard rename(file, body) == 0 else {
             throw CacheError(description: "cannot move \(file) into the cache: \(String(cString: strerror(errno)))")

@@ -11,6 +11,12 @@ public struct HTTPResult: Sendable {
     public let body: Data?
     /// Bytes received.
     public let bytes: Int
+    /// Every value of each header, in the order received (names in lower case): a header
+    /// sent more than once (`X-Robots-Tag`) keeps each line, where `headers` keeps the last.
+    public var headerValues: [String: [String]] = [:]
+    /// True when `HTTPRequest.refuseBody` turned the body down after the headers: the
+    /// transfer was stopped and nothing of the body was received.
+    public var bodyRefused = false
 
     public var etag: String? { headers["etag"] }
     public var lastModified: String? { headers["last-modified"] }
@@ -75,6 +81,10 @@ public struct HTTPRequest: Sendable {
     public var maxBytes = Int.max
     /// What `maxBytes` is called in a failure's message.
     public var maxBytesName = "limits.maxBytes"
+    /// Asked once the headers of a 2xx answer are in, before any of its body: true stops
+    /// the transfer there (the result has `bodyRefused`), so a body that will not be used
+    /// is not downloaded.
+    public var refuseBody: (@Sendable (HTTPResult) -> Bool)?
 
     public init(url: URL, method: String = "GET", headers: [String: String] = [:], body: Data? = nil,
                 destination: String? = nil, maxBytes: Int = Int.max, maxBytesName: String = "limits.maxBytes") {
@@ -133,13 +143,16 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
 ///   checked by the client itself on every callback, so a server that drips one byte a
 ///   second cannot hold an item;
 /// - at most 5 redirects, only to `http`/`https`, and only for GET and HEAD (an upload
-///   answered with a redirect fails: it was not stored); a `User-Agent` naming imgpipe.
+///   answered with a redirect fails: it was not stored); the pipeline's `userAgent` (by
+///   default `ImgpipeIdentity.defaultUserAgent`) on every request.
 ///
 /// Easy handles are kept in a pool and reused, so connections to a host are kept alive.
 // @unchecked because the pool is guarded by `lock`; a handle is used by one thread at a time.
 public final class HTTPClient: @unchecked Sendable {
-    public static let userAgent = "imgpipe/0.1.0 (+batch image pipeline)"
     public static let maxRedirects = 5
+
+    /// The `User-Agent` of every request this client makes.
+    public let userAgent: String
 
     /// Seconds without data (connecting included) before a transfer fails.
     public let timeout: Double
@@ -153,9 +166,11 @@ public final class HTTPClient: @unchecked Sendable {
 
     private static let globalSetUp: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
-    public init(timeout: Double, cancellation: CancellationFlag? = nil) {
+    public init(timeout: Double, cancellation: CancellationFlag? = nil,
+                userAgent: String = ImgpipeIdentity.defaultUserAgent) {
         _ = Self.globalSetUp
         self.timeout = timeout
+        self.userAgent = userAgent
         self.cancellation = cancellation
     }
 
@@ -174,7 +189,7 @@ public final class HTTPClient: @unchecked Sendable {
         }
         defer { returnHandle(handle) }
         let transfer = Transfer(maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline,
-                                cancellation: cancellation)
+                                cancellation: cancellation, refuseBody: request.refuseBody)
         if let destination = request.destination {
             transfer.file = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
             guard transfer.file >= 0 else {
@@ -188,6 +203,10 @@ public final class HTTPClient: @unchecked Sendable {
         var redirects = 0
         _ = ip_curl_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
         _ = ip_curl_get_long(handle, CURLINFO_REDIRECT_COUNT, &redirects)
+        if transfer.bodyRefused {
+            return HTTPResult(status: transfer.status, headers: transfer.headers, body: nil, bytes: 0,
+                              headerValues: transfer.headerValues, bodyRefused: true)
+        }
         if let failure = transfer.failure { throw failure }
         if code != CURLE_OK {
             throw failure(code, request: request, transfer: transfer, redirects: redirects, status: status)
@@ -199,7 +218,8 @@ public final class HTTPClient: @unchecked Sendable {
             throw HTTPFailure(kind: .redirects, message: message, status: status, retryAfter: nil)
         }
         return HTTPResult(status: status, headers: transfer.headers,
-                          body: request.destination == nil ? transfer.data : nil, bytes: transfer.received)
+                          body: request.destination == nil ? transfer.data : nil, bytes: transfer.received,
+                          headerValues: transfer.headerValues)
     }
 
     /// `perform` with retries (backoff with jitter, `Retry-After` honoured up to 60 s) for
@@ -247,7 +267,7 @@ public final class HTTPClient: @unchecked Sendable {
         _ = ip_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, reads ? 1 : 0)
         _ = ip_curl_set_long(handle, CURLOPT_MAXREDIRS, Self.maxRedirects)
         _ = ip_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
-        _ = ip_curl_set_string(handle, CURLOPT_USERAGENT, Self.userAgent)
+        _ = ip_curl_set_string(handle, CURLOPT_USERAGENT, userAgent)
         _ = ip_curl_set_headers(handle, headers)
         _ = ip_curl_set_pointer(handle, CURLOPT_ERRORBUFFER, errorBuffer)
         let idleSeconds = max(1, Int(timeout.rounded(.up)))
@@ -346,17 +366,22 @@ private final class Transfer {
     let deadlineSeconds: Double
     let deadline: UInt64
     let cancellation: CancellationFlag?
+    let refuseBody: (@Sendable (HTTPResult) -> Bool)?
     var file: Int32 = -1
     var data = Data()
     var received = 0
     /// Headers of the last response (a redirect's are replaced by the next response's).
     var headers: [String: String] = [:]
+    var headerValues: [String: [String]] = [:]
     var status = 0
+    var bodyRefused = false
     var failure: HTTPFailure?
     var errorText = ""
 
-    init(maxBytes: Int, named name: String, deadline: Double, cancellation: CancellationFlag?) {
+    init(maxBytes: Int, named name: String, deadline: Double, cancellation: CancellationFlag?,
+         refuseBody: (@Sendable (HTTPResult) -> Bool)?) {
         self.cancellation = cancellation
+        self.refuseBody = refuseBody
         self.maxBytes = maxBytes
         maxBytesName = name
         deadlineSeconds = deadline
@@ -394,11 +419,21 @@ private final class Transfer {
         let line = String(decoding: UnsafeRawBufferPointer(start: bytes, count: count), as: UTF8.self)
         if line.hasPrefix("HTTP/") {
             headers = [:]
+            headerValues = [:]
             let parts = line.split(separator: " ", maxSplits: 2)
             status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
         } else if let colon = line.firstIndex(of: ":") {
             let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
-            headers[name] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+            headers[name] = value
+            headerValues[name, default: []].append(value)
+        } else if line.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, (200 ... 299).contains(status),
+                  let refuseBody,
+                  refuseBody(HTTPResult(status: status, headers: headers, body: nil, bytes: 0, headerValues: headerValues)) {
+            // The end of a final answer's headers: its body is not wanted. Returning less
+            // than `count` makes libcurl stop the transfer here.
+            bodyRefused = true
+            return 0
         }
         return count
     }

@@ -31,12 +31,22 @@ public struct RemoteFetcher: Sendable {
     public let attempts: Int
     public let backoff: Double
     public let maxBytes: Int
+    /// Skip images whose answer carries an opt-out `X-Robots-Tag` (`respectOptOut`).
+    public let respectOptOut: Bool
+    /// The hosts' robots.txt, when the source has `"robots": true`.
+    public let robots: RobotsPolicy?
+    /// The User-Agent's product token, which `X-Robots-Tag` lines may be addressed to.
+    let agent: String
     let logger: Logger
     /// Masks secrets in what is logged.
     let redact: @Sendable (String) -> String
 
     public init(client: HTTPClient, cache: DiskCache?, revalidate: Bool, attempts: Int, backoff: Double, maxBytes: Int,
+                respectOptOut: Bool = true, robots: Bool = false,
                 logger: Logger = Logger(label: "imgpipe"), redact: @escaping @Sendable (String) -> String = { $0 }) {
+        self.respectOptOut = respectOptOut
+        self.robots = robots ? RobotsPolicy(client: client, attempts: attempts, backoff: backoff) : nil
+        agent = ImgpipeIdentity.productToken(of: client.userAgent)
         self.logger = logger
         self.redact = redact
         self.client = client
@@ -83,6 +93,8 @@ public struct RemoteFetcher: Sendable {
         case fetched(Tier)
         /// The attempt failed in a way that may pass: try again after this many seconds.
         case retry(after: Double)
+        /// The image is not to be used (robots.txt, `X-Robots-Tag`); nothing was spooled.
+        case skipped(ItemSkip)
     }
 
     /// One attempt at an image: downloads it to `destination` (or links it from the cache)
@@ -90,32 +102,57 @@ public struct RemoteFetcher: Sendable {
     /// without holding a thread). Final failures are `ItemFailure`s: `limit` for an
     /// oversized body, `decode` for a body that is not an image (an HTML error page),
     /// `download` otherwise; a cached copy is used instead when there is one.
+    ///
+    /// Before anything else, a host's robots.txt (with `robots`) may refuse the URL; then
+    /// an opt-out `X-Robots-Tag` (with `respectOptOut`) skips the image: on a download, as
+    /// soon as the headers are in (its body is not downloaded); on a cached copy, from the
+    /// lines kept with it.
     public func image(_ address: String, to destination: String, attempt: Int) throws(ItemFailure) -> ImageFetch {
         guard let url = URL(string: address) else { throw ItemFailure(.download, "not a URL: \(address)") }
+        switch robots?.verdict(for: url) ?? .allowed {
+        case .allowed: break
+        case let .refused(skip): return .skipped(skip)
+        // The run is stopping: asked again (and given back for resume) like a retry.
+        case .undecided: return .retry(after: 0)
+        }
         let cached = cache?.entry(for: address)
-        if let cached, !revalidate, Self.place(cached.path, at: destination) { return .fetched(.cache) }
+        if let cached, !revalidate, let served = fromCache(cached, at: destination) { return served }
         let temporary = cache?.temporaryFile() ?? destination + ".part"
         let result: HTTPResult
+        var request = HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes)
+        if respectOptOut {
+            let agent = agent
+            request.refuseBody = { answer in RobotsTag.optOut(in: answer.headerValues["x-robots-tag"] ?? [], agent: agent) != nil }
+        }
         do {
-            result = try client.perform(HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary,
-                                                    maxBytes: maxBytes))
+            result = try client.perform(request)
             try result.throwIfRetryableStatus()
         } catch {
             unlink(temporary)
             if error.retryable, attempt < attempts {
                 return .retry(after: error.retryDelay(attempt: attempt, backoff: backoff))
             }
-            if let cached, Self.place(cached.path, at: destination) { return .fetched(.cache) }
+            if let cached, let served = fromCache(cached, at: destination) { return served }
             throw ItemFailure(error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,
                               error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
         }
-        if result.status == 304, let cached, Self.place(cached.path, at: destination) {
+        let robotsTag = result.headerValues["x-robots-tag"]
+        // Only an answer with the image speaks for it: error pages often carry `noindex`.
+        if (200 ... 299).contains(result.status), let skip = optOut(robotsTag) {
             unlink(temporary)
-            return .fetched(.cache)
+            return .skipped(skip)
+        }
+        if result.status == 304, var cached {
+            // A 304 may restate the header; if it does not, the lines kept with the copy hold.
+            if let robotsTag { cached.robotsTag = robotsTag }
+            if let served = fromCache(cached, at: destination) {
+                unlink(temporary)
+                return served
+            }
         }
         guard (200 ... 299).contains(result.status) else {
             unlink(temporary)
-            if let cached, Self.place(cached.path, at: destination) { return .fetched(.cache) }
+            if let cached, let served = fromCache(cached, at: destination) { return served }
             throw ItemFailure(.download, "HTTP \(result.status) from \(url.host ?? "server")", httpStatus: result.status)
         }
         let head = Array((FileHandle(forReadingAtPath: temporary).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
@@ -137,7 +174,8 @@ public struct RemoteFetcher: Sendable {
                 throw ItemFailure(.io, "cannot spool \(address)")
             }
             do {
-                try cache.store(url: address, file: temporary, etag: result.etag, lastModified: result.lastModified)
+                try cache.store(url: address, file: temporary, etag: result.etag, lastModified: result.lastModified,
+                                robotsTag: robotsTag)
             } catch {
                 unlink(temporary) // the item has its copy; only the cache misses it
             }
@@ -146,6 +184,18 @@ public struct RemoteFetcher: Sendable {
             throw ItemFailure(.io, "cannot spool \(address): \(String(cString: strerror(errno)))")
         }
         return .fetched(.remote)
+    }
+
+    /// The skip an opt-out `X-Robots-Tag` calls for, when `respectOptOut` is on.
+    func optOut(_ lines: [String]?) -> ItemSkip? {
+        guard respectOptOut, let lines, let found = RobotsTag.optOut(in: lines, agent: agent) else { return nil }
+        return ItemSkip(.optOut, "X-Robots-Tag: \(found.line)")
+    }
+
+    /// A cached copy at `destination`, or its skip; nil when it cannot be placed.
+    private func fromCache(_ cached: DiskCache.Entry, at destination: String) -> ImageFetch? {
+        if let skip = optOut(cached.robotsTag) { return .skipped(skip) }
+        return Self.place(cached.path, at: destination) ? .fetched(.cache) : nil
     }
 
     private func conditionalHeaders(_ cached: DiskCache.Entry?) -> [String: String] {

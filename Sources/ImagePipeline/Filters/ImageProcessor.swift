@@ -39,6 +39,13 @@ public struct ProcessedImage: Sendable {
     public let sha256: String
 }
 
+/// What `ImageProcessor.processOrSkip` came to: an output, or a skip (an input outside the
+/// pipeline's `accept` rules), which is not a failure.
+public enum ProcessOutcome: Sendable {
+    case processed(ProcessedImage)
+    case skipped(ItemSkip)
+}
+
 /// Runs a filter chain on one image and encodes the result: limits checked from the
 /// header before any decoding, format by magic bytes, everything else by libvips.
 ///
@@ -48,15 +55,26 @@ public struct ImageProcessor: Sendable {
     let plan: ChainPlan
     public let output: OutputSpec
     public let limits: Limits
+    /// Checked by `processOrSkip` before any pixel is decoded.
+    public let accept: AcceptRules
     let context: FilterContext
 
     /// `baseDirectory` is the pipeline file's folder (watermark paths are relative to it).
     public init(filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/",
-                tuning: Tuning = Tuning()) {
+                tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()) {
         plan = ChainPlan(filters, fuse: tuning.fuseLeadingGeometry)
         self.output = output
         self.limits = limits
+        self.accept = accept
         context = FilterContext(baseDirectory: baseDirectory)
+    }
+
+    /// `process`, with the `accept` rules checked first: from the bytes (size, format by
+    /// magic bytes) before libvips sees them, then from the header (the size of the picture
+    /// as shown) before any pixel is decoded. An input outside them is `.skipped`.
+    public func processOrSkip(_ input: ImageInput, fields: ItemFields? = nil,
+                              timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessOutcome {
+        try run(input, fields: fields, timing: timing, screening: true)
     }
 
     /// Processes one input; every failure is an `ItemFailure` with its reason. `fields`
@@ -67,6 +85,15 @@ public struct ImageProcessor: Sendable {
     /// milliseconds are reported: slower and heavier, for dry-runs only.
     public func process(_ input: ImageInput, fields: ItemFields? = nil,
                         timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessedImage {
+        switch try run(input, fields: fields, timing: timing, screening: false) {
+        case let .processed(image): return image
+        // Not screened, so never skipped; kept an error rather than a trap all the same.
+        case let .skipped(skip): throw ItemFailure(.process, "unexpected skip: \(skip)")
+        }
+    }
+
+    private func run(_ input: ImageInput, fields: ItemFields?, timing: ((String, Double) -> Void)?,
+                     screening: Bool) throws(ItemFailure) -> ProcessOutcome {
         var context = self.context
         context.fields = fields
         // Files are read into memory (within limits.maxBytes) and decoded from there: libvips
@@ -74,6 +101,7 @@ public struct ImageProcessor: Sendable {
         // per loader it tries.
         let data = try bytes(of: input)
         let format = try checkBytes(data)
+        if screening, let skip = accept.screen(bytes: data.count, format: format) { return .skipped(skip) }
         let header: VipsImage
         do {
             try VipsRuntime.setUp()
@@ -84,6 +112,9 @@ public struct ImageProcessor: Sendable {
         let pixels = header.width * header.height
         if pixels > limits.maxPixels {
             throw ItemFailure(.limit, "image is \(header.width)×\(header.height) (\(Self.megapixels(pixels))), over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
+        }
+        if screening, let skip = accept.screen(width: header.width, height: header.height, orientation: header.orientation) {
+            return .skipped(skip)
         }
 
         var image: VipsImage
@@ -133,9 +164,9 @@ public struct ImageProcessor: Sendable {
             throw ItemFailure(.encode, Self.text(error))
         }
         let digest = SHA256.hash(data: encoded).hex
-        return ProcessedImage(data: encoded, width: image.width, height: image.height,
-                              inputWidth: header.width, inputHeight: header.height,
-                              inputFormat: format, sha256: digest)
+        return .processed(ProcessedImage(data: encoded, width: image.width, height: image.height,
+                                         inputWidth: header.width, inputHeight: header.height,
+                                         inputFormat: format, sha256: digest))
     }
 
     /// The input's bytes; a file is read whole, after its size is checked against

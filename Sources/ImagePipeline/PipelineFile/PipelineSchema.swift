@@ -49,6 +49,17 @@ public enum PipelineSchema {
                     ("attempts", integerSchema(1 ... 100)),
                     ("backoff", numberSchema(0 ... 3600)),
                 ])),
+                ("userAgent", .object([("type", .string("string")), ("minLength", integer(1)),
+                                       ("pattern", .string("^[ -~]+$")),
+                                       ("default", .string(ImgpipeIdentity.defaultUserAgent))])),
+                ("accept", object([
+                    ("minWidth", integerSchema(1 ... Int.max)),
+                    ("minHeight", integerSchema(1 ... Int.max)),
+                    ("maxAspect", numberSchema(1 ... 1_000_000)),
+                    ("minBytes", integerSchema(1 ... Int.max)),
+                    ("formats", .object([("type", .string("array")), ("minItems", integer(1)),
+                                         ("items", .object([("enum", strings(SpecNode.withAliases(AcceptRules.formatNames)))]))])),
+                ])),
             ])),
             ("oneOf", .array([
                 .object([("required", strings(["sink"]))]),
@@ -93,7 +104,9 @@ public enum PipelineSchema {
     /// Every source type; remote ones take `cache` and (at the top level) `fallback`.
     static func sourceSchemas(fallback: Bool) -> [JSONValue] {
         var remote: [(key: String, value: JSONValue)] = [("cache", ref("cache"))]
-        if fallback { remote.append(("fallback", ref("sourceWithoutFallback"))) }
+        if fallback {
+            remote += [("fallback", ref("sourceWithoutFallback")), ("respectOptOut", boolean), ("robots", boolean)]
+        }
         let maxItems = integerSchema(1 ... Int.max)
         return [
             object([("type", constant("directory")), ("path", string), ("recursive", boolean)], required: ["type", "path"]),

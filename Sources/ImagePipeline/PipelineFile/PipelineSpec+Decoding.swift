@@ -1,7 +1,8 @@
 import Foundation
 
 extension PipelineSpec {
-    static let topLevelKeys = ["version", "name", "source", "filters", "output", "sink", "sinks", "limits", "retry"]
+    static let topLevelKeys = ["version", "name", "source", "filters", "output", "sink", "sinks", "limits", "retry",
+                               "userAgent", "accept"]
 
     /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
     /// (syntax errors, invalid UTF-8 and NUL in strings: the path, line and column) or the file.
@@ -69,15 +70,26 @@ extension PipelineSpec {
         }
         let limits = try root.optional("limits", default: Limits()) { try Limits(node: $0) }
         let retry = try root.optional("retry", default: RetryPolicy()) { try RetryPolicy(node: $0) }
+        let userAgent = try root.optional("userAgent", default: ImgpipeIdentity.defaultUserAgent) { node in
+            let text = try node.nonEmptyString()
+            // A header value: a line break would start a header of its own.
+            guard text.unicodeScalars.allSatisfy({ (0x20 ... 0x7E).contains($0.value) }) else {
+                throw node.expected("printable ASCII (a header value), e.g. \"mybot/1.0 (+mailto:ops@example.com)\"")
+            }
+            return text
+        }
+        let accept = try root.optional("accept", default: AcceptRules()) { try AcceptRules(node: $0) }
         return PipelineSpec(version: version, name: name, source: source, filters: filters, output: output,
-                            sinks: sinks, limits: limits, retry: retry, baseDirectory: baseDirectory,
-                            document: document)
+                            sinks: sinks, limits: limits, retry: retry, userAgent: userAgent, accept: accept,
+                            baseDirectory: baseDirectory, document: document)
     }
 }
 
 extension SourceSpec {
     static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search"]
-    static let remoteKeys = ["cache", "fallback"]
+    /// Keys of a remote source at the top level; a fallback takes only `cache` (the
+    /// others are the whole source's).
+    static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots"]
 
     /// A fallback source may not have a fallback of its own (`allowFallback` false).
     init(node: SpecNode, allowFallback: Bool = true) throws {
@@ -147,6 +159,8 @@ extension RemoteOptions {
             }
         }
         fallback = try object.optional("fallback") { try SourceSpec(node: $0, allowFallback: false) }
+        respectOptOut = try object.optional("respectOptOut", default: true) { try $0.bool() }
+        robots = try object.optional("robots", default: false) { try $0.bool() }
     }
 }
 
@@ -248,6 +262,24 @@ extension Limits {
         timeout = try object.optional("timeout", default: timeout) { try $0.number(in: 0.001 ... 86400) }
         maxBytes = try object.optional("maxBytes", default: maxBytes) { try $0.integer(in: 1 ... Int.max) }
         maxPixels = try object.optional("maxPixels", default: maxPixels) { try $0.integer(in: 1 ... Int.max) }
+    }
+}
+
+extension AcceptRules {
+    static let formatNames = ImageFormat.allCases.map(\.rawValue)
+
+    init(node: SpecNode) throws {
+        let object = try node.object(allowing: ["minWidth", "minHeight", "maxAspect", "minBytes", "formats"])
+        self.init()
+        minWidth = try object.optional("minWidth") { try $0.integer(in: 1 ... Int.max) }
+        minHeight = try object.optional("minHeight") { try $0.integer(in: 1 ... Int.max) }
+        maxAspect = try object.optional("maxAspect") { try $0.number(in: 1 ... 1_000_000) }
+        minBytes = try object.optional("minBytes") { try $0.integer(in: 1 ... Int.max) }
+        formats = try object.optional("formats") { node in
+            let list = try node.array()
+            guard !list.isEmpty else { throw node.expected("a non-empty list of formats (\(Self.formatNames.joined(separator: ", ")))") }
+            return try list.map { ImageFormat(rawValue: try $0.choice(Self.formatNames))! }
+        }
     }
 }
 

@@ -14,6 +14,10 @@ public struct PipelineSpec: Sendable {
     public var sinks: [SinkSpec]
     public var limits: Limits
     public var retry: RetryPolicy
+    /// Sent as `User-Agent` with every request (feed pages, images, robots.txt, uploads).
+    public var userAgent: String = ImgpipeIdentity.defaultUserAgent
+    /// Which inputs are processed; the others are skipped.
+    public var accept = AcceptRules()
     /// The absolute directory of the pipeline file; relative paths start here.
     public var baseDirectory: String
     /// The document as written (no `${…}` expanded), for the state file.
@@ -75,10 +79,19 @@ public struct RemoteOptions: Sendable, Equatable {
     public var cache: CacheSpec?
     /// Listed instead when this source cannot be listed.
     public var fallback: SourceSpec?
+    /// Skip an image answered with an opt-out `X-Robots-Tag` (`noai`, `noimageai`, `none`,
+    /// `noindex`). Applies to the fallback's items too.
+    public var respectOptOut = true
+    /// Read each host's robots.txt and skip the images it disallows. Applies to the
+    /// fallback's items too.
+    public var robots = false
 
-    public init(cache: CacheSpec? = CacheSpec(), fallback: SourceSpec? = nil) {
+    public init(cache: CacheSpec? = CacheSpec(), fallback: SourceSpec? = nil, respectOptOut: Bool = true,
+                robots: Bool = false) {
         self.cache = cache
         self.fallback = fallback
+        self.respectOptOut = respectOptOut
+        self.robots = robots
     }
 }
 

@@ -69,7 +69,7 @@ public struct BuiltPipeline: Sendable {
             var uploadClient: HTTPClient?
             func uploads() -> HTTPClient {
                 if let uploadClient { return uploadClient }
-                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
+                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent)
                 uploadClient = client
                 return client
             }
@@ -119,7 +119,7 @@ public struct BuiltPipeline: Sendable {
             }
             guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
             let processor = ImageProcessor(filters: filters, output: spec.output, limits: spec.limits,
-                                           baseDirectory: spec.baseDirectory, tuning: tuning)
+                                           baseDirectory: spec.baseDirectory, tuning: tuning, accept: spec.accept)
             return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                                  sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
         }
@@ -210,9 +210,10 @@ public struct BuiltPipeline: Sendable {
                                   expanding: environment.expanding)
             revalidate = cacheSpec.revalidate
         }
-        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation)
+        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent)
         return RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
-                             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes, logger: logger,
+                             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
+                             respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
                              redact: environment.redact)
     }
 

@@ -61,21 +61,31 @@ public enum DryRunSamples: Sendable, Equatable {
             guard let fetcher else {
                 return try body(Sample(item: item, path: nil, failure: "download: a URL item in a local source"))
             }
-            let downloaded = Result { () throws(ItemFailure) -> String in
+            let downloaded = Result { () throws(ItemFailure) -> Download in
                 try Self.download(item, number: index, into: downloads, fetcher: fetcher)
             }
             switch downloaded {
-            case let .success(path): return try body(Sample(item: item, path: path, failure: nil))
+            case let .success(.file(path)): return try body(Sample(item: item, path: path, failure: nil))
+            case let .success(.skipped(skip)):
+                // Refused by robots.txt or opted out: shown with its reason, never previewed.
+                return try body(Sample(item: item, path: nil, failure: "skipped: \(skip)"))
             case let .failure(failure): return try body(Sample(item: item, path: nil, failure: failure.description))
             }
         }
+    }
+
+    /// A sample's download: a file, or the reason the source's server (robots.txt,
+    /// `X-Robots-Tag`) says it is not to be used.
+    private enum Download {
+        case file(String)
+        case skipped(ItemSkip)
     }
 
     /// Downloads one remote item (or links it from the cache) to
     /// `downloads/<number>-<stem>.<format's extension>`, waiting between attempts as the
     /// pipeline's `retry` says.
     private static func download(_ item: FeedItem, number: Int, into downloads: String,
-                                 fetcher: RemoteFetcher) throws(ItemFailure) -> String {
+                                 fetcher: RemoteFetcher) throws(ItemFailure) -> Download {
         do {
             try FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
         } catch {
@@ -83,10 +93,13 @@ public enum DryRunSamples: Sendable, Equatable {
         }
         let spool = downloads + "/.\(number).part"
         var attempt = 1
-        while case let .retry(delay) = try fetcher.image(item.location, to: spool, attempt: attempt) {
+        var fetched = try fetcher.image(item.location, to: spool, attempt: attempt)
+        while case let .retry(delay) = fetched {
             Thread.sleep(forTimeInterval: delay)
             attempt += 1
+            fetched = try fetcher.image(item.location, to: spool, attempt: attempt)
         }
+        if case let .skipped(skip) = fetched { return .skipped(skip) }
         let head = Array((FileHandle(forReadingAtPath: spool).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
         var ext = "img"
         if case let .accepted(format) = ImageFormat.sniff(head) { ext = format == .jpeg ? "jpg" : format.rawValue }
@@ -95,6 +108,6 @@ public enum DryRunSamples: Sendable, Equatable {
             unlink(spool)
             throw ItemFailure(.io, "cannot move the download to \(path): \(String(cString: strerror(errno)))")
         }
-        return path
+        return .file(path)
     }
 }

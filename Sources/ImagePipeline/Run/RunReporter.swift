@@ -22,10 +22,11 @@ public struct RunProgress: Sendable {
     public let total: Total
     public let done: Int
     public let failed: Int
-    /// Items finished (done or failed) in this session.
+    /// Items finished (done, skipped or failed) in this session.
     public let finishedThisSession: Int
     /// Seconds since this session started.
     public let elapsed: Double
+    public var skipped = 0
 
     public var itemsPerSecond: Double { elapsed > 0 ? Double(finishedThisSession) / elapsed : 0 }
 
@@ -35,7 +36,7 @@ public struct RunProgress: Sendable {
         let rate = itemsPerSecond
         if case .atLeast = total { return nil }
         guard rate > 0 else { return nil }
-        return Double(max(0, total.count - done - failed)) / rate
+        return Double(max(0, total.count - done - skipped - failed)) / rate
     }
 }
 
@@ -45,6 +46,7 @@ public struct RunSummary: Sendable, Codable {
     public let stateFile: String
     public let total: Int
     public let done: Int
+    public let skipped: Int
     public let failed: Int
     public let pending: Int
     /// Items finished in this session.
@@ -54,6 +56,8 @@ public struct RunSummary: Sendable, Codable {
     /// True when stopped by a signal: the run can be resumed.
     public let interrupted: Bool
     public let failuresByReason: [String: Int]
+    /// Skipped items by reason (`opt-out`, `robots`, `too-small`, `aspect`, `format`).
+    public let skipsByReason: [String: Int]
     /// Set when the feed could not be listed to its end (the run can be resumed later).
     public let listingError: String?
 }

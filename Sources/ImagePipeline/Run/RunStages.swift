@@ -121,9 +121,10 @@ final class RunStages: Sendable {
         let store = context.store
         let (session, listingError) = state.withLock { ($0.finishedThisSession, $0.listingError) }
         return RunSummary(run: context.runId, stateFile: store.path, total: final.total, done: final.done,
-                          failed: final.failed, pending: final.unfinished, processed: session, elapsed: elapsed,
-                          itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0, interrupted: interrupted,
-                          failuresByReason: try store.failureCounts(runId: context.runId), listingError: listingError)
+                          skipped: final.skipped, failed: final.failed, pending: final.unfinished, processed: session,
+                          elapsed: elapsed, itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0,
+                          interrupted: interrupted, failuresByReason: try store.failureCounts(runId: context.runId),
+                          skipsByReason: try store.skipCounts(runId: context.runId), listingError: listingError)
     }
 
     /// Removes half-written staged outputs and downloads of a killed session.
@@ -343,7 +344,7 @@ final class RunStages: Sendable {
         case .pending: fetch(job)
         case .fetched: process(job)
         case .processed: deliver(job)
-        case .done, .failed: releaseSlot()
+        case .done, .skipped, .failed: releaseSlot()
         }
     }
 
@@ -393,6 +394,8 @@ final class RunStages: Sendable {
                 switch try fetcher.image(job.location, to: spool, attempt: attempt) {
                 case let .fetched(served):
                     tier = served
+                case let .skipped(skip):
+                    return self.skip(job, skip)
                 case let .retry(delay):
                     context.logger.info("download will be retried", metadata: [
                         "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",
@@ -420,9 +423,9 @@ final class RunStages: Sendable {
             guard !isCancelled else { return releaseSlot() }
             let spec = pipeline.spec
             let began = DispatchTime.now()
-            let result = Result { () throws(ItemFailure) -> ProcessedImage in
-                try pipeline.processor.process(.file(job.spoolPath ?? job.location),
-                                               fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
+            let result = Result { () throws(ItemFailure) -> ProcessOutcome in
+                try pipeline.processor.processOrSkip(.file(job.spoolPath ?? job.location),
+                                                     fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
             }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9
             if seconds > context.options.slowItem {
@@ -434,7 +437,9 @@ final class RunStages: Sendable {
             case let .failure(failure):
                 // Decoding and encoding are deterministic: a failure here is final.
                 return fail(job, failure, attempts: 1)
-            case let .success(processed):
+            case let .success(.skipped(skip)):
+                return self.skip(job, skip)
+            case let .success(.processed(processed)):
                 image = processed
             }
             let name = spec.output.name.render(key: job.nameKey, stem: job.nameStem, index: job.seq,
@@ -573,6 +578,16 @@ final class RunStages: Sendable {
                                                         "attempts": "\(attempts)"])
         writer.submit(.failed(key: job.key, failure: failure, attempts: attempts)) { [self] _ in
             finish(job, failure: failure)
+        }
+    }
+
+    /// Records a skip: the item is settled without an output, and no sink is asked for it.
+    private func skip(_ job: Job, _ skip: ItemSkip) {
+        context.logger.info("item skipped", metadata: ["item": "\(job.key)", "reason": "\(skip.reason.rawValue)",
+                                                       "message": "\(pipeline.environment.redact(skip.message))"])
+        writer.submit(.skipped(key: job.key, skip: skip)) { [self] _ in
+            if job.isRemote { unlink(context.spoolDirectory + "/\(job.seq)") }
+            perform(state.withLock { $0.skip() })
         }
     }
 

@@ -87,6 +87,13 @@ struct RunState: Sendable {
         return release()
     }
 
+    /// An item was skipped (terminal, like done), and gives its slot back.
+    mutating func skip() -> ReleaseAction {
+        counts.skipped += 1
+        finishedThisSession += 1
+        return release()
+    }
+
     mutating func producerDone() -> ReleaseAction {
         producerFinished = true
         listing = false
@@ -189,6 +196,6 @@ struct RunState: Sendable {
 
     func progress(runId: Int64, elapsed: Double) -> RunProgress {
         RunProgress(runId: runId, total: total, done: counts.done, failed: counts.failed,
-                    finishedThisSession: finishedThisSession, elapsed: elapsed)
+                    finishedThisSession: finishedThisSession, elapsed: elapsed, skipped: counts.skipped)
     }
 }

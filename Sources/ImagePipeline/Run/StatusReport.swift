@@ -8,14 +8,19 @@ public struct StatusReport: Sendable, Codable {
     public let name: String
     public let total: Int
     public let done: Int
+    /// Items settled without an output: opted out, refused by robots.txt, outside `accept`.
+    public let skipped: Int
     public let failed: Int
-    /// Items not yet done or failed (pending, fetched or processed).
+    /// Items not yet done, skipped or failed (pending, fetched or processed).
     public let pending: Int
     public let fetched: Int
     public let processed: Int
     public let sinks: [String: DeliveryCounts]
     public let failuresByReason: [String: Int]
     public let failures: [FailureRecord]
+    /// Skipped items by reason (`opt-out`, `robots`, `too-small`, `aspect`, `format`).
+    public let skipsByReason: [String: Int]
+    public let skips: [SkipRecord]
     /// Items by the tier that served their input: `remote`, `cache`, `fallback`, `local`.
     public let tiers: [String: Int]
     public let startedAt: String
@@ -43,13 +48,15 @@ public struct StatusReport: Sendable, Codable {
         var sinks = try store.deliveryCounts(runId: run.id)
         for name in run.sinks where sinks[name] == nil { sinks[name] = DeliveryCounts() }
         let formatter = ISO8601DateFormatter()
-        let finishedItems = counts.done + counts.failed
+        let finishedItems = counts.done + counts.skipped + counts.failed
         return StatusReport(
             run: run.id, state: run.state.rawValue, pipeline: run.pipelinePath, name: run.pipelineName,
-            total: counts.total, done: counts.done, failed: counts.failed, pending: counts.unfinished,
+            total: counts.total, done: counts.done, skipped: counts.skipped, failed: counts.failed, pending: counts.unfinished,
             fetched: counts.fetched, processed: counts.processed, sinks: sinks,
             failuresByReason: try store.failureCounts(runId: run.id),
             failures: try store.failures(runId: run.id, limit: failureLimit),
+            skipsByReason: try store.skipCounts(runId: run.id),
+            skips: try store.skips(runId: run.id, limit: failureLimit),
             tiers: try store.tierCounts(runId: run.id),
             startedAt: formatter.string(from: run.startedAt), finishedAt: run.finishedAt.map(formatter.string(from:)),
             elapsed: run.elapsed, itemsPerSecond: run.elapsed > 0 ? Double(finishedItems) / run.elapsed : 0)

@@ -37,6 +37,8 @@ final class StoreWriter: @unchecked Sendable {
         switch change {
         case let .failed(key, failure, attempts):
             return .failed(key: key, failure: clean(failure), attempts: attempts)
+        case let .skipped(key, skip):
+            return .skipped(key: key, skip: ItemSkip(skip.reason, redact(skip.message)))
         case let .deliveryFailed(key, sink, failure, attempts):
             return .deliveryFailed(key: key, sink: sink, failure: clean(failure), attempts: attempts)
         case let .delivered(key, sink, remoteURL, httpStatus, attempts):

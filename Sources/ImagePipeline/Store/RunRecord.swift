@@ -10,7 +10,7 @@ public struct RunRecord: Sendable, Equatable, Decodable, FetchableRecord {
         case running
         /// Stopped by SIGINT/SIGTERM; resumable.
         case interrupted
-        /// Every item listed reached `done` or `failed`.
+        /// Every item listed reached `done`, `skipped` or `failed`.
         case finished
         /// Replaced by a newer run (`run --new`).
         case abandoned
@@ -46,9 +46,11 @@ public struct RunRecord: Sendable, Equatable, Decodable, FetchableRecord {
     }
 }
 
-/// An item's stage in the lifecycle: pending → fetched → processed → done, or failed.
+/// An item's stage in the lifecycle: pending → fetched → processed → done, or skipped
+/// (opted out, refused by robots.txt, outside `accept`), or failed. The last three are
+/// terminal: a resume does not take them up again (only `--retry-failed`, failed ones).
 public enum ItemStatus: String, Sendable, CaseIterable, Codable {
-    case pending, fetched, processed, done, failed
+    case pending, fetched, processed, done, skipped, failed
 }
 
 /// One item of a run, as stored.
@@ -59,7 +61,10 @@ public struct ItemRecord: Sendable, Equatable {
     public private(set) var location: String
     public var status: ItemStatus
     public var attempts: Int
+    /// Why a failed item failed.
     public var reason: FailureReason?
+    /// Why a skipped item was skipped (the same column as `reason`, read by status).
+    public var skipReason: SkipReason?
     public var message: String?
     public var spoolPath: String?
     public var stagedPath: String?
@@ -78,7 +83,11 @@ public struct ItemRecord: Sendable, Equatable {
         location = try row.decode(String.self, forColumn: "location")
         status = try row.decodeEnum(ItemStatus.self, forColumn: "status")
         attempts = try row.decode(Int.self, forColumn: "attempts")
-        reason = try row.decodeEnum(FailureReason?.self, forColumn: "reason")
+        if status == .skipped {
+            skipReason = try row.decodeEnum(SkipReason?.self, forColumn: "reason")
+        } else {
+            reason = try row.decodeEnum(FailureReason?.self, forColumn: "reason")
+        }
         message = try row.decode(String?.self, forColumn: "message")
         spoolPath = try row.decode(String?.self, forColumn: "spoolPath")
         stagedPath = try row.decode(String?.self, forColumn: "stagedPath")
@@ -130,6 +139,19 @@ public struct FailureRecord: Sendable, Equatable, Codable {
     }
 }
 
+/// A skipped item, for `status`.
+public struct SkipRecord: Sendable, Equatable, Codable {
+    public let key: String
+    public let reason: String
+    public let message: String
+
+    public init(key: String, reason: String, message: String) {
+        self.key = key
+        self.reason = reason
+        self.message = message
+    }
+}
+
 /// Counts of a run's items by status.
 public struct ItemCounts: Sendable, Equatable {
     public var total = 0
@@ -137,9 +159,10 @@ public struct ItemCounts: Sendable, Equatable {
     public var fetched = 0
     public var processed = 0
     public var done = 0
+    public var skipped = 0
     public var failed = 0
 
-    /// Items not yet done or failed.
+    /// Items not yet done, skipped or failed.
     public var unfinished: Int { pending + fetched + processed }
 }
 

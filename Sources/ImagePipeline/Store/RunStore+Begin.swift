@@ -91,7 +91,8 @@ extension RunStore {
             if run.state == .finished {
                 let counts = try counts(runId: run.id)
                 if counts.unfinished == 0 {
-                    start.notices.append("run #\(run.id) already finished: \(counts.done) done, \(counts.failed) failed"
+                    start.notices.append("run #\(run.id) already finished: \(counts.done) done, "
+                                         + (counts.skipped > 0 ? "\(counts.skipped) skipped, " : "") + "\(counts.failed) failed"
                                          + (counts.failed > 0 ? " (add --retry-failed to try the failed ones again)" : ""))
                     start.run = run
                     return start

@@ -85,6 +85,14 @@ extension RunStore {
             try markFailed(key: key, failure: failure, attempts: attempts, runId: runId, time: time, db: db)
             return .applied
 
+        case let .skipped(key, skip):
+            try db.cachedStatement(sql: """
+                UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, stagedPath = NULL,
+                                spoolPath = NULL, updatedAt = ?
+                WHERE runId = ? AND key = ?
+                """).execute(arguments: [skip.reason.rawValue, skip.message, time, runId, key])
+            return .applied
+
         case .feedComplete:
             try db.cachedStatement(sql: "UPDATE run SET feedComplete = 1 WHERE id = ?").execute(arguments: [runId])
             return .applied

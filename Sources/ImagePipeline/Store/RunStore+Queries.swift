@@ -15,6 +15,7 @@ extension RunStore {
                 case .fetched?: counts.fetched = n
                 case .processed?: counts.processed = n
                 case .done?: counts.done = n
+                case .skipped?: counts.skipped = n
                 case .failed?: counts.failed = n
                 case nil: break
                 }
@@ -27,12 +28,12 @@ extension RunStore {
     public func deliveryCounts(runId: Int64) throws -> [String: DeliveryCounts] {
         try database.read { db in
             var result: [String: DeliveryCounts] = [:]
-            // A delivery still pending for an item that failed before reaching its sinks
-            // is not waiting for anything: it is left out.
+            // A delivery still pending for an item that failed or was skipped before
+            // reaching its sinks is not waiting for anything: it is left out.
             for row in try Row.fetchAll(db, sql: """
                 SELECT d.sink, d.status, COUNT(*) AS n FROM delivery d
                 JOIN item i ON i.runId = d.runId AND i.key = d.itemKey
-                WHERE d.runId = ? AND NOT (d.status = 'pending' AND i.status = 'failed')
+                WHERE d.runId = ? AND NOT (d.status = 'pending' AND i.status IN ('failed', 'skipped'))
                 GROUP BY d.sink, d.status
                 """, arguments: [runId]) {
                 let sink: String = row["sink"]
@@ -65,6 +66,24 @@ extension RunStore {
         }
     }
 
+    /// Skipped items in feed order (at most `limit`).
+    public func skips(runId: Int64, limit: Int = Int.max) throws -> [SkipRecord] {
+        try database.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT key, reason, message FROM item WHERE runId = ? AND status = 'skipped' ORDER BY seq LIMIT ?
+                """, arguments: [runId, min(limit, Int(Int32.max))]).map { row in
+                try SkipRecord(key: row.decode(String.self, forColumn: "key"),
+                               reason: row.decodeEnum(SkipReason.self, forColumn: "reason").rawValue,
+                               message: row.decode(String?.self, forColumn: "message") ?? "")
+            }
+        }
+    }
+
+    /// Skipped items counted by reason.
+    public func skipCounts(runId: Int64) throws -> [String: Int] {
+        try reasonCounts(runId: runId, status: .skipped, unknown: "unknown")
+    }
+
     /// Items counted by the tier that served their input (remote, cache, fallback, local).
     public func tierCounts(runId: Int64) throws -> [String: Int] {
         try database.read { db in
@@ -79,11 +98,16 @@ extension RunStore {
 
     /// Failed items counted by reason.
     public func failureCounts(runId: Int64) throws -> [String: Int] {
+        try reasonCounts(runId: runId, status: .failed, unknown: FailureReason.process.rawValue)
+    }
+
+    /// Items of one status counted by their `reason` (`unknown` for a row without one).
+    private func reasonCounts(runId: Int64, status: ItemStatus, unknown: String) throws -> [String: Int] {
         try database.read { db in
             var result: [String: Int] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT reason, COUNT(*) AS n FROM item WHERE runId = ? AND status = 'failed' GROUP BY reason",
-                                        arguments: [runId]) {
-                result[row["reason"] ?? "process"] = row["n"]
+            for row in try Row.fetchAll(db, sql: "SELECT reason, COUNT(*) AS n FROM item WHERE runId = ? AND status = ? GROUP BY reason",
+                                        arguments: [runId, status.rawValue]) {
+                result[row["reason"] ?? unknown] = row["n"]
             }
             return result
         }

@@ -106,6 +106,26 @@ public final class RunStore: @unchecked Sendable {
                 CREATE UNIQUE INDEX run_uuid ON run(uuid);
                 """)
         }
+        migrator.registerMigration("v4: skipped items") { db in
+            // SQLite cannot change a CHECK constraint in place: the item table is made anew
+            // from its own definition with `skipped` among its statuses, its rows copied,
+            // and its indexes rebuilt. GRDB runs a migration with foreign keys off and checks
+            // them at the end, so the deliveries that refer to items are neither cascaded
+            // away nor left dangling. A skipped item keeps its reason (`opt-out`, `robots`,
+            // `too-small`, `aspect`, `format`) in `reason`, as a failed one does.
+            let statuses = "('pending', 'fetched', 'processed', 'done', 'failed')"
+            guard let definition = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'item'"),
+                  definition.contains(statuses), definition.hasPrefix("CREATE TABLE item (") else {
+                throw StoreError("state file: the item table is not the one imgpipe made; cannot add the skipped status")
+            }
+            let indexes = try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'item' AND sql IS NOT NULL")
+            let renewed = definition
+                .replacingOccurrences(of: "CREATE TABLE item (", with: "CREATE TABLE item_v4 (")
+                .replacingOccurrences(of: statuses, with: "('pending', 'fetched', 'processed', 'done', 'skipped', 'failed')")
+            try db.execute(sql: renewed)
+            try db.execute(sql: "INSERT INTO item_v4 SELECT * FROM item; DROP TABLE item; ALTER TABLE item_v4 RENAME TO item")
+            for index in indexes { try db.execute(sql: index) }
+        }
         return migrator
     }
 }

@@ -13,6 +13,9 @@ public enum StoreChange: Sendable {
     case deliveryFailed(key: String, sink: String, failure: ItemFailure, attempts: Int)
     /// The item failed before delivery.
     case failed(key: String, failure: ItemFailure, attempts: Int)
+    /// The item is not to be processed (opted out, refused by robots.txt, outside
+    /// `accept`): terminal, and its deliveries are never attempted.
+    case skipped(key: String, skip: ItemSkip)
     /// Back to an earlier stage (its staged output or spool was lost).
     case reset(key: String, to: ItemStatus)
     /// The feed has been listed to its end (or to the run's `--limit`).

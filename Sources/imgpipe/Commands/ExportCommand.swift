@@ -21,7 +21,7 @@ struct ExportCommand: ParsableCommand {
     @Option(help: "jsonl or csv.")
     var format: ExportFormat = .jsonl
 
-    @Option(help: ArgumentHelp("Only items with this status: done or failed.", valueName: "status"))
+    @Option(help: ArgumentHelp("Only items with this status: done, failed or skipped.", valueName: "status"))
     var only: String?
 
     @Option(name: [.customShort("o"), .customLong("output")], help: "Write to this file instead of standard output.",
@@ -29,8 +29,8 @@ struct ExportCommand: ParsableCommand {
     var output: String?
 
     func validate() throws {
-        if let only, !["done", "failed"].contains(only) {
-            throw ValidationError("--only takes done or failed, got \(JSONValue.string(only).serialized())")
+        if let only, !["done", "failed", "skipped"].contains(only) {
+            throw ValidationError("--only takes done, failed or skipped, got \(JSONValue.string(only).serialized())")
         }
     }
 

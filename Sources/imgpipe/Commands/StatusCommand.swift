@@ -82,14 +82,16 @@ struct StatusCommand: ParsableCommand {
         for record in all {
             let counts = try store.counts(runId: record.id)
             Console.out("run #\(record.id): \(record.state.rawValue), started \(formatter.string(from: record.startedAt)), "
-                        + "\(counts.done) done, \(counts.failed) failed, \(counts.unfinished) pending of \(counts.total)")
+                        + "\(counts.done) done, \(counts.skipped) skipped, \(counts.failed) failed, "
+                        + "\(counts.unfinished) pending of \(counts.total)")
         }
     }
 
     func print(_ report: StatusReport) {
         Console.out("run #\(report.run) (\(report.name)): \(report.state), started \(report.startedAt)"
                     + (report.finishedAt.map { ", finished \($0)" } ?? ""))
-        Console.out("items: \(report.total) total, \(report.done) done, \(report.failed) failed, \(report.pending) pending"
+        Console.out("items: \(report.total) total, \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
+                    + "\(report.pending) pending"
                     + (report.pending > 0 ? " (\(report.fetched) fetched, \(report.processed) processed)" : ""))
         for (name, counts) in report.sinks.sorted(by: { $0.key < $1.key }) {
             Console.out("sink \(name): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending")
@@ -108,6 +110,14 @@ struct StatusCommand: ParsableCommand {
             }
             if report.failures.count > 50 { Console.out("  … \(report.failed - 50) more (use --json)") }
         }
+        if !report.skipsByReason.isEmpty {
+            Console.out("skips by reason: " + report.skipsByReason.sorted { $0.key < $1.key }
+                .map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+            for skip in report.skips.prefix(50) {
+                Console.out("  \(skip.key): \(skip.reason): \(skip.message)")
+            }
+            if report.skips.count > 50 { Console.out("  … \(report.skipped - 50) more (use --json)") }
+        }
     }
 
     /// What to do next, as commands that work from here.
@@ -125,7 +135,7 @@ struct StatusCommand: ParsableCommand {
         case "abandoned":
             steps.append("this run was replaced by a newer one (`imgpipe status --runs\(stateOption)` lists them)")
         default:
-            steps.append("every item is done")
+            steps.append(report.skipped > 0 ? "every item is done or skipped" : "every item is done")
         }
         steps += outputFolders(of: report.pipeline)
         return steps

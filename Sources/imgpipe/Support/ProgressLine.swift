@@ -30,7 +30,8 @@ struct ProgressLine {
 
     /// The line without a bar: what piped output gets.
     var text: String {
-        "\(progress.done)/\(total) done, \(progress.failed) failed, "
+        "\(progress.done)/\(total) done, " + (progress.skipped > 0 ? "\(progress.skipped) skipped, " : "")
+            + "\(progress.failed) failed, "
             + String(format: "%.1f items/s", progress.itemsPerSecond) + ", " + eta
     }
 
@@ -45,12 +46,12 @@ struct ProgressLine {
         return bar(width: barWidth) + " " + text
     }
 
-    /// `[####......]`: the share of the total finished (done or failed); empty while the
+    /// `[####......]`: the share of the total finished (done, skipped or failed); empty while the
     /// total is only a lower bound.
     func bar(width: Int) -> String {
         var filled = 0
         if progress.total != .atLeast(progress.total.count), progress.total.count > 0 {
-            let share = Double(progress.done + progress.failed) / Double(progress.total.count)
+            let share = Double(progress.done + progress.skipped + progress.failed) / Double(progress.total.count)
             filled = min(width, Int(Double(width) * share))
         }
         return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "]"

@@ -86,7 +86,7 @@ struct RunSession {
             return
         }
         guard !quiet else { return }
-        var text = "run #\(summary.run): \(summary.done) done, \(summary.failed) failed"
+        var text = "run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, \(summary.failed) failed"
         if summary.pending > 0 { text += ", \(summary.pending) pending" }
         text += " of \(summary.total)"
         text += String(format: " (%d this session in %.1f s, %.1f items/s)", summary.processed, summary.elapsed,
@@ -95,6 +95,10 @@ struct RunSession {
         if !summary.failuresByReason.isEmpty {
             let reasons = summary.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
             Console.out("failures: " + reasons.joined(separator: ", ") + " (details: imgpipe status \(pipeline))")
+        }
+        if !summary.skipsByReason.isEmpty {
+            let reasons = summary.skipsByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+            Console.out("skipped: " + reasons.joined(separator: ", ") + " (details: imgpipe status \(pipeline))")
         }
         if let listingError = summary.listingError {
             Console.out("the feed could not be listed to its end (\(listingError)); the items listed were run. "

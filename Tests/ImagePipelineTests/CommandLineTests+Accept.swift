@@ -1,0 +1,70 @@
+import Foundation
+import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+/// `accept` rules and the new pipeline keys, through the built binary.
+extension CommandLineTests {
+    /// A pipeline of `source` (fit 32×32 into `out/`) with more top-level keys in `extra`.
+    @discardableResult
+    func acceptPipeline(source: String, extra: String = "") throws -> String {
+        try work.write("""
+            {"version": 1, "source": \(source),
+             "filters": [{"op": "fit", "width": 32, "height": 32}],
+             "sinks": [{"type": "directory", "path": "out"}], "limits": {"timeout": 5}\(extra)}
+            """, to: "pipe.json")
+    }
+
+    @Test func acceptRulesSkipFromTheHeader() throws {
+        let folder = try work.folder("in")
+        try ImageFixtures.jpeg(at: folder + "/good.jpg", width: 400, height: 300)
+        try ImageFixtures.jpeg(at: folder + "/small.jpg", width: 60, height: 40)
+        try ImageFixtures.jpeg(at: folder + "/pano.jpg", width: 900, height: 200)
+        // Stored 300×90 but shown 90×300: too narrow once turned.
+        try ImageFixtures.jpeg(at: folder + "/turned.jpg", width: 300, height: 90, orientation: 6)
+        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 300), to: folder + "/anim.gif")
+        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#,
+                     extra: #", "accept": {"minWidth": 100, "minHeight": 50, "maxAspect": 3, "formats": ["jpg", "png"]}"#)
+
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(work.files(under: "out") == ["good.jpg"])
+        let skipped = Dictionary(uniqueKeysWithValues: try status().skips.map { ($0.key, $0) })
+        #expect(skipped["small.jpg"].map { ($0.reason, $0.message) } ?? ("", "") == ("too-small", "60×40 is under accept.minWidth 100"))
+        #expect(skipped["turned.jpg"]?.message == "90×300 is under accept.minWidth 100")
+        #expect(skipped["pano.jpg"].map { ($0.reason, $0.message) } ?? ("", "") == ("aspect", "900×200 is 4.50:1, over accept.maxAspect 3"))
+        #expect(skipped["anim.gif"].map { ($0.reason, $0.message) } ?? ("", "") == ("format", "gif is not in accept.formats (jpeg, png)"))
+        #expect(try status().skipsByReason == ["too-small": 2, "aspect": 1, "format": 1])
+
+        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"minBytes": 100000}"#)
+        _ = try imgpipe("run", "pipe.json", "--new")
+        #expect(try status().skips.first { $0.key == "small.jpg" }?.message.hasSuffix("bytes is under accept.minBytes 100000") == true)
+    }
+
+    @Test func newKeysAreDecodedStrictly() throws {
+        func fault(_ extra: String, source: String = #"{"type": "directory", "path": "."}"#) -> String {
+            do {
+                try acceptPipeline(source: source, extra: extra)
+                _ = try PipelineSpec.load(path: work.url("pipe.json"))
+                return ""
+            } catch {
+                return String(describing: error)
+            }
+        }
+        #expect(fault(#", "accept": {"minWidht": 10}"#).contains("accept.minWidht"))
+        #expect(fault(#", "accept": {"formats": ["bmp"]}"#).contains("accept.formats[0]"))
+        #expect(fault(#", "accept": {"maxAspect": 0.5}"#).contains("accept.maxAspect"))
+        #expect(fault(#", "userAgent": "two\nlines""#).contains("userAgent"))
+        #expect(fault("", source: #"{"type": "directory", "path": ".", "robots": true}"#).contains("robots"))
+        let fallback = #"{"type": "url-list", "path": "u.txt", "fallback": {"type": "url-list", "path": "v.txt", "robots": true}}"#
+        #expect(fault("", source: fallback).contains("source.fallback.robots"))
+
+        try acceptPipeline(source: #"{"type": "url-list", "path": "u.txt", "respectOptOut": false, "robots": true}"#,
+                     extra: #", "userAgent": "mybot/1.0 (+mailto:ops@example.com)", "accept": {"formats": ["tif", "heif"]}"#)
+        let spec = try PipelineSpec.load(path: work.url("pipe.json"))
+        #expect(spec.source.remote?.respectOptOut == false && spec.source.remote?.robots == true)
+        #expect(spec.userAgent == "mybot/1.0 (+mailto:ops@example.com)")
+        #expect(spec.accept.formats == [.tiff, .heif])
+        #expect(ImgpipeIdentity.productToken(of: spec.userAgent) == "mybot")
+    }
+}
