@@ -179,7 +179,7 @@ struct ProgressTests {
         #expect(full.stderr.isEmpty || full.stderr.hasSuffix("\n"), "no partial line before the summary")
         #expect(full.stdout.hasPrefix("run #1: 30 done, 0 skipped, 0 failed of 30"))
 
-        let limited = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--limit", "12", "-j", "1"], in: work.path,
+        let limited = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--limit", "12", "-j1"], in: work.path,
                                             environment: environment)
         #expect(limited.status == 0, "stderr: \(limited.stderr)")
         #expect(progressLines(limited).allSatisfy { $0.contains("/12 done") }, "\(limited.stderr)")

@@ -40,7 +40,7 @@ struct LogOptions: ParsableArguments {
 /// `-j`/`--workers`: the pipeline's `limits.workers` for this command only (it does not
 /// change outputs, so a run may be resumed with another value).
 struct WorkerOptions: ParsableArguments {
-    @Option(name: [.customShort("j"), .long], parsing: .unconditional,
+    @Option(name: [.customShort("j", allowingJoined: true), .long], parsing: .unconditional,
             help: "Pixel workers for this command (overrides limits.workers; 0 = one per core).")
     var workers: Int?
 
