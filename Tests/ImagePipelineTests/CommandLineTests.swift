@@ -590,7 +590,7 @@ struct CommandLineTests {
     /// Comments (`//` keys) change nothing: repeated in one object, edited in `filters`
     /// or `output` between a run and its resume, or in an upload's form fields.
     @Test func commentsChangeNothing() throws {
-        try corpus(3)
+        _ = try corpus(3)
         try pipeline(filters: #"[{"//": "why", "//": "and why not", "op": "fit", "width": 64, "height": 64}]"#,
                      output: #"{"//": "small", "format": "jpeg"}"#)
         #expect(try imgpipe("run", "pipe.json", "--limit", "1").status == 0)

@@ -34,9 +34,12 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         live = isatty(STDERR_FILENO) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
         plainInterval = Double(ProcessInfo.processInfo.environment["IMGPIPE_PROGRESS_INTERVAL"] ?? "") ?? 5
         if live && !quiet {
-            LiveLine.owned { [weak self] in
-                guard let self else { return }
-                lock.withLock { clearLine() }
+            LiveLine.owned { [weak self] write in
+                guard let self else { return write() }
+                lock.withLock {
+                    clearLine()
+                    write()
+                }
             }
         }
     }

@@ -6,16 +6,20 @@ import Synchronization
 /// reporter: a log event clears the line before it is written (the next report draws it
 /// again), so `-v` lines never land on the end of the bar.
 enum LiveLine {
+    /// Runs a write of other output: clears the line, then writes, under the owner's lock,
+    /// so that no redraw of the bar can come between the two.
+    typealias Writer = @Sendable (_ write: () -> Void) -> Void
+
     /// Set by the reporter that owns the line while a run shows it.
-    private static let clearer = Mutex<(@Sendable () -> Void)?>(nil)
+    private static let owner = Mutex<Writer?>(nil)
 
-    static func owned(by clear: @escaping @Sendable () -> Void) { clearer.withLock { $0 = clear } }
+    static func owned(by writer: @escaping Writer) { owner.withLock { $0 = writer } }
 
-    static func released() { clearer.withLock { $0 = nil } }
+    static func released() { owner.withLock { $0 = nil } }
 
-    static func clearForOtherOutput() {
-        let clear = clearer.withLock { $0 }
-        clear?()
+    /// `write` with the live line out of its way.
+    static func writeOther(_ write: () -> Void) {
+        if let writer = owner.withLock({ $0 }) { writer(write) } else { write() }
     }
 }
 
@@ -44,7 +48,6 @@ struct LiveLineAwareLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        LiveLine.clearForOtherOutput()
-        inner.log(event: event)
+        LiveLine.writeOther { inner.log(event: event) }
     }
 }
