@@ -12,7 +12,10 @@ public final class RefusingPort: Sendable {
     private let socket: Int32
     public let port: Int
 
-    public init() throws {
+    /// With `acceptingSilently`, the socket listens but nothing ever reads from it: the
+    /// kernel completes each connection (up to a backlog of 1024) and no answer ever comes
+    /// — a host that accepts connections and never answers.
+    public init(acceptingSilently: Bool = false) throws {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ServerError("socket: \(String(cString: strerror(errno)))") }
         var address = sockaddr_in()
@@ -26,6 +29,10 @@ public final class RefusingPort: Sendable {
         guard bound else {
             close(fd)
             throw ServerError("bind: \(String(cString: strerror(errno)))")
+        }
+        if acceptingSilently, listen(fd, 1024) != 0 {
+            close(fd)
+            throw ServerError("listen: \(String(cString: strerror(errno)))")
         }
         socket = fd
         port = Int(UInt16(bigEndian: address.sin_port))

@@ -91,6 +91,26 @@ struct RemoteFeedTests {
         #expect(try status().done == 12)
     }
 
+    /// 300 items on a host that accepts connections and never answers: after a few
+    /// timeouts in a row the host is tripped and its other items are set aside at once
+    /// ("host unreachable"), not tried one by one (300 × 3 attempts × 2 s / 16 ≈ 2 min);
+    /// `resume` tries them again.
+    @Test func aDeadHostsItemsAreSetAsideAtOnce() throws {
+        let silent = try RefusingPort(acceptingSilently: true)
+        try work.write((1 ... 300).map { "\(silent.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "urls.txt")
+        try pipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#,
+                     limits: #"{"timeout": 2, "downloads": 16}"#, retry: #"{"attempts": 3, "backoff": 0.05}"#)
+        let run = try ImgpipeBinary.runMeasured(["run", "pipe.json"], in: work.path, timeout: 120)
+        #expect(!run.timedOut && run.result.status == 1, "stderr: \(run.result.stderr)")
+        let failed = try failures()
+        #expect(failed.count == 300 && failed.values.allSatisfy { $0.reason == "download" })
+        let setAside = failed.values.filter { $0.message.hasPrefix("host unreachable: \(silent.baseURL)") }
+        #expect(setAside.count >= 280, "only \(setAside.count) of 300 were set aside; the rest waited out their timeouts")
+        let resumed = try imgpipe("resume", "pipe.json")
+        #expect(resumed.stderr.contains("retrying \(setAside.count) item(s) of run #1 whose host was unreachable"),
+                "stderr: \(resumed.stderr)")
+    }
+
     /// A caption may draw each item's feed metadata: `{meta.title}` differs per item, a
     /// missing field leaves its line out, and the state file keeps it for a resume.
     @Test func captionsDrawEachItemsFeedMetadata() throws {

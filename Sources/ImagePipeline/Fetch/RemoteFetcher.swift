@@ -37,6 +37,8 @@ public struct RemoteFetcher: Sendable {
     public let robots: RobotsPolicy?
     /// The User-Agent's product token, which `X-Robots-Tag` lines may be addressed to.
     let agent: String
+    /// Which hosts answer: a dead host's items fail at once instead of one by one.
+    public let hosts = HostHealth()
     let logger: Logger
     /// Masks secrets in what is logged.
     let redact: @Sendable (String) -> String
@@ -124,8 +126,20 @@ public struct RemoteFetcher: Sendable {
             let agent = agent
             request.refuseBody = { answer in RobotsTag.optOut(in: answer.headerValues["x-robots-tag"] ?? [], agent: agent) != nil }
         }
+        let host = HostHealth.key(of: url)
+        if case let .refuse(message) = hosts.admit(host) {
+            if let cached, let served = fromCache(cached, at: destination) { return served }
+            throw ItemFailure(.download, message)
+        }
         do {
-            result = try client.perform(request)
+            let performed = Result { () throws(HTTPFailure) -> HTTPResult in try client.perform(request) }
+            switch performed {
+            case .success: hosts.answered(host)
+            case let .failure(error) where error.status == nil && (error.kind == .network || error.kind == .timeout):
+                hosts.failed(host, error.message)
+            case .failure: break
+            }
+            result = try performed.get()
             try result.throwIfRetryableStatus()
         } catch {
             unlink(temporary)

@@ -78,6 +78,12 @@ extension RunStore {
             if retryFailed {
                 let requeued = try requeueFailed(runId: run.id)
                 if requeued > 0 { start.notices.append("retrying \(requeued) failed item(s) of run #\(run.id)") }
+            } else {
+                // Items whose host did not answer were set aside, not tried: a resume tries them.
+                let requeued = try requeueFailed(runId: run.id, onlyUnreachable: true)
+                if requeued > 0 {
+                    start.notices.append("retrying \(requeued) item(s) of run #\(run.id) whose host was unreachable")
+                }
             }
             if refreshFeed {
                 try markFeedComplete(runId: run.id, false)

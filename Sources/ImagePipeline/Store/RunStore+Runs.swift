@@ -65,10 +65,13 @@ extension RunStore {
     /// still staged (only deliveries failed), else to `pending`. Failed deliveries become
     /// pending again. Returns how many items were requeued.
     @discardableResult
-    public func requeueFailed(runId: Int64) throws -> Int {
+    /// With `onlyUnreachable`, only the items set aside because their host did not answer
+    /// (reason `download`, message `host unreachable: …`), which a plain `resume` retries.
+    public func requeueFailed(runId: Int64, onlyUnreachable: Bool = false) throws -> Int {
         try database.write { db in
-            let rows = try Row.fetchAll(db, sql: "SELECT key, stagedPath FROM item WHERE runId = ? AND status = 'failed'",
-                                        arguments: [runId])
+            var sql = "SELECT key, stagedPath FROM item WHERE runId = ? AND status = 'failed'"
+            if onlyUnreachable { sql += " AND reason = 'download' AND message LIKE '\(HostHealth.hostUnreachable):%'" }
+            let rows = try Row.fetchAll(db, sql: sql, arguments: [runId])
             for row in rows {
                 let key: String = row["key"]
                 let staged: String? = row["stagedPath"]
