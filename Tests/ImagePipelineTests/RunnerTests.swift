@@ -249,3 +249,33 @@ struct RunnerTests {
         #expect(resumed.done == 4 && resumed.failed == 0 && resumed.processed == 1)
     }
 }
+
+/// The dead-host breaker on its own, with a clock passed in.
+@Suite("Host health")
+struct HostHealthTests {
+    @Test func tripsAfterTheThresholdProbesAfterThePauseAndClosesOnAnAnswer() {
+        let health = HostHealth(threshold: 3, pause: 30)
+        let start = Date(timeIntervalSince1970: 1000)
+        let host = "http://dead.example:80"
+        for _ in 1 ... 2 { health.failed(host, "timed out", now: start) }
+        #expect(health.admit(host, now: start) == .go, "two failures do not trip a threshold of three")
+        health.failed(host, "timed out", now: start)
+        guard case let .refuse(message) = health.admit(host, now: start.addingTimeInterval(1)) else {
+            Issue.record("three failures in a row did not trip the host")
+            return
+        }
+        #expect(message.hasPrefix("host unreachable: \(host) failed 3 times in a row"))
+        #expect(health.admit("http://other.example:80", now: start) == .go, "another host is not tripped")
+        // After the pause, one probe goes; the others are still refused while it is out.
+        #expect(health.admit(host, now: start.addingTimeInterval(31)) == .go)
+        #expect(health.admit(host, now: start.addingTimeInterval(31)) != .go)
+        // The probe fails: tripped again for another pause.
+        health.failed(host, "refused", now: start.addingTimeInterval(32))
+        #expect(health.admit(host, now: start.addingTimeInterval(40)) != .go)
+        #expect(health.admit(host, now: start.addingTimeInterval(63)) == .go)
+        // The probe is answered: the host is healthy.
+        health.answered(host)
+        #expect(health.admit(host, now: start.addingTimeInterval(63)) == .go)
+        #expect(health.admit(host, now: start.addingTimeInterval(63)) == .go)
+    }
+}
