@@ -31,16 +31,13 @@ cat > "$WORK/cmp-b.json" <<JSON
   "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "out-cmp-b" } }
 JSON
 
-for run in $(seq 1 "$RUNS"); do
-  for side in base head; do
-    bin=$BIN; [ "$side" = base ] && bin=$BASE
-    for work in a b; do
-      rm -rf "$WORK/out-cmp-$work" "$WORK/state-cmp"
-      timed "$work $side" "$SAMPLES" "$bin" run "$WORK/cmp-$work.json" --state "$WORK/state-cmp/s.sqlite" --quiet
-      [ "$(count_files "$WORK/out-cmp-$work")" -eq 1000 ] || { echo "$work $side: wrong output count" >&2; exit 1; }
-    done
-  done
-done
+compare_one() {
+  local work=$1 side=$2 bin=$3
+  rm -rf "$WORK/out-cmp-$work" "$WORK/state-cmp"
+  timed "$work $side" "$SAMPLES" "$bin" run "$WORK/cmp-$work.json" --state "$WORK/state-cmp/s.sqlite" --quiet
+  [ "$(count_files "$WORK/out-cmp-$work")" -eq 1000 ] || { echo "$work $side: wrong output count" >&2; exit 1; }
+}
+alternate "base head" "a b" compare_one
 stop_server
 
 python3 - "$SAMPLES" "$RUNS" <<'PY'

@@ -57,3 +57,16 @@ timed() {
 
 # count_files DIR — regular files below DIR.
 count_files() { find "$1" -type f | wc -l; }
+
+# alternate "SIDES" "KINDS" FUNCTION — RUNS rounds; in each, for each side (`head` is this
+# tree's $BIN, `base` the baseline $BASE) and each kind, calls FUNCTION KIND SIDE BINARY.
+# Alternating the builds inside each round spreads the machine's noise over both.
+alternate() {
+  local sides=$1 kinds=$2 body=$3 run side kind bin
+  for run in $(seq 1 "$RUNS"); do
+    for side in $sides; do
+      bin=$BIN; [ "$side" = base ] && bin=$BASE
+      for kind in $kinds; do "$body" "$kind" "$side" "$bin"; done
+    done
+  done
+}

@@ -30,15 +30,12 @@ for kind in download upload; do
   "limits": { "downloads": 16, "uploads": 8, "timeout": 10 } }
 JSON
 done
-for run in $(seq 1 "$RUNS"); do
-  for side in head ${BASE:+base}; do
-    bin=$BIN; [ "$side" = base ] && bin=$BASE
-    for kind in download upload; do
-      rm -rf "$WORK/out-slow" "$WORK/state-slow"
-      timed "$kind $side" "$SAMPLES" "$bin" run "$WORK/slow-$kind.json" --state "$WORK/state-slow/s.sqlite" --quiet
-    done
-  done
-done
+slow_one() {
+  local kind=$1 side=$2 bin=$3
+  rm -rf "$WORK/out-slow" "$WORK/state-slow"
+  timed "$kind $side" "$SAMPLES" "$bin" run "$WORK/slow-$kind.json" --state "$WORK/state-slow/s.sqlite" --quiet
+}
+alternate "head ${BASE:+base}" "download upload" slow_one
 stop_server
 python3 - "$SAMPLES" "$RUNS" <<'PY'
 import statistics, sys

@@ -122,13 +122,12 @@ extension ImgpipeBinary {
             throw CocoaError(.executableLoad, userInfo: [NSLocalizedDescriptionKey: "posix_spawn \(path): \(String(cString: strerror(spawned)))"])
         }
         var status: Int32 = 0
-        var usage = rusage()
         var timedOut = false
         var peak = 0
         let deadline = Date().addingTimeInterval(timeout)
         while true {
             peak = max(peak, highWaterMark(of: pid) ?? 0)
-            let reaped = wait4(pid, &status, WNOHANG, &usage)
+            let reaped = wait4(pid, &status, WNOHANG, nil)
             if reaped == pid { break }
             if reaped < 0, errno != EINTR { break }
             if !timedOut, Date() > deadline {

@@ -4,8 +4,6 @@ import Foundation
 public struct WatchedResult: Sendable {
     /// Nil when the command was still running at the deadline (it was killed).
     public let result: CommandResult?
-    /// Seconds from the start of the watch to the end of the command.
-    public let seconds: Double
 }
 
 extension RunningCommand {
@@ -19,10 +17,10 @@ extension RunningCommand {
                 signal(SIGKILL)
                 process.waitUntilExit()
                 _ = result()
-                return WatchedResult(result: nil, seconds: Date().timeIntervalSince(started))
+                return WatchedResult(result: nil)
             }
             Thread.sleep(forTimeInterval: 0.02)
         }
-        return WatchedResult(result: wait(), seconds: Date().timeIntervalSince(started))
+        return WatchedResult(result: wait())
     }
 }

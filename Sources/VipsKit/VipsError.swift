@@ -40,10 +40,9 @@ public struct VipsError: Error, CustomStringConvertible, Sendable, Equatable {
     /// `jpegload`, `pngload_buffer`, `tiff2vips`, `VipsForeignLoadPng`, libjpeg's and
     /// libpng's own domains.
     static func isLoader(_ domain: String) -> Bool {
-        if ["VipsJpeg", "vipspng", "spng", "libspng", "nsgif", "VipsForeignLoad"].contains(domain) { return true }
+        if ["VipsJpeg", "vipspng", "spng", "libspng", "nsgif"].contains(domain) { return true }
         if domain.hasPrefix("VipsForeignLoad") { return domain.dropFirst(15).allSatisfy(\.isLetter) }
-        return isLowerWord(domain, endingWith: ["load", "load_buffer", "load_source", "load_file"])
-            || (domain.hasSuffix("2vips") && isLowerWord(domain, endingWith: ["2vips"]))
+        return isLowerWord(domain, endingWith: ["load", "load_buffer", "load_source", "load_file", "2vips"])
     }
 
     /// `jpegsave`, `pngsave_buffer`, `vips2jpeg`, `VipsForeignSaveJpeg`.

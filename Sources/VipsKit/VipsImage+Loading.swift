@@ -40,11 +40,10 @@ public enum Interesting: String, Sendable, CaseIterable {
 /// out half grey. `.warning` makes jpegload check libjpeg's warning count (and libpng treat
 /// benign errors as errors); `.error` fails on decoder errors and truncation.
 public enum FailOn: Sendable {
-    case truncated, error, warning
+    case error, warning
 
     var vips: VipsFailOn {
         switch self {
-        case .truncated: VIPS_FAIL_ON_TRUNCATED
         case .error: VIPS_FAIL_ON_ERROR
         case .warning: VIPS_FAIL_ON_WARNING
         }

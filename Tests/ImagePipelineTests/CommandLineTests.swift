@@ -341,8 +341,6 @@ struct CommandLineTests {
         #expect(first.run == 1 && first.state == "finished" && first.failed == 1)
         let missing = try imgpipe("status", "--run", "9")
         #expect(missing.status == 2 && missing.stderr.contains("has no run #9"))
-        try work.write("{}", to: "other.json")
-        _ = try imgpipe("run", "other.json")
         try FileManager.default.copyItem(atPath: work.url(".imgpipe/pipe.sqlite"), toPath: work.url(".imgpipe/copy.sqlite"))
         let several = try imgpipe("status")
         #expect(several.status == 2 && several.stderr.contains("several state files"), "stderr: \(several.stderr)")

@@ -17,15 +17,7 @@ struct ExportTests {
     }
 
     func sha256(of path: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
-        process.arguments = [path]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return String(output.prefix(64))
+        sha256Hex(try Data(contentsOf: URL(fileURLWithPath: path)))
     }
 
     func lines(_ text: String) throws -> [[String: Any]] {

@@ -182,7 +182,8 @@ struct ProgressTests {
         let limited = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--limit", "12", "-j1"], in: work.path,
                                             environment: environment)
         #expect(limited.status == 0, "stderr: \(limited.stderr)")
-        #expect(progressLines(limited).allSatisfy { $0.contains("/12 done") }, "\(limited.stderr)")
+        let limitedLines = progressLines(limited)
+        #expect(!limitedLines.isEmpty && limitedLines.allSatisfy { $0.contains("/12 done") }, "\(limited.stderr)")
         #expect(limited.stdout.contains("12 done, 0 skipped, 0 failed of 12"))
 
         let json = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--json", "--limit", "5", "-j", "1"], in: work.path, environment: environment)

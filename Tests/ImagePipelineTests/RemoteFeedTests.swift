@@ -344,7 +344,11 @@ struct RemoteFeedTests {
             gauge.withLock {
                 if put { $0.puts += 1; $0.mostPuts = max($0.mostPuts, $0.puts) } else { $0.now += 1; $0.most = max($0.most, $0.now) }
             }
-            Thread.sleep(forTimeInterval: 0.4)
+            // The first answers wait until the stage's whole width has been in flight at once
+            // (or 5 s pass): how many arrive together does not depend on this machine's speed.
+            let width = put ? 8 : 16
+            let until = Date().addingTimeInterval(5)
+            while Date() < until, gauge.withLock({ put ? $0.mostPuts : $0.most }) < width { usleep(5000) }
             gauge.withLock { if put { $0.puts -= 1 } else { $0.now -= 1 } }
             return put ? .json("{}", status: 201) : .bytes(jpeg)
         }

@@ -81,10 +81,16 @@ public struct URLListFeed: Feed {
     private static let blank = Set(" \t\n\r\u{0B}\u{0C}".utf8.map { CChar(bitPattern: $0) })
 
     /// `csv`, `jsonl` or `txt`, by the file's name (a `.gz` suffix aside).
-    private var format: String {
+    private var format: String { Self.format(ofName: path) ?? "txt" }
+
+    /// The list format a file name says (`.txt`, `.csv`, `.jsonl` or `.ndjson`, optionally
+    /// `.gz`), nil for any other name (which is read as text).
+    public static func format(ofName path: String) -> String? {
         var name = (path as NSString).lastPathComponent.lowercased()
         if name.hasSuffix(".gz") { name = String(name.dropLast(3)) }
-        return name.hasSuffix(".csv") ? "csv" : name.hasSuffix(".jsonl") || name.hasSuffix(".ndjson") ? "jsonl" : "txt"
+        if name.hasSuffix(".csv") { return "csv" }
+        if name.hasSuffix(".jsonl") || name.hasSuffix(".ndjson") { return "jsonl" }
+        return name.hasSuffix(".txt") ? "txt" : nil
     }
 }
 

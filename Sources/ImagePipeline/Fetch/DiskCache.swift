@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 
 /// A disk cache of HTTP bodies (images and feed pages), keyed by the SHA-256 of the URL
@@ -58,7 +57,7 @@ public final class DiskCache: @unchecked Sendable {
     }
 
     static func key(_ url: String) -> String {
-        SHA256.hash(data: Data(url.utf8)).hex
+        sha256Hex(url)
     }
 
     private func paths(_ url: String) -> (folder: String, body: String, meta: String) {

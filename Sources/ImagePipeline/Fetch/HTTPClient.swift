@@ -74,6 +74,8 @@ public struct RetryLoop: Sendable {
 public struct HTTPRequest: Sendable {
     public var url: URL
     public var method = "GET"
+    /// GET or HEAD: a read, which carries no body and may follow redirects.
+    var isRead: Bool { method == "GET" || method == "HEAD" }
     public var headers: [String: String] = [:]
     public var body: Data?
     /// Where the body goes; nil keeps it in memory.
@@ -212,7 +214,7 @@ public final class HTTPClient: @unchecked Sendable {
             throw failure(code, request: request, transfer: transfer, redirects: redirects, status: status)
         }
         if (300 ... 399).contains(status), status != 304 {
-            let message = request.method == "GET" || request.method == "HEAD"
+            let message = request.isRead
                 ? "more than \(Self.maxRedirects) redirects, or a redirect without a location"
                 : "the server answered \(request.method) with a redirect (HTTP \(status)), which is not followed: nothing was stored"
             throw HTTPFailure(kind: .redirects, message: message, status: status, retryAfter: nil)
@@ -263,8 +265,7 @@ public final class HTTPClient: @unchecked Sendable {
         _ = ip_curl_set_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         // Redirects are followed for reads only: a redirected upload would be re-sent as a
         // GET (or a PUT without its body), and its headers (an API key) to another host.
-        let reads = request.method == "GET" || request.method == "HEAD"
-        _ = ip_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, reads ? 1 : 0)
+        _ = ip_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, request.isRead ? 1 : 0)
         _ = ip_curl_set_long(handle, CURLOPT_MAXREDIRS, Self.maxRedirects)
         _ = ip_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
         _ = ip_curl_set_string(handle, CURLOPT_USERAGENT, userAgent)
@@ -302,7 +303,7 @@ public final class HTTPClient: @unchecked Sendable {
         default:
             if request.method != "POST" { _ = ip_curl_set_string(handle, CURLOPT_CUSTOMREQUEST, request.method) }
         }
-        guard request.method != "GET", request.method != "HEAD" else {
+        guard !request.isRead else {
             let code = curl_easy_perform(handle)
             transfer.errorText = String(cString: errorBuffer)
             return code

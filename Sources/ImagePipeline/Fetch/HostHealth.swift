@@ -67,8 +67,8 @@ public final class HostHealth: Sendable {
         }
     }
 
-    /// The key of a URL's host: scheme, host and port.
+    /// The key of a URL's host: its origin (scheme, host and port, as robots.txt scopes it).
     static func key(of url: URL) -> String {
-        "\(url.scheme ?? "http")://\(url.host ?? "")" + (url.port.map { ":\($0)" } ?? "")
+        RobotsPolicy.origin(of: url) ?? url.absoluteString
     }
 }

@@ -159,7 +159,7 @@ public struct FilterRegistry: Sendable {
         let opName = try opNode.string()
         guard let definition = definition(named: opName) else {
             var message = "unknown op \(JSONValue.quote(opName))"
-            if let guess = SpecNode.closest(to: opName, in: names) { message += " (did you mean \"\(guess)\"?)" }
+            if let guess = Spelling.closest(to: opName, in: names) { message += " (did you mean \"\(guess)\"?)" }
             throw opNode.fail(message + "; run `imgpipe filters` for the list")
         }
         let object = try node.object(allowing: ["op"] + definition.parameters.map(\.name))

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import VipsKit
 
@@ -163,7 +162,7 @@ public struct ImageProcessor: Sendable {
             }
             throw ItemFailure(.encode, Self.text(error))
         }
-        let digest = SHA256.hash(data: encoded).hex
+        let digest = sha256Hex(encoded)
         return .processed(ProcessedImage(data: encoded, width: image.width, height: image.height,
                                          inputWidth: header.width, inputHeight: header.height,
                                          inputFormat: format, sha256: digest))

@@ -10,18 +10,15 @@
 public struct ItemFields: Sendable {
     public let key: String
     public let stem: String
-    let metadata: JSONValue?
+    /// The metadata as stored, read only when a text asks for a `{meta.…}` field: most
+    /// chains draw no text, and every item passes through here.
+    let metadata: String?
 
     /// `metadata` is the JSON object the feed listed (nil for local files or a URL list).
     public init(key: String, stem: String, metadata: String?) {
         self.key = key
         self.stem = stem
-        self.metadata = metadata.flatMap(JSONValue.lenient)
-    }
-
-    /// No item (a dry-run sample): every field is empty but `{key}` and `{stem}`.
-    public static func sample(named name: String) -> ItemFields {
-        ItemFields(key: name, stem: NameTemplate.stem(of: name), metadata: nil)
+        self.metadata = metadata
     }
 
     /// True when `text` refers to a field, so that filling it can be skipped otherwise.
@@ -55,7 +52,7 @@ public struct ItemFields: Sendable {
         case "stem": return stem
         default:
             guard name.hasPrefix("meta."), name.count > 5 else { return nil }
-            var node = metadata
+            var node = metadata.flatMap(JSONValue.lenient)
             for part in name.dropFirst(5).split(separator: ".", omittingEmptySubsequences: false) {
                 node = node?[String(part)]
             }

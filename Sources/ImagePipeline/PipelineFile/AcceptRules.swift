@@ -24,8 +24,6 @@ public struct AcceptRules: Sendable, Equatable {
         self.formats = formats
     }
 
-    /// True when no rule is set (every input is accepted).
-    public var acceptsEverything: Bool { self == AcceptRules() }
 
     /// What the bytes alone decide: their size and their format (by magic bytes).
     func screen(bytes: Int, format: ImageFormat) -> ItemSkip? {
@@ -51,13 +49,9 @@ public struct AcceptRules: Sendable, Equatable {
         if let maxAspect, min(width, height) > 0 {
             let aspect = Double(max(width, height)) / Double(min(width, height))
             if aspect > maxAspect {
-                return ItemSkip(.aspect, "\(size) is \(String(format: "%.2f", aspect)):1, over accept.maxAspect \(Self.number(maxAspect))")
+                return ItemSkip(.aspect, "\(size) is \(String(format: "%.2f", aspect)):1, over accept.maxAspect \(SpecNode.format(maxAspect))")
             }
         }
         return nil
-    }
-
-    static func number(_ value: Double) -> String {
-        value == value.rounded() && abs(value) < 1e15 ? String(Int(value)) : String(value)
     }
 }

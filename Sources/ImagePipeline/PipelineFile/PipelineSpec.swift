@@ -107,6 +107,15 @@ public struct CacheSpec: Sendable, Equatable {
     /// every feed ever fetched.
     public static let defaultMaxSize = 1 << 30
 
+    /// `.imgpipe/cache` in the current directory, where a cache without a `path` lives.
+    public static var defaultDirectory: String { URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path }
+
+    /// The folder of this cache: its `path` expanded and resolved against the pipeline
+    /// file's folder, else the default.
+    public func directory(in spec: PipelineSpec, environment: Environment) throws -> String {
+        try path.map { spec.resolvePath(try $0.expanded(in: environment)) } ?? Self.defaultDirectory
+    }
+
     public init(path: EnvString? = nil, revalidate: Bool = false, maxSize: Int? = CacheSpec.defaultMaxSize) {
         self.path = path
         self.revalidate = revalidate

@@ -58,7 +58,7 @@ struct SpecNode {
            options.contains(name) {
             return name
         }
-        let hint = Self.closest(to: text, in: options).map { " (did you mean \"\($0)\"?)" } ?? ""
+        let hint = Spelling.closest(to: text, in: options).map { " (did you mean \"\($0)\"?)" } ?? ""
         throw fail("expected one of \(options.joined(separator: ", ")), got \(JSONValue.quote(text))\(hint)")
     }
 
@@ -74,7 +74,7 @@ struct SpecNode {
         for member in members where !keys.contains(member.key) && !member.key.hasPrefix("//") {
             let node = SpecNode(value: member.value, path: path.appending(member.key))
             var message = "unknown key"
-            if let guess = SpecNode.closest(to: member.key, in: keys) { message += " (did you mean \"\(guess)\"?)" }
+            if let guess = Spelling.closest(to: member.key, in: keys) { message += " (did you mean \"\(guess)\"?)" }
             message += "; expected one of: " + keys.joined(separator: ", ")
             throw node.fail(message)
         }
@@ -94,10 +94,6 @@ struct SpecNode {
         number.rounded() == number && abs(number) < 1e15 ? String(Int64(number)) : String(number)
     }
 
-    /// The allowed key nearest to a misspelt one (edit distance at most 2).
-    static func closest(to word: String, in candidates: [String]) -> String? {
-        Spelling.closest(to: word, in: candidates)
-    }
 }
 
 /// The members of one JSON object, read by key.

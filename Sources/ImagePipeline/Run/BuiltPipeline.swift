@@ -58,9 +58,8 @@ public struct BuiltPipeline: Sendable {
             // A check reads the cache's path (for its variables) but creates no folder.
             if let cache = spec.source.remote?.cache {
                 _ = try attempt {
-                    let folder = try cache.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
-                        ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
-                    try Self.checkFolder(folder, at: cache.path?.path ?? "source.cache", what: "cache folder")
+                    try Self.checkFolder(try cache.directory(in: spec, environment: environment),
+                                         at: cache.path?.path ?? "source.cache", what: "cache folder")
                 }
             }
             let fetcher = try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: cancellation, logger: logger,
@@ -82,10 +81,7 @@ public struct BuiltPipeline: Sendable {
                         try Self.checkFolder(root, at: pathValue.path, what: "sink folder")
                         return DirectorySink(name: name, root: root)
                     case let .upload(name, endpointValue, fieldValues, fileField, originalField):
-                        let endpoint = try endpointValue.expanded(in: environment)
-                        guard let url = URL(string: endpoint), ["http", "https"].contains(url.scheme?.lowercased() ?? "") else {
-                            throw SpecError(path: endpointValue.path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(endpoint)))")
-                        }
+                        let url = try endpointValue.expandedWebURL(in: environment)
                         let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
                         return UploadSink(name: name, endpoint: url, fields: fields, fileField: fileField, originalField: originalField,
                                           client: uploads(), retry: spec.retry)
@@ -110,12 +106,9 @@ public struct BuiltPipeline: Sendable {
             }
             var filters: [FilterStep] = []
             for index in spec.filters.indices {
-                guard let step = try attempt({ try spec.expandedFilter(at: index, in: environment) }) else { continue }
-                filters.append(step)
-                if case let .watermark(watermark) = step {
-                    _ = try attempt { try Self.checkWatermark(spec.resolvePath(watermark.image), at: index, limits: spec.limits) }
+                if let step = try attempt({ try BuiltPipeline.checkedFilter(spec, at: index, environment: environment) }) {
+                    filters.append(step)
                 }
-                _ = try attempt { try Self.checkOutputSize(step, at: index, limits: spec.limits) }
             }
             guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
             let processor = ImageProcessor(filters: filters, output: spec.output, limits: spec.limits,
@@ -186,14 +179,17 @@ public struct BuiltPipeline: Sendable {
     /// checks it: what a dry-run needs before any sample (a missing watermark is the
     /// pipeline's fault, named with its path, not a failure of every sample).
     public static func checkedFilters(_ spec: PipelineSpec, environment: Environment) throws -> [FilterStep] {
-        try spec.filters.indices.map { index in
-            let step = try spec.expandedFilter(at: index, in: environment)
-            if case let .watermark(watermark) = step {
-                try Assembly.checkWatermark(spec.resolvePath(watermark.image), at: index, limits: spec.limits)
-            }
-            try Assembly.checkOutputSize(step, at: index, limits: spec.limits)
-            return step
+        try spec.filters.indices.map { try checkedFilter(spec, at: $0, environment: environment) }
+    }
+
+    /// Filter `index` expanded, its watermark image and its output size checked.
+    static func checkedFilter(_ spec: PipelineSpec, at index: Int, environment: Environment) throws -> FilterStep {
+        let step = try spec.expandedFilter(at: index, in: environment)
+        if case let .watermark(watermark) = step {
+            try Assembly.checkWatermark(spec.resolvePath(watermark.image), at: index, limits: spec.limits)
         }
+        try Assembly.checkOutputSize(step, at: index, limits: spec.limits)
+        return step
     }
 
     /// The fetcher of a remote source (feed pages and images, through its disk cache when
@@ -204,10 +200,8 @@ public struct BuiltPipeline: Sendable {
         var cache: DiskCache?
         var revalidate = false
         if let cacheSpec = remote.cache, withCache {
-            let directory = try cacheSpec.path.map { spec.resolvePath(try $0.expanded(in: environment)) }
-                ?? URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
-            cache = try DiskCache(directory: directory, maxSize: cacheSpec.maxSize, unexpanded: environment.unexpanded,
-                                  expanding: environment.expanding)
+            cache = try DiskCache(directory: try cacheSpec.directory(in: spec, environment: environment), maxSize: cacheSpec.maxSize,
+                                  unexpanded: environment.unexpanded, expanding: environment.expanding)
             revalidate = cacheSpec.revalidate
         }
         let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent)
@@ -231,14 +225,7 @@ public struct BuiltPipeline: Sendable {
     static func makeFeed(_ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
                          excluding: [String] = [], notice: @escaping @Sendable (String) -> Void) throws -> any Feed {
         let feed: any Feed
-        /// A feed's address, expanded: http(s) only, as every remote fetch is.
-        func web(_ value: EnvString) throws -> String {
-            let address = try value.expanded(in: environment)
-            guard let url = URL(string: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
-                throw SpecError(path: value.path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(address)))")
-            }
-            return address
-        }
+        func web(_ value: EnvString) throws -> String { try value.expandedWebURL(in: environment).absoluteString }
         switch source {
         case let .directory(pathValue, recursive):
             let root = spec.resolvePath(try pathValue.expanded(in: environment))
@@ -267,5 +254,17 @@ public struct BuiltPipeline: Sendable {
         let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,
                                         notice: notice)
         return FallbackFeed(primary: feed, fallback: fallbackFeed) { message in notice(environment.redact(message)) }
+    }
+}
+
+extension EnvString {
+    /// The value expanded, as an http(s) URL with a host (feeds and upload endpoints):
+    /// anything else is the pipeline's fault, named with its path.
+    func expandedWebURL(in environment: Environment) throws -> URL {
+        let address = try expanded(in: environment)
+        guard let url = URL(string: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
+            throw SpecError(path: path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(address)))")
+        }
+        return url
     }
 }

@@ -57,6 +57,9 @@ public final class PipelineRunner: Sendable {
             self?.reporter.notice("cannot write the state file: \(error); stopping")
             self?.interrupt()
         }
+        // The executors' threads start with the context: whatever way this returns (a run
+        // already finished, a work folder that cannot be made), they are let go.
+        defer { context.stopExecutors() }
         let stages = try RunStages(context)
         active.withLock { $0 = stages }
         defer { active.withLock { $0 = nil } }
@@ -128,4 +131,9 @@ struct RunContext: Sendable {
     }
 
     var runId: Int64 { run.id }
+
+    /// Lets the stages' threads end once their queues are empty (safe to call again).
+    func stopExecutors() {
+        for executor in [fetchers, workers, deliverers] { executor.shutdown() }
+    }
 }

@@ -101,7 +101,7 @@ final class RunStages: Sendable {
         }
         timer.cancel()
         writer.drain()
-        for executor in [context.fetchers, context.workers, context.deliverers] { executor.shutdown() }
+        context.stopExecutors()
 
         let elapsed = Date().timeIntervalSince(started)
         let final = try store.counts(runId: run.id)

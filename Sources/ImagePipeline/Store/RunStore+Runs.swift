@@ -96,3 +96,18 @@ extension JSONEncoder {
         return encoder
     }
 }
+
+extension RunStore {
+    /// The pipeline file and state of the latest run in the state file at `path`, read
+    /// without opening it as a store: no folder made, no migration, no write; nil when
+    /// there is no run or the file cannot be read. For deciding which state file a
+    /// command uses, before it is locked and opened.
+    public static func peekLatestRun(at path: String) -> (pipelinePath: String, state: RunRecord.State)? {
+        var configuration = Configuration()
+        configuration.readonly = true
+        guard let queue = try? DatabaseQueue(path: path, configuration: configuration),
+              let row = try? queue.read({ try Row.fetchOne($0, sql: "SELECT pipelinePath, state FROM run ORDER BY id DESC LIMIT 1") }),
+              let state = RunRecord.State(rawValue: row["state"]) else { return nil }
+        return (row["pipelinePath"], state)
+    }
+}

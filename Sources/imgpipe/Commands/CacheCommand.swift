@@ -20,19 +20,17 @@ struct CacheCommand: ParsableCommand {
     var clear = false
 
     func run() throws {
-        var directory = URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path
+        var directory = CacheSpec.defaultDirectory
         var bound: Int? = CacheSpec.defaultMaxSize
         if let pipeline {
             let spec = try PipelineOptions.loadSpec(pipeline)
             guard let cache = spec.source.remote?.cache else {
                 return Console.out("\(pipeline): its source keeps no cache")
             }
-            if let path = cache.path {
-                do {
-                    directory = spec.resolvePath(try path.expanded(in: Environment()))
-                } catch {
-                    throw CommandError.usage("\(pipeline): \(error)")
-                }
+            do {
+                directory = try cache.directory(in: spec, environment: Environment())
+            } catch {
+                throw CommandError.usage("\(pipeline): \(error)")
             }
             bound = cache.maxSize
         }

@@ -62,8 +62,7 @@ struct DryRunCommand: ParsableCommand {
         // against themselves). A previews folder inside the samples folder is fine: it is
         // never listed.
         if case let .folder(folder) = source {
-            func real(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().path }
-            let (samplesPath, outPath) = (real(folder), real(outFolder))
+            let (samplesPath, outPath) = (Console.realPath(folder), Console.realPath(outFolder))
             if samplesPath == outPath || samplesPath.hasPrefix(outPath + "/") {
                 throw CommandError.usage("--out \(Console.display(outFolder)) would hold the samples folder \(Console.display(folder)), "
                                          + "and previews would overwrite the originals: give another --out")
@@ -71,7 +70,7 @@ struct DryRunCommand: ParsableCommand {
         }
         let dryRun = DryRun(spec: specs[0], other: specs.count > 1 ? specs[1] : nil, samples: source,
                             outputDirectory: outFolder, limit: limit, environment: environment, logger: logging.logger(),
-                            notice: { message in FileHandle.standardError.write(Data("note: \(message)\n".utf8)) })
+                            notice: { Console.note($0) })
         let table = specs.count == 1 ? Table.single : Table.comparison
         if !json { Console.out(table.header) }
         let results: [[DryRunRow]]
@@ -110,7 +109,7 @@ struct DryRunCommand: ParsableCommand {
         }
         if samples == nil, spec.source.remote != nil {
             let count = limit ?? DryRunSamples.feedLimit
-            FileHandle.standardError.write(Data("note: no samples folder (\(Console.display(folder))); previewing the first \(count) item(s) of the pipeline's \(spec.source.typeName) source\n".utf8))
+            Console.note("no samples folder (\(Console.display(folder))); previewing the first \(count) item(s) of the pipeline's \(spec.source.typeName) source")
             return .feed
         }
         throw CommandError.usage("samples folder \(Console.display(folder)) does not exist (give one with --samples, or preview the pipeline's own source with --feed)")

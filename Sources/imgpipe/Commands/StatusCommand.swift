@@ -38,8 +38,6 @@ struct StatusCommand: ParsableCommand {
             store = try RunStore(path: stateFile)
             if runs { return try listRuns(store) }
             report = try runNumber.map { try StatusReport.run($0, in: store) } ?? StatusReport.latest(in: store)
-        } catch let error as CommandError {
-            throw error
         } catch {
             throw CommandError.usage(String(describing: error))
         }

@@ -79,7 +79,7 @@ struct ThumbnailCommand: ParsableCommand {
             Console.out(text)
             return
         }
-        let file = ".imgpipe/thumbnail-\(Self.hash(text)).json"
+        let file = ".imgpipe/thumbnail-\(sha256Hex(text).prefix(16)).json"
         do {
             try FileManager.default.createDirectory(atPath: ".imgpipe", withIntermediateDirectories: true)
             try Data(text.utf8).write(to: URL(fileURLWithPath: file))
@@ -87,19 +87,13 @@ struct ThumbnailCommand: ParsableCommand {
             throw CommandError.failure("cannot write \(file): \(error.localizedDescription)")
         }
         let options = try PipelineOptions.parse([file])
-        let state = try options.stateFile()
-        var unfinished = false
-        if FileManager.default.fileExists(atPath: state) {
-            let latest = try? RunStore(path: state).latestRun()
-            unfinished = [.running, .interrupted].contains(latest?.state)
-        }
+        let latest = RunStore.peekLatestRun(at: try options.stateFile())?.state
+        let unfinished = latest == .running || latest == .interrupted
         try RunSession(options: options, workers: workerOptions, quiet: quiet, json: json)
             .perform(unfinished ? .resume(retryFailed: false) : .fresh(limit: nil, replaceUnfinished: false))
     }
 
-    static func isURLList(_ path: String) -> Bool {
-        [".txt", ".csv", ".jsonl", ".txt.gz", ".csv.gz", ".jsonl.gz"].contains { path.lowercased().hasSuffix($0) }
-    }
+    static func isURLList(_ path: String) -> Bool { URLListFeed.format(ofName: path) != nil }
 
     /// The pipeline file the flags stand for, with `input` and `output` as given.
     func pipeline(box: (width: Int?, height: Int?), input: String, output: String) -> String {
@@ -140,18 +134,4 @@ struct ThumbnailCommand: ParsableCommand {
             : "WIDTHxHEIGHT, a single size, or one side (400x, x300)"
         throw CommandError.usage("\(flag) expects \(forms); got \(JSONValue.string(text).serialized())")
     }
-
-    /// FNV-1a, 64 bits, as 16 hex digits: a stable name for a pipeline's text.
-    static func hash(_ text: String) -> String {
-        var value: UInt64 = 0xCBF2_9CE4_8422_2325
-        for byte in text.utf8 {
-            value ^= UInt64(byte)
-            value = value &* 0x0000_0100_0000_01B3
-        }
-        return String(value, radix: 16).leftPadded(to: 16)
-    }
-}
-
-private extension String {
-    func leftPadded(to length: Int) -> String { String(repeating: "0", count: max(0, length - count)) + self }
 }

@@ -76,12 +76,11 @@ enum StateFiles {
 
     /// The pipeline file of the latest run in `stateFile` (nil when it has none or cannot be read).
     static func owner(of stateFile: String) -> String? {
-        (try? RunStore(path: stateFile).latestRun())??.pipelinePath
+        RunStore.peekLatestRun(at: stateFile)?.pipelinePath
     }
 
     static func sameFile(_ a: String, _ b: String) -> Bool {
-        func real(_ path: String) -> String { URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path }
-        return real(a) == real(b)
+        Console.realPath(a) == Console.realPath(b)
     }
 
     /// The places looked at, in order, without repeats.
@@ -109,6 +108,10 @@ enum Console {
         FileHandle.standardError.write(Data("error: \(message)\n".utf8))
     }
 
+    static func note(_ message: String) {
+        FileHandle.standardError.write(Data("note: \(message)\n".utf8))
+    }
+
     static func warning(_ message: String) {
         FileHandle.standardError.write(Data("warning: \(message)\n".utf8))
     }
@@ -121,6 +124,11 @@ enum Console {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         if let data = try? encoder.encode(value) { out(String(decoding: data, as: UTF8.self)) }
+    }
+
+    /// `path` absolute, with `.`, `..` and symbolic links resolved: one name per file.
+    static func realPath(_ path: String) -> String {
+        URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
     }
 
     /// A path relative to the current directory when it lies below it.
