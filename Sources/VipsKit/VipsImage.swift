@@ -66,6 +66,12 @@ public final class VipsImage: @unchecked Sendable {
         return (1...8).contains(value) ? Int(value) : 1
     }
 
+    /// Width and height of the picture as it is shown: swapped when the EXIF orientation
+    /// (5 to 8) turns it a quarter.
+    public var uprightSize: (width: Int, height: Int) {
+        orientation >= 5 ? (height, width) : (width, height)
+    }
+
     /// True when the file carries an ICC profile.
     public var hasICCProfile: Bool { vips_image_get_typeof(pointer, VIPS_META_ICC_NAME) != 0 }
 

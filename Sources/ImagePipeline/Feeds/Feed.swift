@@ -98,11 +98,18 @@ public protocol Feed: Sendable {
     /// that is cheap to know: before the first item for a local folder or file, with the
     /// first page for a remote source. `expect` may be called again (a fallback source
     /// takes over) or never (the source does not say). Progress lines use it for their
-    /// total; nothing else depends on it. The default lists without a count.
+    /// total; nothing else depends on it.
     func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws
 }
 
+/// Each default is written in terms of the other, so a feed implements one of the two: a
+/// remote feed learns its count while listing and implements `list(expecting:_:)` only; a
+/// local one implements both, so that listing alone costs no count.
 extension Feed {
+    public func list(_ body: (FeedItem) throws -> Bool) throws {
+        try list(expecting: { _ in }, body)
+    }
+
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         try list(body)
     }

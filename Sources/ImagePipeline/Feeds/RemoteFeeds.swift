@@ -15,10 +15,6 @@ public struct JSONFeed: Feed {
     public let keyField: String?
     public let pages: any PageSource
 
-    public func list(_ body: (FeedItem) throws -> Bool) throws {
-        try list(expecting: { _ in }, body)
-    }
-
     /// The count is exact: the one page holds every item (those without a URL are not counted).
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         let (data, _) = try pages.page(url)
@@ -49,10 +45,6 @@ public struct NASAImagesFeed: Feed {
     public let mediaType: String
     public let maxItems: Int?
     public let pages: any PageSource
-
-    public func list(_ body: (FeedItem) throws -> Bool) throws {
-        try list(expecting: { _ in }, body)
-    }
 
     /// The count is an estimate: the first page's `collection.metadata.total_hits`
     /// (capped by `maxItems`); items without a preview are not listed.
@@ -142,10 +134,6 @@ public struct FlickrSearchFeed: Feed {
         self.pages = pages
     }
 
-    public func list(_ body: (FeedItem) throws -> Bool) throws {
-        try list(expecting: { _ in }, body)
-    }
-
     /// The count is an estimate: the first page's `photos.total` (capped by `maxItems`).
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         var page = 1
@@ -204,10 +192,6 @@ public struct FallbackFeed: Feed {
     public let primary: any Feed
     public let fallback: any Feed
     public let onFallback: @Sendable (String) -> Void
-
-    public func list(_ body: (FeedItem) throws -> Bool) throws {
-        try list(expecting: { _ in }, body)
-    }
 
     /// The count of the source that lists: the primary's, else the fallback's.
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {

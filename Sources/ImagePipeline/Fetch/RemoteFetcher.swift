@@ -123,8 +123,8 @@ public struct RemoteFetcher: Sendable {
         let result: HTTPResult
         var request = HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes)
         if respectOptOut {
-            let agent = agent
-            request.refuseBody = { answer in RobotsTag.optOut(in: answer.headerValues["x-robots-tag"] ?? [], agent: agent) != nil }
+            // The same rule as for the finished answer (and a cached copy) below.
+            request.refuseBody = { [self] answer in optOut(answer.headerValues["x-robots-tag"]) != nil }
         }
         let host = HostHealth.key(of: url)
         if case let .refuse(message) = hosts.admit(host) {

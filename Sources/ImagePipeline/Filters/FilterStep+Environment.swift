@@ -1,12 +1,7 @@
 extension PipelineSpec {
-    /// The filter chain with `${NAME}` expanded in every string a filter takes (caption and
+    /// Filter `index` with `${NAME}` expanded in every string a filter takes (caption and
     /// text lines, fonts, the watermark's path), as in the rest of the file; an unset
     /// variable is an error naming it and where it is used (`filters[2].top`).
-    public func expandedFilters(in environment: Environment) throws -> [FilterStep] {
-        try filters.indices.map { try expandedFilter(at: $0, in: environment) }
-    }
-
-    /// Filter `index` with `${NAME}` expanded in its strings.
     public func expandedFilter(at index: Int, in environment: Environment) throws -> FilterStep {
         func expand(_ text: String, _ key: String) throws -> String {
             guard text.contains("${") else { return text }

@@ -112,7 +112,7 @@ public struct ImageProcessor: Sendable {
         if pixels > limits.maxPixels {
             throw ItemFailure(.limit, "image is \(header.width)×\(header.height) (\(Self.megapixels(pixels))), over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
         }
-        if screening, let skip = accept.screen(width: header.width, height: header.height, orientation: header.orientation) {
+        if screening, let skip = accept.screen(shown: header.uprightSize) {
             return .skipped(skip)
         }
 
@@ -249,8 +249,7 @@ public struct ImageProcessor: Sendable {
                 size = .both
                 crop = gravity == .centre ? .centre : gravity == .attention ? .attention : .entropy
             default:
-                let turned = thumbnail.autorotate && header.orientation >= 5
-                let source = turned ? (header.height, header.width) : (header.width, header.height)
+                let source = thumbnail.autorotate ? header.uprightSize : (header.width, header.height)
                 (width, height) = BoxGeometry.cover(width: source.0, height: source.1, box: (w, h))
                 size = .force
                 finalCrop = (w, h, gravity)

@@ -36,9 +36,9 @@ public struct AcceptRules: Sendable, Equatable {
         return nil
     }
 
-    /// What the header decides: the size of the picture as shown (`orientation` from EXIF).
-    func screen(width storedWidth: Int, height storedHeight: Int, orientation: Int) -> ItemSkip? {
-        let (width, height) = orientation >= 5 ? (storedHeight, storedWidth) : (storedWidth, storedHeight)
+    /// What the header decides, from the size of the picture as shown (`uprightSize`).
+    func screen(shown: (width: Int, height: Int)) -> ItemSkip? {
+        let (width, height) = shown
         let size = "\(width)×\(height)"
         if let minWidth, width < minWidth {
             return ItemSkip(.tooSmall, "\(size) is under accept.minWidth \(minWidth)")

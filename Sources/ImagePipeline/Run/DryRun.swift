@@ -114,10 +114,18 @@ public struct DryRun: Sendable {
     /// pipeline, calling `onSample` with its rows (one per pipeline) as each finishes, then
     /// writes `index.html` (`ContactSheet`). Returns every sample's rows in listing order.
     public func execute(onSample: ([DryRunRow]) -> Void = { _ in }) throws -> [[DryRunRow]] {
-        try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
         let pipelines = [spec] + (other.map { [$0] } ?? [])
         let folders = other == nil ? [""] : ["a/", "b/"]
-        let chains = try pipelines.map { try $0.expandedFilters(in: environment) }
+        // The checks `run` makes of its filters (variables, watermarks, output sizes), before
+        // any sample, naming which pipeline is at fault.
+        let chains = try pipelines.enumerated().map { index, spec in
+            do {
+                return try BuiltPipeline.checkedFilters(spec, environment: environment)
+            } catch {
+                throw DryRunError(pipeline: index, fault: error)
+            }
+        }
+        try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
         let processors = zip(pipelines, chains).map { spec, filters in
             ImageProcessor(filters: filters, output: spec.output, limits: spec.limits, baseDirectory: spec.baseDirectory)
         }
@@ -168,10 +176,7 @@ public struct DryRun: Sendable {
         init(_ dryRun: DryRun, sample: DryRunSamples.Sample, path: String) {
             link = dryRun.relativeLink(to: path)
             let header = try? VipsImage.open(path: path)
-            if let header {
-                let turned = (5 ... 8).contains(header.orientation)
-                upright = turned ? (header.height, header.width) : (header.width, header.height)
-            }
+            if let header { upright = header.uprightSize }
             let format: OutputFormat = header?.hasAlpha == true ? .png : .jpeg
             before = dryRun.picture(of: path, filters: [.autorotate, .fit(width: 1024, height: 1024, enlarge: false)],
                                     format: format, name: "before/" + sample.fileKey + "." + format.fileExtension)
@@ -260,4 +265,11 @@ public struct DryRun: Sendable {
                              milliseconds: milliseconds, failure: failure.description)
         }
     }
+}
+
+/// A fault of one of a dry-run's pipelines (0: the first, 1: the one compared with it)
+/// found before any sample.
+public struct DryRunError: Error {
+    public let pipeline: Int
+    public let fault: any Error
 }

@@ -29,8 +29,7 @@ enum SourceSimilarity {
         do {
             let after = try VipsImage.open(path: output)
             var before = try VipsImage.open(path: source)
-            var size = (width: before.width, height: before.height)
-            if autorotate, (5 ... 8).contains(before.orientation) { size = (size.height, size.width) }
+            let size = autorotate ? before.uprightSize : (before.width, before.height)
             guard sameAspect(source: size, output: (after.width, after.height)) else { return nil }
             before = try VipsImage.thumbnail(path: source, width: after.width, height: after.height, size: .force,
                                              autorotate: autorotate)

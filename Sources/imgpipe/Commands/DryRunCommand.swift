@@ -47,14 +47,6 @@ struct DryRunCommand: ParsableCommand {
     func run() throws {
         let specs = try pipelines.map(PipelineOptions.loadSpec)
         let environment = Environment()
-        for (path, spec) in zip(pipelines, specs) {
-            do {
-                // An unset ${NAME} or a missing watermark stops before any work, as in `run`.
-                _ = try BuiltPipeline.checkedFilters(spec, environment: environment)
-            } catch {
-                throw CommandError.usage("\(path): \(environment.redact(String(describing: error)))")
-            }
-        }
         let source = try sampleSource(specs[0], environment: environment)
         let name = specs.map { SafeName.component($0.name) }.joined(separator: "-vs-")
         let outFolder = URL(fileURLWithPath: out ?? "preview/\(name)").standardizedFileURL.path
@@ -76,6 +68,8 @@ struct DryRunCommand: ParsableCommand {
         let results: [[DryRunRow]]
         do {
             results = try dryRun.execute { rows in if !json { Console.out(table.line(rows)) } }
+        } catch let error as DryRunError {
+            throw CommandError.usage("\(pipelines[error.pipeline]): \(environment.redact(String(describing: error.fault)))")
         } catch let error as SpecError {
             throw CommandError.usage("\(pipelines[0]): \(environment.redact(String(describing: error)))")
         } catch let error as FeedError {
