@@ -27,8 +27,12 @@ let package = Package(
         // libcurl's easy API, for HTTP: a blocking call per transfer on the caller's thread,
         // with callbacks that can stop a transfer at once (limits, deadlines).
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
-        // The only module that imports CVips.
-        .target(name: "VipsKit", dependencies: ["CVips"]),
+        // A lock around liborc's code memory, which liborc 0.4.33 (Debian 12's) hands out
+        // without one: `orc_program_compile` and `orc_program_free` defined here interpose
+        // liborc's (see OrcGuard.c).
+        .target(name: "COrcGuard"),
+        // The only module that imports CVips (and COrcGuard).
+        .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard"]),
         .target(
             name: "ImagePipeline",
             dependencies: [

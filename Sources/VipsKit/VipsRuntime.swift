@@ -1,3 +1,4 @@
+import COrcGuard
 import CVips
 
 #if canImport(Glibc)
@@ -15,8 +16,10 @@ import Glibc
 /// - liborc's run-time compiled vector code off: liborc 0.4.33 (Debian 12's) is not
 ///   thread-safe when several images build their vector programs at once, and crashed
 ///   imgpipe with 2 workers in the benchmark (SIGSEGV inside liborc; sharp's users saw the
-///   same, lovell/sharp#3677, fixed in liborc 0.4.34). `setVectorEnabled(true)` turns it
-///   back on, for experiments.
+///   same, lovell/sharp#3677, fixed in liborc 0.4.34). `Sources/COrcGuard` takes that
+///   fix (one lock around liborc's code memory), but the crash has not been made to happen
+///   again with or without it (`bench/orc-stress.sh`), so the vector code stays off until it
+///   is. `setVectorEnabled(true)` turns it back on, for experiments.
 public enum VipsRuntime {
     private static let setUpResult: Result<Void, VipsError> = {
         setenv("VIPS_WARNING", "0", 0)
@@ -55,6 +58,11 @@ public enum VipsRuntime {
     public static func limitMallocArenas(_ count: Int) {
         ip_limit_malloc_arenas(Int32(max(1, count)))
     }
+
+    /// Whether liborc's code memory is behind imgpipe's lock (`Sources/COrcGuard`): libvips'
+    /// calls to `orc_program_compile` and `orc_program_free` reach the executable's
+    /// definitions, which serialise them.
+    public static var vectorCompileGuarded: Bool { ip_orc_guard_active() != 0 }
 
     /// libvips' version, e.g. `8.14.1`.
     public static var version: String {
