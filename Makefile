@@ -14,7 +14,8 @@ MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
 
 # Installs the Debian packages only when something is missing: the libraries (found
 # with pkg-config), vipsthumbnail, the DejaVu fonts captions use, and Chromium (the
-# contact-sheet test); then Python's jsonschema (the schema test) from PyPI.
+# contact-sheet test); then from PyPI Python's jsonschema (the schema test), and moto's
+# S3 server with boto3 (the S3 tests run against it and read back through boto3).
 deps:
 	@if pkg-config --exists vips sqlite3 libcurl zlib && command -v vipsthumbnail >/dev/null \
 	    && [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ] && command -v chromium >/dev/null; then \
@@ -25,6 +26,8 @@ deps:
 	fi
 	@python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema \
 	  || python3 -m pip install -q --break-system-packages jsonschema
+	@python3 -c 'import moto.server, flask, boto3' 2>/dev/null || python3 -m pip install -q 'moto[server]' boto3 \
+	  || python3 -m pip install -q --break-system-packages 'moto[server]' boto3
 
 # Quiet: only errors are printed (the packages imgpipe depends on compile with warnings of
 # their own; imgpipe's own code has none).

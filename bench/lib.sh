@@ -36,6 +36,12 @@ make_corpus() {
 WEB_CORPUS=bench/corpus/web-1000
 web_corpus() { make_corpus "$WEB_CORPUS" 1000 640 800 1024 1280 1600; }
 
+# corpus_subset SRC N DEST — the first N files of SRC, hard-linked into DEST (made anew).
+corpus_subset() {
+  rm -rf "$3"; mkdir -p "$3"
+  ls "$1" | sed -n "1,${2}p" | while read -r f; do ln "$1/$f" "$3/$f"; done
+}
+
 # start_server FOLDER [args…] — bench/server.py on loopback; sets PORT and SERVER_PID.
 start_server() {
   local folder=$1; shift
@@ -43,6 +49,15 @@ start_server() {
   python3 bench/server.py "$folder" --port-file "$WORK/port" "$@" & SERVER_PID=$!
   for _ in $(seq 200); do [ -s "$WORK/port" ] && break; sleep 0.05; done
   PORT=$(cat "$WORK/port")
+}
+
+# url_list FOLDER N FILE — N URLs of the server's FOLDER (started with start_server), its
+# files in turn, each made unique with ?n=i, written to FILE.
+url_list() {
+  ls "$1" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$3.names"
+  python3 -c "import sys; lines=open(sys.argv[1]).read().split(); n=int(sys.argv[2]); print('\n'.join(f'{lines[i % len(lines)]}?n={i}' for i in range(n)))" \
+    "$3.names" "$2" > "$3"
+  rm -f "$3.names"
 }
 
 stop_server() { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true; }

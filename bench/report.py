@@ -19,22 +19,24 @@ print("## Work A: 1000 web-sized JPEGs (640–1600 px) → fit 256×256 → JPEG
 print("| tool | wall (s) | images/s | peak RSS (MB) | wall vs vipsthumbnail |")
 print("|---|---|---|---|---|")
 floor = median("A vipsthumbnail")
-for label, name in [("A imgpipe", "imgpipe"), ("A vipsthumbnail", "vipsthumbnail, 2 processes (floor)"), ("A mogrify", "mogrify, 2 processes")]:
+for label, name in [("A imgpipe", "imgpipe"), ("A imgpipe vector", "imgpipe, `IMGPIPE_VIPS_VECTOR=1` (liborc on)"),
+                    ("A vipsthumbnail", "vipsthumbnail, 2 processes (floor)"), ("A mogrify", "mogrify, 2 processes")]:
     wall = median(label)
     if wall is None:
         continue
     ratio = f"{wall / floor:.2f}×" if floor else "–"
     print(f"| {name} | {wall:.2f} | {1000 / wall:.0f} | {median(label, 1) / 1024:.0f} | {ratio} |")
 print("\n## Work B: the same images from a loopback HTTP server, cache off\n")
-print("| tool | wall (s) | images/s | peak RSS (MB) | wall vs img2dataset |")
-print("|---|---|---|---|---|")
-peer = median("B img2dataset")
+print("| tool | wall (s) | images/s | peak RSS (MB) | wall vs img2dataset | wall vs imgpipe's work A |")
+print("|---|---|---|---|---|---|")
+peer, local = median("B img2dataset"), median("A imgpipe")
 for label, name in [("B imgpipe", "imgpipe (url-list)"), ("B img2dataset", "img2dataset, 2 processes × 32 threads")]:
     wall = median(label)
     if wall is None:
         continue
     ratio = f"{wall / peer:.2f}×" if peer else "–"
-    print(f"| {name} | {wall:.2f} | {1000 / wall:.0f} | {median(label, 1) / 1024:.0f} | {ratio} |")
+    own = f"{wall / local:.2f}×" if local else "–"
+    print(f"| {name} | {wall:.2f} | {1000 / wall:.0f} | {median(label, 1) / 1024:.0f} | {ratio} | {own} |")
 print(f"\n## Scale: a generated URL list of small (320 px) images over loopback\n")
 print("| items | run wall (s) | items/s | peak RSS (MB) | `resume` of the finished run (s) |")
 print("|---|---|---|---|---|")
@@ -46,6 +48,37 @@ for n in [1000, scale]:
 small, big = median("S run 1000", 1), median(f"S run {scale}", 1)
 if small and big:
     print(f"\nPeak RSS at {scale} items is {big / small:.2f}× the RSS at 1000.")
+tiny_floor = median("S vipsthumbnail 2000")
+if tiny_floor:
+    print(f"\nThe floor of these small images: vipsthumbnail on 2 processes, 2000 local copies, "
+          f"{tiny_floor:.2f} s ({2000 / tiny_floor:.0f} images/s).")
+slow = {(kind, side): median(f"O {kind} {side}") for kind in ("download", "upload") for side in ("head", "base")}
+if slow[("download", "head")]:
+    print("\n## Slow origin: 96 items, every answer after 1 s (bench/slow-origin.sh)\n")
+    print("| run | floor (s) | wall (s) |")
+    print("|---|---|---|")
+    print(f"| downloads, limits.downloads 16 | 6 | {slow[('download', 'head')]:.2f} |")
+    print(f"| two-step uploads of the same, limits.uploads 8 | 13 | {slow[('upload', 'head')]:.2f} |")
+
+# Issue 13's targets, each from the runs of this session.
+def target(name, goal, value, fmt, met):
+    shown = fmt.format(value) if value is not None else "–"
+    verdict = "–" if value is None else ("yes" if met(value) else "no")
+    print(f"| {name} | {goal} | {shown} | {verdict} |")
+print("\n## Issue 13's targets, from these runs\n")
+print("| target | goal | measured | met? |")
+print("|---|---|---|---|")
+target("96 one-second downloads, downloads 16", "≤ 7 s", slow[("download", "head")], "{:.2f} s", lambda v: v <= 7)
+target("96 one-second two-step uploads, uploads 8", "≤ 14 s (floor 13)", slow[("upload", "head")], "{:.2f} s", lambda v: v <= 14)
+a, floor_a = median("A imgpipe"), median("A vipsthumbnail")
+target("work A vs vipsthumbnail (2 processes)", "≤ 1.00×", a / floor_a if a and floor_a else None, "{:.2f}×", lambda v: v <= 1.0)
+vec = median("A imgpipe vector")
+target("work A with liborc on (`IMGPIPE_VIPS_VECTOR=1`) vs vipsthumbnail", "(≤ 1.00×)", vec / floor_a if vec and floor_a else None,
+       "{:.2f}×", lambda v: v <= 1.0)
+b = median("B imgpipe")
+target("work B vs imgpipe's work A", "≤ 1.05×", b / a if a and b else None, "{:.2f}×", lambda v: v <= 1.05)
+s_wall = median(f"S run {scale}")
+target(f"{scale} small items over loopback", "≥ 200 items/s", scale / s_wall if s_wall else None, "{:.0f} items/s", lambda v: v >= 200)
 print("\nAll samples (label: [(wall s, peak RSS KB)]):\n")
 for label, values in rows.items():
     print(f"- {label}: {values}")

@@ -10,9 +10,14 @@
 #     threads, keep_ratio, resize_only_if_bigger, 256, quality 85) on the same URLs.
 #   Each RUNS (3) times, alternating; medians, ratios to the floor/peer of the same run.
 #   Scale: peak RSS at 1k and 20k items (a generated URL list of small images), and the
-#     time of `imgpipe resume` on the finished 20k-item run.
+#     time of `imgpipe resume` on the finished 20k-item run; items/s against the floor of
+#     the same small images: vipsthumbnail on 2 processes over 2000 local copies.
+#   Vector: work A again with IMGPIPE_VIPS_VECTOR=1 (liborc on, as vipsthumbnail runs).
+#   Slow origin: bench/slow-origin.sh (96 one-second answers, downloads 16, uploads 8).
+#   Issue 13's targets are checked against the runs of this same session (report.py).
 #
-# Knobs: RUNS, SCALE (20000), SKIP_PEERS=1 (imgpipe only).
+# Knobs: RUNS, SCALE (20000), SKIP_PEERS=1 (no mogrify, no img2dataset; the vipsthumbnail
+# floor always runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -25,7 +30,7 @@ SAMPLES="$WORK/run-samples.txt"
 build_release
 web_corpus
 make_corpus "$TINY" 40 320
-command -v mogrify >/dev/null || { echo "mogrify missing: make bench-deps" >&2; exit 2; }
+[ -n "${SKIP_PEERS:-}" ] || command -v mogrify >/dev/null || { echo "mogrify missing: make bench-deps" >&2; exit 2; }
 VENV=$WORK/venv
 if [ -z "${SKIP_PEERS:-}" ] && [ ! -x "$VENV/bin/img2dataset" ]; then
   python3 -m venv "$VENV" && "$VENV/bin/pip" install -q img2dataset
@@ -54,10 +59,13 @@ pipeline_b "$WORK/urls.txt" out-b "$WORK/b.json"
 for run in $(seq 1 "$RUNS"); do
   rm -rf "$WORK/out-a" "$WORK/state-a"
   timed "A imgpipe" "$SAMPLES" "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet; check "$WORK/out-a" 1000
+  rm -rf "$WORK/out-vips"; mkdir -p "$WORK/out-vips"
+  timed "A vipsthumbnail" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-vips/%s.jpg[Q=85,strip]'"
+  check "$WORK/out-vips" 1000
+  rm -rf "$WORK/out-a" "$WORK/state-a"
+  timed "A imgpipe vector" "$SAMPLES" env IMGPIPE_VIPS_VECTOR=1 "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet
+  check "$WORK/out-a" 1000
   if [ -z "${SKIP_PEERS:-}" ]; then
-    rm -rf "$WORK/out-vips"; mkdir -p "$WORK/out-vips"
-    timed "A vipsthumbnail" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-vips/%s.jpg[Q=85,strip]'"
-    check "$WORK/out-vips" 1000
     rm -rf "$WORK/out-magick"; mkdir -p "$WORK/out-magick"
     timed "A mogrify" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 mogrify -path '$WORK/out-magick' -resize '256x256>' -quality 85 -strip"
     check "$WORK/out-magick" 1000
@@ -77,9 +85,7 @@ stop_server
 # Scale: the same small image SCALE times over loopback.
 start_server "$TINY"
 for n in 1000 "$SCALE"; do
-  ls "$TINY" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/tiny.txt"
-  python3 -c "import sys; lines=open(sys.argv[1]).read().split(); n=int(sys.argv[2]); print('\n'.join(f'{lines[i % len(lines)]}?n={i}' for i in range(n)))" \
-    "$WORK/tiny.txt" "$n" > "$WORK/scale-$n.txt"
+  url_list "$TINY" "$n" "$WORK/scale-$n.txt"
   pipeline_b "$WORK/scale-$n.txt" "out-scale-$n" "$WORK/scale-$n.json" "{index}.{ext}"
   rm -rf "$WORK/out-scale-$n" "$WORK/state-scale-$n"
   timed "S run $n" "$SAMPLES" "$BIN" run "$WORK/scale-$n.json" --state "$WORK/state-scale-$n/s.sqlite" --quiet
@@ -89,6 +95,21 @@ for n in 1000 "$SCALE"; do
   done
 done
 stop_server
+
+# The floor of small images: the same 320-px JPEGs, 2000 local copies, vipsthumbnail on 2
+# processes (no network, no state).
+rm -rf "$WORK/tiny-local" "$WORK/out-tiny-vips"; mkdir -p "$WORK/tiny-local" "$WORK/out-tiny-vips"
+tiny=("$TINY"/*.jpg)
+for i in $(seq 0 1999); do ln "${tiny[$(( i % ${#tiny[@]} ))]}" "$WORK/tiny-local/t$i.jpg"; done
+for run in $(seq 1 "$RUNS"); do
+  rm -rf "$WORK/out-tiny-vips"; mkdir -p "$WORK/out-tiny-vips"
+  timed "S vipsthumbnail 2000" "$SAMPLES" sh -c "ls '$WORK/tiny-local'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-tiny-vips/%s.jpg[Q=85,strip]'"
+  check "$WORK/out-tiny-vips" 2000
+done
+
+# Slow origin: its own script, its samples carried over ("O download head …").
+RUNS=$RUNS bench/slow-origin.sh
+sed 's/^/O /' "$WORK/slow-samples.txt" >> "$SAMPLES"
 
 python3 bench/report.py "$SAMPLES" "$RUNS" "$SCALE" "$(cpu_name)" "$(pkg-config --modversion vips)" > bench/RESULTS.md.new
 python3 - <<'PY'

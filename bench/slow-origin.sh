@@ -17,9 +17,7 @@ TINY=bench/corpus/tiny-40
 build_release
 make_corpus "$TINY" 40 320
 start_server "$TINY" --delay 1
-ls "$TINY" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/slow-tiny.txt"
-python3 -c "import sys; lines=open(sys.argv[1]).read().split(); print('\n'.join(f'{lines[i % len(lines)]}?n={i}' for i in range(96)))" \
-  "$WORK/slow-tiny.txt" > "$WORK/slow-urls.txt"
+url_list "$TINY" 96 "$WORK/slow-urls.txt"
 for kind in download upload; do
   sink='{ "type": "directory", "path": "out-slow" }'
   [ "$kind" = upload ] && sink="{ \"type\": \"upload\", \"endpoint\": \"http://127.0.0.1:$PORT/upload\" }"

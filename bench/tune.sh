@@ -16,8 +16,7 @@ WEB=$WEB_CORPUS
 SUBSET=$WORK/tune-in
 build_release
 web_corpus
-rm -rf "$SUBSET"; mkdir -p "$SUBSET"
-ls "$WEB" | sed -n "1,${COUNT}p" | while read -r f; do ln "$WEB/$f" "$SUBSET/$f"; done
+corpus_subset "$WEB" "$COUNT" "$SUBSET"
 tune_pipeline() { # file, limits
   cat > "$1" <<JSON
 { "version": 1, "source": { "type": "directory", "path": "tune-in" }, "filters": [ { "op": "fit", "width": 256, "height": 256 } ],

@@ -35,8 +35,14 @@ public enum ImgpipeBinary {
     /// Starts without waiting (for signals and kills).
     public static func launch(_ arguments: [String], in directory: String,
                               environment: [String: String] = [:]) throws -> RunningCommand {
+        try launch(executable: path, arguments, in: directory, environment: environment)
+    }
+
+    /// Starts another program the same way (a helper script, `env -u …` around imgpipe).
+    public static func launch(executable: String, _ arguments: [String], in directory: String,
+                              environment: [String: String] = [:]) throws -> RunningCommand {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
+        process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.currentDirectoryURL = URL(fileURLWithPath: directory)
         var env = ProcessInfo.processInfo.environment
@@ -163,6 +169,16 @@ extension CommandResult {
             return try JSONDecoder().decode(T.self, from: Data(stdout.utf8))
         } catch {
             throw DecodingFailure(description: "\(T.self) from the command's output: \(error)\nstdout: \(stdout)\nstderr: \(stderr)")
+        }
+    }
+
+    /// Standard output read as JSON Lines (`export`'s format): one object per line.
+    public func jsonLines() throws -> [[String: Any]] {
+        try stdout.split(separator: "\n").map { line in
+            guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                throw DecodingFailure(description: "not a JSON object: \(line)")
+            }
+            return object
         }
     }
 }

@@ -49,8 +49,22 @@ struct CatalogueTests {
             #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "directory", "path": "o"}, "filters": [{"op": "fit", "width": 5, "hieght": 5}]}"#,
             #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "directory", "path": "o"}, "filters": [{"op": "blur", "sigma": 500}]}"#,
             #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "directory", "path": "o"}, "colour": 1}"#,
+            #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "s3", "bucket": "b-1", "secretAccessKey": "written-out"}}"#,
         ]
         for (index, text) in bad.enumerated() { try work.write(text, to: "bad-\(index).json") }
+        // S3 as a sink (AWS, with everything the sink takes) and as a source (an S3-compatible endpoint).
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "x"},
+             "sink": {"type": "s3", "name": "archive", "bucket": "acme-thumbs", "prefix": "thumbs/", "region": "eu-west-1",
+                      "key": "{stem}-{hash}.{ext}", "storageClass": "STANDARD_IA", "metadata": {"project": "demo"},
+                      "multipartThreshold": 16777216, "partSize": 8388608, "accessKeyId": "${ACME_KEY}",
+                      "secretAccessKey": "${ACME_SECRET}", "sessionToken": "${ACME_TOKEN}"}}
+            """, to: "s3-aws.json")
+        try work.write("""
+            {"version": 1, "source": {"type": "s3", "bucket": "photos", "prefix": "in", "endpoint": "http://127.0.0.1:9000",
+                                      "pathStyle": true, "pageSize": 500, "maxItems": 1000, "cache": false},
+             "sink": {"type": "directory", "path": "o"}}
+            """, to: "s3-minio.json")
         let script = """
             import glob, json, sys
             import jsonschema
@@ -64,8 +78,8 @@ struct CatalogueTests {
         try work.write(script, to: "check.py")
         // `imgpipe init`'s starting file, with its `//` comment keys, is a valid pipeline too.
         #expect(try imgpipe("init", "starter.json").status == 0)
-        let examples = Self.examples + ["starter.json"]
-        #expect(examples.count >= 5)
+        let examples = Self.examples + ["starter.json", "s3-aws.json", "s3-minio.json"]
+        #expect(Self.examples.count >= 4, "the files of pipelines/")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "check.py"] + examples + bad.indices.map { "bad-\($0).json" }

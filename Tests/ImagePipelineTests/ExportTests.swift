@@ -20,12 +20,6 @@ struct ExportTests {
         sha256Hex(try Data(contentsOf: URL(fileURLWithPath: path)))
     }
 
-    func lines(_ text: String) throws -> [[String: Any]] {
-        try text.split(separator: "\n").map { line in
-            try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-        }
-    }
-
     /// Every record agrees with the disk and the upload server: output name, size, hash and
     /// dimensions of the file written, the upload's URL, and the failure of a bad item.
     @Test func recordsMatchTheFilesAndUploadsTheRunMade() throws {
@@ -44,7 +38,7 @@ struct ExportTests {
 
         let exported = try imgpipe("export", "pipe.json")
         #expect(exported.status == 0, "stderr: \(exported.stderr)")
-        let records = try lines(exported.stdout)
+        let records = try exported.jsonLines()
         #expect(records.map { $0["key"] as? String } == ["broken.jpg", "p1.jpg", "p2.jpg", "p3.jpg"])
         let broken = try #require(records.first)
         #expect(broken["status"] as? String == "failed" && broken["reason"] as? String == "decode")
@@ -68,9 +62,9 @@ struct ExportTests {
             #expect(uploaded[name]?.data == (try Data(contentsOf: URL(fileURLWithPath: file))), "the upload is the file")
         }
 
-        let failed = try lines(try imgpipe("export", "pipe.json", "--only", "failed").stdout)
+        let failed = try imgpipe("export", "pipe.json", "--only", "failed").jsonLines()
         #expect(failed.count == 1 && failed.first?["key"] as? String == "broken.jpg")
-        #expect(try lines(try imgpipe("export", "pipe.json", "--only", "done").stdout).count == 3)
+        #expect(try imgpipe("export", "pipe.json", "--only", "done").jsonLines().count == 3)
         #expect(try imgpipe("export", "pipe.json", "--only", "pending").status == 2)
         #expect(try imgpipe("export", "pipe.json", "--run", "7").stderr.contains("has no run #7"))
     }
@@ -95,7 +89,7 @@ struct ExportTests {
              "sink": {"type": "directory", "path": "out"}}
             """, to: "pipe.json")
         #expect(try imgpipe("run", "pipe.json").status == 0)
-        let json = try lines(try imgpipe("export", "pipe.json").stdout)
+        let json = try imgpipe("export", "pipe.json").jsonLines()
         let metadata = try #require(json.first?["metadata"] as? [String: Any])
         #expect(metadata["title"] as? String == "Moon, \"full\"" && metadata["created"] as? String == "Mar 14, 2018")
 
@@ -107,16 +101,10 @@ struct ExportTests {
             print(json.dumps({"count": len(rows), "columns": list(rows[0].keys()), "row": rows[0]}))
             """
         try work.write(script, to: "read.py")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", work.url("read.py"), work.url("items.csv")]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let printed = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        let read = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["python3", "read.py", "items.csv"], in: work.path).wait()
         let csv = (try? String(contentsOfFile: work.url("items.csv"), encoding: .utf8)) ?? ""
-        let parsed = try #require(try? JSONSerialization.jsonObject(with: printed) as? [String: Any], "csv: \(csv)")
+        let parsed = try #require(try? JSONSerialization.jsonObject(with: Data(read.stdout.utf8)) as? [String: Any],
+                                  "csv: \(csv)\nstderr: \(read.stderr)")
         #expect(parsed["count"] as? Int == 1)
         let columns = try #require(parsed["columns"] as? [String])
         #expect(columns.prefix(3) == ["key", "location", "status"] && columns.contains("delivery.directory-0.remoteURL"))

@@ -97,7 +97,7 @@ struct RemoteFeedTests {
     /// `resume` tries them again.
     @Test func aDeadHostsItemsAreSetAsideAtOnce() throws {
         let silent = try RefusingPort(acceptingSilently: true)
-        try work.write((1 ... 300).map { "\(silent.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "urls.txt")
+        try writeURLList(silent.baseURL, (1 ... 300).map { "/images/\($0).jpg" })
         try pipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#,
                      limits: #"{"timeout": 2, "downloads": 16}"#, retry: #"{"attempts": 3, "backoff": 0.05}"#)
         let run = try ImgpipeBinary.runMeasured(["run", "pipe.json"], in: work.path, timeout: 120)
@@ -162,9 +162,8 @@ struct RemoteFeedTests {
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(try status().done == 2)
-        let exported = try imgpipe("export", "pipe.json").stdout.split(separator: "\n")
-        let metadata = try exported.map { line in
-            try #require((try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["metadata"] as? [String: Any])
+        let metadata = try imgpipe("export", "pipe.json").jsonLines().map { record in
+            try #require(record["metadata"] as? [String: Any])
         }
         #expect(metadata.map { $0["n"] as? String } == ["N1", "N2"])
     }
@@ -337,7 +336,8 @@ struct RemoteFeedTests {
     /// first item (a stage on a Dispatch queue grew by a thread a second): the server sees
     /// `limits.downloads` requests at once, then `limits.uploads`.
     @Test func slowOriginsSeeTheConfiguredWidthAtOnce() throws {
-        let gauge = Mutex((now: 0, most: 0, mostPuts: 0, puts: 0))
+        // `atFirst`: how many were in flight together when the first answer went out.
+        let gauge = Mutex((now: 0, most: 0, mostPuts: 0, puts: 0, atFirst: 0, atFirstPut: 0))
         let jpeg = self.jpeg
         let server = try TestHTTPServer { request in
             let put = request.method == "PUT"
@@ -349,10 +349,18 @@ struct RemoteFeedTests {
             let width = put ? 8 : 16
             let until = Date().addingTimeInterval(5)
             while Date() < until, gauge.withLock({ put ? $0.mostPuts : $0.most }) < width { usleep(5000) }
-            gauge.withLock { if put { $0.puts -= 1 } else { $0.now -= 1 } }
+            gauge.withLock {
+                if put {
+                    if $0.atFirstPut == 0 { $0.atFirstPut = $0.mostPuts }
+                    $0.puts -= 1
+                } else {
+                    if $0.atFirst == 0 { $0.atFirst = $0.most }
+                    $0.now -= 1
+                }
+            }
             return put ? .json("{}", status: 201) : .bytes(jpeg)
         }
-        try work.write((1 ... 48).map { "\(server.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "urls.txt")
+        try writeURLList(server.baseURL, (1 ... 48).map { "/images/\($0).jpg" })
         try work.write("""
             {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
              "filters": [{"op": "fit", "width": 16, "height": 16}],
@@ -364,6 +372,8 @@ struct RemoteFeedTests {
         let seen = gauge.withLock { $0 }
         #expect(seen.most == 16, "at most \(seen.most) downloads at once, limits.downloads is 16")
         #expect(seen.mostPuts == 8, "at most \(seen.mostPuts) uploads at once, limits.uploads is 8")
+        // A stage that grows a thread at a time reaches its width only after answers came.
+        #expect((seen.atFirst, seen.atFirstPut) == (16, 8), "in flight before the first answer: \(seen.atFirst), \(seen.atFirstPut)")
     }
 
     /// The cache is bounded by default, and `imgpipe cache` shows and clears it.

@@ -43,23 +43,23 @@ struct RunStoreTests {
         #expect(try store.apply([.fetched(key: "x.jpg", spoolPath: "/in/x.jpg", tier: .local)], runId: run.id) == [.applied])
         #expect(try store.item(runId: run.id, key: "x.jpg")?.status == .fetched)
 
-        #expect(try store.apply([.processed(key: "x.jpg", output: staged("x.jpg"))], runId: run.id) == [.applied])
+        #expect(try store.apply([.processed(key: "x.jpg", outputs: [staged("x.jpg")])], runId: run.id) == [.applied])
         let processed = try #require(try store.item(runId: run.id, key: "x.jpg"))
         #expect(processed.status == .processed)
-        #expect(processed.stagedPath == "/work/x.jpg")
+        #expect(try store.stagedOutputs(runId: run.id, key: "x.jpg").map(\.path) == ["/work/x.jpg"])
         #expect(processed.attempts == 1)
-        #expect(try store.pendingSinks(runId: run.id, key: "x.jpg") == ["a", "b"])
+        #expect(try store.pendingDeliveries(runId: run.id, key: "x.jpg").map(\.sink) == ["a", "b"])
 
         // Done only once every sink has the output.
         #expect(try store.apply([.delivered(key: "x.jpg", sink: "a", remoteURL: "/o/x.jpg", httpStatus: nil)],
                                 runId: run.id) == [.applied])
         #expect(try store.item(runId: run.id, key: "x.jpg")?.status == .processed)
-        #expect(try store.pendingSinks(runId: run.id, key: "x.jpg") == ["b"])
+        #expect(try store.pendingDeliveries(runId: run.id, key: "x.jpg").map(\.sink) == ["b"])
         #expect(try store.apply([.delivered(key: "x.jpg", sink: "b", remoteURL: nil, httpStatus: 201)],
                                 runId: run.id) == [.completed])
         let done = try #require(try store.item(runId: run.id, key: "x.jpg"))
         #expect(done.status == .done)
-        #expect(done.stagedPath == nil)
+        #expect(try store.stagedOutputs(runId: run.id, key: "x.jpg").isEmpty, "no staged file is left recorded")
         #expect(try store.deliveryCounts(runId: run.id) == ["a": DeliveryCounts(done: 1), "b": DeliveryCounts(done: 1)])
     }
 
@@ -80,7 +80,7 @@ struct RunStoreTests {
 
     @Test func aSinkFailureFailsTheItemWithReasonUpload() throws {
         let run = try newRun()
-        _ = try store.apply([item("x.jpg", 1), .processed(key: "x.jpg", output: staged("x.jpg"))], runId: run.id)
+        _ = try store.apply([item("x.jpg", 1), .processed(key: "x.jpg", outputs: [staged("x.jpg")])], runId: run.id)
         let outcome = try store.apply([.deliveryFailed(key: "x.jpg", sink: "out",
                                                        failure: ItemFailure(.upload, "HTTP 403", httpStatus: 403),
                                                        attempts: 1)], runId: run.id)
@@ -103,8 +103,8 @@ struct RunStoreTests {
 
         // Names decided after encoding ({hash}) are claimed when processed.
         _ = try store.apply([item("b.jpg", 3), item("c.jpg", 4)], runId: run.id)
-        #expect(try store.apply([.processed(key: "b.jpg", output: staged("same.jpg"))], runId: run.id) == [.applied])
-        let second = try store.apply([.processed(key: "c.jpg", output: staged("same.jpg"))], runId: run.id)
+        #expect(try store.apply([.processed(key: "b.jpg", outputs: [staged("same.jpg")])], runId: run.id) == [.applied])
+        let second = try store.apply([.processed(key: "c.jpg", outputs: [staged("same.jpg")])], runId: run.id)
         #expect(second.first.map { if case .failed = $0 { true } else { false } } == true)
     }
 
@@ -143,13 +143,13 @@ struct RunStoreTests {
         let run = try newRun()
         let stagedFile = try directory.write("x", to: "staged.jpg")
         _ = try store.apply([item("a", 1), item("b", 2),
-                             .processed(key: "b", output: StagedOutput(path: stagedFile, name: "b", sha256: "", bytes: 1, width: 1, height: 1)),
+                             .processed(key: "b", outputs: [StagedOutput(path: stagedFile, name: "b", sha256: "", bytes: 1, width: 1, height: 1)]),
                              .failed(key: "a", failure: ItemFailure(.download, "gone"), attempts: 3),
                              .deliveryFailed(key: "b", sink: "out", failure: ItemFailure(.upload, "503"), attempts: 3)],
                             runId: run.id)
         #expect(try store.requeueFailed(runId: run.id) == 2)
         #expect(try store.item(runId: run.id, key: "a")?.status == .pending)
         #expect(try store.item(runId: run.id, key: "b")?.status == .processed, "its output is still staged")
-        #expect(try store.pendingSinks(runId: run.id, key: "b") == ["out"])
+        #expect(try store.pendingDeliveries(runId: run.id, key: "b").map(\.sink) == ["out"])
     }
 }

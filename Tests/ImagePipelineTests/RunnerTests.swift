@@ -177,7 +177,7 @@ struct RunnerTests {
             self.refused = refused
         }
 
-        func prepare() throws {}
+        func prepare(workRoot: String) throws {}
         func finish() {}
 
         func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {

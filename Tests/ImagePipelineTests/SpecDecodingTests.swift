@@ -175,4 +175,35 @@ struct SpecDecodingTests {
         #expect((built.feed as? DirectoryFeed)?.root == directory.url("samples"))
         #expect((built.sinks.first as? DirectorySink)?.root == "/abs/out")
     }
+
+    /// `s3` sinks and sources: the fields and their defaults, and what is refused with its path.
+    @Test func s3SinksAndSourcesAreReadStrictly() throws {
+        let source = #""source": {"type": "directory", "path": "in"}"#
+        func sink(_ fields: String) -> String { #"{"version": 1, \#(source), "sink": {"type": "s3", "bucket": "acme-thumbs"\#(fields)}}"# }
+        let spec = try decode(sink(#", "prefix": "thumbs", "storageClass": "standard_ia", "metadata": {"project": "demo"}"#))
+        guard case let .s3(name, location, options) = spec.sinks[0] else { Issue.record("not an s3 sink"); return }
+        #expect(name == "s3-0" && location.bucket.raw == "acme-thumbs" && location.prefix?.raw == "thumbs")
+        #expect(location.region == nil && location.pathStyle == nil && location.secretAccessKey == nil)
+        #expect(options.storageClass == "STANDARD_IA" && options.key == nil)
+        #expect(options.multipartThreshold == 16 << 20 && options.partSize == 8 << 20)
+        #expect(options.metadata.map(\.name) == ["project"])
+
+        #expect(error(sink(#", "secretAccessKey": "wJalrXUtnFEMI""#))?.description.hasPrefix("sink.secretAccessKey: a credential is written as a reference") == true)
+        #expect(error(sink(#", "accessKeyId": "${A}x""#))?.path == "sink.accessKeyId")
+        #expect(error(sink(#", "storageClass": "GLACIR""#))?.description.contains(#"did you mean "GLACIER"?"#) == true)
+        #expect(error(sink(#", "partSize": 1048576"#))?.path == "sink.partSize", "parts are 5 MiB at least")
+        #expect(error(sink(#", "buckt": "x""#))?.description.contains(#"did you mean "bucket"?"#) == true)
+        #expect(error(sink(#", "metadata": {"note": "caf\u00e9"}"#))?.description == "sink.metadata.note: S3 metadata values are ASCII on one line")
+        for bad in ["ab", "Acme", "acme_thumbs", "-acme", "acme..thumbs", "192.168.1.20"] {
+            let text = #"{"version": 1, \#(source), "sink": {"type": "s3", "bucket": "\#(bad)"}}"#
+            #expect(error(text)?.description.contains("is not a valid bucket name") == true, "\(bad)")
+        }
+
+        let s3Source = try decode(#"{"version": 1, "source": {"type": "s3", "bucket": "photos", "endpoint": "http://127.0.0.1:9000", "pageSize": 50}, "sink": {"type": "directory", "path": "out"}}"#)
+        guard case let .s3(_, pageSize, maxItems, remote) = s3Source.source else { Issue.record("not an s3 source"); return }
+        #expect(pageSize == 50 && maxItems == nil && remote.cache != nil && !remote.respectOptOut && !remote.robots)
+        #expect(error(#"{"version": 1, "source": {"type": "s3", "bucket": "photos", "robots": true}, "sink": {"type": "directory", "path": "out"}}"#)?.path == "source.robots")
+        #expect(error(#"{"version": 1, "source": {"type": "s3", "bucket": "photos", "pageSize": 5000}, "sink": {"type": "directory", "path": "out"}}"#)?.path == "source.pageSize")
+        #expect(error(#"{"version": 1, "source": {"type": "json-feed", "url": "http://h/f", "fallback": {"type": "s3", "bucket": "photos"}}, "sink": {"type": "directory", "path": "out"}}"#)?.path == "source.fallback.type")
+    }
 }

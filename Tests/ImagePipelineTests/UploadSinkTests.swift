@@ -188,11 +188,14 @@ struct UploadSinkTests {
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline, server.requests.count < 2 { usleep(20_000) }
         usleep(200_000)
+        let sent = server.requests.count
         running.signal(SIGINT)
         // The hang guard is shorter than the server's Retry-After (60 s) plus the grace
         // period: an interrupt that waited for the retry timer would be killed at it.
         let result = try #require(running.watch(deadline: 30).result, "the interrupt waited for the retry timer")
         #expect(result.status == 130, "stderr: \(result.stderr)")
+        #expect(server.requests.count == sent, "no retry was sent after the interrupt")
+        #expect(try status().pending == 2, "both items left for resume")
         busy.withLock { $0 = false }
         let resumed = try imgpipe(["resume", "pipe.json"])
         #expect(resumed.status == 0, "stderr: \(resumed.stderr)")

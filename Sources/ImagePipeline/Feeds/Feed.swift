@@ -18,16 +18,13 @@ public struct FeedItem: Sendable, Equatable {
     /// local disk, whatever its URL looks like: only http(s) is fetched.
     public let isLocal: Bool
 
-    /// A local item: `{key}` is the relative path and `{stem}` the same without its
-    /// extension, sub-folders kept.
-    public init(key: String, location: String, metadata: String? = nil, fromFallback: Bool = false) {
-        self.key = key
-        self.location = location
-        self.metadata = metadata
-        nameKey = key
-        nameStem = NameTemplate.stem(of: key)
-        self.fromFallback = fromFallback
-        isLocal = true
+    /// A file of a local source (`isLocal`), or an object of a bucket: `{key}` is the
+    /// relative path (the object's key below the source's prefix) and `{stem}` the same
+    /// without its extension, sub-folders kept (output names are made safe when rendered).
+    /// An object is fetched from `location` (`s3://bucket/key`).
+    public init(key: String, location: String, metadata: String? = nil, fromFallback: Bool = false, isLocal: Bool = true) {
+        self.init(key: key, location: location, metadata: metadata, nameKey: key, nameStem: NameTemplate.stem(of: key),
+                  fromFallback: fromFallback, isLocal: isLocal)
     }
 
     /// A remote item: `{key}` is the whole key and `{stem}` the given stem (the URL's last
@@ -100,11 +97,31 @@ public protocol Feed: Sendable {
     /// takes over) or never (the source does not say). Progress lines use it for their
     /// total; nothing else depends on it.
     func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws
+
+    /// `list(expecting:_:)` of a resumed listing: `cursor` is where an earlier, interrupted
+    /// listing of the run stopped. A feed that can start after it (an S3 listing's
+    /// `start-after`: keys come in order) does, and lists no page twice; the others list
+    /// from the start, and the runner passes over the items it has.
+    func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws
 }
 
-/// Each default is written in terms of the other, so a feed implements one of the two: a
-/// remote feed learns its count while listing and implements `list(expecting:_:)` only; a
-/// local one implements both, so that listing alone costs no count.
+/// Where a resumed listing starts: after the item `key`, the run having recorded `listed`
+/// items before (a feed's `maxItems` counts them).
+public struct FeedCursor: Sendable, Equatable {
+    public let key: String
+    public let listed: Int
+
+    public init(key: String, listed: Int) {
+        self.key = key
+        self.listed = listed
+    }
+}
+
+/// `list(_:)` and `list(expecting:_:)` are written in terms of each other, so a feed
+/// implements at least one of the two (with neither, listing never ends): a remote feed
+/// learns its count while listing and implements `list(expecting:_:)` only; a local one
+/// implements both, so that listing alone costs no count. A feed that implements
+/// `list(after:…)` implements `list(expecting:_:)` too, as `list(after: nil, …)`.
 extension Feed {
     public func list(_ body: (FeedItem) throws -> Bool) throws {
         try list(expecting: { _ in }, body)
@@ -112,6 +129,10 @@ extension Feed {
 
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         try list(body)
+    }
+
+    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        try list(expecting: expect, body)
     }
 }
 

@@ -195,9 +195,14 @@ public struct FallbackFeed: Feed {
 
     /// The count of the source that lists: the primary's, else the fallback's.
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        try list(after: nil, expecting: expect, body)
+    }
+
+    /// The primary starts after `cursor`; a fallback lists from its start.
+    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         var listedAny = false
         do {
-            try primary.list(expecting: expect) { item in
+            try primary.list(after: cursor, expecting: expect) { item in
                 listedAny = true
                 return try body(item)
             }

@@ -87,6 +87,9 @@ public struct HTTPRequest: Sendable {
     /// the transfer there (the result has `bodyRefused`), so a body that will not be used
     /// is not downloaded.
     public var refuseBody: (@Sendable (HTTPResult) -> Bool)?
+    /// The caller already waited for this request's turn at its host (`HostPacing`): the
+    /// client does not reserve another.
+    public var paced = false
 
     public init(url: URL, method: String = "GET", headers: [String: String] = [:], body: Data? = nil,
                 destination: String? = nil, maxBytes: Int = Int.max, maxBytesName: String = "limits.maxBytes") {
@@ -146,7 +149,9 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
 ///   second cannot hold an item;
 /// - at most 5 redirects, only to `http`/`https`, and only for GET and HEAD (an upload
 ///   answered with a redirect fails: it was not stored); the pipeline's `userAgent` (by
-///   default `ImgpipeIdentity.defaultUserAgent`) on every request.
+///   default `ImgpipeIdentity.defaultUserAgent`) on every request;
+/// - with `pacing`, each request waits for its host's turn (`limits.rate`) before it is
+///   sent, and an answer of 429 or 503 slows its whole host down (`HostPacing`).
 ///
 /// Easy handles are kept in a pool and reused, so connections to a host are kept alive.
 // @unchecked because the pool is guarded by `lock`; a handle is used by one thread at a time.
@@ -163,17 +168,20 @@ public final class HTTPClient: @unchecked Sendable {
 
     /// When aborted, transfers in progress stop within about a second.
     let cancellation: CancellationFlag?
+    /// Per-host request rate and back-off; nil paces nothing.
+    public let pacing: HostPacing?
     private let lock = NSLock()
     private var idle: [UnsafeMutableRawPointer] = []
 
     private static let globalSetUp: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
     public init(timeout: Double, cancellation: CancellationFlag? = nil,
-                userAgent: String = ImgpipeIdentity.defaultUserAgent) {
+                userAgent: String = ImgpipeIdentity.defaultUserAgent, pacing: HostPacing? = nil) {
         _ = Self.globalSetUp
         self.timeout = timeout
         self.userAgent = userAgent
         self.cancellation = cancellation
+        self.pacing = pacing
     }
 
     deinit {
@@ -185,6 +193,17 @@ public final class HTTPClient: @unchecked Sendable {
         guard let scheme = request.url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
             throw HTTPFailure(kind: .scheme, message: "only http and https URLs are fetched, got \(request.url.absoluteString)",
                               status: nil, retryAfter: nil)
+        }
+        // The host as pacing counts it (scheme, name and port).
+        let host = HostHealth.key(of: request.url)
+        if let pacing {
+            if !request.paced { try wait(pacing.reserve(host), for: request) }
+            // A `Retry-After` that came while this request waited holds it too; after it, a
+            // new turn.
+            while case let pause = pacing.pause(of: host), pause > 0 {
+                try wait(pause, for: request)
+                try wait(pacing.reserve(host), for: request)
+            }
         }
         guard let handle = takeHandle() else {
             throw HTTPFailure(kind: .network, message: "cannot start an HTTP transfer (libcurl)", status: nil, retryAfter: nil)
@@ -209,6 +228,10 @@ public final class HTTPClient: @unchecked Sendable {
             return HTTPResult(status: transfer.status, headers: transfer.headers, body: nil, bytes: 0,
                               headerValues: transfer.headerValues, bodyRefused: true)
         }
+        if let pacing, HostPacing.isOverload(status: status) {
+            pacing.overloaded(host, status: status,
+                              retryAfter: transfer.headers["retry-after"].flatMap(Self.retryAfterSeconds))
+        }
         if let failure = transfer.failure { throw failure }
         if code != CURLE_OK {
             throw failure(code, request: request, transfer: transfer, redirects: redirects, status: status)
@@ -222,6 +245,20 @@ public final class HTTPClient: @unchecked Sendable {
         return HTTPResult(status: status, headers: transfer.headers,
                           body: request.destination == nil ? transfer.data : nil, bytes: transfer.received,
                           headerValues: transfer.headerValues)
+    }
+
+    /// Sleeps `seconds` (a host's turn), in steps. A run being stopped lets a waiting
+    /// request go on within its grace period, as one in flight; when it is aborted the
+    /// request fails as cancelled, unsent (no verdict on its item: left for resume).
+    private func wait(_ seconds: Double, for request: HTTPRequest) throws(HTTPFailure) {
+        let until = Date().addingTimeInterval(seconds)
+        while case let left = until.timeIntervalSinceNow, left > 0 {
+            if cancellation?.isAborted == true {
+                throw HTTPFailure(kind: .cancelled, message: "interrupted while waiting for \(request.url.host ?? "the host")'s turn",
+                                  status: nil, retryAfter: nil)
+            }
+            Thread.sleep(forTimeInterval: min(left, 0.25))
+        }
     }
 
     /// `perform` with retries (backoff with jitter, `Retry-After` honoured up to 60 s) for
@@ -257,6 +294,11 @@ public final class HTTPClient: @unchecked Sendable {
         var headers: UnsafeMutablePointer<curl_slist>?
         // No `Expect: 100-continue` round trip before a body.
         headers = curl_slist_append(headers, "Expect:")
+        // A body is sent through CURLOPT_POSTFIELDS, with which libcurl adds a form's
+        // Content-Type: a body whose request names none goes without one.
+        if !request.isRead, !request.headers.keys.contains(where: { $0.lowercased() == "content-type" }) {
+            headers = curl_slist_append(headers, "Content-Type:")
+        }
         for (name, value) in request.headers { headers = curl_slist_append(headers, "\(name): \(value)") }
         defer { curl_slist_free_all(headers) }
 

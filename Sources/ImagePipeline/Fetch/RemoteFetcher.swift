@@ -39,6 +39,9 @@ public struct RemoteFetcher: Sendable {
     let agent: String
     /// Which hosts answer: a dead host's items fail at once instead of one by one.
     public let hosts = HostHealth()
+    /// The bucket of an `s3` source: its items' `s3://bucket/key` addresses are fetched
+    /// with a GET signed when it is sent, and cached under the address (no signature).
+    public var objects: S3Client?
     let logger: Logger
     /// Masks secrets in what is logged.
     let redact: @Sendable (String) -> String
@@ -97,7 +100,15 @@ public struct RemoteFetcher: Sendable {
         case retry(after: Double)
         /// The image is not to be used (robots.txt, `X-Robots-Tag`); nothing was spooled.
         case skipped(ItemSkip)
+        /// The host's turn (`limits.rate`, a `Retry-After` on the host) is this many
+        /// seconds away: ask again then, as the same attempt, passing `reserved` (the turn
+        /// is kept), instead of holding a download thread.
+        case later(after: Double, reserved: Bool)
     }
+
+    /// Waits shorter than this are slept through on the download thread; longer ones are
+    /// handed back to the runner (`ImageFetch.later`).
+    static let longestInlineWait = 0.05
 
     /// One attempt at an image: downloads it to `destination` (or links it from the cache)
     /// and says which tier served it, or asks to be tried again later (the caller waits
@@ -109,7 +120,11 @@ public struct RemoteFetcher: Sendable {
     /// an opt-out `X-Robots-Tag` (with `respectOptOut`) skips the image: on a download, as
     /// soon as the headers are in (its body is not downloaded); on a cached copy, from the
     /// lines kept with it.
-    public func image(_ address: String, to destination: String, attempt: Int) throws(ItemFailure) -> ImageFetch {
+    ///
+    /// With `limits.rate` or a host that said it is overloaded, the request waits for its
+    /// host's turn first (`later`); `reserved` says a turn was already given to it.
+    public func image(_ address: String, to destination: String, attempt: Int,
+                      reserved: Bool = false) throws(ItemFailure) -> ImageFetch {
         guard let url = URL(string: address) else { throw ItemFailure(.download, "not a URL: \(address)") }
         switch robots?.verdict(for: url) ?? .allowed {
         case .allowed: break
@@ -122,14 +137,34 @@ public struct RemoteFetcher: Sendable {
         let temporary = cache?.temporaryFile() ?? destination + ".part"
         let result: HTTPResult
         var request = HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes)
+        if url.scheme == "s3" {
+            guard let objects, let key = objects.key(of: address) else {
+                throw ItemFailure(.download, "not an object of the source's bucket: \(address)")
+            }
+            request = objects.getRequest(key: key, headers: request.headers, destination: temporary, maxBytes: maxBytes)
+        }
         if respectOptOut {
             // The same rule as for the finished answer (and a cached copy) below.
             request.refuseBody = { [self] answer in optOut(answer.headerValues["x-robots-tag"]) != nil }
         }
-        let host = HostHealth.key(of: url)
+        // The host the request goes to (an object's endpoint, not its `s3://bucket`), as
+        // the client's pacing counts it.
+        let host = HostHealth.key(of: request.url)
         if case let .refuse(message) = hosts.admit(host) {
             if let cached, let served = fromCache(cached, at: destination) { return served }
             throw ItemFailure(.download, message)
+        }
+        if let pacing = client.pacing {
+            if reserved {
+                // A `Retry-After` came since the turn was given: a new turn after it.
+                let pause = pacing.pause(of: host)
+                if pause > 0 { return .later(after: pause, reserved: false) }
+            } else {
+                let wait = pacing.reserve(host)
+                if wait > Self.longestInlineWait { return .later(after: wait, reserved: true) }
+                if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+            }
+            request.paced = true
         }
         do {
             let performed = Result { () throws(HTTPFailure) -> HTTPResult in try client.perform(request) }

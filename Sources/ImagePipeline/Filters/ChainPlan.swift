@@ -1,3 +1,5 @@
+import VipsKit
+
 /// How a filter chain runs: a leading `autorotate`/`fit`/`fill` becomes one shrink-on-load
 /// `vips_thumbnail` call, and the rest run one by one on its result.
 struct ChainPlan: Sendable, Equatable {
@@ -70,5 +72,79 @@ enum BoxGeometry {
         let scale = max(Double(box.width) / Double(width), Double(box.height) / Double(height))
         return (max(box.width, Int((Double(width) * scale).rounded())),
                 max(box.height, Int((Double(height) * scale).rounded())))
+    }
+}
+
+/// The one shrink-on-load of several outputs that each start with `fit` or `fill` (after
+/// the same `autorotate`, or none) and share no common steps: the input is loaded once, at
+/// the size the largest output needs, and each output's own `fit`/`fill` is a plain resize
+/// (`resize`) from the closest larger picture already made, followed by the rest of its
+/// steps (`steps`).
+struct SharedLoad: Sendable {
+    let autorotate: Bool
+    /// Each output's leading `fit` or `fill`.
+    let boxes: [ChainPlan.Thumbnail.Box]
+    /// Each output's steps after its resize.
+    let steps: [[FilterStep]]
+
+    /// nil when some output does not start with `fit`/`fill`, or they differ in `autorotate`.
+    init?(_ plans: [ChainPlan]) {
+        let thumbnails = plans.compactMap(\.thumbnail)
+        guard thumbnails.count == plans.count, let first = thumbnails.first,
+              thumbnails.allSatisfy({ $0.autorotate == first.autorotate }) else { return nil }
+        autorotate = first.autorotate
+        boxes = thumbnails.map(\.box)
+        steps = plans.map(\.steps)
+    }
+
+    /// The op output `index`'s resize stands for (`fit` or `fill`), for timings.
+    func label(of index: Int) -> String {
+        if case .fit = boxes[index] { return "fit" }
+        return "fill"
+    }
+
+    /// Output `index`'s own resize made from `source` (the load, or a larger resize of the
+    /// same picture): to `size` (its `target` from the input), then a fill's crop.
+    func resize(_ source: VipsImage, to size: (width: Int, height: Int), for index: Int) throws -> VipsImage {
+        let resized = try source.resizedExactly(to: size)
+        guard case let .fill(w, h, gravity) = boxes[index] else { return resized }
+        return try resized.cropped(to: (w, h), gravity: gravity)
+    }
+
+    /// Whether output `index`'s resize keeps the whole picture (a `fit`; a `fill` crops).
+    func keepsWholePicture(_ index: Int) -> Bool {
+        if case .fit = boxes[index] { return true }
+        return false
+    }
+
+    /// The size output `index`'s own `fit` or `fill` resizes an image of `size` to (a fill:
+    /// before its crop).
+    func target(of index: Int, from size: (width: Int, height: Int)) -> (width: Int, height: Int) {
+        switch boxes[index] {
+        case let .fit(w, h, enlarge): BoxGeometry.fit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
+        case let .fill(w, h, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
+        }
+    }
+
+    /// The load for an input of this size (as shown, upright). When one output's `fit`
+    /// needs at least what every other output needs, the load is that output's own
+    /// shrink-on-load (its pixels are then exactly what it would be on its own, and its
+    /// resize does nothing). Otherwise a fit into the largest size any output needs, never
+    /// larger than the input, with 2 pixels to spare, so that each output's own resize
+    /// comes out at the size it would have on its own.
+    func thumbnail(for size: (width: Int, height: Int)) -> ChainPlan.Thumbnail {
+        // What each output needs of the input: its target, never more than the input.
+        let needs = boxes.indices.map { index in
+            let target = self.target(of: index, from: size)
+            return (width: min(target.width, size.width), height: min(target.height, size.height))
+        }
+        for (index, box) in boxes.enumerated() {
+            guard case let .fit(w, h, _) = box,
+                  needs.allSatisfy({ $0.width <= needs[index].width && $0.height <= needs[index].height }) else { continue }
+            return ChainPlan.Thumbnail(autorotate: autorotate, box: .fit(width: w, height: h, enlarge: false))
+        }
+        let width = needs.map(\.width).max().map { $0 + 2 } ?? 1
+        let height = needs.map(\.height).max().map { $0 + 2 } ?? 1
+        return ChainPlan.Thumbnail(autorotate: autorotate, box: .fit(width: width, height: height, enlarge: false))
     }
 }

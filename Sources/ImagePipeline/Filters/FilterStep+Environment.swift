@@ -3,11 +3,16 @@ extension PipelineSpec {
     /// text lines, fonts, the watermark's path), as in the rest of the file; an unset
     /// variable is an error naming it and where it is used (`filters[2].top`).
     public func expandedFilter(at index: Int, in environment: Environment) throws -> FilterStep {
+        try Self.expanded(filters[index], path: "filters[\(index)]", in: environment)
+    }
+
+    /// `filter` (found at `path`, e.g. `outputs[1].filters[0]`) with `${NAME}` expanded.
+    static func expanded(_ filter: FilterSpec, path: String, in environment: Environment) throws -> FilterStep {
         func expand(_ text: String, _ key: String) throws -> String {
             guard text.contains("${") else { return text }
-            return try EnvString(raw: text, path: "filters[\(index)].\(key)").expanded(in: environment)
+            return try EnvString(raw: text, path: "\(path).\(key)").expanded(in: environment)
         }
-        switch filters[index].step {
+        switch filter.step {
         case var .caption(caption):
             caption.top = try caption.top.map { try expand($0, "top") }
             caption.bottom = try caption.bottom.map { try expand($0, "bottom") }

@@ -103,8 +103,5 @@ extension VipsImage {
     }
 
     /// Text for libvips' Pango renderer, with markup characters escaped.
-    static func markup(_ text: String) -> String {
-        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-            .replacingOccurrences(of: ">", with: "&gt;")
-    }
+    static func markup(_ text: String) -> String { text.xmlEscaped }
 }

@@ -28,6 +28,8 @@ public enum ImageInput: Sendable {
 
 /// An encoded output and what it took to make it.
 public struct ProcessedImage: Sendable {
+    /// The output's id (`OutputSpec.id`).
+    public var output = OutputSpec.defaultID
     public let data: Data
     public let width: Int
     public let height: Int
@@ -41,8 +43,21 @@ public struct ProcessedImage: Sendable {
 /// What `ImageProcessor.processOrSkip` came to: an output, or a skip (an input outside the
 /// pipeline's `accept` rules), which is not a failure.
 public enum ProcessOutcome: Sendable {
-    case processed(ProcessedImage)
+    /// Every output of the item, in the pipeline's order.
+    case processed([ProcessedImage])
     case skipped(ItemSkip)
+}
+
+/// One output as the processor makes it: its spec and its own filter steps, which run
+/// after the common ones.
+public struct OutputPlan: Sendable {
+    public let spec: OutputSpec
+    public let filters: [FilterStep]
+
+    public init(_ spec: OutputSpec, filters: [FilterStep] = []) {
+        self.spec = spec
+        self.filters = filters
+    }
 }
 
 /// Runs a filter chain on one image and encodes the result: limits checked from the
@@ -50,9 +65,21 @@ public enum ProcessOutcome: Sendable {
 ///
 /// Thread-safe: one processor serves every worker. Each call must run on a thread that
 /// calls `VipsRuntime.endThreadWork()` when its job ends.
+///
+/// Several outputs: the input is decoded once and the common chain runs once; its result
+/// is kept in memory and each output's own steps run on it. When there are no common
+/// steps and every output starts with `fit` or `fill` (after the same `autorotate`, or
+/// none), the input is shrunk while loading to the largest size any output needs, and each
+/// output's resize is made from that (`SharedLoad`).
 public struct ImageProcessor: Sendable {
     let plan: ChainPlan
-    public let output: OutputSpec
+    /// Every output, in the pipeline's order.
+    public let outputs: [OutputPlan]
+    /// Each output's steps as they run after the common chain (after a shared load: after
+    /// the output's own resize).
+    let outputSteps: [[FilterStep]]
+    /// The shrink-on-load shared by every output, when the chain allows it.
+    let sharedLoad: SharedLoad?
     public let limits: Limits
     /// Checked by `processOrSkip` before any pixel is decoded.
     public let accept: AcceptRules
@@ -61,8 +88,29 @@ public struct ImageProcessor: Sendable {
     /// `baseDirectory` is the pipeline file's folder (watermark paths are relative to it).
     public init(filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/",
                 tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()) {
-        plan = ChainPlan(filters, fuse: tuning.fuseLeadingGeometry)
-        self.output = output
+        self.init(filters: filters, outputs: [OutputPlan(output)], limits: limits, baseDirectory: baseDirectory,
+                  tuning: tuning, accept: accept)
+    }
+
+    public init(filters: [FilterStep], outputs: [OutputPlan], limits: Limits, baseDirectory: String = "/",
+                tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()) {
+        precondition(!outputs.isEmpty, "a pipeline has at least one output")
+        let fuse = tuning.fuseLeadingGeometry
+        if outputs.count == 1 {
+            // One output: its steps simply follow the common ones (one chain, fused as usual).
+            plan = ChainPlan(filters + outputs[0].filters, fuse: fuse)
+            outputSteps = [[]]
+            sharedLoad = nil
+        } else if filters.isEmpty, fuse, let shared = SharedLoad(outputs.map { ChainPlan($0.filters) }) {
+            plan = ChainPlan([], fuse: fuse)
+            outputSteps = shared.steps
+            sharedLoad = shared
+        } else {
+            plan = ChainPlan(filters, fuse: fuse)
+            outputSteps = outputs.map(\.filters)
+            sharedLoad = nil
+        }
+        self.outputs = outputs
         self.limits = limits
         self.accept = accept
         context = FilterContext(baseDirectory: baseDirectory)
@@ -84,8 +132,14 @@ public struct ImageProcessor: Sendable {
     /// milliseconds are reported: slower and heavier, for dry-runs only.
     public func process(_ input: ImageInput, fields: ItemFields? = nil,
                         timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessedImage {
+        try processOutputs(input, fields: fields, timing: timing)[0]
+    }
+
+    /// `process` for every output, in the pipeline's order.
+    public func processOutputs(_ input: ImageInput, fields: ItemFields? = nil,
+                               timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> [ProcessedImage] {
         switch try run(input, fields: fields, timing: timing, screening: false) {
-        case let .processed(image): return image
+        case let .processed(images): return images
         // Not screened, so never skipped; kept an error rather than a trap all the same.
         case let .skipped(skip): throw ItemFailure(.process, "unexpected skip: \(skip)")
         }
@@ -127,10 +181,13 @@ public struct ImageProcessor: Sendable {
             clock = now
             return computed
         }
-        if let thumbnail = plan.thumbnail {
+        // The input's size as the chain sees it (upright when it autorotates).
+        let inputSize = sharedLoad?.autorotate == true ? header.uprightSize : (header.width, header.height)
+        let load = sharedLoad.map { $0.thumbnail(for: inputSize) } ?? plan.thumbnail
+        if let thumbnail = load {
             do {
                 (image, colourManaged) = try runThumbnail(thumbnail, data: data, header: header, format: format)
-                image = try lap(plan.thumbnailLabel, image)
+                image = try lap(sharedLoad == nil ? plan.thumbnailLabel : "load", image)
             } catch {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(Self.text(error))")
             }
@@ -141,31 +198,75 @@ public struct ImageProcessor: Sendable {
             for step in plan.steps {
                 image = try lap(step.opName, try step.apply(to: image, context: context))
             }
-            image = try prepareForOutput(image, colourManaged: colourManaged)
+            // Several outputs read the common result: computed once, kept in memory.
+            if outputs.count > 1 { image = try image.materialized() }
         } catch {
             if let damage = inputDamage(error, data: data, format: format) {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
             }
             throw ItemFailure(.process, Self.text(error))
         }
-
-        let encoded: Data
-        do {
-            encoded = try image.encoded(encoding)
-            if let timing {
-                timing("encode", Double(DispatchTime.now().uptimeNanoseconds - clock.uptimeNanoseconds) / 1_000_000)
+        var results: [ProcessedImage?] = Array(repeating: nil, count: outputs.count)
+        // After a shared load, outputs go largest first, and each output's resize starts from
+        // the smallest resize already made that is at least as large (640 from 1280, not from
+        // the load): resampling the smaller image costs less.
+        var resized: [VipsImage] = []
+        let order = sharedLoad.map { shared in
+            outputs.indices.sorted {
+                let (a, b) = (shared.target(of: $0, from: inputSize), shared.target(of: $1, from: inputSize))
+                return a.width * a.height > b.width * b.height
             }
-        } catch {
-            // Pixels are computed while encoding, so a truncated or corrupt input fails here.
-            if let damage = inputDamage(error, data: data, format: format) {
-                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
+        } ?? Array(outputs.indices)
+        for index in order {
+            let output = outputs[index]
+            var made = image
+            do {
+                // With several outputs, each output's own steps are named `<id>: <op>`.
+                let prefix = outputs.count > 1 ? "\(output.spec.id): " : ""
+                if let sharedLoad {
+                    // The output's own fit/fill, from the closest larger resize; its size is
+                    // reckoned from the input, as the output alone would have it.
+                    let goal = sharedLoad.target(of: index, from: inputSize)
+                    let from = resized.filter { $0.width >= goal.width && $0.height >= goal.height }
+                        .min { $0.width * $0.height < $1.width * $1.height } ?? image
+                    made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))
+                    // Only a fit keeps the whole picture (a fill has been cropped).
+                    if sharedLoad.keepsWholePicture(index), index != order.last {
+                        made = try made.materialized()
+                        resized.append(made)
+                    }
+                }
+                for step in outputSteps[index] {
+                    made = try lap(prefix + step.opName, try step.apply(to: made, context: context))
+                }
+                made = try prepareForOutput(made, colourManaged: colourManaged, format: output.spec.format)
+            } catch {
+                if let damage = inputDamage(error, data: data, format: format) {
+                    throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
+                }
+                throw ItemFailure(.process, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
             }
-            throw ItemFailure(.encode, Self.text(error))
+            let encoded: Data
+            do {
+                encoded = try made.encoded(Self.encoding(of: output.spec))
+                if let timing {
+                    let label = outputs.count > 1 ? "\(output.spec.id): encode" : "encode"
+                    let now = DispatchTime.now()
+                    timing(label, Double(now.uptimeNanoseconds - clock.uptimeNanoseconds) / 1_000_000)
+                    clock = now
+                }
+            } catch {
+                // Pixels are computed while encoding, so a truncated or corrupt input fails here.
+                if let damage = inputDamage(error, data: data, format: format) {
+                    throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
+                }
+                throw ItemFailure(.encode, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
+            }
+            results[index] = ProcessedImage(output: output.spec.id, data: encoded, width: made.width, height: made.height,
+                                            inputWidth: header.width, inputHeight: header.height,
+                                            inputFormat: format, sha256: sha256Hex(encoded))
         }
-        let digest = sha256Hex(encoded)
-        return .processed(ProcessedImage(data: encoded, width: image.width, height: image.height,
-                                         inputWidth: header.width, inputHeight: header.height,
-                                         inputFormat: format, sha256: digest))
+        return .processed(results.compactMap { $0 })
     }
 
     /// The input's bytes; a file is read whole, after its size is checked against
@@ -266,17 +367,17 @@ public struct ImageProcessor: Sendable {
 
     /// 8-bit sRGB (or 8-bit grey for greyscale), alpha kept only where the format has it
     /// (JPEG output is flattened onto white).
-    func prepareForOutput(_ image: VipsImage, colourManaged: Bool) throws -> VipsImage {
+    func prepareForOutput(_ image: VipsImage, colourManaged: Bool, format: OutputFormat) throws -> VipsImage {
         var prepared = image.isGrey && !image.isCMYK
             ? try image.toGrey()
             : try image.toSRGB(useEmbeddedProfile: !colourManaged)
-        if !output.format.keepsAlpha {
+        if !format.keepsAlpha {
             prepared = try prepared.flattened()
         }
         return prepared
     }
 
-    var encoding: Encoding {
+    static func encoding(of output: OutputSpec) -> Encoding {
         switch output.format {
         case .jpeg: .jpeg(quality: output.quality, progressive: output.progressive, strip: output.strip)
         case .png: .png(compression: output.compression, strip: output.strip)

@@ -79,8 +79,7 @@ public final class Environment: @unchecked Sendable {
 
     /// The forms a value takes in URLs, form bodies and JSON.
     static func forms(of value: String) -> [String] {
-        let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
-        var sets: [CharacterSet] = [unreserved, .alphanumerics, .urlQueryAllowed, .urlPathAllowed, .urlUserAllowed, .urlPasswordAllowed,
+        var sets: [CharacterSet] = [.rfc3986Unreserved, .alphanumerics, .urlQueryAllowed, .urlPathAllowed, .urlUserAllowed, .urlPasswordAllowed,
                                     .urlFragmentAllowed, .urlHostAllowed]
         // What URLComponents leaves alone in a query item's value.
         sets.append(CharacterSet.urlQueryAllowed.subtracting(CharacterSet(charactersIn: "&=+")))

@@ -30,8 +30,15 @@ public enum OutputFormat: String, Sendable, CaseIterable {
     public var keepsAlpha: Bool { self != .jpeg }
 }
 
-/// How outputs are encoded and named.
+/// One output of each item: its own filters (after the pipeline's common ones), how it is
+/// encoded and how it is named. A pipeline has one (`"output"`) or several (`"outputs"`).
 public struct OutputSpec: Sendable, Equatable {
+    /// The id of a pipeline's only output when it has no id of its own.
+    public static let defaultID = "default"
+    /// Unique in the pipeline, `[a-z0-9-]+`; `{output}` in names.
+    public var id = OutputSpec.defaultID
+    /// Applied after the pipeline's common `filters`, for this output only.
+    public var filters: [FilterSpec] = []
     public var format: OutputFormat = .jpeg
     /// 1…100, for JPEG, WebP and AVIF (default 85).
     public var quality = 85
@@ -50,17 +57,37 @@ public struct OutputSpec: Sendable, Equatable {
     public init() {}
 }
 
-/// The output file name template: literal text with `{key}`, `{stem}`, `{ext}`, `{index}`
-/// and `{hash}` fields. `/` in the result makes sub-folders inside the sink.
+extension OutputSpec {
+    /// This output's file name for an item, `made` filling `{hash}`, `{width}` and `{height}`.
+    func fileName(key: String, stem: String, index: Int, made: ProcessedImage) -> String {
+        name.render(key: key, stem: stem, index: index, format: format, hash: String(made.sha256.prefix(16)), output: id,
+                    size: (made.width, made.height))
+    }
+
+    /// The name before the output is made: known unless the template uses `{hash}`,
+    /// `{width}` or `{height}` (`NameTemplate.dependsOnOutput`).
+    func fileNameBeforeMaking(key: String, stem: String, index: Int) -> String? {
+        name.dependsOnOutput ? nil : name.render(key: key, stem: stem, index: index, format: format, hash: nil, output: id)
+    }
+}
+
+/// The output file name template: literal text with `{key}`, `{stem}`, `{ext}`, `{index}`,
+/// `{hash}`, `{output}`, `{width}` and `{height}` fields. `/` in the result makes
+/// sub-folders inside the sink.
 ///
 /// - `{key}`: the item's key (for a directory source, its path relative to the directory);
 /// - `{stem}`: the key without its extension (sub-folders kept);
 /// - `{ext}`: the output format's extension (`jpg`, `png`, `webp`);
 /// - `{index}`: the item's position in the feed, from 1;
-/// - `{hash}`: the first 16 hex digits of the SHA-256 of the output bytes.
+/// - `{hash}`: the first 16 hex digits of the SHA-256 of the output bytes;
+/// - `{output}`: the output's id;
+/// - `{width}`, `{height}`: the output's size in pixels.
 public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
-    public static let fields = ["key", "stem", "ext", "index", "hash"]
+    public static let fields = ["key", "stem", "ext", "index", "hash", "output", "width", "height"]
     public static let standard = NameTemplate(parts: [.field("stem"), .literal("."), .field("ext")], raw: "{stem}.{ext}")
+    /// The default of each output of a pipeline with several.
+    public static let standardOfSeveral = NameTemplate(
+        parts: [.field("stem"), .literal("-"), .field("output"), .literal("."), .field("ext")], raw: "{stem}-{output}.{ext}")
 
     enum Part: Equatable, Sendable { case literal(String), field(String) }
     let parts: [Part]
@@ -68,8 +95,31 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { raw }
 
-    /// True when the name depends on the encoded bytes, so it is known only after encoding.
-    public var usesHash: Bool { parts.contains(.field("hash")) }
+    /// True when the name depends on the encoded output (its bytes or its size), so it is
+    /// known only after encoding.
+    public var dependsOnOutput: Bool {
+        parts.contains(.field("hash")) || parts.contains(.field("width")) || parts.contains(.field("height"))
+    }
+
+    /// Whether this template and `other` (of two outputs, in `format` and `otherFormat`)
+    /// give every item the same name: the same template (unless `{ext}` with two
+    /// different extensions tells them apart), or two templates that give a sample item the
+    /// same name (`{stem}.jpg` and `{stem}.{ext}` for JPEG). Names with `{output}`,
+    /// `{hash}`, `{width}` or `{height}` are told apart (or not) per item when the outputs
+    /// are made: two outputs of one item named alike fail the item, naming the name.
+    func mayEqual(_ other: NameTemplate, _ format: OutputFormat, _ otherFormat: OutputFormat) -> Bool {
+        let perItem = ["output", "hash", "width", "height"]
+        if perItem.contains(where: { uses($0) || other.uses($0) }) { return false }
+        if raw == other.raw { return !(uses("ext") && format.fileExtension != otherFormat.fileExtension) }
+        // The sample's fields are unlike each other, so that none stands in for another.
+        func sample(_ template: NameTemplate, _ format: OutputFormat) -> String {
+            template.render(key: "k1/s2.x3", stem: "k1/s2", index: 4, format: format, hash: nil)
+        }
+        return sample(self, format) == sample(other, otherFormat)
+    }
+
+    /// Whether the template uses `field`.
+    public func uses(_ field: String) -> Bool { parts.contains(.field(field)) }
 
     init(parts: [Part], raw: String) {
         self.parts = parts
@@ -106,9 +156,11 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
         raw = text
     }
 
-    /// The file name for one item; `hash` is needed only if the template uses `{hash}`.
-    /// The result is made safe: it never leaves the sink's directory.
-    public func render(key: String, stem: String? = nil, index: Int, format: OutputFormat, hash: String?) -> String {
+    /// The file name for one item; `hash` and `size` are needed only if the template uses
+    /// `{hash}`, `{width}` or `{height}`. The result is made safe: it never leaves the
+    /// sink's directory.
+    public func render(key: String, stem: String? = nil, index: Int, format: OutputFormat, hash: String?,
+                       output: String = OutputSpec.defaultID, size: (width: Int, height: Int)? = nil) -> String {
         var out = ""
         for part in parts {
             switch part {
@@ -119,6 +171,9 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
                 case "stem": out += stem ?? NameTemplate.stem(of: key)
                 case "ext": out += format.fileExtension
                 case "index": out += String(index)
+                case "output": out += output
+                case "width": out += size.map { String($0.width) } ?? "width"
+                case "height": out += size.map { String($0.height) } ?? "height"
                 default: out += hash ?? "hash"
                 }
             }

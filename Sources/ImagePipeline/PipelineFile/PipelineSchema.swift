@@ -35,6 +35,7 @@ public enum PipelineSchema {
                 ("source", ref("source")),
                 ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
                 ("output", ref("output")),
+                ("outputs", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("output"))])),
                 ("sink", ref("sink")),
                 ("sinks", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("sink"))])),
                 ("limits", object([
@@ -44,6 +45,8 @@ public enum PipelineSchema {
                     ("timeout", numberSchema(0.001 ... 86400)),
                     ("maxBytes", integerSchema(1 ... Int.max)),
                     ("maxPixels", integerSchema(1 ... Int.max)),
+                    ("rate", numberSchema(0.001 ... 1_000_000)),
+                    ("burst", integerSchema(1 ... 1000)),
                 ])),
                 ("retry", object([
                     ("attempts", integerSchema(1 ... 100)),
@@ -65,6 +68,7 @@ public enum PipelineSchema {
                 .object([("required", strings(["sink"]))]),
                 .object([("required", strings(["sinks"]))]),
             ])),
+            ("not", .object([("required", strings(["output", "outputs"]))])),
             ("$defs", .object([
                 ("source", .object([("oneOf", .array(sourceSchemas(fallback: true)))])),
                 ("sourceWithoutFallback", .object([("oneOf", .array(sourceSchemas(fallback: false)))])),
@@ -74,14 +78,25 @@ public enum PipelineSchema {
                 ]))])),
                 ("strings", .object([("type", .string("object")), ("additionalProperties", string)])),
                 ("sink", .object([("oneOf", .array([
-                    object([("type", constant("directory")), ("name", nonEmpty), ("path", string)], required: ["type", "path"]),
+                    object([("type", constant("directory")), ("name", nonEmpty), ("path", string), ("outputs", ref("outputIDs"))],
+                           required: ["type", "path"]),
                     object([("type", constant("upload")), ("name", nonEmpty), ("endpoint", string), ("fields", ref("strings")),
-                            ("fileField", nonEmpty), ("originalField", nonEmpty)], required: ["type", "endpoint"]),
+                            ("fileField", nonEmpty), ("originalField", nonEmpty), ("outputs", ref("outputIDs"))],
+                           required: ["type", "endpoint"]),
                     object([("type", constant("http")), ("name", nonEmpty), ("url", string),
                             ("method", .object([("enum", strings(["PUT", "POST"]))])), ("fileField", nonEmpty),
-                            ("headers", ref("strings"))], required: ["type", "url"]),
+                            ("headers", ref("strings")), ("outputs", ref("outputIDs"))], required: ["type", "url"]),
+                    object([("type", constant("s3")), ("name", nonEmpty)] + s3Location + [
+                        ("key", nonEmpty), ("storageClass", .object([("enum", strings(S3SinkOptions.storageClasses))])),
+                        ("metadata", ref("strings")), ("multipartThreshold", integerSchema(1 ... 5 << 30)),
+                        ("partSize", integerSchema(S3SinkOptions.minimumPartSize ... 5 << 30)), ("outputs", ref("outputIDs")),
+                    ], required: ["type", "bucket"]),
                 ]))])),
+                ("outputID", .object([("type", .string("string")), ("pattern", .string("^[a-z0-9-]+$"))])),
+                ("outputIDs", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("outputID"))])),
                 ("output", object([
+                    ("id", ref("outputID")),
+                    ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
                     ("format", .object([("enum", strings(SpecNode.withAliases(OutputFormat.allCases.map(\.rawValue))))])),
                     ("quality", integerSchema(1 ... 100)),
                     ("strip", .object([("type", .string("boolean"))])),
@@ -119,8 +134,20 @@ public enum PipelineSchema {
                     ("perPage", integerSchema(1 ... 500)), ("maxItems", maxItems),
                     ("size", .object([("type", .string("string")), ("pattern", .string("^url_"))]))] + remote,
                    required: ["type", "text", "apiKey"]),
-        ]
+        ] + (fallback ? [
+            object([("type", constant("s3"))] + s3Location + [("pageSize", integerSchema(1 ... 1000)), ("maxItems", maxItems),
+                    ("cache", ref("cache")), ("fallback", ref("sourceWithoutFallback"))], required: ["type", "bucket"]),
+        ] : [])
     }
+
+    /// Where a bucket is and how to sign in; credentials are `${NAME}` references only.
+    static let s3Location: [(key: String, value: JSONValue)] = [
+        ("bucket", nonEmpty), ("prefix", string),
+        ("region", .object([("type", .string("string")), ("pattern", .string("^[A-Za-z0-9-]+$"))])),
+        ("endpoint", string), ("pathStyle", boolean),
+        ("accessKeyId", reference), ("secretAccessKey", reference), ("sessionToken", reference),
+    ]
+    static let reference = JSONValue.object([("type", .string("string")), ("pattern", .string("^\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}$"))])
 
     static func filterSchema(_ definition: FilterDefinition) -> JSONValue {
         var properties: [(key: String, value: JSONValue)] = [

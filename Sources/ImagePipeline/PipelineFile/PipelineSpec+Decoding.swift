@@ -1,7 +1,7 @@
 import Foundation
 
 extension PipelineSpec {
-    static let topLevelKeys = ["version", "name", "source", "filters", "output", "sink", "sinks", "limits", "retry",
+    static let topLevelKeys = ["version", "name", "source", "filters", "output", "outputs", "sink", "sinks", "limits", "retry",
                                "userAgent", "accept"]
 
     /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
@@ -50,16 +50,36 @@ extension PipelineSpec {
         let filters = try root.optional("filters", default: []) { node in
             try node.array().map { try registry.decode($0) }
         }
-        let output = try root.optional("output", default: OutputSpec()) { try OutputSpec(node: $0) }
+        let outputs = try decodeOutputs(root, registry: registry)
 
         if root.has("sink"), root.has("sinks") {
             throw SpecError(path: "sink", message: "give either \"sink\" (one sink) or \"sinks\" (a list), not both")
         }
-        var sinks: [SinkSpec] = []
+        var sinkNodes: [SpecNode] = []
         if let single = root.member("sink") {
-            sinks = [try SinkSpec(node: single, index: 0)]
+            sinkNodes = [single]
         } else if let list = root.member("sinks") {
-            sinks = try list.array().enumerated().map { try SinkSpec(node: $1, index: $0) }
+            sinkNodes = try list.array()
+        }
+        var sinks: [SinkSpec] = []
+        var sinkOutputs: [String: [String]] = [:]
+        for (index, node) in sinkNodes.enumerated() {
+            let (rest, chosen) = try takeSinkOutputs(node, ids: outputs.map(\.id))
+            let sink = try SinkSpec(node: rest, index: index)
+            sinks.append(sink)
+            if let chosen { sinkOutputs[sink.name] = chosen }
+            // Each output of an item is its own request or object: the URL or key must tell
+            // them apart.
+            let several = (chosen?.count ?? outputs.count) > 1
+            if case let .http(_, url, _, _, _) = sink, several, !url.raw.contains("{output}") {
+                throw SpecError(path: url.path, message: "this sink takes several outputs: put {output} in its URL, "
+                                    + "or give the sink \"outputs\": [one id]")
+            }
+            if case let .s3(_, _, options) = sink, several, let key = options.key, !key.uses("output") {
+                throw SpecError(path: node.path.appending("key").description,
+                                message: "this sink takes several outputs: put {output} in its key template, "
+                                    + "or give the sink \"outputs\": [one id]")
+            }
         }
         guard !sinks.isEmpty else {
             throw SpecError(path: "sinks", message: "missing (a pipeline needs at least one sink, e.g. {\"type\": \"directory\", \"path\": \"out\"})")
@@ -79,14 +99,69 @@ extension PipelineSpec {
             return text
         }
         let accept = try root.optional("accept", default: AcceptRules()) { try AcceptRules(node: $0) }
-        return PipelineSpec(version: version, name: name, source: source, filters: filters, output: output,
-                            sinks: sinks, limits: limits, retry: retry, userAgent: userAgent, accept: accept,
-                            baseDirectory: baseDirectory, document: document)
+        return PipelineSpec(version: version, name: name, source: source, filters: filters, outputs: outputs,
+                            sinks: sinks, sinkOutputs: sinkOutputs, limits: limits, retry: retry, userAgent: userAgent,
+                            accept: accept, baseDirectory: baseDirectory, document: document)
+    }
+
+    /// `"output"` (one output, id `default` unless it names one) or `"outputs"` (a list of
+    /// one or more, each with an id when there are several, ids unique, names that cannot
+    /// be the same for two outputs).
+    static func decodeOutputs(_ root: SpecObject, registry: FilterRegistry) throws -> [OutputSpec] {
+        if root.has("output"), root.has("outputs") {
+            throw SpecError(path: "outputs", message: "give either \"output\" (one output) or \"outputs\" (a list), not both")
+        }
+        guard let list = root.member("outputs") else {
+            return [try root.optional("output", default: OutputSpec()) { try OutputSpec(node: $0, registry: registry, several: false) }]
+        }
+        let nodes = try list.array()
+        guard !nodes.isEmpty else { throw list.fail("empty (give at least one output, or use \"output\")") }
+        let outputs = try nodes.map { try OutputSpec(node: $0, registry: registry, several: nodes.count > 1) }
+        var seen: [String: Int] = [:]
+        for (index, output) in outputs.enumerated() {
+            if let first = seen[output.id] {
+                throw SpecError(path: "outputs[\(index)].id", message: "duplicate output id \(JSONValue.quote(output.id)) (also outputs[\(first)])")
+            }
+            seen[output.id] = index
+        }
+        // Two outputs whose names could be equal would overwrite each other in a folder.
+        for (index, output) in outputs.enumerated() {
+            for (otherIndex, other) in outputs.enumerated().prefix(index) where output.name.mayEqual(other.name, output.format, other.format) {
+                throw SpecError(path: "outputs[\(index)].name",
+                                message: "outputs \(JSONValue.quote(other.id)) and \(JSONValue.quote(output.id)) can get the same file name "
+                                    + "(\(JSONValue.quote(output.name.raw))): put {output} in the names, e.g. \"\(NameTemplate.standardOfSeveral.raw)\" "
+                                    + "(outputs[\(otherIndex)])")
+            }
+        }
+        return outputs
+    }
+
+    /// A sink's `"outputs"` (ids of outputs it takes), taken out of its node so that the
+    /// sink's own decoding never sees it.
+    static func takeSinkOutputs(_ node: SpecNode, ids: [String]) throws -> (SpecNode, [String]?) {
+        guard case let .object(members) = node.value, let index = members.firstIndex(where: { $0.key == "outputs" }) else {
+            return (node, nil)
+        }
+        let listNode = SpecNode(value: members[index].value, path: node.path.appending("outputs"))
+        let items = try listNode.array()
+        guard !items.isEmpty else { throw listNode.fail("empty (leave \"outputs\" out to take every output)") }
+        var chosen: [String] = []
+        for item in items {
+            let id = try item.string()
+            guard ids.contains(id) else {
+                let hint = Spelling.closest(to: id, in: ids).map { " (did you mean \"\($0)\"?)" } ?? ""
+                throw item.fail("no output \(JSONValue.quote(id))\(hint); the outputs are " + ids.map(JSONValue.quote).joined(separator: ", "))
+            }
+            if !chosen.contains(id) { chosen.append(id) }
+        }
+        var rest = members
+        rest.remove(at: index)
+        return (SpecNode(value: .object(rest), path: node.path), chosen)
     }
 }
 
 extension SourceSpec {
-    static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search"]
+    static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search", "s3"]
     /// Keys of a remote source at the top level; a fallback takes only `cache` (the
     /// others are the whole source's).
     static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots"]
@@ -134,6 +209,18 @@ extension SourceSpec {
                                      return size
                                  },
                                  remote: try RemoteOptions(object))
+        case "s3":
+            guard allowFallback else {
+                throw SpecError(path: node.path.appending("type").description,
+                                message: "an s3 source cannot be a fallback (a fallback is a local folder or list)")
+            }
+            // robots.txt and X-Robots-Tag are for other people's web servers, not a bucket
+            // read with its owner's keys.
+            let object = try node.object(allowing: ["type"] + S3Spec.keys + ["pageSize", "maxItems", "cache", "fallback"])
+            var remote = try RemoteOptions(object)
+            remote.respectOptOut = false
+            self = .s3(try S3Spec(object), pageSize: try object.optional("pageSize", default: 1000) { try $0.integer(in: 1 ... 1000) },
+                       maxItems: try object.optional("maxItems") { try $0.integer(in: 1 ... Int.max) }, remote: remote)
         default:
             throw SpecError(path: node.path.appending("type").description,
                             message: "expected one of \(SourceSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
@@ -165,7 +252,7 @@ extension RemoteOptions {
 }
 
 extension SinkSpec {
-    static let types = ["directory", "upload", "http"]
+    static let types = ["directory", "upload", "http", "s3"]
 
     init(node: SpecNode, index: Int) throws {
         guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
@@ -184,7 +271,7 @@ extension SinkSpec {
                     guard !member.key.isEmpty, member.key.unicodeScalars.allSatisfy(token.contains) else {
                         throw valueNode.fail("not a header name (letters, digits and !#$%&'*+-.^_`|~ only)")
                     }
-                    if try valueNode.string().unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
+                    if try !valueNode.string().isOneHeaderLine {
                         throw valueNode.fail("a header value is one line: no CR, LF or NUL")
                     }
                 }
@@ -206,9 +293,9 @@ extension SinkSpec {
             let url = try object.required("url") { node in
                 let value = try EnvString(node)
                 var rest = value.raw.replacingOccurrences(of: "${", with: "")
-                for field in ["{key}", "{stem}", "{ext}", "{hash}"] { rest = rest.replacingOccurrences(of: field, with: "") }
+                for field in ["{key}", "{stem}", "{ext}", "{hash}", "{output}"] { rest = rest.replacingOccurrences(of: field, with: "") }
                 if let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
-                    throw node.fail("unknown field \(rest[open ... close]); expected {key}, {stem}, {ext} or {hash}")
+                    throw node.fail("unknown field \(rest[open ... close]); expected {key}, {stem}, {ext}, {hash} or {output}")
                 }
                 return value
             }
@@ -216,6 +303,26 @@ extension SinkSpec {
                          method: try object.optional("method", default: "PUT") { try $0.choice(["PUT", "POST"]) },
                          fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
                          headers: try object.optional("headers", default: []) { try named($0, headers: true) })
+        case "s3":
+            let object = try node.object(allowing: ["type", "name"] + S3Spec.keys
+                                             + ["key", "storageClass", "metadata", "multipartThreshold", "partSize"])
+            var options = S3SinkOptions()
+            options.key = try object.optional("key") { try NameTemplate($0) }
+            options.storageClass = try object.optional("storageClass") { try $0.choice(S3SinkOptions.storageClasses) }
+            options.metadata = try object.optional("metadata", default: []) { node in
+                let list = try named(node, headers: true)
+                for item in list where !item.value.hasReferences && !item.value.raw.isS3MetadataValue {
+                    throw SpecError(path: item.value.path, message: "S3 metadata values are ASCII on one line")
+                }
+                return list
+            }
+            options.multipartThreshold = try object.optional("multipartThreshold", default: options.multipartThreshold) {
+                try $0.integer(in: 1 ... 5 << 30)
+            }
+            options.partSize = try object.optional("partSize", default: options.partSize) {
+                try $0.integer(in: S3SinkOptions.minimumPartSize ... 5 << 30)
+            }
+            self = .s3(name: try name(object), location: try S3Spec(object), options: options)
         default:
             throw SpecError(path: node.path.appending("type").description,
                             message: "expected one of \(SinkSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
@@ -224,10 +331,27 @@ extension SinkSpec {
 }
 
 extension OutputSpec {
-    init(node: SpecNode) throws {
-        let object = try node.object(allowing: ["format", "quality", "strip", "progressive", "compression",
+    /// An output id: lower-case letters, digits and `-`.
+    static func isValidID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.allSatisfy { (0x61 ... 0x7A).contains($0) || (0x30 ... 0x39).contains($0) || $0 == 0x2D }
+    }
+
+    /// One output; `several` when the pipeline has more than one (an id is then required,
+    /// and the default name has `{output}` in it).
+    init(node: SpecNode, registry: FilterRegistry = .standard, several: Bool = false) throws {
+        let object = try node.object(allowing: ["id", "filters", "format", "quality", "strip", "progressive", "compression",
                                                 "lossless", "effort", "name"])
         self.init()
+        if several, !object.has("id") {
+            throw SpecError(path: object.path.appending("id").description,
+                            message: "missing (each of several outputs needs an id, e.g. \"id\": \"small\")")
+        }
+        id = try object.optional("id", default: id) { node in
+            let text = try node.string()
+            guard OutputSpec.isValidID(text) else { throw node.expected("an id of lower-case letters, digits and -, e.g. \"w640\"") }
+            return text
+        }
+        filters = try object.optional("filters", default: []) { node in try node.array().map { try registry.decode($0) } }
         format = try object.optional("format", default: .jpeg) { node in
             OutputFormat(rawValue: try node.choice(OutputFormat.allCases.map(\.rawValue)))!
         }
@@ -248,13 +372,16 @@ extension OutputSpec {
         compression = try object.optional("compression", default: compression) { try $0.integer(in: 0 ... 9) }
         lossless = try object.optional("lossless", default: lossless) { try $0.bool() }
         effort = try object.optional("effort", default: effort) { try $0.integer(in: 0 ... (format == .webp ? 6 : 9)) }
-        name = try object.optional("name", default: NameTemplate.standard) { try NameTemplate($0) }
+        name = try object.optional("name", default: several ? NameTemplate.standardOfSeveral : NameTemplate.standard) {
+            try NameTemplate($0)
+        }
     }
 }
 
 extension Limits {
     init(node: SpecNode) throws {
-        let object = try node.object(allowing: ["downloads", "workers", "uploads", "timeout", "maxBytes", "maxPixels"])
+        let object = try node.object(allowing: ["downloads", "workers", "uploads", "timeout", "maxBytes", "maxPixels",
+                                                "rate", "burst"])
         self.init()
         downloads = try object.optional("downloads", default: downloads) { try $0.integer(in: 1 ... 1024) }
         workers = try object.optional("workers", default: workers) { try $0.integer(in: 0 ... 1024) }
@@ -262,6 +389,8 @@ extension Limits {
         timeout = try object.optional("timeout", default: timeout) { try $0.number(in: 0.001 ... 86400) }
         maxBytes = try object.optional("maxBytes", default: maxBytes) { try $0.integer(in: 1 ... Int.max) }
         maxPixels = try object.optional("maxPixels", default: maxPixels) { try $0.integer(in: 1 ... Int.max) }
+        rate = try object.optional("rate", default: nil) { try $0.number(in: 0.001 ... 1_000_000) }
+        burst = try object.optional("burst", default: nil) { try $0.integer(in: 1 ... 1000) }
     }
 }
 
@@ -300,5 +429,17 @@ extension SpecObject {
             throw SpecError(path: node.path.appending("type").description, message: "missing (required)")
         }
         return try SpecNode(value: type, path: node.path.appending("type")).string()
+    }
+}
+
+extension String {
+    /// Whether S3 takes this as an `x-amz-meta-…` value: ASCII on one line. Checked as
+    /// written and after `${…}`.
+    var isS3MetadataValue: Bool { allSatisfy { $0.isASCII && !$0.isNewline } }
+
+    /// Whether this can be a header value as it is: no CR, LF or NUL, which would end the
+    /// header (and start another) or the request. Checked as written and after `${…}`.
+    var isOneHeaderLine: Bool {
+        !unicodeScalars.contains { $0 == "\r" || $0 == "\n" || $0 == "\0" }
     }
 }

@@ -10,8 +10,12 @@ public struct PipelineSpec: Sendable {
     public var name: String
     public var source: SourceSpec
     public var filters: [FilterSpec]
-    public var output: OutputSpec
+    /// Every output of each item, in the file's order (one for `"output"`).
+    public var outputs: [OutputSpec]
     public var sinks: [SinkSpec]
+    /// The outputs a sink takes, by sink name, when it names them (`"outputs": [ids]`);
+    /// a sink not here takes every output.
+    public var sinkOutputs: [String: [String]] = [:]
     public var limits: Limits
     public var retry: RetryPolicy
     /// Sent as `User-Agent` with every request (feed pages, images, robots.txt, uploads).
@@ -23,13 +27,25 @@ public struct PipelineSpec: Sendable {
     /// The document as written (no `${…}` expanded), for the state file.
     public var document: JSONValue
 
+    /// The first output (the only one of a pipeline with `"output"`).
+    public var output: OutputSpec { outputs[0] }
+
+    /// The ids of the outputs `sink` takes, in the pipeline's order.
+    public func outputs(of sink: String) -> [String] {
+        let named = sinkOutputs[sink]
+        return outputs.map(\.id).filter { named?.contains($0) ?? true }
+    }
+
     /// The parts of the document that decide what an output looks like, as canonical JSON:
-    /// `resume` refuses to continue a run if these changed.
+    /// `resume` refuses to continue a run if these changed. (`outputs` only when the file
+    /// has it, so that the fingerprint of a one-output file is what it always was.)
     public var outputFingerprint: [String: String] {
-        [
+        var parts = [
             "filters": (document["filters"] ?? .array([])).withoutComments.serialized(sortedKeys: true),
             "output": (document["output"] ?? .null).withoutComments.serialized(sortedKeys: true),
         ]
+        if let several = document["outputs"] { parts["outputs"] = several.withoutComments.serialized(sortedKeys: true) }
+        return parts
     }
 
     /// `path` (already expanded) made absolute against the pipeline file's directory.
@@ -52,6 +68,8 @@ public indirect enum SourceSpec: Sendable, Equatable {
     /// Flickr search, page by page.
     case flickrSearch(text: EnvString, apiKey: EnvString, endpoint: EnvString, perPage: Int, maxItems: Int?,
                       size: String, remote: RemoteOptions)
+    /// The objects of a bucket under a prefix, listed with ListObjectsV2 `pageSize` keys a page.
+    case s3(S3Spec, pageSize: Int, maxItems: Int?, remote: RemoteOptions)
 
     public var typeName: String {
         switch self {
@@ -60,6 +78,7 @@ public indirect enum SourceSpec: Sendable, Equatable {
         case .jsonFeed: "json-feed"
         case .nasaImages: "nasa-images"
         case .flickrSearch: "flickr-search"
+        case .s3: "s3"
         }
     }
 
@@ -68,7 +87,7 @@ public indirect enum SourceSpec: Sendable, Equatable {
         switch self {
         case .directory: nil
         case let .urlList(_, remote), let .jsonFeed(_, _, _, remote), let .nasaImages(_, _, _, _, remote),
-             let .flickrSearch(_, _, _, _, _, _, remote): remote
+             let .flickrSearch(_, _, _, _, _, _, remote), let .s3(_, _, _, remote): remote
         }
     }
 }
@@ -137,10 +156,12 @@ public enum SinkSpec: Sendable, Equatable {
     case upload(name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String)
     /// One request per item to a URL template: `PUT` (raw body) or `POST` (multipart).
     case http(name: String, url: EnvString, method: String, fileField: String, headers: [NamedValue])
+    /// One object per output in a bucket (`PutObject`, or a multipart upload when large).
+    case s3(name: String, location: S3Spec, options: S3SinkOptions)
 
     public var name: String {
         switch self {
-        case let .directory(name, _), let .upload(name, _, _, _, _), let .http(name, _, _, _, _): name
+        case let .directory(name, _), let .upload(name, _, _, _, _), let .http(name, _, _, _, _), let .s3(name, _, _): name
         }
     }
 
@@ -149,8 +170,31 @@ public enum SinkSpec: Sendable, Equatable {
         case .directory: "directory"
         case .upload: "upload"
         case .http: "http"
+        case .s3: "s3"
         }
     }
+}
+
+/// What an `s3` sink does besides where it writes.
+public struct S3SinkOptions: Sendable, Equatable {
+    /// The object's name below the prefix (a `NameTemplate`: `{key}`, `{stem}`, `{ext}`,
+    /// `{index}`, `{hash}`, `{output}`, `{width}`, `{height}`); nil: the output's name.
+    public var key: NameTemplate?
+    /// `x-amz-storage-class`; nil: the bucket's default (`STANDARD`).
+    public var storageClass: String?
+    /// `x-amz-meta-<name>` headers.
+    public var metadata: [NamedValue] = []
+    /// Outputs of this many bytes or more go up as a multipart upload.
+    public var multipartThreshold = 16 << 20
+    /// The size of each part but the last.
+    public var partSize = 8 << 20
+
+    public static let storageClasses = ["STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
+                                        "GLACIER", "GLACIER_IR", "DEEP_ARCHIVE", "EXPRESS_ONEZONE"]
+    /// S3's smallest part (but the last): 5 MiB.
+    public static let minimumPartSize = 5 << 20
+
+    public init() {}
 }
 
 /// Concurrency and safety limits.
@@ -167,6 +211,12 @@ public struct Limits: Sendable, Equatable {
     public var maxBytes = 52_428_800
     /// Largest input accepted, in pixels (width × height, read from the header).
     public var maxPixels = 100_000_000
+    /// Requests per second to any one host (downloads, feed pages and sink requests
+    /// together); nil is unlimited. See `HostPacing`.
+    public var rate: Double?
+    /// Requests to a host that may start at once after a quiet spell; nil is
+    /// `HostPacing.defaultBurst(for: rate)`.
+    public var burst: Int?
 
     public init() {}
 

@@ -62,13 +62,23 @@ public struct BuiltPipeline: Sendable {
                                          at: cache.path?.path ?? "source.cache", what: "cache folder")
                 }
             }
-            let fetcher = try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: cancellation, logger: logger,
-                                                        withCache: !collecting)
-            let feed = try attempt { try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice) }
+            // One for the run: a host that is both source and sink is paced once.
+            let pacing = BuiltPipeline.makePacing(spec, logger: logger)
+            // An S3 source's bucket, endpoint and credentials are checked here; its feed
+            // needs them, so it is not made (nor checked again) without them.
+            let withCache = !collecting
+            let made = try attempt {
+                try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: cancellation, logger: logger,
+                                              withCache: withCache, pacing: pacing)
+            }
+            let fetcher = made ?? nil
+            let feed = made == nil ? nil
+                : try attempt { try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice) }
             var uploadClient: HTTPClient?
             func uploads() -> HTTPClient {
                 if let uploadClient { return uploadClient }
-                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent)
+                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
+                                        pacing: pacing)
                 uploadClient = client
                 return client
             }
@@ -93,25 +103,47 @@ public struct BuiltPipeline: Sendable {
                         var headers: [String: String] = [:]
                         for header in headerValues {
                             let value = try header.value.expanded(in: environment)
-                            guard !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+                            guard value.isOneHeaderLine else {
                                 throw SpecError(path: header.value.path, message: "a header value is one line: the value read has a CR, LF or NUL")
                             }
                             headers[header.name] = value
                         }
                         return HTTPSink(name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
                                         client: uploads(), retry: spec.retry)
+                    case let .s3(name, location, options):
+                        let client = try location.client(in: environment, http: uploads())
+                        let metadata = try options.metadata.map { ($0.name, try $0.value.expanded(in: environment)) }
+                        for (index, (_, value)) in metadata.enumerated()
+                        where !value.isS3MetadataValue {
+                            throw SpecError(path: options.metadata[index].value.path, message: "S3 metadata values are ASCII on one line")
+                        }
+                        return S3Sink(name: name, client: client, folder: try location.folder(in: environment), options: options,
+                                      metadata: metadata, retry: spec.retry)
                     }
                 }
                 if let built { sinks.append(built) }
             }
             var filters: [FilterStep] = []
-            for index in spec.filters.indices {
-                if let step = try attempt({ try BuiltPipeline.checkedFilter(spec, at: index, environment: environment) }) {
+            for (index, filter) in spec.filters.enumerated() {
+                if let step = try attempt({
+                    try BuiltPipeline.checkedFilter(spec, filter, at: "filters[\(index)]", environment: environment)
+                }) {
                     filters.append(step)
                 }
             }
+            var outputs: [OutputPlan] = []
+            for (outputIndex, output) in spec.outputs.enumerated() {
+                var steps: [FilterStep] = []
+                for (index, filter) in output.filters.enumerated() {
+                    let at = BuiltPipeline.path(ofFilter: index, ofOutput: outputIndex, in: spec)
+                    if let step = try attempt({ try BuiltPipeline.checkedFilter(spec, filter, at: at, environment: environment) }) {
+                        steps.append(step)
+                    }
+                }
+                outputs.append(OutputPlan(output, filters: steps))
+            }
             guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
-            let processor = ImageProcessor(filters: filters, output: spec.output, limits: spec.limits,
+            let processor = ImageProcessor(filters: filters, outputs: outputs, limits: spec.limits,
                                            baseDirectory: spec.baseDirectory, tuning: tuning, accept: spec.accept)
             return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                                  sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
@@ -119,7 +151,7 @@ public struct BuiltPipeline: Sendable {
 
         /// A step that sets both sides of its result must stay within `limits.maxPixels`,
         /// as inputs do: `fill 40000×40000` would hold every item for minutes and gigabytes.
-        static func checkOutputSize(_ step: FilterStep, at index: Int, limits: Limits) throws {
+        static func checkOutputSize(_ step: FilterStep, at path: String, limits: Limits) throws {
             let size: (Int, Int)?
             switch step {
             case let .fill(width, height, _): size = (width, height)
@@ -129,21 +161,21 @@ public struct BuiltPipeline: Sendable {
             }
             guard let (width, height) = size, width.multipliedReportingOverflow(by: height).overflow
                     || width * height > limits.maxPixels else { return }
-            throw SpecError(path: "filters[\(index)]",
+            throw SpecError(path: path,
                             message: "\(step.opName) \(width)×\(height) makes images over limits.maxPixels "
                                 + "(\(ImageProcessor.megapixels(limits.maxPixels))); raise the limit or make them smaller")
         }
 
         /// A watermark must be a readable regular file (a FIFO or a device such as
         /// `/dev/zero` would block the run or never end) within `limits.maxBytes`.
-        static func checkWatermark(_ resolved: String, at index: Int, limits: Limits) throws {
+        static func checkWatermark(_ resolved: String, at path: String, limits: Limits) throws {
             var info = stat()
             guard stat(resolved, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
                   FileManager.default.isReadableFile(atPath: resolved) else {
-                throw SpecError(path: "filters[\(index)].image", message: "cannot read watermark image \(resolved): not a readable regular file")
+                throw SpecError(path: "\(path).image", message: "cannot read watermark image \(resolved): not a readable regular file")
             }
             guard Int(info.st_size) <= limits.maxBytes else {
-                throw SpecError(path: "filters[\(index)].image",
+                throw SpecError(path: "\(path).image",
                                 message: "watermark image \(resolved) is \(info.st_size) bytes, over limits.maxBytes (\(limits.maxBytes))")
             }
             // Not an image at all: the pipeline's fault, not every item's `decode`.
@@ -153,7 +185,7 @@ public struct BuiltPipeline: Sendable {
                 try? handle.close()
             }
             guard case .accepted = ImageFormat.sniff(head) else {
-                throw SpecError(path: "filters[\(index)].image",
+                throw SpecError(path: "\(path).image",
                                 message: "watermark image \(resolved) is not a JPEG, PNG, GIF, WebP, TIFF, HEIF or AVIF file")
             }
         }
@@ -179,23 +211,47 @@ public struct BuiltPipeline: Sendable {
     /// checks it: what a dry-run needs before any sample (a missing watermark is the
     /// pipeline's fault, named with its path, not a failure of every sample).
     public static func checkedFilters(_ spec: PipelineSpec, environment: Environment) throws -> [FilterStep] {
-        try spec.filters.indices.map { try checkedFilter(spec, at: $0, environment: environment) }
+        try spec.filters.enumerated().map { try checkedFilter(spec, $1, at: "filters[\($0)]", environment: environment) }
     }
 
-    /// Filter `index` expanded, its watermark image and its output size checked.
-    static func checkedFilter(_ spec: PipelineSpec, at index: Int, environment: Environment) throws -> FilterStep {
-        let step = try spec.expandedFilter(at: index, in: environment)
-        if case let .watermark(watermark) = step {
-            try Assembly.checkWatermark(spec.resolvePath(watermark.image), at: index, limits: spec.limits)
+    /// Every output with its own filters expanded and checked.
+    public static func checkedOutputs(_ spec: PipelineSpec, environment: Environment) throws -> [OutputPlan] {
+        try spec.outputs.enumerated().map { outputIndex, output in
+            OutputPlan(output, filters: try output.filters.enumerated().map { index, filter in
+                try checkedFilter(spec, filter, at: path(ofFilter: index, ofOutput: outputIndex, in: spec), environment: environment)
+            })
         }
-        try Assembly.checkOutputSize(step, at: index, limits: spec.limits)
+    }
+
+    /// Where an output's filter is written: `output.filters[i]` or `outputs[j].filters[i]`.
+    static func path(ofFilter index: Int, ofOutput outputIndex: Int, in spec: PipelineSpec) -> String {
+        spec.document["outputs"] == nil ? "output.filters[\(index)]" : "outputs[\(outputIndex)].filters[\(index)]"
+    }
+
+    /// `filter` (at `path` in the file) expanded, its watermark image and its output size
+    /// checked.
+    static func checkedFilter(_ spec: PipelineSpec, _ filter: FilterSpec, at path: String,
+                              environment: Environment) throws -> FilterStep {
+        let step = try PipelineSpec.expanded(filter, path: path, in: environment)
+        if case let .watermark(watermark) = step {
+            try Assembly.checkWatermark(spec.resolvePath(watermark.image), at: path, limits: spec.limits)
+        }
+        try Assembly.checkOutputSize(step, at: path, limits: spec.limits)
         return step
+    }
+
+    /// The per-host pacing of a run's requests (`limits.rate`, `limits.burst`, and the
+    /// back-off after 429 and 503, which is always on); a slowed-down host is logged.
+    static func makePacing(_ spec: PipelineSpec, logger: Logger) -> HostPacing {
+        HostPacing(rate: spec.limits.rate, burst: spec.limits.burst) { note in
+            logger.warning("\(note)")
+        }
     }
 
     /// The fetcher of a remote source (feed pages and images, through its disk cache when
     /// it has one and `withCache`); nil for a local source.
     static func makeFetcher(_ spec: PipelineSpec, environment: Environment, cancellation: CancellationFlag,
-                            logger: Logger, withCache: Bool = true) throws -> RemoteFetcher? {
+                            logger: Logger, withCache: Bool = true, pacing: HostPacing? = nil) throws -> RemoteFetcher? {
         guard let remote = spec.source.remote else { return nil }
         var cache: DiskCache?
         var revalidate = false
@@ -204,11 +260,16 @@ public struct BuiltPipeline: Sendable {
                                   unexpanded: environment.unexpanded, expanding: environment.expanding)
             revalidate = cacheSpec.revalidate
         }
-        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent)
-        return RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
-                             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
-                             respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
-                             redact: environment.redact)
+        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
+                                pacing: pacing ?? makePacing(spec, logger: logger))
+        var fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
+                                    backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
+                                    respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
+                                    redact: environment.redact)
+        if case let .s3(location, _, _, _) = spec.source {
+            fetcher.objects = try location.client(in: environment, http: client)
+        }
+        return fetcher
     }
 
     /// The folders of the directory sinks: a sink folder inside the source folder holds
@@ -249,6 +310,13 @@ public struct BuiltPipeline: Sendable {
             feed = FlickrSearchFeed(text: try text.expanded(in: environment), apiKey: try apiKey.expanded(in: environment),
                                     endpoint: try web(endpoint), perPage: perPage, maxItems: maxItems,
                                     size: size, pages: fetcher!)
+        case let .s3(location, pageSize, maxItems, _):
+            guard let client = fetcher?.objects else { throw SpecError(path: location.path, message: "no S3 client") }
+            let cancellation = fetcher?.client.cancellation
+            feed = S3Feed(client: client, folder: try location.folder(in: environment), pageSize: pageSize, maxItems: maxItems,
+                          retry: RetryLoop(attempts: spec.retry.attempts, backoff: spec.retry.backoff,
+                                           isCancelled: { cancellation?.isCancelled ?? false }),
+                          logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact)
         }
         guard let fallback = source.remote?.fallback else { return feed }
         let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,

@@ -23,9 +23,13 @@ struct ContactSheet {
 
     /// Each pipeline's name, in order (one, or two when compared).
     let titles: [String]
-    /// Each pipeline's op names.
+    /// Each column's name (`DryRun.columnLabels`): a column is one output of one pipeline.
+    let labels: [String]
+    /// Each column's pipeline (an index into `titles`).
+    let owners: [Int]
+    /// Each column's op names (its pipeline's filters, then its output's).
     let chains: [[String]]
-    /// Each sample's rows, one per pipeline, in listing order.
+    /// Each sample's rows, one per column, in listing order.
     let samples: [[DryRunRow]]
 
     var compact: Bool { samples.count > Self.compactThreshold }
@@ -34,8 +38,6 @@ struct ContactSheet {
     /// The side of a 100 % crop window, in CSS pixels.
     var cropSide: Int { compact ? 128 : 256 }
 
-    private var labels: [String] { titles.count == 1 ? ["after"] : ["A", "B"] }
-
     var html: String {
         let failed = samples.filter { rows in rows.contains { $0.failure != nil } }
         let ordered = failed + samples.filter { rows in rows.allSatisfy { $0.failure == nil } }
@@ -43,7 +45,8 @@ struct ContactSheet {
         out += "<body class=\"\(compact ? "compact" : "full")\" data-rendered=\"0\" data-total=\"0\" data-sliders=\"0\" data-summary-samples=\"0\">\n"
         out += "<h1>\(escape(titles.joined(separator: " vs ")))</h1>\n"
         for (index, chain) in chains.enumerated() {
-            let label = titles.count == 1 ? "" : "\(labels[index]) (\(escape(titles[index]))): "
+            let label = labels.count == 1 ? "" : titles.count == 1 ? "\(escape(labels[index])): "
+                : "\(escape(labels[index])) (\(escape(titles[owners[index]]))): "
             out += "<div class=\"chain\">\(label)\(chain.isEmpty ? "no filters" : chain.map(escape).joined(separator: " → "))</div>\n"
         }
         out += summary(failed: failed)
@@ -63,20 +66,21 @@ struct ContactSheet {
             out += "<ul class=\"failures\">\n"
             for rows in failed {
                 let reasons = rows.enumerated().compactMap { index, row in
-                    row.failure.map { (titles.count == 1 ? "" : labels[index] + ": ") + $0 }
+                    row.failure.map { (labels.count == 1 ? "" : labels[index] + ": ") + $0 }
                 }
                 out += "<li><a href=\"#\(anchor(rows[0].key))\">\(escape(rows[0].key))</a>: \(escape(reasons.joined(separator: "; ")))</li>\n"
             }
             out += "</ul>\n"
         }
         out += "<table><tr><th></th><th>bytes before → after</th><th>per image</th><th>SSIM (mean)</th><th>time per image (median / mean)</th></tr>\n"
-        for index in titles.indices {
+        for index in labels.indices {
             let done = samples.map { $0[index] }.filter { $0.failure == nil && $0.outputBytes != nil }
             let before = done.reduce(0) { $0 + $1.inputBytes }
             let after = done.reduce(0) { $0 + ($1.outputBytes ?? 0) }
             let scores = done.compactMap(\.ssim)
             let times = done.map(\.milliseconds).sorted()
-            let name = titles.count == 1 ? "\(done.count) done" : "\(labels[index]): \(escape(titles[index]))"
+            let name = labels.count == 1 ? "\(done.count) done"
+                : titles.count == 1 ? "\(escape(labels[index])): \(done.count) done" : "\(escape(labels[index])): \(escape(titles[owners[index]]))"
             var cells = [name]
             if done.isEmpty {
                 cells += ["–", "–", "–", "–"]
@@ -136,13 +140,15 @@ struct ContactSheet {
     /// slider: left of it the first picture, right of it the second.
     private func wipe(_ rows: [DryRunRow], size: (Int, Int)?) -> String {
         let pictures: [(String, String)]
-        if rows.count == 1 {
+        if titles.count == 1 {
+            // One pipeline: before against its (first) output.
             guard let before = rows[0].before, let after = rows[0].display ?? rows[0].output else { return "" }
-            pictures = [(before, "before"), (after, "after")]
+            pictures = [(before, "before"), (after, labels[0])]
         } else {
-            let outputs = rows.compactMap { $0.display ?? $0.output }
-            guard outputs.count == 2 else { return "" }
-            pictures = [(outputs[0], "A"), (outputs[1], "B")]
+            // Two pipelines: the first output of each.
+            guard let second = owners.firstIndex(of: 1), let a = rows[0].display ?? rows[0].output,
+                  let b = rows[second].display ?? rows[second].output else { return "" }
+            pictures = [(a, labels[0]), (b, labels[second])]
         }
         let (width, height) = size ?? (Int(box), Int(box))
         return """
@@ -209,10 +215,7 @@ struct ContactSheet {
         "sample-" + FeedItem.safeName(key)
     }
 
-    private func escape(_ text: String) -> String {
-        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
-    }
+    private func escape(_ text: String) -> String { text.xmlEscaped }
 
     // MARK: page
 

@@ -5,6 +5,8 @@ import VipsKit
 /// One sample's result in a dry-run, for one pipeline.
 public struct DryRunRow: Sendable, Codable {
     public let key: String
+    /// The output this row shows (`default` for a pipeline with one).
+    public var outputID = OutputSpec.defaultID
     public let inputWidth: Int?
     public let inputHeight: Int?
     public let inputBytes: Int
@@ -120,14 +122,15 @@ public struct DryRun: Sendable {
         // any sample, naming which pipeline is at fault.
         let chains = try pipelines.enumerated().map { index, spec in
             do {
-                return try BuiltPipeline.checkedFilters(spec, environment: environment)
+                return (try BuiltPipeline.checkedFilters(spec, environment: environment),
+                        try BuiltPipeline.checkedOutputs(spec, environment: environment))
             } catch {
                 throw DryRunError(pipeline: index, fault: error)
             }
         }
         try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
-        let processors = zip(pipelines, chains).map { spec, filters in
-            ImageProcessor(filters: filters, output: spec.output, limits: spec.limits, baseDirectory: spec.baseDirectory)
+        let processors = zip(pipelines, chains).map { spec, chain in
+            ImageProcessor(filters: chain.0, outputs: chain.1, limits: spec.limits, baseDirectory: spec.baseDirectory)
         }
         var results: [[DryRunRow]] = []
         var index = 0
@@ -144,25 +147,41 @@ public struct DryRun: Sendable {
             let source = SourcePictures(self, sample: sample, path: path)
             var rows: [DryRunRow] = []
             for (number, pipeline) in pipelines.enumerated() {
-                var row = preview(sample.item, path: path, index: index, spec: pipeline, processor: processors[number],
-                                  folder: folders[number])
-                source.describe(&row)
-                if let output = row.output {
-                    row.display = displayPicture(output, format: pipeline.output.format)
-                    row.ssim = SourceSimilarity.score(output: url(output).path, source: path,
-                                                      autorotate: chains[number].contains(.autorotate))
+                let made = preview(sample.item, path: path, index: index, spec: pipeline, processor: processors[number],
+                                   folder: folders[number])
+                for (outputIndex, var row) in made.enumerated() {
+                    source.describe(&row)
+                    if let output = row.output {
+                        let plan = chains[number].1[outputIndex]
+                        row.display = displayPicture(output, format: plan.spec.format)
+                        row.ssim = SourceSimilarity.score(output: url(output).path, source: path,
+                                                          autorotate: (chains[number].0 + plan.filters).contains(.autorotate))
+                    }
+                    rows.append(row)
                 }
-                rows.append(row)
             }
             results.append(rows)
             onSample(rows)
             return true
         }
         VipsRuntime.endThreadWork()
-        let sheet = ContactSheet(titles: pipelines.map(\.name), chains: pipelines.map { $0.filters.map(\.op) },
+        let owners = pipelines.enumerated().flatMap { index, spec in spec.outputs.map { _ in index } }
+        let sheet = ContactSheet(titles: pipelines.map(\.name), labels: columnLabels, owners: owners,
+                                 chains: pipelines.flatMap { spec in spec.outputs.map { (spec.filters + $0.filters).map(\.op) } },
                                  samples: results)
         try Data(sheet.html.utf8).write(to: URL(fileURLWithPath: indexPath), options: .atomic)
         return results
+    }
+
+    /// The name of each column of results (a sample's rows): `after` for one pipeline with
+    /// one output; the output ids for one pipeline with several; `A` and `B` for two
+    /// pipelines with one output each, else `A w320`, `B w320`, ….
+    public var columnLabels: [String] {
+        let pipelines = [spec] + (other.map { [$0] } ?? [])
+        if pipelines.count == 1 { return spec.outputs.count == 1 ? ["after"] : spec.outputs.map(\.id) }
+        return zip(["A", "B"], pipelines).flatMap { letter, pipeline in
+            pipeline.outputs.count == 1 ? [letter] : pipeline.outputs.map { "\(letter) \($0.id)" }
+        }
     }
 
     /// What the contact sheet shows of one sample's input, shared by every pipeline's row:
@@ -233,36 +252,59 @@ public struct DryRun: Sendable {
         try data.write(to: url, options: .atomic)
     }
 
+    /// One row per output of `spec`. The input is processed once for every output (as a
+    /// run does); each row has the whole time and the steps up to its own encoding.
     private func preview(_ item: FeedItem, path: String, index: Int, spec: PipelineSpec, processor: ImageProcessor,
-                         folder: String) -> DryRunRow {
+                         folder: String) -> [DryRunRow] {
         let inputBytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
         let start = DispatchTime.now()
         var steps: [StepTiming] = []
-        let result = Result { () throws(ItemFailure) -> ProcessedImage in
-            try processor.process(.file(path), fields: ItemFields(key: item.key, stem: item.nameStem, metadata: item.metadata)) { op, ms in
+        let result = Result { () throws(ItemFailure) -> [ProcessedImage] in
+            try processor.processOutputs(.file(path), fields: ItemFields(key: item.key, stem: item.nameStem,
+                                                                        metadata: item.metadata)) { op, ms in
                 steps.append(StepTiming(op: op, milliseconds: ms))
             }
         }
         let milliseconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
+        let images: [ProcessedImage]
         switch result {
-        case let .success(image):
-            let name = folder + spec.output.name.render(key: item.nameKey, stem: item.nameStem, index: index,
-                                                        format: spec.output.format, hash: String(image.sha256.prefix(16)))
+        case let .success(made): images = made
+        case let .failure(failure):
+            return spec.outputs.map { output in
+                var row = DryRunRow(key: item.key, inputWidth: nil, inputHeight: nil, inputBytes: inputBytes,
+                                    outputWidth: nil, outputHeight: nil, outputBytes: nil, output: nil,
+                                    milliseconds: milliseconds, failure: failure.description)
+                row.outputID = output.id
+                return row
+            }
+        }
+        return zip(spec.outputs, images).map { output, image in
+            let name = folder + output.fileName(key: item.nameKey, stem: item.nameStem, index: index, made: image)
+            var row: DryRunRow
             do {
                 try write(image.data, to: name)
+                row = DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
+                                inputBytes: inputBytes, outputWidth: image.width, outputHeight: image.height,
+                                outputBytes: image.data.count, output: name, milliseconds: milliseconds, failure: nil,
+                                steps: Self.steps(steps, upTo: output.id, of: spec.outputs.count))
             } catch {
-                return DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
-                                 inputBytes: inputBytes, outputWidth: nil, outputHeight: nil, outputBytes: nil,
-                                 output: nil, milliseconds: milliseconds, failure: "encode: cannot write preview: \(error)")
+                row = DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
+                                inputBytes: inputBytes, outputWidth: nil, outputHeight: nil, outputBytes: nil,
+                                output: nil, milliseconds: milliseconds, failure: "encode: cannot write preview: \(error)")
             }
-            return DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
-                             inputBytes: inputBytes, outputWidth: image.width, outputHeight: image.height,
-                             outputBytes: image.data.count, output: name, milliseconds: milliseconds, failure: nil,
-                             steps: steps)
-        case let .failure(failure):
-            return DryRunRow(key: item.key, inputWidth: nil, inputHeight: nil, inputBytes: inputBytes,
-                             outputWidth: nil, outputHeight: nil, outputBytes: nil, output: nil,
-                             milliseconds: milliseconds, failure: failure.description)
+            row.outputID = output.id
+            return row
+        }
+    }
+
+    /// The steps that made one output: everything when there is one; with several, the
+    /// shared steps and that output's own (named `<id>: <op>` by the processor), unprefixed.
+    static func steps(_ all: [StepTiming], upTo output: String, of count: Int) -> [StepTiming] {
+        guard count > 1 else { return all }
+        return all.compactMap { step in
+            guard let colon = step.op.range(of: ": ") else { return step }
+            guard step.op[..<colon.lowerBound] == output else { return nil }
+            return StepTiming(op: String(step.op[colon.upperBound...]), milliseconds: step.milliseconds)
         }
     }
 }

@@ -93,13 +93,20 @@ public enum DryRunSamples: Sendable, Equatable {
         }
         let spool = downloads + "/.\(number).part"
         var attempt = 1
-        var fetched = try fetcher.image(item.location, to: spool, attempt: attempt)
-        while case let .retry(delay) = fetched {
-            Thread.sleep(forTimeInterval: delay)
-            attempt += 1
-            fetched = try fetcher.image(item.location, to: spool, attempt: attempt)
+        var reserved = false
+        fetching: while true {
+            switch try fetcher.image(item.location, to: spool, attempt: attempt, reserved: reserved) {
+            case .fetched: break fetching
+            case let .skipped(skip): return .skipped(skip)
+            case let .retry(delay):
+                Thread.sleep(forTimeInterval: delay)
+                attempt += 1
+                reserved = false
+            case let .later(delay, turn):
+                Thread.sleep(forTimeInterval: delay)
+                reserved = turn
+            }
         }
-        if case let .skipped(skip) = fetched { return .skipped(skip) }
         let head = Array((FileHandle(forReadingAtPath: spool).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
         var ext = "img"
         if case let .accepted(format) = ImageFormat.sniff(head) { ext = format == .jpeg ? "jpg" : format.rawValue }

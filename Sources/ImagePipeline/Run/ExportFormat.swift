@@ -8,24 +8,34 @@ import Foundation
 /// `metadata` (the JSON text), `output.name`, `output.format`, `output.width`,
 /// `output.height`, `output.bytes`, `output.sha256`, then for each sink `S` of the run
 /// `delivery.S.status`, `delivery.S.remoteURL`, `delivery.S.httpStatus`,
-/// `delivery.S.attempts` (RFC 4180 quoting; an empty cell for a missing value).
+/// `delivery.S.attempts` (RFC 4180 quoting; an empty cell for a missing value). With
+/// several outputs, each output `O` has its own columns `output.O.name` … `output.O.sha256`,
+/// and each sink its `delivery.S.O.status` … `delivery.S.O.attempts`, in the pipeline's
+/// order of outputs.
 public enum ExportFormat: String, Sendable, CaseIterable {
     case jsonl, csv
 
-    /// The first line (CSV's header), or nil.
-    public func header(sinks: [String]) -> String? {
+    static let outputFields = ["name", "format", "width", "height", "bytes", "sha256"]
+    static let deliveryFields = ["status", "remoteURL", "httpStatus", "attempts"]
+
+    /// The first line (CSV's header), or nil. `outputs` are the run's output ids.
+    public func header(sinks: [String], outputs: [String] = [OutputSpec.defaultID]) -> String? {
         guard self == .csv else { return nil }
-        let fixed = ["key", "location", "status", "reason", "message", "attempts", "tier", "metadata",
-                     "output.name", "output.format", "output.width", "output.height", "output.bytes", "output.sha256"]
-        let perSink = sinks.flatMap { sink in ["status", "remoteURL", "httpStatus", "attempts"].map { "delivery.\(sink).\($0)" } }
-        return (fixed + perSink).map(Self.csvCell).joined(separator: ",")
+        let fixed = ["key", "location", "status", "reason", "message", "attempts", "tier", "metadata"]
+        let one = outputs == [OutputSpec.defaultID]
+        let perOutput = outputs.flatMap { id in Self.outputFields.map { one ? "output.\($0)" : "output.\(id).\($0)" } }
+        let perSink = sinks.flatMap { sink in
+            outputs.flatMap { id in Self.deliveryFields.map { one ? "delivery.\(sink).\($0)" : "delivery.\(sink).\(id).\($0)" } }
+        }
+        return (fixed + perOutput + perSink).map(Self.csvCell).joined(separator: ",")
     }
 
     /// One record as one line (without the newline). `redact` masks what must not leave.
-    public func line(_ record: ExportRecord, sinks: [String], redact: (String) -> String) -> String {
+    public func line(_ record: ExportRecord, sinks: [String], outputs: [String] = [OutputSpec.defaultID],
+                     redact: (String) -> String) -> String {
         switch self {
         case .jsonl: jsonLine(record, redact: redact)
-        case .csv: csvLine(record, sinks: sinks, redact: redact)
+        case .csv: csvLine(record, sinks: sinks, outputs: outputs, redact: redact)
         }
     }
 
@@ -52,16 +62,21 @@ public enum ExportFormat: String, Sendable, CaseIterable {
         ]).serialized()
     }
 
-    private func csvLine(_ record: ExportRecord, sinks: [String], redact: (String) -> String) -> String {
-        let output = record.outputs.first?.output
+    private func csvLine(_ record: ExportRecord, sinks: [String], outputs: [String], redact: (String) -> String) -> String {
         var cells: [String?] = [redact(record.key), redact(record.location), record.status, record.reason,
-                                record.message.map(redact), String(record.attempts), record.tier, record.metadata.map(redact),
-                                output?.name, output?.format, output?.width.map(String.init), output?.height.map(String.init),
-                                output?.bytes.map(String.init), output?.sha256]
+                                record.message.map(redact), String(record.attempts), record.tier, record.metadata.map(redact)]
+        for id in outputs {
+            let output = record.outputs.first { $0.id == id }?.output
+            cells += [output?.name, output?.format, output?.width.map(String.init), output?.height.map(String.init),
+                      output?.bytes.map(String.init), output?.sha256]
+        }
         for sink in sinks {
-            let delivery = record.deliveries.first { $0.sink == sink }?.byOutput.first?.delivery
-            cells += [delivery?.status, delivery?.remoteURL.map(redact), delivery?.httpStatus.map(String.init),
-                      delivery.map { String($0.attempts) }]
+            let byOutput = record.deliveries.first { $0.sink == sink }?.byOutput ?? []
+            for id in outputs {
+                let delivery = byOutput.first { $0.id == id }?.delivery
+                cells += [delivery?.status, delivery?.remoteURL.map(redact), delivery?.httpStatus.map(String.init),
+                          delivery.map { String($0.attempts) }]
+            }
         }
         return cells.map { Self.csvCell($0 ?? "") }.joined(separator: ",")
     }

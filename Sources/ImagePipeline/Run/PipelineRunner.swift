@@ -48,7 +48,8 @@ public final class PipelineRunner: Sendable {
     public func execute(_ mode: RunMode) throws -> RunSummary {
         // Sinks are checked before a run is created or reopened: a sink that cannot be
         // prepared (a read-only folder) must not leave a `running` run behind.
-        for sink in pipeline.sinks { try sink.prepare() }
+        let identity = identity
+        for sink in pipeline.sinks { try sink.prepare(workRoot: identity.workRoot) }
         let start = try store.begin(mode, identity)
         for notice in start.notices { reporter.notice(notice) }
         try VipsRuntime.setUp()

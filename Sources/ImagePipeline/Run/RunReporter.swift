@@ -65,7 +65,7 @@ public struct RunSummary: Sendable, Codable {
 /// Receives what a run has to say. The library prints nothing itself: the command line
 /// passes a reporter that writes to the terminal.
 public protocol RunReporter: Sendable {
-    /// About four times a second while items are moving.
+    /// About four times a second while items are moving, and once as a session ends.
     func progress(_ progress: RunProgress)
     /// One item failed for good.
     func itemFailed(key: String, failure: ItemFailure)

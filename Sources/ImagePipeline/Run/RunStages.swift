@@ -104,6 +104,9 @@ final class RunStages: Sendable {
         context.stopExecutors()
 
         let elapsed = Date().timeIntervalSince(started)
+        // The session's last state, whatever the timer's phase: a session shorter than one
+        // interval still reports once (the reporter decides whether to show it).
+        context.reporter.progress(state.withLock { $0.progress(runId: run.id, elapsed: elapsed) })
         let final = try store.counts(runId: run.id)
         let cancelled = isCancelled
         let feedComplete = state.withLock { $0.feedComplete }
@@ -201,8 +204,13 @@ final class RunStages: Sendable {
         let spec = pipeline.spec
         let environment = pipeline.environment
         var seq: Int
+        var cursor: FeedCursor?
         do {
             seq = try context.store.lastSeq(runId: context.runId)
+            // A listing cut short continues after its last item (a refresh looks at everything).
+            if seq > 0, !context.refreshing {
+                cursor = try context.store.lastKey(runId: context.runId).map { FeedCursor(key: environment.expanding($0), listed: seq) }
+            }
         } catch {
             context.reporter.notice("cannot read the state file: \(error)")
             interrupt(now: false)
@@ -211,17 +219,19 @@ final class RunStages: Sendable {
         let passStartSeq = seq + 1
         let relisting = seq > 0
         let limit = context.run.itemLimit
-        let template = spec.output.name
-        let sinkNames = spec.sinks.map(\.name)
+        // The sinks that take each output.
+        let takers = spec.outputs.map { output in spec.sinks.map(\.name).filter { spec.outputs(of: $0).contains(output.id) } }
         var stoppedByLimit = false
 
         func admit(_ item: FeedItem, seq itemSeq: Int) {
             let tier: Tier? = !item.isLocal ? nil : item.fromFallback ? .fallback : .local
+            let outputs = zip(spec.outputs, takers).map { output, sinks in
+                NewOutput(id: output.id, name: output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: itemSeq),
+                          sinks: sinks)
+            }
             let change = StoreChange.insert(NewItem(
                 key: item.key, seq: itemSeq, location: environment.unexpanded(item.location), metadata: item.metadata,
-                outputName: template.usesHash ? nil : template.render(key: item.nameKey, stem: item.nameStem, index: itemSeq,
-                                                                      format: spec.output.format, hash: nil),
-                sinks: sinkNames, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier))
+                outputs: outputs, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier))
             writer.submit(change) { [self] outcome in
                 switch outcome {
                 case .applied:
@@ -248,7 +258,7 @@ final class RunStages: Sendable {
         var seenThisPass: Set<String> = []
         do {
             // The feed's count, when it gives one, makes the total of progress lines.
-            try pipeline.feed.list(expecting: { count in state.withLock { $0.expect(count) } }) { listed in
+            try pipeline.feed.list(after: cursor, expecting: { count in state.withLock { $0.expect(count) } }) { listed in
                 if isCancelled { return false }
                 // No expanded `${…}` value is recorded: keys and names carry the reference.
                 let item = listed.withoutSecrets(environment)
@@ -296,9 +306,8 @@ final class RunStages: Sendable {
         let seq: Int
         let location: String
         var spoolPath: String?
-        var stagedPath: String?
-        var outputName: String?
-        var outputHash: String?
+        /// The staged outputs, once processed (read from the state file when empty).
+        var outputs: [StagedOutput] = []
         var nameKey: String
         var nameStem: String
         var tier: Tier?
@@ -319,9 +328,6 @@ final class RunStages: Sendable {
             seq = record.seq
             location = record.location
             spoolPath = record.spoolPath
-            stagedPath = record.stagedPath
-            outputName = record.outputName
-            outputHash = record.outputHash
             nameKey = record.nameKey
             nameStem = record.nameStem
             tier = record.tier
@@ -382,7 +388,7 @@ final class RunStages: Sendable {
     }
 
     /// Downloads a remote item (or links it from the cache) into the run's spool folder.
-    private func fetch(_ job: Job, attempt: Int = 1) {
+    private func fetch(_ job: Job, attempt: Int = 1, reserved: Bool = false) {
         context.fetchers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
             guard let fetcher = pipeline.fetcher else {
@@ -391,7 +397,7 @@ final class RunStages: Sendable {
             let spool = context.spoolDirectory + "/\(job.seq)"
             let tier: Tier
             do throws(ItemFailure) {
-                switch try fetcher.image(job.location, to: spool, attempt: attempt) {
+                switch try fetcher.image(job.location, to: spool, attempt: attempt, reserved: reserved) {
                 case let .fetched(served):
                     tier = served
                 case let .skipped(skip):
@@ -402,6 +408,11 @@ final class RunStages: Sendable {
                         "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)"])
                     return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
                         fetch(job, attempt: attempt + 1)
+                    }
+                case let .later(delay, reserved):
+                    // The host's turn: not an attempt.
+                    return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
+                        fetch(job, attempt: attempt, reserved: reserved)
                     }
                 }
             } catch {
@@ -432,7 +443,7 @@ final class RunStages: Sendable {
                 context.logger.warning("slow item", metadata: ["item": "\(job.key)", "stage": "pixels",
                                                                 "seconds": "\(String(format: "%.1f", seconds))"])
             }
-            let image: ProcessedImage
+            let images: [ProcessedImage]
             switch result {
             case let .failure(failure):
                 // Decoding and encoding are deterministic: a failure here is final.
@@ -440,18 +451,29 @@ final class RunStages: Sendable {
             case let .success(.skipped(skip)):
                 return self.skip(job, skip)
             case let .success(.processed(processed)):
-                image = processed
+                images = processed
             }
-            let name = spec.output.name.render(key: job.nameKey, stem: job.nameStem, index: job.seq,
-                                               format: spec.output.format, hash: String(image.sha256.prefix(16)))
-            let staged = context.stagedDirectory + "/\(job.seq).\(spec.output.format.fileExtension)"
-            let partial = staged + ".partial"
+            var outputs: [StagedOutput] = []
             do {
-                try FileWriter.write(image.data, to: partial)
-                guard rename(partial, staged) == 0 else { throw StageError(String(cString: strerror(errno))) }
+                for (output, image) in zip(spec.outputs, images) {
+                    let name = output.fileName(key: job.nameKey, stem: job.nameStem, index: job.seq, made: image)
+                    // One output: `<seq>.<ext>`, as state files before several outputs had it.
+                    let file = spec.outputs.count == 1 ? "\(job.seq)" : "\(job.seq)-\(output.id)"
+                    let staged = context.stagedDirectory + "/\(file).\(output.format.fileExtension)"
+                    let partial = staged + ".partial"
+                    do {
+                        try FileWriter.write(image.data, to: partial)
+                        guard rename(partial, staged) == 0 else { throw StageError(String(cString: strerror(errno))) }
+                    } catch {
+                        unlink(partial)
+                        throw error
+                    }
+                    outputs.append(StagedOutput(id: output.id, path: staged, name: name, sha256: image.sha256,
+                                                bytes: image.data.count, width: image.width, height: image.height))
+                }
             } catch {
                 // A full disk or a vanished work folder: an I/O failure, which may pass.
-                unlink(partial)
+                for output in outputs { unlink(output.path) }
                 let retry = spec.retry
                 guard attempt >= retry.attempts else {
                     let delay = RetryPolicy.delay(afterAttempt: attempt, backoff: retry.backoff)
@@ -466,16 +488,12 @@ final class RunStages: Sendable {
                 return fail(job, ItemFailure(.io, "cannot stage the output in \(context.stagedDirectory): \(error)\(attempts)"),
                             attempts: attempt)
             }
-            let output = StagedOutput(path: staged, name: name, sha256: image.sha256, bytes: image.data.count,
-                                      width: image.width, height: image.height)
             var processed = job
-            processed.stagedPath = staged
-            processed.outputName = name
-            processed.outputHash = image.sha256
+            processed.outputs = outputs
             let next = processed
-            writer.submit(.processed(key: job.key, output: output)) { [self] outcome in
+            writer.submit(.processed(key: job.key, outputs: outputs)) { [self] outcome in
                 if case let .failed(failure) = outcome {
-                    unlink(staged)
+                    for output in next.outputs { unlink(output.path) }
                     finish(job, failure: failure)
                 } else {
                     deliver(next)
@@ -491,30 +509,38 @@ final class RunStages: Sendable {
         context.deliverers.submit { [self] in
             // Queued when the run was interrupted: left `processed`, resume delivers it.
             guard !isCancelled else { return releaseSlot() }
-            guard let staged = job.stagedPath, let name = job.outputName,
-                  FileManager.default.fileExists(atPath: staged) else {
-                // The staged output is gone (removed by hand): make it again.
-                writer.submit(.reset(key: job.key, to: .fetched)) { [self] _ in process(job) }
-                return
-            }
-            let pending: [String]
+            var job = job
+            let pending: [(output: String, sink: String)]
             do {
-                pending = try context.store.pendingSinks(runId: context.runId, key: job.key)
+                if job.outputs.isEmpty { job.outputs = try context.store.stagedOutputs(runId: context.runId, key: job.key) }
+                pending = try context.store.pendingDeliveries(runId: context.runId, key: job.key)
             } catch {
                 return fail(job, ItemFailure(.io, "cannot read the state file: \(error)"), attempts: 1)
             }
+            let staged = Dictionary(job.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+            let ready = pipeline.spec.outputs.allSatisfy { staged[$0.id].map { FileManager.default.fileExists(atPath: $0.path) } ?? false }
+            guard ready else {
+                // A staged output is gone (removed by hand): make them again.
+                var cleared = job
+                cleared.outputs = []
+                let again = cleared
+                writer.submit(.reset(key: job.key, to: .fetched)) { [self] _ in process(again) }
+                return
+            }
             guard !pending.isEmpty else { return releaseSlot() }
-            let delivery = Delivery(runId: context.runId, runUUID: context.run.uuid, key: job.key, stagedPath: staged,
-                                    name: name, format: pipeline.spec.output.format,
-                                    origin: pipeline.environment.unexpanded(job.location), nameKey: job.nameKey,
-                                    nameStem: job.nameStem, sha256: job.outputHash ?? "")
             let settlement = Settlement(job: job, remaining: pending.count)
-            for sinkName in pending {
-                guard let sink = context.sinks[sinkName] else {
-                    let failure = ItemFailure(.upload, "sink \(sinkName) is no longer in the pipeline")
-                    record(.deliveryFailed(key: job.key, sink: sinkName, failure: failure, attempts: 1), settlement)
+            for (outputID, sinkName) in pending {
+                guard let sink = context.sinks[sinkName], let output = staged[outputID],
+                      let spec = pipeline.spec.outputs.first(where: { $0.id == outputID }) else {
+                    let what = context.sinks[sinkName] == nil ? "sink \(sinkName)" : "output \(outputID)"
+                    let failure = ItemFailure(.upload, "\(what) is no longer in the pipeline")
+                    record(.deliveryFailed(key: job.key, output: outputID, sink: sinkName, failure: failure, attempts: 1), settlement)
                     continue
                 }
+                let delivery = Delivery(runId: context.runId, runUUID: context.run.uuid, key: job.key, output: outputID,
+                                        width: output.width, height: output.height, stagedPath: output.path, name: output.name, format: spec.format,
+                                        origin: pipeline.environment.unexpanded(job.location), nameKey: job.nameKey,
+                                        nameStem: job.nameStem, sha256: output.sha256, index: job.seq)
                 attempt(delivery, to: sink, number: 1, settlement)
             }
         }
@@ -527,12 +553,12 @@ final class RunStages: Sendable {
             outcome = try sink.deliver(delivery, attempt: number)
         } catch {
             if pipeline.cancellation.isAborted { return record(nil, settlement) }
-            return record(.deliveryFailed(key: delivery.key, sink: sink.name, failure: error.failure,
+            return record(.deliveryFailed(key: delivery.key, output: delivery.output, sink: sink.name, failure: error.failure,
                                           attempts: error.attempts), settlement)
         }
         switch outcome {
         case let .delivered(receipt):
-            record(.delivered(key: delivery.key, sink: sink.name, remoteURL: receipt.remoteURL,
+            record(.delivered(key: delivery.key, output: delivery.output, sink: sink.name, remoteURL: receipt.remoteURL,
                               httpStatus: receipt.httpStatus, attempts: receipt.attempts), settlement)
         case let .retry(delay, failure):
             // The run is stopping: the delivery stays pending for resume.
@@ -565,7 +591,7 @@ final class RunStages: Sendable {
         case let .failed(failure):
             finish(job, failure: failure)
         case .done:
-            if let staged = job.stagedPath { unlink(staged) }
+            for output in job.outputs { unlink(output.path) }
             if job.isRemote { unlink(context.spoolDirectory + "/\(job.seq)") }
             finish(job, failure: nil)
         case .unfinished:

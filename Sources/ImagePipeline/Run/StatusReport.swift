@@ -15,7 +15,10 @@ public struct StatusReport: Sendable, Codable {
     public let pending: Int
     public let fetched: Int
     public let processed: Int
+    /// Deliveries by sink (one per item and output the sink takes).
     public let sinks: [String: DeliveryCounts]
+    /// Each output's deliveries (over every sink that takes it) and its format, by id.
+    public let outputs: [String: OutputCounts]
     public let failuresByReason: [String: Int]
     public let failures: [FailureRecord]
     /// Skipped items by reason (`opt-out`, `robots`, `too-small`, `aspect`, `format`).
@@ -47,12 +50,17 @@ public struct StatusReport: Sendable, Codable {
         let counts = try store.counts(runId: run.id)
         var sinks = try store.deliveryCounts(runId: run.id)
         for name in run.sinks where sinks[name] == nil { sinks[name] = DeliveryCounts() }
+        let formats = RunStore.outputFormats(ofDocument: run.document)
+        var outputs: [String: OutputCounts] = [:]
+        for (id, counts) in try store.deliveryCountsByOutput(runId: run.id) {
+            outputs[id] = OutputCounts(format: formats[id] ?? OutputFormat.jpeg.rawValue, deliveries: counts)
+        }
         let formatter = ISO8601DateFormatter()
         let finishedItems = counts.done + counts.skipped + counts.failed
         return StatusReport(
             run: run.id, state: run.state.rawValue, pipeline: run.pipelinePath, name: run.pipelineName,
             total: counts.total, done: counts.done, skipped: counts.skipped, failed: counts.failed, pending: counts.unfinished,
-            fetched: counts.fetched, processed: counts.processed, sinks: sinks,
+            fetched: counts.fetched, processed: counts.processed, sinks: sinks, outputs: outputs,
             failuresByReason: try store.failureCounts(runId: run.id),
             failures: try store.failures(runId: run.id, limit: failureLimit),
             skipsByReason: try store.skipCounts(runId: run.id),
@@ -61,4 +69,10 @@ public struct StatusReport: Sendable, Codable {
             startedAt: formatter.string(from: run.startedAt), finishedAt: run.finishedAt.map(formatter.string(from:)),
             elapsed: run.elapsed, itemsPerSecond: run.elapsed > 0 ? Double(finishedItems) / run.elapsed : 0)
     }
+}
+
+/// One output's share of a run, for `status`.
+public struct OutputCounts: Sendable, Equatable, Codable {
+    public let format: String
+    public let deliveries: DeliveryCounts
 }

@@ -39,10 +39,11 @@ final class StoreWriter: @unchecked Sendable {
             return .failed(key: key, failure: clean(failure), attempts: attempts)
         case let .skipped(key, skip):
             return .skipped(key: key, skip: ItemSkip(skip.reason, redact(skip.message)))
-        case let .deliveryFailed(key, sink, failure, attempts):
-            return .deliveryFailed(key: key, sink: sink, failure: clean(failure), attempts: attempts)
-        case let .delivered(key, sink, remoteURL, httpStatus, attempts):
-            return .delivered(key: key, sink: sink, remoteURL: remoteURL.map(redact), httpStatus: httpStatus, attempts: attempts)
+        case let .deliveryFailed(key, output, sink, failure, attempts):
+            return .deliveryFailed(key: key, output: output, sink: sink, failure: clean(failure), attempts: attempts)
+        case let .delivered(key, output, sink, remoteURL, httpStatus, attempts):
+            return .delivered(key: key, output: output, sink: sink, remoteURL: remoteURL.map(redact), httpStatus: httpStatus,
+                              attempts: attempts)
         default:
             return change
         }

@@ -21,7 +21,7 @@ public struct DirectorySink: Sink {
     var partialDirectory: String { root + "/" + Self.partialFolder + "/\(getpid())" }
 
     /// Creates the directory and removes temporary files killed processes left behind.
-    public func prepare() throws {
+    public func prepare(workRoot: String) throws {
         do {
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         } catch {

@@ -1,7 +1,7 @@
 import Foundation
 
-/// `http`: one request per item to a URL made from a template (`{key}`, `{stem}`, `{ext}`,
-/// `{hash}`, each percent-encoded): `PUT` with the file as the body, or `POST` as
+/// `http`: one request per item and output to a URL made from a template (`{key}`,
+/// `{stem}`, `{ext}`, `{hash}`, `{output}`, each percent-encoded): `PUT` with the file as the body, or `POST` as
 /// `multipart/form-data` with the file under `fileField`. 2xx is success.
 public struct HTTPSink: Sink {
     public let name: String
@@ -12,7 +12,7 @@ public struct HTTPSink: Sink {
     let client: HTTPClient
     let retry: RetryPolicy
 
-    public func prepare() throws {}
+    public func prepare(workRoot: String) throws {}
     public func finish() {}
 
     /// The template with its fields filled in, each value percent-encoded for a path.
@@ -24,6 +24,7 @@ public struct HTTPSink: Sink {
             .replacingOccurrences(of: "{stem}", with: encode(delivery.nameStem))
             .replacingOccurrences(of: "{ext}", with: delivery.format.fileExtension)
             .replacingOccurrences(of: "{hash}", with: String(delivery.sha256.prefix(16)))
+            .replacingOccurrences(of: "{output}", with: encode(delivery.output))
     }
 
     public func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {

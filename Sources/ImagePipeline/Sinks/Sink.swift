@@ -7,6 +7,11 @@ public struct Delivery: Sendable {
     /// The run's UUID (unique across state files and machines).
     public let runUUID: String
     public let key: String
+    /// The output's id (`OutputSpec.id`).
+    public var output = OutputSpec.defaultID
+    /// The output's size in pixels (`{width}`, `{height}` in key templates; 0 unknown).
+    public var width = 0
+    public var height = 0
     /// The staged output file.
     public let stagedPath: String
     /// The output name from the template, already made safe (relative, no `..`).
@@ -19,12 +24,17 @@ public struct Delivery: Sendable {
     public let nameStem: String
     /// Lower-case hex SHA-256 of the output.
     public let sha256: String
+    /// The item's number in the run (`{index}`).
+    public let index: Int
 
-    /// The `Idempotency-Key` for this item and sink: `imgpipe-<run UUID>-<digest of item
-    /// and sink>`, the same for every retry and resume of the run, different for any other
-    /// run (of any state file, on any machine), item or sink.
+    /// The `Idempotency-Key` for this item, output and sink: `imgpipe-<run UUID>-<digest
+    /// of item, output and sink>`, the same for every retry and resume of the run, different
+    /// for any other run (of any state file, on any machine), item, output or sink. (The
+    /// output `default` is left out of the digest: keys of one-output pipelines are what
+    /// they were before several outputs.)
     public func idempotencyKey(sink: String) -> String {
-        let digest = SHA256.hash(data: Data("\(runUUID)\u{0}\(key)\u{0}\(sink)".utf8))
+        let outputPart = output == OutputSpec.defaultID ? "" : "\u{0}\(output)"
+        let digest = SHA256.hash(data: Data("\(runUUID)\u{0}\(key)\u{0}\(sink)\(outputPart)".utf8))
         return "imgpipe-\(runUUID)-" + digest.prefix(16).hex
     }
 }
@@ -66,9 +76,11 @@ public enum DeliveryAttempt: Sendable, Equatable {
 /// the same output to a sink again.
 public protocol Sink: Sendable {
     var name: String { get }
-    /// Called before a run or resume delivers anything (create folders, sweep leftovers).
-    /// Throws a `SinkError` naming the sink.
-    func prepare() throws
+    /// Called before a run or resume delivers anything (create folders, sweep leftovers),
+    /// for a state file whose work folders live in `workRoot` (a sink that keeps a journal
+    /// there, of uploads to finish or abandon, reads it here). Throws a `SinkError` naming
+    /// the sink.
+    func prepare(workRoot: String) throws
     /// Makes attempt number `attempt` (from 1) at one output; throws the final failure.
     func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt
     /// Called when the run stops.

@@ -15,7 +15,7 @@ public struct UploadSink: Sink {
     let client: HTTPClient
     let retry: RetryPolicy
 
-    public func prepare() throws {}
+    public func prepare(workRoot: String) throws {}
     public func finish() {}
 
     public func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {

@@ -67,9 +67,6 @@ public struct ItemRecord: Sendable, Equatable {
     public var skipReason: SkipReason?
     public var message: String?
     public var spoolPath: String?
-    public var stagedPath: String?
-    public var outputName: String?
-    public var outputHash: String?
     public var updatedAt: Double
     public var nameKey: String
     public var nameStem: String
@@ -90,9 +87,6 @@ public struct ItemRecord: Sendable, Equatable {
         }
         message = try row.decode(String?.self, forColumn: "message")
         spoolPath = try row.decode(String?.self, forColumn: "spoolPath")
-        stagedPath = try row.decode(String?.self, forColumn: "stagedPath")
-        outputName = try row.decode(String?.self, forColumn: "outputName")
-        outputHash = try row.decode(String?.self, forColumn: "outputHash")
         updatedAt = try row.decode(Double.self, forColumn: "updatedAt")
         // Rows of state files made before names were recorded (migration v2) have none.
         nameKey = try row.decode(String?.self, forColumn: "nameKey") ?? key

@@ -18,19 +18,31 @@ extension RunStore {
                 return .existing(seq: row["seq"], status: ItemStatus(rawValue: row["status"]) ?? .pending)
             }
             var failure: ItemFailure?
-            if let name = item.outputName, let owner = try nameOwner(name, runId: runId, db: db) {
-                failure = ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
+            let names = item.outputs.compactMap(\.name)
+            if let name = Dictionary(grouping: names, by: { $0 }).first(where: { $0.value.count > 1 })?.key {
+                // Two of the item's own outputs would overwrite each other: the item fails,
+                // and none of its names is claimed.
+                failure = ItemFailure(.encode, "two outputs of the item are both named \"\(name)\"")
+            }
+            for name in names where failure == nil {
+                if let owner = try nameOwner(name, runId: runId, db: db) {
+                    failure = ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
+                }
             }
             try db.cachedStatement(sql: """
-                INSERT INTO item (runId, seq, key, location, metadata, status, reason, message, outputName, nameKey,
-                                  nameStem, tier, updatedAt)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO item (runId, seq, key, location, metadata, status, reason, message, nameKey, nameStem, tier, updatedAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: [runId, item.seq, item.key, item.location, item.metadata,
                                  failure == nil ? "pending" : "failed", failure?.reason.rawValue, failure?.message,
-                                 failure == nil ? item.outputName : nil, item.nameKey, item.nameStem, item.tier?.rawValue, time])
-            for sink in item.sinks {
-                try db.cachedStatement(sql: "INSERT INTO delivery (runId, itemKey, sink, status, updatedAt) VALUES (?, ?, ?, 'pending', ?)")
-                    .execute(arguments: [runId, item.key, sink, time])
+                                 item.nameKey, item.nameStem, item.tier?.rawValue, time])
+            for output in item.outputs {
+                try db.cachedStatement(sql: "INSERT INTO output (runId, itemKey, output, name) VALUES (?, ?, ?, ?)")
+                    .execute(arguments: [runId, item.key, output.id, failure == nil ? output.name : nil])
+                for sink in output.sinks {
+                    try db.cachedStatement(sql: """
+                        INSERT INTO delivery (runId, itemKey, output, sink, status, updatedAt) VALUES (?, ?, ?, ?, 'pending', ?)
+                        """).execute(arguments: [runId, item.key, output.id, sink, time])
+                }
             }
             return failure.map { .failed($0) } ?? .applied
 
@@ -41,40 +53,59 @@ extension RunStore {
                 """).execute(arguments: [spoolPath, tier?.rawValue, time, runId, key])
             return .applied
 
-        case let .processed(key, output):
-            if let owner = try nameOwner(output.name, runId: runId, db: db), owner != key {
-                let failure = ItemFailure(.encode, "output name \"\(output.name)\" is already used by item \"\(owner)\"")
+        case let .processed(key, outputs):
+            if let name = Dictionary(grouping: outputs, by: \.name).first(where: { $0.value.count > 1 })?.key {
+                let failure = ItemFailure(.encode, "two outputs of the item are both named \"\(name)\"")
                 try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
                 return .failed(failure)
             }
+            for output in outputs {
+                if let owner = try String.fetchOne(db.cachedStatement(sql: """
+                    SELECT itemKey FROM output WHERE runId = ? AND name = ? AND NOT (itemKey = ? AND output = ?)
+                    """), arguments: [runId, output.name, key, output.id]) {
+                    let failure = ItemFailure(.encode, "output name \"\(output.name)\" is already used by item \"\(owner)\"")
+                    try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
+                    return .failed(failure)
+                }
+            }
+            for output in outputs {
+                try db.cachedStatement(sql: """
+                    INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (runId, itemKey, output) DO UPDATE SET name = excluded.name, stagedPath = excluded.stagedPath,
+                        hash = excluded.hash, bytes = excluded.bytes, width = excluded.width, height = excluded.height
+                    """).execute(arguments: [runId, key, output.id, output.name, output.path, output.sha256, output.bytes,
+                                     output.width, output.height])
+            }
             try db.cachedStatement(sql: """
-                UPDATE item SET status = 'processed', stagedPath = ?, outputName = ?, outputHash = ?,
-                                outputBytes = ?, width = ?, height = ?, attempts = attempts + 1, updatedAt = ?
-                WHERE runId = ? AND key = ?
-                """).execute(arguments: [output.path, output.name, output.sha256, output.bytes, output.width, output.height,
-                                 time, runId, key])
+                UPDATE item SET status = 'processed', attempts = attempts + 1, updatedAt = ? WHERE runId = ? AND key = ?
+                """).execute(arguments: [time, runId, key])
             return .applied
 
-        case let .delivered(key, sink, remoteURL, httpStatus, attempts):
+        case let .delivered(key, output, sink, remoteURL, httpStatus, attempts):
             try db.cachedStatement(sql: """
                 UPDATE delivery SET status = 'done', attempts = attempts + ?, remoteURL = ?, httpStatus = ?,
                                     message = NULL, updatedAt = ?
-                WHERE runId = ? AND itemKey = ? AND sink = ?
-                """).execute(arguments: [attempts, remoteURL, httpStatus, time, runId, key, sink])
+                WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ?
+                """).execute(arguments: [attempts, remoteURL, httpStatus, time, runId, key, output, sink])
             // Done when no delivery of the item is left open: one statement.
             try db.cachedStatement(sql: """
-                UPDATE item SET status = 'done', stagedPath = NULL, updatedAt = ?
+                UPDATE item SET status = 'done', updatedAt = ?
                 WHERE runId = ? AND key = ? AND NOT EXISTS
                     (SELECT 1 FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done')
                 """).execute(arguments: [time, runId, key, runId, key])
-            return db.changesCount > 0 ? .completed : .applied
+            guard db.changesCount > 0 else { return .applied }
+            try clearStaged(key: key, runId: runId, db: db)
+            return .completed
 
-        case let .deliveryFailed(key, sink, failure, attempts):
+        case let .deliveryFailed(key, output, sink, failure, attempts):
             try db.cachedStatement(sql: """
                 UPDATE delivery SET status = 'failed', attempts = attempts + ?, httpStatus = ?, message = ?, updatedAt = ?
-                WHERE runId = ? AND itemKey = ? AND sink = ?
-                """).execute(arguments: [attempts, failure.httpStatus, failure.message, time, runId, key, sink])
-            let message = "sink \(sink): \(failure.message)"
+                WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ?
+                """).execute(arguments: [attempts, failure.httpStatus, failure.message, time, runId, key, output, sink])
+            let several = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM output WHERE runId = ? AND itemKey = ?"),
+                                           arguments: [runId, key]) ?? 1
+            let message = (several > 1 ? "sink \(sink), output \(output): " : "sink \(sink): ") + failure.message
             try db.cachedStatement(sql: """
                 UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, updatedAt = ?
                 WHERE runId = ? AND key = ?
@@ -87,10 +118,10 @@ extension RunStore {
 
         case let .skipped(key, skip):
             try db.cachedStatement(sql: """
-                UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, stagedPath = NULL,
-                                spoolPath = NULL, updatedAt = ?
+                UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, spoolPath = NULL, updatedAt = ?
                 WHERE runId = ? AND key = ?
                 """).execute(arguments: [skip.reason.rawValue, skip.message, time, runId, key])
+            try clearStaged(key: key, runId: runId, db: db)
             return .applied
 
         case .feedComplete:
@@ -98,11 +129,9 @@ extension RunStore {
             return .applied
 
         case let .reset(key, status):
-            try db.cachedStatement(sql: """
-                UPDATE item SET status = ?, stagedPath = CASE WHEN ? IN ('pending', 'fetched') THEN NULL ELSE stagedPath END,
-                                updatedAt = ?
-                WHERE runId = ? AND key = ?
-                """).execute(arguments: [status.rawValue, status.rawValue, time, runId, key])
+            try db.cachedStatement(sql: "UPDATE item SET status = ?, updatedAt = ? WHERE runId = ? AND key = ?")
+                .execute(arguments: [status.rawValue, time, runId, key])
+            if status == .pending || status == .fetched { try clearStaged(key: key, runId: runId, db: db) }
             return .applied
         }
     }
@@ -110,14 +139,20 @@ extension RunStore {
     private func markFailed(key: String, failure: ItemFailure, attempts: Int, runId: Int64, time: Double,
                             db: Database) throws {
         try db.cachedStatement(sql: """
-            UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, attempts = attempts + ?,
-                            stagedPath = NULL, updatedAt = ?
+            UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, attempts = attempts + ?, updatedAt = ?
             WHERE runId = ? AND key = ?
             """).execute(arguments: [failure.reason.rawValue, failure.message, failure.httpStatus, attempts, time, runId, key])
+        try clearStaged(key: key, runId: runId, db: db)
+    }
+
+    /// Forgets where an item's outputs were staged (what was made is kept, for export).
+    private func clearStaged(key: String, runId: Int64, db: Database) throws {
+        try db.cachedStatement(sql: "UPDATE output SET stagedPath = NULL WHERE runId = ? AND itemKey = ? AND stagedPath IS NOT NULL")
+            .execute(arguments: [runId, key])
     }
 
     private func nameOwner(_ name: String, runId: Int64, db: Database) throws -> String? {
-        try String.fetchOne(db.cachedStatement(sql: "SELECT key FROM item WHERE runId = ? AND outputName = ?"),
+        try String.fetchOne(db.cachedStatement(sql: "SELECT itemKey FROM output WHERE runId = ? AND name = ?"),
                             arguments: [runId, name])
     }
 }

@@ -37,69 +37,74 @@ public struct ExportRecord: Sendable {
 }
 
 extension RunStore {
-    /// The id of the one output of a pipeline written with `output` (not yet `outputs`).
-    public static let defaultOutputID = "default"
-
     /// Calls `body` with each item of run `runId` in feed order (optionally only those
     /// with status `only`), streamed from one read transaction through a cursor: memory
-    /// stays flat however many items the run has.
+    /// stays flat however many items the run has. Each item's outputs and deliveries are
+    /// read with two indexed lookups.
     public func exportRecords(runId: Int64, only: ItemStatus? = nil, _ body: (ExportRecord) throws -> Void) throws {
         guard let run = try self.run(id: runId) else { throw StoreError("no run #\(runId)") }
-        let format = Self.outputFormat(ofDocument: run.document)
+        let formats = Self.outputFormats(ofDocument: run.document)
         try database.read { db in
             var sql = """
-                SELECT i.key, i.location, i.status, i.reason, i.message, i.attempts, i.tier, i.metadata,
-                       i.outputName, i.outputHash, i.outputBytes, i.width, i.height,
-                       d.sink, d.status AS dStatus, d.remoteURL, d.httpStatus AS dHttpStatus, d.attempts AS dAttempts,
-                       d.message AS dMessage
-                FROM item i LEFT JOIN delivery d ON d.runId = i.runId AND d.itemKey = i.key
-                WHERE i.runId = ?
+                SELECT key, location, status, reason, message, attempts, tier, metadata FROM item WHERE runId = ?
                 """
             var arguments: StatementArguments = [runId]
             if let only {
-                sql += " AND i.status = ?"
+                sql += " AND status = ?"
                 _ = arguments.append(contentsOf: [only.rawValue])
             }
-            sql += " ORDER BY i.seq, d.sink"
+            sql += " ORDER BY seq"
+            let outputsOf = try db.makeStatement(sql: """
+                SELECT output, name, hash, bytes, width, height FROM output
+                WHERE runId = ? AND itemKey = ? AND hash IS NOT NULL ORDER BY rowid
+                """)
+            let deliveriesOf = try db.makeStatement(sql: """
+                SELECT output, sink, status, remoteURL, httpStatus, attempts, message FROM delivery
+                WHERE runId = ? AND itemKey = ? ORDER BY sink, output
+                """)
             let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
-            var current: (row: Row, deliveries: [(sink: String, byOutput: [(id: String, delivery: ExportRecord.Delivery)])])?
-            func flush() throws {
-                guard let (row, deliveries) = current else { return }
-                try body(Self.record(row, deliveries: deliveries, format: format))
-                current = nil
-            }
             while let row = try rows.next() {
                 let key: String = row["key"]
-                if let open = current, open.row["key"] as String != key { try flush() }
-                if current == nil { current = (row.copy(), []) }
-                if let sink: String = row["sink"] {
-                    let delivery = ExportRecord.Delivery(status: row["dStatus"], remoteURL: row["remoteURL"],
-                                                         httpStatus: row["dHttpStatus"], attempts: row["dAttempts"],
-                                                         message: row["dMessage"])
-                    current?.deliveries.append((sink, [(Self.defaultOutputID, delivery)]))
+                let outputs = try Row.fetchAll(outputsOf, arguments: [runId, key]).map { output in
+                    (id: output["output"] as String,
+                     output: ExportRecord.Output(name: output["name"] ?? "", format: formats[output["output"] as String] ?? "jpeg",
+                                                 width: output["width"], height: output["height"], bytes: output["bytes"],
+                                                 sha256: output["hash"]))
                 }
+                var deliveries: [(sink: String, byOutput: [(id: String, delivery: ExportRecord.Delivery)])] = []
+                for delivery in try Row.fetchAll(deliveriesOf, arguments: [runId, key]) {
+                    let sink: String = delivery["sink"]
+                    let made = ExportRecord.Delivery(status: delivery["status"], remoteURL: delivery["remoteURL"],
+                                                     httpStatus: delivery["httpStatus"], attempts: delivery["attempts"],
+                                                     message: delivery["message"])
+                    if deliveries.last?.sink == sink {
+                        deliveries[deliveries.count - 1].byOutput.append((delivery["output"], made))
+                    } else {
+                        deliveries.append((sink, [(delivery["output"], made)]))
+                    }
+                }
+                try body(ExportRecord(key: key, location: row["location"], status: row["status"], reason: row["reason"],
+                                      message: row["message"], attempts: row["attempts"], tier: row["tier"],
+                                      metadata: row["metadata"], outputs: outputs, deliveries: deliveries))
             }
-            try flush()
         }
     }
 
-    private static func record(_ row: Row, deliveries: [(sink: String, byOutput: [(id: String, delivery: ExportRecord.Delivery)])],
-                               format: String) -> ExportRecord {
-        var outputs: [(id: String, output: ExportRecord.Output)] = []
-        if let name: String = row["outputName"], row["outputHash"] as String? != nil {
-            outputs.append((defaultOutputID, ExportRecord.Output(name: name, format: format, width: row["width"],
-                                                                 height: row["height"], bytes: row["outputBytes"],
-                                                                 sha256: row["outputHash"])))
-        }
-        return ExportRecord(key: row["key"], location: row["location"], status: row["status"], reason: row["reason"],
-                            message: row["message"], attempts: row["attempts"], tier: row["tier"],
-                            metadata: row["metadata"], outputs: outputs, deliveries: deliveries)
-    }
-
-    /// The output format the run's pipeline named (`jpeg` when it cannot be read).
-    static func outputFormat(ofDocument document: String) -> String {
+    /// The outputs of a run's pipeline (from the document the state file keeps), in its
+    /// order; one `default` JPEG output when the document cannot be read.
+    static func outputSpecs(ofDocument document: String) -> [OutputSpec] {
         guard let parsed = try? JSONParser.parse(document),
-              let spec = try? PipelineSpec.decode(parsed, baseDirectory: "/", defaultName: "run") else { return OutputFormat.jpeg.rawValue }
-        return spec.output.format.rawValue
+              let spec = try? PipelineSpec.decode(parsed, baseDirectory: "/", defaultName: "run") else { return [OutputSpec()] }
+        return spec.outputs
+    }
+
+    /// The ids of the outputs of a run's pipeline, in its order.
+    public static func outputIDs(ofDocument document: String) -> [String] {
+        outputSpecs(ofDocument: document).map(\.id)
+    }
+
+    /// The format of each output of a run's pipeline, by id.
+    static func outputFormats(ofDocument document: String) -> [String: String] {
+        Dictionary(outputSpecs(ofDocument: document).map { ($0.id, $0.format.rawValue) }, uniquingKeysWith: { first, _ in first })
     }
 }

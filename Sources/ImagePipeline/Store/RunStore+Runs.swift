@@ -64,27 +64,29 @@ extension RunStore {
     /// Puts a run's failed items back in the queue: to `processed` when their output is
     /// still staged (only deliveries failed), else to `pending`. Failed deliveries become
     /// pending again. Returns how many items were requeued.
-    @discardableResult
+    ///
     /// With `onlyUnreachable`, only the items set aside because their host did not answer
     /// (reason `download`, message `host unreachable: …`), which a plain `resume` retries.
+    @discardableResult
     public func requeueFailed(runId: Int64, onlyUnreachable: Bool = false) throws -> Int {
         try database.write { db in
-            var sql = "SELECT key, stagedPath FROM item WHERE runId = ? AND status = 'failed'"
+            var sql = "SELECT key FROM item WHERE runId = ? AND status = 'failed'"
             if onlyUnreachable { sql += " AND reason = 'download' AND message LIKE '\(HostHealth.hostUnreachable):%'" }
-            let rows = try Row.fetchAll(db, sql: sql, arguments: [runId])
-            for row in rows {
-                let key: String = row["key"]
-                let staged: String? = row["stagedPath"]
-                let keepsOutput = staged.map { FileManager.default.fileExists(atPath: $0) } ?? false
-                try db.execute(sql: """
-                    UPDATE item SET status = ?, reason = NULL, message = NULL, httpStatus = NULL,
-                                    stagedPath = CASE WHEN ? THEN stagedPath ELSE NULL END
-                    WHERE runId = ? AND key = ?
-                    """, arguments: [keepsOutput ? "processed" : "pending", keepsOutput, runId, key])
+            let keys = try String.fetchAll(db, sql: sql, arguments: [runId])
+            for key in keys {
+                // Every output still staged: only deliveries are left to do.
+                let staged = try String?.fetchAll(db, sql: "SELECT stagedPath FROM output WHERE runId = ? AND itemKey = ?",
+                                                  arguments: [runId, key])
+                let keepsOutput = !staged.isEmpty && staged.allSatisfy { $0.map { FileManager.default.fileExists(atPath: $0) } ?? false }
+                try db.execute(sql: "UPDATE item SET status = ?, reason = NULL, message = NULL, httpStatus = NULL WHERE runId = ? AND key = ?",
+                               arguments: [keepsOutput ? "processed" : "pending", runId, key])
+                if !keepsOutput {
+                    try db.execute(sql: "UPDATE output SET stagedPath = NULL WHERE runId = ? AND itemKey = ?", arguments: [runId, key])
+                }
                 try db.execute(sql: "UPDATE delivery SET status = 'pending', message = NULL WHERE runId = ? AND itemKey = ? AND status = 'failed'",
                                arguments: [runId, key])
             }
-            return rows.count
+            return keys.count
         }
     }
 }

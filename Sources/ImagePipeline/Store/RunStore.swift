@@ -126,6 +126,57 @@ public final class RunStore: @unchecked Sendable {
             try db.execute(sql: "INSERT INTO item_v4 SELECT * FROM item; DROP TABLE item; ALTER TABLE item_v4 RENAME TO item")
             for index in indexes { try db.execute(sql: index) }
         }
+        migrator.registerMigration("v5: several outputs per item") { db in
+            // An item's outputs move to a table of their own, one row per (item, output):
+            // the staged file, the claimed name (unique in the run, across outputs) and what
+            // was made. A delivery is of one output to one sink. Rows of earlier runs become
+            // the output `default`, which is the id of a pipeline's only output.
+            try db.execute(sql: """
+                CREATE TABLE output (
+                    runId INTEGER NOT NULL,
+                    itemKey TEXT NOT NULL,
+                    output TEXT NOT NULL,
+                    name TEXT,
+                    stagedPath TEXT,
+                    hash TEXT,
+                    bytes INTEGER,
+                    width INTEGER,
+                    height INTEGER,
+                    PRIMARY KEY (runId, itemKey, output),
+                    FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
+                );
+                CREATE UNIQUE INDEX output_name ON output(runId, name) WHERE name IS NOT NULL;
+                INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height)
+                    SELECT runId, key, 'default', outputName, stagedPath, outputHash, outputBytes, width, height FROM item
+                    WHERE outputName IS NOT NULL OR stagedPath IS NOT NULL OR outputHash IS NOT NULL;
+                DROP INDEX item_output;
+                ALTER TABLE item DROP COLUMN outputName;
+                ALTER TABLE item DROP COLUMN stagedPath;
+                ALTER TABLE item DROP COLUMN outputHash;
+                ALTER TABLE item DROP COLUMN outputBytes;
+                ALTER TABLE item DROP COLUMN width;
+                ALTER TABLE item DROP COLUMN height;
+                CREATE TABLE delivery_v5 (
+                    runId INTEGER NOT NULL,
+                    itemKey TEXT NOT NULL,
+                    output TEXT NOT NULL,
+                    sink TEXT NOT NULL,
+                    status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    httpStatus INTEGER,
+                    remoteURL TEXT,
+                    message TEXT,
+                    updatedAt DOUBLE NOT NULL,
+                    PRIMARY KEY (runId, itemKey, output, sink),
+                    FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
+                );
+                INSERT INTO delivery_v5 (runId, itemKey, output, sink, status, attempts, httpStatus, remoteURL, message, updatedAt)
+                    SELECT runId, itemKey, 'default', sink, status, attempts, httpStatus, remoteURL, message, updatedAt FROM delivery;
+                DROP TABLE delivery;
+                ALTER TABLE delivery_v5 RENAME TO delivery;
+                CREATE INDEX delivery_status ON delivery(runId, sink, status);
+                """)
+        }
         return migrator
     }
 }

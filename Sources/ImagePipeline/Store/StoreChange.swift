@@ -1,16 +1,17 @@
 /// One state change of an item, written by `RunStore.apply(_:)`.
 public enum StoreChange: Sendable {
-    /// A newly listed item: pending, with a pending delivery per sink. `outputName`, when
-    /// known before processing, is claimed now: a second item with the same name fails.
+    /// A newly listed item: pending, with a pending delivery per (output, sink). Output
+    /// names known before processing are claimed now: a second item with the same name fails.
     case insert(NewItem)
     /// The input is readable at `spoolPath`; `tier` says what served it (nil: unchanged).
     case fetched(key: String, spoolPath: String, tier: Tier?)
-    /// The output is staged. `outputName` is claimed now if it was not at insert.
-    case processed(key: String, output: StagedOutput)
-    /// One sink has the output; the item is done when every sink has.
-    case delivered(key: String, sink: String, remoteURL: String?, httpStatus: Int?, attempts: Int = 1)
-    /// One sink refused the output for good: the item fails with reason `upload`.
-    case deliveryFailed(key: String, sink: String, failure: ItemFailure, attempts: Int)
+    /// Every output is staged. Names not claimed at insert are claimed now.
+    case processed(key: String, outputs: [StagedOutput])
+    /// One sink has one output; the item is done when every delivery is.
+    case delivered(key: String, output: String = OutputSpec.defaultID, sink: String, remoteURL: String?, httpStatus: Int?,
+                   attempts: Int = 1)
+    /// One sink refused one output for good: the item fails with reason `upload`.
+    case deliveryFailed(key: String, output: String = OutputSpec.defaultID, sink: String, failure: ItemFailure, attempts: Int)
     /// The item failed before delivery.
     case failed(key: String, failure: ItemFailure, attempts: Int)
     /// The item is not to be processed (opted out, refused by robots.txt, outside
@@ -22,28 +23,47 @@ public enum StoreChange: Sendable {
     case feedComplete
 }
 
+/// One output of a newly listed item: its name when known before processing, and the
+/// sinks that take it.
+public struct NewOutput: Sendable, Equatable {
+    public let id: String
+    public let name: String?
+    public let sinks: [String]
+
+    public init(id: String = OutputSpec.defaultID, name: String?, sinks: [String]) {
+        self.id = id
+        self.name = name
+        self.sinks = sinks
+    }
+}
+
 /// An item as listed by a feed.
 public struct NewItem: Sendable, Equatable {
     public let key: String
     public let seq: Int
     public let location: String
     public let metadata: String?
-    public let outputName: String?
-    public let sinks: [String]
+    public let outputs: [NewOutput]
     /// What `{key}` and `{stem}` become in output names.
     public let nameKey: String
     public let nameStem: String
     /// Known at listing for items of a fallback source.
     public let tier: Tier?
 
+    /// An item of a pipeline with one output.
     public init(key: String, seq: Int, location: String, metadata: String?, outputName: String?, sinks: [String],
+                nameKey: String? = nil, nameStem: String? = nil, tier: Tier? = nil) {
+        self.init(key: key, seq: seq, location: location, metadata: metadata,
+                  outputs: [NewOutput(name: outputName, sinks: sinks)], nameKey: nameKey, nameStem: nameStem, tier: tier)
+    }
+
+    public init(key: String, seq: Int, location: String, metadata: String?, outputs: [NewOutput],
                 nameKey: String? = nil, nameStem: String? = nil, tier: Tier? = nil) {
         self.key = key
         self.seq = seq
         self.location = location
         self.metadata = metadata
-        self.outputName = outputName
-        self.sinks = sinks
+        self.outputs = outputs
         self.nameKey = nameKey ?? key
         self.nameStem = nameStem ?? NameTemplate.stem(of: key)
         self.tier = tier
@@ -52,6 +72,8 @@ public struct NewItem: Sendable, Equatable {
 
 /// A processed item's output, waiting for its sinks.
 public struct StagedOutput: Sendable, Equatable {
+    /// The output's id (`OutputSpec.id`).
+    public let id: String
     public let path: String
     public let name: String
     public let sha256: String
@@ -59,7 +81,9 @@ public struct StagedOutput: Sendable, Equatable {
     public let width: Int
     public let height: Int
 
-    public init(path: String, name: String, sha256: String, bytes: Int, width: Int, height: Int) {
+    public init(id: String = OutputSpec.defaultID, path: String, name: String, sha256: String, bytes: Int, width: Int,
+                height: Int) {
+        self.id = id
         self.path = path
         self.name = name
         self.sha256 = sha256

@@ -63,7 +63,8 @@ struct DryRunCommand: ParsableCommand {
         let dryRun = DryRun(spec: specs[0], other: specs.count > 1 ? specs[1] : nil, samples: source,
                             outputDirectory: outFolder, limit: limit, environment: environment, logger: logging.logger(),
                             notice: { Console.note($0) })
-        let table = specs.count == 1 ? Table.single : Table.comparison
+        let labels = dryRun.columnLabels
+        let table = labels.count == 1 ? Table.single : specs.count == 2 && labels == ["A", "B"] ? Table.comparison : Table.columns(labels)
         if !json { Console.out(table.header) }
         let results: [[DryRunRow]]
         do {
@@ -76,10 +77,13 @@ struct DryRunCommand: ParsableCommand {
             throw CommandError.failure("cannot list the feed of \(pipelines[0]): \(environment.redact(error.description))")
         }
         if json {
-            if specs.count == 1 {
+            if labels.count == 1 {
                 Console.json(results.map { $0[0] })
-            } else {
+            } else if labels == ["A", "B"] {
                 Console.json(results.map { Comparison(key: $0[0].key, a: $0[0], b: $0[1]) })
+            } else {
+                // Several outputs: each sample's rows by column (`w320`, or `A w320` when compared).
+                Console.json(results.map { rows in Columns(key: rows[0].key, columns: Dictionary(uniqueKeysWithValues: zip(labels, rows))) })
             }
         } else {
             let failed = results.filter { rows in rows.contains { $0.failure != nil } }.count
@@ -115,6 +119,12 @@ struct DryRunCommand: ParsableCommand {
         let a: DryRunRow
         let b: DryRunRow
     }
+
+    /// One sample of pipelines with several outputs, as `--json` prints it.
+    private struct Columns: Encodable {
+        let key: String
+        let columns: [String: DryRunRow]
+    }
 }
 
 /// The printed table: a header, then one line per sample as it finishes.
@@ -133,6 +143,17 @@ struct Table: Sendable {
                                             ("B output", 14), ("B bytes", 10), ("B ssim", 8), ("B ms", 8)]) { rows in
         [rows[0].key, input(rows[0]), "\(rows[0].inputBytes)"] + rows.flatMap { row in
             [row.failure ?? output(row), row.outputBytes.map(String.init) ?? "-", ssim(row), milliseconds(row)]
+        }
+    }
+
+    /// One group of columns per output (and pipeline), named by `labels`.
+    static func columns(_ labels: [String]) -> Table {
+        Table(columns: [("sample", 34), ("input", 12), ("bytes", 10)] + labels.flatMap { label in
+            [("\(label) output", 14), ("\(label) bytes", 10), ("\(label) ssim", 8)]
+        } + [("ms", 8)]) { rows in
+            [rows[0].key, input(rows[0]), "\(rows[0].inputBytes)"] + rows.flatMap { row in
+                [row.failure ?? output(row), row.outputBytes.map(String.init) ?? "-", ssim(row)]
+            } + [milliseconds(rows[0])]
         }
     }
 

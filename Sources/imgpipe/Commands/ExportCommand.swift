@@ -51,9 +51,10 @@ struct ExportCommand: ParsableCommand {
             } ?? store.latestRun()
             guard let run else { throw CommandError.usage("state file \(Console.display(stateFile)) has no runs") }
             let sink = try OutputStream(path: partial)
-            if let header = format.header(sinks: run.sinks) { sink.write(header) }
+            let outputs = RunStore.outputIDs(ofDocument: run.document)
+            if let header = format.header(sinks: run.sinks, outputs: outputs) { sink.write(header) }
             try store.exportRecords(runId: run.id, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
-                sink.write(format.line(record, sinks: run.sinks, redact: environment.redact))
+                sink.write(format.line(record, sinks: run.sinks, outputs: outputs, redact: environment.redact))
             }
             try sink.close()
             if let partial, let output, rename(partial, output) != 0 {

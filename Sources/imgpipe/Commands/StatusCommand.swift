@@ -91,8 +91,17 @@ struct StatusCommand: ParsableCommand {
         Console.out("items: \(report.total) total, \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
                     + "\(report.pending) pending"
                     + (report.pending > 0 ? " (\(report.fetched) fetched, \(report.processed) processed)" : ""))
+        // With several outputs, a sink's counts are deliveries (an item and an output each).
+        let several = report.outputs.count > 1
         for (name, counts) in report.sinks.sorted(by: { $0.key < $1.key }) {
-            Console.out("sink \(name): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending")
+            Console.out("sink \(name): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending"
+                        + (several ? " deliveries" : ""))
+        }
+        if several {
+            for (id, output) in report.outputs.sorted(by: { $0.key < $1.key }) {
+                let counts = output.deliveries
+                Console.out("output \(id) (\(output.format)): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending deliveries")
+            }
         }
         if !report.tiers.isEmpty {
             Console.out("served from: " + report.tiers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }

@@ -9,7 +9,8 @@ import ImagePipeline
 /// this reporter prints (a failure, a notice such as the interruption message) clears the
 /// line first, and `endLine` clears it for good before the summary, so no stale line is
 /// left above what follows. Otherwise (piped, CI) a plain `progress: …` line every
-/// `IMGPIPE_PROGRESS_INTERVAL` seconds (5 by default), with no control characters.
+/// `IMGPIPE_PROGRESS_INTERVAL` seconds (5 by default), with no control characters. A session
+/// reports once more as it ends, so a last line (when one is due) shows where it stopped.
 // @unchecked because mutable state is guarded by `lock`.
 final class ConsoleReporter: RunReporter, @unchecked Sendable {
     private let quiet: Bool

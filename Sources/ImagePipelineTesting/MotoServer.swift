@@ -1,0 +1,216 @@
+import Foundation
+
+/// A real S3-compatible server on loopback for the tests: moto's server mode
+/// (`python3 -m moto.server`, from PyPI's `moto[server]`, which `make deps` installs) on a
+/// port of its choosing, stopped when this value is freed.
+///
+/// Signatures are checked: the server starts without authentication, an IAM user with
+/// an `s3:*` policy and an access key is made through moto's IAM API, then
+/// `/moto-api/reset-auth 0` turns authentication on for every later request, so a request
+/// signed with anything but that key and its secret is refused (`SignatureDoesNotMatch`,
+/// `InvalidAccessKeyId`). Everything the tests read back goes through boto3, an
+/// independent client, with the same key.
+public final class MotoServer: @unchecked Sendable {
+    // @unchecked: the process is started in `init` and only terminated in `deinit`.
+    private let process: Process
+    public let endpoint: String
+    public let accessKeyId: String
+    public let secretAccessKey: String
+    /// While this file exists, every part upload takes 0.3 s more (`slowParts`).
+    private let slowFlag = NSTemporaryDirectory() + "/moto-slow-\(UUID().uuidString.prefix(8))"
+
+    /// Part uploads take 0.3 s each: a test that kills imgpipe while a multipart upload is
+    /// under way can count on it still being under way.
+    public var slowParts: Bool {
+        get { FileManager.default.fileExists(atPath: slowFlag) }
+        set {
+            if newValue { _ = FileManager.default.createFile(atPath: slowFlag, contents: nil) } else { unlink(slowFlag) }
+        }
+    }
+
+    /// The environment a pipeline with default credentials reads.
+    public var credentials: [String: String] {
+        ["AWS_ACCESS_KEY_ID": accessKeyId, "AWS_SECRET_ACCESS_KEY": secretAccessKey]
+    }
+
+    public init() throws {
+        let log = NSTemporaryDirectory() + "/moto-\(UUID().uuidString.prefix(8)).log"
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", Self.serve, "-H", "127.0.0.1", "-p", "0"]
+        process.environment = ProcessInfo.processInfo.environment.merging(["MOTO_SLOW_FLAG": slowFlag]) { $1 }
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        process.standardOutput = output
+        process.standardError = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // The port it bound, from its "Running on http://127.0.0.1:PORT" line.
+        var port: String?
+        for _ in 0 ..< 600 where port == nil && process.isRunning {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            if let range = text.range(of: #"Running on http://127\.0\.0\.1:[0-9]+"#, options: .regularExpression) {
+                port = String(text[range].split(separator: ":").last ?? "")
+            } else {
+                usleep(50_000)
+            }
+        }
+        guard let port else {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            Self.stop(process)
+            throw ServerError("moto's server did not start (is moto[server] installed? `make deps` installs it): \(text.suffix(600))")
+        }
+        endpoint = "http://127.0.0.1:\(port)"
+        let key: String
+        do {
+            key = try Self.python(Self.setUp, environment: ["MOTO_ENDPOINT": endpoint])
+        } catch {
+            Self.stop(process)
+            throw error
+        }
+        let parts = key.split(separator: " ")
+        guard parts.count == 2 else {
+            Self.stop(process)
+            throw ServerError("moto's IAM set-up printed \(key)")
+        }
+        accessKeyId = String(parts[0])
+        secretAccessKey = String(parts[1])
+    }
+
+    /// SIGKILL: moto's server does not stop on SIGTERM, and holds nothing to save.
+    deinit {
+        Self.stop(process)
+        unlink(slowFlag)
+    }
+
+    static func stop(_ process: Process) {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// `moto.server`, with one fix to its signature check: moto 5 recomputes a signature
+    /// from the request's path and query as Werkzeug decoded them, so any request whose
+    /// query holds an encoded character (`prefix=thumbs%2F`, which every client sends, boto3
+    /// included) is refused. The path and query are encoded again, as SigV4's canonical
+    /// request says, before moto compares; the comparison itself is moto's.
+    static let serve = """
+        import os, sys, time
+        from urllib.parse import quote, unquote
+        import moto.iam.access_control as access
+        from moto.server import main
+
+        original = access.IAMRequestBase.__init__
+
+        def encoded(path):
+            path, _, query = path.partition("?")
+            path = "/".join(quote(unquote(part), safe="-_.~") for part in path.split("/"))
+            if not query:
+                return path
+            pairs = [pair.partition("=") for pair in query.split("&")]
+            return path + "?" + "&".join(quote(unquote(k), safe="-_.~") + "=" + quote(unquote(v), safe="-_.~")
+                                         for k, _, v in pairs)
+
+        def init(self, account_id, method, path, *rest, **named):
+            # With `slowParts`, parts take 0.3 s, so that a multipart upload is under way
+            # for a good while (on loopback it could finish between boto3 seeing it and a
+            # kill).
+            if "partNumber=" in path and os.path.exists(os.environ["MOTO_SLOW_FLAG"]):
+                time.sleep(0.3)
+            original(self, account_id, method, encoded(path), *rest, **named)
+
+        access.IAMRequestBase.__init__ = init
+        main(sys.argv[1:])
+        """
+
+    /// The user, its policy and key; then authentication on for everything after.
+    static let setUp = """
+        import boto3, json, os, urllib.request
+        ep = os.environ["MOTO_ENDPOINT"]
+        iam = boto3.client("iam", endpoint_url=ep, region_name="us-east-1",
+                           aws_access_key_id="setup", aws_secret_access_key="setup")
+        iam.create_user(UserName="imgpipe")
+        iam.put_user_policy(UserName="imgpipe", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="imgpipe")["AccessKey"]
+        urllib.request.urlopen(urllib.request.Request(ep + "/moto-api/reset-auth", data=b"0", method="POST",
+                                              headers={"Content-Type": "text/plain"})).read()
+        print(key["AccessKeyId"], key["SecretAccessKey"])
+        """
+
+    public func createBucket(_ name: String) throws {
+        try boto3("s3.create_bucket(Bucket=sys.argv[1])", arguments: [name])
+    }
+
+    /// What boto3 reads back of every object of a bucket (every page of the listing).
+    public struct StoredObject: Decodable, Sendable, Equatable {
+        public let sha256: String
+        public let size: Int
+        public let contentType: String
+        public let metadata: [String: String]
+        public let storageClass: String?
+        public let etag: String
+    }
+
+    public func objects(in bucket: String) throws -> [String: StoredObject] {
+        let json = try boto3("""
+            out = {}
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[1]):
+                for item in page.get("Contents", []):
+                    got = s3.get_object(Bucket=sys.argv[1], Key=item["Key"])
+                    body = got["Body"].read()
+                    out[item["Key"]] = {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body),
+                                        "contentType": got.get("ContentType", ""), "metadata": got.get("Metadata", {}),
+                                        "storageClass": item.get("StorageClass"), "etag": got["ETag"].strip('"')}
+            print(json.dumps(out))
+            """, arguments: [bucket])
+        return try JSONDecoder().decode([String: StoredObject].self, from: Data(json.utf8))
+    }
+
+    /// The keys of the multipart uploads in progress in a bucket.
+    public func multipartUploads(in bucket: String) throws -> [String] {
+        let json = try boto3("""
+            print(json.dumps([u["Key"] for u in s3.list_multipart_uploads(Bucket=sys.argv[1]).get("Uploads", [])]))
+            """, arguments: [bucket])
+        return try JSONDecoder().decode([String].self, from: Data(json.utf8))
+    }
+
+    /// Puts each file of `folder` (relative path → key below `prefix`).
+    public func upload(folder: String, to bucket: String, prefix: String = "") throws {
+        try boto3("""
+            root = sys.argv[2]
+            for dirpath, _, names in os.walk(root):
+                for name in names:
+                    path = os.path.join(dirpath, name)
+                    s3.upload_file(path, sys.argv[1], sys.argv[3] + os.path.relpath(path, root))
+            """, arguments: [bucket, folder, prefix])
+    }
+
+    /// Runs a Python script with boto3's `s3` client as `s3` (path-style, this server,
+    /// the test's key) and `arguments` as `sys.argv[1…]`, returning what it printed.
+    @discardableResult
+    public func boto3(_ script: String, environment: [String: String] = [:], arguments: [String] = []) throws -> String {
+        let prelude = """
+            import boto3, botocore.config, hashlib, json, os, sys
+            s3 = boto3.client("s3", endpoint_url=os.environ["MOTO_ENDPOINT"], region_name="us-east-1",
+                              aws_access_key_id=os.environ["MOTO_KEY"], aws_secret_access_key=os.environ["MOTO_SECRET"],
+                              config=botocore.config.Config(s3={"addressing_style": "path"}))
+
+            """
+        var env = environment
+        env["MOTO_ENDPOINT"] = endpoint
+        env["MOTO_KEY"] = accessKeyId
+        env["MOTO_SECRET"] = secretAccessKey
+        return try Self.python(prelude + script, environment: env, arguments: arguments)
+    }
+
+    /// `python3 -c script arguments…`; its standard output, or an error with its standard error.
+    static func python(_ script: String, environment: [String: String], arguments: [String] = []) throws -> String {
+        let result = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["python3", "-c", script] + arguments,
+                                              in: NSTemporaryDirectory(), environment: environment).wait()
+        guard result.status == 0 else {
+            throw ServerError("python3 (boto3) failed with status \(result.status): \(result.stderr.suffix(1200))")
+        }
+        return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
