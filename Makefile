@@ -5,7 +5,8 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev pkg-config fonts-dejavu-core chromium
+DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev libpq-dev postgresql pkg-config \
+	fonts-dejavu-core chromium
 BIN := .build/debug/imgpipe
 PREFIX ?= /usr/local
 MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
@@ -13,13 +14,15 @@ MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
 .PHONY: deps build release man install demo test fuzz bench bench-deps clean
 
 # Installs the Debian packages only when something is missing: the libraries (found
-# with pkg-config), vipsthumbnail, the DejaVu fonts captions use, and Chromium (the
-# contact-sheet test); then from PyPI Python's jsonschema (the schema test), and moto's
+# with pkg-config: libvips, SQLite, libcurl, zlib, libpq), vipsthumbnail, PostgreSQL's
+# server (the shared-state tests start a throwaway cluster of their own), the DejaVu fonts
+# captions use, and Chromium (the contact-sheet test); then from PyPI Python's jsonschema (the schema test), and moto's
 # S3 server with boto3 (the S3 tests run against it and read back through boto3).
 deps:
-	@if pkg-config --exists vips sqlite3 libcurl zlib && command -v vipsthumbnail >/dev/null \
+	@if pkg-config --exists vips sqlite3 libcurl zlib libpq && command -v vipsthumbnail >/dev/null \
+	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	    && [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ] && command -v chromium >/dev/null; then \
-	  echo "deps: libvips $$(pkg-config --modversion vips), sqlite $$(pkg-config --modversion sqlite3), curl $$(pkg-config --modversion libcurl), fonts, chromium present"; \
+	  echo "deps: libvips $$(pkg-config --modversion vips), sqlite $$(pkg-config --modversion sqlite3), curl $$(pkg-config --modversion libcurl), libpq $$(pkg-config --modversion libpq), postgresql, fonts, chromium present"; \
 	else \
 	  echo "deps: installing $(DEB_PACKAGES)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEB_PACKAGES); \

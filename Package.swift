@@ -27,6 +27,9 @@ let package = Package(
         // libcurl's easy API, for HTTP: a blocking call per transfer on the caller's thread,
         // with callbacks that can stop a transfer at once (limits, deadlines).
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // libpq, PostgreSQL's client, for the shared-state backend: blocking calls on the
+        // store's own threads fit the Dispatch design and add no build time (see README).
+        .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         // A lock around liborc's code memory, which liborc 0.4.33 (Debian 12's) hands out
         // without one: `orc_program_compile` and `orc_program_free` defined here interpose
         // liborc's (see OrcGuard.c).
@@ -39,6 +42,7 @@ let package = Package(
                 "VipsKit",
                 "CZlib",
                 "CCurl",
+                "CPostgres",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -1,0 +1,177 @@
+import CPostgres
+import Foundation
+
+/// A failure from PostgreSQL or from reaching it, with the server's SQLSTATE when it gave one.
+public struct PostgresError: Error, CustomStringConvertible, Sendable {
+    /// Five characters (`40001`, `23505`, …); nil when the connection itself failed.
+    public let sqlState: String?
+    public let message: String
+    /// True when the connection was lost or could not be made: the statement may be
+    /// replayed on a new connection (every batch the store sends is idempotent).
+    public var isConnectionLost: Bool { sqlState == nil || sqlState!.hasPrefix("08") || sqlState == "57P01" }
+
+    public var description: String {
+        sqlState.map { "PostgreSQL error \($0): \(message)" } ?? "PostgreSQL: \(message)"
+    }
+}
+
+/// The rows a statement returned, as text (libpq's text format): a column by name or index.
+public struct PostgresRows: Sendable {
+    public let columns: [String]
+    public let rows: [[String?]]
+    /// Rows the statement changed (`UPDATE`, `INSERT`, `DELETE`), from its command tag.
+    public let affected: Int
+
+    public var count: Int { rows.count }
+    public var first: PostgresRow? { rows.first.map { PostgresRow(columns: columns, values: $0) } }
+    public func row(_ index: Int) -> PostgresRow { PostgresRow(columns: columns, values: rows[index]) }
+    public var all: [PostgresRow] { rows.map { PostgresRow(columns: columns, values: $0) } }
+}
+
+public struct PostgresRow: Sendable {
+    let columns: [String]
+    let values: [String?]
+
+    public subscript(_ name: String) -> String? {
+        guard let index = columns.firstIndex(of: name) else { return nil }
+        return values[index]
+    }
+
+    public func int(_ name: String) -> Int64? { self[name].flatMap { Int64($0) } }
+    public func bool(_ name: String) -> Bool { self[name] == "t" }
+}
+
+/// One blocking libpq connection, used by one thread at a time (the store's callers hold
+/// their own). Reconnects with back-off when the server went away; a statement that was
+/// cut off by a lost connection is replayed once on the new one only where the caller
+/// says it is idempotent (`transaction` bodies are, by the store's design).
+///
+/// Every session sets `idle_in_transaction_session_timeout`, so a client stalled inside a
+/// transaction (stopped, partitioned) cannot hold row locks for longer than that; nothing
+/// here holds a transaction open across a network call of its own.
+// @unchecked: libpq's handle is used by one thread at a time (callers own a connection).
+public final class PostgresConnection: @unchecked Sendable {
+    /// The connection string as given (a `postgres://` URL); never printed: see `StateLocation`.
+    private let conninfo: String
+    private var handle: OpaquePointer?
+    private let idleInTransactionTimeout: Int
+    /// Reconnect attempts before a lost connection is reported (back-off 0.2 s doubling to 5 s).
+    public var reconnectAttempts = 6
+
+    public init(url: String, idleInTransactionTimeoutSeconds: Int = 60) throws {
+        conninfo = url
+        idleInTransactionTimeout = idleInTransactionTimeoutSeconds
+        try connect()
+    }
+
+    deinit { if let handle { PQfinish(handle) } }
+
+    public func close() {
+        if let handle { PQfinish(handle) }
+        handle = nil
+    }
+
+    private func connect() throws {
+        if let handle { PQfinish(handle) }
+        let connection = PQconnectdb(conninfo)
+        handle = connection
+        guard let connection, PQstatus(connection) == CONNECTION_OK else {
+            let text = connection.map { String(cString: PQerrorMessage($0)) } ?? "out of memory"
+            throw PostgresError(sqlState: nil, message: text.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        // Notices (NOTICE: relation already exists, …) are not printed to standard error.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        _ = try run("SET idle_in_transaction_session_timeout = \(idleInTransactionTimeout * 1000)", [])
+        _ = try run("SET application_name = 'imgpipe'", [])
+    }
+
+    /// Connects again after a lost connection, waiting 0.2 s, 0.4 s, … (at most 5 s) between tries.
+    private func reconnect() throws {
+        var delay = 0.2
+        var last: Error = PostgresError(sqlState: nil, message: "connection lost")
+        for _ in 0 ..< reconnectAttempts {
+            do { return try connect() } catch { last = error }
+            Thread.sleep(forTimeInterval: delay)
+            delay = min(delay * 2, 5)
+        }
+        throw last
+    }
+
+    /// Runs one statement with `$1, $2, …` parameters sent as text (never spliced into SQL).
+    /// Outside a transaction, a statement cut off by a lost connection is sent again on a new
+    /// connection when `idempotent` (the default: the store's single statements are).
+    @discardableResult
+    public func execute(_ sql: String, _ parameters: [String?] = [], idempotent: Bool = true) throws -> PostgresRows {
+        if handle == nil || PQstatus(handle) != CONNECTION_OK { try reconnect() }
+        do {
+            return try run(sql, parameters)
+        } catch let error as PostgresError where error.isConnectionLost && idempotent && !inTransaction {
+            try reconnect()
+            return try run(sql, parameters)
+        }
+    }
+
+    private var inTransaction = false
+
+    /// Runs `body` in one transaction (committed when it returns, rolled back when it
+    /// throws). A transaction cut off by a lost connection is run again from its start on a
+    /// new connection, up to twice: `body` must be safe to replay (the store's are: every
+    /// write checks the state it expects).
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        var replays = 0
+        while true {
+            do {
+                try execute("BEGIN")
+                inTransaction = true
+                defer { inTransaction = false }
+                do {
+                    let value = try body()
+                    try run("COMMIT", [])
+                    return value
+                } catch {
+                    _ = try? run("ROLLBACK", [])
+                    throw error
+                }
+            } catch let error as PostgresError where error.isConnectionLost && replays < 2 {
+                replays += 1
+                try reconnect()
+            }
+        }
+    }
+
+    @discardableResult
+    private func run(_ sql: String, _ parameters: [String?]) throws -> PostgresRows {
+        let result = withParameterPointers(parameters) { values in
+            PQexecParams(handle, sql, Int32(parameters.count), nil, values, nil, nil, 0)
+        }
+        guard let result else {
+            throw PostgresError(sqlState: nil, message: String(cString: PQerrorMessage(handle)))
+        }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            let columnCount = Int(PQnfields(result))
+            let columns = (0 ..< columnCount).map { String(cString: PQfname(result, Int32($0))) }
+            let rows = (0 ..< Int(PQntuples(result))).map { row in
+                (0 ..< columnCount).map { column -> String? in
+                    PQgetisnull(result, Int32(row), Int32(column)) == 1
+                        ? nil : String(cString: PQgetvalue(result, Int32(row), Int32(column)))
+                }
+            }
+            let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
+            return PostgresRows(columns: columns, rows: rows, affected: affected)
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+            // A connection that broke mid-statement reports a fatal error without a SQLSTATE.
+            let lost = PQstatus(handle) != CONNECTION_OK
+            throw PostgresError(sqlState: lost ? nil : state, message: message)
+        }
+    }
+
+    private func withParameterPointers<R>(_ parameters: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+        let owned: [UnsafeMutablePointer<CChar>?] = parameters.map { $0.map { strdup($0) } }
+        defer { for pointer in owned { free(pointer) } }
+        return body(owned.map { $0.map { UnsafePointer($0) } })
+    }
+}

@@ -1,0 +1,349 @@
+import Foundation
+
+/// One worker's view of a run shared through PostgreSQL: joining (or creating) the run,
+/// listing the feed under the lister's lease, claiming chunks of consecutive items under
+/// leases, renewing them, rescuing expired ones, and writing results fenced by the lease.
+///
+/// The rules, each against a failure seen in other PostgreSQL-backed queues:
+/// - a claim is one `UPDATE … FROM (SELECT … ORDER BY id LIMIT <literal> FOR UPDATE SKIP
+///   LOCKED)` over a partial index of pending chunks: no two workers get one chunk, and the
+///   plan is an index scan that stops at the limit (the limit is a literal in the SQL text,
+///   never a bound parameter);
+/// - a rescue puts back only chunks that are still `leased` and expired, checked inside the
+///   `UPDATE` itself, so a chunk finished a moment before is never rewritten;
+/// - every write of a worker locks its chunk row and checks (owner, token, unexpired lease)
+///   in the same transaction: a worker stopped past its lease has its late writes refused,
+///   and an item is written only from `pending` (never done and then failed);
+/// - `status` adds per-chunk counters; it never counts item rows.
+///
+/// One connection, used by one thread at a time: a worker's stages each hold their own.
+public final class SharedRun: @unchecked Sendable {
+    // @unchecked: `connection` is used by one thread at a time (the owner's contract).
+    public let connection: PostgresConnection
+    public let runId: Int64
+    public let uuid: String
+    /// `host:pid`, the worker's name in leases and `status`.
+    public let worker: String
+    public let leaseSeconds: Double
+    public let chunkSize: Int
+
+    /// A claimed chunk: its items are claimed with it, its lease is fenced by `token`.
+    public struct Chunk: Sendable, Equatable {
+        public let id: Int64
+        public let token: Int64
+        public let firstSeq: Int64
+        public let lastSeq: Int64
+        public let items: Int
+    }
+
+    /// An item of a claimed chunk still to be done.
+    public struct Item: Sendable, Equatable {
+        public let seq: Int64
+        public let key: String
+        public let location: String
+    }
+
+    /// How an item ended.
+    public struct Outcome: Sendable {
+        public enum Status: String, Sendable { case done, failed, skipped }
+        public let seq: Int64
+        public let status: Status
+        public let reason: String?
+        public let message: String?
+
+        public init(seq: Int64, status: Status, reason: String? = nil, message: String? = nil) {
+            self.seq = seq
+            self.status = status
+            self.reason = reason
+            self.message = message
+        }
+    }
+
+    public enum SharedRunError: Error, CustomStringConvertible, Equatable {
+        /// The lease this write was fenced by is gone (expired, rescued, claimed again).
+        case leaseLost(chunk: Int64)
+        case listerLeaseLost
+        /// The latest run of the pipeline finished; a new one takes `run --new`.
+        case runFinished(id: Int64)
+        /// The run was made by a worker whose outputs would differ (versions, filters).
+        case fingerprintDiffers(id: Int64, fields: [String])
+
+        public var description: String {
+            switch self {
+            case let .leaseLost(chunk): return "the lease on chunk \(chunk) was lost (expired or taken over): the write was refused"
+            case .listerLeaseLost: return "the lister's lease was lost: another worker lists the feed now"
+            case let .runFinished(id): return "run #\(id) of this pipeline already finished; `imgpipe run --new` starts another"
+            case let .fingerprintDiffers(id, fields):
+                return "run #\(id) was started with a different \(fields.joined(separator: ", ")): "
+                    + "this worker would not make the same bytes, so it does not join"
+            }
+        }
+    }
+
+    /// Makes the tables if needed, then joins the latest run of `pipelineName` that has
+    /// not finished, or creates the first one. Workers that race here serialise on an
+    /// advisory lock per pipeline: exactly one creates the run, the others join it; none
+    /// starts a second run after the first finished.
+    public init(connection: PostgresConnection, pipelineName: String, fingerprint: [String: String],
+                chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil) throws {
+        self.connection = connection
+        self.leaseSeconds = leaseSeconds
+        self.worker = worker ?? "\(ProcessInfo.processInfo.hostName):\(getpid())"
+        try connection.transaction {
+            for statement in SharedRunSchema.statements { try connection.execute(statement) }
+        }
+        let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
+        let joined = try connection.transaction { () -> PostgresRow in
+            try connection.execute("SELECT pg_advisory_xact_lock(hashtext('imgpipe-run:' || $1))", [pipelineName])
+            let latest = try connection.execute("""
+                SELECT id, uuid, state, fingerprint, chunk_size FROM imgpipe_run
+                WHERE pipeline_name = $1 AND state <> 'abandoned' ORDER BY id DESC LIMIT 1
+                """, [pipelineName]).first
+            if let latest {
+                let id = latest.int("id") ?? 0
+                if latest["state"] == "finished" { throw SharedRunError.runFinished(id: id) }
+                let recorded = (try? JSONDecoder().decode([String: String].self, from: Data((latest["fingerprint"] ?? "").utf8))) ?? [:]
+                let differing = Set(recorded.keys).union(fingerprint.keys).sorted().filter { recorded[$0] != fingerprint[$0] }
+                if !differing.isEmpty { throw SharedRunError.fingerprintDiffers(id: id, fields: differing) }
+                return latest
+            }
+            return try connection.execute("""
+                INSERT INTO imgpipe_run (uuid, pipeline_name, fingerprint, state, chunk_size)
+                VALUES ($1, $2, $3, 'running', $4) RETURNING id, uuid, state, fingerprint, chunk_size
+                """, [UUID().uuidString.lowercased(), pipelineName, fingerprintText, String(chunkSize)]).first!
+        }
+        runId = joined.int("id") ?? 0
+        uuid = joined["uuid"] ?? ""
+        self.chunkSize = Int(joined.int("chunk_size") ?? Int64(chunkSize))
+        try connection.execute("""
+            INSERT INTO imgpipe_worker (run_id, name) VALUES ($1, $2)
+            ON CONFLICT (run_id, name) DO UPDATE SET heartbeat_at = now()
+            """, [String(runId), self.worker])
+    }
+
+    private var run: String { String(runId) }
+    private var lease: String { String(leaseSeconds) }
+
+    // MARK: - claims and leases
+
+    /// Claims up to `count` pending chunks (oldest first), each under a new lease token.
+    public func claim(_ count: Int = 1) throws -> [Chunk] {
+        try connection.execute(Self.claimSQL(count), [run, worker, lease]).all.map(Self.chunk)
+    }
+
+    /// The claim statement, with `count` written into the SQL as a literal.
+    public static func claimSQL(_ count: Int) -> String {
+        """
+        UPDATE imgpipe_chunk c
+        SET state = 'leased', owner = $2, token = nextval('imgpipe_lease_token'),
+            lease_expires = now() + make_interval(secs => $3::double precision)
+        FROM (SELECT run_id, id FROM imgpipe_chunk
+              WHERE run_id = $1 AND state = 'pending'
+              ORDER BY id LIMIT \(max(1, count)) FOR UPDATE SKIP LOCKED) picked
+        WHERE c.run_id = picked.run_id AND c.id = picked.id
+        RETURNING c.id, c.token, c.first_seq, c.last_seq, c.items
+        """
+    }
+
+    private static func chunk(_ row: PostgresRow) -> Chunk {
+        Chunk(id: row.int("id") ?? 0, token: row.int("token") ?? 0, firstSeq: row.int("first_seq") ?? 0,
+              lastSeq: row.int("last_seq") ?? 0, items: Int(row.int("items") ?? 0))
+    }
+
+    /// The chunk's items not yet finished, in feed order.
+    public func items(of chunk: Chunk) throws -> [Item] {
+        try connection.execute("""
+            SELECT seq, key, location FROM imgpipe_item
+            WHERE run_id = $1 AND chunk = $2 AND status = 'pending' ORDER BY seq
+            """, [run, String(chunk.id)]).all.map { Item(seq: $0.int("seq") ?? 0, key: $0["key"] ?? "", location: $0["location"] ?? "") }
+    }
+
+    /// Renews every lease this worker holds and records its heartbeat; returns the chunks
+    /// it still holds (a chunk missing from the answer was rescued: stop working on it).
+    @discardableResult
+    public func heartbeat() throws -> [Int64: Int64] {
+        try connection.transaction {
+            try connection.execute("UPDATE imgpipe_worker SET heartbeat_at = now() WHERE run_id = $1 AND name = $2", [run, worker])
+            let held = try connection.execute("""
+                UPDATE imgpipe_chunk SET lease_expires = now() + make_interval(secs => $3::double precision)
+                WHERE run_id = $1 AND state = 'leased' AND owner = $2 AND lease_expires > now()
+                RETURNING id, token
+                """, [run, worker, lease])
+            try connection.execute("""
+                UPDATE imgpipe_run SET lister_expires = now() + make_interval(secs => $3::double precision)
+                WHERE id = $1 AND lister = $2 AND lister_expires > now()
+                """, [run, worker, lease])
+            return Dictionary(uniqueKeysWithValues: held.all.map { ($0.int("id") ?? 0, $0.int("token") ?? 0) })
+        }
+    }
+
+    /// Puts back every chunk of the run whose lease expired; the state check is in the
+    /// `UPDATE` itself, so a chunk finished (or renewed) meanwhile is left alone. Returns
+    /// the chunks put back.
+    @discardableResult
+    public func rescueExpired() throws -> [Int64] {
+        try connection.execute("""
+            UPDATE imgpipe_chunk SET state = 'pending', owner = NULL, token = NULL, lease_expires = NULL
+            WHERE run_id = $1 AND state = 'leased' AND lease_expires < now()
+            RETURNING id
+            """, [run]).all.compactMap { $0.int("id") }
+    }
+
+    /// Gives `chunk` back at once (its finished items stay finished): an interrupted worker
+    /// hands its unfinished chunks to the others instead of letting the lease run out.
+    public func handBack(_ chunk: Chunk) throws {
+        let rows = try connection.execute("""
+            UPDATE imgpipe_chunk SET state = 'pending', owner = NULL, token = NULL, lease_expires = NULL
+            WHERE run_id = $1 AND id = $2 AND state = 'leased' AND owner = $3 AND token = $4
+            """, [run, String(chunk.id), worker, String(chunk.token)])
+        if rows.affected == 0 { throw SharedRunError.leaseLost(chunk: chunk.id) }
+    }
+
+    // MARK: - fenced writes
+
+    /// Records how items of `chunk` ended, in one transaction fenced by the chunk's lease:
+    /// refused with `leaseLost` when the lease is not this worker's any more (or expired).
+    /// Only items still `pending` are written; the chunk's counters grow by what was.
+    /// Returns how many items were written.
+    @discardableResult
+    public func record(_ outcomes: [Outcome], in chunk: Chunk) throws -> Int {
+        guard !outcomes.isEmpty else { return 0 }
+        return try connection.transaction {
+            try fence(chunk)
+            let written = try connection.execute("""
+                UPDATE imgpipe_item i SET status = o.status, reason = o.reason, message = o.message, attempts = i.attempts + 1
+                FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[]) AS o(seq, status, reason, message)
+                WHERE i.run_id = $1 AND i.chunk = $2 AND i.seq = o.seq AND i.status = 'pending'
+                RETURNING i.status
+                """, [run, String(chunk.id), postgresTextArray(outcomes.map { String($0.seq) }),
+                      postgresTextArray(outcomes.map(\.status.rawValue)),
+                      postgresTextArray(outcomes.map(\.reason)), postgresTextArray(outcomes.map(\.message))])
+            let statuses = written.all.compactMap { $0["status"] }
+            try connection.execute("""
+                UPDATE imgpipe_chunk SET done = done + $3, failed = failed + $4, skipped = skipped + $5
+                WHERE run_id = $1 AND id = $2
+                """, [run, String(chunk.id), String(statuses.count { $0 == "done" }),
+                      String(statuses.count { $0 == "failed" }), String(statuses.count { $0 == "skipped" })])
+            try connection.execute("UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
+                                   [run, worker, String(statuses.count)])
+            return statuses.count
+        }
+    }
+
+    /// Marks `chunk` done when every item in it has ended (fenced like `record`); returns
+    /// false, leaving it leased, while some item is still pending.
+    @discardableResult
+    public func complete(_ chunk: Chunk) throws -> Bool {
+        try connection.transaction {
+            try fence(chunk)
+            let rows = try connection.execute("""
+                UPDATE imgpipe_chunk SET state = 'done', owner = NULL, token = NULL, lease_expires = NULL
+                WHERE run_id = $1 AND id = $2 AND done + failed + skipped >= items
+                """, [run, String(chunk.id)])
+            return rows.affected == 1
+        }
+    }
+
+    /// Locks the chunk's row for this transaction if, and only if, this worker's lease on
+    /// it stands: a rescuer's `UPDATE` waits for the lock, then sees the result.
+    private func fence(_ chunk: Chunk) throws {
+        let held = try connection.execute("""
+            SELECT 1 FROM imgpipe_chunk
+            WHERE run_id = $1 AND id = $2 AND state = 'leased' AND owner = $3 AND token = $4 AND lease_expires > now()
+            FOR UPDATE
+            """, [run, String(chunk.id), worker, String(chunk.token)])
+        if held.count == 0 { throw SharedRunError.leaseLost(chunk: chunk.id) }
+    }
+
+    // MARK: - listing
+
+    /// Where the lister stopped, and the lease token this worker lists under.
+    public struct ListerLease: Sendable {
+        public let token: Int64
+        /// The cursor the last page was recorded with (nil before the first page).
+        public let cursor: String?
+    }
+
+    /// Takes the lister's lease when nobody holds it (or its holder's expired); nil when
+    /// another worker lists, or the feed is already listed to its end.
+    public func acquireLister() throws -> ListerLease? {
+        try connection.execute("""
+            UPDATE imgpipe_run SET lister = $2, lister_token = nextval('imgpipe_lease_token'),
+                lister_expires = now() + make_interval(secs => $3::double precision)
+            WHERE id = $1 AND NOT feed_complete AND (lister IS NULL OR lister_expires < now())
+            RETURNING lister_token, feed_cursor
+            """, [run, worker, lease]).first.map { ListerLease(token: $0.int("lister_token") ?? 0, cursor: $0["feed_cursor"]) }
+    }
+
+    /// Records one page of the feed in one transaction with the cursor after it: its items
+    /// (a key already in the run is left as it is), the chunks they make (at most
+    /// `chunkSize` consecutive items each) and whether the feed ended. Fenced by the lister
+    /// lease; redoing a page adds nothing. Returns how many items were new.
+    @discardableResult
+    public func recordPage(_ items: [(key: String, location: String)], cursor: String?, complete: Bool,
+                           lease: ListerLease) throws -> Int {
+        try connection.transaction {
+            guard let run = try connection.execute("""
+                SELECT next_seq, next_chunk, chunk_size FROM imgpipe_run
+                WHERE id = $1 AND lister = $2 AND lister_token = $3 AND lister_expires > now() FOR UPDATE
+                """, [self.run, worker, String(lease.token)]).first else { throw SharedRunError.listerLeaseLost }
+            let nextSeq = run.int("next_seq") ?? 0, nextChunk = run.int("next_chunk") ?? 0
+            let size = Int64(run.int("chunk_size") ?? 500)
+            let inserted = try connection.execute("""
+                WITH page AS (
+                    SELECT key, location, ord FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS p(key, location, ord)
+                ), added AS (
+                    INSERT INTO imgpipe_item (run_id, seq, key, location, chunk, status)
+                    SELECT $1, $2::bigint + ord - 1, key, location, $3::bigint + (ord - 1) / $6::bigint, 'pending' FROM page
+                    ON CONFLICT (run_id, key) DO NOTHING
+                    RETURNING seq, chunk
+                )
+                INSERT INTO imgpipe_chunk (run_id, id, first_seq, last_seq, items, state)
+                SELECT $1, chunk, min(seq), max(seq), count(*), 'pending' FROM added GROUP BY chunk
+                RETURNING items
+                """, [self.run, String(nextSeq), String(nextChunk), postgresTextArray(items.map(\.key)),
+                      postgresTextArray(items.map(\.location)), String(size)])
+            let added = inserted.all.reduce(0) { $0 + Int($1.int("items") ?? 0) }
+            let chunks = (Int64(items.count) + size - 1) / size
+            try connection.execute("""
+                UPDATE imgpipe_run SET next_seq = next_seq + $2::bigint, next_chunk = next_chunk + $3::bigint, feed_cursor = $4,
+                    feed_complete = $5::boolean, pages_listed = pages_listed + 1,
+                    lister = CASE WHEN $5::boolean THEN NULL ELSE lister END
+                WHERE id = $1
+                """, [self.run, String(items.count), String(chunks), cursor, complete ? "true" : "false"])
+            return added
+        }
+    }
+
+    // MARK: - status
+
+    /// The run's counts from the chunks' counters (no item row is counted).
+    public struct Counts: Sendable, Equatable {
+        public var items = 0, done = 0, failed = 0, skipped = 0
+        public var chunksPending = 0, chunksLeased = 0, chunksDone = 0
+        public var feedComplete = false
+        public var pending: Int { items - done - failed - skipped }
+    }
+
+    public func counts() throws -> Counts {
+        var counts = Counts()
+        for row in try connection.execute("""
+            SELECT state, count(*) AS chunks, coalesce(sum(items), 0) AS items, coalesce(sum(done), 0) AS done,
+                   coalesce(sum(failed), 0) AS failed, coalesce(sum(skipped), 0) AS skipped
+            FROM imgpipe_chunk WHERE run_id = $1 GROUP BY state
+            """, [run]).all {
+            let chunks = Int(row.int("chunks") ?? 0)
+            counts.items += Int(row.int("items") ?? 0)
+            counts.done += Int(row.int("done") ?? 0)
+            counts.failed += Int(row.int("failed") ?? 0)
+            counts.skipped += Int(row.int("skipped") ?? 0)
+            switch row["state"] {
+            case "pending": counts.chunksPending = chunks
+            case "leased": counts.chunksLeased = chunks
+            default: counts.chunksDone = chunks
+            }
+        }
+        counts.feedComplete = try connection.execute("SELECT feed_complete FROM imgpipe_run WHERE id = $1", [run]).first?.bool("feed_complete") ?? false
+        return counts
+    }
+}

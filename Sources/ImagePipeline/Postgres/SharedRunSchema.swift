@@ -1,0 +1,98 @@
+import Foundation
+
+/// The tables of runs shared through PostgreSQL (`--state postgres://…`), made on first use.
+///
+/// - `imgpipe_run`: one row per run, with the feed's cursor and the lister's lease (one
+///   worker lists at a time), the next item sequence number and chunk number.
+/// - `imgpipe_chunk`: consecutive items claimed together (`FOR UPDATE SKIP LOCKED`), with
+///   the lease (owner, token, expiry) and the counters `status` reads instead of counting
+///   item rows.
+/// - `imgpipe_item`: one row per feed item, unique per (run, key).
+/// - `imgpipe_worker`: one row per worker process (host:pid) with its last heartbeat.
+///
+/// Lease tokens come from one sequence: a token is never handed out twice, so a write
+/// fenced by (owner, token) from a lease that was rescued and claimed again is refused even
+/// when the same worker claims the chunk back.
+enum SharedRunSchema {
+    /// Made under a transaction-scoped advisory lock: workers starting together do not race
+    /// on `CREATE TABLE IF NOT EXISTS` (which can fail on a concurrent catalog insert).
+    static let statements = [
+        "SELECT pg_advisory_xact_lock(7234501)",
+        """
+        CREATE TABLE IF NOT EXISTS imgpipe_run (
+            id BIGSERIAL PRIMARY KEY,
+            uuid TEXT NOT NULL UNIQUE,
+            pipeline_name TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('running', 'finished', 'interrupted', 'abandoned')),
+            created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            chunk_size INTEGER NOT NULL CHECK (chunk_size > 0),
+            next_seq BIGINT NOT NULL DEFAULT 0,
+            next_chunk BIGINT NOT NULL DEFAULT 0,
+            feed_cursor TEXT,
+            feed_complete BOOLEAN NOT NULL DEFAULT false,
+            pages_listed INTEGER NOT NULL DEFAULT 0,
+            lister TEXT,
+            lister_token BIGINT,
+            lister_expires TIMESTAMPTZ
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS imgpipe_run_pipeline ON imgpipe_run (pipeline_name, id)",
+        """
+        CREATE TABLE IF NOT EXISTS imgpipe_chunk (
+            run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,
+            id BIGINT NOT NULL,
+            first_seq BIGINT NOT NULL,
+            last_seq BIGINT NOT NULL,
+            items INTEGER NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('pending', 'leased', 'done')),
+            owner TEXT,
+            token BIGINT,
+            lease_expires TIMESTAMPTZ,
+            done INTEGER NOT NULL DEFAULT 0,
+            failed INTEGER NOT NULL DEFAULT 0,
+            skipped INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (run_id, id),
+            CHECK ((state = 'leased') = (owner IS NOT NULL AND token IS NOT NULL AND lease_expires IS NOT NULL))
+        )
+        """,
+        // The claim reads this index in order and stops at its LIMIT.
+        "CREATE INDEX IF NOT EXISTS imgpipe_chunk_pending ON imgpipe_chunk (run_id, id) WHERE state = 'pending'",
+        "CREATE INDEX IF NOT EXISTS imgpipe_chunk_leased ON imgpipe_chunk (run_id, lease_expires) WHERE state = 'leased'",
+        """
+        CREATE TABLE IF NOT EXISTS imgpipe_item (
+            run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,
+            seq BIGINT NOT NULL,
+            key TEXT NOT NULL,
+            location TEXT NOT NULL,
+            chunk BIGINT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed', 'skipped')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            reason TEXT,
+            message TEXT,
+            PRIMARY KEY (run_id, seq),
+            UNIQUE (run_id, key)
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS imgpipe_item_chunk ON imgpipe_item (run_id, chunk, seq)",
+        """
+        CREATE TABLE IF NOT EXISTS imgpipe_worker (
+            run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            items_done BIGINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (run_id, name)
+        )
+        """,
+        "CREATE SEQUENCE IF NOT EXISTS imgpipe_lease_token",
+    ]
+}
+
+/// A PostgreSQL text-format array literal of `values` (`{"a","b\"c"}`), for `$n::text[]`.
+func postgresTextArray(_ values: [String?]) -> String {
+    "{" + values.map { value -> String in
+        guard let value else { return "NULL" }
+        return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    }.joined(separator: ",") + "}"
+}

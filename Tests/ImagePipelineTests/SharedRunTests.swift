@@ -1,0 +1,270 @@
+import Foundation
+@testable import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+/// The PostgreSQL shared-run core (`SharedRun`) on a real server: a throwaway cluster this
+/// test process starts on loopback (`PostgresCluster`), one database per test. Nothing is
+/// skipped when the server is missing: the tests fail, naming `make deps`.
+@Suite("Shared runs on PostgreSQL")
+final class SharedRunTests: @unchecked Sendable {
+    // @unchecked: every stored property is a constant set in init.
+    let cluster: PostgresCluster
+    let url: String
+
+    init() throws {
+        cluster = try PostgresCluster.start()
+        url = try cluster.makeDatabase()
+    }
+
+    deinit { cluster.dropDatabase(url) }
+
+    func worker(_ name: String, pipeline: String = "photos", fingerprint: [String: String] = ["filters": "[]"],
+                chunkSize: Int = 3, lease: Double = 60) throws -> SharedRun {
+        try SharedRun(connection: PostgresConnection(url: url), pipelineName: pipeline, fingerprint: fingerprint,
+                      chunkSize: chunkSize, leaseSeconds: lease, worker: name)
+    }
+
+    /// `count` items keyed `k0`, `k1`, … listed as one page by `run`.
+    func list(_ count: Int, by run: SharedRun, from start: Int = 0, cursor: String? = "end", complete: Bool = true) throws -> Int {
+        let lease = try #require(try run.acquireLister())
+        return try run.recordPage((start ..< start + count).map { (key: "k\($0)", location: "in/\($0).jpg") },
+                                  cursor: cursor, complete: complete, lease: lease)
+    }
+
+    func itemStatuses() throws -> [String: String] {
+        let rows = try PostgresConnection(url: url).execute("SELECT key, status FROM imgpipe_item")
+        return Dictionary(uniqueKeysWithValues: rows.all.map { ($0["key"]!, $0["status"]!) })
+    }
+
+    // MARK: - the state URL
+
+    @Test func aPostgresURLIsSharedStateAndItsPasswordIsNeverShown() {
+        #expect(StateLocation("runs.sqlite") == .sqlite(path: "runs.sqlite"))
+        #expect(StateLocation("./postgres://x") == .sqlite(path: "./postgres://x"))
+        let url = "postgres://ann:p%40ss:w0rd@db.example:5432/imgpipe"
+        #expect(StateLocation(url) == .postgres(url: url))
+        #expect(StateLocation(url).displayed == "postgres://ann:***@db.example:5432/imgpipe")
+        #expect(StateLocation("POSTGRESQL://db/x?user=ann&password=hunter2&sslmode=require").displayed
+            == "POSTGRESQL://db/x?user=ann&password=***&sslmode=require")
+        #expect(StateLocation("postgres://ann@db/x").displayed == "postgres://ann@db/x")
+    }
+
+    @Test func theClusterChecksThePasswordAndTheErrorDoesNotShowIt() throws {
+        let wrong = url.replacingOccurrences(of: cluster.password, with: "not-the-Password")
+        #expect(wrong != url)
+        do {
+            _ = try PostgresConnection(url: wrong)
+            Issue.record("a wrong password was accepted")
+        } catch let error as PostgresError {
+            #expect(error.description.contains("password authentication failed"), "\(error)")
+            #expect(!error.description.contains("not-the-Password"))
+        }
+        let rows = try PostgresConnection(url: url).execute("SELECT $1::int + 1 AS n, $2::text AS t", ["41", "a'b\"c"])
+        #expect(rows.first?["n"] == "42" && rows.first?["t"] == "a'b\"c")
+    }
+
+    // MARK: - joining a run
+
+    @Test func workersRacingToStartTheRunMakeExactlyOne() throws {
+        let ids = Mutex<[Int64]>([])
+        let errors = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { index in
+            do {
+                let run = try worker("w\(index)")
+                ids.withLock { $0.append(run.runId) }
+            } catch {
+                errors.withLock { $0.append("\(error)") }
+            }
+        }
+        #expect(errors.withLock { $0 } == [])
+        #expect(ids.withLock { Set($0) }.count == 1 && ids.withLock { $0.count } == 8)
+        let runs = try PostgresConnection(url: url).execute("SELECT count(*) AS n FROM imgpipe_run")
+        #expect(runs.first?["n"] == "1")
+        let workers = try PostgresConnection(url: url).execute("SELECT count(*) AS n FROM imgpipe_worker")
+        #expect(workers.first?["n"] == "8")
+    }
+
+    @Test func aFinishedRunIsNotJoinedAndOtherVersionsDoNotJoin() throws {
+        let first = try worker("a", fingerprint: ["filters": "[]", "libvips": "8.14.1", "imgpipe": "1.0"])
+        #expect(throws: SharedRun.SharedRunError.fingerprintDiffers(id: first.runId, fields: ["libvips"])) {
+            try self.worker("b", fingerprint: ["filters": "[]", "libvips": "8.15.0", "imgpipe": "1.0"])
+        }
+        try first.connection.execute("UPDATE imgpipe_run SET state = 'finished' WHERE id = $1", [String(first.runId)])
+        #expect(throws: SharedRun.SharedRunError.runFinished(id: first.runId)) {
+            try self.worker("c", fingerprint: ["filters": "[]", "libvips": "8.14.1", "imgpipe": "1.0"])
+        }
+        // Another pipeline in the same database is its own run.
+        let other = try worker("d", pipeline: "other")
+        #expect(other.runId != first.runId)
+    }
+
+    // MARK: - claims
+
+    @Test func eightClaimersOverTenThousandChunksClaimEachExactlyOnce() throws {
+        let lister = try worker("lister", chunkSize: 1)
+        #expect(try list(10_000, by: lister) == 10_000)
+        #expect(try lister.counts().chunksPending == 10_000)
+        let claimed = Mutex<[SharedRun.Chunk]>([])
+        let failures = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { index in
+            do {
+                let run = try worker("claimer-\(index)", chunkSize: 1)
+                var mine: [SharedRun.Chunk] = []
+                while true {
+                    let got = try run.claim(3)
+                    if got.isEmpty { break }
+                    mine += got
+                }
+                claimed.withLock { $0 += mine }
+            } catch {
+                failures.withLock { $0.append("\(error)") }
+            }
+        }
+        #expect(failures.withLock { $0 } == [])
+        let chunks = claimed.withLock { $0 }
+        #expect(chunks.count == 10_000)
+        #expect(Set(chunks.map(\.id)).count == 10_000, "a chunk was claimed twice")
+        #expect(Set(chunks.map(\.token)).count == 10_000, "a lease token was handed out twice")
+        let counts = try lister.counts()
+        #expect(counts.chunksLeased == 10_000 && counts.chunksPending == 0)
+        let owners = try lister.connection.execute("SELECT count(DISTINCT owner) AS n FROM imgpipe_chunk")
+        #expect(Int(owners.first?["n"] ?? "") ?? 0 >= 2, "the claimers worked side by side")
+    }
+
+    @Test func theClaimIsAnIndexScanThatStopsAtItsLiteralLimit() throws {
+        let lister = try worker("lister", chunkSize: 2)
+        _ = try list(20_000, by: lister)
+        // Half the chunks done, as in a run under way: the claim must not walk over them.
+        try lister.connection.execute("UPDATE imgpipe_chunk SET state = 'done' WHERE id < 5000")
+        try lister.connection.execute("ANALYZE imgpipe_chunk")
+        #expect(SharedRun.claimSQL(4).contains("LIMIT 4 FOR UPDATE SKIP LOCKED"))
+        let plan = try lister.connection.execute("EXPLAIN " + SharedRun.claimSQL(4), [String(lister.runId), "w", "60"])
+            .all.compactMap { $0["QUERY PLAN"] }.joined(separator: "\n")
+        #expect(plan.contains("Index Scan using imgpipe_chunk_pending"), "\(plan)")
+        #expect(!plan.contains("Seq Scan"), "\(plan)")
+        #expect(plan.contains("Limit"), "\(plan)")
+    }
+
+    // MARK: - leases and fencing
+
+    @Test func aWorkerPausedPastItsLeaseHasItsLateWritesRefused() throws {
+        let slow = try worker("slow", lease: 1)
+        _ = try list(3, by: slow)
+        let chunk = try #require(try slow.claim().first)
+        #expect(try slow.items(of: chunk).map(\.key) == ["k0", "k1", "k2"])
+        #expect(try slow.record([.init(seq: 0, status: .done)], in: chunk) == 1)
+
+        Thread.sleep(forTimeInterval: 1.3) // paused past its lease (a SIGSTOP, a stall)
+        #expect(throws: SharedRun.SharedRunError.leaseLost(chunk: chunk.id)) {
+            try slow.record([.init(seq: 1, status: .failed, reason: "decode", message: "late")], in: chunk)
+        }
+        let other = try worker("other", lease: 60)
+        #expect(try other.rescueExpired() == [chunk.id])
+        let taken = try #require(try other.claim().first)
+        #expect(taken.id == chunk.id && taken.token != chunk.token)
+        #expect(try other.items(of: taken).map(\.key) == ["k1", "k2"], "the item done before the pause stays done")
+        #expect(try other.record([.init(seq: 1, status: .done), .init(seq: 2, status: .skipped, reason: "opt-out")], in: taken) == 2)
+
+        // The slow worker wakes up: every write it tries is refused, nothing is rewritten.
+        #expect(throws: SharedRun.SharedRunError.leaseLost(chunk: chunk.id)) {
+            try slow.record([.init(seq: 1, status: .failed, reason: "upload", message: "late")], in: chunk)
+        }
+        #expect(throws: SharedRun.SharedRunError.leaseLost(chunk: chunk.id)) { try slow.complete(chunk) }
+        #expect(throws: SharedRun.SharedRunError.leaseLost(chunk: chunk.id)) { try slow.handBack(chunk) }
+        #expect(try other.complete(taken))
+        #expect(try itemStatuses() == ["k0": "done", "k1": "done", "k2": "skipped"])
+        let counts = try other.counts()
+        #expect(counts.done == 2 && counts.skipped == 1 && counts.failed == 0 && counts.chunksDone == 1)
+    }
+
+    @Test func anItemIsWrittenOnlyFromPendingSoItNeverEndsBothDoneAndFailed() throws {
+        let run = try worker("w")
+        _ = try list(3, by: run)
+        let chunk = try #require(try run.claim().first)
+        #expect(try run.record([.init(seq: 0, status: .done)], in: chunk) == 1)
+        #expect(try run.record([.init(seq: 0, status: .failed, reason: "upload", message: "again")], in: chunk) == 0)
+        #expect(try itemStatuses()["k0"] == "done")
+        #expect(try !run.complete(chunk), "two items are still pending")
+        #expect(try run.counts().done == 1 && run.counts().failed == 0)
+    }
+
+    @Test func aRescueNeverRewritesAChunkFinishedAMomentBefore() throws {
+        let run = try worker("w", lease: 1)
+        _ = try list(3, by: run)
+        let chunk = try #require(try run.claim().first)
+        try run.record((0 ..< 3).map { .init(seq: Int64($0), status: .done) }, in: chunk)
+        #expect(try run.complete(chunk))
+        Thread.sleep(forTimeInterval: 1.2)
+        #expect(try run.rescueExpired() == [])
+        let state = try run.connection.execute("SELECT state, owner FROM imgpipe_chunk WHERE id = $1", [String(chunk.id)]).first
+        #expect(state?["state"] == "done" && state?["owner"] == nil)
+        #expect(try run.claim().isEmpty)
+    }
+
+    @Test func aHeartbeatKeepsTheLeaseAndAHandBackFreesTheChunkAtOnce() throws {
+        let a = try worker("a", lease: 1)
+        let b = try worker("b", lease: 1)
+        _ = try list(6, by: a)
+        let first = try #require(try a.claim().first)
+        for _ in 0 ..< 3 {
+            Thread.sleep(forTimeInterval: 0.5)
+            #expect(try a.heartbeat()[first.id] == first.token)
+            #expect(try b.rescueExpired() == [], "a renewed lease is not rescued")
+        }
+        #expect(try a.record([.init(seq: first.firstSeq, status: .done)], in: first) == 1)
+        // An interrupted worker hands back what it did not finish: the other claims it at once.
+        try a.handBack(first)
+        let claimed = try b.claim(2)
+        #expect(claimed.map(\.id).sorted() == [0, 1])
+        let again = try #require(claimed.first { $0.id == first.id })
+        #expect(try b.items(of: again).count == 2)
+        #expect(try a.heartbeat().isEmpty, "a holds nothing after handing back")
+    }
+
+    // MARK: - listing
+
+    @Test func oneListerAtATimeAndTheNextContinuesFromTheCursor() throws {
+        let a = try worker("a", chunkSize: 2, lease: 1)
+        let b = try worker("b", chunkSize: 2, lease: 1)
+        let lease = try #require(try a.acquireLister())
+        #expect(lease.cursor == nil)
+        #expect(try b.acquireLister() == nil, "one lister at a time")
+        #expect(try a.recordPage([("k0", "u0"), ("k1", "u1"), ("k2", "u2")], cursor: "page=2", complete: false, lease: lease) == 3)
+        #expect(try a.counts().items == 3 && a.counts().chunksPending == 2, "three items make chunks of two and one")
+
+        // The lister stops answering (killed): its lease runs out, the next takes over where it stopped.
+        Thread.sleep(forTimeInterval: 1.2)
+        let next = try #require(try b.acquireLister())
+        #expect(next.cursor == "page=2")
+        #expect(throws: SharedRun.SharedRunError.listerLeaseLost) {
+            try a.recordPage([("k3", "u3")], cursor: "page=3", complete: false, lease: lease)
+        }
+        // Redoing a page changes nothing; the last page ends the listing.
+        #expect(try b.recordPage([("k1", "u1"), ("k2", "u2")], cursor: "page=2", complete: false, lease: next) == 0)
+        #expect(try b.recordPage([("k3", "u3"), ("k4", "u4")], cursor: nil, complete: true, lease: next) == 2)
+        #expect(try b.acquireLister() == nil, "the feed is listed to its end")
+        let counts = try b.counts()
+        #expect(counts.items == 5 && counts.feedComplete)
+        let pages = try b.connection.execute("SELECT pages_listed, next_seq FROM imgpipe_run").first
+        #expect(pages?["pages_listed"] == "3")
+        let seqs = try b.connection.execute("SELECT key, seq FROM imgpipe_item ORDER BY seq").all.map { $0["key"]! }
+        #expect(seqs == ["k0", "k1", "k2", "k3", "k4"], "feed order kept")
+    }
+
+    @Test func statusCountersAgreeWithTheItemRows() throws {
+        let run = try worker("w", chunkSize: 7)
+        _ = try list(50, by: run)
+        while let chunk = try run.claim().first {
+            let items = try run.items(of: chunk)
+            try run.record(items.map { .init(seq: $0.seq, status: $0.seq % 5 == 0 ? .failed : $0.seq % 7 == 0 ? .skipped : .done,
+                                             reason: $0.seq % 5 == 0 ? "decode" : nil) }, in: chunk)
+            try run.complete(chunk)
+        }
+        let counts = try run.counts()
+        let truth = Dictionary(grouping: try itemStatuses().values, by: { $0 }).mapValues(\.count)
+        #expect(counts.items == 50 && counts.chunksDone == 8 && counts.pending == 0)
+        #expect(counts.done == truth["done"] && counts.failed == truth["failed"] && counts.skipped == truth["skipped"])
+        #expect(counts.failed == 10 && counts.skipped == 6)
+    }
+}
