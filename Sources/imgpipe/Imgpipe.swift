@@ -23,7 +23,7 @@ struct Imgpipe: ParsableCommand {
         abstract: "Run batch image pipelines: a feed of images, a chain of libvips filters, and sinks.",
         discussion: "Exit codes: 0 every item done or skipped, 1 some items failed, 2 usage or invalid pipeline, 130 interrupted.",
         version: version,
-        subcommands: [RunCommand.self, ResumeCommand.self, DryRunCommand.self, StatusCommand.self,
+        subcommands: [RunCommand.self, ResumeCommand.self, WorkCommand.self, DryRunCommand.self, StatusCommand.self,
                       ValidateCommand.self, ExportCommand.self, ThumbnailCommand.self, InitCommand.self, FiltersCommand.self,
                       SchemaCommand.self, CacheCommand.self]
     )

@@ -28,7 +28,7 @@ final class SharedRunTests: @unchecked Sendable {
     /// `count` items keyed `k0`, `k1`, … listed as one page by `run`.
     func list(_ count: Int, by run: SharedRun, from start: Int = 0, cursor: String? = "end", complete: Bool = true) throws -> Int {
         let lease = try #require(try run.acquireLister())
-        return try run.recordPage((start ..< start + count).map { (key: "k\($0)", location: "in/\($0).jpg") },
+        return try run.recordPage((start ..< start + count).map { FeedItem(key: "k\($0)", location: "in/\($0).jpg") },
                                   cursor: cursor, complete: complete, lease: lease)
     }
 
@@ -230,7 +230,7 @@ final class SharedRunTests: @unchecked Sendable {
         let lease = try #require(try a.acquireLister())
         #expect(lease.cursor == nil)
         #expect(try b.acquireLister() == nil, "one lister at a time")
-        #expect(try a.recordPage([("k0", "u0"), ("k1", "u1"), ("k2", "u2")], cursor: "page=2", complete: false, lease: lease) == 3)
+        #expect(try a.recordPage([FeedItem(key: "k0", location: "u0"), FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false, lease: lease) == 3)
         #expect(try a.counts().items == 3 && a.counts().chunksPending == 2, "three items make chunks of two and one")
 
         // The lister stops answering (killed): its lease runs out, the next takes over where it stopped.
@@ -238,11 +238,11 @@ final class SharedRunTests: @unchecked Sendable {
         let next = try #require(try b.acquireLister())
         #expect(next.cursor == "page=2")
         #expect(throws: SharedRun.SharedRunError.listerLeaseLost) {
-            try a.recordPage([("k3", "u3")], cursor: "page=3", complete: false, lease: lease)
+            try a.recordPage([FeedItem(key: "k3", location: "u3")], cursor: "page=3", complete: false, lease: lease)
         }
         // Redoing a page changes nothing; the last page ends the listing.
-        #expect(try b.recordPage([("k1", "u1"), ("k2", "u2")], cursor: "page=2", complete: false, lease: next) == 0)
-        #expect(try b.recordPage([("k3", "u3"), ("k4", "u4")], cursor: nil, complete: true, lease: next) == 2)
+        #expect(try b.recordPage([FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false, lease: next) == 0)
+        #expect(try b.recordPage([FeedItem(key: "k3", location: "u3"), FeedItem(key: "k4", location: "u4")], cursor: nil, complete: true, lease: next) == 2)
         #expect(try b.acquireLister() == nil, "the feed is listed to its end")
         let counts = try b.counts()
         #expect(counts.items == 5 && counts.feedComplete)

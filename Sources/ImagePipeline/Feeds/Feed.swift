@@ -54,8 +54,9 @@ public struct FeedItem: Sendable, Equatable {
                  fromFallback: fromFallback, isLocal: isLocal)
     }
 
-    private init(key: String, location: String, metadata: String?, nameKey: String, nameStem: String,
-                 fromFallback: Bool, isLocal: Bool) {
+    /// An item exactly as recorded (a shared run's database gives back what its lister listed).
+    init(key: String, location: String, metadata: String?, nameKey: String, nameStem: String,
+         fromFallback: Bool, isLocal: Bool) {
         self.key = key
         self.location = location
         self.metadata = metadata

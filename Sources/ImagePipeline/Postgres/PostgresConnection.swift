@@ -52,14 +52,14 @@ public struct PostgresRow: Sendable {
 // @unchecked: libpq's handle is used by one thread at a time (callers own a connection).
 public final class PostgresConnection: @unchecked Sendable {
     /// The connection string as given (a `postgres://` URL); never printed: see `StateLocation`.
-    private let conninfo: String
+    let url: String
     private var handle: OpaquePointer?
     private let idleInTransactionTimeout: Int
     /// Reconnect attempts before a lost connection is reported (back-off 0.2 s doubling to 5 s).
     public var reconnectAttempts = 6
 
     public init(url: String, idleInTransactionTimeoutSeconds: Int = 60) throws {
-        conninfo = url
+        self.url = url
         idleInTransactionTimeout = idleInTransactionTimeoutSeconds
         try connect()
     }
@@ -73,7 +73,7 @@ public final class PostgresConnection: @unchecked Sendable {
 
     private func connect() throws {
         if let handle { PQfinish(handle) }
-        let connection = PQconnectdb(conninfo)
+        let connection = PQconnectdb(url)
         handle = connection
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
             let text = connection.map { String(cString: PQerrorMessage($0)) } ?? "out of memory"

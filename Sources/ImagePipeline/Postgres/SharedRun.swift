@@ -36,11 +36,11 @@ public final class SharedRun: @unchecked Sendable {
         public let items: Int
     }
 
-    /// An item of a claimed chunk still to be done.
+    /// An item of a claimed chunk still to be done, as its feed listed it.
     public struct Item: Sendable, Equatable {
         public let seq: Int64
-        public let key: String
-        public let location: String
+        public let item: FeedItem
+        public var key: String { item.key }
     }
 
     /// How an item ended.
@@ -89,9 +89,7 @@ public final class SharedRun: @unchecked Sendable {
         self.connection = connection
         self.leaseSeconds = leaseSeconds
         self.worker = worker ?? "\(ProcessInfo.processInfo.hostName):\(getpid())"
-        try connection.transaction {
-            for statement in SharedRunSchema.statements { try connection.execute(statement) }
-        }
+        try SharedRunSchema.make(on: connection)
         let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
         let joined = try connection.transaction { () -> PostgresRow in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext('imgpipe-run:' || $1))", [pipelineName])
@@ -119,6 +117,20 @@ public final class SharedRun: @unchecked Sendable {
             INSERT INTO imgpipe_worker (run_id, name) VALUES ($1, $2)
             ON CONFLICT (run_id, name) DO UPDATE SET heartbeat_at = now()
             """, [String(runId), self.worker])
+    }
+
+    private init(sibling of: SharedRun, connection: PostgresConnection) {
+        self.connection = connection
+        runId = of.runId
+        uuid = of.uuid
+        worker = of.worker
+        leaseSeconds = of.leaseSeconds
+        chunkSize = of.chunkSize
+    }
+
+    /// The same worker of the same run on a connection of its own, for another thread.
+    public func sibling() throws -> SharedRun {
+        try SharedRun(sibling: self, connection: PostgresConnection(url: connection.url))
     }
 
     private var run: String { String(runId) }
@@ -153,9 +165,14 @@ public final class SharedRun: @unchecked Sendable {
     /// The chunk's items not yet finished, in feed order.
     public func items(of chunk: Chunk) throws -> [Item] {
         try connection.execute("""
-            SELECT seq, key, location FROM imgpipe_item
+            SELECT seq, key, location, metadata, name_key, name_stem, is_local, from_fallback FROM imgpipe_item
             WHERE run_id = $1 AND chunk = $2 AND status = 'pending' ORDER BY seq
-            """, [run, String(chunk.id)]).all.map { Item(seq: $0.int("seq") ?? 0, key: $0["key"] ?? "", location: $0["location"] ?? "") }
+            """, [run, String(chunk.id)]).all.map { row in
+            Item(seq: row.int("seq") ?? 0,
+                 item: FeedItem(key: row["key"] ?? "", location: row["location"] ?? "", metadata: row["metadata"],
+                                nameKey: row["name_key"] ?? "", nameStem: row["name_stem"] ?? "",
+                                fromFallback: row.bool("from_fallback"), isLocal: row.bool("is_local")))
+        }
     }
 
     /// Renews every lease this worker holds and records its heartbeat; returns the chunks
@@ -264,6 +281,13 @@ public final class SharedRun: @unchecked Sendable {
         public let cursor: String?
     }
 
+    /// Gives up the lister's lease (a lister that stops before the end of the feed), so
+    /// another worker can take over at once.
+    public func releaseLister(_ lease: ListerLease) throws {
+        try connection.execute("UPDATE imgpipe_run SET lister = NULL, lister_expires = NULL WHERE id = $1 AND lister = $2 AND lister_token = $3",
+                               [run, worker, String(lease.token)])
+    }
+
     /// Takes the lister's lease when nobody holds it (or its holder's expired); nil when
     /// another worker lists, or the feed is already listed to its end.
     public func acquireLister() throws -> ListerLease? {
@@ -280,7 +304,7 @@ public final class SharedRun: @unchecked Sendable {
     /// `chunkSize` consecutive items each) and whether the feed ended. Fenced by the lister
     /// lease; redoing a page adds nothing. Returns how many items were new.
     @discardableResult
-    public func recordPage(_ items: [(key: String, location: String)], cursor: String?, complete: Bool,
+    public func recordPage(_ items: [FeedItem], cursor: String?, complete: Bool,
                            lease: ListerLease) throws -> Int {
         try connection.transaction {
             guard let run = try connection.execute("""
@@ -291,10 +315,14 @@ public final class SharedRun: @unchecked Sendable {
             let size = Int64(run.int("chunk_size") ?? 500)
             let inserted = try connection.execute("""
                 WITH page AS (
-                    SELECT key, location, ord FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS p(key, location, ord)
+                    SELECT * FROM unnest($4::text[], $5::text[], $7::text[], $8::text[], $9::text[], $10::boolean[],
+                                         $11::boolean[])
+                        WITH ORDINALITY AS p(key, location, metadata, name_key, name_stem, is_local, from_fallback, ord)
                 ), added AS (
-                    INSERT INTO imgpipe_item (run_id, seq, key, location, chunk, status)
-                    SELECT $1, $2::bigint + ord - 1, key, location, $3::bigint + (ord - 1) / $6::bigint, 'pending' FROM page
+                    INSERT INTO imgpipe_item (run_id, seq, key, location, metadata, name_key, name_stem, is_local,
+                                              from_fallback, chunk, status)
+                    SELECT $1, $2::bigint + ord - 1, key, location, metadata, name_key, name_stem, is_local, from_fallback,
+                           $3::bigint + (ord - 1) / $6::bigint, 'pending' FROM page
                     ON CONFLICT (run_id, key) DO NOTHING
                     RETURNING seq, chunk
                 )
@@ -302,7 +330,10 @@ public final class SharedRun: @unchecked Sendable {
                 SELECT $1, chunk, min(seq), max(seq), count(*), 'pending' FROM added GROUP BY chunk
                 RETURNING items
                 """, [self.run, String(nextSeq), String(nextChunk), postgresTextArray(items.map(\.key)),
-                      postgresTextArray(items.map(\.location)), String(size)])
+                      postgresTextArray(items.map(\.location)), String(size), postgresTextArray(items.map(\.metadata)),
+                      postgresTextArray(items.map(\.nameKey)), postgresTextArray(items.map(\.nameStem)),
+                      postgresTextArray(items.map { $0.isLocal ? "t" : "f" }),
+                      postgresTextArray(items.map { $0.fromFallback ? "t" : "f" })])
             let added = inserted.all.reduce(0) { $0 + Int($1.int("items") ?? 0) }
             let chunks = (Int64(items.count) + size - 1) / size
             try connection.execute("""
@@ -325,13 +356,15 @@ public final class SharedRun: @unchecked Sendable {
         public var pending: Int { items - done - failed - skipped }
     }
 
-    public func counts() throws -> Counts {
+    public func counts() throws -> Counts { try Self.counts(runId: runId, on: connection) }
+
+    static func counts(runId: Int64, on connection: PostgresConnection) throws -> Counts {
         var counts = Counts()
         for row in try connection.execute("""
             SELECT state, count(*) AS chunks, coalesce(sum(items), 0) AS items, coalesce(sum(done), 0) AS done,
                    coalesce(sum(failed), 0) AS failed, coalesce(sum(skipped), 0) AS skipped
             FROM imgpipe_chunk WHERE run_id = $1 GROUP BY state
-            """, [run]).all {
+            """, [String(runId)]).all {
             let chunks = Int(row.int("chunks") ?? 0)
             counts.items += Int(row.int("items") ?? 0)
             counts.done += Int(row.int("done") ?? 0)
@@ -343,7 +376,72 @@ public final class SharedRun: @unchecked Sendable {
             default: counts.chunksDone = chunks
             }
         }
-        counts.feedComplete = try connection.execute("SELECT feed_complete FROM imgpipe_run WHERE id = $1", [run]).first?.bool("feed_complete") ?? false
+        counts.feedComplete = try connection.execute("SELECT feed_complete FROM imgpipe_run WHERE id = $1",
+                                                     [String(runId)]).first?.bool("feed_complete") ?? false
         return counts
+    }
+}
+
+/// `imgpipe status` of a shared run: the run row, the chunks' counters, the workers. Read
+/// without counting item rows (only failed ones, through a partial index, for the reasons).
+public struct SharedStatus: Sendable, Encodable {
+    public struct Worker: Sendable, Encodable {
+        public let name: String
+        public let lastHeartbeatSecondsAgo: Double
+        public let itemsDone: Int
+        public let chunksHeld: Int
+    }
+
+    public struct Chunks: Sendable, Encodable {
+        public let pending: Int
+        public let leased: Int
+        public let done: Int
+    }
+
+    public let run: Int64
+    public let uuid: String
+    public let pipeline: String
+    public let state: String
+    public let feedComplete: Bool
+    public let pagesListed: Int
+    public let total: Int
+    public let done: Int
+    public let failed: Int
+    public let skipped: Int
+    public let pending: Int
+    public let failuresByReason: [String: Int]
+    public let chunks: Chunks
+    public let workers: [Worker]
+
+    /// The latest run of `pipelineName` (of any pipeline when nil); nil when there is none.
+    public static func latest(at url: String, pipelineName: String?) throws -> SharedStatus? {
+        let connection = try PostgresConnection(url: url)
+        defer { connection.close() }
+        let exists = try connection.execute("SELECT to_regclass('imgpipe_run') IS NOT NULL AS present").first?.bool("present") ?? false
+        guard exists, let row = try connection.execute("""
+            SELECT id, uuid, pipeline_name, state, feed_complete, pages_listed FROM imgpipe_run
+            WHERE ($1::text IS NULL OR pipeline_name = $1) ORDER BY id DESC LIMIT 1
+            """, [pipelineName]).first else { return nil }
+        let id = String(row.int("id") ?? 0)
+        let counts = try SharedRun.counts(runId: row.int("id") ?? 0, on: connection)
+        let reasons = try connection.execute("""
+            SELECT coalesce(reason, '?') AS reason, count(*) AS n FROM imgpipe_item
+            WHERE run_id = $1 AND status = 'failed' GROUP BY 1
+            """, [id]).all
+        let workers = try connection.execute("""
+            SELECT w.name, extract(epoch FROM now() - w.heartbeat_at) AS ago, w.items_done,
+                   (SELECT count(*) FROM imgpipe_chunk c WHERE c.run_id = w.run_id AND c.state = 'leased' AND c.owner = w.name) AS held
+            FROM imgpipe_worker w WHERE w.run_id = $1 ORDER BY w.name
+            """, [id]).all
+        return SharedStatus(
+            run: row.int("id") ?? 0, uuid: row["uuid"] ?? "", pipeline: row["pipeline_name"] ?? "", state: row["state"] ?? "",
+            feedComplete: row.bool("feed_complete"), pagesListed: Int(row.int("pages_listed") ?? 0),
+            total: counts.items, done: counts.done, failed: counts.failed, skipped: counts.skipped, pending: counts.pending,
+            failuresByReason: Dictionary(uniqueKeysWithValues: reasons.map { ($0["reason"] ?? "?", Int($0.int("n") ?? 0)) }),
+            chunks: Chunks(pending: counts.chunksPending, leased: counts.chunksLeased, done: counts.chunksDone),
+            workers: workers.map {
+                Worker(name: $0["name"] ?? "", lastHeartbeatSecondsAgo: Double($0["ago"] ?? "") ?? 0,
+                       itemsDone: Int($0.int("items_done") ?? 0), chunksHeld: Int($0.int("held") ?? 0))
+            })
     }
 }

@@ -14,10 +14,23 @@ import Foundation
 /// fenced by (owner, token) from a lease that was rescued and claimed again is refused even
 /// when the same worker claims the chunk back.
 enum SharedRunSchema {
-    /// Made under a transaction-scoped advisory lock: workers starting together do not race
-    /// on `CREATE TABLE IF NOT EXISTS` (which can fail on a concurrent catalog insert).
+    /// Makes the tables unless they are there. Under a transaction-scoped advisory lock:
+    /// workers starting together do not race on `CREATE TABLE IF NOT EXISTS` (which can fail
+    /// on a concurrent catalog insert). When the tables exist no DDL is sent at all: even
+    /// `CREATE INDEX IF NOT EXISTS` takes a share lock on its table, which deadlocked a
+    /// joining worker against the lister's page insert.
+    static func make(on connection: PostgresConnection) throws {
+        let present = "SELECT to_regclass('imgpipe_lease_token') IS NOT NULL AS present"
+        if try connection.execute(present).first?.bool("present") == true { return }
+        try connection.transaction {
+            try connection.execute("SELECT pg_advisory_xact_lock(7234501)")
+            if try connection.execute(present).first?.bool("present") == true { return }
+            for statement in statements { try connection.execute(statement) }
+        }
+    }
+
+    /// Made in this order; the lease-token sequence last (its presence says all are there).
     static let statements = [
-        "SELECT pg_advisory_xact_lock(7234501)",
         """
         CREATE TABLE IF NOT EXISTS imgpipe_run (
             id BIGSERIAL PRIMARY KEY,
@@ -65,6 +78,11 @@ enum SharedRunSchema {
             seq BIGINT NOT NULL,
             key TEXT NOT NULL,
             location TEXT NOT NULL,
+            metadata TEXT,
+            name_key TEXT NOT NULL,
+            name_stem TEXT NOT NULL,
+            is_local BOOLEAN NOT NULL,
+            from_fallback BOOLEAN NOT NULL DEFAULT false,
             chunk BIGINT NOT NULL,
             status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed', 'skipped')),
             attempts INTEGER NOT NULL DEFAULT 0,
@@ -75,6 +93,8 @@ enum SharedRunSchema {
         )
         """,
         "CREATE INDEX IF NOT EXISTS imgpipe_item_chunk ON imgpipe_item (run_id, chunk, seq)",
+        // `status` counts failures by reason over failed items alone.
+        "CREATE INDEX IF NOT EXISTS imgpipe_item_failed ON imgpipe_item (run_id, reason) WHERE status = 'failed'",
         """
         CREATE TABLE IF NOT EXISTS imgpipe_worker (
             run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,

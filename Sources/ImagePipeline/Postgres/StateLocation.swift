@@ -22,6 +22,23 @@ public enum StateLocation: Sendable, Equatable {
         }
     }
 
+    /// `text` with `url`'s password (as it appears in the URL) replaced by `***`, for an
+    /// error message that might quote it.
+    public static func masking(in text: String, url: String) -> String {
+        text.replacingOccurrences(of: url, with: masked(url)).replacingOccurrences(of: password(in: url) ?? "\u{0}", with: "***")
+    }
+
+    /// The password in the user part of `url`, percent-decoded too (nil: none, or too short
+    /// to mask without masking ordinary words).
+    static func password(in url: String) -> String? {
+        guard let scheme = url.range(of: "://") else { return nil }
+        let rest = url[scheme.upperBound...]
+        let authority = rest[..<(rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex)]
+        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return nil }
+        let password = String(authority[authority.index(after: colon) ..< at])
+        return password.count >= 4 ? password : nil
+    }
+
     static func masked(_ url: String) -> String {
         var text = url
         // user:password@ in the authority (the password may hold any character but '@'

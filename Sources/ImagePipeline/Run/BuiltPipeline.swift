@@ -15,6 +15,13 @@ public struct BuiltPipeline: Sendable {
     /// Set when the run is interrupted; retry loops watch it.
     public let cancellation: CancellationFlag
 
+    /// This pipeline with another feed (a shared run's worker takes its items from claimed
+    /// chunks); everything else, the cancellation flag included, is the same.
+    public func replacingFeed(_ feed: any Feed) -> BuiltPipeline {
+        BuiltPipeline(spec: spec, path: path, feed: feed, fetcher: fetcher, sinks: sinks, processor: processor,
+                      environment: environment, cancellation: cancellation)
+    }
+
     /// Expands and resolves everything the run needs; errors are `SpecError`s naming the
     /// path of the value (an unset variable, a source directory that does not exist).
     /// `notice` receives what the feed has to say while listing (e.g. falling back).

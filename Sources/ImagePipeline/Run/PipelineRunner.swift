@@ -17,6 +17,8 @@ public final class PipelineRunner: Sendable {
         public var progressInterval: Double = 0.25
         /// Seconds of pixel work after which an item is logged as slow.
         public var slowItem: Double = 5
+        /// The UUID of a new run (nil: its own); `imgpipe work` passes the shared run's.
+        public var runUUID: String?
         public init() {}
     }
 
@@ -74,7 +76,7 @@ public final class PipelineRunner: Sendable {
         return RunIdentity(pipelinePath: pipeline.path, pipelineName: spec.name, document: spec.document.serialized(),
                            fingerprint: spec.outputFingerprint, sinks: spec.sinks.map(\.name),
                            workRoot: URL(fileURLWithPath: store.path).deletingPathExtension().path + ".work",
-                           displayPath: displayPath)
+                           displayPath: displayPath, uuid: options.runUUID)
     }
 
     var displayPath: String {

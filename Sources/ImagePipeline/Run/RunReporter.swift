@@ -69,6 +69,9 @@ public protocol RunReporter: Sendable {
     func progress(_ progress: RunProgress)
     /// One item failed for good.
     func itemFailed(key: String, failure: ItemFailure)
+    /// One item ended (done, failed or skipped) and its end is in the state file. A
+    /// shared run's worker records it in the shared database; others need not implement it.
+    func itemSettled(key: String, outcome: ItemOutcome)
     /// Something the user should know that is not an item failure.
     func notice(_ message: String)
 }
@@ -79,4 +82,15 @@ public struct SilentReporter: RunReporter {
     public func progress(_ progress: RunProgress) {}
     public func itemFailed(key: String, failure: ItemFailure) {}
     public func notice(_ message: String) {}
+}
+
+/// How an item ended, as `RunReporter.itemSettled` hears it.
+public enum ItemOutcome: Sendable, Equatable {
+    case done
+    case failed(ItemFailure)
+    case skipped(ItemSkip)
+}
+
+extension RunReporter {
+    public func itemSettled(key: String, outcome: ItemOutcome) {}
 }

@@ -613,12 +613,14 @@ final class RunStages: Sendable {
                                                        "message": "\(pipeline.environment.redact(skip.message))"])
         writer.submit(.skipped(key: job.key, skip: skip)) { [self] _ in
             if job.isRemote { unlink(context.spoolDirectory + "/\(job.seq)") }
+            context.reporter.itemSettled(key: job.key, outcome: .skipped(skip))
             perform(state.withLock { $0.skip() })
         }
     }
 
     private func finish(_ job: Job, failure: ItemFailure?) {
         if let failure { context.reporter.itemFailed(key: job.key, failure: failure) }
+        context.reporter.itemSettled(key: job.key, outcome: failure.map { .failed($0) } ?? .done)
         perform(state.withLock { $0.finish(failed: failure != nil) })
     }
 }

@@ -13,9 +13,12 @@ public struct RunIdentity: Sendable {
     public var workRoot: String
     /// How the pipeline file is named in messages.
     public var displayPath: String
+    /// The UUID a new run takes (nil: its own): a shared run's, for a worker's local run.
+    public var uuid: String?
 
     public init(pipelinePath: String, pipelineName: String, document: String, fingerprint: [String: String],
-                sinks: [String], workRoot: String, displayPath: String) {
+                sinks: [String], workRoot: String, displayPath: String, uuid: String? = nil) {
+        self.uuid = uuid
         self.pipelinePath = pipelinePath
         self.pipelineName = pipelineName
         self.document = document
@@ -58,7 +61,7 @@ extension RunStore {
             if let latest { try? FileManager.default.removeItem(atPath: latest.workDirectory) }
             let run = try createRun(pipelinePath: identity.pipelinePath, pipelineName: identity.pipelineName,
                                     document: identity.document, fingerprint: identity.fingerprint, sinks: identity.sinks,
-                                    itemLimit: limit, workRoot: identity.workRoot)
+                                    itemLimit: limit, workRoot: identity.workRoot, uuid: identity.uuid)
             return RunStart(run: run, resuming: false, refreshing: false, notices: [])
 
         case let .resume(retryFailed, refreshFeed):

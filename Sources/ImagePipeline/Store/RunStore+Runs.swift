@@ -21,9 +21,11 @@ extension RunStore {
     }
 
     /// Starts a new run. `workRoot` gets a folder `run-<id>` for spooled and staged files.
+    /// `uuid` is the run's own by default; a worker of a shared run passes the shared run's,
+    /// so that idempotency keys are the same whichever worker delivers an item.
     public func createRun(pipelinePath: String, pipelineName: String, document: String,
                           fingerprint: [String: String], sinks: [String], itemLimit: Int?,
-                          workRoot: String, now: Date = Date()) throws -> RunRecord {
+                          workRoot: String, uuid: String? = nil, now: Date = Date()) throws -> RunRecord {
         let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
         let sinksText = String(decoding: try JSONEncoder.sorted.encode(sinks), as: UTF8.self)
         return try database.write { db in
@@ -31,7 +33,7 @@ extension RunStore {
                 INSERT INTO run (uuid, pipelinePath, pipelineName, document, fingerprint, sinks, state, itemLimit,
                                  workDirectory, startedAt)
                 VALUES (?, ?, ?, ?, ?, ?, 'running', ?, '', ?)
-                """, arguments: [UUID().uuidString.lowercased(), pipelinePath, pipelineName, document, fingerprintText,
+                """, arguments: [uuid ?? UUID().uuidString.lowercased(), pipelinePath, pipelineName, document, fingerprintText,
                                  sinksText, itemLimit, now.timeIntervalSince1970])
             let id = db.lastInsertedRowID
             let work = URL(fileURLWithPath: workRoot).appendingPathComponent("run-\(id)").path

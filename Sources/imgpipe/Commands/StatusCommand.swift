@@ -15,7 +15,7 @@ struct StatusCommand: ParsableCommand {
     @Argument(help: "The pipeline file; its default state file is read.", completion: .file(extensions: ["json"]))
     var pipeline: String?
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite here, or beside the pipeline file).", completion: .file(extensions: ["sqlite"]))
+    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite here, or beside the pipeline file), or a postgres:// URL of a shared run. Also IMGPIPE_STATE.", completion: .file(extensions: ["sqlite"]))
     var state: String?
 
     @Option(name: .customLong("run"), help: ArgumentHelp("Show run number N instead of the latest.", valueName: "N"))
@@ -28,6 +28,9 @@ struct StatusCommand: ParsableCommand {
     var json = false
 
     func run() throws {
+        if let given = StateFiles.explicit(state), case let .postgres(url) = StateLocation(given) {
+            return try sharedStatus(url: url)
+        }
         let stateFile = try locateStateFile()
         guard FileManager.default.fileExists(atPath: stateFile) else {
             throw CommandError.usage("\(StateFiles.missing(explicit: state, pipeline: pipeline)): nothing has run yet")
@@ -55,7 +58,9 @@ struct StatusCommand: ParsableCommand {
 
     /// The explicit state file, the pipeline's default one, or the only one in `.imgpipe/`.
     func locateStateFile() throws -> String {
-        if state != nil || pipeline != nil { return try StateFiles.path(explicit: state, pipeline: pipeline) }
+        if StateFiles.explicit(state) != nil || pipeline != nil {
+            return try StateFiles.path(explicit: StateFiles.explicit(state), pipeline: pipeline)
+        }
         let folder = ".imgpipe"
         let found = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [])
             .filter { $0.hasSuffix(".sqlite") }.sorted()
@@ -156,6 +161,32 @@ struct StatusCommand: ParsableCommand {
         return spec.sinks.compactMap { sink in
             guard case let .directory(name, path) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
             return "outputs: \(Console.display(spec.resolvePath(expanded)))/ (sink \(name))"
+        }
+    }
+
+    /// The latest run of the pipeline (of any, without a pipeline file) in a shared database.
+    private func sharedStatus(url: String) throws {
+        let name = try pipeline.map { try PipelineOptions.loadSpec($0).name }
+        let status: SharedStatus?
+        do {
+            status = try SharedStatus.latest(at: url, pipelineName: name)
+        } catch {
+            throw CommandError.usage(StateLocation.masking(in: String(describing: error), url: url))
+        }
+        let place = StateLocation.postgres(url: url).displayed
+        guard let status else { throw CommandError.usage("\(place) has no run" + (name.map { " of pipeline \($0)" } ?? "")) }
+        if json { return Console.json(status) }
+        Console.out("run #\(status.run) of \(status.pipeline) in \(place): \(status.state)"
+                    + (status.feedComplete ? "" : " (feed still being listed: \(status.pagesListed) pages so far)"))
+        Console.out("  \(status.done) done, \(status.skipped) skipped, \(status.failed) failed, \(status.pending) pending of \(status.total)")
+        if !status.failuresByReason.isEmpty {
+            Console.out("  failures: " + status.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                .joined(separator: ", "))
+        }
+        Console.out("  chunks: \(status.chunks.pending) pending, \(status.chunks.leased) leased, \(status.chunks.done) done")
+        for worker in status.workers {
+            Console.out("  worker \(worker.name): last heartbeat \(Int(worker.lastHeartbeatSecondsAgo.rounded())) s ago, "
+                        + "\(worker.itemsDone) items done, \(worker.chunksHeld) chunks held")
         }
     }
 }

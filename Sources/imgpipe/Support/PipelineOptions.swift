@@ -7,14 +7,17 @@ struct PipelineOptions: ParsableArguments {
     @Argument(help: "The pipeline file (JSON).", completion: .file(extensions: ["json"]))
     var pipeline: String
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory, or beside the pipeline file when it is there).",
+    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory, or beside the pipeline file when it is there), or a postgres:// URL (imgpipe work, status). Also IMGPIPE_STATE.",
             completion: .file(extensions: ["sqlite"]))
     var state: String?
 
     @OptionGroup var logging: LogOptions
 
+    /// `--state`, else `IMGPIPE_STATE`, parsed (nil: neither is set).
+    var stateLocation: StateLocation? { StateFiles.explicit(state).map(StateLocation.init) }
+
     /// The state file to use; refuses one that holds another pipeline's runs.
-    func stateFile() throws -> String { try StateFiles.path(explicit: state, pipeline: pipeline) }
+    func stateFile() throws -> String { try StateFiles.path(explicit: StateFiles.sqlite(state), pipeline: pipeline) }
 
     /// Loads and validates the pipeline file, reporting a fault and exiting 2.
     func loadSpec() throws -> PipelineSpec { try Self.loadSpec(pipeline) }
@@ -56,6 +59,22 @@ struct PipelineOptions: ParsableArguments {
 /// command refuses (exit 2) rather than resume, show or add to the other pipeline's run.
 /// `--state` names a file explicitly and is taken as it is.
 enum StateFiles {
+    /// `--state` as given, else `IMGPIPE_STATE` when it is set and not empty.
+    static func explicit(_ option: String?) -> String? {
+        option ?? ProcessInfo.processInfo.environment["IMGPIPE_STATE"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// The explicit state, refused when it is a PostgreSQL URL: the commands that call this
+    /// read and write a SQLite state file (`imgpipe work` and `status` take either).
+    static func sqlite(_ option: String?) throws -> String? {
+        guard let given = explicit(option) else { return nil }
+        if case let .postgres(url) = StateLocation(given) {
+            throw CommandError.usage("\(StateLocation.postgres(url: url).displayed): this command needs a SQLite state file; "
+                                     + "a run shared through PostgreSQL is worked on with `imgpipe work` and shown by `imgpipe status`")
+        }
+        return given
+    }
+
     /// `explicit`, else the first existing candidate that belongs to `pipeline`, else the
     /// current directory's default.
     static func path(explicit: String?, pipeline: String?) throws -> String {

@@ -1,0 +1,446 @@
+import Foundation
+import Logging
+import VipsKit
+
+/// `imgpipe work`: one worker of a run shared through PostgreSQL.
+///
+/// The worker joins the run (`SharedRun`), then runs the pipeline's ordinary stages
+/// (`PipelineRunner`) over a feed of claimed chunks (`ChunkFeed`) with a local state file
+/// of its own as scratch; as each item ends, its end is written to the shared database,
+/// fenced by the chunk's lease, and a chunk whose items have all ended is marked done.
+/// Three threads besides the stages:
+/// - the lister takes the lister's lease when nobody holds it and lists the pipeline's
+///   feed into the database page by page (one transaction per page with its cursor);
+/// - the heartbeat renews the leases every `heartbeat` seconds and rescues expired ones
+///   (any worker's); when it has failed for longer than a lease, the worker stops at once
+///   (no new upload starts) and exits with an error;
+/// - the recorder writes the items' ends every 0.3 s and completes chunks.
+///
+/// Every delivery carries the shared run's UUID in its idempotency key, so an item
+/// redone by another worker after this one died mid-upload is sent with the same key.
+public final class SharedWorker: @unchecked Sendable {
+    // @unchecked: mutable state is in Mutexes; the rest is set once in init.
+    public struct Options: Sendable {
+        /// Items per chunk (a run keeps the size it was created with).
+        public var chunkSize = 500
+        public var leaseSeconds: Double = 60
+        public var heartbeatSeconds: Double = 10
+        public var runner = PipelineRunner.Options()
+        public init() {}
+    }
+
+    public struct Summary: Sendable, Encodable {
+        public let run: Int64
+        public let uuid: String
+        public let worker: String
+        /// Items this worker ended, by how.
+        public let done: Int
+        public let failed: Int
+        public let skipped: Int
+        /// The whole run's counts, from the chunks' counters.
+        public let total: Int
+        public let runDone: Int
+        public let runFailed: Int
+        public let runSkipped: Int
+        public let runPending: Int
+        public let finished: Bool
+        public let interrupted: Bool
+        public let elapsed: Double
+        public let listingError: String?
+    }
+
+    let pipeline: BuiltPipeline
+    let url: String
+    let scratchState: String
+    let reporter: any RunReporter
+    let logger: Logger
+    let options: Options
+    let run: SharedRun
+    private let ledger = ChunkLedger()
+    private let stopping = CancellationFlag()
+    private let runner = Mutex<PipelineRunner?>(nil)
+    private let lostDatabase = Mutex<String?>(nil)
+    private let listingError = Mutex<String?>(nil)
+
+    /// Joins (or creates) the shared run of `pipeline`. `scratchState` is this worker's own
+    /// local state file (made anew, removed after a clean end).
+    public init(pipeline: BuiltPipeline, url: String, scratchState: String, reporter: any RunReporter, logger: Logger,
+                options: Options) throws {
+        self.pipeline = pipeline
+        self.url = url
+        self.scratchState = scratchState
+        self.reporter = reporter
+        self.logger = logger
+        self.options = options
+        run = try SharedRun(connection: PostgresConnection(url: url), pipelineName: pipeline.spec.name,
+                            fingerprint: Self.fingerprint(of: pipeline.spec), chunkSize: options.chunkSize,
+                            leaseSeconds: options.leaseSeconds)
+    }
+
+    /// What decides the bytes of the outputs: the pipeline's filters and encodings, and the
+    /// versions of imgpipe and libvips. Workers whose fingerprints differ do not share a run.
+    public static func fingerprint(of spec: PipelineSpec) -> [String: String] {
+        spec.outputFingerprint.merging(["imgpipe": ImgpipeIdentity.version, "libvips": VipsRuntime.version]) { $1 }
+    }
+
+    /// Stops claiming; items in flight get the grace period (none with `now`).
+    public func interrupt(now: Bool = false) {
+        stopping.cancel()
+        if now { stopping.abort() }
+        runner.withLock { $0 }?.interrupt(now: now)
+    }
+
+    public func execute() throws -> Summary {
+        let started = Date()
+        let store = try RunStore(path: scratchState)
+        var runnerOptions = options.runner
+        runnerOptions.runUUID = run.uuid
+        let chunkFeed = ChunkFeed(url: url, shared: run, ledger: ledger, stopping: stopping, listingError: listingError)
+        let local = pipeline.replacingFeed(chunkFeed)
+        let recorder = Recorder(reporter: reporter, ledger: ledger)
+        let localRunner = PipelineRunner(pipeline: local, store: store, reporter: recorder, logger: logger, options: runnerOptions)
+        runner.withLock { $0 = localRunner }
+        if stopping.isCancelled { localRunner.interrupt(now: stopping.isAborted) }
+
+        let threads = try startThreads(recorder: recorder)
+        var summary: RunSummary?
+        var failure: Error?
+        do {
+            summary = try localRunner.execute(.fresh(limit: nil, replaceUnfinished: true))
+        } catch {
+            failure = error
+        }
+        stopping.cancel()
+        threads.forEach { $0.stop() }
+        try? recorder.flush(using: threads.recorderRun)
+        // Chunks not finished go back at once, for the other workers.
+        for chunk in ledger.unfinished() {
+            do { try threads.recorderRun.handBack(chunk) } catch { logger.debug("hand back: \(error)") }
+        }
+        if let lost = lostDatabase.withLock({ $0 }) { throw SharedWorkerError(lost) }
+        if let failure { throw failure }
+
+        let counts = try threads.recorderRun.counts()
+        let finished = counts.feedComplete && counts.chunksPending == 0 && counts.chunksLeased == 0
+        if finished {
+            try threads.recorderRun.connection.execute(
+                "UPDATE imgpipe_run SET state = 'finished' WHERE id = $1 AND state = 'running'", [String(run.runId)])
+        }
+        let mine = recorder.tally()
+        let interrupted = summary?.interrupted ?? true
+        if !interrupted, mine.unrecorded == 0, summary?.failed == 0 {
+            try? FileManager.default.removeItem(atPath: scratchState)
+        }
+        return Summary(run: run.runId, uuid: run.uuid, worker: run.worker, done: mine.done, failed: mine.failed,
+                       skipped: mine.skipped, total: counts.items, runDone: counts.done, runFailed: counts.failed,
+                       runSkipped: counts.skipped, runPending: counts.pending, finished: finished,
+                       interrupted: interrupted && stopping.isCancelled && !finished,
+                       elapsed: Date().timeIntervalSince(started), listingError: listingError.withLock { $0 })
+    }
+
+    // MARK: - threads
+
+    struct Threads {
+        let all: [LoopThread]
+        /// The recorder's own connection, also used after the threads stopped.
+        let recorderRun: SharedRun
+        func forEach(_ body: (LoopThread) -> Void) { all.forEach(body) }
+    }
+
+    private func startThreads(recorder: Recorder) throws -> Threads {
+        let heartbeatRun = try run.sibling()
+        let recorderRun = try run.sibling()
+        let listerRun = try run.sibling()
+        let lastBeat = Mutex(Date())
+        let heartbeat = LoopThread(name: "imgpipe.heartbeat", every: options.heartbeatSeconds) { [self] in
+            do {
+                // Only chunks claimed before the renewal can be missing from its answer.
+                let before = ledger.unfinished()
+                let held = try heartbeatRun.heartbeat()
+                lastBeat.withLock { $0 = Date() }
+                for lost in before where held[lost.id] != lost.token {
+                    logger.warning("lease lost", metadata: ["chunk": "\(lost.id)"])
+                    ledger.markLost(lost)
+                }
+                let rescued = try heartbeatRun.rescueExpired()
+                if !rescued.isEmpty { logger.info("rescued expired leases", metadata: ["chunks": "\(rescued)"]) }
+            } catch {
+                logger.warning("heartbeat failed: \(error)")
+                if Date().timeIntervalSince(lastBeat.withLock { $0 }) > options.leaseSeconds {
+                    lostDatabase.withLock { $0 = "no heartbeat reached the database for \(Int(options.leaseSeconds)) s "
+                        + "(the lease): stopped without starting another upload (\(error))" }
+                    interrupt(now: true)
+                }
+            }
+        }
+        let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.3) { [self] in
+            do { try recorder.flush(using: recorderRun) } catch { logger.warning("recording failed: \(error)") }
+        }
+        let lister = LoopThread(name: "imgpipe.lister", every: max(0.5, options.heartbeatSeconds / 2)) { [self] in
+            listIfNobodyDoes(using: listerRun)
+        }
+        return Threads(all: [heartbeat, recorderThread, lister], recorderRun: recorderRun)
+    }
+
+    /// Lists the feed into the database when this worker can take the lister's lease,
+    /// from the cursor the previous lister left, one page (at most a chunk) per transaction.
+    private func listIfNobodyDoes(using shared: SharedRun) {
+        guard !stopping.isCancelled, listingError.withLock({ $0 }) == nil,
+              let lease = try? shared.acquireLister() else { return }
+        let cursor = lease.cursor.flatMap(ListCursor.init(text:))
+        logger.info("listing the feed", metadata: ["after": "\(cursor?.key ?? "-")"])
+        var page: [FeedItem] = []
+        var listed = cursor?.listed ?? 0
+        var lastKey = cursor?.key
+        var lostLease = false
+        func flush(complete: Bool) throws {
+            let next = lastKey.map { ListCursor(key: $0, listed: listed).text }
+            try shared.recordPage(page, cursor: next, complete: complete, lease: lease)
+            page.removeAll()
+        }
+        do {
+            var passing = cursor != nil
+            try pipeline.feed.list(after: cursor.map { FeedCursor(key: $0.key, listed: $0.listed) }, expecting: { _ in }) { item in
+                if stopping.isCancelled { return false }
+                // A feed that cannot start after the cursor lists from its start: pass over
+                // what the previous lister recorded (its last key ends the passing).
+                if passing {
+                    if item.key == cursor?.key { passing = false }
+                    return true
+                }
+                page.append(item.withoutSecrets(pipeline.environment))
+                listed += 1
+                lastKey = item.key
+                if page.count >= run.chunkSize { try flush(complete: false) }
+                return true
+            }
+            if !stopping.isCancelled { try flush(complete: true) } else if !page.isEmpty { try flush(complete: false) }
+        } catch SharedRun.SharedRunError.listerLeaseLost {
+            lostLease = true
+        } catch let error as PostgresError {
+            // The database, not the feed: the page was not recorded; listing goes on from the
+            // cursor on the next turn (of this worker or another).
+            logger.warning("recording a page failed: \(error)")
+        } catch {
+            listingError.withLock { $0 = pipeline.environment.redact(String(describing: error)) }
+            reporter.notice("the feed could not be listed: \(pipeline.environment.redact(String(describing: error)))")
+        }
+        if lostLease {
+            logger.warning("the lister's lease was lost; another worker lists now")
+        } else {
+            // Whatever stopped the listing, the lease is not kept (a completed feed has none).
+            try? shared.releaseLister(lease)
+        }
+    }
+}
+
+public struct SharedWorkerError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Where a listing stopped, as the run row keeps it: the last key recorded and how many
+/// items were listed up to it (JSON).
+struct ListCursor: Codable {
+    let key: String
+    let listed: Int
+
+    init(key: String, listed: Int) {
+        self.key = key
+        self.listed = listed
+    }
+
+    init?(text: String) {
+        guard let value = try? JSONDecoder().decode(ListCursor.self, from: Data(text.utf8)) else { return nil }
+        self = value
+    }
+
+    var text: String { String(decoding: (try? JSONEncoder.sorted.encode(self)) ?? Data(), as: UTF8.self) }
+}
+
+/// A thread that runs `body` every `interval` seconds until stopped (then once more is
+/// not promised: `stop` waits for a body under way to end).
+final class LoopThread: @unchecked Sendable {
+    // @unchecked: `stopped` is a semaphore; `thread` is set once.
+    private let stopped = DispatchSemaphore(value: 0)
+    private let ended = DispatchSemaphore(value: 0)
+
+    init(name: String, every interval: Double, _ body: @escaping @Sendable () -> Void) {
+        let thread = Thread { [stopped, ended] in
+            repeat { body() } while stopped.wait(timeout: .now() + interval) == .timedOut
+            ended.signal()
+        }
+        thread.name = name
+        thread.start()
+    }
+
+    func stop() {
+        stopped.signal()
+        ended.wait()
+    }
+}
+
+/// The chunks this worker holds, the key → sequence number of each item it was given, and
+/// how many of each chunk's items have ended.
+final class ChunkLedger: Sendable {
+    private struct Held {
+        var chunk: SharedRun.Chunk
+        var given: Int
+        var settled = 0
+        var allGiven = false
+        var lost = false
+    }
+
+    private let state = Mutex<(chunks: [Int64: Held], items: [String: (chunk: Int64, seq: Int64)])>(([:], [:]))
+
+    func add(_ chunk: SharedRun.Chunk, items: [SharedRun.Item]) {
+        state.withLock { state in
+            state.chunks[chunk.id] = Held(chunk: chunk, given: items.count)
+            for item in items { state.items[item.key] = (chunk.id, item.seq) }
+        }
+    }
+
+    func allGiven(_ chunk: SharedRun.Chunk) {
+        state.withLock { $0.chunks[chunk.id]?.allGiven = true }
+    }
+
+    /// The chunk and sequence number of an item (nil: not one of this worker's).
+    func locate(_ key: String) -> (chunk: SharedRun.Chunk, seq: Int64, lost: Bool)? {
+        state.withLock { state in
+            guard let place = state.items[key], let held = state.chunks[place.chunk] else { return nil }
+            return (held.chunk, place.seq, held.lost)
+        }
+    }
+
+    /// Counts `count` ends of `chunk`'s items; returns the chunk when all have ended.
+    func settled(_ count: Int, of chunk: Int64) -> SharedRun.Chunk? {
+        state.withLock { state in
+            guard var held = state.chunks[chunk] else { return nil }
+            held.settled += count
+            state.chunks[chunk] = held
+            return held.allGiven && held.settled >= held.given && !held.lost ? held.chunk : nil
+        }
+    }
+
+    func finished(_ chunk: SharedRun.Chunk) {
+        state.withLock { state in
+            state.chunks[chunk.id] = nil
+            state.items = state.items.filter { $0.value.chunk != chunk.id }
+        }
+    }
+
+    func markLost(_ chunk: SharedRun.Chunk) {
+        state.withLock { $0.chunks[chunk.id]?.lost = true }
+    }
+
+    /// Chunks held and not finished (lost ones left out: they are not this worker's).
+    func unfinished() -> [SharedRun.Chunk] {
+        state.withLock { $0.chunks.values.filter { !$0.lost }.map(\.chunk) }
+    }
+
+    var count: Int { state.withLock { $0.chunks.values.filter { !$0.lost }.count } }
+}
+
+/// The runner's feed in a worker: claims a chunk, gives its pending items, claims the next.
+/// When nothing is claimable it waits (rescuing expired leases) until the feed is listed
+/// to its end and no chunk is left pending or leased by another worker, then ends.
+final class ChunkFeed: Feed, @unchecked Sendable {
+    // @unchecked: `shared` (its connection) is used only by the producer thread that lists.
+    private let shared: SharedRun
+    private let ledger: ChunkLedger
+    private let stopping: CancellationFlag
+    private let listingError: Mutex<String?>
+
+    init(url: String, shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>) {
+        self.shared = shared
+        self.ledger = ledger
+        self.stopping = stopping
+        self.listingError = listingError
+    }
+
+    func list(_ body: (FeedItem) throws -> Bool) throws {
+        while !stopping.isCancelled {
+            if let chunk = try shared.claim(1).first {
+                let items = try shared.items(of: chunk)
+                ledger.add(chunk, items: items)
+                for item in items {
+                    guard try body(item.item) else { return }
+                }
+                ledger.allGiven(chunk)
+                continue
+            }
+            let counts = try shared.counts()
+            let listed = counts.feedComplete || listingError.withLock({ $0 }) != nil
+            if listed && counts.chunksPending == 0 && counts.chunksLeased <= ledger.count { return }
+            try shared.rescueExpired()
+            Thread.sleep(forTimeInterval: 0.5)
+        }
+    }
+}
+
+/// The worker's reporter: passes everything on, and queues each item's end for the
+/// shared database (written by `flush`, from the recorder thread).
+final class Recorder: RunReporter, @unchecked Sendable {
+    // @unchecked: `queue` and `counts` are Mutexes.
+    private let reporter: any RunReporter
+    private let ledger: ChunkLedger
+    private let queue = Mutex<[(chunk: SharedRun.Chunk, outcome: SharedRun.Outcome)]>([])
+    private let counts = Mutex<(done: Int, failed: Int, skipped: Int, unrecorded: Int)>((0, 0, 0, 0))
+
+    init(reporter: any RunReporter, ledger: ChunkLedger) {
+        self.reporter = reporter
+        self.ledger = ledger
+    }
+
+    func progress(_ progress: RunProgress) { reporter.progress(progress) }
+    func itemFailed(key: String, failure: ItemFailure) { reporter.itemFailed(key: key, failure: failure) }
+    func notice(_ message: String) { reporter.notice(message) }
+
+    func itemSettled(key: String, outcome: ItemOutcome) {
+        guard let place = ledger.locate(key) else { return }
+        let recorded: SharedRun.Outcome
+        switch outcome {
+        case .done: recorded = .init(seq: place.seq, status: .done)
+        case let .failed(failure):
+            recorded = .init(seq: place.seq, status: .failed, reason: failure.reason.rawValue, message: failure.message)
+        case let .skipped(skip):
+            recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: skip.message)
+        }
+        queue.withLock { $0.append((place.chunk, recorded)) }
+    }
+
+    /// Writes the queued ends, chunk by chunk, and marks done the chunks whose items have
+    /// all ended. A chunk whose lease was lost is dropped: its items are another worker's now.
+    func flush(using shared: SharedRun) throws {
+        let pending = queue.withLock { queue in defer { queue.removeAll() }; return queue }
+        let byChunk = Dictionary(grouping: pending, by: { $0.chunk.id })
+        for (id, entries) in byChunk.sorted(by: { $0.key < $1.key }) {
+            let chunk = entries[0].chunk
+            do {
+                try shared.record(entries.map(\.outcome), in: chunk)
+                counts.withLock { counts in
+                    for entry in entries {
+                        switch entry.outcome.status {
+                        case .done: counts.done += 1
+                        case .failed: counts.failed += 1
+                        case .skipped: counts.skipped += 1
+                        }
+                    }
+                }
+            } catch SharedRun.SharedRunError.leaseLost {
+                ledger.markLost(chunk)
+                counts.withLock { $0.unrecorded += entries.count }
+                continue
+            }
+            if let finished = ledger.settled(entries.count, of: id), try shared.complete(finished) {
+                ledger.finished(finished)
+            }
+        }
+        // A chunk whose items all ended in an earlier flush but was given out in full later.
+        for chunk in ledger.unfinished() {
+            if ledger.settled(0, of: chunk.id) != nil, try shared.complete(chunk) { ledger.finished(chunk) }
+        }
+    }
+
+    func tally() -> (done: Int, failed: Int, skipped: Int, unrecorded: Int) { counts.withLock { $0 } }
+}

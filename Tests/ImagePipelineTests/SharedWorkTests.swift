@@ -1,0 +1,179 @@
+import Foundation
+@testable import ImagePipeline
+import ImagePipelineTesting
+import Testing
+import VipsKit
+
+/// `imgpipe work` with the built binary: several worker processes on one PostgreSQL
+/// database (a throwaway cluster on loopback, one database per test) and a real upload
+/// server that keeps what it received, killed, stopped and interrupted mid-run.
+@Suite("imgpipe work on a shared run")
+final class SharedWorkTests: @unchecked Sendable {
+    // @unchecked: every stored property is a constant set in init.
+    let work: TemporaryDirectory
+    let cluster: PostgresCluster
+    let url: String
+
+    init() throws {
+        work = try TemporaryDirectory("imgpipe-shared")
+        cluster = try PostgresCluster.start()
+        url = try cluster.makeDatabase()
+    }
+
+    deinit { cluster.dropDatabase(url) }
+
+    func images(_ count: Int) throws {
+        for index in 1 ... count {
+            try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: 64, height: 48)
+        }
+    }
+
+    /// A directory source, a folder sink and an upload sink on `server`.
+    func pipeline(_ server: UploadServer, uploads: Int = 2) throws {
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 32, "height": 32}],
+             "output": {"format": "png", "name": "{stem}.png"},
+             "sinks": [{"type": "directory", "path": "out"}, {"type": "upload", "endpoint": "\(server.baseURL)/upload"}],
+             "limits": {"uploads": \(uploads), "timeout": 10}, "retry": {"attempts": 3, "backoff": 0.05}}
+            """, to: "pipe.json")
+    }
+
+    func worker(_ extra: [String] = []) throws -> RunningCommand {
+        try ImgpipeBinary.launch(["work", "pipe.json", "--state", url, "--chunk-size", "4"] + extra, in: work.path)
+    }
+
+    func status() throws -> [String: Any] {
+        let result = try ImgpipeBinary.run(["status", "pipe.json", "--state", url, "--json"], in: work.path)
+        #expect(result.status == 0, "\(result.stderr)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    }
+
+    func database() throws -> PostgresConnection { try PostgresConnection(url: url) }
+
+    /// Polls `condition` every 10 ms for at most 60 s.
+    func waitUntil(_ condition: () throws -> Bool) rethrows {
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, try !condition() { usleep(10_000) }
+    }
+
+    @Test func threeWorkersShareOneRunAndEachItemIsDeliveredOnce() throws {
+        let server = try UploadServer(mode: .slow(0.05))
+        try images(60)
+        try pipeline(server)
+        let workers = try (0 ..< 3).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
+        let results = workers.map { $0.wait() }
+        for result in results { #expect(result.status == 0, "\(result.stderr)") }
+
+        let report = try status()
+        #expect(report["done"] as? Int == 60 && report["failed"] as? Int == 0 && report["pending"] as? Int == 0)
+        #expect(report["state"] as? String == "finished")
+        #expect((report["chunks"] as? [String: Int]) == ["pending": 0, "leased": 0, "done": 15])
+        let shown = try #require(report["workers"] as? [[String: Any]])
+        #expect(shown.count == 3)
+        #expect(shown.compactMap { $0["itemsDone"] as? Int }.reduce(0, +) == 60, "each item recorded by one worker")
+        #expect(shown.filter { ($0["itemsDone"] as? Int ?? 0) > 0 }.count >= 2, "the work was shared: \(shown)")
+
+        let files = try FileManager.default.contentsOfDirectory(atPath: work.url("out")).filter { $0.hasSuffix(".png") }
+        #expect(files.count == 60)
+        for file in files.prefix(5) { #expect(try VipsImage.open(path: work.url("out/\(file)")).width == 32) }
+        let uploads = server.uploads
+        #expect(uploads.count == 60 && Set(uploads.compactMap(\.filename)).count == 60, "each item uploaded once")
+        let uuid = try #require(report["uuid"] as? String)
+        #expect(uploads.allSatisfy { $0.key?.hasPrefix("imgpipe-\(uuid)-") == true }, "idempotency keys carry the run's UUID")
+
+        // The run finished: working again does not start another.
+        let again = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
+        #expect(again.status == 2 && again.stderr.contains("already finished"), "\(again.stderr)")
+        let text = try ImgpipeBinary.run(["status", "pipe.json", "--state", url], in: work.path)
+        #expect(text.stdout.contains("imgpipe:***@127.0.0.1") && !text.stdout.contains(cluster.password), "\(text.stdout)")
+        #expect(text.stdout.contains("chunks: 0 pending, 0 leased, 15 done"), "\(text.stdout)")
+    }
+
+    @Test func killNineMidUploadAnotherWorkerFinishesAndEachItemIsStoredOnce() throws {
+        let server = try UploadServer(mode: .slow(0.25))
+        try images(24)
+        try pipeline(server, uploads: 3)
+        let first = try worker(["--lease", "2", "--heartbeat", "0.5"])
+        func posts() -> Int { server.server.requests.filter { $0.path.hasPrefix("/once/") }.count }
+        // Killed while uploads are in flight: received by the server, not yet answered.
+        waitUntil { server.uploads.count >= 4 && posts() > server.uploads.count }
+        first.signal(SIGKILL)
+        _ = first.wait()
+        let before = server.uploads.count
+        #expect(before >= 4 && before < 24, "killed after \(before) uploads")
+
+        let second = try ImgpipeBinary.run(["work", "pipe.json", "--state", url, "--lease", "2", "--heartbeat", "0.5"], in: work.path)
+        #expect(second.status == 0, "\(second.stderr)")
+        Thread.sleep(forTimeInterval: 0.3) // an upload the killed worker had sent lands
+        let uploads = server.uploads
+        #expect(uploads.count == 24 && Set(uploads.compactMap(\.filename)).count == 24, "each item stored exactly once")
+        #expect(posts() > 24, "uploads cut off by the kill were sent again, with the same key (\(posts()) posts)")
+        let report = try status()
+        #expect(report["done"] as? Int == 24 && report["state"] as? String == "finished")
+    }
+
+    @Test func aWorkerStoppedPastItsLeaseHasItsLateWritesRefused() throws {
+        let server = try UploadServer(mode: .slow(0.2))
+        try images(16)
+        try pipeline(server, uploads: 1)
+        let stopped = try worker(["--lease", "2", "--heartbeat", "0.5"])
+        waitUntil { server.uploads.count >= 2 }
+        stopped.signal(SIGSTOP)
+        let held = try database().execute("SELECT id, token FROM imgpipe_chunk WHERE state = 'leased'").all
+        #expect(!held.isEmpty, "the stopped worker held a chunk")
+
+        // Another worker waits out the lease, rescues the chunk and finishes the run.
+        let other = try ImgpipeBinary.run(["work", "pipe.json", "--state", url, "--lease", "2", "--heartbeat", "0.5"], in: work.path)
+        #expect(other.status == 0, "\(other.stderr)")
+        let tokens = try database().execute("SELECT id, token FROM imgpipe_chunk").all
+        #expect(tokens.allSatisfy { $0["token"] == nil }, "every chunk done")
+
+        stopped.signal(SIGCONT)
+        let late = stopped.wait()
+        #expect(late.status == 0 || late.status == 1, "\(late.stderr)")
+        let statuses = try database().execute("SELECT status, count(*) AS n FROM imgpipe_item GROUP BY status").all
+        #expect(statuses.map { "\($0["status"]!)=\($0["n"]!)" } == ["done=16"], "no item both done and failed")
+        let counters = try database().execute("SELECT sum(done) AS done, sum(failed) AS failed FROM imgpipe_chunk").first
+        #expect(counters?["done"] == "16" && counters?["failed"] == "0", "no finished row rewritten")
+        let uploads = server.uploads
+        #expect(uploads.count == 16 && Set(uploads.compactMap(\.filename)).count == 16,
+                "the late worker's uploads were recognised by their key")
+    }
+
+    @Test func sigtermHandsTheChunksBackAtOnce() throws {
+        let server = try UploadServer(mode: .slow(0.3))
+        try images(24)
+        try pipeline(server, uploads: 1)
+        // A long lease: only a hand-back lets another worker take the chunks soon.
+        let first = try worker(["--lease", "600"])
+        waitUntil { server.uploads.count >= 1 }
+        first.signal(SIGTERM)
+        let interrupted = first.wait()
+        #expect(interrupted.status == 130, "\(interrupted.stderr)")
+        let leased = try database().execute("SELECT count(*) AS n FROM imgpipe_chunk WHERE state = 'leased'").first
+        #expect(leased?["n"] == "0", "chunks handed back, not left to expire")
+        let report = try status()
+        #expect((report["pending"] as? Int ?? 0) > 0)
+
+        server.mode = .normal
+        let second = try ImgpipeBinary.run(["work", "pipe.json", "--state", url, "--lease", "600"], in: work.path)
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(server.uploads.count == 24 && Set(server.uploads.compactMap(\.filename)).count == 24)
+        #expect(try status()["done"] as? Int == 24)
+    }
+
+    @Test func workNeedsAPostgresStateAndNeverPrintsThePassword() throws {
+        try images(1)
+        let server = try UploadServer()
+        try pipeline(server)
+        let sqlite = try ImgpipeBinary.run(["work", "pipe.json"], in: work.path)
+        #expect(sqlite.status == 2 && sqlite.stderr.contains("give --state postgres://"), "\(sqlite.stderr)")
+        let wrong = url.replacingOccurrences(of: cluster.password, with: "Wrong-Secret-42")
+        let refused = try ImgpipeBinary.run(["work", "pipe.json", "--state", wrong], in: work.path)
+        #expect(refused.status == 2 && refused.stderr.contains("password authentication failed"), "\(refused.stderr)")
+        #expect(!refused.stderr.contains("Wrong-Secret-42") && !refused.stdout.contains("Wrong-Secret-42"))
+        let run = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: ["IMGPIPE_STATE": url])
+        #expect(run.status == 2 && run.stderr.contains("imgpipe:***@") && !run.stderr.contains(cluster.password), "\(run.stderr)")
+    }
+}
