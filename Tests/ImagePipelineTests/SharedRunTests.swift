@@ -267,4 +267,41 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(counts.done == truth["done"] && counts.failed == truth["failed"] && counts.skipped == truth["skipped"])
         #expect(counts.failed == 10 && counts.skipped == 6)
     }
+
+    // MARK: - paged feeds resume at the cursor's page
+
+    /// Flickr-like pages of 3 photos, 3 pages; remembers which pages were asked for.
+    final class FlickrPages: PageSource, @unchecked Sendable {
+        // @unchecked: `asked` is a Mutex.
+        let asked = Mutex<[Int]>([])
+
+        func page(_ url: String) throws -> (Data, Tier) {
+            let number = Int(URLComponents(string: url)?.queryItems?.first { $0.name == "page" }?.value ?? "1") ?? 1
+            asked.withLock { $0.append(number) }
+            let photos = (1 ... 3).map { #"{"id": "p\#(number)-\#($0)", "url_b": "https://img.example/p\#(number)-\#($0).jpg"}"# }
+            let body = #"{"stat": "ok", "photos": {"page": \#(number), "pages": 3, "total": 9, "photo": [\#(photos.joined(separator: ","))]}}"#
+            return (Data(body.utf8), .remote)
+        }
+    }
+
+    @Test func aPagedFeedStartsAgainAtTheCursorsPageAfterItsKey() throws {
+        let pages = FlickrPages()
+        let feed = FlickrSearchFeed(text: "moon", apiKey: "k", endpoint: "https://api.example/rest", perPage: 3,
+                                    maxItems: 7, size: "url_b", pages: pages)
+        var all: [FeedItem] = []
+        try feed.list { all.append($0); return true }
+        #expect(all.map(\.key) == ["p1-1", "p1-2", "p1-3", "p2-1", "p2-2", "p2-3", "p3-1"], "maxItems 7")
+        #expect(all.map(\.resumePage) == ["1", "1", "1", "2", "2", "2", "3"])
+
+        pages.asked.withLock { $0.removeAll() }
+        var resumed: [String] = []
+        try feed.list(after: FeedCursor(key: "p2-2", listed: 5, page: "2"), expecting: { _ in }) { resumed.append($0.key); return true }
+        #expect(resumed == ["p2-3", "p3-1"], "after the key, and maxItems counts what was listed before")
+        #expect(pages.asked.withLock { $0 } == [2, 3], "the first page is not asked again")
+
+        // The key left its page: the whole page is listed (the shared run's insert drops repeats).
+        var moved: [String] = []
+        try feed.list(after: FeedCursor(key: "gone", listed: 3, page: "2"), expecting: { _ in }) { moved.append($0.key); return true }
+        #expect(moved == ["p2-1", "p2-2", "p2-3", "p3-1"])
+    }
 }

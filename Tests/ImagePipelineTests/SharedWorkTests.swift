@@ -176,4 +176,82 @@ final class SharedWorkTests: @unchecked Sendable {
         let run = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: ["IMGPIPE_STATE": url])
         #expect(run.status == 2 && run.stderr.contains("imgpipe:***@") && !run.stderr.contains(cluster.password), "\(run.stderr)")
     }
+
+    // MARK: - one lister
+
+    /// A NASA-images-like API on loopback: `pages` pages of 4 items, each page linking the
+    /// next; the first request of `stallPage` is answered after `stall` seconds. Images are
+    /// small JPEGs.
+    func pagedFeed(pages: Int, stallPage: Int = 0, stall: Double = 0) throws -> TestHTTPServer {
+        let path = work.url("fixture.jpg")
+        try ImageFixtures.jpeg(at: path, width: 64, height: 48)
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: path))
+        let stalled = Mutex(false)
+        let server = try TestHTTPServer { request in
+            if request.path.hasPrefix("/images/") { return .bytes(jpeg) }
+            guard request.path == "/search" else { return .status(404) }
+            let page = Int(request.query["page"] ?? "1") ?? 1
+            let host = "http://\(request.headers["host"]!)"
+            let items = (1 ... 4).map { n in
+                #"{"data": [{"nasa_id": "p\#(page)-\#(n)"}], "links": [{"href": "\#(host)/images/p\#(page)-\#(n).jpg", "rel": "preview"}]}"#
+            }
+            let next = page < pages ? #", "links": [{"rel": "next", "href": "\#(host)/search?page=\#(page + 1)"}]"# : ""
+            var response = TestHTTPServer.Response.json(#"{"collection": {"items": [\#(items.joined(separator: ","))]\#(next)}}"#)
+            if page == stallPage, stalled.withLock({ was in defer { was = true }; return !was }) { response.stall = stall }
+            return response
+        }
+        try work.write("""
+            {"version": 1, "source": {"type": "nasa-images", "query": "moon", "endpoint": "\(server.baseURL)", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}],
+             "output": {"format": "png", "name": "{key}.png"},
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "pipe.json")
+        return server
+    }
+
+    func keysInFeedOrder() throws -> [String] {
+        try database().execute("SELECT key FROM imgpipe_item ORDER BY seq").all.compactMap { $0["key"] }
+    }
+
+    @Test func aFiftyPageFeedOverFourWorkersIsListedOnce() throws {
+        let server = try pagedFeed(pages: 50)
+        let workers = try (0 ..< 4).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
+        for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stderr)") }
+        let pages = server.requests(to: "/search").map { $0.query["page"] ?? "1" }
+        #expect(pages.count == 50 && Set(pages).count == 50, "each page requested once: \(pages.count) requests")
+        #expect(server.requests.filter { $0.path.hasPrefix("/images/") }.count == 200, "each image fetched once")
+        let expected = (1 ... 50).flatMap { page in (1 ... 4).map { "p\(page)-\($0)" } }
+        #expect(try keysInFeedOrder() == expected)
+        #expect(try status()["done"] as? Int == 200)
+        #expect(work.files(under: "out").count == 200)
+    }
+
+    @Test func aListerKilledMidFeedIsReplacedAndTheListingGoesOnFromItsCursor() throws {
+        // Page 12 takes 30 s to answer: the first lister is killed while it waits for it.
+        let server = try pagedFeed(pages: 20, stallPage: 12, stall: 30)
+        let first = try worker(["--heartbeat", "0.5", "--lease", "2"])
+        waitUntil { server.requests(to: "/search").contains { $0.query["page"] == "12" } }
+        let lister = try database().execute("SELECT lister FROM imgpipe_run").first?["lister"]
+        #expect(lister?.hasSuffix(":\(first.process.processIdentifier)") == true, "the only worker lists: \(lister ?? "-")")
+        first.signal(SIGKILL)
+        _ = first.wait()
+        let listedBefore = try keysInFeedOrder().count
+        #expect(listedBefore >= 40 && listedBefore <= 44, "pages 1-11 recorded before the kill: \(listedBefore)")
+
+        let cursor = try database().execute("SELECT feed_cursor FROM imgpipe_run").first?["feed_cursor"]
+        #expect(cursor?.contains("\"key\":\"p") == true, "the cursor names the last key recorded: \(cursor ?? "-")")
+        let second = try ImgpipeBinary.launch(["work", "pipe.json", "--state", url, "--chunk-size", "4",
+                                               "--heartbeat", "0.5", "--lease", "2"], in: work.path, environment: [:])
+        // The new lister asks for page 12 again; this time it answers at once.
+        let result = second.wait()
+        #expect(result.status == 0, "\(result.stderr)")
+        let expected = (1 ... 20).flatMap { page in (1 ... 4).map { "p\(page)-\($0)" } }
+        #expect(try keysInFeedOrder() == expected, "no item twice, none lost, feed order kept across listers")
+        // The second lister started at the cursor's page, not at the first page.
+        let requests = Dictionary(grouping: server.requests(to: "/search"), by: { Int($0.query["page"] ?? "1") ?? 1 })
+            .mapValues(\.count)
+        #expect((1 ... 10).allSatisfy { requests[$0] == 1 }, "pages before the cursor's asked once: \(requests.sorted { $0.key < $1.key })")
+        #expect(requests[12] == 2 && (13 ... 20).allSatisfy { requests[$0] == 1 })
+        #expect(try status()["done"] as? Int == 80)
+    }
 }

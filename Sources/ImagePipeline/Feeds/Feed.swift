@@ -18,6 +18,10 @@ public struct FeedItem: Sendable, Equatable {
     /// local disk, whatever its URL looks like: only http(s) is fetched.
     public let isLocal: Bool
 
+    /// Where a listing that stops after this item can start again, for a paged API: the
+    /// URL (NASA) or number (Flickr) of the page it was listed from. Nil for other feeds.
+    public var resumePage: String?
+
     /// A file of a local source (`isLocal`), or an object of a bucket: `{key}` is the
     /// relative path (the object's key below the source's prefix) and `{stem}` the same
     /// without its extension, sub-folders kept (output names are made safe when rendered).
@@ -52,6 +56,20 @@ public struct FeedItem: Sendable, Equatable {
         FeedItem(key: environment.unexpanded(key), location: location, metadata: metadata.map(environment.redact),
                  nameKey: environment.unexpanded(nameKey), nameStem: environment.unexpanded(nameStem),
                  fromFallback: fromFallback, isLocal: isLocal)
+    }
+
+    /// This item as a shared run's database keeps it: `withoutSecrets`, and the location
+    /// unexpanded too (`${…}` references put back), so no secret is stored.
+    func forSharedState(_ environment: Environment) -> FeedItem {
+        let clean = withoutSecrets(environment)
+        return FeedItem(key: clean.key, location: environment.unexpanded(location), metadata: clean.metadata,
+                        nameKey: clean.nameKey, nameStem: clean.nameStem, fromFallback: fromFallback, isLocal: isLocal)
+    }
+
+    /// This item, read back from a shared run's database, ready to fetch: its location expanded.
+    func fromSharedState(_ environment: Environment) -> FeedItem {
+        FeedItem(key: key, location: environment.expanding(location), metadata: metadata, nameKey: nameKey,
+                 nameStem: nameStem, fromFallback: fromFallback, isLocal: isLocal)
     }
 
     /// An item exactly as recorded (a shared run's database gives back what its lister listed).
@@ -107,14 +125,18 @@ public protocol Feed: Sendable {
 }
 
 /// Where a resumed listing starts: after the item `key`, the run having recorded `listed`
-/// items before (a feed's `maxItems` counts them).
-public struct FeedCursor: Sendable, Equatable {
+/// items before (a feed's `maxItems` counts them). `page` is the key's `resumePage`: a
+/// paged API starts again at that page (and passes over its items up to `key`) instead of
+/// its first.
+public struct FeedCursor: Sendable, Equatable, Codable {
     public let key: String
     public let listed: Int
+    public let page: String?
 
-    public init(key: String, listed: Int) {
+    public init(key: String, listed: Int, page: String? = nil) {
         self.key = key
         self.listed = listed
+        self.page = page
     }
 }
 

@@ -49,15 +49,25 @@ public struct NASAImagesFeed: Feed {
     /// The count is an estimate: the first page's `collection.metadata.total_hits`
     /// (capped by `maxItems`); items without a preview are not listed.
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        try list(after: nil, expecting: expect, body)
+    }
+
+    /// A cursor with a page starts at that page and passes over its items up to the
+    /// cursor's key (all of them are listed when the key is not there any more).
+    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         var components = URLComponents(string: endpoint.hasSuffix("/") ? endpoint + "search" : endpoint + "/search")
         components?.queryItems = [URLQueryItem(name: "q", value: query), URLQueryItem(name: "media_type", value: mediaType)]
-        var next = components?.url?.absoluteString
-        var count = 0
+        var next = cursor?.page ?? components?.url?.absoluteString
+        var count = cursor?.page == nil ? 0 : cursor?.listed ?? 0
+        var passing = cursor?.page.map { _ in cursor!.key }
         var seenPages: Set<String> = []
         while let page = next, seenPages.insert(page).inserted {
             let (data, _) = try pages.page(page)
+            defer { passing = nil }
             let answer = try ThirdPartyJSON.decode(Lenient<Page>.self, from: data, what: "the NASA page \(page)")
             guard let collection = answer.value?.collection else { throw FeedError("the NASA page \(page) has no \"collection\"") }
+            let onPage = (collection.items?.elements ?? []).compactMap { $0.data?.elements.first?.nasaID?.stringValue }
+            if let key = passing, !onPage.contains(key) { passing = nil }
             if seenPages.count == 1, let hits = collection.metadata?.value?.totalHits?.stringValue.flatMap({ Int($0) }) {
                 expect(.reported(hits, maxItems: maxItems))
             }
@@ -68,8 +78,14 @@ public struct NASAImagesFeed: Feed {
                 let metadata = JSONValue.object([("title", data.title ?? .null), ("date", data.dateCreated ?? .null),
                                                  ("description", data.description ?? .null),
                                                  ("keywords", data.keywords ?? .array([]))]).serialized()
+                if let key = passing {
+                    if id == key { passing = nil }
+                    continue
+                }
                 count += 1
-                if try !body(FeedItem(key: id, url: href, stem: id, metadata: metadata)) { return }
+                var listed = FeedItem(key: id, url: href, stem: id, metadata: metadata)
+                listed.resumePage = page
+                if try !body(listed) { return }
             }
             next = collection.links?.elements.first { $0.rel?.stringValue == "next" }?.href?.stringValue
         }
@@ -136,9 +152,17 @@ public struct FlickrSearchFeed: Feed {
 
     /// The count is an estimate: the first page's `photos.total` (capped by `maxItems`).
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        var page = 1
-        var pageCount = 1
-        var count = 0
+        try list(after: nil, expecting: expect, body)
+    }
+
+    /// A cursor with a page number starts at that page and passes over its photos up to
+    /// the cursor's key (all of them are listed when the key is not there any more).
+    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        let resumeAt = cursor?.page.flatMap { Int($0) }
+        var page = resumeAt ?? 1
+        var pageCount = page
+        var count = resumeAt == nil ? 0 : cursor?.listed ?? 0
+        var passing = resumeAt.map { _ in cursor!.key }
         repeat {
             var components = URLComponents(string: endpoint)
             components?.queryItems = [
@@ -157,9 +181,14 @@ public struct FlickrSearchFeed: Feed {
             if page == 1, let total = photos.total?.stringValue.flatMap({ Int($0) }) {
                 expect(.reported(total, maxItems: maxItems))
             }
+            if let key = passing, !(photos.photo?.elements ?? []).contains(where: { $0["id"]?.stringValue == key }) { passing = nil }
             for photo in photos.photo?.elements ?? [] {
                 if let maxItems, count >= maxItems { return }
                 guard let id = photo["id"]?.stringValue else { continue }
+                if let key = passing {
+                    if id == key { passing = nil }
+                    continue
+                }
                 var image = photo[size]?.stringValue
                 if image == nil, let server = photo["server"]?.stringValue, let secret = photo["secret"]?.stringValue {
                     image = "https://live.staticflickr.com/\(server)/\(id)_\(secret)_b.jpg"
@@ -167,8 +196,11 @@ public struct FlickrSearchFeed: Feed {
                 guard let image else { continue }
                 let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)]).serialized()
                 count += 1
-                if try !body(FeedItem(key: id, url: image, stem: id, metadata: metadata)) { return }
+                var listed = FeedItem(key: id, url: image, stem: id, metadata: metadata)
+                listed.resumePage = String(page)
+                if try !body(listed) { return }
             }
+            passing = nil
             page += 1
         } while page <= pageCount
     }

@@ -95,7 +95,8 @@ public final class SharedWorker: @unchecked Sendable {
         let store = try RunStore(path: scratchState)
         var runnerOptions = options.runner
         runnerOptions.runUUID = run.uuid
-        let chunkFeed = ChunkFeed(url: url, shared: run, ledger: ledger, stopping: stopping, listingError: listingError)
+        let chunkFeed = ChunkFeed(shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
+                                  environment: pipeline.environment)
         let local = pipeline.replacingFeed(chunkFeed)
         let recorder = Recorder(reporter: reporter, ledger: ledger)
         let localRunner = PipelineRunner(pipeline: local, store: store, reporter: recorder, logger: logger, options: runnerOptions)
@@ -184,33 +185,33 @@ public final class SharedWorker: @unchecked Sendable {
 
     /// Lists the feed into the database when this worker can take the lister's lease,
     /// from the cursor the previous lister left, one page (at most a chunk) per transaction.
+    /// A feed that can start after the cursor does (an S3 listing after its key, a paged
+    /// API at the cursor's page); the others list from their start, and what the run has
+    /// already is left out by the insert itself (`ON CONFLICT DO NOTHING`), so no item is
+    /// lost even when the cursor's own item left the feed meanwhile.
     private func listIfNobodyDoes(using shared: SharedRun) {
         guard !stopping.isCancelled, listingError.withLock({ $0 }) == nil,
               let lease = try? shared.acquireLister() else { return }
-        let cursor = lease.cursor.flatMap(ListCursor.init(text:))
+        let environment = pipeline.environment
+        // The cursor is stored with `${…}` references in place of secrets, like every item.
+        let cursor = lease.cursor.flatMap { try? JSONDecoder().decode(FeedCursor.self, from: Data($0.utf8)) }
+            .map { FeedCursor(key: environment.expanding($0.key), listed: $0.listed, page: $0.page.map(environment.expanding)) }
         logger.info("listing the feed", metadata: ["after": "\(cursor?.key ?? "-")"])
         var page: [FeedItem] = []
-        var listed = cursor?.listed ?? 0
-        var lastKey = cursor?.key
+        var last = cursor
         var lostLease = false
         func flush(complete: Bool) throws {
-            let next = lastKey.map { ListCursor(key: $0, listed: listed).text }
-            try shared.recordPage(page, cursor: next, complete: complete, lease: lease)
+            let stored = last.map { FeedCursor(key: environment.unexpanded($0.key), listed: $0.listed,
+                                               page: $0.page.map(environment.unexpanded)) }
+            let text = stored.flatMap { try? JSONEncoder.sorted.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
+            try shared.recordPage(page, cursor: text, complete: complete, lease: lease)
             page.removeAll()
         }
         do {
-            var passing = cursor != nil
-            try pipeline.feed.list(after: cursor.map { FeedCursor(key: $0.key, listed: $0.listed) }, expecting: { _ in }) { item in
+            try pipeline.feed.list(after: cursor, expecting: { _ in }) { item in
                 if stopping.isCancelled { return false }
-                // A feed that cannot start after the cursor lists from its start: pass over
-                // what the previous lister recorded (its last key ends the passing).
-                if passing {
-                    if item.key == cursor?.key { passing = false }
-                    return true
-                }
-                page.append(item.withoutSecrets(pipeline.environment))
-                listed += 1
-                lastKey = item.key
+                page.append(item.forSharedState(environment))
+                last = FeedCursor(key: item.key, listed: (last?.listed ?? 0) + 1, page: item.resumePage)
                 if page.count >= run.chunkSize { try flush(complete: false) }
                 return true
             }
@@ -237,25 +238,6 @@ public final class SharedWorker: @unchecked Sendable {
 public struct SharedWorkerError: Error, CustomStringConvertible {
     public let description: String
     init(_ description: String) { self.description = description }
-}
-
-/// Where a listing stopped, as the run row keeps it: the last key recorded and how many
-/// items were listed up to it (JSON).
-struct ListCursor: Codable {
-    let key: String
-    let listed: Int
-
-    init(key: String, listed: Int) {
-        self.key = key
-        self.listed = listed
-    }
-
-    init?(text: String) {
-        guard let value = try? JSONDecoder().decode(ListCursor.self, from: Data(text.utf8)) else { return nil }
-        self = value
-    }
-
-    var text: String { String(decoding: (try? JSONEncoder.sorted.encode(self)) ?? Data(), as: UTF8.self) }
 }
 
 /// A thread that runs `body` every `interval` seconds until stopped (then once more is
@@ -350,8 +332,11 @@ final class ChunkFeed: Feed, @unchecked Sendable {
     private let ledger: ChunkLedger
     private let stopping: CancellationFlag
     private let listingError: Mutex<String?>
+    private let environment: Environment
 
-    init(url: String, shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>) {
+    init(shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>,
+         environment: Environment) {
+        self.environment = environment
         self.shared = shared
         self.ledger = ledger
         self.stopping = stopping
@@ -364,7 +349,7 @@ final class ChunkFeed: Feed, @unchecked Sendable {
                 let items = try shared.items(of: chunk)
                 ledger.add(chunk, items: items)
                 for item in items {
-                    guard try body(item.item) else { return }
+                    guard try body(item.item.fromSharedState(environment)) else { return }
                 }
                 ledger.allGiven(chunk)
                 continue
