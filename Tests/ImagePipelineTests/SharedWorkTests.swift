@@ -88,6 +88,13 @@ final class SharedWorkTests: @unchecked Sendable {
         let text = try ImgpipeBinary.run(["status", "pipe.json", "--state", url], in: work.path)
         #expect(text.stdout.contains("imgpipe:***@127.0.0.1") && !text.stdout.contains(cluster.password), "\(text.stdout)")
         #expect(text.stdout.contains("chunks: 0 pending, 0 leased, 15 done"), "\(text.stdout)")
+
+        // --new starts another run once the latest has finished.
+        let next = try ImgpipeBinary.run(["work", "pipe.json", "--state", url, "--new", "--json"], in: work.path)
+        #expect(next.status == 0, "\(next.stderr)")
+        let second = try next.decoded(SharedWorker.Summary.self)
+        #expect(Int(second.run) != (report["run"] as? Int) && second.total == 60 && second.runDone == 60 && second.finished)
+        #expect(server.uploads.count == 120, "a new run has its own UUID, so its own idempotency keys")
     }
 
     @Test func killNineMidUploadAnotherWorkerFinishesAndEachItemIsStoredOnce() throws {
@@ -253,5 +260,43 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect((1 ... 10).allSatisfy { requests[$0] == 1 }, "pages before the cursor's asked once: \(requests.sorted { $0.key < $1.key })")
         #expect(requests[12] == 2 && (13 ... 20).allSatisfy { requests[$0] == 1 })
         #expect(try status()["done"] as? Int == 80)
+    }
+
+    // MARK: - the database under the workers
+
+    @Test func workersReconnectWhenTheirConnectionsAreCutAndFinish() throws {
+        let server = try UploadServer(mode: .slow(0.05))
+        try images(30)
+        try pipeline(server, uploads: 1)
+        let workers = try (0 ..< 2).map { _ in try worker(["--heartbeat", "0.5", "--lease", "10"]) }
+        waitUntil { server.uploads.count >= 6 }
+        let cut = try database().execute("""
+            SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid()
+            """).first?["n"]
+        #expect(Int(cut ?? "") ?? 0 >= 4, "the workers' connections were cut: \(cut ?? "-")")
+        for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stderr)") }
+        #expect(try status()["done"] as? Int == 30)
+        #expect(server.uploads.count == 30 && Set(server.uploads.compactMap(\.filename)).count == 30)
+    }
+
+    @Test func aWorkerThatLosesTheDatabaseForLongerThanItsLeaseStopsAndExitsOne() throws {
+        let server = try UploadServer(mode: .slow(0.2))
+        try images(40)
+        try pipeline(server, uploads: 1)
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let running = try worker(["--heartbeat", "0.5", "--lease", "2"])
+        waitUntil { server.uploads.count >= 2 }
+        let admin = try PostgresConnection(url: cluster.url(database: "postgres"))
+        try admin.execute("ALTER DATABASE \(name) WITH ALLOW_CONNECTIONS false")
+        try admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", [name])
+        let result = running.wait()
+        try admin.execute("ALTER DATABASE \(name) WITH ALLOW_CONNECTIONS true")
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains("no heartbeat reached the database"), "\(result.stderr)")
+        #expect(!result.stderr.contains(cluster.password))
+        #expect(server.uploads.count < 40, "it stopped before the end")
+        let state = try database().execute("SELECT state FROM imgpipe_run").first?["state"]
+        #expect(state == "running", "the run goes on for the other workers")
     }
 }

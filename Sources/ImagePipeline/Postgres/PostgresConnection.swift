@@ -55,7 +55,7 @@ public final class PostgresConnection: @unchecked Sendable {
     let url: String
     private var handle: OpaquePointer?
     private let idleInTransactionTimeout: Int
-    /// Reconnect attempts before a lost connection is reported (back-off 0.2 s doubling to 5 s).
+    /// Reconnect attempts before a lost connection is reported (back-off 0.2 s doubling to 2 s).
     public var reconnectAttempts = 6
 
     public init(url: String, idleInTransactionTimeoutSeconds: Int = 60) throws {
@@ -85,14 +85,14 @@ public final class PostgresConnection: @unchecked Sendable {
         _ = try run("SET application_name = 'imgpipe'", [])
     }
 
-    /// Connects again after a lost connection, waiting 0.2 s, 0.4 s, … (at most 5 s) between tries.
+    /// Connects again after a lost connection, waiting 0.2 s, 0.4 s, … (at most 2 s) between tries.
     private func reconnect() throws {
         var delay = 0.2
         var last: Error = PostgresError(sqlState: nil, message: "connection lost")
         for _ in 0 ..< reconnectAttempts {
             do { return try connect() } catch { last = error }
             Thread.sleep(forTimeInterval: delay)
-            delay = min(delay * 2, 5)
+            delay = min(delay * 2, 2)
         }
         throw last
     }

@@ -72,7 +72,8 @@ public final class SharedRun: @unchecked Sendable {
             switch self {
             case let .leaseLost(chunk): return "the lease on chunk \(chunk) was lost (expired or taken over): the write was refused"
             case .listerLeaseLost: return "the lister's lease was lost: another worker lists the feed now"
-            case let .runFinished(id): return "run #\(id) of this pipeline already finished; `imgpipe run --new` starts another"
+            case let .runFinished(id):
+                return "run #\(id) of this pipeline already finished; `imgpipe work --new` (one worker) starts another"
             case let .fingerprintDiffers(id, fields):
                 return "run #\(id) was started with a different \(fields.joined(separator: ", ")): "
                     + "this worker would not make the same bytes, so it does not join"
@@ -84,8 +85,11 @@ public final class SharedRun: @unchecked Sendable {
     /// not finished, or creates the first one. Workers that race here serialise on an
     /// advisory lock per pipeline: exactly one creates the run, the others join it; none
     /// starts a second run after the first finished.
+    ///
+    /// `startNew` (`imgpipe work --new`) starts a new run when the latest has finished (an
+    /// unfinished one is still joined, so workers racing with it make one run too).
     public init(connection: PostgresConnection, pipelineName: String, fingerprint: [String: String],
-                chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil) throws {
+                chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil, startNew: Bool = false) throws {
         self.connection = connection
         self.leaseSeconds = leaseSeconds
         self.worker = worker ?? "\(ProcessInfo.processInfo.hostName):\(getpid())"
@@ -97,7 +101,7 @@ public final class SharedRun: @unchecked Sendable {
                 SELECT id, uuid, state, fingerprint, chunk_size FROM imgpipe_run
                 WHERE pipeline_name = $1 AND state <> 'abandoned' ORDER BY id DESC LIMIT 1
                 """, [pipelineName]).first
-            if let latest {
+            if let latest, !(startNew && latest["state"] == "finished") {
                 let id = latest.int("id") ?? 0
                 if latest["state"] == "finished" { throw SharedRunError.runFinished(id: id) }
                 let recorded = (try? JSONDecoder().decode([String: String].self, from: Data((latest["fingerprint"] ?? "").utf8))) ?? [:]

@@ -25,11 +25,13 @@ public final class SharedWorker: @unchecked Sendable {
         public var chunkSize = 500
         public var leaseSeconds: Double = 60
         public var heartbeatSeconds: Double = 10
+        /// Start a new run when the latest has finished (`--new`).
+        public var startNew = false
         public var runner = PipelineRunner.Options()
         public init() {}
     }
 
-    public struct Summary: Sendable, Encodable {
+    public struct Summary: Sendable, Codable {
         public let run: Int64
         public let uuid: String
         public let worker: String
@@ -74,7 +76,7 @@ public final class SharedWorker: @unchecked Sendable {
         self.options = options
         run = try SharedRun(connection: PostgresConnection(url: url), pipelineName: pipeline.spec.name,
                             fingerprint: Self.fingerprint(of: pipeline.spec), chunkSize: options.chunkSize,
-                            leaseSeconds: options.leaseSeconds)
+                            leaseSeconds: options.leaseSeconds, startNew: options.startNew)
     }
 
     /// What decides the bytes of the outputs: the pipeline's filters and encodings, and the
@@ -113,6 +115,9 @@ public final class SharedWorker: @unchecked Sendable {
         }
         stopping.cancel()
         threads.forEach { $0.stop() }
+        // With the database out of reach nothing more can be written: the leases run out
+        // and other workers take the chunks.
+        if let lost = lostDatabase.withLock({ $0 }) { throw SharedWorkerError(lost) }
         try? recorder.flush(using: threads.recorderRun)
         // Chunks not finished go back at once, for the other workers.
         for chunk in ledger.unfinished() {

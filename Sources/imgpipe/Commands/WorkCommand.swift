@@ -9,7 +9,7 @@ struct WorkCommand: ParsableCommand {
         abstract: "Work on a run shared through PostgreSQL, beside any number of other workers.",
         discussion: """
             Joins the latest unfinished run of the pipeline in the database (the first worker \
-            creates it; a finished run is not started again: that takes `imgpipe run --new`), \
+            creates it; a finished run is not started again: that takes `imgpipe work --new`), \
             claims chunks of items under leases, lists the feed when no other worker does, and \
             exits when the feed is listed and no chunk is left: 0, or 1 when the run has failed \
             items, 130 when interrupted. Ctrl-C or SIGTERM: no new claims, the items in flight \
@@ -29,6 +29,9 @@ struct WorkCommand: ParsableCommand {
 
     @Option(help: ArgumentHelp("Seconds between heartbeats (less than the lease).", valueName: "SECONDS"))
     var heartbeat: Double = 10
+
+    @Flag(help: "Start a new run when the latest has finished (an unfinished run is joined). Give it to one worker, not in a Job every pod repeats.")
+    var new = false
 
     @Flag(help: "Print nothing but errors.")
     var quiet = false
@@ -51,6 +54,11 @@ struct WorkCommand: ParsableCommand {
         }
         var spec = try options.loadSpec()
         workerOptions.apply(to: &spec)
+        // `{index}` is an item's number in a run; a worker only knows its own items' numbers.
+        if spec.document.serialized().contains("{index}") {
+            throw CommandError.usage("\(options.pipeline): {index} cannot be used in a shared run (each worker numbers "
+                                     + "only the items it takes); use {key} or {stem}")
+        }
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
@@ -58,6 +66,7 @@ struct WorkCommand: ParsableCommand {
         settings.chunkSize = chunkSize
         settings.leaseSeconds = lease
         settings.heartbeatSeconds = heartbeat
+        settings.startNew = new
         let stem = URL(fileURLWithPath: options.pipeline).deletingPathExtension().lastPathComponent
         let scratchFolder = ".imgpipe/\(stem).workers"
         let scratch = "\(scratchFolder)/\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid()).sqlite"
