@@ -11,7 +11,7 @@ BIN := .build/debug/imgpipe
 PREFIX ?= /usr/local
 MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
 
-.PHONY: deps build release man install demo test fuzz bench bench-deps clean
+.PHONY: deps build release man install demo test fuzz bench bench-scaleout bench-deps clean
 
 # Installs the Debian packages only when something is missing: the libraries (found
 # with pkg-config: libvips, SQLite, libcurl, zlib, libpq), vipsthumbnail, PostgreSQL's
@@ -69,6 +69,11 @@ bench-deps: deps
 
 bench: bench-deps
 	bench/run.sh
+
+# Shared runs through PostgreSQL: the store under simulated workers and the real pipeline
+# on two processes (a cluster of its own, fsync on); see bench/scaleout.sh.
+bench-scaleout: bench-deps
+	bench/scaleout.sh
 
 # Fuzzing is not a test either: `make test` never runs it. A separate build folder (the
 # instrumented build would otherwise replace the normal one); seeds are the samples in

@@ -57,6 +57,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The shared-run store alone under simulated workers, for bench/scaleout.sh.
+        .executableTarget(name: "imgpipe-scaleout", dependencies: ["ImagePipeline"]),
         // The fuzz target (`make fuzz` builds it with -sanitize=fuzzer -DFUZZING); an
         // ordinary build makes a replayer of saved inputs.
         .executableTarget(name: "imgpipe-fuzz", dependencies: ["ImagePipeline", "VipsKit"]),

@@ -84,7 +84,8 @@ final class SharedWorkTests: @unchecked Sendable {
 
         // The run finished: working again does not start another.
         let again = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
-        #expect(again.status == 2 && again.stderr.contains("already finished"), "\(again.stderr)")
+        #expect(again.status == 0 && again.stdout.contains("already finished: 60 done") && server.uploads.count == 60,
+                "a worker restarted after the end does nothing and exits as the run ended: \(again.stdout)\(again.stderr)")
         let text = try ImgpipeBinary.run(["status", "pipe.json", "--state", url], in: work.path)
         #expect(text.stdout.contains("imgpipe:***@127.0.0.1") && !text.stdout.contains(cluster.password), "\(text.stdout)")
         #expect(text.stdout.contains("chunks: 0 pending, 0 leased, 15 done"), "\(text.stdout)")
@@ -298,5 +299,23 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(server.uploads.count < 40, "it stopped before the end")
         let state = try database().execute("SELECT state FROM imgpipe_run").first?["state"]
         #expect(state == "running", "the run goes on for the other workers")
+    }
+
+    @Test func workersOnOtherMachinesKeepTheirPartialFilesInASharedSinkFolder() throws {
+        try images(3)
+        let server = try UploadServer()
+        try pipeline(server)
+        let host = FeedItem.safeName(ProcessInfo.processInfo.hostName)
+        let other = work.url("out/.imgpipe-partial/another-host-1")
+        let deadHere = work.url("out/.imgpipe-partial/\(host)-999999")
+        for folder in [other, deadHere] {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            try work.write("partial", to: String(folder.dropFirst(work.path.count + 1)) + "/1-x.tmp")
+        }
+        let result = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(FileManager.default.fileExists(atPath: other + "/1-x.tmp"), "another machine's worker may still be writing there")
+        #expect(!FileManager.default.fileExists(atPath: deadHere), "a folder of a process of this machine that is gone is removed")
+        #expect(work.files(under: "out").filter { $0.hasSuffix(".png") }.count == 3)
     }
 }

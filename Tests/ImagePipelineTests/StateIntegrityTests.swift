@@ -137,7 +137,14 @@ struct StateIntegrityTests {
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline, running.process.isRunning, work.files(under: "out").isEmpty { usleep(5000) }
-        try FileManager.default.removeItem(atPath: work.url("out"))
+        // The run writes into the folder while it is removed: a removal can meet a file made
+        // meanwhile and fail (as `rm -rf` would); it is tried again, as a user would.
+        var removed = false
+        for _ in 0 ..< 50 where !removed {
+            removed = (try? FileManager.default.removeItem(atPath: work.url("out"))) != nil
+            if !removed { usleep(10000) }
+        }
+        #expect(removed, "the sink folder could not be removed")
         let result = try #require(running.watch(deadline: 120).result)
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(!work.files(under: "out").isEmpty, "nothing was written after the folder was removed")

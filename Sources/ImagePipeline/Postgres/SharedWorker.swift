@@ -14,7 +14,7 @@ import VipsKit
 /// - the heartbeat renews the leases every `heartbeat` seconds and rescues expired ones
 ///   (any worker's); when it has failed for longer than a lease, the worker stops at once
 ///   (no new upload starts) and exits with an error;
-/// - the recorder writes the items' ends every 0.3 s and completes chunks.
+/// - the recorder writes the items' ends every 0.1 s and completes chunks.
 ///
 /// Every delivery carries the shared run's UUID in its idempotency key, so an item
 /// redone by another worker after this one died mid-upload is sent with the same key.
@@ -179,7 +179,7 @@ public final class SharedWorker: @unchecked Sendable {
                 }
             }
         }
-        let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.3) { [self] in
+        let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1) { [self] in
             do { try recorder.flush(using: recorderRun) } catch { logger.warning("recording failed: \(error)") }
         }
         let lister = LoopThread(name: "imgpipe.lister", every: max(0.5, options.heartbeatSeconds / 2)) { [self] in
@@ -242,7 +242,7 @@ public final class SharedWorker: @unchecked Sendable {
 
 public struct SharedWorkerError: Error, CustomStringConvertible {
     public let description: String
-    init(_ description: String) { self.description = description }
+    public init(_ description: String) { self.description = description }
 }
 
 /// A thread that runs `body` every `interval` seconds until stopped (then once more is
@@ -349,8 +349,12 @@ final class ChunkFeed: Feed, @unchecked Sendable {
     }
 
     func list(_ body: (FeedItem) throws -> Bool) throws {
+        // Nothing to claim: look again soon (the lister is writing the first page), then
+        // less and less often, up to once a second.
+        var pause = 0.02
         while !stopping.isCancelled {
             if let chunk = try shared.claim(1).first {
+                pause = 0.02
                 let items = try shared.items(of: chunk)
                 ledger.add(chunk, items: items)
                 for item in items {
@@ -363,7 +367,8 @@ final class ChunkFeed: Feed, @unchecked Sendable {
             let listed = counts.feedComplete || listingError.withLock({ $0 }) != nil
             if listed && counts.chunksPending == 0 && counts.chunksLeased <= ledger.count { return }
             try shared.rescueExpired()
-            Thread.sleep(forTimeInterval: 0.5)
+            Thread.sleep(forTimeInterval: pause)
+            pause = min(pause * 2, 1)
         }
     }
 }

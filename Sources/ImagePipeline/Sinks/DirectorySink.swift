@@ -16,9 +16,12 @@ public struct DirectorySink: Sink {
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
     }
 
-    /// Temporary files of this process: `.imgpipe-partial/<pid>/`, so that two imgpipe
-    /// processes delivering into one folder never touch each other's files.
-    var partialDirectory: String { root + "/" + Self.partialFolder + "/\(getpid())" }
+    /// Temporary files of this process: `.imgpipe-partial/<host>-<pid>/`, so that two
+    /// imgpipe processes delivering into one folder never touch each other's files, also
+    /// when they run on different machines sharing it (or in containers, each its pid 1).
+    var partialDirectory: String { root + "/" + Self.partialFolder + "/" + Self.processFolder }
+
+    static let processFolder = "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())"
 
     /// Creates the directory and removes temporary files killed processes left behind.
     public func prepare(workRoot: String) throws {
@@ -28,9 +31,14 @@ public struct DirectorySink: Sink {
             throw SinkError("sink \(name): cannot create directory \(root): \(error.localizedDescription)")
         }
         let parent = root + "/" + Self.partialFolder
+        let thisHost = FeedItem.safeName(ProcessInfo.processInfo.hostName) + "-"
         for entry in (try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? [] {
-            // A folder whose process is gone (or this process's own, from an earlier run).
-            if let pid = Int32(entry), pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH) {
+            // A folder of this machine whose process is gone, or this process's own (an
+            // earlier run, or an earlier container of this pod: its pid 1 again). Another
+            // machine's folders are left alone: whether its process lives cannot be told here.
+            // (`<pid>` alone is the name older versions gave.)
+            let pidText = entry.hasPrefix(thisHost) ? String(entry.dropFirst(thisHost.count)) : entry
+            if let pid = Int32(pidText), pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH) {
                 try? FileManager.default.removeItem(atPath: parent + "/" + entry)
             }
         }

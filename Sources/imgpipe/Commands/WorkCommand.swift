@@ -9,7 +9,8 @@ struct WorkCommand: ParsableCommand {
         abstract: "Work on a run shared through PostgreSQL, beside any number of other workers.",
         discussion: """
             Joins the latest unfinished run of the pipeline in the database (the first worker \
-            creates it; a finished run is not started again: that takes `imgpipe work --new`), \
+            creates it; a finished run is not started again: the worker exits at once as the run \
+            ended, 0 or 1, and `imgpipe work --new` starts another), \
             claims chunks of items under leases, lists the feed when no other worker does, and \
             exits when the feed is listed and no chunk is left: 0, or 1 when the run has failed \
             items, 130 when interrupted. Ctrl-C or SIGTERM: no new claims, the items in flight \
@@ -75,6 +76,17 @@ struct WorkCommand: ParsableCommand {
             try FileManager.default.createDirectory(atPath: scratchFolder, withIntermediateDirectories: true)
             worker = try SharedWorker(pipeline: pipeline, url: url, scratchState: scratch, reporter: reporter,
                                       logger: options.logging.logger(), options: settings)
+        } catch let SharedRun.SharedRunError.runFinished(id) {
+            // Nothing to do is not a failure: a worker restarted after the others finished
+            // (a Kubernetes pod, a Slurm requeue) ends as they did, 0, or 1 with failed items.
+            let status = try? SharedStatus.latest(at: url, pipelineName: spec.name)
+            let failed = status?.failed ?? 0
+            if !quiet && !json {
+                Console.out("run #\(id) already finished" + (status.map { ": \($0.done) done, \($0.skipped) skipped, \($0.failed) failed" } ?? "")
+                            + "; nothing to do (`imgpipe work --new` starts another run)")
+            }
+            if failed > 0 { throw Exit.failedItems }
+            return
         } catch {
             // libpq's messages name the host and user, never the password; masked anyway.
             throw CommandError.usage(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
