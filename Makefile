@@ -29,8 +29,8 @@ deps:
 	fi
 	@python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema \
 	  || python3 -m pip install -q --break-system-packages jsonschema
-	@python3 -c 'import moto.server, flask, boto3' 2>/dev/null || python3 -m pip install -q 'moto[server]' boto3 \
-	  || python3 -m pip install -q --break-system-packages 'moto[server]' boto3
+	@python3 -c 'import moto.server, flask, boto3, yaml' 2>/dev/null || python3 -m pip install -q 'moto[server]' boto3 pyyaml \
+	  || python3 -m pip install -q --break-system-packages 'moto[server]' boto3 pyyaml
 
 # Quiet: only errors are printed (the packages imgpipe depends on compile with warnings of
 # their own; imgpipe's own code has none).
