@@ -303,6 +303,28 @@ static inline int ip_text(VipsImage **out, const char *text, const char *font, i
     return vips_text(out, text, "font", font, "width", width, "align", align, NULL);
 }
 
+/// `ip_text`, its pixels copied into an image of their own, and the image `vips_text` made
+/// freed here: that image can hold the text operation, whose Pango objects would otherwise
+/// be freed wherever the mask is released (another thread, outside the caller's text lock).
+static inline int ip_text_detached(VipsImage **out, const char *text, const char *font, int width, int height,
+                                   VipsAlign align, const char *fontfile) {
+    VipsImage *made = NULL;
+    if (ip_text(&made, text, font, width, height, align, fontfile))
+        return -1;
+    size_t size = 0;
+    void *pixels = vips_image_write_to_memory(made, &size);
+    if (pixels == NULL) {
+        g_object_unref(made);
+        return -1;
+    }
+    *out = vips_image_new_from_memory_copy(pixels, size, made->Xsize, made->Ysize, made->Bands, made->BandFmt);
+    if (*out != NULL)
+        (*out)->Type = made->Type;
+    g_free(pixels);
+    g_object_unref(made);
+    return *out == NULL ? -1 : 0;
+}
+
 /// `overlay` over `base` at (x, y), alpha-composited.
 static inline int ip_composite_over(VipsImage *base, VipsImage *overlay, VipsImage **out, int x, int y) {
     return vips_composite2(base, overlay, out, VIPS_BLEND_MODE_OVER, "x", x, "y", y, NULL);

@@ -178,13 +178,18 @@ extension VipsImage {
     /// draws it (`pango_cairo_show_layout`) after releasing it, and Pango's shared font map
     /// is not thread-safe, so two pixel workers captioning at once could crash the process
     /// inside GLib. `vips_text` returns a finished memory image, so holding the lock around
-    /// the whole call covers every Pango and fontconfig call it makes.
+    /// the whole call covers every Pango and fontconfig call it makes — once that image is
+    /// also freed under the lock: the mask handed back is a copy of its pixels
+    /// (`ip_text_detached`), since the image itself can keep the text operation, and its
+    /// Pango objects, alive until whichever thread releases it. (A CI run crashed with SIGFPE
+    /// in GLib while another thread was inside `vips_text`; this is one path that could do
+    /// it, closed; the crash itself was not made to happen again.)
     public static func text(_ text: String, font: String, width: Int, height: Int? = nil,
                             align: TextAlign = .centre, fontFile: String? = nil) throws -> VipsImage {
         try VipsRuntime.setUp()
         var out: UnsafeMutablePointer<CVips.VipsImage>?
         let status = textLock.withLock { _ in
-            ip_text(&out, text, font, Int32(width), Int32(height ?? 0), align.vips, fontFile)
+            ip_text_detached(&out, text, font, Int32(width), Int32(height ?? 0), align.vips, fontFile)
         }
         guard status == 0, let out else { throw VipsError.take("text") }
         return VipsImage(taking: out)

@@ -262,6 +262,27 @@ struct FilterOpsTests {
     /// Pango and fontconfig are not thread-safe: pixel workers that render captions at the
     /// same moment crashed the process (SIGFPE inside GLib's hash table). Text from many
     /// threads at once comes out whole, and the same each time.
+    /// The masks are released on other threads while text is being drawn: a mask must not
+    /// carry Pango objects that its release frees outside the text lock (a CI run crashed
+    /// with SIGFPE inside GLib while text was drawn; this path is one candidate).
+    @Test func textMasksReleasedWhileOthersRenderDoNotCrash() throws {
+        let held = Mutex<[VipsImage]>([])
+        let rendered = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 300) { index in
+            guard let mask = try? VipsImage.text("CAPTION \(index % 7)", font: "DejaVu Sans \(10 + index % 5)", width: 200) else { return }
+            rendered.withLock { $0 += 1 }
+            // Another thread's masks are dropped here, outside the lock, while others render.
+            let released = held.withLock { list -> [VipsImage] in
+                list.append(mask)
+                guard list.count > 6 else { return [] }
+                defer { list.removeAll() }
+                return list
+            }
+            _ = released.count
+        }
+        #expect(rendered.withLock { $0 } == 300)
+    }
+
     @Test func textRendersFromManyThreadsAtOnce() throws {
         let fonts = ["DejaVu Sans Bold", "DejaVu Sans", "DejaVu Serif", "DejaVu Sans Mono", "Sans 20", "No Such Font"]
         let masks = Mutex([Int: [[UInt8]]]())

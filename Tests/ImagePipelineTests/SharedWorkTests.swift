@@ -82,6 +82,29 @@ final class SharedWorkTests: @unchecked Sendable {
         let uuid = try #require(report["uuid"] as? String)
         #expect(uploads.allSatisfy { $0.key?.hasPrefix("imgpipe-\(uuid)-") == true }, "idempotency keys carry the run's UUID")
 
+        // export reads the shared run: every item with its output and both deliveries,
+        // against the files on disk and what the upload server keeps.
+        let exported = try ImgpipeBinary.run(["export", "pipe.json", "--state", url], in: work.path)
+        #expect(exported.status == 0, "\(exported.stderr)")
+        let records = try exported.jsonLines()
+        #expect(records.count == 60)
+        let uploadedURLs = Set(uploads.map(\.path))
+        #expect(uploadedURLs.count == 60)
+        for record in records {
+            let key = try #require(record["key"] as? String)
+            let output = try #require((record["outputs"] as? [String: Any])?["default"] as? [String: Any], "\(record)")
+            let name = try #require(output["name"] as? String)
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: work.url("out/\(name)")))
+            #expect(output["sha256"] as? String == sha256Hex(bytes) && output["bytes"] as? Int == bytes.count, "\(key)")
+            #expect(output["width"] as? Int == 32)
+            let deliveries = try #require(record["deliveries"] as? [String: [String: [String: Any]]])
+            #expect(deliveries["directory-0"]?["default"]?["status"] as? String == "done")
+            let upload = try #require(deliveries["upload-1"]?["default"])
+            #expect(upload["status"] as? String == "done" && (upload["remoteURL"] as? String)?.contains("/files/") == true)
+            #expect(record["status"] as? String == "done" && record["attempts"] as? Int == 1)
+        }
+        #expect(!exported.stdout.contains(cluster.password))
+
         // The run finished: working again does not start another.
         let again = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
         #expect(again.status == 0 && again.stdout.contains("already finished: 60 done") && server.uploads.count == 60,

@@ -50,12 +50,26 @@ public final class SharedRun: @unchecked Sendable {
         public let status: Status
         public let reason: String?
         public let message: String?
+        /// Tier, outputs and deliveries as JSON (`SharedItemDetail`), for `export`.
+        public let detail: String?
+        /// Attempts the worker made (nil: one).
+        public let attempts: Int?
 
-        public init(seq: Int64, status: Status, reason: String? = nil, message: String? = nil) {
+        public init(seq: Int64, status: Status, reason: String? = nil, message: String? = nil, detail: String? = nil,
+                    attempts: Int? = nil) {
             self.seq = seq
             self.status = status
             self.reason = reason
             self.message = message
+            self.detail = detail
+            self.attempts = attempts
+        }
+
+        /// This outcome with the item's record from the worker's scratch state attached.
+        func with(_ record: ExportRecord?) -> Outcome {
+            guard let record else { return self }
+            return Outcome(seq: seq, status: status, reason: reason, message: message,
+                           detail: SharedItemDetail(record).text, attempts: record.attempts)
         }
     }
 
@@ -232,13 +246,16 @@ public final class SharedRun: @unchecked Sendable {
         return try connection.transaction {
             try fence(chunk)
             let written = try connection.execute("""
-                UPDATE imgpipe_item i SET status = o.status, reason = o.reason, message = o.message, attempts = i.attempts + 1
-                FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[]) AS o(seq, status, reason, message)
+                UPDATE imgpipe_item i SET status = o.status, reason = o.reason, message = o.message, detail = o.detail,
+                    attempts = coalesce(o.attempts, i.attempts + 1)
+                FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
+                    AS o(seq, status, reason, message, detail, attempts)
                 WHERE i.run_id = $1 AND i.chunk = $2 AND i.seq = o.seq AND i.status = 'pending'
                 RETURNING i.status
                 """, [run, String(chunk.id), postgresTextArray(outcomes.map { String($0.seq) }),
                       postgresTextArray(outcomes.map(\.status.rawValue)),
-                      postgresTextArray(outcomes.map(\.reason)), postgresTextArray(outcomes.map(\.message))])
+                      postgresTextArray(outcomes.map(\.reason)), postgresTextArray(outcomes.map(\.message)),
+                      postgresTextArray(outcomes.map(\.detail)), postgresTextArray(outcomes.map { $0.attempts.map(String.init) })])
             let statuses = written.all.compactMap { $0["status"] }
             try connection.execute("""
                 UPDATE imgpipe_chunk SET done = done + $3, failed = failed + $4, skipped = skipped + $5

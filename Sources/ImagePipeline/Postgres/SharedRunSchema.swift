@@ -88,6 +88,8 @@ enum SharedRunSchema {
             attempts INTEGER NOT NULL DEFAULT 0,
             reason TEXT,
             message TEXT,
+            -- tier, outputs and deliveries as JSON (SharedItemDetail), set when the item ends
+            detail TEXT,
             PRIMARY KEY (run_id, seq),
             UNIQUE (run_id, key)
         )

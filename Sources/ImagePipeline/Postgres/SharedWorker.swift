@@ -100,7 +100,7 @@ public final class SharedWorker: @unchecked Sendable {
         let chunkFeed = ChunkFeed(shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
                                   environment: pipeline.environment)
         let local = pipeline.replacingFeed(chunkFeed)
-        let recorder = Recorder(reporter: reporter, ledger: ledger)
+        let recorder = Recorder(reporter: reporter, ledger: ledger, scratch: store)
         let localRunner = PipelineRunner(pipeline: local, store: store, reporter: recorder, logger: logger, options: runnerOptions)
         runner.withLock { $0 = localRunner }
         if stopping.isCancelled { localRunner.interrupt(now: stopping.isAborted) }
@@ -379,12 +379,15 @@ final class Recorder: RunReporter, @unchecked Sendable {
     // @unchecked: `queue` and `counts` are Mutexes.
     private let reporter: any RunReporter
     private let ledger: ChunkLedger
-    private let queue = Mutex<[(chunk: SharedRun.Chunk, outcome: SharedRun.Outcome)]>([])
+    /// The worker's scratch state file, where each ended item's outputs and deliveries are.
+    private let scratch: RunStore
+    private let queue = Mutex<[(chunk: SharedRun.Chunk, key: String, outcome: SharedRun.Outcome)]>([])
     private let counts = Mutex<(done: Int, failed: Int, skipped: Int, unrecorded: Int)>((0, 0, 0, 0))
 
-    init(reporter: any RunReporter, ledger: ChunkLedger) {
+    init(reporter: any RunReporter, ledger: ChunkLedger, scratch: RunStore) {
         self.reporter = reporter
         self.ledger = ledger
+        self.scratch = scratch
     }
 
     func progress(_ progress: RunProgress) { reporter.progress(progress) }
@@ -401,7 +404,7 @@ final class Recorder: RunReporter, @unchecked Sendable {
         case let .skipped(skip):
             recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: skip.message)
         }
-        queue.withLock { $0.append((place.chunk, recorded)) }
+        queue.withLock { $0.append((place.chunk, key, recorded)) }
     }
 
     /// Writes the queued ends, chunk by chunk, and marks done the chunks whose items have
@@ -409,10 +412,17 @@ final class Recorder: RunReporter, @unchecked Sendable {
     func flush(using shared: SharedRun) throws {
         let pending = queue.withLock { queue in defer { queue.removeAll() }; return queue }
         let byChunk = Dictionary(grouping: pending, by: { $0.chunk.id })
+        let localRun = pending.isEmpty ? nil : try scratch.latestRun()?.id
         for (id, entries) in byChunk.sorted(by: { $0.key < $1.key }) {
             let chunk = entries[0].chunk
+            // Each item's outputs and deliveries go with its end, for `export`.
+            let outcomes = entries.map { entry -> SharedRun.Outcome in
+                var record: ExportRecord?
+                if let localRun { try? scratch.exportRecords(runId: localRun, key: entry.key) { record = $0 } }
+                return entry.outcome.with(record)
+            }
             do {
-                try shared.record(entries.map(\.outcome), in: chunk)
+                try shared.record(outcomes, in: chunk)
                 counts.withLock { counts in
                     for entry in entries {
                         switch entry.outcome.status {

@@ -41,7 +41,9 @@ extension RunStore {
     /// with status `only`), streamed from one read transaction through a cursor: memory
     /// stays flat however many items the run has. Each item's outputs and deliveries are
     /// read with two indexed lookups.
-    public func exportRecords(runId: Int64, only: ItemStatus? = nil, _ body: (ExportRecord) throws -> Void) throws {
+    /// `key` narrows it to that one item (a shared run's worker copies each item's record).
+    public func exportRecords(runId: Int64, only: ItemStatus? = nil, key: String? = nil,
+                              _ body: (ExportRecord) throws -> Void) throws {
         guard let run = try self.run(id: runId) else { throw StoreError("no run #\(runId)") }
         let formats = Self.outputFormats(ofDocument: run.document)
         try database.read { db in
@@ -52,6 +54,10 @@ extension RunStore {
             if let only {
                 sql += " AND status = ?"
                 _ = arguments.append(contentsOf: [only.rawValue])
+            }
+            if let key {
+                sql += " AND key = ?"
+                _ = arguments.append(contentsOf: [key])
             }
             sql += " ORDER BY seq"
             let outputsOf = try db.makeStatement(sql: """

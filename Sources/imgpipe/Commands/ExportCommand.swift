@@ -35,13 +35,13 @@ struct ExportCommand: ParsableCommand {
     }
 
     func run() throws {
+        if case let .postgres(url)? = options.stateLocation { return try exportShared(url: url) }
         let stateFile = try options.stateFile()
         guard FileManager.default.fileExists(atPath: stateFile) else {
             throw CommandError.usage("\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): nothing to export")
         }
         let environment = Environment()
-        let partial = output.map { $0 + ".partial" }
-        do {
+        try writeRecords(environment: environment) { sink in
             let store = try RunStore(path: stateFile)
             let run = try runNumber.map { number -> RunRecord in
                 guard let found = try store.run(id: number) else {
@@ -50,12 +50,42 @@ struct ExportCommand: ParsableCommand {
                 return found
             } ?? store.latestRun()
             guard let run else { throw CommandError.usage("state file \(Console.display(stateFile)) has no runs") }
-            let sink = try OutputStream(path: partial)
             let outputs = RunStore.outputIDs(ofDocument: run.document)
             if let header = format.header(sinks: run.sinks, outputs: outputs) { sink.write(header) }
             try store.exportRecords(runId: run.id, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
                 sink.write(format.line(record, sinks: run.sinks, outputs: outputs, redact: environment.redact))
             }
+        }
+    }
+
+    /// A run shared through PostgreSQL: its items from the database, with the outputs and
+    /// deliveries each worker copied there; sinks and outputs named by the pipeline file.
+    private func exportShared(url: String) throws {
+        let spec = try options.loadSpec()
+        let environment = Environment()
+        let place = StateLocation.postgres(url: url).displayed
+        try writeRecords(environment: environment, masking: { StateLocation.masking(in: $0, url: url) }) { sink in
+            let connection = try PostgresConnection(url: url)
+            guard let run = try SharedExport.run(at: connection, pipelineName: spec.name, runNumber: runNumber) else {
+                throw CommandError.usage("\(place) has no run" + (runNumber.map { " #\($0)" } ?? "") + " of pipeline \(spec.name)")
+            }
+            let sinks = spec.sinks.map(\.name)
+            let outputs = spec.outputs.map(\.id)
+            if let header = format.header(sinks: sinks, outputs: outputs) { sink.write(header) }
+            try SharedExport.records(at: connection, runId: run, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
+                sink.write(format.line(record, sinks: sinks, outputs: outputs, redact: environment.redact))
+            }
+        }
+    }
+
+    /// Runs `body` with standard output, or with `-o` a `.partial` file renamed into place
+    /// once `body` is done (removed when it fails): the file appears whole or not at all.
+    private func writeRecords(environment: Environment, masking: (String) -> String = { $0 },
+                              _ body: (OutputStream) throws -> Void) throws {
+        let partial = output.map { $0 + ".partial" }
+        do {
+            let sink = try OutputStream(path: partial)
+            try body(sink)
             try sink.close()
             if let partial, let output, rename(partial, output) != 0 {
                 throw CommandError.failure("cannot write \(output): \(String(cString: strerror(errno)))")
@@ -65,7 +95,7 @@ struct ExportCommand: ParsableCommand {
             throw error
         } catch {
             if let partial { unlink(partial) }
-            throw CommandError.failure(environment.redact(String(describing: error)))
+            throw CommandError.failure(masking(environment.redact(String(describing: error))))
         }
     }
 }
