@@ -48,6 +48,15 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(StateLocation("POSTGRESQL://db/x?user=ann&password=hunter2&sslmode=require").displayed
             == "POSTGRESQL://db/x?user=ann&password=***&sslmode=require")
         #expect(StateLocation("postgres://ann@db/x").displayed == "postgres://ann@db/x")
+        // libpq's key=value form is PostgreSQL too, never a file named after the password.
+        let words = "host=db.example dbname=imgpipe user=ann password=hunter2"
+        #expect(StateLocation(words) == .postgres(url: words))
+        #expect(StateLocation(words).displayed == "host=db.example dbname=imgpipe user=ann password=***")
+        // Any message quoting the URL or the password, percent-encoded or not, is masked.
+        let message = "cannot connect to \(url): user ann, password p@ss:w0rd, raw p%40ss:w0rd"
+        #expect(StateLocation.masking(in: message, url: url)
+            == "cannot connect to postgres://ann:***@db.example:5432/imgpipe: user ann, password ***, raw ***")
+        #expect(StateLocation.masking(in: "secret is hunter2", url: "postgres://db/x?password=hunter2") == "secret is ***")
     }
 
     @Test func theClusterChecksThePasswordAndTheErrorDoesNotShowIt() throws {
@@ -149,13 +158,13 @@ final class SharedRunTests: @unchecked Sendable {
     // MARK: - leases and fencing
 
     @Test func aWorkerPausedPastItsLeaseHasItsLateWritesRefused() throws {
-        let slow = try worker("slow", lease: 1)
+        let slow = try worker("slow", lease: 2)
         _ = try list(3, by: slow)
         let chunk = try #require(try slow.claim().first)
         #expect(try slow.items(of: chunk).map(\.key) == ["k0", "k1", "k2"])
         #expect(try slow.record([.init(seq: 0, status: .done)], in: chunk) == 1)
 
-        Thread.sleep(forTimeInterval: 1.3) // paused past its lease (a SIGSTOP, a stall)
+        Thread.sleep(forTimeInterval: 2.3) // paused past its lease (a SIGSTOP, a stall)
         #expect(throws: SharedRun.SharedRunError.leaseLost(chunk: chunk.id)) {
             try slow.record([.init(seq: 1, status: .failed, reason: "decode", message: "late")], in: chunk)
         }
@@ -202,9 +211,22 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(try run.claim().isEmpty)
     }
 
+    @Test func aClaimWhoseAnswerWasLostIsNotRenewedAndRunsOut() throws {
+        let run = try worker("w", lease: 1.5)
+        _ = try list(6, by: run)
+        let known = try #require(try run.claim().first)
+        _ = try run.claim() // committed, but its answer "lost": the worker does not know it holds chunk 1
+        for _ in 0 ..< 4 {
+            Thread.sleep(forTimeInterval: 0.5)
+            #expect(try run.heartbeat(tokens: [known.token]).keys.sorted() == [known.id])
+        }
+        #expect(try run.rescueExpired() == [1], "only the unknown claim ran out")
+        #expect(try run.claim().first?.id == 1)
+    }
+
     @Test func aHeartbeatKeepsTheLeaseAndAHandBackFreesTheChunkAtOnce() throws {
-        let a = try worker("a", lease: 1)
-        let b = try worker("b", lease: 1)
+        let a = try worker("a", lease: 2)
+        let b = try worker("b", lease: 2)
         _ = try list(6, by: a)
         let first = try #require(try a.claim().first)
         for _ in 0 ..< 3 {
@@ -225,8 +247,8 @@ final class SharedRunTests: @unchecked Sendable {
     // MARK: - listing
 
     @Test func oneListerAtATimeAndTheNextContinuesFromTheCursor() throws {
-        let a = try worker("a", chunkSize: 2, lease: 1)
-        let b = try worker("b", chunkSize: 2, lease: 1)
+        let a = try worker("a", chunkSize: 2, lease: 2)
+        let b = try worker("b", chunkSize: 2, lease: 2)
         let lease = try #require(try a.acquireLister())
         #expect(lease.cursor == nil)
         #expect(try b.acquireLister() == nil, "one lister at a time")
@@ -234,7 +256,7 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(try a.counts().items == 3 && a.counts().chunksPending == 2, "three items make chunks of two and one")
 
         // The lister stops answering (killed): its lease runs out, the next takes over where it stopped.
-        Thread.sleep(forTimeInterval: 1.2)
+        Thread.sleep(forTimeInterval: 2.3)
         let next = try #require(try b.acquireLister())
         #expect(next.cursor == "page=2")
         #expect(throws: SharedRun.SharedRunError.listerLeaseLost) {

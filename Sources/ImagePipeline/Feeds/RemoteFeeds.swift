@@ -73,15 +73,16 @@ public struct NASAImagesFeed: Feed {
             }
             for item in collection.items?.elements ?? [] {
                 if let maxItems, count >= maxItems { return }
-                guard let data = item.data?.elements.first, let id = data.nasaID?.stringValue,
-                      let href = item.links?.elements.first(where: { $0.rel?.stringValue == "preview" })?.href?.stringValue else { continue }
-                let metadata = JSONValue.object([("title", data.title ?? .null), ("date", data.dateCreated ?? .null),
-                                                 ("description", data.description ?? .null),
-                                                 ("keywords", data.keywords ?? .array([]))]).serialized()
+                guard let data = item.data?.elements.first, let id = data.nasaID?.stringValue else { continue }
+                // Passing over comes first: the cursor's own item may have lost its preview.
                 if let key = passing {
                     if id == key { passing = nil }
                     continue
                 }
+                guard let href = item.links?.elements.first(where: { $0.rel?.stringValue == "preview" })?.href?.stringValue else { continue }
+                let metadata = JSONValue.object([("title", data.title ?? .null), ("date", data.dateCreated ?? .null),
+                                                 ("description", data.description ?? .null),
+                                                 ("keywords", data.keywords ?? .array([]))]).serialized()
                 count += 1
                 var listed = FeedItem(key: id, url: href, stem: id, metadata: metadata)
                 listed.resumePage = page

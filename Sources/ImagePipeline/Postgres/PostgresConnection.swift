@@ -54,7 +54,7 @@ public final class PostgresConnection: @unchecked Sendable {
     /// The connection string as given (a `postgres://` URL); never printed: see `StateLocation`.
     let url: String
     private var handle: OpaquePointer?
-    private let idleInTransactionTimeout: Int
+    let idleInTransactionTimeout: Int
     /// Reconnect attempts before a lost connection is reported (back-off 0.2 s doubling to 2 s).
     public var reconnectAttempts = 6
 
@@ -71,9 +71,24 @@ public final class PostgresConnection: @unchecked Sendable {
         handle = nil
     }
 
+    /// Added to every connection (the URL's own settings come first and these override
+    /// them): a server that stops answering fails a connect in 5 s and a call in about 10 s
+    /// instead of the kernel's minutes, so a worker notices a lost database within its lease.
+    static let timeouts = [("connect_timeout", "5"), ("keepalives", "1"), ("keepalives_idle", "5"),
+                           ("keepalives_interval", "2"), ("keepalives_count", "3"), ("tcp_user_timeout", "10000")]
+
     private func connect() throws {
         if let handle { PQfinish(handle) }
-        let connection = PQconnectdb(url)
+        // `dbname` first with expand_dbname = 1: the URL is read as the whole connection string.
+        let pairs = [("dbname", url)] + Self.timeouts
+        let keywords = pairs.map { strdup($0.0) } + [nil]
+        let values = pairs.map { strdup($0.1) } + [nil]
+        defer { for pointer in keywords + values { free(pointer) } }
+        let connection = keywords.map { $0.map { UnsafePointer($0) } }.withUnsafeBufferPointer { keys in
+            values.map { $0.map { UnsafePointer($0) } }.withUnsafeBufferPointer { vals in
+                PQconnectdbParams(keys.baseAddress, vals.baseAddress, 1)
+            }
+        }
         handle = connection
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
             let text = connection.map { String(cString: PQerrorMessage($0)) } ?? "out of memory"
@@ -82,6 +97,9 @@ public final class PostgresConnection: @unchecked Sendable {
         // Notices (NOTICE: relation already exists, …) are not printed to standard error.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         _ = try run("SET idle_in_transaction_session_timeout = \(idleInTransactionTimeout * 1000)", [])
+        // A statement waits for a row lock at most this long (a rescue never waits: it skips
+        // locked rows); its error is tried again like a lost connection's.
+        _ = try run("SET lock_timeout = \(max(1000, idleInTransactionTimeout * 1000 / 2))", [])
         _ = try run("SET application_name = 'imgpipe'", [])
     }
 

@@ -106,7 +106,9 @@ public final class SharedRun: @unchecked Sendable {
                 chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil, startNew: Bool = false) throws {
         self.connection = connection
         self.leaseSeconds = leaseSeconds
-        self.worker = worker ?? "\(ProcessInfo.processInfo.hostName):\(getpid())"
+        // host:pid and a nonce: a container restarted in place is pid 1 on the same host
+        // again, and must not renew (or write under) the leases of the process it replaces.
+        self.worker = worker ?? "\(ProcessInfo.processInfo.hostName):\(getpid()):\(UUID().uuidString.prefix(6).lowercased())"
         try SharedRunSchema.make(on: connection)
         let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
         let joined = try connection.transaction { () -> PostgresRow in
@@ -148,7 +150,8 @@ public final class SharedRun: @unchecked Sendable {
 
     /// The same worker of the same run on a connection of its own, for another thread.
     public func sibling() throws -> SharedRun {
-        try SharedRun(sibling: self, connection: PostgresConnection(url: connection.url))
+        try SharedRun(sibling: self, connection: PostgresConnection(url: connection.url,
+                                                                    idleInTransactionTimeoutSeconds: connection.idleInTransactionTimeout))
     }
 
     private var run: String { String(runId) }
@@ -158,7 +161,9 @@ public final class SharedRun: @unchecked Sendable {
 
     /// Claims up to `count` pending chunks (oldest first), each under a new lease token.
     public func claim(_ count: Int = 1) throws -> [Chunk] {
-        try connection.execute(Self.claimSQL(count), [run, worker, lease]).all.map(Self.chunk)
+        // Not replayed after a lost connection: the first claim may have committed, and a
+        // second would lease a chunk this worker never hears of.
+        try connection.execute(Self.claimSQL(count), [run, worker, lease], idempotent: false).all.map(Self.chunk)
     }
 
     /// The claim statement, with `count` written into the SQL as a literal.
@@ -193,23 +198,25 @@ public final class SharedRun: @unchecked Sendable {
         }
     }
 
-    /// Renews every lease this worker holds and records its heartbeat; returns the chunks
-    /// it still holds (a chunk missing from the answer was rescued: stop working on it).
+    /// Renews the leases `tokens` (the chunks this worker knows it holds; nil: all it holds)
+    /// and the lister's lease, and records its heartbeat; returns the chunks it still holds
+    /// (a chunk missing from the answer was rescued: stop working on it). Only known tokens
+    /// are renewed: a lease this worker does not know of (a claim whose answer was lost)
+    /// runs out and is rescued.
     @discardableResult
-    public func heartbeat() throws -> [Int64: Int64] {
-        try connection.transaction {
-            try connection.execute("UPDATE imgpipe_worker SET heartbeat_at = now() WHERE run_id = $1 AND name = $2", [run, worker])
-            let held = try connection.execute("""
-                UPDATE imgpipe_chunk SET lease_expires = now() + make_interval(secs => $3::double precision)
-                WHERE run_id = $1 AND state = 'leased' AND owner = $2 AND lease_expires > now()
-                RETURNING id, token
-                """, [run, worker, lease])
-            try connection.execute("""
-                UPDATE imgpipe_run SET lister_expires = now() + make_interval(secs => $3::double precision)
-                WHERE id = $1 AND lister = $2 AND lister_expires > now()
-                """, [run, worker, lease])
-            return Dictionary(uniqueKeysWithValues: held.all.map { ($0.int("id") ?? 0, $0.int("token") ?? 0) })
-        }
+    public func heartbeat(tokens: [Int64]? = nil) throws -> [Int64: Int64] {
+        try connection.execute("UPDATE imgpipe_worker SET heartbeat_at = now() WHERE run_id = $1 AND name = $2", [run, worker])
+        let held = try connection.execute("""
+            UPDATE imgpipe_chunk SET lease_expires = now() + make_interval(secs => $3::double precision)
+            WHERE run_id = $1 AND state = 'leased' AND owner = $2 AND lease_expires > now()
+              AND ($4::bigint[] IS NULL OR token = ANY($4::bigint[]))
+            RETURNING id, token
+            """, [run, worker, lease, tokens.map { postgresTextArray($0.map(String.init)) }])
+        try connection.execute("""
+            UPDATE imgpipe_run SET lister_expires = now() + make_interval(secs => $3::double precision)
+            WHERE id = $1 AND lister = $2 AND lister_expires > now()
+            """, [run, worker, lease])
+        return Dictionary(uniqueKeysWithValues: held.all.map { ($0.int("id") ?? 0, $0.int("token") ?? 0) })
     }
 
     /// Puts back every chunk of the run whose lease expired; the state check is in the
@@ -217,10 +224,14 @@ public final class SharedRun: @unchecked Sendable {
     /// the chunks put back.
     @discardableResult
     public func rescueExpired() throws -> [Int64] {
+        // SKIP LOCKED: a chunk whose holder is inside a fenced write (even one stalled there)
+        // is left for the next rescue instead of holding this worker up.
         try connection.execute("""
-            UPDATE imgpipe_chunk SET state = 'pending', owner = NULL, token = NULL, lease_expires = NULL
-            WHERE run_id = $1 AND state = 'leased' AND lease_expires < now()
-            RETURNING id
+            UPDATE imgpipe_chunk c SET state = 'pending', owner = NULL, token = NULL, lease_expires = NULL
+            FROM (SELECT run_id, id FROM imgpipe_chunk
+                  WHERE run_id = $1 AND state = 'leased' AND lease_expires < now() FOR UPDATE SKIP LOCKED) expired
+            WHERE c.run_id = expired.run_id AND c.id = expired.id AND c.state = 'leased' AND c.lease_expires < now()
+            RETURNING c.id
             """, [run]).all.compactMap { $0.int("id") }
     }
 
@@ -243,7 +254,7 @@ public final class SharedRun: @unchecked Sendable {
     @discardableResult
     public func record(_ outcomes: [Outcome], in chunk: Chunk) throws -> Int {
         guard !outcomes.isEmpty else { return 0 }
-        return try connection.transaction {
+        let written = try connection.transaction { () -> Int in
             try fence(chunk)
             let written = try connection.execute("""
                 UPDATE imgpipe_item i SET status = o.status, reason = o.reason, message = o.message, detail = o.detail,
@@ -262,10 +273,15 @@ public final class SharedRun: @unchecked Sendable {
                 WHERE run_id = $1 AND id = $2
                 """, [run, String(chunk.id), String(statuses.count { $0 == "done" }),
                       String(statuses.count { $0 == "failed" }), String(statuses.count { $0 == "skipped" })])
-            try connection.execute("UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
-                                   [run, worker, String(statuses.count)])
             return statuses.count
         }
+        // After the fenced transaction, never inside it: the heartbeat locks the worker row
+        // before chunks, so taking it after a chunk could deadlock the two.
+        if written > 0 {
+            try? connection.execute("UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
+                                    [run, worker, String(written)])
+        }
+        return written
     }
 
     /// Marks `chunk` done when every item in it has ended (fenced like `record`); returns
@@ -309,15 +325,16 @@ public final class SharedRun: @unchecked Sendable {
                                [run, worker, String(lease.token)])
     }
 
-    /// Takes the lister's lease when nobody holds it (or its holder's expired); nil when
-    /// another worker lists, or the feed is already listed to its end.
+    /// Takes the lister's lease when nobody holds it (or its holder's expired, or it is this
+    /// worker's own, from a take whose answer was lost); nil when another worker lists, or
+    /// the feed is already listed to its end.
     public func acquireLister() throws -> ListerLease? {
         try connection.execute("""
             UPDATE imgpipe_run SET lister = $2, lister_token = nextval('imgpipe_lease_token'),
                 lister_expires = now() + make_interval(secs => $3::double precision)
-            WHERE id = $1 AND NOT feed_complete AND (lister IS NULL OR lister_expires < now())
+            WHERE id = $1 AND NOT feed_complete AND (lister IS NULL OR lister_expires < now() OR lister = $2)
             RETURNING lister_token, feed_cursor
-            """, [run, worker, lease]).first.map { ListerLease(token: $0.int("lister_token") ?? 0, cursor: $0["feed_cursor"]) }
+            """, [run, worker, lease], idempotent: false).first.map { ListerLease(token: $0.int("lister_token") ?? 0, cursor: $0["feed_cursor"]) }
     }
 
     /// Records one page of the feed in one transaction with the cursor after it: its items

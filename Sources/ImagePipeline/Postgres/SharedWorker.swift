@@ -74,10 +74,16 @@ public final class SharedWorker: @unchecked Sendable {
         self.reporter = reporter
         self.logger = logger
         self.options = options
-        run = try SharedRun(connection: PostgresConnection(url: url), pipelineName: pipeline.spec.name,
+        run = try SharedRun(connection: PostgresConnection(url: url, idleInTransactionTimeoutSeconds: Self.transactionLimit(options)),
+                            pipelineName: pipeline.spec.name,
                             fingerprint: Self.fingerprint(of: pipeline.spec), chunkSize: options.chunkSize,
                             leaseSeconds: options.leaseSeconds, startNew: options.startNew)
     }
+
+    /// How long a worker's session may sit idle inside a transaction (and half of it, wait
+    /// for a lock): a third of the lease, at least 2 s, so a stalled worker's row locks are
+    /// let go well before its lease would be rescued.
+    static func transactionLimit(_ options: Options) -> Int { max(2, Int(options.leaseSeconds / 3)) }
 
     /// What decides the bytes of the outputs: the pipeline's filters and encodings, and the
     /// versions of imgpipe and libvips. Workers whose fingerprints differ do not share a run.
@@ -97,10 +103,10 @@ public final class SharedWorker: @unchecked Sendable {
         let store = try RunStore(path: scratchState)
         var runnerOptions = options.runner
         runnerOptions.runUUID = run.uuid
+        let recorder = Recorder(reporter: reporter, ledger: ledger, scratch: store, redact: pipeline.environment.redact)
         let chunkFeed = ChunkFeed(shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
-                                  environment: pipeline.environment)
+                                  environment: pipeline.environment, recorder: recorder, patience: options.leaseSeconds)
         let local = pipeline.replacingFeed(chunkFeed)
-        let recorder = Recorder(reporter: reporter, ledger: ledger, scratch: store)
         let localRunner = PipelineRunner(pipeline: local, store: store, reporter: recorder, logger: logger, options: runnerOptions)
         runner.withLock { $0 = localRunner }
         if stopping.isCancelled { localRunner.interrupt(now: stopping.isAborted) }
@@ -134,6 +140,11 @@ public final class SharedWorker: @unchecked Sendable {
         }
         let mine = recorder.tally()
         let interrupted = summary?.interrupted ?? true
+        // The feed of chunks failing (the database out of reach past the lease) ends the
+        // runner's listing with an error: said, and the worker does not exit 0.
+        if let chunkError = summary?.listingError, listingError.withLock({ $0 }) == nil {
+            listingError.withLock { $0 = "claiming chunks failed: " + chunkError }
+        }
         if !interrupted, mine.unrecorded == 0, summary?.failed == 0 {
             try? FileManager.default.removeItem(atPath: scratchState)
         }
@@ -158,12 +169,17 @@ public final class SharedWorker: @unchecked Sendable {
         let recorderRun = try run.sibling()
         let listerRun = try run.sibling()
         let lastBeat = Mutex(Date())
+        // When the heartbeat now under way started, and when the heartbeats began failing
+        // in a row (nil: the last one landed).
+        let attempt = Mutex<(started: Date?, failingSince: Date?)>((nil, nil))
         let heartbeat = LoopThread(name: "imgpipe.heartbeat", every: options.heartbeatSeconds) { [self] in
             do {
                 // Only chunks claimed before the renewal can be missing from its answer.
                 let before = ledger.unfinished()
-                let held = try heartbeatRun.heartbeat()
+                attempt.withLock { $0.started = Date() }
+                let held = try heartbeatRun.heartbeat(tokens: before.map(\.token))
                 lastBeat.withLock { $0 = Date() }
+                attempt.withLock { $0 = (nil, nil) }
                 for lost in before where held[lost.id] != lost.token {
                     logger.warning("lease lost", metadata: ["chunk": "\(lost.id)"])
                     ledger.markLost(lost)
@@ -171,21 +187,35 @@ public final class SharedWorker: @unchecked Sendable {
                 let rescued = try heartbeatRun.rescueExpired()
                 if !rescued.isEmpty { logger.info("rescued expired leases", metadata: ["chunks": "\(rescued)"]) }
             } catch {
-                logger.warning("heartbeat failed: \(error)")
-                if Date().timeIntervalSince(lastBeat.withLock { $0 }) > options.leaseSeconds {
-                    lostDatabase.withLock { $0 = "no heartbeat reached the database for \(Int(options.leaseSeconds)) s "
-                        + "(the lease): stopped without starting another upload (\(error))" }
-                    interrupt(now: true)
-                }
+                attempt.withLock { $0 = (nil, $0.failingSince ?? Date()) }
+                logger.warning("heartbeat failed: \(pipeline.environment.redact(String(describing: error)))")
             }
         }
+        // Apart from the heartbeat, which may itself be stuck in a call to a database that
+        // stopped answering: once no heartbeat has landed for a lease while heartbeats were
+        // failing, or one call has hung for a lease, stop at once. (A process that was only
+        // paused, SIGSTOP, has neither: its next heartbeat finds which leases it lost.)
+        let watchdog = LoopThread(name: "imgpipe.watchdog", every: 0.25) { [self] in
+            let now = Date()
+            let (started, failingSince) = attempt.withLock { $0 }
+            let silent = now.timeIntervalSince(lastBeat.withLock { $0 }) > options.leaseSeconds
+            let hung = started.map { now.timeIntervalSince($0) > options.leaseSeconds } ?? false
+            guard lostDatabase.withLock({ $0 }) == nil, (silent && failingSince != nil) || hung else { return }
+            lostDatabase.withLock { $0 = "no heartbeat reached the database for \(Int(options.leaseSeconds)) s "
+                + "(the lease): stopped without starting another upload" }
+            interrupt(now: true)
+        }
         let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1) { [self] in
-            do { try recorder.flush(using: recorderRun) } catch { logger.warning("recording failed: \(error)") }
+            do {
+                try recorder.flush(using: recorderRun)
+            } catch {
+                logger.warning("recording failed (kept for the next try): \(pipeline.environment.redact(String(describing: error)))")
+            }
         }
         let lister = LoopThread(name: "imgpipe.lister", every: max(0.5, options.heartbeatSeconds / 2)) { [self] in
             listIfNobodyDoes(using: listerRun)
         }
-        return Threads(all: [heartbeat, recorderThread, lister], recorderRun: recorderRun)
+        return Threads(all: [watchdog, heartbeat, recorderThread, lister], recorderRun: recorderRun)
     }
 
     /// Lists the feed into the database when this worker can take the lister's lease,
@@ -226,7 +256,7 @@ public final class SharedWorker: @unchecked Sendable {
         } catch let error as PostgresError {
             // The database, not the feed: the page was not recorded; listing goes on from the
             // cursor on the next turn (of this worker or another).
-            logger.warning("recording a page failed: \(error)")
+            logger.warning("recording a page failed: \(pipeline.environment.redact(String(describing: error)))")
         } catch {
             listingError.withLock { $0 = pipeline.environment.redact(String(describing: error)) }
             reporter.notice("the feed could not be listed: \(pipeline.environment.redact(String(describing: error)))")
@@ -330,7 +360,13 @@ final class ChunkLedger: Sendable {
 
 /// The runner's feed in a worker: claims a chunk, gives its pending items, claims the next.
 /// When nothing is claimable it waits (rescuing expired leases) until the feed is listed
-/// to its end and no chunk is left pending or leased by another worker, then ends.
+/// to its end and every chunk is done, then ends.
+///
+/// A chunk can come back to the worker that had it (its lease ran out, it was rescued, and
+/// this worker claimed it again): an item that already ended in this worker's scratch run
+/// is recorded from there, not given to the runner again (which would pass over it as a
+/// key it has, and never end it); one still under way there ends under the new lease.
+/// A database error is tried again for up to `patience` seconds before listing fails.
 final class ChunkFeed: Feed, @unchecked Sendable {
     // @unchecked: `shared` (its connection) is used only by the producer thread that lists.
     private let shared: SharedRun
@@ -338,14 +374,18 @@ final class ChunkFeed: Feed, @unchecked Sendable {
     private let stopping: CancellationFlag
     private let listingError: Mutex<String?>
     private let environment: Environment
+    private let recorder: Recorder
+    private let patience: Double
 
     init(shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>,
-         environment: Environment) {
+         environment: Environment, recorder: Recorder, patience: Double) {
         self.environment = environment
         self.shared = shared
         self.ledger = ledger
         self.stopping = stopping
         self.listingError = listingError
+        self.recorder = recorder
+        self.patience = patience
     }
 
     func list(_ body: (FeedItem) throws -> Bool) throws {
@@ -353,22 +393,43 @@ final class ChunkFeed: Feed, @unchecked Sendable {
         // less and less often, up to once a second.
         var pause = 0.02
         while !stopping.isCancelled {
-            if let chunk = try shared.claim(1).first {
+            if let chunk = try patiently({ try shared.claim(1).first }) {
                 pause = 0.02
-                let items = try shared.items(of: chunk)
+                let items = try patiently { try shared.items(of: chunk) }
                 ledger.add(chunk, items: items)
                 for item in items {
-                    guard try body(item.item.fromSharedState(environment)) else { return }
+                    switch recorder.endedHere(item.key) {
+                    case .ended?: continue
+                    case .underWay?: continue
+                    case nil: guard try body(item.item.fromSharedState(environment)) else { return }
+                    }
                 }
                 ledger.allGiven(chunk)
                 continue
             }
-            let counts = try shared.counts()
+            // The end: the feed listed and every chunk done, this worker's own included (its
+            // items are still being worked on while this waits; a chunk of its own whose
+            // lease it lost meanwhile is rescued here and claimed again).
+            let counts = try patiently { try shared.counts() }
             let listed = counts.feedComplete || listingError.withLock({ $0 }) != nil
-            if listed && counts.chunksPending == 0 && counts.chunksLeased <= ledger.count { return }
-            try shared.rescueExpired()
+            if listed && counts.chunksPending == 0 && counts.chunksLeased == 0 { return }
+            try patiently { _ = try shared.rescueExpired() }
             Thread.sleep(forTimeInterval: pause)
             pause = min(pause * 2, 1)
+        }
+    }
+
+    /// `body`, tried again once a second while the database answers with an error, for up
+    /// to `patience` seconds (a failover, a restart); then its error.
+    private func patiently<T>(_ body: () throws -> T) throws -> T {
+        let deadline = Date().addingTimeInterval(patience)
+        while true {
+            do {
+                return try body()
+            } catch let error as PostgresError where Date() < deadline && !stopping.isCancelled {
+                _ = error
+                Thread.sleep(forTimeInterval: 1)
+            }
         }
     }
 }
@@ -381,13 +442,33 @@ final class Recorder: RunReporter, @unchecked Sendable {
     private let ledger: ChunkLedger
     /// The worker's scratch state file, where each ended item's outputs and deliveries are.
     private let scratch: RunStore
+    private let redact: @Sendable (String) -> String
     private let queue = Mutex<[(chunk: SharedRun.Chunk, key: String, outcome: SharedRun.Outcome)]>([])
     private let counts = Mutex<(done: Int, failed: Int, skipped: Int, unrecorded: Int)>((0, 0, 0, 0))
 
-    init(reporter: any RunReporter, ledger: ChunkLedger, scratch: RunStore) {
+    init(reporter: any RunReporter, ledger: ChunkLedger, scratch: RunStore, redact: @escaping @Sendable (String) -> String) {
         self.reporter = reporter
         self.ledger = ledger
         self.scratch = scratch
+        self.redact = redact
+    }
+
+    enum LocalState { case ended, underWay }
+
+    /// Whether this worker's scratch run already has `key`: ended (its end is queued again,
+    /// for the chunk the ledger now holds it under) or still under way (it will end by
+    /// itself); nil when it never had it.
+    func endedHere(_ key: String) -> LocalState? {
+        guard let run = try? scratch.latestRun()?.id, let item = try? scratch.item(runId: run, key: key) else { return nil }
+        let outcome: ItemOutcome
+        switch item.status {
+        case .done: outcome = .done
+        case .failed: outcome = .failed(ItemFailure(item.reason ?? .process, item.message ?? ""))
+        case .skipped: outcome = .skipped(ItemSkip(item.skipReason ?? .format, item.message ?? ""))
+        default: return .underWay
+        }
+        itemSettled(key: key, outcome: outcome)
+        return .ended
     }
 
     func progress(_ progress: RunProgress) { reporter.progress(progress) }
@@ -400,9 +481,9 @@ final class Recorder: RunReporter, @unchecked Sendable {
         switch outcome {
         case .done: recorded = .init(seq: place.seq, status: .done)
         case let .failed(failure):
-            recorded = .init(seq: place.seq, status: .failed, reason: failure.reason.rawValue, message: failure.message)
+            recorded = .init(seq: place.seq, status: .failed, reason: failure.reason.rawValue, message: redact(failure.message))
         case let .skipped(skip):
-            recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: skip.message)
+            recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: redact(skip.message))
         }
         queue.withLock { $0.append((place.chunk, key, recorded)) }
     }
@@ -411,39 +492,51 @@ final class Recorder: RunReporter, @unchecked Sendable {
     /// all ended. A chunk whose lease was lost is dropped: its items are another worker's now.
     func flush(using shared: SharedRun) throws {
         let pending = queue.withLock { queue in defer { queue.removeAll() }; return queue }
-        let byChunk = Dictionary(grouping: pending, by: { $0.chunk.id })
-        let localRun = pending.isEmpty ? nil : try scratch.latestRun()?.id
-        for (id, entries) in byChunk.sorted(by: { $0.key < $1.key }) {
+        let byChunk = Dictionary(grouping: pending, by: { $0.chunk.id }).sorted { $0.key < $1.key }
+        for (index, (id, entries)) in byChunk.enumerated() {
             let chunk = entries[0].chunk
-            // Each item's outputs and deliveries go with its end, for `export`.
-            let outcomes = entries.map { entry -> SharedRun.Outcome in
-                var record: ExportRecord?
-                if let localRun { try? scratch.exportRecords(runId: localRun, key: entry.key) { record = $0 } }
-                return entry.outcome.with(record)
-            }
             do {
-                try shared.record(outcomes, in: chunk)
-                counts.withLock { counts in
-                    for entry in entries {
-                        switch entry.outcome.status {
-                        case .done: counts.done += 1
-                        case .failed: counts.failed += 1
-                        case .skipped: counts.skipped += 1
-                        }
-                    }
+                // Each item's outputs and deliveries go with its end, for `export`.
+                let localRun = try scratch.latestRun()?.id
+                let outcomes = entries.map { entry -> SharedRun.Outcome in
+                    var record: ExportRecord?
+                    if let localRun { try? scratch.exportRecords(runId: localRun, key: entry.key) { record = $0 } }
+                    return entry.outcome.with(record)
                 }
+                try shared.record(outcomes, in: chunk)
             } catch SharedRun.SharedRunError.leaseLost {
                 ledger.markLost(chunk)
                 counts.withLock { $0.unrecorded += entries.count }
                 continue
+            } catch {
+                // Not written: this chunk's ends and the ones after it are kept for the next
+                // flush (the fenced write only moves items from pending: writing again is safe).
+                queue.withLock { $0.insert(contentsOf: byChunk[index...].flatMap(\.value), at: 0) }
+                throw error
             }
-            if let finished = ledger.settled(entries.count, of: id), try shared.complete(finished) {
-                ledger.finished(finished)
+            counts.withLock { counts in
+                for entry in entries {
+                    switch entry.outcome.status {
+                    case .done: counts.done += 1
+                    case .failed: counts.failed += 1
+                    case .skipped: counts.skipped += 1
+                    }
+                }
             }
+            if let finished = ledger.settled(entries.count, of: id) { try complete(finished, using: shared) }
         }
         // A chunk whose items all ended in an earlier flush but was given out in full later.
-        for chunk in ledger.unfinished() {
-            if ledger.settled(0, of: chunk.id) != nil, try shared.complete(chunk) { ledger.finished(chunk) }
+        for chunk in ledger.unfinished() where ledger.settled(0, of: chunk.id) != nil {
+            try complete(chunk, using: shared)
+        }
+    }
+
+    /// Marks a chunk done; a lease lost meanwhile leaves it to its new holder.
+    private func complete(_ chunk: SharedRun.Chunk, using shared: SharedRun) throws {
+        do {
+            if try shared.complete(chunk) { ledger.finished(chunk) }
+        } catch SharedRun.SharedRunError.leaseLost {
+            ledger.markLost(chunk)
         }
     }
 

@@ -8,9 +8,14 @@ public enum StateLocation: Sendable, Equatable {
     /// The URL as given, password included: pass it to libpq, print `displayed`.
     case postgres(url: String)
 
+    /// A `postgres://` or `postgresql://` URL, or a libpq key=value string (`host=… dbname=…`,
+    /// recognised by a `host=`, `hostaddr=`, `dbname=`, `user=`, `password=` or `service=` word),
+    /// is PostgreSQL; anything else is a file path.
     public init(_ text: String) {
         let lower = text.lowercased()
-        self = lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://") ? .postgres(url: text) : .sqlite(path: text)
+        let keywords = ["host=", "hostaddr=", "dbname=", "user=", "password=", "service="]
+        let isKeyValue = lower.split(separator: " ").contains { word in keywords.contains { word.hasPrefix($0) } }
+        self = lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://") || isKeyValue ? .postgres(url: text) : .sqlite(path: text)
     }
 
     /// Safe to print, log or store: a PostgreSQL URL's password (in the user part or a
@@ -24,19 +29,34 @@ public enum StateLocation: Sendable, Equatable {
 
     /// `text` with `url`'s password (as it appears in the URL) replaced by `***`, for an
     /// error message that might quote it.
+    /// (A password shorter than 4 characters is masked in the URL but not elsewhere in the
+    /// text: masking every "abc" of a message would garble it.)
     public static func masking(in text: String, url: String) -> String {
-        text.replacingOccurrences(of: url, with: masked(url)).replacingOccurrences(of: password(in: url) ?? "\u{0}", with: "***")
+        var out = text.replacingOccurrences(of: url, with: masked(url))
+        for password in passwords(in: url) {
+            out = out.replacingOccurrences(of: password, with: "***")
+            if let decoded = password.removingPercentEncoding, decoded != password {
+                out = out.replacingOccurrences(of: decoded, with: "***")
+            }
+        }
+        return out
     }
 
-    /// The password in the user part of `url`, percent-decoded too (nil: none, or too short
-    /// to mask without masking ordinary words).
-    static func password(in url: String) -> String? {
-        guard let scheme = url.range(of: "://") else { return nil }
-        let rest = url[scheme.upperBound...]
-        let authority = rest[..<(rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex)]
-        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return nil }
-        let password = String(authority[authority.index(after: colon) ..< at])
-        return password.count >= 4 ? password : nil
+    /// The passwords `url` holds (in its user part, in a `password=` parameter or word),
+    /// as written; those of 4 characters or more.
+    static func passwords(in url: String) -> [String] {
+        var found: [String] = []
+        if let scheme = url.range(of: "://") {
+            let rest = url[scheme.upperBound...]
+            let authority = rest[..<(rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex)]
+            if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
+                found.append(String(authority[authority.index(after: colon) ..< at]))
+            }
+        }
+        for part in url.split(whereSeparator: { $0 == "&" || $0 == "?" || $0 == " " }) where part.lowercased().hasPrefix("password=") {
+            found.append(String(part.dropFirst("password=".count)))
+        }
+        return found.filter { $0.count >= 4 }
     }
 
     static func masked(_ url: String) -> String {
@@ -50,6 +70,11 @@ public enum StateLocation: Sendable, Equatable {
             if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
                 text.replaceSubrange(text.index(after: colon) ..< at, with: "***")
             }
+        }
+        // password=… as a word of a key=value string.
+        if !text.contains("://") {
+            return text.split(separator: " ", omittingEmptySubsequences: false)
+                .map { $0.lowercased().hasPrefix("password=") ? "password=***" : String($0) }.joined(separator: " ")
         }
         // password=… among the query parameters.
         if let query = text.firstIndex(of: "?") {

@@ -243,6 +243,7 @@ final class RunStages: Sendable {
                     start(job, at: .pending)
                 case let .failed(failure):
                     context.reporter.itemFailed(key: item.key, failure: failure)
+                    context.reporter.itemSettled(key: item.key, outcome: .failed(failure))
                     perform(state.withLock { $0.insertFailed() })
                 case .existing:
                     reportDuplicate(item.key)

@@ -122,6 +122,11 @@ struct WorkCommand: ParsableCommand {
             if let listingError = summary.listingError { Console.out("the feed could not be listed to its end: \(listingError)") }
         }
         if summary.interrupted { throw Exit.interrupted }
-        if (summary.finished && summary.runFailed > 0) || summary.listingError != nil { throw Exit.failedItems }
+        if !summary.finished {
+            // Never 0 while the run has work left: a Job must not complete over it.
+            throw CommandError.failure("run #\(summary.run) is not finished (\(summary.runPending) items pending); "
+                                       + "run `imgpipe work` again to go on")
+        }
+        if summary.runFailed > 0 || summary.listingError != nil { throw Exit.failedItems }
     }
 }
