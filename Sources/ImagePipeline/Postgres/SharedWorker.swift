@@ -390,7 +390,8 @@ final class ChunkFeed: Feed, @unchecked Sendable {
 
     func list(_ body: (FeedItem) throws -> Bool) throws {
         // Nothing to claim: look again soon (the lister is writing the first page), then
-        // less and less often, up to once a second.
+        // less and less often, up to four times a second (the end of the run is noticed
+        // within a quarter of a second; the question is a sum over the chunk rows).
         var pause = 0.02
         while !stopping.isCancelled {
             if let chunk = try patiently({ try shared.claim(1).first }) {
@@ -415,7 +416,7 @@ final class ChunkFeed: Feed, @unchecked Sendable {
             if listed && counts.chunksPending == 0 && counts.chunksLeased == 0 { return }
             try patiently { _ = try shared.rescueExpired() }
             Thread.sleep(forTimeInterval: pause)
-            pause = min(pause * 2, 1)
+            pause = min(pause * 2, 0.25)
         }
     }
 
