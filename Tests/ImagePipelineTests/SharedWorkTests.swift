@@ -365,4 +365,26 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(report["done"] as? Int == 16 && report["state"] as? String == "finished", "\(report)")
         #expect(server.uploads.count == 16 && Set(server.uploads.compactMap(\.filename)).count == 16)
     }
+
+    @Test func aRunWithAFailedItemExitsOneAndShowsTheFailure() throws {
+        try images(5)
+        try work.write("not a JPEG at all", to: "in/bad.jpg")
+        let server = try UploadServer()
+        try pipeline(server)
+        let result = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
+        #expect(result.status == 1, "finished with a failed item: \(result.stdout)\(result.stderr)")
+        let report = try status()
+        #expect(report["done"] as? Int == 5 && report["failed"] as? Int == 1 && report["state"] as? String == "finished")
+        #expect(report["failuresByReason"] as? [String: Int] == ["decode": 1])
+        let failures = try #require(report["failures"] as? [[String: Any]])
+        #expect(failures.count == 1 && failures.first?["key"] as? String == "bad.jpg" && failures.first?["reason"] as? String == "decode")
+        #expect((report["startedAt"] as? String)?.hasSuffix("Z") == true && report["finishedAt"] is String)
+        #expect((report["itemsPerSecond"] as? Double ?? 0) > 0)
+        let text = try ImgpipeBinary.run(["status", "pipe.json", "--state", url], in: work.path)
+        #expect(text.stdout.contains("failures: decode 1") && text.stdout.contains("failed: bad.jpg: decode:"), "\(text.stdout)")
+        let failed = try ImgpipeBinary.run(["export", "pipe.json", "--state", url, "--only", "failed"], in: work.path)
+        #expect(try failed.jsonLines().map { $0["key"] as? String } == ["bad.jpg"])
+        // A worker started after the end exits as the run ended: 1, failed items.
+        #expect(try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path).status == 1)
+    }
 }

@@ -421,7 +421,9 @@ public final class SharedRun: @unchecked Sendable {
 }
 
 /// `imgpipe status` of a shared run: the run row, the chunks' counters, the workers. Read
-/// without counting item rows (only failed ones, through a partial index, for the reasons).
+/// without counting item rows (only failed and skipped ones, through partial indexes, for
+/// their reasons and the first thousand of each). The keys of a state file's report that
+/// need no item rows, plus `uuid`, `feedComplete`, `pagesListed`, `chunks` and `workers`.
 public struct SharedStatus: Sendable, Encodable {
     public struct Worker: Sendable, Encodable {
         public let name: String
@@ -448,6 +450,15 @@ public struct SharedStatus: Sendable, Encodable {
     public let skipped: Int
     public let pending: Int
     public let failuresByReason: [String: Int]
+    public let failures: [FailureRecord]
+    public let skipsByReason: [String: Int]
+    public let skips: [SkipRecord]
+    public let startedAt: String
+    public let finishedAt: String?
+    /// Seconds from the run's start to its end (or to now).
+    public let elapsed: Double
+    /// Ended items per second of `elapsed`.
+    public let itemsPerSecond: Double
     public let chunks: Chunks
     public let workers: [Worker]
 
@@ -457,15 +468,29 @@ public struct SharedStatus: Sendable, Encodable {
         defer { connection.close() }
         let exists = try connection.execute("SELECT to_regclass('imgpipe_run') IS NOT NULL AS present").first?.bool("present") ?? false
         guard exists, let row = try connection.execute("""
-            SELECT id, uuid, pipeline_name, state, feed_complete, pages_listed FROM imgpipe_run
+            SELECT id, uuid, pipeline_name, state, feed_complete, pages_listed,
+                   to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started,
+                   to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS finished,
+                   extract(epoch FROM coalesce(finished_at, now()) - created_at) AS elapsed
+            FROM imgpipe_run
             WHERE ($1::text IS NULL OR pipeline_name = $1) ORDER BY id DESC LIMIT 1
             """, [pipelineName]).first else { return nil }
         let id = String(row.int("id") ?? 0)
         let counts = try SharedRun.counts(runId: row.int("id") ?? 0, on: connection)
-        let reasons = try connection.execute("""
-            SELECT coalesce(reason, '?') AS reason, count(*) AS n FROM imgpipe_item
-            WHERE run_id = $1 AND status = 'failed' GROUP BY 1
-            """, [id]).all
+        func byReason(_ status: String) throws -> [String: Int] {
+            Dictionary(uniqueKeysWithValues: try connection.execute("""
+                SELECT coalesce(reason, '?') AS reason, count(*) AS n FROM imgpipe_item
+                WHERE run_id = $1 AND status = $2 GROUP BY 1
+                """, [id, status]).all.map { ($0["reason"] ?? "?", Int($0.int("n") ?? 0)) })
+        }
+        func first(_ status: String) throws -> [PostgresRow] {
+            try connection.execute("""
+                SELECT key, coalesce(reason, '?') AS reason, coalesce(message, '') AS message, attempts FROM imgpipe_item
+                WHERE run_id = $1 AND status = $2 ORDER BY seq LIMIT 1000
+                """, [id, status]).all
+        }
+        let elapsed = Double(row["elapsed"] ?? "") ?? 0
+        let ended = counts.done + counts.failed + counts.skipped
         let workers = try connection.execute("""
             SELECT w.name, extract(epoch FROM now() - w.heartbeat_at) AS ago, w.items_done,
                    (SELECT count(*) FROM imgpipe_chunk c WHERE c.run_id = w.run_id AND c.state = 'leased' AND c.owner = w.name) AS held
@@ -475,7 +500,15 @@ public struct SharedStatus: Sendable, Encodable {
             run: row.int("id") ?? 0, uuid: row["uuid"] ?? "", pipeline: row["pipeline_name"] ?? "", state: row["state"] ?? "",
             feedComplete: row.bool("feed_complete"), pagesListed: Int(row.int("pages_listed") ?? 0),
             total: counts.items, done: counts.done, failed: counts.failed, skipped: counts.skipped, pending: counts.pending,
-            failuresByReason: Dictionary(uniqueKeysWithValues: reasons.map { ($0["reason"] ?? "?", Int($0.int("n") ?? 0)) }),
+            failuresByReason: try byReason("failed"),
+            failures: try first("failed").map {
+                FailureRecord(key: $0["key"] ?? "", reason: $0["reason"] ?? "?", message: $0["message"] ?? "",
+                              attempts: Int($0.int("attempts") ?? 0), httpStatus: nil)
+            },
+            skipsByReason: try byReason("skipped"),
+            skips: try first("skipped").map { SkipRecord(key: $0["key"] ?? "", reason: $0["reason"] ?? "?", message: $0["message"] ?? "") },
+            startedAt: row["started"] ?? "", finishedAt: row["finished"], elapsed: elapsed,
+            itemsPerSecond: elapsed > 0 ? Double(ended) / elapsed : 0,
             chunks: Chunks(pending: counts.chunksPending, leased: counts.chunksLeased, done: counts.chunksDone),
             workers: workers.map {
                 Worker(name: $0["name"] ?? "", lastHeartbeatSecondsAgo: Double($0["ago"] ?? "") ?? 0,

@@ -39,6 +39,7 @@ enum SharedRunSchema {
             fingerprint TEXT NOT NULL,
             state TEXT NOT NULL CHECK (state IN ('running', 'finished', 'interrupted', 'abandoned')),
             created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            finished_at TIMESTAMPTZ,
             chunk_size INTEGER NOT NULL CHECK (chunk_size > 0),
             next_seq BIGINT NOT NULL DEFAULT 0,
             next_chunk BIGINT NOT NULL DEFAULT 0,
@@ -95,8 +96,9 @@ enum SharedRunSchema {
         )
         """,
         "CREATE INDEX IF NOT EXISTS imgpipe_item_chunk ON imgpipe_item (run_id, chunk, seq)",
-        // `status` counts failures by reason over failed items alone.
+        // `status` counts failures and skips by reason over those items alone.
         "CREATE INDEX IF NOT EXISTS imgpipe_item_failed ON imgpipe_item (run_id, reason) WHERE status = 'failed'",
+        "CREATE INDEX IF NOT EXISTS imgpipe_item_skipped ON imgpipe_item (run_id, reason) WHERE status = 'skipped'",
         """
         CREATE TABLE IF NOT EXISTS imgpipe_worker (
             run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,

@@ -136,7 +136,8 @@ public final class SharedWorker: @unchecked Sendable {
         let finished = counts.feedComplete && counts.chunksPending == 0 && counts.chunksLeased == 0
         if finished {
             try threads.recorderRun.connection.execute(
-                "UPDATE imgpipe_run SET state = 'finished' WHERE id = $1 AND state = 'running'", [String(run.runId)])
+                "UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1 AND state = 'running'",
+                [String(run.runId)])
         }
         let mine = recorder.tally()
         let interrupted = summary?.interrupted ?? true
@@ -393,17 +394,17 @@ final class ChunkFeed: Feed, @unchecked Sendable {
         // less and less often, up to four times a second (the end of the run is noticed
         // within a quarter of a second; the question is a sum over the chunk rows).
         var pause = 0.02
+        var claimedBefore: Set<Int64> = []
         while !stopping.isCancelled {
             if let chunk = try patiently({ try shared.claim(1).first }) {
                 pause = 0.02
                 let items = try patiently { try shared.items(of: chunk) }
                 ledger.add(chunk, items: items)
+                // Only a chunk this worker held before can have items in its scratch run.
+                let again = !claimedBefore.insert(chunk.id).inserted
                 for item in items {
-                    switch recorder.endedHere(item.key) {
-                    case .ended?: continue
-                    case .underWay?: continue
-                    case nil: guard try body(item.item.fromSharedState(environment)) else { return }
-                    }
+                    if again, recorder.endedHere(item.key) != nil { continue }
+                    guard try body(item.item.fromSharedState(environment)) else { return }
                 }
                 ledger.allGiven(chunk)
                 continue
@@ -445,6 +446,16 @@ final class Recorder: RunReporter, @unchecked Sendable {
     private let scratch: RunStore
     private let redact: @Sendable (String) -> String
     private let queue = Mutex<[(chunk: SharedRun.Chunk, key: String, outcome: SharedRun.Outcome)]>([])
+    /// The scratch run's id and its outputs' formats, read once.
+    private let local = Mutex<(run: Int64, formats: [String: String])?>(nil)
+
+    private func localRun() throws -> (run: Int64, formats: [String: String])? {
+        if let known = local.withLock({ $0 }) { return known }
+        guard let run = try scratch.latestRun() else { return nil }
+        let found = (run.id, RunStore.outputFormats(ofDocument: run.document))
+        local.withLock { $0 = found }
+        return found
+    }
     private let counts = Mutex<(done: Int, failed: Int, skipped: Int, unrecorded: Int)>((0, 0, 0, 0))
 
     init(reporter: any RunReporter, ledger: ChunkLedger, scratch: RunStore, redact: @escaping @Sendable (String) -> String) {
@@ -460,7 +471,7 @@ final class Recorder: RunReporter, @unchecked Sendable {
     /// for the chunk the ledger now holds it under) or still under way (it will end by
     /// itself); nil when it never had it.
     func endedHere(_ key: String) -> LocalState? {
-        guard let run = try? scratch.latestRun()?.id, let item = try? scratch.item(runId: run, key: key) else { return nil }
+        guard let run = try? localRun()?.run, let item = try? scratch.item(runId: run, key: key) else { return nil }
         let outcome: ItemOutcome
         switch item.status {
         case .done: outcome = .done
@@ -498,10 +509,10 @@ final class Recorder: RunReporter, @unchecked Sendable {
             let chunk = entries[0].chunk
             do {
                 // Each item's outputs and deliveries go with its end, for `export`.
-                let localRun = try scratch.latestRun()?.id
+                let local = try localRun()
                 let outcomes = entries.map { entry -> SharedRun.Outcome in
                     var record: ExportRecord?
-                    if let localRun { try? scratch.exportRecords(runId: localRun, key: entry.key) { record = $0 } }
+                    if let local { try? scratch.exportRecords(runId: local.run, key: entry.key, formats: local.formats) { record = $0 } }
                     return entry.outcome.with(record)
                 }
                 try shared.record(outcomes, in: chunk)

@@ -41,11 +41,15 @@ extension RunStore {
     /// with status `only`), streamed from one read transaction through a cursor: memory
     /// stays flat however many items the run has. Each item's outputs and deliveries are
     /// read with two indexed lookups.
-    /// `key` narrows it to that one item (a shared run's worker copies each item's record).
-    public func exportRecords(runId: Int64, only: ItemStatus? = nil, key: String? = nil,
+    /// `key` narrows it to that one item (a shared run's worker copies each item's record),
+    /// and `formats` (each output's format by id, `outputFormats(ofDocument:)`), when given,
+    /// saves reading the run's pipeline document again for every item.
+    public func exportRecords(runId: Int64, only: ItemStatus? = nil, key: String? = nil, formats: [String: String]? = nil,
                               _ body: (ExportRecord) throws -> Void) throws {
-        guard let run = try self.run(id: runId) else { throw StoreError("no run #\(runId)") }
-        let formats = Self.outputFormats(ofDocument: run.document)
+        let formats = try formats ?? {
+            guard let run = try self.run(id: runId) else { throw StoreError("no run #\(runId)") }
+            return Self.outputFormats(ofDocument: run.document)
+        }()
         try database.read { db in
             var sql = """
                 SELECT key, location, status, reason, message, attempts, tier, metadata FROM item WHERE runId = ?

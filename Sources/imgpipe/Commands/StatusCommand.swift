@@ -183,6 +183,13 @@ struct StatusCommand: ParsableCommand {
             Console.out("  failures: " + status.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
                 .joined(separator: ", "))
         }
+        if !status.skipsByReason.isEmpty {
+            Console.out("  skipped: " + status.skipsByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                .joined(separator: ", "))
+        }
+        for failure in status.failures.prefix(20) {
+            Console.out("  failed: \(failure.key): \(failure.reason): \(failure.message)")
+        }
         Console.out("  chunks: \(status.chunks.pending) pending, \(status.chunks.leased) leased, \(status.chunks.done) done")
         for worker in status.workers {
             Console.out("  worker \(worker.name): last heartbeat \(Int(worker.lastHeartbeatSecondsAgo.rounded())) s ago, "
