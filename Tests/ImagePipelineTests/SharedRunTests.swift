@@ -69,8 +69,13 @@ final class SharedRunTests: @unchecked Sendable {
             #expect(error.description.contains("password authentication failed"), "\(error)")
             #expect(!error.description.contains("not-the-Password"))
         }
-        let rows = try PostgresConnection(url: url).execute("SELECT $1::int + 1 AS n, $2::text AS t", ["41", "a'b\"c"])
+        let rows = try PostgresConnection(url: url).execute(
+            "SELECT $1::int + 1 AS n, $2::text AS t, ($3::text[])[1] AS first, ($3::text[])[2] IS NULL AS second, ($3::text[])[3] AS third",
+            ["41", "a'b\"c", postgresTextArray(["x\u{0}y", nil, "{\\\"}"])])
         #expect(rows.first?["n"] == "42" && rows.first?["t"] == "a'b\"c")
+        // Quotes, backslashes and braces survive the array literal; a NUL cannot cut it short.
+        #expect(rows.first?["first"] == "x\u{FFFD}y" && rows.first?.bool("second") == true && rows.first?["third"] == "{\\\"}",
+                "\(rows.first.map { [$0["first"], $0["third"]] } ?? [])")
     }
 
     // MARK: - joining a run

@@ -187,8 +187,13 @@ public final class PostgresConnection: @unchecked Sendable {
         }
     }
 
+    /// C strings of `parameters`. PostgreSQL's text holds no NUL character (and a C string
+    /// would end there, cutting an array literal short so that every retry failed the same
+    /// way): a NUL, which a third-party feed's JSON can carry, becomes U+FFFD.
     private func withParameterPointers<R>(_ parameters: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
-        let owned: [UnsafeMutablePointer<CChar>?] = parameters.map { $0.map { strdup($0) } }
+        let owned: [UnsafeMutablePointer<CChar>?] = parameters.map { parameter in
+            parameter.map { strdup($0.contains("\u{0}") ? $0.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}") : $0) }
+        }
         defer { for pointer in owned { free(pointer) } }
         return body(owned.map { $0.map { UnsafePointer($0) } })
     }
