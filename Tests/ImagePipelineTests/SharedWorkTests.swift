@@ -210,8 +210,9 @@ final class SharedWorkTests: @unchecked Sendable {
         let refused = try ImgpipeBinary.run(["work", "pipe.json", "--state", wrong], in: work.path)
         #expect(refused.status == 2 && refused.stderr.contains("password authentication failed"), "\(refused.stderr)")
         #expect(!refused.stderr.contains("Wrong-Secret-42") && !refused.stdout.contains("Wrong-Secret-42"))
-        let run = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: ["IMGPIPE_STATE": url])
-        #expect(run.status == 2 && run.stderr.contains("imgpipe:***@") && !run.stderr.contains(cluster.password), "\(run.stderr)")
+        let thumbnail = try ImgpipeBinary.run(["thumbnail", "in", "--to", "thumbs"], in: work.path, environment: ["IMGPIPE_STATE": url])
+        #expect(thumbnail.status == 2 && thumbnail.stderr.contains("imgpipe:***@") && !thumbnail.stderr.contains(cluster.password),
+                "\(thumbnail.stderr)")
     }
 
     // MARK: - one lister
@@ -386,5 +387,32 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(try failed.jsonLines().map { $0["key"] as? String } == ["bad.jpg"])
         // A worker started after the end exits as the run ended: 1, failed items.
         #expect(try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path).status == 1)
+    }
+
+    @Test func runAndResumeTakeAPostgresStateWithTheirOwnRules() throws {
+        let server = try UploadServer(mode: .slow(0.2))
+        try images(12)
+        try pipeline(server, uploads: 1)
+        let environment = ["IMGPIPE_STATE": url]
+        // Interrupted: `run` again refuses the unfinished run, `resume` finishes it.
+        let first = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path, environment: environment)
+        waitUntil { server.uploads.count >= 2 }
+        first.signal(SIGTERM)
+        #expect(first.wait().status == 130)
+        let again = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: environment)
+        #expect(again.status == 2 && again.stderr.contains("is unfinished"), "\(again.stderr)")
+        #expect(try ImgpipeBinary.run(["run", "pipe.json", "--limit", "3"], in: work.path, environment: environment).status == 2)
+        server.mode = .normal
+        let resumed = try ImgpipeBinary.run(["resume", "pipe.json"], in: work.path, environment: environment)
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(try status()["done"] as? Int == 12 && server.uploads.count == 12)
+        let nothing = try ImgpipeBinary.run(["resume", "pipe.json"], in: work.path, environment: environment)
+        #expect(nothing.status == 2 && nothing.stderr.contains("no unfinished run"), "\(nothing.stderr)")
+        // After the end, `run` starts a new run (its own UUID: uploaded again under new keys).
+        let second = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: environment)
+        #expect(second.status == 0, "\(second.stderr)")
+        let report = try status()
+        #expect(report["run"] as? Int == 2 && report["done"] as? Int == 12)
+        #expect(server.uploads.count == 24)
     }
 }

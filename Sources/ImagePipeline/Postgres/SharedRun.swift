@@ -81,6 +81,10 @@ public final class SharedRun: @unchecked Sendable {
         case runFinished(id: Int64)
         /// The run was made by a worker whose outputs would differ (versions, filters).
         case fingerprintDiffers(id: Int64, fields: [String])
+        /// `run` found an unfinished run (`run --new` abandons it; `resume` or `work` joins it).
+        case unfinishedRun(id: Int64)
+        /// `resume` found no unfinished run.
+        case nothingToResume
 
         public var description: String {
             switch self {
@@ -88,6 +92,11 @@ public final class SharedRun: @unchecked Sendable {
             case .listerLeaseLost: return "the lister's lease was lost: another worker lists the feed now"
             case let .runFinished(id):
                 return "run #\(id) of this pipeline already finished; `imgpipe work --new` (one worker) starts another"
+            case let .unfinishedRun(id):
+                return "run #\(id) of this pipeline is unfinished: continue it with `imgpipe resume` or `imgpipe work`, "
+                    + "or pass --new to abandon it and start over"
+            case .nothingToResume:
+                return "no unfinished run of this pipeline to resume; start one with `imgpipe run` or `imgpipe work`"
             case let .fingerprintDiffers(id, fields):
                 return "run #\(id) was started with a different \(fields.joined(separator: ", ")): "
                     + "this worker would not make the same bytes, so it does not join"
@@ -95,15 +104,26 @@ public final class SharedRun: @unchecked Sendable {
         }
     }
 
-    /// Makes the tables if needed, then joins the latest run of `pipelineName` that has
-    /// not finished, or creates the first one. Workers that race here serialise on an
-    /// advisory lock per pipeline: exactly one creates the run, the others join it; none
-    /// starts a second run after the first finished.
-    ///
-    /// `startNew` (`imgpipe work --new`) starts a new run when the latest has finished (an
-    /// unfinished one is still joined, so workers racing with it make one run too).
+    /// Which run a worker takes part in.
+    public enum Joining: Sendable, Equatable {
+        /// `work`: the latest unfinished run, else the first (a finished one is not started again).
+        case work
+        /// `work --new`: as `work`, and a new run when the latest has finished.
+        case workOrAfterFinished
+        /// `run`: a new run; an unfinished one refuses (`unfinishedRun`) unless `replace`
+        /// abandons it (`run --new`).
+        case fresh(replace: Bool)
+        /// `resume`: the latest unfinished run; refuses (`nothingToResume`) when there is none.
+        case resume
+    }
+
+    /// Makes the tables if needed, then takes part in a run of `pipelineName` as `joining`
+    /// says. Workers that race here serialise on an advisory lock per pipeline: with `work`
+    /// exactly one creates the run and the others join it; none starts a second run after
+    /// the first finished (an unfinished one is joined even with `--new`, so workers racing
+    /// with it make one run too).
     public init(connection: PostgresConnection, pipelineName: String, fingerprint: [String: String],
-                chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil, startNew: Bool = false) throws {
+                chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil, joining: Joining = .work) throws {
         self.connection = connection
         self.leaseSeconds = leaseSeconds
         // host:pid and a nonce: a container restarted in place is pid 1 on the same host
@@ -117,7 +137,22 @@ public final class SharedRun: @unchecked Sendable {
                 SELECT id, uuid, state, fingerprint, chunk_size FROM imgpipe_run
                 WHERE pipeline_name = $1 AND state <> 'abandoned' ORDER BY id DESC LIMIT 1
                 """, [pipelineName]).first
-            if let latest, !(startNew && latest["state"] == "finished") {
+            let unfinished = latest.flatMap { $0["state"] == "finished" ? nil : $0 }
+            switch joining {
+            case .resume where unfinished == nil: throw SharedRunError.nothingToResume
+            case let .fresh(replace) where unfinished != nil:
+                let id = unfinished?.int("id") ?? 0
+                guard replace else { throw SharedRunError.unfinishedRun(id: id) }
+                try connection.execute("UPDATE imgpipe_run SET state = 'abandoned' WHERE id = $1", [String(id)])
+            default: break
+            }
+            let joins: Bool
+            switch joining {
+            case .work: joins = latest != nil
+            case .workOrAfterFinished, .resume: joins = unfinished != nil
+            case .fresh: joins = false
+            }
+            if joins, let latest {
                 let id = latest.int("id") ?? 0
                 if latest["state"] == "finished" { throw SharedRunError.runFinished(id: id) }
                 let recorded = (try? JSONDecoder().decode([String: String].self, from: Data((latest["fingerprint"] ?? "").utf8))) ?? [:]

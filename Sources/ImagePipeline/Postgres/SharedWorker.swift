@@ -25,8 +25,8 @@ public final class SharedWorker: @unchecked Sendable {
         public var chunkSize = 500
         public var leaseSeconds: Double = 60
         public var heartbeatSeconds: Double = 10
-        /// Start a new run when the latest has finished (`--new`).
-        public var startNew = false
+        /// Which run to take part in (`work`, `work --new`, `run`, `resume`).
+        public var joining = SharedRun.Joining.work
         public var runner = PipelineRunner.Options()
         public init() {}
     }
@@ -77,7 +77,7 @@ public final class SharedWorker: @unchecked Sendable {
         run = try SharedRun(connection: PostgresConnection(url: url, idleInTransactionTimeoutSeconds: Self.transactionLimit(options)),
                             pipelineName: pipeline.spec.name,
                             fingerprint: Self.fingerprint(of: pipeline.spec), chunkSize: options.chunkSize,
-                            leaseSeconds: options.leaseSeconds, startNew: options.startNew)
+                            leaseSeconds: options.leaseSeconds, joining: options.joining)
     }
 
     /// How long a worker's session may sit idle inside a transaction (and half of it, wait

@@ -7,7 +7,7 @@ struct PipelineOptions: ParsableArguments {
     @Argument(help: "The pipeline file (JSON).", completion: .file(extensions: ["json"]))
     var pipeline: String
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory, or beside the pipeline file when it is there), or a postgres:// URL (imgpipe work, status, export). Also IMGPIPE_STATE.",
+    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory, or beside the pipeline file when it is there), or a postgres:// URL (work, run, resume, status, export). Also IMGPIPE_STATE.",
             completion: .file(extensions: ["sqlite"]))
     var state: String?
 
@@ -65,13 +65,14 @@ enum StateFiles {
     }
 
     /// The explicit state, refused when it is a PostgreSQL URL: the commands that call this
-    /// read and write a SQLite state file (`imgpipe work`, `status` and `export` take either).
+    /// read and write a SQLite state file (`work`, `run`, `resume`, `status` and `export`
+    /// take either, and look at the URL before they get here).
     static func sqlite(_ option: String?) throws -> String? {
         guard let given = explicit(option) else { return nil }
         if case let .postgres(url) = StateLocation(given) {
             throw CommandError.usage("\(StateLocation.postgres(url: url).displayed): this command needs a SQLite state file; "
-                                     + "a run shared through PostgreSQL is worked on with `imgpipe work`, shown by `imgpipe status` "
-                                     + "and exported by `imgpipe export`")
+                                     + "a run shared through PostgreSQL is taken by `imgpipe work`, `run`, `resume`, `status` "
+                                     + "and `export`")
         }
         return given
     }

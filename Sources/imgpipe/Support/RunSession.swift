@@ -12,6 +12,7 @@ struct RunSession {
     let json: Bool
 
     func perform(_ mode: RunMode) throws {
+        if case let .postgres(url)? = options.stateLocation { return try performShared(mode, url: url) }
         var spec = try options.loadSpec()
         workers.apply(to: &spec)
         let environment = Environment()
@@ -78,6 +79,23 @@ struct RunSession {
         report(summary, pipeline: options.pipeline)
         if summary.interrupted { throw Exit.interrupted }
         if summary.failed > 0 || summary.listingError != nil { throw Exit.failedItems }
+    }
+
+    /// `run` and `resume` of a run shared through PostgreSQL: this process takes part as one
+    /// worker (others join with `imgpipe work`), with `work`'s defaults for chunks and leases.
+    private func performShared(_ mode: RunMode, url: String) throws {
+        var settings = SharedWorker.Options()
+        switch mode {
+        case let .fresh(limit, replace):
+            if limit != nil { throw CommandError.usage("--limit is not taken with a PostgreSQL state (a shared run lists its whole feed)") }
+            settings.joining = .fresh(replace: replace)
+        case let .resume(retryFailed, refreshFeed):
+            if retryFailed || refreshFeed {
+                throw CommandError.usage("--retry-failed and --refresh-feed are not taken with a PostgreSQL state yet")
+            }
+            settings.joining = .resume
+        }
+        try SharedSession(options: options, workers: workers, quiet: quiet, json: json, url: url, settings: settings).perform()
     }
 
     private func report(_ summary: RunSummary, pipeline: String) {
