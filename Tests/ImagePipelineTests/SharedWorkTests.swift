@@ -387,6 +387,14 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(try failed.jsonLines().map { $0["key"] as? String } == ["bad.jpg"])
         // A worker started after the end exits as the run ended: 1, failed items.
         #expect(try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path).status == 1)
+
+        // The file mended, resume --retry-failed reopens the run and does that item alone.
+        try ImageFixtures.jpeg(at: work.url("in/bad.jpg"), width: 64, height: 48)
+        let retried = try ImgpipeBinary.run(["resume", "pipe.json", "--state", url, "--retry-failed"], in: work.path)
+        #expect(retried.status == 0, "\(retried.stdout)\(retried.stderr)")
+        let after = try status()
+        #expect(after["done"] as? Int == 6 && after["failed"] as? Int == 0 && after["state"] as? String == "finished", "\(after)")
+        #expect(server.uploads.count == 6, "only the mended item was uploaded again")
     }
 
     @Test func runAndResumeTakeAPostgresStateWithTheirOwnRules() throws {
@@ -407,7 +415,7 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(resumed.status == 0, "\(resumed.stderr)")
         #expect(try status()["done"] as? Int == 12 && server.uploads.count == 12)
         let nothing = try ImgpipeBinary.run(["resume", "pipe.json"], in: work.path, environment: environment)
-        #expect(nothing.status == 2 && nothing.stderr.contains("no unfinished run"), "\(nothing.stderr)")
+        #expect(nothing.status == 0 && nothing.stdout.contains("already finished: 12 done"), "as resume of a finished state file: \(nothing.stdout)")
         // After the end, `run` starts a new run (its own UUID: uploaded again under new keys).
         let second = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: environment)
         #expect(second.status == 0, "\(second.stderr)")

@@ -114,7 +114,9 @@ public final class SharedRun: @unchecked Sendable {
         /// abandons it (`run --new`).
         case fresh(replace: Bool)
         /// `resume`: the latest unfinished run; refuses (`nothingToResume`) when there is none.
-        case resume
+        /// `retryFailed` (`--retry-failed`) first puts the failed items of its finished chunks
+        /// back to pending, reopening a finished run that has failures.
+        case resume(retryFailed: Bool)
     }
 
     /// Makes the tables if needed, then takes part in a run of `pipelineName` as `joining`
@@ -137,9 +139,14 @@ public final class SharedRun: @unchecked Sendable {
                 SELECT id, uuid, state, fingerprint, chunk_size FROM imgpipe_run
                 WHERE pipeline_name = $1 AND state <> 'abandoned' ORDER BY id DESC LIMIT 1
                 """, [pipelineName]).first
-            let unfinished = latest.flatMap { $0["state"] == "finished" ? nil : $0 }
+            var unfinished = latest.flatMap { $0["state"] == "finished" ? nil : $0 }
+            if case .resume(retryFailed: true) = joining, let latest, try Self.requeueFailed(runId: latest.int("id") ?? 0, on: connection) > 0 {
+                unfinished = latest
+            }
             switch joining {
-            case .resume where unfinished == nil: throw SharedRunError.nothingToResume
+            case .resume where unfinished == nil:
+                if let latest { throw SharedRunError.runFinished(id: latest.int("id") ?? 0) }
+                throw SharedRunError.nothingToResume
             case let .fresh(replace) where unfinished != nil:
                 let id = unfinished?.int("id") ?? 0
                 guard replace else { throw SharedRunError.unfinishedRun(id: id) }
@@ -154,7 +161,7 @@ public final class SharedRun: @unchecked Sendable {
             }
             if joins, let latest {
                 let id = latest.int("id") ?? 0
-                if latest["state"] == "finished" { throw SharedRunError.runFinished(id: id) }
+                if latest["state"] == "finished" && unfinished == nil { throw SharedRunError.runFinished(id: id) }
                 let recorded = (try? JSONDecoder().decode([String: String].self, from: Data((latest["fingerprint"] ?? "").utf8))) ?? [:]
                 let differing = Set(recorded.keys).union(fingerprint.keys).sorted().filter { recorded[$0] != fingerprint[$0] }
                 if !differing.isEmpty { throw SharedRunError.fingerprintDiffers(id: id, fields: differing) }
@@ -172,6 +179,28 @@ public final class SharedRun: @unchecked Sendable {
             INSERT INTO imgpipe_worker (run_id, name) VALUES ($1, $2)
             ON CONFLICT (run_id, name) DO UPDATE SET heartbeat_at = now()
             """, [String(runId), self.worker])
+    }
+
+    /// Puts the failed items of the run's finished chunks back to pending (their chunks
+    /// pending again, their counters down) and reopens the run; returns how many. Items of
+    /// chunks still pending or leased are left: a worker may be ending them now.
+    static func requeueFailed(runId: Int64, on connection: PostgresConnection) throws -> Int {
+        let run = String(runId)
+        let requeued = try connection.execute("""
+            WITH requeued AS (
+                UPDATE imgpipe_item SET status = 'pending', reason = NULL, message = NULL, detail = NULL
+                WHERE run_id = $1 AND status = 'failed'
+                  AND chunk IN (SELECT id FROM imgpipe_chunk WHERE run_id = $1 AND state = 'done')
+                RETURNING chunk
+            ), per AS (SELECT chunk, count(*) AS n FROM requeued GROUP BY chunk)
+            UPDATE imgpipe_chunk c SET failed = c.failed - per.n, state = 'pending'
+            FROM per WHERE c.run_id = $1 AND c.id = per.chunk
+            RETURNING per.n
+            """, [run]).all.reduce(0) { $0 + Int($1.int("n") ?? 0) }
+        if requeued > 0 {
+            try connection.execute("UPDATE imgpipe_run SET state = 'running', finished_at = NULL WHERE id = $1", [run])
+        }
+        return requeued
     }
 
     private init(sibling of: SharedRun, connection: PostgresConnection) {

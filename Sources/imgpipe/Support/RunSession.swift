@@ -90,10 +90,8 @@ struct RunSession {
             if limit != nil { throw CommandError.usage("--limit is not taken with a PostgreSQL state (a shared run lists its whole feed)") }
             settings.joining = .fresh(replace: replace)
         case let .resume(retryFailed, refreshFeed):
-            if retryFailed || refreshFeed {
-                throw CommandError.usage("--retry-failed and --refresh-feed are not taken with a PostgreSQL state yet")
-            }
-            settings.joining = .resume
+            if refreshFeed { throw CommandError.usage("--refresh-feed is not taken with a PostgreSQL state yet") }
+            settings.joining = .resume(retryFailed: retryFailed)
         }
         try SharedSession(options: options, workers: workers, quiet: quiet, json: json, url: url, settings: settings).perform()
     }

@@ -31,14 +31,15 @@ struct SharedSession {
             try FileManager.default.createDirectory(atPath: scratchFolder, withIntermediateDirectories: true)
             worker = try SharedWorker(pipeline: pipeline, url: url, scratchState: scratch, reporter: reporter,
                                       logger: options.logging.logger(), options: settings)
-        } catch let SharedRun.SharedRunError.runFinished(id) where settings.joining == .work {
+        } catch let SharedRun.SharedRunError.runFinished(id) {
             // Nothing to do is not a failure: a worker restarted after the others finished
             // (a Kubernetes pod, a Slurm requeue) ends as they did, 0, or 1 with failed items.
             let status = try? SharedStatus.latest(at: url, pipelineName: spec.name)
             let failed = status?.failed ?? 0
             if !quiet && !json {
                 Console.out("run #\(id) already finished" + (status.map { ": \($0.done) done, \($0.skipped) skipped, \($0.failed) failed" } ?? "")
-                            + "; nothing to do (`imgpipe work --new` starts another run)")
+                            + "; nothing to do (`imgpipe work --new` starts another run"
+                            + (failed > 0 ? "; `imgpipe resume --retry-failed` tries the failed items again)" : ")"))
             }
             if failed > 0 { throw Exit.failedItems }
             return
