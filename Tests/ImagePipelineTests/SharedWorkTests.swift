@@ -422,5 +422,26 @@ final class SharedWorkTests: @unchecked Sendable {
         let report = try status()
         #expect(report["run"] as? Int == 2 && report["done"] as? Int == 12)
         #expect(server.uploads.count == 24)
+        // status --run N and --runs read any run of the database.
+        let runOne = try ImgpipeBinary.run(["status", "pipe.json", "--state", url, "--run", "1", "--json"], in: work.path)
+        #expect((try JSONSerialization.jsonObject(with: Data(runOne.stdout.utf8)) as? [String: Any])?["run"] as? Int == 1)
+        #expect(try ImgpipeBinary.run(["status", "pipe.json", "--state", url, "--run", "999"], in: work.path).status == 2)
+        let list = try ImgpipeBinary.run(["status", "pipe.json", "--state", url, "--runs"], in: work.path)
+        #expect(list.stdout.contains("run #2 of pipe: finished") && list.stdout.contains("run #1 of pipe: finished"), "\(list.stdout)")
+    }
+
+    @Test func workersOfARunAbandonedByRunNewStop() throws {
+        let server = try UploadServer(mode: .slow(0.3))
+        try images(12)
+        try pipeline(server, uploads: 1)
+        let worker = try worker(["--heartbeat", "0.5", "--lease", "5"])
+        waitUntil { server.uploads.count >= 1 }
+        server.mode = .normal
+        let replaced = try ImgpipeBinary.run(["run", "pipe.json", "--state", url, "--new"], in: work.path)
+        #expect(replaced.status == 0, "\(replaced.stderr)")
+        let old = worker.wait()
+        #expect(old.status == 1 && old.stderr.contains("was abandoned"), "\(old.stdout)\(old.stderr)")
+        let runs = try database().execute("SELECT id, state FROM imgpipe_run ORDER BY id").all.map { "\($0["id"]!)=\($0["state"]!)" }
+        #expect(runs == ["1=abandoned", "2=finished"])
     }
 }

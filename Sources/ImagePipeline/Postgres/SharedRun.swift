@@ -98,8 +98,9 @@ public final class SharedRun: @unchecked Sendable {
             case .nothingToResume:
                 return "no unfinished run of this pipeline to resume; start one with `imgpipe run` or `imgpipe work`"
             case let .fingerprintDiffers(id, fields):
-                return "run #\(id) was started with a different \(fields.joined(separator: ", ")): "
-                    + "this worker would not make the same bytes, so it does not join"
+                return "run #\(id) of this pipeline's name was made with other \(fields.joined(separator: ", ")): "
+                    + "this worker would not make the same bytes, so it does not join (`imgpipe run --new` abandons an "
+                    + "unfinished run and starts one of this pipeline; `imgpipe work --new` does after a finished one)"
             }
         }
     }
@@ -161,10 +162,12 @@ public final class SharedRun: @unchecked Sendable {
             }
             if joins, let latest {
                 let id = latest.int("id") ?? 0
-                if latest["state"] == "finished" && unfinished == nil { throw SharedRunError.runFinished(id: id) }
+                // Checked first, finished or not: a run of other filters, or of a pipeline of the
+                // same name, is not this pipeline's run to join, nor its "nothing to do".
                 let recorded = (try? JSONDecoder().decode([String: String].self, from: Data((latest["fingerprint"] ?? "").utf8))) ?? [:]
                 let differing = Set(recorded.keys).union(fingerprint.keys).sorted().filter { recorded[$0] != fingerprint[$0] }
                 if !differing.isEmpty { throw SharedRunError.fingerprintDiffers(id: id, fields: differing) }
+                if latest["state"] == "finished" && unfinished == nil { throw SharedRunError.runFinished(id: id) }
                 return latest
             }
             return try connection.execute("""
@@ -281,6 +284,11 @@ public final class SharedRun: @unchecked Sendable {
             WHERE id = $1 AND lister = $2 AND lister_expires > now()
             """, [run, worker, lease])
         return Dictionary(uniqueKeysWithValues: held.all.map { ($0.int("id") ?? 0, $0.int("token") ?? 0) })
+    }
+
+    /// The run's state (`running`, `finished`, `abandoned`, …).
+    public func state() throws -> String? {
+        try connection.execute("SELECT state FROM imgpipe_run WHERE id = $1", [run]).first?["state"]
     }
 
     /// Puts back every chunk of the run whose lease expired; the state check is in the
@@ -526,8 +534,20 @@ public struct SharedStatus: Sendable, Encodable {
     public let chunks: Chunks
     public let workers: [Worker]
 
-    /// The latest run of `pipelineName` (of any pipeline when nil); nil when there is none.
-    public static func latest(at url: String, pipelineName: String?) throws -> SharedStatus? {
+    /// The latest run of `pipelineName` (of any pipeline when nil), or run `runNumber`; nil
+    /// when there is none.
+    /// Every run of `pipelineName` (of any when nil), newest first: number, state, start.
+    public static func runs(at url: String, pipelineName: String?) throws -> [(run: Int64, pipeline: String, state: String, startedAt: String)] {
+        let connection = try PostgresConnection(url: url)
+        defer { connection.close() }
+        guard try connection.execute("SELECT to_regclass('imgpipe_run') IS NOT NULL AS present").first?.bool("present") == true else { return [] }
+        return try connection.execute("""
+            SELECT id, pipeline_name, state, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started
+            FROM imgpipe_run WHERE ($1::text IS NULL OR pipeline_name = $1) ORDER BY id DESC
+            """, [pipelineName]).all.map { ($0.int("id") ?? 0, $0["pipeline_name"] ?? "", $0["state"] ?? "", $0["started"] ?? "") }
+    }
+
+    public static func latest(at url: String, pipelineName: String?, runNumber: Int64? = nil) throws -> SharedStatus? {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
         let exists = try connection.execute("SELECT to_regclass('imgpipe_run') IS NOT NULL AS present").first?.bool("present") ?? false
@@ -537,8 +557,8 @@ public struct SharedStatus: Sendable, Encodable {
                    to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS finished,
                    extract(epoch FROM coalesce(finished_at, now()) - created_at) AS elapsed
             FROM imgpipe_run
-            WHERE ($1::text IS NULL OR pipeline_name = $1) ORDER BY id DESC LIMIT 1
-            """, [pipelineName]).first else { return nil }
+            WHERE ($1::text IS NULL OR pipeline_name = $1) AND ($2::bigint IS NULL OR id = $2::bigint) ORDER BY id DESC LIMIT 1
+            """, [pipelineName, runNumber.map(String.init)]).first else { return nil }
         let id = String(row.int("id") ?? 0)
         let counts = try SharedRun.counts(runId: row.int("id") ?? 0, on: connection)
         func byReason(_ status: String) throws -> [String: Int] {

@@ -25,6 +25,11 @@ public final class SharedWorker: @unchecked Sendable {
         public var chunkSize = 500
         public var leaseSeconds: Double = 60
         public var heartbeatSeconds: Double = 10
+        /// Called when the database stopped answering (a call hung, or heartbeats failed, for
+        /// a lease) and the worker has still not ended 10 s after being stopped: a libpq call
+        /// to a server that hangs without closing its connection cannot be cut short, so the
+        /// command line exits the process here (its leases run out; nothing is lost).
+        public var onStuck: (@Sendable (String) -> Void)?
         /// Which run to take part in (`work`, `work --new`, `run`, `resume`).
         public var joining = SharedRun.Joining.work
         public var runner = PipelineRunner.Options()
@@ -98,7 +103,13 @@ public final class SharedWorker: @unchecked Sendable {
         runner.withLock { $0 }?.interrupt(now: now)
     }
 
+    /// Set when `execute` has returned (the watchdog's hard stop no longer applies).
+    private let ended = Mutex(false)
+    /// The run was abandoned (`run --new`) under this worker.
+    private let abandoned = Mutex(false)
+
     public func execute() throws -> Summary {
+        defer { ended.withLock { $0 = true } }
         let started = Date()
         let store = try RunStore(path: scratchState)
         var runnerOptions = options.runner
@@ -121,6 +132,10 @@ public final class SharedWorker: @unchecked Sendable {
         }
         stopping.cancel()
         threads.forEach { $0.stop() }
+        if abandoned.withLock({ $0 }) {
+            for chunk in ledger.unfinished() { try? threads.recorderRun.handBack(chunk) }
+            throw SharedWorkerError("run #\(run.runId) was abandoned (`imgpipe run --new` started another): this worker stopped")
+        }
         // With the database out of reach nothing more can be written: the leases run out
         // and other workers take the chunks.
         if let lost = lostDatabase.withLock({ $0 }) { throw SharedWorkerError(lost) }
@@ -147,7 +162,10 @@ public final class SharedWorker: @unchecked Sendable {
             listingError.withLock { $0 = "claiming chunks failed: " + chunkError }
         }
         if !interrupted, mine.unrecorded == 0, summary?.failed == 0 {
-            try? FileManager.default.removeItem(atPath: scratchState)
+            for path in [scratchState, scratchState + "-wal", scratchState + "-shm",
+                         URL(fileURLWithPath: scratchState).deletingPathExtension().path + ".work"] {
+                try? FileManager.default.removeItem(atPath: path)
+            }
         }
         return Summary(run: run.runId, uuid: run.uuid, worker: run.worker, done: mine.done, failed: mine.failed,
                        skipped: mine.skipped, total: counts.items, runDone: counts.done, runFailed: counts.failed,
@@ -159,6 +177,7 @@ public final class SharedWorker: @unchecked Sendable {
     // MARK: - threads
 
     struct Threads {
+        /// Stopped in this order: the watchdog last, so a stop stuck in a hung call is still watched.
         let all: [LoopThread]
         /// The recorder's own connection, also used after the threads stopped.
         let recorderRun: SharedRun
@@ -185,6 +204,11 @@ public final class SharedWorker: @unchecked Sendable {
                     logger.warning("lease lost", metadata: ["chunk": "\(lost.id)"])
                     ledger.markLost(lost)
                 }
+                if try heartbeatRun.state() == "abandoned", !abandoned.withLock({ $0 }) {
+                    abandoned.withLock { $0 = true }
+                    reporter.notice("run #\(run.runId) was abandoned (`imgpipe run --new`): no new claims; stopping")
+                    interrupt()
+                }
                 let rescued = try heartbeatRun.rescueExpired()
                 if !rescued.isEmpty { logger.info("rescued expired leases", metadata: ["chunks": "\(rescued)"]) }
             } catch {
@@ -196,14 +220,24 @@ public final class SharedWorker: @unchecked Sendable {
         // stopped answering: once no heartbeat has landed for a lease while heartbeats were
         // failing, or one call has hung for a lease, stop at once. (A process that was only
         // paused, SIGSTOP, has neither: its next heartbeat finds which leases it lost.)
+        let fired = Mutex<Date?>(nil)
         let watchdog = LoopThread(name: "imgpipe.watchdog", every: 0.25) { [self] in
             let now = Date()
             let (started, failingSince) = attempt.withLock { $0 }
             let silent = now.timeIntervalSince(lastBeat.withLock { $0 }) > options.leaseSeconds
             let hung = started.map { now.timeIntervalSince($0) > options.leaseSeconds } ?? false
-            guard lostDatabase.withLock({ $0 }) == nil, (silent && failingSince != nil) || hung else { return }
+            if let lost = lostDatabase.withLock({ $0 }) {
+                // Stopped, yet still not ended: a call is hung in libpq.
+                if let firedAt = fired.withLock({ $0 }), now.timeIntervalSince(firedAt) > 10, !ended.withLock({ $0 }) {
+                    fired.withLock { $0 = .distantFuture }
+                    options.onStuck?(lost)
+                }
+                return
+            }
+            guard (silent && failingSince != nil) || hung else { return }
             lostDatabase.withLock { $0 = "no heartbeat reached the database for \(Int(options.leaseSeconds)) s "
                 + "(the lease): stopped without starting another upload" }
+            fired.withLock { $0 = now }
             interrupt(now: true)
         }
         let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1) { [self] in
@@ -216,7 +250,7 @@ public final class SharedWorker: @unchecked Sendable {
         let lister = LoopThread(name: "imgpipe.lister", every: max(0.5, options.heartbeatSeconds / 2)) { [self] in
             listIfNobodyDoes(using: listerRun)
         }
-        return Threads(all: [watchdog, heartbeat, recorderThread, lister], recorderRun: recorderRun)
+        return Threads(all: [heartbeat, recorderThread, lister, watchdog], recorderRun: recorderRun)
     }
 
     /// Lists the feed into the database when this worker can take the lister's lease,

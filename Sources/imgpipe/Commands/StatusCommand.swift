@@ -167,14 +167,23 @@ struct StatusCommand: ParsableCommand {
     /// The latest run of the pipeline (of any, without a pipeline file) in a shared database.
     private func sharedStatus(url: String) throws {
         let name = try pipeline.map { try PipelineOptions.loadSpec($0).name }
+        let place = StateLocation.postgres(url: url).displayed
         let status: SharedStatus?
         do {
-            status = try SharedStatus.latest(at: url, pipelineName: name)
+            if runs {
+                for run in try SharedStatus.runs(at: url, pipelineName: name) {
+                    Console.out("run #\(run.run) of \(run.pipeline): \(run.state), started \(run.startedAt)")
+                }
+                return
+            }
+            status = try SharedStatus.latest(at: url, pipelineName: name, runNumber: runNumber)
         } catch {
             throw CommandError.usage(StateLocation.masking(in: String(describing: error), url: url))
         }
-        let place = StateLocation.postgres(url: url).displayed
-        guard let status else { throw CommandError.usage("\(place) has no run" + (name.map { " of pipeline \($0)" } ?? "")) }
+        guard let status else {
+            throw CommandError.usage("\(place) has no run" + (runNumber.map { " #\($0)" } ?? "") + (name.map { " of pipeline \($0)" } ?? "")
+                                     + (runNumber != nil ? " (see --runs)" : ""))
+        }
         if json { return Console.json(status) }
         Console.out("run #\(status.run) of \(status.pipeline) in \(place): \(status.state)"
                     + (status.feedComplete ? "" : " (feed still being listed: \(status.pagesListed) pages so far)"))

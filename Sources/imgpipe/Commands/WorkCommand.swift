@@ -41,8 +41,10 @@ struct WorkCommand: ParsableCommand {
     var json = false
 
     func validate() throws {
-        guard chunkSize >= 1 else { throw ValidationError("--chunk-size must be 1 or more, got \(chunkSize)") }
-        guard lease >= 1 else { throw ValidationError("--lease must be at least 1 second, got \(lease)") }
+        guard (1 ... 1_000_000).contains(chunkSize) else {
+            throw ValidationError("--chunk-size must be from 1 to 1000000, got \(chunkSize)")
+        }
+        guard lease >= 1, lease <= 86_400 else { throw ValidationError("--lease must be from 1 to 86400 seconds, got \(lease)") }
         guard heartbeat > 0, heartbeat < lease else {
             throw ValidationError("--heartbeat must be more than 0 and less than --lease (\(lease)), got \(heartbeat)")
         }

@@ -22,6 +22,13 @@ struct SharedSession {
         }
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
+        var settings = settings
+        settings.onStuck = { message in
+            reporter.endLine()
+            FileHandle.standardError.write(Data(("error: \(message); a call to the database still hangs, so the process "
+                + "exits here (its leases run out and other workers take its chunks)\n").utf8))
+            _exit(1)
+        }
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
         let stem = URL(fileURLWithPath: options.pipeline).deletingPathExtension().lastPathComponent
         let scratchFolder = ".imgpipe/\(stem).workers"
