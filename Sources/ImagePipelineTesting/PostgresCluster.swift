@@ -36,7 +36,8 @@ public final class PostgresCluster: @unchecked Sendable {
         if getuid() == 0 { try Self.shell(["chown", "-R", "postgres:postgres", folder]) }
         try Self.asServerUser(["\(binaries)/initdb", "-D", folder + "/data", "-U", user, "--pwfile=\(passwordFile)",
                           "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--locale=C.UTF-8"])
-        port = try Self.freePort()
+        // A port free now: bound by a RefusingPort, read back, let go when it is freed.
+        port = try RefusingPort().port
         try Self.asServerUser(["\(binaries)/pg_ctl", "-D", folder + "/data", "-l", folder + "/server.log", "-w", "-t", "60",
                           "-o", "-h 127.0.0.1 -p \(port) -k \(folder) -c fsync=off -c synchronous_commit=off "
                               + "-c full_page_writes=off -c max_connections=200", "start"])
@@ -116,24 +117,6 @@ public final class PostgresCluster: @unchecked Sendable {
             .compactMap(Int.init).sorted()
         return versions.reversed().map { "\(root)/\($0)/bin" }
             .first { FileManager.default.isExecutableFile(atPath: "\($0)/initdb") && FileManager.default.isExecutableFile(atPath: "\($0)/postgres") }
-    }
-
-    /// A port nothing listens on now: bound to 0 on loopback, read back, closed.
-    private static func freePort() throws -> Int {
-        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0
-            }
-        }
-        guard bound else { throw ClusterError("no free port on 127.0.0.1") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     public struct ClusterError: Error, CustomStringConvertible {

@@ -39,12 +39,17 @@ final class SharedWorkTests: @unchecked Sendable {
             """, to: "pipe.json")
     }
 
+    /// The built binary on this test's pipeline and database (`--state` added).
+    func shared(_ arguments: [String]) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments + ["--state", url], in: work.path)
+    }
+
     func worker(_ extra: [String] = []) throws -> RunningCommand {
         try ImgpipeBinary.launch(["work", "pipe.json", "--state", url, "--chunk-size", "4"] + extra, in: work.path)
     }
 
     func status() throws -> [String: Any] {
-        let result = try ImgpipeBinary.run(["status", "pipe.json", "--state", url, "--json"], in: work.path)
+        let result = try shared(["status", "pipe.json", "--json"])
         #expect(result.status == 0, "\(result.stderr)")
         return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
     }
@@ -89,7 +94,7 @@ final class SharedWorkTests: @unchecked Sendable {
 
         // export reads the shared run: every item with its output and both deliveries,
         // against the files on disk and what the upload server keeps.
-        let exported = try ImgpipeBinary.run(["export", "pipe.json", "--state", url], in: work.path)
+        let exported = try shared(["export", "pipe.json"])
         #expect(exported.status == 0, "\(exported.stderr)")
         let records = try exported.jsonLines()
         #expect(records.count == 60)
@@ -111,15 +116,15 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(!exported.stdout.contains(cluster.password))
 
         // The run finished: working again does not start another.
-        let again = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
+        let again = try shared(["work", "pipe.json"])
         #expect(again.status == 0 && again.stdout.contains("already finished: 60 done") && server.uploads.count == 60,
                 "a worker restarted after the end does nothing and exits as the run ended: \(again.stdout)\(again.stderr)")
-        let text = try ImgpipeBinary.run(["status", "pipe.json", "--state", url], in: work.path)
+        let text = try shared(["status", "pipe.json"])
         #expect(text.stdout.contains("imgpipe:***@127.0.0.1") && !text.stdout.contains(cluster.password), "\(text.stdout)")
         #expect(text.stdout.contains("chunks: 0 pending, 0 leased, 15 done"), "\(text.stdout)")
 
         // --new starts another run once the latest has finished.
-        let next = try ImgpipeBinary.run(["work", "pipe.json", "--state", url, "--new", "--json"], in: work.path)
+        let next = try shared(["work", "pipe.json", "--new", "--json"])
         #expect(next.status == 0, "\(next.stderr)")
         let second = try next.decoded(SharedWorker.Summary.self)
         #expect(Int(second.run) != (report["run"] as? Int) && second.total == 60 && second.runDone == 60 && second.finished)
@@ -139,7 +144,7 @@ final class SharedWorkTests: @unchecked Sendable {
         let before = server.uploads.count
         #expect(before >= 4 && before < 24, "killed after \(before) uploads")
 
-        let second = try ImgpipeBinary.run(["work", "pipe.json", "--state", url, "--lease", "3", "--heartbeat", "0.5"], in: work.path)
+        let second = try shared(["work", "pipe.json", "--lease", "3", "--heartbeat", "0.5"])
         #expect(second.status == 0, "\(second.stderr)")
         Thread.sleep(forTimeInterval: 0.3) // an upload the killed worker had sent lands
         let uploads = server.uploads
@@ -160,7 +165,7 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(!held.isEmpty, "the stopped worker held a chunk")
 
         // Another worker waits out the lease, rescues the chunk and finishes the run.
-        let other = try ImgpipeBinary.run(["work", "pipe.json", "--state", url, "--lease", "3", "--heartbeat", "0.5"], in: work.path)
+        let other = try shared(["work", "pipe.json", "--lease", "3", "--heartbeat", "0.5"])
         #expect(other.status == 0, "\(other.stderr)")
         let tokens = try database().execute("SELECT id, token FROM imgpipe_chunk").all
         #expect(tokens.allSatisfy { $0["token"] == nil }, "every chunk done")
@@ -194,7 +199,7 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect((report["pending"] as? Int ?? 0) > 0)
 
         server.mode = .normal
-        let second = try ImgpipeBinary.run(["work", "pipe.json", "--state", url, "--lease", "600"], in: work.path)
+        let second = try shared(["work", "pipe.json", "--lease", "600"])
         #expect(second.status == 0, "\(second.stderr)")
         #expect(server.uploads.count == 24 && Set(server.uploads.compactMap(\.filename)).count == 24)
         #expect(try status()["done"] as? Int == 24)
@@ -278,10 +283,8 @@ final class SharedWorkTests: @unchecked Sendable {
 
         let cursor = try database().execute("SELECT feed_cursor FROM imgpipe_run").first?["feed_cursor"]
         #expect(cursor?.contains("\"key\":\"p") == true, "the cursor names the last key recorded: \(cursor ?? "-")")
-        let second = try ImgpipeBinary.launch(["work", "pipe.json", "--state", url, "--chunk-size", "4",
-                                               "--heartbeat", "0.5", "--lease", "2"], in: work.path, environment: [:])
         // The new lister asks for page 12 again; this time it answers at once.
-        let result = second.wait()
+        let result = try worker(["--heartbeat", "0.5", "--lease", "2"]).wait()
         #expect(result.status == 0, "\(result.stderr)")
         let expected = (1 ... 20).flatMap { page in (1 ... 4).map { "p\(page)-\($0)" } }
         #expect(try keysInFeedOrder() == expected, "no item twice, none lost, feed order kept across listers")
@@ -342,7 +345,7 @@ final class SharedWorkTests: @unchecked Sendable {
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             try work.write("partial", to: String(folder.dropFirst(work.path.count + 1)) + "/1-x.tmp")
         }
-        let result = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
+        let result = try shared(["work", "pipe.json"])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(FileManager.default.fileExists(atPath: other + "/1-x.tmp"), "another machine's worker may still be writing there")
         #expect(!FileManager.default.fileExists(atPath: deadHere), "a folder of a process of this machine that is gone is removed")
@@ -372,7 +375,7 @@ final class SharedWorkTests: @unchecked Sendable {
         try work.write("not a JPEG at all", to: "in/bad.jpg")
         let server = try UploadServer()
         try pipeline(server)
-        let result = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
+        let result = try shared(["work", "pipe.json"])
         #expect(result.status == 1, "finished with a failed item: \(result.stdout)\(result.stderr)")
         let report = try status()
         #expect(report["done"] as? Int == 5 && report["failed"] as? Int == 1 && report["state"] as? String == "finished")
@@ -381,16 +384,16 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(failures.count == 1 && failures.first?["key"] as? String == "bad.jpg" && failures.first?["reason"] as? String == "decode")
         #expect((report["startedAt"] as? String)?.hasSuffix("Z") == true && report["finishedAt"] is String)
         #expect((report["itemsPerSecond"] as? Double ?? 0) > 0)
-        let text = try ImgpipeBinary.run(["status", "pipe.json", "--state", url], in: work.path)
+        let text = try shared(["status", "pipe.json"])
         #expect(text.stdout.contains("failures: decode 1") && text.stdout.contains("failed: bad.jpg: decode:"), "\(text.stdout)")
-        let failed = try ImgpipeBinary.run(["export", "pipe.json", "--state", url, "--only", "failed"], in: work.path)
+        let failed = try shared(["export", "pipe.json", "--only", "failed"])
         #expect(try failed.jsonLines().map { $0["key"] as? String } == ["bad.jpg"])
         // A worker started after the end exits as the run ended: 1, failed items.
-        #expect(try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path).status == 1)
+        #expect(try shared(["work", "pipe.json"]).status == 1)
 
         // The file mended, resume --retry-failed reopens the run and does that item alone.
         try ImageFixtures.jpeg(at: work.url("in/bad.jpg"), width: 64, height: 48)
-        let retried = try ImgpipeBinary.run(["resume", "pipe.json", "--state", url, "--retry-failed"], in: work.path)
+        let retried = try shared(["resume", "pipe.json", "--retry-failed"])
         #expect(retried.status == 0, "\(retried.stdout)\(retried.stderr)")
         let after = try status()
         #expect(after["done"] as? Int == 6 && after["failed"] as? Int == 0 && after["state"] as? String == "finished", "\(after)")
@@ -423,10 +426,10 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(report["run"] as? Int == 2 && report["done"] as? Int == 12)
         #expect(server.uploads.count == 24)
         // status --run N and --runs read any run of the database.
-        let runOne = try ImgpipeBinary.run(["status", "pipe.json", "--state", url, "--run", "1", "--json"], in: work.path)
+        let runOne = try shared(["status", "pipe.json", "--run", "1", "--json"])
         #expect((try JSONSerialization.jsonObject(with: Data(runOne.stdout.utf8)) as? [String: Any])?["run"] as? Int == 1)
-        #expect(try ImgpipeBinary.run(["status", "pipe.json", "--state", url, "--run", "999"], in: work.path).status == 2)
-        let list = try ImgpipeBinary.run(["status", "pipe.json", "--state", url, "--runs"], in: work.path)
+        #expect(try shared(["status", "pipe.json", "--run", "999"]).status == 2)
+        let list = try shared(["status", "pipe.json", "--runs"])
         #expect(list.stdout.contains("run #2 of pipe: finished") && list.stdout.contains("run #1 of pipe: finished"), "\(list.stdout)")
     }
 
@@ -437,7 +440,7 @@ final class SharedWorkTests: @unchecked Sendable {
         let worker = try worker(["--heartbeat", "0.5", "--lease", "5"])
         waitUntil { server.uploads.count >= 1 }
         server.mode = .normal
-        let replaced = try ImgpipeBinary.run(["run", "pipe.json", "--state", url, "--new"], in: work.path)
+        let replaced = try shared(["run", "pipe.json", "--new"])
         #expect(replaced.status == 0, "\(replaced.stderr)")
         let old = worker.wait()
         #expect(old.status == 1 && old.stderr.contains("was abandoned"), "\(old.stdout)\(old.stderr)")

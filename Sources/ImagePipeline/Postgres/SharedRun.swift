@@ -222,6 +222,9 @@ public final class SharedRun: @unchecked Sendable {
     }
 
     private var run: String { String(runId) }
+
+    /// What a chunk that is not leased holds of a lease (the table's CHECK requires it).
+    static let noLease = "owner = NULL, token = NULL, lease_expires = NULL"
     private var lease: String { String(leaseSeconds) }
 
     // MARK: - claims and leases
@@ -286,6 +289,12 @@ public final class SharedRun: @unchecked Sendable {
         return Dictionary(uniqueKeysWithValues: held.all.map { ($0.int("id") ?? 0, $0.int("token") ?? 0) })
     }
 
+    /// Marks the run finished (once: a run another worker marked, or one abandoned, is left).
+    public func markFinished() throws {
+        try connection.execute("UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1 AND state = 'running'",
+                               [run])
+    }
+
     /// The run's state (`running`, `finished`, `abandoned`, …).
     public func state() throws -> String? {
         try connection.execute("SELECT state FROM imgpipe_run WHERE id = $1", [run]).first?["state"]
@@ -299,7 +308,7 @@ public final class SharedRun: @unchecked Sendable {
         // SKIP LOCKED: a chunk whose holder is inside a fenced write (even one stalled there)
         // is left for the next rescue instead of holding this worker up.
         try connection.execute("""
-            UPDATE imgpipe_chunk c SET state = 'pending', owner = NULL, token = NULL, lease_expires = NULL
+            UPDATE imgpipe_chunk c SET state = 'pending', \(Self.noLease)
             FROM (SELECT run_id, id FROM imgpipe_chunk
                   WHERE run_id = $1 AND state = 'leased' AND lease_expires < now() FOR UPDATE SKIP LOCKED) expired
             WHERE c.run_id = expired.run_id AND c.id = expired.id AND c.state = 'leased' AND c.lease_expires < now()
@@ -311,7 +320,7 @@ public final class SharedRun: @unchecked Sendable {
     /// hands its unfinished chunks to the others instead of letting the lease run out.
     public func handBack(_ chunk: Chunk) throws {
         let rows = try connection.execute("""
-            UPDATE imgpipe_chunk SET state = 'pending', owner = NULL, token = NULL, lease_expires = NULL
+            UPDATE imgpipe_chunk SET state = 'pending', \(Self.noLease)
             WHERE run_id = $1 AND id = $2 AND state = 'leased' AND owner = $3 AND token = $4
             """, [run, String(chunk.id), worker, String(chunk.token)])
         if rows.affected == 0 { throw SharedRunError.leaseLost(chunk: chunk.id) }
@@ -363,7 +372,7 @@ public final class SharedRun: @unchecked Sendable {
         try connection.transaction {
             try fence(chunk)
             let rows = try connection.execute("""
-                UPDATE imgpipe_chunk SET state = 'done', owner = NULL, token = NULL, lease_expires = NULL
+                UPDATE imgpipe_chunk SET state = 'done', \(Self.noLease)
                 WHERE run_id = $1 AND id = $2 AND done + failed + skipped >= items
                 """, [run, String(chunk.id)])
             return rows.affected == 1
@@ -540,7 +549,7 @@ public struct SharedStatus: Sendable, Encodable {
     public static func runs(at url: String, pipelineName: String?) throws -> [(run: Int64, pipeline: String, state: String, startedAt: String)] {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
-        guard try connection.execute("SELECT to_regclass('imgpipe_run') IS NOT NULL AS present").first?.bool("present") == true else { return [] }
+        guard try SharedRunSchema.exists(on: connection) else { return [] }
         return try connection.execute("""
             SELECT id, pipeline_name, state, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started
             FROM imgpipe_run WHERE ($1::text IS NULL OR pipeline_name = $1) ORDER BY id DESC
@@ -550,8 +559,7 @@ public struct SharedStatus: Sendable, Encodable {
     public static func latest(at url: String, pipelineName: String?, runNumber: Int64? = nil) throws -> SharedStatus? {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
-        let exists = try connection.execute("SELECT to_regclass('imgpipe_run') IS NOT NULL AS present").first?.bool("present") ?? false
-        guard exists, let row = try connection.execute("""
+        guard try SharedRunSchema.exists(on: connection), let row = try connection.execute("""
             SELECT id, uuid, pipeline_name, state, feed_complete, pages_listed,
                    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started,
                    to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS finished,

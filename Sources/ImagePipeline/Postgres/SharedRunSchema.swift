@@ -20,13 +20,17 @@ enum SharedRunSchema {
     /// `CREATE INDEX IF NOT EXISTS` takes a share lock on its table, which deadlocked a
     /// joining worker against the lister's page insert.
     static func make(on connection: PostgresConnection) throws {
-        let present = "SELECT to_regclass('imgpipe_lease_token') IS NOT NULL AS present"
-        if try connection.execute(present).first?.bool("present") == true { return }
+        if try exists(on: connection) { return }
         try connection.transaction {
             try connection.execute("SELECT pg_advisory_xact_lock(7234501)")
-            if try connection.execute(present).first?.bool("present") == true { return }
+            if try exists(on: connection) { return }
             for statement in statements { try connection.execute(statement) }
         }
+    }
+
+    /// True when the tables are there: the lease-token sequence, made last, is.
+    static func exists(on connection: PostgresConnection) throws -> Bool {
+        try connection.execute("SELECT to_regclass('imgpipe_lease_token') IS NOT NULL AS present").first?.bool("present") == true
     }
 
     /// Made in this order; the lease-token sequence last (its presence says all are there).

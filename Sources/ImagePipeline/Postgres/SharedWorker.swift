@@ -57,7 +57,6 @@ public final class SharedWorker: @unchecked Sendable {
     }
 
     let pipeline: BuiltPipeline
-    let url: String
     let scratchState: String
     let reporter: any RunReporter
     let logger: Logger
@@ -74,7 +73,6 @@ public final class SharedWorker: @unchecked Sendable {
     public init(pipeline: BuiltPipeline, url: String, scratchState: String, reporter: any RunReporter, logger: Logger,
                 options: Options) throws {
         self.pipeline = pipeline
-        self.url = url
         self.scratchState = scratchState
         self.reporter = reporter
         self.logger = logger
@@ -144,16 +142,11 @@ public final class SharedWorker: @unchecked Sendable {
         for chunk in ledger.unfinished() {
             do { try threads.recorderRun.handBack(chunk) } catch { logger.debug("hand back: \(error)") }
         }
-        if let lost = lostDatabase.withLock({ $0 }) { throw SharedWorkerError(lost) }
         if let failure { throw failure }
 
         let counts = try threads.recorderRun.counts()
         let finished = counts.feedComplete && counts.chunksPending == 0 && counts.chunksLeased == 0
-        if finished {
-            try threads.recorderRun.connection.execute(
-                "UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1 AND state = 'running'",
-                [String(run.runId)])
-        }
+        if finished { try threads.recorderRun.markFinished() }
         let mine = recorder.tally()
         let interrupted = summary?.interrupted ?? true
         // The feed of chunks failing (the database out of reach past the lease) ends the
@@ -170,7 +163,7 @@ public final class SharedWorker: @unchecked Sendable {
         return Summary(run: run.runId, uuid: run.uuid, worker: run.worker, done: mine.done, failed: mine.failed,
                        skipped: mine.skipped, total: counts.items, runDone: counts.done, runFailed: counts.failed,
                        runSkipped: counts.skipped, runPending: counts.pending, finished: finished,
-                       interrupted: interrupted && stopping.isCancelled && !finished,
+                       interrupted: interrupted && !finished,
                        elapsed: Date().timeIntervalSince(started), listingError: listingError.withLock { $0 })
     }
 
@@ -390,7 +383,6 @@ final class ChunkLedger: Sendable {
         state.withLock { $0.chunks.values.filter { !$0.lost }.map(\.chunk) }
     }
 
-    var count: Int { state.withLock { $0.chunks.values.filter { !$0.lost }.count } }
 }
 
 /// The runner's feed in a worker: claims a chunk, gives its pending items, claims the next.
@@ -437,7 +429,7 @@ final class ChunkFeed: Feed, @unchecked Sendable {
                 // Only a chunk this worker held before can have items in its scratch run.
                 let again = !claimedBefore.insert(chunk.id).inserted
                 for item in items {
-                    if again, recorder.endedHere(item.key) != nil { continue }
+                    if again, recorder.knownHere(item.key) { continue }
                     guard try body(item.item.fromSharedState(environment)) else { return }
                 }
                 ledger.allGiven(chunk)
@@ -499,22 +491,20 @@ final class Recorder: RunReporter, @unchecked Sendable {
         self.redact = redact
     }
 
-    enum LocalState { case ended, underWay }
-
-    /// Whether this worker's scratch run already has `key`: ended (its end is queued again,
-    /// for the chunk the ledger now holds it under) or still under way (it will end by
-    /// itself); nil when it never had it.
-    func endedHere(_ key: String) -> LocalState? {
-        guard let run = try? localRun()?.run, let item = try? scratch.item(runId: run, key: key) else { return nil }
+    /// Whether this worker's scratch run already has `key`. When it has ended there, its end
+    /// is queued again, for the chunk the ledger now holds it under; when it is still under
+    /// way, it ends by itself. False when the scratch run never had it.
+    func knownHere(_ key: String) -> Bool {
+        guard let run = try? localRun()?.run, let item = try? scratch.item(runId: run, key: key) else { return false }
         let outcome: ItemOutcome
         switch item.status {
         case .done: outcome = .done
         case .failed: outcome = .failed(ItemFailure(item.reason ?? .process, item.message ?? ""))
         case .skipped: outcome = .skipped(ItemSkip(item.skipReason ?? .format, item.message ?? ""))
-        default: return .underWay
+        default: return true
         }
         itemSettled(key: key, outcome: outcome)
-        return .ended
+        return true
     }
 
     func progress(_ progress: RunProgress) { reporter.progress(progress) }

@@ -22,13 +22,9 @@ struct ResumeCommand: ParsableCommand {
     @Flag(help: "List the feed again and add only the items the run does not have yet.")
     var refreshFeed = false
 
-    @Flag(help: "Print nothing but errors.")
-    var quiet = false
-
-    @Flag(help: "Print a machine-readable summary on standard output.")
-    var json = false
+    @OptionGroup var output: OutputOptions
 
     func run() throws {
-        try RunSession(options: options, workers: workerOptions, quiet: quiet, json: json).perform(.resume(retryFailed: retryFailed, refreshFeed: refreshFeed))
+        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json).perform(.resume(retryFailed: retryFailed, refreshFeed: refreshFeed))
     }
 }

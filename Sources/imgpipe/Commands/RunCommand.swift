@@ -22,18 +22,14 @@ struct RunCommand: ParsableCommand {
     @Flag(help: "Abandon an unfinished run in the state file and start a new one.")
     var new = false
 
-    @Flag(help: "Print nothing but errors.")
-    var quiet = false
-
-    @Flag(help: "Print a machine-readable summary on standard output.")
-    var json = false
+    @OptionGroup var output: OutputOptions
 
     func validate() throws {
         if let limit, limit < 1 { throw ValidationError("--limit must be a positive integer, got \(limit)") }
     }
 
     func run() throws {
-        try RunSession(options: options, workers: workerOptions, quiet: quiet, json: json)
+        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json)
             .perform(.fresh(limit: limit, replaceUnfinished: new))
     }
 }

@@ -34,11 +34,7 @@ struct WorkCommand: ParsableCommand {
     @Flag(help: "Start a new run when the latest has finished (an unfinished run is joined). Give it to one worker, not in a Job every pod repeats.")
     var new = false
 
-    @Flag(help: "Print nothing but errors.")
-    var quiet = false
-
-    @Flag(help: "Print a machine-readable summary on standard output.")
-    var json = false
+    @OptionGroup var output: OutputOptions
 
     func validate() throws {
         guard (1 ... 1_000_000).contains(chunkSize) else {
@@ -60,6 +56,6 @@ struct WorkCommand: ParsableCommand {
         settings.leaseSeconds = lease
         settings.heartbeatSeconds = heartbeat
         settings.joining = new ? .workOrAfterFinished : .work
-        try SharedSession(options: options, workers: workerOptions, quiet: quiet, json: json, url: url, settings: settings).perform()
+        try SharedSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json, url: url, settings: settings).perform()
     }
 }

@@ -52,3 +52,12 @@ struct WorkerOptions: ParsableArguments {
         if let workers { spec.limits.workers = workers }
     }
 }
+
+/// `--quiet` and `--json`, for the commands that work on items (`run`, `resume`, `work`).
+struct OutputOptions: ParsableArguments {
+    @Flag(help: "Print nothing but errors.")
+    var quiet = false
+
+    @Flag(help: "Print a machine-readable summary on standard output.")
+    var json = false
+}

@@ -137,6 +137,14 @@ enum Console {
         FileHandle.standardError.write(Data("warning: \(message)\n".utf8))
     }
 
+    /// Ends the live line, prints `message` on standard error and exits at once with `code`
+    /// (no cleanup: for a process that cannot wait for work it has abandoned).
+    static func exitNow(_ code: Int32, reporter: ConsoleReporter, saying message: String) -> Never {
+        reporter.endLine()
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+        _exit(code)
+    }
+
     static func out(_ message: String) {
         FileHandle.standardOutput.write(Data((message + "\n").utf8))
     }

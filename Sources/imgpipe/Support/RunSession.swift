@@ -43,23 +43,13 @@ struct RunSession {
         }
         let logger = options.logging.logger()
         let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger)
-        let trap = SignalTrap(
-            onSignal: {
-                reporter.notice("interrupted: finishing the items in flight (a second Ctrl-C stops at once)")
-                runner.interrupt()
-            },
-            onRepeat: {
-                // Work in flight is abandoned; a libvips job cannot be cut short, so the
-                // process does not wait for it: after 2 s it exits as a kill would leave it,
-                // which the state file is made for (each change is one committed row).
-                runner.interrupt(now: true)
-                DispatchQueue.global().asyncAfter(deadline: .now() + 2) {
-                    reporter.endLine()
-                    FileHandle.standardError.write(Data(("stopped at once; the state is saved, and the items that were "
-                        + "in flight are redone by `imgpipe resume \(options.pipeline)`\n").utf8))
-                    _exit(130)
-                }
-            })
+        // After a second signal, work in flight is abandoned; a libvips job cannot be cut
+        // short, so the process does not wait for it: after 2 s it exits as a kill would
+        // leave it, which the state file is made for (each change is one committed row).
+        let trap = SignalTrap.stoppingWork(
+            reporter: reporter, notice: "interrupted: finishing the items in flight (a second Ctrl-C stops at once)", grace: 2,
+            stopped: "stopped at once; the state is saved, and the items that were in flight are redone by "
+                + "`imgpipe resume \(options.pipeline)`") { runner.interrupt(now: $0) }
         defer { trap.cancel() }
 
         let summary: RunSummary

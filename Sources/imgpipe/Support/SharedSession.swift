@@ -24,10 +24,8 @@ struct SharedSession {
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         var settings = settings
         settings.onStuck = { message in
-            reporter.endLine()
-            FileHandle.standardError.write(Data(("error: \(message); a call to the database still hangs, so the process "
-                + "exits here (its leases run out and other workers take its chunks)\n").utf8))
-            _exit(1)
+            Console.exitNow(1, reporter: reporter, saying: "error: \(message); a call to the database still hangs, so the "
+                            + "process exits here (its leases run out and other workers take its chunks)")
         }
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
         let stem = URL(fileURLWithPath: options.pipeline).deletingPathExtension().lastPathComponent
@@ -54,19 +52,11 @@ struct SharedSession {
             // libpq's messages name the host and user, never the password; masked anyway.
             throw CommandError.usage(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
-        let trap = SignalTrap(
-            onSignal: {
-                reporter.notice("interrupted: no new claims; finishing the items in flight, then handing the rest back")
-                worker.interrupt()
-            },
-            onRepeat: {
-                worker.interrupt(now: true)
-                DispatchQueue.global().asyncAfter(deadline: .now() + 5) {
-                    reporter.endLine()
-                    FileHandle.standardError.write(Data("stopped at once; the leases this worker held expire and other workers take them\n".utf8))
-                    _exit(130)
-                }
-            })
+        let trap = SignalTrap.stoppingWork(
+            reporter: reporter, notice: "interrupted: no new claims; finishing the items in flight, then handing the rest back",
+            grace: 5, stopped: "stopped at once; the leases this worker held expire and other workers take them") {
+            worker.interrupt(now: $0)
+        }
         defer { trap.cancel() }
         let summary: SharedWorker.Summary
         do {

@@ -31,3 +31,24 @@ private final class Counter: @unchecked Sendable {
     private var value = 0
     func next() -> Int { lock.withLock { value += 1; return value } }
 }
+
+extension SignalTrap {
+    /// The trap of a command that works on items: the first signal prints `notice` and asks
+    /// for a graceful stop (`interrupt(false)`); a second asks to stop at once
+    /// (`interrupt(true)`) and, `grace` seconds later whatever is still running, exits 130
+    /// saying `stopped`.
+    static func stoppingWork(reporter: ConsoleReporter, notice: String, grace: Double, stopped: String,
+                             interrupt: @escaping @Sendable (_ now: Bool) -> Void) -> SignalTrap {
+        SignalTrap(
+            onSignal: {
+                reporter.notice(notice)
+                interrupt(false)
+            },
+            onRepeat: {
+                interrupt(true)
+                DispatchQueue.global().asyncAfter(deadline: .now() + grace) {
+                    Console.exitNow(130, reporter: reporter, saying: stopped)
+                }
+            })
+    }
+}
