@@ -167,7 +167,7 @@ struct DeployTests {
         #expect(!run.stdout.contains(cluster.password) && !run.stderr.contains(cluster.password), "the password was printed")
         let outputs = workingDir.files(under: "out").filter { !$0.hasPrefix(".") }
         #expect(outputs.count == 6, "outputs: \(outputs)")
-        // The scratch state went to the working directory (the pod mounts an emptyDir there).
+        // The journal went to the working directory (the pod mounts an emptyDir there).
         #expect(FileManager.default.fileExists(atPath: workingDir.url(".imgpipe/\((pipelineName as NSString).deletingPathExtension).workers")))
 
         let status = try ImgpipeBinary.run(["status", pipeline, "--state", url, "--json"], in: workingDir.path)
@@ -265,7 +265,7 @@ struct DeployTests {
         #expect(!worked.stdout.contains(cluster.password) && !worked.stderr.contains(cluster.password), "the password was printed")
         #expect(home.files(under: "job/out").filter { !$0.hasPrefix(".") }.count == 6)
         #expect(FileManager.default.fileExists(atPath: home.url("imgpipe-work/77/3/.imgpipe/pipeline.workers")),
-                "the scratch state is in the task's folder: \(home.files(under: "imgpipe-work"))")
+                "the journal is in the task's folder: \(home.files(under: "imgpipe-work"))")
 
         // Run again (a requeued task): the run is finished, imgpipe does nothing and exits 0.
         let again = try task()
@@ -276,6 +276,62 @@ struct DeployTests {
         let finalStage = try Self.finalStage()
         #expect(finalStage.first?.lowercased().hasPrefix("from debian:bookworm-slim") == true, "\(finalStage.first ?? "")")
         #expect(finalStage.contains(#"ENTRYPOINT ["imgpipe"]"#), "the final stage's ENTRYPOINT is not [\"imgpipe\"]")
+    }
+
+    /// Docker cannot run here, so what the image would hold is checked against this machine,
+    /// which is the runtime stage's Debian release: every shared library the built binary
+    /// names (NEEDED) must come from a package the final stage installs, or from one of their
+    /// dependencies, except the Swift runtime's own libraries, which `--static-swift-stdlib`
+    /// links into the image's binary.
+    @Test func theRuntimeStageInstallsEveryLibraryTheBinaryLinks() throws {
+        #expect(try String(contentsOfFile: "/etc/os-release", encoding: .utf8).contains("VERSION_CODENAME=bookworm"),
+                "the check below holds for the release the runtime stage uses (bookworm)")
+        let stage = try Self.finalStage().joined(separator: "\n")
+        let install = try #require(stage.range(of: "apt-get install"), "the final stage installs nothing with apt-get")
+        let packages = stage[install.upperBound...].prefix { $0 != "&" }.split(whereSeparator: { $0 == " " || $0 == "\\" || $0 == "\n" })
+            .map(String.init).filter { !$0.hasPrefix("-") }
+        #expect(packages.contains("libvips42") && packages.contains("libpq5"), "\(packages)")
+        let closure = Set(try shell(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+                                     "--no-breaks", "--no-replaces", "--no-enhances"] + packages)
+            .split(separator: "\n").filter { !$0.hasPrefix(" ") }.map(String.init))
+        #expect(closure.isSuperset(of: packages))
+
+        let needed = try shell(["readelf", "-d", ImgpipeBinary.path]).split(separator: "\n")
+            .compactMap { line in line.contains("(NEEDED)") ? line.split(separator: "[").last?.dropLast().description : nil }
+        #expect(needed.contains("libvips.so.42"), "\(needed)")
+        let cache = try shell(["ldconfig", "-p"])
+        var checked = 0
+        for library in needed {
+            let found = cache.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(library + " ") }
+            guard let path = found?.components(separatedBy: " => ").last else {
+                // Not a system library: the Swift toolchain's, linked in statically there.
+                #expect(library.hasPrefix("libswift") || library.hasPrefix("libFoundation") || library == "libdispatch.so"
+                        || library == "libBlocksRuntime.so", "\(library) is neither a system library nor Swift's own")
+                continue
+            }
+            let real = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+            let owner = (try? shell(["dpkg", "-S", path])) ?? (try? shell(["dpkg", "-S", real])) ?? ""
+            let package = String(owner.prefix { $0 != ":" })
+            #expect(!package.isEmpty, "no package holds \(path)")
+            #expect(closure.contains(package), "\(library) comes from \(package), which the runtime stage does not install")
+            checked += 1
+        }
+        #expect(checked >= 8, "the system libraries checked: \(checked)")
+    }
+
+    /// `arguments` run, its standard output; an error when it exits other than 0.
+    func shell(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw CocoaError(.fileReadUnknown) }
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// The Dockerfile's lines from its last `FROM` on, comments and blank lines left out.

@@ -131,6 +131,63 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(server.uploads.count == 120, "a new run has its own UUID, so its own idempotency keys")
     }
 
+    /// Output names are the run's: `{index}` numbers the whole feed (the lister's order),
+    /// whichever worker takes an item, and a name two items of the run would both get is
+    /// refused to the second on whichever worker it is.
+    @Test func outputNamesAreUniqueAcrossTheWholeRun() throws {
+        // 24 pictures that differ, and two files of the same picture in folders of their
+        // own: listed first and last (the directory is listed in order), so in the first
+        // chunk and the last; their outputs' `{hash}` is the same.
+        for index in 1 ... 24 {
+            try ImageFixtures.write(ImageFixtures.photo(width: 64, height: 48, seed: index),
+                                    to: work.url(String(format: "in/img-%03d.jpg", index)))
+        }
+        for folder in ["in/a", "in/z"] {
+            try ImageFixtures.write(ImageFixtures.photo(width: 64, height: 48, seed: 99), to: work.url("\(folder)/same.jpg"))
+        }
+        // A slow upload sink keeps the first worker busy while the second starts.
+        let server = try UploadServer(mode: .slow(0.1))
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 16, "height": 16}],
+             "outputs": [{"id": "n", "format": "png", "name": "{index}.png"},
+                         {"id": "s", "format": "png", "name": "{hash}.png"}],
+             "sinks": [{"type": "directory", "path": "out"},
+                       {"type": "upload", "endpoint": "\(server.baseURL)/upload", "outputs": ["n"]}],
+             "limits": {"workers": 1, "uploads": 1}}
+            """, to: "pipe.json")
+        let workers = try (0 ..< 2).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
+        let results = workers.map { $0.wait() }
+        for result in results { #expect(result.status == 1, "one item fails (its name is taken): \(result.stdout)\(result.stderr)") }
+        let report = try status()
+        #expect(report["done"] as? Int == 25 && report["failed"] as? Int == 1, "\(report) \(results.map(\.stderr))")
+        let shown = try #require(report["workers"] as? [[String: Any]])
+        #expect(shown.filter { ($0["itemsDone"] as? Int ?? 0) > 0 }.count == 2, "both workers took items: \(shown)")
+
+        let exported = try shared(["export", "pipe.json", "--only", "failed"]).jsonLines()
+        #expect(exported.count == 1)
+        let failed = try #require(exported.first)
+        let loser = try #require(failed["key"] as? String)
+        #expect(["a/same.jpg", "z/same.jpg"].contains(loser))
+        #expect((failed["message"] as? String)?.contains(" is already used by item \"") == true,
+                "\(failed)")
+        // `{index}` is the item's place in the whole feed: the failed item's number is the
+        // only one missing, and no number is made twice.
+        let files = Set(work.files(under: "out").map { URL(fileURLWithPath: $0).lastPathComponent })
+        let numbered = files.filter { $0.count < 10 }
+        let missing = loser == "a/same.jpg" ? 1 : 26
+        #expect(numbered == Set((1 ... 26).filter { $0 != missing }.map { "\($0).png" }), "\(numbered.sorted())")
+        #expect(files.count == numbered.count + 25, "25 different pictures, each once by {hash}: \(files.count)")
+        let records = try shared(["export", "pipe.json", "--only", "done"]).jsonLines()
+        let byKey = Dictionary(uniqueKeysWithValues: records.compactMap { record -> (String, String)? in
+            guard let key = record["key"] as? String, let outputs = record["outputs"] as? [String: Any],
+                  let name = (outputs["n"] as? [String: Any])?["name"] as? String else { return nil }
+            return (key, name)
+        })
+        #expect(byKey.count == 25 && byKey["img-001.jpg"] == "2.png" && byKey["img-024.jpg"] == "25.png",
+                "\(byKey.sorted { $0.key < $1.key }.prefix(4))")
+    }
+
     @Test func killNineMidUploadAnotherWorkerFinishesAndEachItemIsStoredOnce() throws {
         let server = try UploadServer(mode: .slow(0.25))
         try images(24)
@@ -362,7 +419,7 @@ final class SharedWorkTests: @unchecked Sendable {
         Thread.sleep(forTimeInterval: 3) // its lease runs out; nobody else is there to rescue it
         alone.signal(SIGCONT)
         // It finds its lease gone, rescues the chunk itself, claims it again, and records
-        // the items it had ended from its own scratch state instead of passing over them.
+        // the items it had ended from its own journal instead of passing over them.
         let result = alone.wait()
         #expect(result.status == 0, "\(result.stderr)")
         let report = try status()
@@ -398,6 +455,66 @@ final class SharedWorkTests: @unchecked Sendable {
         let after = try status()
         #expect(after["done"] as? Int == 6 && after["failed"] as? Int == 0 && after["state"] as? String == "finished", "\(after)")
         #expect(server.uploads.count == 6, "only the mended item was uploaded again")
+    }
+
+    /// `run --limit N` and `resume --refresh-feed` with a PostgreSQL state, as with a state
+    /// file: the run takes at most N items (the lister stops there, a joining worker too);
+    /// a refresh lists the feed again and adds only what the run lacks; a refresh whose
+    /// listing fails leaves the run as complete as it was.
+    @Test func runLimitAndResumeRefreshFeedWithAPostgresState() throws {
+        let server = try UploadServer()
+        try images(9)
+        try pipeline(server)
+        let limited = try shared(["run", "pipe.json", "--limit", "5", "--json"])
+        #expect(limited.status == 0, "\(limited.stdout)\(limited.stderr)")
+        var report = try status()
+        #expect(report["total"] as? Int == 5 && report["done"] as? Int == 5 && report["state"] as? String == "finished", "\(report)")
+        #expect(server.uploads.count == 5)
+        // The limit is the run's: a worker that joins lists nothing more.
+        let joined = try shared(["work", "pipe.json"])
+        #expect(joined.status == 0 && server.uploads.count == 5, "\(joined.stdout)\(joined.stderr)")
+        let listed = try database().execute("SELECT key FROM imgpipe_item ORDER BY seq").all.compactMap { $0["key"] }
+        #expect(listed == (1 ... 5).map { String(format: "img-%03d.jpg", $0) }, "the first five of the feed, in its order")
+
+        // A run without a limit, then three new files: the refresh adds them alone.
+        #expect(try shared(["run", "pipe.json", "--new"]).status == 0)
+        #expect(server.uploads.count == 14)
+        for index in 10 ... 12 {
+            try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: 64, height: 48)
+        }
+        let refreshed = try shared(["resume", "pipe.json", "--refresh-feed"])
+        #expect(refreshed.status == 0, "\(refreshed.stdout)\(refreshed.stderr)")
+        report = try status()
+        #expect(report["total"] as? Int == 12 && report["done"] as? Int == 12 && report["state"] as? String == "finished", "\(report)")
+        let new = server.uploads.dropFirst(14).compactMap(\.filename).sorted()
+        #expect(new == ["img-010.png", "img-011.png", "img-012.png"], "only the new files were done: \(new)")
+
+    }
+
+    /// A refresh whose listing fails (the feed's server is gone) says so, exits 1, and leaves
+    /// the shared run finished with its feed complete, as a state file's would be.
+    @Test func aRefreshWhoseListingFailsLeavesTheSharedRunFinished() throws {
+        try ImageFixtures.jpeg(at: work.url("photo.jpg"), width: 64, height: 48)
+        let photo = try Data(contentsOf: URL(fileURLWithPath: work.url("photo.jpg")))
+        let server = try TestHTTPServer { request in
+            guard request.path == "/feed.json" else { return .bytes(photo) }
+            return .json("[" + (1 ... 4).map { #"{"url": "http://\#(request.headers["host"]!)/images/n\#($0).jpg"}"# }
+                .joined(separator: ",") + "]")
+        }
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", "cache": false},
+             "output": {"format": "png", "name": "{stem}.png"}, "sinks": [{"type": "directory", "path": "out"}],
+             "limits": {"timeout": 5}, "retry": {"attempts": 1}}
+            """, to: "pipe.json")
+        #expect(try shared(["run", "pipe.json"]).status == 0)
+        server.stop()
+        let failed = try shared(["resume", "pipe.json", "--refresh-feed"])
+        #expect(failed.status == 1 && (failed.stdout + failed.stderr).contains("could not be listed"), "\(failed.stdout)\(failed.stderr)")
+        let report = try status()
+        #expect(report["total"] as? Int == 4 && report["done"] as? Int == 4 && report["state"] as? String == "finished"
+                && report["feedComplete"] as? Int == 1, "\(report)")
+        let again = try shared(["resume", "pipe.json"])
+        #expect(again.status == 0 && (again.stdout + again.stderr).contains("already finished"), "\(again.stdout)\(again.stderr)")
     }
 
     @Test func runAndResumeTakeAPostgresStateWithTheirOwnRules() throws {

@@ -22,6 +22,11 @@ public struct FeedItem: Sendable, Equatable {
     /// URL (NASA) or number (Flickr) of the page it was listed from. Nil for other feeds.
     public var resumePage: String?
 
+    /// The item's number in a run that numbered it before the runner saw it (a shared run's
+    /// lister numbers the whole feed, from 1): `{index}` and the work folder's file names
+    /// use it, so they are the run's on every worker. Nil: the runner numbers items as listed.
+    public var position: Int?
+
     /// A file of a local source (`isLocal`), or an object of a bucket: `{key}` is the
     /// relative path (the object's key below the source's prefix) and `{stem}` the same
     /// without its extension, sub-folders kept (output names are made safe when rendered).

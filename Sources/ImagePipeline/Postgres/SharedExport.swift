@@ -2,7 +2,7 @@ import Foundation
 
 /// What a shared run keeps of an item beyond its status, as JSON in `imgpipe_item.detail`:
 /// the tier that served it, its outputs and its deliveries, copied by the worker that
-/// ended it from its scratch state file (where secrets are already masked).
+/// ended it from its journal (where secrets are already masked).
 struct SharedItemDetail: Codable {
     struct Output: Codable {
         let id: String

@@ -26,6 +26,8 @@ public final class SharedRun: @unchecked Sendable {
     public let worker: String
     public let leaseSeconds: Double
     public let chunkSize: Int
+    /// The run's `--limit`: the lister lists at most this many items.
+    public let itemLimit: Int?
 
     /// A claimed chunk: its items are claimed with it, its lease is fenced by `token`.
     public struct Chunk: Sendable, Equatable {
@@ -41,6 +43,14 @@ public final class SharedRun: @unchecked Sendable {
         public let seq: Int64
         public let item: FeedItem
         public var key: String { item.key }
+
+        /// The item ready for the runner: its location expanded, and numbered as the run
+        /// numbered it (the lister's `seq` counts from 0, `{index}` from 1).
+        func numbered(_ environment: Environment) -> FeedItem {
+            var ready = item.fromSharedState(environment)
+            ready.position = Int(seq) + 1
+            return ready
+        }
     }
 
     /// How an item ended.
@@ -65,7 +75,7 @@ public final class SharedRun: @unchecked Sendable {
             self.attempts = attempts
         }
 
-        /// This outcome with the item's record from the worker's scratch state attached.
+        /// This outcome with the item's record from the worker's journal attached.
         func with(_ record: ExportRecord?) -> Outcome {
             guard let record else { return self }
             return Outcome(seq: seq, status: status, reason: reason, message: message,
@@ -111,13 +121,16 @@ public final class SharedRun: @unchecked Sendable {
         case work
         /// `work --new`: as `work`, and a new run when the latest has finished.
         case workOrAfterFinished
-        /// `run`: a new run; an unfinished one refuses (`unfinishedRun`) unless `replace`
-        /// abandons it (`run --new`).
-        case fresh(replace: Bool)
+        /// `run`: a new run of at most `limit` items (`--limit`: the lister stops there);
+        /// an unfinished one refuses (`unfinishedRun`) unless `replace` abandons it (`run --new`).
+        case fresh(replace: Bool, limit: Int? = nil)
         /// `resume`: the latest unfinished run; refuses (`nothingToResume`) when there is none.
         /// `retryFailed` (`--retry-failed`) first puts the failed items of its finished chunks
-        /// back to pending, reopening a finished run that has failures.
-        case resume(retryFailed: Bool)
+        /// back to pending, reopening a finished run that has failures. `refreshFeed`
+        /// (`--refresh-feed`) lists the feed again from its start, adding only the items the
+        /// run does not have (a finished run is reopened for it; a listing that fails leaves
+        /// the run as complete as it was).
+        case resume(retryFailed: Bool, refreshFeed: Bool = false)
     }
 
     /// Makes the tables if needed, then takes part in a run of `pipelineName` as `joining`
@@ -137,18 +150,28 @@ public final class SharedRun: @unchecked Sendable {
         let joined = try connection.transaction { () -> PostgresRow in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext('imgpipe-run:' || $1))", [pipelineName])
             let latest = try connection.execute("""
-                SELECT id, uuid, state, fingerprint, chunk_size FROM imgpipe_run
+                SELECT id, uuid, state, fingerprint, chunk_size, item_limit FROM imgpipe_run
                 WHERE pipeline_name = $1 AND state <> 'abandoned' ORDER BY id DESC LIMIT 1
                 """, [pipelineName]).first
             var unfinished = latest.flatMap { $0["state"] == "finished" ? nil : $0 }
-            if case .resume(retryFailed: true) = joining, let latest, try Self.requeueFailed(runId: latest.int("id") ?? 0, on: connection) > 0 {
+            if case .resume(retryFailed: true, _) = joining, let latest, try Self.requeueFailed(runId: latest.int("id") ?? 0, on: connection) > 0 {
+                unfinished = latest
+            }
+            if case .resume(_, refreshFeed: true) = joining, let latest {
+                // Listed again from the start; `refreshing` remembers that the feed was
+                // complete, for a listing that fails.
+                try connection.execute("""
+                    UPDATE imgpipe_run SET refreshing = feed_complete OR refreshing, feed_complete = false, feed_cursor = NULL,
+                        state = 'running', finished_at = NULL
+                    WHERE id = $1
+                    """, [String(latest.int("id") ?? 0)])
                 unfinished = latest
             }
             switch joining {
             case .resume where unfinished == nil:
                 if let latest { throw SharedRunError.runFinished(id: latest.int("id") ?? 0) }
                 throw SharedRunError.nothingToResume
-            case let .fresh(replace) where unfinished != nil:
+            case let .fresh(replace, _) where unfinished != nil:
                 let id = unfinished?.int("id") ?? 0
                 guard replace else { throw SharedRunError.unfinishedRun(id: id) }
                 try connection.execute("UPDATE imgpipe_run SET state = 'abandoned' WHERE id = $1", [String(id)])
@@ -170,12 +193,15 @@ public final class SharedRun: @unchecked Sendable {
                 if latest["state"] == "finished" && unfinished == nil { throw SharedRunError.runFinished(id: id) }
                 return latest
             }
+            var limit: String?
+            if case let .fresh(_, itemLimit) = joining { limit = itemLimit.map(String.init) }
             return try connection.execute("""
-                INSERT INTO imgpipe_run (uuid, pipeline_name, fingerprint, state, chunk_size)
-                VALUES ($1, $2, $3, 'running', $4) RETURNING id, uuid, state, fingerprint, chunk_size
-                """, [UUID().uuidString.lowercased(), pipelineName, fingerprintText, String(chunkSize)]).first!
+                INSERT INTO imgpipe_run (uuid, pipeline_name, fingerprint, state, chunk_size, item_limit)
+                VALUES ($1, $2, $3, 'running', $4, $5::bigint) RETURNING id, uuid, state, fingerprint, chunk_size, item_limit
+                """, [UUID().uuidString.lowercased(), pipelineName, fingerprintText, String(chunkSize), limit]).first!
         }
         runId = joined.int("id") ?? 0
+        itemLimit = joined.int("item_limit").map(Int.init)
         uuid = joined["uuid"] ?? ""
         self.chunkSize = Int(joined.int("chunk_size") ?? Int64(chunkSize))
         try connection.execute("""
@@ -213,6 +239,7 @@ public final class SharedRun: @unchecked Sendable {
         worker = of.worker
         leaseSeconds = of.leaseSeconds
         chunkSize = of.chunkSize
+        itemLimit = of.itemLimit
     }
 
     /// The same worker of the same run on a connection of its own, for another thread.
@@ -359,7 +386,7 @@ public final class SharedRun: @unchecked Sendable {
         // After the fenced transaction, never inside it: the heartbeat locks the worker row
         // before chunks, so taking it after a chunk could deadlock the two.
         if written > 0 {
-            try? connection.execute("UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
+            _ = try? connection.execute("UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
                                     [run, worker, String(written)])
         }
         return written
@@ -390,6 +417,31 @@ public final class SharedRun: @unchecked Sendable {
         if held.count == 0 { throw SharedRunError.leaseLost(chunk: chunk.id) }
     }
 
+    // MARK: - output names
+
+    /// Claims output names for items of the run, for the whole run: a name belongs to the
+    /// first key that claims it, on whichever worker, and stays that key's (claiming it again
+    /// for the same key, as a worker that redoes the item does, is no change). Returns the
+    /// names of `wanted` that another key holds, with that key. Not fenced by a lease: a name
+    /// is the key's, not the worker's.
+    public func claimNames(_ wanted: [(name: String, key: String)]) throws -> [String: String] {
+        guard !wanted.isEmpty else { return [:] }
+        try connection.execute("""
+            INSERT INTO imgpipe_name (run_id, name, key)
+            SELECT $1, name, key FROM unnest($2::text[], $3::text[]) AS w(name, key)
+            ON CONFLICT (run_id, name) DO NOTHING
+            """, [run, postgresTextArray(wanted.map(\.name)), postgresTextArray(wanted.map(\.key))])
+        // A statement of its own: it sees a name another worker committed while the insert
+        // above waited for it (the insert's own snapshot would not).
+        let owners = try connection.execute("SELECT name, key FROM imgpipe_name WHERE run_id = $1 AND name = ANY($2::text[])",
+                                            [run, postgresTextArray(wanted.map(\.name))])
+        var held: [String: String] = [:]
+        for row in owners.all { if let name = row["name"], let key = row["key"] { held[name] = key } }
+        var taken: [String: String] = [:]
+        for claim in wanted where held[claim.name].map({ $0 != claim.key }) == true { taken[claim.name] = held[claim.name] }
+        return taken
+    }
+
     // MARK: - listing
 
     /// Where the lister stopped, and the lease token this worker lists under.
@@ -397,6 +449,10 @@ public final class SharedRun: @unchecked Sendable {
         public let token: Int64
         /// The cursor the last page was recorded with (nil before the first page).
         public let cursor: String?
+        /// Items the run has so far.
+        public var items: Int = 0
+        /// The feed is listed again (`resume --refresh-feed`) after it was complete.
+        public var refreshing = false
     }
 
     /// Gives up the lister's lease (a lister that stops before the end of the feed), so
@@ -414,8 +470,20 @@ public final class SharedRun: @unchecked Sendable {
             UPDATE imgpipe_run SET lister = $2, lister_token = nextval('imgpipe_lease_token'),
                 lister_expires = now() + make_interval(secs => $3::double precision)
             WHERE id = $1 AND NOT feed_complete AND (lister IS NULL OR lister_expires < now() OR lister = $2)
-            RETURNING lister_token, feed_cursor
-            """, [run, worker, lease], idempotent: false).first.map { ListerLease(token: $0.int("lister_token") ?? 0, cursor: $0["feed_cursor"]) }
+            RETURNING lister_token, feed_cursor, next_seq, refreshing
+            """, [run, worker, lease], idempotent: false).first.map {
+                ListerLease(token: $0.int("lister_token") ?? 0, cursor: $0["feed_cursor"], items: Int($0.int("next_seq") ?? 0),
+                            refreshing: $0.bool("refreshing") == true)
+            }
+    }
+
+    /// A listing again (`resume --refresh-feed`) that failed leaves the run as complete as
+    /// it was: the feed complete again, the lister's lease given up.
+    public func endRefresh(_ lease: ListerLease) throws {
+        try connection.execute("""
+            UPDATE imgpipe_run SET feed_complete = true, refreshing = false, lister = NULL, lister_expires = NULL
+            WHERE id = $1 AND lister = $2 AND lister_token = $3 AND refreshing
+            """, [run, worker, String(lease.token)])
     }
 
     /// Records one page of the feed in one transaction with the cursor after it: its items
@@ -458,6 +526,7 @@ public final class SharedRun: @unchecked Sendable {
             try connection.execute("""
                 UPDATE imgpipe_run SET next_seq = next_seq + $2::bigint, next_chunk = next_chunk + $3::bigint, feed_cursor = $4,
                     feed_complete = $5::boolean, pages_listed = pages_listed + 1,
+                    refreshing = refreshing AND NOT $5::boolean,
                     lister = CASE WHEN $5::boolean THEN NULL ELSE lister END
                 WHERE id = $1
                 """, [self.run, String(items.count), String(chunks), cursor, complete ? "true" : "false"])

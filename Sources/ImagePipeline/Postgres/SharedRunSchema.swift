@@ -9,6 +9,7 @@ import Foundation
 ///   item rows.
 /// - `imgpipe_item`: one row per feed item, unique per (run, key).
 /// - `imgpipe_worker`: one row per worker process (host:pid) with its last heartbeat.
+/// - `imgpipe_name`: the output names of the run, each held by one item key.
 ///
 /// Lease tokens come from one sequence: a token is never handed out twice, so a write
 /// fenced by (owner, token) from a lease that was rescued and claimed again is refused even
@@ -28,12 +29,20 @@ enum SharedRunSchema {
         }
     }
 
-    /// True when the tables are there: the lease-token sequence, made last, is.
+    /// True when the tables are there: the names table, made last, is. (A database made
+    /// before it existed has the others: `make` adds it, every statement being `IF NOT EXISTS`.)
+    /// Read from `pg_tables` with the statement's own snapshot, not through `to_regclass`: a
+    /// session's catalog cache may keep a table missing that another session has since
+    /// made (the check after the advisory lock then said "missing" and a second worker ran
+    /// the DDL again, its `ALTER TABLE` deadlocking against a first run's insert).
     static func exists(on connection: PostgresConnection) throws -> Bool {
-        try connection.execute("SELECT to_regclass('imgpipe_lease_token') IS NOT NULL AS present").first?.bool("present") == true
+        try connection.execute("""
+            SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'imgpipe_name')
+                AS present
+            """).first?.bool("present") == true
     }
 
-    /// Made in this order; the lease-token sequence last (its presence says all are there).
+    /// Made in this order; the names table last (its presence says all are there).
     static let statements = [
         """
         CREATE TABLE IF NOT EXISTS imgpipe_run (
@@ -56,6 +65,9 @@ enum SharedRunSchema {
         )
         """,
         "CREATE INDEX IF NOT EXISTS imgpipe_run_pipeline ON imgpipe_run (pipeline_name, id)",
+        // Added after the first release of shared runs: made here for databases of before too.
+        "ALTER TABLE imgpipe_run ADD COLUMN IF NOT EXISTS item_limit BIGINT CHECK (item_limit >= 0)",
+        "ALTER TABLE imgpipe_run ADD COLUMN IF NOT EXISTS refreshing BOOLEAN NOT NULL DEFAULT false",
         """
         CREATE TABLE IF NOT EXISTS imgpipe_chunk (
             run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,
@@ -114,6 +126,14 @@ enum SharedRunSchema {
         )
         """,
         "CREATE SEQUENCE IF NOT EXISTS imgpipe_lease_token",
+        """
+        CREATE TABLE IF NOT EXISTS imgpipe_name (
+            run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            key TEXT NOT NULL,
+            PRIMARY KEY (run_id, name)
+        )
+        """,
     ]
 }
 

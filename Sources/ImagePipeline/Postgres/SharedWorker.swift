@@ -5,16 +5,18 @@ import VipsKit
 /// `imgpipe work`: one worker of a run shared through PostgreSQL.
 ///
 /// The worker joins the run (`SharedRun`), then runs the pipeline's ordinary stages
-/// (`PipelineRunner`) over a feed of claimed chunks (`ChunkFeed`) with a local state file
-/// of its own as scratch; as each item ends, its end is written to the shared database,
-/// fenced by the chunk's lease, and a chunk whose items have all ended is marked done.
+/// (`PipelineRunner`) over a feed of claimed chunks (`ChunkFeed`), with the shared run as
+/// its store (`SharedStateStore`: a journal of the worker's own on this machine, each output
+/// name claimed run-wide, each item's end written to the shared database fenced by the
+/// chunk's lease, and a chunk whose items have all ended marked done).
 /// Three threads besides the stages:
 /// - the lister takes the lister's lease when nobody holds it and lists the pipeline's
 ///   feed into the database page by page (one transaction per page with its cursor);
 /// - the heartbeat renews the leases every `heartbeat` seconds and rescues expired ones
 ///   (any worker's); when it has failed for longer than a lease, the worker stops at once
 ///   (no new upload starts) and exits with an error;
-/// - the recorder writes the items' ends every 0.1 s and completes chunks.
+/// - the recorder writes the items' ends every 0.1 s and completes chunks
+///   (`SharedStateStore.flush`).
 ///
 /// Every delivery carries the shared run's UUID in its idempotency key, so an item
 /// redone by another worker after this one died mid-upload is sent with the same key.
@@ -57,7 +59,7 @@ public final class SharedWorker: @unchecked Sendable {
     }
 
     let pipeline: BuiltPipeline
-    let scratchState: String
+    let journalPath: String
     let reporter: any RunReporter
     let logger: Logger
     let options: Options
@@ -68,12 +70,12 @@ public final class SharedWorker: @unchecked Sendable {
     private let lostDatabase = Mutex<String?>(nil)
     private let listingError = Mutex<String?>(nil)
 
-    /// Joins (or creates) the shared run of `pipeline`. `scratchState` is this worker's own
+    /// Joins (or creates) the shared run of `pipeline`. `journalPath` is this worker's own
     /// local state file (made anew, removed after a clean end).
-    public init(pipeline: BuiltPipeline, url: String, scratchState: String, reporter: any RunReporter, logger: Logger,
+    public init(pipeline: BuiltPipeline, url: String, journalPath: String, reporter: any RunReporter, logger: Logger,
                 options: Options) throws {
         self.pipeline = pipeline
-        self.scratchState = scratchState
+        self.journalPath = journalPath
         self.reporter = reporter
         self.logger = logger
         self.options = options
@@ -109,18 +111,18 @@ public final class SharedWorker: @unchecked Sendable {
     public func execute() throws -> Summary {
         defer { ended.withLock { $0 = true } }
         let started = Date()
-        let store = try RunStore(path: scratchState)
+        let store = try SharedStateStore(journal: RunStore(path: journalPath), ledger: ledger, names: run.sibling(),
+                                         redact: pipeline.environment.redact)
         var runnerOptions = options.runner
         runnerOptions.runUUID = run.uuid
-        let recorder = Recorder(reporter: reporter, ledger: ledger, scratch: store, redact: pipeline.environment.redact)
         let chunkFeed = ChunkFeed(shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
-                                  environment: pipeline.environment, recorder: recorder, patience: options.leaseSeconds)
+                                  environment: pipeline.environment, store: store, patience: options.leaseSeconds)
         let local = pipeline.replacingFeed(chunkFeed)
-        let localRunner = PipelineRunner(pipeline: local, store: store, reporter: recorder, logger: logger, options: runnerOptions)
+        let localRunner = PipelineRunner(pipeline: local, store: store, reporter: reporter, logger: logger, options: runnerOptions)
         runner.withLock { $0 = localRunner }
         if stopping.isCancelled { localRunner.interrupt(now: stopping.isAborted) }
 
-        let threads = try startThreads(recorder: recorder)
+        let threads = try startThreads(store: store)
         var summary: RunSummary?
         var failure: Error?
         do {
@@ -137,7 +139,7 @@ public final class SharedWorker: @unchecked Sendable {
         // With the database out of reach nothing more can be written: the leases run out
         // and other workers take the chunks.
         if let lost = lostDatabase.withLock({ $0 }) { throw SharedWorkerError(lost) }
-        try? recorder.flush(using: threads.recorderRun)
+        try? store.flush(using: threads.recorderRun)
         // Chunks not finished go back at once, for the other workers.
         for chunk in ledger.unfinished() {
             do { try threads.recorderRun.handBack(chunk) } catch { logger.debug("hand back: \(error)") }
@@ -147,7 +149,7 @@ public final class SharedWorker: @unchecked Sendable {
         let counts = try threads.recorderRun.counts()
         let finished = counts.feedComplete && counts.chunksPending == 0 && counts.chunksLeased == 0
         if finished { try threads.recorderRun.markFinished() }
-        let mine = recorder.tally()
+        let mine = store.tally()
         let interrupted = summary?.interrupted ?? true
         // The feed of chunks failing (the database out of reach past the lease) ends the
         // runner's listing with an error: said, and the worker does not exit 0.
@@ -155,8 +157,8 @@ public final class SharedWorker: @unchecked Sendable {
             listingError.withLock { $0 = "claiming chunks failed: " + chunkError }
         }
         if !interrupted, mine.unrecorded == 0, summary?.failed == 0 {
-            for path in [scratchState, scratchState + "-wal", scratchState + "-shm",
-                         URL(fileURLWithPath: scratchState).deletingPathExtension().path + ".work"] {
+            for path in [journalPath, journalPath + "-wal", journalPath + "-shm",
+                         URL(fileURLWithPath: journalPath).deletingPathExtension().path + ".work"] {
                 try? FileManager.default.removeItem(atPath: path)
             }
         }
@@ -177,7 +179,7 @@ public final class SharedWorker: @unchecked Sendable {
         func forEach(_ body: (LoopThread) -> Void) { all.forEach(body) }
     }
 
-    private func startThreads(recorder: Recorder) throws -> Threads {
+    private func startThreads(store: SharedStateStore) throws -> Threads {
         let heartbeatRun = try run.sibling()
         let recorderRun = try run.sibling()
         let listerRun = try run.sibling()
@@ -235,7 +237,7 @@ public final class SharedWorker: @unchecked Sendable {
         }
         let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1) { [self] in
             do {
-                try recorder.flush(using: recorderRun)
+                try store.flush(using: recorderRun)
             } catch {
                 logger.warning("recording failed (kept for the next try): \(pipeline.environment.redact(String(describing: error)))")
             }
@@ -263,22 +265,28 @@ public final class SharedWorker: @unchecked Sendable {
         var page: [FeedItem] = []
         var last = cursor
         var lostLease = false
+        // With `--limit`, the items the run may still take: a page never holds more, and
+        // only the items a page added count (a key the run has is not added again).
+        var room = run.itemLimit.map { max(0, $0 - lease.items) }
         func flush(complete: Bool) throws {
             let stored = last.map { FeedCursor(key: environment.unexpanded($0.key), listed: $0.listed,
                                                page: $0.page.map(environment.unexpanded)) }
             let text = stored.flatMap { try? JSONEncoder.sorted.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
-            try shared.recordPage(page, cursor: text, complete: complete, lease: lease)
+            let added = try shared.recordPage(page, cursor: text, complete: complete, lease: lease)
+            room = room.map { $0 - added }
             page.removeAll()
         }
         do {
-            try pipeline.feed.list(after: cursor, expecting: { _ in }) { item in
-                if stopping.isCancelled { return false }
-                page.append(item.forSharedState(environment))
-                last = FeedCursor(key: item.key, listed: (last?.listed ?? 0) + 1, page: item.resumePage)
-                if page.count >= run.chunkSize { try flush(complete: false) }
-                return true
+            if room != 0 {
+                try pipeline.feed.list(after: cursor, expecting: { _ in }) { item in
+                    if stopping.isCancelled { return false }
+                    page.append(item.forSharedState(environment))
+                    last = FeedCursor(key: item.key, listed: (last?.listed ?? 0) + 1, page: item.resumePage)
+                    if page.count >= min(run.chunkSize, room ?? .max) { try flush(complete: false) }
+                    return room != 0
+                }
             }
-            if !stopping.isCancelled { try flush(complete: true) } else if !page.isEmpty { try flush(complete: false) }
+            if !stopping.isCancelled || room == 0 { try flush(complete: true) } else if !page.isEmpty { try flush(complete: false) }
         } catch SharedRun.SharedRunError.listerLeaseLost {
             lostLease = true
         } catch let error as PostgresError {
@@ -288,6 +296,8 @@ public final class SharedWorker: @unchecked Sendable {
         } catch {
             listingError.withLock { $0 = pipeline.environment.redact(String(describing: error)) }
             reporter.notice("the feed could not be listed: \(pipeline.environment.redact(String(describing: error)))")
+            // A listing again that failed leaves the run as complete as it was.
+            if lease.refreshing { try? shared.endRefresh(lease) }
         }
         if lostLease {
             logger.warning("the lister's lease was lost; another worker lists now")
@@ -334,6 +344,8 @@ final class ChunkLedger: Sendable {
         var settled = 0
         var allGiven = false
         var lost = false
+        /// Items whose end was queued under this claim.
+        var ended: Set<String> = []
     }
 
     private let state = Mutex<(chunks: [Int64: Held], items: [String: (chunk: Int64, seq: Int64)])>(([:], [:]))
@@ -349,11 +361,14 @@ final class ChunkLedger: Sendable {
         state.withLock { $0.chunks[chunk.id]?.allGiven = true }
     }
 
-    /// The chunk and sequence number of an item (nil: not one of this worker's).
-    func locate(_ key: String) -> (chunk: SharedRun.Chunk, seq: Int64, lost: Bool)? {
+    /// The chunk and sequence number of an item whose end is to be recorded; nil when it is
+    /// not one of this worker's, or its end was already taken under this claim.
+    func end(_ key: String) -> (chunk: SharedRun.Chunk, seq: Int64)? {
         state.withLock { state in
-            guard let place = state.items[key], let held = state.chunks[place.chunk] else { return nil }
-            return (held.chunk, place.seq, held.lost)
+            guard let place = state.items[key], var held = state.chunks[place.chunk],
+                  held.ended.insert(key).inserted else { return nil }
+            state.chunks[place.chunk] = held
+            return (held.chunk, place.seq)
         }
     }
 
@@ -390,7 +405,7 @@ final class ChunkLedger: Sendable {
 /// to its end and every chunk is done, then ends.
 ///
 /// A chunk can come back to the worker that had it (its lease ran out, it was rescued, and
-/// this worker claimed it again): an item that already ended in this worker's scratch run
+/// this worker claimed it again): an item that already ended in this worker's journal
 /// is recorded from there, not given to the runner again (which would pass over it as a
 /// key it has, and never end it); one still under way there ends under the new lease.
 /// A database error is tried again for up to `patience` seconds before listing fails.
@@ -401,17 +416,17 @@ final class ChunkFeed: Feed, @unchecked Sendable {
     private let stopping: CancellationFlag
     private let listingError: Mutex<String?>
     private let environment: Environment
-    private let recorder: Recorder
+    private let store: SharedStateStore
     private let patience: Double
 
     init(shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>,
-         environment: Environment, recorder: Recorder, patience: Double) {
+         environment: Environment, store: SharedStateStore, patience: Double) {
         self.environment = environment
         self.shared = shared
         self.ledger = ledger
         self.stopping = stopping
         self.listingError = listingError
-        self.recorder = recorder
+        self.store = store
         self.patience = patience
     }
 
@@ -426,11 +441,11 @@ final class ChunkFeed: Feed, @unchecked Sendable {
                 pause = 0.02
                 let items = try patiently { try shared.items(of: chunk) }
                 ledger.add(chunk, items: items)
-                // Only a chunk this worker held before can have items in its scratch run.
+                // Only a chunk this worker held before can have items in its journal.
                 let again = !claimedBefore.insert(chunk.id).inserted
                 for item in items {
-                    if again, recorder.knownHere(item.key) { continue }
-                    guard try body(item.item.fromSharedState(environment)) else { return }
+                    if again, store.knownHere(item.key) { continue }
+                    guard try body(item.numbered(environment)) else { return }
                 }
                 ledger.allGiven(chunk)
                 continue
@@ -460,121 +475,4 @@ final class ChunkFeed: Feed, @unchecked Sendable {
             }
         }
     }
-}
-
-/// The worker's reporter: passes everything on, and queues each item's end for the
-/// shared database (written by `flush`, from the recorder thread).
-final class Recorder: RunReporter, @unchecked Sendable {
-    // @unchecked: `queue` and `counts` are Mutexes.
-    private let reporter: any RunReporter
-    private let ledger: ChunkLedger
-    /// The worker's scratch state file, where each ended item's outputs and deliveries are.
-    private let scratch: RunStore
-    private let redact: @Sendable (String) -> String
-    private let queue = Mutex<[(chunk: SharedRun.Chunk, key: String, outcome: SharedRun.Outcome)]>([])
-    /// The scratch run's id and its outputs' formats, read once.
-    private let local = Mutex<(run: Int64, formats: [String: String])?>(nil)
-
-    private func localRun() throws -> (run: Int64, formats: [String: String])? {
-        if let known = local.withLock({ $0 }) { return known }
-        guard let run = try scratch.latestRun() else { return nil }
-        let found = (run.id, RunStore.outputFormats(ofDocument: run.document))
-        local.withLock { $0 = found }
-        return found
-    }
-    private let counts = Mutex<(done: Int, failed: Int, skipped: Int, unrecorded: Int)>((0, 0, 0, 0))
-
-    init(reporter: any RunReporter, ledger: ChunkLedger, scratch: RunStore, redact: @escaping @Sendable (String) -> String) {
-        self.reporter = reporter
-        self.ledger = ledger
-        self.scratch = scratch
-        self.redact = redact
-    }
-
-    /// Whether this worker's scratch run already has `key`. When it has ended there, its end
-    /// is queued again, for the chunk the ledger now holds it under; when it is still under
-    /// way, it ends by itself. False when the scratch run never had it.
-    func knownHere(_ key: String) -> Bool {
-        guard let run = try? localRun()?.run, let item = try? scratch.item(runId: run, key: key) else { return false }
-        let outcome: ItemOutcome
-        switch item.status {
-        case .done: outcome = .done
-        case .failed: outcome = .failed(ItemFailure(item.reason ?? .process, item.message ?? ""))
-        case .skipped: outcome = .skipped(ItemSkip(item.skipReason ?? .format, item.message ?? ""))
-        default: return true
-        }
-        itemSettled(key: key, outcome: outcome)
-        return true
-    }
-
-    func progress(_ progress: RunProgress) { reporter.progress(progress) }
-    func itemFailed(key: String, failure: ItemFailure) { reporter.itemFailed(key: key, failure: failure) }
-    func notice(_ message: String) { reporter.notice(message) }
-
-    func itemSettled(key: String, outcome: ItemOutcome) {
-        guard let place = ledger.locate(key) else { return }
-        let recorded: SharedRun.Outcome
-        switch outcome {
-        case .done: recorded = .init(seq: place.seq, status: .done)
-        case let .failed(failure):
-            recorded = .init(seq: place.seq, status: .failed, reason: failure.reason.rawValue, message: redact(failure.message))
-        case let .skipped(skip):
-            recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: redact(skip.message))
-        }
-        queue.withLock { $0.append((place.chunk, key, recorded)) }
-    }
-
-    /// Writes the queued ends, chunk by chunk, and marks done the chunks whose items have
-    /// all ended. A chunk whose lease was lost is dropped: its items are another worker's now.
-    func flush(using shared: SharedRun) throws {
-        let pending = queue.withLock { queue in defer { queue.removeAll() }; return queue }
-        let byChunk = Dictionary(grouping: pending, by: { $0.chunk.id }).sorted { $0.key < $1.key }
-        for (index, (id, entries)) in byChunk.enumerated() {
-            let chunk = entries[0].chunk
-            do {
-                // Each item's outputs and deliveries go with its end, for `export`.
-                let local = try localRun()
-                let outcomes = entries.map { entry -> SharedRun.Outcome in
-                    var record: ExportRecord?
-                    if let local { try? scratch.exportRecords(runId: local.run, key: entry.key, formats: local.formats) { record = $0 } }
-                    return entry.outcome.with(record)
-                }
-                try shared.record(outcomes, in: chunk)
-            } catch SharedRun.SharedRunError.leaseLost {
-                ledger.markLost(chunk)
-                counts.withLock { $0.unrecorded += entries.count }
-                continue
-            } catch {
-                // Not written: this chunk's ends and the ones after it are kept for the next
-                // flush (the fenced write only moves items from pending: writing again is safe).
-                queue.withLock { $0.insert(contentsOf: byChunk[index...].flatMap(\.value), at: 0) }
-                throw error
-            }
-            counts.withLock { counts in
-                for entry in entries {
-                    switch entry.outcome.status {
-                    case .done: counts.done += 1
-                    case .failed: counts.failed += 1
-                    case .skipped: counts.skipped += 1
-                    }
-                }
-            }
-            if let finished = ledger.settled(entries.count, of: id) { try complete(finished, using: shared) }
-        }
-        // A chunk whose items all ended in an earlier flush but was given out in full later.
-        for chunk in ledger.unfinished() where ledger.settled(0, of: chunk.id) != nil {
-            try complete(chunk, using: shared)
-        }
-    }
-
-    /// Marks a chunk done; a lease lost meanwhile leaves it to its new holder.
-    private func complete(_ chunk: SharedRun.Chunk, using shared: SharedRun) throws {
-        do {
-            if try shared.complete(chunk) { ledger.finished(chunk) }
-        } catch SharedRun.SharedRunError.leaseLost {
-            ledger.markLost(chunk)
-        }
-    }
-
-    func tally() -> (done: Int, failed: Int, skipped: Int, unrecorded: Int) { counts.withLock { $0 } }
 }

@@ -23,13 +23,13 @@ public final class PipelineRunner: Sendable {
     }
 
     let pipeline: BuiltPipeline
-    let store: RunStore
+    let store: any RunStateStore
     let reporter: any RunReporter
     let logger: Logger
     let options: Options
     private let active = Mutex<RunStages?>(nil)
 
-    public init(pipeline: BuiltPipeline, store: RunStore, reporter: any RunReporter, logger: Logger,
+    public init(pipeline: BuiltPipeline, store: any RunStateStore, reporter: any RunReporter, logger: Logger,
                 options: Options = Options()) {
         self.pipeline = pipeline
         self.store = store
@@ -96,7 +96,7 @@ struct RunContext: Sendable {
     let stagedDirectory: String
     let spoolDirectory: String
     let pipeline: BuiltPipeline
-    let store: RunStore
+    let store: any RunStateStore
     let writer: StoreWriter
     let fetchers: BoundedExecutor
     let workers: BoundedExecutor
@@ -108,7 +108,7 @@ struct RunContext: Sendable {
     /// Items in flight at most.
     let capacity: Int
 
-    init(start: RunStart, pipeline: BuiltPipeline, store: RunStore, reporter: any RunReporter, logger: Logger,
+    init(start: RunStart, pipeline: BuiltPipeline, store: any RunStateStore, reporter: any RunReporter, logger: Logger,
          options: PipelineRunner.Options, onWriteError: @escaping @Sendable (any Error) -> Void) {
         run = start.run
         resuming = start.resuming

@@ -279,7 +279,7 @@ final class RunStages: Sendable {
                     return false
                 }
                 guard acquireSlot() else { return false }
-                seq += 1
+                seq = listed.position ?? seq + 1
                 state.withLock { $0.listed() }
                 admit(item, seq: seq)
                 return true

@@ -10,7 +10,7 @@ import Foundation
 final class StoreWriter: @unchecked Sendable {
     typealias Completion = @Sendable (ChangeOutcome) -> Void
 
-    private let store: RunStore
+    private let store: any RunStateStore
     private let runId: Int64
     private let queue = DispatchQueue(label: "imgpipe.store-writer", qos: .userInitiated)
     private let lock = NSLock()
@@ -22,7 +22,7 @@ final class StoreWriter: @unchecked Sendable {
     private let redact: @Sendable (String) -> String
 
     /// `redact` masks secrets in every message and URL before it reaches the state file.
-    init(store: RunStore, runId: Int64, redact: @escaping @Sendable (String) -> String = { $0 },
+    init(store: any RunStateStore, runId: Int64, redact: @escaping @Sendable (String) -> String = { $0 },
          onError: @escaping @Sendable (any Error) -> Void) {
         self.store = store
         self.runId = runId

@@ -50,8 +50,11 @@ public final class S3Sink: Sink {
         }
         journal.withLock { $0 = directory }
         let inProgress = try uploadsLeftBehind()
-        for entry in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where entry.hasSuffix(".upload") {
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] {
             let path = directory + "/" + entry
+            // The temporary file of an entry's atomic write that a kill cut short: the entry
+            // it was replacing (written first, with the key) is still there.
+            guard entry.hasSuffix(".upload") else { unlink(path); continue }
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
             let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
             guard let key = lines.first, !key.isEmpty else { unlink(path); continue }

@@ -46,14 +46,13 @@ extension RunStore {
     }
 
     /// Records a run's state; `finished` also stamps the finishing time.
-    public func setState(_ state: RunRecord.State, runId: Int64, addingElapsed elapsed: Double = 0,
-                         now: Date = Date()) throws {
+    public func setState(_ state: RunRecord.State, runId: Int64, addingElapsed elapsed: Double = 0) throws {
         try database.write { db in
             try db.execute(sql: """
                 UPDATE run SET state = ?, elapsed = elapsed + ?,
                                finishedAt = CASE WHEN ? = 'finished' THEN ? ELSE finishedAt END
                 WHERE id = ?
-                """, arguments: [state.rawValue, elapsed, state.rawValue, now.timeIntervalSince1970, runId])
+                """, arguments: [state.rawValue, elapsed, state.rawValue, Date().timeIntervalSince1970, runId])
         }
     }
 

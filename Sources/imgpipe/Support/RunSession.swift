@@ -77,11 +77,9 @@ struct RunSession {
         var settings = SharedWorker.Options()
         switch mode {
         case let .fresh(limit, replace):
-            if limit != nil { throw CommandError.usage("--limit is not taken with a PostgreSQL state (a shared run lists its whole feed)") }
-            settings.joining = .fresh(replace: replace)
+            settings.joining = .fresh(replace: replace, limit: limit)
         case let .resume(retryFailed, refreshFeed):
-            if refreshFeed { throw CommandError.usage("--refresh-feed is not taken with a PostgreSQL state yet") }
-            settings.joining = .resume(retryFailed: retryFailed)
+            settings.joining = .resume(retryFailed: retryFailed, refreshFeed: refreshFeed)
         }
         try SharedSession(options: options, workers: workers, quiet: quiet, json: json, url: url, settings: settings).perform()
     }

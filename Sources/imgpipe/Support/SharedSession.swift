@@ -15,11 +15,6 @@ struct SharedSession {
     func perform() throws {
         var spec = try options.loadSpec()
         workers.apply(to: &spec)
-        // `{index}` is an item's number in a run; a worker only knows its own items' numbers.
-        if spec.document.serialized().contains("{index}") {
-            throw CommandError.usage("\(options.pipeline): {index} cannot be used in a shared run (each worker numbers "
-                                     + "only the items it takes); use {key} or {stem}")
-        }
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         var settings = settings
@@ -29,12 +24,12 @@ struct SharedSession {
         }
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
         let stem = URL(fileURLWithPath: options.pipeline).deletingPathExtension().lastPathComponent
-        let scratchFolder = ".imgpipe/\(stem).workers"
-        let scratch = "\(scratchFolder)/\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid()).sqlite"
+        let journalFolder = ".imgpipe/\(stem).workers"
+        let journal = "\(journalFolder)/\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid()).sqlite"
         let worker: SharedWorker
         do {
-            try FileManager.default.createDirectory(atPath: scratchFolder, withIntermediateDirectories: true)
-            worker = try SharedWorker(pipeline: pipeline, url: url, scratchState: scratch, reporter: reporter,
+            try FileManager.default.createDirectory(atPath: journalFolder, withIntermediateDirectories: true)
+            worker = try SharedWorker(pipeline: pipeline, url: url, journalPath: journal, reporter: reporter,
                                       logger: options.logging.logger(), options: settings)
         } catch let SharedRun.SharedRunError.runFinished(id) {
             // Nothing to do is not a failure: a worker restarted after the others finished

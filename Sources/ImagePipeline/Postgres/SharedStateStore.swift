@@ -1,0 +1,237 @@
+import Foundation
+
+/// One worker's part of a run shared through PostgreSQL, as its runner sees it: the
+/// second `RunStateStore` (the first is the state file, `RunStore`).
+///
+/// What is this machine's stays on this machine, in a journal of the worker's own (a
+/// state file, `journal`): where each item's input was spooled and its outputs staged,
+/// which deliveries are left. What the whole run must agree on goes to the shared database:
+/// - each output name, claimed run-wide as the change naming it is applied
+///   (`SharedRun.claimNames`), before the journal sees the change: a name another item of
+///   the run holds, on any worker, fails the item here as the state file would;
+/// - each item's end (done, failed, skipped) as the journal records it, queued and written
+///   every 0.1 s by the worker's recorder thread (`flush`), fenced by the lease of the
+///   chunk the item was claimed in, with its outputs and deliveries for `export`. A chunk
+///   whose items have all ended is marked done.
+///
+/// The runner cannot tell it from the state file: `apply` answers with the same outcomes.
+final class SharedStateStore: RunStateStore, @unchecked Sendable {
+    // @unchecked: `queue`, `local` and `counts` are Mutexes; `names` (its connection) is used
+    // only from `apply`, which the run's one writer calls.
+    /// The worker's journal: this machine's part of each item.
+    let journal: RunStore
+    private let ledger: ChunkLedger
+    private let names: SharedRun
+    private let redact: @Sendable (String) -> String
+    private let queue = Mutex<[(chunk: SharedRun.Chunk, key: String, outcome: SharedRun.Outcome)]>([])
+    /// The journal's run and its outputs' formats, read once.
+    private let local = Mutex<(run: Int64, formats: [String: String])?>(nil)
+    private let counts = Mutex<(done: Int, failed: Int, skipped: Int, unrecorded: Int)>((0, 0, 0, 0))
+
+    /// `names` is a connection of the worker's own for the name claims (`SharedRun.sibling`).
+    init(journal: RunStore, ledger: ChunkLedger, names: SharedRun, redact: @escaping @Sendable (String) -> String) {
+        self.journal = journal
+        self.ledger = ledger
+        self.names = names
+        self.redact = redact
+    }
+
+    // MARK: - RunStateStore
+
+    var path: String { journal.path }
+
+    func begin(_ mode: RunMode, _ identity: RunIdentity) throws -> RunStart { try journal.begin(mode, identity) }
+
+    func setState(_ state: RunRecord.State, runId: Int64, addingElapsed elapsed: Double) throws {
+        try journal.setState(state, runId: runId, addingElapsed: elapsed)
+    }
+
+    func apply(_ changes: [StoreChange], runId: Int64, now: Date) throws -> [ChangeOutcome] {
+        let taken = try claimNames(in: changes, runId: runId)
+        // A change naming a name another key holds becomes the item's failure.
+        var refused: [Int: ItemFailure] = [:]
+        let written = try changes.enumerated().map { index, change -> StoreChange in
+            switch change {
+            case let .insert(item):
+                guard let conflict = item.outputs.compactMap({ output in output.name.flatMap { name in
+                    taken[name].map { (name: name, owner: $0) } } }).first(where: { $0.owner != item.key }),
+                      try journal.item(runId: runId, key: item.key) == nil else { return change }
+                refused[index] = ItemFailure(.encode, "output name \"\(conflict.name)\" is already used by item \"\(conflict.owner)\"")
+                return .insert(NewItem(key: item.key, seq: item.seq, location: item.location, metadata: item.metadata,
+                                       outputs: item.outputs.map { NewOutput(id: $0.id, name: nil, sinks: $0.sinks) },
+                                       nameKey: item.nameKey, nameStem: item.nameStem, tier: item.tier))
+            case let .processed(key, outputs):
+                guard let conflict = outputs.compactMap({ output in taken[output.name].map { (name: output.name, owner: $0) } })
+                    .first(where: { $0.owner != key }) else { return change }
+                let failure = ItemFailure(.encode, "output name \"\(conflict.name)\" is already used by item \"\(conflict.owner)\"")
+                refused[index] = failure
+                return .failed(key: key, failure: failure, attempts: 1)
+            default:
+                return change
+            }
+        }
+        // A refused insert is written as the item, then its failure, in the same batch.
+        var batch: [StoreChange] = []
+        for (index, change) in written.enumerated() {
+            batch.append(change)
+            if case let .insert(item) = change, let failure = refused[index] {
+                batch.append(.failed(key: item.key, failure: failure, attempts: 0))
+            }
+        }
+        var journalled = try journal.apply(batch, runId: runId, now: now)[...]
+        var outcomes: [ChangeOutcome] = []
+        for (index, change) in written.enumerated() {
+            var outcome = journalled.removeFirst()
+            if case .insert = change, let failure = refused[index] {
+                journalled.removeFirst()
+                outcome = .failed(failure)
+            } else if let failure = refused[index] {
+                outcome = .failed(failure)
+            }
+            outcomes.append(outcome)
+            if let end = Self.end(of: changes[index], outcome) { ended(key: end.key, outcome: end.outcome) }
+        }
+        return outcomes
+    }
+
+    func counts(runId: Int64) throws -> ItemCounts { try journal.counts(runId: runId) }
+    func failureCounts(runId: Int64) throws -> [String: Int] { try journal.failureCounts(runId: runId) }
+    func skipCounts(runId: Int64) throws -> [String: Int] { try journal.skipCounts(runId: runId) }
+    func item(runId: Int64, key: String) throws -> ItemRecord? { try journal.item(runId: runId, key: key) }
+    func unfinishedItems(runId: Int64, after seq: Int, limit: Int) throws -> [ItemRecord] {
+        try journal.unfinishedItems(runId: runId, after: seq, limit: limit)
+    }
+    func lastSeq(runId: Int64) throws -> Int { try journal.lastSeq(runId: runId) }
+    func lastKey(runId: Int64) throws -> String? { try journal.lastKey(runId: runId) }
+    func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] { try journal.stagedOutputs(runId: runId, key: key) }
+    func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)] {
+        try journal.pendingDeliveries(runId: runId, key: key)
+    }
+
+    // MARK: - names
+
+    /// Claims in the shared database every name `changes` give (those known before
+    /// processing at insert, the others when processed); returns those another key holds.
+    private func claimNames(in changes: [StoreChange], runId: Int64) throws -> [String: String] {
+        var wanted: [(name: String, key: String)] = []
+        for change in changes {
+            switch change {
+            case let .insert(item): wanted += item.outputs.compactMap { $0.name.map { ($0, item.key) } }
+            case let .processed(key, outputs): wanted += outputs.map { ($0.name, key) }
+            default: break
+            }
+        }
+        return try names.claimNames(wanted)
+    }
+
+    // MARK: - ends
+
+    /// The end of an item a change made, as the journal recorded it: done on its last
+    /// delivery, failed (a refused name, a stage's failure, a sink's refusal), or skipped.
+    static func end(of change: StoreChange, _ outcome: ChangeOutcome) -> (key: String, outcome: ItemOutcome)? {
+        switch (change, outcome) {
+        case let (.insert(item), .failed(failure)): (item.key, .failed(failure))
+        case let (.processed(key, _), .failed(failure)): (key, .failed(failure))
+        case let (.delivered(key, _, _, _, _, _), .completed): (key, .done)
+        case let (.deliveryFailed(key, _, _, _, _), .failed(failure)): (key, .failed(failure))
+        case let (.failed(key, failure, _), .applied): (key, .failed(failure))
+        case let (.skipped(key, skip), .applied): (key, .skipped(skip))
+        default: nil
+        }
+    }
+
+    /// The journal's run and the formats of its outputs.
+    private func localRun() throws -> (run: Int64, formats: [String: String])? {
+        if let known = local.withLock({ $0 }) { return known }
+        guard let run = try journal.latestRun() else { return nil }
+        let found = (run.id, RunStore.outputFormats(ofDocument: run.document))
+        local.withLock { $0 = found }
+        return found
+    }
+
+    /// Whether the journal already has `key`. When the item has ended there, its end is
+    /// queued again, for the chunk the ledger now holds it under; when it is still under
+    /// way, it ends by itself. False when the journal never had it.
+    func knownHere(_ key: String) -> Bool {
+        guard let run = try? localRun()?.run, let item = try? journal.item(runId: run, key: key) else { return false }
+        let outcome: ItemOutcome
+        switch item.status {
+        case .done: outcome = .done
+        case .failed: outcome = .failed(ItemFailure(item.reason ?? .process, item.message ?? ""))
+        case .skipped: outcome = .skipped(ItemSkip(item.skipReason ?? .format, item.message ?? ""))
+        default: return true
+        }
+        ended(key: key, outcome: outcome)
+        return true
+    }
+
+    /// Queues an item's end for the shared database, once per claim of its chunk (an item
+    /// refused by two sinks ends once).
+    private func ended(key: String, outcome: ItemOutcome) {
+        guard let place = ledger.end(key) else { return }
+        let recorded: SharedRun.Outcome
+        switch outcome {
+        case .done: recorded = .init(seq: place.seq, status: .done)
+        case let .failed(failure):
+            recorded = .init(seq: place.seq, status: .failed, reason: failure.reason.rawValue, message: redact(failure.message))
+        case let .skipped(skip):
+            recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: redact(skip.message))
+        }
+        queue.withLock { $0.append((place.chunk, key, recorded)) }
+    }
+
+    /// Writes the queued ends, chunk by chunk, and marks done the chunks whose items have
+    /// all ended. A chunk whose lease was lost is dropped: its items are another worker's now.
+    func flush(using shared: SharedRun) throws {
+        let pending = queue.withLock { queue in defer { queue.removeAll() }; return queue }
+        let byChunk = Dictionary(grouping: pending, by: { $0.chunk.id }).sorted { $0.key < $1.key }
+        for (index, (id, entries)) in byChunk.enumerated() {
+            let chunk = entries[0].chunk
+            do {
+                // Each item's outputs and deliveries go with its end, for `export`.
+                let local = try localRun()
+                let outcomes = entries.map { entry -> SharedRun.Outcome in
+                    var record: ExportRecord?
+                    if let local { try? journal.exportRecords(runId: local.run, key: entry.key, formats: local.formats) { record = $0 } }
+                    return entry.outcome.with(record)
+                }
+                try shared.record(outcomes, in: chunk)
+            } catch SharedRun.SharedRunError.leaseLost {
+                ledger.markLost(chunk)
+                counts.withLock { $0.unrecorded += entries.count }
+                continue
+            } catch {
+                // Not written: this chunk's ends and the ones after it are kept for the next
+                // flush (the fenced write only moves items from pending: writing again is safe).
+                queue.withLock { $0.insert(contentsOf: byChunk[index...].flatMap(\.value), at: 0) }
+                throw error
+            }
+            counts.withLock { counts in
+                for entry in entries {
+                    switch entry.outcome.status {
+                    case .done: counts.done += 1
+                    case .failed: counts.failed += 1
+                    case .skipped: counts.skipped += 1
+                    }
+                }
+            }
+            if let finished = ledger.settled(entries.count, of: id) { try complete(finished, using: shared) }
+        }
+        // A chunk whose items all ended in an earlier flush but was given out in full later.
+        for chunk in ledger.unfinished() where ledger.settled(0, of: chunk.id) != nil {
+            try complete(chunk, using: shared)
+        }
+    }
+
+    /// Marks a chunk done; a lease lost meanwhile leaves it to its new holder.
+    private func complete(_ chunk: SharedRun.Chunk, using shared: SharedRun) throws {
+        do {
+            if try shared.complete(chunk) { ledger.finished(chunk) }
+        } catch SharedRun.SharedRunError.leaseLost {
+            ledger.markLost(chunk)
+        }
+    }
+
+    /// The items this worker ended and recorded, and those whose chunk it lost first.
+    func tally() -> (done: Int, failed: Int, skipped: Int, unrecorded: Int) { counts.withLock { $0 } }
+}

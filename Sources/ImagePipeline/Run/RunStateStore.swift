@@ -1,0 +1,57 @@
+import Foundation
+
+/// Where the runner keeps a run's state: everything `PipelineRunner` and `RunStages` read
+/// and write goes through this protocol, and nothing else of a store is visible to them.
+///
+/// Two implementations:
+/// - `RunStore`, the state file (SQLite): one machine, one process, the whole run.
+/// - `SharedStateStore` (`Postgres/`), one worker's part of a run shared through
+///   PostgreSQL: the items it was given, with their files on this machine kept in a journal
+///   of its own, and what the whole run must agree on (each item's end, fenced by the
+///   chunk's lease; each output name, claimed run-wide) written to the shared database.
+///
+/// The contract both keep (the run-store tests run on both):
+/// - `apply` writes a batch in order and says what became of each change; an item moves
+///   `pending → fetched → processed → done` or to `failed`/`skipped`, and is done once its
+///   last delivery is (`ChangeOutcome.completed`);
+/// - an output name belongs to one item of the run: a second item wanting it fails;
+/// - a key inserted twice is `.existing`, and changes nothing;
+/// - every method may be called from any thread (the writer calls `apply` from one).
+public protocol RunStateStore: AnyObject, Sendable {
+    /// A local path the run's work folder is made next to (`<path without extension>.work/`),
+    /// and the state file named in summaries.
+    var path: String { get }
+
+    /// Opens the run this session works on, with the rules of `mode`.
+    func begin(_ mode: RunMode, _ identity: RunIdentity) throws -> RunStart
+    func setState(_ state: RunRecord.State, runId: Int64, addingElapsed elapsed: Double) throws
+
+    /// Writes a batch of changes and says what became of each.
+    func apply(_ changes: [StoreChange], runId: Int64, now: Date) throws -> [ChangeOutcome]
+
+    func counts(runId: Int64) throws -> ItemCounts
+    func failureCounts(runId: Int64) throws -> [String: Int]
+    func skipCounts(runId: Int64) throws -> [String: Int]
+
+    func item(runId: Int64, key: String) throws -> ItemRecord?
+    /// Items not yet done, failed or skipped, in feed order after `seq`.
+    func unfinishedItems(runId: Int64, after seq: Int, limit: Int) throws -> [ItemRecord]
+    /// The highest sequence number of the run (0: none yet).
+    func lastSeq(runId: Int64) throws -> Int
+    /// The key of the run's last listed item.
+    func lastKey(runId: Int64) throws -> String?
+    func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput]
+    func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)]
+}
+
+extension RunStateStore {
+    func apply(_ changes: [StoreChange], runId: Int64) throws -> [ChangeOutcome] {
+        try apply(changes, runId: runId, now: Date())
+    }
+
+    func setState(_ state: RunRecord.State, runId: Int64) throws {
+        try setState(state, runId: runId, addingElapsed: 0)
+    }
+}
+
+extension RunStore: RunStateStore {}
