@@ -5,7 +5,8 @@
 // On an empty database: one lister records ITEMS items in pages of CHUNK (one
 // transaction each, as `imgpipe work` lists); then WORKERS threads, each with its own
 // connection and no pixel work, claim chunks, read their items, record every item done in
-// one fenced transaction per chunk and complete the chunk, as workers do; then `status`
+// one fenced transaction per chunk (with the counters `status` reads: sink, output, tier)
+// and complete the chunk, as workers do; then `status`
 // is read five times. Prints one JSON object: lister items/s, claims/s, item
 // transitions/s, the median status time.
 import Foundation
@@ -17,6 +18,8 @@ guard arguments.count == 5, let items = Int(arguments[2]), let workers = Int(arg
     exit(2)
 }
 let url = arguments[1]
+/// What a real worker adds to `status`'s counters for a done item of one output and one sink.
+let tally = ["tier/remote": 1, "sink/out/done": 1, "output/default/done": 1]
 
 func seconds(_ body: () throws -> Void) rethrows -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
@@ -54,7 +57,7 @@ do {
                 do {
                     while let claimed = try run.claim(1).first {
                         let pending = try run.items(of: claimed)
-                        let written = try run.record(pending.map { .init(seq: $0.seq, status: .done) }, in: claimed)
+                        let written = try run.record(pending.map { .init(seq: $0.seq, status: .done, tally: tally) }, in: claimed)
                         try run.complete(claimed)
                         claims.withLock { $0 += 1 }
                         transitions.withLock { $0 += written }

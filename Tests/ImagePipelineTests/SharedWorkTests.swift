@@ -517,6 +517,41 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(again.status == 0 && (again.stdout + again.stderr).contains("already finished"), "\(again.stdout)\(again.stderr)")
     }
 
+    /// `status --json` of a shared run has a state file's keys, read from per-chunk tallies:
+    /// deliveries by sink and by output, items by tier; a retry of failed items takes their
+    /// counts back before they are done again.
+    @Test func statusCountsDeliveriesBySinkAndTierAndARetryRecountsThem() throws {
+        let server = try UploadServer(mode: .refuse(403))
+        try images(6)
+        try pipeline(server)
+        let refused = try shared(["work", "pipe.json"])
+        #expect(refused.status == 1, "every upload refused: \(refused.stdout)\(refused.stderr)")
+        var report = try status()
+        #expect(report["name"] as? String == "pipe" && report["pipeline"] as? String == "pipe.json", "\(report)")
+        #expect(report["failed"] as? Int == 6 && report["fetched"] as? Int == 0 && report["processed"] as? Int == 0)
+        #expect(report["failuresByReason"] as? [String: Int] == ["upload": 6])
+        #expect(report["tiers"] as? [String: Int] == ["local": 6], "\(report["tiers"] ?? "-")")
+        #expect(report["sinks"] as? [String: [String: Int]] == [
+            "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 0, "failed": 6, "pending": 0],
+        ], "\(report["sinks"] ?? "-")")
+        let outputs = try #require(report["outputs"] as? [String: [String: Any]])
+        #expect(outputs["default"]?["format"] as? String == "png"
+                && outputs["default"]?["deliveries"] as? [String: Int] == ["done": 6, "failed": 6, "pending": 0], "\(outputs)")
+        let text = try shared(["status", "pipe.json"])
+        #expect(text.stdout.contains("sink upload-1: 0 done, 6 failed, 0 pending") && text.stdout.contains("served from: local 6"),
+                "\(text.stdout)")
+
+        server.mode = .normal
+        let retried = try shared(["resume", "pipe.json", "--retry-failed"])
+        #expect(retried.status == 0, "\(retried.stdout)\(retried.stderr)")
+        report = try status()
+        #expect(report["done"] as? Int == 6 && report["failed"] as? Int == 0 && report["tiers"] as? [String: Int] == ["local": 6])
+        #expect(report["sinks"] as? [String: [String: Int]] == [
+            "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 6, "failed": 0, "pending": 0],
+        ], "the failed items' counts were taken back before they were done again: \(report["sinks"] ?? "-")")
+        #expect(server.uploads.count == 6)
+    }
+
     @Test func runAndResumeTakeAPostgresStateWithTheirOwnRules() throws {
         let server = try UploadServer(mode: .slow(0.2))
         try images(12)

@@ -43,6 +43,24 @@ struct SharedItemDetail: Codable {
     }
 
     var text: String { String(decoding: (try? JSONEncoder.sorted.encode(self)) ?? Data("{}".utf8), as: UTF8.self) }
+
+    /// What the item adds to `status`'s counters, kept per chunk (`imgpipe_chunk.tally`):
+    /// `tier/<tier>` 1, and per delivery `sink/<sink>/<status>` and `output/<id>/<status>`
+    /// (status `done` or `failed`; a delivery left pending is counted from the items).
+    var tally: [String: Int] {
+        var tally: [String: Int] = [:]
+        if let tier { tally["tier/" + tier] = 1 }
+        for delivery in deliveries where delivery.status == "done" || delivery.status == "failed" {
+            tally["sink/\(delivery.sink)/\(delivery.status)", default: 0] += 1
+            tally["output/\(delivery.output)/\(delivery.status)", default: 0] += 1
+        }
+        return tally
+    }
+
+    /// A tally as a JSON object.
+    static func tallyText(_ tally: [String: Int]) -> String {
+        String(decoding: (try? JSONEncoder.sorted.encode(tally)) ?? Data("{}".utf8), as: UTF8.self)
+    }
 }
 
 /// `imgpipe export --state postgres://…`: the records of a shared run, read from the

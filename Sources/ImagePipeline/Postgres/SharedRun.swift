@@ -64,22 +64,26 @@ public final class SharedRun: @unchecked Sendable {
         public let detail: String?
         /// Attempts the worker made (nil: one).
         public let attempts: Int?
+        /// What the item adds to the run's `status` counters (`SharedItemDetail.tally`).
+        public let tally: [String: Int]
 
         public init(seq: Int64, status: Status, reason: String? = nil, message: String? = nil, detail: String? = nil,
-                    attempts: Int? = nil) {
+                    attempts: Int? = nil, tally: [String: Int] = [:]) {
             self.seq = seq
             self.status = status
             self.reason = reason
             self.message = message
             self.detail = detail
             self.attempts = attempts
+            self.tally = tally
         }
 
         /// This outcome with the item's record from the worker's journal attached.
         func with(_ record: ExportRecord?) -> Outcome {
             guard let record else { return self }
-            return Outcome(seq: seq, status: status, reason: reason, message: message,
-                           detail: SharedItemDetail(record).text, attempts: record.attempts)
+            let detail = SharedItemDetail(record)
+            return Outcome(seq: seq, status: status, reason: reason, message: message, detail: detail.text,
+                           attempts: record.attempts, tally: detail.tally)
         }
     }
 
@@ -217,12 +221,18 @@ public final class SharedRun: @unchecked Sendable {
         let run = String(runId)
         let requeued = try connection.execute("""
             WITH requeued AS (
-                UPDATE imgpipe_item SET status = 'pending', reason = NULL, message = NULL, detail = NULL
+                UPDATE imgpipe_item SET status = 'pending', reason = NULL, message = NULL, detail = NULL, tally = NULL
                 WHERE run_id = $1 AND status = 'failed'
                   AND chunk IN (SELECT id FROM imgpipe_chunk WHERE run_id = $1 AND state = 'done')
-                RETURNING chunk
+                RETURNING chunk, seq
             ), per AS (SELECT chunk, count(*) AS n FROM requeued GROUP BY chunk)
-            UPDATE imgpipe_chunk c SET failed = c.failed - per.n, state = 'pending'
+            UPDATE imgpipe_chunk c SET failed = c.failed - per.n, state = 'pending',
+                -- from the items' own tallies, the requeued ones left out (this statement
+                -- still sees them as they were)
+                tally = coalesce((SELECT jsonb_object_agg(k, n) FROM (
+                    SELECT t.key AS k, sum(t.value::bigint) AS n FROM imgpipe_item i, jsonb_each_text(i.tally) t
+                    WHERE i.run_id = c.run_id AND i.chunk = c.id AND i.status <> 'pending'
+                      AND i.seq NOT IN (SELECT seq FROM requeued) GROUP BY t.key) s), '{}'::jsonb)
             FROM per WHERE c.run_id = $1 AND c.id = per.chunk
             RETURNING per.n
             """, [run]).all.reduce(0) { $0 + Int($1.int("n") ?? 0) }
@@ -366,21 +376,29 @@ public final class SharedRun: @unchecked Sendable {
             try fence(chunk)
             let written = try connection.execute("""
                 UPDATE imgpipe_item i SET status = o.status, reason = o.reason, message = o.message, detail = o.detail,
-                    attempts = coalesce(o.attempts, i.attempts + 1)
-                FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
-                    AS o(seq, status, reason, message, detail, attempts)
+                    attempts = coalesce(o.attempts, i.attempts + 1), tally = o.tally::jsonb
+                FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[], $9::text[])
+                    AS o(seq, status, reason, message, detail, attempts, tally)
                 WHERE i.run_id = $1 AND i.chunk = $2 AND i.seq = o.seq AND i.status = 'pending'
-                RETURNING i.status
+                RETURNING i.seq, i.status
                 """, [run, String(chunk.id), postgresTextArray(outcomes.map { String($0.seq) }),
                       postgresTextArray(outcomes.map(\.status.rawValue)),
                       postgresTextArray(outcomes.map(\.reason)), postgresTextArray(outcomes.map(\.message)),
-                      postgresTextArray(outcomes.map(\.detail)), postgresTextArray(outcomes.map { $0.attempts.map(String.init) })])
+                      postgresTextArray(outcomes.map(\.detail)), postgresTextArray(outcomes.map { $0.attempts.map(String.init) }),
+                      postgresTextArray(outcomes.map { SharedItemDetail.tallyText($0.tally) })])
             let statuses = written.all.compactMap { $0["status"] }
+            // What the written items add to the chunk's tally (one row per chunk: no two
+            // workers wait on one counter row).
+            let writtenSeqs = Set(written.all.compactMap { $0.int("seq") })
+            var added: [String: Int] = [:]
+            for outcome in outcomes where writtenSeqs.contains(outcome.seq) { added.merge(outcome.tally, uniquingKeysWith: +) }
             try connection.execute("""
-                UPDATE imgpipe_chunk SET done = done + $3, failed = failed + $4, skipped = skipped + $5
+                UPDATE imgpipe_chunk SET done = done + $3, failed = failed + $4, skipped = skipped + $5,
+                    tally = CASE WHEN $6::jsonb = '{}'::jsonb THEN tally ELSE \(Self.tallySum("tally", "$6::jsonb")) END
                 WHERE run_id = $1 AND id = $2
                 """, [run, String(chunk.id), String(statuses.count { $0 == "done" }),
-                      String(statuses.count { $0 == "failed" }), String(statuses.count { $0 == "skipped" })])
+                      String(statuses.count { $0 == "failed" }), String(statuses.count { $0 == "skipped" }),
+                      SharedItemDetail.tallyText(added)])
             return statuses.count
         }
         // After the fenced transaction, never inside it: the heartbeat locks the worker row
@@ -404,6 +422,15 @@ public final class SharedRun: @unchecked Sendable {
                 """, [run, String(chunk.id)])
             return rows.affected == 1
         }
+    }
+
+    /// SQL for the key-by-key sum of two JSON objects of counters.
+    static func tallySum(_ left: String, _ right: String) -> String {
+        """
+        (SELECT coalesce(jsonb_object_agg(k, n), '{}'::jsonb) FROM (
+            SELECT key AS k, sum(value::bigint) AS n
+            FROM (SELECT * FROM jsonb_each_text(\(left)) UNION ALL SELECT * FROM jsonb_each_text(\(right))) e GROUP BY key) s)
+        """
     }
 
     /// Locks the chunk's row for this transaction if, and only if, this worker's lease on
@@ -588,9 +615,30 @@ public struct SharedStatus: Sendable, Encodable {
         public let done: Int
     }
 
+    /// What `status` knows of the pipeline from its file: where it is, and which outputs
+    /// each sink takes (for the deliveries still pending), with the outputs' formats.
+    public struct Pipeline: Sendable {
+        public var path: String
+        public var outputsOfSink: [String: [String]]
+        public var formats: [String: String]
+
+        public init(path: String, outputsOfSink: [String: [String]], formats: [String: String]) {
+            self.path = path
+            self.outputsOfSink = outputsOfSink
+            self.formats = formats
+        }
+
+        public init(_ spec: PipelineSpec, path: String) {
+            self.init(path: path, outputsOfSink: Dictionary(uniqueKeysWithValues: spec.sinks.map { ($0.name, spec.outputs(of: $0.name)) }),
+                      formats: Dictionary(uniqueKeysWithValues: spec.outputs.map { ($0.id, $0.format.rawValue) }))
+        }
+    }
+
     public let run: Int64
     public let uuid: String
+    /// The pipeline file (its name when `status` was given none), and the pipeline's name.
     public let pipeline: String
+    public let name: String
     public let state: String
     public let feedComplete: Bool
     public let pagesListed: Int
@@ -599,6 +647,16 @@ public struct SharedStatus: Sendable, Encodable {
     public let failed: Int
     public let skipped: Int
     public let pending: Int
+    /// Always 0 in a shared run: an item is pending until a worker ends it, and the stages
+    /// in between are that worker's own (its journal). Kept for the keys of a state file's report.
+    public let fetched: Int
+    public let processed: Int
+    /// Deliveries by sink: done and failed ones counted as items end (per chunk), pending
+    /// ones those of the items still pending.
+    public let sinks: [String: DeliveryCounts]
+    public let outputs: [String: OutputCounts]
+    /// Ended items by the tier that served their input.
+    public let tiers: [String: Int]
     public let failuresByReason: [String: Int]
     public let failures: [FailureRecord]
     public let skipsByReason: [String: Int]
@@ -625,7 +683,8 @@ public struct SharedStatus: Sendable, Encodable {
             """, [pipelineName]).all.map { ($0.int("id") ?? 0, $0["pipeline_name"] ?? "", $0["state"] ?? "", $0["started"] ?? "") }
     }
 
-    public static func latest(at url: String, pipelineName: String?, runNumber: Int64? = nil) throws -> SharedStatus? {
+    public static func latest(at url: String, pipelineName: String?, runNumber: Int64? = nil,
+                              pipeline: Pipeline? = nil) throws -> SharedStatus? {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
         guard try SharedRunSchema.exists(on: connection), let row = try connection.execute("""
@@ -652,15 +711,45 @@ public struct SharedStatus: Sendable, Encodable {
         }
         let elapsed = Double(row["elapsed"] ?? "") ?? 0
         let ended = counts.done + counts.failed + counts.skipped
+        // The chunks' tallies (one row each: no item row is read).
+        var tally: [String: Int] = [:]
+        for entry in try connection.execute("""
+            SELECT t.key, sum(t.value::bigint) AS n FROM imgpipe_chunk c, jsonb_each_text(c.tally) t WHERE c.run_id = $1 GROUP BY t.key
+            """, [id]).all {
+            if let key = entry["key"] { tally[key] = Int(entry.int("n") ?? 0) }
+        }
+        func deliveries(_ prefix: String, pendingPerItem: Int) -> DeliveryCounts {
+            DeliveryCounts(done: tally[prefix + "/done"] ?? 0, failed: tally[prefix + "/failed"] ?? 0,
+                           pending: counts.pending * pendingPerItem)
+        }
+        let outputsOfSink = pipeline?.outputsOfSink ?? [:]
+        var sinkNames = Set(outputsOfSink.keys), outputIDs = Set((pipeline?.formats ?? [:]).keys)
+        for key in tally.keys {
+            let parts = key.split(separator: "/", maxSplits: 1).map(String.init)
+            guard parts.count == 2, let slash = parts[1].lastIndex(of: "/") else { continue }
+            if parts[0] == "sink" { sinkNames.insert(String(parts[1][..<slash])) }
+            if parts[0] == "output" { outputIDs.insert(String(parts[1][..<slash])) }
+        }
+        let sinks = Dictionary(uniqueKeysWithValues: sinkNames.map {
+            ($0, deliveries("sink/" + $0, pendingPerItem: outputsOfSink[$0]?.count ?? 0))
+        })
+        let outputs = Dictionary(uniqueKeysWithValues: outputIDs.map { output in
+            (output, OutputCounts(format: pipeline?.formats[output] ?? OutputFormat.jpeg.rawValue,
+                                  deliveries: deliveries("output/" + output,
+                                                         pendingPerItem: outputsOfSink.values.count { $0.contains(output) })))
+        })
+        let tiers = tally.compactMap { key, value in key.hasPrefix("tier/") ? (String(key.dropFirst(5)), value) : nil }
         let workers = try connection.execute("""
             SELECT w.name, extract(epoch FROM now() - w.heartbeat_at) AS ago, w.items_done,
                    (SELECT count(*) FROM imgpipe_chunk c WHERE c.run_id = w.run_id AND c.state = 'leased' AND c.owner = w.name) AS held
             FROM imgpipe_worker w WHERE w.run_id = $1 ORDER BY w.name
             """, [id]).all
         return SharedStatus(
-            run: row.int("id") ?? 0, uuid: row["uuid"] ?? "", pipeline: row["pipeline_name"] ?? "", state: row["state"] ?? "",
+            run: row.int("id") ?? 0, uuid: row["uuid"] ?? "", pipeline: pipeline?.path ?? row["pipeline_name"] ?? "",
+            name: row["pipeline_name"] ?? "", state: row["state"] ?? "",
             feedComplete: row.bool("feed_complete"), pagesListed: Int(row.int("pages_listed") ?? 0),
             total: counts.items, done: counts.done, failed: counts.failed, skipped: counts.skipped, pending: counts.pending,
+            fetched: 0, processed: 0, sinks: sinks, outputs: outputs, tiers: Dictionary(uniqueKeysWithValues: tiers),
             failuresByReason: try byReason("failed"),
             failures: try first("failed").map {
                 FailureRecord(key: $0["key"] ?? "", reason: $0["reason"] ?? "?", message: $0["message"] ?? "",

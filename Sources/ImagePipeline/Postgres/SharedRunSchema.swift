@@ -29,20 +29,22 @@ enum SharedRunSchema {
         }
     }
 
-    /// True when the tables are there: the names table, made last, is. (A database made
-    /// before it existed has the others: `make` adds it, every statement being `IF NOT EXISTS`.)
-    /// Read from `pg_tables` with the statement's own snapshot, not through `to_regclass`: a
-    /// session's catalog cache may keep a table missing that another session has since
-    /// made (the check after the advisory lock then said "missing" and a second worker ran
-    /// the DDL again, its `ALTER TABLE` deadlocking against a first run's insert).
+    /// True when the tables are there as this version makes them: the last statement's
+    /// column, `imgpipe_item.tally`, is. (A database made by an earlier version lacks it, and
+    /// `make` adds what is missing, every statement being `IF NOT EXISTS`.) Read from
+    /// `pg_attribute` with the statement's own snapshot, not through `to_regclass`: a
+    /// session's catalog cache may keep a table missing that another session has since made
+    /// (the check after the advisory lock then said "missing" and a second worker ran the DDL
+    /// again, its `ALTER TABLE` deadlocking against a first run's insert).
     static func exists(on connection: PostgresConnection) throws -> Bool {
         try connection.execute("""
-            SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'imgpipe_name')
-                AS present
+            SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+                           WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = 'imgpipe_item'
+                             AND a.attname = 'tally' AND NOT a.attisdropped) AS present
             """).first?.bool("present") == true
     }
 
-    /// Made in this order; the names table last (its presence says all are there).
+    /// Made in this order; `exists` looks for the last one's column.
     static let statements = [
         """
         CREATE TABLE IF NOT EXISTS imgpipe_run (
@@ -134,6 +136,10 @@ enum SharedRunSchema {
             PRIMARY KEY (run_id, name)
         )
         """,
+        // `status`'s counters by sink, output and tier: per item, summed per chunk. Last: its
+        // presence says every statement before it has been made (`exists`).
+        "ALTER TABLE imgpipe_chunk ADD COLUMN IF NOT EXISTS tally JSONB NOT NULL DEFAULT '{}'::jsonb",
+        "ALTER TABLE imgpipe_item ADD COLUMN IF NOT EXISTS tally JSONB",
     ]
 }
 

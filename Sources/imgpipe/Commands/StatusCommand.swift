@@ -166,7 +166,9 @@ struct StatusCommand: ParsableCommand {
 
     /// The latest run of the pipeline (of any, without a pipeline file) in a shared database.
     private func sharedStatus(url: String) throws {
-        let name = try pipeline.map { try PipelineOptions.loadSpec($0).name }
+        let spec = try pipeline.map { try PipelineOptions.loadSpec($0) }
+        let name = spec?.name
+        let known = spec.flatMap { spec in pipeline.map { SharedStatus.Pipeline(spec, path: $0) } }
         let place = StateLocation.postgres(url: url).displayed
         let status: SharedStatus?
         do {
@@ -176,7 +178,7 @@ struct StatusCommand: ParsableCommand {
                 }
                 return
             }
-            status = try SharedStatus.latest(at: url, pipelineName: name, runNumber: runNumber)
+            status = try SharedStatus.latest(at: url, pipelineName: name, runNumber: runNumber, pipeline: known)
         } catch {
             throw CommandError.usage(StateLocation.masking(in: String(describing: error), url: url))
         }
@@ -185,9 +187,18 @@ struct StatusCommand: ParsableCommand {
                                      + (runNumber != nil ? " (see --runs)" : ""))
         }
         if json { return Console.json(status) }
-        Console.out("run #\(status.run) of \(status.pipeline) in \(place): \(status.state)"
+        Console.out("run #\(status.run) of \(status.name) in \(place): \(status.state)"
                     + (status.feedComplete ? "" : " (feed still being listed: \(status.pagesListed) pages so far)"))
         Console.out("  \(status.done) done, \(status.skipped) skipped, \(status.failed) failed, \(status.pending) pending of \(status.total)")
+        let several = status.outputs.count > 1
+        for (sink, counts) in status.sinks.sorted(by: { $0.key < $1.key }) {
+            Console.out("  sink \(sink): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending"
+                        + (several ? " deliveries" : ""))
+        }
+        if !status.tiers.isEmpty {
+            Console.out("  served from: " + status.tiers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                .joined(separator: ", "))
+        }
         if !status.failuresByReason.isEmpty {
             Console.out("  failures: " + status.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
                 .joined(separator: ", "))
