@@ -24,7 +24,7 @@ struct Imgpipe: ParsableCommand {
         discussion: "Exit codes: 0 every item done or skipped, 1 some items failed, 2 usage or invalid pipeline, 130 interrupted.",
         version: version,
         subcommands: [RunCommand.self, ResumeCommand.self, WorkCommand.self, DryRunCommand.self, StatusCommand.self,
-                      ValidateCommand.self, ExportCommand.self, ThumbnailCommand.self, InitCommand.self, FiltersCommand.self,
+                      ValidateCommand.self, ExportCommand.self, PlanCommand.self, ThumbnailCommand.self, InitCommand.self, FiltersCommand.self,
                       SchemaCommand.self, CacheCommand.self]
     )
 

@@ -78,7 +78,8 @@ public enum PipelineSchema {
                 ]))])),
                 ("strings", .object([("type", .string("object")), ("additionalProperties", string)])),
                 ("sink", .object([("oneOf", .array([
-                    object([("type", constant("directory")), ("name", nonEmpty), ("path", string), ("outputs", ref("outputIDs"))],
+                    object([("type", constant("directory")), ("name", nonEmpty), ("path", string), ("prune", boolean),
+                            ("outputs", ref("outputIDs"))],
                            required: ["type", "path"]),
                     object([("type", constant("upload")), ("name", nonEmpty), ("endpoint", string), ("fields", ref("strings")),
                             ("fileField", nonEmpty), ("originalField", nonEmpty), ("outputs", ref("outputIDs"))],
@@ -120,7 +121,8 @@ public enum PipelineSchema {
     static func sourceSchemas(fallback: Bool) -> [JSONValue] {
         var remote: [(key: String, value: JSONValue)] = [("cache", ref("cache"))]
         if fallback {
-            remote += [("fallback", ref("sourceWithoutFallback")), ("respectOptOut", boolean), ("robots", boolean)]
+            remote += [("fallback", ref("sourceWithoutFallback")), ("respectOptOut", boolean), ("robots", boolean),
+                       ("versionField", nonEmpty)]
         }
         let maxItems = integerSchema(1 ... Int.max)
         return [

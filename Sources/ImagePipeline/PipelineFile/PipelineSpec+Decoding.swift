@@ -164,7 +164,7 @@ extension SourceSpec {
     static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search", "s3"]
     /// Keys of a remote source at the top level; a fallback takes only `cache` (the
     /// others are the whole source's).
-    static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots"]
+    static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots", "versionField"]
 
     /// A fallback source may not have a fallback of its own (`allowFallback` false).
     init(node: SpecNode, allowFallback: Bool = true) throws {
@@ -248,6 +248,7 @@ extension RemoteOptions {
         fallback = try object.optional("fallback") { try SourceSpec(node: $0, allowFallback: false) }
         respectOptOut = try object.optional("respectOptOut", default: true) { try $0.bool() }
         robots = try object.optional("robots", default: false) { try $0.bool() }
+        versionField = try object.optional("versionField") { try $0.nonEmptyString() }
     }
 }
 
@@ -280,8 +281,9 @@ extension SinkSpec {
         }
         switch type {
         case "directory":
-            let object = try node.object(allowing: ["type", "name", "path"])
-            self = .directory(name: try name(object), path: try object.required("path") { try EnvString($0) })
+            let object = try node.object(allowing: ["type", "name", "path", "prune"])
+            self = .directory(name: try name(object), path: try object.required("path") { try EnvString($0) },
+                              prune: try object.optional("prune", default: false) { try $0.bool() })
         case "upload":
             let object = try node.object(allowing: ["type", "name", "endpoint", "fields", "fileField", "originalField"])
             self = .upload(name: try name(object), endpoint: try object.required("endpoint") { try EnvString($0) },

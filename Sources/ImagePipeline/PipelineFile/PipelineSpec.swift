@@ -48,6 +48,24 @@ public struct PipelineSpec: Sendable {
         return parts
     }
 
+    /// Makes a remote source's cache ask the server again (a conditional request) instead of
+    /// serving what it holds: `plan` and `run --incremental` compare images as they are now.
+    public mutating func revalidateCache() {
+        switch source {
+        case let .urlList(path, remote): source = .urlList(path: path, remote: remote.revalidating)
+        case let .jsonFeed(url, urlField, keyField, remote):
+            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, remote: remote.revalidating)
+        case let .nasaImages(query, endpoint, mediaType, maxItems, remote):
+            source = .nasaImages(query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: remote.revalidating)
+        case let .flickrSearch(text, apiKey, endpoint, perPage, maxItems, size, remote):
+            source = .flickrSearch(text: text, apiKey: apiKey, endpoint: endpoint, perPage: perPage, maxItems: maxItems,
+                                   size: size, remote: remote.revalidating)
+        case let .s3(location, pageSize, maxItems, remote):
+            source = .s3(location, pageSize: pageSize, maxItems: maxItems, remote: remote.revalidating)
+        case .directory: break
+        }
+    }
+
     /// `path` (already expanded) made absolute against the pipeline file's directory.
     public func resolvePath(_ path: String) -> String {
         if path.hasPrefix("/") { return URL(fileURLWithPath: path).standardizedFileURL.path }
@@ -104,6 +122,10 @@ public struct RemoteOptions: Sendable, Equatable {
     /// Read each host's robots.txt and skip the images it disallows. Applies to the
     /// fallback's items too.
     public var robots = false
+    /// The field of an item's metadata that changes whenever its image does (`"updated"`
+    /// in the Eulerity feed): `plan` and `run --incremental` compare it instead of asking
+    /// the server again.
+    public var versionField: String?
 
     public init(cache: CacheSpec? = CacheSpec(), fallback: SourceSpec? = nil, respectOptOut: Bool = true,
                 robots: Bool = false) {
@@ -111,6 +133,15 @@ public struct RemoteOptions: Sendable, Equatable {
         self.fallback = fallback
         self.respectOptOut = respectOptOut
         self.robots = robots
+    }
+}
+
+extension RemoteOptions {
+    /// These options with the cache (if any) revalidating.
+    var revalidating: RemoteOptions {
+        var copy = self
+        copy.cache?.revalidate = true
+        return copy
     }
 }
 
@@ -151,7 +182,9 @@ public struct NamedValue: Sendable, Equatable {
 /// Where outputs go. Each sink has a name, unique in the pipeline (default: its type and
 /// index, e.g. `upload-1`).
 public enum SinkSpec: Sendable, Equatable {
-    case directory(name: String, path: EnvString)
+    /// `prune`: an incremental run removes from the folder the files of items gone from
+    /// the feed and of names no longer made (nothing else ever deletes).
+    case directory(name: String, path: EnvString, prune: Bool = false)
     /// The two-step upload: `GET endpoint` → `{"url": U}` → `POST U` (multipart).
     case upload(name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String)
     /// One request per item to a URL template: `PUT` (raw body) or `POST` (multipart).
@@ -161,7 +194,7 @@ public enum SinkSpec: Sendable, Equatable {
 
     public var name: String {
         switch self {
-        case let .directory(name, _), let .upload(name, _, _, _, _), let .http(name, _, _, _, _), let .s3(name, _, _): name
+        case let .directory(name, _, _), let .upload(name, _, _, _, _), let .http(name, _, _, _, _), let .s3(name, _, _): name
         }
     }
 

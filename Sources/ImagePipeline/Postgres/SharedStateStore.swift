@@ -60,7 +60,7 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
                 return .insert(NewItem(key: item.key, seq: item.seq, location: item.location, metadata: item.metadata,
                                        outputs: item.outputs.map { NewOutput(id: $0.id, name: nil, sinks: $0.sinks) },
                                        nameKey: item.nameKey, nameStem: item.nameStem, tier: item.tier))
-            case let .processed(key, outputs):
+            case let .processed(key, outputs, _):
                 guard let conflict = outputs.compactMap({ output in taken[output.name].map { (name: output.name, owner: $0) } })
                     .first(where: { $0.owner != key }) else { return change }
                 let failure = ItemFailure(.encode, "output name \"\(conflict.name)\" is already used by item \"\(conflict.owner)\"")
@@ -117,7 +117,7 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         for change in changes {
             switch change {
             case let .insert(item): wanted += item.outputs.compactMap { $0.name.map { ($0, item.key) } }
-            case let .processed(key, outputs): wanted += outputs.map { ($0.name, key) }
+            case let .processed(key, outputs, _): wanted += outputs.map { ($0.name, key) }
             default: break
             }
         }
@@ -131,7 +131,7 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     static func end(of change: StoreChange, _ outcome: ChangeOutcome) -> (key: String, outcome: ItemOutcome)? {
         switch (change, outcome) {
         case let (.insert(item), .failed(failure)): (item.key, .failed(failure))
-        case let (.processed(key, _), .failed(failure)): (key, .failed(failure))
+        case let (.processed(key, _, _), .failed(failure)): (key, .failed(failure))
         case let (.delivered(key, _, _, _, _, _), .completed): (key, .done)
         case let (.deliveryFailed(key, _, _, _, _), .failed(failure)): (key, .failed(failure))
         case let (.failed(key, failure, _), .applied): (key, .failed(failure))

@@ -93,10 +93,10 @@ public struct BuiltPipeline: Sendable {
             for sink in spec.sinks {
                 let built: (any Sink)? = try attempt {
                     switch sink {
-                    case let .directory(name, pathValue):
+                    case let .directory(name, pathValue, prune):
                         let root = spec.resolvePath(try pathValue.expanded(in: environment))
                         try Self.checkFolder(root, at: pathValue.path, what: "sink folder")
-                        return DirectorySink(name: name, root: root)
+                        return DirectorySink(name: name, root: root, prune: prune)
                     case let .upload(name, endpointValue, fieldValues, fileField, originalField):
                         let url = try endpointValue.expandedWebURL(in: environment)
                         let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
@@ -284,7 +284,7 @@ public struct BuiltPipeline: Sendable {
     /// every run.
     static func sinkFolders(_ spec: PipelineSpec, environment: Environment) -> [String] {
         spec.sinks.compactMap { sink -> String? in
-            guard case let .directory(_, path) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
+            guard case let .directory(_, path, _) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
             return spec.resolvePath(expanded)
         }
     }

@@ -5,7 +5,7 @@ import VipsKit
 
 /// Runs a built pipeline over its feed, recording every transition in the state file.
 ///
-/// `execute` picks the run (`RunStore.begin`: the rules of `run` and `resume`), builds the
+/// `execute` picks the run (`RunStateStore.begin`: the rules of `run` and `resume`), builds the
 /// constants of the session (`RunContext`) and hands them to `RunStages`, which drives the
 /// items through fetch, pixels and sinks. The runner itself holds no state of the run: it
 /// only knows the session under way, so that `interrupt` reaches it.
@@ -19,6 +19,9 @@ public final class PipelineRunner: Sendable {
         public var slowItem: Double = 5
         /// The UUID of a new run (nil: its own); `imgpipe work` passes the shared run's.
         public var runUUID: String?
+        /// `run --incremental`: each listed item is compared with the previous run, and what
+        /// is unchanged is carried over instead of made and delivered again.
+        public var changes: ChangeDetector?
         public init() {}
     }
 

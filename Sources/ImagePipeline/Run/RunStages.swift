@@ -223,15 +223,16 @@ final class RunStages: Sendable {
         let takers = spec.outputs.map { output in spec.sinks.map(\.name).filter { spec.outputs(of: $0).contains(output.id) } }
         var stoppedByLimit = false
 
-        func admit(_ item: FeedItem, seq itemSeq: Int) {
+        func admit(_ item: FeedItem, seq itemSeq: Int, carried: NewItem.Carried?) {
             let tier: Tier? = !item.isLocal ? nil : item.fromFallback ? .fallback : .local
             let outputs = zip(spec.outputs, takers).map { output, sinks in
                 NewOutput(id: output.id, name: output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: itemSeq),
                           sinks: sinks)
             }
-            let change = StoreChange.insert(NewItem(
-                key: item.key, seq: itemSeq, location: environment.unexpanded(item.location), metadata: item.metadata,
-                outputs: outputs, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier))
+            var new = NewItem(key: item.key, seq: itemSeq, location: environment.unexpanded(item.location), metadata: item.metadata,
+                              outputs: outputs, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier)
+            new.carried = carried
+            let change = StoreChange.insert(new)
             writer.submit(change) { [self] outcome in
                 switch outcome {
                 case .applied:
@@ -249,7 +250,10 @@ final class RunStages: Sendable {
                     reportDuplicate(item.key)
                     perform(state.withLock { $0.duplicate() })
                 case .completed:
-                    releaseSlot()
+                    // Carried over whole from the previous run (`--incremental`): done.
+                    state.withLock { $0.inserted() }
+                    context.reporter.itemSettled(key: item.key, outcome: .done)
+                    perform(state.withLock { $0.finish(failed: false) })
                 }
             }
         }
@@ -278,10 +282,17 @@ final class RunStages: Sendable {
                     stoppedByLimit = true
                     return false
                 }
+                // `--incremental`: what of the item the previous run made can be kept.
+                var carried: NewItem.Carried?
+                if let changes = context.options.changes {
+                    let verdict = changes.classify(listed)
+                    let kept = spec.outputs.map(\.id).filter { !verdict.redo.contains($0) }
+                    if verdict.source == .unchanged, !kept.isEmpty { carried = NewItem.Carried(run: changes.baseline.id, outputs: kept) }
+                }
                 guard acquireSlot() else { return false }
                 seq = listed.position ?? seq + 1
                 state.withLock { $0.listed() }
-                admit(item, seq: seq)
+                admit(item, seq: seq, carried: carried)
                 return true
             }
             if !isCancelled || stoppedByLimit { completeFeed() }
@@ -492,7 +503,10 @@ final class RunStages: Sendable {
             var processed = job
             processed.outputs = outputs
             let next = processed
-            writer.submit(.processed(key: job.key, outputs: outputs)) { [self] outcome in
+            // What the input was, for a later `plan` or `run --incremental`.
+            var source = SourceStamp.of(file: job.spoolPath ?? job.location, local: !job.isRemote)
+            source?.version = SourceStamp.version(in: job.metadata, field: spec.source.remote?.versionField)
+            writer.submit(.processed(key: job.key, outputs: outputs, source: source)) { [self] outcome in
                 if case let .failed(failure) = outcome {
                     for output in next.outputs { unlink(output.path) }
                     finish(job, failure: failure)

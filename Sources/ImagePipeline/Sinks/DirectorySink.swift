@@ -8,12 +8,33 @@ import Foundation
 public struct DirectorySink: Sink {
     public let name: String
     public let root: String
+    /// Whether `prune` removes files (`"prune": true`).
+    public let prunes: Bool
     static let partialFolder = ".imgpipe-partial"
     private let folders = FolderCache()
 
-    public init(name: String, root: String) {
+    public init(name: String, root: String, prune: Bool = false) {
         self.name = name
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
+        prunes = prune
+    }
+
+    /// With `"prune": true`, removes the files of these output names (those an incremental
+    /// run no longer makes), each only if it is a regular file inside the folder; returns
+    /// how many were removed. Without it, removes nothing.
+    public func prune(_ names: [String]) -> Int {
+        guard prunes else { return 0 }
+        let realRoot = URL(fileURLWithPath: root).resolvingSymlinksInPath().path
+        var removed = 0
+        for name in names {
+            let path = root + "/" + SafePath.relative(name)
+            let folder = URL(fileURLWithPath: (path as NSString).deletingLastPathComponent).resolvingSymlinksInPath().path
+            var info = stat()
+            guard folder == realRoot || folder.hasPrefix(realRoot + "/"), lstat(path, &info) == 0,
+                  info.st_mode & S_IFMT == S_IFREG, unlink(path) == 0 else { continue }
+            removed += 1
+        }
+        return removed
     }
 
     /// Temporary files of this process: `.imgpipe-partial/<host>-<pid>/`, so that two

@@ -85,6 +85,13 @@ public protocol Sink: Sendable {
     func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt
     /// Called when the run stops.
     func finish()
+    /// Removes what this sink holds of these output names, when it is asked to prune
+    /// (only `DirectorySink` with `"prune": true`); returns how many it removed.
+    func prune(_ names: [String]) -> Int
+}
+
+extension Sink {
+    public func prune(_ names: [String]) -> Int { 0 }
 }
 
 /// A sink that cannot be used at all (its folder cannot be made, …).

@@ -44,7 +44,11 @@ extension RunStore {
                         """).execute(arguments: [runId, item.key, output.id, sink, time])
                 }
             }
-            return failure.map { .failed($0) } ?? .applied
+            if let failure { return .failed(failure) }
+            if let carried = item.carried {
+                return try carry(item.key, carried, runId: runId, time: time, db: db) ? .completed : .applied
+            }
+            return .applied
 
         case let .fetched(key, spoolPath, tier):
             try db.cachedStatement(sql: """
@@ -53,7 +57,7 @@ extension RunStore {
                 """).execute(arguments: [spoolPath, tier?.rawValue, time, runId, key])
             return .applied
 
-        case let .processed(key, outputs):
+        case let .processed(key, outputs, source):
             if let name = Dictionary(grouping: outputs, by: \.name).first(where: { $0.value.count > 1 })?.key {
                 let failure = ItemFailure(.encode, "two outputs of the item are both named \"\(name)\"")
                 try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
@@ -78,8 +82,10 @@ extension RunStore {
                                      output.width, output.height])
             }
             try db.cachedStatement(sql: """
-                UPDATE item SET status = 'processed', attempts = attempts + 1, updatedAt = ? WHERE runId = ? AND key = ?
-                """).execute(arguments: [time, runId, key])
+                UPDATE item SET status = 'processed', attempts = attempts + 1, updatedAt = ?,
+                    sourceSize = ?, sourceModified = ?, sourceHash = ?, sourceVersion = ?
+                WHERE runId = ? AND key = ?
+                """).execute(arguments: [time, source?.size, source?.modified, source?.sha256, source?.version, runId, key])
             return .applied
 
         case let .delivered(key, output, sink, remoteURL, httpStatus, attempts):
@@ -143,6 +149,39 @@ extension RunStore {
             WHERE runId = ? AND key = ?
             """).execute(arguments: [failure.reason.rawValue, failure.message, failure.httpStatus, attempts, time, runId, key])
         try clearStaged(key: key, runId: runId, db: db)
+    }
+
+    /// Copies outputs of an item from an earlier run (`run --incremental`): the name, what
+    /// was made, the deliveries done then, and what its source was. An output whose name
+    /// another item of this run holds is not copied (it is made again, and fails there as
+    /// any taken name does). Returns true when the item has nothing left to deliver: done.
+    private func carry(_ key: String, _ carried: NewItem.Carried, runId: Int64, time: Double, db: Database) throws -> Bool {
+        for output in carried.outputs {
+            guard let made = try Row.fetchOne(db.cachedStatement(sql: """
+                SELECT name, hash, bytes, width, height FROM output WHERE runId = ? AND itemKey = ? AND output = ?
+                """), arguments: [carried.run, key, output]) else { continue }
+            let name: String? = made["name"]
+            if let name, let owner = try nameOwner(name, runId: runId, db: db), owner != key { continue }
+            try db.cachedStatement(sql: """
+                UPDATE output SET name = ?, hash = ?, bytes = ?, width = ?, height = ? WHERE runId = ? AND itemKey = ? AND output = ?
+                """).execute(arguments: [name, made["hash"], made["bytes"], made["width"], made["height"], runId, key, output])
+            try db.cachedStatement(sql: """
+                UPDATE delivery SET status = 'done', remoteURL = b.remoteURL, httpStatus = b.httpStatus, updatedAt = ?
+                FROM (SELECT sink, remoteURL, httpStatus FROM delivery
+                      WHERE runId = ? AND itemKey = ? AND output = ? AND status = 'done') AS b
+                WHERE delivery.runId = ? AND delivery.itemKey = ? AND delivery.output = ? AND delivery.sink = b.sink
+                """).execute(arguments: [time, carried.run, key, output, runId, key, output])
+        }
+        try db.cachedStatement(sql: """
+            UPDATE item SET (sourceSize, sourceModified, sourceHash, sourceVersion, tier) =
+                (SELECT sourceSize, sourceModified, sourceHash, sourceVersion, tier FROM item WHERE runId = ? AND key = ?)
+            WHERE runId = ? AND key = ?
+            """).execute(arguments: [carried.run, key, runId, key])
+        try db.cachedStatement(sql: """
+            UPDATE item SET status = 'done', updatedAt = ?
+            WHERE runId = ? AND key = ? AND NOT EXISTS (SELECT 1 FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done')
+            """).execute(arguments: [time, runId, key, runId, key])
+        return db.changesCount > 0
     }
 
     /// Forgets where an item's outputs were staged (what was made is kept, for export).

@@ -196,3 +196,48 @@ extension RunStore {
         }
     }
 }
+
+extension RunStore {
+    /// An item's status in run `runId` and what its source was when it was processed (nil
+    /// stamp: never processed, or recorded before stamps were); nil when the run has no such item.
+    public func sourceStamp(runId: Int64, key: String) throws -> (status: ItemStatus, stamp: SourceStamp?)? {
+        try database.read { db in
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: """
+                SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion FROM item WHERE runId = ? AND key = ?
+                """), arguments: [runId, key]) else { return nil }
+            let status = try row.decodeEnum(ItemStatus.self, forColumn: "status")
+            let hash: String? = row["sourceHash"]
+            let stamp = hash.map { SourceStamp(size: row["sourceSize"], modified: row["sourceModified"], sha256: $0,
+                                               version: row["sourceVersion"]) }
+            return (status, stamp)
+        }
+    }
+}
+
+extension RunStore {
+    /// The keys of run `runId` after sequence number `seq` in feed order, at most `limit`,
+    /// with their sequence numbers (for paging through a large run in constant memory).
+    public func keys(runId: Int64, after seq: Int, limit: Int) throws -> [(seq: Int, key: String)] {
+        try database.read { db in
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT seq, key FROM item WHERE runId = ? AND seq > ? ORDER BY seq LIMIT ?"),
+                             arguments: [runId, seq, limit]).map { ($0["seq"], $0["key"]) }
+        }
+    }
+
+    /// The output names run `runId` delivered to `sink` that run `later` does not make
+    /// (their item gone from the feed, or an output renamed or dropped): what pruning that
+    /// sink removes after `later`. An item `later` has but did not finish keeps its names
+    /// (it may make them yet).
+    public func namesNoLongerMade(runId: Int64, later: Int64, sink: String) throws -> [String] {
+        try database.read { db in
+            try String.fetchAll(db, sql: """
+                SELECT DISTINCT o.name FROM output o JOIN delivery d
+                    ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
+                WHERE o.runId = ? AND d.sink = ? AND d.status = 'done' AND o.name IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM output n WHERE n.runId = ? AND n.name = o.name)
+                  AND NOT EXISTS (SELECT 1 FROM item i WHERE i.runId = ? AND i.key = o.itemKey AND i.status != 'done')
+                ORDER BY o.name
+                """, arguments: [runId, sink, later, later])
+        }
+    }
+}

@@ -177,6 +177,17 @@ public final class RunStore: @unchecked Sendable {
                 CREATE INDEX delivery_status ON delivery(runId, sink, status);
                 """)
         }
+        migrator.registerMigration("v6: what each item's source was") { db in
+            // `SourceStamp`, recorded when an item is processed: `plan` and `run --incremental`
+            // compare a feed's items with the last finished run's. Rows of earlier runs have
+            // none: their items count as changed.
+            try db.execute(sql: """
+                ALTER TABLE item ADD COLUMN sourceSize INTEGER;
+                ALTER TABLE item ADD COLUMN sourceModified DOUBLE;
+                ALTER TABLE item ADD COLUMN sourceHash TEXT;
+                ALTER TABLE item ADD COLUMN sourceVersion TEXT;
+                """)
+        }
         return migrator
     }
 }

@@ -5,8 +5,9 @@ public enum StoreChange: Sendable {
     case insert(NewItem)
     /// The input is readable at `spoolPath`; `tier` says what served it (nil: unchanged).
     case fetched(key: String, spoolPath: String, tier: Tier?)
-    /// Every output is staged. Names not claimed at insert are claimed now.
-    case processed(key: String, outputs: [StagedOutput])
+    /// Every output is staged. Names not claimed at insert are claimed now. `source` is what
+    /// the input was (for change-aware runs).
+    case processed(key: String, outputs: [StagedOutput], source: SourceStamp? = nil)
     /// One sink has one output; the item is done when every delivery is.
     case delivered(key: String, output: String = OutputSpec.defaultID, sink: String, remoteURL: String?, httpStatus: Int?,
                    attempts: Int = 1)
@@ -49,6 +50,21 @@ public struct NewItem: Sendable, Equatable {
     public let nameStem: String
     /// Known at listing for items of a fallback source.
     public let tier: Tier?
+    /// `run --incremental`: outputs whose name, what was made and done deliveries are
+    /// copied from the previous run instead of being made again (the item's source is the
+    /// one that run processed).
+    public var carried: Carried?
+
+    public struct Carried: Sendable, Equatable {
+        /// The run they are copied from.
+        public let run: Int64
+        public let outputs: [String]
+
+        public init(run: Int64, outputs: [String]) {
+            self.run = run
+            self.outputs = outputs
+        }
+    }
 
     /// An item of a pipeline with one output.
     public init(key: String, seq: Int, location: String, metadata: String?, outputName: String?, sinks: [String],

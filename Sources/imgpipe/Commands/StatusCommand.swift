@@ -159,7 +159,7 @@ struct StatusCommand: ParsableCommand {
         guard let spec = try? PipelineSpec.load(path: pipelineFile) else { return [] }
         let environment = Environment()
         return spec.sinks.compactMap { sink in
-            guard case let .directory(name, path) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
+            guard case let .directory(name, path, _) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
             return "outputs: \(Console.display(spec.resolvePath(expanded)))/ (sink \(name))"
         }
     }

@@ -10,11 +10,21 @@ struct RunSession {
     let workers: WorkerOptions
     let quiet: Bool
     let json: Bool
+    /// `run --incremental`: compare with the last finished run, carry over what did not change.
+    var incremental = false
 
     func perform(_ mode: RunMode) throws {
-        if case let .postgres(url)? = options.stateLocation { return try performShared(mode, url: url) }
+        if case let .postgres(url)? = options.stateLocation {
+            if incremental {
+                throw CommandError.usage("--incremental takes a state file, not a PostgreSQL state (a shared run does not "
+                                         + "compare with an earlier one yet)")
+            }
+            return try performShared(mode, url: url)
+        }
         var spec = try options.loadSpec()
         workers.apply(to: &spec)
+        // Comparing remote images with the last run asks their servers again, not the cache.
+        if incremental { spec.revalidateCache() }
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
@@ -42,7 +52,17 @@ struct RunSession {
                                      + "start over with `imgpipe run \(options.pipeline) --new --state <another file>`")
         }
         let logger = options.logging.logger()
-        let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger)
+        var runnerOptions = PipelineRunner.Options()
+        if incremental {
+            do {
+                runnerOptions.changes = try ChangeDetector(store: store, pipeline: pipeline,
+                                                           scratch: (stateFile as NSString).deletingPathExtension + ".work/compare")
+            } catch {
+                throw CommandError.failure(environment.redact(String(describing: error)))
+            }
+            if runnerOptions.changes == nil { reporter.notice("no finished run to compare with: every item is new") }
+        }
+        let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger, options: runnerOptions)
         // After a second signal, work in flight is abandoned; a libvips job cannot be cut
         // short, so the process does not wait for it: after 2 s it exits as a kill would
         // leave it, which the state file is made for (each change is one committed row).
@@ -66,9 +86,26 @@ struct RunSession {
         if let problem = lock.problem() ?? (lock.shrank ? store.damage().map { "state file \(stateFile) was damaged while the run was going (\($0))" } : nil) {
             throw CommandError.failure(problem)
         }
+        if let baseline = runnerOptions.changes?.baseline, !summary.interrupted {
+            prune(after: baseline, summary: summary, store: store, pipeline: pipeline, reporter: reporter)
+        }
         report(summary, pipeline: options.pipeline)
         if summary.interrupted { throw Exit.interrupted }
         if summary.failed > 0 || summary.listingError != nil { throw Exit.failedItems }
+    }
+
+    /// After an incremental run that ended: each sink that prunes (`"prune": true`) removes
+    /// the files of names the previous run delivered and this one does not make.
+    private func prune(after baseline: RunRecord, summary: RunSummary, store: RunStore, pipeline: BuiltPipeline,
+                       reporter: ConsoleReporter) {
+        for sink in pipeline.sinks {
+            guard let names = try? store.namesNoLongerMade(runId: baseline.id, later: summary.run, sink: sink.name),
+                  !names.isEmpty else { continue }
+            let removed = sink.prune(names)
+            if removed > 0 {
+                reporter.notice("sink \(sink.name): removed \(removed) file(s) of run #\(baseline.id) that this run no longer makes")
+            }
+        }
     }
 
     /// `run` and `resume` of a run shared through PostgreSQL: this process takes part as one

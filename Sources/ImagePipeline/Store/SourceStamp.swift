@@ -1,0 +1,40 @@
+import Foundation
+
+/// What an item's source was when the item was processed, recorded with it so that a later
+/// run can tell whether it changed (`ChangeDetector`): a local file's size and modification
+/// time, the SHA-256 of the bytes (a local file's, or a download's), and the feed's version
+/// field (`versionField`) when the source names one.
+public struct SourceStamp: Sendable, Equatable {
+    public var size: Int?
+    public var modified: Double?
+    public var sha256: String?
+    public var version: String?
+
+    public init(size: Int? = nil, modified: Double? = nil, sha256: String? = nil, version: String? = nil) {
+        self.size = size
+        self.modified = modified
+        self.sha256 = sha256
+        self.version = version
+    }
+
+    /// The stamp of the file at `path`: its size, its modification time (`local` only: a
+    /// download's spool file is new each time) and the hash of its bytes; nil when it cannot
+    /// be read.
+    public static func of(file path: String, local: Bool) -> SourceStamp? {
+        var info = stat()
+        guard stat(path, &info) == 0, let data = FileManager.default.contents(atPath: path) else { return nil }
+        let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+        return SourceStamp(size: Int(info.st_size), modified: local ? modified : nil,
+                           sha256: sha256Hex(data))
+    }
+
+    /// The value of `field` in an item's metadata (a JSON object), as text: a string as it
+    /// is, a number or a boolean as JSON writes it; nil when absent or null.
+    public static func version(in metadata: String?, field: String?) -> String? {
+        guard let field, let metadata, let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any],
+              let value = object[field], !(value is NSNull) else { return nil }
+        if let text = value as? String { return text }
+        return (try? JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .sortedKeys]))
+            .map { String(decoding: $0, as: UTF8.self) }
+    }
+}

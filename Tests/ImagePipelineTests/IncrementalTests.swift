@@ -1,0 +1,196 @@
+import Foundation
+import ImagePipeline
+import ImagePipelineTesting
+import Testing
+import VipsKit
+
+/// `imgpipe plan` and `run --incremental` with the built binary, on real files: after
+/// editing one output's quality, replacing two sources, touching one, adding and deleting
+/// files, only the expected files change (their inode and mtime say so), a pruning sink
+/// loses the deleted item's files and the other sink keeps them, and export agrees with the
+/// disk.
+@Suite("Change-aware re-runs")
+struct IncrementalTests {
+    let work: TemporaryDirectory
+
+    init() throws { work = try TemporaryDirectory("imgpipe-incremental") }
+
+    func imgpipe(_ arguments: String...) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments, in: work.path)
+    }
+
+    func photo(_ name: String, seed: Int) throws {
+        try ImageFixtures.write(try ImageFixtures.photo(width: 240, height: 180, seed: seed), to: work.url("in/\(name).jpg"))
+    }
+
+    func pipeline(quality: Int) throws {
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 120, "height": 120}],
+             "outputs": [{"id": "web", "format": "jpeg", "quality": \(quality), "name": "{stem}-web.jpg"},
+                         {"id": "thumb", "format": "png", "filters": [{"op": "fit", "width": 40, "height": 40}],
+                          "name": "{stem}-thumb.png"}],
+             "sinks": [{"type": "directory", "name": "site", "path": "out", "prune": true},
+                       {"type": "directory", "name": "archive", "path": "archive"}]}
+            """, to: "pipe.json")
+    }
+
+    /// Inode, modification time and bytes of each file of a folder, by name.
+    func snapshot(_ folder: String) -> [String: (inode: UInt64, modified: Double, data: Data)] {
+        var files: [String: (UInt64, Double, Data)] = [:]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: work.url(folder))) ?? [] where !name.hasPrefix(".") {
+            let path = work.url("\(folder)/\(name)")
+            var info = stat()
+            guard stat(path, &info) == 0, let data = FileManager.default.contents(atPath: path) else { continue }
+            files[name] = (UInt64(info.st_ino), Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9, data)
+        }
+        return files
+    }
+
+    func plan() throws -> [String: Any] {
+        let result = try imgpipe("plan", "pipe.json", "--json")
+        #expect(result.status == 0, "\(result.stderr)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    }
+
+    func redo(_ plan: [String: Any], _ output: String) -> Int? {
+        ((plan["outputs"] as? [String: Any])?[output] as? [String: Any])?["redo"] as? Int
+    }
+
+    @Test func onlyWhatChangedIsMadeAgainAndAPruningSinkDropsWhatIsGone() throws {
+        for index in 1 ... 6 { try photo("p\(index)", seed: index) }
+        try pipeline(quality: 85)
+        // Before any run: everything is new, and planning writes nothing.
+        let first = try plan()
+        #expect(first["new"] as? Int == 6 && first["baseline"] == nil && redo(first, "web") == 6)
+        #expect(!FileManager.default.fileExists(atPath: work.url("out")) && !FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.sqlite")))
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let before = snapshot("out")
+        #expect(before.count == 12)
+        let quiet = try plan()
+        #expect(quiet["unchanged"] as? Int == 6 && quiet["new"] as? Int == 0 && redo(quiet, "web") == 0 && redo(quiet, "thumb") == 0,
+                "\(quiet)")
+
+        // One output's quality, two sources replaced, one touched, one added, one deleted.
+        try pipeline(quality: 60)
+        try photo("p2", seed: 20)
+        try photo("p3", seed: 30)
+        let touched = work.url("in/p1.jpg")
+        #expect(utimes(touched, nil) == 0)
+        try photo("p7", seed: 7)
+        try FileManager.default.removeItem(atPath: work.url("in/p6.jpg"))
+        let planned = try plan()
+        #expect(planned["new"] as? Int == 1 && planned["changed"] as? Int == 2 && planned["unchanged"] as? Int == 3
+                && planned["gone"] as? Int == 1, "\(planned)")
+        #expect(redo(planned, "web") == 6 && redo(planned, "thumb") == 3, "\(planned)")
+        let reasons = ((planned["outputs"] as? [String: Any])?["web"] as? [String: Any])?["reasons"] as? [String] ?? []
+        #expect(reasons.first == "its filters or encoding changed", "\(reasons)")
+        #expect((planned["estimatedSeconds"] as? Double ?? -1) >= 0)
+        #expect(snapshot("out").mapValues(\.inode) == before.mapValues(\.inode), "planning touched nothing")
+
+        let run = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        #expect(run.stderr.contains("sink site: removed 2 file(s)"), "\(run.stderr)")
+        let after = snapshot("out")
+        // Unchanged sources keep their thumbnails as they were: same inode, same mtime.
+        for name in ["p1", "p4", "p5"] {
+            let file = "\(name)-thumb.png"
+            #expect(after[file]?.inode == before[file]?.inode && after[file]?.modified == before[file]?.modified, "\(file)")
+        }
+        // Every web output was made again at the new quality; the replaced sources' thumbnails too.
+        for name in ["p1", "p2", "p3", "p4", "p5"] {
+            #expect(after["\(name)-web.jpg"]?.inode != before["\(name)-web.jpg"]?.inode, "\(name)-web.jpg")
+            #expect(after["\(name)-web.jpg"]?.data != before["\(name)-web.jpg"]?.data, "\(name)-web.jpg was encoded anew")
+        }
+        for name in ["p2", "p3"] {
+            #expect(after["\(name)-thumb.png"]?.data != before["\(name)-thumb.png"]?.data, "\(name)-thumb.png shows the new source")
+            #expect(try VipsImage.open(path: work.url("out/\(name)-thumb.png")).width == 40)
+        }
+        #expect(after["p7-web.jpg"] != nil && after["p7-thumb.png"] != nil)
+        #expect(after["p6-web.jpg"] == nil && after["p6-thumb.png"] == nil, "the pruning sink dropped the deleted item's files")
+        #expect(after.count == 12)
+        #expect(FileManager.default.fileExists(atPath: work.url("archive/p6-web.jpg")), "a sink without prune deletes nothing")
+
+        // Export of the new run agrees with the disk, carried outputs included.
+        let records = try imgpipe("export", "pipe.json").jsonLines()
+        #expect(records.count == 6)
+        for record in records {
+            let outputs = try #require(record["outputs"] as? [String: [String: Any]])
+            for (id, output) in outputs {
+                let name = try #require(output["name"] as? String)
+                let data = try Data(contentsOf: URL(fileURLWithPath: work.url("out/\(name)")))
+                #expect(output["sha256"] as? String == sha256Hex(data) && output["bytes"] as? Int == data.count, "\(id) \(name)")
+            }
+            #expect(record["status"] as? String == "done")
+        }
+
+        // Nothing changed since: the next plan has nothing to do, and a run changes no file.
+        let settled = try plan()
+        #expect(settled["unchanged"] as? Int == 6 && redo(settled, "web") == 0 && redo(settled, "thumb") == 0
+                && settled["gone"] as? Int == 0, "\(settled)")
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        #expect(snapshot("out").mapValues(\.inode) == after.mapValues(\.inode))
+    }
+
+    /// A remote feed: with `versionField` the feed's field decides (no image is asked for
+    /// to plan, and only the changed one is fetched again); without it, the cache's ETag is
+    /// sent and a 304 says unchanged.
+    @Test func remoteItemsAreComparedByTheirVersionFieldOrTheirETag() throws {
+        let images = Mutex<[String: (version: Int, data: Data)]>([:])
+        for index in 1 ... 4 {
+            let path = work.url("src/n\(index).jpg")
+            try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: index), to: path)
+            let data = try Data(contentsOf: URL(fileURLWithPath: path))
+            images.withLock { $0["n\(index)"] = (1, data) }
+        }
+        let server = try TestHTTPServer { request in
+            let host = "http://\(request.headers["host"]!)"
+            if request.path == "/feed.json" {
+                let items = images.withLock { $0 }.sorted { $0.key < $1.key }.map {
+                    #"{"url": "\#(host)/images/\#($0.key).jpg", "updated": "v\#($0.value.version)"}"#
+                }
+                return .json("[" + items.joined(separator: ",") + "]")
+            }
+            let name = String(request.path.dropFirst("/images/".count).dropLast(4))
+            guard let image = images.withLock({ $0[name] }) else { return .status(404) }
+            let tag = "\"\(name)-\(image.version)\""
+            if request.headers["if-none-match"] == tag { return .status(304) }
+            return .bytes(image.data, headers: [("ETag", tag)])
+        }
+        func imageRequests() -> Int { server.requests.count { $0.path.hasPrefix("/images/") } }
+        for (file, source) in [("byfield.json", #""versionField": "updated", "cache": false"#), ("byetag.json", #""cache": true"#)] {
+            try work.write("""
+                {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", \(source)},
+                 "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{stem}.png"},
+                 "sink": {"type": "directory", "path": "\(file)-out"}}
+                """, to: file)
+            #expect(try imgpipe("run", file).status == 0)
+        }
+        #expect(imageRequests() == 8)
+        // n2 is replaced: other bytes, a new version in the feed and a new ETag.
+        let replacement = work.url("src/n2-new.jpg")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: 22), to: replacement)
+        let newData = try Data(contentsOf: URL(fileURLWithPath: replacement))
+        images.withLock { $0["n2"] = (2, newData) }
+
+        let byField = try imgpipe("plan", "byfield.json", "--json")
+        #expect(byField.status == 0, "\(byField.stderr)")
+        #expect(byField.stdout.contains(#""changed" : 1"#) && byField.stdout.contains(#""unchanged" : 3"#), "\(byField.stdout)")
+        #expect(imageRequests() == 8, "the version field decided: no image was asked for")
+
+        let byTag = try imgpipe("plan", "byetag.json", "--json")
+        #expect(byTag.stdout.contains(#""changed" : 1"#) && byTag.stdout.contains(#""unchanged" : 3"#), "\(byTag.stdout)")
+        let asked = server.requests.filter { $0.path.hasPrefix("/images/") }.suffix(4)
+        #expect(asked.count == 4 && asked.allSatisfy { $0.headers["if-none-match"] != nil }, "conditional requests, from the cache's ETags")
+
+        let before = snapshot("byfield.json-out")
+        let requestsBefore = server.requests.filter { $0.path.hasPrefix("/images/") }.count
+        let run = try imgpipe("run", "byfield.json", "--incremental")
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        let fetched = server.requests.filter { $0.path.hasPrefix("/images/") }.dropFirst(requestsBefore).map(\.path)
+        #expect(fetched == ["/images/n2.jpg"], "only the changed image was fetched again: \(fetched)")
+        let after = snapshot("byfield.json-out")
+        #expect(after["n2.png"]?.data != before["n2.png"]?.data)
+        for name in ["n1.png", "n3.png", "n4.png"] { #expect(after[name]?.inode == before[name]?.inode, "\(name)") }
+    }
+}
