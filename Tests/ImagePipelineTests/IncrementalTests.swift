@@ -19,8 +19,8 @@ struct IncrementalTests {
         try ImgpipeBinary.run(arguments, in: work.path)
     }
 
-    func photo(_ name: String, seed: Int) throws {
-        try ImageFixtures.write(try ImageFixtures.photo(width: 240, height: 180, seed: seed), to: work.url("in/\(name).jpg"))
+    func photo(_ name: String, seed: Int, width: Int = 240, height: Int = 180) throws {
+        try ImageFixtures.write(try ImageFixtures.photo(width: width, height: height, seed: seed), to: work.url("in/\(name).jpg"))
     }
 
     func pipeline(quality: Int) throws {
@@ -130,6 +130,83 @@ struct IncrementalTests {
                 && settled["gone"] as? Int == 0, "\(settled)")
         #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
         #expect(snapshot("out").mapValues(\.inode) == after.mapValues(\.inode))
+    }
+
+    /// What the first attack on `--incremental` found, each kept from coming back: a sink
+    /// sent elsewhere gets everything (and pruning never reaches a file it did not write);
+    /// `{index}` names follow the feed; a change of `accept` judges every item again; an
+    /// incremental run killed and resumed stays incremental and prunes at its end; a file
+    /// kept for a failed item is pruned once a later run no longer makes it.
+    @Test func sinksNamesAcceptAndResumeAreTakenIntoAccount() throws {
+        for index in 1 ... 5 { try photo("p\(index)", seed: index) }
+        func write(_ sink: String, name: String = "{stem}-web.jpg", accept: String = "") throws {
+            try work.write("""
+                {"version": 1, "source": {"type": "directory", "path": "in"}, \(accept)
+                 "filters": [{"op": "fit", "width": 80, "height": 80}],
+                 "outputs": [{"id": "web", "format": "jpeg", "quality": 80, "name": "\(name)"}],
+                 "sinks": [{"type": "directory", "path": "\(sink)", "prune": true}], "limits": {"workers": 1}}
+                """, to: "pipe.json")
+        }
+        try write("out")
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        // The sink's folder changes, and a file of the user's waits there under a name the
+        // previous run made: everything is delivered to the new folder, the user's file stays.
+        try FileManager.default.removeItem(atPath: work.url("in/p5.jpg"))
+        try work.write("the user's own", to: "elsewhere/p5-web.jpg")
+        try write("elsewhere")
+        let moved = try plan()
+        #expect(redo(moved, "web") == 4 && (((moved["outputs"] as? [String: Any])?["web"] as? [String: Any])?["reasons"] as? [String])?
+            .contains("sink \"directory-0\" changed") == true, "\(moved)")
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        #expect(Set(snapshot("elsewhere").keys) == ["p1-web.jpg", "p2-web.jpg", "p3-web.jpg", "p4-web.jpg", "p5-web.jpg"])
+        #expect(try String(contentsOfFile: work.url("elsewhere/p5-web.jpg"), encoding: .utf8) == "the user's own")
+
+        // `{index}`: the items after a removed one are named otherwise, and made again.
+        try write("elsewhere", name: "{index}.jpg")
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        try FileManager.default.removeItem(atPath: work.url("in/p1.jpg"))
+        let renumbered = try plan()
+        #expect(redo(renumbered, "web") == 3, "\(renumbered)")
+        let renamed = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(renamed.status == 0, "\(renamed.stdout)\(renamed.stderr)")
+        let numbered = Set(snapshot("elsewhere").keys.filter { $0.count <= 5 })
+        #expect(numbered == ["1.jpg", "2.jpg", "3.jpg"], "the fourth number went with the item gone: \(numbered)")
+        let records = try imgpipe("export", "pipe.json").jsonLines()
+        let names = records.compactMap { (($0["outputs"] as? [String: Any])?["web"] as? [String: Any])?["name"] as? String }
+        #expect(names.sorted() == ["1.jpg", "2.jpg", "3.jpg"], "\(names)")
+
+        // `accept` changed: every item is judged again (here all skipped, their files pruned).
+        try write("elsewhere", name: "{index}.jpg", accept: #""accept": {"minWidth": 5000},"#)
+        let screened = try plan()
+        #expect(redo(screened, "web") == 3, "\(screened)")
+        let skipped = try imgpipe("run", "pipe.json", "--incremental", "--json")
+        #expect(skipped.status == 0 && skipped.stdout.contains(#""skipped" : 3"#), "\(skipped.stdout)")
+    }
+
+    @Test func anIncrementalRunKilledAndResumedStaysIncremental() throws {
+        // Large enough that the run is still going when it is killed.
+        for index in 1 ... 60 { try photo(String(format: "p%02d", index), seed: index, width: 1600, height: 1200) }
+        try pipeline(quality: 85)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let before = snapshot("out")
+        for index in 1 ... 10 { try FileManager.default.removeItem(atPath: work.url(String(format: "in/p%02d.jpg", index))) }
+        try pipeline(quality: 60)
+        // Killed once some web outputs have been made again.
+        let running = try ImgpipeBinary.launch(["run", "pipe.json", "--incremental"], in: work.path)
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, snapshot("out").filter({ $0.key.hasSuffix("-web.jpg") && $0.value.inode != before[$0.key]?.inode }).count < 5 {
+            usleep(20_000)
+        }
+        running.signal(SIGKILL)
+        _ = running.wait()
+        let resumed = try imgpipe("resume", "pipe.json")
+        #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+        #expect(resumed.stderr.contains("removed 20 file(s)"), "the resumed run pruned at its end: \(resumed.stderr)")
+        let after = snapshot("out")
+        #expect(after.count == 100)
+        for (name, file) in after where name.hasSuffix("-thumb.png") {
+            #expect(file.inode == before[name]?.inode, "\(name) was kept through the kill and the resume")
+        }
     }
 
     /// A remote feed: with `versionField` the feed's field decides (no image is asked for

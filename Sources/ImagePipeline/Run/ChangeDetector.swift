@@ -1,12 +1,16 @@
 import Foundation
 
-/// Compares a pipeline and its feed with the last finished run of a state file, for `plan`
-/// and `run --incremental`: which items are new, which sources changed, and which outputs
-/// must be made again and why.
+/// Compares a pipeline and its feed with a finished run of a state file (the latest, or
+/// the one an incremental run being resumed compares with), for `plan` and
+/// `run --incremental`: which items are new, which sources changed, which outputs must be
+/// made again and why, and which sinks must be delivered to again.
 ///
-/// - An output is redone for every item when its own filters or encoding changed (its
-///   `OutputSpec`, name template included), when the common `filters` changed, or when the
-///   previous run had no output of that id.
+/// - An output is made again for every item when its own filters or encoding changed (its
+///   `OutputSpec`, name template included), when the common `filters` or the `accept`
+///   rules changed, or when the previous run had no output of that id; for one item when
+///   this run would name it otherwise (`{index}` after items before it left the feed).
+/// - A sink whose entry in the pipeline file changed (another folder, URL, type, outputs)
+///   or that is new gets every output again; the others keep what they were given.
 /// - An item's source: a local file is unchanged when its size and modification time are
 ///   the recorded ones; when only the time differs the SHA-256 of its bytes decides. A
 ///   remote item is compared by the feed's version field when the source names one
@@ -28,53 +32,98 @@ public final class ChangeDetector: Sendable {
     public struct Verdict: Sendable {
         public let source: Source
         /// The outputs to make again (every output for a new or changed item).
-        public let redo: [String]
+        public let remake: [String]
+        /// Of those, the ones made again only because this run names them otherwise.
+        public let renamed: [String]
     }
 
-    /// The previous run: the latest finished one of the state file.
+    /// The run compared with.
     public let baseline: RunRecord
     /// Outputs that every item must make again, with the reason.
     public let outputReasons: [String: String]
-    private let outputIDs: [String]
+    /// Sinks that get every output again (changed or new in the pipeline file), with the reason.
+    public let sinkReasons: [String: String]
+    /// The sinks whose deliveries an unchanged output keeps.
+    public let unchangedSinks: [String]
+    private let outputs: [OutputSpec]
     private let store: RunStore
     private let fetcher: RemoteFetcher?
     private let versionField: String?
     private let scratch: String
 
-    /// Nil when the state file has no finished run (every item is then new).
-    public init?(store: RunStore, pipeline: BuiltPipeline, scratch: String) throws {
-        guard let baseline = try store.runs().first(where: { $0.state == .finished }) else { return nil }
+    /// Compares with run `baselineID` when given, else with the latest finished run; nil
+    /// when there is none (every item is then new).
+    public init?(store: RunStore, pipeline: BuiltPipeline, scratch: String, baselineID: Int64? = nil) throws {
+        let runs = try store.runs()
+        guard let baseline = baselineID.map({ id in runs.first { $0.id == id } }) ?? runs.first(where: { $0.state == .finished })
+        else { return nil }
         self.baseline = baseline
         self.store = store
         fetcher = pipeline.fetcher
         versionField = pipeline.spec.source.remote?.versionField
         self.scratch = scratch
         let spec = pipeline.spec
-        outputIDs = spec.outputs.map(\.id)
-        let before = Dictionary(RunStore.outputSpecs(ofDocument: baseline.document).map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+        outputs = spec.outputs
+        let document = try? JSONParser.parse(baseline.document)
+        let before = document.flatMap { try? PipelineSpec.decode($0, baseDirectory: spec.baseDirectory, defaultName: spec.name) }
+        let beforeOutputs = Dictionary((before?.outputs ?? []).map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+        func canonical(_ value: JSONValue?) -> String { (value ?? .null).withoutComments.serialized(sortedKeys: true) }
         let commonChanged = baseline.fingerprint["filters"] != spec.outputFingerprint["filters"]
+        let acceptChanged = canonical(document?["accept"]) != canonical(spec.document["accept"])
         var reasons: [String: String] = [:]
         for output in spec.outputs {
             if commonChanged {
                 reasons[output.id] = "the common filters changed"
-            } else if let old = before[output.id] {
+            } else if acceptChanged {
+                reasons[output.id] = "the accept rules changed"
+            } else if let old = beforeOutputs[output.id] {
                 if old != output { reasons[output.id] = "its filters or encoding changed" }
             } else {
                 reasons[output.id] = "run #\(baseline.id) had no output \"\(output.id)\""
             }
         }
         outputReasons = reasons
+        var sinkReasons: [String: String] = [:]
+        var unchanged: [String] = []
+        for sink in spec.sinks {
+            if let old = before?.sinks.first(where: { $0.name == sink.name }) {
+                // `prune` says what to remove, not where to deliver: turning it on or off keeps
+                // what the sink was given.
+                if old.ignoringPrune != sink.ignoringPrune || before?.outputs(of: sink.name) != spec.outputs(of: sink.name) {
+                    sinkReasons[sink.name] = "sink \"\(sink.name)\" changed"
+                } else {
+                    unchanged.append(sink.name)
+                }
+            } else {
+                sinkReasons[sink.name] = "run #\(baseline.id) had no sink \"\(sink.name)\""
+            }
+        }
+        self.sinkReasons = sinkReasons
+        unchangedSinks = unchanged
     }
 
-    /// The verdict on one item of the feed (as listed, secrets kept as references).
-    public func classify(_ item: FeedItem) -> Verdict {
-        let source = compare(item)
-        let redo = source == .unchanged ? outputIDs.filter { outputReasons[$0] != nil } : outputIDs
-        return Verdict(source: source, redo: redo)
+    /// The verdict on one item of the feed (as listed, its location as fetched), which this
+    /// run numbers `index` (`{index}` in names).
+    public func classify(_ item: FeedItem, index: Int) -> Verdict {
+        let recorded = try? store.sourceStamp(runId: baseline.id, key: item.key)
+        let source = compare(item, recorded: recorded)
+        guard source == .unchanged else { return Verdict(source: source, remake: outputs.map(\.id), renamed: []) }
+        var remake: [String] = []
+        var renamed: [String] = []
+        for output in outputs {
+            if outputReasons[output.id] != nil {
+                remake.append(output.id)
+            } else if let name = output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: index),
+                      name != recorded?.names[output.id] {
+                remake.append(output.id)
+                renamed.append(output.id)
+            }
+        }
+        return Verdict(source: source, remake: remake, renamed: renamed)
     }
 
-    private func compare(_ item: FeedItem) -> Source {
-        guard let recorded = try? store.sourceStamp(runId: baseline.id, key: item.key) else { return .new }
+    private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?, names: [String: String])?) -> Source {
+        guard let recorded else { return .new }
         guard recorded.status == .done, let stamp = recorded.stamp else { return .changed }
         if item.isLocal {
             var info = stat()
@@ -104,5 +153,13 @@ public final class ChangeDetector: Sendable {
             }
         }
         return nil
+    }
+}
+
+extension SinkSpec {
+    /// The sink with `prune` off (a folder sink), for comparing where outputs go.
+    var ignoringPrune: SinkSpec {
+        if case let .directory(name, path, _) = self { return .directory(name: name, path: path, prune: false) }
+        return self
     }
 }

@@ -21,14 +21,22 @@ public struct ChangePlan: Sendable, Codable {
     public let outputs: [String: OutputPlan]
     /// The previous run's seconds per item, times the items with an output to make.
     public let estimatedSeconds: Double
+    /// The latest run of the state file when it is unfinished (`run --incremental` then
+    /// takes `--new`, or the run is resumed first).
+    public let unfinishedRun: Int64?
 
+    /// Compares with the latest finished run of `store` (none: every item is new).
     public static func make(pipeline: BuiltPipeline, store: RunStore?, scratch: String) throws -> ChangePlan {
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let detector = try store.flatMap { try ChangeDetector(store: $0, pipeline: pipeline, scratch: scratch) }
         let environment = pipeline.environment
+        let ids = pipeline.spec.outputs.map(\.id)
+        // The outputs a changed or new sink takes are delivered again for every item.
+        let resent = Set(pipeline.spec.sinks.filter { detector?.sinkReasons[$0.name] != nil }
+            .flatMap { pipeline.spec.outputs(of: $0.name) })
         var counts: [ChangeDetector.Source: Int] = [:]
         var redo: [String: Int] = [:]
+        var renamed: [String: Int] = [:]
         var working = 0
         var listed = Set<String>()
         try pipeline.feed.list(after: nil, expecting: { _ in }) { found in
@@ -37,11 +45,14 @@ public struct ChangePlan: Sendable, Codable {
             // The detector reads the file or fetches the image: the location as fetched.
             let verdict = detector?.classify(FeedItem(key: item.key, location: found.location, metadata: found.metadata,
                                                       nameKey: item.nameKey, nameStem: item.nameStem,
-                                                      fromFallback: found.fromFallback, isLocal: found.isLocal))
-                ?? ChangeDetector.Verdict(source: .new, redo: pipeline.spec.outputs.map(\.id))
+                                                      fromFallback: found.fromFallback, isLocal: found.isLocal),
+                                             index: listed.count)
+                ?? ChangeDetector.Verdict(source: .new, remake: ids, renamed: [])
             counts[verdict.source, default: 0] += 1
-            for id in verdict.redo { redo[id, default: 0] += 1 }
-            if !verdict.redo.isEmpty { working += 1 }
+            let made = Set(verdict.remake).union(resent)
+            for id in made { redo[id, default: 0] += 1 }
+            for id in verdict.renamed { renamed[id, default: 0] += 1 }
+            if !made.isEmpty { working += 1 }
             return true
         }
         var gone = 0
@@ -59,17 +70,28 @@ public struct ChangePlan: Sendable, Codable {
         for output in pipeline.spec.outputs {
             var reasons: [String] = []
             if let reason = detector?.outputReasons[output.id] { reasons.append(reason) }
+            for sink in pipeline.spec.sinks where pipeline.spec.outputs(of: sink.name).contains(output.id) {
+                if let reason = detector?.sinkReasons[sink.name] { reasons.append(reason) }
+            }
             if new > 0 { reasons.append("\(new) new item(s)") }
             if changed > 0 { reasons.append("\(changed) changed source(s)") }
+            if let count = renamed[output.id] { reasons.append("\(count) item(s) named otherwise") }
             outputs[output.id] = OutputPlan(redo: redo[output.id] ?? 0, reasons: reasons)
-        }
-        var perItem = 0.0
-        if let store, let baseline = detector?.baseline {
-            let ended = try store.counts(runId: baseline.id)
-            perItem = baseline.elapsed / Double(max(1, ended.done + ended.failed + ended.skipped))
         }
         return ChangePlan(baseline: detector?.baseline.id, new: new, changed: changed, gone: gone,
                           unchanged: counts[.unchanged] ?? 0, outputs: outputs,
-                          estimatedSeconds: (perItem * Double(working) * 100).rounded() / 100)
+                          estimatedSeconds: ((try store.map { try secondsPerItem(in: $0) } ?? 0) * Double(working) * 100).rounded() / 100,
+                          unfinishedRun: try store?.latestRun().flatMap { $0.isUnfinished ? $0.id : nil })
+    }
+
+    /// Seconds per item made, in the latest finished run that made any (an incremental run
+    /// that carried most items over says little about the time of one).
+    static func secondsPerItem(in store: RunStore) throws -> Double {
+        for run in try store.runs() where run.state == .finished {
+            let counts = try store.counts(runId: run.id)
+            let made = counts.done + counts.failed + counts.skipped - run.carried
+            if made > 0 { return run.elapsed / Double(made) }
+        }
+        return 0
     }
 }

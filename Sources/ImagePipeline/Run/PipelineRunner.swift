@@ -79,7 +79,7 @@ public final class PipelineRunner: Sendable {
         return RunIdentity(pipelinePath: pipeline.path, pipelineName: spec.name, document: spec.document.serialized(),
                            fingerprint: spec.outputFingerprint, sinks: spec.sinks.map(\.name),
                            workRoot: URL(fileURLWithPath: store.path).deletingPathExtension().path + ".work",
-                           displayPath: displayPath, uuid: options.runUUID)
+                           displayPath: displayPath, uuid: options.runUUID, baseline: options.changes?.baseline.id)
     }
 
     var displayPath: String {

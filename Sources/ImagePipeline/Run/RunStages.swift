@@ -283,14 +283,17 @@ final class RunStages: Sendable {
                     return false
                 }
                 // `--incremental`: what of the item the previous run made can be kept.
+                let itemSeq = listed.position ?? seq + 1
                 var carried: NewItem.Carried?
                 if let changes = context.options.changes {
-                    let verdict = changes.classify(listed)
-                    let kept = spec.outputs.map(\.id).filter { !verdict.redo.contains($0) }
-                    if verdict.source == .unchanged, !kept.isEmpty { carried = NewItem.Carried(run: changes.baseline.id, outputs: kept) }
+                    let verdict = changes.classify(listed, index: itemSeq)
+                    let kept = spec.outputs.map(\.id).filter { !verdict.remake.contains($0) }
+                    if verdict.source == .unchanged, !kept.isEmpty {
+                        carried = NewItem.Carried(run: changes.baseline.id, outputs: kept, sinks: changes.unchangedSinks)
+                    }
                 }
                 guard acquireSlot() else { return false }
-                seq = listed.position ?? seq + 1
+                seq = itemSeq
                 state.withLock { $0.listed() }
                 admit(item, seq: seq, carried: carried)
                 return true

@@ -19,15 +19,15 @@ public struct DirectorySink: Sink {
         prunes = prune
     }
 
-    /// With `"prune": true`, removes the files of these output names (those an incremental
-    /// run no longer makes), each only if it is a regular file inside the folder; returns
-    /// how many were removed. Without it, removes nothing.
-    public func prune(_ names: [String]) -> Int {
+    /// With `"prune": true`, removes these files (where earlier runs delivered outputs an
+    /// incremental run no longer makes, as recorded), each only if it is a regular file
+    /// inside the folder as it is now; returns how many were removed. Without it, removes
+    /// nothing. A file an earlier run wrote into a folder the sink no longer names is left.
+    public func prune(_ locations: [String]) -> Int {
         guard prunes else { return 0 }
         let realRoot = URL(fileURLWithPath: root).resolvingSymlinksInPath().path
         var removed = 0
-        for name in names {
-            let path = root + "/" + SafePath.relative(name)
+        for path in locations where path.hasPrefix(root + "/") && !path.contains("/../") {
             let folder = URL(fileURLWithPath: (path as NSString).deletingLastPathComponent).resolvingSymlinksInPath().path
             var info = stat()
             guard folder == realRoot || folder.hasPrefix(realRoot + "/"), lstat(path, &info) == 0,

@@ -85,13 +85,14 @@ public protocol Sink: Sendable {
     func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt
     /// Called when the run stops.
     func finish()
-    /// Removes what this sink holds of these output names, when it is asked to prune
-    /// (only `DirectorySink` with `"prune": true`); returns how many it removed.
-    func prune(_ names: [String]) -> Int
+    /// Removes what earlier runs delivered here at these locations (as each delivery
+    /// recorded it), when the sink prunes (only `DirectorySink` with `"prune": true`);
+    /// returns how many it removed.
+    func prune(_ locations: [String]) -> Int
 }
 
 extension Sink {
-    public func prune(_ names: [String]) -> Int { 0 }
+    public func prune(_ locations: [String]) -> Int { 0 }
 }
 
 /// A sink that cannot be used at all (its folder cannot be made, …).

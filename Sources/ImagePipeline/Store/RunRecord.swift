@@ -36,6 +36,10 @@ public struct RunRecord: Sendable, Equatable, Decodable, FetchableRecord {
     public var finishedAt: Date?
     /// Seconds spent running, over every session of the run.
     public var elapsed: Double
+    /// The run an incremental run compares with (`run --incremental`); nil for others.
+    public let baseline: Int64?
+    /// Items an incremental run carried over from `baseline` without a stage.
+    public let carried: Int
 
     /// True unless the run finished or was replaced.
     public var isUnfinished: Bool { state == .running || state == .interrupted }

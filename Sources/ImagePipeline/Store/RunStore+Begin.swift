@@ -15,10 +15,13 @@ public struct RunIdentity: Sendable {
     public var displayPath: String
     /// The UUID a new run takes (nil: its own): a shared run's, for a worker's local run.
     public var uuid: String?
+    /// The run a new incremental run compares with.
+    public var baseline: Int64?
 
     public init(pipelinePath: String, pipelineName: String, document: String, fingerprint: [String: String],
-                sinks: [String], workRoot: String, displayPath: String, uuid: String? = nil) {
+                sinks: [String], workRoot: String, displayPath: String, uuid: String? = nil, baseline: Int64? = nil) {
         self.uuid = uuid
+        self.baseline = baseline
         self.pipelinePath = pipelinePath
         self.pipelineName = pipelineName
         self.document = document
@@ -61,7 +64,8 @@ extension RunStore {
             if let latest { try? FileManager.default.removeItem(atPath: latest.workDirectory) }
             let run = try createRun(pipelinePath: identity.pipelinePath, pipelineName: identity.pipelineName,
                                     document: identity.document, fingerprint: identity.fingerprint, sinks: identity.sinks,
-                                    itemLimit: limit, workRoot: identity.workRoot, uuid: identity.uuid)
+                                    itemLimit: limit, workRoot: identity.workRoot, uuid: identity.uuid,
+                                    baseline: identity.baseline)
             return RunStart(run: run, resuming: false, refreshing: false, notices: [])
 
         case let .resume(retryFailed, refreshFeed):

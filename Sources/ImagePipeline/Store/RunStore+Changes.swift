@@ -152,25 +152,32 @@ extension RunStore {
     }
 
     /// Copies outputs of an item from an earlier run (`run --incremental`): the name, what
-    /// was made, the deliveries done then, and what its source was. An output whose name
-    /// another item of this run holds is not copied (it is made again, and fails there as
-    /// any taken name does). Returns true when the item has nothing left to deliver: done.
+    /// was made, the deliveries done then to the sinks `carried` names, and what its source
+    /// was. An output is not copied when this run names it otherwise (a template whose name
+    /// is known before making, `{index}` after items before it left the feed), nor when its
+    /// name is another item's in this run: it is made again. Returns true when the item has
+    /// nothing left to deliver: done (and counted in the run's `carried`).
     private func carry(_ key: String, _ carried: NewItem.Carried, runId: Int64, time: Double, db: Database) throws -> Bool {
         for output in carried.outputs {
             guard let made = try Row.fetchOne(db.cachedStatement(sql: """
                 SELECT name, hash, bytes, width, height FROM output WHERE runId = ? AND itemKey = ? AND output = ?
                 """), arguments: [carried.run, key, output]) else { continue }
             let name: String? = made["name"]
+            let wanted = try String.fetchOne(db.cachedStatement(sql: "SELECT name FROM output WHERE runId = ? AND itemKey = ? AND output = ?"),
+                                             arguments: [runId, key, output])
+            if let wanted, wanted != name { continue }
             if let name, let owner = try nameOwner(name, runId: runId, db: db), owner != key { continue }
             try db.cachedStatement(sql: """
                 UPDATE output SET name = ?, hash = ?, bytes = ?, width = ?, height = ? WHERE runId = ? AND itemKey = ? AND output = ?
                 """).execute(arguments: [name, made["hash"], made["bytes"], made["width"], made["height"], runId, key, output])
-            try db.cachedStatement(sql: """
-                UPDATE delivery SET status = 'done', remoteURL = b.remoteURL, httpStatus = b.httpStatus, updatedAt = ?
-                FROM (SELECT sink, remoteURL, httpStatus FROM delivery
-                      WHERE runId = ? AND itemKey = ? AND output = ? AND status = 'done') AS b
-                WHERE delivery.runId = ? AND delivery.itemKey = ? AND delivery.output = ? AND delivery.sink = b.sink
-                """).execute(arguments: [time, carried.run, key, output, runId, key, output])
+            for sink in carried.sinks {
+                try db.cachedStatement(sql: """
+                    UPDATE delivery SET status = 'done', remoteURL = b.remoteURL, httpStatus = b.httpStatus, updatedAt = ?
+                    FROM (SELECT remoteURL, httpStatus FROM delivery
+                          WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ? AND status = 'done') AS b
+                    WHERE delivery.runId = ? AND delivery.itemKey = ? AND delivery.output = ? AND delivery.sink = ?
+                    """).execute(arguments: [time, carried.run, key, output, sink, runId, key, output, sink])
+            }
         }
         try db.cachedStatement(sql: """
             UPDATE item SET (sourceSize, sourceModified, sourceHash, sourceVersion, tier) =
@@ -181,7 +188,9 @@ extension RunStore {
             UPDATE item SET status = 'done', updatedAt = ?
             WHERE runId = ? AND key = ? AND NOT EXISTS (SELECT 1 FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done')
             """).execute(arguments: [time, runId, key, runId, key])
-        return db.changesCount > 0
+        guard db.changesCount > 0 else { return false }
+        try db.cachedStatement(sql: "UPDATE run SET carried = carried + 1 WHERE id = ?").execute(arguments: [runId])
+        return true
     }
 
     /// Forgets where an item's outputs were staged (what was made is kept, for export).

@@ -198,9 +198,10 @@ extension RunStore {
 }
 
 extension RunStore {
-    /// An item's status in run `runId` and what its source was when it was processed (nil
-    /// stamp: never processed, or recorded before stamps were); nil when the run has no such item.
-    public func sourceStamp(runId: Int64, key: String) throws -> (status: ItemStatus, stamp: SourceStamp?)? {
+    /// An item's status in run `runId`, what its source was when it was processed (nil
+    /// stamp: never processed, or recorded before stamps were) and its outputs' names by id;
+    /// nil when the run has no such item.
+    public func sourceStamp(runId: Int64, key: String) throws -> (status: ItemStatus, stamp: SourceStamp?, names: [String: String])? {
         try database.read { db in
             guard let row = try Row.fetchOne(db.cachedStatement(sql: """
                 SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion FROM item WHERE runId = ? AND key = ?
@@ -209,7 +210,12 @@ extension RunStore {
             let hash: String? = row["sourceHash"]
             let stamp = hash.map { SourceStamp(size: row["sourceSize"], modified: row["sourceModified"], sha256: $0,
                                                version: row["sourceVersion"]) }
-            return (status, stamp)
+            var names: [String: String] = [:]
+            for output in try Row.fetchAll(db.cachedStatement(sql: "SELECT output, name FROM output WHERE runId = ? AND itemKey = ?"),
+                                           arguments: [runId, key]) {
+                if let name: String = output["name"] { names[output["output"]] = name }
+            }
+            return (status, stamp, names)
         }
     }
 }
@@ -224,20 +230,23 @@ extension RunStore {
         }
     }
 
-    /// The output names run `runId` delivered to `sink` that run `later` does not make
-    /// (their item gone from the feed, or an output renamed or dropped): what pruning that
-    /// sink removes after `later`. An item `later` has but did not finish keeps its names
-    /// (it may make them yet).
-    public func namesNoLongerMade(runId: Int64, later: Int64, sink: String) throws -> [String] {
+    /// What pruning `sink` removes after run `runId`: where earlier runs of the state file
+    /// delivered to it (each delivery's recorded location, a folder sink's file path) that
+    /// this run did not deliver to, except a location some earlier run delivered for an item
+    /// this run has and neither finished nor skipped (a failed or unfinished item keeps its
+    /// files: it may make them yet). A skipped item's files go, like a gone item's.
+    public func prunable(after runId: Int64, sink: String) throws -> [String] {
         try database.read { db in
             try String.fetchAll(db, sql: """
-                SELECT DISTINCT o.name FROM output o JOIN delivery d
-                    ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
-                WHERE o.runId = ? AND d.sink = ? AND d.status = 'done' AND o.name IS NOT NULL
-                  AND NOT EXISTS (SELECT 1 FROM output n WHERE n.runId = ? AND n.name = o.name)
-                  AND NOT EXISTS (SELECT 1 FROM item i WHERE i.runId = ? AND i.key = o.itemKey AND i.status != 'done')
-                ORDER BY o.name
-                """, arguments: [runId, sink, later, later])
+                SELECT DISTINCT d.remoteURL FROM delivery d
+                WHERE d.runId < ? AND d.sink = ? AND d.status = 'done' AND d.remoteURL IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM delivery c WHERE c.sink = d.sink AND c.remoteURL = d.remoteURL AND c.runId = ?)
+                  AND NOT EXISTS (
+                      SELECT 1 FROM delivery e JOIN item i ON i.runId = ? AND i.key = e.itemKey
+                      WHERE e.sink = d.sink AND e.remoteURL = d.remoteURL AND e.runId < ? AND e.status = 'done'
+                        AND i.status NOT IN ('done', 'skipped'))
+                ORDER BY d.remoteURL
+                """, arguments: [runId, sink, runId, runId, runId])
         }
     }
 }

@@ -25,16 +25,16 @@ extension RunStore {
     /// so that idempotency keys are the same whichever worker delivers an item.
     public func createRun(pipelinePath: String, pipelineName: String, document: String,
                           fingerprint: [String: String], sinks: [String], itemLimit: Int?,
-                          workRoot: String, uuid: String? = nil, now: Date = Date()) throws -> RunRecord {
+                          workRoot: String, uuid: String? = nil, baseline: Int64? = nil, now: Date = Date()) throws -> RunRecord {
         let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
         let sinksText = String(decoding: try JSONEncoder.sorted.encode(sinks), as: UTF8.self)
         return try database.write { db in
             try db.execute(sql: """
                 INSERT INTO run (uuid, pipelinePath, pipelineName, document, fingerprint, sinks, state, itemLimit,
-                                 workDirectory, startedAt)
-                VALUES (?, ?, ?, ?, ?, ?, 'running', ?, '', ?)
+                                 workDirectory, startedAt, baseline)
+                VALUES (?, ?, ?, ?, ?, ?, 'running', ?, '', ?, ?)
                 """, arguments: [uuid ?? UUID().uuidString.lowercased(), pipelinePath, pipelineName, document, fingerprintText,
-                                 sinksText, itemLimit, now.timeIntervalSince1970])
+                                 sinksText, itemLimit, now.timeIntervalSince1970, baseline])
             let id = db.lastInsertedRowID
             let work = URL(fileURLWithPath: workRoot).appendingPathComponent("run-\(id)").path
             try db.execute(sql: "UPDATE run SET workDirectory = ? WHERE id = ?", arguments: [work, id])

@@ -9,9 +9,26 @@ public final class RunStore: @unchecked Sendable {
     let database: DatabaseQueue
     public let path: String
 
-    /// Opens (creating if needed) the state file and brings its schema up to date.
-    public init(path: String) throws {
+    /// Opens (creating if needed) the state file and brings its schema up to date; with
+    /// `readOnly`, opens an existing one without writing anything to it (`plan`), and
+    /// refuses one whose schema is older than this imgpipe's.
+    public init(path: String, readOnly: Bool = false) throws {
         self.path = path
+        if readOnly {
+            var configuration = Configuration()
+            configuration.readonly = true
+            do {
+                database = try DatabaseQueue(path: path, configuration: configuration)
+            } catch {
+                throw StoreError("cannot open state file \(path): \(error)")
+            }
+            guard (try? database.read { try Self.migrator.hasCompletedMigrations($0) }) == true else {
+                throw StoreError("state file \(path) was written by an earlier imgpipe: its runs do not record what each "
+                                 + "source was, so there is nothing to compare with (`imgpipe run --incremental` upgrades "
+                                 + "it and makes everything once)")
+            }
+            return
+        }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var configuration = Configuration()
@@ -180,12 +197,17 @@ public final class RunStore: @unchecked Sendable {
         migrator.registerMigration("v6: what each item's source was") { db in
             // `SourceStamp`, recorded when an item is processed: `plan` and `run --incremental`
             // compare a feed's items with the last finished run's. Rows of earlier runs have
-            // none: their items count as changed.
+            // none: their items count as changed. An incremental run keeps the run it compares
+            // with (`baseline`, so that its resume compares with it too) and how many items
+            // it carried over (`carried`, left out of the time per item `plan` estimates).
             try db.execute(sql: """
                 ALTER TABLE item ADD COLUMN sourceSize INTEGER;
                 ALTER TABLE item ADD COLUMN sourceModified DOUBLE;
                 ALTER TABLE item ADD COLUMN sourceHash TEXT;
                 ALTER TABLE item ADD COLUMN sourceVersion TEXT;
+                ALTER TABLE run ADD COLUMN baseline INTEGER;
+                ALTER TABLE run ADD COLUMN carried INTEGER NOT NULL DEFAULT 0;
+                CREATE INDEX delivery_remote ON delivery(sink, remoteURL);
                 """)
         }
         return migrator

@@ -59,10 +59,14 @@ public struct NewItem: Sendable, Equatable {
         /// The run they are copied from.
         public let run: Int64
         public let outputs: [String]
+        /// The sinks whose deliveries are copied (those the pipeline file did not change);
+        /// the others' stay pending, and the item is made and delivered to them.
+        public let sinks: [String]
 
-        public init(run: Int64, outputs: [String]) {
+        public init(run: Int64, outputs: [String], sinks: [String]) {
             self.run = run
             self.outputs = outputs
+            self.sinks = sinks
         }
     }
 

@@ -33,7 +33,7 @@ struct PlanCommand: ParsableCommand {
         let plan: ChangePlan
         do {
             // No state file yet: everything is new (and none is made by planning).
-            let store = FileManager.default.fileExists(atPath: stateFile) ? try RunStore(path: stateFile) : nil
+            let store = FileManager.default.fileExists(atPath: stateFile) ? try RunStore(path: stateFile, readOnly: true) : nil
             plan = try ChangePlan.make(pipeline: pipeline, store: store,
                                        scratch: (stateFile as NSString).deletingPathExtension + ".work/plan-\(getpid())")
         } catch {
@@ -48,6 +48,11 @@ struct PlanCommand: ParsableCommand {
         }
         Console.out(String(format: "estimated time: %.1f s", plan.estimatedSeconds))
         let work = plan.outputs.values.contains { $0.redo > 0 } || plan.gone > 0
-        Console.out(work ? "next: `imgpipe run \(options.pipeline) --incremental`" : "nothing to do")
+        if let unfinished = plan.unfinishedRun {
+            Console.out("run #\(unfinished) is unfinished: continue it with `imgpipe resume \(options.pipeline)`, or start over "
+                        + "from this plan with `imgpipe run \(options.pipeline) --incremental --new`")
+        } else {
+            Console.out(work ? "next: `imgpipe run \(options.pipeline) --incremental`" : "nothing to do")
+        }
     }
 }

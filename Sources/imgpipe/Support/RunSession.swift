@@ -53,10 +53,14 @@ struct RunSession {
         }
         let logger = options.logging.logger()
         var runnerOptions = PipelineRunner.Options()
-        if incremental {
+        // An incremental run, and the resume of one, compare with the run it started from.
+        var baselineID: Int64?
+        if case .resume = mode, let latest = try? store.latestRun(), latest.isUnfinished { baselineID = latest.baseline }
+        if incremental || baselineID != nil {
             do {
                 runnerOptions.changes = try ChangeDetector(store: store, pipeline: pipeline,
-                                                           scratch: (stateFile as NSString).deletingPathExtension + ".work/compare")
+                                                           scratch: (stateFile as NSString).deletingPathExtension + ".work/compare",
+                                                           baselineID: baselineID)
             } catch {
                 throw CommandError.failure(environment.redact(String(describing: error)))
             }
@@ -86,24 +90,22 @@ struct RunSession {
         if let problem = lock.problem() ?? (lock.shrank ? store.damage().map { "state file \(stateFile) was damaged while the run was going (\($0))" } : nil) {
             throw CommandError.failure(problem)
         }
-        if let baseline = runnerOptions.changes?.baseline, !summary.interrupted {
-            prune(after: baseline, summary: summary, store: store, pipeline: pipeline, reporter: reporter)
+        if runnerOptions.changes != nil, !summary.interrupted {
+            prune(summary: summary, store: store, pipeline: pipeline, reporter: reporter)
         }
         report(summary, pipeline: options.pipeline)
         if summary.interrupted { throw Exit.interrupted }
         if summary.failed > 0 || summary.listingError != nil { throw Exit.failedItems }
     }
 
-    /// After an incremental run that ended: each sink that prunes (`"prune": true`) removes
-    /// the files of names the previous run delivered and this one does not make.
-    private func prune(after baseline: RunRecord, summary: RunSummary, store: RunStore, pipeline: BuiltPipeline,
-                       reporter: ConsoleReporter) {
+    /// After an incremental run that ended (not interrupted): each sink that prunes
+    /// (`"prune": true`) removes what earlier runs delivered to it and this one did not.
+    private func prune(summary: RunSummary, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
         for sink in pipeline.sinks {
-            guard let names = try? store.namesNoLongerMade(runId: baseline.id, later: summary.run, sink: sink.name),
-                  !names.isEmpty else { continue }
-            let removed = sink.prune(names)
+            guard let locations = try? store.prunable(after: summary.run, sink: sink.name), !locations.isEmpty else { continue }
+            let removed = sink.prune(locations)
             if removed > 0 {
-                reporter.notice("sink \(sink.name): removed \(removed) file(s) of run #\(baseline.id) that this run no longer makes")
+                reporter.notice("sink \(sink.name): removed \(removed) file(s) of earlier runs that this run no longer makes")
             }
         }
     }
