@@ -453,17 +453,23 @@ public final class SharedRun: @unchecked Sendable {
     /// is the key's, not the worker's.
     public func claimNames(_ wanted: [(name: String, key: String)]) throws -> [String: String] {
         guard !wanted.isEmpty else { return [:] }
-        try connection.execute("""
+        let inserted = try connection.execute("""
             INSERT INTO imgpipe_name (run_id, name, key)
             SELECT $1, name, key FROM unnest($2::text[], $3::text[]) AS w(name, key)
             ON CONFLICT (run_id, name) DO NOTHING
+            RETURNING name, key
             """, [run, postgresTextArray(wanted.map(\.name)), postgresTextArray(wanted.map(\.key))])
-        // A statement of its own: it sees a name another worker committed while the insert
-        // above waited for it (the insert's own snapshot would not).
-        let owners = try connection.execute("SELECT name, key FROM imgpipe_name WHERE run_id = $1 AND name = ANY($2::text[])",
-                                            [run, postgresTextArray(wanted.map(\.name))])
         var held: [String: String] = [:]
-        for row in owners.all { if let name = row["name"], let key = row["key"] { held[name] = key } }
+        for row in inserted.all { if let name = row["name"], let key = row["key"] { held[name] = key } }
+        // The names that were there already (or came first in this batch): who holds them,
+        // read by a statement of its own, which sees a name another worker committed while
+        // the insert above waited for it (the insert's own snapshot would not).
+        let others = Set(wanted.map(\.name)).subtracting(held.keys)
+        if !others.isEmpty {
+            let owners = try connection.execute("SELECT name, key FROM imgpipe_name WHERE run_id = $1 AND name = ANY($2::text[])",
+                                                [run, postgresTextArray(others.sorted())])
+            for row in owners.all { if let name = row["name"], let key = row["key"] { held[name] = key } }
+        }
         var taken: [String: String] = [:]
         for claim in wanted where held[claim.name].map({ $0 != claim.key }) == true { taken[claim.name] = held[claim.name] }
         return taken

@@ -27,6 +27,9 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     /// The journal's run and its outputs' formats, read once.
     private let local = Mutex<(run: Int64, formats: [String: String])?>(nil)
     private let counts = Mutex<(done: Int, failed: Int, skipped: Int, unrecorded: Int)>((0, 0, 0, 0))
+    /// Names this worker has claimed for a key (name and key joined by NUL): a name given
+    /// at insert is not claimed again when the item is processed. Emptied at 100,000.
+    private let claimed = Mutex<Set<String>>([])
 
     /// `names` is a connection of the worker's own for the name claims (`SharedRun.sibling`).
     init(journal: RunStore, ledger: ChunkLedger, names: SharedRun, redact: @escaping @Sendable (String) -> String) {
@@ -121,7 +124,14 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
             default: break
             }
         }
-        return try names.claimNames(wanted)
+        let known = claimed.withLock { $0 }
+        let asked = wanted.filter { !known.contains($0.name + "\u{0}" + $0.key) }
+        let taken = try names.claimNames(asked)
+        claimed.withLock { set in
+            if set.count > 100_000 { set.removeAll() }
+            for claim in asked where taken[claim.name] == nil { set.insert(claim.name + "\u{0}" + claim.key) }
+        }
+        return taken
     }
 
     // MARK: - ends
