@@ -121,20 +121,32 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(try lister.counts().chunksPending == 10_000)
         let claimed = Mutex<[SharedRun.Chunk]>([])
         let failures = Mutex<[String]>([])
-        DispatchQueue.concurrentPerform(iterations: 8) { index in
-            do {
-                let run = try worker("claimer-\(index)", chunkSize: 1)
-                var mine: [SharedRun.Chunk] = []
-                while true {
-                    let got = try run.claim(3)
-                    if got.isEmpty { break }
-                    mine += got
+        // Eight threads of their own (not `concurrentPerform`, which runs as many at once as
+        // there are cores): each connects, then all start claiming together.
+        let connected = Mutex(0)
+        let finished = DispatchGroup()
+        for index in 0 ..< 8 {
+            finished.enter()
+            Thread { [self] in
+                defer { finished.leave() }
+                do {
+                    let run = try worker("claimer-\(index)", chunkSize: 1)
+                    connected.withLock { $0 += 1 }
+                    let deadline = Date().addingTimeInterval(60)
+                    while connected.withLock({ $0 }) < 8, Date() < deadline { usleep(1000) }
+                    var mine: [SharedRun.Chunk] = []
+                    while true {
+                        let got = try run.claim(3)
+                        if got.isEmpty { break }
+                        mine += got
+                    }
+                    claimed.withLock { $0 += mine }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
                 }
-                claimed.withLock { $0 += mine }
-            } catch {
-                failures.withLock { $0.append("\(error)") }
-            }
+            }.start()
         }
+        finished.wait()
         #expect(failures.withLock { $0 } == [])
         let chunks = claimed.withLock { $0 }
         #expect(chunks.count == 10_000)

@@ -30,9 +30,18 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     /// Names this worker has claimed for a key (name and key joined by NUL): a name given
     /// at insert is not claimed again when the item is processed. Emptied at 100,000.
     private let claimed = Mutex<Set<String>>([])
+    /// Names found held by another key when a chunk's names were claimed ahead (name and
+    /// key joined by NUL → the holder), for its items' inserts.
+    private let refused = Mutex<[String: String]>([:])
+    /// The pipeline's outputs, whose names known before making are claimed ahead, a chunk at a time.
+    private let outputs: [OutputSpec]
+    /// `names` is used by the writer (`apply`) and the producer (`claimAhead`): one at a time.
+    private let namesLock = NSLock()
 
     /// `names` is a connection of the worker's own for the name claims (`SharedRun.sibling`).
-    init(journal: RunStore, ledger: ChunkLedger, names: SharedRun, redact: @escaping @Sendable (String) -> String) {
+    init(journal: RunStore, ledger: ChunkLedger, names: SharedRun, outputs: [OutputSpec] = [],
+         redact: @escaping @Sendable (String) -> String) {
+        self.outputs = outputs
         self.journal = journal
         self.ledger = ledger
         self.names = names
@@ -125,13 +134,45 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
             }
         }
         let known = claimed.withLock { $0 }
-        let asked = wanted.filter { !known.contains($0.name + "\u{0}" + $0.key) }
-        let taken = try names.claimNames(asked)
+        let refusals = refused.withLock { $0 }
+        var taken: [String: String] = [:]
+        var asked: [(name: String, key: String)] = []
+        for claim in wanted {
+            let pair = claim.name + "\u{0}" + claim.key
+            if let holder = refusals[pair] { taken[claim.name] = holder } else if !known.contains(pair) { asked.append(claim) }
+        }
+        return try taken.merging(ask(asked)) { first, _ in first }
+    }
+
+    /// Claims `wanted` in the database and remembers the names now this worker's.
+    private func ask(_ wanted: [(name: String, key: String)]) throws -> [String: String] {
+        guard !wanted.isEmpty else { return [:] }
+        let taken = try namesLock.withLock { try names.claimNames(wanted) }
         claimed.withLock { set in
             if set.count > 100_000 { set.removeAll() }
-            for claim in asked where taken[claim.name] == nil { set.insert(claim.name + "\u{0}" + claim.key) }
+            for claim in wanted where taken[claim.name] == nil { set.insert(claim.name + "\u{0}" + claim.key) }
         }
         return taken
+    }
+
+    /// Claims ahead, in one statement, the names a chunk's items will be given at insert
+    /// (those known before making), so that their inserts need no round trip; a name held
+    /// by another key is remembered and fails its item at insert. A failure here is left to
+    /// the inserts, which claim for themselves.
+    func claimAhead(_ items: [FeedItem]) {
+        var wanted: [(name: String, key: String)] = []
+        for item in items {
+            guard let index = item.position else { continue }
+            for output in outputs {
+                if let name = output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: index) {
+                    wanted.append((name, item.key))
+                }
+            }
+        }
+        guard let taken = try? ask(wanted), !taken.isEmpty else { return }
+        refused.withLock { refused in
+            for claim in wanted { if let holder = taken[claim.name], holder != claim.key { refused[claim.name + "\u{0}" + claim.key] = holder } }
+        }
     }
 
     // MARK: - ends

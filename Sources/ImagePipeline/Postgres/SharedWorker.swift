@@ -112,7 +112,7 @@ public final class SharedWorker: @unchecked Sendable {
         defer { ended.withLock { $0 = true } }
         let started = Date()
         let store = try SharedStateStore(journal: RunStore(path: journalPath), ledger: ledger, names: run.sibling(),
-                                         redact: pipeline.environment.redact)
+                                         outputs: pipeline.spec.outputs, redact: pipeline.environment.redact)
         var runnerOptions = options.runner
         runnerOptions.runUUID = run.uuid
         let chunkFeed = ChunkFeed(shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
@@ -443,6 +443,7 @@ final class ChunkFeed: Feed, @unchecked Sendable {
                 ledger.add(chunk, items: items)
                 // Only a chunk this worker held before can have items in its journal.
                 let again = !claimedBefore.insert(chunk.id).inserted
+                store.claimAhead(items.map { $0.numbered(environment) })
                 for item in items {
                     if again, store.knownHere(item.key) { continue }
                     guard try body(item.numbered(environment)) else { return }

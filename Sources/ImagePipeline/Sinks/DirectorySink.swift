@@ -75,17 +75,20 @@ public struct DirectorySink: Sink {
 
     /// A copy into a folder either works or fails for good (no retry).
     public func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {
-        do throws(ItemFailure) {
-            return .delivered(try write(delivery))
-        } catch {
-            // The folder (or one inside it) was removed while the run went on: make the
-            // folders again and try once more.
-            guard folders.anyMissing() else { throw DeliveryFailure(error) }
-            folders.removeAll()
+        var tries = 0
+        while true {
             do throws(ItemFailure) {
                 return .delivered(try write(delivery))
             } catch {
-                throw DeliveryFailure(error)
+                // The folder (or one inside it) was removed while the run went on: make the
+                // folders again and try again. A removal still under way (`rm -rf` meeting
+                // files made meanwhile) can take them again: a few tries, 10 ms apart.
+                tries += 1
+                guard tries < 5, folders.anyMissing() || !FileManager.default.fileExists(atPath: root) else {
+                    throw DeliveryFailure(error)
+                }
+                folders.removeAll()
+                usleep(10_000)
             }
         }
     }
