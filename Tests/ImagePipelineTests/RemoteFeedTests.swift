@@ -590,6 +590,29 @@ struct RemoteFeedTests {
         #expect(failed.values.allSatisfy { $0.reason == "download" })
     }
 
+    /// A gzipped URL list cut short is an error naming the line where it stops, not a
+    /// shorter list read as if it were whole (the items before it are done).
+    @Test func aGzippedListCutShortSaysWhereAndExitsOne() throws {
+        let server = try server()
+        let lines = (1 ... 2000).map { "\(server.baseURL)/images/n\($0).jpg" }.joined(separator: "\n") + "\n"
+        let whole = work.url("whole.txt")
+        try work.write(lines, to: "whole.txt")
+        let gzip = Process()
+        gzip.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        gzip.arguments = ["gzip", "-k", "-f", whole]
+        try gzip.run()
+        gzip.waitUntilExit()
+        let compressed = try Data(contentsOf: URL(fileURLWithPath: whole + ".gz"))
+        try compressed.prefix(compressed.count / 2).write(to: URL(fileURLWithPath: work.url("cut.txt.gz")))
+        try pipeline(source: #"{"type": "url-list", "path": "cut.txt.gz", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 1, "\(result.stdout)\(result.stderr)")
+        let said = result.stdout + result.stderr
+        #expect(said.contains("cut.txt.gz:") && said.contains("the gzip file is cut short or damaged"), "\(said)")
+        let listed = work.files(under: "out").count
+        #expect(listed > 0 && listed < 2000, "the items before the cut were done: \(listed)")
+    }
+
     @Test func limitIsNotUsedUpByARepeatedKey() throws {
         let server = try server()
         let base = server.baseURL

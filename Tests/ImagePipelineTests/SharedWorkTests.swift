@@ -488,6 +488,12 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(report["total"] as? Int == 12 && report["done"] as? Int == 12 && report["state"] as? String == "finished", "\(report)")
         let new = server.uploads.dropFirst(14).compactMap(\.filename).sorted()
         #expect(new == ["img-010.png", "img-011.png", "img-012.png"], "only the new files were done: \(new)")
+        // Listed again, the items the run had take no number: the new ones follow on.
+        let numbers = try database().execute("""
+            SELECT count(*) AS n, min(seq) AS first, max(seq) AS last FROM imgpipe_item
+            WHERE run_id = (SELECT max(id) FROM imgpipe_run)
+            """).first
+        #expect(numbers?["n"] == "12" && numbers?["first"] == "0" && numbers?["last"] == "11", "\(numbers.map { [$0["n"], $0["last"]] } ?? [])")
 
     }
 
@@ -549,6 +555,35 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(report["sinks"] as? [String: [String: Int]] == [
             "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 6, "failed": 0, "pending": 0],
         ], "the failed items' counts were taken back before they were done again: \(report["sinks"] ?? "-")")
+        #expect(server.uploads.count == 6)
+    }
+
+    /// A database made by the version before this one (no tallies, names, limit or
+    /// refresh columns): `status` and `export` read it as it is; the first worker of this
+    /// version adds what is missing and counts the items that ended before from their detail.
+    @Test func aDatabaseOfTheEarlierVersionIsReadThenUpgradedWithItsCounts() throws {
+        let server = try UploadServer()
+        try images(4)
+        try pipeline(server)
+        #expect(try shared(["work", "pipe.json"]).status == 0)
+        for statement in ["ALTER TABLE imgpipe_item DROP COLUMN tally", "ALTER TABLE imgpipe_chunk DROP COLUMN tally",
+                          "ALTER TABLE imgpipe_run DROP COLUMN item_limit, DROP COLUMN refreshing, DROP COLUMN refresh_error",
+                          "DROP TABLE imgpipe_name"] {
+            try database().execute(statement)
+        }
+        let before = try status()
+        #expect(before["done"] as? Int == 4 && before["state"] as? String == "finished", "\(before)")
+        #expect(try shared(["export", "pipe.json"]).jsonLines().count == 4)
+        for index in 5 ... 6 {
+            try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: 64, height: 48)
+        }
+        let upgraded = try shared(["resume", "pipe.json", "--refresh-feed"])
+        #expect(upgraded.status == 0, "\(upgraded.stdout)\(upgraded.stderr)")
+        let after = try status()
+        #expect(after["done"] as? Int == 6 && after["tiers"] as? [String: Int] == ["local": 6], "\(after)")
+        #expect(after["sinks"] as? [String: [String: Int]] == [
+            "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 6, "failed": 0, "pending": 0],
+        ], "\(after["sinks"] ?? "-")")
         #expect(server.uploads.count == 6)
     }
 

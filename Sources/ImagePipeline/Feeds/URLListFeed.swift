@@ -15,7 +15,18 @@ public struct URLListFeed: Feed {
         var header: [String]?
         var lineNumber = 0
         var buffer = [CChar](repeating: 0, count: 1 << 16)
+        // A gzip file cut short (or damaged) is an error where it stops, not a shorter list:
+        // zlib says so with the read that meets it, before its partial line is used.
+        func damage() -> FeedError? {
+            var code: Int32 = 0
+            let text = gzerror(file, &code)
+            guard code != Z_OK, code != Z_STREAM_END else { return nil }
+            var said = text.map { String(cString: $0) } ?? "error \(code)"
+            if said.hasPrefix(path + ": ") { said.removeFirst(path.count + 2) }
+            return FeedError("\(path):\(lineNumber + 1): \(said) (the gzip file is cut short or damaged)")
+        }
         while gzgets(file, &buffer, Int32(buffer.count)) != nil {
+            if let damage = damage() { throw damage }
             lineNumber += 1
             // Refused, not repaired: a replaced byte would make another URL or key.
             guard let text = String(validating: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
@@ -51,6 +62,7 @@ public struct URLListFeed: Feed {
             let itemKey = (key?.isEmpty == false ? key : nil) ?? url
             if try !body(FeedItem(key: itemKey, url: url, stem: FeedItem.stem(ofURL: url), metadata: nil)) { return }
         }
+        if let damage = damage() { throw damage }
     }
 
     /// Counts the lines first (`countItems`), then lists them.

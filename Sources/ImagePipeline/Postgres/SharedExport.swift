@@ -68,7 +68,7 @@ struct SharedItemDetail: Codable {
 public enum SharedExport {
     /// The run `runNumber` of `pipelineName`, else its latest; nil when there is none.
     public static func run(at connection: PostgresConnection, pipelineName: String, runNumber: Int64?) throws -> Int64? {
-        guard try SharedRunSchema.exists(on: connection) else { return nil }
+        guard try SharedRunSchema.present(on: connection) else { return nil }
         return try connection.execute("""
             SELECT id FROM imgpipe_run WHERE pipeline_name = $1 AND ($2::bigint IS NULL OR id = $2::bigint)
             ORDER BY id DESC LIMIT 1

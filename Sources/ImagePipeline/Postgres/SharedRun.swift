@@ -166,7 +166,7 @@ public final class SharedRun: @unchecked Sendable {
                 // complete, for a listing that fails.
                 try connection.execute("""
                     UPDATE imgpipe_run SET refreshing = feed_complete OR refreshing, feed_complete = false, feed_cursor = NULL,
-                        state = 'running', finished_at = NULL
+                        state = 'running', finished_at = NULL, refresh_error = NULL
                     WHERE id = $1
                     """, [String(latest.int("id") ?? 0)])
                 unfinished = latest
@@ -327,9 +327,15 @@ public final class SharedRun: @unchecked Sendable {
     }
 
     /// Marks the run finished (once: a run another worker marked, or one abandoned, is left).
+    /// Marks the run finished, if it still is done: its feed listed and no chunk pending
+    /// or leased (a refresh may have reopened it since the caller looked).
     public func markFinished() throws {
-        try connection.execute("UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1 AND state = 'running'",
-                               [run])
+        try connection.execute("""
+            UPDATE imgpipe_run r SET state = 'finished', finished_at = now()
+            WHERE r.id = $1 AND r.state = 'running' AND r.feed_complete
+              AND NOT EXISTS (SELECT 1 FROM imgpipe_chunk c WHERE c.run_id = r.id AND c.state = 'pending')
+              AND NOT EXISTS (SELECT 1 FROM imgpipe_chunk c WHERE c.run_id = r.id AND c.state = 'leased')
+            """, [run])
     }
 
     /// The run's state (`running`, `finished`, `abandoned`, …).
@@ -511,12 +517,19 @@ public final class SharedRun: @unchecked Sendable {
     }
 
     /// A listing again (`resume --refresh-feed`) that failed leaves the run as complete as
-    /// it was: the feed complete again, the lister's lease given up.
-    public func endRefresh(_ lease: ListerLease) throws {
+    /// it was: the feed complete again, the lister's lease given up, and why kept for the
+    /// `resume` that asked for it (`refreshError`), whichever worker's lister met it.
+    public func endRefresh(_ lease: ListerLease, error: String) throws {
         try connection.execute("""
-            UPDATE imgpipe_run SET feed_complete = true, refreshing = false, lister = NULL, lister_expires = NULL
+            UPDATE imgpipe_run SET feed_complete = true, refreshing = false, lister = NULL, lister_expires = NULL,
+                refresh_error = $4
             WHERE id = $1 AND lister = $2 AND lister_token = $3 AND refreshing
-            """, [run, worker, String(lease.token)])
+            """, [run, worker, String(lease.token), error])
+    }
+
+    /// Why the last refresh of the feed failed (nil: it did not, or none was asked for).
+    public func refreshError() throws -> String? {
+        try connection.execute("SELECT refresh_error FROM imgpipe_run WHERE id = $1", [run]).first?["refresh_error"]
     }
 
     /// Records one page of the feed in one transaction with the cursor after it: its items
@@ -538,11 +551,19 @@ public final class SharedRun: @unchecked Sendable {
                     SELECT * FROM unnest($4::text[], $5::text[], $7::text[], $8::text[], $9::text[], $10::boolean[],
                                          $11::boolean[])
                         WITH ORDINALITY AS p(key, location, metadata, name_key, name_stem, is_local, from_fallback, ord)
+                ), first AS (
+                    SELECT DISTINCT ON (key) * FROM page ORDER BY key, ord
+                ), fresh AS (
+                    -- Only the items the run does not have are numbered: the numbers (and
+                    -- `{index}`) stay consecutive when a page is listed again (a new lister,
+                    -- a refresh). The lister's lock on the run row keeps this check true.
+                    SELECT f.*, row_number() OVER (ORDER BY ord) AS n FROM first f
+                    WHERE NOT EXISTS (SELECT 1 FROM imgpipe_item i WHERE i.run_id = $1 AND i.key = f.key)
                 ), added AS (
                     INSERT INTO imgpipe_item (run_id, seq, key, location, metadata, name_key, name_stem, is_local,
                                               from_fallback, chunk, status)
-                    SELECT $1, $2::bigint + ord - 1, key, location, metadata, name_key, name_stem, is_local, from_fallback,
-                           $3::bigint + (ord - 1) / $6::bigint, 'pending' FROM page
+                    SELECT $1, $2::bigint + n - 1, key, location, metadata, name_key, name_stem, is_local, from_fallback,
+                           $3::bigint + (n - 1) / $6::bigint, 'pending' FROM fresh
                     ON CONFLICT (run_id, key) DO NOTHING
                     RETURNING seq, chunk
                 )
@@ -555,14 +576,14 @@ public final class SharedRun: @unchecked Sendable {
                       postgresTextArray(items.map { $0.isLocal ? "t" : "f" }),
                       postgresTextArray(items.map { $0.fromFallback ? "t" : "f" })])
             let added = inserted.all.reduce(0) { $0 + Int($1.int("items") ?? 0) }
-            let chunks = (Int64(items.count) + size - 1) / size
+            let chunks = inserted.count
             try connection.execute("""
                 UPDATE imgpipe_run SET next_seq = next_seq + $2::bigint, next_chunk = next_chunk + $3::bigint, feed_cursor = $4,
                     feed_complete = $5::boolean, pages_listed = pages_listed + 1,
                     refreshing = refreshing AND NOT $5::boolean,
                     lister = CASE WHEN $5::boolean THEN NULL ELSE lister END
                 WHERE id = $1
-                """, [self.run, String(items.count), String(chunks), cursor, complete ? "true" : "false"])
+                """, [self.run, String(added), String(chunks), cursor, complete ? "true" : "false"])
             return added
         }
     }
@@ -682,7 +703,7 @@ public struct SharedStatus: Sendable, Encodable {
     public static func runs(at url: String, pipelineName: String?) throws -> [(run: Int64, pipeline: String, state: String, startedAt: String)] {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
-        guard try SharedRunSchema.exists(on: connection) else { return [] }
+        guard try SharedRunSchema.present(on: connection) else { return [] }
         return try connection.execute("""
             SELECT id, pipeline_name, state, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started
             FROM imgpipe_run WHERE ($1::text IS NULL OR pipeline_name = $1) ORDER BY id DESC
@@ -693,7 +714,7 @@ public struct SharedStatus: Sendable, Encodable {
                               pipeline: Pipeline? = nil) throws -> SharedStatus? {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
-        guard try SharedRunSchema.exists(on: connection), let row = try connection.execute("""
+        guard try SharedRunSchema.present(on: connection), let row = try connection.execute("""
             SELECT id, uuid, pipeline_name, state, feed_complete, pages_listed,
                    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started,
                    to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS finished,
@@ -719,9 +740,10 @@ public struct SharedStatus: Sendable, Encodable {
         let ended = counts.done + counts.failed + counts.skipped
         // The chunks' tallies (one row each: no item row is read).
         var tally: [String: Int] = [:]
-        for entry in try connection.execute("""
+        // A database of an earlier version (no tallies yet, until a worker of this one joins) has none.
+        for entry in (try? connection.execute("""
             SELECT t.key, sum(t.value::bigint) AS n FROM imgpipe_chunk c, jsonb_each_text(c.tally) t WHERE c.run_id = $1 GROUP BY t.key
-            """, [id]).all {
+            """, [id]).all) ?? [] {
             if let key = entry["key"] { tally[key] = Int(entry.int("n") ?? 0) }
         }
         func deliveries(_ prefix: String, pendingPerItem: Int) -> DeliveryCounts {

@@ -44,7 +44,16 @@ enum SharedRunSchema {
             """).first?.bool("present") == true
     }
 
-    /// Made in this order; `exists` looks for the last one's column.
+    /// True when a run table is there at all, made by this version or an earlier one: what
+    /// `status` and `export` need to read (they write nothing, and do not upgrade).
+    static func present(on connection: PostgresConnection) throws -> Bool {
+        try connection.execute("""
+            SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'imgpipe_run')
+                AS present
+            """).first?.bool("present") == true
+    }
+
+    /// Made in this order; `exists` looks for the column the ALTERs near the end add last.
     static let statements = [
         """
         CREATE TABLE IF NOT EXISTS imgpipe_run (
@@ -70,6 +79,7 @@ enum SharedRunSchema {
         // Added after the first release of shared runs: made here for databases of before too.
         "ALTER TABLE imgpipe_run ADD COLUMN IF NOT EXISTS item_limit BIGINT CHECK (item_limit >= 0)",
         "ALTER TABLE imgpipe_run ADD COLUMN IF NOT EXISTS refreshing BOOLEAN NOT NULL DEFAULT false",
+        "ALTER TABLE imgpipe_run ADD COLUMN IF NOT EXISTS refresh_error TEXT",
         """
         CREATE TABLE IF NOT EXISTS imgpipe_chunk (
             run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,
@@ -140,6 +150,26 @@ enum SharedRunSchema {
         // presence says every statement before it has been made (`exists`).
         "ALTER TABLE imgpipe_chunk ADD COLUMN IF NOT EXISTS tally JSONB NOT NULL DEFAULT '{}'::jsonb",
         "ALTER TABLE imgpipe_item ADD COLUMN IF NOT EXISTS tally JSONB",
+        // Items ended by an earlier version have their detail but no tally: made from it,
+        // then their chunks' (this runs once, when the columns above are added).
+        """
+        UPDATE imgpipe_item i SET tally = coalesce((SELECT jsonb_object_agg(k, n) FROM (
+            SELECT 'tier/' || (i.detail::jsonb ->> 'tier') AS k, 1::bigint AS n WHERE i.detail::jsonb ->> 'tier' IS NOT NULL
+            UNION ALL
+            SELECT 'sink/' || (d ->> 'sink') || '/' || (d ->> 'status'), count(*)
+            FROM jsonb_array_elements(i.detail::jsonb -> 'deliveries') d WHERE d ->> 'status' IN ('done', 'failed') GROUP BY 1
+            UNION ALL
+            SELECT 'output/' || (d ->> 'output') || '/' || (d ->> 'status'), count(*)
+            FROM jsonb_array_elements(i.detail::jsonb -> 'deliveries') d WHERE d ->> 'status' IN ('done', 'failed') GROUP BY 1
+        ) s), '{}'::jsonb)
+        WHERE i.tally IS NULL AND i.detail IS NOT NULL
+        """,
+        """
+        UPDATE imgpipe_chunk c SET tally = coalesce((SELECT jsonb_object_agg(k, n) FROM (
+            SELECT t.key AS k, sum(t.value::bigint) AS n FROM imgpipe_item i, jsonb_each_text(i.tally) t
+            WHERE i.run_id = c.run_id AND i.chunk = c.id GROUP BY t.key) s), '{}'::jsonb)
+        WHERE c.tally = '{}'::jsonb AND c.done + c.failed + c.skipped > 0
+        """,
     ]
 }
 

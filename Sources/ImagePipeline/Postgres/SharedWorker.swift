@@ -146,6 +146,10 @@ public final class SharedWorker: @unchecked Sendable {
         }
         if let failure { throw failure }
 
+        // A refresh this session asked for, which failed (in any worker's lister): said, exit 1.
+        if case .resume(_, refreshFeed: true) = options.joining, let failed = try? threads.recorderRun.refreshError() {
+            listingError.withLock { $0 = $0 ?? "the feed could not be listed again: " + failed }
+        }
         let counts = try threads.recorderRun.counts()
         let finished = counts.feedComplete && counts.chunksPending == 0 && counts.chunksLeased == 0
         if finished { try threads.recorderRun.markFinished() }
@@ -294,10 +298,19 @@ public final class SharedWorker: @unchecked Sendable {
             // cursor on the next turn (of this worker or another).
             logger.warning("recording a page failed: \(pipeline.environment.redact(String(describing: error)))")
         } catch {
-            listingError.withLock { $0 = pipeline.environment.redact(String(describing: error)) }
-            reporter.notice("the feed could not be listed: \(pipeline.environment.redact(String(describing: error)))")
-            // A listing again that failed leaves the run as complete as it was.
-            if lease.refreshing { try? shared.endRefresh(lease) }
+            let message = pipeline.environment.redact(String(describing: error))
+            // The items listed before the error are the run's: they are recorded and done.
+            if !page.isEmpty { try? flush(complete: false) }
+            if lease.refreshing {
+                // A listing again that failed leaves the run as complete as it was: the
+                // `resume --refresh-feed` that asked for it says so and exits 1; this worker
+                // (maybe another) goes on.
+                try? shared.endRefresh(lease, error: message)
+                reporter.notice("listing the feed again failed, the run is as complete as before: \(message)")
+            } else {
+                listingError.withLock { $0 = message }
+                reporter.notice("the feed could not be listed: \(message)")
+            }
         }
         if lostLease {
             logger.warning("the lister's lease was lost; another worker lists now")
