@@ -105,7 +105,16 @@ struct SharedLoad: Sendable {
 
     /// Output `index`'s own resize made from `source` (the load, or a larger resize of the
     /// same picture): to `size` (its `target` from the input), then a fill's crop.
+    ///
+    /// A reduction by 2× or more starts with a box shrink by its whole part (each k×k block
+    /// averaged), and lanczos3 does only the rest: as the output on its own would have it,
+    /// where a JPEG's shrink-on-load decodes at 1/2, 1/4 or 1/8 scale and the thumbnail's
+    /// reduce does the rest. (A lanczos3 reduce by 2× or 4× costs more than decoding the
+    /// input again at that scale: measured in `bench/outputs.sh`.)
     func resize(_ source: VipsImage, to size: (width: Int, height: Int), for index: Int) throws -> VipsImage {
+        var source = source
+        let whole = min(source.width / max(1, size.width), source.height / max(1, size.height))
+        if whole >= 2 { source = try source.shrunk(by: whole) }
         let resized = try source.resizedExactly(to: size)
         guard case let .fill(w, h, gravity) = boxes[index] else { return resized }
         return try resized.cropped(to: (w, h), gravity: gravity)
