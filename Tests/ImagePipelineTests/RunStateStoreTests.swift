@@ -53,7 +53,7 @@ struct RunStateStoreTests {
                 let ledger = ChunkLedger()
                 for chunk in try run.claim(10) { try ledger.add(chunk, items: run.items(of: chunk)) }
                 let journal = try RunStore(path: path)
-                let store = try SharedStateStore(journal: journal, ledger: ledger, names: run.sibling(), redact: { $0 })
+                let store = try SharedStateStore(journal: journal, ledger: ledger, names: run.sibling())
                 (self.store, self.journal, shared, self.cluster, self.url) = (store, journal, run, cluster, url)
             }
             let identity = RunIdentity(pipelinePath: "/p.json", pipelineName: "p", document: "{}",

@@ -177,9 +177,6 @@ struct RunnerTests {
             self.refused = refused
         }
 
-        func prepare(workRoot: String) throws {}
-        func finish() {}
-
         func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {
             attempts.withLock { $0[delivery.key] = attempt }
             if refused.contains(delivery.key) { throw DeliveryFailure(ItemFailure(.upload, "refused"), attempts: attempt) }

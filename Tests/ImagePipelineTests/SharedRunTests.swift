@@ -61,7 +61,7 @@ final class SharedRunTests: @unchecked Sendable {
 
     @Test func theClusterChecksThePasswordAndTheErrorDoesNotShowIt() throws {
         let wrong = url.replacingOccurrences(of: cluster.password, with: "not-the-Password")
-        #expect(wrong != url)
+        try #require(wrong != url, "the test's wrong password is the right one")
         do {
             _ = try PostgresConnection(url: wrong)
             Issue.record("a wrong password was accepted")

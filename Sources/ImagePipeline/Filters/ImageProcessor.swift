@@ -38,6 +38,9 @@ public struct ProcessedImage: Sendable {
     public let inputFormat: ImageFormat
     /// Lower-case hex SHA-256 of `data`.
     public let sha256: String
+    /// The input as read: its size and the SHA-256 of its bytes (what `SourceStamp` records).
+    public let inputBytes: Int
+    public let inputSHA256: String
 }
 
 /// What `ImageProcessor.processOrSkip` came to: an output, or a skip (an input outside the
@@ -207,6 +210,7 @@ public struct ImageProcessor: Sendable {
             throw ItemFailure(.process, Self.text(error))
         }
         var results: [ProcessedImage?] = Array(repeating: nil, count: outputs.count)
+        let inputSHA256 = sha256Hex(data)
         // After a shared load, outputs go largest first, and each output's resize starts from
         // the smallest resize already made that is at least as large (640 from 1280, not from
         // the load): resampling the smaller image costs less.
@@ -264,7 +268,8 @@ public struct ImageProcessor: Sendable {
             }
             results[index] = ProcessedImage(output: output.spec.id, data: encoded, width: made.width, height: made.height,
                                             inputWidth: header.width, inputHeight: header.height,
-                                            inputFormat: format, sha256: sha256Hex(encoded))
+                                            inputFormat: format, sha256: sha256Hex(encoded),
+                                            inputBytes: data.count, inputSHA256: inputSHA256)
         }
         return .processed(results.compactMap { $0 })
     }

@@ -24,7 +24,6 @@ public struct PostgresRows: Sendable {
 
     public var count: Int { rows.count }
     public var first: PostgresRow? { rows.first.map { PostgresRow(columns: columns, values: $0) } }
-    public func row(_ index: Int) -> PostgresRow { PostgresRow(columns: columns, values: rows[index]) }
     public var all: [PostgresRow] { rows.map { PostgresRow(columns: columns, values: $0) } }
 }
 
@@ -56,7 +55,7 @@ public final class PostgresConnection: @unchecked Sendable {
     private var handle: OpaquePointer?
     let idleInTransactionTimeout: Int
     /// Reconnect attempts before a lost connection is reported (back-off 0.2 s doubling to 2 s).
-    public var reconnectAttempts = 6
+    let reconnectAttempts = 6
 
     public init(url: String, idleInTransactionTimeoutSeconds: Int = 60) throws {
         self.url = url

@@ -229,10 +229,7 @@ public final class SharedRun: @unchecked Sendable {
             UPDATE imgpipe_chunk c SET failed = c.failed - per.n, state = 'pending',
                 -- from the items' own tallies, the requeued ones left out (this statement
                 -- still sees them as they were)
-                tally = coalesce((SELECT jsonb_object_agg(k, n) FROM (
-                    SELECT t.key AS k, sum(t.value::bigint) AS n FROM imgpipe_item i, jsonb_each_text(i.tally) t
-                    WHERE i.run_id = c.run_id AND i.chunk = c.id AND i.status <> 'pending'
-                      AND i.seq NOT IN (SELECT seq FROM requeued) GROUP BY t.key) s), '{}'::jsonb)
+                tally = \(SharedRunSchema.chunkTally(itemsWhere: "i.seq NOT IN (SELECT seq FROM requeued)"))
             FROM per WHERE c.run_id = $1 AND c.id = per.chunk
             RETURNING per.n
             """, [run]).all.reduce(0) { $0 + Int($1.int("n") ?? 0) }
@@ -326,16 +323,34 @@ public final class SharedRun: @unchecked Sendable {
         return Dictionary(uniqueKeysWithValues: held.all.map { ($0.int("id") ?? 0, $0.int("token") ?? 0) })
     }
 
-    /// Marks the run finished (once: a run another worker marked, or one abandoned, is left).
-    /// Marks the run finished, if it still is done: its feed listed and no chunk pending
-    /// or leased (a refresh may have reopened it since the caller looked).
-    public func markFinished() throws {
+    /// SQL, on the run row `r`: some chunk of the run is pending or leased (each looked up
+    /// through its partial index, no chunk row counted).
+    private static let chunksOpen = """
+        (EXISTS (SELECT 1 FROM imgpipe_chunk c WHERE c.run_id = r.id AND c.state = 'pending')
+         OR EXISTS (SELECT 1 FROM imgpipe_chunk c WHERE c.run_id = r.id AND c.state = 'leased'))
+        """
+
+    /// Marks the run finished if it is done: its feed listed and no chunk pending or leased
+    /// (a refresh may have reopened it since the caller looked). Returns whether it is
+    /// finished, by this call or before (a run another worker marked; an abandoned one is not).
+    @discardableResult
+    public func markFinished() throws -> Bool {
         try connection.execute("""
-            UPDATE imgpipe_run r SET state = 'finished', finished_at = now()
-            WHERE r.id = $1 AND r.state = 'running' AND r.feed_complete
-              AND NOT EXISTS (SELECT 1 FROM imgpipe_chunk c WHERE c.run_id = r.id AND c.state = 'pending')
-              AND NOT EXISTS (SELECT 1 FROM imgpipe_chunk c WHERE c.run_id = r.id AND c.state = 'leased')
-            """, [run])
+            WITH marked AS (
+                UPDATE imgpipe_run r SET state = 'finished', finished_at = now()
+                WHERE r.id = $1 AND r.state = 'running' AND r.feed_complete AND NOT \(Self.chunksOpen)
+                RETURNING 1
+            )
+            SELECT EXISTS (SELECT 1 FROM marked) OR (SELECT state = 'finished' FROM imgpipe_run WHERE id = $1) AS finished
+            """, [run]).first?.bool("finished") == true
+    }
+
+    /// Whether the feed is listed to its end and whether any chunk is still pending or
+    /// leased: what a worker waiting for the end asks, a few times a second.
+    public func ending() throws -> (feedComplete: Bool, chunksOpen: Bool) {
+        let row = try connection.execute("SELECT r.feed_complete, \(Self.chunksOpen) AS open FROM imgpipe_run r WHERE r.id = $1",
+                                         [run]).first
+        return (row?.bool("feed_complete") == true, row?.bool("open") ?? true)
     }
 
     /// The run's state (`running`, `finished`, `abandoned`, …).

@@ -44,6 +44,16 @@ enum SharedRunSchema {
             """).first?.bool("present") == true
     }
 
+    /// SQL for chunk `c`'s tally made from its items' own (those `itemsWhere` keeps, as `i`):
+    /// an item still pending has none.
+    static func chunkTally(itemsWhere condition: String = "true") -> String {
+        """
+        coalesce((SELECT jsonb_object_agg(k, n) FROM (
+            SELECT t.key AS k, sum(t.value::bigint) AS n FROM imgpipe_item i, jsonb_each_text(i.tally) t
+            WHERE i.run_id = c.run_id AND i.chunk = c.id AND (\(condition)) GROUP BY t.key) s), '{}'::jsonb)
+        """
+    }
+
     /// True when a run table is there at all, made by this version or an earlier one: what
     /// `status` and `export` need to read (they write nothing, and do not upgrade).
     static func present(on connection: PostgresConnection) throws -> Bool {
@@ -164,12 +174,7 @@ enum SharedRunSchema {
         ) s), '{}'::jsonb)
         WHERE i.tally IS NULL AND i.detail IS NOT NULL
         """,
-        """
-        UPDATE imgpipe_chunk c SET tally = coalesce((SELECT jsonb_object_agg(k, n) FROM (
-            SELECT t.key AS k, sum(t.value::bigint) AS n FROM imgpipe_item i, jsonb_each_text(i.tally) t
-            WHERE i.run_id = c.run_id AND i.chunk = c.id GROUP BY t.key) s), '{}'::jsonb)
-        WHERE c.tally = '{}'::jsonb AND c.done + c.failed + c.skipped > 0
-        """,
+        "UPDATE imgpipe_chunk c SET tally = \(chunkTally()) WHERE c.tally = '{}'::jsonb AND c.done + c.failed + c.skipped > 0",
     ]
 }
 

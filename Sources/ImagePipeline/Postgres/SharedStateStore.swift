@@ -6,23 +6,24 @@ import Foundation
 /// What is this machine's stays on this machine, in a journal of the worker's own (a
 /// state file, `journal`): where each item's input was spooled and its outputs staged,
 /// which deliveries are left. What the whole run must agree on goes to the shared database:
-/// - each output name, claimed run-wide as the change naming it is applied
-///   (`SharedRun.claimNames`), before the journal sees the change: a name another item of
-///   the run holds, on any worker, fails the item here as the state file would;
+/// - each output name, claimed run-wide (`SharedRun.claimNames`) ahead for a whole chunk
+///   (`claimAhead`), or else as the change naming it is applied, before the journal sees
+///   it: a name another item of the run holds, on any worker, fails the item here as the
+///   state file would;
 /// - each item's end (done, failed, skipped) as the journal records it, queued and written
 ///   every 0.1 s by the worker's recorder thread (`flush`), fenced by the lease of the
 ///   chunk the item was claimed in, with its outputs and deliveries for `export`. A chunk
 ///   whose items have all ended is marked done.
 ///
 /// The runner cannot tell it from the state file: `apply` answers with the same outcomes.
+/// Messages come in redacted: the run's `StoreWriter` masks every change before `apply`.
 final class SharedStateStore: RunStateStore, @unchecked Sendable {
-    // @unchecked: `queue`, `local` and `counts` are Mutexes; `names` (its connection) is used
-    // only from `apply`, which the run's one writer calls.
+    // @unchecked: the mutable state is in Mutexes; `names` (its connection) is used under
+    // `namesLock`.
     /// The worker's journal: this machine's part of each item.
     let journal: RunStore
     private let ledger: ChunkLedger
     private let names: SharedRun
-    private let redact: @Sendable (String) -> String
     private let queue = Mutex<[(chunk: SharedRun.Chunk, key: String, outcome: SharedRun.Outcome)]>([])
     /// The journal's run and its outputs' formats, read once.
     private let local = Mutex<(run: Int64, formats: [String: String])?>(nil)
@@ -39,13 +40,11 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     private let namesLock = NSLock()
 
     /// `names` is a connection of the worker's own for the name claims (`SharedRun.sibling`).
-    init(journal: RunStore, ledger: ChunkLedger, names: SharedRun, outputs: [OutputSpec] = [],
-         redact: @escaping @Sendable (String) -> String) {
+    init(journal: RunStore, ledger: ChunkLedger, names: SharedRun, outputs: [OutputSpec] = []) {
         self.outputs = outputs
         self.journal = journal
         self.ledger = ledger
         self.names = names
-        self.redact = redact
     }
 
     // MARK: - RunStateStore
@@ -59,49 +58,11 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     }
 
     func apply(_ changes: [StoreChange], runId: Int64, now: Date) throws -> [ChangeOutcome] {
-        let taken = try claimNames(in: changes, runId: runId)
-        // A change naming a name another key holds becomes the item's failure.
-        var refused: [Int: ItemFailure] = [:]
-        let written = try changes.enumerated().map { index, change -> StoreChange in
-            switch change {
-            case let .insert(item):
-                guard let conflict = item.outputs.compactMap({ output in output.name.flatMap { name in
-                    taken[name].map { (name: name, owner: $0) } } }).first(where: { $0.owner != item.key }),
-                      try journal.item(runId: runId, key: item.key) == nil else { return change }
-                refused[index] = ItemFailure(.encode, "output name \"\(conflict.name)\" is already used by item \"\(conflict.owner)\"")
-                return .insert(NewItem(key: item.key, seq: item.seq, location: item.location, metadata: item.metadata,
-                                       outputs: item.outputs.map { NewOutput(id: $0.id, name: nil, sinks: $0.sinks) },
-                                       nameKey: item.nameKey, nameStem: item.nameStem, tier: item.tier))
-            case let .processed(key, outputs, _):
-                guard let conflict = outputs.compactMap({ output in taken[output.name].map { (name: output.name, owner: $0) } })
-                    .first(where: { $0.owner != key }) else { return change }
-                let failure = ItemFailure(.encode, "output name \"\(conflict.name)\" is already used by item \"\(conflict.owner)\"")
-                refused[index] = failure
-                return .failed(key: key, failure: failure, attempts: 1)
-            default:
-                return change
-            }
-        }
-        // A refused insert is written as the item, then its failure, in the same batch.
-        var batch: [StoreChange] = []
-        for (index, change) in written.enumerated() {
-            batch.append(change)
-            if case let .insert(item) = change, let failure = refused[index] {
-                batch.append(.failed(key: item.key, failure: failure, attempts: 0))
-            }
-        }
-        var journalled = try journal.apply(batch, runId: runId, now: now)[...]
-        var outcomes: [ChangeOutcome] = []
-        for (index, change) in written.enumerated() {
-            var outcome = journalled.removeFirst()
-            if case .insert = change, let failure = refused[index] {
-                journalled.removeFirst()
-                outcome = .failed(failure)
-            } else if let failure = refused[index] {
-                outcome = .failed(failure)
-            }
-            outcomes.append(outcome)
-            if let end = Self.end(of: changes[index], outcome) { ended(key: end.key, outcome: end.outcome) }
+        // The journal refuses a name another key holds in the run as it refuses one of its
+        // own items' names: the item fails.
+        let outcomes = try journal.apply(changes, runId: runId, now: now, namesHeldElsewhere: claimNames(in: changes))
+        for (change, outcome) in zip(changes, outcomes) {
+            if let end = Self.end(of: change, outcome) { ended(key: end.key, outcome: end.outcome) }
         }
         return outcomes
     }
@@ -124,7 +85,7 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
 
     /// Claims in the shared database every name `changes` give (those known before
     /// processing at insert, the others when processed); returns those another key holds.
-    private func claimNames(in changes: [StoreChange], runId: Int64) throws -> [String: String] {
+    private func claimNames(in changes: [StoreChange]) throws -> [String: String] {
         var wanted: [(name: String, key: String)] = []
         for change in changes {
             switch change {
@@ -134,12 +95,12 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
             }
         }
         let known = claimed.withLock { $0 }
-        let refusals = refused.withLock { $0 }
+        let heldElsewhere = refused.withLock { $0 }
         var taken: [String: String] = [:]
         var asked: [(name: String, key: String)] = []
         for claim in wanted {
             let pair = claim.name + "\u{0}" + claim.key
-            if let holder = refusals[pair] { taken[claim.name] = holder } else if !known.contains(pair) { asked.append(claim) }
+            if let holder = heldElsewhere[pair] { taken[claim.name] = holder } else if !known.contains(pair) { asked.append(claim) }
         }
         return try taken.merging(ask(asked)) { first, _ in first }
     }
@@ -224,9 +185,9 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         switch outcome {
         case .done: recorded = .init(seq: place.seq, status: .done)
         case let .failed(failure):
-            recorded = .init(seq: place.seq, status: .failed, reason: failure.reason.rawValue, message: redact(failure.message))
+            recorded = .init(seq: place.seq, status: .failed, reason: failure.reason.rawValue, message: failure.message)
         case let .skipped(skip):
-            recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: redact(skip.message))
+            recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: skip.message)
         }
         queue.withLock { $0.append((place.chunk, key, recorded)) }
     }

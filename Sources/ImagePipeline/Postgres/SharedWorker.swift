@@ -112,7 +112,7 @@ public final class SharedWorker: @unchecked Sendable {
         defer { ended.withLock { $0 = true } }
         let started = Date()
         let store = try SharedStateStore(journal: RunStore(path: journalPath), ledger: ledger, names: run.sibling(),
-                                         outputs: pipeline.spec.outputs, redact: pipeline.environment.redact)
+                                         outputs: pipeline.spec.outputs)
         var runnerOptions = options.runner
         runnerOptions.runUUID = run.uuid
         let chunkFeed = ChunkFeed(shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
@@ -151,8 +151,7 @@ public final class SharedWorker: @unchecked Sendable {
             listingError.withLock { $0 = $0 ?? "the feed could not be listed again: " + failed }
         }
         let counts = try threads.recorderRun.counts()
-        let finished = counts.feedComplete && counts.chunksPending == 0 && counts.chunksLeased == 0
-        if finished { try threads.recorderRun.markFinished() }
+        let finished = try threads.recorderRun.markFinished()
         let mine = store.tally()
         let interrupted = summary?.interrupted ?? true
         // The feed of chunks failing (the database out of reach past the lease) ends the
@@ -162,7 +161,7 @@ public final class SharedWorker: @unchecked Sendable {
         }
         if !interrupted, mine.unrecorded == 0, summary?.failed == 0 {
             for path in [journalPath, journalPath + "-wal", journalPath + "-shm",
-                         URL(fileURLWithPath: journalPath).deletingPathExtension().path + ".work"] {
+                         RunStore.workRoot(ofStateFile: journalPath)] {
                 try? FileManager.default.removeItem(atPath: path)
             }
         }
@@ -456,10 +455,11 @@ final class ChunkFeed: Feed, @unchecked Sendable {
                 ledger.add(chunk, items: items)
                 // Only a chunk this worker held before can have items in its journal.
                 let again = !claimedBefore.insert(chunk.id).inserted
-                store.claimAhead(items.map { $0.numbered(environment) })
-                for item in items {
+                let ready = items.map { $0.numbered(environment) }
+                store.claimAhead(ready)
+                for item in ready {
                     if again, store.knownHere(item.key) { continue }
-                    guard try body(item.numbered(environment)) else { return }
+                    guard try body(item) else { return }
                 }
                 ledger.allGiven(chunk)
                 continue
@@ -467,9 +467,9 @@ final class ChunkFeed: Feed, @unchecked Sendable {
             // The end: the feed listed and every chunk done, this worker's own included (its
             // items are still being worked on while this waits; a chunk of its own whose
             // lease it lost meanwhile is rescued here and claimed again).
-            let counts = try patiently { try shared.counts() }
-            let listed = counts.feedComplete || listingError.withLock({ $0 }) != nil
-            if listed && counts.chunksPending == 0 && counts.chunksLeased == 0 { return }
+            let state = try patiently { try shared.ending() }
+            let listed = state.feedComplete || listingError.withLock({ $0 }) != nil
+            if listed && !state.chunksOpen { return }
             try patiently { _ = try shared.rescueExpired() }
             Thread.sleep(forTimeInterval: pause)
             pause = min(pause * 2, 0.25)

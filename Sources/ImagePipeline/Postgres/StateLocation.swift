@@ -46,31 +46,26 @@ public enum StateLocation: Sendable, Equatable {
     /// as written; those of 4 characters or more.
     static func passwords(in url: String) -> [String] {
         var found: [String] = []
-        if let scheme = url.range(of: "://") {
-            let rest = url[scheme.upperBound...]
-            let authority = rest[..<(rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex)]
-            if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
-                found.append(String(authority[authority.index(after: colon) ..< at]))
-            }
-        }
+        if let password = userPassword(in: url) { found.append(String(url[password])) }
         for part in url.split(whereSeparator: { $0 == "&" || $0 == "?" || $0 == " " }) where part.lowercased().hasPrefix("password=") {
             found.append(String(part.dropFirst("password=".count)))
         }
         return found.filter { $0.count >= 4 }
     }
 
+    /// Where the password of `url`'s `user:password@` is (it may hold any character but '@',
+    /// which is percent-encoded in a valid URL: the last '@' before the path ends it).
+    static func userPassword(in url: String) -> Range<String.Index>? {
+        guard let scheme = url.range(of: "://") else { return nil }
+        let rest = url[scheme.upperBound...]
+        let authority = rest[..<(rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex)]
+        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return nil }
+        return authority.index(after: colon) ..< at
+    }
+
     static func masked(_ url: String) -> String {
         var text = url
-        // user:password@ in the authority (the password may hold any character but '@'
-        // is percent-encoded in a valid URL; the last '@' before the path ends it).
-        if let scheme = text.range(of: "://") {
-            let rest = text[scheme.upperBound...]
-            let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
-            let authority = rest[..<authorityEnd]
-            if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
-                text.replaceSubrange(text.index(after: colon) ..< at, with: "***")
-            }
-        }
+        if let password = userPassword(in: text) { text.replaceSubrange(password, with: "***") }
         // password=… as a word of a key=value string.
         if !text.contains("://") {
             return text.split(separator: " ", omittingEmptySubsequences: false)

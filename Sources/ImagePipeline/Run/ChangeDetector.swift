@@ -126,11 +126,9 @@ public final class ChangeDetector: Sendable {
         guard let recorded else { return .new }
         guard recorded.status == .done, let stamp = recorded.stamp else { return .changed }
         if item.isLocal {
-            var info = stat()
-            guard stat(item.location, &info) == 0 else { return .changed }
-            let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
-            if Int(info.st_size) != stamp.size { return .changed }
-            if modified == stamp.modified { return .unchanged }
+            guard let info = SourceStamp.fileInfo(item.location) else { return .changed }
+            if info.size != stamp.size { return .changed }
+            if info.modified == stamp.modified { return .unchanged }
             return SourceStamp.of(file: item.location, local: true)?.sha256 == stamp.sha256 ? .unchanged : .changed
         }
         if let field = versionField, let old = stamp.version, let now = SourceStamp.version(in: item.metadata, field: field) {

@@ -78,7 +78,7 @@ public final class PipelineRunner: Sendable {
         let spec = pipeline.spec
         return RunIdentity(pipelinePath: pipeline.path, pipelineName: spec.name, document: spec.document.serialized(),
                            fingerprint: spec.outputFingerprint, sinks: spec.sinks.map(\.name),
-                           workRoot: URL(fileURLWithPath: store.path).deletingPathExtension().path + ".work",
+                           workRoot: store.workRoot,
                            displayPath: displayPath, uuid: options.runUUID, baseline: options.changes?.baseline.id)
     }
 

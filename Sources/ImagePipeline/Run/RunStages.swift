@@ -506,8 +506,9 @@ final class RunStages: Sendable {
             var processed = job
             processed.outputs = outputs
             let next = processed
-            // What the input was, for a later `plan` or `run --incremental`.
-            var source = SourceStamp.of(file: job.spoolPath ?? job.location, local: !job.isRemote)
+            // What the input was, for a later `plan` or `run --incremental`: the bytes the
+            // processor read, not read again.
+            var source = images.first.map { SourceStamp(read: $0, file: job.spoolPath ?? job.location, local: !job.isRemote) }
             source?.version = SourceStamp.version(in: job.metadata, field: spec.source.remote?.versionField)
             writer.submit(.processed(key: job.key, outputs: outputs, source: source)) { [self] outcome in
                 if case let .failed(failure) = outcome {

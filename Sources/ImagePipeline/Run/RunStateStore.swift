@@ -45,6 +45,9 @@ public protocol RunStateStore: AnyObject, Sendable {
 }
 
 extension RunStateStore {
+    /// The folder the runs' work folders go in: `<path without extension>.work`.
+    var workRoot: String { RunStore.workRoot(ofStateFile: path) }
+
     func apply(_ changes: [StoreChange], runId: Int64) throws -> [ChangeOutcome] {
         try apply(changes, runId: runId, now: Date())
     }
@@ -54,4 +57,10 @@ extension RunStateStore {
     }
 }
 
-extension RunStore: RunStateStore {}
+extension RunStore: RunStateStore {
+    /// The folder next to a state file that holds its runs' work folders (and the scratch
+    /// of `plan` and `run --incremental`): `<file without extension>.work`.
+    public static func workRoot(ofStateFile path: String) -> String {
+        URL(fileURLWithPath: path).deletingPathExtension().path + ".work"
+    }
+}

@@ -68,8 +68,6 @@ public final class S3Sink: Sink {
         }
     }
 
-    public func finish() {}
-
     /// The uploads in progress under the prefix. A key allowed to write but not to list
     /// uploads (`AccessDenied`) lists none: the journal's entries with an id are still
     /// aborted; a wrong key or secret is refused.

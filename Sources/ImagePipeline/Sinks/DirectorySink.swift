@@ -27,7 +27,7 @@ public struct DirectorySink: Sink {
         guard prunes else { return 0 }
         let realRoot = URL(fileURLWithPath: root).resolvingSymlinksInPath().path
         var removed = 0
-        for path in locations where path.hasPrefix(root + "/") && !path.contains("/../") {
+        for path in locations where path.hasPrefix(root + "/") {
             let folder = URL(fileURLWithPath: (path as NSString).deletingLastPathComponent).resolvingSymlinksInPath().path
             var info = stat()
             guard folder == realRoot || folder.hasPrefix(realRoot + "/"), lstat(path, &info) == 0,

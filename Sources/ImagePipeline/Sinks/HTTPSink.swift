@@ -12,9 +12,6 @@ public struct HTTPSink: Sink {
     let client: HTTPClient
     let retry: RetryPolicy
 
-    public func prepare(workRoot: String) throws {}
-    public func finish() {}
-
     /// The template with its fields filled in, each value percent-encoded for a path.
     static func render(_ template: String, _ delivery: Delivery) -> String {
         let allowed = CharacterSet.urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?#"))

@@ -92,6 +92,10 @@ public protocol Sink: Sendable {
 }
 
 extension Sink {
+    /// Nothing to make or sweep before a run.
+    public func prepare(workRoot: String) throws {}
+    /// Nothing to close.
+    public func finish() {}
     public func prune(_ locations: [String]) -> Int { 0 }
 }
 

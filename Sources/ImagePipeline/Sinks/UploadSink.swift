@@ -15,9 +15,6 @@ public struct UploadSink: Sink {
     let client: HTTPClient
     let retry: RetryPolicy
 
-    public func prepare(workRoot: String) throws {}
-    public func finish() {}
-
     public func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {
         guard let data = FileManager.default.contents(atPath: delivery.stagedPath) else {
             throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output"), attempts: attempt)

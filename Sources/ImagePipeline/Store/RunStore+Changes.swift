@@ -4,13 +4,21 @@ import GRDB
 extension RunStore {
     /// Writes a batch of changes in one transaction and says what became of each.
     public func apply(_ changes: [StoreChange], runId: Int64, now: Date = Date()) throws -> [ChangeOutcome] {
+        try apply(changes, runId: runId, now: now, namesHeldElsewhere: [:])
+    }
+
+    /// `apply`, with output names that items this file does not have hold (name → key: a
+    /// shared run's, claimed by other workers), refused as a name this file's items hold is.
+    func apply(_ changes: [StoreChange], runId: Int64, now: Date, namesHeldElsewhere held: [String: String]) throws
+        -> [ChangeOutcome] {
         let time = now.timeIntervalSince1970
         return try database.write { db in
-            try changes.map { try apply($0, runId: runId, time: time, db: db) }
+            try changes.map { try apply($0, runId: runId, time: time, held: held, db: db) }
         }
     }
 
-    private func apply(_ change: StoreChange, runId: Int64, time: Double, db: Database) throws -> ChangeOutcome {
+    private func apply(_ change: StoreChange, runId: Int64, time: Double, held: [String: String], db: Database) throws
+        -> ChangeOutcome {
         switch change {
         case let .insert(item):
             if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT seq, status FROM item WHERE runId = ? AND key = ?"),
@@ -25,8 +33,8 @@ extension RunStore {
                 failure = ItemFailure(.encode, "two outputs of the item are both named \"\(name)\"")
             }
             for name in names where failure == nil {
-                if let owner = try nameOwner(name, runId: runId, db: db) {
-                    failure = ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
+                if let owner = try held[name].flatMap({ $0 == item.key ? nil : $0 }) ?? nameOwner(name, runId: runId, db: db) {
+                    failure = Self.nameTaken(name, by: owner)
                 }
             }
             try db.cachedStatement(sql: """
@@ -64,10 +72,10 @@ extension RunStore {
                 return .failed(failure)
             }
             for output in outputs {
-                if let owner = try String.fetchOne(db.cachedStatement(sql: """
+                if let owner = try held[output.name].flatMap({ $0 == key ? nil : $0 }) ?? String.fetchOne(db.cachedStatement(sql: """
                     SELECT itemKey FROM output WHERE runId = ? AND name = ? AND NOT (itemKey = ? AND output = ?)
                     """), arguments: [runId, output.name, key, output.id]) {
-                    let failure = ItemFailure(.encode, "output name \"\(output.name)\" is already used by item \"\(owner)\"")
+                    let failure = Self.nameTaken(output.name, by: owner)
                     try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
                     return .failed(failure)
                 }
@@ -197,6 +205,11 @@ extension RunStore {
     private func clearStaged(key: String, runId: Int64, db: Database) throws {
         try db.cachedStatement(sql: "UPDATE output SET stagedPath = NULL WHERE runId = ? AND itemKey = ? AND stagedPath IS NOT NULL")
             .execute(arguments: [runId, key])
+    }
+
+    /// The failure of an item whose output name another item holds.
+    static func nameTaken(_ name: String, by owner: String) -> ItemFailure {
+        ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
     }
 
     private func nameOwner(_ name: String, runId: Int64, db: Database) throws -> String? {

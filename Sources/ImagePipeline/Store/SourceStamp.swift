@@ -17,15 +17,26 @@ public struct SourceStamp: Sendable, Equatable {
         self.version = version
     }
 
-    /// The stamp of the file at `path`: its size, its modification time (`local` only: a
-    /// download's spool file is new each time) and the hash of its bytes; nil when it cannot
-    /// be read.
+    /// The stamp of an input as the pixel stage read it (`bytes` of it, hashed): with the
+    /// modification time of `file` when it is a local source's (a download's spool file is
+    /// new each time).
+    public init(read image: ProcessedImage, file: String, local: Bool) {
+        self.init(size: image.inputBytes, modified: local ? Self.fileInfo(file)?.modified : nil, sha256: image.inputSHA256)
+    }
+
+    /// The stamp of the file at `path`, read again: its size, its modification time (`local`
+    /// only) and the hash of its bytes; nil when it cannot be read.
     public static func of(file path: String, local: Bool) -> SourceStamp? {
+        guard let info = fileInfo(path), let data = FileManager.default.contents(atPath: path) else { return nil }
+        return SourceStamp(size: info.size, modified: local ? info.modified : nil, sha256: sha256Hex(data))
+    }
+
+    /// A file's size and modification time (seconds since 1970, to the nanosecond); nil
+    /// when it cannot be read.
+    static func fileInfo(_ path: String) -> (size: Int, modified: Double)? {
         var info = stat()
-        guard stat(path, &info) == 0, let data = FileManager.default.contents(atPath: path) else { return nil }
-        let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
-        return SourceStamp(size: Int(info.st_size), modified: local ? modified : nil,
-                           sha256: sha256Hex(data))
+        guard stat(path, &info) == 0 else { return nil }
+        return (Int(info.st_size), Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
     }
 
     /// The value of `field` in an item's metadata (a JSON object), as text: a string as it

@@ -35,7 +35,7 @@ struct PlanCommand: ParsableCommand {
             // No state file yet: everything is new (and none is made by planning).
             let store = FileManager.default.fileExists(atPath: stateFile) ? try RunStore(path: stateFile, readOnly: true) : nil
             plan = try ChangePlan.make(pipeline: pipeline, store: store,
-                                       scratch: (stateFile as NSString).deletingPathExtension + ".work/plan-\(getpid())")
+                                       scratch: RunStore.workRoot(ofStateFile: stateFile) + "/plan-\(getpid())")
         } catch {
             throw CommandError.failure(environment.redact(String(describing: error)))
         }

@@ -45,11 +45,7 @@ struct ThumbnailCommand: ParsableCommand {
 
     @OptionGroup var workerOptions: WorkerOptions
 
-    @Flag(help: "Print nothing but errors.")
-    var quiet = false
-
-    @Flag(help: "Print a machine-readable summary on standard output.")
-    var json = false
+    @OptionGroup var output: OutputOptions
 
     func validate() throws {
         if fit != nil, fill != nil { throw ValidationError("give --fit or --fill, not both") }
@@ -89,7 +85,7 @@ struct ThumbnailCommand: ParsableCommand {
         let options = try PipelineOptions.parse([file])
         let latest = RunStore.peekLatestRun(at: try options.stateFile())?.state
         let unfinished = latest == .running || latest == .interrupted
-        try RunSession(options: options, workers: workerOptions, quiet: quiet, json: json)
+        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json)
             .perform(unfinished ? .resume(retryFailed: false) : .fresh(limit: nil, replaceUnfinished: false))
     }
 

@@ -59,7 +59,7 @@ struct RunSession {
         if incremental || baselineID != nil {
             do {
                 runnerOptions.changes = try ChangeDetector(store: store, pipeline: pipeline,
-                                                           scratch: (stateFile as NSString).deletingPathExtension + ".work/compare",
+                                                           scratch: RunStore.workRoot(ofStateFile: stateFile) + "/compare",
                                                            baselineID: baselineID)
             } catch {
                 throw CommandError.failure(environment.redact(String(describing: error)))
