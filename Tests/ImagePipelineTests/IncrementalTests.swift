@@ -209,6 +209,60 @@ struct IncrementalTests {
         }
     }
 
+    /// The resume of an interrupted incremental run compares remote images as they are now,
+    /// as the run did: through a conditional request, not the cache's copy (the pipeline's
+    /// cache does not revalidate by itself).
+    @Test func theResumeOfAnIncrementalRunAsksTheServerAgain() throws {
+        let images = Mutex<[String: (version: Int, data: Data)]>([:])
+        for index in 1 ... 8 {
+            let path = work.url("src/n\(index).jpg")
+            try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: index), to: path)
+            images.withLock { $0["n\(index)"] = (1, try! Data(contentsOf: URL(fileURLWithPath: path))) }
+        }
+        let slow = Mutex(0.0)
+        let server = try TestHTTPServer { request in
+            let host = "http://\(request.headers["host"]!)"
+            if request.path == "/feed.json" {
+                return .json("[" + images.withLock { $0 }.keys.sorted().map { #"{"url": "\#(host)/images/\#($0).jpg"}"# }
+                    .joined(separator: ",") + "]")
+            }
+            let name = String(request.path.dropFirst("/images/".count).dropLast(4))
+            guard let image = images.withLock({ $0[name] }) else { return .status(404) }
+            let tag = "\"\(name)-\(image.version)\""
+            // Before the answer is sent (each connection has a thread of its own).
+            Thread.sleep(forTimeInterval: slow.withLock { $0 })
+            return request.headers["if-none-match"] == tag ? .status(304) : .bytes(image.data, headers: [("ETag", tag)])
+        }
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json"},
+             "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{stem}.png"},
+             "sink": {"type": "directory", "path": "out"}, "limits": {"downloads": 1}}
+            """, to: "pipe.json")
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let before = snapshot("out")
+        // The last image is replaced: the interrupted run will not have come to it.
+        let replacement = work.url("src/n8-new.jpg")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: 88), to: replacement)
+        images.withLock { $0["n8"] = (2, try! Data(contentsOf: URL(fileURLWithPath: replacement))) }
+        // Interrupted while it compares the first image (each answer now takes 0.5 s).
+        slow.withLock { $0 = 0.5 }
+        let asked = server.requests.count
+        let running = try ImgpipeBinary.launch(["run", "pipe.json", "--incremental"], in: work.path)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, !server.requests.dropFirst(asked).contains(where: { $0.path.hasPrefix("/images/") }) { usleep(10_000) }
+        running.signal(SIGINT)
+        #expect(running.wait().status == 130)
+        slow.withLock { $0 = 0 }
+        let resumedFrom = server.requests.count
+        let resumed = try imgpipe("resume", "pipe.json")
+        #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+        let conditional = server.requests.dropFirst(resumedFrom).filter { $0.path.hasPrefix("/images/") && $0.headers["if-none-match"] != nil }
+        #expect(!conditional.isEmpty, "the resume compared the images it had left through the server")
+        let after = snapshot("out")
+        #expect(after["n8.png"]?.data != before["n8.png"]?.data, "the image the server replaced was made again")
+        for index in 1 ... 7 { #expect(after["n\(index).png"]?.inode == before["n\(index).png"]?.inode, "n\(index).png") }
+    }
+
     /// A remote feed: with `versionField` the feed's field decides (no image is asked for
     /// to plan, and only the changed one is fetched again); without it, the cache's ETag is
     /// sent and a 304 says unchanged.

@@ -101,16 +101,17 @@ extension JSONEncoder {
 }
 
 extension RunStore {
-    /// The pipeline file and state of the latest run in the state file at `path`, read
-    /// without opening it as a store: no folder made, no migration, no write; nil when
-    /// there is no run or the file cannot be read. For deciding which state file a
-    /// command uses, before it is locked and opened.
-    public static func peekLatestRun(at path: String) -> (pipelinePath: String, state: RunRecord.State)? {
+    /// The pipeline file, state and baseline (an incremental run's) of the latest run in the
+    /// state file at `path`, read without opening it as a store: no folder made, no
+    /// migration, no write; nil when there is no run or the file cannot be read. For
+    /// deciding which state file a command uses, and how, before it is locked and opened.
+    public static func peekLatestRun(at path: String) -> (pipelinePath: String, state: RunRecord.State, baseline: Int64?)? {
         var configuration = Configuration()
         configuration.readonly = true
+        // `*`: a file made before incremental runs has no `baseline` column (read as nil).
         guard let queue = try? DatabaseQueue(path: path, configuration: configuration),
-              let row = try? queue.read({ try Row.fetchOne($0, sql: "SELECT pipelinePath, state FROM run ORDER BY id DESC LIMIT 1") }),
+              let row = try? queue.read({ try Row.fetchOne($0, sql: "SELECT * FROM run ORDER BY id DESC LIMIT 1") }),
               let state = RunRecord.State(rawValue: row["state"]) else { return nil }
-        return (row["pipelinePath"], state)
+        return (row["pipelinePath"], state, row["baseline"])
     }
 }

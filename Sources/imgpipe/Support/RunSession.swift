@@ -23,8 +23,14 @@ struct RunSession {
         }
         var spec = try options.loadSpec()
         workers.apply(to: &spec)
-        // Comparing remote images with the last run asks their servers again, not the cache.
-        if incremental { spec.revalidateCache() }
+        // Comparing remote images with the last run asks their servers again, not the cache:
+        // in an incremental run, and in the resume of one.
+        var resumesIncremental = false
+        if case .resume = mode, let latest = RunStore.peekLatestRun(at: try options.stateFile()),
+           latest.state == .running || latest.state == .interrupted {
+            resumesIncremental = latest.baseline != nil
+        }
+        if incremental || resumesIncremental { spec.revalidateCache() }
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
