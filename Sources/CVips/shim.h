@@ -39,6 +39,19 @@ static inline VipsImage *ip_new_from_buffer(const void *data, size_t length, Vip
         NULL);
 }
 
+/// A JPEG in memory decoded at 1/`shrink` scale (2, 4 or 8: libjpeg's DCT scaling, so
+/// each 8×8 block is decoded straight to 4×4, 2×2 or 1×1 pixels).
+static inline VipsImage *ip_jpeg_from_buffer_shrunk(const void *data, size_t length,
+                                                    VipsFailOn fail_on, int shrink) {
+    VipsImage *out = NULL;
+    if (vips_jpegload_buffer((void *) data, length, &out,
+            "shrink", shrink,
+            "access", VIPS_ACCESS_SEQUENTIAL,
+            "fail_on", fail_on,
+            NULL)) return NULL;
+    return out;
+}
+
 /// Shrink-on-load resize of a file or (with `path` NULL) of a buffer the caller keeps
 /// alive. `export_profile` and `import_profile` may be NULL.
 ///
@@ -206,6 +219,19 @@ static inline int ip_embed(VipsImage *in, VipsImage **out, int x, int y, int wid
 static inline int ip_find_trim(VipsImage *in, int *left, int *top, int *width, int *height,
                                double threshold) {
     return vips_find_trim(in, left, top, width, height, "threshold", threshold, NULL);
+}
+
+/// Each 2×2 block averaged into one pixel (a last odd row or column is left out): bilinear
+/// sampling at the centre of each block, which is that average.
+static inline int ip_halve(VipsImage *in, VipsImage **out) {
+    VipsArrayInt *area = vips_array_int_newv(4, 0, 0, in->Xsize / 2, in->Ysize / 2);
+    int status = vips_affine(in, out, 0.5, 0, 0, 0.5,
+        "interpolate", vips_interpolate_bilinear_static(),
+        "idx", -0.5, "idy", -0.5,
+        "oarea", area,
+        NULL);
+    vips_area_unref(VIPS_AREA(area));
+    return status;
 }
 
 static inline int ip_shrink_ceil(VipsImage *in, VipsImage **out, double h, double v) {

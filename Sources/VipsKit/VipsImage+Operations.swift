@@ -58,6 +58,13 @@ extension VipsImage {
         try derive("shrink") { ip_shrink_ceil(pointer, &$0, Double(factor), Double(factor)) }
     }
 
+    /// Averages 2×2 blocks, as `shrunk(by: 2)` does, but leaves out a last odd row or
+    /// column. Computed as bilinear samples at the blocks' centres: libvips 8.14's box
+    /// shrink divides once per sample, and takes about 1.5× as long.
+    public func halved() throws -> VipsImage {
+        try derive("affine") { ip_halve(pointer, &$0) }
+    }
+
     /// Repeats each pixel `factor` times across and down.
     public func zoomed(by factor: Int) throws -> VipsImage {
         try derive("zoom") { ip_zoom(pointer, &$0, Int32(factor), Int32(factor)) }

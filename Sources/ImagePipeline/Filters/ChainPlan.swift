@@ -107,17 +107,29 @@ struct SharedLoad: Sendable {
     /// same picture): to `size` (its `target` from the input), then a fill's crop.
     ///
     /// A reduction by 2× or more starts with a box shrink by its whole part (each k×k block
-    /// averaged), and lanczos3 does only the rest: as the output on its own would have it,
-    /// where a JPEG's shrink-on-load decodes at 1/2, 1/4 or 1/8 scale and the thumbnail's
-    /// reduce does the rest. (A lanczos3 reduce by 2× or 4× costs more than decoding the
-    /// input again at that scale: measured in `bench/outputs.sh`.)
+    /// averaged; its factors of 2 by `halved`, the cheapest box in libvips 8.14), and
+    /// lanczos3 does only the rest, as a JPEG's shrink-on-load (DCT scaling) and the
+    /// thumbnail's reduce would. (A lanczos3 reduce by 2× or 4× costs about what decoding
+    /// the input again does: measured in `bench/outputs.sh`.)
     func resize(_ source: VipsImage, to size: (width: Int, height: Int), for index: Int) throws -> VipsImage {
         var source = source
-        let whole = min(source.width / max(1, size.width), source.height / max(1, size.height))
+        var whole = min(source.width / max(1, size.width), source.height / max(1, size.height))
+        while whole >= 2, whole.isMultiple(of: 2) {
+            source = try source.halved()
+            whole /= 2
+        }
         if whole >= 2 { source = try source.shrunk(by: whole) }
         let resized = try source.resizedExactly(to: size)
         guard case let .fill(w, h, gravity) = boxes[index] else { return resized }
         return try resized.cropped(to: (w, h), gravity: gravity)
+    }
+
+    /// The factor (8, 4 or 2, largest first) by which libjpeg's DCT scaling decodes an input
+    /// of `size` (as shown) straight to `goal`, when one does: ⌈w/k⌉×⌈h/k⌉ is `goal`.
+    static func jpegScale(from size: (width: Int, height: Int), to goal: (width: Int, height: Int)) -> Int? {
+        [8, 4, 2].first { k in
+            (size.width + k - 1) / k == goal.width && (size.height + k - 1) / k == goal.height
+        }
     }
 
     /// Whether output `index`'s resize keeps the whole picture (a `fit`; a `fill` crops).
