@@ -58,6 +58,17 @@ extension VipsImage {
         try derive("shrink") { ip_shrink_ceil(pointer, &$0, Double(factor), Double(factor)) }
     }
 
+    /// Colour bands multiplied by alpha (float samples), for a resample that must not bring
+    /// out the colour of transparent pixels; `unpremultiplied(like:)` undoes it.
+    public func premultiplied() throws -> VipsImage {
+        try derive("premultiply") { ip_premultiply(pointer, &$0) }
+    }
+
+    /// Undoes `premultiplied`, back to the sample format of `original`.
+    public func unpremultiplied(like original: VipsImage) throws -> VipsImage {
+        try derive("unpremultiply") { ip_unpremultiply_cast(pointer, &$0, vips_image_get_format(original.pointer)) }
+    }
+
     /// Averages 2×2 blocks, as `shrunk(by: 2)` does, but leaves out a last odd row or
     /// column. Computed as bilinear samples at the blocks' centres: libvips 8.14's box
     /// shrink divides once per sample, and takes about 1.5× as long.

@@ -13,7 +13,8 @@ struct SharedLoadTests {
 
     init() throws { directory = try TemporaryDirectory("imgpipe-shared-load") }
 
-    static let boxes: [FilterStep] = [
+    /// Fits into 1280, 640 and 320 px and a 150×150 fill.
+    static let webSizes: [FilterStep] = [
         .fit(width: 1280, height: 1280, enlarge: false),
         .fit(width: 640, height: 640, enlarge: false),
         .fit(width: 320, height: 320, enlarge: false),
@@ -22,9 +23,10 @@ struct SharedLoadTests {
 
     /// Each output of a several-output processor beside the same output made alone, as
     /// decoded PNGs.
-    func outputs(of path: String, autorotate: Bool) throws -> [(several: VipsImage, alone: VipsImage)] {
+    func outputs(of path: String, boxes: [FilterStep] = webSizes,
+                 autorotate: Bool) throws -> [(several: VipsImage, alone: VipsImage)] {
         let lead: [FilterStep] = autorotate ? [.autorotate] : []
-        let plans = Self.boxes.enumerated().map { index, box in
+        let plans = boxes.enumerated().map { index, box in
             var spec = OutputSpec()
             spec.id = "o\(index)"
             spec.format = .png
@@ -38,27 +40,105 @@ struct SharedLoadTests {
         }
     }
 
+    static func fits(_ widths: Int...) -> [FilterStep] {
+        widths.map { .fit(width: $0, height: $0, enlarge: false) }
+    }
+
     @Test("derived outputs match each output alone", arguments: [
         // 640 and 320 decoded again at 1/2 and 1/4 scale.
-        (1280, 960, nil),
+        (1280, 960, nil, webSizes),
         // The same with an EXIF quarter turn: decoded again, then turned upright.
-        (1280, 960, 6),
+        (1280, 960, 6, webSizes),
         // 640 halved from the 1280 load, 320 halved from 640.
-        (1600, 1200, nil),
-        // Odd sizes: the halving leaves out the last column and row.
-        (1282, 962, nil),
-        (1001, 751, nil),
-    ] as [(Int, Int, Int?)])
-    func derivedOutputsMatchEachOutputAlone(width: Int, height: Int, orientation: Int?) throws {
+        (1600, 1200, nil, webSizes),
+        (1282, 962, nil, webSizes),
+        (1001, 751, nil, webSizes),
+        // Odd sides: neither decoded again (libvips would leave out the last partial
+        // block) nor halved (which would drop the odd row and column), so no drift.
+        (1601, 1201, nil, fits(1601, 801, 400, 200)),
+        (1281, 961, nil, fits(1281, 641, 320)),
+        (1281, 961, 6, fits(1281, 641, 320)),
+        (8200, 64, nil, fits(8200, 4100, 2050, 1025)),
+    ] as [(Int, Int, Int?, [FilterStep])])
+    func derivedOutputsMatchEachOutputAlone(width: Int, height: Int, orientation: Int?, boxes: [FilterStep]) throws {
         var photo = try ImageFixtures.photo(width: width, height: height, seed: width)
         if let orientation { photo = try photo.settingOrientation(orientation) }
         let path = directory.url("photo-\(width)x\(height)-\(orientation ?? 1).jpg")
         try ImageFixtures.write(photo, to: path)
-        for (index, pair) in try outputs(of: path, autorotate: orientation != nil).enumerated() {
+        for (index, pair) in try outputs(of: path, boxes: boxes, autorotate: orientation != nil).enumerated() {
             #expect((pair.several.width, pair.several.height) == (pair.alone.width, pair.alone.height),
                     "output \(index): \(pair.several.width)×\(pair.several.height), alone \(pair.alone.width)×\(pair.alone.height)")
             let similarity = try pair.several.structuralSimilarity(to: pair.alone)
             #expect(similarity > 0.97, "output \(index): SSIM \(similarity)")
+        }
+    }
+
+    /// Black lines 4 px wide every 64 px on grey: a shift of a fraction of a pixel, or
+    /// blurred edges, show in the SSIM (a smooth photo would hide them).
+    static func grid(width: Int, height: Int) throws -> VipsImage {
+        var bytes = [UInt8](repeating: 200, count: width * height * 3)
+        for y in 0 ..< height {
+            for x in 0 ..< width where x % 64 < 4 || y % 64 < 4 {
+                for band in 0 ..< 3 { bytes[(y * width + x) * 3 + band] = 0 }
+            }
+        }
+        return try VipsImage.fromPixels(bytes, width: width, height: height, bands: 3).labelled(.srgb)
+    }
+
+    /// A JPEG whose sides are not multiples of 2 is not decoded again at 1/2 scale for its
+    /// half-size output: libvips would leave out the last partial block (1281 px → 640),
+    /// and the picture, stretched back to 641, would put the lines off their place.
+    @Test(arguments: [(1601, 1201), (1281, 961), (1282, 961)])
+    func linesOfAnOddSizedJPEGStayInPlace(width: Int, height: Int) throws {
+        let path = directory.url("grid-\(width)x\(height).jpg")
+        try ImageFixtures.write(try Self.grid(width: width, height: height), to: path + "[Q=95,subsample_mode=off]")
+        let half = try outputs(of: path, boxes: Self.fits(width, (width + 1) / 2), autorotate: false)[1]
+        #expect((half.several.width, half.several.height) == (half.alone.width, half.alone.height))
+        let similarity = try half.several.structuralSimilarity(to: half.alone)
+        #expect(similarity > 0.99, "SSIM \(similarity)")
+    }
+
+    /// An RGBA picture, opaque white on the left and transparent red on the right: its
+    /// smaller outputs, halved and resampled from the larger, are resampled premultiplied
+    /// (as vips_thumbnail does alone), so the semi-transparent edge stays white: neither the
+    /// hidden red nor the black the load leaves under transparent pixels shows in it.
+    @Test func theColourUnderTransparentPixelsDoesNotShowInTheEdges() throws {
+        let (width, height) = (401, 300)
+        var bytes = [UInt8](repeating: 0, count: width * height * 4)
+        for y in 0 ..< height {
+            for x in 0 ..< width {
+                let i = (y * width + x) * 4
+                if x < 201 { (bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]) = (255, 255, 255, 255) }
+                else { (bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]) = (255, 0, 0, 0) }
+            }
+        }
+        let path = directory.url("edge.png")
+        try ImageFixtures.write(try VipsImage.fromPixels(bytes, width: width, height: height, bands: 4).labelled(.srgb), to: path)
+        for (index, pair) in try outputs(of: path, boxes: Self.fits(401, 150, 75), autorotate: false).enumerated() {
+            for (name, image) in [("several", pair.several), ("alone", pair.alone)] {
+                let pixels = try image.pixels()
+                var darkest = 255
+                for y in 0 ..< pixels.height {
+                    for x in 0 ..< pixels.width where pixels[x, y][3] > 8 {
+                        darkest = min(darkest, Int(pixels[x, y].prefix(3).min() ?? 0))
+                    }
+                }
+                #expect(darkest > 224, "output \(index), \(name): a visible pixel has a band at \(darkest)")
+            }
+        }
+    }
+
+    /// A JPEG with a side shorter than the scale: libvips 8.14 aborts the process when
+    /// asked to decode it at that scale, so it is not asked.
+    @Test(arguments: [(1280, 1, [1280, 640]), (2, 3, [2, 1]), (4, 4, [4, 1]), (3, 1200, [1200, 300])])
+    func aJPEGThinnerThanTheScaleIsMadeAsAlone(width: Int, height: Int, widths: [Int]) throws {
+        let path = directory.url("thin-\(width)x\(height).jpg")
+        try ImageFixtures.write(try ImageFixtures.photo(width: width, height: height), to: path)
+        let boxes = widths.map { FilterStep.fit(width: $0, height: $0, enlarge: false) }
+        for pair in try outputs(of: path, boxes: boxes, autorotate: false) {
+            #expect((pair.several.width, pair.several.height) == (pair.alone.width, pair.alone.height))
+            let (several, alone) = (try pair.several.pixels().means(), try pair.alone.pixels().means())
+            #expect(zip(several, alone).allSatisfy { abs($0 - $1) < 8 }, "means \(several) against \(alone)")
         }
     }
 
@@ -82,10 +162,13 @@ struct SharedLoadTests {
         #expect(SharedLoad.jpegScale(from: (1280, 960), to: (640, 480)) == 2)
         #expect(SharedLoad.jpegScale(from: (1280, 960), to: (320, 240)) == 4)
         #expect(SharedLoad.jpegScale(from: (1024, 768), to: (128, 96)) == 8)
-        // libjpeg rounds up: 1281 px at 1/2 scale is 641 px.
-        #expect(SharedLoad.jpegScale(from: (1281, 961), to: (641, 481)) == 2)
+        // Only exact multiples: a side that is not leaves a partial block.
+        #expect(SharedLoad.jpegScale(from: (1281, 961), to: (641, 481)) == nil)
         #expect(SharedLoad.jpegScale(from: (1281, 961), to: (640, 480)) == nil)
         #expect(SharedLoad.jpegScale(from: (1600, 1200), to: (640, 480)) == nil)
+        // Never a side shorter than the scale (libvips would abort).
+        #expect(SharedLoad.jpegScale(from: (1280, 1), to: (640, 0)) == nil)
+        #expect(SharedLoad.jpegScale(from: (2, 2), to: (1, 1)) == 2)
     }
 
     @Test func halvingAveragesEachTwoByTwoBlock() throws {

@@ -243,9 +243,11 @@ public struct ImageProcessor: Sendable {
                     if (from.width, from.height) != goal, format == .jpeg, !colourManaged,
                        inputSize.0 * inputSize.1 <= 2 * from.width * from.height,
                        let k = SharedLoad.jpegScale(from: inputSize, to: goal) {
-                        from = try VipsImage.open(jpeg: data, shrink: k, failOn: format.failOn)
+                        var decoded = try VipsImage.open(jpeg: data, shrink: k, failOn: format.failOn)
                         // A turn reads out of order: the small decode is made first.
-                        if sharedLoad.autorotate, header.orientation != 1 { from = try from.materialized().autorotated() }
+                        if sharedLoad.autorotate, header.orientation != 1 { decoded = try decoded.materialized().autorotated() }
+                        // Used only when it is exactly the goal (else the usual resize).
+                        if (decoded.width, decoded.height) == goal { from = decoded }
                     }
                     made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))
                     // Only a fit keeps the whole picture (a fill has been cropped).
