@@ -34,6 +34,9 @@ let package = Package(
         // without one: `orc_program_compile` and `orc_program_free` defined here interpose
         // liborc's (see OrcGuard.c).
         .target(name: "COrcGuard"),
+        // Threads compiling and freeing liborc programs at once: the race the lock above
+        // prevents (for the tests and bench/orc-race.c).
+        .target(name: "COrcStress"),
         // The only module that imports CVips (and COrcGuard).
         .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard"]),
         .target(
@@ -69,7 +72,7 @@ let package = Package(
         .testTarget(
             name: "ImagePipelineTests",
             dependencies: [
-                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe",
+                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe", "COrcStress",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

@@ -19,7 +19,7 @@ print("## Work A: 1000 web-sized JPEGs (640–1600 px) → fit 256×256 → JPEG
 print("| tool | wall (s) | images/s | peak RSS (MB) | wall vs vipsthumbnail |")
 print("|---|---|---|---|---|")
 floor = median("A vipsthumbnail")
-for label, name in [("A imgpipe", "imgpipe"), ("A imgpipe vector", "imgpipe, `IMGPIPE_VIPS_VECTOR=1` (liborc on)"),
+for label, name in [("A imgpipe", "imgpipe"), ("A imgpipe scalar", "imgpipe, `IMGPIPE_VIPS_VECTOR=0` (liborc off)"),
                     ("A vipsthumbnail", "vipsthumbnail, 2 processes (floor)"), ("A mogrify", "mogrify, 2 processes")]:
     wall = median(label)
     if wall is None:
@@ -72,9 +72,9 @@ target("96 one-second downloads, downloads 16", "≤ 7 s", slow[("download", "he
 target("96 one-second two-step uploads, uploads 8", "≤ 14 s (floor 13)", slow[("upload", "head")], "{:.2f} s", lambda v: v <= 14)
 a, floor_a = median("A imgpipe"), median("A vipsthumbnail")
 target("work A vs vipsthumbnail (2 processes)", "≤ 1.00×", a / floor_a if a and floor_a else None, "{:.2f}×", lambda v: v <= 1.0)
-vec = median("A imgpipe vector")
-target("work A with liborc on (`IMGPIPE_VIPS_VECTOR=1`) vs vipsthumbnail", "(≤ 1.00×)", vec / floor_a if vec and floor_a else None,
-       "{:.2f}×", lambda v: v <= 1.0)
+scalar = median("A imgpipe scalar")
+target("work A with liborc off (`IMGPIPE_VIPS_VECTOR=0`) vs vipsthumbnail", "(for comparison)",
+       scalar / floor_a if scalar and floor_a else None, "{:.2f}×", lambda v: v <= 1.0)
 b = median("B imgpipe")
 target("work B vs imgpipe's work A", "≤ 1.05×", b / a if a and b else None, "{:.2f}×", lambda v: v <= 1.05)
 s_wall = median(f"S run {scale}")

@@ -16,7 +16,9 @@ static inline int ip_init(const char *argv0) { return vips_init(argv0); }
 /// liborc's run-time compiled vector code on or off. Declared here: `vips/vector.h`,
 /// which declares it, is not part of `vips/vips.h` and needs liborc's headers.
 void vips_vector_set_enabled(gboolean enabled);
+gboolean vips_vector_isenabled(void);
 static inline void ip_set_vector_enabled(int enabled) { vips_vector_set_enabled(enabled ? TRUE : FALSE); }
+static inline int ip_vector_enabled(void) { return vips_vector_isenabled() ? 1 : 0; }
 
 /// At most `n` glibc malloc arenas (glibc's default is 8 per core).
 static inline void ip_limit_malloc_arenas(int n) { mallopt(M_ARENA_MAX, n); }

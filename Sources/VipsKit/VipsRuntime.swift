@@ -13,13 +13,16 @@ import Glibc
 ///   as cores, which is faster than libvips' own threading for small images;
 /// - untrusted loaders (SVG, PDF, ImageMagick, matrix, …) blocked;
 /// - libvips warnings silenced: failures reach the caller as errors instead;
-/// - liborc's run-time compiled vector code off: liborc 0.4.33 (Debian 12's) is not
-///   thread-safe when several images build their vector programs at once, and crashed
-///   imgpipe with 2 workers in the benchmark (SIGSEGV inside liborc; sharp's users saw the
-///   same, lovell/sharp#3677, fixed in liborc 0.4.34). `Sources/COrcGuard` takes that
-///   fix (one lock around liborc's code memory), but the crash has not been made to happen
-///   again with or without it (`bench/orc-stress.sh`), so the vector code stays off until it
-///   is. `setVectorEnabled(true)` turns it back on, for experiments.
+/// - liborc's run-time compiled vector code on only behind imgpipe's lock: liborc 0.4.33
+///   (Debian 12's) hands out and frees its code memory without a lock, so images that
+///   build or free their vector programs at once corrupt it (SIGSEGV inside liborc with 2
+///   workers; sharp's users saw the same, lovell/sharp#3677; fixed in liborc 0.4.34).
+///   `Sources/COrcGuard` puts both calls under one lock. `bench/orc-race.c` shows the race
+///   and the fix with liborc alone: 8 or 2 threads compiling, running and freeing programs
+///   crash or compute wrong sums every time without the lock, and never with it
+///   (`VipsRuntimeTests` runs the same under the lock). When the lock is not in force
+///   (`vectorCompileGuarded` false) the vector code stays off. `setVectorEnabled(false)`
+///   turns it off, for comparisons.
 public enum VipsRuntime {
     private static let setUpResult: Result<Void, VipsError> = {
         setenv("VIPS_WARNING", "0", 0)
@@ -32,7 +35,7 @@ public enum VipsRuntime {
         vips_concurrency_set(1)
         vips_block_untrusted_set(1)
         vips_leak_set(0)
-        ip_set_vector_enabled(0)
+        ip_set_vector_enabled(ip_orc_guard_active())
         return .success(())
     }()
 
@@ -47,10 +50,17 @@ public enum VipsRuntime {
         vips_concurrency_set(Int32(max(1, count)))
     }
 
-    /// Turns liborc's vector code on or off (off by default: see above). Tuning knob.
+    /// Turns liborc's vector code off, or back on when its lock is in force (see above).
+    /// Tuning knob.
     public static func setVectorEnabled(_ enabled: Bool) {
         guard case .success = setUpResult else { return }
-        ip_set_vector_enabled(enabled ? 1 : 0)
+        ip_set_vector_enabled(enabled && vectorCompileGuarded ? 1 : 0)
+    }
+
+    /// Whether libvips uses liborc's vector code.
+    public static var vectorCodeEnabled: Bool {
+        guard case .success = setUpResult else { return false }
+        return ip_vector_enabled() != 0
     }
 
     /// Limits glibc's malloc arenas for the process (call first thing): libvips workers

@@ -36,7 +36,7 @@ struct Imgpipe: ParsableCommand {
             VipsRuntime.limitMallocArenas(2)
         }
         if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
-        if tuning.vectorCode { VipsRuntime.setVectorEnabled(true) }
+        if !tuning.vectorCode { VipsRuntime.setVectorEnabled(false) }
         LogOptions.bootstrap()
         do {
             try refuseUnknownCommand(Array(CommandLine.arguments.dropFirst()))

@@ -4,19 +4,19 @@ import VipsKit
 /// Knobs for benchmarks, not part of the pipeline file: the command line reads them from
 /// `IMGPIPE_FUSE` (`0` runs a leading autorotate/fit/fill step by step instead of as one
 /// `vips_thumbnail`), `IMGPIPE_VIPS_THREADS` (libvips threads per image, default 1) and
-/// `IMGPIPE_VIPS_VECTOR` (`1` turns liborc's vector code back on; see `VipsRuntime`); the
+/// `IMGPIPE_VIPS_VECTOR` (`0` turns liborc's vector code off; see `VipsRuntime`); the
 /// last two are process-wide, so the command line applies them through `VipsRuntime`.
 public struct Tuning: Sendable {
     public var fuseLeadingGeometry = true
     public var threadsPerImage = 1
-    public var vectorCode = false
+    public var vectorCode = true
 
     public init() {}
 
     public init(environment: [String: String]) {
         fuseLeadingGeometry = environment["IMGPIPE_FUSE"] != "0"
         threadsPerImage = environment["IMGPIPE_VIPS_THREADS"].flatMap(Int.init).map { max(1, $0) } ?? 1
-        vectorCode = environment["IMGPIPE_VIPS_VECTOR"] == "1"
+        vectorCode = environment["IMGPIPE_VIPS_VECTOR"] != "0"
     }
 }
 
