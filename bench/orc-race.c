@@ -4,8 +4,9 @@
 //   cc -O2 bench/orc-race.c Sources/COrcStress/OrcStress.c -ISources/COrcStress/include \
 //      $(pkg-config --cflags --libs orc-0.4) -o /tmp/orc-race
 //   /tmp/orc-race 8 50000      # liborc's own functions: a crash or a wrong result
-//   cc … the same … Sources/COrcGuard/OrcGuard.c -ISources/COrcGuard/include -rdynamic \
-//      -o /tmp/orc-race-guarded
+//   cc -O2 bench/orc-race.c Sources/COrcStress/OrcStress.c -ISources/COrcStress/include \
+//      Sources/COrcGuard/OrcGuard.c -ISources/COrcGuard/include -rdynamic \
+//      $(pkg-config --cflags --libs orc-0.4) -o /tmp/orc-race-guarded
 //   /tmp/orc-race-guarded 8 50000   # through imgpipe's lock: "every result right"
 //
 // Exit status: 0 every result right, 1 a wrong result, 2 a program that did not compile
