@@ -9,8 +9,8 @@
 //      $(pkg-config --cflags --libs orc-0.4) -o /tmp/orc-race-guarded
 //   /tmp/orc-race-guarded 8 50000   # through imgpipe's lock: "every result right"
 //
-// Exit status: 0 every result right, 1 a wrong result, 2 a program that did not compile
-// (a crash ends it on a signal).
+// Exit status: 0 every result right, 1 a wrong result, 2 a program that did not compile,
+// 255 liborc's functions not found (a crash ends it on a signal).
 #include <orc/orc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@ int main(int argc, char **argv) {
     }
     orc_init();
     int result = ip_orc_stress(atoi(argv[1]), atoi(argv[2]), IP_ORC_AS_RESOLVED);
-    puts(result == 0 ? "every result right" : result == 1 ? "a wrong result" : "failed to compile");
+    puts(result == 0 ? "every result right" : result == 1 ? "a wrong result"
+         : result == 2 ? "failed to compile" : "liborc's functions not found");
     return result;
 }

@@ -3,7 +3,8 @@
 # runs of a pipeline over 400 small JPEGs of varied sizes (80–890 px, so every image builds
 # vector programs of its own shape), fit + blur + resize (reducev and convi compile liborc
 # programs per image, and free them when the image goes), limits.workers 32 on 2 cores,
-# IMGPIPE_VIPS_VECTOR=1. A round fails when imgpipe dies on a signal or exits non-zero,
+# vector code on (the default). It did not crash even without the lock (2026-11-22), so a
+# clean run is no evidence either way: bench/orc-race.c is the reproduction. A round fails when imgpipe dies on a signal or exits non-zero,
 # or when an output differs from a reference run made with one worker (same vector code,
 # no concurrency): liborc writing two programs into the same code memory crashes, or
 # silently computes with the other image's program. Not a test: it takes minutes and

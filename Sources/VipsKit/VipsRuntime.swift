@@ -21,8 +21,8 @@ import Glibc
 ///   and the fix with liborc alone: 8 or 2 threads compiling, running and freeing programs
 ///   crash or compute wrong sums every time without the lock, and never with it
 ///   (`VipsRuntimeTests` runs the same under the lock). When the lock is not in force
-///   (`vectorCompileGuarded` false) the vector code stays off. `setVectorEnabled(false)`
-///   turns it off, for comparisons.
+///   (`vectorCompileGuarded` false), or `VIPS_NOVECTOR` is set, the vector code stays off.
+///   `setVectorEnabled(false)` turns it off, for comparisons.
 public enum VipsRuntime {
     private static let setUpResult: Result<Void, VipsError> = {
         setenv("VIPS_WARNING", "0", 0)
@@ -35,7 +35,8 @@ public enum VipsRuntime {
         vips_concurrency_set(1)
         vips_block_untrusted_set(1)
         vips_leak_set(0)
-        ip_set_vector_enabled(ip_orc_guard_active())
+        // libvips' own switch, VIPS_NOVECTOR, keeps it off as it would without imgpipe.
+        ip_set_vector_enabled(ip_orc_guard_active() != 0 && getenv("VIPS_NOVECTOR") == nil ? 1 : 0)
         return .success(())
     }()
 

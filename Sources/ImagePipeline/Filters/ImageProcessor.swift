@@ -16,7 +16,7 @@ public struct Tuning: Sendable {
     public init(environment: [String: String]) {
         fuseLeadingGeometry = environment["IMGPIPE_FUSE"] != "0"
         threadsPerImage = environment["IMGPIPE_VIPS_THREADS"].flatMap(Int.init).map { max(1, $0) } ?? 1
-        vectorCode = environment["IMGPIPE_VIPS_VECTOR"] != "0"
+        vectorCode = !["0", "false", "off", "no"].contains(environment["IMGPIPE_VIPS_VECTOR"]?.lowercased() ?? "")
     }
 }
 

@@ -90,10 +90,13 @@ public final class SharedWorker: @unchecked Sendable {
     /// let go well before its lease would be rescued.
     static func transactionLimit(_ options: Options) -> Int { max(2, Int(options.leaseSeconds / 3)) }
 
-    /// What decides the bytes of the outputs: the pipeline's filters and encodings, and the
-    /// versions of imgpipe and libvips. Workers whose fingerprints differ do not share a run.
+    /// What decides the bytes of the outputs: the pipeline's filters and encodings, the
+    /// versions of imgpipe and libvips, and whether liborc's vector code is on (its results
+    /// differ from the scalar code's by a level or so). Workers whose fingerprints differ do
+    /// not share a run.
     public static func fingerprint(of spec: PipelineSpec) -> [String: String] {
-        spec.outputFingerprint.merging(["imgpipe": ImgpipeIdentity.version, "libvips": VipsRuntime.version]) { $1 }
+        spec.outputFingerprint.merging(["imgpipe": ImgpipeIdentity.version, "libvips": VipsRuntime.version,
+                                        "vector": VipsRuntime.vectorCodeEnabled ? "on" : "off"]) { $1 }
     }
 
     /// Stops claiming; items in flight get the grace period (none with `now`).
