@@ -236,17 +236,11 @@ static inline int ip_halve(VipsImage *in, VipsImage **out) {
     return status;
 }
 
-/// Colour bands multiplied by alpha (the result is float), and back, cast to `format`:
-/// around a resample, so that the colour of transparent pixels does not bleed into the
-/// edges next to them (as `vips_thumbnail` does).
+/// Colour bands multiplied by alpha (the result is float), and back: around a resample, so
+/// that the colour of transparent pixels does not bleed into the edges next to them (as
+/// `vips_thumbnail` does).
 static inline int ip_premultiply(VipsImage *in, VipsImage **out) { return vips_premultiply(in, out, NULL); }
-static inline int ip_unpremultiply_cast(VipsImage *in, VipsImage **out, VipsBandFormat format) {
-    VipsImage *t = NULL;
-    if (vips_unpremultiply(in, &t, NULL)) return -1;
-    int status = vips_cast(t, out, format, NULL);
-    g_object_unref(t);
-    return status;
-}
+static inline int ip_unpremultiply(VipsImage *in, VipsImage **out) { return vips_unpremultiply(in, out, NULL); }
 
 static inline int ip_shrink_ceil(VipsImage *in, VipsImage **out, double h, double v) {
     return vips_shrink(in, out, h, v, "ceil", TRUE, NULL);

@@ -84,8 +84,10 @@ extension VipsImage {
     }
 
     /// Opens a JPEG in memory, to be decoded at 1/`shrink` scale (2, 4 or 8) by libjpeg's
-    /// DCT scaling: a JPEG of w×h pixels comes out ⌈w/shrink⌉×⌈h/shrink⌉. The bytes are
-    /// kept alive with the image.
+    /// DCT scaling: libvips 8.14 makes a JPEG of w×h pixels ⌊w/shrink⌋×⌊h/shrink⌋ (a last
+    /// partial block left out) and aborts the process when a side is shorter than `shrink`,
+    /// so callers check the sizes first (`SharedLoad.jpegScale`). The bytes are kept alive
+    /// with the image.
     public static func open(jpeg data: Data, shrink: Int, failOn: FailOn = .error) throws -> VipsImage {
         precondition([2, 4, 8].contains(shrink), "libjpeg scales by 1/2, 1/4 or 1/8")
         try VipsRuntime.setUp()

@@ -66,7 +66,8 @@ extension VipsImage {
 
     /// Undoes `premultiplied`, back to the sample format of `original`.
     public func unpremultiplied(like original: VipsImage) throws -> VipsImage {
-        try derive("unpremultiply") { ip_unpremultiply_cast(pointer, &$0, vips_image_get_format(original.pointer)) }
+        let float = try derive("unpremultiply") { ip_unpremultiply(pointer, &$0) }
+        return try float.derive("cast") { ip_cast(float.pointer, &$0, vips_image_get_format(original.pointer)) }
     }
 
     /// Averages 2×2 blocks, as `shrunk(by: 2)` does, but leaves out a last odd row or

@@ -17,7 +17,7 @@ struct VipsRuntimeTests {
     /// Four threads compile, run and free 5,000 liborc programs each, through the
     /// functions the process resolves (the lock), and every program computes its own sums.
     /// With liborc 0.4.33's own functions the same crashes or computes wrong sums every
-    /// time (`bench/orc-race.c`: 10 runs of 10, 2 or 8 threads; see bench/RESULTS.md).
+    /// run (`bench/orc-race.c`, with 2 to 8 threads; the runs are counted in bench/RESULTS.md).
     @Test func liborcProgramsBuiltAtOnceBehindTheLockComputeTheirOwnSums() throws {
         try VipsRuntime.setUp()
         #expect(ip_orc_stress(4, 5000, IP_ORC_AS_RESOLVED) == 0)

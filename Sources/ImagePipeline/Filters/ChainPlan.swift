@@ -119,7 +119,7 @@ struct SharedLoad: Sendable {
         var source = source
         var whole = min(source.width / max(1, size.width), source.height / max(1, size.height))
         // With alpha, the resample is done premultiplied, as vips_thumbnail does.
-        let premultiplied = source.hasAlpha && (whole >= 2 || (source.width, source.height) != size)
+        let premultiplied = source.hasAlpha && (source.width, source.height) != size
         if premultiplied { source = try source.premultiplied() }
         while whole >= 2, whole.isMultiple(of: 2) {
             source = try source.halved()
