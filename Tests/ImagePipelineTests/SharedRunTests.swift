@@ -261,6 +261,35 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(try a.heartbeat().isEmpty, "a holds nothing after handing back")
     }
 
+    @Test func aChunkWhoseItemsAllEndedIsGivenBackDoneSoTheRunCanFinish() throws {
+        // Its holder recorded every item, then lost the write that marks the chunk done (a
+        // cut connection) or its lease: handed back or rescued, the chunk is done, not
+        // pending for a worker that would find nothing in it.
+        let a = try worker("a", lease: 1)
+        _ = try list(2, by: a)
+        let chunk = try #require(try a.claim().first)
+        try a.record([.init(seq: 0, status: .done), .init(seq: 1, status: .failed, reason: "decode", message: "bad")], in: chunk)
+        try a.handBack(chunk)
+        func state(_ id: Int64, of run: SharedRun) throws -> String? {
+            try run.connection.execute("SELECT state FROM imgpipe_chunk WHERE run_id = $1 AND id = $2",
+                                       [String(run.runId), String(id)]).first?["state"]
+        }
+        #expect(try state(chunk.id, of: a) == "done")
+        #expect(try a.claim().isEmpty)
+        #expect(try a.markFinished(), "the feed is listed and no chunk is left")
+
+        let b = try worker("b", pipeline: "other", chunkSize: 2, lease: 1)
+        _ = try list(4, by: b)
+        let partly = try #require(try b.claim().first)
+        try b.record([.init(seq: partly.firstSeq, status: .done)], in: partly)
+        let whole = try #require(try b.claim().first)
+        try b.record((whole.firstSeq ..< whole.firstSeq + 2).map { .init(seq: $0, status: .done) }, in: whole)
+        Thread.sleep(forTimeInterval: 1.2) // both leases run out
+        #expect(try Set(b.rescueExpired()) == [partly.id, whole.id])
+        #expect(try state(whole.id, of: b) == "done")
+        #expect(try state(partly.id, of: b) == "pending", "a chunk with an item left goes to another worker")
+    }
+
     // MARK: - listing
 
     @Test func oneListerAtATimeAndTheNextContinuesFromTheCursor() throws {

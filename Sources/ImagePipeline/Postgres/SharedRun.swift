@@ -259,6 +259,12 @@ public final class SharedRun: @unchecked Sendable {
 
     /// What a chunk that is not leased holds of a lease (the table's CHECK requires it).
     static let noLease = "owner = NULL, token = NULL, lease_expires = NULL"
+    /// The state a chunk given back takes: `done` when every item in it has ended (its
+    /// holder recorded them all, then lost the write that marks it done, or was stopped
+    /// before it), else `pending` for another worker. Without it a chunk of ended items
+    /// would wait, `pending`, for a worker to claim it only to mark it done, and the run
+    /// would stay unfinished meanwhile.
+    static let pendingUnlessEnded = "CASE WHEN done + failed + skipped >= items THEN 'done' ELSE 'pending' END"
     private var lease: String { String(leaseSeconds) }
 
     // MARK: - claims and leases
@@ -366,7 +372,7 @@ public final class SharedRun: @unchecked Sendable {
         // SKIP LOCKED: a chunk whose holder is inside a fenced write (even one stalled there)
         // is left for the next rescue instead of holding this worker up.
         try connection.execute("""
-            UPDATE imgpipe_chunk c SET state = 'pending', \(Self.noLease)
+            UPDATE imgpipe_chunk c SET state = \(Self.pendingUnlessEnded), \(Self.noLease)
             FROM (SELECT run_id, id FROM imgpipe_chunk
                   WHERE run_id = $1 AND state = 'leased' AND lease_expires < now() FOR UPDATE SKIP LOCKED) expired
             WHERE c.run_id = expired.run_id AND c.id = expired.id AND c.state = 'leased' AND c.lease_expires < now()
@@ -378,7 +384,7 @@ public final class SharedRun: @unchecked Sendable {
     /// hands its unfinished chunks to the others instead of letting the lease run out.
     public func handBack(_ chunk: Chunk) throws {
         let rows = try connection.execute("""
-            UPDATE imgpipe_chunk SET state = 'pending', \(Self.noLease)
+            UPDATE imgpipe_chunk SET state = \(Self.pendingUnlessEnded), \(Self.noLease)
             WHERE run_id = $1 AND id = $2 AND state = 'leased' AND owner = $3 AND token = $4
             """, [run, String(chunk.id), worker, String(chunk.token)])
         if rows.affected == 0 { throw SharedRunError.leaseLost(chunk: chunk.id) }
