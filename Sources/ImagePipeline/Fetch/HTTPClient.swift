@@ -212,7 +212,11 @@ public final class HTTPClient: @unchecked Sendable {
         let transfer = Transfer(maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline,
                                 cancellation: cancellation, refuseBody: request.refuseBody)
         if let destination = request.destination {
-            transfer.file = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            // Not O_TRUNC: a file there (a spool file reused, `SpoolFiles`) is written over
+            // and cut to the body's length after the transfer. ext4 writes a file emptied
+            // by a truncation to disk as soon as it is closed (its `auto_da_alloc`), which a
+            // spool file that lives for seconds never needs.
+            transfer.file = open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             guard transfer.file >= 0 else {
                 throw HTTPFailure(kind: .io, message: "cannot create \(destination): \(String(cString: strerror(errno)))",
                                   status: nil, retryAfter: nil)
@@ -220,6 +224,10 @@ public final class HTTPClient: @unchecked Sendable {
         }
         defer { if transfer.file >= 0 { close(transfer.file) } }
         let code = withExtendedLifetime(transfer) { run(request, on: handle, transfer: transfer) }
+        if transfer.file >= 0, transfer.failure == nil, ftruncate(transfer.file, off_t(transfer.written)) != 0 {
+            throw HTTPFailure(kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
+                              status: nil, retryAfter: nil)
+        }
         var status = 0
         var redirects = 0
         _ = ip_curl_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
@@ -413,6 +421,8 @@ private final class Transfer {
     var file: Int32 = -1
     var data = Data()
     var received = 0
+    /// Bytes of the body written to `file`.
+    var written = 0
     /// Headers of the last response (a redirect's are replaced by the next response's).
     var headers: [String: String] = [:]
     var headerValues: [String: [String]] = [:]
@@ -454,6 +464,7 @@ private final class Transfer {
             }
             offset += written
         }
+        self.written += count
         return count
     }
 

@@ -98,6 +98,8 @@ struct RunContext: Sendable {
     let refreshing: Bool
     let stagedDirectory: String
     let spoolDirectory: String
+    /// The spool folder's files, reused from one download to the next.
+    let spool: SpoolFiles
     let pipeline: BuiltPipeline
     let store: any RunStateStore
     let writer: StoreWriter
@@ -125,6 +127,7 @@ struct RunContext: Sendable {
         self.options = options
         let limits = pipeline.spec.limits
         capacity = limits.downloads + limits.effectiveWorkers * 2 + limits.uploads
+        spool = SpoolFiles(directory: spoolDirectory, keep: capacity)
         writer = StoreWriter(store: store, runId: start.run.id, redact: pipeline.environment.redact, onError: onWriteError)
         fetchers = BoundedExecutor(label: "imgpipe.fetch", width: limits.downloads)
         workers = BoundedExecutor(label: "imgpipe.pixels", width: limits.effectiveWorkers) {

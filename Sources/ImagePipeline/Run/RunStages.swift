@@ -134,7 +134,7 @@ final class RunStages: Sendable {
     private func sweepPartialFiles() {
         for (folder, suffix) in [(context.stagedDirectory, ".partial"), (context.spoolDirectory, ".part")] {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
-            for name in names where name.hasSuffix(suffix) { unlink(folder + "/" + name) }
+            for name in names where name.hasSuffix(suffix) || SpoolFiles.isLeftover(name) { unlink(folder + "/" + name) }
         }
     }
 
@@ -410,10 +410,17 @@ final class RunStages: Sendable {
                 return fail(job, ItemFailure(.download, "a URL item in a local source: \(job.location)"), attempts: 1)
             }
             let spool = context.spoolDirectory + "/\(job.seq)"
+            // A file of an ended item, put where the fetcher writes a download that bypasses
+            // the cache; given back when the download did not end in it (a skip, a retry).
+            let part = spool + ".part"
+            if fetcher.cache == nil { context.spool.reuse(at: part) }
+            var spooled = false
+            defer { if !spooled { context.spool.recycle(part) } }
             let tier: Tier
             do throws(ItemFailure) {
                 switch try fetcher.image(job.location, to: spool, attempt: attempt, reserved: reserved) {
                 case let .fetched(served):
+                    spooled = true
                     tier = served
                 case let .skipped(skip):
                     return self.skip(job, skip)
@@ -611,7 +618,7 @@ final class RunStages: Sendable {
             finish(job, failure: failure)
         case .done:
             for output in job.outputs { unlink(output.path) }
-            if job.isRemote { unlink(context.spoolDirectory + "/\(job.seq)") }
+            if job.isRemote { context.spool.recycle(context.spoolDirectory + "/\(job.seq)") }
             finish(job, failure: nil)
         case .unfinished:
             releaseSlot()
@@ -631,7 +638,7 @@ final class RunStages: Sendable {
         context.logger.info("item skipped", metadata: ["item": "\(job.key)", "reason": "\(skip.reason.rawValue)",
                                                        "message": "\(pipeline.environment.redact(skip.message))"])
         writer.submit(.skipped(key: job.key, skip: skip)) { [self] _ in
-            if job.isRemote { unlink(context.spoolDirectory + "/\(job.seq)") }
+            if job.isRemote { context.spool.recycle(context.spoolDirectory + "/\(job.seq)") }
             context.reporter.itemSettled(key: job.key, outcome: .skipped(skip))
             perform(state.withLock { $0.skip() })
         }

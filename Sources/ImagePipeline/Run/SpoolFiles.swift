@@ -1,0 +1,90 @@
+import Foundation
+
+/// The spool folder's files, reused: a download goes into the file of an item already
+/// done (emptied and renamed), not into a new one, while there is such a file.
+///
+/// Why: creating and deleting a file per download costs the file system an inode each
+/// time, and ext4 without a journal (as on this project's build machines) looks at every
+/// inode freed in the last half minute or more before it hands out a new one. A run that
+/// deletes a spool file per item pays for that on every file it creates afterwards, its
+/// outputs included (see bench/RESULTS.md). With reuse, a run has about as many spool
+/// files as items in flight, created once.
+///
+/// Nothing here changes what a spool file means: an item's spool file is written in full,
+/// under `<seq>.part`, then renamed to `<seq>` and recorded `fetched`, as before. A file
+/// goes back for reuse only once its item's end is recorded (nothing reads it again), and
+/// only when no other name links to it (a cache entry shares the inode of the spool file
+/// it was linked to, and must never be overwritten): such a file is deleted as before.
+/// Files waiting for reuse are named `.free-<n>`; a session that was killed leaves them
+/// behind, and the next one deletes them with the other half-written files.
+final class SpoolFiles: Sendable {
+    let directory: String
+    /// Files kept for reuse at most (the rest are deleted).
+    let keep: Int
+    private let state = Mutex<(free: [String], next: Int)>(([], 0))
+
+    static let freePrefix = ".free-"
+
+    init(directory: String, keep: Int) {
+        self.directory = directory
+        self.keep = keep
+    }
+
+    /// Moves a free file to `path` (empty, ready to be written), when there is one; the
+    /// writer then opens `path` as usual. Returns whether a file was reused.
+    @discardableResult
+    func reuse(at path: String) -> Bool {
+        while let free = state.withLock({ $0.free.popLast() }) {
+            if rename(free, path) == 0 { return true }
+            unlink(free)
+        }
+        return false
+    }
+
+    /// The item whose spool file is at `path` has ended: its file is emptied and kept for
+    /// the next download, or deleted.
+    func recycle(_ path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        let kept = state.withLock { state -> String? in
+            guard state.free.count < keep else { return nil }
+            state.next += 1
+            return directory + "/" + Self.freePrefix + String(state.next)
+        }
+        guard let free = kept, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
+              Self.dropBlocks(path, size: info.st_size, blockSize: off_t(info.st_blksize)), rename(path, free) == 0 else {
+            unlink(path)
+            return
+        }
+        state.withLock { $0.free.append(free) }
+    }
+
+    /// Frees the file's blocks and cached pages, as deleting it would, keeping its inode
+    /// and its length: a hole the next download writes over (`HTTPClient` cuts the file
+    /// to the new body's length). Not a truncation to zero, after which ext4 writes the
+    /// next contents to disk on close (`auto_da_alloc`), which deleting never did.
+    private static func dropBlocks(_ path: String, size: off_t, blockSize: off_t) -> Bool {
+        let file = open(path, O_WRONLY | O_CLOEXEC)
+        guard file >= 0 else { return false }
+        defer { close(file) }
+        guard size > 0 else { return true }
+        guard let fallocate = Self.fallocate else { return false }
+        // Whole blocks: a hole ending inside the last block would keep it, zeroed.
+        let block = max(blockSize, 512)
+        return fallocate(file, punchHole | keepSize, 0, (size + block - 1) / block * block) == 0
+    }
+
+    // linux/falloc.h
+    private static let keepSize: Int32 = 0x01
+    private static let punchHole: Int32 = 0x02
+
+    /// glibc's `fallocate`, which Swift's Glibc module does not declare (it is a GNU
+    /// extension); nil where the C library has none (files are then deleted, not reused).
+    private static let fallocate: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32)? = {
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), "fallocate").map { unsafeBitCast($0, to: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self) }
+    }()
+
+    /// Files left for reuse by a session that ended without tidying (a kill): not known to
+    /// this one, so deleted.
+    static func isLeftover(_ name: String) -> Bool { name.hasPrefix(freePrefix) }
+}

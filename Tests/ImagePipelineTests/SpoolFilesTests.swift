@@ -1,0 +1,143 @@
+import Foundation
+@testable import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+/// The spool folder's files reused from one download to the next (`SpoolFiles`), and the
+/// HTTP client writing over a file already there: on real files, a real loopback server
+/// and the built binary.
+@Suite("Spool files", .serialized)
+struct SpoolFilesTests {
+    let work: TemporaryDirectory
+
+    init() throws {
+        work = try TemporaryDirectory("imgpipe-spool")
+        try FileManager.default.createDirectory(atPath: work.url("spool"), withIntermediateDirectories: true)
+    }
+
+    func info(_ path: String) -> stat? {
+        var info = stat()
+        return lstat(path, &info) == 0 ? info : nil
+    }
+
+    func bytes(_ count: Int, seed: UInt8) -> Data { Data((0 ..< count).map { UInt8(truncatingIfNeeded: $0 &* 31) &+ seed }) }
+
+    @Test func anEndedItemsFileIsEmptiedAndGoesToTheNextDownload() throws {
+        let spool = SpoolFiles(directory: work.url("spool"), keep: 4)
+        let first = work.url("spool/7")
+        try bytes(300_000, seed: 1).write(to: URL(fileURLWithPath: first))
+        let inode = try #require(info(first)).st_ino
+        spool.recycle(first)
+        #expect(info(first) == nil)
+        let free = work.files(under: "spool")
+        #expect(free.count == 1 && free[0].hasPrefix(".free-"), "\(free)")
+        let kept = try #require(info(work.url("spool/" + free[0])))
+        #expect(kept.st_ino == inode)
+        #expect(kept.st_blocks == 0, "its blocks were freed, as deleting it would")
+
+        #expect(spool.reuse(at: work.url("spool/9.part")))
+        #expect(info(work.url("spool/9.part"))?.st_ino == inode)
+        #expect(work.files(under: "spool") == ["9.part"])
+        #expect(!spool.reuse(at: work.url("spool/10.part")), "no free file is left")
+        #expect(info(work.url("spool/10.part")) == nil)
+    }
+
+    @Test func aFileLinkedElsewhereIsDeletedNeverReused() throws {
+        // A cached download is a hard link between the cache and the spool: writing over
+        // it would change the cache's copy.
+        let spool = SpoolFiles(directory: work.url("spool"), keep: 4)
+        let body = bytes(50_000, seed: 7)
+        try body.write(to: URL(fileURLWithPath: work.url("cached")))
+        #expect(link(work.url("cached"), work.url("spool/3")) == 0)
+        spool.recycle(work.url("spool/3"))
+        #expect(work.files(under: "spool").isEmpty)
+        #expect(!spool.reuse(at: work.url("spool/4.part")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("cached"))) == body)
+        #expect(info(work.url("cached"))?.st_nlink == 1)
+    }
+
+    @Test func atMostKeepFilesWait() throws {
+        let spool = SpoolFiles(directory: work.url("spool"), keep: 2)
+        for seq in 1 ... 5 {
+            try bytes(1000, seed: UInt8(seq)).write(to: URL(fileURLWithPath: work.url("spool/\(seq)")))
+            spool.recycle(work.url("spool/\(seq)"))
+        }
+        #expect(work.files(under: "spool").count == 2)
+        #expect(work.files(under: "spool").allSatisfy(SpoolFiles.isLeftover))
+    }
+
+    @Test func aDownloadOverALongerFileLeavesExactlyItsBody() throws {
+        let long = bytes(400_000, seed: 3), short = bytes(1234, seed: 9)
+        let server = try TestHTTPServer { request in
+            switch request.path {
+            case "/long": .bytes(long, headers: [])
+            case "/short": .bytes(short, headers: [])
+            case "/empty": .bytes(Data(), headers: [])
+            default: .status(404)
+            }
+        }
+        defer { server.stop() }
+        let client = HTTPClient(timeout: 5)
+        let file = work.url("spool/1.part")
+        for (path, body) in [("/long", long), ("/short", short), ("/long", long), ("/empty", Data())] {
+            let url = try #require(URL(string: server.baseURL + path))
+            let result = try client.perform(HTTPRequest(url: url, destination: file))
+            #expect(result.status == 200)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == body, "after \(path)")
+        }
+        // Over a file emptied for reuse (its length kept, its blocks freed) as well.
+        try long.write(to: URL(fileURLWithPath: work.url("spool/2")))
+        let spool = SpoolFiles(directory: work.url("spool"), keep: 1)
+        spool.recycle(work.url("spool/2"))
+        #expect(spool.reuse(at: file))
+        _ = try client.perform(HTTPRequest(url: try #require(URL(string: server.baseURL + "/short")), destination: file))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == short)
+    }
+
+    /// Forty remote images of forty sizes through one download and one pixel worker (each
+    /// download goes into an earlier item's file): every output is its own image; with a
+    /// cache, every cached copy still holds the bytes the server sent.
+    @Test func everyItemGetsItsOwnBytesAndTheCacheKeepsItsCopies() throws {
+        var bodies: [String: Data] = [:]
+        for index in 1 ... 40 {
+            let path = work.url("src-\(index).png")
+            try ImageFixtures.write(ImageFixtures.photo(width: 20 + index * 3, height: 10 + index, seed: index), to: path)
+            bodies["/img/\(index).png"] = try Data(contentsOf: URL(fileURLWithPath: path))
+        }
+        let served = bodies
+        let server = try TestHTTPServer { request in served[request.path].map { .bytes($0, headers: []) } ?? .status(404) }
+        defer { server.stop() }
+        try work.write((1 ... 40).map { server.baseURL + "/img/\($0).png" }.joined(separator: "\n") + "\n", to: "urls.txt")
+        for cache in ["false", #"{"path": "cache"}"#] {
+            try? FileManager.default.removeItem(atPath: work.url("out"))
+            try work.write("""
+                {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": \(cache)},
+                 "output": {"format": "png", "name": "{stem}.{ext}"},
+                 "sink": {"type": "directory", "path": "out"}, "limits": {"downloads": 1, "workers": 1}}
+                """, to: "pipe.json")
+            let run = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--quiet"], in: work.path)
+            #expect(run.status == 0, "cache \(cache): \(run.stderr)")
+            for index in 1 ... 40 {
+                let pixels = try ImageFixtures.decode(work.url("out/\(index).png"))
+                let source = try ImageFixtures.decode(work.url("src-\(index).png"))
+                #expect((pixels.width, pixels.height) == (20 + index * 3, 10 + index), "item \(index), cache \(cache)")
+                #expect(pixels.samples == source.samples, "item \(index)'s pixels, cache \(cache)")
+            }
+        }
+        // Each cached body is one the server sent, byte for byte: none was written over.
+        let cached = work.files(under: "cache").filter { !$0.hasSuffix(".json") && !$0.contains("/.") && $0.contains("/") }
+        #expect(cached.count == 40, "\(cached)")
+        let sent = Set(bodies.values)
+        for name in cached {
+            #expect(sent.contains(try Data(contentsOf: URL(fileURLWithPath: work.url("cache/" + name)))), "cache/\(name)")
+        }
+        // A run from the cache alone still gives every item its own image.
+        server.stop()
+        try? FileManager.default.removeItem(atPath: work.url("out"))
+        let again = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--quiet"], in: work.path)
+        #expect(again.status == 0, "\(again.stderr)")
+        for index in [1, 20, 40] {
+            #expect(try ImageFixtures.decode(work.url("out/\(index).png")).width == 20 + index * 3)
+        }
+    }
+}
