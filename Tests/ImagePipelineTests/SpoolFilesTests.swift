@@ -1,4 +1,5 @@
 import Foundation
+import VipsKit
 @testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
@@ -64,6 +65,9 @@ struct SpoolFilesTests {
         }
         #expect(work.files(under: "spool").count == 2)
         #expect(work.files(under: "spool").allSatisfy(SpoolFiles.isLeftover))
+        spool.clear() // the session's end: a work folder kept for failed items keeps none of them
+        #expect(work.files(under: "spool").isEmpty)
+        #expect(!spool.reuse(at: work.url("spool/6.part")))
     }
 
     @Test func aDownloadOverALongerFileLeavesExactlyItsBody() throws {
@@ -92,6 +96,56 @@ struct SpoolFilesTests {
         #expect(spool.reuse(at: file))
         _ = try client.perform(HTTPRequest(url: try #require(URL(string: server.baseURL + "/short")), destination: file))
         #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == short)
+    }
+
+    /// Downloads retried at once (a 502 with `Retry-After: 0`, backoff 0) while other
+    /// downloads take and give back spool files: an attempt's file is never given back
+    /// while the next attempt of its item writes to it. Before, the retry could start
+    /// before the failed attempt gave its (new) file back: the item failed as "an empty
+    /// body", and another item took the file and was delivered with the wrong image.
+    @Test func aRetryAtOnceKeepsItsFileAndEveryItemItsImage() throws {
+        var bodies: [String: Data] = [:]
+        for index in 0 ..< 16 {
+            let path = work.url("src-\(index).png")
+            try ImageFixtures.write(ImageFixtures.photo(width: 8 + index * 9, height: 6 + index * 5, seed: index + 1), to: path)
+            bodies["\(index)"] = try Data(contentsOf: URL(fileURLWithPath: path))
+        }
+        let served = bodies
+        let asked = Mutex<[String: Int]>([:])
+        let server = try TestHTTPServer { request in
+            // /<kind>/<item>/<source>.png
+            let parts = request.path.split(separator: "/").map(String.init)
+            guard parts.count == 3, let body = served[String(parts[2].dropLast(4))] else { return .status(404) }
+            let count = asked.withLock { $0[request.path, default: 0] += 1; return $0[request.path]! }
+            if parts[0] == "flaky" {
+                if count <= 2 { return .status(502, headers: [("Retry-After", "0")]) }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            return .bytes(body, type: "image/png")
+        }
+        defer { server.stop() }
+        let items = (0 ..< 96).map { (key: "k\($0)", source: ($0 * 7) % 16, kind: $0 % 3 == 0 ? "flaky" : "img") }
+        try work.write("key,url\n" + items.map { "\($0.key),\(server.baseURL)/\($0.kind)/\($0.key)/\($0.source).png" }
+            .joined(separator: "\n") + "\n", to: "list.csv")
+        try work.write("""
+            {"version": 1, "source": {"type": "url-list", "path": "list.csv", "cache": false},
+             "output": {"format": "png", "name": "{key}.{ext}"}, "sink": {"type": "directory", "path": "out"},
+             "limits": {"downloads": 16, "workers": 1}, "retry": {"attempts": 3, "backoff": 0}}
+            """, to: "pipe.json")
+        for round in 1 ... 3 {
+            try? FileManager.default.removeItem(atPath: work.url("out"))
+            asked.withLock { $0 = [:] }
+            let run = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--quiet"], in: work.path)
+            #expect(run.status == 0, "round \(round): \(run.stderr)")
+            var sources: [Int: Pixels] = [:]
+            for item in items {
+                let source = try sources[item.source] ?? ImageFixtures.decode(work.url("src-\(item.source).png"))
+                sources[item.source] = source
+                let output = try? ImageFixtures.decode(work.url("out/\(item.key).png"))
+                #expect(output?.samples == source.samples && output?.width == source.width,
+                        "round \(round): \(item.key) is not source \(item.source)")
+            }
+        }
     }
 
     /// Forty remote images of forty sizes through one download and one pixel worker (each

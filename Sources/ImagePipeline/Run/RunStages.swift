@@ -102,6 +102,7 @@ final class RunStages: Sendable {
         timer.cancel()
         writer.drain()
         context.stopExecutors()
+        context.spool.clear()
 
         let elapsed = Date().timeIntervalSince(started)
         // The session's last state, whatever the timer's phase: a session shorter than one
@@ -411,33 +412,35 @@ final class RunStages: Sendable {
             }
             let spool = context.spoolDirectory + "/\(job.seq)"
             // A file of an ended item, put where the fetcher writes a download that bypasses
-            // the cache; given back when the download did not end in it (a skip, a retry).
+            // the cache.
             let part = spool + ".part"
             if fetcher.cache == nil { context.spool.reuse(at: part) }
-            var spooled = false
-            defer { if !spooled { context.spool.recycle(part) } }
+            let outcome = Result { () throws(ItemFailure) -> RemoteFetcher.ImageFetch in
+                try fetcher.image(job.location, to: spool, attempt: attempt, reserved: reserved)
+            }
+            // A download that did not end in the file (a skip, a retry, a failure) gives it
+            // back now, before anything can start this item's next attempt, which writes to
+            // the same name.
+            if case .success(.fetched) = outcome {} else { context.spool.recycle(part) }
             let tier: Tier
-            do throws(ItemFailure) {
-                switch try fetcher.image(job.location, to: spool, attempt: attempt, reserved: reserved) {
-                case let .fetched(served):
-                    spooled = true
-                    tier = served
-                case let .skipped(skip):
-                    return self.skip(job, skip)
-                case let .retry(delay):
-                    context.logger.info("download will be retried", metadata: [
-                        "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",
-                        "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)"])
-                    return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
-                        fetch(job, attempt: attempt + 1)
-                    }
-                case let .later(delay, reserved):
-                    // The host's turn: not an attempt.
-                    return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
-                        fetch(job, attempt: attempt, reserved: reserved)
-                    }
+            switch outcome {
+            case let .success(.fetched(served)):
+                tier = served
+            case let .success(.skipped(skip)):
+                return self.skip(job, skip)
+            case let .success(.retry(delay)):
+                context.logger.info("download will be retried", metadata: [
+                    "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",
+                    "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)"])
+                return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
+                    fetch(job, attempt: attempt + 1)
                 }
-            } catch {
+            case let .success(.later(delay, reserved)):
+                // The host's turn: not an attempt.
+                return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
+                    fetch(job, attempt: attempt, reserved: reserved)
+                }
+            case let .failure(error):
                 // A transfer cut by the abort is no verdict on the item: left for resume.
                 if pipeline.cancellation.isAborted { return releaseSlot() }
                 return fail(job, error, attempts: attempt)

@@ -21,7 +21,8 @@ final class SpoolFiles: Sendable {
     let directory: String
     /// Files kept for reuse at most (the rest are deleted).
     let keep: Int
-    private let state = Mutex<(free: [String], next: Int)>(([], 0))
+    /// Files ready for reuse, files being readied (counted against `keep`), the last number.
+    private let state = Mutex<(free: [String], readying: Int, next: Int)>(([], 0, 0))
 
     static let freePrefix = ".free-"
 
@@ -46,17 +47,21 @@ final class SpoolFiles: Sendable {
     func recycle(_ path: String) {
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
-        let kept = state.withLock { state -> String? in
-            guard state.free.count < keep else { return nil }
+        guard (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1, let free = state.withLock({ state -> String? in
+            guard state.free.count + state.readying < keep else { return nil }
+            state.readying += 1
             state.next += 1
             return directory + "/" + Self.freePrefix + String(state.next)
-        }
-        guard let free = kept, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
-              Self.dropBlocks(path, size: info.st_size, blockSize: off_t(info.st_blksize)), rename(path, free) == 0 else {
+        }) else {
             unlink(path)
             return
         }
-        state.withLock { $0.free.append(free) }
+        let readied = Self.dropBlocks(path, size: info.st_size, blockSize: off_t(info.st_blksize)) && rename(path, free) == 0
+        if !readied { unlink(path) }
+        state.withLock { state in
+            state.readying -= 1
+            if readied { state.free.append(free) }
+        }
     }
 
     /// Frees the file's blocks and cached pages, as deleting it would, keeping its inode
@@ -83,6 +88,11 @@ final class SpoolFiles: Sendable {
     private static let fallocate: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32)? = {
         dlsym(UnsafeMutableRawPointer(bitPattern: 0), "fallocate").map { unsafeBitCast($0, to: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self) }
     }()
+
+    /// Deletes the files waiting for reuse (the session is over: nothing will download).
+    func clear() {
+        for free in state.withLock({ state -> [String] in defer { state.free = [] }; return state.free }) { unlink(free) }
+    }
 
     /// Files left for reuse by a session that ended without tidying (a kill): not known to
     /// this one, so deleted.
