@@ -66,6 +66,7 @@ clean:
 bench-deps: deps
 	@command -v mogrify >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq imagemagick; }
 	@command -v curl >/dev/null || { DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq curl; }
+	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nginx-light; }
 
 bench: bench-deps
 	bench/run.sh

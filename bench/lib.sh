@@ -62,6 +62,51 @@ url_list() {
 
 stop_server() { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true; }
 
+# start_origin FOLDER — nginx on loopback serving FOLDER's files at /images/<name> (with
+# ETags and keep-alive, one process); sets ORIGIN_PORT and ORIGIN_PID. The origin of work
+# B: a real static-file server, whose CPU on this machine's two cores is small, as a
+# remote origin's is nil; bench/server.py (Python) takes about three times as much.
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+start_origin() {
+  local dir=$WORK/nginx root
+  root=$(cd "$1" && pwd)
+  rm -rf "$dir"; mkdir -p "$dir"
+  ORIGIN_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cat > "$dir/nginx.conf" <<CONF
+worker_processes 1;
+master_process off;
+daemon off;
+pid $PWD/$dir/nginx.pid;
+error_log $PWD/$dir/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  client_body_temp_path $PWD/$dir/body;
+  proxy_temp_path $PWD/$dir/proxy;
+  fastcgi_temp_path $PWD/$dir/fastcgi;
+  uwsgi_temp_path $PWD/$dir/uwsgi;
+  scgi_temp_path $PWD/$dir/scgi;
+  types { image/jpeg jpg; }
+  server {
+    listen 127.0.0.1:$ORIGIN_PORT;
+    location /images/ { alias $root/; }
+  }
+}
+CONF
+  "$NGINX" -e "$PWD/$dir/error.log" -c "$PWD/$dir/nginx.conf" -p "$PWD/$dir" & ORIGIN_PID=$!
+  local files=("$1"/*) name
+  name=$(basename "${files[0]}")
+  for _ in $(seq 100); do
+    curl -fso /dev/null "http://127.0.0.1:$ORIGIN_PORT/images/$name" && return 0
+    sleep 0.05
+  done
+  echo "nginx did not start: $(cat "$dir/error.log" 2>/dev/null)" >&2; return 1
+}
+
+stop_origin() { kill "$ORIGIN_PID" 2>/dev/null; wait "$ORIGIN_PID" 2>/dev/null || true; }
+
 # timed LABEL FILE COMMAND… — runs COMMAND, appends "LABEL wall peakRSS(KB)" to FILE.
 timed() {
   local label=$1 file=$2; shift 2

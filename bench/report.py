@@ -27,16 +27,28 @@ for label, name in [("A imgpipe", "imgpipe"), ("A imgpipe scalar", "imgpipe, `IM
     ratio = f"{wall / floor:.2f}×" if floor else "–"
     print(f"| {name} | {wall:.2f} | {1000 / wall:.0f} | {median(label, 1) / 1024:.0f} | {ratio} |")
 print("\n## Work B: the same images from a loopback HTTP server, cache off\n")
+print("The origin is nginx (one process, as bench/lib.sh starts it). The row \"Python origin\" is the same")
+print("run against bench/server.py, the origin of the runs before 2026-11-24's fourth session, which")
+print("takes about three times nginx's CPU on the same two cores.\n")
 print("| tool | wall (s) | images/s | peak RSS (MB) | wall vs img2dataset | wall vs imgpipe's work A |")
 print("|---|---|---|---|---|---|")
 peer, local = median("B img2dataset"), median("A imgpipe")
-for label, name in [("B imgpipe", "imgpipe (url-list)"), ("B img2dataset", "img2dataset, 2 processes × 32 threads")]:
+for label, name in [("B imgpipe", "imgpipe (url-list)"), ("B imgpipe python", "imgpipe (url-list), Python origin"),
+                    ("B img2dataset", "img2dataset, 2 processes × 32 threads")]:
     wall = median(label)
     if wall is None:
         continue
     ratio = f"{wall / peer:.2f}×" if peer else "–"
     own = f"{wall / local:.2f}×" if local else "–"
     print(f"| {name} | {wall:.2f} | {1000 / wall:.0f} | {median(label, 1) / 1024:.0f} | {ratio} | {own} |")
+# Round by round: each B run against the work A run of its own round (the machine's noise
+# moves both).
+for label, name in [("B imgpipe", "nginx"), ("B imgpipe python", "Python")]:
+    pairs = list(zip(rows.get(label, []), rows.get("A imgpipe", [])))
+    if pairs:
+        ratios = [b[0] / a[0] for b, a in pairs]
+        print(f"\nB ÷ A round by round ({name} origin): " + ", ".join(f"{r:.2f}" for r in ratios)
+              + f" (median {statistics.median(ratios):.2f}).")
 print(f"\n## Scale: a generated URL list of small (320 px) images over loopback\n")
 print("| items | run wall (s) | items/s | peak RSS (MB) | `resume` of the finished run (s) |")
 print("|---|---|---|---|---|")
@@ -77,6 +89,9 @@ target("work A with liborc off (`IMGPIPE_VIPS_VECTOR=0`) vs vipsthumbnail", "(fo
        scalar / floor_a if scalar and floor_a else None, "{:.2f}×", lambda v: v <= 1.0)
 b = median("B imgpipe")
 target("work B vs imgpipe's work A", "≤ 1.05×", b / a if a and b else None, "{:.2f}×", lambda v: v <= 1.05)
+b_python = median("B imgpipe python")
+target("work B from the Python origin vs imgpipe's work A", "(for comparison)",
+       b_python / a if a and b_python else None, "{:.2f}×", lambda v: v <= 1.05)
 s_wall = median(f"S run {scale}")
 target(f"{scale} small items over loopback", "≥ 200 items/s", scale / s_wall if s_wall else None, "{:.0f} items/s", lambda v: v >= 200)
 print("\nAll samples (label: [(wall s, peak RSS KB)]):\n")

@@ -5,7 +5,8 @@
 #   Work A, local: 1000 web-sized JPEGs (640–1600 px wide, made from samples/, cached in
 #     bench/corpus/web-1000) → fit 256×256 → JPEG q85 → a folder; imgpipe against
 #     vipsthumbnail --size '256x256>' on 2 processes (the floor) and mogrify on 2 processes.
-#   Work B, feed: the same images as a URL list from a loopback server (bench/server.py),
+#   Work B, feed: the same images as a URL list from a loopback origin (nginx; and again from
+#     bench/server.py, the origin of earlier runs),
 #     cache off; imgpipe against img2dataset (PyPI, in bench/work/venv; 2 processes × 32
 #     threads, keep_ratio, resize_only_if_bigger, 256, quality 85) on the same URLs.
 #   Each RUNS (3) times, alternating; medians, ratios to the floor/peer of the same run.
@@ -54,9 +55,13 @@ JSON
 check() { [ "$(count_files "$1")" -ge "$2" ] || { echo "$1: $(count_files "$1") files, expected $2" >&2; exit 1; }; }
 
 pipeline_a
-start_server "$WEB"
-ls "$WEB" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/urls.txt"
+start_origin "$WEB"
+ls "$WEB" | sed "s|^|http://127.0.0.1:$ORIGIN_PORT/images/|" > "$WORK/urls.txt"
 pipeline_b "$WORK/urls.txt" out-b "$WORK/b.json"
+# The same list from bench/server.py, as every B run before nginx was the origin.
+start_server "$WEB"
+ls "$WEB" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/urls-python.txt"
+pipeline_b "$WORK/urls-python.txt" out-b "$WORK/b-python.json"
 for run in $(seq 1 "$RUNS"); do
   rm -rf "$WORK/out-a" "$WORK/state-a"
   timed "A imgpipe" "$SAMPLES" "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet; check "$WORK/out-a" 1000
@@ -73,6 +78,9 @@ for run in $(seq 1 "$RUNS"); do
   fi
   rm -rf "$WORK/out-b" "$WORK/state-b"
   timed "B imgpipe" "$SAMPLES" "$BIN" run "$WORK/b.json" --state "$WORK/state-b/b.sqlite" --quiet; check "$WORK/out-b" 1000
+  rm -rf "$WORK/out-b" "$WORK/state-b"
+  timed "B imgpipe python" "$SAMPLES" "$BIN" run "$WORK/b-python.json" --state "$WORK/state-b/b.sqlite" --quiet
+  check "$WORK/out-b" 1000
   if [ -z "${SKIP_PEERS:-}" ]; then
     rm -rf "$WORK/out-i2d"
     timed "B img2dataset" "$SAMPLES" "$VENV/bin/img2dataset" --url_list "$WORK/urls.txt" --input_format txt \
@@ -82,6 +90,7 @@ for run in $(seq 1 "$RUNS"); do
   fi
 done
 stop_server
+stop_origin
 
 # Scale: the same small image SCALE times over loopback.
 start_server "$TINY"
