@@ -69,7 +69,7 @@ final class SpoolFiles: Sendable {
     /// to the new body's length). Not a truncation to zero, after which ext4 writes the
     /// next contents to disk on close (`auto_da_alloc`), which deleting never did.
     private static func dropBlocks(_ path: String, size: off_t, blockSize: off_t) -> Bool {
-        let file = open(path, O_WRONLY | O_CLOEXEC)
+        let file = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
         guard file >= 0 else { return false }
         defer { close(file) }
         guard size > 0 else { return true }
