@@ -470,18 +470,19 @@ private final class Transfer {
 
     /// One header line (status lines included).
     func header(_ bytes: UnsafeMutablePointer<CChar>, _ count: Int) -> Int {
-        let line = String(decoding: UnsafeRawBufferPointer(start: bytes, count: count), as: UTF8.self)
-        if line.hasPrefix("HTTP/") {
+        // Read as bytes: with Foundation's trimming and Unicode lowercasing, this took
+        // more instructions per download than the rest of the transfer's own code.
+        let line = UnsafeRawBufferPointer(start: bytes, count: count)
+        if line.starts(with: "HTTP/".utf8) {
             headers = [:]
             headerValues = [:]
-            let parts = line.split(separator: " ", maxSplits: 2)
-            status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
-        } else if let colon = line.firstIndex(of: ":") {
-            let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
-            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+            status = Self.statusCode(line)
+        } else if let colon = line.firstIndex(of: UInt8(ascii: ":")) {
+            let name = String(decoding: Self.trimmed(line[..<colon]).map(Self.asciiLowercased), as: UTF8.self)
+            let value = String(decoding: Self.trimmed(line[(colon + 1)...]), as: UTF8.self)
             headers[name] = value
             headerValues[name, default: []].append(value)
-        } else if line.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, (200 ... 299).contains(status),
+        } else if Self.trimmed(line[...]).isEmpty, (200 ... 299).contains(status),
                   let refuseBody,
                   refuseBody(HTTPResult(status: status, headers: headers, body: nil, bytes: 0, headerValues: headerValues)) {
             // The end of a final answer's headers: its body is not wanted. Returning less
@@ -490,6 +491,31 @@ private final class Transfer {
             return 0
         }
         return count
+    }
+
+    /// The status code of a status line (`HTTP/1.1 200 OK`): the digits after its first
+    /// space; 0 when there are none.
+    static func statusCode(_ line: UnsafeRawBufferPointer) -> Int {
+        guard let space = line.firstIndex(of: UInt8(ascii: " ")) else { return 0 }
+        var code = 0
+        for byte in line[(space + 1)...] {
+            guard (UInt8(ascii: "0") ... UInt8(ascii: "9")).contains(byte), code < 1000 else { break }
+            code = code * 10 + Int(byte - UInt8(ascii: "0"))
+        }
+        return code
+    }
+
+    /// `bytes` without the spaces, tabs and line ends around them.
+    static func trimmed(_ bytes: Slice<UnsafeRawBufferPointer>) -> Slice<UnsafeRawBufferPointer> {
+        func blank(_ byte: UInt8) -> Bool { byte == 0x20 || (0x09 ... 0x0D).contains(byte) }
+        var start = bytes.startIndex, end = bytes.endIndex
+        while start < end, blank(bytes[start]) { start += 1 }
+        while end > start, blank(bytes[end - 1]) { end -= 1 }
+        return bytes[start ..< end]
+    }
+
+    static func asciiLowercased(_ byte: UInt8) -> UInt8 {
+        (UInt8(ascii: "A") ... UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
     }
 
     /// False once the whole-transfer deadline has passed or the run abandons its work
