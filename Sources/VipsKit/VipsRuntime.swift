@@ -36,7 +36,7 @@ public enum VipsRuntime {
         vips_block_untrusted_set(1)
         vips_leak_set(0)
         // libvips' own switch, VIPS_NOVECTOR, keeps it off as it would without imgpipe.
-        ip_set_vector_enabled(ip_orc_guard_active() != 0 && getenv("VIPS_NOVECTOR") == nil ? 1 : 0)
+        ip_set_vector_enabled(vectorCompileGuarded && getenv("VIPS_NOVECTOR") == nil ? 1 : 0)
         return .success(())
     }()
 

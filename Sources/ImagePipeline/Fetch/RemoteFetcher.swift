@@ -134,7 +134,7 @@ public struct RemoteFetcher: Sendable {
         }
         let cached = cache?.entry(for: address)
         if let cached, !revalidate, let served = fromCache(cached, at: destination) { return served }
-        let temporary = cache?.temporaryFile() ?? destination + ".part"
+        let temporary = cache?.temporaryFile() ?? destination + Self.partialSuffix
         let result: HTTPResult
         var request = HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes)
         if url.scheme == "s3" {
@@ -233,6 +233,16 @@ public struct RemoteFetcher: Sendable {
             throw ItemFailure(.io, "cannot spool \(address): \(String(cString: strerror(errno)))")
         }
         return .fetched(.remote)
+    }
+
+    /// What a half-written download's name ends with, beside its destination.
+    public static let partialSuffix = ".part"
+
+    /// Where `image` writes a download to `destination` before renaming it there, when that
+    /// is beside it (no cache: with one, it goes through a file of the cache's). A file
+    /// already there is written over (`RunStages` puts a spool file for reuse there).
+    public func partialFile(for destination: String) -> String? {
+        cache == nil ? destination + Self.partialSuffix : nil
     }
 
     /// The skip an opt-out `X-Robots-Tag` calls for, when `respectOptOut` is on.

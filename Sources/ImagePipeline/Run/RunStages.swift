@@ -133,7 +133,7 @@ final class RunStages: Sendable {
 
     /// Removes half-written staged outputs and downloads of a killed session.
     private func sweepPartialFiles() {
-        for (folder, suffix) in [(context.stagedDirectory, ".partial"), (context.spoolDirectory, ".part")] {
+        for (folder, suffix) in [(context.stagedDirectory, ".partial"), (context.spoolDirectory, RemoteFetcher.partialSuffix)] {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
             for name in names where name.hasSuffix(suffix) || SpoolFiles.isLeftover(name) { unlink(folder + "/" + name) }
         }
@@ -411,17 +411,16 @@ final class RunStages: Sendable {
                 return fail(job, ItemFailure(.download, "a URL item in a local source: \(job.location)"), attempts: 1)
             }
             let spool = context.spoolDirectory + "/\(job.seq)"
-            // A file of an ended item, put where the fetcher writes a download that bypasses
-            // the cache.
-            let part = spool + ".part"
-            if fetcher.cache == nil { context.spool.reuse(at: part) }
+            // A file of an ended item, put where the fetcher writes the download.
+            let part = fetcher.partialFile(for: spool)
+            if let part { context.spool.reuse(at: part) }
             let outcome = Result { () throws(ItemFailure) -> RemoteFetcher.ImageFetch in
                 try fetcher.image(job.location, to: spool, attempt: attempt, reserved: reserved)
             }
             // A download that did not end in the file (a skip, a retry, a failure) gives it
             // back now, before anything can start this item's next attempt, which writes to
             // the same name.
-            if case .success(.fetched) = outcome {} else { context.spool.recycle(part) }
+            if case .success(.fetched) = outcome {} else if let part { context.spool.recycle(part) }
             let tier: Tier
             switch outcome {
             case let .success(.fetched(served)):
