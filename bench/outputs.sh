@@ -3,7 +3,13 @@
 # (fit 320, 640 and 1280, in FORMAT: jpeg by default, or webp/avif, quality 80) against the three one-output pipelines it replaces, on
 # the same N images of the web corpus (default 300), release build, RUNS (3) alternating
 # rounds. Prints the medians and the ratio of the 3-output run to the sum of the three
-# single runs of the same round (goal: ≤ 0.6), in the form of bench/RESULTS.md. Not a test.
+# single runs of the same round (goal: ≤ 0.6), in the form of bench/RESULTS.md. The
+# three-output run is also timed with its outputs encoded one after another on the worker
+# (IMGPIPE_ENCODE_AHEAD=0), as before encodes were handed off. A run's previous outputs are
+# moved aside, not deleted, and deleted at the end: on a journal-less ext4 (this machine's)
+# a new file walks past every inode of its group freed in the last 30 s, so deleting the
+# 300 files of the three-output run just before it charged it 10 % of its CPU in
+# ext4_create (perf), the single runs (100 files) a third of that per file. Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -31,14 +37,29 @@ cat > "$WORK/out-three.json" <<JSON
 JSON
 SAMPLES=$WORK/outputs-samples.txt
 : > "$SAMPLES"
-one_run() { # kind (320, 640, 1280 or three), side, binary
-  rm -rf "$WORK/out-single-$1" "$WORK/out-three" "$WORK/state-out-$1"
-  timed "$1" "$SAMPLES" "$3" run "$WORK/out-$1.json" --state "$WORK/state-out-$1/s.sqlite" --quiet
-  if [ "$1" = three ] && [ "$(count_files "$WORK/out-three")" -ne $((N * 3)) ]; then
+ASIDE=$WORK/outputs-aside
+rm -rf "$ASIDE"
+mkdir -p "$ASIDE"
+moved=0
+aside() { # paths: moved into $ASIDE (a rename: no inode is freed)
+  local path
+  for path in "$@"; do
+    [ -e "$path" ] || continue
+    moved=$((moved + 1))
+    mv "$path" "$ASIDE/$moved"
+  done
+}
+one_run() { # kind (320, 640, 1280, three or inturn), side, binary
+  local config=$1 ahead=1
+  [ "$1" = inturn ] && config=three ahead=0
+  aside "$WORK/out-single-$config" "$WORK/out-three" "$WORK/state-out-$1"
+  IMGPIPE_ENCODE_AHEAD=$ahead timed "$1" "$SAMPLES" "$3" run "$WORK/out-$config.json" --state "$WORK/state-out-$1/s.sqlite" --quiet
+  if [ "$config" = three ] && [ "$(count_files "$WORK/out-three")" -ne $((N * 3)) ]; then
     echo "3-output run made $(count_files "$WORK/out-three") files" >&2; exit 1
   fi
 }
-alternate head "320 640 1280 three" one_run
+alternate head "320 640 1280 three inturn" one_run
+rm -rf "$ASIDE"
 python3 - "$SAMPLES" "$RUNS" "$N" "$FORMAT" <<'PY'
 import statistics, sys
 path, runs, n, fmt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -46,12 +67,15 @@ rows = [line.split() for line in open(path)]
 by = {}
 for label, wall, rss in rows: by.setdefault(label, []).append((float(wall), int(rss)))
 ratios = [by["three"][i][0] / (by["320"][i][0] + by["640"][i][0] + by["1280"][i][0]) for i in range(runs)]
+inturn = [by["inturn"][i][0] / (by["320"][i][0] + by["640"][i][0] + by["1280"][i][0]) for i in range(runs)]
 med = lambda k: statistics.median(w for w, _ in by[k])
 rss = lambda k: max(r for _, r in by[k]) // 1024
 print(f"### Several outputs: {n} web-sized JPEGs → fit 320, 640, 1280 ({fmt} q80), local folder\n")
 print("| run | wall (s), median | peak RSS (MB) |\n|---|---|---|")
-for k, name in [("320", "one output: fit 320"), ("640", "one output: fit 640"), ("1280", "one output: fit 1280"), ("three", "three outputs in one pipeline")]:
+for k, name in [("320", "one output: fit 320"), ("640", "one output: fit 640"), ("1280", "one output: fit 1280"),
+                ("three", "three outputs in one pipeline"), ("inturn", "the same, encoded one after another (IMGPIPE_ENCODE_AHEAD=0)")]:
     print(f"| {name} | {med(k):.2f} | {rss(k)} |")
 print(f"\nThree outputs vs the sum of the three single runs of the same round: "
       + ", ".join(f"{r:.3f}" for r in ratios) + f" (median {statistics.median(ratios):.3f}; goal ≤ 0.6).")
+print("Encoded one after another: " + ", ".join(f"{r:.3f}" for r in inturn) + f" (median {statistics.median(inturn):.3f}).")
 PY

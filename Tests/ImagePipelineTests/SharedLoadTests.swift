@@ -182,4 +182,71 @@ struct SharedLoadTests {
         #expect((halved.width, halved.height) == (2, 1))
         #expect(halved.samples == [35, 55])
     }
+
+    /// A JPEG output of `box`, with `quality` and the output's own `steps` after it.
+    static func jpegOutput(_ id: String, _ box: FilterStep, quality: Int = 80, steps: [FilterStep] = []) -> OutputPlan {
+        var spec = OutputSpec()
+        spec.id = id
+        spec.format = .jpeg
+        spec.quality = quality
+        return OutputPlan(spec, filters: [box] + steps)
+    }
+
+    /// A 200×150 input fits 1280 and 640 as it is: those two outputs are the same picture,
+    /// encoded the same way, and are encoded once. Each output keeps its own id and place.
+    /// The outputs of the picture as loaded have exactly the bytes they have alone (JPEG
+    /// encoding is deterministic), also those that are not alike: another quality, a step
+    /// of their own. (The 100-px output is halved from the load, not shrunk on load as it
+    /// is alone: its size is the same, its bytes not.)
+    @Test func outputsThatComeOutTheSameAreEncodedOnceAndEachIsWhatItIsAlone() throws {
+        let path = directory.url("small.jpg")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: 5), to: path)
+        let plans = [
+            Self.jpegOutput("w1280", .fit(width: 1280, height: 1280, enlarge: false)),
+            Self.jpegOutput("w640", .fit(width: 640, height: 640, enlarge: false)),
+            Self.jpegOutput("q60", .fit(width: 640, height: 640, enlarge: false), quality: 60),
+            Self.jpegOutput("blurred", .fit(width: 640, height: 640, enlarge: false), steps: [.blur(sigma: 2)]),
+            Self.jpegOutput("w100", .fit(width: 100, height: 100, enlarge: false)),
+        ]
+        let several = try ImageProcessor(filters: [], outputs: plans, limits: Limits()).processOutputs(.file(path))
+        defer { VipsRuntime.endThreadWork() }
+        #expect(several.map(\.output) == plans.map(\.spec.id))
+        for (plan, made) in zip(plans, several) {
+            let alone = try ImageProcessor(filters: plan.filters, output: plan.spec, limits: Limits()).process(.file(path))
+            #expect((made.width, made.height) == (alone.width, alone.height))
+            guard plan.spec.id != "w100" else { continue }
+            #expect(made.data == alone.data, "\(plan.spec.id): \(made.data.count) bytes, alone \(alone.data.count)")
+            #expect(made.sha256 == alone.sha256)
+        }
+        #expect(several[0].data == several[1].data)
+        #expect(Set(several.map(\.data)).count == 4, "w1280 and w640 alike, the other three each their own")
+    }
+
+    /// An output encoded while the worker makes the next one, whose encode fails (WebP
+    /// holds at most 16383 px a side), fails the item with its own message, although the
+    /// output made after it was encoded well.
+    @Test func anOutputWhoseEncodeFailsWhileTheNextIsMadeFailsTheItem() throws {
+        var bytes = [UInt8](repeating: 90, count: 17000 * 4 * 3)
+        for index in stride(from: 0, to: bytes.count, by: 7) { bytes[index] = 200 }
+        let path = directory.url("wide.png")
+        try ImageFixtures.write(try VipsImage.fromPixels(bytes, width: 17000, height: 4, bands: 3).labelled(.srgb), to: path)
+        var wide = OutputSpec()
+        wide.id = "wide"
+        wide.format = .webp
+        let plans = [OutputPlan(wide, filters: [.fit(width: 20000, height: 20000, enlarge: false)]),
+                     Self.jpegOutput("small", .fit(width: 1000, height: 1000, enlarge: false))]
+        let processor = ImageProcessor(filters: [], outputs: plans, limits: Limits())
+        defer { VipsRuntime.endThreadWork() }
+        #expect(throws: ItemFailure.self) { try processor.processOutputs(.file(path)) }
+        do {
+            _ = try processor.processOutputs(.file(path))
+        } catch {
+            #expect(error.reason == .encode)
+            #expect(error.message.contains("too large") && error.message.hasSuffix("(output wide)"), "\(error.message)")
+        }
+        // The small output alone is fine: the failure is the wide one's.
+        let small = try ImageProcessor(filters: plans[1].filters, output: plans[1].spec, limits: Limits()).process(.file(path))
+        #expect(small.width == 1000)
+    }
 }
+

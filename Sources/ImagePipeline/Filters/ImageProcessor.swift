@@ -6,10 +6,13 @@ import VipsKit
 /// `vips_thumbnail`), `IMGPIPE_VIPS_THREADS` (libvips threads per image, default 1) and
 /// `IMGPIPE_VIPS_VECTOR` (`0` turns liborc's vector code off; see `VipsRuntime`); the
 /// last two are process-wide, so the command line applies them through `VipsRuntime`.
+/// `IMGPIPE_ENCODE_AHEAD=0` encodes an item's several outputs one after the other on its
+/// worker instead of handing all but the last to `ImageProcessor.encoders`.
 public struct Tuning: Sendable {
     public var fuseLeadingGeometry = true
     public var threadsPerImage = 1
     public var vectorCode = true
+    public var encodeAhead = true
 
     public init() {}
 
@@ -17,6 +20,7 @@ public struct Tuning: Sendable {
         fuseLeadingGeometry = environment["IMGPIPE_FUSE"] != "0"
         threadsPerImage = environment["IMGPIPE_VIPS_THREADS"].flatMap(Int.init).map { max(1, $0) } ?? 1
         vectorCode = !["0", "false", "off", "no"].contains(environment["IMGPIPE_VIPS_VECTOR"]?.lowercased() ?? "")
+        encodeAhead = environment["IMGPIPE_ENCODE_AHEAD"] != "0"
     }
 }
 
@@ -75,6 +79,9 @@ public struct OutputPlan: Sendable {
 /// none), the input is shrunk while loading to the largest size any output needs, and each
 /// output's resize is made from that or from a larger output (`SharedLoad`), or, for a
 /// JPEG whose output is exactly 1/2, 1/4 or 1/8 of it, by decoding it again at that scale.
+/// Each output but the last is encoded on `encoders` while the worker goes on to make the
+/// next one; outputs that come out the same (the same picture, no steps of their own, the
+/// same encoding: two widths above a small input's own) are encoded once.
 public struct ImageProcessor: Sendable {
     let plan: ChainPlan
     /// Every output, in the pipeline's order.
@@ -88,6 +95,18 @@ public struct ImageProcessor: Sendable {
     /// Checked by `processOrSkip` before any pixel is decoded.
     public let accept: AcceptRules
     let context: FilterContext
+    /// Whether all outputs but the last are encoded on `encoders` (`Tuning.encodeAhead`).
+    let encodeAhead: Bool
+
+    /// Encodes an item's outputs but its last, while the item's worker makes the next one:
+    /// as many threads as cores, started at the first item with several outputs and kept
+    /// for the process (libvips' per-thread state freed after each encode). Within one
+    /// item the outputs are independent once made; encoding one alongside the next keeps
+    /// both cores busy where a worker alone would leave gaps (libvips hands each picture
+    /// to its own thread and back). `bench/outputs.sh` measured it in RESULTS.md.
+    static let encoders = BoundedExecutor(label: "imgpipe.encode", width: ProcessInfo.processInfo.activeProcessorCount) {
+        VipsRuntime.endThreadWork()
+    }
 
     /// `baseDirectory` is the pipeline file's folder (watermark paths are relative to it).
     public init(filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/",
@@ -118,6 +137,7 @@ public struct ImageProcessor: Sendable {
         self.limits = limits
         self.accept = accept
         context = FilterContext(baseDirectory: baseDirectory)
+        encodeAhead = tuning.encodeAhead
     }
 
     /// `process`, with the `accept` rules checked first: from the bytes (size, format by
@@ -210,8 +230,13 @@ public struct ImageProcessor: Sendable {
             }
             throw ItemFailure(.process, Self.text(error))
         }
-        var results: [ProcessedImage?] = Array(repeating: nil, count: outputs.count)
         let inputSHA256 = sha256Hex(data)
+        // The encoded outputs; encodes handed to `encoders` fill theirs in.
+        let encodings = EncodedOutputs(count: outputs.count)
+        // Waits for the encodes handed off (also when a later output fails).
+        defer { encodings.wait() }
+        // Each output's picture before its own steps, for outputs that come out the same.
+        var pictures: [(image: VipsImage, index: Int)] = []
         // After a shared load, outputs go largest first, and each output's resize starts from
         // the smallest resize already made that is at least as large (640 from 1280, not from
         // the load): resampling the smaller image costs less.
@@ -222,72 +247,97 @@ public struct ImageProcessor: Sendable {
                 return a.width * a.height > b.width * b.height
             }
         } ?? Array(outputs.indices)
-        for index in order {
-            let output = outputs[index]
-            var made = image
-            do {
-                // With several outputs, each output's own steps are named `<id>: <op>`.
-                let prefix = outputs.count > 1 ? "\(output.spec.id): " : ""
-                if let sharedLoad {
-                    // The output's own fit/fill, from the closest larger resize; its size is
-                    // reckoned from the input, as the output alone would have it.
-                    let goal = sharedLoad.target(of: index, from: inputSize)
-                    var from = resized.filter { $0.width >= goal.width && $0.height >= goal.height }
-                        .min { $0.width * $0.height < $1.width * $1.height } ?? image
-                    // A JPEG that decodes straight to this size at 1/2, 1/4 or 1/8 scale is
-                    // decoded again so, when the picture it would otherwise be made from has
-                    // at least half the input's pixels (colour-managed inputs excepted: the
-                    // load converted those). Halving costs about 4.5 ms per megapixel it
-                    // reads; decoding again about 2.5 ms per megapixel of the input, most of
-                    // it the Huffman decoding, which the DCT scaling does not shorten.
-                    if (from.width, from.height) != goal, format == .jpeg, !colourManaged,
-                       inputSize.0 * inputSize.1 <= 2 * from.width * from.height,
-                       let k = SharedLoad.jpegScale(from: inputSize, to: goal) {
-                        var decoded = try VipsImage.open(jpeg: data, shrink: k, failOn: format.failOn)
-                        // A turn reads out of order: the small decode is made first.
-                        if sharedLoad.autorotate, header.orientation != 1 { decoded = try decoded.materialized().autorotated() }
-                        // Used only when it is exactly the goal (else the usual resize).
-                        if (decoded.width, decoded.height) == goal { from = decoded }
+        do throws(ItemFailure) {
+            for index in order {
+                let output = outputs[index]
+                var made = image
+                do {
+                    // With several outputs, each output's own steps are named `<id>: <op>`.
+                    let prefix = outputs.count > 1 ? "\(output.spec.id): " : ""
+                    if let sharedLoad {
+                        // The output's own fit/fill, from the closest larger resize; its size is
+                        // reckoned from the input, as the output alone would have it.
+                        let goal = sharedLoad.target(of: index, from: inputSize)
+                        var from = resized.filter { $0.width >= goal.width && $0.height >= goal.height }
+                            .min { $0.width * $0.height < $1.width * $1.height } ?? image
+                        // A JPEG that decodes straight to this size at 1/2, 1/4 or 1/8 scale is
+                        // decoded again so, when the picture it would otherwise be made from has
+                        // at least half the input's pixels (colour-managed inputs excepted: the
+                        // load converted those). Halving costs about 4.5 ms per megapixel it
+                        // reads; decoding again about 2.5 ms per megapixel of the input, most of
+                        // it the Huffman decoding, which the DCT scaling does not shorten.
+                        if (from.width, from.height) != goal, format == .jpeg, !colourManaged,
+                           inputSize.0 * inputSize.1 <= 2 * from.width * from.height,
+                           let k = SharedLoad.jpegScale(from: inputSize, to: goal) {
+                            var decoded = try VipsImage.open(jpeg: data, shrink: k, failOn: format.failOn)
+                            // A turn reads out of order: the small decode is made first.
+                            if sharedLoad.autorotate, header.orientation != 1 { decoded = try decoded.materialized().autorotated() }
+                            // Used only when it is exactly the goal (else the usual resize).
+                            if (decoded.width, decoded.height) == goal { from = decoded }
+                        }
+                        made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))
+                        // Only a fit keeps the whole picture (a fill has been cropped).
+                        if sharedLoad.keepsWholePicture(index), index != order.last {
+                            made = try made.materialized()
+                            resized.append(made)
+                        }
                     }
-                    made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))
-                    // Only a fit keeps the whole picture (a fill has been cropped).
-                    if sharedLoad.keepsWholePicture(index), index != order.last {
-                        made = try made.materialized()
-                        resized.append(made)
+                    // The same picture, with no steps of its own, as an earlier output that is
+                    // encoded the same way: its bytes are this output's too.
+                    if outputSteps[index].isEmpty, let twin = pictures.first(where: {
+                        $0.image === made && outputSteps[$0.index].isEmpty
+                            && outputs[$0.index].spec.format == output.spec.format
+                            && Self.encoding(of: outputs[$0.index].spec) == Self.encoding(of: output.spec)
+                    }) {
+                        encodings.copy(twin.index, to: index, id: output.spec.id)
+                        continue
                     }
+                    pictures.append((made, index))
+                    for step in outputSteps[index] {
+                        made = try lap(prefix + step.opName, try step.apply(to: made, context: context))
+                    }
+                    made = try prepareForOutput(made, colourManaged: colourManaged, format: output.spec.format)
+                } catch {
+                    if let damage = inputDamage(error, data: data, format: format) {
+                        throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
+                    }
+                    throw ItemFailure(.process, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
                 }
-                for step in outputSteps[index] {
-                    made = try lap(prefix + step.opName, try step.apply(to: made, context: context))
+                let encode = { @Sendable [made] () throws(ItemFailure) -> ProcessedImage in
+                    let encoded: Data
+                    do {
+                        encoded = try made.encoded(Self.encoding(of: output.spec))
+                    } catch {
+                        // Pixels are computed while encoding, so a truncated or corrupt input fails here.
+                        if let damage = inputDamage(error, data: data, format: format) {
+                            throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
+                        }
+                        throw ItemFailure(.encode, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
+                    }
+                    return ProcessedImage(output: output.spec.id, data: encoded, width: made.width, height: made.height,
+                                          inputWidth: header.width, inputHeight: header.height,
+                                          inputFormat: format, sha256: sha256Hex(encoded),
+                                          inputBytes: data.count, inputSHA256: inputSHA256)
                 }
-                made = try prepareForOutput(made, colourManaged: colourManaged, format: output.spec.format)
-            } catch {
-                if let damage = inputDamage(error, data: data, format: format) {
-                    throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
+                if encodeAhead, timing == nil, index != order.last {
+                    // Encoded on `encoders` while this worker makes the next output.
+                    encodings.start(index, on: Self.encoders, encode)
+                    continue
                 }
-                throw ItemFailure(.process, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
-            }
-            let encoded: Data
-            do {
-                encoded = try made.encoded(Self.encoding(of: output.spec))
+                encodings.set(index, Result(catching: encode))
                 if let timing {
                     let label = outputs.count > 1 ? "\(output.spec.id): encode" : "encode"
                     let now = DispatchTime.now()
                     timing(label, Double(now.uptimeNanoseconds - clock.uptimeNanoseconds) / 1_000_000)
                     clock = now
                 }
-            } catch {
-                // Pixels are computed while encoding, so a truncated or corrupt input fails here.
-                if let damage = inputDamage(error, data: data, format: format) {
-                    throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
-                }
-                throw ItemFailure(.encode, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
             }
-            results[index] = ProcessedImage(output: output.spec.id, data: encoded, width: made.width, height: made.height,
-                                            inputWidth: header.width, inputHeight: header.height,
-                                            inputFormat: format, sha256: sha256Hex(encoded),
-                                            inputBytes: data.count, inputSHA256: inputSHA256)
+        } catch {
+            // An encode handed off earlier that failed is the item's failure, as it would
+            // have been had it been encoded in turn.
+            throw encodings.firstFailure() ?? error
         }
-        return .processed(results.compactMap { $0 })
+        return .processed(try encodings.all())
     }
 
     /// The input's bytes; a file is read whole, after its size is checked against
@@ -440,5 +490,68 @@ public struct ImageProcessor: Sendable {
     static func megapixels(_ pixels: Int) -> String {
         let mp = Double(pixels) / 1_000_000
         return mp >= 10 ? "\(Int(mp.rounded())) MP" : String(format: "%.1f MP", mp)
+    }
+}
+
+/// An item's encoded outputs as they come in, some from `ImageProcessor.encoders`.
+// @unchecked because `results` and `started` are guarded by `lock`.
+private final class EncodedOutputs: @unchecked Sendable {
+    private let lock = NSLock()
+    private let group = DispatchGroup()
+    private var results: [Result<ProcessedImage, ItemFailure>?]
+    /// Outputs in the order they were made, which decides whose failure is reported.
+    private var started: [Int] = []
+    /// Outputs whose bytes are another's: (from, to, id).
+    private var copies: [(from: Int, to: Int, id: String)] = []
+
+    init(count: Int) { results = Array(repeating: nil, count: count) }
+
+    /// Runs `encode` for output `index` on `executor`.
+    func start(_ index: Int, on executor: BoundedExecutor, _ encode: @escaping @Sendable () throws(ItemFailure) -> ProcessedImage) {
+        lock.withLock { started.append(index) }
+        group.enter()
+        executor.submit { [self] in
+            let result = Result(catching: encode)
+            lock.withLock { results[index] = result }
+            group.leave()
+        }
+    }
+
+    func set(_ index: Int, _ result: Result<ProcessedImage, ItemFailure>) {
+        lock.withLock {
+            started.append(index)
+            results[index] = result
+        }
+    }
+
+    /// Output `index` is output `from`'s bytes, under its own id.
+    func copy(_ from: Int, to index: Int, id: String) {
+        lock.withLock { copies.append((from, index, id)) }
+    }
+
+    /// Waits for every encode started.
+    func wait() { group.wait() }
+
+    /// The failure of the earliest output made that failed, once every encode has ended.
+    func firstFailure() -> ItemFailure? {
+        wait()
+        return lock.withLock {
+            for index in started { if case let .failure(failure)? = results[index] { return failure } }
+            return nil
+        }
+    }
+
+    /// Every output, in the pipeline's order; the first failure (in the order made) instead.
+    func all() throws(ItemFailure) -> [ProcessedImage] {
+        if let failure = firstFailure() { throw failure }
+        return lock.withLock {
+            for copy in copies {
+                if case var .success(image)? = results[copy.from] {
+                    image.output = copy.id
+                    results[copy.to] = .success(image)
+                }
+            }
+            return results.compactMap { try? $0?.get() }
+        }
     }
 }
