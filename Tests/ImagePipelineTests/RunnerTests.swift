@@ -76,6 +76,54 @@ struct RunnerTests {
         #expect(final.done == 40 && final.most <= 3 && final.most >= 2)
     }
 
+    /// What a job holds (an item's input, its pictures) goes when the job has run, even
+    /// while other jobs still wait behind a busy thread.
+    @Test func anExecutorLetsGoOfAJobOnceItHasRun() {
+        final class Held: Sendable {}
+        let executor = BoundedExecutor(label: "test", width: 1)
+        defer { executor.shutdown() }
+        let first = DispatchSemaphore(value: 0)
+        let third = DispatchSemaphore(value: 0)
+        let ran = DispatchSemaphore(value: 0)
+        weak var watched: Held?
+        // One thread: the first job holds it while the second (holding an object), the
+        // third (which holds the thread in turn) and the fourth are queued.
+        executor.submit { first.wait() }
+        do {
+            let held = Held()
+            watched = held
+            executor.submit { withExtendedLifetime(held) {}; ran.signal() }
+        }
+        executor.submit { third.wait() }
+        executor.submit {}
+        first.signal()
+        #expect(ran.wait(timeout: .now() + 30) == .success)
+        // The second job has run; the third holds the thread, the fourth waits.
+        var waited = 0
+        while watched != nil, waited < 3000 { usleep(1000); waited += 1 }
+        #expect(watched == nil, "the job that ran still holds what it captured")
+        third.signal()
+    }
+
+    /// `submitIfIdle` queues a job only when a thread would run it at once.
+    @Test func anExecutorTakesAJobIfIdleOnlyWhenAThreadIsFree() {
+        let executor = BoundedExecutor(label: "test", width: 1)
+        let release = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        let ran = DispatchSemaphore(value: 0)
+        // The thread starts up idle.
+        var waited = 0
+        while !executor.submitIfIdle({ started.signal(); release.wait() }), waited < 3000 { usleep(1000); waited += 1 }
+        #expect(started.wait(timeout: .now() + 30) == .success)
+        #expect(!executor.submitIfIdle { ran.signal() }, "its one thread is busy")
+        release.signal()
+        waited = 0
+        while !executor.submitIfIdle({ ran.signal() }), waited < 3000 { usleep(1000); waited += 1 }
+        #expect(ran.wait(timeout: .now() + 30) == .success)
+        executor.shutdown()
+        #expect(!executor.submitIfIdle {}, "shut down")
+    }
+
     @Test func theWriterCommitsEveryChangeBeforeItsCompletionRuns() throws {
         let store = try RunStore(path: work.url("state.sqlite"))
         let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run

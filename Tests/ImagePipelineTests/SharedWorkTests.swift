@@ -366,7 +366,7 @@ final class SharedWorkTests: @unchecked Sendable {
             WHERE datname = current_database() AND pid <> pg_backend_pid()
             """).first?["n"]
         #expect(Int(cut ?? "") ?? 0 >= 4, "the workers' connections were cut: \(cut ?? "-")")
-        for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stderr)") }
+        for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)") }
         #expect(try status()["done"] as? Int == 30)
         #expect(server.uploads.count == 30 && Set(server.uploads.compactMap(\.filename)).count == 30)
     }

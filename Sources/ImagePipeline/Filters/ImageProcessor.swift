@@ -79,9 +79,10 @@ public struct OutputPlan: Sendable {
 /// none), the input is shrunk while loading to the largest size any output needs, and each
 /// output's resize is made from that or from a larger output (`SharedLoad`), or, for a
 /// JPEG whose output is exactly 1/2, 1/4 or 1/8 of it, by decoding it again at that scale.
-/// Each output but the last is encoded on `encoders` while the worker goes on to make the
-/// next one; outputs that come out the same (the same picture, no steps of their own, the
-/// same encoding: two widths above a small input's own) are encoded once.
+/// Each output but the last is encoded on `encoders` (when a thread of it is free) while
+/// the worker goes on to make the next one; outputs that come out the same (the same
+/// picture, no steps of their own, the same encoding: two widths above a small input's
+/// own) are encoded once.
 public struct ImageProcessor: Sendable {
     let plan: ChainPlan
     /// Every output, in the pipeline's order.
@@ -98,9 +99,10 @@ public struct ImageProcessor: Sendable {
     /// Whether all outputs but the last are encoded on `encoders` (`Tuning.encodeAhead`).
     let encodeAhead: Bool
 
-    /// Encodes an item's outputs but its last, while the item's worker makes the next one:
-    /// as many threads as cores, started at the first item with several outputs and kept
-    /// for the process (libvips' per-thread state freed after each encode). Within one
+    /// Encodes an item's outputs but its last, while the item's worker makes the next one,
+    /// when one of its threads is free (else the worker encodes the output itself): as
+    /// many threads as cores, started at the first item with several outputs and kept for
+    /// the process (libvips' per-thread state freed after each encode). Within one
     /// item the outputs are independent once made; encoding one alongside the next keeps
     /// both cores busy where a worker alone would leave gaps (libvips hands each picture
     /// to its own thread and back). `bench/outputs.sh` measured it in RESULTS.md.
@@ -319,12 +321,15 @@ public struct ImageProcessor: Sendable {
                                           inputFormat: format, sha256: sha256Hex(encoded),
                                           inputBytes: data.count, inputSHA256: inputSHA256)
                 }
-                if encodeAhead, timing == nil, index != order.last {
-                    // Encoded on `encoders` while this worker makes the next output.
-                    encodings.start(index, on: Self.encoders, encode)
+                // Encoded on `encoders` while this worker makes the next output, when one of
+                // its threads is free (with more workers than cores, often none is: the
+                // worker encodes it itself, as it would have to wait for it anyway).
+                if encodeAhead, timing == nil, index != order.last, encodings.start(index, on: Self.encoders, encode) {
                     continue
                 }
-                encodings.set(index, Result(catching: encode))
+                let result = Result(catching: encode)
+                encodings.set(index, result)
+                if case let .failure(failure) = result { throw encodings.firstFailure() ?? failure }
                 if let timing {
                     let label = outputs.count > 1 ? "\(output.spec.id): encode" : "encode"
                     let now = DispatchTime.now()
@@ -506,15 +511,17 @@ private final class EncodedOutputs: @unchecked Sendable {
 
     init(count: Int) { results = Array(repeating: nil, count: count) }
 
-    /// Runs `encode` for output `index` on `executor`.
-    func start(_ index: Int, on executor: BoundedExecutor, _ encode: @escaping @Sendable () throws(ItemFailure) -> ProcessedImage) {
-        lock.withLock { started.append(index) }
+    /// Runs `encode` for output `index` on `executor` if one of its threads is free;
+    /// returns false, doing nothing, if none is.
+    func start(_ index: Int, on executor: BoundedExecutor, _ encode: @escaping @Sendable () throws(ItemFailure) -> ProcessedImage) -> Bool {
         group.enter()
-        executor.submit { [self] in
+        let queued = executor.submitIfIdle { [self] in
             let result = Result(catching: encode)
             lock.withLock { results[index] = result }
             group.leave()
         }
+        if queued { lock.withLock { started.append(index) } } else { group.leave() }
+        return queued
     }
 
     func set(_ index: Int, _ result: Result<ProcessedImage, ItemFailure>) {

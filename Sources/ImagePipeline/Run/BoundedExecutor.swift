@@ -7,14 +7,18 @@ import Foundation
 /// decoding), and libdispatch grows a queue's threads by about one a second while its jobs
 /// block, so a stage 16 wide would take 15 s to reach its width. These threads are all
 /// there from the first job. `shutdown` ends them once the session is over.
-// @unchecked because `waiting`, `head` and `stopped` are guarded by `condition`.
+// @unchecked because `waiting`, `head`, `idle` and `stopped` are guarded by `condition`.
 final class BoundedExecutor: @unchecked Sendable {
     typealias Job = @Sendable () -> Void
 
     let width: Int
     private let condition = NSCondition()
-    private var waiting: [Job] = []
+    /// Jobs not yet taken from `head` on; a taken job's slot is emptied at once, so that
+    /// what it holds goes when it has run, not when the queue next runs dry.
+    private var waiting: [Job?] = []
     private var head = 0
+    /// Threads waiting for a job.
+    private var idle = 0
     private var stopped = false
     private let afterEachJob: (@Sendable () -> Void)?
 
@@ -40,6 +44,17 @@ final class BoundedExecutor: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Queues `job` only when a thread is free to run it at once; false otherwise (busy,
+    /// or shut down), and the caller runs it itself.
+    func submitIfIdle(_ job: @escaping Job) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !stopped, waiting.count - head < idle else { return false }
+        waiting.append(job)
+        condition.signal()
+        return true
+    }
+
     /// Lets the threads end once the jobs already queued have run; later jobs are dropped.
     func shutdown() {
         condition.lock()
@@ -61,9 +76,13 @@ final class BoundedExecutor: @unchecked Sendable {
         defer { condition.unlock() }
         while head == waiting.count {
             if stopped { return nil }
+            idle += 1
             condition.wait()
+            idle -= 1
         }
+        // Slots from `head` on hold jobs.
         let job = waiting[head]
+        waiting[head] = nil
         head += 1
         if head == waiting.count {
             waiting.removeAll(keepingCapacity: true)
