@@ -115,6 +115,23 @@ timed() {
   echo "$label $(cat "$WORK/time.txt")" >> "$file"
 }
 
+# aside PATH… — moves each PATH that exists into $WORK/aside (a rename: no inode is freed);
+# clear_aside deletes them, at the end of a bench. Runs do not delete the previous round's
+# files just before they start: on a journal-less ext4 (this machine's) a new file walks
+# past every inode of its group freed in the last 30 s, which charged the run that followed
+# the most deletions for them (bench/RESULTS.md: ext4_create up to 10 % of a run's CPU).
+ASIDE_COUNT=0
+aside() {
+  local path
+  mkdir -p "$WORK/aside"
+  for path in "$@"; do
+    [ -e "$path" ] || continue
+    ASIDE_COUNT=$((ASIDE_COUNT + 1))
+    mv "$path" "$WORK/aside/$$-$ASIDE_COUNT"
+  done
+}
+clear_aside() { rm -rf "$WORK/aside"; }
+
 # count_files DIR — regular files below DIR.
 count_files() { find "$1" -type f | wc -l; }
 

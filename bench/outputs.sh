@@ -6,8 +6,7 @@
 # single runs of the same round (goal: ≤ 0.6), in the form of bench/RESULTS.md. The
 # three-output run is also timed with its outputs encoded one after another on the worker
 # (IMGPIPE_ENCODE_AHEAD=0), as before encodes were handed off. A run's previous outputs are
-# moved aside, not deleted, and deleted at the end: on a journal-less ext4 (this machine's)
-# a new file walks past every inode of its group freed in the last 30 s, so deleting the
+# moved aside (`aside` in bench/lib.sh), not deleted, and deleted at the end: deleting the
 # 300 files of the three-output run just before it charged it 10 % of its CPU in
 # ext4_create (perf), the single runs (100 files) a third of that per file. Not a test.
 set -euo pipefail
@@ -37,18 +36,6 @@ cat > "$WORK/out-three.json" <<JSON
 JSON
 SAMPLES=$WORK/outputs-samples.txt
 : > "$SAMPLES"
-ASIDE=$WORK/outputs-aside
-rm -rf "$ASIDE"
-mkdir -p "$ASIDE"
-moved=0
-aside() { # paths: moved into $ASIDE (a rename: no inode is freed)
-  local path
-  for path in "$@"; do
-    [ -e "$path" ] || continue
-    moved=$((moved + 1))
-    mv "$path" "$ASIDE/$moved"
-  done
-}
 one_run() { # kind (320, 640, 1280, three or inturn), side, binary
   local config=$1 ahead=1
   [ "$1" = inturn ] && config=three ahead=0
@@ -59,7 +46,7 @@ one_run() { # kind (320, 640, 1280, three or inturn), side, binary
   fi
 }
 alternate head "320 640 1280 three inturn" one_run
-rm -rf "$ASIDE"
+clear_aside
 python3 - "$SAMPLES" "$RUNS" "$N" "$FORMAT" <<'PY'
 import statistics, sys
 path, runs, n, fmt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -63,26 +63,26 @@ start_server "$WEB"
 ls "$WEB" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/urls-python.txt"
 pipeline_b "$WORK/urls-python.txt" out-b "$WORK/b-python.json"
 for run in $(seq 1 "$RUNS"); do
-  rm -rf "$WORK/out-a" "$WORK/state-a"
+  aside "$WORK/out-a" "$WORK/state-a"
   timed "A imgpipe" "$SAMPLES" "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet; check "$WORK/out-a" 1000
-  rm -rf "$WORK/out-vips"; mkdir -p "$WORK/out-vips"
+  aside "$WORK/out-vips"; mkdir -p "$WORK/out-vips"
   timed "A vipsthumbnail" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-vips/%s.jpg[Q=85,strip]'"
   check "$WORK/out-vips" 1000
-  rm -rf "$WORK/out-a" "$WORK/state-a"
+  aside "$WORK/out-a" "$WORK/state-a"
   timed "A imgpipe scalar" "$SAMPLES" env IMGPIPE_VIPS_VECTOR=0 "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet
   check "$WORK/out-a" 1000
   if [ -z "${SKIP_PEERS:-}" ]; then
-    rm -rf "$WORK/out-magick"; mkdir -p "$WORK/out-magick"
+    aside "$WORK/out-magick"; mkdir -p "$WORK/out-magick"
     timed "A mogrify" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 mogrify -path '$WORK/out-magick' -resize '256x256>' -quality 85 -strip"
     check "$WORK/out-magick" 1000
   fi
-  rm -rf "$WORK/out-b" "$WORK/state-b"
+  aside "$WORK/out-b" "$WORK/state-b"
   timed "B imgpipe" "$SAMPLES" "$BIN" run "$WORK/b.json" --state "$WORK/state-b/b.sqlite" --quiet; check "$WORK/out-b" 1000
-  rm -rf "$WORK/out-b" "$WORK/state-b"
+  aside "$WORK/out-b" "$WORK/state-b"
   timed "B imgpipe python" "$SAMPLES" "$BIN" run "$WORK/b-python.json" --state "$WORK/state-b/b.sqlite" --quiet
   check "$WORK/out-b" 1000
   if [ -z "${SKIP_PEERS:-}" ]; then
-    rm -rf "$WORK/out-i2d"
+    aside "$WORK/out-i2d"
     timed "B img2dataset" "$SAMPLES" "$VENV/bin/img2dataset" --url_list "$WORK/urls.txt" --input_format txt \
       --output_folder "$WORK/out-i2d" --output_format files --processes_count 2 --thread_count 32 --image_size 256 \
       --resize_mode keep_ratio --resize_only_if_bigger True --encode_quality 85 --enable_wandb False
@@ -97,7 +97,7 @@ start_server "$TINY"
 for n in 1000 "$SCALE"; do
   url_list "$TINY" "$n" "$WORK/scale-$n.txt"
   pipeline_b "$WORK/scale-$n.txt" "out-scale-$n" "$WORK/scale-$n.json" "{index}.{ext}"
-  rm -rf "$WORK/out-scale-$n" "$WORK/state-scale-$n"
+  aside "$WORK/out-scale-$n" "$WORK/state-scale-$n"
   timed "S run $n" "$SAMPLES" "$BIN" run "$WORK/scale-$n.json" --state "$WORK/state-scale-$n/s.sqlite" --quiet
   check "$WORK/out-scale-$n" "$n"
   for run in $(seq 1 "$RUNS"); do
@@ -112,7 +112,7 @@ rm -rf "$WORK/tiny-local" "$WORK/out-tiny-vips"; mkdir -p "$WORK/tiny-local" "$W
 tiny=("$TINY"/*.jpg)
 for i in $(seq 0 1999); do ln "${tiny[$(( i % ${#tiny[@]} ))]}" "$WORK/tiny-local/t$i.jpg"; done
 for run in $(seq 1 "$RUNS"); do
-  rm -rf "$WORK/out-tiny-vips"; mkdir -p "$WORK/out-tiny-vips"
+  aside "$WORK/out-tiny-vips"; mkdir -p "$WORK/out-tiny-vips"
   timed "S vipsthumbnail 2000" "$SAMPLES" sh -c "ls '$WORK/tiny-local'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-tiny-vips/%s.jpg[Q=85,strip]'"
   check "$WORK/out-tiny-vips" 2000
 done
@@ -121,6 +121,7 @@ done
 RUNS=$RUNS bench/slow-origin.sh
 sed 's/^/O /' "$WORK/slow-samples.txt" >> "$SAMPLES"
 
+clear_aside
 python3 bench/report.py "$SAMPLES" "$RUNS" "$SCALE" "$(cpu_name)" "$(pkg-config --modversion vips)" > bench/RESULTS.md.new
 python3 - <<'PY'
 # Keep the hand-written tuning log (everything from "## Tuning log") below the new table.
