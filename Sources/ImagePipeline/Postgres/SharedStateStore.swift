@@ -227,9 +227,11 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
                     }
                 }
             }
-            if let finished = ledger.settled(entries.count, of: id) { try complete(finished, using: shared) }
+            _ = ledger.settled(entries.count, of: id)
         }
-        // A chunk whose items all ended in an earlier flush but was given out in full later.
+        // Chunks whose items have all ended (in this flush or an earlier one, a chunk given
+        // out in full since) are marked done once every end is written: a failure here
+        // then leaves no end unwritten, and the next flush tries the marking again.
         for chunk in ledger.unfinished() where ledger.settled(0, of: chunk.id) != nil {
             try complete(chunk, using: shared)
         }
