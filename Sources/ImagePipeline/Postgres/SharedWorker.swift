@@ -99,6 +99,10 @@ public final class SharedWorker: @unchecked Sendable {
                                         "vector": VipsRuntime.vectorCodeEnabled ? "on" : "off"]) { $1 }
     }
 
+    static func abandonedError(_ run: Int64) -> SharedWorkerError {
+        SharedWorkerError("run #\(run) was abandoned (`imgpipe run --new` started another): this worker stopped")
+    }
+
     /// Stops claiming; items in flight get the grace period (none with `now`).
     public func interrupt(now: Bool = false) {
         stopping.cancel()
@@ -137,7 +141,7 @@ public final class SharedWorker: @unchecked Sendable {
         threads.forEach { $0.stop() }
         if abandoned.withLock({ $0 }) {
             for chunk in ledger.unfinished() { try? threads.recorderRun.handBack(chunk) }
-            throw SharedWorkerError("run #\(run.runId) was abandoned (`imgpipe run --new` started another): this worker stopped")
+            throw Self.abandonedError(run.runId)
         }
         // With the database out of reach nothing more can be written: the leases run out
         // and other workers take the chunks.
@@ -155,6 +159,9 @@ public final class SharedWorker: @unchecked Sendable {
         }
         let counts = try threads.recorderRun.counts()
         let finished = try threads.recorderRun.markFinished()
+        // Abandoned after this worker's last heartbeat looked (it ended its items first):
+        // said as the heartbeat would have said it, not as a run left unfinished.
+        if !finished, try threads.recorderRun.state() == "abandoned" { throw Self.abandonedError(run.runId) }
         let mine = store.tally()
         let interrupted = summary?.interrupted ?? true
         // The feed of chunks failing (the database out of reach past the lease) ends the
