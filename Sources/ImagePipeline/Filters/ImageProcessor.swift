@@ -329,7 +329,8 @@ public struct ImageProcessor: Sendable {
                 }
                 let result = Result(catching: encode)
                 encodings.set(index, result)
-                if case let .failure(failure) = result { throw encodings.firstFailure() ?? failure }
+                // A failure ends the item here (the catch below picks an earlier one first).
+                _ = try result.get()
                 if let timing {
                     let label = outputs.count > 1 ? "\(output.spec.id): encode" : "encode"
                     let now = DispatchTime.now()
