@@ -290,6 +290,42 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(try state(partly.id, of: b) == "pending", "a chunk with an item left goes to another worker")
     }
 
+    @Test func aWorkerEndingJustAfterAnotherMarkedTheRunFinishedSaysItIsFinished() throws {
+        // Two workers end at once: the first marks the run finished; the second's mark waits
+        // for the first's commit, then marks nothing. It must still see the run finished (it
+        // exited 1 with "not finished (0 items pending)" when the state it read came from a
+        // snapshot taken before that commit).
+        let a = try worker("a")
+        let b = try worker("b")
+        _ = try list(3, by: a)
+        let chunk = try #require(try a.claim().first)
+        try a.record((0 ..< 3).map { .init(seq: Int64($0), status: .done) }, in: chunk)
+        #expect(try a.complete(chunk))
+
+        // The first worker's mark, held open: its row lock stands until the commit.
+        let first = try PostgresConnection(url: url)
+        try first.execute("BEGIN")
+        try first.execute("UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1", [String(a.runId)])
+        let answer = Mutex<Bool?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let marker = Thread {
+            answer.withLock { $0 = try? b.markFinished() }
+            done.signal()
+        }
+        marker.start()
+        // The second's mark waits on that lock (seen by the server, not guessed by a sleep).
+        let deadline = Date().addingTimeInterval(20)
+        while try first.execute("""
+            SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()
+            """).first?.int("n") == 0, Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        try first.execute("COMMIT")
+        done.wait()
+        #expect(answer.withLock { $0 } == true, "the run is finished, by the other worker")
+        #expect(try b.state() == "finished")
+    }
+
     // MARK: - listing
 
     @Test func oneListerAtATimeAndTheNextContinuesFromTheCursor() throws {

@@ -339,16 +339,20 @@ public final class SharedRun: @unchecked Sendable {
     /// Marks the run finished if it is done: its feed listed and no chunk pending or leased
     /// (a refresh may have reopened it since the caller looked). Returns whether it is
     /// finished, by this call or before (a run another worker marked; an abandoned one is not).
+    ///
+    /// The state is read again in a statement of its own when this one marks nothing. Read
+    /// in the same statement, it came from the statement's snapshot: when two workers
+    /// ended at once, the second's `UPDATE` waited for the first's to commit and then
+    /// skipped the row, finished by then, while its snapshot, taken before that commit, still
+    /// said `running`. That worker exited 1 with "not finished (0 items pending)" over a run
+    /// that was finished.
     @discardableResult
     public func markFinished() throws -> Bool {
-        try connection.execute("""
-            WITH marked AS (
-                UPDATE imgpipe_run r SET state = 'finished', finished_at = now()
-                WHERE r.id = $1 AND r.state = 'running' AND r.feed_complete AND NOT \(Self.chunksOpen)
-                RETURNING 1
-            )
-            SELECT EXISTS (SELECT 1 FROM marked) OR (SELECT state = 'finished' FROM imgpipe_run WHERE id = $1) AS finished
-            """, [run]).first?.bool("finished") == true
+        let marked = try connection.execute("""
+            UPDATE imgpipe_run r SET state = 'finished', finished_at = now()
+            WHERE r.id = $1 AND r.state = 'running' AND r.feed_complete AND NOT \(Self.chunksOpen)
+            """, [run])
+        return try marked.affected == 1 || state() == "finished"
     }
 
     /// Whether the feed is listed to its end and whether any chunk is still pending or
