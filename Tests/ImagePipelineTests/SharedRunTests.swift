@@ -290,40 +290,88 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(try state(partly.id, of: b) == "pending", "a chunk with an item left goes to another worker")
     }
 
-    @Test func aWorkerEndingJustAfterAnotherMarkedTheRunFinishedSaysItIsFinished() throws {
-        // Two workers end at once: the first marks the run finished; the second's mark waits
-        // for the first's commit, then marks nothing. It must still see the run finished (it
-        // exited 1 with "not finished (0 items pending)" when the state it read came from a
-        // snapshot taken before that commit).
+    /// A run of 3 items, all done and their chunk done, for workers `a` and `b`.
+    func endedRun() throws -> (a: SharedRun, b: SharedRun, chunk: SharedRun.Chunk) {
         let a = try worker("a")
         let b = try worker("b")
         _ = try list(3, by: a)
         let chunk = try #require(try a.claim().first)
         try a.record((0 ..< 3).map { .init(seq: Int64($0), status: .done) }, in: chunk)
         #expect(try a.complete(chunk))
+        return (a, b, chunk)
+    }
 
-        // The first worker's mark, held open: its row lock stands until the commit.
-        let first = try PostgresConnection(url: url)
-        try first.execute("BEGIN")
-        try first.execute("UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1", [String(a.runId)])
+    /// `run`'s `markFinished`, called while another session holds the run's row in a
+    /// transaction made of `statements`, which then commits; returns what it answered.
+    func markFinished(by run: SharedRun, whileHolding statements: [(String, [String?])]) throws -> Bool? {
+        let other = try PostgresConnection(url: url)
+        try other.execute("BEGIN")
+        for (sql, parameters) in statements { try other.execute(sql, parameters) }
         let answer = Mutex<Bool?>(nil)
         let done = DispatchSemaphore(value: 0)
-        let marker = Thread {
-            answer.withLock { $0 = try? b.markFinished() }
+        Thread {
+            answer.withLock { $0 = try? run.markFinished() }
             done.signal()
-        }
-        marker.start()
-        // The second's mark waits on that lock (seen by the server, not guessed by a sleep).
+        }.start()
+        // The marking waits on that lock (seen by the server, not guessed by a sleep).
         let deadline = Date().addingTimeInterval(20)
-        while try first.execute("""
+        while try other.execute("""
             SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()
             """).first?.int("n") == 0, Date() < deadline {
             Thread.sleep(forTimeInterval: 0.01)
         }
-        try first.execute("COMMIT")
+        try other.execute("COMMIT")
         done.wait()
-        #expect(answer.withLock { $0 } == true, "the run is finished, by the other worker")
+        return answer.withLock { $0 }
+    }
+
+    @Test func aWorkerEndingJustAfterAnotherMarkedTheRunFinishedSaysItIsFinished() throws {
+        // Two workers end at once: the first marks the run finished; the second's marking
+        // waits for the first's commit. It must see the run finished (it exited 1 with "not
+        // finished (0 items pending)" when it read the state from a snapshot taken before
+        // that commit).
+        let (a, b, _) = try endedRun()
+        let answer = try markFinished(by: b, whileHolding: [
+            ("UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1", [String(a.runId)])])
+        #expect(answer == true, "the run is finished, by the other worker")
         #expect(try b.state() == "finished")
+    }
+
+    @Test func aRunReopenedWhileAWorkerMarksItStaysOpen() throws {
+        // `resume --retry-failed` puts a done chunk back to pending and reopens the run in
+        // one transaction; a worker marking the run meanwhile must see that chunk once it
+        // has the row, and leave the run running (else its items were stranded in a run
+        // marked finished, which `work` and `resume` would not go back to).
+        let (a, b, chunk) = try endedRun()
+        let answer = try markFinished(by: b, whileHolding: [
+            ("UPDATE imgpipe_chunk SET state = 'pending' WHERE run_id = $1 AND id = $2", [String(a.runId), String(chunk.id)]),
+            ("UPDATE imgpipe_run SET state = 'running', finished_at = NULL WHERE id = $1", [String(a.runId)])])
+        #expect(answer == false, "a chunk is pending again")
+        #expect(try b.state() == "running")
+        #expect(try b.claim().first?.id == chunk.id, "the chunk is there to claim")
+    }
+
+    @Test func aChunkClaimedAgainIsNotLostThroughAnAnswerAboutItsOldClaim() {
+        // A worker stalled past its lease; its chunk was rescued and the worker claimed it
+        // again. Its heartbeat (which still listed the old claim) or a write refused under
+        // the old claim says "lost": that is the old claim's, not the new one's, which the
+        // worker goes on with, records under and marks done.
+        let ledger = ChunkLedger()
+        let old = SharedRun.Chunk(id: 4, token: 10, firstSeq: 0, lastSeq: 1, items: 2)
+        let again = SharedRun.Chunk(id: 4, token: 11, firstSeq: 0, lastSeq: 1, items: 2)
+        let items = (0 ..< 2).map { SharedRun.Item(seq: Int64($0), item: FeedItem(key: "k\($0)", location: "in/\($0).jpg")) }
+        ledger.add(old, items: items)
+        ledger.add(again, items: items)
+        ledger.allGiven(again)
+        ledger.markLost(old)
+        #expect(ledger.unfinished() == [again], "the new claim is held")
+        #expect(ledger.end("k0")?.chunk == again && ledger.end("k1")?.chunk == again)
+        #expect(ledger.settled(2, of: old) == nil, "ends counted under the old claim are not the new one's")
+        #expect(ledger.settled(2, of: again) == again, "every item of the new claim ended")
+        ledger.finished(old)
+        #expect(ledger.unfinished() == [again], "finishing the old claim leaves the new one")
+        ledger.finished(again)
+        #expect(ledger.unfinished().isEmpty)
     }
 
     // MARK: - listing

@@ -97,7 +97,9 @@ public final class PostgresConnection: @unchecked Sendable {
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         _ = try run("SET idle_in_transaction_session_timeout = \(idleInTransactionTimeout * 1000)", [])
         // A statement waits for a row lock at most this long (a rescue never waits: it skips
-        // locked rows); its error is tried again like a lost connection's.
+        // locked rows); then it fails with SQLSTATE 55P03, which is not replayed here: a
+        // worker's claims and end-of-run checks try again (`ChunkFeed`), a recorder's write
+        // stays queued for its next turn.
         _ = try run("SET lock_timeout = \(max(1000, idleInTransactionTimeout * 1000 / 2))", [])
         _ = try run("SET application_name = 'imgpipe'", [])
     }

@@ -151,8 +151,17 @@ public final class SharedRun: @unchecked Sendable {
         self.worker = worker ?? "\(ProcessInfo.processInfo.hostName):\(getpid()):\(UUID().uuidString.prefix(6).lowercased())"
         try SharedRunSchema.make(on: connection)
         let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
+        // Made before the transaction: when its commit went through but the answer was lost,
+        // the replay finds the run it made (instead of taking it for another's unfinished
+        // run, refusing to start, or with `--new` abandoning it for a third).
+        let newUUID = UUID().uuidString.lowercased()
         let joined = try connection.transaction { () -> PostgresRow in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext('imgpipe-run:' || $1))", [pipelineName])
+            if let made = try connection.execute("""
+                SELECT id, uuid, state, fingerprint, chunk_size, item_limit FROM imgpipe_run WHERE uuid = $1
+                """, [newUUID]).first {
+                return made
+            }
             let latest = try connection.execute("""
                 SELECT id, uuid, state, fingerprint, chunk_size, item_limit FROM imgpipe_run
                 WHERE pipeline_name = $1 AND state <> 'abandoned' ORDER BY id DESC LIMIT 1
@@ -178,7 +187,7 @@ public final class SharedRun: @unchecked Sendable {
             case let .fresh(replace, _) where unfinished != nil:
                 let id = unfinished?.int("id") ?? 0
                 guard replace else { throw SharedRunError.unfinishedRun(id: id) }
-                try connection.execute("UPDATE imgpipe_run SET state = 'abandoned' WHERE id = $1", [String(id)])
+                try connection.execute("UPDATE imgpipe_run SET state = 'abandoned' WHERE id = $1 AND state <> 'finished'", [String(id)])
             default: break
             }
             let joins: Bool
@@ -202,7 +211,7 @@ public final class SharedRun: @unchecked Sendable {
             return try connection.execute("""
                 INSERT INTO imgpipe_run (uuid, pipeline_name, fingerprint, state, chunk_size, item_limit)
                 VALUES ($1, $2, $3, 'running', $4, $5::bigint) RETURNING id, uuid, state, fingerprint, chunk_size, item_limit
-                """, [UUID().uuidString.lowercased(), pipelineName, fingerprintText, String(chunkSize), limit]).first!
+                """, [newUUID, pipelineName, fingerprintText, String(chunkSize), limit]).first!
         }
         runId = joined.int("id") ?? 0
         itemLimit = joined.int("item_limit").map(Int.init)
@@ -340,19 +349,25 @@ public final class SharedRun: @unchecked Sendable {
     /// (a refresh may have reopened it since the caller looked). Returns whether it is
     /// finished, by this call or before (a run another worker marked; an abandoned one is not).
     ///
-    /// The state is read again in a statement of its own when this one marks nothing. Read
-    /// in the same statement, it came from the statement's snapshot: when two workers
-    /// ended at once, the second's `UPDATE` waited for the first's to commit and then
-    /// skipped the row, finished by then, while its snapshot, taken before that commit, still
-    /// said `running`. That worker exited 1 with "not finished (0 items pending)" over a run
-    /// that was finished.
+    /// The run's row is locked first, by a statement of its own: the marking statement then
+    /// starts after every transaction that held the row has committed, and reads the chunks
+    /// as they left them. (Read by the marking statement while it waited for the lock, they
+    /// came from a snapshot taken before: a `resume --retry-failed` that put chunks back to
+    /// pending, then reopened the run, could have its run marked finished over them.) The
+    /// state is read again after the marking, for the same reason: when two workers ended at
+    /// once, the second's marking found the run finished by the first, while its snapshot
+    /// still said `running`, and that worker exited 1, "not finished (0 items pending)".
     @discardableResult
     public func markFinished() throws -> Bool {
-        let marked = try connection.execute("""
-            UPDATE imgpipe_run r SET state = 'finished', finished_at = now()
-            WHERE r.id = $1 AND r.state = 'running' AND r.feed_complete AND NOT \(Self.chunksOpen)
-            """, [run])
-        return try marked.affected == 1 || state() == "finished"
+        try connection.transaction {
+            let state = try connection.execute("SELECT state FROM imgpipe_run WHERE id = $1 FOR UPDATE", [run]).first?["state"]
+            guard state == "running" else { return state == "finished" }
+            let marked = try connection.execute("""
+                UPDATE imgpipe_run r SET state = 'finished', finished_at = now()
+                WHERE r.id = $1 AND r.state = 'running' AND r.feed_complete AND NOT \(Self.chunksOpen)
+                """, [run])
+            return marked.affected == 1
+        }
     }
 
     /// Whether the feed is listed to its end and whether any chunk is still pending or
@@ -435,8 +450,9 @@ public final class SharedRun: @unchecked Sendable {
         // After the fenced transaction, never inside it: the heartbeat locks the worker row
         // before chunks, so taking it after a chunk could deadlock the two.
         if written > 0 {
+            // Not replayed: the first try may have counted them.
             _ = try? connection.execute("UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
-                                    [run, worker, String(written)])
+                                        [run, worker, String(written)], idempotent: false)
         }
         return written
     }

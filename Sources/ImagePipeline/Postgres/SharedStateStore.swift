@@ -196,8 +196,11 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     /// all ended. A chunk whose lease was lost is dropped: its items are another worker's now.
     func flush(using shared: SharedRun) throws {
         let pending = queue.withLock { queue in defer { queue.removeAll() }; return queue }
-        let byChunk = Dictionary(grouping: pending, by: { $0.chunk.id }).sorted { $0.key < $1.key }
-        for (index, (id, entries)) in byChunk.enumerated() {
+        // By claim: ends queued under a claim since lost go to the database under that
+        // claim, which refuses them; the chunk's new claim's ends are written under it.
+        let byChunk = Dictionary(grouping: pending, by: { ClaimKey(id: $0.chunk.id, token: $0.chunk.token) })
+            .sorted { ($0.key.id, $0.key.token) < ($1.key.id, $1.key.token) }
+        for (index, (_, entries)) in byChunk.enumerated() {
             let chunk = entries[0].chunk
             do {
                 // Each item's outputs and deliveries go with its end, for `export`.
@@ -227,14 +230,19 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
                     }
                 }
             }
-            _ = ledger.settled(entries.count, of: id)
+            _ = ledger.settled(entries.count, of: chunk)
         }
         // Chunks whose items have all ended (in this flush or an earlier one, a chunk given
         // out in full since) are marked done once every end is written: a failure here
         // then leaves no end unwritten, and the next flush tries the marking again.
-        for chunk in ledger.unfinished() where ledger.settled(0, of: chunk.id) != nil {
+        for chunk in ledger.unfinished() where ledger.settled(0, of: chunk) != nil {
             try complete(chunk, using: shared)
         }
+    }
+
+    private struct ClaimKey: Hashable {
+        let id: Int64
+        let token: Int64
     }
 
     /// Marks a chunk done; a lease lost meanwhile leaves it to its new holder.

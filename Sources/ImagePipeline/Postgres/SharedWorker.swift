@@ -157,8 +157,10 @@ public final class SharedWorker: @unchecked Sendable {
         if case .resume(_, refreshFeed: true) = options.joining, let failed = try? threads.recorderRun.refreshError() {
             listingError.withLock { $0 = $0 ?? "the feed could not be listed again: " + failed }
         }
-        let counts = try threads.recorderRun.counts()
         let finished = try threads.recorderRun.markFinished()
+        // Read after the marking: a run reopened meanwhile (a retry of its failed items) is
+        // said with the items it has pending now.
+        let counts = try threads.recorderRun.counts()
         // Abandoned after this worker's last heartbeat looked (it ended its items first):
         // said as the heartbeat would have said it, not as a run left unfinished.
         if !finished, try threads.recorderRun.state() == "abandoned" { throw Self.abandonedError(run.runId) }
@@ -394,25 +396,34 @@ final class ChunkLedger: Sendable {
         }
     }
 
-    /// Counts `count` ends of `chunk`'s items; returns the chunk when all have ended.
-    func settled(_ count: Int, of chunk: Int64) -> SharedRun.Chunk? {
+    // Each call below names a claim (the chunk and its lease token) and changes nothing
+    // when the chunk is held under another claim now: a chunk rescued from this worker and
+    // claimed by it again is a new claim, which an answer about the old one (its writes
+    // refused, its heartbeat missing) must not mark lost.
+
+    /// Counts `count` ends of the items of `chunk`'s claim; returns the chunk when all have ended.
+    func settled(_ count: Int, of chunk: SharedRun.Chunk) -> SharedRun.Chunk? {
         state.withLock { state in
-            guard var held = state.chunks[chunk] else { return nil }
+            guard var held = state.chunks[chunk.id], held.chunk.token == chunk.token else { return nil }
             held.settled += count
-            state.chunks[chunk] = held
+            state.chunks[chunk.id] = held
             return held.allGiven && held.settled >= held.given && !held.lost ? held.chunk : nil
         }
     }
 
     func finished(_ chunk: SharedRun.Chunk) {
         state.withLock { state in
+            guard state.chunks[chunk.id]?.chunk.token == chunk.token else { return }
             state.chunks[chunk.id] = nil
             state.items = state.items.filter { $0.value.chunk != chunk.id }
         }
     }
 
     func markLost(_ chunk: SharedRun.Chunk) {
-        state.withLock { $0.chunks[chunk.id]?.lost = true }
+        state.withLock { state in
+            guard state.chunks[chunk.id]?.chunk.token == chunk.token else { return }
+            state.chunks[chunk.id]?.lost = true
+        }
     }
 
     /// Chunks held and not finished (lost ones left out: they are not this worker's).
