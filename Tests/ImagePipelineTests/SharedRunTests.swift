@@ -29,7 +29,7 @@ final class SharedRunTests: @unchecked Sendable {
     func list(_ count: Int, by run: SharedRun, from start: Int = 0, cursor: String? = "end", complete: Bool = true) throws -> Int {
         let lease = try #require(try run.acquireLister())
         return try run.recordPage((start ..< start + count).map { FeedItem(key: "k\($0)", location: "in/\($0).jpg") },
-                                  cursor: cursor, complete: complete, lease: lease)
+                                  cursor: cursor, complete: complete, lease: lease).added
     }
 
     func itemStatuses() throws -> [String: String] {
@@ -382,7 +382,7 @@ final class SharedRunTests: @unchecked Sendable {
         let lease = try #require(try a.acquireLister())
         #expect(lease.cursor == nil)
         #expect(try b.acquireLister() == nil, "one lister at a time")
-        #expect(try a.recordPage([FeedItem(key: "k0", location: "u0"), FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false, lease: lease) == 3)
+        #expect(try a.recordPage([FeedItem(key: "k0", location: "u0"), FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false, lease: lease).added == 3)
         #expect(try a.counts().items == 3 && a.counts().chunksPending == 2, "three items make chunks of two and one")
 
         // The lister stops answering (killed): its lease runs out, the next takes over where it stopped.
@@ -393,8 +393,8 @@ final class SharedRunTests: @unchecked Sendable {
             try a.recordPage([FeedItem(key: "k3", location: "u3")], cursor: "page=3", complete: false, lease: lease)
         }
         // Redoing a page changes nothing; the last page ends the listing.
-        #expect(try b.recordPage([FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false, lease: next) == 0)
-        #expect(try b.recordPage([FeedItem(key: "k3", location: "u3"), FeedItem(key: "k4", location: "u4")], cursor: nil, complete: true, lease: next) == 2)
+        #expect(try b.recordPage([FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false, lease: next) == .init(added: 0, items: 3), "a page listed again adds nothing")
+        #expect(try b.recordPage([FeedItem(key: "k3", location: "u3"), FeedItem(key: "k4", location: "u4")], cursor: nil, complete: true, lease: next) == .init(added: 2, items: 5))
         #expect(try b.acquireLister() == nil, "the feed is listed to its end")
         let counts = try b.counts()
         #expect(counts.items == 5 && counts.feedComplete)

@@ -576,10 +576,11 @@ public final class SharedRun: @unchecked Sendable {
     /// Records one page of the feed in one transaction with the cursor after it: its items
     /// (a key already in the run is left as it is), the chunks they make (at most
     /// `chunkSize` consecutive items each) and whether the feed ended. Fenced by the lister
-    /// lease; redoing a page adds nothing. Returns how many items were new.
+    /// lease; redoing a page adds nothing. Returns how many items were new, and how many
+    /// the run has with them.
     @discardableResult
     public func recordPage(_ items: [FeedItem], cursor: String?, complete: Bool,
-                           lease: ListerLease) throws -> Int {
+                           lease: ListerLease) throws -> RecordedPage {
         try connection.transaction {
             guard let run = try connection.execute("""
                 SELECT next_seq, next_chunk, chunk_size FROM imgpipe_run
@@ -618,15 +619,25 @@ public final class SharedRun: @unchecked Sendable {
                       postgresTextArray(items.map { $0.fromFallback ? "t" : "f" })])
             let added = inserted.all.reduce(0) { $0 + Int($1.int("items") ?? 0) }
             let chunks = inserted.count
-            try connection.execute("""
+            let total = try connection.execute("""
                 UPDATE imgpipe_run SET next_seq = next_seq + $2::bigint, next_chunk = next_chunk + $3::bigint, feed_cursor = $4,
                     feed_complete = $5::boolean, pages_listed = pages_listed + 1,
                     refreshing = refreshing AND NOT $5::boolean,
                     lister = CASE WHEN $5::boolean THEN NULL ELSE lister END
                 WHERE id = $1
+                RETURNING next_seq
                 """, [self.run, String(added), String(chunks), cursor, complete ? "true" : "false"])
-            return added
+            return RecordedPage(added: added, items: Int(total.first?.int("next_seq") ?? 0))
         }
+    }
+
+    /// What `recordPage` recorded.
+    public struct RecordedPage: Sendable, Equatable {
+        /// Items of the page the run did not have.
+        public let added: Int
+        /// Items the run has now. (A page replayed after its commit's answer was lost adds
+        /// none the second time: a `--limit` is reckoned from this, not from the sum of `added`.)
+        public let items: Int
     }
 
     // MARK: - status

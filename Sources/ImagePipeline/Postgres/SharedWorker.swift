@@ -287,8 +287,8 @@ public final class SharedWorker: @unchecked Sendable {
             let stored = last.map { FeedCursor(key: environment.unexpanded($0.key), listed: $0.listed,
                                                page: $0.page.map(environment.unexpanded)) }
             let text = stored.flatMap { try? JSONEncoder.sorted.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
-            let added = try shared.recordPage(page, cursor: text, complete: complete, lease: lease)
-            room = room.map { $0 - added }
+            let recorded = try shared.recordPage(page, cursor: text, complete: complete, lease: lease)
+            room = run.itemLimit.map { max(0, $0 - recorded.items) }
             page.removeAll()
         }
         do {
