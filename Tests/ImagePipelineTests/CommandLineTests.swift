@@ -202,6 +202,14 @@ struct CommandLineTests {
         let partial = try store().counts(runId: interrupted.id)
         #expect(partial.done < keys.count)
         #expect(partial.done == work.files(under: "out").count, "every item marked done has its file")
+        // The feed is listed as slots free up: stopped early, the run has only part of it,
+        // and its counts say so rather than pass for the whole feed.
+        let stopped = try status()
+        #expect(!stopped.feedComplete && stopped.total < keys.count, "total \(stopped.total)")
+        #expect(result.stdout.contains(" of \(stopped.total) listed so far"), "stdout: \(result.stdout)")
+        let text = try imgpipe("status", "pipe.json")
+        #expect(text.stdout.contains("items: \(stopped.total) total listed so far (the feed is not listed to its end)"),
+                "stdout: \(text.stdout)")
 
         // Changing what outputs look like blocks resume, naming what changed.
         try pipeline(filters: #"[{"op": "fit", "width": 128, "height": 128}]"#, limits: #"{"workers": 1}"#)
@@ -299,6 +307,11 @@ struct CommandLineTests {
         try work.folder("in")
         let valid = try imgpipe("validate", "pipe.json")
         #expect(valid.status == 0, "stderr: \(valid.stderr)")
+        for corner in ["northwest", "northeast", "southwest", "southeast"] {
+            try pipeline(filters: #"[{"op": "fill", "width": 32, "height": 32, "gravity": "\#(corner)"}]"#)
+            let spelt = try imgpipe("validate", "pipe.json")
+            #expect(spelt.status == 0, "\(corner): \(spelt.stderr)")
+        }
         try pipeline(output: #"{"format": "jepg"}"#)
         let typo = try imgpipe("validate", "pipe.json")
         #expect(typo.status == 2 && typo.stderr.contains(#"output.format: expected one of jpeg, png, webp, avif, tiff, gif, got "jepg" (did you mean "jpeg"?)"#),
@@ -314,6 +327,8 @@ struct CommandLineTests {
         #expect(misspelt.status == 2 && misspelt.stderr.contains("unknown command `dryrun` (did you mean `dry-run`?)"))
         let workers = try imgpipe("run", "pipe.json", "-j", "-2")
         #expect(workers.status == 2 && workers.stderr.contains("--workers must be 0 (one per core) or more, got -2"))
+        let level = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: ["IMGPIPE_LOG": "verbose"])
+        #expect(level.status == 2 && level.stderr.contains("IMGPIPE_LOG must be one of trace, debug, info"), "stderr: \(level.stderr)")
         let unknown = try imgpipe("frobnicate", "--help")
         #expect(unknown.status == 2 && unknown.stdout.isEmpty && unknown.stderr.contains("unknown command `frobnicate`"))
         for result in [typo, folder, negative, misspelt] { #expect(!result.stderr.contains("Error:")) }
@@ -406,6 +421,24 @@ struct CommandLineTests {
         let result = try imgpipe("run", "env.json")
         #expect(result.status == 2)
         #expect(result.stderr.contains("source.path: environment variable PHOTOS_DIR is not set"))
+    }
+
+    /// `status` names the folders a run wrote to; one read from `${NAME}` is masked there
+    /// as in everything imgpipe prints.
+    @Test func statusMasksAnOutputFolderReadFromTheEnvironment() throws {
+        try work.folder("in")
+        try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 64, height: 48)
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "${OUT_FOLDER}"}}
+            """, to: "env.json")
+        let environment = ["OUT_FOLDER": "private-folder"]
+        let ran = try ImgpipeBinary.run(["run", "env.json"], in: work.path, environment: environment)
+        #expect(ran.status == 0, "stderr: \(ran.stderr)")
+        #expect(FileManager.default.fileExists(atPath: work.url("private-folder/a.jpg")))
+        let status = try ImgpipeBinary.run(["status", "env.json"], in: work.path, environment: environment)
+        #expect(status.status == 0, "stderr: \(status.stderr)")
+        #expect(status.stdout.contains("outputs: ***/ (sink directory-0)") && !status.stdout.contains("private-folder"),
+                "stdout: \(status.stdout)")
     }
 
     /// A run started in the pipeline file's folder is found from the parent (the current
@@ -644,6 +677,8 @@ struct CommandLineTests {
         #expect(file.status == 2 && file.stderr.contains("is a file: thumbnail takes a folder"), "stderr: \(file.stderr)")
         #expect(try imgpipe("thumbnail", "in", "--fill", "x60").status == 2)
         #expect(try imgpipe("thumbnail", "in", "--to", "out-${HOME}").stderr.contains("a path with ${"))
+        let missing = try imgpipe("thumbnail", "no-such-folder")
+        #expect(missing.status == 2 && missing.stderr.contains("no-such-folder: no such folder or URL list"), "stderr: \(missing.stderr)")
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "a refused command left files behind")
     }
 }

@@ -28,8 +28,9 @@ struct ExportTests {
             try ImageFixtures.write(try ImageFixtures.photo(width: 300 + index * 10, height: 200), to: work.url("in/p\(index).jpg"))
         }
         try work.write("not an image", to: "in/broken.jpg")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 20, height: 20), to: work.url("in/tiny.jpg"))
         try work.write("""
-            {"version": 1, "source": {"type": "directory", "path": "in"},
+            {"version": 1, "source": {"type": "directory", "path": "in"}, "accept": {"minWidth": 50},
              "filters": [{"op": "fit", "width": 100, "height": 100}], "output": {"format": "webp"},
              "sinks": [{"type": "directory", "name": "disk", "path": "out"},
                        {"type": "upload", "name": "web", "endpoint": "\(server.baseURL)/upload"}]}
@@ -39,12 +40,18 @@ struct ExportTests {
         let exported = try imgpipe("export", "pipe.json")
         #expect(exported.status == 0, "stderr: \(exported.stderr)")
         let records = try exported.jsonLines()
-        #expect(records.map { $0["key"] as? String } == ["broken.jpg", "p1.jpg", "p2.jpg", "p3.jpg"])
+        #expect(records.map { $0["key"] as? String } == ["broken.jpg", "p1.jpg", "p2.jpg", "p3.jpg", "tiny.jpg"])
         let broken = try #require(records.first)
         #expect(broken["status"] as? String == "failed" && broken["reason"] as? String == "decode")
         #expect((broken["outputs"] as? [String: Any])?.isEmpty == true)
+        // A skipped item has no output, and no sink was asked for it: no delivery either.
+        let tiny = try #require(records.last)
+        #expect(tiny["status"] as? String == "skipped" && tiny["reason"] as? String == "too-small")
+        #expect((tiny["outputs"] as? [String: Any])?.isEmpty == true)
+        #expect((tiny["deliveries"] as? [String: Any])?.isEmpty == true, "\(tiny)")
+        #expect(server.uploads.count == 3)
         let uploaded = Dictionary(uniqueKeysWithValues: server.uploads.map { ($0.filename ?? "", $0) })
-        for record in records.dropFirst() {
+        for record in records.dropFirst().dropLast() {
             #expect(record["status"] as? String == "done" && record["tier"] as? String == "local")
             let output = try #require((record["outputs"] as? [String: Any])?["default"] as? [String: Any])
             let name = try #require(output["name"] as? String)

@@ -43,8 +43,8 @@ struct SpecNode {
     }
 
     /// Other spellings users type for a choice: accepted as the name they stand for.
-    static let aliases = ["center": "centre", "jpg": "jpeg", "tif": "tiff", "north-west": "northwest",
-                          "north-east": "northeast", "south-west": "southwest", "south-east": "southeast"]
+    static let aliases = ["center": "centre", "jpg": "jpeg", "tif": "tiff", "northwest": "north-west",
+                          "northeast": "north-east", "southwest": "south-west", "southeast": "south-east"]
 
     /// The choices with the aliases that stand for one of them (for the JSON Schema).
     static func withAliases(_ options: [String]) -> [String] {

@@ -44,7 +44,10 @@ public struct RunProgress: Sendable {
 public struct RunSummary: Sendable, Codable {
     public let run: Int64
     public let stateFile: String
+    /// Items the run has (those listed so far when `feedComplete` is false).
     public let total: Int
+    /// Whether the feed has been listed to its end.
+    public let feedComplete: Bool
     public let done: Int
     public let skipped: Int
     public let failed: Int

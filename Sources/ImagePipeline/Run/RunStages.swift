@@ -123,8 +123,9 @@ final class RunStages: Sendable {
     /// The summary of the session, from the run's counts as they stand at its end.
     private func summary(of final: ItemCounts, elapsed: Double, interrupted: Bool) throws -> RunSummary {
         let store = context.store
-        let (session, listingError) = state.withLock { ($0.finishedThisSession, $0.listingError) }
-        return RunSummary(run: context.runId, stateFile: store.path, total: final.total, done: final.done,
+        let (session, listingError, feedComplete) = state.withLock { ($0.finishedThisSession, $0.listingError, $0.feedComplete) }
+        return RunSummary(run: context.runId, stateFile: store.path, total: final.total, feedComplete: feedComplete,
+                          done: final.done,
                           skipped: final.skipped, failed: final.failed, pending: final.unfinished, processed: session,
                           elapsed: elapsed, itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0,
                           interrupted: interrupted, failuresByReason: try store.failureCounts(runId: context.runId),

@@ -6,7 +6,11 @@ public struct StatusReport: Sendable, Codable {
     public let state: String
     public let pipeline: String
     public let name: String
+    /// Items the run has: every item of the feed once `feedComplete`, else those listed so far.
     public let total: Int
+    /// Whether the feed has been listed to its end (false: a run stopped while listing,
+    /// whose `total` and `pending` leave out what the feed has still to list).
+    public let feedComplete: Bool
     public let done: Int
     /// Items settled without an output: opted out, refused by robots.txt, outside `accept`.
     public let skipped: Int
@@ -59,7 +63,7 @@ public struct StatusReport: Sendable, Codable {
         let finishedItems = counts.done + counts.skipped + counts.failed
         return StatusReport(
             run: run.id, state: run.state.rawValue, pipeline: run.pipelinePath, name: run.pipelineName,
-            total: counts.total, done: counts.done, skipped: counts.skipped, failed: counts.failed, pending: counts.unfinished,
+            total: counts.total, feedComplete: run.feedComplete, done: counts.done, skipped: counts.skipped, failed: counts.failed, pending: counts.unfinished,
             fetched: counts.fetched, processed: counts.processed, sinks: sinks, outputs: outputs,
             failuresByReason: try store.failureCounts(runId: run.id),
             failures: try store.failures(runId: run.id, limit: failureLimit),

@@ -82,7 +82,10 @@ extension RunStore {
                                                  sha256: output["hash"]))
                 }
                 var deliveries: [(sink: String, byOutput: [(id: String, delivery: ExportRecord.Delivery)])] = []
-                for delivery in try Row.fetchAll(deliveriesOf, arguments: [runId, key]) {
+                // A skipped item's sinks were never asked for it (its delivery rows, made when
+                // it was listed, stay pending): it has none, as `status` counts it in none.
+                let skipped = row["status"] as String == ItemStatus.skipped.rawValue
+                for delivery in try skipped ? [] : Row.fetchAll(deliveriesOf, arguments: [runId, key]) {
                     let sink: String = delivery["sink"]
                     let made = ExportRecord.Delivery(status: delivery["status"], remoteURL: delivery["remoteURL"],
                                                      httpStatus: delivery["httpStatus"], attempts: delivery["attempts"],

@@ -65,10 +65,16 @@ struct DryRunCommand: ParsableCommand {
                             notice: { Console.note($0) })
         let labels = dryRun.columnLabels
         let table = labels.count == 1 ? Table.single : specs.count == 2 && labels == ["A", "B"] ? Table.comparison : Table.columns(labels)
-        if !json { Console.out(table.header) }
         let results: [[DryRunRow]]
+        // The header goes out with the first sample: a feed that cannot be listed is then an
+        // error alone on the terminal, not under an empty table.
+        var headed = json
         do {
-            results = try dryRun.execute { rows in if !json { Console.out(table.line(rows)) } }
+            results = try dryRun.execute { rows in
+                if !headed { Console.out(table.header) }
+                headed = true
+                if !json { Console.out(table.line(rows)) }
+            }
         } catch let error as DryRunError {
             throw CommandError.usage("\(pipelines[error.pipeline]): \(environment.redact(String(describing: error.fault)))")
         } catch let error as SpecError {

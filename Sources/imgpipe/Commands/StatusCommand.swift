@@ -93,7 +93,8 @@ struct StatusCommand: ParsableCommand {
     func print(_ report: StatusReport) {
         Console.out("run #\(report.run) (\(report.name)): \(report.state), started \(report.startedAt)"
                     + (report.finishedAt.map { ", finished \($0)" } ?? ""))
-        Console.out("items: \(report.total) total, \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
+        Console.out("items: \(report.total) total" + (report.feedComplete ? "" : " listed so far (the feed is not listed to its end)")
+                    + ", \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
                     + "\(report.pending) pending"
                     + (report.pending > 0 ? " (\(report.fetched) fetched, \(report.processed) processed)" : ""))
         // With several outputs, a sink's counts are deliveries (an item and an output each).
@@ -160,7 +161,8 @@ struct StatusCommand: ParsableCommand {
         let environment = Environment()
         return spec.sinks.compactMap { sink in
             guard case let .directory(name, path, _) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
-            return "outputs: \(Console.display(spec.resolvePath(expanded)))/ (sink \(name))"
+            // A `${NAME}` in the path is masked, as in everything imgpipe prints.
+            return "outputs: \(environment.redact(Console.display(spec.resolvePath(expanded))))/ (sink \(name))"
         }
     }
 

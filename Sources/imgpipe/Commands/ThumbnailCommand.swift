@@ -58,7 +58,11 @@ struct ThumbnailCommand: ParsableCommand {
             throw CommandError.usage("\(flag) \(path): a path with ${ cannot be put in a pipeline file (it would read an environment variable)")
         }
         var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: input, isDirectory: &isDirectory), !isDirectory.boolValue, !Self.isURLList(input) {
+        // Before anything is written (the saved pipeline file would be left for nothing).
+        guard FileManager.default.fileExists(atPath: input, isDirectory: &isDirectory) else {
+            throw CommandError.usage("\(input): no such folder or URL list")
+        }
+        if !isDirectory.boolValue, !Self.isURLList(input) {
             throw CommandError.usage("\(input) is a file: thumbnail takes a folder of images or a URL list (.txt, .csv, .jsonl, or .gz of one)")
         }
         // Absolute paths: the pipeline runs (and the printed one may be saved) anywhere.

@@ -15,8 +15,15 @@ struct LogOptions: ParsableArguments {
     var logLevel: String?
 
     func validate() throws {
+        let levels = Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")
         if let logLevel, Logger.Level(rawValue: logLevel) == nil {
-            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \(logLevel)")
+            throw ValidationError("--log-level must be one of \(levels), got \(logLevel)")
+        }
+        // Read only when neither option is given, and refused like the option: a misspelt
+        // level is never silently the default.
+        if logLevel == nil, !verbose, let variable = ProcessInfo.processInfo.environment["IMGPIPE_LOG"], !variable.isEmpty,
+           Logger.Level(rawValue: variable.lowercased()) == nil {
+            throw ValidationError("IMGPIPE_LOG must be one of \(levels), got \(variable)")
         }
     }
 

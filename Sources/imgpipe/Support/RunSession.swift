@@ -137,7 +137,7 @@ struct RunSession {
         guard !quiet else { return }
         var text = "run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, \(summary.failed) failed"
         if summary.pending > 0 { text += ", \(summary.pending) pending" }
-        text += " of \(summary.total)"
+        text += " of \(summary.total)" + (summary.feedComplete ? "" : " listed so far")
         text += String(format: " (%d this session in %.1f s, %.1f items/s)", summary.processed, summary.elapsed,
                        summary.itemsPerSecond)
         Console.out(text)
