@@ -427,6 +427,36 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(server.uploads.count == 16 && Set(server.uploads.compactMap(\.filename)).count == 16)
     }
 
+    @Test func aWorkerStoppedPastItsLeaseDeliversNothingOfTheChunksItLost() throws {
+        // Stopped (SIGSTOP) while its items wait for a slow upload server, a worker loses its
+        // leases; another worker takes the chunks over and ends the run. Woken, the first must
+        // not deliver the items it had made: they are the other's now. What it had sent when
+        // it was stopped (at most limits.uploads requests) is all that may come twice.
+        // Requests are counted as received, replays of a known key included: the test
+        // server honours idempotency keys, many real ones do not.
+        let server = try UploadServer(mode: .slow(0.2))
+        try images(16)
+        try pipeline(server, uploads: 2)
+        let first = try worker(["--lease", "2", "--heartbeat", "0.5"])
+        waitUntil { server.uploads.count >= 2 }
+        first.signal(SIGSTOP)
+        let second = try worker(["--lease", "2", "--heartbeat", "0.5"])
+        let taken = second.wait()
+        #expect(taken.status == 0, "\(taken.stderr)")
+        #expect(try status()["state"] as? String == "finished")
+        let beforeWaking = server.requests
+        first.signal(SIGCONT)
+        let woken = first.wait()
+        #expect(woken.status == 0, "the run it took part in finished: \(woken.stdout)\(woken.stderr)")
+        #expect(server.requests == beforeWaking, "\(server.requests - beforeWaking) upload(s) sent after waking, for chunks it had lost")
+        // Sent again by the other worker: the requests in flight at the stop, and those answered
+        // in the 0.1 s before it whose ends were not yet written (two each, at two uploads at once).
+        #expect(beforeWaking <= 16 + 2 * 2, "\(beforeWaking) requests for 16 items")
+        #expect(Set(server.uploads.compactMap(\.filename)).count == 16)
+        let report = try status()
+        #expect(report["done"] as? Int == 16 && report["failed"] as? Int == 0, "\(report)")
+    }
+
     @Test func aRunWithAFailedItemExitsOneAndShowsTheFailure() throws {
         try images(5)
         try work.write("not a JPEG at all", to: "in/bad.jpg")

@@ -81,6 +81,13 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         try journal.pendingDeliveries(runId: runId, key: key)
     }
 
+    /// Deliveries start only while the item's chunk is held (`ChunkLedger.deliveryGate`): a
+    /// worker stopped past its lease (SIGSTOP, a frozen VM) delivers nothing, on waking, of
+    /// the chunks another worker has taken over; its items are left as they stand here.
+    func deliveryGate(key: String) -> DeliveryGate { ledger.deliveryGate(key) }
+
+    func takeBack(key: String) -> Bool { ledger.takeBack(key) }
+
     // MARK: - names
 
     /// Claims in the shared database every name `changes` give (those known before
@@ -165,6 +172,9 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     /// queued again, for the chunk the ledger now holds it under; when it is still under
     /// way, it ends by itself. False when the journal never had it.
     func knownHere(_ key: String) -> Bool {
+        // Dropped when its chunk was lost (`deliveryGate`): the runner let it go, and takes
+        // it back where it stood when given it again (`takeBack`).
+        if ledger.wasDropped(key) { return false }
         guard let run = try? localRun()?.run, let item = try? journal.item(runId: run, key: key) else { return false }
         let outcome: ItemOutcome
         switch item.status {

@@ -64,7 +64,7 @@ public final class SharedWorker: @unchecked Sendable {
     let logger: Logger
     let options: Options
     let run: SharedRun
-    private let ledger = ChunkLedger()
+    private let ledger: ChunkLedger
     private let stopping = CancellationFlag()
     private let runner = Mutex<PipelineRunner?>(nil)
     private let lostDatabase = Mutex<String?>(nil)
@@ -79,6 +79,7 @@ public final class SharedWorker: @unchecked Sendable {
         self.reporter = reporter
         self.logger = logger
         self.options = options
+        ledger = ChunkLedger(leaseSeconds: options.leaseSeconds)
         run = try SharedRun(connection: PostgresConnection(url: url, idleInTransactionTimeoutSeconds: Self.transactionLimit(options)),
                             pipelineName: pipeline.spec.name,
                             fingerprint: Self.fingerprint(of: pipeline.spec), chunkSize: options.chunkSize,
@@ -206,7 +207,8 @@ public final class SharedWorker: @unchecked Sendable {
             do {
                 // Only chunks claimed before the renewal can be missing from its answer.
                 let before = ledger.unfinished()
-                attempt.withLock { $0.started = Date() }
+                let started = Date()
+                attempt.withLock { $0.started = started }
                 let held = try heartbeatRun.heartbeat(tokens: before.map(\.token))
                 lastBeat.withLock { $0 = Date() }
                 attempt.withLock { $0 = (nil, nil) }
@@ -214,6 +216,9 @@ public final class SharedWorker: @unchecked Sendable {
                     logger.warning("lease lost", metadata: ["chunk": "\(lost.id)"])
                     ledger.markLost(lost)
                 }
+                // After the lost ones are marked: a delivery waiting for this answer then
+                // finds its chunk held or lost, not the renewal alone.
+                ledger.renewed(at: started)
                 if try heartbeatRun.state() == "abandoned", !abandoned.withLock({ $0 }) {
                     abandoned.withLock { $0 = true }
                     reporter.notice("run #\(run.runId) was abandoned (`imgpipe run --new`): no new claims; stopping")
@@ -372,7 +377,45 @@ final class ChunkLedger: Sendable {
         var ended: Set<String> = []
     }
 
-    private let state = Mutex<(chunks: [Int64: Held], items: [String: (chunk: Int64, seq: Int64)])>(([:], [:]))
+    /// The chunks held, each item's place, and the items whose deliveries were dropped (their
+    /// chunk lost) and not taken back since.
+    private let state = Mutex<(chunks: [Int64: Held], items: [String: (chunk: Int64, seq: Int64)], dropped: Set<String>)>(
+        ([:], [:], []))
+    /// When the last heartbeat that renewed the leases began: each lease held then runs at
+    /// least a lease from there.
+    private let renewedAt = Mutex(Date())
+    /// How long after a renewal a delivery may start without a newer one: three quarters of
+    /// the lease, so that a delivery never starts on a lease that may have run out (a worker
+    /// stopped, SIGSTOP, longer than that waits for its next heartbeat to learn which
+    /// leases it still holds).
+    let freshFor: Double
+
+    init(leaseSeconds: Double = 60) { freshFor = leaseSeconds * 0.75 }
+
+    /// The leases held when a heartbeat that began at `start` renewed them (after the ones it
+    /// found lost were marked).
+    func renewed(at start: Date) { renewedAt.withLock { $0 = max($0, start) } }
+
+    /// Whether a delivery of `key` may start: `go` when its chunk's lease stands (or it is
+    /// not a chunk's item: nothing here to hold); `wait` while the last renewal is too old
+    /// to tell; `drop` when the chunk was lost: the key is remembered, for `takeBack`.
+    func deliveryGate(_ key: String) -> DeliveryGate {
+        let stale = Date().timeIntervalSince(renewedAt.withLock { $0 }) > freshFor
+        return state.withLock { state in
+            guard let place = state.items[key], let held = state.chunks[place.chunk] else { return .go }
+            if held.lost {
+                state.dropped.insert(key)
+                return .drop
+            }
+            return stale ? .wait : .go
+        }
+    }
+
+    /// Whether `key` was dropped (and is not any more: the caller takes it back).
+    func takeBack(_ key: String) -> Bool { state.withLock { $0.dropped.remove(key) != nil } }
+
+    /// Whether `key` was dropped and not taken back yet.
+    func wasDropped(_ key: String) -> Bool { state.withLock { $0.dropped.contains(key) } }
 
     func add(_ chunk: SharedRun.Chunk, items: [SharedRun.Item]) {
         state.withLock { state in

@@ -248,7 +248,17 @@ final class RunStages: Sendable {
                     context.reporter.itemFailed(key: item.key, failure: failure)
                     context.reporter.itemSettled(key: item.key, outcome: .failed(failure))
                     perform(state.withLock { $0.insertFailed() })
-                case .existing:
+                case let .existing(_, status):
+                    // Dropped by this session (a shared run's chunk lost, then given back to
+                    // this worker): taken up where it stood, not passed over as a duplicate.
+                    if ![.done, .failed, .skipped].contains(status), context.store.takeBack(key: item.key),
+                       let record = try? context.store.item(runId: context.runId, key: item.key) {
+                        context.logger.info("taken back where it stood", metadata: ["item": "\(item.key)",
+                                                                                    "status": "\(record.status.rawValue)"])
+                        state.withLock { $0.inserted() }
+                        start(Job(record: record), at: record.status)
+                        return
+                    }
                     reportDuplicate(item.key)
                     perform(state.withLock { $0.duplicate() })
                 case .completed:
@@ -577,6 +587,19 @@ final class RunStages: Sendable {
 
     /// One attempt at one sink, on a deliverer thread.
     private func attempt(_ delivery: Delivery, to sink: any Sink, number: Int, _ settlement: Settlement) {
+        switch context.store.deliveryGate(key: delivery.key) {
+        case .go: break
+        case .wait:
+            return later(0.1, ifInterrupted: { [self] in record(nil, settlement) }) { [self] in
+                context.deliverers.submit { [self] in
+                    guard !isCancelled else { return record(nil, settlement) }
+                    attempt(delivery, to: sink, number: number, settlement)
+                }
+            }
+        case .drop:
+            // Another worker's now: left pending here (the item gives its slot back).
+            return record(nil, settlement)
+        }
         let outcome: DeliveryAttempt
         do throws(DeliveryFailure) {
             outcome = try sink.deliver(delivery, attempt: number)

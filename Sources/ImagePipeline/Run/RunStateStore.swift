@@ -42,9 +42,30 @@ public protocol RunStateStore: AnyObject, Sendable {
     func lastKey(runId: Int64) throws -> String?
     func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput]
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)]
+
+    /// Whether a delivery of `key` may start now. Always `go` for a state file; a shared
+    /// run's worker delivers only items whose chunk it still holds (`SharedStateStore`).
+    func deliveryGate(key: String) -> DeliveryGate
+    /// Whether an item this store had the runner drop (`DeliveryGate.drop`), now listed
+    /// again, is to be taken up where it stood instead of passed over as a key the run has.
+    func takeBack(key: String) -> Bool
+}
+
+/// What a store says of a delivery about to start.
+public enum DeliveryGate: Sendable, Equatable {
+    case go
+    /// Not yet: ask again shortly (a shared run's worker that cannot tell whether it still
+    /// holds the item's lease until its next heartbeat lands).
+    case wait
+    /// Never, in this session: the item is another worker's now. It is left as it stands
+    /// here, and taken back (`takeBack`) if this worker is given it again.
+    case drop
 }
 
 extension RunStateStore {
+    public func deliveryGate(key: String) -> DeliveryGate { .go }
+    public func takeBack(key: String) -> Bool { false }
+
     /// The folder the runs' work folders go in: `<path without extension>.work`.
     var workRoot: String { RunStore.workRoot(ofStateFile: path) }
 
