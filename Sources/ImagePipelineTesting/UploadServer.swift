@@ -52,10 +52,6 @@ public final class UploadServer: @unchecked Sendable {
     /// Every upload stored (a replay with a known key is not stored again).
     public var uploads: [Upload] { lock.withLock { stored } }
 
-    /// Every upload request received, replays with a known key included (what a server
-    /// that ignores idempotency keys would have stored).
-    public var requests: Int { lock.withLock { attempts.values.reduce(0, +) } }
-
     public func stop() { server.stop() }
 
     private func handle(_ request: TestHTTPServer.Request) -> TestHTTPServer.Response {
