@@ -374,6 +374,23 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(ledger.unfinished().isEmpty)
     }
 
+    @Test func aRetryOfFailedItemsSaysWhichItLeftBecauseTheirChunkIsStillWorkedOn() throws {
+        // One chunk done with a failed item, one still leased with a failed item recorded:
+        // `resume --retry-failed` puts back the first and says how many it left.
+        let a = try worker("a", chunkSize: 2)
+        _ = try list(4, by: a)
+        let done = try #require(try a.claim().first)
+        try a.record([.init(seq: 0, status: .done), .init(seq: 1, status: .failed, reason: "decode", message: "bad")], in: done)
+        #expect(try a.complete(done))
+        let open = try #require(try a.claim().first)
+        try a.record([.init(seq: 2, status: .failed, reason: "decode", message: "bad")], in: open)
+
+        let retry = try SharedRun(connection: PostgresConnection(url: url), pipelineName: "photos",
+                                  fingerprint: ["filters": "[]"], worker: "r", joining: .resume(retryFailed: true))
+        #expect(retry.failedOutOfReach == 1, "the failed item of the leased chunk is left")
+        #expect(try itemStatuses() == ["k0": "done", "k1": "pending", "k2": "failed", "k3": "pending"])
+    }
+
     // MARK: - listing
 
     @Test func oneListerAtATimeAndTheNextContinuesFromTheCursor() throws {

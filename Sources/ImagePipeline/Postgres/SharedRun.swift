@@ -28,6 +28,9 @@ public final class SharedRun: @unchecked Sendable {
     public let chunkSize: Int
     /// The run's `--limit`: the lister lists at most this many items.
     public let itemLimit: Int?
+    /// With `resume --retry-failed`: failed items left as they are because their chunk is
+    /// still being worked on (only the failed items of finished chunks are put back).
+    public private(set) var failedOutOfReach = 0
 
     /// A claimed chunk: its items are claimed with it, its lease is fenced by `token`.
     public struct Chunk: Sendable, Equatable {
@@ -155,6 +158,7 @@ public final class SharedRun: @unchecked Sendable {
         // the replay finds the run it made (instead of taking it for another's unfinished
         // run, refusing to start, or with `--new` abandoning it for a third).
         let newUUID = UUID().uuidString.lowercased()
+        var outOfReach = 0
         let joined = try connection.transaction { () -> PostgresRow in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext('imgpipe-run:' || $1))", [pipelineName])
             if let made = try connection.execute("""
@@ -167,8 +171,13 @@ public final class SharedRun: @unchecked Sendable {
                 WHERE pipeline_name = $1 AND state <> 'abandoned' ORDER BY id DESC LIMIT 1
                 """, [pipelineName]).first
             var unfinished = latest.flatMap { $0["state"] == "finished" ? nil : $0 }
-            if case .resume(retryFailed: true, _) = joining, let latest, try Self.requeueFailed(runId: latest.int("id") ?? 0, on: connection) > 0 {
-                unfinished = latest
+            if case .resume(retryFailed: true, _) = joining, let latest {
+                let id = latest.int("id") ?? 0
+                if try Self.requeueFailed(runId: id, on: connection) > 0 { unfinished = latest }
+                outOfReach = Int(try connection.execute("""
+                    SELECT count(*) AS n FROM imgpipe_item i JOIN imgpipe_chunk c ON c.run_id = i.run_id AND c.id = i.chunk
+                    WHERE i.run_id = $1 AND i.status = 'failed' AND c.state <> 'done'
+                    """, [String(id)]).first?.int("n") ?? 0)
             }
             if case .resume(_, refreshFeed: true) = joining, let latest {
                 // Listed again from the start; `refreshing` remembers that the feed was
@@ -214,6 +223,7 @@ public final class SharedRun: @unchecked Sendable {
                 """, [newUUID, pipelineName, fingerprintText, String(chunkSize), limit]).first!
         }
         runId = joined.int("id") ?? 0
+        failedOutOfReach = outOfReach
         itemLimit = joined.int("item_limit").map(Int.init)
         uuid = joined["uuid"] ?? ""
         self.chunkSize = Int(joined.int("chunk_size") ?? Int64(chunkSize))
@@ -621,12 +631,14 @@ public final class SharedRun: @unchecked Sendable {
             let chunks = inserted.count
             let total = try connection.execute("""
                 UPDATE imgpipe_run SET next_seq = next_seq + $2::bigint, next_chunk = next_chunk + $3::bigint, feed_cursor = $4,
-                    feed_complete = $5::boolean, pages_listed = pages_listed + 1,
+                    feed_complete = $5::boolean, pages_listed = pages_listed + $6::bigint,
                     refreshing = refreshing AND NOT $5::boolean,
                     lister = CASE WHEN $5::boolean THEN NULL ELSE lister END
                 WHERE id = $1
                 RETURNING next_seq
-                """, [self.run, String(added), String(chunks), cursor, complete ? "true" : "false"])
+                """, [self.run, String(added), String(chunks), cursor, complete ? "true" : "false",
+                      // The empty page that only says the feed ended is not a page of it.
+                      items.isEmpty ? "0" : "1"])
             return RecordedPage(added: added, items: Int(total.first?.int("next_seq") ?? 0))
         }
     }

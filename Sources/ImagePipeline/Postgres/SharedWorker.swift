@@ -63,7 +63,8 @@ public final class SharedWorker: @unchecked Sendable {
     let reporter: any RunReporter
     let logger: Logger
     let options: Options
-    let run: SharedRun
+    /// The shared run this worker takes part in.
+    public let run: SharedRun
     private let ledger: ChunkLedger
     private let stopping = CancellationFlag()
     private let runner = Mutex<PipelineRunner?>(nil)

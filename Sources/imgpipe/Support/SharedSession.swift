@@ -47,6 +47,10 @@ struct SharedSession {
             // libpq's messages name the host and user, never the password; masked anyway.
             throw CommandError.usage(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
+        if worker.run.failedOutOfReach > 0 {
+            reporter.notice("\(worker.run.failedOutOfReach) failed item(s) are in chunks other workers are still working on "
+                            + "and were left as they are; once the run has finished, `imgpipe resume --retry-failed` tries them again")
+        }
         let trap = SignalTrap.stoppingWork(
             reporter: reporter, notice: "interrupted: no new claims; finishing the items in flight, then handing the rest back",
             grace: 5, stopped: "stopped at once; the leases this worker held expire and other workers take them") {
