@@ -252,7 +252,7 @@ final class RunStages: Sendable {
                     // Dropped by this session (a shared run's chunk lost, then given back to
                     // this worker): taken up where it stood, not passed over as a duplicate.
                     if ![.done, .failed, .skipped].contains(status), context.store.takeBack(key: item.key),
-                       let record = try? context.store.item(runId: context.runId, key: item.key) {
+                       let record = try? context.store.item(runId: context.runId, key: item.key)?.expandingLocation(environment) {
                         context.logger.info("taken back where it stood", metadata: ["item": "\(item.key)",
                                                                                     "status": "\(record.status.rawValue)"])
                         state.withLock { $0.inserted() }
