@@ -27,8 +27,9 @@ struct RunStateStoreTests {
         /// Where the items' detail is: the state file itself, or the worker's journal.
         let journal: RunStore
         let runId: Int64
-        /// The shared run the worker takes part in (PostgreSQL only).
+        /// The shared run the worker takes part in, and the worker's ledger of chunks (PostgreSQL only).
         let shared: SharedRun?
+        let ledger: ChunkLedger?
         private let cluster: PostgresCluster?
         private let url: String?
         /// This fixture made the database (and drops it).
@@ -41,7 +42,7 @@ struct RunStateStoreTests {
             switch backend {
             case .sqlite:
                 let store = try RunStore(path: path)
-                (self.store, journal, shared, cluster, self.url) = (store, store, nil, nil, nil)
+                (self.store, journal, shared, cluster, self.url, ledger) = (store, store, nil, nil, nil, nil)
             case .postgres:
                 let cluster = try PostgresCluster.start()
                 let url = try url ?? cluster.makeDatabase()
@@ -54,7 +55,7 @@ struct RunStateStoreTests {
                 for chunk in try run.claim(10) { try ledger.add(chunk, items: run.items(of: chunk)) }
                 let journal = try RunStore(path: path)
                 let store = try SharedStateStore(journal: journal, ledger: ledger, names: run.sibling())
-                (self.store, self.journal, shared, self.cluster, self.url) = (store, journal, run, cluster, url)
+                (self.store, self.journal, shared, self.cluster, self.url, self.ledger) = (store, journal, run, cluster, url, ledger)
             }
             let identity = RunIdentity(pipelinePath: "/p.json", pipelineName: "p", document: "{}",
                                        fingerprint: ["filters": "[]", "output": "{}"], sinks: sinks,
@@ -227,5 +228,36 @@ struct RunStateStoreTests {
         #expect(try second.apply([item("a.jpg", 4, name: "photo.jpg")]) == [.applied])
         let owners = try #require(first.shared).connection.execute("SELECT name, key FROM imgpipe_name ORDER BY name").all
         #expect(owners.map { "\($0["name"]!)=\($0["key"]!)" } == ["b.jpg=b.jpg", "photo.jpg=a.jpg"])
+    }
+
+    /// A worker failed an item and wrote the failure; `resume --retry-failed` (another
+    /// process) put its finished chunk back to pending; the same worker claims it again. The
+    /// item is tried again, not failed again from the worker's journal (an attack saw the
+    /// retry undone that way in 6 of 8 tries).
+    @Test func aFailureTheRunPutBackIsTriedAgainByTheWorkerThatRecordedIt() throws {
+        let fixture = try Fixture(.postgres)
+        let store = try #require(fixture.store as? SharedStateStore)
+        let shared = try #require(fixture.shared)
+        let keys = Self.keys
+        let ledger = try #require(fixture.ledger)
+        for chunk in ledger.unfinished() { ledger.allGiven(chunk) }
+        _ = try fixture.apply(keys.enumerated().map { item($0.element, $0.offset + 1) })
+        _ = try fixture.apply([.failed(key: "bad.jpg", failure: ItemFailure(.decode, "truncated"), attempts: 1)]
+                              + keys.filter { $0 != "bad.jpg" }.map { .skipped(key: $0, skip: ItemSkip(.format, "not wanted")) })
+        try store.flush(using: shared)
+        #expect(try shared.counts().chunksDone == 1, "every item ended: the chunk is done")
+
+        // resume --retry-failed, in another process: the failed item is pending again.
+        _ = try SharedRun(connection: PostgresConnection(url: #require(fixture.databaseURL)), pipelineName: "p",
+                          fingerprint: ["filters": "[]"], worker: "r", joining: .resume(retryFailed: true))
+        let chunk = try #require(try shared.claim().first)
+        let items = try shared.items(of: chunk)
+        #expect(items.map(\.key) == ["bad.jpg"])
+        ledger.add(chunk, items: items)
+
+        #expect(!store.knownHere("bad.jpg"), "given to the runner again")
+        #expect(try store.item(runId: fixture.runId, key: "bad.jpg")?.status == .pending, "put back in the journal too")
+        #expect(store.takeBack(key: "bad.jpg"), "the runner takes it up where it stands")
+        #expect(!store.takeBack(key: "bad.jpg"), "once")
     }
 }

@@ -38,6 +38,10 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     private let outputs: [OutputSpec]
     /// `names` is used by the writer (`apply`) and the producer (`claimAhead`): one at a time.
     private let namesLock = NSLock()
+    /// Items whose failure this worker wrote to the shared database. Given this worker again
+    /// as pending, such an item was put back by `resume --retry-failed`: it is tried again,
+    /// not failed again from the journal (`knownHere`).
+    private let recordedFailures = Mutex<Set<String>>([])
 
     /// `names` is a connection of the worker's own for the name claims (`SharedRun.sibling`).
     init(journal: RunStore, ledger: ChunkLedger, names: SharedRun, outputs: [OutputSpec] = []) {
@@ -179,7 +183,15 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         let outcome: ItemOutcome
         switch item.status {
         case .done: outcome = .done
-        case .failed: outcome = .failed(ItemFailure(item.reason ?? .process, item.message ?? ""))
+        case .failed:
+            // Its failure reached the database, which now has it pending again: a retry
+            // (`resume --retry-failed`). Put back in the journal and taken up by the runner.
+            if recordedFailures.withLock({ $0.remove(key) != nil }),
+               (try? journal.requeueFailed(runId: run, key: key)) == 1 {
+                ledger.giveBack(key)
+                return false
+            }
+            outcome = .failed(ItemFailure(item.reason ?? .process, item.message ?? ""))
         case .skipped: outcome = .skipped(ItemSkip(item.skipReason ?? .format, item.message ?? ""))
         default: return true
         }
@@ -230,6 +242,9 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
                 // flush (the fenced write only moves items from pending: writing again is safe).
                 queue.withLock { $0.insert(contentsOf: byChunk[index...].flatMap(\.value), at: 0) }
                 throw error
+            }
+            recordedFailures.withLock { failures in
+                for entry in entries where entry.outcome.status == .failed { failures.insert(entry.key) }
             }
             counts.withLock { counts in
                 for entry in entries {

@@ -412,6 +412,10 @@ final class ChunkLedger: Sendable {
         }
     }
 
+    /// `key` is to be taken back by the runner when it is given again (a failure the run
+    /// put back to pending, for a retry).
+    func giveBack(_ key: String) { state.withLock { _ = $0.dropped.insert(key) } }
+
     /// Whether `key` was dropped (and is not any more: the caller takes it back).
     func takeBack(_ key: String) -> Bool { state.withLock { $0.dropped.remove(key) != nil } }
 

@@ -68,12 +68,20 @@ extension RunStore {
     ///
     /// With `onlyUnreachable`, only the items set aside because their host did not answer
     /// (reason `download`, message `host unreachable: …`), which a plain `resume` retries.
+    ///
+    /// With `key`, only that item (a shared run's worker whose recorded failure the run put
+    /// back to pending).
     @discardableResult
-    public func requeueFailed(runId: Int64, onlyUnreachable: Bool = false) throws -> Int {
+    public func requeueFailed(runId: Int64, onlyUnreachable: Bool = false, key only: String? = nil) throws -> Int {
         try database.write { db in
             var sql = "SELECT key FROM item WHERE runId = ? AND status = 'failed'"
+            var arguments: StatementArguments = [runId]
             if onlyUnreachable { sql += " AND reason = 'download' AND message LIKE '\(HostHealth.hostUnreachable):%'" }
-            let keys = try String.fetchAll(db, sql: sql, arguments: [runId])
+            if let only {
+                sql += " AND key = ?"
+                _ = arguments.append(contentsOf: [only])
+            }
+            let keys = try String.fetchAll(db, sql: sql, arguments: arguments)
             for key in keys {
                 // Every output still staged: only deliveries are left to do.
                 let staged = try String?.fetchAll(db, sql: "SELECT stagedPath FROM output WHERE runId = ? AND itemKey = ?",
