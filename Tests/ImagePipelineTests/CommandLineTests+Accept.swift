@@ -55,6 +55,7 @@ extension CommandLineTests {
         #expect(fault(#", "accept": {"formats": ["bmp"]}"#).contains("accept.formats[0]"))
         #expect(fault(#", "accept": {"maxAspect": 0.5}"#).contains("accept.maxAspect"))
         #expect(fault(#", "userAgent": "two\nlines""#).contains("userAgent"))
+        #expect(fault(#", "userAgent": "bot-${WORKER}/1.0""#).contains("userAgent: expected the user agent as it is sent (no ${NAME}"))
         #expect(fault("", source: #"{"type": "directory", "path": ".", "robots": true}"#).contains("robots"))
         let fallback = #"{"type": "url-list", "path": "u.txt", "fallback": {"type": "url-list", "path": "v.txt", "robots": true}}"#
         #expect(fault("", source: fallback).contains("source.fallback.robots"))

@@ -235,9 +235,11 @@ final class SharedWorkTests: @unchecked Sendable {
         let late = stopped.wait()
         #expect(late.status == 0, "the run is finished: the late worker ends as it did \(late.stderr)")
         #expect(late.stderr.contains("lease lost"), "the late worker learnt its leases were gone: \(late.stderr)")
-        // Woken, it delivers nothing of the chunks the other worker took over (before, it sent
-        // every item it had made and not delivered yet: 12-14 requests in runs like this one).
-        #expect(posts() == sentBeforeWaking, "\(posts() - sentBeforeWaking) upload(s) sent after waking")
+        // Woken, it starts no delivery for the chunks the other worker took over (before, it
+        // sent every item it had made and not delivered yet: 12-14 requests in runs like this
+        // one). Only an upload under way at the stop may end: its second step (the POST after
+        // the GET of the upload URL) can go out after waking (1 in 8 runs here).
+        #expect(posts() - sentBeforeWaking <= 1, "\(posts() - sentBeforeWaking) upload(s) sent after waking (limits.uploads 1)")
         // Sent twice at most: what was in flight at the stop, or answered just before it with
         // its end not yet written.
         #expect(sentBeforeWaking <= 16 + 2, "\(sentBeforeWaking) requests for 16 items")

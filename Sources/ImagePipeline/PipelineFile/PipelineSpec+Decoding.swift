@@ -96,6 +96,10 @@ extension PipelineSpec {
             guard text.unicodeScalars.allSatisfy({ (0x20 ... 0x7E).contains($0.value) }) else {
                 throw node.expected("printable ASCII (a header value), e.g. \"mybot/1.0 (+mailto:ops@example.com)\"")
             }
+            // Sent as written: a `${NAME}` here would go out literally, so it is refused.
+            guard !text.contains("${") else {
+                throw node.expected("the user agent as it is sent (no ${NAME}: the environment is not read here)")
+            }
             return text
         }
         let accept = try root.optional("accept", default: AcceptRules()) { try AcceptRules(node: $0) }

@@ -104,14 +104,19 @@ public final class PostgresConnection: @unchecked Sendable {
         _ = try run("SET application_name = 'imgpipe'", [])
     }
 
-    /// Connects again after a lost connection, waiting 0.2 s, 0.4 s, … (at most 2 s) between tries.
+    /// Connects again after a lost connection, waiting 0.2 s, 0.4 s, … between tries: at
+    /// most 2 s, and at most a quarter of the session's transaction limit (a worker's is a
+    /// third of its lease). With a short lease, a worker's heartbeat then tries again every
+    /// half second at most (an attack saw a 2 s outage under a 3 s lease cost the leases:
+    /// the doubled waits had reached 1.6 s, and the first heartbeat back came too late).
     private func reconnect() throws {
         var delay = 0.2
+        let longest = min(2, max(0.2, Double(idleInTransactionTimeout) / 4))
         var last: Error = PostgresError(sqlState: nil, message: "connection lost")
         for _ in 0 ..< reconnectAttempts {
             do { return try connect() } catch { last = error }
             Thread.sleep(forTimeInterval: delay)
-            delay = min(delay * 2, 2)
+            delay = min(delay * 2, longest)
         }
         throw last
     }
