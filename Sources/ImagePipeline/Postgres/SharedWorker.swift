@@ -213,9 +213,10 @@ public final class SharedWorker: @unchecked Sendable {
                 let held = try heartbeatRun.heartbeat(tokens: before.map(\.token))
                 lastBeat.withLock { $0 = Date() }
                 attempt.withLock { $0 = (nil, nil) }
-                for lost in before where held[lost.id] != lost.token {
+                // (A chunk finished while the heartbeat was under way is missing from its
+                // answer too: it is no longer held, and nothing is said.)
+                for lost in before where held[lost.id] != lost.token && ledger.markLost(lost) {
                     logger.warning("lease lost", metadata: ["chunk": "\(lost.id)"])
-                    ledger.markLost(lost)
                 }
                 // After the lost ones are marked: a delivery waiting for this answer then
                 // finds its chunk held or lost, not the renewal alone.
@@ -467,10 +468,13 @@ final class ChunkLedger: Sendable {
         }
     }
 
-    func markLost(_ chunk: SharedRun.Chunk) {
+    /// Marks `chunk`'s claim lost; false when it is not held (any more) under that claim.
+    @discardableResult
+    func markLost(_ chunk: SharedRun.Chunk) -> Bool {
         state.withLock { state in
-            guard state.chunks[chunk.id]?.chunk.token == chunk.token else { return }
+            guard state.chunks[chunk.id]?.chunk.token == chunk.token else { return false }
             state.chunks[chunk.id]?.lost = true
+            return true
         }
     }
 
