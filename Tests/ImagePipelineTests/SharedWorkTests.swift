@@ -56,6 +56,10 @@ final class SharedWorkTests: @unchecked Sendable {
 
     func database() throws -> PostgresConnection { try PostgresConnection(url: url) }
 
+    /// Upload requests as `server` received them, replays of a known key included (it
+    /// honours idempotency keys; many real servers do not).
+    func posts(_ server: UploadServer) -> Int { server.server.requests.filter { $0.path.hasPrefix("/once/") }.count }
+
     /// Polls `condition` every 10 ms for at most 60 s; a test whose condition never came
     /// true fails here, saying so.
     func waitUntil(_ condition: () throws -> Bool, sourceLocation: SourceLocation = #_sourceLocation) rethrows {
@@ -193,9 +197,8 @@ final class SharedWorkTests: @unchecked Sendable {
         try images(24)
         try pipeline(server, uploads: 3)
         let first = try worker(["--lease", "3", "--heartbeat", "0.5"])
-        func posts() -> Int { server.server.requests.filter { $0.path.hasPrefix("/once/") }.count }
         // Killed while uploads are in flight: received by the server, not yet answered.
-        waitUntil { server.uploads.count >= 4 && posts() > server.uploads.count }
+        waitUntil { server.uploads.count >= 4 && posts(server) > server.uploads.count }
         first.signal(SIGKILL)
         _ = first.wait()
         let before = server.uploads.count
@@ -206,7 +209,7 @@ final class SharedWorkTests: @unchecked Sendable {
         Thread.sleep(forTimeInterval: 0.3) // an upload the killed worker had sent lands
         let uploads = server.uploads
         #expect(uploads.count == 24 && Set(uploads.compactMap(\.filename)).count == 24, "each item stored exactly once")
-        #expect(posts() > 24, "uploads cut off by the kill were sent again, with the same key (\(posts()) posts)")
+        #expect(posts(server) > 24, "uploads cut off by the kill were sent again, with the same key (\(posts(server)) posts)")
         let report = try status()
         #expect(report["done"] as? Int == 24 && report["state"] as? String == "finished")
     }
@@ -215,9 +218,6 @@ final class SharedWorkTests: @unchecked Sendable {
         let server = try UploadServer(mode: .slow(0.2))
         try images(16)
         try pipeline(server, uploads: 1)
-        // Upload requests as the server received them, replays of a known key included (this
-        // server honours idempotency keys; many real ones do not).
-        func posts() -> Int { server.server.requests.filter { $0.path.hasPrefix("/once/") }.count }
         let stopped = try worker(["--lease", "3", "--heartbeat", "0.5"])
         waitUntil { server.uploads.count >= 2 }
         stopped.signal(SIGSTOP)
@@ -230,7 +230,7 @@ final class SharedWorkTests: @unchecked Sendable {
         let tokens = try database().execute("SELECT id, token FROM imgpipe_chunk").all
         #expect(tokens.allSatisfy { $0["token"] == nil }, "every chunk done")
 
-        let sentBeforeWaking = posts()
+        let sentBeforeWaking = posts(server)
         stopped.signal(SIGCONT)
         let late = stopped.wait()
         #expect(late.status == 0, "the run is finished: the late worker ends as it did \(late.stderr)")
@@ -239,7 +239,7 @@ final class SharedWorkTests: @unchecked Sendable {
         // sent every item it had made and not delivered yet: 12-14 requests in runs like this
         // one). Only an upload under way at the stop may end: its second step (the POST after
         // the GET of the upload URL) can go out after waking (1 in 8 runs here).
-        #expect(posts() - sentBeforeWaking <= 1, "\(posts() - sentBeforeWaking) upload(s) sent after waking (limits.uploads 1)")
+        #expect(posts(server) - sentBeforeWaking <= 1, "\(posts(server) - sentBeforeWaking) upload(s) sent after waking (limits.uploads 1)")
         // Sent twice at most: what was in flight at the stop, or answered just before it with
         // its end not yet written.
         #expect(sentBeforeWaking <= 16 + 2, "\(sentBeforeWaking) requests for 16 items")

@@ -33,7 +33,8 @@ public final class SharedRun: @unchecked Sendable {
     public private(set) var failedOutOfReach = 0
 
     /// A claimed chunk: its items are claimed with it, its lease is fenced by `token`.
-    public struct Chunk: Sendable, Equatable {
+    /// A claim of a chunk: the chunk and the lease token it was claimed under.
+    public struct Chunk: Sendable, Hashable {
         public let id: Int64
         public let token: Int64
         public let firstSeq: Int64

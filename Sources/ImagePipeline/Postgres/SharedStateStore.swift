@@ -220,10 +220,9 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         let pending = queue.withLock { queue in defer { queue.removeAll() }; return queue }
         // By claim: ends queued under a claim since lost go to the database under that
         // claim, which refuses them; the chunk's new claim's ends are written under it.
-        let byChunk = Dictionary(grouping: pending, by: { ClaimKey(id: $0.chunk.id, token: $0.chunk.token) })
+        let byChunk = Dictionary(grouping: pending, by: \.chunk)
             .sorted { ($0.key.id, $0.key.token) < ($1.key.id, $1.key.token) }
-        for (index, (_, entries)) in byChunk.enumerated() {
-            let chunk = entries[0].chunk
+        for (index, (chunk, entries)) in byChunk.enumerated() {
             do {
                 // Each item's outputs and deliveries go with its end, for `export`.
                 let local = try localRun()
@@ -263,11 +262,6 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         for chunk in ledger.unfinished() where ledger.settled(0, of: chunk) != nil {
             try complete(chunk, using: shared)
         }
-    }
-
-    private struct ClaimKey: Hashable {
-        let id: Int64
-        let token: Int64
     }
 
     /// Marks a chunk done; a lease lost meanwhile leaves it to its new holder.

@@ -200,7 +200,8 @@ public final class SharedWorker: @unchecked Sendable {
         let heartbeatRun = try run.sibling()
         let recorderRun = try run.sibling()
         let listerRun = try run.sibling()
-        let lastBeat = Mutex(Date())
+        // The watchdog and the delivery gate read the same renewal time (`ChunkLedger`).
+        ledger.renewed(at: Date())
         // When the heartbeat now under way started, and when the heartbeats began failing
         // in a row (nil: the last one landed).
         let attempt = Mutex<(started: Date?, failingSince: Date?)>((nil, nil))
@@ -211,7 +212,6 @@ public final class SharedWorker: @unchecked Sendable {
                 let started = Date()
                 attempt.withLock { $0.started = started }
                 let held = try heartbeatRun.heartbeat(tokens: before.map(\.token))
-                lastBeat.withLock { $0 = Date() }
                 attempt.withLock { $0 = (nil, nil) }
                 // (A chunk finished while the heartbeat was under way is missing from its
                 // answer too: it is no longer held, and nothing is said.)
@@ -241,7 +241,7 @@ public final class SharedWorker: @unchecked Sendable {
         let watchdog = LoopThread(name: "imgpipe.watchdog", every: 0.25) { [self] in
             let now = Date()
             let (started, failingSince) = attempt.withLock { $0 }
-            let silent = now.timeIntervalSince(lastBeat.withLock { $0 }) > options.leaseSeconds
+            let silent = now.timeIntervalSince(ledger.lastRenewal) > options.leaseSeconds
             let hung = started.map { now.timeIntervalSince($0) > options.leaseSeconds } ?? false
             if let lost = lostDatabase.withLock({ $0 }) {
                 // Stopped, yet still not ended: a call is hung in libpq.
@@ -398,11 +398,14 @@ final class ChunkLedger: Sendable {
     /// found lost were marked).
     func renewed(at start: Date) { renewedAt.withLock { $0 = max($0, start) } }
 
+    /// When the last heartbeat that renewed the leases began.
+    var lastRenewal: Date { renewedAt.withLock { $0 } }
+
     /// Whether a delivery of `key` may start: `go` when its chunk's lease stands (or it is
     /// not a chunk's item: nothing here to hold); `wait` while the last renewal is too old
     /// to tell; `drop` when the chunk was lost: the key is remembered, for `takeBack`.
     func deliveryGate(_ key: String) -> DeliveryGate {
-        let stale = Date().timeIntervalSince(renewedAt.withLock { $0 }) > freshFor
+        let stale = Date().timeIntervalSince(lastRenewal) > freshFor
         return state.withLock { state in
             guard let place = state.items[key], let held = state.chunks[place.chunk] else { return .go }
             if held.lost {

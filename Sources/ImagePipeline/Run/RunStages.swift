@@ -248,10 +248,11 @@ final class RunStages: Sendable {
                     context.reporter.itemFailed(key: item.key, failure: failure)
                     context.reporter.itemSettled(key: item.key, outcome: .failed(failure))
                     perform(state.withLock { $0.insertFailed() })
-                case let .existing(_, status):
+                case .existing:
                     // Dropped by this session (a shared run's chunk lost, then given back to
-                    // this worker): taken up where it stood, not passed over as a duplicate.
-                    if ![.done, .failed, .skipped].contains(status), context.store.takeBack(key: item.key),
+                    // this worker) or put back for a retry: taken up where it stood, not
+                    // passed over as a duplicate.
+                    if context.store.takeBack(key: item.key),
                        let record = try? context.store.item(runId: context.runId, key: item.key)?.expandingLocation(environment) {
                         context.logger.info("taken back where it stood", metadata: ["item": "\(item.key)",
                                                                                     "status": "\(record.status.rawValue)"])
@@ -590,12 +591,7 @@ final class RunStages: Sendable {
         switch context.store.deliveryGate(key: delivery.key) {
         case .go: break
         case .wait:
-            return later(0.1, ifInterrupted: { [self] in record(nil, settlement) }) { [self] in
-                context.deliverers.submit { [self] in
-                    guard !isCancelled else { return record(nil, settlement) }
-                    attempt(delivery, to: sink, number: number, settlement)
-                }
-            }
+            return attemptLater(0.1, delivery, to: sink, number: number, settlement)
         case .drop:
             // Another worker's now: left pending here (the item gives its slot back).
             return record(nil, settlement)
@@ -618,11 +614,17 @@ final class RunStages: Sendable {
             context.logger.info("delivery will be retried", metadata: [
                 "item": "\(delivery.key)", "stage": "sink", "sink": "\(sink.name)", "attempt": "\(number)",
                 "delay": "\(delay)", "error": "\(pipeline.environment.redact(failure.message))"])
-            later(delay, ifInterrupted: { [self] in record(nil, settlement) }) { [self] in
-                context.deliverers.submit { [self] in
-                    guard !isCancelled else { return record(nil, settlement) }
-                    attempt(delivery, to: sink, number: number + 1, settlement)
-                }
+            attemptLater(delay, delivery, to: sink, number: number + 1, settlement)
+        }
+    }
+
+    /// Attempt `number` at one sink after `delay` seconds, on a deliverer thread; left
+    /// pending when the run is interrupted meanwhile.
+    private func attemptLater(_ delay: Double, _ delivery: Delivery, to sink: any Sink, number: Int, _ settlement: Settlement) {
+        later(delay, ifInterrupted: { [self] in record(nil, settlement) }) { [self] in
+            context.deliverers.submit { [self] in
+                guard !isCancelled else { return record(nil, settlement) }
+                attempt(delivery, to: sink, number: number, settlement)
             }
         }
     }
