@@ -37,8 +37,11 @@ let package = Package(
         // Threads compiling and freeing liborc programs at once: the race the lock above
         // prevents (for the tests and bench/orc-race.c).
         .target(name: "COrcStress"),
-        // The only module that imports CVips (and COrcGuard).
-        .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard"]),
+        // Halving and lanczos3 reduction of 8-bit pictures already in memory, for the outputs
+        // made from an item's other outputs (libvips 8.14 does both in scalar code).
+        .target(name: "CResample"),
+        // The only module that imports CVips (and COrcGuard, CResample).
+        .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CResample"]),
         .target(
             name: "ImagePipeline",
             dependencies: [

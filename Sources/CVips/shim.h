@@ -41,19 +41,6 @@ static inline VipsImage *ip_new_from_buffer(const void *data, size_t length, Vip
         NULL);
 }
 
-/// A JPEG in memory decoded at 1/`shrink` scale (2, 4 or 8: libjpeg's DCT scaling, so
-/// each 8×8 block is decoded straight to 4×4, 2×2 or 1×1 pixels).
-static inline VipsImage *ip_jpeg_from_buffer_shrunk(const void *data, size_t length,
-                                                    VipsFailOn fail_on, int shrink) {
-    VipsImage *out = NULL;
-    if (vips_jpegload_buffer((void *) data, length, &out,
-            "shrink", shrink,
-            "access", VIPS_ACCESS_SEQUENTIAL,
-            "fail_on", fail_on,
-            NULL)) return NULL;
-    return out;
-}
-
 /// Shrink-on-load resize of a file or (with `path` NULL) of a buffer the caller keeps
 /// alive. `export_profile` and `import_profile` may be NULL.
 ///
@@ -100,6 +87,45 @@ static inline VipsImage *ip_new_from_memory_copy(const void *data, size_t size, 
 
 /// A copy of the image's pixels in memory, for operations that read out of order.
 static inline VipsImage *ip_copy_memory(VipsImage *in) { return vips_image_copy_memory(in); }
+
+/// Whether the image's samples can be read in place (`VIPS_IMAGE_ADDR`): 8-bit unsigned,
+/// not coded, and computed into memory already (a load or `copy_memory`), never computing
+/// it here.
+static inline int ip_uchar_in_memory(VipsImage *in) {
+    if (in->BandFmt != VIPS_FORMAT_UCHAR || in->Coding != VIPS_CODING_NONE || !in->data) return 0;
+    switch (in->dtype) {
+    case VIPS_IMAGE_SETBUF:
+    case VIPS_IMAGE_SETBUF_FOREIGN:
+    case VIPS_IMAGE_MMAPIN:
+    case VIPS_IMAGE_MMAPINRW:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static inline const unsigned char *ip_samples(VipsImage *in) { return VIPS_IMAGE_ADDR(in, 0, 0); }
+static inline size_t ip_line_bytes(VipsImage *in) { return VIPS_IMAGE_SIZEOF_LINE(in); }
+
+/// A new memory image of `width`×`height` with `in`'s bands, format, interpretation,
+/// resolution and metadata (what an operation's output copies from its input), its
+/// samples allocated for the caller to write (`ip_samples_to_write`); NULL on failure.
+static inline VipsImage *ip_new_like(VipsImage *in, int width, int height) {
+    VipsImage *out = vips_image_new_memory();
+    if (vips_image_pipelinev(out, VIPS_DEMAND_STYLE_ANY, in, NULL)) {
+        g_object_unref(out);
+        return NULL;
+    }
+    out->Xsize = width;
+    out->Ysize = height;
+    if (vips_image_write_prepare(out)) {
+        g_object_unref(out);
+        return NULL;
+    }
+    return out;
+}
+
+static inline unsigned char *ip_samples_to_write(VipsImage *out) { return VIPS_IMAGE_ADDR(out, 0, 0); }
 
 // MARK: geometry
 

@@ -1,3 +1,4 @@
+import CResample
 import CVips
 
 /// A quarter turn, clockwise.
@@ -26,9 +27,25 @@ extension VipsImage {
         try derive("autorot") { ip_autorot(pointer, &$0) }
     }
 
-    /// Resamples by independent horizontal and vertical factors.
+    /// Resamples by independent horizontal and vertical factors (`vips_resize`, lanczos3).
+    /// An 8-bit picture already in memory that gets smaller is reduced by
+    /// `rs_reduce_lanczos3`, which gives libvips' scalar code's pixels (its vector code's,
+    /// on by default, differ by at most a few levels) in about a third of its time.
     public func resized(horizontal: Double, vertical: Double) throws -> VipsImage {
-        try derive("resize") { ip_resize(pointer, &$0, horizontal, vertical) }
+        if horizontal <= 1, vertical <= 1, horizontal < 1 || vertical < 1 {
+            let (w, h, b) = (width, height, bands)
+            // As `vips_resize` reckons the factors it hands `reduceh` and `reducev`.
+            let hshrink = 1 / max(horizontal, 1 / Double(w)), vshrink = 1 / max(vertical, 1 / Double(h))
+            if rs_reduces_as_libvips(Int32(w), Int32(h), hshrink, vshrink) != 0,
+               let reduced = try filledInMemory(
+                   "reduce", width: Int(rs_reduced_length(Int32(w), hshrink)), height: Int(rs_reduced_length(Int32(h), vshrink)),
+                   { input, stride, output, outStride in
+                       rs_reduce_lanczos3(input, stride, Int32(w), Int32(h), Int32(b), output, outStride, hshrink, vshrink)
+                   }) {
+                return reduced
+            }
+        }
+        return try derive("resize") { ip_resize(pointer, &$0, horizontal, vertical) }
     }
 
     /// Cuts out a rectangle; it must lie inside the image.

@@ -83,21 +83,6 @@ extension VipsImage {
         return VipsImage(taking: image, keepAlive: [storage])
     }
 
-    /// Opens a JPEG in memory, to be decoded at 1/`shrink` scale (2, 4 or 8) by libjpeg's
-    /// DCT scaling: libvips 8.14 makes a JPEG of w×h pixels ⌊w/shrink⌋×⌊h/shrink⌋ (a last
-    /// partial block left out) and aborts the process when a side is shorter than `shrink`,
-    /// so callers check the sizes first (`SharedLoad.jpegScale`). The bytes are kept alive
-    /// with the image.
-    public static func open(jpeg data: Data, shrink: Int, failOn: FailOn = .error) throws -> VipsImage {
-        precondition([2, 4, 8].contains(shrink), "libjpeg scales by 1/2, 1/4 or 1/8")
-        try VipsRuntime.setUp()
-        let storage = ByteStorage(data)
-        guard let image = ip_jpeg_from_buffer_shrunk(storage.base, storage.count, failOn.vips, Int32(shrink)) else {
-            throw VipsError.take("jpegload", context: "\(data.count) bytes at 1/\(shrink) scale")
-        }
-        return VipsImage(taking: image, keepAlive: [storage])
-    }
-
     /// Loads and resizes in one step, letting the loader shrink while decoding (JPEG DCT
     /// scaling, WebP and HEIF scaled decode, PNG/TIFF pyramid pages). `crop` other than
     /// `.none` fills the box and crops to it.

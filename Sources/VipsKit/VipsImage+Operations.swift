@@ -1,3 +1,4 @@
+import CResample
 import CVips
 import Synchronization
 
@@ -71,10 +72,18 @@ extension VipsImage {
     }
 
     /// Averages 2×2 blocks, as `shrunk(by: 2)` does, but leaves out a last odd row or
-    /// column. Computed as bilinear samples at the blocks' centres: libvips 8.14's box
-    /// shrink divides once per sample, and takes about 1.5× as long.
+    /// column: (a + b + c + d + 2) / 4. An 8-bit picture in memory is halved in place by
+    /// `rs_halve` (about 8× faster than libvips); any other by libvips, as bilinear samples
+    /// at the blocks' centres (the same values: libvips 8.14's box shrink divides once per
+    /// sample, and takes about 1.5× as long again).
     public func halved() throws -> VipsImage {
-        try derive("affine") { ip_halve(pointer, &$0) }
+        let (w, h, b) = (width, height, bands)
+        if w >= 2, h >= 2, let halved = try filledInMemory("halve", width: w / 2, height: h / 2, { input, stride, output, outStride in
+            rs_halve(input, stride, Int32(w), Int32(h), Int32(b), output, outStride)
+        }) {
+            return halved
+        }
+        return try derive("affine") { ip_halve(pointer, &$0) }
     }
 
     /// Repeats each pixel `factor` times across and down.

@@ -35,6 +35,24 @@ public final class VipsImage: @unchecked Sendable {
         return VipsImage(taking: out, keepAlive: buffers)
     }
 
+    /// A new picture of `width`×`height` with this one's header and metadata, its samples
+    /// written by `fill` from this one's read in place (each given with its bytes per
+    /// line); nil when this picture's samples cannot be read in place (see
+    /// `ip_uchar_in_memory`) or `fill` returns non-zero (it could not do this one).
+    func filledInMemory(_ operation: String, width: Int, height: Int,
+                        _ fill: (UnsafePointer<UInt8>, Int, UnsafeMutablePointer<UInt8>, Int) -> Int32) throws -> VipsImage? {
+        guard ip_uchar_in_memory(pointer) != 0 else { return nil }
+        guard let out = ip_new_like(pointer, Int32(width), Int32(height)) else {
+            throw VipsError.take(operation, context: summary)
+        }
+        let status = fill(ip_samples(pointer), ip_line_bytes(pointer), ip_samples_to_write(out), ip_line_bytes(out))
+        guard status == 0 else {
+            g_object_unref(UnsafeMutableRawPointer(out))
+            return nil
+        }
+        return VipsImage(taking: out, keepAlive: keepAlive)
+    }
+
     // MARK: header
 
     /// Dimensions, bands and sample format, e.g. `800×600, 3 bands, uchar`: what an error

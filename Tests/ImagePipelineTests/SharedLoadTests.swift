@@ -4,9 +4,9 @@ import ImagePipelineTesting
 import Testing
 import VipsKit
 
-/// How several outputs of one item are made from one load: a derived output decoded again
-/// at a JPEG scale, or halved from a larger output, still comes out as the output made on
-/// its own would, checked on decoded pixels.
+/// How several outputs of one item are made from one load: a derived output, halved and
+/// reduced from a larger output, still comes out as the output made on its own (which
+/// libvips shrinks on load) would, checked on decoded pixels.
 @Suite("Shared load")
 struct SharedLoadTests {
     let directory: TemporaryDirectory
@@ -45,16 +45,15 @@ struct SharedLoadTests {
     }
 
     @Test("derived outputs match each output alone", arguments: [
-        // 640 and 320 decoded again at 1/2 and 1/4 scale.
+        // 640 halved from the 1280 load, which the 640 alone decodes at 1/2 scale.
         (1280, 960, nil, webSizes),
-        // The same with an EXIF quarter turn: decoded again, then turned upright.
+        // The same with an EXIF quarter turn.
         (1280, 960, 6, webSizes),
         // 640 halved from the 1280 load, 320 halved from 640.
         (1600, 1200, nil, webSizes),
         (1282, 962, nil, webSizes),
         (1001, 751, nil, webSizes),
-        // Odd sides: neither decoded again (libvips would leave out the last partial
-        // block) nor halved (which would drop the odd row and column), so no drift.
+        // Odd sides: not halved (which would drop the odd row and column), so no drift.
         (1601, 1201, nil, fits(1601, 801, 400, 200)),
         (1281, 961, nil, fits(1281, 641, 320)),
         (1281, 961, 6, fits(1281, 641, 320)),
@@ -85,9 +84,10 @@ struct SharedLoadTests {
         return try VipsImage.fromPixels(bytes, width: width, height: height, bands: 3).labelled(.srgb)
     }
 
-    /// A JPEG whose sides are not multiples of 2 is not decoded again at 1/2 scale for its
-    /// half-size output: libvips would leave out the last partial block (1281 px → 640),
-    /// and the picture, stretched back to 641, would put the lines off their place.
+    /// The half-size output of a JPEG whose sides are not multiples of 2 (1281 px → 641)
+    /// is a lanczos3 reduction of the load by just under 2, not a halving (which would drop
+    /// the last row and column and put the lines off their place): the lines stay where the
+    /// output made alone has them.
     @Test(arguments: [(1601, 1201), (1281, 961), (1282, 961)])
     func linesOfAnOddSizedJPEGStayInPlace(width: Int, height: Int) throws {
         let path = directory.url("grid-\(width)x\(height).jpg")
@@ -156,19 +156,6 @@ struct SharedLoadTests {
         #expect((pixels.width, pixels.height) == (240, 320))
         #expect(pixels.means(y: 0, height: 100)[0] < 30)
         #expect(pixels.means(y: 220, height: 100)[0] > 225)
-    }
-
-    @Test func jpegScaleIsTheFactorThatDecodesStraightToTheGoal() {
-        #expect(SharedLoad.jpegScale(from: (1280, 960), to: (640, 480)) == 2)
-        #expect(SharedLoad.jpegScale(from: (1280, 960), to: (320, 240)) == 4)
-        #expect(SharedLoad.jpegScale(from: (1024, 768), to: (128, 96)) == 8)
-        // Only exact multiples: a side that is not leaves a partial block.
-        #expect(SharedLoad.jpegScale(from: (1281, 961), to: (641, 481)) == nil)
-        #expect(SharedLoad.jpegScale(from: (1281, 961), to: (640, 480)) == nil)
-        #expect(SharedLoad.jpegScale(from: (1600, 1200), to: (640, 480)) == nil)
-        // Never a side shorter than the scale (libvips would abort).
-        #expect(SharedLoad.jpegScale(from: (1280, 1), to: (640, 0)) == nil)
-        #expect(SharedLoad.jpegScale(from: (2, 2), to: (1, 1)) == 2)
     }
 
     @Test func halvingAveragesEachTwoByTwoBlock() throws {

@@ -108,9 +108,13 @@ struct SharedLoad: Sendable {
     ///
     /// A reduction by 2× or more starts with a box shrink by its whole part (each k×k block
     /// averaged), and lanczos3 does only the rest, as a JPEG's shrink-on-load (DCT scaling)
-    /// and the thumbnail's reduce would. (A lanczos3 reduce by 2× or 4× costs about what
-    /// decoding the input again does: measured in `bench/outputs.sh`.) Each factor of 2 is
-    /// `halved`, the cheapest box in libvips 8.14. (An odd last row or column is left out,
+    /// and the thumbnail's reduce would. Each factor of 2 is `halved`, and the rest a
+    /// lanczos3 `resizedExactly`: for an 8-bit picture in memory, as the load and the larger
+    /// outputs are here, both are imgpipe's own vector code (CResample), at an eighth and a
+    /// third of libvips 8.14's cost; this made decoding a JPEG again at 1/2 or 1/4 scale for
+    /// a smaller output (libjpeg's DCT scaling, 2.5 ms per megapixel of the input) dearer
+    /// than halving (about 0.6 ms per megapixel read), so that is no longer done (measured
+    /// in `bench/outputs.sh`, bench/RESULTS.md). (An odd last row or column is left out,
     /// as libvips' own shrink-on-load does: on a grid of 4-px lines, 1601 or 803 px wide,
     /// the smaller outputs came out closer to the output made alone than with `shrunk`,
     /// whose last block takes the odd row or column: SSIM 0.77–0.98 against 0.71–0.90.)
@@ -130,18 +134,6 @@ struct SharedLoad: Sendable {
         if premultiplied { resized = try resized.unpremultiplied(like: original) }
         guard case let .fill(w, h, gravity) = boxes[index] else { return resized }
         return try resized.cropped(to: (w, h), gravity: gravity)
-    }
-
-    /// The factor (8, 4 or 2, largest first) by which libjpeg's DCT scaling decodes an input
-    /// of `size` (as shown) straight to `goal`, when one does: both sides are multiples of
-    /// k and w/k×h/k is `goal`. (libvips 8.14 sizes a scaled JPEG ⌊w/k⌋×⌊h/k⌋, leaving out
-    /// the pixels of a last partial block, and aborts the process on a side shorter than
-    /// k: only exact multiples keep the whole picture where the output alone has it.)
-    static func jpegScale(from size: (width: Int, height: Int), to goal: (width: Int, height: Int)) -> Int? {
-        [8, 4, 2].first { k in
-            size.width.isMultiple(of: k) && size.height.isMultiple(of: k)
-                && size.width / k == goal.width && size.height / k == goal.height && goal.width > 0 && goal.height > 0
-        }
     }
 
     /// Whether output `index`'s resize keeps the whole picture (a `fit`; a `fill` crops).

@@ -260,23 +260,8 @@ public struct ImageProcessor: Sendable {
                         // The output's own fit/fill, from the closest larger resize; its size is
                         // reckoned from the input, as the output alone would have it.
                         let goal = sharedLoad.target(of: index, from: inputSize)
-                        var from = resized.filter { $0.width >= goal.width && $0.height >= goal.height }
+                        let from = resized.filter { $0.width >= goal.width && $0.height >= goal.height }
                             .min { $0.width * $0.height < $1.width * $1.height } ?? image
-                        // A JPEG that decodes straight to this size at 1/2, 1/4 or 1/8 scale is
-                        // decoded again so, when the picture it would otherwise be made from has
-                        // at least half the input's pixels (colour-managed inputs excepted: the
-                        // load converted those). Halving costs about 4.5 ms per megapixel it
-                        // reads; decoding again about 2.5 ms per megapixel of the input, most of
-                        // it the Huffman decoding, which the DCT scaling does not shorten.
-                        if (from.width, from.height) != goal, format == .jpeg, !colourManaged,
-                           inputSize.0 * inputSize.1 <= 2 * from.width * from.height,
-                           let k = SharedLoad.jpegScale(from: inputSize, to: goal) {
-                            var decoded = try VipsImage.open(jpeg: data, shrink: k, failOn: format.failOn)
-                            // A turn reads out of order: the small decode is made first.
-                            if sharedLoad.autorotate, header.orientation != 1 { decoded = try decoded.materialized().autorotated() }
-                            // Used only when it is exactly the goal (else the usual resize).
-                            if (decoded.width, decoded.height) == goal { from = decoded }
-                        }
                         made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))
                         // Only a fit keeps the whole picture (a fill has been cropped).
                         if sharedLoad.keepsWholePicture(index), index != order.last {
