@@ -15,7 +15,12 @@ enum {
     MAX_POINTS = 2000,
 };
 
-int rs_lanczos3_points(double shrink) { return 2 * (int)rint(3 * shrink) + 1; }
+static int own_resampling = 1;
+void rs_set_enabled(int enabled) { own_resampling = enabled != 0; }
+int rs_enabled(void) { return own_resampling; }
+
+// The number of points of libvips' lanczos3 mask for a reduction by `shrink`.
+static int lanczos3_points(double shrink) { return 2 * (int)rint(3 * shrink) + 1; }
 
 // libvips' `calculate_coefficients_lanczos` with a = 3, normalised to sum 1, then each
 // truncated to 1/4096ths as `reducev`/`reduceh` make their integer tables.
@@ -90,7 +95,7 @@ static void filter_rows(uint8_t *out, const uint8_t *const *rows, const int16_t 
 // exactly; down, a sample can differ by a level where a region starts.)
 static int reduce_lines(const uint8_t *in, size_t stride, int lines, size_t length,
                         uint8_t *out, size_t outStride, int outLines, double shrink) {
-    const int n = rs_lanczos3_points(shrink);
+    const int n = lanczos3_points(shrink);
     if (n > MAX_POINTS) return -1;
     int16_t *masks = malloc(sizeof(int16_t) * (size_t)n * (SUBPIXELS + 1));
     const uint8_t **rows = malloc(sizeof(*rows) * (size_t)n);
@@ -161,7 +166,7 @@ int rs_reduced_length(int length, double shrink) {
 static int single_pass(int length, double shrink) {
     if (shrink <= 1.0) return 1;
     const int reduced = rs_reduced_length(length, shrink);
-    return reduced > 0 && floor((double)length / reduced / 2.0) <= 1 && rs_lanczos3_points(shrink) <= MAX_POINTS;
+    return reduced > 0 && floor((double)length / reduced / 2.0) <= 1 && lanczos3_points(shrink) <= MAX_POINTS;
 }
 
 int rs_reduces_as_libvips(int width, int height, double hshrink, double vshrink) {

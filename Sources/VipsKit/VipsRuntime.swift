@@ -1,4 +1,5 @@
 import COrcGuard
+import CResample
 import CVips
 
 #if canImport(Glibc)
@@ -56,6 +57,13 @@ public enum VipsRuntime {
     public static func setVectorEnabled(_ enabled: Bool) {
         guard case .success = setUpResult else { return }
         ip_set_vector_enabled(enabled && vectorCompileGuarded ? 1 : 0)
+    }
+
+    /// Leaves every resample to libvips (`false`), instead of halving and reducing 8-bit
+    /// pictures in memory with imgpipe's own vector code (`Sources/CResample`, the
+    /// default). Tuning knob, for comparisons; call before any work.
+    public static func setOwnResampling(_ enabled: Bool) {
+        rs_set_enabled(enabled ? 1 : 0)
     }
 
     /// Whether libvips uses liborc's vector code.

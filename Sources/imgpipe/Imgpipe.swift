@@ -37,6 +37,7 @@ struct Imgpipe: ParsableCommand {
         }
         if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
         if !tuning.vectorCode { VipsRuntime.setVectorEnabled(false) }
+        if !tuning.ownResampling { VipsRuntime.setOwnResampling(false) }
         LogOptions.bootstrap()
         do {
             try refuseUnknownCommand(Array(CommandLine.arguments.dropFirst()))

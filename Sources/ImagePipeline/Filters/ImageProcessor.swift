@@ -7,12 +7,16 @@ import VipsKit
 /// `IMGPIPE_VIPS_VECTOR` (`0` turns liborc's vector code off; see `VipsRuntime`); the
 /// last two are process-wide, so the command line applies them through `VipsRuntime`.
 /// `IMGPIPE_ENCODE_AHEAD=0` encodes an item's several outputs one after the other on its
-/// worker instead of handing all but the last to `ImageProcessor.encoders`.
+/// worker instead of handing all but the last to `ImageProcessor.encoders`;
+/// `IMGPIPE_OWN_RESAMPLE=0` leaves the halving and lanczos3 reduction of 8-bit pictures in
+/// memory (an item's smaller outputs) to libvips instead of imgpipe's own vector code
+/// (process-wide, through `VipsRuntime`).
 public struct Tuning: Sendable {
     public var fuseLeadingGeometry = true
     public var threadsPerImage = 1
     public var vectorCode = true
     public var encodeAhead = true
+    public var ownResampling = true
 
     public init() {}
 
@@ -21,6 +25,7 @@ public struct Tuning: Sendable {
         threadsPerImage = environment["IMGPIPE_VIPS_THREADS"].flatMap(Int.init).map { max(1, $0) } ?? 1
         vectorCode = !["0", "false", "off", "no"].contains(environment["IMGPIPE_VIPS_VECTOR"]?.lowercased() ?? "")
         encodeAhead = environment["IMGPIPE_ENCODE_AHEAD"] != "0"
+        ownResampling = environment["IMGPIPE_OWN_RESAMPLE"] != "0"
     }
 }
 
