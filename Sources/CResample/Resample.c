@@ -84,45 +84,61 @@ static void filter_rows(uint8_t *out, const uint8_t *const *rows, const int16_t 
     }
 }
 
-// One pass of `reducev`: `lines` lines of `length` bytes, `stride` apart, to `outLines`
-// lines, `outStride` apart. Output line y is centred on input line (y + ½)·shrink − ½ −
-// offset, where the offset shares the rounding of the output size between both ends; lines
-// past either end repeat the end line (libvips' `embed` with `extend copy`). The centre is
-// carried from line to line by adding the factor, as libvips does across a region: where
-// a centre falls on a 1/64 step (a factor such as 641/320), the sum and the product round
-// to either side of it, and the masks differ. (libvips starts the sum again at each region
-// it computes; across, its regions are whole lines, so across this gives its samples
-// exactly; down, a sample can differ by a level where a region starts.)
-static int reduce_lines(const uint8_t *in, size_t stride, int lines, size_t length,
-                        uint8_t *out, size_t outStride, int outLines, double shrink) {
+// One pass of `reducev`: `lines` lines to `outLines` lines. Output line y is centred on
+// input line (y + ½)·shrink − ½ − offset, where the offset shares the rounding of the
+// output size between both ends; lines past either end repeat the end line (libvips'
+// `embed` with `extend copy`). The centre is carried from line to line by adding the
+// factor, as libvips does within a region: where a centre falls on a 1/64 step (a factor
+// such as 641/320), the sum and the product round to either side of it, and the masks
+// differ. (libvips starts the sum again at each region it computes. Across, its regions
+// are whole lines, so across this gives its samples exactly; down, a sample can differ by
+// a few levels where one of its regions starts.)
+typedef struct {
+    int n, margin, lines;
+    double shrink, first, centre;
+    int16_t *masks;
+    const uint8_t **rows;
+} Pass;
+
+static void pass_free(Pass *pass) {
+    free(pass->masks);
+    free(pass->rows);
+}
+
+static int pass_init(Pass *pass, int lines, int outLines, double shrink) {
     const int n = lanczos3_points(shrink);
+    *pass = (Pass){.n = n, .margin = (n + 1) / 2 - 1, .lines = lines, .shrink = shrink};
     if (n > MAX_POINTS) return -1;
-    int16_t *masks = malloc(sizeof(int16_t) * (size_t)n * (SUBPIXELS + 1));
-    const uint8_t **rows = malloc(sizeof(*rows) * (size_t)n);
-    if (!masks || !rows) {
-        free(masks);
-        free(rows);
+    pass->masks = malloc(sizeof(int16_t) * (size_t)n * (SUBPIXELS + 1));
+    pass->rows = malloc(sizeof(*pass->rows) * (size_t)n);
+    if (!pass->masks || !pass->rows) {
+        pass_free(pass);
         return -1;
     }
-    lanczos3_masks(masks, n, shrink);
+    lanczos3_masks(pass->masks, n, shrink);
     const double extra = outLines * shrink - lines;
     const double offset = (1 + extra) / 2.0 - 1;
-    const int margin = (n + 1) / 2 - 1;
-    double centre = 0.5 * shrink - 0.5 - offset;
-    for (int y = 0; y < outLines; y++, centre += shrink) {
+    pass->first = pass->centre = 0.5 * shrink - 0.5 - offset;
+    return 0;
+}
+
+// The pass's next `count` output lines (of `length` bytes) from `in`'s lines, `stride`
+// apart, to `out`, `outStride` apart.
+static void pass_run(Pass *pass, const uint8_t *in, size_t stride, size_t length,
+                     uint8_t *out, size_t outStride, int count) {
+    const int n = pass->n;
+    for (int y = 0; y < count; y++, pass->centre += pass->shrink) {
+        const double centre = pass->centre;
         const int first = (int)centre;
         const int steps = (int)(centre * SUBPIXELS * 2);
         const int t = ((steps & (SUBPIXELS * 2 - 1)) + 1) >> 1;
         for (int i = 0; i < n; i++) {
-            int line = first + i - margin;
-            line = line < 0 ? 0 : line >= lines ? lines - 1 : line;
-            rows[i] = in + (size_t)line * stride;
+            int line = first + i - pass->margin;
+            line = line < 0 ? 0 : line >= pass->lines ? pass->lines - 1 : line;
+            pass->rows[i] = in + (size_t)line * stride;
         }
-        filter_rows(out + (size_t)y * outStride, rows, masks + (size_t)t * n, n, length);
+        filter_rows(out + (size_t)y * outStride, pass->rows, pass->masks + (size_t)t * n, n, length);
     }
-    free(masks);
-    free(rows);
-    return 0;
 }
 
 // A w×h picture of `bands`-byte pixels turned into h×w (pixel (x, y) to (y, x)), in
@@ -177,33 +193,49 @@ int rs_reduce_lanczos3(const uint8_t *in, size_t stride, int width, int height, 
                        uint8_t *out, size_t outStride, double hshrink, double vshrink) {
     if (!rs_reduces_as_libvips(width, height, hshrink, vshrink)) return -1;
     const int outWidth = rs_reduced_length(width, hshrink), outHeight = rs_reduced_length(height, vshrink);
+    const size_t line = (size_t)width * bands;
     // Vertical first, as `vips_resize` does: it leaves fewer lines for the second pass.
     // The horizontal pass runs on the transposed picture, where a column's samples lie
-    // side by side and the same vector code applies.
-    const size_t line = (size_t)width * bands, turned = (size_t)outHeight * bands;
-    uint8_t *tall = NULL, *across = NULL, *done = NULL;
+    // side by side and the same vector code applies. Both go STRIP output lines at a time,
+    // so that the scratch memory is three strips, not three pictures.
+    enum { STRIP = 64 };
+    const size_t turned = (size_t)STRIP * bands;
+    Pass down = {0}, across = {0};
+    uint8_t *strip = NULL, *columns = NULL, *reduced = NULL;
     int status = -1;
-    const uint8_t *vertical = in;
-    size_t verticalStride = stride;
-    if (vshrink > 1.0) {
-        if (!(tall = malloc(line * outHeight))) goto end;
-        if (reduce_lines(in, stride, height, line, tall, line, outHeight, vshrink)) goto end;
-        vertical = tall;
-        verticalStride = line;
-    }
-    if (hshrink > 1.0) {
-        if (!(across = malloc(turned * width)) || !(done = malloc(turned * outWidth))) goto end;
-        transpose(vertical, verticalStride, width, outHeight, bands, across, turned);
-        if (reduce_lines(across, turned, width, turned, done, turned, outWidth, hshrink)) goto end;
-        transpose(done, turned, outHeight, outWidth, bands, out, outStride);
-    } else {
-        for (int y = 0; y < outHeight; y++) memcpy(out + (size_t)y * outStride, vertical + (size_t)y * verticalStride, line);
+    if (vshrink > 1.0 && pass_init(&down, height, outHeight, vshrink)) goto end;
+    if (hshrink > 1.0 && pass_init(&across, width, outWidth, hshrink)) goto end;
+    if (vshrink > 1.0 && hshrink > 1.0 && !(strip = malloc(line * STRIP))) goto end;
+    if (hshrink > 1.0 && (!(columns = malloc(turned * width)) || !(reduced = malloc(turned * outWidth)))) goto end;
+    for (int y = 0; y < outHeight; y += STRIP) {
+        const int count = outHeight - y < STRIP ? outHeight - y : STRIP;
+        uint8_t *target = out + (size_t)y * outStride;
+        if (hshrink <= 1.0) {
+            // Down only (at least one pass runs: the caller asked for a reduction).
+            if (vshrink > 1.0) pass_run(&down, in, stride, line, target, outStride, count);
+            else for (int k = 0; k < count; k++) memcpy(target + (size_t)k * outStride, in + (size_t)(y + k) * stride, line);
+            continue;
+        }
+        const uint8_t *lines = in + (size_t)y * stride;
+        size_t linesStride = stride;
+        if (vshrink > 1.0) {
+            pass_run(&down, in, stride, line, strip, line, count);
+            lines = strip;
+            linesStride = line;
+        }
+        const size_t length = (size_t)count * bands;
+        transpose(lines, linesStride, width, count, bands, columns, turned);
+        across.centre = across.first;
+        pass_run(&across, columns, turned, length, reduced, turned, outWidth);
+        transpose(reduced, turned, count, outWidth, bands, target, outStride);
     }
     status = 0;
 end:
-    free(tall);
-    free(across);
-    free(done);
+    pass_free(&down);
+    pass_free(&across);
+    free(strip);
+    free(columns);
+    free(reduced);
     return status;
 }
 
