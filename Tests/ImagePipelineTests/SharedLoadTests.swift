@@ -58,6 +58,12 @@ struct SharedLoadTests {
         (1281, 961, nil, fits(1281, 641, 320)),
         (1281, 961, 6, fits(1281, 641, 320)),
         (8200, 64, nil, fits(8200, 4100, 2050, 1025)),
+        // Reduced 16× and more: alone, the output is fitted from the JPEG decoded at 1/8
+        // scale, 187×125, and comes out 4×3 (5×3 from the input's own sides).
+        (1500, 1000, nil, [.fit(width: 1280, height: 1280, enlarge: false), .fit(width: nil, height: 3, enlarge: false),
+                           .fit(width: nil, height: 17, enlarge: false), .fit(width: 33, height: nil, enlarge: false)]),
+        (1499, 1003, 6, [.fit(width: 1280, height: 1280, enlarge: false), .fit(width: nil, height: 3, enlarge: false),
+                         .fit(width: 7, height: 7, enlarge: false)]),
     ] as [(Int, Int, Int?, [FilterStep])])
     func derivedOutputsMatchEachOutputAlone(width: Int, height: Int, orientation: Int?, boxes: [FilterStep]) throws {
         var photo = try ImageFixtures.photo(width: width, height: height, seed: width)
@@ -128,8 +134,8 @@ struct SharedLoadTests {
         }
     }
 
-    /// A JPEG with a side shorter than the scale: libvips 8.14 aborts the process when
-    /// asked to decode it at that scale, so it is not asked.
+    /// A JPEG with a side shorter than the scale libvips would decode it at: its outputs
+    /// come out as they do alone.
     @Test(arguments: [(1280, 1, [1280, 640]), (2, 3, [2, 1]), (4, 4, [4, 1]), (3, 1200, [1200, 300])])
     func aJPEGThinnerThanTheScaleIsMadeAsAlone(width: Int, height: Int, widths: [Int]) throws {
         let path = directory.url("thin-\(width)x\(height).jpg")

@@ -67,6 +67,36 @@ enum BoxGeometry {
         return (max(1, Int((Double(width) * scale).rounded())), max(1, Int((Double(height) * scale).rounded())))
     }
 
+    /// The size `vips_thumbnail` (libvips 8.14) fits a JPEG of `width`×`height` (as shown)
+    /// into: when the reduction is 4× or more it decodes at 1/2, 1/4 or 1/8 scale (leaving at
+    /// least 2× for its resize), to ⌊w/k⌋×⌊h/k⌋, and fits that picture into the box, which
+    /// can round a side the other way than fitting the input does (1500×1000 into a height
+    /// of 3: 4×3 from 187×125, 5×3 from the input). Any smaller reduction: `fit`.
+    static func jpegThumbnailFit(width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool) -> (width: Int, height: Int) {
+        let plain = fit(width: width, height: height, box: box, enlarge: enlarge)
+        let unbounded = 10_000_000  // what the thumbnail is given for a missing side
+        let (w, h) = (Double(min(box.width ?? unbounded, unbounded)), Double(min(box.height ?? unbounded, unbounded)))
+        // libvips' `calculate_shrink` for a fit: the larger factor both ways, at least 1
+        // unless enlarging, at most the side itself.
+        func shrinks(_ width: Int, _ height: Int) -> (Double, Double) {
+            var shrink = max(Double(width) / w, Double(height) / h)
+            if !enlarge { shrink = max(1, shrink) }
+            return (min(shrink, Double(width)), min(shrink, Double(height)))
+        }
+        let (h0, v0) = shrinks(width, height)
+        let common = min(h0, v0)
+        let k = common >= 16 ? 8 : common >= 8 ? 4 : common >= 4 ? 2 : 1
+        let (loadedWidth, loadedHeight) = (width / k, height / k)
+        guard k > 1, loadedWidth > 0, loadedHeight > 0 else { return plain }
+        // The resize from the loaded picture, as `vips_resize` reckons its output size.
+        let (hs, vs) = shrinks(loadedWidth, loadedHeight)
+        func reduced(_ length: Int, _ shrink: Double) -> Int {
+            let scale = 1 / shrink
+            return scale < 1 ? max(1, Int(Double(length) / (1 / scale) + 0.5)) : length
+        }
+        return (reduced(loadedWidth, hs), reduced(loadedHeight, vs))
+    }
+
     /// The smallest size, aspect kept, that covers the box (each side at least the box's).
     static func cover(width: Int, height: Int, box: (width: Int, height: Int)) -> (width: Int, height: Int) {
         let scale = max(Double(box.width) / Double(width), Double(box.height) / Double(height))
@@ -143,9 +173,12 @@ struct SharedLoad: Sendable {
     }
 
     /// The size output `index`'s own `fit` or `fill` resizes an image of `size` to (a fill:
-    /// before its crop).
-    func target(of index: Int, from size: (width: Int, height: Int)) -> (width: Int, height: Int) {
+    /// before its crop): the size the output alone would have, so for a JPEG the size its
+    /// own shrink-on-load leads to.
+    func target(of index: Int, from size: (width: Int, height: Int), jpeg: Bool = false) -> (width: Int, height: Int) {
         switch boxes[index] {
+        case let .fit(w, h, enlarge) where jpeg:
+            BoxGeometry.jpegThumbnailFit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
         case let .fit(w, h, enlarge): BoxGeometry.fit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
         case let .fill(w, h, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
         }
