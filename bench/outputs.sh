@@ -7,7 +7,8 @@
 # three-output run is also timed with its outputs encoded one after another on the worker
 # (IMGPIPE_ENCODE_AHEAD=0), as before encodes were handed off, and with every resample left
 # to libvips (IMGPIPE_OWN_RESAMPLE=0), as before imgpipe halved and reduced an item's smaller
-# outputs with its own vector code (Sources/CResample). A run's previous outputs are
+# outputs with its own vector code (Sources/CResample; a JPEG is not decoded a second time at
+# 1/2 scale either way, as it was before that). A run's previous outputs are
 # moved aside (`aside` in bench/lib.sh), not deleted, and deleted at the end: deleting the
 # 300 files of the three-output run just before it charged it 10 % of its CPU in
 # ext4_create (perf), the single runs (100 files) a third of that per file. Not a test.

@@ -2,10 +2,10 @@ import ImagePipelineTesting
 import Testing
 @testable import VipsKit
 
-/// imgpipe's own halving and lanczos3 reduction of 8-bit pictures in memory (CResample),
-/// against libvips computing the same from the same samples. A picture that is not in
-/// memory (here the output of a `linear` that changes nothing, which libvips computes
-/// lazily) still goes through libvips, and is the reference.
+/// imgpipe's own halving and lanczos3 reduction of 8-bit pictures in memory (CResample:
+/// `halved`, `reducedInMemory`), against libvips computing the same from the same samples.
+/// A picture that is not in memory (here the output of a `linear` that changes nothing,
+/// which libvips computes lazily) still goes through libvips, and is the reference.
 @Suite("Resampling in memory")
 struct ResampleTests {
     /// Samples that use the whole range and change from one pixel to the next, with runs
@@ -67,7 +67,7 @@ struct ResampleTests {
     func aReductionAcrossGivesLibvipsSamples(width: Int, height: Int, bands: Int, outWidth: Int) throws {
         let image = try Self.noise(width: width, height: height, bands: bands, seed: UInt64(width * 31 + bands))
         let scale = Double(outWidth) / Double(width)
-        let ours = try image.resized(horizontal: scale, vertical: 1).pixels()
+        let ours = try image.reducedInMemory(horizontal: scale, vertical: 1).pixels()
         let libvips = try Self.lazy(image).resized(horizontal: scale, vertical: 1).pixels()
         #expect((ours.width, ours.height, ours.bands) == (outWidth, height, bands))
         #expect((ours.width, ours.height) == (libvips.width, libvips.height))
@@ -81,7 +81,7 @@ struct ResampleTests {
     func aReductionDownGivesLibvipsScalarSamples(height: Int, width: Int, bands: Int, outHeight: Int) throws {
         let image = try Self.noise(width: width, height: height, bands: bands, seed: UInt64(height * 17 + bands))
         let scale = Double(outHeight) / Double(height)
-        let ours = try image.resized(horizontal: 1, vertical: scale).pixels()
+        let ours = try image.reducedInMemory(horizontal: 1, vertical: scale).pixels()
         #expect((ours.width, ours.height, ours.bands) == (width, outHeight, bands))
         // The transposed picture made as the pictures across are (libvips restarts its sums
         // at each region it computes, and cuts a picture into regions by what it is made
@@ -100,20 +100,23 @@ struct ResampleTests {
     func aReductionBothWaysIsBothPasses(width: Int, height: Int, bands: Int, outWidth: Int, outHeight: Int) throws {
         let noise = try Self.noise(width: width, height: height, bands: bands, seed: UInt64(width))
         let (h, v) = (Double(outWidth) / Double(width), Double(outHeight) / Double(height))
-        let both = try noise.resized(horizontal: h, vertical: v).pixels()
-        let steps = try noise.resized(horizontal: 1, vertical: v).resized(horizontal: h, vertical: 1).pixels()
+        let both = try noise.reducedInMemory(horizontal: h, vertical: v).pixels()
+        let steps = try noise.reducedInMemory(horizontal: 1, vertical: v).reducedInMemory(horizontal: h, vertical: 1).pixels()
         #expect((both.width, both.height) == (outWidth, outHeight))
         #expect(Self.differing(both, steps) == 0)
 
         let photo = try ImageFixtures.photo(width: width, height: height, seed: width).materialized()
-        let ours = try photo.resized(horizontal: h, vertical: v).pixels()
+        let ours = try photo.reducedInMemory(horizontal: h, vertical: v).pixels()
         let libvips = try Self.lazy(photo).resized(horizontal: h, vertical: v).pixels()
         let gaps = zip(ours.samples, libvips.samples).map { abs(Int($0) - Int($1)) }
         #expect(ours.samples.count == libvips.samples.count)
         #expect((gaps.max() ?? 0) <= 3, "worst \(gaps.max() ?? 0)")
         #expect(Double(gaps.reduce(0, +)) / Double(max(1, gaps.count)) < 0.5)
+        // `resized` is libvips' own also for a picture in memory (a pipeline's steps, which
+        // `dry-run` holds in memory, come out as `run` writes them).
+        #expect(Self.differing(try photo.resized(horizontal: h, vertical: v).pixels(), libvips) == 0)
         // The metadata an output keeps from its input (here the EXIF orientation).
-        #expect(try photo.settingOrientation(6).materialized().resized(horizontal: h, vertical: v).orientation == 6)
+        #expect(try photo.settingOrientation(6).materialized().reducedInMemory(horizontal: h, vertical: v).orientation == 6)
     }
 
     /// Halving in memory gives libvips' bilinear samples at the blocks' centres, which

@@ -64,6 +64,9 @@ struct SharedLoadTests {
                            .fit(width: nil, height: 17, enlarge: false), .fit(width: 33, height: nil, enlarge: false)]),
         (1499, 1003, 6, [.fit(width: 1280, height: 1280, enlarge: false), .fit(width: nil, height: 3, enlarge: false),
                          .fit(width: 7, height: 7, enlarge: false)]),
+        // A half reckoned as libvips does, the side divided by the factor: 432×243 into 200
+        // is 200×112 (243 ÷ 2.16 = 112.4999…), not 200×113 (243 × 200/432 = 112.5).
+        (432, 243, nil, fits(432, 200, 100)),
     ] as [(Int, Int, Int?, [FilterStep])])
     func derivedOutputsMatchEachOutputAlone(width: Int, height: Int, orientation: Int?, boxes: [FilterStep]) throws {
         var photo = try ImageFixtures.photo(width: width, height: height, seed: width)

@@ -67,12 +67,16 @@ enum BoxGeometry {
         return (max(1, Int((Double(width) * scale).rounded())), max(1, Int((Double(height) * scale).rounded())))
     }
 
-    /// The size `vips_thumbnail` (libvips 8.14) fits a JPEG of `width`×`height` (as shown)
-    /// into: when the reduction is 4× or more it decodes at 1/2, 1/4 or 1/8 scale (leaving at
-    /// least 2× for its resize), to ⌊w/k⌋×⌊h/k⌋, and fits that picture into the box, which
-    /// can round a side the other way than fitting the input does (1500×1000 into a height
-    /// of 3: 4×3 from 187×125, 5×3 from the input). Any smaller reduction: `fit`.
-    static func jpegThumbnailFit(width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool) -> (width: Int, height: Int) {
+    /// The size `vips_thumbnail` (libvips 8.14) fits a JPEG or a PNG/GIF of `width`×`height`
+    /// (as shown) into, when that makes it smaller. It reckons each side as `vips_resize`
+    /// does, the side divided by the factor, which can round a half the other way than the
+    /// side times the scale (432×243 into 200: 112 high, not 113); and when the reduction
+    /// is 4× or more it decodes a JPEG at 1/2, 1/4 or 1/8 scale (leaving at least 2× for its
+    /// resize), to ⌊w/k⌋×⌊h/k⌋, and fits that picture (1500×1000 into a height of 3: 4×3
+    /// from 187×125, 5×3 from the input). Anything else (an enlargement; other formats,
+    /// whose loaders shrink by their own rules): `fit`.
+    static func thumbnailFit(width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool,
+                             jpeg: Bool) -> (width: Int, height: Int) {
         let plain = fit(width: width, height: height, box: box, enlarge: enlarge)
         let unbounded = 10_000_000  // what the thumbnail is given for a missing side
         let (w, h) = (Double(min(box.width ?? unbounded, unbounded)), Double(min(box.height ?? unbounded, unbounded)))
@@ -84,10 +88,11 @@ enum BoxGeometry {
             return (min(shrink, Double(width)), min(shrink, Double(height)))
         }
         let (h0, v0) = shrinks(width, height)
+        guard h0 > 1, v0 > 1 else { return plain }
         let common = min(h0, v0)
-        let k = common >= 16 ? 8 : common >= 8 ? 4 : common >= 4 ? 2 : 1
+        let k = !jpeg ? 1 : common >= 16 ? 8 : common >= 8 ? 4 : common >= 4 ? 2 : 1
         let (loadedWidth, loadedHeight) = (width / k, height / k)
-        guard k > 1, loadedWidth > 0, loadedHeight > 0 else { return plain }
+        guard loadedWidth > 0, loadedHeight > 0 else { return plain }
         // The resize from the loaded picture, as `vips_resize` reckons its output size.
         let (hs, vs) = shrinks(loadedWidth, loadedHeight)
         func reduced(_ length: Int, _ shrink: Double) -> Int {
@@ -141,7 +146,7 @@ struct SharedLoad: Sendable {
     /// and the thumbnail's reduce would. Each factor of 2 is `halved`, and the rest a
     /// lanczos3 `resizedExactly`: for an 8-bit picture in memory, as the load and the larger
     /// outputs are here, both are imgpipe's own vector code (CResample), at an eighth and a
-    /// third of libvips 8.14's cost; this made decoding a JPEG again at 1/2 or 1/4 scale for
+    /// quarter of libvips 8.14's cost; this made decoding a JPEG again at 1/2 or 1/4 scale for
     /// a smaller output (libjpeg's DCT scaling, 2.5 ms per megapixel of the input) dearer
     /// than halving (about 0.6 ms per megapixel read), so that is no longer done (measured
     /// in `bench/outputs.sh`, bench/RESULTS.md). (An odd last row or column is left out,
@@ -160,7 +165,7 @@ struct SharedLoad: Sendable {
             whole /= 2
         }
         if whole >= 2 { source = try source.shrunk(by: whole) }
-        var resized = try source.resizedExactly(to: size)
+        var resized = try source.resizedExactly(to: size, ownCode: true)
         if premultiplied { resized = try resized.unpremultiplied(like: original) }
         guard case let .fill(w, h, gravity) = boxes[index] else { return resized }
         return try resized.cropped(to: (w, h), gravity: gravity)
@@ -173,12 +178,12 @@ struct SharedLoad: Sendable {
     }
 
     /// The size output `index`'s own `fit` or `fill` resizes an image of `size` to (a fill:
-    /// before its crop): the size the output alone would have, so for a JPEG the size its
-    /// own shrink-on-load leads to.
-    func target(of index: Int, from size: (width: Int, height: Int), jpeg: Bool = false) -> (width: Int, height: Int) {
+    /// before its crop): the size the output alone would have, reckoned as its own
+    /// `vips_thumbnail` does for the formats `BoxGeometry.thumbnailFit` knows.
+    func target(of index: Int, from size: (width: Int, height: Int), format: ImageFormat? = nil) -> (width: Int, height: Int) {
         switch boxes[index] {
-        case let .fit(w, h, enlarge) where jpeg:
-            BoxGeometry.jpegThumbnailFit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
+        case let .fit(w, h, enlarge) where format == .jpeg || format == .png || format == .gif:
+            BoxGeometry.thumbnailFit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge, jpeg: format == .jpeg)
         case let .fit(w, h, enlarge): BoxGeometry.fit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
         case let .fill(w, h, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
         }

@@ -159,11 +159,12 @@ extension BoxGeometry {
 }
 
 extension VipsImage {
-    /// Resamples to exactly `size` (aspect given by the caller).
-    func resizedExactly(to size: (width: Int, height: Int)) throws -> VipsImage {
+    /// Resamples to exactly `size` (aspect given by the caller); `ownCode` lets an 8-bit
+    /// picture in memory be reduced by imgpipe's own vector code (`reducedInMemory`).
+    func resizedExactly(to size: (width: Int, height: Int), ownCode: Bool = false) throws -> VipsImage {
         guard size.width != width || size.height != height else { return self }
-        return try resized(horizontal: Double(size.width) / Double(width),
-                           vertical: Double(size.height) / Double(height))
+        let (h, v) = (Double(size.width) / Double(width), Double(size.height) / Double(height))
+        return ownCode ? try reducedInMemory(horizontal: h, vertical: v) : try resized(horizontal: h, vertical: v)
     }
 
     /// Crops to `size` around `gravity`; an image already that size is returned as is.

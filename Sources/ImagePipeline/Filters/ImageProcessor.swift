@@ -250,8 +250,8 @@ public struct ImageProcessor: Sendable {
         var resized: [VipsImage] = []
         let order = sharedLoad.map { shared in
             outputs.indices.sorted {
-                let (a, b) = (shared.target(of: $0, from: inputSize, jpeg: format == .jpeg),
-                              shared.target(of: $1, from: inputSize, jpeg: format == .jpeg))
+                let (a, b) = (shared.target(of: $0, from: inputSize, format: format),
+                              shared.target(of: $1, from: inputSize, format: format))
                 return a.width * a.height > b.width * b.height
             }
         } ?? Array(outputs.indices)
@@ -265,7 +265,7 @@ public struct ImageProcessor: Sendable {
                     if let sharedLoad {
                         // The output's own fit/fill, from the closest larger resize; its size is
                         // reckoned from the input, as the output alone would have it.
-                        let goal = sharedLoad.target(of: index, from: inputSize, jpeg: format == .jpeg)
+                        let goal = sharedLoad.target(of: index, from: inputSize, format: format)
                         let from = resized.filter { $0.width >= goal.width && $0.height >= goal.height }
                             .min { $0.width * $0.height < $1.width * $1.height } ?? image
                         made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))
