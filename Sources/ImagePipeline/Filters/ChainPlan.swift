@@ -177,30 +177,30 @@ struct SharedLoad: Sendable {
         return false
     }
 
-    /// The size output `index`'s own `fit` or `fill` resizes an image of `size` to (a fill:
-    /// before its crop): the size the output alone would have, reckoned as its own
-    /// `vips_thumbnail` does for the formats `BoxGeometry.thumbnailFit` knows.
-    func target(of index: Int, from size: (width: Int, height: Int), format: ImageFormat? = nil) -> (width: Int, height: Int) {
-        switch boxes[index] {
-        case let .fit(w, h, enlarge) where format == .jpeg || format == .png || format == .gif:
-            BoxGeometry.thumbnailFit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge, jpeg: format == .jpeg)
-        case let .fit(w, h, enlarge): BoxGeometry.fit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
-        case let .fill(w, h, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
+    /// The size each output's own `fit` or `fill` resizes an input of `size` (as shown) and
+    /// `format` to (a fill: before its crop): the size the output alone would have, reckoned
+    /// as its own `vips_thumbnail` does for the formats `BoxGeometry.thumbnailFit` knows.
+    func targets(from size: (width: Int, height: Int), format: ImageFormat) -> [(width: Int, height: Int)] {
+        boxes.map { box in
+            switch box {
+            case let .fit(w, h, enlarge) where format == .jpeg || format == .png || format == .gif:
+                BoxGeometry.thumbnailFit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge, jpeg: format == .jpeg)
+            case let .fit(w, h, enlarge): BoxGeometry.fit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
+            case let .fill(w, h, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
+            }
         }
     }
 
-    /// The load for an input of this size (as shown, upright). When one output's `fit`
+    /// The load for an input of this size (as shown, upright), whose outputs' `targets` are
+    /// given. When one output's `fit`
     /// needs at least what every other output needs, the load is that output's own
     /// shrink-on-load (its pixels are then exactly what it would be on its own, and its
     /// resize does nothing). Otherwise a fit into the largest size any output needs, never
     /// larger than the input, with 2 pixels to spare, so that each output's own resize
     /// comes out at the size it would have on its own.
-    func thumbnail(for size: (width: Int, height: Int)) -> ChainPlan.Thumbnail {
+    func thumbnail(for size: (width: Int, height: Int), targets: [(width: Int, height: Int)]) -> ChainPlan.Thumbnail {
         // What each output needs of the input: its target, never more than the input.
-        let needs = boxes.indices.map { index in
-            let target = self.target(of: index, from: size)
-            return (width: min(target.width, size.width), height: min(target.height, size.height))
-        }
+        let needs = targets.map { (width: min($0.width, size.width), height: min($0.height, size.height)) }
         for (index, box) in boxes.enumerated() {
             guard case let .fit(w, h, _) = box,
                   needs.allSatisfy({ $0.width <= needs[index].width && $0.height <= needs[index].height }) else { continue }

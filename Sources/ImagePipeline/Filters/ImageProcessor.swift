@@ -214,7 +214,9 @@ public struct ImageProcessor: Sendable {
         }
         // The input's size as the chain sees it (upright when it autorotates).
         let inputSize = sharedLoad?.autorotate == true ? header.uprightSize : (header.width, header.height)
-        let load = sharedLoad.map { $0.thumbnail(for: inputSize) } ?? plan.thumbnail
+        // Each output's size, as it would have it alone (after a shared load).
+        let targets = sharedLoad?.targets(from: inputSize, format: format) ?? []
+        let load = sharedLoad.map { $0.thumbnail(for: inputSize, targets: targets) } ?? plan.thumbnail
         if let thumbnail = load {
             do {
                 (image, colourManaged) = try runThumbnail(thumbnail, data: data, header: header, format: format)
@@ -248,13 +250,8 @@ public struct ImageProcessor: Sendable {
         // the smallest resize already made that is at least as large (640 from 1280, not from
         // the load): resampling the smaller image costs less.
         var resized: [VipsImage] = []
-        let order = sharedLoad.map { shared in
-            outputs.indices.sorted {
-                let (a, b) = (shared.target(of: $0, from: inputSize, format: format),
-                              shared.target(of: $1, from: inputSize, format: format))
-                return a.width * a.height > b.width * b.height
-            }
-        } ?? Array(outputs.indices)
+        let order = sharedLoad == nil ? Array(outputs.indices)
+            : outputs.indices.sorted { targets[$0].width * targets[$0].height > targets[$1].width * targets[$1].height }
         do throws(ItemFailure) {
             for index in order {
                 let output = outputs[index]
@@ -265,7 +262,7 @@ public struct ImageProcessor: Sendable {
                     if let sharedLoad {
                         // The output's own fit/fill, from the closest larger resize; its size is
                         // reckoned from the input, as the output alone would have it.
-                        let goal = sharedLoad.target(of: index, from: inputSize, format: format)
+                        let goal = targets[index]
                         let from = resized.filter { $0.width >= goal.width && $0.height >= goal.height }
                             .min { $0.width * $0.height < $1.width * $1.height } ?? image
                         made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))

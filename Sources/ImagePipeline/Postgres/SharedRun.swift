@@ -32,8 +32,8 @@ public final class SharedRun: @unchecked Sendable {
     /// still being worked on (only the failed items of finished chunks are put back).
     public private(set) var failedOutOfReach = 0
 
-    /// A claimed chunk: its items are claimed with it, its lease is fenced by `token`.
-    /// A claim of a chunk: the chunk and the lease token it was claimed under.
+    /// A claim of a chunk: the chunk and the lease token it was claimed under (its items are
+    /// claimed with it, its lease is fenced by `token`).
     public struct Chunk: Sendable, Hashable {
         public let id: Int64
         public let token: Int64
