@@ -23,10 +23,11 @@ struct SpoolFilesTests {
 
     func bytes(_ count: Int, seed: UInt8) -> Data { Data((0 ..< count).map { UInt8(truncatingIfNeeded: $0 &* 31) &+ seed }) }
 
-    @Test func anEndedItemsFileIsEmptiedAndGoesToTheNextDownload() throws {
+    @Test func anEndedItemsFileGoesToTheNextDownloadWithAtMostAMegabyteOfBlocks() throws {
         let spool = SpoolFiles(directory: work.url("spool"), keep: 4)
         let first = work.url("spool/7")
-        try bytes(300_000, seed: 1).write(to: URL(fileURLWithPath: first))
+        let large = bytes(3 << 20, seed: 1)
+        try large.write(to: URL(fileURLWithPath: first))
         let inode = try #require(info(first)).st_ino
         spool.recycle(first)
         #expect(info(first) == nil)
@@ -34,11 +35,28 @@ struct SpoolFilesTests {
         #expect(free.count == 1 && free[0].hasPrefix(".free-"), "\(free)")
         let kept = try #require(info(work.url("spool/" + free[0])))
         #expect(kept.st_ino == inode)
-        #expect(kept.st_blocks == 0, "its blocks were freed, as deleting it would")
+        #expect(kept.st_size == large.count, "its length kept")
+        // (An extent block or two of the file system's own may be counted as well.)
+        #expect((SpoolFiles.keptBytes ... SpoolFiles.keptBytes + 65536).contains(off_t(kept.st_blocks) * 512),
+                "its blocks past the first MB freed, as deleting it would: \(kept.st_blocks) blocks")
+        let head = try Data(contentsOf: URL(fileURLWithPath: work.url("spool/" + free[0])))
+        #expect(head.prefix(Int(SpoolFiles.keptBytes)) == large.prefix(Int(SpoolFiles.keptBytes)))
+        #expect(head.dropFirst(Int(SpoolFiles.keptBytes)).allSatisfy { $0 == 0 }, "a hole")
+        // A smaller file keeps its blocks, for the next download to write over.
+        let small = work.url("spool/8")
+        try bytes(300_000, seed: 2).write(to: URL(fileURLWithPath: small))
+        let smallInfo = try #require(info(small))
+        #expect(smallInfo.st_blocks > 0)
+        spool.recycle(small)
+        #expect(work.files(under: "spool").count == 2)
 
+        // The last file given back goes first.
+        #expect(spool.reuse(at: work.url("spool/11.part")))
+        let reused = try #require(info(work.url("spool/11.part")))
+        #expect(reused.st_ino == smallInfo.st_ino && reused.st_blocks == smallInfo.st_blocks)
         #expect(spool.reuse(at: work.url("spool/9.part")))
         #expect(info(work.url("spool/9.part"))?.st_ino == inode)
-        #expect(work.files(under: "spool") == ["9.part"])
+        #expect(work.files(under: "spool").sorted() == ["11.part", "9.part"])
         #expect(!spool.reuse(at: work.url("spool/10.part")), "no free file is left")
         #expect(info(work.url("spool/10.part")) == nil)
     }
@@ -96,6 +114,41 @@ struct SpoolFilesTests {
         #expect(spool.reuse(at: file))
         _ = try client.perform(HTTPRequest(url: try #require(URL(string: server.baseURL + "/short")), destination: file))
         #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == short)
+    }
+
+    /// `keepInMemory`: a body up to the limit comes back in memory and is in the file, whole,
+    /// written there once the transfer is complete; a longer one goes to the file (what was
+    /// kept of it first, then the rest as it comes) and is not kept.
+    @Test func aBodyUpToTheLimitIsKeptInMemoryAndInTheFile() throws {
+        let small = bytes(100_000, seed: 4), large = bytes(600_000, seed: 5), short = bytes(777, seed: 6)
+        let server = try TestHTTPServer { request in
+            switch request.path {
+            case "/small": .bytes(small)
+            case "/large": .bytes(large)
+            case "/short": .bytes(short)
+            case "/empty": .bytes(Data())
+            default: .status(404)
+            }
+        }
+        defer { server.stop() }
+        let client = HTTPClient(timeout: 5)
+        let file = work.url("spool/5.part")
+        func get(_ path: String, keep: Int) throws -> HTTPResult {
+            var request = HTTPRequest(url: try #require(URL(string: server.baseURL + path)), destination: file)
+            request.keepInMemory = keep
+            return try client.perform(request)
+        }
+        func onDisk() throws -> Data { try Data(contentsOf: URL(fileURLWithPath: file)) }
+        for (path, body) in [("/small", small), ("/large", large), ("/short", short), ("/small", small), ("/empty", Data()),
+                             ("/large", large)] {
+            let result = try get(path, keep: 300_000)
+            #expect(result.status == 200 && result.bytes == body.count)
+            #expect(try onDisk() == body, "the file after \(path)")
+            #expect(result.body == (body.count <= 300_000 ? body : nil), "what was kept of \(path)")
+        }
+        // Nothing kept by default.
+        #expect(try get("/small", keep: 0).body == nil)
+        #expect(try onDisk() == small)
     }
 
     /// Downloads retried at once (a 502 with `Retry-After: 0`, backoff 0) while other

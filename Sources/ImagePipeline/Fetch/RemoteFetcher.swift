@@ -94,8 +94,10 @@ public struct RemoteFetcher: Sendable {
 
     /// What one download attempt came to.
     public enum ImageFetch: Sendable, Equatable {
-        /// The image is at the destination, served by this tier.
-        case fetched(Tier)
+        /// The image is at the destination, served by this tier; `body` is a copy of its
+        /// bytes in memory when the download kept one (`keptInMemory`), so that they need
+        /// not be read back from the file.
+        case fetched(Tier, body: Data?)
         /// The attempt failed in a way that may pass: try again after this many seconds.
         case retry(after: Double)
         /// The image is not to be used (robots.txt, `X-Robots-Tag`); nothing was spooled.
@@ -105,6 +107,11 @@ public struct RemoteFetcher: Sendable {
         /// is kept), instead of holding a download thread.
         case later(after: Double, reserved: Bool)
     }
+
+    /// A downloaded image of at most this many bytes is kept in memory as well as written to
+    /// its spool file, and handed on from there: with the run's items in flight (`limits`:
+    /// downloads + 2 × workers + uploads), at most that many times this much memory.
+    public static let keptInMemory = 2 << 20
 
     /// Waits shorter than this are slept through on the download thread; longer ones are
     /// handed back to the runner (`ImageFetch.later`).
@@ -143,6 +150,7 @@ public struct RemoteFetcher: Sendable {
             }
             request = objects.getRequest(key: key, headers: request.headers, destination: temporary, maxBytes: maxBytes)
         }
+        request.keepInMemory = Self.keptInMemory
         if respectOptOut {
             // The same rule as for the finished answer (and a cached copy) below.
             request.refuseBody = { [self] answer in optOut(answer.headerValues["x-robots-tag"]) != nil }
@@ -204,7 +212,8 @@ public struct RemoteFetcher: Sendable {
             if let cached, let served = fromCache(cached, at: destination) { return served }
             throw ItemFailure(.download, "HTTP \(result.status) from \(url.host ?? "server")", httpStatus: result.status)
         }
-        let head = Array((FileHandle(forReadingAtPath: temporary).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
+        let head = Array(result.body?.prefix(64)
+            ?? (FileHandle(forReadingAtPath: temporary).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
         if case .accepted = ImageFormat.sniff(head) {} else {
             unlink(temporary)
             let what: String
@@ -232,7 +241,7 @@ public struct RemoteFetcher: Sendable {
             unlink(temporary)
             throw ItemFailure(.io, "cannot spool \(address): \(String(cString: strerror(errno)))")
         }
-        return .fetched(.remote)
+        return .fetched(.remote, body: result.body)
     }
 
     /// What a half-written download's name ends with, beside its destination.
@@ -254,7 +263,7 @@ public struct RemoteFetcher: Sendable {
     /// A cached copy at `destination`, or its skip; nil when it cannot be placed.
     private func fromCache(_ cached: DiskCache.Entry, at destination: String) -> ImageFetch? {
         if let skip = optOut(cached.robotsTag) { return .skipped(skip) }
-        return Self.place(cached.path, at: destination) ? .fetched(.cache) : nil
+        return Self.place(cached.path, at: destination) ? .fetched(.cache, body: nil) : nil
     }
 
     private func conditionalHeaders(_ cached: DiskCache.Entry?) -> [String: String] {

@@ -434,9 +434,11 @@ final class RunStages: Sendable {
             // the same name.
             if case .success(.fetched) = outcome {} else if let part { context.spool.recycle(part) }
             let tier: Tier
+            let body: Data?
             switch outcome {
-            case let .success(.fetched(served)):
+            case let .success(.fetched(served, kept)):
                 tier = served
+                body = kept
             case let .success(.skipped(skip)):
                 return self.skip(job, skip)
             case let .success(.retry(delay)):
@@ -460,18 +462,20 @@ final class RunStages: Sendable {
             fetched.spoolPath = spool
             let next = fetched
             writer.submit(.fetched(key: job.key, spoolPath: spool, tier: tier)) { [self] _ in
-                process(next)
+                process(next, body: body)
             }
         }
     }
 
-    private func process(_ job: Job, attempt: Int = 1) {
+    /// Runs the item's pixel work. `body` is the input's bytes when the download kept them in
+    /// memory (the same bytes as its spool file); otherwise the file is read.
+    private func process(_ job: Job, body: Data? = nil, attempt: Int = 1) {
         context.workers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
             let spec = pipeline.spec
             let began = DispatchTime.now()
             let result = Result { () throws(ItemFailure) -> ProcessOutcome in
-                try pipeline.processor.processOrSkip(.file(job.spoolPath ?? job.location),
+                try pipeline.processor.processOrSkip(body.map(ImageInput.data) ?? .file(job.spoolPath ?? job.location),
                                                      fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
             }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9
@@ -517,7 +521,7 @@ final class RunStages: Sendable {
                         "item": "\(job.key)", "stage": "stage", "attempt": "\(attempt)", "error": "\(error)"])
                     return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
                         try? FileManager.default.createDirectory(atPath: context.stagedDirectory, withIntermediateDirectories: true)
-                        process(job, attempt: attempt + 1)
+                        process(job, body: body, attempt: attempt + 1)
                     }
                 }
                 let attempts = attempt > 1 ? " (after \(attempt) attempts)" : ""

@@ -1,7 +1,7 @@
 import Foundation
 
 /// The spool folder's files, reused: a download goes into the file of an item already
-/// done (emptied and renamed), not into a new one, while there is such a file.
+/// done (renamed, and written over), not into a new one, while there is such a file.
 ///
 /// Why: creating and deleting a file per download costs the file system an inode each
 /// time, and ext4 without a journal (as on this project's build machines) looks at every
@@ -9,6 +9,14 @@ import Foundation
 /// deletes a spool file per item pays for that on every file it creates afterwards, its
 /// outputs included (see bench/RESULTS.md). With reuse, a run has about as many spool
 /// files as items in flight, created once.
+///
+/// A file waiting for reuse keeps its first `keptBytes` of blocks (and their cached pages),
+/// which the next download writes over: a download of up to that size takes no new blocks
+/// nor pages, and gives none back. Anything past that is freed (a hole punched), as
+/// deleting the file would, so the files waiting hold at most `keep` × `keptBytes`. What is
+/// kept reaches the disk now and then, where a hole never did: the kernel writes a file
+/// back once it has stayed dirty for half a minute, so at most the spool files' few MB
+/// every half minute.
 ///
 /// Nothing here changes what a spool file means: an item's spool file is written in full,
 /// under `<seq>.part`, then renamed to `<seq>` and recorded `fetched`, as before. A file
@@ -25,6 +33,8 @@ final class SpoolFiles: Sendable {
     private let state = Mutex<(free: [String], readying: Int, next: Int)>(([], 0, 0))
 
     static let freePrefix = ".free-"
+    /// Bytes of blocks a file waiting for reuse keeps (a whole number of blocks).
+    static let keptBytes: off_t = 1 << 20
 
     init(directory: String, keep: Int) {
         self.directory = directory
@@ -42,8 +52,8 @@ final class SpoolFiles: Sendable {
         return false
     }
 
-    /// The item whose spool file is at `path` has ended: its file is emptied and kept for
-    /// the next download, or deleted.
+    /// The item whose spool file is at `path` has ended: its file is kept for the next
+    /// download (its blocks past `keptBytes` freed), or deleted.
     func recycle(_ path: String) {
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
@@ -56,7 +66,9 @@ final class SpoolFiles: Sendable {
             unlink(path)
             return
         }
-        let readied = Self.dropBlocks(path, size: info.st_size, blockSize: off_t(info.st_blksize)) && rename(path, free) == 0
+        let readied = (info.st_size <= Self.keptBytes
+            || Self.dropBlocks(path, from: Self.keptBytes, size: info.st_size, blockSize: off_t(info.st_blksize)))
+            && rename(path, free) == 0
         if !readied { unlink(path) }
         state.withLock { state in
             state.readying -= 1
@@ -64,19 +76,20 @@ final class SpoolFiles: Sendable {
         }
     }
 
-    /// Frees the file's blocks and cached pages, as deleting it would, keeping its inode
-    /// and its length: a hole the next download writes over (`HTTPClient` cuts the file
-    /// to the new body's length). Not a truncation to zero, after which ext4 writes the
-    /// next contents to disk on close (`auto_da_alloc`), which deleting never did.
-    private static func dropBlocks(_ path: String, size: off_t, blockSize: off_t) -> Bool {
+    /// Frees the file's blocks and cached pages from `start` (a whole number of blocks) on,
+    /// as deleting it would, keeping its inode and its length: a hole the next download
+    /// writes over (`HTTPClient` cuts the file to the new body's length). Not a truncation,
+    /// after which, to zero, ext4 writes the next contents to disk on close
+    /// (`auto_da_alloc`), which deleting never did.
+    private static func dropBlocks(_ path: String, from start: off_t, size: off_t, blockSize: off_t) -> Bool {
         let file = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
         guard file >= 0 else { return false }
         defer { close(file) }
-        guard size > 0 else { return true }
+        guard size > start else { return true }
         guard let fallocate = Self.fallocate else { return false }
         // Whole blocks: a hole ending inside the last block would keep it, zeroed.
         let block = max(blockSize, 512)
-        return fallocate(file, punchHole | keepSize, 0, (size + block - 1) / block * block) == 0
+        return fallocate(file, punchHole | keepSize, start, (size + block - 1) / block * block - start) == 0
     }
 
     // linux/falloc.h
