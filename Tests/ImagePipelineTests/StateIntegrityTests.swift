@@ -3,6 +3,7 @@ import GRDB
 import ImagePipeline
 import ImagePipelineTesting
 import Testing
+import VipsKit
 
 /// The state file and the folders a run writes, attacked while a run goes on: the same
 /// state file reached by another path, a state file deleted, a read-only sink, a full
@@ -129,6 +130,53 @@ struct StateIntegrityTests {
         let resumed = try imgpipe("resume", "pipe.json", "--retry-failed")
         #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
         #expect(work.files(under: "out").count == 2)
+    }
+
+    /// Spool files waiting for reuse keep up to a MiB of blocks each (`SpoolFiles`): on a
+    /// disk nearly full, an output that does not fit beside them is staged once they are
+    /// given back, as it was when they kept none. Three ended items of 1.15 MB leave 3 MiB
+    /// kept; the last item (2 MB in, 2 MB out, sent after a pause so that the others have
+    /// ended) fits on the 6 MiB disk only without them.
+    @Test func spoolFilesKeptForReuseMakeRoomForAnOutputOnAFullDisk() throws {
+        func noisePNG(_ width: Int, _ height: Int, seed: UInt32) throws -> Data {
+            var state = seed | 1
+            let bytes = (0 ..< width * height * 3).map { _ -> UInt8 in
+                state ^= state << 13; state ^= state >> 17; state ^= state << 5
+                return UInt8(truncatingIfNeeded: state)
+            }
+            try ImageFixtures.write(try VipsImage.fromPixels(bytes, width: width, height: height, bands: 3).labelled(.srgb),
+                                    to: work.url("noise-\(seed).png"))
+            return try Data(contentsOf: URL(fileURLWithPath: work.url("noise-\(seed).png")))
+        }
+        let bodies = [try noisePNG(640, 600, seed: 1), try noisePNG(640, 600, seed: 2), try noisePNG(640, 600, seed: 3),
+                      try noisePNG(820, 820, seed: 4)]
+        #expect(bodies[..<3].allSatisfy { $0.count > 1 << 20 })
+        let server = try TestHTTPServer { request in
+            guard let index = Int(request.path.dropFirst("/n".count).prefix { $0.isNumber }), (1 ... 4).contains(index) else {
+                return .status(404)
+            }
+            return TestHTTPServer.Response(headers: [("Content-Type", "image/png")], body: bodies[index - 1],
+                                           stall: index == 4 ? 1.5 : 0)
+        }
+        defer { server.stop() }
+        try work.write((1 ... 4).map { "\(server.baseURL)/n\($0).png" }.joined(separator: "\n"), to: "urls.txt")
+        try work.folder("small")
+        let mount = try TmpfsMount(at: work.url("small"), size: "6m")
+        defer { mount.unmount() }
+        try work.folder(".imgpipe")
+        try FileManager.default.createSymbolicLink(atPath: work.url(".imgpipe/pipe.work"), withDestinationPath: work.url("small"))
+        try pipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#,
+                     filters: #"[{"op": "fit", "width": 2000, "height": 2000}]"#, output: #"{"format": "png"}"#,
+                     extra: #", "limits": {"downloads": 1, "workers": 1}, "retry": {"attempts": 2, "backoff": 0.05}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stdout: \(result.stdout) stderr: \(result.stderr)")
+        let out = work.files(under: "out").sorted()
+        #expect(out == ["n1.png", "n2.png", "n3.png", "n4.png"])
+        for (index, name) in out.enumerated() {
+            let made = try ImageFixtures.decode(work.url("out/" + name))
+            let sent = try ImageFixtures.decode(work.url("noise-\(index + 1).png"))
+            #expect(made.width == sent.width && made.height == sent.height && made.samples == sent.samples, "\(name)")
+        }
     }
 
     @Test func aSinkFolderRemovedMidRunIsMadeAgain() throws {

@@ -235,8 +235,11 @@ public final class HTTPClient: @unchecked Sendable {
         let code = withExtendedLifetime(transfer) { run(request, on: handle, transfer: transfer) }
         if transfer.file >= 0, transfer.failure == nil {
             // A whole body kept in memory goes to the file now, in one call.
-            if code == CURLE_OK, transfer.keeping, !transfer.flushKept() {
-                throw transfer.failure ?? HTTPFailure(kind: .io, message: "cannot write the download", status: nil, retryAfter: nil)
+            if code == CURLE_OK, transfer.keeping {
+                guard transfer.flushKept() else {
+                    throw transfer.failure ?? HTTPFailure(kind: .io, message: "cannot write the download", status: nil, retryAfter: nil)
+                }
+                transfer.trimKept()
             }
             if ftruncate(transfer.file, off_t(transfer.written)) != 0 {
                 throw HTTPFailure(kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
@@ -446,6 +449,8 @@ private final class Transfer {
     /// it grows past `keepLimit`.
     var keeping = false
     var keepLimit = 0
+    /// `data` was given the room of the body's `Content-Length` at once.
+    var sized = false
     var received = 0
     /// Bytes of the body written to `file`.
     var written = 0
@@ -495,6 +500,13 @@ private final class Transfer {
         data.isEmpty || data.withUnsafeBytes { writeToFile($0.baseAddress!, $0.count) }
     }
 
+    /// A body that came without its length grew in steps, with room to spare: it is kept in
+    /// an allocation of its own size, so that the items waiting hold only their bytes.
+    func trimKept() {
+        guard !sized, !data.isEmpty else { return }
+        data = data.withUnsafeBytes { Data(bytes: $0.baseAddress!, count: $0.count) }
+    }
+
     /// Appends to `file`; false, with the failure, when the disk refuses.
     private func writeToFile(_ bytes: UnsafeRawPointer, _ count: Int) -> Bool {
         var offset = 0
@@ -530,6 +542,7 @@ private final class Transfer {
                (0 ... keepLimit).contains(length) {
                 // The body kept in one allocation, not grown block by block.
                 data.reserveCapacity(length)
+                sized = true
             }
         } else if Self.trimmed(line[...]).isEmpty, (200 ... 299).contains(status),
                   let refuseBody,

@@ -493,27 +493,19 @@ final class RunStages: Sendable {
             case let .success(.processed(processed)):
                 images = processed
             }
-            var outputs: [StagedOutput] = []
+            let outputs: [StagedOutput]
             do {
-                for (output, image) in zip(spec.outputs, images) {
-                    let name = output.fileName(key: job.nameKey, stem: job.nameStem, index: job.seq, made: image)
-                    // One output: `<seq>.<ext>`, as state files before several outputs had it.
-                    let file = spec.outputs.count == 1 ? "\(job.seq)" : "\(job.seq)-\(output.id)"
-                    let staged = context.stagedDirectory + "/\(file).\(output.format.fileExtension)"
-                    let partial = staged + ".partial"
-                    do {
-                        try FileWriter.write(image.data, to: partial)
-                        guard rename(partial, staged) == 0 else { throw StageError(String(cString: strerror(errno))) }
-                    } catch {
-                        unlink(partial)
-                        throw error
-                    }
-                    outputs.append(StagedOutput(id: output.id, path: staged, name: name, sha256: image.sha256,
-                                                bytes: image.data.count, width: image.width, height: image.height))
+                do {
+                    outputs = try stage(images, of: job)
+                } catch {
+                    // Spool files waiting for reuse hold disk space (`SpoolFiles`): once
+                    // they are given back, the outputs are staged again at once, before this
+                    // counts as a failed attempt.
+                    guard context.spool.clear() > 0 else { throw error }
+                    outputs = try stage(images, of: job)
                 }
             } catch {
                 // A full disk or a vanished work folder: an I/O failure, which may pass.
-                for output in outputs { unlink(output.path) }
                 let retry = spec.retry
                 guard attempt >= retry.attempts else {
                     let delay = RetryPolicy.delay(afterAttempt: attempt, backoff: retry.backoff)
@@ -544,6 +536,35 @@ final class RunStages: Sendable {
                 }
             }
         }
+    }
+
+    /// Writes an item's outputs to the staged folder, each under a temporary name and renamed
+    /// into place; on a failure none of them is left.
+    private func stage(_ images: [ProcessedImage], of job: Job) throws -> [StagedOutput] {
+        let spec = pipeline.spec
+        var outputs: [StagedOutput] = []
+        do {
+            for (output, image) in zip(spec.outputs, images) {
+                let name = output.fileName(key: job.nameKey, stem: job.nameStem, index: job.seq, made: image)
+                // One output: `<seq>.<ext>`, as state files before several outputs had it.
+                let file = spec.outputs.count == 1 ? "\(job.seq)" : "\(job.seq)-\(output.id)"
+                let staged = context.stagedDirectory + "/\(file).\(output.format.fileExtension)"
+                let partial = staged + ".partial"
+                do {
+                    try FileWriter.write(image.data, to: partial)
+                    guard rename(partial, staged) == 0 else { throw StageError(String(cString: strerror(errno))) }
+                } catch {
+                    unlink(partial)
+                    throw error
+                }
+                outputs.append(StagedOutput(id: output.id, path: staged, name: name, sha256: image.sha256,
+                                            bytes: image.data.count, width: image.width, height: image.height))
+            }
+        } catch {
+            for output in outputs { unlink(output.path) }
+            throw error
+        }
+        return outputs
     }
 
     /// Hands a staged output to every sink that does not have it yet. Each sink's delivery

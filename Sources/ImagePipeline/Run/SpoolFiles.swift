@@ -13,7 +13,8 @@ import Foundation
 /// A file waiting for reuse keeps its first `keptBytes` of blocks (and their cached pages),
 /// which the next download writes over: a download of up to that size takes no new blocks
 /// nor pages, and gives none back. Anything past that is freed (a hole punched), as
-/// deleting the file would, so the files waiting hold at most `keep` × `keptBytes`. What is
+/// deleting the file would, so the files waiting hold at most `keep` × `keptBytes`; when an
+/// output cannot be staged (a full disk), they are deleted before it is tried again. What is
 /// kept reaches the disk now and then, where a hole never did: the kernel writes a file
 /// back once it has stayed dirty for half a minute, so at most the spool files' few MB
 /// every half minute.
@@ -102,9 +103,13 @@ final class SpoolFiles: Sendable {
         dlsym(UnsafeMutableRawPointer(bitPattern: 0), "fallocate").map { unsafeBitCast($0, to: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self) }
     }()
 
-    /// Deletes the files waiting for reuse (the session is over: nothing will download).
-    func clear() {
-        for free in state.withLock({ state -> [String] in defer { state.free = [] }; return state.free }) { unlink(free) }
+    /// Deletes the files waiting for reuse: the session is over (nothing will download), or
+    /// the disk is full (they hold space that another file needs). Returns how many there were.
+    @discardableResult
+    func clear() -> Int {
+        let free = state.withLock { state -> [String] in defer { state.free = [] }; return state.free }
+        for file in free { unlink(file) }
+        return free.count
     }
 
     /// Files left for reuse by a session that ended without tidying (a kill): not known to
