@@ -49,6 +49,13 @@ for label, name in [("B imgpipe", "nginx"), ("B imgpipe python", "Python")]:
         ratios = [b[0] / a[0] for b, a in pairs]
         print(f"\nB ÷ A round by round ({name} origin): " + ", ".join(f"{r:.2f}" for r in ratios)
               + f" (median {statistics.median(ratios):.2f}).")
+        if label == "B imgpipe" and len(pairs) >= 2:
+            # Rounds run A B, then B A (bench/run.sh): over two rounds the machine's drift
+            # between A and B cancels.
+            quads = [(pairs[i][0][0] + pairs[i + 1][0][0]) / (pairs[i][1][0] + pairs[i + 1][1][0])
+                     for i in range(0, len(pairs) - 1, 2)]
+            print(f"\nB ÷ A over two rounds (A B, then B A; nginx origin): " + ", ".join(f"{r:.3f}" for r in quads)
+                  + f" (median {statistics.median(quads):.3f}).")
 print(f"\n## Scale: a generated URL list of small (320 px) images over loopback\n")
 print("| items | run wall (s) | items/s | peak RSS (MB) | `resume` of the finished run (s) |")
 print("|---|---|---|---|---|")

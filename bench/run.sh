@@ -9,7 +9,8 @@
 #     bench/server.py, the origin of earlier runs),
 #     cache off; imgpipe against img2dataset (PyPI, in bench/work/venv; 2 processes × 32
 #     threads, keep_ratio, resize_only_if_bigger, 256, quality 85) on the same URLs.
-#   Each RUNS (3) times, alternating; medians, ratios to the floor/peer of the same run.
+#   Each RUNS (3) times, alternating (works A and B back to back: A B in odd rounds, B A in
+#     even ones); medians, ratios to the floor/peer of the same run.
 #   Scale: peak RSS at 1k and 20k items (a generated URL list of small images), and the
 #     time of `imgpipe resume` on the finished 20k-item run; items/s against the floor of
 #     the same small images: vipsthumbnail on 2 processes over 2000 local copies.
@@ -53,6 +54,14 @@ pipeline_b() { # url list file, out folder, pipeline file [name template]
 JSON
 }
 check() { [ "$(count_files "$1")" -ge "$2" ] || { echo "$1: $(count_files "$1") files, expected $2" >&2; exit 1; }; }
+run_a() {
+  aside "$WORK/out-a" "$WORK/state-a"
+  timed "A imgpipe" "$SAMPLES" "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet; check "$WORK/out-a" 1000
+}
+run_b() {
+  aside "$WORK/out-b" "$WORK/state-b"
+  timed "B imgpipe" "$SAMPLES" "$BIN" run "$WORK/b.json" --state "$WORK/state-b/b.sqlite" --quiet; check "$WORK/out-b" 1000
+}
 
 pipeline_a
 start_origin "$WEB"
@@ -63,8 +72,9 @@ start_server "$WEB"
 ls "$WEB" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/urls-python.txt"
 pipeline_b "$WORK/urls-python.txt" out-b "$WORK/b-python.json"
 for run in $(seq 1 "$RUNS"); do
-  aside "$WORK/out-a" "$WORK/state-a"
-  timed "A imgpipe" "$SAMPLES" "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet; check "$WORK/out-a" 1000
+  # Works A and B one right after the other, A first in odd rounds and B first in even ones
+  # (A B, B A, …), so that B ÷ A of a round is not the machine's drift between them.
+  if [ $((run % 2)) = 1 ]; then run_a; run_b; else run_b; run_a; fi
   aside "$WORK/out-vips"; mkdir -p "$WORK/out-vips"
   timed "A vipsthumbnail" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-vips/%s.jpg[Q=85,strip]'"
   check "$WORK/out-vips" 1000
@@ -76,8 +86,6 @@ for run in $(seq 1 "$RUNS"); do
     timed "A mogrify" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 mogrify -path '$WORK/out-magick' -resize '256x256>' -quality 85 -strip"
     check "$WORK/out-magick" 1000
   fi
-  aside "$WORK/out-b" "$WORK/state-b"
-  timed "B imgpipe" "$SAMPLES" "$BIN" run "$WORK/b.json" --state "$WORK/state-b/b.sqlite" --quiet; check "$WORK/out-b" 1000
   aside "$WORK/out-b" "$WORK/state-b"
   timed "B imgpipe python" "$SAMPLES" "$BIN" run "$WORK/b-python.json" --state "$WORK/state-b/b.sqlite" --quiet
   check "$WORK/out-b" 1000
