@@ -18,18 +18,10 @@ OUT=$WORK/abba-samples.txt
 
 build_release
 web_corpus
-cat > "$WORK/abba-a.json" <<JSON
-{ "version": 1, "name": "bench-a", "source": { "type": "directory", "path": "../corpus/web-1000" },
-  "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
-  "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "out-abba-a" } }
-JSON
+work_pipeline "$WORK/abba-a.json" bench-a '{ "type": "directory", "path": "../corpus/web-1000" }' out-abba-a
 start_origin "$WEB_CORPUS"
 ls "$WEB_CORPUS" | sed "s|^|http://127.0.0.1:$ORIGIN_PORT/images/|" > "$WORK/abba-urls.txt"
-cat > "$WORK/abba-b.json" <<JSON
-{ "version": 1, "name": "bench-b", "source": { "type": "url-list", "path": "abba-urls.txt", "cache": false },
-  "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
-  "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "out-abba-b" } }
-JSON
+work_pipeline "$WORK/abba-b.json" bench-b '{ "type": "url-list", "path": "abba-urls.txt", "cache": false }' out-abba-b
 sides=head; [ -n "$BASE" ] && sides="head base"
 for quad in $(seq 1 "$QUADS"); do
   for side in $sides; do

@@ -22,18 +22,10 @@ SAMPLES="$WORK/compare-samples.txt"
 build_release
 web_corpus
 make_corpus "$TINY" 40 320
-cat > "$WORK/cmp-a.json" <<JSON
-{ "version": 1, "name": "cmp-a", "source": { "type": "directory", "path": "../corpus/web-1000" },
-  "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
-  "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "out-cmp-a" } }
-JSON
+work_pipeline "$WORK/cmp-a.json" cmp-a '{ "type": "directory", "path": "../corpus/web-1000" }' out-cmp-a
 start_server "$WEB_CORPUS"
 ls "$WEB_CORPUS" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/cmp-urls.txt"
-cat > "$WORK/cmp-b.json" <<JSON
-{ "version": 1, "name": "cmp-b", "source": { "type": "url-list", "path": "cmp-urls.txt", "cache": false },
-  "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
-  "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "out-cmp-b" } }
-JSON
+work_pipeline "$WORK/cmp-b.json" cmp-b '{ "type": "url-list", "path": "cmp-urls.txt", "cache": false }' out-cmp-b
 
 WEB_SERVER=$SERVER_PID
 start_server "$TINY"
