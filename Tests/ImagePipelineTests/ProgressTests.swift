@@ -64,6 +64,27 @@ struct ProgressTests {
         }
     }
 
+    /// A directory entry is only as long as its name: one that ends just before a page
+    /// without memory (as the last entry of `readdir`'s buffer can) has its name read
+    /// without touching that page. Copying the whole 256-byte `d_name` field, as the count
+    /// did, crashed a run of work A in the bench (SIGSEGV in `countFiles`); here it would
+    /// crash the test.
+    @Test func aDirectoryEntryAtTheEndOfItsMemoryIsReadUpToItsName() throws {
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let memory = try #require(mmap(nil, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0))
+        defer { munmap(memory, 2 * page) }
+        #expect(mprotect(memory + page, page, PROT_NONE) == 0)
+        let name = Array("photo.jpg".utf8) + [0]
+        let offset = try #require(MemoryLayout<dirent>.offset(of: \dirent.d_name))
+        let length = (offset + name.count + 7) / 8 * 8
+        let entry = memory + page - length
+        memset(entry, 0, length)
+        entry.storeBytes(of: UInt16(length), toByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_reclen)!, as: UInt16.self)
+        name.withUnsafeBytes { (entry + offset).copyMemory(from: $0.baseAddress!, byteCount: name.count) }
+        #expect(length < MemoryLayout<dirent>.size, "the entry is shorter than the struct, as a real one is")
+        #expect(DirectoryFeed.name(of: entry.assumingMemoryBound(to: dirent.self)) == "photo.jpg")
+    }
+
     @Test func aURLListCountsItsURLsNotItsCommentsOrBlankLines() throws {
         let lists = [
             ("urls.txt", "# images\n\nhttp://h/a.jpg\n   \n  # indented comment\nhttp://h/b.jpg\n\t\nhttp://h/c.jpg", 3),

@@ -49,9 +49,7 @@ public struct DirectoryFeed: Feed {
         defer { closedir(handle) }
         var count = 0
         while let entry = readdir(handle) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
-                String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
-            }
+            let name = Self.name(of: entry)
             if name.hasPrefix(".") { continue }
             let path = directory + "/" + name
             var type = Int(entry.pointee.d_type)
@@ -74,6 +72,16 @@ public struct DirectoryFeed: Feed {
             }
         }
         return count
+    }
+
+    /// An entry's name, read up to its terminating NUL in place. Not `entry.pointee.d_name`:
+    /// that copies all 256 bytes of the field, and an entry is only as long as its name
+    /// (`d_reclen`), so for the last entry of `readdir`'s buffer the copy read past the
+    /// buffer's end, and crashed when a page without memory followed (a run crashed so,
+    /// counting its source folder).
+    static func name(of entry: UnsafePointer<dirent>) -> String {
+        let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name) ?? 19
+        return String(cString: (UnsafeRawPointer(entry) + offset).assumingMemoryBound(to: CChar.self))
     }
 
     /// Returns false when `body` asked to stop.
