@@ -36,13 +36,16 @@ make_corpus() {
 WEB_CORPUS=bench/corpus/web-1000
 web_corpus() { make_corpus "$WEB_CORPUS" 1000 640 800 1024 1280 1600; }
 
-# work_pipeline FILE NAME SOURCE_JSON OUT — the pipeline of works A and B (fit 256×256, JPEG
-# q85, a directory sink OUT, relative to $WORK) over SOURCE_JSON, written to FILE.
+# work_pipeline FILE NAME SOURCE_JSON OUT [NAME_TEMPLATE] — the pipeline of works A and B
+# (fit 256×256, JPEG q85, a directory sink OUT, relative to $WORK) over SOURCE_JSON, written
+# to FILE; NAME_TEMPLATE names the outputs (the default template when absent).
 work_pipeline() {
+  local name=""
+  [ -n "${5:-}" ] && name=", \"name\": \"$5\""
   cat > "$1" <<JSON
 { "version": 1, "name": "$2", "source": $3,
   "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
-  "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "$4" } }
+  "output": { "format": "jpeg", "quality": 85$name }, "sink": { "type": "directory", "path": "$4" } }
 JSON
 }
 

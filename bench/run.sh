@@ -40,18 +40,9 @@ if [ -z "${SKIP_PEERS:-}" ] && [ ! -x "$VENV/bin/img2dataset" ]; then
 fi
 : > "$SAMPLES"
 
-pipeline_a() { cat > "$WORK/a.json" <<JSON
-{ "version": 1, "name": "bench-a", "source": { "type": "directory", "path": "../corpus/web-1000" },
-  "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
-  "output": { "format": "jpeg", "quality": 85 }, "sink": { "type": "directory", "path": "out-a" } }
-JSON
-}
+pipeline_a() { work_pipeline "$WORK/a.json" bench-a '{ "type": "directory", "path": "../corpus/web-1000" }' out-a; }
 pipeline_b() { # url list file, out folder, pipeline file [name template]
-  cat > "$3" <<JSON
-{ "version": 1, "name": "bench-b", "source": { "type": "url-list", "path": "$(basename "$1")", "cache": false },
-  "filters": [ { "op": "fit", "width": 256, "height": 256 } ],
-  "output": { "format": "jpeg", "quality": 85, "name": "${4:-{stem\}.{ext\}}" }, "sink": { "type": "directory", "path": "$2" } }
-JSON
+  work_pipeline "$3" bench-b "{ \"type\": \"url-list\", \"path\": \"$(basename "$1")\", \"cache\": false }" "$2" "${4:-{stem\}.{ext\}}"
 }
 check() { [ "$(count_files "$1")" -ge "$2" ] || { echo "$1: $(count_files "$1") files, expected $2" >&2; exit 1; }; }
 run_a() {

@@ -104,12 +104,13 @@ static inline int ip_uchar_in_memory(VipsImage *in) {
     }
 }
 
-static inline const unsigned char *ip_samples(VipsImage *in) { return VIPS_IMAGE_ADDR(in, 0, 0); }
+/// The first sample of an image in memory (`ip_uchar_in_memory`, or one `ip_new_like` made).
+static inline unsigned char *ip_samples(VipsImage *in) { return VIPS_IMAGE_ADDR(in, 0, 0); }
 static inline size_t ip_line_bytes(VipsImage *in) { return VIPS_IMAGE_SIZEOF_LINE(in); }
 
 /// A new memory image of `width`×`height` with `in`'s bands, format, interpretation,
 /// resolution and metadata (what an operation's output copies from its input), its
-/// samples allocated for the caller to write (`ip_samples_to_write`); NULL on failure.
+/// samples allocated for the caller to write (`ip_samples`); NULL on failure.
 static inline VipsImage *ip_new_like(VipsImage *in, int width, int height) {
     VipsImage *out = vips_image_new_memory();
     if (vips_image_pipelinev(out, VIPS_DEMAND_STYLE_ANY, in, NULL)) {
@@ -124,8 +125,6 @@ static inline VipsImage *ip_new_like(VipsImage *in, int width, int height) {
     }
     return out;
 }
-
-static inline unsigned char *ip_samples_to_write(VipsImage *out) { return VIPS_IMAGE_ADDR(out, 0, 0); }
 
 // MARK: geometry
 

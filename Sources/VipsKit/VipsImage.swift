@@ -46,7 +46,7 @@ public final class VipsImage: @unchecked Sendable {
         guard let out = ip_new_like(pointer, Int32(width), Int32(height)) else {
             throw VipsError.take(operation, context: summary)
         }
-        let status = fill(ip_samples(pointer), ip_line_bytes(pointer), ip_samples_to_write(out), ip_line_bytes(out))
+        let status = fill(UnsafePointer(ip_samples(pointer)), ip_line_bytes(pointer), ip_samples(out), ip_line_bytes(out))
         guard status == 0 else {
             g_object_unref(UnsafeMutableRawPointer(out))
             return nil

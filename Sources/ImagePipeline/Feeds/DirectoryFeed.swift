@@ -80,9 +80,11 @@ public struct DirectoryFeed: Feed {
     /// buffer's end, and crashed when a page without memory followed (a run crashed so,
     /// counting its source folder).
     static func name(of entry: UnsafePointer<dirent>) -> String {
-        let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name) ?? 19
-        return String(cString: (UnsafeRawPointer(entry) + offset).assumingMemoryBound(to: CChar.self))
+        String(cString: (UnsafeRawPointer(entry) + nameOffset).assumingMemoryBound(to: CChar.self))
     }
+
+    /// Where `d_name` starts in an entry (a stored field: never nil).
+    private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
 
     /// Returns false when `body` asked to stop.
     private func walk(relative: String, _ body: (FeedItem) throws -> Bool) throws -> Bool {

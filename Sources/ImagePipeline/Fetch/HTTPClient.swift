@@ -220,7 +220,7 @@ public final class HTTPClient: @unchecked Sendable {
                                 cancellation: cancellation, refuseBody: request.refuseBody)
         if let destination = request.destination {
             transfer.keepLimit = max(0, request.keepInMemory)
-            transfer.keeping = request.keepInMemory > 0
+            transfer.keeping = transfer.keepLimit > 0
             // Not O_TRUNC: a file there (a spool file reused, `SpoolFiles`) is written over
             // and cut to the body's length after the transfer. ext4 writes a file emptied
             // by a truncation to disk as soon as it is closed (its `auto_da_alloc`), which a
@@ -234,14 +234,10 @@ public final class HTTPClient: @unchecked Sendable {
         defer { if transfer.file >= 0 { close(transfer.file) } }
         let code = withExtendedLifetime(transfer) { run(request, on: handle, transfer: transfer) }
         if transfer.file >= 0, transfer.failure == nil {
-            // A whole body kept in memory goes to the file now, in one call.
-            if code == CURLE_OK, transfer.keeping {
-                guard transfer.flushKept() else {
-                    throw transfer.failure ?? HTTPFailure(kind: .io, message: "cannot write the download", status: nil, retryAfter: nil)
-                }
-                transfer.trimKept()
-            }
-            if ftruncate(transfer.file, off_t(transfer.written)) != 0 {
+            // A whole body kept in memory goes to the file now, in one call (a failure to
+            // write it is the transfer's `failure`, thrown below).
+            if code == CURLE_OK, transfer.keeping, transfer.flushKept() { transfer.trimKept() }
+            if transfer.failure == nil, ftruncate(transfer.file, off_t(transfer.written)) != 0 {
                 throw HTTPFailure(kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
                                   status: nil, retryAfter: nil)
             }

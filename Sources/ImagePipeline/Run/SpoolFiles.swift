@@ -67,8 +67,7 @@ final class SpoolFiles: Sendable {
             unlink(path)
             return
         }
-        let readied = (info.st_size <= Self.keptBytes
-            || Self.dropBlocks(path, from: Self.keptBytes, size: info.st_size, blockSize: off_t(info.st_blksize)))
+        let readied = Self.dropBlocks(path, from: Self.keptBytes, size: info.st_size, blockSize: off_t(info.st_blksize))
             && rename(path, free) == 0
         if !readied { unlink(path) }
         state.withLock { state in
@@ -83,11 +82,11 @@ final class SpoolFiles: Sendable {
     /// after which, to zero, ext4 writes the next contents to disk on close
     /// (`auto_da_alloc`), which deleting never did.
     private static func dropBlocks(_ path: String, from start: off_t, size: off_t, blockSize: off_t) -> Bool {
+        guard size > start else { return true }
+        guard let fallocate = Self.fallocate else { return false }
         let file = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
         guard file >= 0 else { return false }
         defer { close(file) }
-        guard size > start else { return true }
-        guard let fallocate = Self.fallocate else { return false }
         // Whole blocks: a hole ending inside the last block would keep it, zeroed.
         let block = max(blockSize, 512)
         return fallocate(file, punchHole | keepSize, start, (size + block - 1) / block * block - start) == 0
