@@ -9,8 +9,8 @@
 #     bench/server.py, the origin of earlier runs),
 #     cache off; imgpipe against img2dataset (PyPI, in bench/work/venv; 2 processes × 32
 #     threads, keep_ratio, resize_only_if_bigger, 256, quality 85) on the same URLs.
-#   Each RUNS (3) times, alternating (works A and B back to back: A B in odd rounds, B A in
-#     even ones); medians, ratios to the floor/peer of the same run.
+#   Each RUNS (3) times, alternating; works A and B twice a round, back to back in a quad
+#     A B B A; medians, ratios to the floor/peer of the same run, and B ÷ A of each quad.
 #   Scale: peak RSS at 1k and 20k items (a generated URL list of small images), and the
 #     time of `imgpipe resume` on the finished 20k-item run; items/s against the floor of
 #     the same small images: vipsthumbnail on 2 processes over 2000 local copies.
@@ -63,9 +63,9 @@ start_server "$WEB"
 ls "$WEB" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$WORK/urls-python.txt"
 pipeline_b "$WORK/urls-python.txt" out-b "$WORK/b-python.json"
 for run in $(seq 1 "$RUNS"); do
-  # Works A and B one right after the other, A first in odd rounds and B first in even ones
-  # (A B, B A, …), so that B ÷ A of a round is not the machine's drift between them.
-  if [ $((run % 2)) = 1 ]; then run_a; run_b; else run_b; run_a; fi
+  # Works A and B back to back in a quad A B B A (as bench/abba.sh): the round's B ÷ A is
+  # (B + B) ÷ (A + A), in which a steady drift of the machine's speed during the quad cancels.
+  run_a; run_b; run_b; run_a
   aside "$WORK/out-vips"; mkdir -p "$WORK/out-vips"
   timed "A vipsthumbnail" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-vips/%s.jpg[Q=85,strip]'"
   check "$WORK/out-vips" 1000
