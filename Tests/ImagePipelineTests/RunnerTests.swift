@@ -148,6 +148,31 @@ struct RunnerTests {
         #expect(try store.counts(runId: run.id).total == 300)
     }
 
+    @Test func theWriterGathersTheChangesOfItsCommitGapIntoOneCommit() throws {
+        let store = try RunStore(path: work.url("state.sqlite"))
+        let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
+        let commits = CommitCounter()
+        store.database.add(transactionObserver: commits, extent: .databaseLifetime)
+        let writer = StoreWriter(store: store, runId: run.id, commitGap: 2) { error in Issue.record("write failed: \(error)") }
+        func item(_ index: Int) -> StoreChange {
+            .insert(NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"]))
+        }
+        let first = DispatchSemaphore(value: 0)
+        writer.submit(item(0)) { _ in first.signal() }
+        #expect(first.wait(timeout: .now() + 30) == .success)
+        // The first commit has just ended: the next one starts 2 s after it, with all of these.
+        let applied = Mutex(0)
+        for index in 1 ... 100 {
+            writer.submit(item(index)) { outcome in
+                if outcome == .applied, (try? store.item(runId: run.id, key: "k\(index)")) != nil { applied.withLock { $0 += 1 } }
+            }
+        }
+        writer.drain()
+        #expect(commits.count == 2, "one commit for the first change, one for the hundred after it")
+        #expect(applied.withLock { $0 } == 100)
+        #expect(try store.counts(runId: run.id).total == 101)
+    }
+
     // MARK: - run and resume policy, against a database alone
 
     func identity(filters: String = "fit") -> RunIdentity {
@@ -323,4 +348,14 @@ struct HostHealthTests {
         #expect(health.admit(host, now: start.addingTimeInterval(63)) == .go)
         #expect(health.admit(host, now: start.addingTimeInterval(63)) == .go)
     }
+}
+
+/// Counts the commits of a database that change something.
+private final class CommitCounter: TransactionObserver, @unchecked Sendable {
+    private let commits = Mutex(0)
+    var count: Int { commits.withLock { $0 } }
+    func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { true }
+    func databaseDidChange(with event: DatabaseEvent) {}
+    func databaseDidCommit(_ db: Database) { commits.withLock { $0 += 1 } }
+    func databaseDidRollback(_ db: Database) {}
 }
