@@ -173,6 +173,39 @@ struct RunnerTests {
         #expect(try store.counts(runId: run.id).total == 101)
     }
 
+    @Test func theWriterCommitsAtOnceWhileItMayNotLingerAndHoldsChangesWhileItMay() throws {
+        let store = try RunStore(path: work.url("state.sqlite"))
+        let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
+        let commits = CommitCounter()
+        store.database.add(transactionObserver: commits, extent: .databaseLifetime)
+        let lingering = Mutex(false)
+        let writer = StoreWriter(store: store, runId: run.id, commitGap: 600, linger: { lingering.withLock { $0 } }) { error in
+            Issue.record("write failed: \(error)")
+        }
+        func item(_ index: Int) -> StoreChange {
+            .insert(NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"]))
+        }
+        // A gap of ten minutes, and no change waits for it while `linger` is false: one commit
+        // after another.
+        for index in 0 ..< 10 {
+            let done = DispatchSemaphore(value: 0)
+            writer.submit(item(index)) { _ in done.signal() }
+            #expect(done.wait(timeout: .now() + 10) == .success, "change \(index) committed without waiting for the gap")
+        }
+        #expect(commits.count == 10)
+        // While it may linger, changes wait for the gap; once it may not, they go in one commit.
+        lingering.withLock { $0 = true }
+        let applied = Mutex(0)
+        for index in 10 ..< 60 { writer.submit(item(index)) { _ in applied.withLock { $0 += 1 } } }
+        usleep(100_000)
+        #expect(applied.withLock { $0 } == 0 && commits.count == 10, "held while lingering")
+        lingering.withLock { $0 = false }
+        writer.drain()
+        #expect(applied.withLock { $0 } == 50)
+        #expect(commits.count == 11)
+        #expect(try store.counts(runId: run.id).total == 60)
+    }
+
     // MARK: - run and resume policy, against a database alone
 
     func identity(filters: String = "fit") -> RunIdentity {

@@ -55,6 +55,13 @@ final class BoundedExecutor: @unchecked Sendable {
         return true
     }
 
+    /// Jobs queued and not yet taken by a thread.
+    var backlog: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return waiting.count - head
+    }
+
     /// Lets the threads end once the jobs already queued have run; later jobs are dropped.
     func shutdown() {
         condition.lock()

@@ -128,11 +128,16 @@ struct RunContext: Sendable {
         let limits = pipeline.spec.limits
         capacity = limits.downloads + limits.effectiveWorkers * 2 + limits.uploads
         spool = SpoolFiles(directory: spoolDirectory, keep: capacity)
-        writer = StoreWriter(store: store, runId: start.run.id, redact: pipeline.environment.redact, onError: onWriteError)
         fetchers = BoundedExecutor(label: "imgpipe.fetch", width: limits.downloads)
-        workers = BoundedExecutor(label: "imgpipe.pixels", width: limits.effectiveWorkers) {
+        let workers = BoundedExecutor(label: "imgpipe.pixels", width: limits.effectiveWorkers) {
             VipsRuntime.endThreadWork()
         }
+        self.workers = workers
+        // Commits wait for company only while every pixel thread has four items queued behind
+        // the one it works on: the stage that sets the pace then has more work in hand than a
+        // wait lasts, and the wait costs no throughput (`StoreWriter`).
+        writer = StoreWriter(store: store, runId: start.run.id, redact: pipeline.environment.redact,
+                             linger: { workers.backlog >= 4 * workers.width }, onError: onWriteError)
         deliverers = BoundedExecutor(label: "imgpipe.sinks", width: limits.uploads)
         var sinks: [String: any Sink] = [:]
         for sink in pipeline.sinks { sinks[sink.name] = sink }
