@@ -12,14 +12,14 @@ import Foundation
 /// comes in meanwhile waits and goes into the next commit together. A run of 200 images a
 /// second makes some 700 changes a second; committed one by one, each is a transaction of its
 /// own that writes the same few pages of the WAL again and wakes this queue again
-/// (bench/RESULTS.md, ninth session: half the WAL writes, 6 % fewer context switches). Each
-/// of an item's four changes may wait, so the wait is for when it costs nothing: the runner
-/// lingers only while every pixel thread has four items queued behind the one it works on.
-/// With few items in flight (small `limits`, a slow origin or sink) an item's commits are
-/// what its slot waits for, `linger` is false, and every commit goes as soon as the last one
-/// ended (a reviewer measured 2000 small URLs with one download, one worker and one upload
-/// 40–57 % slower when commits always waited).
-/// The condition is asked again every 5 ms of a longer wait.
+/// (bench/RESULTS.md, ninth session: work A wrote 30 % fewer WAL pages). Each of an item's
+/// four changes may wait, so the wait is for when it costs nothing: the runner lingers only
+/// while every pixel thread has four items queued behind the one it works on. With few items
+/// in flight (small `limits`, a slow origin or sink) an item's commits are what its slot
+/// waits for, `linger` is false, and every commit goes as soon as the last one ended (a
+/// reviewer measured 2000 small URLs with one download, one worker and one upload 40–57 %
+/// slower when commits always waited). The condition is asked again every 5 ms of a longer
+/// wait.
 // @unchecked because `pending` and `scheduled` are guarded by `lock`, and `lastCommit` is
 // only touched on `queue`.
 final class StoreWriter: @unchecked Sendable {
