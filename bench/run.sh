@@ -42,16 +42,13 @@ fi
 
 pipeline_a() { work_pipeline "$WORK/a.json" bench-a '{ "type": "directory", "path": "../corpus/web-1000" }' out-a; }
 pipeline_b() { # url list file, out folder, pipeline file [name template]
-  work_pipeline "$3" bench-b "{ \"type\": \"url-list\", \"path\": \"$(basename "$1")\", \"cache\": false }" "$2" "${4:-{stem\}.{ext\}}"
+  work_pipeline "$3" bench-b "{ \"type\": \"url-list\", \"path\": \"$(basename "$1")\", \"cache\": false }" "$2" "${4:-}"
 }
 check() { [ "$(count_files "$1")" -ge "$2" ] || { echo "$1: $(count_files "$1") files, expected $2" >&2; exit 1; }; }
-run_a() {
-  aside "$WORK/out-a" "$WORK/state-a"
-  timed "A imgpipe" "$SAMPLES" "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet; check "$WORK/out-a" 1000
-}
-run_b() {
-  aside "$WORK/out-b" "$WORK/state-b"
-  timed "B imgpipe" "$SAMPLES" "$BIN" run "$WORK/b.json" --state "$WORK/state-b/b.sqlite" --quiet; check "$WORK/out-b" 1000
+run_work() { # a or b: work A or B (nginx origin), timed as "A imgpipe" or "B imgpipe"
+  aside "$WORK/out-$1" "$WORK/state-$1"
+  timed "${1^^} imgpipe" "$SAMPLES" "$BIN" run "$WORK/$1.json" --state "$WORK/state-$1/$1.sqlite" --quiet
+  check "$WORK/out-$1" 1000
 }
 
 pipeline_a
@@ -65,7 +62,7 @@ pipeline_b "$WORK/urls-python.txt" out-b "$WORK/b-python.json"
 for run in $(seq 1 "$RUNS"); do
   # Works A and B back to back in a quad A B B A (as bench/abba.sh): the round's B ÷ A is
   # (B + B) ÷ (A + A), in which a steady drift of the machine's speed during the quad cancels.
-  run_a; run_b; run_b; run_a
+  run_work a; run_work b; run_work b; run_work a
   aside "$WORK/out-vips"; mkdir -p "$WORK/out-vips"
   timed "A vipsthumbnail" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-vips/%s.jpg[Q=85,strip]'"
   check "$WORK/out-vips" 1000

@@ -130,8 +130,7 @@ struct RunnerTests {
         let writer = StoreWriter(store: store, runId: run.id) { error in Issue.record("write failed: \(error)") }
         let seen = Mutex<[Int: ChangeOutcome]>([:])
         DispatchQueue.concurrentPerform(iterations: 300) { index in
-            let item = NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"])
-            writer.submit(.insert(item)) { outcome in
+            writer.submit(insertion(index)) { outcome in
                 // Committed before the completion: another connection already sees the row.
                 let visible = (try? store.item(runId: run.id, key: "k\(index)")) != nil
                 seen.withLock { $0[index] = visible ? outcome : .failed(ItemFailure(.io, "not visible")) }
@@ -148,22 +147,30 @@ struct RunnerTests {
         #expect(try store.counts(runId: run.id).total == 300)
     }
 
-    @Test func theWriterGathersTheChangesOfItsCommitGapIntoOneCommit() throws {
+    /// Item `k<index>` (sequence number index + 1) inserted.
+    private func insertion(_ index: Int) -> StoreChange {
+        .insert(NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"]))
+    }
+
+    /// A state file with a run begun, and a count of its commits from then on.
+    private func storeCountingCommits() throws -> (RunStore, RunRecord, CommitCounter) {
         let store = try RunStore(path: work.url("state.sqlite"))
         let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
         let commits = CommitCounter()
         store.database.add(transactionObserver: commits, extent: .databaseLifetime)
+        return (store, run, commits)
+    }
+
+    @Test func theWriterGathersTheChangesOfItsCommitGapIntoOneCommit() throws {
+        let (store, run, commits) = try storeCountingCommits()
         let writer = StoreWriter(store: store, runId: run.id, commitGap: 2) { error in Issue.record("write failed: \(error)") }
-        func item(_ index: Int) -> StoreChange {
-            .insert(NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"]))
-        }
         let first = DispatchSemaphore(value: 0)
-        writer.submit(item(0)) { _ in first.signal() }
+        writer.submit(insertion(0)) { _ in first.signal() }
         #expect(first.wait(timeout: .now() + 30) == .success)
         // The first commit has just ended: the next one starts 2 s after it, with all of these.
         let applied = Mutex(0)
         for index in 1 ... 100 {
-            writer.submit(item(index)) { outcome in
+            writer.submit(insertion(index)) { outcome in
                 if outcome == .applied, (try? store.item(runId: run.id, key: "k\(index)")) != nil { applied.withLock { $0 += 1 } }
             }
         }
@@ -174,29 +181,23 @@ struct RunnerTests {
     }
 
     @Test func theWriterCommitsAtOnceWhileItMayNotLingerAndHoldsChangesWhileItMay() throws {
-        let store = try RunStore(path: work.url("state.sqlite"))
-        let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
-        let commits = CommitCounter()
-        store.database.add(transactionObserver: commits, extent: .databaseLifetime)
+        let (store, run, commits) = try storeCountingCommits()
         let lingering = Mutex(false)
         let writer = StoreWriter(store: store, runId: run.id, commitGap: 600, linger: { lingering.withLock { $0 } }) { error in
             Issue.record("write failed: \(error)")
-        }
-        func item(_ index: Int) -> StoreChange {
-            .insert(NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"]))
         }
         // A gap of ten minutes, and no change waits for it while `linger` is false: one commit
         // after another.
         for index in 0 ..< 10 {
             let done = DispatchSemaphore(value: 0)
-            writer.submit(item(index)) { _ in done.signal() }
+            writer.submit(insertion(index)) { _ in done.signal() }
             #expect(done.wait(timeout: .now() + 10) == .success, "change \(index) committed without waiting for the gap")
         }
         #expect(commits.count == 10)
         // While it may linger, changes wait for the gap; once it may not, they go in one commit.
         lingering.withLock { $0 = true }
         let applied = Mutex(0)
-        for index in 10 ..< 60 { writer.submit(item(index)) { _ in applied.withLock { $0 += 1 } } }
+        for index in 10 ..< 60 { writer.submit(insertion(index)) { _ in applied.withLock { $0 += 1 } } }
         usleep(100_000)
         #expect(applied.withLock { $0 } == 0 && commits.count == 10, "held while lingering")
         lingering.withLock { $0 = false }

@@ -51,7 +51,8 @@ final class StoreWriter: @unchecked Sendable {
 
     private let redact: @Sendable (String) -> String
 
-    /// `redact` masks secrets in every message and URL before it reaches the state file.
+    /// `redact` masks secrets in every message and URL before it reaches the state file;
+    /// `commitGap` is in seconds (0 or more).
     init(store: any RunStateStore, runId: Int64, redact: @escaping @Sendable (String) -> String = { $0 },
          commitGap: Double = StoreWriter.defaultCommitGap, linger: @escaping @Sendable () -> Bool = { true },
          onError: @escaping @Sendable (any Error) -> Void) {
@@ -59,7 +60,7 @@ final class StoreWriter: @unchecked Sendable {
         self.store = store
         self.runId = runId
         self.redact = redact
-        self.commitGap = commitGap.isFinite ? UInt64(min(max(commitGap, 0), 60) * 1e9) : 0
+        self.commitGap = UInt64(commitGap * 1e9)
         self.onError = onError
     }
 
