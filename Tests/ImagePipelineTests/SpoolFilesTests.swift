@@ -50,15 +50,15 @@ struct SpoolFilesTests {
         spool.recycle(small)
         #expect(work.files(under: "spool").count == 2)
 
-        // The last file given back goes first.
-        #expect(spool.reuse(at: work.url("spool/11.part")))
-        let reused = try #require(info(work.url("spool/11.part")))
+        // The last file given back goes first, under its own name: taken, not moved.
+        let shortest = try #require(spool.take())
+        #expect(SpoolFiles.isLeftover((shortest as NSString).lastPathComponent), "\(shortest)")
+        let reused = try #require(info(shortest))
         #expect(reused.st_ino == smallInfo.st_ino && reused.st_blocks == smallInfo.st_blocks)
-        #expect(spool.reuse(at: work.url("spool/9.part")))
-        #expect(info(work.url("spool/9.part"))?.st_ino == inode)
-        #expect(work.files(under: "spool").sorted() == ["11.part", "9.part"])
-        #expect(!spool.reuse(at: work.url("spool/10.part")), "no free file is left")
-        #expect(info(work.url("spool/10.part")) == nil)
+        let next = try #require(spool.take())
+        #expect(info(next)?.st_ino == inode)
+        #expect(spool.take() == nil, "no free file is left")
+        #expect(work.files(under: "spool").count == 2, "both still there, for their downloads")
     }
 
     @Test func aFileLinkedElsewhereIsDeletedNeverReused() throws {
@@ -70,7 +70,7 @@ struct SpoolFilesTests {
         #expect(link(work.url("cached"), work.url("spool/3")) == 0)
         spool.recycle(work.url("spool/3"))
         #expect(work.files(under: "spool").isEmpty)
-        #expect(!spool.reuse(at: work.url("spool/4.part")))
+        #expect(spool.take() == nil)
         #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("cached"))) == body)
         #expect(info(work.url("cached"))?.st_nlink == 1)
     }
@@ -85,7 +85,7 @@ struct SpoolFilesTests {
         #expect(work.files(under: "spool").allSatisfy(SpoolFiles.isLeftover))
         spool.clear() // the session's end: a work folder kept for failed items keeps none of them
         #expect(work.files(under: "spool").isEmpty)
-        #expect(!spool.reuse(at: work.url("spool/6.part")))
+        #expect(spool.take() == nil)
     }
 
     @Test func aDownloadOverALongerFileLeavesExactlyItsBody() throws {
@@ -111,9 +111,12 @@ struct SpoolFilesTests {
         try long.write(to: URL(fileURLWithPath: work.url("spool/2")))
         let spool = SpoolFiles(directory: work.url("spool"), keep: 1)
         spool.recycle(work.url("spool/2"))
-        #expect(spool.reuse(at: file))
-        _ = try client.perform(HTTPRequest(url: try #require(URL(string: server.baseURL + "/short")), destination: file))
-        #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == short)
+        let free = try #require(spool.take())
+        _ = try client.perform(HTTPRequest(url: try #require(URL(string: server.baseURL + "/short")), destination: free))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: free)) == short)
+        // …and a longer body over a shorter file: nothing to cut, nothing left of the old one.
+        _ = try client.perform(HTTPRequest(url: try #require(URL(string: server.baseURL + "/long")), destination: free))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: free)) == long)
     }
 
     /// `keepInMemory`: a body up to the limit comes back in memory and is in the file, whole,

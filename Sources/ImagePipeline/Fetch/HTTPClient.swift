@@ -222,14 +222,16 @@ public final class HTTPClient: @unchecked Sendable {
             transfer.keepLimit = max(0, request.keepInMemory)
             transfer.keeping = transfer.keepLimit > 0
             // Not O_TRUNC: a file there (a spool file reused, `SpoolFiles`) is written over
-            // and cut to the body's length after the transfer. ext4 writes a file emptied
-            // by a truncation to disk as soon as it is closed (its `auto_da_alloc`), which a
-            // spool file that lives for seconds never needs.
+            // and, when it was longer, cut to the body's length after the transfer. ext4
+            // writes a file emptied by a truncation to disk as soon as it is closed (its
+            // `auto_da_alloc`), which a spool file that lives for seconds never needs.
             transfer.file = open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             guard transfer.file >= 0 else {
                 throw HTTPFailure(kind: .io, message: "cannot create \(destination): \(String(cString: strerror(errno)))",
                                   status: nil, retryAfter: nil)
             }
+            var info = stat()
+            transfer.lengthBefore = fstat(transfer.file, &info) == 0 ? info.st_size : .max
         }
         defer { if transfer.file >= 0 { close(transfer.file) } }
         let code = withExtendedLifetime(transfer) { run(request, on: handle, transfer: transfer) }
@@ -237,7 +239,8 @@ public final class HTTPClient: @unchecked Sendable {
             // A whole body kept in memory goes to the file now, in one call (a failure to
             // write it is the transfer's `failure`, thrown below).
             if code == CURLE_OK, transfer.keeping, transfer.flushKept() { transfer.trimKept() }
-            if transfer.failure == nil, ftruncate(transfer.file, off_t(transfer.written)) != 0 {
+            if transfer.failure == nil, transfer.lengthBefore > transfer.written,
+               ftruncate(transfer.file, off_t(transfer.written)) != 0 {
                 throw HTTPFailure(kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
                                   status: nil, retryAfter: nil)
             }
@@ -450,6 +453,9 @@ private final class Transfer {
     var received = 0
     /// Bytes of the body written to `file`.
     var written = 0
+    /// The length of `file` when it was opened: what is written over it is cut to the
+    /// body's length only when it was longer.
+    var lengthBefore: off_t = 0
     /// Headers of the last response (a redirect's are replaced by the next response's).
     var headers: [String: String] = [:]
     var headerValues: [String: [String]] = [:]

@@ -130,8 +130,12 @@ public struct RemoteFetcher: Sendable {
     ///
     /// With `limits.rate` or a host that said it is overloaded, the request waits for its
     /// host's turn first (`later`); `reserved` says a turn was already given to it.
+    ///
+    /// Without a cache the download is written beside `destination` and renamed there once
+    /// complete: into `writingOver` when given (a file of an ended item, written over and
+    /// renamed away from its name), else into `destination` + `partialSuffix`.
     public func image(_ address: String, to destination: String, attempt: Int,
-                      reserved: Bool = false) throws(ItemFailure) -> ImageFetch {
+                      reserved: Bool = false, writingOver reused: String? = nil) throws(ItemFailure) -> ImageFetch {
         guard let url = URL(string: address) else { throw ItemFailure(.download, "not a URL: \(address)") }
         switch robots?.verdict(for: url) ?? .allowed {
         case .allowed: break
@@ -141,7 +145,7 @@ public struct RemoteFetcher: Sendable {
         }
         let cached = cache?.entry(for: address)
         if let cached, !revalidate, let served = fromCache(cached, at: destination) { return served }
-        let temporary = cache?.temporaryFile() ?? destination + Self.partialSuffix
+        let temporary = cache?.temporaryFile() ?? reused ?? destination + Self.partialSuffix
         let result: HTTPResult
         var request = HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes)
         if url.scheme == "s3" {
@@ -247,12 +251,9 @@ public struct RemoteFetcher: Sendable {
     /// What a half-written download's name ends with, beside its destination.
     public static let partialSuffix = ".part"
 
-    /// Where `image` writes a download to `destination` before renaming it there, when that
-    /// is beside it (no cache: with one, it goes through a file of the cache's). A file
-    /// already there is written over (`RunStages` puts a spool file for reuse there).
-    public func partialFile(for destination: String) -> String? {
-        cache == nil ? destination + Self.partialSuffix : nil
-    }
+    /// Whether `image` writes a download beside its destination (no cache: with one, it
+    /// goes through a file of the cache's), so that it can write over a file given to it.
+    public var writesBeside: Bool { cache == nil }
 
     /// The skip an opt-out `X-Robots-Tag` calls for, when `respectOptOut` is on.
     func optOut(_ lines: [String]?) -> ItemSkip? {

@@ -423,16 +423,14 @@ final class RunStages: Sendable {
                 return fail(job, ItemFailure(.download, "a URL item in a local source: \(job.location)"), attempts: 1)
             }
             let spool = context.spoolDirectory + "/\(job.seq)"
-            // A file of an ended item, put where the fetcher writes the download.
-            let part = fetcher.partialFile(for: spool)
-            if let part { context.spool.reuse(at: part) }
+            // A file of an ended item for the download to write over, under its own name.
+            let reused = fetcher.writesBeside ? context.spool.take() : nil
             let outcome = Result { () throws(ItemFailure) -> RemoteFetcher.ImageFetch in
-                try fetcher.image(job.location, to: spool, attempt: attempt, reserved: reserved)
+                try fetcher.image(job.location, to: spool, attempt: attempt, reserved: reserved, writingOver: reused)
             }
-            // A download that did not end in the file (a skip, a retry, a failure) gives it
-            // back now, before anything can start this item's next attempt, which writes to
-            // the same name.
-            if case .success(.fetched) = outcome {} else if let part { context.spool.recycle(part) }
+            // A download that did not end in its file (a skip, a retry, a failure) gives it
+            // back now (unless the fetcher deleted it), before this item's next attempt.
+            if case .success(.fetched) = outcome {} else if let reused { context.spool.recycle(reused) }
             let tier: Tier
             let body: Data?
             switch outcome {

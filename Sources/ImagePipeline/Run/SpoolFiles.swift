@@ -20,12 +20,14 @@ import Foundation
 /// every half minute.
 ///
 /// Nothing here changes what a spool file means: an item's spool file is written in full,
-/// under `<seq>.part`, then renamed to `<seq>` and recorded `fetched`, as before. A file
-/// goes back for reuse only once its item's end is recorded (nothing reads it again), and
-/// only when no other name links to it (a cache entry shares the inode of the spool file
-/// it was linked to, and must never be overwritten): such a file is deleted as before.
-/// Files waiting for reuse are named `.free-<n>`; a session that was killed leaves them
-/// behind, and the next one deletes them with the other half-written files.
+/// then renamed to `<seq>` and recorded `fetched`, as before. A download writes into the
+/// free file it was given under that file's own name (`.free-<n>`; `<seq>.part` when none
+/// was free), so one rename puts it in place. A file goes back for reuse only once its
+/// item's end is recorded (nothing reads it again), and only when no other name links to it
+/// (a cache entry shares the inode of the spool file it was linked to, and must never be
+/// overwritten): such a file is deleted as before. Files waiting for reuse are named
+/// `.free-<n>`, each name used once; a session that was killed leaves them behind, and the
+/// next one deletes them with the other half-written files.
 final class SpoolFiles: Sendable {
     let directory: String
     /// Files kept for reuse at most (the rest are deleted).
@@ -42,15 +44,11 @@ final class SpoolFiles: Sendable {
         self.keep = keep
     }
 
-    /// Moves a free file to `path` (empty, ready to be written), when there is one; the
-    /// writer then opens `path` as usual. Returns whether a file was reused.
-    @discardableResult
-    func reuse(at path: String) -> Bool {
-        while let free = state.withLock({ $0.free.popLast() }) {
-            if rename(free, path) == 0 { return true }
-            unlink(free)
-        }
-        return false
+    /// A free file for a download to write over, the last one given back; nil when none is
+    /// waiting. The download renames it into place, or gives it back (`recycle`) when it
+    /// does not end in it.
+    func take() -> String? {
+        state.withLock { $0.free.popLast() }
     }
 
     /// The item whose spool file is at `path` has ended: its file is kept for the next
@@ -78,9 +76,9 @@ final class SpoolFiles: Sendable {
 
     /// Frees the file's blocks and cached pages from `start` (a whole number of blocks) on,
     /// as deleting it would, keeping its inode and its length: a hole the next download
-    /// writes over (`HTTPClient` cuts the file to the new body's length). Not a truncation,
-    /// after which, to zero, ext4 writes the next contents to disk on close
-    /// (`auto_da_alloc`), which deleting never did.
+    /// writes over (`HTTPClient` cuts the file to the new body's length when that is
+    /// shorter). Not a truncation, after which, to zero, ext4 writes the next contents to
+    /// disk on close (`auto_da_alloc`), which deleting never did.
     private static func dropBlocks(_ path: String, from start: off_t, size: off_t, blockSize: off_t) -> Bool {
         guard size > start else { return true }
         guard let fallocate = Self.fallocate else { return false }
