@@ -394,6 +394,27 @@ struct RemoteFeedTests {
         #expect(server.requests.count == before + 4, "a cleared cache was still used")
     }
 
+    /// A download cut by a kill leaves its partial file in the cache folder: the first
+    /// process to open the cache an hour later deletes it (a younger one may be another
+    /// imgpipe's download in progress), and `cache --clear` deletes it at once.
+    @Test func aKilledDownloadsPartialFileGoesAnHourLaterOrWithClear() throws {
+        let server = try server { request in
+            request.path == "/feed.json" ? .json(self.feedJSON("http://\(request.headers["host"]!)", count: 2)) : nil
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json"}"#)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let old = work.url(".imgpipe/cache/.download-old.tmp"), young = work.url(".imgpipe/cache/.download-young.tmp")
+        try Data(count: 5000).write(to: URL(fileURLWithPath: old))
+        try Data(count: 5000).write(to: URL(fileURLWithPath: young))
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-3700)], ofItemAtPath: old)
+        let shown = try imgpipe("cache", "pipe.json")
+        #expect(shown.status == 0 && shown.stdout.contains("3 entries"), "stdout: \(shown.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: old), "a partial file over an hour old is deleted")
+        #expect(FileManager.default.fileExists(atPath: young), "a younger one is kept")
+        #expect(try imgpipe("cache", "--clear").status == 0)
+        #expect(!FileManager.default.fileExists(atPath: young))
+    }
+
     /// Logging is off by default, and `--verbose` or `IMGPIPE_LOG` turns on the events an
     /// operator needs, with their item, stage, attempt and host, on standard error.
     @Test func retriesAndFeedPagesAreLoggedWhenAsked() throws {
