@@ -51,9 +51,9 @@ struct SpoolFilesTests {
         #expect(work.files(under: "spool").count == 2)
 
         // The last file given back goes first, under its own name: taken, not moved.
-        let shortest = try #require(spool.take())
-        #expect(SpoolFiles.isLeftover((shortest as NSString).lastPathComponent), "\(shortest)")
-        let reused = try #require(info(shortest))
+        let last = try #require(spool.take())
+        #expect(SpoolFiles.isLeftover((last as NSString).lastPathComponent), "\(last)")
+        let reused = try #require(info(last))
         #expect(reused.st_ino == smallInfo.st_ino && reused.st_blocks == smallInfo.st_blocks)
         let next = try #require(spool.take())
         #expect(info(next)?.st_ino == inode)
