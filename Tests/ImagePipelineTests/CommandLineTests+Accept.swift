@@ -41,6 +41,25 @@ extension CommandLineTests {
         #expect(try status().skips.first { $0.key == "small.jpg" }?.message.hasSuffix("bytes is under accept.minBytes 100000") == true)
     }
 
+    /// A skipped item makes nothing, so it takes no output name from another: `a.jpg`, whose
+    /// name `a.gif` (listed first) held, is made after all once `a.gif` is skipped.
+    @Test func aSkippedItemLeavesItsOutputNameToTheNextItem() throws {
+        let folder = try work.folder("in")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 300), to: folder + "/a.gif")
+        try ImageFixtures.jpeg(at: folder + "/a.jpg", width: 400, height: 200)
+        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"formats": ["jpeg"]}"#)
+
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(result.stderr.contains("a.jpg: taken up again"), "stderr: \(result.stderr)")
+        #expect(work.files(under: "out") == ["a.jpg"])
+        let made = try ImageFixtures.decode(work.url("out/a.jpg"))
+        #expect((made.width, made.height) == (32, 16), "the JPEG's own pixels, not the GIF's")
+        let report = try status()
+        #expect(report.failures.isEmpty && report.done == 1)
+        #expect(report.skips.map(\.key) == ["a.gif"])
+    }
+
     @Test func newKeysAreDecodedStrictly() throws {
         func fault(_ extra: String, source: String = #"{"type": "directory", "path": "."}"#) -> String {
             do {

@@ -197,6 +197,37 @@ struct RunStateStoreTests {
         #expect(try fixture.store.counts(runId: fixture.runId).total == 1)
     }
 
+    /// A skipped item makes nothing: in a state file its names go to the first item that
+    /// failed for one of them, put back to pending and given the name. A shared run's names
+    /// are claimed in the database and stay with the skipped item.
+    @Test(arguments: Backend.allCases)
+    func aSkippedItemGivesItsNameToTheFirstItemThatFailedForIt(_ backend: Backend) throws {
+        let fixture = try Fixture(backend)
+        let (store, run) = (fixture.store, fixture.runId)
+        let inserted = try fixture.apply([item("a.gif", 1, name: "a.jpg"), item("a.jpg", 2, name: "a.jpg"),
+                                          item("a.png", 3, name: "a.jpg"), item("b.gif", 4, name: "b.jpg")])
+        #expect(inserted.map { if case .failed = $0 { "failed" } else { "\($0)" } } == ["applied", "failed", "failed", "applied"])
+        let skip = ItemSkip(.format, "gif is not in accept.formats (jpeg)")
+        let outcome = try fixture.apply([.skipped(key: "a.gif", skip: skip), .skipped(key: "b.gif", skip: skip)])
+        let status = { (key: String) in try store.item(runId: run, key: key)?.status }
+        #expect(try status("a.gif") == .skipped)
+        guard backend == .sqlite else {
+            #expect(outcome == [.applied, .applied])
+            #expect(try status("a.jpg") == .failed && status("a.png") == .failed)
+            return
+        }
+        #expect(outcome == [.revived(["a.jpg"]), .applied], "the first in feed order, once; no one failed for b.jpg")
+        #expect(try status("a.jpg") == .pending && status("a.png") == .failed)
+        let record = try #require(try store.item(runId: run, key: "a.jpg"))
+        #expect(record.reason == nil && record.message == nil)
+        let other = try #require(try store.item(runId: run, key: "a.png"))
+        #expect(other.message == "output name \"a.jpg\" is already used by item \"a.jpg\"", "names the name's holder now")
+        // The name is a.jpg's now: a later claim of it is refused as taken by a.jpg.
+        let later = try fixture.apply([item("a.webp", 5, name: "a.jpg")])
+        #expect(later == [.failed(ItemFailure(.encode, "output name \"a.jpg\" is already used by item \"a.jpg\""))])
+        #expect(try fixture.apply([.processed(key: "a.jpg", outputs: [staged("a.jpg")])]) == [.applied])
+    }
+
     @Test(arguments: Backend.allCases)
     func unfinishedItemsArePagedInFeedOrder(_ backend: Backend) throws {
         let fixture = try Fixture(backend)

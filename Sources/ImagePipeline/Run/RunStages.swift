@@ -237,7 +237,7 @@ final class RunStages: Sendable {
             let change = StoreChange.insert(new)
             writer.submit(change) { [self] outcome in
                 switch outcome {
-                case .applied:
+                case .applied, .revived: // (only a skip revives)
                     state.withLock { $0.inserted() }
                     var job = Job(key: item.key, seq: itemSeq, location: item.location, metadata: item.metadata)
                     job.nameKey = item.nameKey
@@ -688,10 +688,25 @@ final class RunStages: Sendable {
     private func skip(_ job: Job, _ skip: ItemSkip) {
         context.logger.info("item skipped", metadata: ["item": "\(job.key)", "reason": "\(skip.reason.rawValue)",
                                                        "message": "\(pipeline.environment.redact(skip.message))"])
-        writer.submit(.skipped(key: job.key, skip: skip)) { [self] _ in
+        writer.submit(.skipped(key: job.key, skip: skip)) { [self] outcome in
             if job.isRemote { context.spool.recycle(context.spoolDirectory + "/\(job.seq)") }
             context.reporter.itemSettled(key: job.key, outcome: .skipped(skip))
+            // Taken up before this item's slot is given back: the session cannot end between.
+            if case let .revived(keys) = outcome { takeUpAgain(keys, freedBy: job.key) }
             perform(state.withLock { $0.skip() })
+        }
+    }
+
+    /// Starts items that had failed because an output name they needed was taken by an item
+    /// now skipped: the name is theirs now (`RunStore.giveNamesUp`). When the run is
+    /// stopping they stay `pending`, for resume.
+    private func takeUpAgain(_ keys: [String], freedBy holder: String) {
+        for key in keys {
+            guard let record = try? context.store.item(runId: context.runId, key: key)?
+                .expandingLocation(pipeline.environment) else { continue }
+            context.reporter.notice("\(key): taken up again: the output name it failed for is free, as \"\(holder)\" was skipped")
+            guard state.withLock({ $0.revived() }) else { continue }
+            start(Job(record: record), at: record.status)
         }
     }
 

@@ -139,6 +139,17 @@ struct RunState: Sendable {
         return finish(failed: true)
     }
 
+    /// An item counted as failed was put back to pending (an output name it failed for
+    /// was given up by a skipped item). True when it takes a slot and starts now (the slot
+    /// may go past `capacity` for a moment); false when the run is stopping.
+    mutating func revived() -> Bool {
+        counts.failed = max(0, counts.failed - 1)
+        finishedThisSession = max(0, finishedThisSession - 1)
+        if isCancelled { return false }
+        inFlight += 1
+        return true
+    }
+
     /// The insert found the key already in the run: not a new item.
     mutating func duplicate() -> ReleaseAction {
         admitted -= 1

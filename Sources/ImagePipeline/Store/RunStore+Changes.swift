@@ -4,17 +4,62 @@ import GRDB
 extension RunStore {
     /// Writes a batch of changes in one transaction and says what became of each.
     public func apply(_ changes: [StoreChange], runId: Int64, now: Date = Date()) throws -> [ChangeOutcome] {
-        try apply(changes, runId: runId, now: now, namesHeldElsewhere: [:])
+        try apply(changes, runId: runId, now: now, namesHeldElsewhere: [:], skipsGiveNamesUp: true)
     }
 
     /// `apply`, with output names that items this file does not have hold (name → key: a
     /// shared run's, claimed by other workers), refused as a name this file's items hold is.
-    func apply(_ changes: [StoreChange], runId: Int64, now: Date, namesHeldElsewhere held: [String: String]) throws
-        -> [ChangeOutcome] {
+    ///
+    /// With `skipsGiveNamesUp`, a skipped item's output names are free again, and an item
+    /// that failed because one was taken gets it (`ChangeOutcome.revived`). A shared run's
+    /// journal does not: there the names are claimed in the shared database, and stay.
+    func apply(_ changes: [StoreChange], runId: Int64, now: Date, namesHeldElsewhere held: [String: String],
+               skipsGiveNamesUp: Bool = false) throws -> [ChangeOutcome] {
         let time = now.timeIntervalSince1970
         return try database.write { db in
-            try changes.map { try apply($0, runId: runId, time: time, held: held, db: db) }
+            try changes.map { change in
+                let outcome = try apply(change, runId: runId, time: time, held: held, db: db)
+                guard skipsGiveNamesUp, case let .skipped(key, _) = change else { return outcome }
+                return try giveNamesUp(of: key, runId: runId, time: time, db: db)
+            }
         }
+    }
+
+    /// Frees the output names of `key` (just skipped: it makes nothing) and passes each to
+    /// the first item, in feed order, that failed because `key` held it; that item goes
+    /// back to `pending`. An item of one output has the name claimed for it at once, as
+    /// its insert would have; an item of several outputs claims its names when processed.
+    private func giveNamesUp(of key: String, runId: Int64, time: Double, db: Database) throws -> ChangeOutcome {
+        let names = try String.fetchAll(db.cachedStatement(sql: """
+            SELECT name FROM output WHERE runId = ? AND itemKey = ? AND name IS NOT NULL ORDER BY output
+            """), arguments: [runId, key])
+        guard !names.isEmpty else { return .applied }
+        try db.cachedStatement(sql: "UPDATE output SET name = NULL WHERE runId = ? AND itemKey = ?")
+            .execute(arguments: [runId, key])
+        var revived: [String] = []
+        for name in names {
+            let refusal = Self.nameTaken(name, by: key).message
+            guard let loser = try String.fetchOne(db.cachedStatement(sql: """
+                SELECT key FROM item WHERE runId = ? AND status = 'failed' AND reason = ? AND message = ?
+                ORDER BY seq LIMIT 1
+                """), arguments: [runId, FailureReason.encode.rawValue, refusal])
+            else { continue }
+            // The others that failed for the name now fail for its new holder.
+            try db.cachedStatement(sql: """
+                UPDATE item SET message = ? WHERE runId = ? AND status = 'failed' AND reason = ? AND message = ? AND key != ?
+                """).execute(arguments: [Self.nameTaken(name, by: loser).message, runId, FailureReason.encode.rawValue,
+                                         refusal, loser])
+            try db.cachedStatement(sql: """
+                UPDATE item SET status = 'pending', reason = NULL, message = NULL, httpStatus = NULL, updatedAt = ?
+                WHERE runId = ? AND key = ?
+                """).execute(arguments: [time, runId, loser])
+            try db.cachedStatement(sql: """
+                UPDATE output SET name = ? WHERE runId = ? AND itemKey = ?
+                AND (SELECT count(*) FROM output WHERE runId = ? AND itemKey = ?) = 1
+                """).execute(arguments: [name, runId, loser, runId, loser])
+            revived.append(loser)
+        }
+        return revived.isEmpty ? .applied : .revived(revived)
     }
 
     private func apply(_ change: StoreChange, runId: Int64, time: Double, held: [String: String], db: Database) throws

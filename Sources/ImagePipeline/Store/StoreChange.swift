@@ -122,4 +122,8 @@ public enum ChangeOutcome: Sendable, Equatable {
     case failed(ItemFailure)
     /// `delivered` completed the item.
     case completed
+    /// `skipped` gave the item's output names up, and these items, which had failed because
+    /// one of those names was taken, were put back to `pending` (in feed order, the first
+    /// for each name): the runner takes them up again.
+    case revived([String])
 }
