@@ -87,6 +87,28 @@ struct StateIntegrityTests {
         #expect(result.stderr.contains("run.sqlite was deleted while the run was going"), "stderr: \(result.stderr)")
     }
 
+    /// Cut short after SQLite first copied its log into it, the state file grows back at the
+    /// next copy (with holes where pages were): its size at the end says nothing. A reviewer
+    /// emptied it 3 s into a run of 150 images and got "all done", and a corrupt file.
+    @Test func aStateFileCutShortMidRunDoesNotEndInAllDoneThoughItGrowsBack() throws {
+        try images(400, width: 32, height: 24)
+        try pipeline(filters: #"[{"op": "fit", "width": 16, "height": 16}]"#, extra: #", "limits": {"workers": 1}"#)
+        let running = try ImgpipeBinary.launch(["run", "pipe.json", "--state", "run.sqlite"], in: work.path)
+        // The first checkpoint makes the file longer than its first page; cut it back then.
+        let state = work.url("run.sqlite")
+        let deadline = Date().addingTimeInterval(60)
+        func size() -> Int { ((try? FileManager.default.attributesOfItem(atPath: state))?[.size] as? Int) ?? 0 }
+        while size() <= 4096, running.process.isRunning, Date() < deadline { usleep(1000) }
+        let before = size()
+        #expect(truncate(state, 4096) == 0)
+        let result = try #require(running.watch(deadline: 120).result)
+        #expect(before > 4096, "the run ended before its first checkpoint")
+        #expect(result.status == 1, "stdout: \(result.stdout) stderr: \(result.stderr)")
+        #expect(result.stderr.contains("run.sqlite was cut short while the run was going")
+            || result.stderr.contains("run.sqlite was damaged while the run was going"), "stderr: \(result.stderr)")
+        #expect(!result.stdout.contains("all done") && !result.stderr.contains("all done"))
+    }
+
     @Test func aReadOnlySinkLeavesNoRunningRunBehind() throws {
         try images(3)
         try work.folder("ro")

@@ -16,7 +16,7 @@ extension RunStore {
     func apply(_ changes: [StoreChange], runId: Int64, now: Date, namesHeldElsewhere held: [String: String],
                skipsGiveNamesUp: Bool = false) throws -> [ChangeOutcome] {
         let time = now.timeIntervalSince1970
-        return try database.write { db in
+        return try write { db in
             try changes.map { change in
                 let outcome = try apply(change, runId: runId, time: time, held: held, db: db)
                 guard skipsGiveNamesUp, case let .skipped(key, _) = change else { return outcome }

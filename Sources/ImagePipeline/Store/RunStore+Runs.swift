@@ -28,7 +28,7 @@ extension RunStore {
                           workRoot: String, uuid: String? = nil, baseline: Int64? = nil, now: Date = Date()) throws -> RunRecord {
         let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
         let sinksText = String(decoding: try JSONEncoder.sorted.encode(sinks), as: UTF8.self)
-        return try database.write { db in
+        return try write { db in
             try db.execute(sql: """
                 INSERT INTO run (uuid, pipelinePath, pipelineName, document, fingerprint, sinks, state, itemLimit,
                                  workDirectory, startedAt, baseline)
@@ -47,7 +47,7 @@ extension RunStore {
 
     /// Records a run's state; `finished` also stamps the finishing time.
     public func setState(_ state: RunRecord.State, runId: Int64, addingElapsed elapsed: Double = 0) throws {
-        try database.write { db in
+        try write { db in
             try db.execute(sql: """
                 UPDATE run SET state = ?, elapsed = elapsed + ?,
                                finishedAt = CASE WHEN ? = 'finished' THEN ? ELSE finishedAt END
@@ -57,7 +57,7 @@ extension RunStore {
     }
 
     public func markFeedComplete(runId: Int64, _ complete: Bool = true) throws {
-        try database.write { db in
+        try write { db in
             try db.execute(sql: "UPDATE run SET feedComplete = ? WHERE id = ?", arguments: [complete, runId])
         }
     }
@@ -73,7 +73,7 @@ extension RunStore {
     /// back to pending).
     @discardableResult
     public func requeueFailed(runId: Int64, onlyUnreachable: Bool = false, key only: String? = nil) throws -> Int {
-        try database.write { db in
+        try write { db in
             var sql = "SELECT key FROM item WHERE runId = ? AND status = 'failed'"
             var arguments: StatementArguments = [runId]
             if onlyUnreachable { sql += " AND reason = 'download' AND message LIKE '\(HostHealth.hostUnreachable):%'" }

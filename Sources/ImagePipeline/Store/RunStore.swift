@@ -8,6 +8,9 @@ import GRDB
 public final class RunStore: @unchecked Sendable {
     let database: DatabaseQueue
     public let path: String
+    /// The main file's size after this process's last write, and whether it was ever found
+    /// shorter before a write (`wasCut`).
+    private let watch = Mutex<(size: Int64?, cut: Bool)>((nil, false))
 
     /// Opens (creating if needed) the state file and brings its schema up to date; with
     /// `readOnly`, opens an existing one without writing anything to it (`plan`), and
@@ -215,11 +218,69 @@ public final class RunStore: @unchecked Sendable {
 }
 
 extension RunStore {
+    /// A write transaction, with the main file's size looked at before and after it. In WAL
+    /// mode the main file changes only when a checkpoint copies pages back into it, and
+    /// checkpoints run inside this process's writes (nothing else writes while imgpipe
+    /// holds the state file's lock); SQLite never makes the file shorter (no vacuum). So a
+    /// file shorter before a write than after the last one was cut by someone else, even
+    /// when a later checkpoint makes it as long as before again (with holes where pages were).
+    func write<T>(_ updates: (Database) throws -> T) throws -> T {
+        let before = fileSize()
+        watch.withLock { watch in
+            if let before, let last = watch.size, before < last { watch.cut = true }
+        }
+        let result = try database.write(updates)
+        let after = fileSize()
+        watch.withLock { $0.size = after }
+        return result
+    }
+
+    /// True when the file was found cut short: before one of this process's writes (shorter
+    /// than after the one before), or now (shorter than after the last write). A cut during
+    /// a write, which the write's checkpoint then made as long again, is not seen here; it
+    /// leaves a hole (`hasHole`).
+    public var wasCut: Bool {
+        let (cut, last) = watch.withLock { ($0.cut, $0.size) }
+        if cut { return true }
+        if let last, let now = fileSize(), now < last { return true }
+        return false
+    }
+
+    /// True when the file has a hole: a stretch never written, as when a file cut short is
+    /// written past the cut again. SQLite writes its pages in place from the start of the
+    /// file, so a hole is a sign of a cut (`quick_check`, once the log is folded in, says
+    /// whether pages were lost).
+    public func hasHole() -> Bool {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        let end = lseek(fd, 0, SEEK_END)
+        let hole = lseek(fd, 0, 4) // SEEK_HOLE (Linux; Glibc's module leaves it out)
+        return end > 0 && hole >= 0 && hole < end
+    }
+
+    /// Copies the log into the file and empties it (`wal_checkpoint(TRUNCATE)`), as closing
+    /// the last connection does. Until then a file cut short can read as sound: pages copied
+    /// into it before the cut are still read from the log, which the copy then drops.
+    public func foldLog() {
+        _ = try? database.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+    }
+
+    private func fileSize() -> Int64? {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : nil
+    }
+
     /// What SQLite's `PRAGMA quick_check` finds wrong with the file, or nil when it is sound.
+    /// Asked through a connection of its own: this store's connection keeps pages in its
+    /// cache that the file may no longer hold (it was cut short under it).
     public func damage() -> String? {
         do {
-            let lines = try database.read { try String.fetchAll($0, sql: "PRAGMA quick_check(5)") }
-            return lines == ["ok"] ? nil : lines.joined(separator: "; ")
+            var configuration = Configuration()
+            configuration.readonly = true
+            let fresh = try DatabaseQueue(path: path, configuration: configuration)
+            let lines = try fresh.read { try String.fetchAll($0, sql: "PRAGMA quick_check(5)") }
+            return lines == ["ok"] ? nil : lines.joined(separator: "\n").split(separator: "\n").joined(separator: "; ")
         } catch {
             return String(describing: error)
         }

@@ -92,8 +92,8 @@ struct RunSession {
         } catch {
             throw CommandError.failure(environment.redact(String(describing: error)))
         }
-        // The state file must still be the one this session wrote to.
-        if let problem = lock.problem() ?? (lock.shrank ? store.damage().map { "state file \(stateFile) was damaged while the run was going (\($0))" } : nil) {
+        // The state file must still be the one this session wrote to, whole.
+        if let problem = lock.problem() ?? stateFileCut(store, lock: lock) {
             throw CommandError.failure(problem)
         }
         if runnerOptions.changes != nil, !summary.interrupted {
@@ -102,6 +102,25 @@ struct RunSession {
         report(summary, pipeline: options.pipeline)
         if summary.interrupted { throw Exit.interrupted }
         if summary.failed > 0 || summary.listingError != nil { throw Exit.failedItems }
+    }
+
+    /// Why the state file cannot be trusted when it was cut short while the run went on:
+    /// shorter now than when locked, or found shorter than after an earlier write (though
+    /// writes since may have made it as long again), or with a hole in it. Once the log is
+    /// folded in, SQLite's `quick_check` says whether pages were lost; a file certainly cut
+    /// is reported even when it finds nothing, a hole alone only with damage. Nil when sound.
+    private func stateFileCut(_ store: RunStore, lock: StateLock) -> String? {
+        let cut = lock.shrank || store.wasCut
+        guard cut || store.hasHole() else { return nil }
+        let stateFile = lock.stateFile
+        store.foldLog()
+        if let damage = store.damage() {
+            return "state file \(stateFile) was damaged while the run was going (\(damage)); start over with "
+                + "`imgpipe run \(options.pipeline) --new --state <another file>`"
+        }
+        guard cut else { return nil }
+        return "state file \(stateFile) was cut short while the run was going; SQLite finds no damage in it, "
+            + "but what this session did may not all be recorded"
     }
 
     /// After an incremental run that ended (not interrupted): each sink that prunes
