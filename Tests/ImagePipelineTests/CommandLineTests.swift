@@ -618,6 +618,53 @@ struct CommandLineTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("pics/a.jpg"))) == original)
     }
 
+    /// A sink folder that is the source folder (by its own path, another spelling, or a
+    /// symbolic link) is refused before anything is written: each output would replace
+    /// the original it was made from. A reviewer's `thumbnail p --fit 10 --to p` did.
+    @Test func aSinkFolderThatIsTheSourceFolderIsRefused() throws {
+        try ImageFixtures.jpeg(at: work.url("p/a.jpg"), width: 300, height: 200)
+        let original = try Data(contentsOf: URL(fileURLWithPath: work.url("p/a.jpg")))
+        try FileManager.default.createSymbolicLink(atPath: work.url("link"), withDestinationPath: work.url("p"))
+        for sink in ["p", "./p/", "link"] {
+            try work.write("""
+                {"version": 1, "source": {"type": "directory", "path": "p"}, "filters": [{"op": "fit", "width": 10}],
+                 "sinks": [{"type": "directory", "path": "elsewhere"}, {"type": "directory", "path": "\(sink)"}]}
+                """, to: "same.json")
+            for command in ["validate", "run"] {
+                let refused = try imgpipe(command, "same.json")
+                #expect(refused.status == 2, "\(command) with sink \(sink): \(refused.stderr)")
+                #expect(refused.stderr.contains("sinks[1].path: sink folder") && refused.stderr.contains("is the source folder"),
+                        "\(command) with sink \(sink): \(refused.stderr)")
+            }
+        }
+        let oneLiner = try imgpipe("thumbnail", "p", "--fit", "10", "--to", "p")
+        #expect(oneLiner.status == 2 && oneLiner.stderr.contains("is the source folder"), "stderr: \(oneLiner.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("p/a.jpg"))) == original)
+        #expect(work.files(under: "p") == ["a.jpg"] && !FileManager.default.fileExists(atPath: work.url("elsewhere")))
+    }
+
+    /// A watermark that is damaged or over `limits.maxPixels` is the pipeline's fault, named
+    /// before the run (exit 2), not every item's `decode` failure.
+    @Test func aDamagedOrHugeWatermarkIsRefusedBeforeTheRun() throws {
+        try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 64, height: 48)
+        try ImageFixtures.pngHeaderOnly(at: work.url("huge.png"), width: 100_000, height: 100_000)
+        try ImageFixtures.jpeg(at: work.url("whole.jpg"), width: 400, height: 300)
+        try ImageFixtures.truncate(work.url("whole.jpg"), to: work.url("cut.jpg"), keeping: 0.4)
+        for (mark, fault) in [("huge.png", "is 100000×100000, over limits.maxPixels"), ("cut.jpg", "cannot be decoded")] {
+            try work.write("""
+                {"version": 1, "source": {"type": "directory", "path": "in"},
+                 "filters": [{"op": "watermark", "image": "\(mark)"}], "sink": {"type": "directory", "path": "out"}}
+                """, to: "mark.json")
+            for command in ["validate", "run"] {
+                let refused = try imgpipe(command, "mark.json")
+                #expect(refused.status == 2, "\(command) \(mark): \(refused.stderr)")
+                #expect(refused.stderr.contains("filters[0].image: watermark image") && refused.stderr.contains(fault),
+                        "\(command) \(mark): \(refused.stderr)")
+            }
+        }
+        #expect(!FileManager.default.fileExists(atPath: work.url("out")))
+    }
+
     /// Comments (`//` keys) change nothing: repeated in one object, edited in `filters`
     /// or `output` between a run and its resume, or in an upload's form fields.
     @Test func commentsChangeNothing() throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import VipsKit
 
 /// A pipeline ready to run: `${…}` expanded, paths resolved, feed, fetcher and sinks built.
 public struct BuiltPipeline: Sendable {
@@ -96,6 +97,7 @@ public struct BuiltPipeline: Sendable {
                     case let .directory(name, pathValue, prune):
                         let root = spec.resolvePath(try pathValue.expanded(in: environment))
                         try Self.checkFolder(root, at: pathValue.path, what: "sink folder")
+                        try Self.checkNotSource(root, at: pathValue.path, spec: spec, environment: environment)
                         return DirectorySink(name: name, root: root, prune: prune)
                     case let .upload(name, endpointValue, fieldValues, fileField, originalField):
                         let url = try endpointValue.expandedWebURL(in: environment)
@@ -194,6 +196,45 @@ public struct BuiltPipeline: Sendable {
             guard case .accepted = ImageFormat.sniff(head) else {
                 throw SpecError(path: "\(path).image",
                                 message: "watermark image \(resolved) is not a JPEG, PNG, GIF, WebP, TIFF, HEIF or AVIF file")
+            }
+            // Damaged or too large: also the pipeline's fault. Decoded whole once here, so that
+            // its failure is not blamed on every item as `decode`.
+            let image: VipsImage
+            do {
+                try VipsRuntime.setUp()
+                image = try VipsImage.open(path: resolved)
+            } catch {
+                throw SpecError(path: "\(path).image", message: "watermark image \(resolved) cannot be read: \(error)")
+            }
+            let (pixels, overflow) = image.width.multipliedReportingOverflow(by: image.height)
+            guard !overflow, pixels <= limits.maxPixels else {
+                throw SpecError(path: "\(path).image", message: "watermark image \(resolved) is \(image.width)×\(image.height), "
+                                    + "over limits.maxPixels (\(ImageProcessor.megapixels(limits.maxPixels)))")
+            }
+            do {
+                _ = try image.average()
+            } catch {
+                throw SpecError(path: "\(path).image", message: "watermark image \(resolved) cannot be decoded: \(error)")
+            }
+        }
+
+        /// A directory sink must not be a directory source's folder (the primary's or a
+        /// fallback's, symbolic links followed): each output would replace the image it was
+        /// made from, under the same name, and the originals would be lost.
+        static func checkNotSource(_ sinkRoot: String, at jsonPath: String, spec: PipelineSpec,
+                                   environment: Environment) throws {
+            func real(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path }
+            var source: SourceSpec? = spec.source
+            while let current = source {
+                if case let .directory(pathValue, _) = current, let expanded = try? pathValue.expanded(in: environment) {
+                    let folder = spec.resolvePath(expanded)
+                    if real(folder) == real(sinkRoot) {
+                        throw SpecError(path: jsonPath, message: "sink folder \(environment.redact(sinkRoot)) is the source folder "
+                                            + "(\(pathValue.path)): its outputs would replace the images they are made from; "
+                                            + "write them to another folder")
+                    }
+                }
+                source = current.remote?.fallback
             }
         }
 
