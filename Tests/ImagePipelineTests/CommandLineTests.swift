@@ -665,6 +665,29 @@ struct CommandLineTests {
         #expect(!FileManager.default.fileExists(atPath: work.url("out")))
     }
 
+    /// A key from a feed (here a file name) is shown with its control characters escaped:
+    /// an escape sequence does not reach the terminal, a line feed does not forge a line,
+    /// and the contact sheet's HTML holds no control bytes.
+    @Test func controlCharactersFromAFeedNeverReachTheTerminal() throws {
+        try work.folder("in")
+        try ImageFixtures.jpeg(at: work.url("in/good.jpg"), width: 64, height: 48)
+        try work.write("not an image", to: "in/esc\u{1B}[2J\u{1B}[31mred.jpg")
+        try work.write("not an image", to: "in/nl\nFAKE: line.jpg")
+        try pipeline(filters: #"[{"op": "fit", "width": 32, "height": 32}]"#)
+        let run = try imgpipe("run", "pipe.json")
+        let status = try imgpipe("status", "pipe.json")
+        let preview = try imgpipe("dry-run", "pipe.json", "--samples", "in", "--out", "preview")
+        #expect(run.status == 1, "stderr: \(run.stderr)")
+        for (name, text) in [("run", run.stderr + run.stdout), ("status", status.stdout), ("dry-run", preview.stdout + preview.stderr)] {
+            #expect(!text.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" }, "\(name): \(text.debugDescription)")
+            #expect(!text.split(separator: "\n").contains { $0.hasPrefix("FAKE") }, "\(name): \(text)")
+        }
+        #expect(run.stderr.contains("failed: esc\\u{1B}[2J\\u{1B}[31mred.jpg: decode"), "stderr: \(run.stderr)")
+        #expect(status.stdout.contains("nl\\u{A}FAKE: line.jpg: decode"), "stdout: \(status.stdout)")
+        let sheet = try String(contentsOfFile: work.url("preview/index.html"), encoding: .utf8)
+        #expect(!sheet.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" && $0 != "\t" }, "control bytes in index.html")
+    }
+
     /// Comments (`//` keys) change nothing: repeated in one object, edited in `filters`
     /// or `output` between a run and its resume, or in an upload's form fields.
     @Test func commentsChangeNothing() throws {

@@ -215,7 +215,7 @@ struct ContactSheet {
         "sample-" + FeedItem.safeName(key)
     }
 
-    private func escape(_ text: String) -> String { text.xmlEscaped }
+    private func escape(_ text: String) -> String { text.printable.xmlEscaped }
 
     // MARK: page
 

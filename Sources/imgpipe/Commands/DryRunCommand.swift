@@ -171,7 +171,7 @@ struct Table: Sendable {
     /// is followed by one space.
     static func row(_ cells: [String], widths: [Int]) -> String {
         zip(cells, widths).enumerated().map { index, pair in
-            let (cell, width) = pair
+            let (cell, width) = (pair.0.printable, pair.1)
             if index == cells.count - 1 { return cell }
             return cell.count >= width ? cell + " " : cell + String(repeating: " ", count: width - cell.count)
         }.joined()

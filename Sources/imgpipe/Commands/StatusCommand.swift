@@ -118,7 +118,7 @@ struct StatusCommand: ParsableCommand {
             Console.out("failures by reason: " + report.failuresByReason.sorted { $0.key < $1.key }
                 .map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             for failure in report.failures.prefix(50) {
-                Console.out("  \(failure.key): \(failure.reason): \(failure.message)"
+                Console.out("  \(failure.key.printable): \(failure.reason): \(failure.message.printable)"
                             + (failure.attempts > 1 ? " (\(failure.attempts) attempts)" : ""))
             }
             if report.failures.count > 50 { Console.out("  … \(report.failed - 50) more (use --json)") }
@@ -127,7 +127,7 @@ struct StatusCommand: ParsableCommand {
             Console.out("skips by reason: " + report.skipsByReason.sorted { $0.key < $1.key }
                 .map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             for skip in report.skips.prefix(50) {
-                Console.out("  \(skip.key): \(skip.reason): \(skip.message)")
+                Console.out("  \(skip.key.printable): \(skip.reason): \(skip.message.printable)")
             }
             if report.skips.count > 50 { Console.out("  … \(report.skipped - 50) more (use --json)") }
         }

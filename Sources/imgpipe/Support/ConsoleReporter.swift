@@ -67,7 +67,7 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         lock.withLock {
             failuresShown += 1
             if failuresShown <= maxFailuresShown {
-                line("failed: \(key): \(environment.redact(failure.description))")
+                line("failed: \(key.printable): \(environment.redact(failure.description).printable)")
             } else if failuresShown == maxFailuresShown + 1 {
                 line("(more failures: see `imgpipe status`)")
             }
@@ -89,7 +89,7 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
 
     private func line(_ text: String) {
         clearLine()
-        write(text + "\n")
+        write(text.printableLines + "\n")
     }
 
     private func clearLine() {

@@ -126,15 +126,15 @@ enum StateFiles {
 /// Writing to the terminal.
 enum Console {
     static func error(_ message: String) {
-        FileHandle.standardError.write(Data("error: \(message)\n".utf8))
+        FileHandle.standardError.write(Data("error: \(message.printableLines)\n".utf8))
     }
 
     static func note(_ message: String) {
-        FileHandle.standardError.write(Data("note: \(message)\n".utf8))
+        FileHandle.standardError.write(Data("note: \(message.printableLines)\n".utf8))
     }
 
     static func warning(_ message: String) {
-        FileHandle.standardError.write(Data("warning: \(message)\n".utf8))
+        FileHandle.standardError.write(Data("warning: \(message.printableLines)\n".utf8))
     }
 
     /// Ends the live line, prints `message` on standard error and exits at once with `code`
@@ -145,14 +145,16 @@ enum Console {
         _exit(code)
     }
 
+    /// A line (or lines) on standard output, with control characters other than line feeds
+    /// shown as escapes: text from a feed never drives the terminal.
     static func out(_ message: String) {
-        FileHandle.standardOutput.write(Data((message + "\n").utf8))
+        FileHandle.standardOutput.write(Data((message.printableLines + "\n").utf8))
     }
 
     static func json<T: Encodable>(_ value: T) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        if let data = try? encoder.encode(value) { out(String(decoding: data, as: UTF8.self)) }
+        if let data = try? encoder.encode(value) { FileHandle.standardOutput.write(data + Data("\n".utf8)) }
     }
 
     /// `path` absolute, with `.`, `..` and symbolic links resolved: one name per file.
