@@ -688,6 +688,28 @@ struct CommandLineTests {
         #expect(!sheet.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" && $0 != "\t" }, "control bytes in index.html")
     }
 
+    /// A dry-run previews what the run would list (`"recursive": false` keeps subfolders
+    /// out), and two samples that would get the same output name do not share a preview:
+    /// the later fails as its item would in a run.
+    @Test func aDryRunListsAsTheRunWouldAndNeverWritesOverAPreview() throws {
+        try ImageFixtures.jpeg(at: work.url("src/a.jpg"), width: 64, height: 48)
+        try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: work.url("src/a.png"))
+        try ImageFixtures.jpeg(at: work.url("src/sub/b.jpg"), width: 64, height: 48)
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "src", "recursive": false},
+             "filters": [{"op": "fit", "width": 32, "height": 32}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "p.json")
+        let preview = try imgpipe("dry-run", "p.json", "--json")
+        #expect(preview.status == 1, "stderr: \(preview.stderr)")
+        #expect(!preview.stdout.contains("sub/b.jpg") && !preview.stderr.contains("sub/b.jpg"), "stdout: \(preview.stdout)")
+        #expect(preview.stdout.contains(#"output name \"a.jpg\" is already used by item \"a.jpg\""#), "stdout: \(preview.stdout)")
+        let made = try ImageFixtures.decode(work.url("preview/p/a.jpg"))
+        #expect((made.width, made.height) == (32, 24), "a.jpg's own preview, not a.png's")
+        let run = try imgpipe("run", "p.json")
+        #expect(run.status == 1 && run.stderr.contains("output name \"a.jpg\" is already used by item \"a.jpg\""))
+        #expect(work.files(under: "out") == ["a.jpg"])
+    }
+
     /// Comments (`//` keys) change nothing: repeated in one object, edited in `filters`
     /// or `output` between a run and its resume, or in an upload's form fields.
     @Test func commentsChangeNothing() throws {

@@ -133,6 +133,9 @@ public struct DryRun: Sendable {
             ImageProcessor(filters: chain.0, outputs: chain.1, limits: spec.limits, baseDirectory: spec.baseDirectory)
         }
         var results: [[DryRunRow]] = []
+        // Each pipeline's preview names, as a run claims output names: a later sample whose
+        // name is taken fails as its item would, instead of writing over the first's preview.
+        var claimed = pipelines.map { _ in [String: String]() }
         var index = 0
         try samples.list(spec: spec, environment: environment, limit: limit, downloads: outputDirectory + "/source",
                          previews: outputDirectory,
@@ -148,7 +151,7 @@ public struct DryRun: Sendable {
             var rows: [DryRunRow] = []
             for (number, pipeline) in pipelines.enumerated() {
                 let made = preview(sample.item, path: path, index: index, spec: pipeline, processor: processors[number],
-                                   folder: folders[number])
+                                   folder: folders[number], claimed: &claimed[number])
                 for (outputIndex, var row) in made.enumerated() {
                     source.describe(&row)
                     if let output = row.output {
@@ -255,7 +258,7 @@ public struct DryRun: Sendable {
     /// One row per output of `spec`. The input is processed once for every output (as a
     /// run does); each row has the whole time and the steps up to its own encoding.
     private func preview(_ item: FeedItem, path: String, index: Int, spec: PipelineSpec, processor: ImageProcessor,
-                         folder: String) -> [DryRunRow] {
+                         folder: String, claimed: inout [String: String]) -> [DryRunRow] {
         let inputBytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
         let start = DispatchTime.now()
         var steps: [StepTiming] = []
@@ -279,8 +282,17 @@ public struct DryRun: Sendable {
             }
         }
         return zip(spec.outputs, images).map { output, image in
-            let name = folder + output.fileName(key: item.nameKey, stem: item.nameStem, index: index, made: image)
+            let fileName = output.fileName(key: item.nameKey, stem: item.nameStem, index: index, made: image)
+            let name = folder + fileName
             var row: DryRunRow
+            if let owner = claimed[name], owner != item.key {
+                row = DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
+                                inputBytes: inputBytes, outputWidth: nil, outputHeight: nil, outputBytes: nil, output: nil,
+                                milliseconds: milliseconds, failure: RunStore.nameTaken(fileName, by: owner).description)
+                row.outputID = output.id
+                return row
+            }
+            claimed[name] = item.key
             do {
                 try write(image.data, to: name)
                 row = DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,

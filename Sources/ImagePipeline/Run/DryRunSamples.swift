@@ -15,6 +15,16 @@ public enum DryRunSamples: Sendable, Equatable {
     /// may list millions.
     public static let feedLimit = 12
 
+    /// Whether samples from `folder` come from its subfolders too: as the pipeline's own
+    /// directory source lists them when it is that source's folder (`"recursive": false`
+    /// previews only what the run would list), else yes.
+    static func listsSubfolders(_ folder: String, spec: PipelineSpec, environment: Environment) -> Bool {
+        guard case let .directory(pathValue, recursive) = spec.source,
+              let expanded = try? pathValue.expanded(in: environment) else { return true }
+        func real(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path }
+        return real(spec.resolvePath(expanded)) == real(folder) ? recursive : true
+    }
+
     /// One sample, as a local file ready for the filter chain, or why it could not be had.
     struct Sample {
         let item: FeedItem
@@ -41,7 +51,7 @@ public enum DryRunSamples: Sendable, Equatable {
         var limit = limit
         switch self {
         case let .folder(path):
-            feed = DirectoryFeed(root: path, recursive: true,
+            feed = DirectoryFeed(root: path, recursive: Self.listsSubfolders(path, spec: spec, environment: environment),
                                  excluding: [previews] + BuiltPipeline.sinkFolders(spec, environment: environment))
         case .feed:
             limit = limit ?? Self.feedLimit
