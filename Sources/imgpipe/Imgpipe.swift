@@ -42,6 +42,7 @@ struct Imgpipe: ParsableCommand {
         do {
             try refuseUnknownCommand(Array(CommandLine.arguments.dropFirst()))
             var command = try parseAsRoot()
+            try LogOptions.refuseMisspeltVariable()
             try command.run()
         } catch let error as CommandError {
             Console.error(error.message)

@@ -19,12 +19,15 @@ struct LogOptions: ParsableArguments {
         if let logLevel, Logger.Level(rawValue: logLevel) == nil {
             throw ValidationError("--log-level must be one of \(levels), got \(logLevel)")
         }
-        // Read only when neither option is given, and refused like the option: a misspelt
-        // level is never silently the default.
-        if logLevel == nil, !verbose, let variable = ProcessInfo.processInfo.environment["IMGPIPE_LOG"], !variable.isEmpty,
-           Logger.Level(rawValue: variable.lowercased()) == nil {
-            throw ValidationError("IMGPIPE_LOG must be one of \(levels), got \(variable)")
-        }
+    }
+
+    /// `IMGPIPE_LOG` is refused like `--log-level`, by every command (those that log nothing
+    /// too, as `status`): a misspelt level is never silently the default.
+    static func refuseMisspeltVariable(_ environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        guard let variable = environment["IMGPIPE_LOG"], !variable.isEmpty,
+              Logger.Level(rawValue: variable.lowercased()) == nil else { return }
+        let levels = Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")
+        throw CommandError.usage("IMGPIPE_LOG must be one of \(levels), got \(variable)")
     }
 
     /// The logger the library is given (the process-wide handler is set up in `main`).
