@@ -275,7 +275,7 @@ struct CommandLineTests {
             """, to: "bad.json")
         let bad = try imgpipe("validate", "bad.json")
         #expect(bad.status == 2)
-        #expect(bad.stderr.contains(#"filters[1].width: expected a positive integer, got "wide""#))
+        #expect(bad.stderr.contains(#"filters[1].width: expected an integer from 1 to 100000, got "wide""#))
 
         try pipeline()
         try work.folder("in") // validate checks that the source folder exists, as run does
@@ -712,6 +712,32 @@ struct CommandLineTests {
         let run = try imgpipe("run", "p.json")
         #expect(run.status == 1 && run.stderr.contains("output name \"a.jpg\" is already used by item \"a.jpg\""))
         #expect(work.files(under: "out") == ["a.jpg"])
+    }
+
+    /// A step that makes a picture over `limits.maxPixels` fails the item as `limit` before
+    /// libvips computes it (a reviewer's `border` 100000 ran for minutes at 400 MB), a
+    /// picture wider than its format holds fails as `encode` (it was `decode`), and a size
+    /// past 100000 is refused by `validate` (2147483647 printed GLib warnings).
+    @Test func outputsTooLargeFailAsLimitOrEncodeAndAbsurdSizesAreRefused() throws {
+        try work.folder("in")
+        try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 64, height: 48)
+        try pipeline(filters: #"[{"op": "border", "width": 40000}]"#, output: #"{"format": "png"}"#)
+        let huge = try imgpipe("run", "pipe.json")
+        #expect(huge.status == 1, "stderr: \(huge.stderr)")
+        var failure = try #require(try status().failures.first)
+        #expect(failure.reason == "limit" && failure.message.hasPrefix("border makes 80064×80048"), "\(failure)")
+        #expect(failure.message.contains("over limits.maxPixels"), "\(failure)")
+
+        try pipeline(filters: #"[{"op": "resize", "width": 70000, "height": 10}]"#)
+        #expect(try imgpipe("run", "pipe.json", "--new").status == 1)
+        failure = try #require(try status().failures.first)
+        #expect(failure.reason == "encode" && failure.message == "jpeg holds at most 65500 pixels a side; the picture is 70000×10",
+                "\(failure)")
+
+        try pipeline(filters: #"[{"op": "resize", "width": 2147483647}]"#)
+        let absurd = try imgpipe("validate", "pipe.json")
+        #expect(absurd.status == 2 && absurd.stderr.contains("filters[0].width"), "stderr: \(absurd.stderr)")
+        #expect(!absurd.stderr.contains("GLib"))
     }
 
     /// Comments (`//` keys) change nothing: repeated in one object, edited in `filters`

@@ -221,7 +221,7 @@ extension SpecDecodingTests {
             (#""outputs": [{"id": "a"}, {"id": "b"}], "sink": {"type": "s3", "bucket": "photos", "key": "{stem}.{ext}"}"#,
              "sink.key", "{output}"),
             (#""outputs": [{"id": "a", "filters": [{"op": "fit", "width": 0}]}], "sink": {"type": "directory", "path": "o"}"#,
-             "outputs[0].filters[0].width", "positive"),
+             "outputs[0].filters[0].width", "from 1 to 100000"),
         ]
         for (text, path, fragment) in cases {
             let found = error("{\(source), \(text)}")

@@ -52,7 +52,7 @@ struct SpecDecodingTests {
             {\(Self.minimal), "filters": [{"op": "autorotate"}, {"op": "fit", "width": "wide", "height": 10}]}
             """)
         #expect(error?.path == "filters[1].width")
-        #expect(error?.description == #"filters[1].width: expected a positive integer, got "wide""#)
+        #expect(error?.description == #"filters[1].width: expected an integer from 1 to 100000, got "wide""#)
     }
 
     @Test func unknownKeysAreRefusedEverywhere() {

@@ -15,7 +15,9 @@ private func integer(_ name: String, _ range: ClosedRange<Int>, _ fallback: Int?
 
 extension FilterRegistry {
     static let defaultFont = "DejaVu Sans Bold"
-    static let pixels = 1 ... Int.max
+    /// A size in pixels: up to 100000 (past every encoder's largest side; libvips' own
+    /// checks of larger values print GLib warnings before failing).
+    static let pixels = 1 ... 100_000
 
     /// Every op imgpipe knows: the one list behind validation, the runner, `imgpipe filters`
     /// and `imgpipe schema`.

@@ -229,10 +229,12 @@ public struct ImageProcessor: Sendable {
         }
         do {
             for step in plan.steps {
-                image = try lap(step.opName, try step.apply(to: image, context: context))
+                image = try lap(step.opName, try checkedSize(step.apply(to: image, context: context), after: step))
             }
             // Several outputs read the common result: computed once, kept in memory.
             if outputs.count > 1 { image = try image.materialized() }
+        } catch let failure as ItemFailure {
+            throw failure
         } catch {
             if let damage = inputDamage(error, data: data, format: format) {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
@@ -284,9 +286,12 @@ public struct ImageProcessor: Sendable {
                     }
                     pictures.append((made, index))
                     for step in outputSteps[index] {
-                        made = try lap(prefix + step.opName, try step.apply(to: made, context: context))
+                        made = try lap(prefix + step.opName, try checkedSize(step.apply(to: made, context: context), after: step))
                     }
                     made = try prepareForOutput(made, colourManaged: colourManaged, format: output.spec.format)
+                    try Self.checkEncodable(made, as: output.spec.format, output: outputs.count > 1 ? output.spec.id : nil)
+                } catch let failure as ItemFailure {
+                    throw failure
                 } catch {
                     if let damage = inputDamage(error, data: data, format: format) {
                         throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
@@ -432,6 +437,31 @@ public struct ImageProcessor: Sendable {
 
     /// 8-bit sRGB (or 8-bit grey for greyscale), alpha kept only where the format has it
     /// (JPEG output is flattened onto white).
+    /// `image`, the result of `step`, unless it is over `limits.maxPixels` (a `limit`
+    /// failure). libvips builds an image's pipeline before computing a pixel, so a step that
+    /// would make gigapixels (`border` 100000) is stopped before any memory or time goes.
+    private func checkedSize(_ image: VipsImage, after step: FilterStep) throws -> VipsImage {
+        let (pixels, overflow) = image.width.multipliedReportingOverflow(by: image.height)
+        guard overflow || pixels > limits.maxPixels else { return image }
+        throw ItemFailure(.limit, "\(step.opName) makes \(image.width)×\(image.height)"
+                              + (overflow ? "" : " (\(Self.megapixels(pixels)))")
+                              + ", over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
+    }
+
+    /// The largest side each format can hold (libjpeg's 65500, WebP's 16383, GIF's 65535):
+    /// a larger picture fails as `encode`, named, before the encoder is asked.
+    static func checkEncodable(_ image: VipsImage, as format: OutputFormat, output: String?) throws {
+        let largest: Int? = switch format {
+        case .jpeg: 65500
+        case .webp: 16383
+        case .gif: 65535
+        case .png, .avif, .tiff: nil
+        }
+        guard let largest, max(image.width, image.height) > largest else { return }
+        throw ItemFailure(.encode, "\(format.rawValue) holds at most \(largest) pixels a side; the picture is "
+                              + "\(image.width)×\(image.height)" + (output.map { " (output \($0))" } ?? ""))
+    }
+
     func prepareForOutput(_ image: VipsImage, colourManaged: Bool, format: OutputFormat) throws -> VipsImage {
         var prepared = image.isGrey && !image.isCMYK
             ? try image.toGrey()

@@ -1,6 +1,6 @@
 /// Why a pipeline file was refused: the JSON path of the fault and what was expected.
 ///
-/// `description` reads `filters[1].width: expected a positive integer, got "wide"`.
+/// `description` reads `filters[1].width: expected an integer from 1 to 100000, got "wide"`.
 public struct SpecError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Dotted JSON path (`filters[1].width`); empty for the document itself.
     public let path: String
