@@ -740,6 +740,20 @@ struct CommandLineTests {
         #expect(!absurd.stderr.contains("GLib"))
     }
 
+    /// `status` and `export` only read: an empty file given as the state file is refused
+    /// as one with no runs and stays empty (a database was written into it).
+    @Test func readingCommandsLeaveAnEmptyStateFileEmpty() throws {
+        try pipeline()
+        try work.write("", to: "empty.sqlite")
+        for command in [["status", "pipe.json"], ["export", "pipe.json"]] {
+            let refused = try ImgpipeBinary.run(command + ["--state", "empty.sqlite"], in: work.path)
+            #expect(refused.status == 2 && refused.stderr.contains("empty.sqlite is empty: it has no runs"),
+                    "\(command): \(refused.stderr)")
+            let size = try FileManager.default.attributesOfItem(atPath: work.url("empty.sqlite"))[.size] as? Int
+            #expect(size == 0, "\(command) wrote into it")
+        }
+    }
+
     /// Comments (`//` keys) change nothing: repeated in one object, edited in `filters`
     /// or `output` between a run and its resume, or in an upload's form fields.
     @Test func commentsChangeNothing() throws {

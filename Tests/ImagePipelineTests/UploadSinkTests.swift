@@ -77,6 +77,22 @@ struct UploadSinkTests {
         #expect(try deliveries().map { $0["remoteURL"] as String? } == [server.baseURL + "/files/kept.jpg"])
     }
 
+    /// Only a string is a one-shot URL: an endpoint answering `{"url": 5}` fails the
+    /// delivery (`upload`), where it was read as the path `5` beside the endpoint and the
+    /// file posted there, recorded done.
+    @Test func anEndpointAnswerWhoseURLIsNoStringFailsTheUpload() throws {
+        let server = try TestHTTPServer { request in
+            request.method == "GET" ? .json(#"{"url": 5}"#) : .json("{}", status: 201)
+        }
+        try images(1)
+        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upget/"}]"#, retry: #"{"attempts": 1}"#)
+        let result = try imgpipe(["run", "pipe.json"])
+        #expect(result.status == 1, "stderr: \(result.stderr)")
+        #expect(server.requests.allSatisfy { $0.method == "GET" }, "posted to \(server.requests.map(\.path))")
+        let failure = try #require(try status().failures.first)
+        #expect(failure.reason == "upload" && failure.message.contains(#"did not answer {"url": …}"#), "\(failure)")
+    }
+
     @Test func twoStepUploadSendsFieldsOriginalAndFile() throws {
         let server = try UploadServer()
         try images(5)

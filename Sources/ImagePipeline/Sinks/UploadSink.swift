@@ -61,10 +61,12 @@ public struct UploadSink: Sink {
     static let maxAnswerBytes = 16 << 20
 
     /// The `url` member of a JSON object body, read leniently (`JSONValue+Decodable.swift`):
-    /// a server's duplicate key is not a failed upload.
+    /// a server's duplicate key is not a failed upload. Only a string is a URL: `{"url": 5}`
+    /// has none (it was read as the path `5` beside the endpoint).
     static func url(in body: Data?, relativeTo base: URL) -> URL? {
         struct Answer: Decodable { let url: JSONValue? }
-        guard let body, let text = (try? JSONDecoder().decode(Answer.self, from: body))?.url?.stringValue else { return nil }
+        guard let body, case let .string(text)? = (try? JSONDecoder().decode(Answer.self, from: body))?.url,
+              !text.isEmpty else { return nil }
         return URL(string: text, relativeTo: base)?.absoluteURL
     }
 }

@@ -40,6 +40,7 @@ struct ExportCommand: ParsableCommand {
         guard FileManager.default.fileExists(atPath: stateFile) else {
             throw CommandError.usage("\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): nothing to export")
         }
+        try StateFiles.refuseEmpty(stateFile)
         let environment = Environment()
         try writeRecords(environment: environment) { sink in
             let store = try RunStore(path: stateFile)

@@ -35,6 +35,7 @@ struct StatusCommand: ParsableCommand {
         guard FileManager.default.fileExists(atPath: stateFile) else {
             throw CommandError.usage("\(StateFiles.missing(explicit: state, pipeline: pipeline)): nothing has run yet")
         }
+        try StateFiles.refuseEmpty(stateFile)
         let store: RunStore
         let report: StatusReport?
         do {

@@ -117,6 +117,13 @@ enum StateFiles {
     }
 
     /// "no state file at A (nor at B)", for a command that needs one.
+    /// Refuses an empty file given as a state file to a command that only reads it
+    /// (`status`, `export`): opening it would write a new database into it.
+    static func refuseEmpty(_ stateFile: String) throws {
+        let size = (try? FileManager.default.attributesOfItem(atPath: stateFile)[.size] as? Int) ?? nil
+        if size == 0 { throw CommandError.usage("state file \(Console.display(stateFile)) is empty: it has no runs") }
+    }
+
     static func missing(explicit: String?, pipeline: String?) -> String {
         let places = explicit.map { [URL(fileURLWithPath: $0).standardizedFileURL.path] } ?? candidates(pipeline: pipeline)
         return "no state file at " + places.map(Console.display).joined(separator: " nor at ")
