@@ -183,6 +183,26 @@ struct IncrementalTests {
         #expect(skipped.status == 0 && skipped.stdout.contains(#""skipped" : 3"#), "\(skipped.stdout)")
     }
 
+    /// `"sink": {…}` rewritten as `"sinks": [{…}]` is the same sink: nothing is delivered
+    /// again (a reviewer's plan said `sink "directory-0" changed` and the run rewrote every file).
+    @Test func aSinkWrittenAsTheOnlyEntryOfSinksIsUnchanged() throws {
+        for index in 1 ... 2 { try photo("p\(index)", seed: index) }
+        func write(_ sinks: String) throws {
+            try work.write("""
+                {"version": 1, "source": {"type": "directory", "path": "in"},
+                 "filters": [{"op": "fit", "width": 80, "height": 80}], \(sinks)}
+                """, to: "pipe.json")
+        }
+        try write(#""sink": {"type": "directory", "path": "out"}"#)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let before = snapshot("out")
+        try write(#""sinks": [{"type": "directory", "path": "out"}]"#)
+        let planned = try plan()
+        #expect(redo(planned, "default") == 0, "\(planned)")
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        #expect(snapshot("out").mapValues(\.inode) == before.mapValues(\.inode))
+    }
+
     @Test func anIncrementalRunKilledAndResumedStaysIncremental() throws {
         // Large enough that the run is still going when it is killed.
         for index in 1 ... 60 { try photo(String(format: "p%02d", index), seed: index, width: 1600, height: 1200) }

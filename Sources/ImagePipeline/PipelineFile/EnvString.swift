@@ -21,6 +21,10 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { raw }
 
+    /// The same text is the same value wherever in the file it was read: a sink written as
+    /// `"sink"` or as the only entry of `"sinks"` has not changed (`ChangeDetector`).
+    public static func == (lhs: EnvString, rhs: EnvString) -> Bool { lhs.raw == rhs.raw }
+
     /// True when the text refers to at least one variable.
     public var hasReferences: Bool { raw.contains("${") }
 
