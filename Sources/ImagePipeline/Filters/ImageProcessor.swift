@@ -448,14 +448,14 @@ public struct ImageProcessor: Sendable {
                               + ", over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
     }
 
-    /// The largest side each format can hold (libjpeg's 65500, WebP's 16383, GIF's 65535):
-    /// a larger picture fails as `encode`, named, before the encoder is asked.
+    /// The largest side JPEG (libjpeg's 65500) and GIF (65535) hold: a larger picture fails
+    /// as `encode`, named, before the encoder is asked (libjpeg's own refusal read as damage
+    /// in a JPEG input, `decode`). WebP's encoder says "too large" itself, as `encode`.
     static func checkEncodable(_ image: VipsImage, as format: OutputFormat, output: String?) throws {
         let largest: Int? = switch format {
         case .jpeg: 65500
-        case .webp: 16383
         case .gif: 65535
-        case .png, .avif, .tiff: nil
+        case .png, .webp, .avif, .tiff: nil
         }
         guard let largest, max(image.width, image.height) > largest else { return }
         throw ItemFailure(.encode, "\(format.rawValue) holds at most \(largest) pixels a side; the picture is "
