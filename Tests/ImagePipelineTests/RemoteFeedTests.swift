@@ -60,6 +60,20 @@ struct RemoteFeedTests {
 
     // MARK: json-feed and the cache tiers
 
+    /// A URL without a host (`http://`) fails at once, final: no retry can give it one (it
+    /// was retried as a network error).
+    @Test func aURLWithoutAHostFailsWithoutRetries() throws {
+        let client = HTTPClient(timeout: 2)
+        for text in ["http://", "http:///a.jpg"] {
+            let url = try #require(URL(string: text))
+            let error = #expect(throws: HTTPFailure.self) {
+                try client.performWithRetries(HTTPRequest(url: url), attempts: 3, backoff: 0.01)
+            }
+            #expect(error?.kind == .scheme && error?.retryable == false, "\(text): \(String(describing: error))")
+            #expect(error?.message.contains("without a host") == true, "\(text): \(String(describing: error))")
+        }
+    }
+
     @Test func jsonFeedRunThenCachedRerunThenOfflineRerun() throws {
         let body = feedJSON("BASE", count: 12)
         let server = try server { request in

@@ -201,6 +201,11 @@ public final class HTTPClient: @unchecked Sendable {
             throw HTTPFailure(kind: .scheme, message: "only http and https URLs are fetched, got \(request.url.absoluteString)",
                               status: nil, retryAfter: nil)
         }
+        // `http://` alone, or `http:///x`: no host to ask, now or after a retry.
+        guard let named = request.url.host, !named.isEmpty else {
+            throw HTTPFailure(kind: .scheme, message: "a URL without a host: \(request.url.absoluteString)",
+                              status: nil, retryAfter: nil)
+        }
         // The host as pacing counts it (scheme, name and port).
         let host = HostHealth.key(of: request.url)
         if let pacing {
@@ -411,6 +416,10 @@ public final class HTTPClient: @unchecked Sendable {
                                retryAfter: nil)
         case CURLE_UNSUPPORTED_PROTOCOL where redirects > 0:
             return HTTPFailure(kind: .redirects, message: "a redirect to a URL that is not http(s)", status: response,
+                               retryAfter: nil)
+        case CURLE_URL_MALFORMAT:
+            // libcurl cannot read the URL: final, like a scheme it does not fetch.
+            return HTTPFailure(kind: .scheme, message: "\(host): the URL cannot be read (\(detail))", status: response,
                                retryAfter: nil)
         case CURLE_FILESIZE_EXCEEDED:
             let size = transfer.headers["content-length"].map { "of \($0) bytes " } ?? ""
