@@ -542,15 +542,43 @@ struct RemoteFeedTests {
         #expect(keys == ["e-key", "\(base)/images/f.jpg"])
     }
 
-    /// A byte that is not UTF-8 used to become U+FFFD, so another URL was fetched.
-    @Test func aURLListLineWithInvalidUTF8IsRefusedNamingTheLine() throws {
+    /// A line over 65,535 bytes used to be split into two items (its last part fetched as
+    /// another URL; in `.jsonl`, "not a JSON object"). Now a long line is one item, and one
+    /// over the reader's limit stops the listing naming the line.
+    @Test func aLongURLListLineIsOneItemAndATooLongOneIsRefusedNamingTheLine() throws {
         let server = try server()
-        let list = Data("\(server.baseURL)/images/a.jpg\n\(server.baseURL)/images/b".utf8) + [0xFF] + Data(".jpg\n".utf8)
+        let base = server.baseURL
+        let prefix = "\(base)/images/long.jpg?pad="
+        let long = prefix + String(repeating: "x", count: 65535 - prefix.utf8.count) + "\(base)/images/chain.jpg"
+        let tooLong = "\(base)/images/huge.jpg?pad=" + String(repeating: "y", count: 1 << 20)
+        for (name, line) in [("list.txt", { (url: String) in url }), ("list.jsonl", { (url: String) in #"{"url": "\#(url)"}"# })] {
+            try work.write([line("\(base)/images/a.jpg"), line(long), line(tooLong), line("\(base)/images/z.jpg")]
+                .joined(separator: "\n") + "\n", to: name)
+            try pipeline(source: #"{"type": "url-list", "path": "\#(name)", "cache": false}"#)
+            let before = server.requests.count
+            let result = try imgpipe("run", "pipe.json", "--new")
+            #expect(result.status == 1, "\(name): \(result.stdout) \(result.stderr)")
+            let said = result.stdout + result.stderr
+            #expect(said.contains("\(name):3: line longer than 1048576 bytes"), "\(name): \(said)")
+            let paths = server.requests.dropFirst(before).map(\.path)
+            #expect(paths.sorted() == ["/images/a.jpg", "/images/long.jpg"], "\(name): \(paths)")
+            #expect(server.requests.dropFirst(before).first { $0.path == "/images/long.jpg" }?.query["pad"]?.hasSuffix("chain.jpg") == true,
+                    "\(name): the long line was fetched whole")
+        }
+    }
+
+    /// A byte that is not UTF-8 used to become U+FFFD, and a NUL byte cut the line (the
+    /// URL before it was fetched): either way another URL. Now the line is refused.
+    @Test(arguments: [(UInt8(0xFF), "invalid UTF-8"), (UInt8(0), "a NUL byte in the line")])
+    func aURLListLineWithInvalidUTF8OrANulByteIsRefusedNamingTheLine(byte: UInt8, said: String) throws {
+        let server = try server()
+        let list = Data("\(server.baseURL)/images/a.jpg\n\(server.baseURL)/images/b".utf8) + [byte]
+            + Data(".jpg\n\(server.baseURL)/images/c.jpg\n".utf8)
         try list.write(to: URL(fileURLWithPath: work.url("list.txt")))
         try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 1)
-        #expect((result.stdout + result.stderr).contains("list.txt:2: invalid UTF-8"), "\(result.stdout) \(result.stderr)")
+        #expect((result.stdout + result.stderr).contains("list.txt:2: \(said)"), "\(result.stdout) \(result.stderr)")
         #expect(server.requests.map(\.path) == ["/images/a.jpg"])
     }
 

@@ -1,4 +1,3 @@
-import CZlib
 import Foundation
 
 /// `url-list`: a local file of image URLs, read line by line (gzip or plain): `.txt` (a URL
@@ -9,27 +8,28 @@ public struct URLListFeed: Feed {
 
     public func list(_ body: (FeedItem) throws -> Bool) throws {
         guard FileManager.default.isReadableFile(atPath: path) else { throw FeedError("cannot read URL list \(path)") }
-        guard let file = gzopen(path, "rb") else { throw FeedError("cannot open URL list \(path)") }
-        defer { gzclose(file) }
+        guard let lines = ListFileLines(path: path) else { throw FeedError("cannot open URL list \(path)") }
         let format = self.format
         var header: [String]?
         var lineNumber = 0
-        var buffer = [CChar](repeating: 0, count: 1 << 16)
-        // A gzip file cut short (or damaged) is an error where it stops, not a shorter list:
-        // zlib says so with the read that meets it, before its partial line is used.
-        func damage() -> FeedError? {
-            var code: Int32 = 0
-            let text = gzerror(file, &code)
-            guard code != Z_OK, code != Z_STREAM_END else { return nil }
-            var said = text.map { String(cString: $0) } ?? "error \(code)"
-            if said.hasPrefix(path + ": ") { said.removeFirst(path.count + 2) }
-            return FeedError("\(path):\(lineNumber + 1): \(said) (the gzip file is cut short or damaged)")
-        }
-        while gzgets(file, &buffer, Int32(buffer.count)) != nil {
-            if let damage = damage() { throw damage }
+        while true {
+            // A gzip file cut short (or damaged) is an error where it stops, not a shorter
+            // list: the lines before it are listed, not the partial one.
+            let next: ListFileLines.Line?
+            do {
+                next = try lines.next()
+            } catch let damage as ListFileLines.DamagedList {
+                throw FeedError("\(path):\(lineNumber + 1): \(damage.reason) (the gzip file is cut short or damaged)")
+            }
+            guard let next else { break }
             lineNumber += 1
-            // Refused, not repaired: a replaced byte would make another URL or key.
-            guard let text = String(validating: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
+            // Refused, not repaired nor split: a part of a line, or a line cut at a NUL or
+            // with a byte replaced, would make another URL or key.
+            guard case let .bytes(bytes) = next else {
+                throw FeedError("\(path):\(lineNumber): line longer than \(ListFileLines.maxLineBytes) bytes")
+            }
+            guard !bytes.contains(0) else { throw FeedError("\(path):\(lineNumber): a NUL byte in the line") }
+            guard let text = String(validating: bytes, as: UTF8.self) else {
                 throw FeedError("\(path):\(lineNumber): invalid UTF-8")
             }
             let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -62,7 +62,6 @@ public struct URLListFeed: Feed {
             let itemKey = (key?.isEmpty == false ? key : nil) ?? url
             if try !body(FeedItem(key: itemKey, url: url, stem: FeedItem.stem(ofURL: url), metadata: nil)) { return }
         }
-        if let damage = damage() { throw damage }
     }
 
     /// Counts the lines first (`countItems`), then lists them.
@@ -76,21 +75,21 @@ public struct URLListFeed: Feed {
     /// that turns out to have no URL is counted all the same (the total shrinks by it when
     /// the listing ends). Nil when the file cannot be opened.
     public func countItems() -> Int? {
-        guard let file = gzopen(path, "rb") else { return nil }
-        defer { gzclose(file) }
+        guard let reader = ListFileLines(path: path) else { return nil }
         let format = self.format
         var lines = 0
-        var buffer = [CChar](repeating: 0, count: 1 << 16)
-        while gzgets(file, &buffer, Int32(buffer.count)) != nil {
-            // The first byte that is not ASCII white space (0 ends the line).
-            guard let first = buffer.first(where: { !Self.blank.contains($0) }), first != 0 else { continue }
-            if format == "txt", first == CChar(UInt8(ascii: "#")) { continue }
+        // A damaged file is counted up to where it is damaged (listing it says where).
+        while let line = try? reader.next() {
+            // The first byte that is not ASCII white space; a line too long counts as one.
+            guard case let .bytes(bytes) = line else { lines += 1; continue }
+            guard let first = bytes.first(where: { !Self.blank.contains($0) }) else { continue }
+            if format == "txt", first == UInt8(ascii: "#") { continue }
             lines += 1
         }
         return format == "csv" ? max(0, lines - 1) : lines
     }
 
-    private static let blank = Set(" \t\n\r\u{0B}\u{0C}".utf8.map { CChar(bitPattern: $0) })
+    private static let blank = Set(" \t\n\r\u{0B}\u{0C}".utf8)
 
     /// `csv`, `jsonl` or `txt`, by the file's name (a `.gz` suffix aside).
     private var format: String { Self.format(ofName: path) ?? "txt" }
