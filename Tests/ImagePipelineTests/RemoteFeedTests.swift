@@ -567,6 +567,24 @@ struct RemoteFeedTests {
         }
     }
 
+    /// A UTF-8 byte order mark at the start of a list (as Windows editors save one) used to
+    /// stay in the first line: "not a URL" in a text list, no "url" column in a CSV header.
+    @Test func aByteOrderMarkAtTheStartOfAURLListIsDropped() throws {
+        let server = try server()
+        let base = server.baseURL
+        let bom = Data([0xEF, 0xBB, 0xBF])
+        try (bom + Data("\(base)/images/a.jpg\n\(base)/images/b.jpg\n".utf8)).write(to: URL(fileURLWithPath: work.url("bom.txt")))
+        try (bom + Data("url,key\n\(base)/images/c.jpg,c\n".utf8)).write(to: URL(fileURLWithPath: work.url("bom.csv")))
+        for (list, expected) in [("bom.txt", ["a.jpg", "b.jpg"]), ("bom.csv", ["c.jpg"])] {
+            try? FileManager.default.removeItem(atPath: work.url("out"))
+            try pipeline(source: #"{"type": "url-list", "path": "\#(list)", "cache": false}"#)
+            let result = try imgpipe("run", "pipe.json", "--new")
+            #expect(result.status == 0, "\(list): \(result.stdout) \(result.stderr)")
+            #expect(work.files(under: "out") == expected, "\(list)")
+            #expect(try status().total == expected.count, "\(list): counted as listed")
+        }
+    }
+
     /// A byte that is not UTF-8 used to become U+FFFD, and a NUL byte cut the line (the
     /// URL before it was fetched): either way another URL. Now the line is refused.
     @Test(arguments: [(UInt8(0xFF), "invalid UTF-8"), (UInt8(0), "a NUL byte in the line")])

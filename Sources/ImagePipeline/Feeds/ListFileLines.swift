@@ -4,7 +4,8 @@ import Foundation
 /// The lines of a URL list, plain or gzipped, read through zlib a block at a time. A line
 /// is every byte up to a line feed, NUL bytes included (nothing is cut at one), and is
 /// never split: one longer than `maxLineBytes` is reported as too long, read no further
-/// than that, and the reader goes on after its line feed.
+/// than that, and the reader goes on after its line feed. A UTF-8 byte order mark at the
+/// start of the file (as some editors save one) is not part of the first line.
 final class ListFileLines {
     /// The longest line read: far more than any URL or `.jsonl` entry of a sane list, and
     /// a bound on the memory a hostile list can take.
@@ -23,6 +24,7 @@ final class ListFileLines {
     private var start = 0
     private var end = 0
     private var atEnd = false
+    private var atStart = true
     /// What zlib said about a damaged file, taken when the read that met it returned: the
     /// lines read whole before it are still given.
     private var damage: String?
@@ -39,6 +41,7 @@ final class ListFileLines {
     /// The next line, nil at the end of the file. Throws what zlib said (`damage`) when the
     /// file is cut short or damaged, where the first line it spoils would start.
     func next() throws -> Line? {
+        defer { atStart = false }
         var line: [UInt8] = []
         var tooLong = false
         while true {
@@ -61,12 +64,17 @@ final class ListFileLines {
             start = stop
             if feed != nil {
                 start += 1
-                return tooLong ? .tooLong : .bytes(line)
+                return tooLong ? .tooLong : .bytes(withoutMark(line))
             }
         }
         if let damage { throw DamagedList(reason: damage) }
         if tooLong { return .tooLong }
-        return line.isEmpty ? nil : .bytes(line)
+        return line.isEmpty ? nil : .bytes(withoutMark(line))
+    }
+
+    /// `line` without a byte order mark when it is the file's first.
+    private func withoutMark(_ line: [UInt8]) -> [UInt8] {
+        atStart && line.starts(with: [0xEF, 0xBB, 0xBF]) ? Array(line.dropFirst(3)) : line
     }
 
     /// zlib's complaint about a damaged file (the file's own path taken off the front).
