@@ -257,6 +257,55 @@ struct RemoteFeedTests {
         }
     }
 
+    /// Entries with no usable URL used to vanish without a word (exit 0), and `"url": 123`
+    /// was fetched as the URL "123". Now each is left out with one notice naming the feed
+    /// and the entries' indices; a URL must be a JSON string.
+    @Test func feedEntriesWithNoUsableURLAreLeftOutWithANotice() throws {
+        let server = try server { request in
+            guard request.path == "/feed.json" else { return nil }
+            let base = "http://\(request.headers["host"]!)"
+            let head = #"[{"url": "\#(base)/images/a.jpg"}, {"title": "none"}, {"url": null}, {"url": ""}, "string", "#
+                + #"null, [1], {"url": 123}, {"url": "\#(base)/images/"#
+            var body = Data(head.utf8)
+            body.append(0xFF)
+            body.append(contentsOf: Array(#".jpg"}, {"url": "\#(base)/images/b.jpg"}]"#.utf8))
+            return .bytes(body, headers: [("Content-Type", "application/json")])
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(work.files(under: "out") == ["a.jpg", "b.jpg"])
+        #expect(result.stderr.contains(#"the feed at \#(server.baseURL)/feed.json: 8 entries left out, with no "url" string: "#
+                                       + "[1], [2], [3], [4], [5], [6], [7], [8]"), "\(result.stderr)")
+        #expect(!server.requests.contains { $0.path.hasSuffix("123") })
+    }
+
+    /// The same of a paged API: a NASA item with no `nasa_id` or no preview link, and a
+    /// Flickr photo with no id or image, is left out with a notice naming the page.
+    @Test func pagedItemsWithNoKeyOrImageAreLeftOutWithANotice() throws {
+        let server = try server { request in
+            let host = "http://\(request.headers["host"]!)"
+            switch request.path {
+            case "/search":
+                return .json(#"{"collection": {"items": [{"data": [{"nasa_id": "N1"}], "links": [{"rel": "preview", "href": "\#(host)/images/n1.jpg"}]}, "#
+                             + #"{"data": [{"nasa_id": "N2"}], "links": [{"rel": "preview", "href": 5}]}, {"data": [{"title": "no id"}]}]}}"#)
+            case "/rest/":
+                return .json(#"{"stat": "ok", "photos": {"pages": 1, "photo": [{"id": "F1", "url_l": "\#(host)/images/f1.jpg"}, {"id": "F2"}]}}"#)
+            default:
+                return nil
+            }
+        }
+        try pipeline(source: #"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "cache": false}"#)
+        let nasa = try imgpipe("run", "pipe.json")
+        #expect(nasa.status == 0, "stderr: \(nasa.stderr)")
+        #expect(nasa.stderr.contains("2 items left out, with no nasa_id or no preview link: [1], [2]"), "\(nasa.stderr)")
+        try pipeline(source: #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#)
+        let flickr = try imgpipe("run", "pipe.json", "--new")
+        #expect(flickr.status == 0, "stderr: \(flickr.stderr)")
+        #expect(flickr.stderr.contains("1 photo left out, with no id or no image URL: [1]"), "\(flickr.stderr)")
+        #expect(work.files(under: "out") == ["F1.jpg", "N1.jpg"])
+    }
+
     // MARK: paged sources
     // MARK: paged sources
 
@@ -582,6 +631,24 @@ struct RemoteFeedTests {
             #expect(result.status == 0, "\(list): \(result.stdout) \(result.stderr)")
             #expect(work.files(under: "out") == expected, "\(list)")
             #expect(try status().total == expected.count, "\(list): counted as listed")
+        }
+    }
+
+    /// A CSV row with an empty `url` column, and a `.jsonl` line whose `url` is missing or
+    /// not a string (`123` was fetched as the URL "123"), used to be passed over without a
+    /// word. Now they are bad lines like any other: the listing stops, naming the line.
+    @Test func aURLListLineWithNoURLIsRefusedNamingTheLine() throws {
+        let server = try server()
+        let base = server.baseURL
+        try work.write("url,key\n\(base)/images/a.jpg,k1\n,k4\n\(base)/images/b.jpg,k2\n", to: "list.csv")
+        try work.write("{\"url\": \"\(base)/images/a.jpg\"}\n{\"url\": 123}\n{\"url\": \"\(base)/images/b.jpg\"}\n", to: "list.jsonl")
+        for (list, said) in [("list.csv", #"list.csv:3: no URL in the "url" column"#), ("list.jsonl", #"list.jsonl:2: no "url" string"#)] {
+            try pipeline(source: #"{"type": "url-list", "path": "\#(list)", "cache": false}"#)
+            let before = server.requests.count
+            let result = try imgpipe("run", "pipe.json", "--new")
+            #expect(result.status == 1, "\(list): \(result.stdout) \(result.stderr)")
+            #expect((result.stdout + result.stderr).contains(said), "\(list): \(result.stdout) \(result.stderr)")
+            #expect(server.requests.dropFirst(before).map(\.path) == ["/images/a.jpg"], "\(list)")
         }
     }
 

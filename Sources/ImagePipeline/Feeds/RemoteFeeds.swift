@@ -8,12 +8,15 @@ public protocol PageSource: Sendable {
 extension RemoteFetcher: PageSource {}
 
 /// `json-feed`: one JSON array of objects, each with the image URL in `urlField`; the key
-/// is `keyField`'s value, else the URL; the other fields are kept as metadata.
+/// is `keyField`'s value, else the URL; the other fields are kept as metadata. An entry
+/// with no URL string (or that is no object) is left out with a notice.
 public struct JSONFeed: Feed {
     public let url: String
     public let urlField: String
     public let keyField: String?
     public let pages: any PageSource
+    /// Told of the entries left out (`LeftOutEntries`).
+    public var notice: @Sendable (String) -> Void = { _ in }
 
     /// The count is exact: the one page holds every item (those without a URL are not counted).
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
@@ -22,29 +25,38 @@ public struct JSONFeed: Feed {
             throw FeedError("the feed at \(url) is not a JSON array of objects")
         }
         expect(.counted(items.count { image(of: $0) != nil }))
-        for item in items {
-            guard case let .object(members) = item, let image = image(of: item) else { continue }
+        var leftOut = LeftOutEntries(page: "the feed at \(url)", noun: ("entry", "entries"), reason: "with no \(JSONValue.quote(urlField)) string")
+        defer { leftOut.tell(notice) }
+        for (index, item) in items.enumerated() {
+            guard case let .object(members) = item, let image = image(of: item) else {
+                leftOut.add(index)
+                continue
+            }
             let key = keyField.flatMap { item[$0]?.stringValue } ?? image
             let metadata = JSONValue.object(members.filter { $0.key != urlField }).serialized()
             if try !body(FeedItem(key: key, url: image, stem: FeedItem.stem(ofURL: image), metadata: metadata)) { return }
         }
     }
 
-    /// The image URL of an element that is an object with one; nil for anything else.
+    /// The image URL of an element that is an object with one (a string, not empty); nil
+    /// for anything else.
     private func image(of item: JSONValue) -> String? {
-        guard case .object = item, let image = item[urlField]?.stringValue, !image.isEmpty else { return nil }
+        guard case .object = item, let image = item[urlField]?.string, !image.isEmpty else { return nil }
         return image
     }
 }
 
 /// `nasa-images`: NASA's image search (Collection+JSON), page by page along the `next`
-/// links; key `data[0].nasa_id`, image `links[rel=preview].href`.
+/// links; key `data[0].nasa_id`, image `links[rel=preview].href`. An item with neither is
+/// left out with a notice.
 public struct NASAImagesFeed: Feed {
     public let query: String
     public let endpoint: String
     public let mediaType: String
     public let maxItems: Int?
     public let pages: any PageSource
+    /// Told of the items left out (`LeftOutEntries`).
+    public var notice: @Sendable (String) -> Void = { _ in }
 
     /// The count is an estimate: the first page's `collection.metadata.total_hits`
     /// (capped by `maxItems`); items without a preview are not listed.
@@ -66,20 +78,30 @@ public struct NASAImagesFeed: Feed {
             defer { passing = nil }
             let answer = try ThirdPartyJSON.decode(Lenient<Page>.self, from: data, what: "the NASA page \(page)")
             guard let collection = answer.value?.collection else { throw FeedError("the NASA page \(page) has no \"collection\"") }
-            let onPage = (collection.items?.elements ?? []).compactMap { $0.data?.elements.first?.nasaID?.stringValue }
+            let items = collection.items?.elements ?? []
+            let onPage = items.compactMap { $0.value?.data?.elements.first?.nasaID?.stringValue }
             if let key = passing, !onPage.contains(key) { passing = nil }
             if seenPages.count == 1, let hits = collection.metadata?.value?.totalHits?.stringValue.flatMap({ Int($0) }) {
                 expect(.reported(hits, maxItems: maxItems))
             }
-            for item in collection.items?.elements ?? [] {
+            var leftOut = LeftOutEntries(page: "the NASA page \(page)", noun: ("item", "items"),
+                                         reason: "with no nasa_id or no preview link")
+            defer { leftOut.tell(notice) }
+            for (index, item) in items.enumerated() {
                 if let maxItems, count >= maxItems { return }
-                guard let data = item.data?.elements.first, let id = data.nasaID?.stringValue else { continue }
+                guard let data = item.value?.data?.elements.first, let id = data.nasaID?.stringValue else {
+                    if passing == nil { leftOut.add(index) }
+                    continue
+                }
                 // Passing over comes first: the cursor's own item may have lost its preview.
                 if let key = passing {
                     if id == key { passing = nil }
                     continue
                 }
-                guard let href = item.links?.elements.first(where: { $0.rel?.stringValue == "preview" })?.href?.stringValue else { continue }
+                guard let href = item.value?.links?.elements.first(where: { $0.rel?.stringValue == "preview" })?.href?.string else {
+                    leftOut.add(index)
+                    continue
+                }
                 let metadata = JSONValue.object([("title", data.title ?? .null), ("date", data.dateCreated ?? .null),
                                                  ("description", data.description ?? .null),
                                                  ("keywords", data.keywords ?? .array([]))]).serialized()
@@ -88,7 +110,7 @@ public struct NASAImagesFeed: Feed {
                 listed.resumePage = page
                 if try !body(listed) { return }
             }
-            next = collection.links?.elements.first { $0.rel?.stringValue == "next" }?.href?.stringValue
+            next = collection.links?.elements.first { $0.rel?.stringValue == "next" }?.href?.string
         }
     }
 
@@ -97,7 +119,9 @@ public struct NASAImagesFeed: Feed {
         let collection: Collection?
 
         struct Collection: Decodable {
-            let items: LenientArray<Item>?
+            /// One element for each of the page's, nil where it is no item (so that a notice
+            /// names the page's own indices).
+            let items: LenientArray<Lenient<Item>>?
             let links: LenientArray<Link>?
             let metadata: Lenient<Metadata>?
         }
@@ -130,7 +154,8 @@ public struct NASAImagesFeed: Feed {
 }
 
 /// `flickr-search`: `flickr.photos.search` page by page until `pages`; key = photo id;
-/// image = the `url_<size>` extra, else built from server, id and secret.
+/// image = the `url_<size>` extra, else built from server, id and secret. A photo with no
+/// id or image is left out with a notice.
 public struct FlickrSearchFeed: Feed {
     public let text: String
     public let apiKey: String
@@ -139,9 +164,11 @@ public struct FlickrSearchFeed: Feed {
     public let maxItems: Int?
     public let size: String
     public let pages: any PageSource
+    /// Told of the photos left out (`LeftOutEntries`).
+    public let notice: @Sendable (String) -> Void
 
     public init(text: String, apiKey: String, endpoint: String, perPage: Int, maxItems: Int?, size: String,
-                pages: any PageSource) {
+                pages: any PageSource, notice: @escaping @Sendable (String) -> Void = { _ in }) {
         self.text = text
         self.apiKey = apiKey
         self.endpoint = endpoint
@@ -149,6 +176,7 @@ public struct FlickrSearchFeed: Feed {
         self.maxItems = maxItems
         self.size = size
         self.pages = pages
+        self.notice = notice
     }
 
     /// The count is an estimate: the first page's `photos.total` (capped by `maxItems`).
@@ -182,19 +210,28 @@ public struct FlickrSearchFeed: Feed {
             if page == 1, let total = photos.total?.stringValue.flatMap({ Int($0) }) {
                 expect(.reported(total, maxItems: maxItems))
             }
-            if let key = passing, !(photos.photo?.elements ?? []).contains(where: { $0["id"]?.stringValue == key }) { passing = nil }
-            for photo in photos.photo?.elements ?? [] {
+            let onPage = photos.photo?.elements ?? []
+            if let key = passing, !onPage.contains(where: { $0.value?["id"]?.stringValue == key }) { passing = nil }
+            var leftOut = LeftOutEntries(page: "the Flickr page \(page)", noun: ("photo", "photos"), reason: "with no id or no image URL")
+            defer { leftOut.tell(notice) }
+            for (index, entry) in onPage.enumerated() {
                 if let maxItems, count >= maxItems { return }
-                guard let id = photo["id"]?.stringValue else { continue }
+                guard let photo = entry.value, let id = photo["id"]?.stringValue else {
+                    if passing == nil { leftOut.add(index) }
+                    continue
+                }
                 if let key = passing {
                     if id == key { passing = nil }
                     continue
                 }
-                var image = photo[size]?.stringValue
+                var image = photo[size]?.string
                 if image == nil, let server = photo["server"]?.stringValue, let secret = photo["secret"]?.stringValue {
                     image = "https://live.staticflickr.com/\(server)/\(id)_\(secret)_b.jpg"
                 }
-                guard let image else { continue }
+                guard let image, !image.isEmpty else {
+                    leftOut.add(index)
+                    continue
+                }
                 let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)]).serialized()
                 count += 1
                 var listed = FeedItem(key: id, url: image, stem: id, metadata: metadata)
@@ -214,7 +251,8 @@ public struct FlickrSearchFeed: Feed {
 
         struct Photos: Decodable {
             let pages, total: JSONValue?
-            let photo: LenientArray<[String: JSONValue]>?
+            /// One element for each of the page's, nil where it is no object.
+            let photo: LenientArray<Lenient<[String: JSONValue]>>?
         }
     }
 }

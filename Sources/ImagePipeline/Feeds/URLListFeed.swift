@@ -2,7 +2,9 @@ import Foundation
 
 /// `url-list`: a local file of image URLs, read line by line (gzip or plain): `.txt` (a URL
 /// a line, `#` comments), `.csv` (a header with `url` and optionally `key`), `.jsonl`
-/// (objects with `url` and optionally `key`). The key is `key`, else the URL.
+/// (objects with `url` and optionally `key`). The key is `key`, else the URL. A line with
+/// no URL (a CSV row's empty `url`, a `.jsonl` line's `url` missing or not a string) is a
+/// bad line: listing stops there, naming it.
 public struct URLListFeed: Feed {
     public let path: String
 
@@ -34,7 +36,7 @@ public struct URLListFeed: Feed {
             }
             let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
             if line.isEmpty { continue }
-            var url: String?
+            let url: String
             var key: String?
             switch format {
             case "csv":
@@ -44,7 +46,10 @@ public struct URLListFeed: Feed {
                     guard header!.contains("url") else { throw FeedError("\(path): the CSV header has no \"url\" column") }
                     continue
                 }
-                url = columns.firstIndex(of: "url").flatMap { $0 < fields.count ? fields[$0] : nil }
+                guard let value = columns.firstIndex(of: "url").flatMap({ $0 < fields.count ? fields[$0] : nil }), !value.isEmpty else {
+                    throw FeedError("\(path):\(lineNumber): no URL in the \"url\" column")
+                }
+                url = value
                 key = columns.firstIndex(of: "key").flatMap { $0 < fields.count ? fields[$0] : nil }
             case "jsonl":
                 // Read leniently like other third-party JSON (`JSONValue+Decodable.swift`).
@@ -52,13 +57,13 @@ public struct URLListFeed: Feed {
                 guard let object = try? JSONDecoder().decode(Line.self, from: Data(line.utf8)) else {
                     throw FeedError("\(path):\(lineNumber): not a JSON object")
                 }
-                url = object.url?.stringValue
+                guard let value = object.url?.string, !value.isEmpty else { throw FeedError("\(path):\(lineNumber): no \"url\" string") }
+                url = value
                 key = object.key?.stringValue
             default:
                 if line.hasPrefix("#") { continue }
                 url = line
             }
-            guard let url, !url.isEmpty else { continue }
             let itemKey = (key?.isEmpty == false ? key : nil) ?? url
             if try !body(FeedItem(key: itemKey, url: url, stem: FeedItem.stem(ofURL: url), metadata: nil)) { return }
         }
@@ -72,8 +77,8 @@ public struct URLListFeed: Feed {
 
     /// How many items `list` would list, read ahead without parsing a line: the lines that
     /// are not blank (nor `#` comments in a text list), less a CSV list's header. A row
-    /// that turns out to have no URL is counted all the same (the total shrinks by it when
-    /// the listing ends). Nil when the file cannot be opened.
+    /// that turns out to have no URL is counted all the same (listing stops at it). Nil
+    /// when the file cannot be opened.
     public func countItems() -> Int? {
         guard let reader = ListFileLines(path: path) else { return nil }
         let format = self.format

@@ -55,6 +55,13 @@ extension JSONValue: Decodable {
         }
     }
 
+    /// A string; nil for any other type. What an image URL is read with: a number is no
+    /// URL (`"url": 123` is missing, not the URL "123"), where a key may be one.
+    var string: String? {
+        if case let .string(text) = self { return text }
+        return nil
+    }
+
     var arrayValue: [JSONValue]? {
         if case let .array(items) = self { return items }
         return nil

@@ -335,6 +335,7 @@ public struct BuiltPipeline: Sendable {
                          excluding: [String] = [], notice: @escaping @Sendable (String) -> Void) throws -> any Feed {
         let feed: any Feed
         func web(_ value: EnvString) throws -> String { try value.expandedWebURL(in: environment).absoluteString }
+        let told: @Sendable (String) -> Void = { message in notice(environment.redact(message)) }
         switch source {
         case let .directory(pathValue, recursive):
             let root = spec.resolvePath(try pathValue.expanded(in: environment))
@@ -350,14 +351,14 @@ public struct BuiltPipeline: Sendable {
             }
             feed = URLListFeed(path: file)
         case let .jsonFeed(url, urlField, keyField, _):
-            feed = JSONFeed(url: try web(url), urlField: urlField, keyField: keyField, pages: fetcher!)
+            feed = JSONFeed(url: try web(url), urlField: urlField, keyField: keyField, pages: fetcher!, notice: told)
         case let .nasaImages(query, endpoint, mediaType, maxItems, _):
             feed = NASAImagesFeed(query: try query.expanded(in: environment), endpoint: try web(endpoint),
-                                  mediaType: mediaType, maxItems: maxItems, pages: fetcher!)
+                                  mediaType: mediaType, maxItems: maxItems, pages: fetcher!, notice: told)
         case let .flickrSearch(text, apiKey, endpoint, perPage, maxItems, size, _):
             feed = FlickrSearchFeed(text: try text.expanded(in: environment), apiKey: try apiKey.expanded(in: environment),
                                     endpoint: try web(endpoint), perPage: perPage, maxItems: maxItems,
-                                    size: size, pages: fetcher!)
+                                    size: size, pages: fetcher!, notice: told)
         case let .s3(location, pageSize, maxItems, _):
             guard let client = fetcher?.objects else { throw SpecError(path: location.path, message: "no S3 client") }
             let cancellation = fetcher?.client.cancellation
@@ -369,7 +370,7 @@ public struct BuiltPipeline: Sendable {
         guard let fallback = source.remote?.fallback else { return feed }
         let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,
                                         notice: notice)
-        return FallbackFeed(primary: feed, fallback: fallbackFeed) { message in notice(environment.redact(message)) }
+        return FallbackFeed(primary: feed, fallback: fallbackFeed, onFallback: told)
     }
 }
 
