@@ -555,6 +555,37 @@ struct RemoteFeedTests {
         #expect(server.requests(to: "/rest/").count == 1, "the cached page was not found again")
     }
 
+    /// An API whose `next` link always points at a new page while every page repeats items
+    /// already listed used to be paged forever (1343 requests a minute). Paging stops after
+    /// 5 pages in a row that list no new item, with a notice; the listing counts as complete.
+    @Test func pagingStopsAfterFivePagesInARowWithNoNewItem() throws {
+        let server = try server { request in
+            let host = "http://\(request.headers["host"]!)"
+            let page = Int(request.query["page"] ?? "1") ?? 1
+            // A bound of the test's own, so that paging without one ends (with an error).
+            guard page <= 50 else { return .status(404) }
+            switch request.path {
+            case "/search":
+                return .json(#"{"collection": {"items": [{"data": [{"nasa_id": "SAME"}], "links": [{"rel": "preview", "href": "\#(host)/images/same.jpg"}]}], "#
+                             + #""links": [{"rel": "next", "href": "\#(host)/search?q=moon&page=\#(page + 1)"}]}}"#)
+            case "/rest/":
+                return .json(#"{"stat": "ok", "photos": {"pages": 1000000, "photo": [{"id": "SAME", "url_l": "\#(host)/images/same.jpg"}]}}"#)
+            default:
+                return nil
+            }
+        }
+        for (source, path) in [(#"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "cache": false}"#, "/search"),
+                               (#"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#, "/rest/")] {
+            try pipeline(source: source)
+            let result = try imgpipe("run", "pipe.json", "--new")
+            #expect(result.status == 0, "\(path): \(result.stderr)")
+            #expect(server.requests(to: path).count == 6, "\(path): the first page and 5 with nothing new")
+            #expect(result.stderr.contains("5 pages in a row listed no new item; stopped paging"), "\(path): \(result.stderr)")
+            let report = try status()
+            #expect(report.feedComplete && report.done == 1, "\(path)")
+        }
+    }
+
     @Test func flickrBuildsTheImageURLWhenTheSizeIsMissing() throws {
         struct Pages: PageSource {
             func page(_ url: String) throws -> (Data, Tier) {

@@ -47,8 +47,8 @@ public struct JSONFeed: Feed {
 }
 
 /// `nasa-images`: NASA's image search (Collection+JSON), page by page along the `next`
-/// links; key `data[0].nasa_id`, image `links[rel=preview].href`. An item with neither is
-/// left out with a notice.
+/// links (until `PagingWatch` stops them); key `data[0].nasa_id`, image
+/// `links[rel=preview].href`. An item with neither is left out with a notice.
 public struct NASAImagesFeed: Feed {
     public let query: String
     public let endpoint: String
@@ -73,6 +73,7 @@ public struct NASAImagesFeed: Feed {
         var count = cursor?.page == nil ? 0 : cursor?.listed ?? 0
         var passing = cursor?.page.map { _ in cursor!.key }
         var seenPages: Set<String> = []
+        var watch = PagingWatch()
         while let page = next, seenPages.insert(page).inserted {
             let (data, _) = try pages.page(page)
             defer { passing = nil }
@@ -106,9 +107,14 @@ public struct NASAImagesFeed: Feed {
                                                  ("description", data.description ?? .null),
                                                  ("keywords", data.keywords ?? .array([]))]).serialized()
                 count += 1
+                watch.listing(id)
                 var listed = FeedItem(key: id, url: href, stem: id, metadata: metadata)
                 listed.resumePage = page
                 if try !body(listed) { return }
+            }
+            guard watch.pageEnds() else {
+                notice(PagingWatch.stopped(at: "the NASA page \(page)"))
+                return
             }
             next = collection.links?.elements.first { $0.rel?.stringValue == "next" }?.href?.string
         }
@@ -153,7 +159,8 @@ public struct NASAImagesFeed: Feed {
     }
 }
 
-/// `flickr-search`: `flickr.photos.search` page by page until `pages`; key = photo id;
+/// `flickr-search`: `flickr.photos.search` page by page until `pages` (or until
+/// `PagingWatch` stops it); key = photo id;
 /// image = the `url_<size>` extra, else built from server, id and secret. A photo with no
 /// id or image is left out with a notice.
 public struct FlickrSearchFeed: Feed {
@@ -192,6 +199,7 @@ public struct FlickrSearchFeed: Feed {
         var pageCount = page
         var count = resumeAt == nil ? 0 : cursor?.listed ?? 0
         var passing = resumeAt.map { _ in cursor!.key }
+        var watch = PagingWatch()
         repeat {
             var components = URLComponents(string: endpoint)
             components?.queryItems = [
@@ -234,9 +242,14 @@ public struct FlickrSearchFeed: Feed {
                 }
                 let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)]).serialized()
                 count += 1
+                watch.listing(id)
                 var listed = FeedItem(key: id, url: image, stem: id, metadata: metadata)
                 listed.resumePage = String(page)
                 if try !body(listed) { return }
+            }
+            guard watch.pageEnds() else {
+                notice(PagingWatch.stopped(at: "the Flickr page \(page) of \(pageCount)"))
+                return
             }
             passing = nil
             page += 1
