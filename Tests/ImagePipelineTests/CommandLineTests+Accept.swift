@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import ImagePipeline
 import ImagePipelineTesting
 import Testing
@@ -41,13 +42,19 @@ extension CommandLineTests {
         #expect(try status().skips.first { $0.key == "small.jpg" }?.message.hasSuffix("bytes is under accept.minBytes 100000") == true)
     }
 
+    /// `in/<stem>.gif` (300×300, listed first) and `in/<stem>.jpg` (400×200), whose outputs
+    /// have one name, and a pipeline that accepts JPEG only: the GIF is skipped.
+    func gifAndJPEGOfOneName(_ stem: String) throws {
+        let folder = try work.folder("in")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 300), to: folder + "/\(stem).gif")
+        try ImageFixtures.jpeg(at: folder + "/\(stem).jpg", width: 400, height: 200)
+        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"formats": ["jpeg"]}"#)
+    }
+
     /// A skipped item makes nothing, so it takes no output name from another: `a.jpg`, whose
     /// name `a.gif` (listed first) held, is made after all once `a.gif` is skipped.
     @Test func aSkippedItemLeavesItsOutputNameToTheNextItem() throws {
-        let folder = try work.folder("in")
-        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 300), to: folder + "/a.gif")
-        try ImageFixtures.jpeg(at: folder + "/a.jpg", width: 400, height: 200)
-        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"formats": ["jpeg"]}"#)
+        try gifAndJPEGOfOneName("a")
 
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
@@ -58,6 +65,39 @@ extension CommandLineTests {
         let report = try status()
         #expect(report.failures.isEmpty && report.done == 1)
         #expect(report.skips.map(\.key) == ["a.gif"])
+    }
+
+    /// The notice of an item taken up again names it with its line feeds escaped: a key
+    /// cannot forge a line of imgpipe's own.
+    @Test func theTakenUpAgainNoticeEscapesTheKeys() throws {
+        try gifAndJPEGOfOneName("x\nFORGED: all done")
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(result.stderr.contains("x\\u{A}FORGED: all done.jpg: taken up again"), "stderr: \(result.stderr)")
+        #expect(!result.stderr.split(separator: "\n").contains { $0.hasPrefix("FORGED") }, "stderr: \(result.stderr)")
+    }
+
+    /// A state file of an imgpipe that kept a skipped item's names: a resume frees them, so
+    /// `--retry-failed` makes the item that failed for one.
+    @Test func aResumeFreesTheNamesSkippedItemsOfAnOlderImgpipeKept() throws {
+        try gifAndJPEGOfOneName("a")
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        // As the older imgpipe left it: the name still a.gif's, a.jpg failed for it.
+        let queue = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite"))
+        try queue.write { db in
+            try db.execute(sql: "UPDATE output SET name = NULL WHERE itemKey = 'a.jpg'")
+            try db.execute(sql: "UPDATE output SET name = 'a.jpg' WHERE itemKey = 'a.gif'")
+            try db.execute(sql: """
+                UPDATE item SET status = 'failed', reason = 'encode', message = 'output name "a.jpg" is already used by item "a.gif"'
+                WHERE key = 'a.jpg'
+                """)
+            try db.execute(sql: "UPDATE delivery SET status = 'pending' WHERE itemKey = 'a.jpg'")
+        }
+        try FileManager.default.removeItem(atPath: work.url("out/a.jpg"))
+        let retried = try imgpipe("resume", "pipe.json", "--retry-failed")
+        #expect(retried.status == 0, "stderr: \(retried.stderr)")
+        #expect(work.files(under: "out") == ["a.jpg"])
+        #expect(try status().done == 1)
     }
 
     @Test func newKeysAreDecodedStrictly() throws {

@@ -645,6 +645,20 @@ struct CommandLineTests {
         #expect(oneLiner.status == 2 && oneLiner.stderr.contains("is the source folder"), "stderr: \(oneLiner.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("p/a.jpg"))) == original)
         #expect(work.files(under: "p") == ["a.jpg"] && !FileManager.default.fileExists(atPath: work.url("elsewhere")))
+
+        // A sink around the source folder takes outputs, but not through a name that leads
+        // into the source folder.
+        for (name, into) in [("p/{stem}.jpg", true), ("thumbs/{stem}.jpg", false)] {
+            try work.write("""
+                {"version": 1, "source": {"type": "directory", "path": "p"}, "filters": [{"op": "fit", "width": 10}],
+                 "output": {"format": "jpeg", "name": "\(name)"}, "sink": {"type": "directory", "path": "."}}
+                """, to: "around.json")
+            let result = try imgpipe("run", "around.json", "--new")
+            #expect(result.status == (into ? 1 : 0), "\(name): \(result.stderr)")
+            #expect(result.stderr.contains("leads into the source folder") == into, "\(name): \(result.stderr)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("p/a.jpg"))) == original)
+        #expect(work.files(under: "thumbs") == ["a.jpg"])
     }
 
     /// A watermark that is damaged or over `limits.maxPixels` is the pipeline's fault, named

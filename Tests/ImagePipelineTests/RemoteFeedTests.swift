@@ -60,6 +60,62 @@ struct RemoteFeedTests {
 
     // MARK: json-feed and the cache tiers
 
+    /// A resumed run whose skipped item gives its name to an item past the first page of
+    /// unfinished items: the item is taken up once, by the skip, not again by the page
+    /// (a reviewer saw it downloaded twice and the run left unfinished for good).
+    @Test func anItemTakenUpAgainOnResumeIsProcessedOnce() throws {
+        let gifPath = work.url("a-source.gif")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: gifPath)
+        let gif = try Data(contentsOf: URL(fileURLWithPath: gifPath))
+        let resuming = Mutex(false)
+        let jpeg = self.jpeg
+        let server = try self.server { request in
+            guard request.path.hasPrefix("/images/") else { return nil }
+            var response = request.path.hasSuffix(".gif") ? TestHTTPServer.Response.bytes(gif, type: "image/gif") : nil
+            if !resuming.withLock({ $0 }) {
+                // The first session's downloads never end: it is killed with them in flight.
+                var held = response ?? .status(404)
+                held.stall = 30
+                return held
+            }
+            if request.path.hasPrefix("/images/m"), response == nil {
+                response = .bytes(jpeg)
+                response?.stall = 0.5
+            }
+            return response
+        }
+        let names = ["a.gif"] + (0 ..< 8).map { "m\($0).jpg" } + ["a.jpg"]
+        try work.write(names.map { "\(server.baseURL)/images/\($0)" }.joined(separator: "\n"), to: "list.txt")
+        try work.write("""
+            {"version": 1, "source": {"type": "url-list", "path": "list.txt"}, "accept": {"formats": ["jpeg"]},
+             "filters": [{"op": "fit", "width": 16, "height": 16}], "sink": {"type": "directory", "path": "out"},
+             "limits": {"downloads": 2, "uploads": 1, "workers": 1, "timeout": 60}}
+            """, to: "pipe.json")
+        // Room for every item at once (-j 8): all are listed, and a.jpg fails at its insert
+        // (a.gif, listed first, holds "a.jpg"); killed then. The resume has room for 5, so
+        // a.jpg comes after the first page of unfinished items.
+        let first = try ImgpipeBinary.launch(["run", "pipe.json", "-j", "8"], in: work.path)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, first.process.isRunning,
+              (try? DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite")).read {
+                  try String.fetchOne($0, sql: "SELECT status FROM item WHERE key LIKE '%a.jpg'")
+              }) != "failed" {
+            usleep(20_000)
+        }
+        kill(first.process.processIdentifier, SIGKILL)
+        _ = first.watch(deadline: 10)
+        resuming.withLock { $0 = true }
+        let resumed = try imgpipe("resume", "pipe.json")
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+        #expect(resumed.stderr.contains("a.jpg: taken up again"), "stderr: \(resumed.stderr)")
+        // Never asked for by the first session: it failed at its insert.
+        let fetches = server.requests(to: "/images/a.jpg").count
+        #expect(fetches == 1, "a.jpg was asked for \(fetches) times")
+        let report = try status()
+        #expect(report.state == "finished" && report.done == 9 && report.skipped == 1 && report.pending == 0 && report.failed == 0,
+                "\(report.state): \(report.done) done, \(report.skipped) skipped, \(report.pending) pending, \(report.failed) failed")
+    }
+
     /// A URL without a host (`http://`) fails at once, final: no retry can give it one (it
     /// was retried as a network error).
     @Test func aURLWithoutAHostFailsWithoutRetries() throws {

@@ -18,6 +18,9 @@ extension FilterRegistry {
     /// A size in pixels: up to 100000 (past every encoder's largest side; libvips' own
     /// checks of larger values print GLib warnings before failing).
     static let pixels = 1 ... 100_000
+    /// A font size in pixels: Pango draws the whole text at once (not tile by tile, as libvips
+    /// does the rest), so its size bounds the memory a caption takes.
+    static let fontPixels = 1 ... 1000
 
     /// Every op imgpipe knows: the one list behind validation, the runner, `imgpipe filters`
     /// and `imgpipe schema`.
@@ -58,8 +61,8 @@ extension FilterRegistry {
         },
         FilterDefinition(name: "crop", summary: "Cut out x, y, width, height; or the largest window of an aspect ratio placed by gravity.",
                          parameters: [
-                             integer("x", 0 ... Int.max, nil, "left edge of the rectangle"),
-                             integer("y", 0 ... Int.max, nil, "top edge of the rectangle"),
+                             integer("x", 0 ... pixels.upperBound, nil, "left edge of the rectangle"),
+                             integer("y", 0 ... pixels.upperBound, nil, "top edge of the rectangle"),
                              integer("width", pixels, nil, "rectangle width"),
                              integer("height", pixels, nil, "rectangle height"),
                              P("aspect", .aspect, "aspect ratio such as \"16:9\" (instead of a rectangle)"),
@@ -196,7 +199,7 @@ extension FilterRegistry {
                              colourParameter("color", "#ffffff", "text colour"),
                              colourParameter("strokeColor", "#000000", "outline colour"),
                              integer("strokeWidth", 0 ... 1000, nil, "outline width in pixels (default: scaled to the image)"),
-                             integer("size", pixels, nil, "font size in pixels (default: the largest that fits)"),
+                             integer("size", fontPixels, nil, "font size in pixels (default: the largest that fits)"),
                          ]) { a in
             let top = a.string("top").flatMap { $0.isEmpty ? nil : $0 }
             let bottom = a.string("bottom").flatMap { $0.isEmpty ? nil : $0 }
@@ -211,7 +214,7 @@ extension FilterRegistry {
                              P("gravity", .choice(Gravity.placementNames), default: .string("south"), "where it sits"),
                              integer("margin", 0 ... 100_000, 16, "distance from the edges in pixels"),
                              P("font", .string, default: .string("DejaVu Sans"), "font family and style"),
-                             integer("size", pixels, nil, "font size in pixels (default: 5 % of the image height)"),
+                             integer("size", fontPixels, nil, "font size in pixels (default: 5 % of the image height)"),
                              colourParameter("color", "#ffffff", "text colour"),
                              number("opacity", 0 ... 1, 1, "0 = invisible, 1 = opaque"),
                          ]) { a in

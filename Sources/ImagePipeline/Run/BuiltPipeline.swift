@@ -97,8 +97,8 @@ public struct BuiltPipeline: Sendable {
                     case let .directory(name, pathValue, prune):
                         let root = spec.resolvePath(try pathValue.expanded(in: environment))
                         try Self.checkFolder(root, at: pathValue.path, what: "sink folder")
-                        try Self.checkNotSource(root, at: pathValue.path, spec: spec, environment: environment)
-                        return DirectorySink(name: name, root: root, prune: prune)
+                        let sources = try Self.checkNotSource(root, at: pathValue.path, spec: spec, environment: environment)
+                        return DirectorySink(name: name, root: root, prune: prune, sourceFolders: sources)
                     case let .upload(name, endpointValue, fieldValues, fileField, originalField):
                         let url = try endpointValue.expandedWebURL(in: environment)
                         let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
@@ -220,22 +220,27 @@ public struct BuiltPipeline: Sendable {
 
         /// A directory sink must not be a directory source's folder (the primary's or a
         /// fallback's, symbolic links followed): each output would replace the image it was
-        /// made from, under the same name, and the originals would be lost.
+        /// made from, under the same name, and the originals would be lost. Returns the
+        /// source folders inside the sink's (real paths), which its outputs must not enter.
         static func checkNotSource(_ sinkRoot: String, at jsonPath: String, spec: PipelineSpec,
-                                   environment: Environment) throws {
+                                   environment: Environment) throws -> [String] {
             func real(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path }
+            let sink = real(sinkRoot)
+            var inside: [String] = []
             var source: SourceSpec? = spec.source
             while let current = source {
                 if case let .directory(pathValue, _) = current, let expanded = try? pathValue.expanded(in: environment) {
-                    let folder = spec.resolvePath(expanded)
-                    if real(folder) == real(sinkRoot) {
+                    let folder = real(spec.resolvePath(expanded))
+                    if folder == sink {
                         throw SpecError(path: jsonPath, message: "sink folder \(environment.redact(sinkRoot)) is the source folder "
                                             + "(\(pathValue.path)): its outputs would replace the images they are made from; "
                                             + "write them to another folder")
                     }
+                    if folder.hasPrefix(sink + "/") { inside.append(folder) }
                 }
                 source = current.remote?.fallback
             }
+            return inside
         }
 
         /// A folder imgpipe will write into must be a folder wherever it already exists:

@@ -24,6 +24,9 @@ final class RunStages: Sendable {
     private let producerEnded = DispatchSemaphore(value: 0)
     /// Retries waiting on a timer, with what to do instead if the run is interrupted.
     private let retryTimers = Mutex<(next: UInt64, pending: [UInt64: @Sendable () -> Void])>((0, [:]))
+    /// When the session began (`updatedAt`'s clock): a resumed run's unfinished item the
+    /// state file changed since was put back to pending by this session (`takeUpAgain`).
+    private let sessionStart = Date().timeIntervalSince1970
 
     init(_ context: RunContext) throws {
         self.context = context
@@ -164,7 +167,7 @@ final class RunStages: Sendable {
 
     private func reportDuplicate(_ key: String) {
         if state.withLock({ $0.reportDuplicate(key) }) {
-            context.reporter.notice("duplicate key \"\(key)\" in the feed; processed once")
+            context.reporter.notice("duplicate key \"\(key.printable)\" in the feed; processed once")
         }
     }
 
@@ -189,6 +192,9 @@ final class RunStages: Sendable {
                 }
                 if page.isEmpty { break }
                 for record in page {
+                    // Put back to pending in this session by a skip that gave its name up:
+                    // already started by `takeUpAgain`.
+                    if record.updatedAt >= sessionStart, context.store is RunStore { continue }
                     guard acquireSlot() else { break pages }
                     start(Job(record: record), at: record.status)
                 }
@@ -704,7 +710,8 @@ final class RunStages: Sendable {
         for key in keys {
             guard let record = try? context.store.item(runId: context.runId, key: key)?
                 .expandingLocation(pipeline.environment) else { continue }
-            context.reporter.notice("\(key): taken up again: the output name it failed for is free, as \"\(holder)\" was skipped")
+            context.reporter.notice("\(key.printable): taken up again: the output name it failed for is free, "
+                                    + "as \"\(holder.printable)\" was skipped")
             guard state.withLock({ $0.revived() }) else { continue }
             start(Job(record: record), at: record.status)
         }

@@ -141,10 +141,10 @@ struct RunState: Sendable {
 
     /// An item counted as failed was put back to pending (an output name it failed for
     /// was given up by a skipped item). True when it takes a slot and starts now (the slot
-    /// may go past `capacity` for a moment); false when the run is stopping.
+    /// may go past `capacity` for a moment); false when the run is stopping. Its failure,
+    /// if this session's, stays among the items this session finished (it was one).
     mutating func revived() -> Bool {
         counts.failed = max(0, counts.failed - 1)
-        finishedThisSession = max(0, finishedThisSession - 1)
         if isCancelled { return false }
         inFlight += 1
         return true

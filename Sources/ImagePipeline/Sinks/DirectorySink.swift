@@ -12,11 +12,16 @@ public struct DirectorySink: Sink {
     public let prunes: Bool
     static let partialFolder = ".imgpipe-partial"
     private let folders = FolderCache()
+    /// Source folders inside this one (symbolic links resolved): an output name that leads
+    /// into one (`in/{stem}.jpg` in a sink `.` over a source `in`) would write over the
+    /// originals, and is refused.
+    let sourceFolders: [String]
 
-    public init(name: String, root: String, prune: Bool = false) {
+    public init(name: String, root: String, prune: Bool = false, sourceFolders: [String] = []) {
         self.name = name
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         prunes = prune
+        self.sourceFolders = sourceFolders
     }
 
     /// With `"prune": true`, removes these files (where earlier runs delivered outputs an
@@ -108,6 +113,10 @@ public struct DirectorySink: Sink {
             let realFolder = URL(fileURLWithPath: needed).resolvingSymlinksInPath().path
             guard realFolder == realRoot || realFolder.hasPrefix(realRoot + "/") else {
                 throw ItemFailure(.upload, "output name \"\(relative)\" leads outside \(root)")
+            }
+            if let source = sourceFolders.first(where: { realFolder == $0 || realFolder.hasPrefix($0 + "/") }) {
+                throw ItemFailure(.upload, "output name \"\(relative)\" leads into the source folder \(source): "
+                                      + "the originals are never written over")
             }
             folders.insert(needed)
         }

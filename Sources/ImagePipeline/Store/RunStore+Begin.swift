@@ -82,6 +82,8 @@ extension RunStore {
                 throw RunError.pipelineChanged(fields: changed, id: run.id, details: details)
             }
             var start = RunStart(run: run, resuming: true, refreshing: false, notices: [])
+            // Skipped items of a state file written before skips gave their names up.
+            try freeSkippedItemsNames(runId: run.id)
             if retryFailed {
                 let requeued = try requeueFailed(runId: run.id)
                 if requeued > 0 { start.notices.append("retrying \(requeued) failed item(s) of run #\(run.id)") }

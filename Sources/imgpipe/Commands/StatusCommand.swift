@@ -39,7 +39,7 @@ struct StatusCommand: ParsableCommand {
         let store: RunStore
         let report: StatusReport?
         do {
-            store = try RunStore(path: stateFile)
+            store = try Self.open(stateFile)
             if runs { return try listRuns(store) }
             report = try runNumber.map { try StatusReport.run($0, in: store) } ?? StatusReport.latest(in: store)
         } catch {
@@ -88,6 +88,22 @@ struct StatusCommand: ParsableCommand {
             Console.out("run #\(record.id): \(record.state.rawValue), started \(formatter.string(from: record.startedAt)), "
                         + "\(counts.done) done, \(counts.skipped) skipped, \(counts.failed) failed, "
                         + "\(counts.unfinished) pending of \(counts.total)")
+        }
+    }
+
+    /// The state file, opened (and brought up to date) as a run opens it. A run that has just
+    /// created it may be making its tables at that moment, which fails the open: asked
+    /// again a few times, 50 ms apart.
+    static func open(_ stateFile: String) throws -> RunStore {
+        var tries = 0
+        while true {
+            do {
+                return try RunStore(path: stateFile)
+            } catch {
+                tries += 1
+                guard tries < 5 else { throw error }
+                usleep(50_000)
+            }
         }
     }
 
