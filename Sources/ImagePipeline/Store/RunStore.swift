@@ -8,9 +8,9 @@ import GRDB
 public final class RunStore: @unchecked Sendable {
     let database: DatabaseQueue
     public let path: String
-    /// The main file's size after this process's last write, and whether it was ever found
-    /// shorter before a write (`wasCut`).
-    private let watch = Mutex<(size: Int64?, cut: Bool)>((nil, false))
+    /// The main file's size and modification time after this process's last write, and
+    /// whether it was ever found otherwise before the next (`wasChanged`).
+    private let watch = Mutex<(stamp: FileStamp?, changed: Bool)>((nil, false))
 
     /// Opens (creating if needed) the state file and brings its schema up to date; with
     /// `readOnly`, opens an existing one without writing anything to it (`plan`), and
@@ -218,45 +218,32 @@ public final class RunStore: @unchecked Sendable {
 }
 
 extension RunStore {
-    /// A write transaction, with the main file's size looked at before and after it. In WAL
-    /// mode the main file changes only when a checkpoint copies pages back into it, and
-    /// checkpoints run inside this process's writes (nothing else writes while imgpipe
-    /// holds the state file's lock); SQLite never makes the file shorter (no vacuum). So a
-    /// file shorter before a write than after the last one was cut by someone else, even
-    /// when a later checkpoint makes it as long as before again (with holes where pages were).
+    /// A write transaction, with the main file's size and modification time looked at
+    /// before and after it. In WAL mode the main file changes only when a checkpoint copies
+    /// pages back into it, and checkpoints run inside this process's writes (nothing else
+    /// writes while imgpipe holds the state file's lock). So a file otherwise before a write
+    /// than after the last one was cut short or written to by another program (`cp` over
+    /// it, `dd` into it), even when a later checkpoint makes it as long as before again.
     func write<T>(_ updates: (Database) throws -> T) throws -> T {
-        let before = fileSize()
+        let before = FileStamp(of: path)
         watch.withLock { watch in
-            if let before, let last = watch.size, before < last { watch.cut = true }
+            if let last = watch.stamp, before != last { watch.changed = true }
         }
         let result = try database.write(updates)
-        let after = fileSize()
-        watch.withLock { $0.size = after }
+        let after = FileStamp(of: path)
+        watch.withLock { $0.stamp = after }
         return result
     }
 
-    /// True when the file was found cut short: before one of this process's writes (shorter
-    /// than after the one before), or now (shorter than after the last write). A cut during
-    /// a write, which the write's checkpoint then made as long again, is not seen here; it
-    /// leaves a hole (`hasHole`).
-    public var wasCut: Bool {
-        let (cut, last) = watch.withLock { ($0.cut, $0.size) }
-        if cut { return true }
-        if let last, let now = fileSize(), now < last { return true }
+    /// True when another program changed the file: found otherwise before one of this
+    /// process's writes than after the one before, or now than after the last. A change
+    /// during one of this process's writes is not seen here (the write's stamp covers it):
+    /// `damage()`, at the end of a run, finds what it broke.
+    public var wasChanged: Bool {
+        let (changed, last) = watch.withLock { ($0.changed, $0.stamp) }
+        if changed { return true }
+        if let last, FileStamp(of: path) != last { return true }
         return false
-    }
-
-    /// True when the file has a hole: a stretch never written, as when a file cut short is
-    /// written past the cut again. SQLite writes its pages in place from the start of the
-    /// file, so a hole is a sign of a cut (`quick_check`, once the log is folded in, says
-    /// whether pages were lost).
-    public func hasHole() -> Bool {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        let end = lseek(fd, 0, SEEK_END)
-        let hole = lseek(fd, 0, 4) // SEEK_HOLE (Linux; Glibc's module leaves it out)
-        return end > 0 && hole >= 0 && hole < end
     }
 
     /// Copies the log into the file and empties it (`wal_checkpoint(TRUNCATE)`), as closing
@@ -264,11 +251,6 @@ extension RunStore {
     /// into it before the cut are still read from the log, which the copy then drops.
     public func foldLog() {
         _ = try? database.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
-    }
-
-    private func fileSize() -> Int64? {
-        var info = stat()
-        return stat(path, &info) == 0 ? Int64(info.st_size) : nil
     }
 
     /// What SQLite's `PRAGMA quick_check` finds wrong with the file, or nil when it is sound.
@@ -291,4 +273,19 @@ extension RunStore {
 public struct StoreError: Error, Sendable, CustomStringConvertible {
     public let description: String
     init(_ description: String) { self.description = description }
+}
+
+/// A file's size and modification time (nanoseconds), or nil when it cannot be read.
+struct FileStamp: Equatable, Sendable {
+    let size: Int64
+    let seconds: Int
+    let nanoseconds: Int
+
+    init?(of path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        size = Int64(info.st_size)
+        seconds = info.st_mtim.tv_sec
+        nanoseconds = info.st_mtim.tv_nsec
+    }
 }

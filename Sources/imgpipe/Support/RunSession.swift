@@ -93,7 +93,7 @@ struct RunSession {
             throw CommandError.failure(environment.redact(String(describing: error)))
         }
         // The state file must still be the one this session wrote to, whole.
-        if let problem = lock.problem() ?? stateFileCut(store, lock: lock) {
+        if let problem = lock.problem() ?? stateFileProblem(store, lock: lock) {
             throw CommandError.failure(problem)
         }
         if runnerOptions.changes != nil, !summary.interrupted {
@@ -104,23 +104,23 @@ struct RunSession {
         if summary.failed > 0 || summary.listingError != nil { throw Exit.failedItems }
     }
 
-    /// Why the state file cannot be trusted when it was cut short while the run went on:
-    /// shorter now than when locked, or found shorter than after an earlier write (though
-    /// writes since may have made it as long again), or with a hole in it. Once the log is
-    /// folded in, SQLite's `quick_check` says whether pages were lost; a file certainly cut
-    /// is reported even when it finds nothing, a hole alone only with damage. Nil when sound.
-    private func stateFileCut(_ store: RunStore, lock: StateLock) -> String? {
-        let cut = lock.shrank || store.wasCut
-        guard cut || store.hasHole() else { return nil }
+    /// Why the state file cannot be trusted at the end of a session: damaged, as SQLite's
+    /// `quick_check` finds once the log is folded in (a file cut short reads as sound until
+    /// then; a few milliseconds for 20,000 items), or changed by another program while the
+    /// run went on (shorter now than when locked, or found otherwise than after one of this
+    /// session's writes: cut short or written to, though writes since may have made it as
+    /// long again), which is told even when SQLite finds no damage. Nil when sound.
+    private func stateFileProblem(_ store: RunStore, lock: StateLock) -> String? {
+        let changed = lock.shrank || store.wasChanged
         let stateFile = lock.stateFile
         store.foldLog()
         if let damage = store.damage() {
             return "state file \(stateFile) was damaged while the run was going (\(damage)); start over with "
                 + "`imgpipe run \(options.pipeline) --new --state <another file>`"
         }
-        guard cut else { return nil }
-        return "state file \(stateFile) was cut short while the run was going; SQLite finds no damage in it, "
-            + "but what this session did may not all be recorded"
+        guard changed else { return nil }
+        return "state file \(stateFile) was changed by another program while the run was going (cut short or written to); "
+            + "SQLite finds no damage in it, but what this session did may not all be recorded"
     }
 
     /// After an incremental run that ended (not interrupted): each sink that prunes
