@@ -648,7 +648,7 @@ struct CommandLineTests {
 
         // A sink around the source folder takes outputs, but not through a name that leads
         // into the source folder.
-        for (name, into) in [("p/{stem}.jpg", true), ("thumbs/{stem}.jpg", false)] {
+        for (name, into) in [("p/{stem}.jpg", true), ("p/new/{stem}.jpg", true), ("thumbs/{stem}.jpg", false)] {
             try work.write("""
                 {"version": 1, "source": {"type": "directory", "path": "p"}, "filters": [{"op": "fit", "width": 10}],
                  "output": {"format": "jpeg", "name": "\(name)"}, "sink": {"type": "directory", "path": "."}}
@@ -658,6 +658,7 @@ struct CommandLineTests {
             #expect(result.stderr.contains("leads into the source folder") == into, "\(name): \(result.stderr)")
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("p/a.jpg"))) == original)
+        #expect(!FileManager.default.fileExists(atPath: work.url("p/new")), "a folder was made in the source folder")
         #expect(work.files(under: "thumbs") == ["a.jpg"])
     }
 

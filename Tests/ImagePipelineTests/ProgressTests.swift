@@ -130,6 +130,19 @@ struct ProgressTests {
 
     // MARK: - the total, without threads
 
+    /// An item put back to pending while a resume's producer pages unfinished items is
+    /// started by one of the two, whichever comes first; a run stopping starts none.
+    @Test func anItemPutBackToPendingIsStartedOnce() {
+        var state = RunState(capacity: 2, counts: ItemCounts(total: 3, failed: 1), feedComplete: true)
+        #expect(state.claimStart(seq: 70) && !state.claimStart(seq: 70), "the page, then the revival: once")
+        #expect(!state.revived(seq: 70) && state.counts.failed == 0)
+        #expect(state.revived(seq: 3) && state.inFlight == 1 && !state.claimStart(seq: 3), "the revival, then the page")
+        #expect(state.claimStart(seq: 0) && state.claimStart(seq: 64) && state.claimStart(seq: 130))
+        var stopping = RunState(capacity: 2, counts: ItemCounts(total: 1, failed: 1), feedComplete: true)
+        _ = stopping.interrupt(now: false, at: Date())
+        #expect(!stopping.revived(seq: 1) && stopping.inFlight == 0 && stopping.counts.failed == 0)
+    }
+
     @Test func theTotalIsWhatTheRunHasPlusWhatTheFeedStillPromises() {
         // A new run of a counted feed: exact from the start, capped by --limit.
         var state = RunState(capacity: 4, counts: ItemCounts(), feedComplete: false)

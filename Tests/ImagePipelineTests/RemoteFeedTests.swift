@@ -642,6 +642,37 @@ struct RemoteFeedTests {
         }
     }
 
+    /// A new id left out for want of a preview is progress along the pages all the same:
+    /// six such pages do not stop paging before the seventh's good item (a reviewer's did).
+    @Test func pagesOfNewItemsWithoutPreviewsDoNotStopPaging() throws {
+        let server = try server { request in
+            guard request.path == "/search" else { return nil }
+            let host = "http://\(request.headers["host"]!)"
+            let page = Int(request.query["page"] ?? "1") ?? 1
+            let links = page < 7 ? #""links": [{"rel": "next", "href": "\#(host)/search?q=moon&page=\#(page + 1)"}]"# : #""links": []"#
+            let preview = page == 7 ? #", "links": [{"rel": "preview", "href": "\#(host)/images/last.jpg"}]"# : ""
+            return .json(#"{"collection": {"items": [{"data": [{"nasa_id": "ID\#(page)"}]\#(preview)}], \#(links)}}"#)
+        }
+        try pipeline(source: #"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(server.requests(to: "/search").count == 7 && !result.stderr.contains("stopped paging"), "\(result.stderr)")
+        #expect(try status().done == 1)
+    }
+
+    /// A JSON feed whose every entry lacks an image URL is most likely read with the wrong
+    /// `urlField`: the listing fails (exit 1) naming it, instead of an empty run that looks done.
+    @Test func aJSONFeedWithNoImageURLAtAllIsAListingError() throws {
+        let server = try server { request in
+            request.path == "/feed.json" ? .json(#"[{"image": "a.jpg"}, {"image": "b.jpg"}]"#) : nil
+        }
+        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 1, "stderr: \(result.stderr)")
+        #expect((result.stdout + result.stderr).contains(#"has 2 entries and none with a "url" string (is urlField right?)"#),
+                "\(result.stdout) \(result.stderr)")
+    }
+
     @Test func flickrBuildsTheImageURLWhenTheSizeIsMissing() throws {
         struct Pages: PageSource {
             func page(_ url: String) throws -> (Data, Tier) {

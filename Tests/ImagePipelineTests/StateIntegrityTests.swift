@@ -126,6 +126,27 @@ struct StateIntegrityTests {
         #expect(!result.stdout.contains("all done") && !result.stderr.contains("all done"))
     }
 
+    /// A resume takes up every unfinished item whatever the clocks say: a state file last
+    /// written by a clock an hour ahead (an NTP step back, another machine) left items
+    /// pending for good, and the resume still exited 0.
+    @Test func aResumeTakesUpItemsWrittenByAClockAhead() throws {
+        let server = try slowServer()
+        let first = try slowRun(server, state: "run.sqlite")
+        waitForRun(in: "run.sqlite")
+        first.signal(SIGKILL)
+        _ = first.watch(deadline: 10)
+        let queue = try DatabaseQueue(path: work.url("run.sqlite"))
+        let ahead = try queue.write { db -> Int in
+            try db.execute(sql: "UPDATE item SET updatedAt = updatedAt + 3600 WHERE status != 'done'")
+            return db.changesCount
+        }
+        #expect(ahead > 0)
+        let resumed = try imgpipe("resume", "pipe.json", "--state", "run.sqlite")
+        #expect(resumed.status == 0, "stdout: \(resumed.stdout) stderr: \(resumed.stderr)")
+        let done = try queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM item WHERE status = 'done'") }
+        #expect(done == 12)
+    }
+
     @Test func aReadOnlySinkLeavesNoRunningRunBehind() throws {
         try images(3)
         try work.folder("ro")

@@ -27,6 +27,11 @@ public struct JSONFeed: Feed {
         expect(.counted(items.count { image(of: $0) != nil }))
         var leftOut = LeftOutEntries(page: "the feed at \(url)", noun: ("entry", "entries"), reason: "with no \(JSONValue.quote(urlField)) string")
         defer { leftOut.tell(notice) }
+        // Entries, none with an image URL: a misnamed `urlField`, most likely, not an empty feed.
+        if !items.isEmpty, !items.contains(where: { image(of: $0) != nil }) {
+            throw FeedError("the feed at \(url) has \(items.count) entries and none with a \(JSONValue.quote(urlField)) string "
+                                + "(is urlField right?)")
+        }
         for (index, item) in items.enumerated() {
             guard case let .object(members) = item, let image = image(of: item) else {
                 leftOut.add(index)
@@ -94,6 +99,8 @@ public struct NASAImagesFeed: Feed {
                     if passing == nil { leftOut.add(index) }
                     continue
                 }
+                // A new id is progress along the pages, listed or left out for want of a preview.
+                watch.listing(id)
                 // Passing over comes first: the cursor's own item may have lost its preview.
                 if let key = passing {
                     if id == key { passing = nil }
@@ -107,7 +114,6 @@ public struct NASAImagesFeed: Feed {
                                                  ("description", data.description ?? .null),
                                                  ("keywords", data.keywords ?? .array([]))]).serialized()
                 count += 1
-                watch.listing(id)
                 var listed = FeedItem(key: id, url: href, stem: id, metadata: metadata)
                 listed.resumePage = page
                 if try !body(listed) { return }
@@ -228,6 +234,7 @@ public struct FlickrSearchFeed: Feed {
                     if passing == nil { leftOut.add(index) }
                     continue
                 }
+                watch.listing(id)
                 if let key = passing {
                     if id == key { passing = nil }
                     continue
@@ -242,7 +249,6 @@ public struct FlickrSearchFeed: Feed {
                 }
                 let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)]).serialized()
                 count += 1
-                watch.listing(id)
                 var listed = FeedItem(key: id, url: image, stem: id, metadata: metadata)
                 listed.resumePage = String(page)
                 if try !body(listed) { return }

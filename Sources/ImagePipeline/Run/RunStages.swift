@@ -24,9 +24,6 @@ final class RunStages: Sendable {
     private let producerEnded = DispatchSemaphore(value: 0)
     /// Retries waiting on a timer, with what to do instead if the run is interrupted.
     private let retryTimers = Mutex<(next: UInt64, pending: [UInt64: @Sendable () -> Void])>((0, [:]))
-    /// When the session began (`updatedAt`'s clock): a resumed run's unfinished item the
-    /// state file changed since was put back to pending by this session (`takeUpAgain`).
-    private let sessionStart = Date().timeIntervalSince1970
 
     init(_ context: RunContext) throws {
         self.context = context
@@ -192,9 +189,9 @@ final class RunStages: Sendable {
                 }
                 if page.isEmpty { break }
                 for record in page {
-                    // Put back to pending in this session by a skip that gave its name up:
-                    // already started by `takeUpAgain`.
-                    if record.updatedAt >= sessionStart, context.store is RunStore { continue }
+                    // Put back to pending in this session by a skip that gave its name up, and
+                    // already started by `takeUpAgain` (else it is this page's to start).
+                    guard state.withLock({ $0.claimStart(seq: record.seq) }) else { continue }
                     guard acquireSlot() else { break pages }
                     start(Job(record: record), at: record.status)
                 }
@@ -712,7 +709,8 @@ final class RunStages: Sendable {
                 .expandingLocation(pipeline.environment) else { continue }
             context.reporter.notice("\(key.printable): taken up again: the output name it failed for is free, "
                                     + "as \"\(holder.printable)\" was skipped")
-            guard state.withLock({ $0.revived() }) else { continue }
+            // A resume's producer may have read it, pending, in a page: one of the two starts it.
+            guard state.withLock({ $0.revived(seq: record.seq) }) else { continue }
             start(Job(record: record), at: record.status)
         }
     }

@@ -143,10 +143,25 @@ struct RunState: Sendable {
     /// was given up by a skipped item). True when it takes a slot and starts now (the slot
     /// may go past `capacity` for a moment); false when the run is stopping. Its failure,
     /// if this session's, stays among the items this session finished (it was one).
-    mutating func revived() -> Bool {
+    mutating func revived(seq: Int) -> Bool {
         counts.failed = max(0, counts.failed - 1)
-        if isCancelled { return false }
+        if isCancelled || !claimStart(seq: seq) { return false }
         inFlight += 1
+        return true
+    }
+
+    /// The items of the run started from the state file this session (by their `seq`, a bit
+    /// each: a resume of a million items takes 125 KB): a resume's producer, reading pages of
+    /// unfinished items, and `revived` may both come to an item put back to pending.
+    private var claimed: [UInt64] = []
+
+    /// True the first time `seq` is asked for: the caller starts the item.
+    mutating func claimStart(seq: Int) -> Bool {
+        guard seq >= 0 else { return true }
+        let (word, bit) = (seq / 64, UInt64(1) << UInt64(seq % 64))
+        if word >= claimed.count { claimed += Array(repeating: 0, count: word - claimed.count + 1) }
+        if claimed[word] & bit != 0 { return false }
+        claimed[word] |= bit
         return true
     }
 

@@ -103,6 +103,10 @@ public struct DirectorySink: Sink {
         let destination = root + "/" + relative
         let folder = (destination as NSString).deletingLastPathComponent
         for needed in [partialDirectory, folder] where !folders.contains(needed) {
+            // Not even a folder is made inside a source folder (checked again once made, with
+            // the symbolic links on the way resolved).
+            try refuseSourceFolder(URL(fileURLWithPath: root).resolvingSymlinksInPath().path
+                                       + String(needed.dropFirst(root.count)), relative: relative)
             do {
                 try FileManager.default.createDirectory(atPath: needed, withIntermediateDirectories: true)
             } catch {
@@ -114,10 +118,7 @@ public struct DirectorySink: Sink {
             guard realFolder == realRoot || realFolder.hasPrefix(realRoot + "/") else {
                 throw ItemFailure(.upload, "output name \"\(relative)\" leads outside \(root)")
             }
-            if let source = sourceFolders.first(where: { realFolder == $0 || realFolder.hasPrefix($0 + "/") }) {
-                throw ItemFailure(.upload, "output name \"\(relative)\" leads into the source folder \(source): "
-                                      + "the originals are never written over")
-            }
+            try refuseSourceFolder(realFolder, relative: relative)
             folders.insert(needed)
         }
         let temporary = partialDirectory + "/\(delivery.runId)-\(UUID().uuidString).tmp"
@@ -133,6 +134,15 @@ public struct DirectorySink: Sink {
             throw ItemFailure(.upload, "cannot write \(destination): \(String(cString: strerror(errno)))")
         }
         return DeliveryReceipt(remoteURL: destination)
+    }
+}
+
+extension DirectorySink {
+    /// Fails the delivery of `relative` when `folder` is, or is inside, a source folder.
+    func refuseSourceFolder(_ folder: String, relative: String) throws(ItemFailure) {
+        guard let source = sourceFolders.first(where: { folder == $0 || folder.hasPrefix($0 + "/") }) else { return }
+        throw ItemFailure(.upload, "output name \"\(relative)\" leads into the source folder \(source): "
+                              + "the originals are never written over")
     }
 }
 

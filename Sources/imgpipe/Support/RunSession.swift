@@ -101,7 +101,8 @@ struct RunSession {
         }
         report(summary, pipeline: options.pipeline)
         if summary.interrupted { throw Exit.interrupted }
-        if summary.failed > 0 || summary.listingError != nil { throw Exit.failedItems }
+        // Items left unfinished by a session that was not interrupted: not "every item done".
+        if summary.failed > 0 || summary.listingError != nil || summary.pending > 0 { throw Exit.failedItems }
     }
 
     /// Why the state file cannot be trusted at the end of a session: damaged, as SQLite's
@@ -172,7 +173,7 @@ struct RunSession {
             Console.out("the feed could not be listed to its end (\(listingError)); the items listed were run. "
                         + "Continue later with: imgpipe resume \(pipeline)")
         }
-        if summary.interrupted {
+        if summary.interrupted || summary.pending > 0 {
             var resume = "imgpipe resume \(pipeline)"
             if options.state != nil { resume += " --state \(options.state!)" }
             Console.out("stopped before the end; state saved in \(Console.display(summary.stateFile)). Continue with: \(resume)")
