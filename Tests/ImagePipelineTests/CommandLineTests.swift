@@ -659,6 +659,15 @@ struct CommandLineTests {
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("p/a.jpg"))) == original)
         #expect(!FileManager.default.fileExists(atPath: work.url("p/new")), "a folder was made in the source folder")
+        // Nor through a symbolic link inside the sink that leads into the source folder.
+        try FileManager.default.createSymbolicLink(atPath: work.url("lnk"), withDestinationPath: work.url("p"))
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "p"}, "filters": [{"op": "fit", "width": 10}],
+             "output": {"format": "jpeg", "name": "lnk/sub/{stem}.jpg"}, "sink": {"type": "directory", "path": "."}}
+            """, to: "around.json")
+        let linked = try imgpipe("run", "around.json", "--new")
+        #expect(linked.status == 1 && linked.stderr.contains("leads into the source folder"), "stderr: \(linked.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.url("p/sub")), "a folder was made through the link")
         #expect(work.files(under: "thumbs") == ["a.jpg"])
     }
 

@@ -131,12 +131,16 @@ struct ProgressTests {
     // MARK: - the total, without threads
 
     /// An item put back to pending while a resume's producer pages unfinished items is
-    /// started by one of the two, whichever comes first; a run stopping starts none.
+    /// started by one of the two, whichever comes first; once it has ended it may be put back
+    /// and started again; a run stopping starts none.
     @Test func anItemPutBackToPendingIsStartedOnce() {
-        var state = RunState(capacity: 2, counts: ItemCounts(total: 3, failed: 1), feedComplete: true)
+        var state = RunState(capacity: 2, counts: ItemCounts(total: 3, failed: 2), feedComplete: true)
         #expect(state.claimStart(seq: 70) && !state.claimStart(seq: 70), "the page, then the revival: once")
-        #expect(!state.revived(seq: 70) && state.counts.failed == 0)
-        #expect(state.revived(seq: 3) && state.inFlight == 1 && !state.claimStart(seq: 3), "the revival, then the page")
+        #expect(!state.revived(seq: 70) && state.counts.failed == 1 && state.wasRevived(seq: 70))
+        state.ended(seq: 70)
+        #expect(state.revived(seq: 70) && state.inFlight == 1, "failed again, put back again: started again")
+        #expect(state.revived(seq: 3) && state.inFlight == 2 && !state.claimStart(seq: 3), "the revival, then the page")
+        #expect(!state.wasRevived(seq: 4))
         #expect(state.claimStart(seq: 0) && state.claimStart(seq: 64) && state.claimStart(seq: 130))
         var stopping = RunState(capacity: 2, counts: ItemCounts(total: 1, failed: 1), feedComplete: true)
         _ = stopping.interrupt(now: false, at: Date())

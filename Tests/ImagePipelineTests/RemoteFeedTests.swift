@@ -116,6 +116,37 @@ struct RemoteFeedTests {
                 "\(report.state): \(report.done) done, \(report.skipped) skipped, \(report.pending) pending, \(report.failed) failed")
     }
 
+    /// An item that failed again for its name after its page started it is started again
+    /// when the skip that frees the name comes later (a reviewer's `resume --retry-failed`
+    /// left it pending: its start was claimed once for the session, never given back).
+    @Test func anItemThatFailsAgainForItsNameIsTakenUpWhenTheNameIsFreed() throws {
+        let gifPath = work.url("a-source.gif")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: gifPath)
+        let gif = try Data(contentsOf: URL(fileURLWithPath: gifPath))
+        let asked = Mutex(0)
+        let server = try self.server { request in
+            guard request.path == "/images/a.gif" else { return nil }
+            // Refused the first time (the item fails), slow after: a.jpg fails again first.
+            if asked.withLock({ $0 += 1; return $0 }) == 1 { return .status(503) }
+            var response = TestHTTPServer.Response.bytes(gif, type: "image/gif")
+            response.stall = 1.5
+            return response
+        }
+        try work.write(["a.gif", "a.jpg"].map { "\(server.baseURL)/images/\($0)" }.joined(separator: "\n"), to: "list.txt")
+        try work.write("""
+            {"version": 1, "source": {"type": "url-list", "path": "list.txt"}, "accept": {"formats": ["jpeg"]},
+             "filters": [{"op": "fit", "width": 16, "height": 16}], "sink": {"type": "directory", "path": "out"},
+             "retry": {"attempts": 1}, "limits": {"timeout": 10}}
+            """, to: "pipe.json")
+        #expect(try imgpipe("run", "pipe.json").status == 1)
+        let retried = try imgpipe("resume", "pipe.json", "--retry-failed")
+        #expect(retried.status == 0, "stdout: \(retried.stdout) stderr: \(retried.stderr)")
+        #expect(retried.stderr.contains("a.jpg: taken up again"), "stderr: \(retried.stderr)")
+        #expect(work.files(under: "out") == ["a.jpg"])
+        let report = try status()
+        #expect(report.done == 1 && report.skipped == 1 && report.pending == 0, "\(report.done) done, \(report.pending) pending")
+    }
+
     /// A URL without a host (`http://`) fails at once, final: no retry can give it one (it
     /// was retried as a network error).
     @Test func aURLWithoutAHostFailsWithoutRetries() throws {
@@ -658,6 +689,24 @@ struct RemoteFeedTests {
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(server.requests(to: "/search").count == 7 && !result.stderr.contains("stopped paging"), "\(result.stderr)")
         #expect(try status().done == 1)
+    }
+
+    /// …but not for ever: 100 pages in a row that list nothing stop the paging (a reviewer's
+    /// Flickr of a million pages of new ids without images was paged on and on).
+    @Test func pagesThatNeverListAnythingStopAfterAHundred() throws {
+        let server = try server { request in
+            guard request.path == "/rest/" else { return nil }
+            let page = Int(request.query["page"] ?? "1") ?? 1
+            // A bound of the test's own, so that paging without one ends (with an error).
+            guard page <= 300 else { return .status(404) }
+            return .json(#"{"stat": "ok", "photos": {"pages": 1000000, "photo": [{"id": "P\#(page)"}]}}"#)
+        }
+        try pipeline(source: #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(server.requests(to: "/rest/").count == 100, "\(server.requests(to: "/rest/").count) pages asked for")
+        #expect(result.stderr.contains("100 pages in a row listed nothing (their ids had no image); stopped paging"),
+                "stderr: \(result.stderr.suffix(500))")
     }
 
     /// A JSON feed whose every entry lacks an image URL is most likely read with the wrong

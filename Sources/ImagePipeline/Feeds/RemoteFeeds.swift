@@ -100,7 +100,7 @@ public struct NASAImagesFeed: Feed {
                     continue
                 }
                 // A new id is progress along the pages, listed or left out for want of a preview.
-                watch.listing(id)
+                watch.seeing(id)
                 // Passing over comes first: the cursor's own item may have lost its preview.
                 if let key = passing {
                     if id == key { passing = nil }
@@ -114,12 +114,13 @@ public struct NASAImagesFeed: Feed {
                                                  ("description", data.description ?? .null),
                                                  ("keywords", data.keywords ?? .array([]))]).serialized()
                 count += 1
+                watch.listed()
                 var listed = FeedItem(key: id, url: href, stem: id, metadata: metadata)
                 listed.resumePage = page
                 if try !body(listed) { return }
             }
             guard watch.pageEnds() else {
-                notice(PagingWatch.stopped(at: "the NASA page \(page)"))
+                notice(watch.stopped(at: "the NASA page \(page)"))
                 return
             }
             next = collection.links?.elements.first { $0.rel?.stringValue == "next" }?.href?.string
@@ -234,7 +235,7 @@ public struct FlickrSearchFeed: Feed {
                     if passing == nil { leftOut.add(index) }
                     continue
                 }
-                watch.listing(id)
+                watch.seeing(id)
                 if let key = passing {
                     if id == key { passing = nil }
                     continue
@@ -249,12 +250,13 @@ public struct FlickrSearchFeed: Feed {
                 }
                 let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)]).serialized()
                 count += 1
+                watch.listed()
                 var listed = FeedItem(key: id, url: image, stem: id, metadata: metadata)
                 listed.resumePage = String(page)
                 if try !body(listed) { return }
             }
             guard watch.pageEnds() else {
-                notice(PagingWatch.stopped(at: "the Flickr page \(page) of \(pageCount)"))
+                notice(watch.stopped(at: "the Flickr page \(page) of \(pageCount)"))
                 return
             }
             passing = nil

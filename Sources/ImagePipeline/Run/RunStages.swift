@@ -189,8 +189,13 @@ final class RunStages: Sendable {
                 }
                 if page.isEmpty { break }
                 for record in page {
-                    // Put back to pending in this session by a skip that gave its name up, and
-                    // already started by `takeUpAgain` (else it is this page's to start).
+                    // Put back to pending in this session by a skip that gave its name up: as
+                    // it stands now, not as the page read it (it may have ended since), and
+                    // started here unless `takeUpAgain` has it under way.
+                    if state.withLock({ $0.wasRevived(seq: record.seq) }),
+                       ![.pending, .fetched, .processed].contains((try? context.store.item(runId: context.runId, key: record.key))??.status) {
+                        continue
+                    }
                     guard state.withLock({ $0.claimStart(seq: record.seq) }) else { continue }
                     guard acquireSlot() else { break pages }
                     start(Job(record: record), at: record.status)
@@ -696,7 +701,7 @@ final class RunStages: Sendable {
             context.reporter.itemSettled(key: job.key, outcome: .skipped(skip))
             // Taken up before this item's slot is given back: the session cannot end between.
             if case let .revived(keys) = outcome { takeUpAgain(keys, freedBy: job.key) }
-            perform(state.withLock { $0.skip() })
+            perform(state.withLock { $0.ended(seq: job.seq); return $0.skip() })
         }
     }
 
@@ -718,7 +723,7 @@ final class RunStages: Sendable {
     private func finish(_ job: Job, failure: ItemFailure?) {
         if let failure { context.reporter.itemFailed(key: job.key, failure: failure) }
         context.reporter.itemSettled(key: job.key, outcome: failure.map { .failed($0) } ?? .done)
-        perform(state.withLock { $0.finish(failed: failure != nil) })
+        perform(state.withLock { $0.ended(seq: job.seq); return $0.finish(failed: failure != nil) })
     }
 }
 

@@ -145,24 +145,46 @@ struct RunState: Sendable {
     /// if this session's, stays among the items this session finished (it was one).
     mutating func revived(seq: Int) -> Bool {
         counts.failed = max(0, counts.failed - 1)
+        Self.set(&revivedItems, seq)
         if isCancelled || !claimStart(seq: seq) { return false }
         inFlight += 1
         return true
     }
 
-    /// The items of the run started from the state file this session (by their `seq`, a bit
-    /// each: a resume of a million items takes 125 KB): a resume's producer, reading pages of
-    /// unfinished items, and `revived` may both come to an item put back to pending.
-    private var claimed: [UInt64] = []
+    /// Items of the state file under way in this session, by `seq` (a bit each: a resume of
+    /// a million items takes 125 KB), and the items put back to pending in it. A resume's
+    /// producer, paging unfinished items, and `revived` may both come to an item put back
+    /// to pending: the one that claims it starts it. An item that ends gives its claim back,
+    /// so that it can be put back and started again.
+    private var underWay: [UInt64] = []
+    private var revivedItems: [UInt64] = []
 
-    /// True the first time `seq` is asked for: the caller starts the item.
+    /// True when `seq` was not under way: the caller starts the item.
     mutating func claimStart(seq: Int) -> Bool {
         guard seq >= 0 else { return true }
-        let (word, bit) = (seq / 64, UInt64(1) << UInt64(seq % 64))
-        if word >= claimed.count { claimed += Array(repeating: 0, count: word - claimed.count + 1) }
-        if claimed[word] & bit != 0 { return false }
-        claimed[word] |= bit
+        if Self.get(underWay, seq) { return false }
+        Self.set(&underWay, seq)
         return true
+    }
+
+    /// The item ended (done, failed, skipped): it may be claimed again.
+    mutating func ended(seq: Int) {
+        guard seq >= 0, seq / 64 < underWay.count else { return }
+        underWay[seq / 64] &= ~(UInt64(1) << UInt64(seq % 64))
+    }
+
+    /// True when the item was put back to pending in this session: a page that read it
+    /// before may hold a status it no longer has.
+    func wasRevived(seq: Int) -> Bool { seq >= 0 && Self.get(revivedItems, seq) }
+
+    private static func get(_ bits: [UInt64], _ seq: Int) -> Bool {
+        seq / 64 < bits.count && bits[seq / 64] & (UInt64(1) << UInt64(seq % 64)) != 0
+    }
+
+    private static func set(_ bits: inout [UInt64], _ seq: Int) {
+        guard seq >= 0 else { return }
+        if seq / 64 >= bits.count { bits += Array(repeating: 0, count: seq / 64 - bits.count + 1) }
+        bits[seq / 64] |= UInt64(1) << UInt64(seq % 64)
     }
 
     /// The insert found the key already in the run: not a new item.

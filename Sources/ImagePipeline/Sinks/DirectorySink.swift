@@ -103,10 +103,9 @@ public struct DirectorySink: Sink {
         let destination = root + "/" + relative
         let folder = (destination as NSString).deletingLastPathComponent
         for needed in [partialDirectory, folder] where !folders.contains(needed) {
-            // Not even a folder is made inside a source folder (checked again once made, with
-            // the symbolic links on the way resolved).
-            try refuseSourceFolder(URL(fileURLWithPath: root).resolvingSymlinksInPath().path
-                                       + String(needed.dropFirst(root.count)), relative: relative)
+            // Not even a folder is made inside a source folder: where it would be, its nearest
+            // folder that exists with its symbolic links resolved (checked again once made).
+            try refuseSourceFolder(Self.realPath(ofFuture: needed), relative: relative)
             do {
                 try FileManager.default.createDirectory(atPath: needed, withIntermediateDirectories: true)
             } catch {
@@ -138,6 +137,18 @@ public struct DirectorySink: Sink {
 }
 
 extension DirectorySink {
+    /// The real path `path` would have once made: its nearest existing ancestor with symbolic
+    /// links resolved, and the rest as written.
+    static func realPath(ofFuture path: String) -> String {
+        var existing = URL(fileURLWithPath: path).standardizedFileURL
+        var rest: [String] = []
+        while existing.path != "/", !FileManager.default.fileExists(atPath: existing.path) {
+            rest.insert(existing.lastPathComponent, at: 0)
+            existing.deleteLastPathComponent()
+        }
+        return ([existing.resolvingSymlinksInPath().path] + rest).joined(separator: "/")
+    }
+
     /// Fails the delivery of `relative` when `folder` is, or is inside, a source folder.
     func refuseSourceFolder(_ folder: String, relative: String) throws(ItemFailure) {
         guard let source = sourceFolders.first(where: { folder == $0 || folder.hasPrefix($0 + "/") }) else { return }
