@@ -188,15 +188,21 @@ final class RunStages: Sendable {
                     break
                 }
                 if page.isEmpty { break }
-                for record in page {
-                    // Put back to pending in this session by a skip that gave its name up: as
-                    // it stands now, not as the page read it (it may have ended since), and
-                    // started here unless `takeUpAgain` has it under way.
-                    if state.withLock({ $0.wasRevived(seq: record.seq) }),
-                       ![.pending, .fetched, .processed].contains((try? context.store.item(runId: context.runId, key: record.key))??.status) {
-                        continue
+                for paged in page {
+                    // Started here unless `takeUpAgain` has it under way; once claimed, an item
+                    // put back to pending in this session (a skip gave its name up) is taken as
+                    // it stands now, not as the page read it: it may have ended since.
+                    guard state.withLock({ $0.claimStart(seq: paged.seq) }) else { continue }
+                    var record = paged
+                    if state.withLock({ $0.wasRevived(seq: paged.seq) }) {
+                        guard let now = (try? context.store.item(runId: context.runId, key: paged.key))??
+                                  .expandingLocation(pipeline.environment),
+                              [.pending, .fetched, .processed].contains(now.status) else {
+                            state.withLock { $0.ended(seq: paged.seq) }
+                            continue
+                        }
+                        record = now
                     }
-                    guard state.withLock({ $0.claimStart(seq: record.seq) }) else { continue }
                     guard acquireSlot() else { break pages }
                     start(Job(record: record), at: record.status)
                 }
