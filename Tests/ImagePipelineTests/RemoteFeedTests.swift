@@ -720,6 +720,7 @@ struct RemoteFeedTests {
         #expect(result.status == 1, "stderr: \(result.stderr)")
         #expect((result.stdout + result.stderr).contains(#"has 2 entries and none with a "url" string (is urlField right?)"#),
                 "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("no item was listed. Continue later with: imgpipe resume pipe.json"), "\(result.stdout)")
     }
 
     @Test func flickrBuildsTheImageURLWhenTheSizeIsMissing() throws {

@@ -170,7 +170,8 @@ struct RunSession {
             Console.out("skipped: " + reasons.joined(separator: ", ") + " (details: imgpipe status \(pipeline))")
         }
         if let listingError = summary.listingError {
-            Console.out("the feed could not be listed to its end (\(listingError)); the items listed were run. "
+            Console.out("the feed could not be listed to its end (\(listingError)); "
+                        + (summary.total > 0 ? "the items listed were run. " : "no item was listed. ")
                         + "Continue later with: imgpipe resume \(pipeline)")
         }
         if summary.interrupted || summary.pending > 0 {
