@@ -24,16 +24,18 @@ public struct JSONFeed: Feed {
         guard let items = try ThirdPartyJSON.decode(JSONValue.self, from: data, what: "the feed at \(url)").arrayValue else {
             throw FeedError("the feed at \(url) is not a JSON array of objects")
         }
-        expect(.counted(items.count { image(of: $0) != nil }))
+        let images = items.map(image(of:))
+        let usable = images.count { $0 != nil }
+        expect(.counted(usable))
         var leftOut = LeftOutEntries(page: "the feed at \(url)", noun: ("entry", "entries"), reason: "with no \(JSONValue.quote(urlField)) string")
         defer { leftOut.tell(notice) }
         // Entries, none with an image URL: a misnamed `urlField`, most likely, not an empty feed.
-        if !items.isEmpty, !items.contains(where: { image(of: $0) != nil }) {
+        if !items.isEmpty, usable == 0 {
             throw FeedError("the feed at \(url) has \(items.count) entries and none with a \(JSONValue.quote(urlField)) string "
                                 + "(is urlField right?)")
         }
-        for (index, item) in items.enumerated() {
-            guard case let .object(members) = item, let image = image(of: item) else {
+        for (index, (item, image)) in zip(items, images).enumerated() {
+            guard case let .object(members) = item, let image else {
                 leftOut.add(index)
                 continue
             }

@@ -224,13 +224,12 @@ public struct BuiltPipeline: Sendable {
         /// source folders inside the sink's (real paths), which its outputs must not enter.
         static func checkNotSource(_ sinkRoot: String, at jsonPath: String, spec: PipelineSpec,
                                    environment: Environment) throws -> [String] {
-            func real(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path }
-            let sink = real(sinkRoot)
+            let sink = sinkRoot.realPath
             var inside: [String] = []
             var source: SourceSpec? = spec.source
             while let current = source {
                 if case let .directory(pathValue, _) = current, let expanded = try? pathValue.expanded(in: environment) {
-                    let folder = real(spec.resolvePath(expanded))
+                    let folder = spec.resolvePath(expanded).realPath
                     if folder == sink {
                         throw SpecError(path: jsonPath, message: "sink folder \(environment.redact(sinkRoot)) is the source folder "
                                             + "(\(pathValue.path)): its outputs would replace the images they are made from; "

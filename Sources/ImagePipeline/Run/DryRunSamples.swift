@@ -21,8 +21,7 @@ public enum DryRunSamples: Sendable, Equatable {
     static func listsSubfolders(_ folder: String, spec: PipelineSpec, environment: Environment) -> Bool {
         guard case let .directory(pathValue, recursive) = spec.source,
               let expanded = try? pathValue.expanded(in: environment) else { return true }
-        func real(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path }
-        return real(spec.resolvePath(expanded)) == real(folder) ? recursive : true
+        return spec.resolvePath(expanded).realPath == folder.realPath ? recursive : true
     }
 
     /// One sample, as a local file ready for the filter chain, or why it could not be had.

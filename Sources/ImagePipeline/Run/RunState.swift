@@ -145,47 +145,28 @@ struct RunState: Sendable {
     /// if this session's, stays among the items this session finished (it was one).
     mutating func revived(seq: Int) -> Bool {
         counts.failed = max(0, counts.failed - 1)
-        Self.set(&revivedItems, seq)
+        revivedItems.insert(seq)
         if isCancelled || !claimStart(seq: seq) { return false }
         inFlight += 1
         return true
     }
 
-    /// Items of the state file under way in this session, by `seq` (a bit each: a resume of
-    /// a million items takes 125 KB), and the items put back to pending in it. A resume's
-    /// producer, paging unfinished items, and `revived` may both come to an item put back
-    /// to pending: the one that claims it starts it. An item that ends gives its claim back,
-    /// so that it can be put back and started again.
-    private var underWay: [UInt64] = []
-    private var revivedItems: [UInt64] = []
+    /// Items of the state file under way in this session, and the items put back to pending
+    /// in it. A resume's producer, paging unfinished items, and `revived` may both come to an
+    /// item put back to pending: the one that claims it starts it. An item that ends gives
+    /// its claim back, so that it can be put back and started again.
+    private var underWay = SeqSet()
+    private var revivedItems = SeqSet()
 
     /// True when `seq` was not under way: the caller starts the item.
-    mutating func claimStart(seq: Int) -> Bool {
-        guard seq >= 0 else { return true }
-        if Self.get(underWay, seq) { return false }
-        Self.set(&underWay, seq)
-        return true
-    }
+    mutating func claimStart(seq: Int) -> Bool { underWay.insert(seq) }
 
     /// The item ended (done, failed, skipped): it may be claimed again.
-    mutating func ended(seq: Int) {
-        guard seq >= 0, seq / 64 < underWay.count else { return }
-        underWay[seq / 64] &= ~(UInt64(1) << UInt64(seq % 64))
-    }
+    mutating func ended(seq: Int) { underWay.remove(seq) }
 
     /// True when the item was put back to pending in this session: a page that read it
     /// before may hold a status it no longer has.
-    func wasRevived(seq: Int) -> Bool { seq >= 0 && Self.get(revivedItems, seq) }
-
-    private static func get(_ bits: [UInt64], _ seq: Int) -> Bool {
-        seq / 64 < bits.count && bits[seq / 64] & (UInt64(1) << UInt64(seq % 64)) != 0
-    }
-
-    private static func set(_ bits: inout [UInt64], _ seq: Int) {
-        guard seq >= 0 else { return }
-        if seq / 64 >= bits.count { bits += Array(repeating: 0, count: seq / 64 - bits.count + 1) }
-        bits[seq / 64] |= UInt64(1) << UInt64(seq % 64)
-    }
+    func wasRevived(seq: Int) -> Bool { revivedItems.contains(seq) }
 
     /// The insert found the key already in the run: not a new item.
     mutating func duplicate() -> ReleaseAction {
@@ -246,4 +227,31 @@ struct RunState: Sendable {
         RunProgress(runId: runId, total: total, done: counts.done, failed: counts.failed,
                     finishedThisSession: finishedThisSession, elapsed: elapsed, skipped: counts.skipped)
     }
+}
+
+/// A set of item `seq`s, a bit each (a resume of a million items takes 125 KB). A negative
+/// `seq` (none) is never in it, and inserts as new.
+struct SeqSet: Sendable {
+    private var words: [UInt64] = []
+
+    func contains(_ seq: Int) -> Bool {
+        seq >= 0 && seq / 64 < words.count && words[seq / 64] & Self.bit(seq) != 0
+    }
+
+    /// True when `seq` was not in the set.
+    @discardableResult
+    mutating func insert(_ seq: Int) -> Bool {
+        guard seq >= 0 else { return true }
+        if contains(seq) { return false }
+        if seq / 64 >= words.count { words += Array(repeating: 0, count: seq / 64 - words.count + 1) }
+        words[seq / 64] |= Self.bit(seq)
+        return true
+    }
+
+    mutating func remove(_ seq: Int) {
+        guard contains(seq) else { return }
+        words[seq / 64] &= ~Self.bit(seq)
+    }
+
+    private static func bit(_ seq: Int) -> UInt64 { 1 << UInt64(seq % 64) }
 }

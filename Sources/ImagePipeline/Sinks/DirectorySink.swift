@@ -105,7 +105,7 @@ public struct DirectorySink: Sink {
         for needed in [partialDirectory, folder] where !folders.contains(needed) {
             // Not even a folder is made inside a source folder: where it would be, its nearest
             // folder that exists with its symbolic links resolved (checked again once made).
-            try refuseSourceFolder(Self.realPath(ofFuture: needed), relative: relative)
+            try refuseSourceFolder(needed.realPath, relative: relative)
             do {
                 try FileManager.default.createDirectory(atPath: needed, withIntermediateDirectories: true)
             } catch {
@@ -137,18 +137,6 @@ public struct DirectorySink: Sink {
 }
 
 extension DirectorySink {
-    /// The real path `path` would have once made: its nearest existing ancestor with symbolic
-    /// links resolved, and the rest as written.
-    static func realPath(ofFuture path: String) -> String {
-        var existing = URL(fileURLWithPath: path).standardizedFileURL
-        var rest: [String] = []
-        while existing.path != "/", !FileManager.default.fileExists(atPath: existing.path) {
-            rest.insert(existing.lastPathComponent, at: 0)
-            existing.deleteLastPathComponent()
-        }
-        return ([existing.resolvingSymlinksInPath().path] + rest).joined(separator: "/")
-    }
-
     /// Fails the delivery of `relative` when `folder` is, or is inside, a source folder.
     func refuseSourceFolder(_ folder: String, relative: String) throws(ItemFailure) {
         guard let source = sourceFolders.first(where: { folder == $0 || folder.hasPrefix($0 + "/") }) else { return }

@@ -65,8 +65,9 @@ public struct UploadSink: Sink {
     /// has none (it was read as the path `5` beside the endpoint).
     static func url(in body: Data?, relativeTo base: URL) -> URL? {
         struct Answer: Decodable { let url: JSONValue? }
-        guard let body, case let .string(text)? = (try? JSONDecoder().decode(Answer.self, from: body))?.url,
-              !text.isEmpty else { return nil }
+        guard let body, let text = (try? JSONDecoder().decode(Answer.self, from: body))?.url?.string, !text.isEmpty else {
+            return nil
+        }
         return URL(string: text, relativeTo: base)?.absoluteURL
     }
 }
