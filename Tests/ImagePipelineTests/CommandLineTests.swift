@@ -237,6 +237,22 @@ struct CommandLineTests {
         let plain = try imgpipe("resume", "pipe.json")
         #expect(plain.status == 1)
         #expect(plain.stderr.contains("--retry-failed"))
+
+        // A sink added, removed or renamed since the run began: resume refuses, naming both
+        // lists, where it failed the pending deliveries of a sink no longer there and gave
+        // the new one nothing.
+        let original = try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8)
+        try work.write(original.replacingOccurrences(
+            of: #""sink": {"type": "directory", "path": "out"}"#,
+            with: #""sinks": [{"type": "directory", "path": "more"}, {"type": "directory", "path": "out"}]"#), to: "pipe.json")
+        let refused = try imgpipe("resume", "pipe.json", "--retry-failed")
+        #expect(refused.status == 2)
+        #expect(refused.stderr.contains("sinks changed since run #1 started (directory-0 → directory-0, directory-1)"),
+                "stderr: \(refused.stderr)")
+        #expect(work.files(under: "more").isEmpty, "nothing was delivered")
+        #expect(try status().failed == 1, "the failed item was not requeued")
+        try work.write(original, to: "pipe.json")
+
         let retried = try imgpipe("resume", "pipe.json", "--retry-failed")
         #expect(retried.status == 0, "stderr: \(retried.stderr)")
         #expect(work.files(under: "out") == ["good.jpg", "later.jpg"])
@@ -806,6 +822,18 @@ struct CommandLineTests {
         let result = try imgpipe("validate", "bad.json")
         #expect(result.status == 2)
         #expect(result.stderr.contains("sinks[1].headers.X-A: a header value is one line"), "stderr: \(result.stderr)")
+        // A header imgpipe sets itself, in any case, would go out twice; so would a name
+        // given twice in two cases.
+        for (headers, message) in [(#"{"idempotency-KEY": "mine"}"#, "headers.idempotency-KEY: imgpipe sets idempotency-KEY itself"),
+                                   (#"{"Content-Type": "text/plain"}"#, "headers.Content-Type: imgpipe sets Content-Type itself"),
+                                   (#"{"X-A": "1", "x-a": "2"}"#, "headers.x-a: the header X-A is given twice")] {
+            try work.write("""
+                {"version": 1, "source": {"type": "directory", "path": "in"}, "filters": [],
+                 "sinks": [{"type": "http", "url": "http://127.0.0.1:9/{key}", "headers": \(headers)}]}
+                """, to: "headers.json")
+            let refused = try imgpipe("validate", "headers.json")
+            #expect(refused.status == 2 && refused.stderr.contains("sinks[0]." + message), "stderr: \(refused.stderr)")
+        }
         try work.write("""
             {"version": 1, "source": {"type": "json-feed", "url": "file:///etc/passwd", "cache": {"path": "afile"}},
              "filters": [{"op": "watermark", "image": "logo.png"}, {"op": "fill", "width": 40000, "height": 40000}],

@@ -198,6 +198,33 @@ extension RemoteFeedTests {
         #expect(try status().skipped == 2)
     }
 
+    /// A URL that reaches a disallowed path only once `..` or `%70` is read, or through a
+    /// redirect within the host, is skipped before that path is requested.
+    @Test func robotsTxtCannotBeWalkedAroundBySpellingOrRedirects() throws {
+        let server = try taggedServer { request in
+            switch request.path {
+            case "/robots.txt": .init(status: 200, headers: [("Content-Type", "text/plain")], body: Data("User-agent: *\nDisallow: /img/private/\n".utf8))
+            case "/img/redir/e.jpg": .status(302, headers: [("Location", "/img/x/../private/e.jpg")])
+            case "/img/redir/f.jpg": .status(302, headers: [("Location", "/img/f.jpg")])
+            default: nil
+            }
+        }
+        try writeURLList(server.baseURL, ["/img/x/../private/a.jpg", "/img/./private/b.jpg", "/img/%70rivate/c.jpg",
+                                          "/img/x/%2e%2e/private/d.jpg", "/img/redir/e.jpg", "/img/redir/f.jpg", "/img/ok.jpg"])
+        try politePipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": false, "robots": true}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stdout: \(result.stdout) stderr: \(result.stderr)")
+        let report = try status()
+        #expect((report.done, report.skipped, report.failed) == (2, 5, 0))
+        #expect(report.skips.allSatisfy { $0.reason == "robots" && $0.message.contains("disallows /img/private/") },
+                "\(report.skips.map(\.message))")
+        let redirected = try #require(report.skips.first { $0.key.hasSuffix("/img/redir/e.jpg") })
+        #expect(redirected.message.hasPrefix("redirected to /img/private/e.jpg: "), "\(redirected.message)")
+        #expect(Set(imageRequests(server)) == ["/img/redir/e.jpg", "/img/redir/f.jpg", "/img/f.jpg", "/img/ok.jpg"],
+                "nothing under /img/private/ nor its spellings was asked for")
+        #expect(work.files(under: "out") == ["f.jpg", "ok.jpg"])
+    }
+
     @Test func unreadableRobotsTxtSkipsTheHostAndA404AllowsAll() throws {
         let failing = try taggedServer { request in request.path == "/robots.txt" ? .status(503) : nil }
         try writeURLList(failing.baseURL, ["/a.jpg", "/b.jpg"])
@@ -242,6 +269,23 @@ extension RemoteFeedTests {
         #expect(wild.allows("/tmp/keep/this"), "the longer rule wins")
         #expect(RobotsRules(parsing: "User-agent: *\nAllow: /p\nDisallow: /p", agent: "x").allows("/p"), "Allow wins a tie")
         #expect(RobotsRules(parsing: "", agent: "x").allows("/anything"))
+        // Compared as RFC 9309 says: %XX of unreserved characters decoded, the other
+        // escapes' hex in either case, bytes past ASCII encoded; a leading BOM ignored.
+        let encoded = RobotsRules(parsing: "\u{FEFF}User-agent: *\nDisallow: /%7Efoo/\nDisallow: /bar/\nDisallow: /a%2fb\nDisallow: /café",
+                                  agent: "x")
+        #expect(!encoded.allows("/~foo/a.jpg") && !encoded.allows("/%7efoo/a.jpg"))
+        #expect(!encoded.allows("/b%61r/a.jpg"))
+        #expect(!encoded.allows("/a%2Fb") && encoded.allows("/a/b"), "an encoded slash is not a slash")
+        #expect(!encoded.allows("/caf%C3%A9/x.jpg"))
+        // A path loses its dot segments, as the request does (%2E too).
+        #expect(RobotsRules.requestPath("/img/x/../private/a.jpg?q=/../x") == "/img/private/a.jpg?q=/../x")
+        #expect(RobotsRules.requestPath("/img/./private/%2e%2E/private/a.jpg") == "/img/private/a.jpg")
+        #expect(RobotsRules.requestPath("/../a") == "/a" && RobotsRules.requestPath("/a/..") == "/" && RobotsRules.requestPath("/a/.") == "/a/")
+        // One host, however its default port is spelled.
+        let origins = ["http://h/x", "http://h:80/x", "HTTP://H:0080/x"].map { RobotsPolicy.origin(of: URL(string: $0)!) }
+        #expect(Set(origins) == ["http://h"])
+        #expect(RobotsPolicy.origin(of: URL(string: "https://h:443/x")!) == "https://h")
+        #expect(RobotsPolicy.origin(of: URL(string: "http://h:8080/x")!) == "http://h:8080")
         // Many stars do not make matching exponential.
         let stars = "/" + String(repeating: "*a", count: 200) + "$"
         #expect(RobotsRules(parsing: "User-agent: *\nDisallow: \(stars)", agent: "x")

@@ -18,6 +18,9 @@ public struct HTTPResult: Sendable {
     /// True when `HTTPRequest.refuseBody` turned the body down after the headers: the
     /// transfer was stopped and nothing of the body was received.
     public var bodyRefused = false
+    /// Why `HTTPRequest.refuseRedirect` turned a redirect down: the transfer stopped at the
+    /// redirect, and its target was not requested.
+    public var redirectRefused: String?
 
     public var etag: String? { headers["etag"] }
     public var lastModified: String? { headers["last-modified"] }
@@ -92,6 +95,9 @@ public struct HTTPRequest: Sendable {
     /// the transfer there (the result has `bodyRefused`), so a body that will not be used
     /// is not downloaded.
     public var refuseBody: (@Sendable (HTTPResult) -> Bool)?
+    /// Asked with the absolute URL of each redirect of a read before it is followed: a
+    /// reason stops the transfer there (the result has `redirectRefused`).
+    public var refuseRedirect: (@Sendable (URL) -> String?)?
     /// The caller already waited for this request's turn at its host (`HostPacing`): the
     /// client does not reserve another.
     public var paced = false
@@ -223,6 +229,10 @@ public final class HTTPClient: @unchecked Sendable {
         defer { returnHandle(handle) }
         let transfer = Transfer(maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline,
                                 cancellation: cancellation, refuseBody: request.refuseBody)
+        if request.isRead, let refuseRedirect = request.refuseRedirect {
+            transfer.refuseRedirect = refuseRedirect
+            transfer.location = request.url
+        }
         if let destination = request.destination {
             transfer.keepLimit = max(0, request.keepInMemory)
             transfer.keeping = transfer.keepLimit > 0
@@ -257,6 +267,10 @@ public final class HTTPClient: @unchecked Sendable {
         if transfer.bodyRefused {
             return HTTPResult(status: transfer.status, headers: transfer.headers, body: nil, bytes: 0,
                               headerValues: transfer.headerValues, bodyRefused: true)
+        }
+        if let refusal = transfer.redirectRefused {
+            return HTTPResult(status: transfer.status, headers: transfer.headers, body: nil, bytes: 0,
+                              headerValues: transfer.headerValues, redirectRefused: refusal)
         }
         if let pacing, HostPacing.isOverload(status: status) {
             pacing.overloaded(host, status: status,
@@ -470,6 +484,11 @@ private final class Transfer {
     var headerValues: [String: [String]] = [:]
     var status = 0
     var bodyRefused = false
+    /// With `refuseRedirect`: the URL of the response being read (the request's, then each
+    /// redirect's target in turn).
+    var refuseRedirect: (@Sendable (URL) -> String?)?
+    var location: URL?
+    var redirectRefused: String?
     var failure: HTTPFailure?
     var errorText = ""
 
@@ -555,6 +574,19 @@ private final class Transfer {
                 data.reserveCapacity(length)
                 sized = true
             }
+        } else if Self.trimmed(line[...]).isEmpty, (300 ... 399).contains(status), status != 304,
+                  let refuseRedirect, let current = location, let target = headers["location"] {
+            // The end of a redirect's headers: libcurl follows it next, unless it is refused
+            // here. A location that cannot be read as a URL is refused as well.
+            guard let next = URL(string: target, relativeTo: current)?.absoluteURL else {
+                redirectRefused = "a redirect to a location that is not a URL: \(target)"
+                return 0
+            }
+            if let reason = refuseRedirect(next) {
+                redirectRefused = reason
+                return 0
+            }
+            location = next
         } else if Self.trimmed(line[...]).isEmpty, (200 ... 299).contains(status),
                   let refuseBody,
                   refuseBody(HTTPResult(status: status, headers: headers, body: nil, bytes: 0, headerValues: headerValues)) {

@@ -159,6 +159,15 @@ public struct RemoteFetcher: Sendable {
             // The same rule as for the finished answer (and a cached copy) below.
             request.refuseBody = { [self] answer in optOut(answer.headerValues["x-robots-tag"]) != nil }
         }
+        if let robots, let origin = RobotsPolicy.origin(of: url) {
+            // A redirect within the host is checked against the same robots.txt before it
+            // is followed (one to another host is not: README, "Being a polite client").
+            request.refuseRedirect = { target in
+                guard RobotsPolicy.origin(of: target) == origin,
+                      case let .refused(skip) = robots.verdict(for: target) else { return nil }
+                return "redirected to \(RobotsPolicy.pathAndQuery(of: target)): " + skip.message
+            }
+        }
         // The host the request goes to (an object's endpoint, not its `s3://bucket`), as
         // the client's pacing counts it.
         let host = HostHealth.key(of: request.url)
@@ -196,6 +205,10 @@ public struct RemoteFetcher: Sendable {
             if let cached, let served = fromCache(cached, at: destination) { return served }
             throw ItemFailure(error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,
                               error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
+        }
+        if let refusal = result.redirectRefused {
+            unlink(temporary)
+            return .skipped(ItemSkip(.robots, refusal))
         }
         let robotsTag = result.headerValues["x-robots-tag"]
         // Only an answer with the image speaks for it: error pages often carry `noindex`.

@@ -101,19 +101,23 @@ public final class RobotsPolicy: @unchecked Sendable {
         }
     }
 
-    /// `scheme://host[:port]`, the scope of one robots.txt.
+    /// `scheme://host[:port]`, the scope of one robots.txt (and the host pacing and
+    /// `HostHealth` count): the port only when it is not the scheme's own, so that
+    /// `http://h/`, `http://h:80/` and `HTTP://h:0080/` are one host.
     static func origin(of url: URL) -> String? {
         guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else { return nil }
         let shown = host.contains(":") ? "[\(host)]" : host
-        return "\(scheme)://\(shown)" + (url.port.map { ":\($0)" } ?? "")
+        let defaultPort = ["http": 80, "https": 443][scheme]
+        return "\(scheme)://\(shown)" + (url.port.flatMap { $0 == defaultPort ? nil : ":\($0)" } ?? "")
     }
 
-    /// The part of a URL robots.txt rules are matched against.
+    /// The part of a URL robots.txt rules are matched against: its path and query as the
+    /// request names them (`RobotsRules.requestPath`: no `.` or `..` segments).
     static func pathAndQuery(of url: URL) -> String {
         let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
         var path = components?.percentEncodedPath ?? url.path
         if path.isEmpty { path = "/" }
         if let query = components?.percentEncodedQuery { path += "?" + query }
-        return path
+        return RobotsRules.requestPath(path)
     }
 }

@@ -4,11 +4,26 @@ import Foundation
 /// `User-agent` lines name the crawler's product token (case-insensitive), else the `*`
 /// groups, else nothing (everything allowed). Of the `Allow` and `Disallow` rules that
 /// match a path, the longest wins, `Allow` on a tie; `*` matches any run of characters and
-/// a final `$` anchors the end. `Sitemap` and unknown lines are ignored.
+/// a final `$` anchors the end. `Sitemap` and unknown lines are ignored, and so is a
+/// byte-order mark before the first line.
+///
+/// Rules and paths are compared in one form (RFC 9309, section 2.2.2): a percent-encoded
+/// unreserved character decoded (`%7E` is `~`, `%70` is `p`), other percent-encodings with
+/// upper-case hex digits, and bytes outside printable ASCII percent-encoded. A path also
+/// loses its `.` and `..` segments (`requestPath`), as the request that is sent does.
 public struct RobotsRules: Sendable, Equatable {
     public struct Rule: Sendable, Equatable {
         public let allow: Bool
+        /// As written in the file.
         public let pattern: String
+        /// `pattern` in the form rules and paths are compared in.
+        let matched: [UInt8]
+
+        init(allow: Bool, pattern: String) {
+            self.allow = allow
+            self.pattern = pattern
+            matched = RobotsRules.comparable(pattern)
+        }
 
         /// As it would be written in the file.
         public var line: String { (allow ? "Allow: " : "Disallow: ") + pattern }
@@ -30,6 +45,7 @@ public struct RobotsRules: Sendable, Equatable {
         // The agents of the group being read; a rule after agent lines closes the list.
         var agents: [String] = []
         var inRules = false
+        let text = text.hasPrefix("\u{FEFF}") ? String(text.dropFirst()) : text
         for rawLine in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline) {
             let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
             guard let colon = line.firstIndex(of: ":") else { continue }
@@ -54,14 +70,14 @@ public struct RobotsRules: Sendable, Equatable {
         rules = sawNamed ? named : anyone
     }
 
-    /// The rule that decides `path` (path and query of the URL), or nil when none matches
-    /// (allowed).
+    /// The rule that decides `path` (path and query of the URL, as `requestPath` gives
+    /// it), or nil when none matches (allowed).
     public func decidingRule(for path: String) -> Rule? {
-        let target = Array((path.isEmpty ? "/" : path).utf8)
+        let target = Self.comparable(path.isEmpty ? "/" : path)
         var best: Rule?
-        for rule in rules where Self.matches(Array(rule.pattern.utf8), target) {
+        for rule in rules where Self.matches(rule.matched, target) {
             guard let current = best else { best = rule; continue }
-            let (length, currentLength) = (rule.pattern.utf8.count, current.pattern.utf8.count)
+            let (length, currentLength) = (rule.matched.count, current.matched.count)
             if length > currentLength || (length == currentLength && rule.allow && !current.allow) { best = rule }
         }
         return best
@@ -96,5 +112,84 @@ public struct RobotsRules: Sendable, Equatable {
             reachable = next
         }
         return anchored ? reachable[path.count] : true
+    }
+
+    /// `text` in the form rules and paths are compared in: `%XX` of an unreserved
+    /// character (letters, digits, `-._~`) decoded, other `%XX` with upper-case hex
+    /// digits, and bytes outside printable ASCII (and a `%` that starts no escape)
+    /// percent-encoded.
+    static func comparable(_ text: String) -> [UInt8] {
+        let bytes = Array(text.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        func encode(_ byte: UInt8) {
+            out.append(UInt8(ascii: "%"))
+            out.append(contentsOf: String(format: "%02X", byte).utf8)
+        }
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%") {
+                if index + 2 < bytes.count, let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) {
+                    let decoded = high << 4 | low
+                    if isUnreserved(decoded) { out.append(decoded) } else { encode(decoded) }
+                    index += 3
+                } else {
+                    encode(byte)
+                    index += 1
+                }
+                continue
+            }
+            if byte <= 0x20 || byte >= 0x7F { encode(byte) } else { out.append(byte) }
+            index += 1
+        }
+        return out
+    }
+
+    /// A URL's path and query (`percentEncodedPath`, `?` and the query) as the request
+    /// that is sent names it: the path's `.` and `..` segments removed (RFC 3986, section
+    /// 5.2.4), as libcurl does before sending (and a server for `%2E%2E`), so that
+    /// `/img/x/../private/a.jpg` is matched as `/img/private/a.jpg`.
+    public static func requestPath(_ pathAndQuery: String) -> String {
+        let query = pathAndQuery.firstIndex(of: "?")
+        let path = String(pathAndQuery[..<(query ?? pathAndQuery.endIndex)])
+        // Dot segments spelled with `%2E` are dot segments too.
+        let decoded = String(decoding: comparable(path), as: UTF8.self)
+        var output: [Substring] = []
+        let segments = decoded.split(separator: "/", omittingEmptySubsequences: false)
+        for (position, segment) in segments.enumerated() {
+            let last = position == segments.count - 1
+            switch segment {
+            case ".":
+                if last { output.append("") }
+            case "..":
+                if output.count > 1 { output.removeLast() }
+                if last { output.append("") }
+            default:
+                output.append(segment)
+            }
+        }
+        var result = output.joined(separator: "/")
+        if !result.hasPrefix("/") { result = "/" + result }
+        return result + (query.map { String(pathAndQuery[$0...]) } ?? "")
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0") ... UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a") ... UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A") ... UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    private static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a") ... UInt8(ascii: "z"), UInt8(ascii: "A") ... UInt8(ascii: "Z"),
+             UInt8(ascii: "0") ... UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+            true
+        default:
+            false
+        }
     }
 }

@@ -257,6 +257,18 @@ extension RemoteOptions {
 }
 
 extension SinkSpec {
+    /// The headers of an `http` sink's request that imgpipe sets, by name in lower case,
+    /// with why.
+    static let setHeaders = [
+        "idempotency-key": "the run's key for each delivery",
+        "content-type": "from the output's format, or the multipart form",
+        "content-length": "from the body",
+        "transfer-encoding": "from the body",
+        "host": "from the url",
+        "user-agent": "from the pipeline's userAgent",
+        "expect": "no 100-continue round trip",
+    ]
+
     static let types = ["directory", "upload", "http", "s3"]
 
     init(node: SpecNode, index: Int) throws {
@@ -267,8 +279,12 @@ extension SinkSpec {
         }
         /// Form fields or headers: names are free, but a `//…` key is a comment here too,
         /// and a header is a token with a value on one line (no header can smuggle another).
-        func named(_ node: SpecNode, headers: Bool = false) throws -> [NamedValue] {
+        /// `reserved` are the headers imgpipe sets itself (compared without case), which a
+        /// second line of the same name would contradict; a name given twice in two cases
+        /// is refused as well (both lines would be sent).
+        func named(_ node: SpecNode, headers: Bool = false, reserved: [String: String] = [:]) throws -> [NamedValue] {
             guard case let .object(members) = node.value else { throw node.expected("an object of strings") }
+            var seen: [String: String] = [:]
             return try members.filter { !$0.key.hasPrefix("//") }.map { member in
                 let valueNode = SpecNode(value: member.value, path: node.path.appending(member.key))
                 if headers {
@@ -278,6 +294,12 @@ extension SinkSpec {
                     }
                     if try !valueNode.string().isOneHeaderLine {
                         throw valueNode.fail("a header value is one line: no CR, LF or NUL")
+                    }
+                    if let why = reserved[member.key.lowercased()] {
+                        throw valueNode.fail("imgpipe sets \(member.key) itself (\(why)); leave it out")
+                    }
+                    if let earlier = seen.updateValue(member.key, forKey: member.key.lowercased()) {
+                        throw valueNode.fail("the header \(earlier) is given twice (header names are compared without case)")
                     }
                 }
                 return NamedValue(name: member.key, value: try EnvString(valueNode))
@@ -308,7 +330,7 @@ extension SinkSpec {
             self = .http(name: try name(object), url: url,
                          method: try object.optional("method", default: "PUT") { try $0.choice(["PUT", "POST"]) },
                          fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
-                         headers: try object.optional("headers", default: []) { try named($0, headers: true) })
+                         headers: try object.optional("headers", default: []) { try named($0, headers: true, reserved: Self.setHeaders) })
         case "s3":
             let object = try node.object(allowing: ["type", "name"] + S3Spec.keys
                                              + ["key", "storageClass", "metadata", "multipartThreshold", "partSize"])

@@ -4,6 +4,8 @@ public enum RunError: Error, Sendable, CustomStringConvertible {
     case nothingToResume(stateFile: String, pipeline: String)
     /// `details`: where the file differs from the run's, `path: old → new`.
     case pipelineChanged(fields: [String], id: Int64, details: [String])
+    /// The sinks (by name) are not the ones the run began with.
+    case sinksChanged(id: Int64, from: [String], to: [String])
     case stateFileBusy(stateFile: String)
     case feed(String)
 
@@ -17,6 +19,9 @@ public enum RunError: Error, Sendable, CustomStringConvertible {
             "the pipeline's \(fields.joined(separator: " and ")) changed since run #\(id) started"
                 + (details.isEmpty ? "" : " (" + details.joined(separator: "; ") + ")")
                 + ", so its outputs would differ; restore the file, or start over with `imgpipe run --new`"
+        case let .sinksChanged(id, from, to):
+            "the pipeline's sinks changed since run #\(id) started (\(from.joined(separator: ", ")) → \(to.joined(separator: ", "))), "
+                + "so its items' deliveries would not be made; restore the sinks, or start over with `imgpipe run --new`"
         case let .stateFileBusy(stateFile):
             "state file \(stateFile) is in use by another imgpipe process"
         case let .feed(message):

@@ -62,12 +62,19 @@ public struct UploadSink: Sink {
 
     /// The `url` member of a JSON object body, read leniently (`JSONValue+Decodable.swift`):
     /// a server's duplicate key is not a failed upload. Only a string is a URL: `{"url": 5}`
-    /// has none (it was read as the path `5` beside the endpoint).
+    /// has none (it was read as the path `5` beside the endpoint). Characters a URL cannot
+    /// hold (a space, `|`, non-ASCII) are percent-encoded and the rest is kept as the server
+    /// wrote it: its `%2F` stays `%2F` (Foundation, given such a string, encodes every `%`
+    /// again).
     static func url(in body: Data?, relativeTo base: URL) -> URL? {
         struct Answer: Decodable { let url: JSONValue? }
         guard let body, let text = (try? JSONDecoder().decode(Answer.self, from: body))?.url?.string, !text.isEmpty else {
             return nil
         }
-        return URL(string: text, relativeTo: base)?.absoluteURL
+        return URL(string: text.addingPercentEncoding(withAllowedCharacters: urlCharacters) ?? text, relativeTo: base)?.absoluteURL
     }
+
+    /// What a URL may hold as it is (RFC 3986): unreserved and reserved characters, and `%`.
+    private static let urlCharacters = CharacterSet(
+        charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:/?#[]@!$&'()*+,;=%")
 }

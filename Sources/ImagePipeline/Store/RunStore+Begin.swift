@@ -47,7 +47,7 @@ extension RunStore {
     /// Finds or creates the run a `run` or `resume` works on, with their rules: `run`
     /// refuses an unfinished run (unless `--new`, which abandons it) and starts a new one;
     /// `resume` continues the latest run, refuses one whose outputs would differ (filters or
-    /// output changed), requeues failed items when asked, and reopens a finished run that
+    /// output changed) or whose sinks are not the same ones (by name), requeues failed items when asked, and reopens a finished run that
     /// has something left to do.
     public func begin(_ mode: RunMode, _ identity: RunIdentity) throws -> RunStart {
         let latest = try latestRun()
@@ -80,6 +80,12 @@ extension RunStore {
                     return JSONValue.differences(from: old, to: new, at: field)
                 }
                 throw RunError.pipelineChanged(fields: changed, id: run.id, details: details)
+            }
+            // Deliveries are recorded per sink when an item is listed: a sink added since
+            // would get nothing of the items listed, and one removed or renamed would leave
+            // theirs pending for good.
+            if Set(identity.sinks) != Set(run.sinks) {
+                throw RunError.sinksChanged(id: run.id, from: run.sinks, to: identity.sinks)
             }
             var start = RunStart(run: run, resuming: true, refreshing: false, notices: [])
             // Skipped items of a state file written before skips gave their names up.
