@@ -57,6 +57,15 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(StateLocation.masking(in: message, url: url)
             == "cannot connect to postgres://ann:***@db.example:5432/imgpipe: user ann, password ***, raw ***")
         #expect(StateLocation.masking(in: "secret is hunter2", url: "postgres://db/x?password=hunter2") == "secret is ***")
+        // A password holding '/', '?', '#' or '@' as it is cannot be handed to libpq.
+        for bad in ["postgres://u:LEAKpart/rest@h:5432/d", "postgres://u:pw/a?LEAKME@h/d", "postgres://u:Sec:ret@/p w?#1@h/d",
+                    "postgres://u:p@ss@h/d", "postgres://u:pw@h/d?x=a@b"] {
+            #expect(StateLocation.unencodedPassword(in: bad) != nil, "\(bad)")
+        }
+        for good in [url, "postgres://h:5432/d?sslrootcert=/a@b", "postgres://u@h/d", "postgres://u:pw@h/d?x=a%40b",
+                     "host=h password=a/b@c"] {
+            #expect(StateLocation.unencodedPassword(in: good) == nil, "\(good)")
+        }
     }
 
     @Test func theClusterChecksThePasswordAndTheErrorDoesNotShowIt() throws {

@@ -214,6 +214,42 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(report["done"] as? Int == 24 && report["state"] as? String == "finished")
     }
 
+    /// Whether this machine lets a test start a process in a pid namespace of its own.
+    static let pidNamespaces = (try? ImgpipeBinary.launch(executable: "/usr/bin/unshare", ["-p", "-f", "/bin/true"],
+                                                          in: "/").wait().status) == 0
+
+    /// A worker restarted in place after a `kill -9` (a Kubernetes container: the same host
+    /// name, pid 1 again, the same folder) rejoins the run and finishes it: it used to open
+    /// its predecessor's journal, which already held the run, and fail at every restart
+    /// (`UNIQUE constraint failed: run.uuid`). Pid 1 comes from `unshare -p -f`.
+    @Test(.enabled(if: SharedWorkTests.pidNamespaces, "needs pid namespaces (unshare -p, as root)"))
+    func aWorkerRestartedInPlaceAsTheSamePidRejoinsTheRun() throws {
+        let server = try UploadServer(mode: .slow(0.2))
+        try images(16)
+        try pipeline(server, uploads: 2)
+        let arguments = ["-p", "-f", ImgpipeBinary.path, "work", "pipe.json", "--state", url, "--chunk-size", "4",
+                         "--lease", "3", "--heartbeat", "0.5"]
+        let first = try ImgpipeBinary.launch(executable: "/usr/bin/unshare", arguments, in: work.path)
+        waitUntil { server.uploads.count >= 3 }
+        // The worker is the namespace's pid 1, unshare's child.
+        let unshare = first.process.processIdentifier
+        let children = try String(contentsOfFile: "/proc/\(unshare)/task/\(unshare)/children", encoding: .utf8)
+        let workerPid = try #require(children.split(separator: " ").first.flatMap { Int32($0) })
+        kill(workerPid, SIGKILL)
+        _ = first.wait()
+        let folder = work.url(".imgpipe/pipe.workers")
+        let left = try FileManager.default.contentsOfDirectory(atPath: folder)
+        #expect(left.contains { $0.hasSuffix("-1.sqlite") }, "the killed worker's journal is there: \(left)")
+        #expect(server.uploads.count < 16, "killed before the end")
+
+        let second = try ImgpipeBinary.launch(executable: "/usr/bin/unshare", arguments, in: work.path).wait()
+        #expect(second.status == 0, "\(second.stdout)\n\(second.stderr)")
+        let report = try status()
+        #expect(report["done"] as? Int == 16 && report["state"] as? String == "finished", "\(report)")
+        #expect(Set(server.uploads.compactMap(\.filename)).count == 16)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).isEmpty, "the old journal went, the new one after a clean end")
+    }
+
     @Test func aWorkerStoppedPastItsLeaseHasItsLateWritesRefused() throws {
         let server = try UploadServer(mode: .slow(0.2))
         try images(16)
@@ -284,6 +320,18 @@ final class SharedWorkTests: @unchecked Sendable {
         let refused = try ImgpipeBinary.run(["work", "pipe.json", "--state", wrong], in: work.path)
         #expect(refused.status == 2 && refused.stderr.contains("password authentication failed"), "\(refused.stderr)")
         #expect(!refused.stderr.contains("Wrong-Secret-42") && !refused.stdout.contains("Wrong-Secret-42"))
+        // A password holding '/' or '?' as it is: libpq read a piece of it as the port or an
+        // option and quoted it back (`invalid integer value "LEAKpart" for connection option
+        // "port"`). Refused before libpq sees it, quoting none of it.
+        let port = url.split(separator: ":").last.flatMap { $0.split(separator: "/").first } ?? "5432"
+        for (bad, piece) in [("postgres://imgpipe:LEAKpart/rest@127.0.0.1:\(port)/x", "LEAKpart"),
+                             ("postgres://imgpipe:pw/a?LEAKME@127.0.0.1:\(port)/x", "LEAKME")] {
+            for command in [["status", "pipe.json"], ["work", "pipe.json"]] {
+                let result = try ImgpipeBinary.run(command + ["--state", bad], in: work.path)
+                #expect(result.status == 2 && result.stderr.contains("percent-encode"), "\(result.stderr)")
+                #expect(!(result.stderr + result.stdout).contains(piece), "\(result.stderr)")
+            }
+        }
         let thumbnail = try ImgpipeBinary.run(["thumbnail", "in", "--to", "thumbs"], in: work.path, environment: ["IMGPIPE_STATE": url])
         #expect(thumbnail.status == 2 && thumbnail.stderr.contains("imgpipe:***@") && !thumbnail.stderr.contains(cluster.password),
                 "\(thumbnail.stderr)")

@@ -58,6 +58,8 @@ public final class PostgresConnection: @unchecked Sendable {
     let reconnectAttempts = 6
 
     public init(url: String, idleInTransactionTimeoutSeconds: Int = 60) throws {
+        // libpq would read such a URL its own way and quote pieces of the password back.
+        if let problem = StateLocation.unencodedPassword(in: url) { throw PostgresError(sqlState: nil, message: problem) }
         self.url = url
         idleInTransactionTimeout = idleInTransactionTimeoutSeconds
         try connect()

@@ -53,6 +53,31 @@ public enum StateLocation: Sendable, Equatable {
         return found.filter { $0.count >= 4 }
     }
 
+    /// Why `url` cannot be given to libpq: a `user:password@` whose password holds a `/`,
+    /// `?`, `#` or `@` as it is. libpq ends the user part at the first of those and reads the
+    /// rest as a host, port or option, quoting pieces of the password in its messages
+    /// (`invalid integer value "…" for connection option "port"`), which no masking can
+    /// know. Nil when the URL is not of that shape (a port after the colon is not a
+    /// password). A URL with two '@' after a password is refused too: an '@' in the
+    /// database name or a parameter is percent-encoded as well.
+    static func unencodedPassword(in url: String) -> String? {
+        guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@") else { return nil }
+        // Up to the last '@': the user part as a well-formed URL has it.
+        let userPart = url[scheme.upperBound ..< at]
+        guard let colon = userPart.firstIndex(of: ":"),
+              let end = userPart[colon...].firstIndex(where: { "@/?#".contains($0) }) else { return nil }
+        if userPart[end] == "@" {
+            // Two '@' after a password: where it ends cannot be told (libpq ends it at the
+            // first). An '@' in a query or database name is written %40 too.
+        } else {
+            // `host:port/db?…@…`: a port, and an '@' further on in the path or query.
+            let between = userPart[userPart.index(after: colon) ..< end]
+            if (1 ... 5).contains(between.count), between.allSatisfy({ $0.isASCII && $0.isNumber }) { return nil }
+        }
+        return "the database URL's password holds a character a URL must percent-encode there ('/' as %2F, '?' as %3F, "
+            + "'#' as %23, '@' as %40, here or anywhere after it): libpq would read part of it as the host or an option"
+    }
+
     /// Where the password of `url`'s `user:password@` is (it may hold any character but '@',
     /// which is percent-encoded in a valid URL: the last '@' before the path ends it).
     static func userPassword(in url: String) -> Range<String.Index>? {

@@ -24,14 +24,21 @@ struct SharedSession {
         }
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
         let stem = URL(fileURLWithPath: options.pipeline).deletingPathExtension().lastPathComponent
-        let journalFolder = ".imgpipe/\(stem).workers"
-        let journal = "\(journalFolder)/\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid()).sqlite"
         let worker: SharedWorker
+        // Kept for the life of the process (`WorkerJournal`).
+        let journal: (path: String, lock: StateLock)
         do {
-            try FileManager.default.createDirectory(atPath: journalFolder, withIntermediateDirectories: true)
-            worker = try SharedWorker(pipeline: pipeline, url: url, journalPath: journal, reporter: reporter,
+            journal = try WorkerJournal.claim(folder: ".imgpipe/\(stem).workers",
+                                              base: "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())")
+        } catch {
+            throw CommandError.usage("cannot make this worker's journal: \(error)")
+        }
+        defer { withExtendedLifetime(journal.lock) {} }
+        do {
+            worker = try SharedWorker(pipeline: pipeline, url: url, journalPath: journal.path, reporter: reporter,
                                       logger: options.logging.logger(), options: settings)
         } catch let SharedRun.SharedRunError.runFinished(id) {
+            unlink(journal.path) // made empty by the claim; nothing was written to it
             // Nothing to do is not a failure: a worker restarted after the others finished
             // (a Kubernetes pod, a Slurm requeue) ends as they did, 0, or 1 with failed items.
             let status = try? SharedStatus.latest(at: url, pipelineName: spec.name)
@@ -44,6 +51,7 @@ struct SharedSession {
             if failed > 0 { throw Exit.failedItems }
             return
         } catch {
+            unlink(journal.path)
             // libpq's messages name the host and user, never the password; masked anyway.
             throw CommandError.usage(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
