@@ -768,6 +768,12 @@ struct CommandLineTests {
         #expect(failure.reason == "limit" && failure.message.hasPrefix("border makes 80064×80048"), "\(failure)")
         #expect(failure.message.contains("over limits.maxPixels"), "\(failure)")
 
+        // A small limit is said in pixels: "0.0 MP, over limits.maxPixels (0.0 MP)" said nothing.
+        try pipeline(filters: "[]", output: #"{"format": "png"}"#, limits: #"{"maxPixels": 1000}"#)
+        #expect(try imgpipe("run", "pipe.json", "--new").status == 1)
+        failure = try #require(try status().failures.first)
+        #expect(failure.message == "image is 64×48 (3072 pixels), over limits.maxPixels (1000 pixels)", "\(failure)")
+
         try pipeline(filters: #"[{"op": "resize", "width": 70000, "height": 10}]"#)
         #expect(try imgpipe("run", "pipe.json", "--new").status == 1)
         failure = try #require(try status().failures.first)

@@ -250,6 +250,35 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder).isEmpty, "the old journal went, the new one after a clean end")
     }
 
+    /// A worker whose pipeline lists other items, uses other ones or delivers elsewhere
+    /// does not join (or end as) the run of another: it joined, failed 190 of 300 items as
+    /// `limit` under its own `maxPixels` and mixed its sink folder into the run's tallies.
+    /// A machine's own threads and timeouts may differ.
+    @Test func aWorkerWhosePipelineDiffersInItsItemsOrSinksDoesNotJoin() throws {
+        let server = try UploadServer()
+        try images(4)
+        try work.folder("in2")
+        try pipeline(server)
+        let base = try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8)
+        #expect(try shared(["work", "pipe.json"]).status == 0)
+        let variants = [
+            ("source", base.replacingOccurrences(of: #""path": "in""#, with: #""path": "in2""#)),
+            ("accept", base.replacingOccurrences(of: #""limits": {"#, with: #""accept": {"formats": ["png"]}, "limits": {"#)),
+            ("limits.maxPixels", base.replacingOccurrences(of: #""limits": {"#, with: #""limits": {"maxPixels": 1000, "#)),
+            ("sinks", base.replacingOccurrences(of: #"{"type": "directory", "path": "out"}, "#, with: "")),
+        ]
+        for (field, text) in variants {
+            try #require(text != base, "the \(field) variant changed nothing")
+            try work.write(text, to: "pipe.json")
+            let refused = try shared(["work", "pipe.json"])
+            #expect(refused.status == 2 && refused.stderr.contains("was made with other \(field):"), "\(field): \(refused.stderr)")
+        }
+        try work.write(base.replacingOccurrences(of: #""uploads": 2, "timeout": 10"#, with: #""uploads": 1, "timeout": 5, "workers": 1"#),
+                       to: "pipe.json")
+        let same = try shared(["work", "pipe.json"])
+        #expect(same.status == 0 && same.stdout.contains("already finished"), "\(same.stdout) \(same.stderr)")
+    }
+
     @Test func aWorkerStoppedPastItsLeaseHasItsLateWritesRefused() throws {
         let server = try UploadServer(mode: .slow(0.2))
         try images(16)

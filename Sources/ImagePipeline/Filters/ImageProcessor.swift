@@ -511,8 +511,11 @@ public struct ImageProcessor: Sendable {
         return String(describing: error)
     }
 
+    /// A pixel count as people read it: `24 MP`, `2.5 MP`, and below 0.1 MP the pixels
+    /// themselves (`3120 pixels`), where `0.0 MP` over a limit of `0.0 MP` said nothing.
     static func megapixels(_ pixels: Int) -> String {
         let mp = Double(pixels) / 1_000_000
+        if pixels < 100_000 { return "\(pixels) pixels" }
         return mp >= 10 ? "\(Int(mp.rounded())) MP" : String(format: "%.1f MP", mp)
     }
 }

@@ -117,7 +117,7 @@ public final class SharedRun: @unchecked Sendable {
                 return "no unfinished run of this pipeline to resume; start one with `imgpipe run` or `imgpipe work`"
             case let .fingerprintDiffers(id, fields):
                 return "run #\(id) of this pipeline's name was made with other \(fields.joined(separator: ", ")): "
-                    + "this worker would not make the same bytes, so it does not join (`imgpipe run --new` abandons an "
+                    + "this worker would not do the same run, so it does not join (`imgpipe run --new` abandons an "
                     + "unfinished run and starts one of this pipeline; `imgpipe work --new` does after a finished one)"
             }
         }

@@ -92,13 +92,24 @@ public final class SharedWorker: @unchecked Sendable {
     /// let go well before its lease would be rescued.
     static func transactionLimit(_ options: Options) -> Int { max(2, Int(options.leaseSeconds / 3)) }
 
-    /// What decides the bytes of the outputs: the pipeline's filters and encodings, the
-    /// versions of imgpipe and libvips, and whether liborc's vector code is on (its results
-    /// differ from the scalar code's by a level or so). Workers whose fingerprints differ do
-    /// not share a run.
+    /// What decides the run's outcome: the bytes of the outputs (the pipeline's filters and
+    /// encodings, the versions of imgpipe and libvips, and whether liborc's vector code is
+    /// on: its results differ from the scalar code's by a level or so), which items there
+    /// are and which of them are used (`source`, `accept`, `limits.maxBytes` and
+    /// `limits.maxPixels`), and where they go (`sinks`, as written: a `${…}` that each
+    /// machine sets its own way is the same entry). Workers whose fingerprints differ do not
+    /// share a run. The rest of `limits` (threads, timeouts, rates) and `retry` are each
+    /// machine's own.
     public static func fingerprint(of spec: PipelineSpec) -> [String: String] {
-        spec.outputFingerprint.merging(["imgpipe": ImgpipeIdentity.version, "libvips": VipsRuntime.version,
-                                        "vector": VipsRuntime.vectorCodeEnabled ? "on" : "off"]) { $1 }
+        let document = spec.document
+        func canonical(_ value: JSONValue?) -> String { (value ?? .null).withoutComments.serialized(sortedKeys: true) }
+        let sinks = document["sinks"] ?? document["sink"].map { .array([$0]) }
+        return spec.outputFingerprint.merging([
+            "imgpipe": ImgpipeIdentity.version, "libvips": VipsRuntime.version,
+            "vector": VipsRuntime.vectorCodeEnabled ? "on" : "off",
+            "source": canonical(document["source"]), "accept": canonical(document["accept"]), "sinks": canonical(sinks),
+            "limits.maxBytes": String(spec.limits.maxBytes), "limits.maxPixels": String(spec.limits.maxPixels),
+        ]) { $1 }
     }
 
     static func abandonedError(_ run: Int64) -> SharedWorkerError {
