@@ -130,6 +130,14 @@ struct IncrementalTests {
                 && settled["gone"] as? Int == 0, "\(settled)")
         #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
         #expect(snapshot("out").mapValues(\.inode) == after.mapValues(\.inode))
+
+        // A run of the first two items lists two: the other four are not gone from the feed,
+        // and their files stay (pruning removed 8 of the 12).
+        try photo("p1", seed: 99)
+        let limited = try imgpipe("run", "pipe.json", "--incremental", "--limit", "2")
+        #expect(limited.status == 0, "\(limited.stderr)")
+        #expect(limited.stderr.contains("nothing pruned: this run did not list the whole feed (--limit 2)"), "\(limited.stderr)")
+        #expect(Set(snapshot("out").keys) == Set(after.keys))
     }
 
     /// What the first attack on `--incremental` found, each kept from coming back: a sink

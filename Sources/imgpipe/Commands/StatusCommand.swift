@@ -232,7 +232,7 @@ struct StatusCommand: ParsableCommand {
         Console.out("  chunks: \(status.chunks.pending) pending, \(status.chunks.leased) leased, \(status.chunks.done) done")
         for worker in status.workers {
             Console.out("  worker \(worker.name): last heartbeat \(Int(worker.lastHeartbeatSecondsAgo.rounded())) s ago, "
-                        + "\(worker.itemsDone) items done, \(worker.chunksHeld) chunks held")
+                        + "\(worker.itemsDone) items ended (done, failed or skipped), \(worker.chunksHeld) chunks held")
         }
     }
 }

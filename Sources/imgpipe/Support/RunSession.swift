@@ -126,7 +126,18 @@ struct RunSession {
 
     /// After an incremental run that ended (not interrupted): each sink that prunes
     /// (`"prune": true`) removes what earlier runs delivered to it and this one did not.
+    /// Only a run that listed the whole feed knows what is gone from it: with `--limit`, or
+    /// a listing that failed, the items it did not list are not gone, and nothing is removed.
     private func prune(summary: RunSummary, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
+        let limit = (try? store.run(id: summary.run))??.itemLimit
+        if limit != nil || !summary.feedComplete || summary.listingError != nil {
+            if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
+                reporter.notice("nothing pruned: this run did not list the whole feed ("
+                                + (limit.map { "--limit \($0)" } ?? "its listing did not reach the end")
+                                + "), so the items it did not list are not gone from it")
+            }
+            return
+        }
         for sink in pipeline.sinks {
             guard let locations = try? store.prunable(after: summary.run, sink: sink.name), !locations.isEmpty else { continue }
             let removed = sink.prune(locations)
