@@ -245,6 +245,36 @@ struct S3Tests {
         }
     }
 
+    /// Keys are names, not paths: `in/sub/../x.png` is an object of its own, where libcurl
+    /// sent `/in/x.png` and the item came out as that other object (`in/./d.png` as a 404);
+    /// and a key with a control character, which S3 cannot write in XML, stopped the whole
+    /// listing ("the answer is not a listing") until keys came URL-encoded.
+    @Test func keysWithDotSegmentsOrControlCharactersAreTheirOwnObjects() throws {
+        let sizes = ["in/x.png": (77, 77), "in/sub/../x.png": (55, 33), "in/./d.png": (20, 30),
+                     "in/ctl\u{01}x.png": (40, 10), "in/a b+c.png": (12, 14)]
+        for (index, (key, size)) in sizes.sorted(by: { $0.key < $1.key }).enumerated() {
+            let file = work.url("stage/\(index).png")
+            try ImageFixtures.write(try ImageFixtures.photo(width: size.0, height: size.1, seed: index), to: file)
+            try server.boto3("s3.upload_file(sys.argv[1], sys.argv[2], sys.argv[3])", arguments: [file, bucket, key])
+        }
+        let listed = try server.boto3(#"print(json.dumps(sorted(o["Key"] for o in s3.list_objects_v2(Bucket=sys.argv[1])["Contents"])))"#,
+                                      arguments: [bucket])
+        try #require(try JSONDecoder().decode([String].self, from: Data(listed.utf8)) == sizes.keys.sorted(), "stored as named: \(listed)")
+        try pipeline(source: #"{"type": "s3", "bucket": "\#(bucket)", "prefix": "in/", "endpoint": "\#(server.endpoint)"}"#,
+                     sink: #"{"type": "directory", "path": "out"}"#, output: #"{"format": "png", "name": "{index}.png"}"#,
+                     filters: "[]")
+        let result = try imgpipe(["run", "pipe.json"])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        for record in try imgpipe(["export", "pipe.json"]).jsonLines() {
+            let key = try #require(record["key"] as? String)
+            let expected = try #require(sizes["in/" + key], "\(key)")
+            let name = try #require((record["outputs"] as? [String: [String: Any]])?["default"]?["name"] as? String)
+            let image = try VipsImage.open(path: work.url("out/" + name))
+            #expect((image.width, image.height) == expected, "\(key) came out \(image.width)×\(image.height)")
+        }
+        #expect(work.files(under: "out").count == sizes.count)
+    }
+
     @Test func aSourceWithAWrongSecretCannotBeListed() throws {
         try pipeline(source: #"{"type": "s3", "bucket": "\#(bucket)", "endpoint": "\#(server.endpoint)"}"#,
                      sink: #"{"type": "directory", "path": "out"}"#)

@@ -101,6 +101,9 @@ public struct HTTPRequest: Sendable {
     /// The caller already waited for this request's turn at its host (`HostPacing`): the
     /// client does not reserve another.
     public var paced = false
+    /// The path is sent as it is, its `.` and `..` segments too: an S3 key such as
+    /// `a/../b.png` names an object of its own (libcurl would send `/b.png`, another object).
+    public var pathAsIs = false
 
     public init(url: URL, method: String = "GET", headers: [String: String] = [:], body: Data? = nil,
                 destination: String? = nil, maxBytes: Int = Int.max, maxBytesName: String = "limits.maxBytes") {
@@ -347,6 +350,7 @@ public final class HTTPClient: @unchecked Sendable {
         defer { curl_slist_free_all(headers) }
 
         _ = ip_curl_set_string(handle, CURLOPT_URL, request.url.absoluteString)
+        _ = ip_curl_set_long(handle, CURLOPT_PATH_AS_IS, request.pathAsIs ? 1 : 0)
         _ = ip_curl_set_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
         _ = ip_curl_set_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         // Redirects are followed for reads only: a redirected upload would be re-sent as a

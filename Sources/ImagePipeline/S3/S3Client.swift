@@ -75,6 +75,8 @@ public struct S3Client: Sendable {
     /// `Authorization`. Signed now, for one sending.
     public func signed(_ request: HTTPRequest) -> HTTPRequest {
         var request = request
+        // Signed as the key is: sent so (`HTTPRequest.pathAsIs`).
+        request.pathAsIs = true
         let payloadHash = request.body.map { sha256Hex($0) } ?? SigV4Signer.emptyPayloadHash
         request.headers["x-amz-content-sha256"] = payloadHash
         let url = request.url
@@ -250,7 +252,8 @@ public struct S3Client: Sendable {
     /// One `ListObjectsV2` page of the keys under `prefix`: from the start, after
     /// `startAfter`, or at `continuation` (the previous page's token), `maxKeys` at most.
     public func listObjects(prefix: String, continuation: String?, startAfter: String?, maxKeys: Int) throws(HTTPFailure) -> Page {
-        var query = [("list-type", "2"), ("prefix", prefix), ("max-keys", String(maxKeys))]
+        // Keys come back URL-encoded: a key with a control character is not XML S3 can write.
+        var query = [("list-type", "2"), ("prefix", prefix), ("max-keys", String(maxKeys)), ("encoding-type", "url")]
         if let continuation { query.append(("continuation-token", continuation)) }
         if let startAfter { query.append(("start-after", startAfter)) }
         let result = try send("ListObjectsV2", address(of: prefix), method: "GET", key: nil, query: query)
@@ -258,8 +261,9 @@ public struct S3Client: Sendable {
             throw HTTPFailure(kind: .status, message: "S3 ListObjectsV2 \(address(of: prefix)): the answer is not a listing",
                               status: result.status, retryAfter: nil)
         }
+        let encoded = root.value("EncodingType") == "url"
         let objects = root.all("Contents").compactMap { item -> Object? in
-            guard let key = item.value("Key") else { return nil }
+            guard let written = item.value("Key"), let key = encoded ? Self.urlDecoded(written) : written else { return nil }
             return Object(key: key, size: Int(item.value("Size") ?? "") ?? 0, etag: Self.unquoted(item.value("ETag")),
                           lastModified: item.value("LastModified") ?? "")
         }
@@ -268,6 +272,12 @@ public struct S3Client: Sendable {
     }
 
     // MARK: - helpers
+
+    /// A key as `encoding-type=url` writes it: `%XX` escapes, and `+` for a space (as an
+    /// HTML form; a `+` of the key is `%2B`). Nil when it does not decode to UTF-8.
+    static func urlDecoded(_ text: String) -> String? {
+        text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+    }
 
     static func unquoted(_ etag: String?) -> String {
         (etag ?? "").trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased()
