@@ -237,6 +237,58 @@ struct IncrementalTests {
         }
     }
 
+    /// An incremental run killed and then given up (`run --incremental --new`, as `plan`
+    /// advises) had written over files the finished run before it keeps: they are made
+    /// again, where export vouched for the older run's bytes over the killed run's files.
+    /// A kept file removed or cut short by hand is made again too.
+    @Test func filesWrittenOverOrRemovedSinceTheComparedRunAreMadeAgain() throws {
+        for index in 1 ... 40 { try photo(String(format: "p%02d", index), seed: index, width: 1600, height: 1200) }
+        try pipeline(quality: 85)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let before = snapshot("out").merging(snapshot("archive").map { ("archive/" + $0.key, $0.value) }) { $1 }
+        func writtenOver() -> Set<String> {
+            let now = snapshot("out").merging(snapshot("archive").map { ("archive/" + $0.key, $0.value) }) { $1 }
+            return Set(now.filter { $0.key.hasSuffix("-web.jpg") && $0.value.inode != before[$0.key]?.inode }
+                .map { String($0.key.split(separator: "/").last!.dropLast("-web.jpg".count)) })
+        }
+        try pipeline(quality: 40)
+        let running = try ImgpipeBinary.launch(["run", "pipe.json", "--incremental"], in: work.path)
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, writtenOver().count < 5 { usleep(20_000) }
+        try #require(running.process.isRunning, "the run ended before it could be killed")
+        running.signal(SIGKILL)
+        _ = running.wait()
+        let overwritten = writtenOver()
+        try #require(overwritten.count >= 5 && overwritten.count < 40, "\(overwritten.count) written over")
+
+        try pipeline(quality: 85)
+        try FileManager.default.removeItem(atPath: work.url("out/p39-thumb.png"))
+        try work.write("cut", to: "archive/p40-thumb.png")
+        let planned = try plan()
+        #expect(redo(planned, "web") == overwritten.count && redo(planned, "thumb") == 2, "\(planned)")
+        let rerun = try imgpipe("run", "pipe.json", "--incremental", "--new")
+        #expect(rerun.status == 0, "\(rerun.stderr)")
+        // Export agrees with both folders, file by file.
+        let records = try imgpipe("export", "pipe.json").jsonLines()
+        #expect(records.count == 40)
+        for record in records {
+            let outputs = try #require(record["outputs"] as? [String: [String: Any]])
+            for (id, output) in outputs {
+                let name = try #require(output["name"] as? String)
+                for folder in ["out", "archive"] {
+                    let data = try Data(contentsOf: URL(fileURLWithPath: work.url("\(folder)/\(name)")))
+                    #expect(output["sha256"] as? String == sha256Hex(data), "\(folder)/\(name) (\(id)) is not what export says")
+                }
+            }
+        }
+        // What was not touched is kept as it was (p39's and p40's thumbnails were made again,
+        // and given to both sinks).
+        let after = snapshot("out")
+        for (name, file) in after where name.hasSuffix("-thumb.png") && !["p39-thumb.png", "p40-thumb.png"].contains(name) {
+            #expect(file.inode == before[name]?.inode, "\(name) was kept")
+        }
+    }
+
     /// The resume of an interrupted incremental run compares remote images as they are now,
     /// as the run did: through a conditional request, not the cache's copy (the pipeline's
     /// cache does not revalidate by itself).

@@ -18,6 +18,10 @@ import Foundation
 ///   request when the cache has its ETag or Last-Modified: a 304 is unchanged) and the
 ///   SHA-256 of the bytes decides.
 /// - An item that did not end `done` in the previous run is done again, whatever its source.
+/// - An output is made again for one item when what the previous run delivered of it is no
+///   longer there as delivered: a folder sink's file missing or of another size, or any
+///   sink's location delivered to since by a later run with other bytes (an incremental
+///   run killed, then abandoned with `--new`, had written over files the previous run keeps).
 public final class ChangeDetector: Sendable {
     /// What became of one item of the feed since the previous run.
     public enum Source: String, Sendable {
@@ -35,6 +39,8 @@ public final class ChangeDetector: Sendable {
         public let remake: [String]
         /// Of those, the ones made again only because this run names them otherwise.
         public let renamed: [String]
+        /// Of those, the ones made again because what was delivered is no longer there as it was.
+        public var replaced: [String] = []
     }
 
     /// The run compared with.
@@ -110,6 +116,8 @@ public final class ChangeDetector: Sendable {
         guard source == .unchanged else { return Verdict(source: source, remake: outputs.map(\.id), renamed: []) }
         var remake: [String] = []
         var renamed: [String] = []
+        var replaced: [String] = []
+        let delivered = (try? store.deliveredFiles(runId: baseline.id, key: item.key)) ?? []
         for output in outputs {
             if outputReasons[output.id] != nil {
                 remake.append(output.id)
@@ -117,9 +125,26 @@ public final class ChangeDetector: Sendable {
                       name != recorded?.names[output.id] {
                 remake.append(output.id)
                 renamed.append(output.id)
+            } else if delivered.contains(where: { $0.output == output.id && unchangedSinks.contains($0.sink) && !stillThere($0) }) {
+                remake.append(output.id)
+                replaced.append(output.id)
             }
         }
-        return Verdict(source: source, remake: remake, renamed: renamed)
+        var verdict = Verdict(source: source, remake: remake, renamed: renamed)
+        verdict.replaced = replaced
+        return verdict
+    }
+
+    /// Whether what the compared run delivered is still where it went, as it was: a folder
+    /// sink's file (an absolute path) of the recorded size, and no later run's delivery of
+    /// other bytes to the same place.
+    private func stillThere(_ file: RunStore.DeliveredFile) -> Bool {
+        if file.location.hasPrefix("/") {
+            var info = stat()
+            guard stat(file.location, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
+            if let bytes = file.bytes, Int(info.st_size) != bytes { return false }
+        }
+        return (try? store.deliveredOtherwiseSince(runId: baseline.id, sink: file.sink, location: file.location, hash: file.hash)) == false
     }
 
     private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?, names: [String: String])?) -> Source {

@@ -37,6 +37,7 @@ public struct ChangePlan: Sendable, Codable {
         var counts: [ChangeDetector.Source: Int] = [:]
         var redo: [String: Int] = [:]
         var renamed: [String: Int] = [:]
+        var replaced: [String: Int] = [:]
         var working = 0
         var listed = Set<String>()
         try pipeline.feed.list(after: nil, expecting: { _ in }) { found in
@@ -52,6 +53,7 @@ public struct ChangePlan: Sendable, Codable {
             let made = Set(verdict.remake).union(resent)
             for id in made { redo[id, default: 0] += 1 }
             for id in verdict.renamed { renamed[id, default: 0] += 1 }
+            for id in verdict.replaced { replaced[id, default: 0] += 1 }
             if !made.isEmpty { working += 1 }
             return true
         }
@@ -76,6 +78,9 @@ public struct ChangePlan: Sendable, Codable {
             if new > 0 { reasons.append("\(new) new item(s)") }
             if changed > 0 { reasons.append("\(changed) changed source(s)") }
             if let count = renamed[output.id] { reasons.append("\(count) item(s) named otherwise") }
+            if let count = replaced[output.id] {
+                reasons.append("\(count) file(s) delivered then changed, removed or written over since")
+            }
             outputs[output.id] = OutputPlan(redo: redo[output.id] ?? 0, reasons: reasons)
         }
         return ChangePlan(baseline: detector?.baseline.id, new: new, changed: changed, gone: gone,

@@ -221,6 +221,42 @@ extension RunStore {
 }
 
 extension RunStore {
+    /// One delivery of an item's output that a run recorded done, with what it delivered.
+    public struct DeliveredFile: Sendable {
+        public let output: String
+        public let sink: String
+        /// Where it went (a folder sink's file path, an object's or upload's URL).
+        public let location: String
+        public let bytes: Int?
+        public let hash: String?
+    }
+
+    /// The deliveries of item `key` that run `runId` recorded done, with a location.
+    public func deliveredFiles(runId: Int64, key: String) throws -> [DeliveredFile] {
+        try database.read { db in
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT d.output, d.sink, d.remoteURL, o.bytes, o.hash FROM delivery d
+                LEFT JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
+                WHERE d.runId = ? AND d.itemKey = ? AND d.status = 'done' AND d.remoteURL IS NOT NULL
+                """), arguments: [runId, key]).map {
+                DeliveredFile(output: $0["output"], sink: $0["sink"], location: $0["remoteURL"], bytes: $0["bytes"], hash: $0["hash"])
+            }
+        }
+    }
+
+    /// Whether a run after `runId` (one abandoned or unfinished since, an incremental run
+    /// killed and started over) recorded a delivery to `location` of `sink` with other
+    /// bytes than `hash`: what is there now is not what run `runId` delivered.
+    public func deliveredOtherwiseSince(runId: Int64, sink: String, location: String, hash: String?) throws -> Bool {
+        try database.read { db in
+            try Bool.fetchOne(db.cachedStatement(sql: """
+                SELECT EXISTS (SELECT 1 FROM delivery d
+                    JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
+                    WHERE d.sink = ? AND d.remoteURL = ? AND d.runId > ? AND d.status = 'done' AND o.hash IS NOT ?)
+                """), arguments: [sink, location, runId, hash]) ?? false
+        }
+    }
+
     /// The keys of run `runId` after sequence number `seq` in feed order, at most `limit`,
     /// with their sequence numbers (for paging through a large run in constant memory).
     public func keys(runId: Int64, after seq: Int, limit: Int) throws -> [(seq: Int, key: String)] {
