@@ -53,6 +53,25 @@ struct IncrementalTests {
         return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
     }
 
+    /// Export's records: `items` of them, all done, and each output's SHA-256 and size those
+    /// of its file in every one of `folders`.
+    func exportAgreesWithDisk(items: Int, folders: [String], sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let records = try imgpipe("export", "pipe.json").jsonLines()
+        #expect(records.count == items, sourceLocation: sourceLocation)
+        for record in records {
+            let outputs = try #require(record["outputs"] as? [String: [String: Any]], sourceLocation: sourceLocation)
+            for (id, output) in outputs {
+                let name = try #require(output["name"] as? String, sourceLocation: sourceLocation)
+                for folder in folders {
+                    let data = try Data(contentsOf: URL(fileURLWithPath: work.url("\(folder)/\(name)")))
+                    #expect(output["sha256"] as? String == sha256Hex(data) && output["bytes"] as? Int == data.count,
+                            "\(folder)/\(name) (\(id)) is not what export says", sourceLocation: sourceLocation)
+                }
+            }
+            #expect(record["status"] as? String == "done", sourceLocation: sourceLocation)
+        }
+    }
+
     func redo(_ plan: [String: Any], _ output: String) -> Int? {
         ((plan["outputs"] as? [String: Any])?[output] as? [String: Any])?["redo"] as? Int
     }
@@ -112,17 +131,7 @@ struct IncrementalTests {
         #expect(FileManager.default.fileExists(atPath: work.url("archive/p6-web.jpg")), "a sink without prune deletes nothing")
 
         // Export of the new run agrees with the disk, carried outputs included.
-        let records = try imgpipe("export", "pipe.json").jsonLines()
-        #expect(records.count == 6)
-        for record in records {
-            let outputs = try #require(record["outputs"] as? [String: [String: Any]])
-            for (id, output) in outputs {
-                let name = try #require(output["name"] as? String)
-                let data = try Data(contentsOf: URL(fileURLWithPath: work.url("out/\(name)")))
-                #expect(output["sha256"] as? String == sha256Hex(data) && output["bytes"] as? Int == data.count, "\(id) \(name)")
-            }
-            #expect(record["status"] as? String == "done")
-        }
+        try exportAgreesWithDisk(items: 6, folders: ["out"])
 
         // Nothing changed since: the next plan has nothing to do, and a run changes no file.
         let settled = try plan()
@@ -268,19 +277,7 @@ struct IncrementalTests {
         #expect(redo(planned, "web") == overwritten.count && redo(planned, "thumb") == 2, "\(planned)")
         let rerun = try imgpipe("run", "pipe.json", "--incremental", "--new")
         #expect(rerun.status == 0, "\(rerun.stderr)")
-        // Export agrees with both folders, file by file.
-        let records = try imgpipe("export", "pipe.json").jsonLines()
-        #expect(records.count == 40)
-        for record in records {
-            let outputs = try #require(record["outputs"] as? [String: [String: Any]])
-            for (id, output) in outputs {
-                let name = try #require(output["name"] as? String)
-                for folder in ["out", "archive"] {
-                    let data = try Data(contentsOf: URL(fileURLWithPath: work.url("\(folder)/\(name)")))
-                    #expect(output["sha256"] as? String == sha256Hex(data), "\(folder)/\(name) (\(id)) is not what export says")
-                }
-            }
-        }
+        try exportAgreesWithDisk(items: 40, folders: ["out", "archive"])
         // What was not touched is kept as it was (p39's and p40's thumbnails were made again,
         // and given to both sinks).
         let after = snapshot("out")
