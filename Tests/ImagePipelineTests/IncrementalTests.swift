@@ -286,6 +286,47 @@ struct IncrementalTests {
         }
     }
 
+    /// What a pipeline file as written does not show: a watermark image given other bytes
+    /// under the same name makes the outputs that use it again (and only those), and a sink
+    /// whose `${OUTDIR}` has another value is another place that gets every output; both
+    /// were "nothing to do", and the new folder stayed empty.
+    @Test func aChangedWatermarkImageAndASinkMovedByItsVariableAreSeen() throws {
+        for index in 1 ... 3 { try photo("p\(index)", seed: index) }
+        try ImageFixtures.write(try ImageFixtures.photo(width: 30, height: 20, seed: 7), to: work.url("logo.png"))
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 120, "height": 120}],
+             "outputs": [{"id": "web", "format": "jpeg", "name": "{stem}-web.jpg",
+                          "filters": [{"op": "watermark", "image": "logo.png", "opacity": 1}]},
+                         {"id": "thumb", "format": "png", "filters": [{"op": "fit", "width": 40, "height": 40}],
+                          "name": "{stem}-thumb.png"}],
+             "sinks": [{"type": "directory", "path": "${OUTDIR}"}]}
+            """, to: "pipe.json")
+        func run(_ arguments: String..., into folder: String) throws -> CommandResult {
+            try ImgpipeBinary.run(Array(arguments), in: work.path, environment: ["OUTDIR": folder])
+        }
+        #expect(try run("run", "pipe.json", into: "outA").status == 0)
+        let before = snapshot("outA")
+
+        try ImageFixtures.write(try ImageFixtures.photo(width: 30, height: 20, seed: 8), to: work.url("logo.png"))
+        let planned = try #require(try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: "outA").stdout.utf8))
+                                   as? [String: Any])
+        #expect(redo(planned, "web") == 3 && redo(planned, "thumb") == 0, "\(planned)")
+        #expect("\(planned)".contains("a watermark image it uses changed"), "\(planned)")
+        #expect(try run("run", "pipe.json", "--incremental", into: "outA").status == 0)
+        let after = snapshot("outA")
+        for index in 1 ... 3 {
+            #expect(after["p\(index)-web.jpg"]?.data != before["p\(index)-web.jpg"]?.data, "p\(index)-web.jpg shows the new logo")
+            #expect(after["p\(index)-thumb.png"]?.inode == before["p\(index)-thumb.png"]?.inode, "p\(index)-thumb.png was kept")
+        }
+
+        let moved = try #require(try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: "outB").stdout.utf8))
+                                 as? [String: Any])
+        #expect(redo(moved, "web") == 3 && redo(moved, "thumb") == 3, "\(moved)")
+        #expect(try run("run", "pipe.json", "--incremental", into: "outB").status == 0)
+        #expect(snapshot("outB").mapValues(\.data) == snapshot("outA").mapValues(\.data), "the new folder has every output")
+    }
+
     /// The resume of an interrupted incremental run compares remote images as they are now,
     /// as the run did: through a conditional request, not the cache's copy (the pipeline's
     /// cache does not revalidate by itself).

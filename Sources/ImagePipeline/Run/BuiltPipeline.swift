@@ -389,3 +389,53 @@ extension EnvString {
         return url
     }
 }
+
+extension BuiltPipeline {
+    /// Keys of a run's fingerprint that `resume` does not compare (where outputs go, which
+    /// a resume may change under a sink's name), or compares only when the run recorded
+    /// them (runs of an older imgpipe did not).
+    public static let sinkTargetsKey = "sinkTargets"
+    public static let assetsKey = "assets"
+
+    /// What the store records as the run's fingerprint: the pipeline's `outputFingerprint`
+    /// (filters and outputs as written) and, for change-aware re-runs,
+    /// - `assets`: per output, the SHA-256 of the watermark images its filters (common and
+    ///   its own) read, when any does: another picture under the same file name changes
+    ///   the output as much as another filter;
+    /// - `sinkTargets`: per sink, the SHA-256 of its entry with `${…}` expanded (headers,
+    ///   form fields, metadata and credentials left out): `"path": "${OUTDIR}"` sent
+    ///   elsewhere is another sink, though its entry as written is the same.
+    public var runFingerprint: [String: String] {
+        var fingerprint = spec.outputFingerprint
+        func hashes(_ filters: [FilterSpec]) -> [String] {
+            filters.compactMap { (try? PipelineSpec.expanded($0, path: "", in: environment)).flatMap(watermarkHash) }
+        }
+        let common = hashes(spec.filters)
+        var assets: [String: JSONValue] = [:]
+        for output in spec.outputs {
+            let hashes = common + hashes(output.filters)
+            if !hashes.isEmpty { assets[output.id] = .string(sha256Hex(hashes.joined(separator: " "))) }
+        }
+        if !assets.isEmpty { fingerprint[Self.assetsKey] = JSONValue.object(assets.sorted { $0.key < $1.key }).serialized(sortedKeys: true) }
+        let written = spec.document["sinks"]?.arrayValue ?? spec.document["sink"].map { [$0] } ?? []
+        var targets: [(String, JSONValue)] = []
+        for (sink, entry) in zip(spec.sinks, written) {
+            guard case let .object(members) = entry.withoutComments else { continue }
+            let kept = JSONValue.object(members.filter { !Self.notWhereOutputsGo.contains($0.key) })
+            targets.append((sink.name, .string(sha256Hex(environment.expanding(kept.serialized(sortedKeys: true))))))
+        }
+        fingerprint[Self.sinkTargetsKey] = JSONValue.object(targets).serialized(sortedKeys: true)
+        return fingerprint
+    }
+
+    /// Sink fields that say nothing of where outputs go (or hold secrets).
+    static let notWhereOutputsGo: Set<String> = ["headers", "fields", "metadata", "accessKeyId", "secretAccessKey",
+                                                   "sessionToken", "prune"]
+
+    /// The SHA-256 of a watermark step's image file as it is now (nil for other steps).
+    func watermarkHash(_ step: FilterStep) -> String? {
+        guard case let .watermark(watermark) = step else { return nil }
+        guard let data = FileManager.default.contents(atPath: spec.resolvePath(watermark.image)) else { return "unreadable" }
+        return sha256Hex(data)
+    }
+}

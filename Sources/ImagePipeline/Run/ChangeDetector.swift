@@ -9,8 +9,10 @@ import Foundation
 ///   `OutputSpec`, name template included), when the common `filters` or the `accept`
 ///   rules changed, or when the previous run had no output of that id; for one item when
 ///   this run would name it otherwise (`{index}` after items before it left the feed).
-/// - A sink whose entry in the pipeline file changed (another folder, URL, type, outputs)
-///   or that is new gets every output again; the others keep what they were given.
+/// - A sink whose entry in the pipeline file changed (another folder, URL, type, outputs),
+///   or whose `${…}` values make it another place, or that is new gets every output again;
+///   the others keep what they were given.
+/// - An output whose watermark image (a file of the same name) has other bytes is made again.
 /// - An item's source: a local file is unchanged when its size and modification time are
 ///   the recorded ones; when only the time differs the SHA-256 of its bytes decides. A
 ///   remote item is compared by the feed's version field when the source names one
@@ -56,6 +58,9 @@ public final class ChangeDetector: Sendable {
     private let fetcher: RemoteFetcher?
     private let versionField: String?
     private let scratch: String
+    /// The folder sinks' roots by name: a file a folder sink was given is looked for under
+    /// its recorded name there (its recorded location hides any `${…}` value as `***`).
+    private let folders: [String: String]
 
     /// Compares with run `baselineID` when given, else with the latest finished run; nil
     /// when there is none (every item is then new).
@@ -68,6 +73,8 @@ public final class ChangeDetector: Sendable {
         fetcher = pipeline.fetcher
         versionField = pipeline.spec.source.remote?.versionField
         self.scratch = scratch
+        folders = Dictionary(pipeline.sinks.compactMap { sink in (sink as? DirectorySink).map { (sink.name, $0.root) } },
+                             uniquingKeysWith: { first, _ in first })
         let spec = pipeline.spec
         outputs = spec.outputs
         let document = try? JSONParser.parse(baseline.document)
@@ -76,6 +83,16 @@ public final class ChangeDetector: Sendable {
         func canonical(_ value: JSONValue?) -> String { (value ?? .null).withoutComments.serialized(sortedKeys: true) }
         let commonChanged = baseline.fingerprint["filters"] != spec.outputFingerprint["filters"]
         let acceptChanged = canonical(document?["accept"]) != canonical(spec.document["accept"])
+        // Recorded since runs record them (`BuiltPipeline.runFingerprint`): the watermark
+        // images' hashes per output, and each sink's entry with `${…}` expanded.
+        let now = pipeline.runFingerprint
+        func recorded(_ key: String, in fingerprint: [String: String]) -> [String: String]? {
+            fingerprint[key].flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) }
+        }
+        let assetsBefore = recorded(BuiltPipeline.assetsKey, in: baseline.fingerprint)
+        let assetsNow = recorded(BuiltPipeline.assetsKey, in: now) ?? [:]
+        let targetsBefore = recorded(BuiltPipeline.sinkTargetsKey, in: baseline.fingerprint)
+        let targetsNow = recorded(BuiltPipeline.sinkTargetsKey, in: now) ?? [:]
         var reasons: [String: String] = [:]
         for output in spec.outputs {
             if commonChanged {
@@ -83,7 +100,11 @@ public final class ChangeDetector: Sendable {
             } else if acceptChanged {
                 reasons[output.id] = "the accept rules changed"
             } else if let old = beforeOutputs[output.id] {
-                if old != output { reasons[output.id] = "its filters or encoding changed" }
+                if old != output {
+                    reasons[output.id] = "its filters or encoding changed"
+                } else if let assetsBefore, assetsBefore[output.id] != assetsNow[output.id] {
+                    reasons[output.id] = "a watermark image it uses changed"
+                }
             } else {
                 reasons[output.id] = "run #\(baseline.id) had no output \"\(output.id)\""
             }
@@ -97,6 +118,8 @@ public final class ChangeDetector: Sendable {
                 // what the sink was given.
                 if old.ignoringPrune != sink.ignoringPrune || before?.outputs(of: sink.name) != spec.outputs(of: sink.name) {
                     sinkReasons[sink.name] = "sink \"\(sink.name)\" changed"
+                } else if let targetsBefore, targetsBefore[sink.name] != targetsNow[sink.name] {
+                    sinkReasons[sink.name] = "sink \"\(sink.name)\" goes elsewhere (a ${…} in it has another value)"
                 } else {
                     unchanged.append(sink.name)
                 }
@@ -125,7 +148,9 @@ public final class ChangeDetector: Sendable {
                       name != recorded?.names[output.id] {
                 remake.append(output.id)
                 renamed.append(output.id)
-            } else if delivered.contains(where: { $0.output == output.id && unchangedSinks.contains($0.sink) && !stillThere($0) }) {
+            } else if delivered.contains(where: { file in
+                file.output == output.id && unchangedSinks.contains(file.sink) && !stillThere(file, name: recorded?.names[output.id])
+            }) {
                 remake.append(output.id)
                 replaced.append(output.id)
             }
@@ -136,12 +161,13 @@ public final class ChangeDetector: Sendable {
     }
 
     /// Whether what the compared run delivered is still where it went, as it was: a folder
-    /// sink's file (an absolute path) of the recorded size, and no later run's delivery of
-    /// other bytes to the same place.
-    private func stillThere(_ file: RunStore.DeliveredFile) -> Bool {
-        if file.location.hasPrefix("/") {
+    /// sink's file (its recorded name under the sink's folder) of the recorded size, and no
+    /// later run's delivery of other bytes to the same place.
+    private func stillThere(_ file: RunStore.DeliveredFile, name: String?) -> Bool {
+        if let root = folders[file.sink], let name {
+            let path = root + "/" + name
             var info = stat()
-            guard stat(file.location, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
+            guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
             if let bytes = file.bytes, Int(info.st_size) != bytes { return false }
         }
         return (try? store.deliveredOtherwiseSince(runId: baseline.id, sink: file.sink, location: file.location, hash: file.hash)) == false

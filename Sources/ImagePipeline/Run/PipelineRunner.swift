@@ -77,7 +77,7 @@ public final class PipelineRunner: Sendable {
     var identity: RunIdentity {
         let spec = pipeline.spec
         return RunIdentity(pipelinePath: pipeline.path, pipelineName: spec.name, document: spec.document.serialized(),
-                           fingerprint: spec.outputFingerprint, sinks: spec.sinks.map(\.name),
+                           fingerprint: pipeline.runFingerprint, sinks: spec.sinks.map(\.name),
                            workRoot: store.workRoot,
                            displayPath: displayPath, uuid: options.runUUID, baseline: options.changes?.baseline.id)
     }

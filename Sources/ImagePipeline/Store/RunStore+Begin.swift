@@ -72,7 +72,12 @@ extension RunStore {
             guard var run = latest else {
                 throw RunError.nothingToResume(stateFile: path, pipeline: identity.displayPath)
             }
-            let changed = identity.fingerprint.keys.sorted().filter { identity.fingerprint[$0] != run.fingerprint[$0] }
+            // Where outputs go is not compared (a sink changed under its name takes what is
+            // left), and the watermarks' hashes only when the run recorded them.
+            let changed = identity.fingerprint.keys.sorted().filter { key in
+                key != BuiltPipeline.sinkTargetsKey && (key != BuiltPipeline.assetsKey || run.fingerprint[key] != nil)
+                    && identity.fingerprint[key] != run.fingerprint[key]
+            }
             if !changed.isEmpty {
                 let details = changed.flatMap { field -> [String] in
                     guard let old = run.fingerprint[field].flatMap({ try? JSONParser.parse($0) }),
