@@ -427,8 +427,21 @@ struct IncrementalTests {
         #expect(byField.stdout.contains(#""changed" : 1"#) && byField.stdout.contains(#""unchanged" : 3"#), "\(byField.stdout)")
         #expect(imageRequests() == 8, "the version field decided: no image was asked for")
 
+        // Planning writes nothing: not the state file, and not the cache, though it asks the
+        // server again (it stored the changed image and recorded each use). SQLite's -wal
+        // and -shm files beside the state file are SQLite's.
+        func everything() -> [String: String] {
+            Dictionary(uniqueKeysWithValues: work.files(under: ".imgpipe").filter { !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }.map { name in
+                let path = work.url(".imgpipe/" + name)
+                var info = stat()
+                _ = stat(path, &info)
+                return (name, "\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec) " + sha256Hex(FileManager.default.contents(atPath: path) ?? Data()))
+            })
+        }
+        let untouched = everything()
         let byTag = try imgpipe("plan", "byetag.json", "--json")
         #expect(byTag.stdout.contains(#""changed" : 1"#) && byTag.stdout.contains(#""unchanged" : 3"#), "\(byTag.stdout)")
+        #expect(everything() == untouched, "\(Set(everything().keys).symmetricDifference(untouched.keys))")
         let asked = server.requests.filter { $0.path.hasPrefix("/images/") }.suffix(4)
         #expect(asked.count == 4 && asked.allSatisfy { $0.headers["if-none-match"] != nil }, "conditional requests, from the cache's ETags")
 

@@ -31,13 +31,18 @@ public final class DiskCache: @unchecked Sendable {
     private let expanding: @Sendable (String) -> String
     private let lock = NSLock()
     private var size: Int?
+    /// Read and never written (`plan`): `store` keeps nothing, `entry` records no use, and
+    /// downloads go to the system's temporary folder instead of the cache's.
+    public let readOnly: Bool
 
     public init(directory: String, maxSize: Int?, unexpanded: @escaping @Sendable (String) -> String = { $0 },
-                expanding: @escaping @Sendable (String) -> String = { $0 }) throws {
+                expanding: @escaping @Sendable (String) -> String = { $0 }, readOnly: Bool = false) throws {
         self.directory = directory
         self.maxSize = maxSize
         self.unexpanded = unexpanded
         self.expanding = expanding
+        self.readOnly = readOnly
+        guard !readOnly else { return }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         sweepStaleDownloads()
     }
@@ -73,7 +78,7 @@ public final class DiskCache: @unchecked Sendable {
               var entry = try? JSONDecoder().decode(Entry.self, from: data), entry.url == unexpanded(url),
               FileManager.default.fileExists(atPath: body) else { return nil }
         entry.path = body
-        utimes(body, nil)
+        if !readOnly { utimes(body, nil) }
         return entry
     }
 
@@ -83,10 +88,14 @@ public final class DiskCache: @unchecked Sendable {
     public func store(url: String, file: String, etag: String?, lastModified: String?,
                       robotsTag: [String]? = nil) throws -> Entry {
         let (folder, body, meta) = paths(url)
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let bytes = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
         var entry = Entry(url: unexpanded(url), etag: etag, lastModified: lastModified, bytes: bytes,
                           robotsTag: robotsTag.map { $0.map(unexpanded) })
+        if readOnly {
+            unlink(file)
+            return entry
+        }
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let previous = (try? FileManager.default.attributesOfItem(atPath: body)[.size] as? Int) ?? 0
         guard rename(file, body) == 0 else {
             throw CacheError(description: "cannot move \(file) into the cache: \(String(cString: strerror(errno)))")
@@ -119,7 +128,7 @@ public final class DiskCache: @unchecked Sendable {
 
     /// A fresh name inside the cache folder, for a download that may be stored.
     public func temporaryFile() -> String {
-        directory + "/.download-\(UUID().uuidString).tmp"
+        (readOnly ? NSTemporaryDirectory() : directory) + "/.download-\(UUID().uuidString).tmp"
     }
 
     /// Total bytes of cached bodies.

@@ -50,18 +50,20 @@ public struct PipelineSpec: Sendable {
 
     /// Makes a remote source's cache ask the server again (a conditional request) instead of
     /// serving what it holds: `plan` and `run --incremental` compare images as they are now.
-    public mutating func revalidateCache() {
+    /// `readOnly` (`plan`): the cache is read and never written.
+    public mutating func revalidateCache(readOnly: Bool = false) {
+        func changed(_ remote: RemoteOptions) -> RemoteOptions { readOnly ? remote.revalidating.readingCacheOnly : remote.revalidating }
         switch source {
-        case let .urlList(path, remote): source = .urlList(path: path, remote: remote.revalidating)
+        case let .urlList(path, remote): source = .urlList(path: path, remote: changed(remote))
         case let .jsonFeed(url, urlField, keyField, remote):
-            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, remote: remote.revalidating)
+            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, remote: changed(remote))
         case let .nasaImages(query, endpoint, mediaType, maxItems, remote):
-            source = .nasaImages(query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: remote.revalidating)
+            source = .nasaImages(query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: changed(remote))
         case let .flickrSearch(text, apiKey, endpoint, perPage, maxItems, size, remote):
             source = .flickrSearch(text: text, apiKey: apiKey, endpoint: endpoint, perPage: perPage, maxItems: maxItems,
-                                   size: size, remote: remote.revalidating)
+                                   size: size, remote: changed(remote))
         case let .s3(location, pageSize, maxItems, remote):
-            source = .s3(location, pageSize: pageSize, maxItems: maxItems, remote: remote.revalidating)
+            source = .s3(location, pageSize: pageSize, maxItems: maxItems, remote: changed(remote))
         case .directory: break
         }
     }
@@ -143,6 +145,13 @@ extension RemoteOptions {
         copy.cache?.revalidate = true
         return copy
     }
+
+    /// These options with the cache (if any) read and never written.
+    var readingCacheOnly: RemoteOptions {
+        var copy = self
+        copy.cache?.readOnly = true
+        return copy
+    }
 }
 
 /// `cache`: `true` (the default), `false`, or `{ "path", "revalidate", "maxSize" }`.
@@ -150,6 +159,8 @@ public struct CacheSpec: Sendable, Equatable {
     /// nil: `.imgpipe/cache` in the current directory.
     public var path: EnvString?
     public var revalidate = false
+    /// Read, never written (`plan`): nothing stored, nothing evicted, no use recorded.
+    public var readOnly = false
     /// Bytes of cached bodies at most (least recently used evicted first).
     public var maxSize: Int?
 

@@ -309,7 +309,7 @@ public struct BuiltPipeline: Sendable {
         var revalidate = false
         if let cacheSpec = remote.cache, withCache {
             cache = try DiskCache(directory: try cacheSpec.directory(in: spec, environment: environment), maxSize: cacheSpec.maxSize,
-                                  unexpanded: environment.unexpanded, expanding: environment.expanding)
+                                  unexpanded: environment.unexpanded, expanding: environment.expanding, readOnly: cacheSpec.readOnly)
             revalidate = cacheSpec.revalidate
         }
         let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,

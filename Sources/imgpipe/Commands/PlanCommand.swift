@@ -26,7 +26,7 @@ struct PlanCommand: ParsableCommand {
             throw CommandError.usage("plan takes a state file, not a PostgreSQL state")
         }
         var spec = try options.loadSpec()
-        spec.revalidateCache()
+        spec.revalidateCache(readOnly: true)
         let environment = Environment()
         let pipeline = try options.build(spec, environment: environment) { Console.note($0) }
         let stateFile = try options.stateFile()
@@ -35,7 +35,7 @@ struct PlanCommand: ParsableCommand {
             // No state file yet: everything is new (and none is made by planning).
             let store = FileManager.default.fileExists(atPath: stateFile) ? try RunStore(path: stateFile, readOnly: true) : nil
             plan = try ChangePlan.make(pipeline: pipeline, store: store,
-                                       scratch: RunStore.workRoot(ofStateFile: stateFile) + "/plan-\(getpid())")
+                                       scratch: NSTemporaryDirectory() + "/imgpipe-plan-\(getpid())-\(UUID().uuidString.prefix(8))")
         } catch {
             throw CommandError.failure(environment.redact(String(describing: error)))
         }
