@@ -286,6 +286,39 @@ struct IncrementalTests {
         }
     }
 
+    /// The order of `outputs` is not where anything goes, and a new output is made and
+    /// delivered without the others: both made every sink that takes every output "changed",
+    /// and every file was written again.
+    @Test func outputsReorderedOrAddedKeepTheOthersFiles() throws {
+        for index in 1 ... 3 { try photo("p\(index)", seed: index) }
+        let web = #"{"id": "web", "format": "jpeg", "quality": 80, "name": "{stem}-web.jpg"}"#
+        let thumb = #"{"id": "thumb", "format": "png", "filters": [{"op": "fit", "width": 40, "height": 40}], "name": "{stem}-thumb.png"}"#
+        let tiny = #"{"id": "tiny", "format": "png", "filters": [{"op": "fit", "width": 10, "height": 10}], "name": "{stem}-tiny.png"}"#
+        func write(_ outputs: String...) throws {
+            try work.write("""
+                {"version": 1, "source": {"type": "directory", "path": "in"},
+                 "filters": [{"op": "fit", "width": 120, "height": 120}], "outputs": [\(outputs.joined(separator: ", "))],
+                 "sinks": [{"type": "directory", "path": "out", "prune": true}]}
+                """, to: "pipe.json")
+        }
+        try write(web, thumb)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let before = snapshot("out")
+        try write(thumb, web)
+        let reordered = try plan()
+        #expect(redo(reordered, "web") == 0 && redo(reordered, "thumb") == 0, "\(reordered)")
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        #expect(snapshot("out").mapValues(\.inode) == before.mapValues(\.inode))
+
+        try write(thumb, web, tiny)
+        let added = try plan()
+        #expect(redo(added, "web") == 0 && redo(added, "thumb") == 0 && redo(added, "tiny") == 3, "\(added)")
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        let after = snapshot("out")
+        #expect(after.count == 9)
+        for (name, file) in before { #expect(after[name]?.inode == file.inode, "\(name) was kept") }
+    }
+
     /// What a pipeline file as written does not show: a watermark image given other bytes
     /// under the same name makes the outputs that use it again (and only those), and a sink
     /// whose `${OUTDIR}` has another value is another place that gets every output; both

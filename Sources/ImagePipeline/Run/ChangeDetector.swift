@@ -116,7 +116,11 @@ public final class ChangeDetector: Sendable {
             if let old = before?.sinks.first(where: { $0.name == sink.name }) {
                 // `prune` says what to remove, not where to deliver: turning it on or off keeps
                 // what the sink was given.
-                if old.ignoringPrune != sink.ignoringPrune || before?.outputs(of: sink.name) != spec.outputs(of: sink.name) {
+                // Its outputs as a set: their order is not where anything goes. An output it
+                // takes now and did not is made for every item anyway when it is new (or
+                // newly defined); an older output newly sent to it needs every item again.
+                let added = Set(spec.outputs(of: sink.name)).subtracting(before?.outputs(of: sink.name) ?? [])
+                if old.ignoringPrune != sink.ignoringPrune || !added.allSatisfy({ reasons[$0] != nil }) {
                     sinkReasons[sink.name] = "sink \"\(sink.name)\" changed"
                 } else if let targetsBefore, targetsBefore[sink.name] != targetsNow[sink.name] {
                     sinkReasons[sink.name] = "sink \"\(sink.name)\" goes elsewhere (a ${…} in it has another value)"
