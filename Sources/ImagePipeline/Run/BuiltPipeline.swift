@@ -403,8 +403,8 @@ extension BuiltPipeline {
     ///   its own) read, when any does: another picture under the same file name changes
     ///   the output as much as another filter;
     /// - `sinkTargets`: per sink, the SHA-256 of its entry with `${…}` expanded (headers,
-    ///   form fields, metadata and credentials left out): `"path": "${OUTDIR}"` sent
-    ///   elsewhere is another sink, though its entry as written is the same.
+    ///   form fields, metadata, credentials and a URL's query left out): `"path": "${OUTDIR}"`
+    ///   sent elsewhere is another sink, though its entry as written is the same.
     public var runFingerprint: [String: String] {
         var fingerprint = spec.outputFingerprint
         func hashes(_ filters: [FilterSpec]) -> [String] {
@@ -421,7 +421,12 @@ extension BuiltPipeline {
         var targets: [(String, JSONValue)] = []
         for (sink, entry) in zip(spec.sinks, written) {
             guard case let .object(members) = entry.withoutComments else { continue }
-            let kept = JSONValue.object(members.filter { !Self.notWhereOutputsGo.contains($0.key) })
+            // A URL's query (where an API key often rides) is not where outputs go: left out.
+            let kept = JSONValue.object(members.compactMap { member -> (String, JSONValue)? in
+                guard !Self.notWhereOutputsGo.contains(member.key) else { return nil }
+                guard ["url", "endpoint"].contains(member.key), case let .string(text) = member.value else { return (member.key, member.value) }
+                return (member.key, .string(String(environment.expanding(text).prefix { $0 != "?" && $0 != "#" })))
+            })
             targets.append((sink.name, .string(sha256Hex(environment.expanding(kept.serialized(sortedKeys: true))))))
         }
         fingerprint[Self.sinkTargetsKey] = JSONValue.object(targets).serialized(sortedKeys: true)
