@@ -52,4 +52,20 @@ static inline CURLcode ip_curl_get_offset(CURL *handle, CURLINFO info, curl_off_
     return curl_easy_getinfo(handle, info, value);
 }
 
+/// `location` resolved against `base` as libcurl resolves a redirect's `Location` when it
+/// follows it (its URL API, with the flags `Curl_follow` gives it: spaces allowed, other
+/// characters URL-encoded). A string to free with `curl_free`, or NULL when libcurl cannot
+/// resolve it (and so would not follow it).
+static inline char *ip_curl_resolve_redirect(const char *base, const char *location) {
+    CURLU *url = curl_url();
+    if (!url) return NULL;
+    char *out = NULL;
+    if (curl_url_set(url, CURLUPART_URL, base, 0) == CURLUE_OK &&
+        curl_url_set(url, CURLUPART_URL, location, CURLU_URLENCODE | CURLU_ALLOW_SPACE) == CURLUE_OK) {
+        if (curl_url_get(url, CURLUPART_URL, &out, 0) != CURLUE_OK) out = NULL;
+    }
+    curl_url_cleanup(url);
+    return out;
+}
+
 #endif

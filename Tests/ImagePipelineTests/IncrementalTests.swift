@@ -310,6 +310,13 @@ struct IncrementalTests {
         #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
         #expect(snapshot("out").mapValues(\.inode) == before.mapValues(\.inode))
 
+        // The sink's default name written out and its outputs listed, in another order: the same sink.
+        try work.write(try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8).replacingOccurrences(
+            of: #""path": "out", "prune": true"#, with: #""path": "out", "prune": true, "name": "directory-0", "outputs": ["web", "thumb"]"#),
+            to: "pipe.json")
+        let named = try plan()
+        #expect(redo(named, "web") == 0 && redo(named, "thumb") == 0, "\(named)")
+
         try write(thumb, web, tiny)
         let added = try plan()
         #expect(redo(added, "web") == 0 && redo(added, "thumb") == 0 && redo(added, "tiny") == 3, "\(added)")
@@ -317,6 +324,52 @@ struct IncrementalTests {
         let after = snapshot("out")
         #expect(after.count == 9)
         for (name, file) in before { #expect(after[name]?.inode == file.inode, "\(name) was kept") }
+    }
+
+    /// A sink that takes every item at one URL keeps what it was given when one item is
+    /// added (a later delivery to the same place by this very run made every item "written
+    /// over"); a token in its URL's query that changes is not another place; another value
+    /// of a `${…}` in a filter is another output; and a run of `--limit` items is not what
+    /// the next run compares with (its unlisted items would all look new).
+    @Test func oneURLForEveryItemATokenAFilterValueAndALimitedRun() throws {
+        for index in 1 ... 3 { try photo("p\(index)", seed: index) }
+        let server = try TestHTTPServer { request in request.method == "POST" ? .status(201) : .status(404) }
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 80, "height": 80}, {"op": "caption", "top": "${LABEL}"}],
+             "output": {"format": "jpeg", "name": "{stem}.jpg"},
+             "sinks": [{"type": "directory", "path": "out", "prune": true},
+                       {"type": "http", "url": "\(server.baseURL)/ingest?sig=${SIG}", "method": "POST"}]}
+            """, to: "pipe.json")
+        func run(_ arguments: String..., label: String = "one", sig: String = "1") throws -> CommandResult {
+            try ImgpipeBinary.run(Array(arguments), in: work.path, environment: ["LABEL": label, "SIG": sig])
+        }
+        func planned(label: String = "one", sig: String = "1") throws -> [String: Any] {
+            let result = try run("plan", "pipe.json", "--json", label: label, sig: sig)
+            return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stderr)")
+        }
+        func posts() -> Int { server.requests.count { $0.method == "POST" } }
+        #expect(try run("run", "pipe.json").status == 0)
+        #expect(posts() == 3)
+        try photo("p4", seed: 4)
+        #expect(redo(try planned(), "default") == 1)
+        #expect(try run("run", "pipe.json", "--incremental").status == 0)
+        #expect(posts() == 4, "only the new item was posted")
+        #expect(redo(try planned(), "default") == 0, "the run's own deliveries to the one URL wrote nothing over")
+
+        #expect(redo(try planned(sig: "2"), "default") == 0, "another token is not another place")
+        let before = snapshot("out")
+        #expect(redo(try planned(label: "two"), "default") == 4, "another caption is another output")
+        #expect(try run("run", "pipe.json", "--incremental", label: "two").status == 0)
+        #expect(snapshot("out").allSatisfy { $0.value.data != before[$0.key]?.data }, "every file shows the new caption")
+
+        let limited = try run("run", "pipe.json", "--incremental", "--limit", "2", label: "two")
+        #expect(limited.status == 0, "\(limited.stderr)")
+        let after = snapshot("out")
+        let next = try planned(label: "two")
+        #expect(redo(next, "default") == 0 && next["new"] as? Int == 0, "compared with the last run that listed everything: \(next)")
+        #expect(try run("run", "pipe.json", "--incremental", label: "two").status == 0)
+        #expect(snapshot("out").mapValues(\.inode) == after.mapValues(\.inode))
     }
 
     /// What a pipeline file as written does not show: a watermark image given other bytes
@@ -345,7 +398,7 @@ struct IncrementalTests {
         let planned = try #require(try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: "outA").stdout.utf8))
                                    as? [String: Any])
         #expect(redo(planned, "web") == 3 && redo(planned, "thumb") == 0, "\(planned)")
-        #expect("\(planned)".contains("a watermark image it uses changed"), "\(planned)")
+        #expect("\(planned)".contains("a watermark image or a ${…} value of its filters changed"), "\(planned)")
         #expect(try run("run", "pipe.json", "--incremental", into: "outA").status == 0)
         let after = snapshot("outA")
         for index in 1 ... 3 {

@@ -77,15 +77,15 @@ struct UploadSinkTests {
         #expect(try deliveries().map { $0["remoteURL"] as String? } == [server.baseURL + "/files/kept.jpg"])
     }
 
-    /// An answer's `url` with a character a URL cannot hold (a space, `|`) is kept as the
-    /// server wrote it, that character encoded: its `%2F` stayed `%2F`, where Foundation
+    /// An answer's `url` with a character a URL cannot hold (a space, `|`, a `%` that starts
+    /// no escape) is kept as the server wrote it, that character encoded: its `%2F` stayed `%2F`, where Foundation
     /// encoded every `%` again (`%252F`), posting to another URL and keeping a secret in a
     /// form the masking did not know.
     @Test func anAnswerURLIsKeptAsWrittenWithOnlyWhatCannotBeInAURLEncoded() throws {
         let server = try TestHTTPServer { request in
             let host = "http://\(request.headers["host"]!)"
             switch request.method {
-            case "GET": return .json(#"{"url": "\#(host)/post?k=Ab%2Fcd%2Bef&note=a b|c"}"#)
+            case "GET": return .json(#"{"url": "\#(host)/post?k=Ab%2Fcd%2Bef&p=100%&note=a b|c"}"#)
             case "POST": return .json(#"{"url": "/files/a b%2Fc.jpg"}"#, status: 201)
             default: return .status(404)
             }
@@ -95,7 +95,7 @@ struct UploadSinkTests {
         let result = try imgpipe(["run", "pipe.json"])
         #expect(result.status == 0, "stderr: \(result.stderr) \(result.stdout)")
         let posted = try #require(server.requests.first { $0.method == "POST" })
-        #expect(posted.target == "/post?k=Ab%2Fcd%2Bef&note=a%20b%7Cc", "\(posted.target)")
+        #expect(posted.target == "/post?k=Ab%2Fcd%2Bef&p=100%25&note=a%20b%7Cc", "\(posted.target)")
         #expect(try deliveries().map { $0["remoteURL"] as String? } == [server.baseURL + "/files/a%20b%2Fc.jpg"])
     }
 

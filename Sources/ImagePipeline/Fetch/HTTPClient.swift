@@ -234,7 +234,7 @@ public final class HTTPClient: @unchecked Sendable {
                                 cancellation: cancellation, refuseBody: request.refuseBody)
         if request.isRead, let refuseRedirect = request.refuseRedirect {
             transfer.refuseRedirect = refuseRedirect
-            transfer.location = request.url
+            transfer.location = request.url.absoluteString
         }
         if let destination = request.destination {
             transfer.keepLimit = max(0, request.keepInMemory)
@@ -491,7 +491,10 @@ private final class Transfer {
     /// With `refuseRedirect`: the URL of the response being read (the request's, then each
     /// redirect's target in turn).
     var refuseRedirect: (@Sendable (URL) -> String?)?
-    var location: URL?
+    var location: String?
+    /// The first `Location` of the response being read, as its bytes (libcurl follows the
+    /// first, and takes its bytes as they are).
+    var firstLocation: [UInt8]?
     var redirectRefused: String?
     var failure: HTTPFailure?
     var errorText = ""
@@ -566,27 +569,35 @@ private final class Transfer {
         if line.starts(with: "HTTP/".utf8) {
             headers = [:]
             headerValues = [:]
+            firstLocation = nil
             status = Self.statusCode(line)
         } else if let colon = line.firstIndex(of: UInt8(ascii: ":")) {
             let name = String(decoding: Self.trimmed(line[..<colon]).map(Self.asciiLowercased), as: UTF8.self)
             let value = String(decoding: Self.trimmed(line[(colon + 1)...]), as: UTF8.self)
             headers[name] = value
             headerValues[name, default: []].append(value)
+            if name == "location", firstLocation == nil { firstLocation = Array(Self.trimmed(line[(colon + 1)...])) }
             if keeping, name == "content-length", (200 ... 299).contains(status), let length = Int(value),
                (0 ... keepLimit).contains(length) {
                 // The body kept in one allocation, not grown block by block.
                 data.reserveCapacity(length)
                 sized = true
             }
-        } else if Self.trimmed(line[...]).isEmpty, (300 ... 399).contains(status), status != 304,
-                  let refuseRedirect, let current = location, let target = headers["location"] {
-            // The end of a redirect's headers: libcurl follows it next, unless it is refused
-            // here. A location that cannot be read as a URL is refused as well.
-            guard let next = URL(string: target, relativeTo: current)?.absoluteURL else {
-                redirectRefused = "a redirect to a location that is not a URL: \(target)"
+        } else if Self.trimmed(line[...]).isEmpty, (300 ... 399).contains(status),
+                  let refuseRedirect, let current = location, let target = firstLocation, !target.isEmpty {
+            // The end of a redirect's headers: libcurl follows it next (a 304 with a location
+            // too), unless it is refused here. Its target as libcurl resolves it: one libcurl
+            // cannot resolve is not followed, and fails as it did.
+            guard let resolved = current.withCString({ base in
+                (target.map { CChar(bitPattern: $0) } + [0]).withUnsafeBufferPointer { ip_curl_resolve_redirect(base, $0.baseAddress) }
+            }) else { return count }
+            defer { curl_free(resolved) }
+            let next = String(cString: resolved)
+            guard let url = URL(string: next) else {
+                redirectRefused = "a redirect to \(next), which cannot be checked against robots.txt"
                 return 0
             }
-            if let reason = refuseRedirect(next) {
+            if let reason = refuseRedirect(url) {
                 redirectRefused = reason
                 return 0
             }

@@ -399,43 +399,54 @@ extension BuiltPipeline {
 
     /// What the store records as the run's fingerprint: the pipeline's `outputFingerprint`
     /// (filters and outputs as written) and, for change-aware re-runs,
-    /// - `assets`: per output, the SHA-256 of the watermark images its filters (common and
-    ///   its own) read, when any does: another picture under the same file name changes
+    /// - `assets`: per output whose filters (common and its own) read a watermark image or
+    ///   hold a `${…}`, a SHA-256 of the images' bytes and of the filters with their values
+    ///   expanded: another picture under the same file name, or another `${LABEL}`, changes
     ///   the output as much as another filter;
-    /// - `sinkTargets`: per sink, the SHA-256 of its entry with `${…}` expanded (headers,
-    ///   form fields, metadata, credentials and a URL's query left out): `"path": "${OUTDIR}"`
-    ///   sent elsewhere is another sink, though its entry as written is the same.
+    /// - `sinkTargets`: per sink whose entry holds a `${…}`, a SHA-256 of where it delivers
+    ///   with the values expanded (a folder's path; a URL or endpoint without its query; a
+    ///   bucket, prefix, region and key template): `"path": "${OUTDIR}"` sent elsewhere is
+    ///   another sink, though its entry as written is the same. Headers, form fields,
+    ///   metadata and credentials are not part of it.
     public var runFingerprint: [String: String] {
         var fingerprint = spec.outputFingerprint
-        func hashes(_ filters: [FilterSpec]) -> [String] {
-            filters.compactMap { (try? PipelineSpec.expanded($0, path: "", in: environment)).flatMap(watermarkHash) }
+        func parts(_ filters: [FilterSpec]) -> [String] {
+            var found = filters.compactMap { (try? PipelineSpec.expanded($0, path: "", in: environment)).flatMap(watermarkHash) }
+            let written = JSONValue.array(filters.map { filter in
+                .object([("op", .string(filter.op))] + filter.arguments.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+            }).serialized(sortedKeys: true)
+            if written.contains("${") { found.append(sha256Hex(environment.expanding(written))) }
+            return found
         }
-        let common = hashes(spec.filters)
-        var assets: [String: JSONValue] = [:]
-        for output in spec.outputs {
-            let hashes = common + hashes(output.filters)
-            if !hashes.isEmpty { assets[output.id] = .string(sha256Hex(hashes.joined(separator: " "))) }
+        let common = parts(spec.filters)
+        var assets: [(String, JSONValue)] = []
+        for output in spec.outputs.sorted(by: { $0.id < $1.id }) {
+            let found = common + parts(output.filters)
+            if !found.isEmpty { assets.append((output.id, .string(sha256Hex(found.joined(separator: " "))))) }
         }
-        if !assets.isEmpty { fingerprint[Self.assetsKey] = JSONValue.object(assets.sorted { $0.key < $1.key }).serialized(sortedKeys: true) }
+        if !assets.isEmpty { fingerprint[Self.assetsKey] = JSONValue.object(assets).serialized(sortedKeys: true) }
         let written = spec.document["sinks"]?.arrayValue ?? spec.document["sink"].map { [$0] } ?? []
         var targets: [(String, JSONValue)] = []
         for (sink, entry) in zip(spec.sinks, written) {
             guard case let .object(members) = entry.withoutComments else { continue }
-            // A URL's query (where an API key often rides) is not where outputs go: left out.
-            let kept = JSONValue.object(members.compactMap { member -> (String, JSONValue)? in
-                guard !Self.notWhereOutputsGo.contains(member.key) else { return nil }
-                guard ["url", "endpoint"].contains(member.key), case let .string(text) = member.value else { return (member.key, member.value) }
-                return (member.key, .string(String(environment.expanding(text).prefix { $0 != "?" && $0 != "#" })))
-            })
-            targets.append((sink.name, .string(sha256Hex(environment.expanding(kept.serialized(sortedKeys: true))))))
+            let place = members.compactMap { member -> (String, JSONValue)? in
+                guard Self.whereOutputsGo.contains(member.key) else { return nil }
+                guard case let .string(text) = member.value else { return (member.key, member.value) }
+                let expanded = environment.expanding(text)
+                // A URL's query (where an API key often rides) is not where outputs go.
+                let kept = ["url", "endpoint"].contains(member.key) ? String(expanded.prefix { $0 != "?" && $0 != "#" }) : expanded
+                return (member.key, .string(kept))
+            }
+            guard JSONValue.object(members.filter { Self.whereOutputsGo.contains($0.key) }).serialized().contains("${") else { continue }
+            targets.append((sink.name, .string(sha256Hex(JSONValue.object(place).serialized(sortedKeys: true)))))
         }
-        fingerprint[Self.sinkTargetsKey] = JSONValue.object(targets).serialized(sortedKeys: true)
+        if !targets.isEmpty { fingerprint[Self.sinkTargetsKey] = JSONValue.object(targets).serialized(sortedKeys: true) }
         return fingerprint
     }
 
-    /// Sink fields that say nothing of where outputs go (or hold secrets).
-    static let notWhereOutputsGo: Set<String> = ["headers", "fields", "metadata", "accessKeyId", "secretAccessKey",
-                                                   "sessionToken", "prune"]
+    /// Sink fields that say where outputs go.
+    static let whereOutputsGo: Set<String> = ["type", "path", "url", "endpoint", "method", "bucket", "prefix", "region",
+                                              "pathStyle", "key"]
 
     /// The SHA-256 of a watermark step's image file as it is now (nil for other steps).
     func watermarkHash(_ step: FilterStep) -> String? {

@@ -12,7 +12,8 @@ import Foundation
 /// - A sink whose entry in the pipeline file changed (another folder, URL, type, outputs),
 ///   or whose `${…}` values make it another place, or that is new gets every output again;
 ///   the others keep what they were given.
-/// - An output whose watermark image (a file of the same name) has other bytes is made again.
+/// - An output whose watermark image (a file of the same name) has other bytes, or whose
+///   filters' `${…}` values changed, is made again.
 /// - An item's source: a local file is unchanged when its size and modification time are
 ///   the recorded ones; when only the time differs the SHA-256 of its bytes decides. A
 ///   remote item is compared by the feed's version field when the source names one
@@ -58,17 +59,27 @@ public final class ChangeDetector: Sendable {
     private let fetcher: RemoteFetcher?
     private let versionField: String?
     private let scratch: String
+    /// The runs whose deliveries may have written over the baseline's: after it, up to the
+    /// newest when this detector was made, not the run it works for.
+    private let newestRun: Int64
+    private let currentRun: Int64?
     /// The folder sinks' roots by name: a file a folder sink was given is looked for under
     /// its recorded name there (its recorded location hides any `${…}` value as `***`).
     private let folders: [String: String]
 
     /// Compares with run `baselineID` when given, else with the latest finished run; nil
     /// when there is none (every item is then new).
-    public init?(store: RunStore, pipeline: BuiltPipeline, scratch: String, baselineID: Int64? = nil) throws {
+    public init?(store: RunStore, pipeline: BuiltPipeline, scratch: String, baselineID: Int64? = nil,
+                 current: Int64? = nil) throws {
         let runs = try store.runs()
-        guard let baseline = baselineID.map({ id in runs.first { $0.id == id } }) ?? runs.first(where: { $0.state == .finished })
+        // A run that did not list the whole feed (`--limit`, a listing that failed) knows
+        // only part of it: its unlisted items would all look new.
+        guard let baseline = baselineID.map({ id in runs.first { $0.id == id } })
+                ?? runs.first(where: { $0.state == .finished && $0.itemLimit == nil && $0.feedComplete })
         else { return nil }
         self.baseline = baseline
+        newestRun = runs.map(\.id).max() ?? baseline.id
+        currentRun = current
         self.store = store
         fetcher = pipeline.fetcher
         versionField = pipeline.spec.source.remote?.versionField
@@ -103,7 +114,7 @@ public final class ChangeDetector: Sendable {
                 if old != output {
                     reasons[output.id] = "its filters or encoding changed"
                 } else if let assetsBefore, assetsBefore[output.id] != assetsNow[output.id] {
-                    reasons[output.id] = "a watermark image it uses changed"
+                    reasons[output.id] = "a watermark image or a ${…} value of its filters changed"
                 }
             } else {
                 reasons[output.id] = "run #\(baseline.id) had no output \"\(output.id)\""
@@ -122,7 +133,7 @@ public final class ChangeDetector: Sendable {
                 let added = Set(spec.outputs(of: sink.name)).subtracting(before?.outputs(of: sink.name) ?? [])
                 if old.ignoringPrune != sink.ignoringPrune || !added.allSatisfy({ reasons[$0] != nil }) {
                     sinkReasons[sink.name] = "sink \"\(sink.name)\" changed"
-                } else if let targetsBefore, targetsBefore[sink.name] != targetsNow[sink.name] {
+                } else if let before = targetsBefore?[sink.name], let now = targetsNow[sink.name], before != now {
                     sinkReasons[sink.name] = "sink \"\(sink.name)\" goes elsewhere (a ${…} in it has another value)"
                 } else {
                     unchanged.append(sink.name)
@@ -153,7 +164,8 @@ public final class ChangeDetector: Sendable {
                 remake.append(output.id)
                 renamed.append(output.id)
             } else if delivered.contains(where: { file in
-                file.output == output.id && unchangedSinks.contains(file.sink) && !stillThere(file, name: recorded?.names[output.id])
+                file.output == output.id && unchangedSinks.contains(file.sink)
+                    && !stillThere(file, key: item.key, name: recorded?.names[output.id])
             }) {
                 remake.append(output.id)
                 replaced.append(output.id)
@@ -167,14 +179,16 @@ public final class ChangeDetector: Sendable {
     /// Whether what the compared run delivered is still where it went, as it was: a folder
     /// sink's file (its recorded name under the sink's folder) of the recorded size, and no
     /// later run's delivery of other bytes to the same place.
-    private func stillThere(_ file: RunStore.DeliveredFile, name: String?) -> Bool {
+    private func stillThere(_ file: RunStore.DeliveredFile, key: String, name: String?) -> Bool {
         if let root = folders[file.sink], let name {
             let path = root + "/" + name
             var info = stat()
             guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
             if let bytes = file.bytes, Int(info.st_size) != bytes { return false }
         }
-        return (try? store.deliveredOtherwiseSince(runId: baseline.id, sink: file.sink, location: file.location, hash: file.hash)) == false
+        return (try? store.deliveredOtherwiseSince(runId: baseline.id, upTo: newestRun, excluding: currentRun, key: key,
+                                                   output: file.output, sink: file.sink, location: file.location,
+                                                   hash: file.hash)) == false
     }
 
     private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?, names: [String: String])?) -> Source {

@@ -263,7 +263,10 @@ public struct S3Client: Sendable {
         }
         let encoded = root.value("EncodingType") == "url"
         let objects = root.all("Contents").compactMap { item -> Object? in
-            guard let written = item.value("Key"), let key = encoded ? Self.urlDecoded(written) : written else { return nil }
+            // A key that does not decode (a server that left a bare `%`) is kept as written:
+            // an item that fails where it can be seen, not one dropped without a word.
+            guard let written = item.value("Key") else { return nil }
+            let key = encoded ? Self.urlDecoded(written) ?? written : written
             return Object(key: key, size: Int(item.value("Size") ?? "") ?? 0, etag: Self.unquoted(item.value("ETag")),
                           lastModified: item.value("LastModified") ?? "")
         }

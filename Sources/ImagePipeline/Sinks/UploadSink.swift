@@ -71,10 +71,24 @@ public struct UploadSink: Sink {
         guard let body, let text = (try? JSONDecoder().decode(Answer.self, from: body))?.url?.string, !text.isEmpty else {
             return nil
         }
-        return URL(string: text.addingPercentEncoding(withAllowedCharacters: urlCharacters) ?? text, relativeTo: base)?.absoluteURL
+        return URL(string: encodingWhatAURLCannotHold(text), relativeTo: base)?.absoluteURL
     }
 
-    /// What a URL may hold as it is (RFC 3986): unreserved and reserved characters, and `%`.
-    private static let urlCharacters = CharacterSet(
-        charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:/?#[]@!$&'()*+,;=%")
+    /// `text` with each byte a URL cannot hold as it is percent-encoded: all but unreserved
+    /// and reserved characters (RFC 3986), and a `%` that does not start an escape (`100%`).
+    static func encodingWhatAURLCannotHold(_ text: String) -> String {
+        let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:/?#[]@!$&'()*+,;=".utf8)
+        let hex = Set("0123456789ABCDEFabcdef".utf8)
+        let bytes = Array(text.utf8)
+        var out = ""
+        for (index, byte) in bytes.enumerated() {
+            if allowed.contains(byte) || (byte == UInt8(ascii: "%") && index + 2 < bytes.count
+                                            && hex.contains(bytes[index + 1]) && hex.contains(bytes[index + 2])) {
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                out += String(format: "%%%02X", byte)
+            }
+        }
+        return out
+    }
 }

@@ -61,12 +61,16 @@ struct RunSession {
         var runnerOptions = PipelineRunner.Options()
         // An incremental run, and the resume of one, compare with the run it started from.
         var baselineID: Int64?
-        if case .resume = mode, let latest = try? store.latestRun(), latest.isUnfinished { baselineID = latest.baseline }
+        var current: Int64?
+        if case .resume = mode, let latest = try? store.latestRun(), latest.isUnfinished {
+            baselineID = latest.baseline
+            current = latest.id
+        }
         if incremental || baselineID != nil {
             do {
                 runnerOptions.changes = try ChangeDetector(store: store, pipeline: pipeline,
                                                            scratch: RunStore.workRoot(ofStateFile: stateFile) + "/compare",
-                                                           baselineID: baselineID)
+                                                           baselineID: baselineID, current: current)
             } catch {
                 throw CommandError.failure(environment.redact(String(describing: error)))
             }
@@ -130,6 +134,13 @@ struct RunSession {
     /// a listing that failed, the items it did not list are not gone, and nothing is removed.
     private func prune(summary: RunSummary, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
         let limit = (try? store.run(id: summary.run))??.itemLimit
+        if summary.total == 0 {
+            // A source folder not mounted lists nothing: every file would go.
+            if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
+                reporter.notice("nothing pruned: the feed listed no item at all")
+            }
+            return
+        }
         if limit != nil || !summary.feedComplete || summary.listingError != nil {
             if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
                 reporter.notice("nothing pruned: this run did not list the whole feed ("
