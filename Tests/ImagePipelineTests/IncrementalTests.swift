@@ -147,6 +147,13 @@ struct IncrementalTests {
         #expect(limited.status == 0, "\(limited.stderr)")
         #expect(limited.stderr.contains("nothing pruned: this run did not list the whole feed (--limit 2)"), "\(limited.stderr)")
         #expect(Set(snapshot("out").keys) == Set(after.keys))
+
+        // A source folder that lists nothing (not mounted) prunes nothing either.
+        try FileManager.default.moveItem(atPath: work.url("in"), toPath: work.url("in-away"))
+        try work.folder("in")
+        let empty = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(empty.stderr.contains("nothing pruned: the feed listed no item at all"), "\(empty.stdout) \(empty.stderr)")
+        #expect(Set(snapshot("out").keys) == Set(after.keys))
     }
 
     /// What the first attack on `--incremental` found, each kept from coming back: a sink
