@@ -59,11 +59,12 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(StateLocation.masking(in: "secret is hunter2", url: "postgres://db/x?password=hunter2") == "secret is ***")
         // A password holding '/', '?', '#' or '@' as it is cannot be handed to libpq.
         for bad in ["postgres://u:LEAKpart/rest@h:5432/d", "postgres://u:pw/a?LEAKME@h/d", "postgres://u:Sec:ret@/p w?#1@h/d",
-                    "postgres://u:p@ss@h/d", "postgres://u:pw@h/d?x=a@b"] {
+                    "postgres://u:p@ss@h/d", "postgres://localhost:5432/topsecretXY@127.0.0.1:55432/url"] {
             #expect(StateLocation.unencodedPassword(in: bad) != nil, "\(bad)")
         }
         for good in [url, "postgres://h:5432/d?sslrootcert=/a@b", "postgres://u@h/d", "postgres://u:pw@h/d?x=a%40b",
-                     "host=h password=a/b@c"] {
+                     "postgres://u:pw@h/d?application_name=a@b", "postgres://[::1]:5432/d?user=u&application_name=x@y",
+                     "postgres://u@h1:5432,[::1]:5432/d?password=p&application_name=ops@team", "host=h password=a/b@c"] {
             #expect(StateLocation.unencodedPassword(in: good) == nil, "\(good)")
         }
     }
@@ -112,6 +113,14 @@ final class SharedRunTests: @unchecked Sendable {
         let first = try worker("a", fingerprint: ["filters": "[]", "libvips": "8.14.1", "imgpipe": "1.0"])
         #expect(throws: SharedRun.SharedRunError.fingerprintDiffers(id: first.runId, fields: ["libvips"])) {
             try self.worker("b", fingerprint: ["filters": "[]", "libvips": "8.15.0", "imgpipe": "1.0"])
+        }
+        // A run an older imgpipe made did not record the source, sinks, … : a worker that
+        // records them joins it on what it recorded (it was refused, with the pipeline as it was).
+        let newer = try worker("e", fingerprint: ["filters": "[]", "libvips": "8.14.1", "imgpipe": "1.0", "source": "{}",
+                                                  "sinks": "[]", "accept": "null"])
+        #expect(newer.runId == first.runId)
+        #expect(throws: SharedRun.SharedRunError.fingerprintDiffers(id: first.runId, fields: ["libvips"])) {
+            try self.worker("f", fingerprint: ["filters": "[]", "libvips": "8.15.0", "imgpipe": "1.0", "source": "{}"])
         }
         try first.connection.execute("UPDATE imgpipe_run SET state = 'finished' WHERE id = $1", [String(first.runId)])
         #expect(throws: SharedRun.SharedRunError.runFinished(id: first.runId)) {

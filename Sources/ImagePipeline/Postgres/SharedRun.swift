@@ -211,7 +211,9 @@ public final class SharedRun: @unchecked Sendable {
                 // Checked first, finished or not: a run of other filters, or of a pipeline of the
                 // same name, is not this pipeline's run to join, nor its "nothing to do".
                 let recorded = (try? JSONDecoder().decode([String: String].self, from: Data((latest["fingerprint"] ?? "").utf8))) ?? [:]
-                let differing = Set(recorded.keys).union(fingerprint.keys).sorted().filter { recorded[$0] != fingerprint[$0] }
+                let differing = Set(recorded.keys).union(fingerprint.keys).sorted().filter { key in
+                    recorded[key] != fingerprint[key] && !(recorded[key] == nil && SharedWorker.recordedSince.contains(key))
+                }
                 if !differing.isEmpty { throw SharedRunError.fingerprintDiffers(id: id, fields: differing) }
                 if latest["state"] == "finished" && unfinished == nil { throw SharedRunError.runFinished(id: id) }
                 return latest

@@ -98,16 +98,27 @@ public final class SharedWorker: @unchecked Sendable {
     /// are and which of them are used (`source`, `accept`, `limits.maxBytes` and
     /// `limits.maxPixels`), and where they go (`sinks`, as written: a `${…}` that each
     /// machine sets its own way is the same entry). Workers whose fingerprints differ do not
-    /// share a run. The rest of `limits` (threads, timeouts, rates) and `retry` are each
-    /// machine's own.
+    /// share a run. The rest of `limits` (threads, timeouts, rates), `retry`, a source's
+    /// `cache` and an S3 sink's part sizes are each machine's own. A run made by an imgpipe
+    /// that did not record these (`recordedSince`) is not compared on them.
+    /// Fingerprint keys added after the first shared runs: a run without them was made by
+    /// an older imgpipe, and is joined on what it recorded.
+    public static let recordedSince: Set<String> = ["source", "accept", "sinks", "limits.maxBytes", "limits.maxPixels"]
+
     public static func fingerprint(of spec: PipelineSpec) -> [String: String] {
         let document = spec.document
         func canonical(_ value: JSONValue?) -> String { (value ?? .null).withoutComments.serialized(sortedKeys: true) }
-        let sinks = document["sinks"] ?? document["sink"].map { .array([$0]) }
+        /// `value` without the members each machine sets its own way (a disk cache, upload part sizes).
+        func withoutLocal(_ value: JSONValue?) -> JSONValue? {
+            guard case let .object(members)? = value else { return value }
+            return .object(members.filter { !["cache", "partSize", "multipartThreshold"].contains($0.key) })
+        }
+        let sinks = (document["sinks"]?.arrayValue ?? document["sink"].map { [$0] } ?? []).map { withoutLocal($0) ?? .null }
         return spec.outputFingerprint.merging([
             "imgpipe": ImgpipeIdentity.version, "libvips": VipsRuntime.version,
             "vector": VipsRuntime.vectorCodeEnabled ? "on" : "off",
-            "source": canonical(document["source"]), "accept": canonical(document["accept"]), "sinks": canonical(sinks),
+            "source": canonical(withoutLocal(document["source"])), "accept": canonical(document["accept"]),
+            "sinks": canonical(.array(sinks)),
             "limits.maxBytes": String(spec.limits.maxBytes), "limits.maxPixels": String(spec.limits.maxPixels),
         ]) { $1 }
     }

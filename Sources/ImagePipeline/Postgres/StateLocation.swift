@@ -54,28 +54,36 @@ public enum StateLocation: Sendable, Equatable {
     }
 
     /// Why `url` cannot be given to libpq: a `user:password@` whose password holds a `/`,
-    /// `?`, `#` or `@` as it is. libpq ends the user part at the first of those and reads the
-    /// rest as a host, port or option, quoting pieces of the password in its messages
-    /// (`invalid integer value "…" for connection option "port"`), which no masking can
-    /// know. Nil when the URL is not of that shape (a port after the colon is not a
-    /// password). A URL with two '@' after a password is refused too: an '@' in the
-    /// database name or a parameter is percent-encoded as well.
+    /// `?` or `@` as it is. libpq ends the user part at the first '@' or '/' and reads the
+    /// rest as a host, port, database or option, quoting pieces of the password in its
+    /// messages (`invalid integer value "…" for connection option "port"`), which no masking
+    /// can know. Seen as two '@' before the path, an '@' in the database name, or an '@'
+    /// before the '=' of a parameter: only the rest of such a password puts one there (an
+    /// '@' meant there is written %40). Nil for anything else.
     static func unencodedPassword(in url: String) -> String? {
-        guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@") else { return nil }
-        // Up to the last '@': the user part as a well-formed URL has it.
-        let userPart = url[scheme.upperBound ..< at]
-        guard let colon = userPart.firstIndex(of: ":"),
-              let end = userPart[colon...].firstIndex(where: { "@/?#".contains($0) }) else { return nil }
-        if userPart[end] == "@" {
-            // Two '@' after a password: where it ends cannot be told (libpq ends it at the
-            // first). An '@' in a query or database name is written %40 too.
-        } else {
-            // `host:port/db?…@…`: a port, and an '@' further on in the path or query.
-            let between = userPart[userPart.index(after: colon) ..< end]
-            if (1 ... 5).contains(between.count), between.allSatisfy({ $0.isASCII && $0.isNumber }) { return nil }
+        guard let scheme = url.range(of: "://") else { return nil }
+        let rest = url[scheme.upperBound...]
+        guard rest.contains("@") else { return nil }
+        let problem = "the database URL's password holds a character a URL must percent-encode there ('/' as %2F, "
+            + "'?' as %3F, '#' as %23, '@' as %40, here or in the database name): libpq would read part of it as the "
+            + "host, the database or an option"
+        // libpq's user part ends at the first '@' before the path: a second one there means
+        // the user or password holds one.
+        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        let authority = rest[..<slash]
+        if let at = authority.firstIndex(of: "@"), authority[authority.index(after: at)...].contains("@") { return problem }
+        // An '@' in the path (the database name): the rest of a password that held a '/'.
+        let tail = rest[slash...]
+        let question = tail.firstIndex(of: "?") ?? tail.endIndex
+        if tail[..<question].contains("@") { return problem }
+        // An '@' in a query parameter before any '=': the rest of a password that held a '?'.
+        if question < tail.endIndex {
+            for parameter in tail[tail.index(after: question)...].split(separator: "&") {
+                guard let at = parameter.firstIndex(of: "@") else { continue }
+                guard let equals = parameter.firstIndex(of: "="), equals < at else { return problem }
+            }
         }
-        return "the database URL's password holds a character a URL must percent-encode there ('/' as %2F, '?' as %3F, "
-            + "'#' as %23, '@' as %40, here or anywhere after it): libpq would read part of it as the host or an option"
+        return nil
     }
 
     /// Where the password of `url`'s `user:password@` is (it may hold any character but '@',

@@ -37,6 +37,9 @@ public final class StateLock: Sendable {
         size = Int64(info.st_size)
     }
 
+    /// Whether the lock is on the file of this device and inode.
+    public func holds(device: UInt64, inode: UInt64) -> Bool { self.device == device && self.inode == inode }
+
     /// True when the file is smaller than when it was locked (cut short by someone else).
     public var shrank: Bool {
         var info = stat()
