@@ -52,6 +52,13 @@ final class SharedRunTests: @unchecked Sendable {
         let words = "host=db.example dbname=imgpipe user=ann password=hunter2"
         #expect(StateLocation(words) == .postgres(url: words))
         #expect(StateLocation(words).displayed == "host=db.example dbname=imgpipe user=ann password=***")
+        // Spaces around '=' and a quoted value: the whole value (both were shown, or half of one).
+        let spaced = "host=db password = S3cr3tPw user=ann"
+        #expect(StateLocation(spaced).displayed == "host=db password = *** user=ann")
+        #expect(StateLocation.masking(in: "failed for S3cr3tPw", url: spaced) == "failed for ***")
+        let quoted = #"host=db password='secret \' pass' user=ann"#
+        #expect(StateLocation(quoted).displayed == "host=db password=*** user=ann")
+        #expect(StateLocation.masking(in: #"saw secret \' pass"#, url: quoted) == "saw ***")
         // Any message quoting the URL or the password, percent-encoded or not, is masked.
         let message = "cannot connect to \(url): user ann, password p@ss:w0rd, raw p%40ss:w0rd"
         #expect(StateLocation.masking(in: message, url: url)

@@ -47,10 +47,26 @@ public enum StateLocation: Sendable, Equatable {
     static func passwords(in url: String) -> [String] {
         var found: [String] = []
         if let password = userPassword(in: url) { found.append(String(url[password])) }
-        for part in url.split(whereSeparator: { $0 == "&" || $0 == "?" || $0 == " " }) where part.lowercased().hasPrefix("password=") {
-            found.append(String(part.dropFirst("password=".count)))
+        if url.contains("://") {
+            for part in url.split(whereSeparator: { $0 == "&" || $0 == "?" }) where part.lowercased().hasPrefix("password=") {
+                found.append(String(part.dropFirst("password=".count)))
+            }
+        } else {
+            for range in keyValuePasswords(in: url) {
+                let value = String(url[range])
+                found.append(value)
+                // A quoted value is also quoted back without its quotes.
+                if value.count > 2, value.hasPrefix("'"), value.hasSuffix("'") { found.append(String(value.dropFirst().dropLast())) }
+            }
         }
         return found.filter { $0.count >= 4 }
+    }
+
+    /// Where the values of `password` are in a libpq key=value string: `password=x`,
+    /// `password = x` and `password='a b'` (quoted, with `\'` and `\\` inside) alike.
+    static func keyValuePasswords(in text: String) -> [Range<String.Index>] {
+        guard let pattern = try? NSRegularExpression(pattern: #"(?i)(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)"#) else { return [] }
+        return pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap { Range($0.range(at: 1), in: text) }
     }
 
     /// Why `url` cannot be given to libpq: a `user:password@` whose password holds a `/`,
@@ -99,10 +115,10 @@ public enum StateLocation: Sendable, Equatable {
     static func masked(_ url: String) -> String {
         var text = url
         if let password = userPassword(in: text) { text.replaceSubrange(password, with: "***") }
-        // password=… as a word of a key=value string.
+        // password=… in a key=value string (spaces around '=', a quoted value).
         if !text.contains("://") {
-            return text.split(separator: " ", omittingEmptySubsequences: false)
-                .map { $0.lowercased().hasPrefix("password=") ? "password=***" : String($0) }.joined(separator: " ")
+            for range in keyValuePasswords(in: text).reversed() { text.replaceSubrange(range, with: "***") }
+            return text
         }
         // password=… among the query parameters.
         if let query = text.firstIndex(of: "?") {
