@@ -154,6 +154,11 @@ struct IncrementalTests {
         let empty = try imgpipe("run", "pipe.json", "--incremental")
         #expect(empty.stderr.contains("nothing pruned: the feed listed no item at all"), "\(empty.stdout) \(empty.stderr)")
         #expect(Set(snapshot("out").keys) == Set(after.keys))
+        // Nor is such a run, or one of `--limit` items, what the next one compares with.
+        try FileManager.default.removeItem(atPath: work.url("in"))
+        try FileManager.default.moveItem(atPath: work.url("in-away"), toPath: work.url("in"))
+        let back = try plan()
+        #expect(back["new"] as? Int == 0 && back["unchanged"] as? Int == 5 && back["changed"] as? Int == 1, "\(back)")
     }
 
     /// What the first attack on `--incremental` found, each kept from coming back: a sink
@@ -346,13 +351,14 @@ struct IncrementalTests {
              "filters": [{"op": "fit", "width": 80, "height": 80}, {"op": "caption", "top": "${LABEL}"}],
              "output": {"format": "jpeg", "name": "{stem}.jpg"},
              "sinks": [{"type": "directory", "path": "out", "prune": true},
-                       {"type": "http", "url": "\(server.baseURL)/ingest?sig=${SIG}", "method": "POST"}]}
+                       {"type": "http", "url": "\(server.baseURL)/${DIR}/ingest?sig=${SIG}", "method": "POST"}]}
             """, to: "pipe.json")
-        func run(_ arguments: String..., label: String = "one", sig: String = "1") throws -> CommandResult {
-            try ImgpipeBinary.run(Array(arguments), in: work.path, environment: ["LABEL": label, "SIG": sig])
+        // Values of one or two characters too (too short to be masked).
+        func run(_ arguments: String..., label: String = "A", sig: String = "1", dir: String = "v1") throws -> CommandResult {
+            try ImgpipeBinary.run(Array(arguments), in: work.path, environment: ["LABEL": label, "SIG": sig, "DIR": dir])
         }
-        func planned(label: String = "one", sig: String = "1") throws -> [String: Any] {
-            let result = try run("plan", "pipe.json", "--json", label: label, sig: sig)
+        func planned(label: String = "A", sig: String = "1", dir: String = "v1") throws -> [String: Any] {
+            let result = try run("plan", "pipe.json", "--json", label: label, sig: sig, dir: dir)
             return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stderr)")
         }
         func posts() -> Int { server.requests.count { $0.method == "POST" } }
@@ -365,17 +371,18 @@ struct IncrementalTests {
         #expect(redo(try planned(), "default") == 0, "the run's own deliveries to the one URL wrote nothing over")
 
         #expect(redo(try planned(sig: "2"), "default") == 0, "another token is not another place")
+        #expect(redo(try planned(dir: "v2"), "default") == 4, "another folder of the URL is another place")
         let before = snapshot("out")
-        #expect(redo(try planned(label: "two"), "default") == 4, "another caption is another output")
-        #expect(try run("run", "pipe.json", "--incremental", label: "two").status == 0)
+        #expect(redo(try planned(label: "B"), "default") == 4, "another caption is another output")
+        #expect(try run("run", "pipe.json", "--incremental", label: "B").status == 0)
         #expect(snapshot("out").allSatisfy { $0.value.data != before[$0.key]?.data }, "every file shows the new caption")
 
-        let limited = try run("run", "pipe.json", "--incremental", "--limit", "2", label: "two")
+        let limited = try run("run", "pipe.json", "--incremental", "--limit", "2", label: "B")
         #expect(limited.status == 0, "\(limited.stderr)")
         let after = snapshot("out")
-        let next = try planned(label: "two")
+        let next = try planned(label: "B")
         #expect(redo(next, "default") == 0 && next["new"] as? Int == 0, "compared with the last run that listed everything: \(next)")
-        #expect(try run("run", "pipe.json", "--incremental", label: "two").status == 0)
+        #expect(try run("run", "pipe.json", "--incremental", label: "B").status == 0)
         #expect(snapshot("out").mapValues(\.inode) == after.mapValues(\.inode))
     }
 

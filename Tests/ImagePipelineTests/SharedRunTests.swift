@@ -53,6 +53,8 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(StateLocation(words) == .postgres(url: words))
         #expect(StateLocation(words).displayed == "host=db.example dbname=imgpipe user=ann password=***")
         // Spaces around '=' and a quoted value: the whole value (both were shown, or half of one).
+        #expect(StateLocation("host = 127.0.0.1 port = 1 password = hunter2secret")
+            == .postgres(url: "host = 127.0.0.1 port = 1 password = hunter2secret"), "not a file named after the password")
         let spaced = "host=db password = S3cr3tPw user=ann"
         #expect(StateLocation(spaced).displayed == "host=db password = *** user=ann")
         #expect(StateLocation.masking(in: "failed for S3cr3tPw", url: spaced) == "failed for ***")

@@ -48,9 +48,9 @@ struct WorkerJournalTests {
         // The name is held by a live process (another pid namespace): the next one is taken,
         // and the link at `host-2` is passed over, its target untouched.
         let second = try WorkerJournal.claim(folder: work.url("w"), base: "host-1")
-        #expect(second.path == work.url("w/host-1-2.sqlite"), "\(second.path)")
+        #expect(second.path == work.url("w/host-1+2.sqlite"), "\(second.path)")
         let third = try WorkerJournal.claim(folder: work.url("w"), base: "host-2")
-        #expect(third.path == work.url("w/host-2-2.sqlite"), "\(third.path)")
+        #expect(third.path == work.url("w/host-2+2.sqlite"), "\(third.path)")
         #expect(try String(contentsOfFile: victim, encoding: .utf8) == "precious")
         withExtendedLifetime([claimed.lock, second.lock, third.lock]) {}
     }

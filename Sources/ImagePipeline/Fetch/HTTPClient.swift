@@ -492,8 +492,9 @@ private final class Transfer {
     /// redirect's target in turn).
     var refuseRedirect: (@Sendable (URL) -> String?)?
     var location: String?
-    /// The first `Location` of the response being read, as its bytes (libcurl follows the
-    /// first, and takes its bytes as they are).
+    /// The `Location` of the response being read that libcurl follows, as its bytes: the
+    /// first that is not empty, of a line that starts `Location:` (no space before the
+    /// colon), taken as they are.
     var firstLocation: [UInt8]?
     var redirectRefused: String?
     var failure: HTTPFailure?
@@ -576,7 +577,11 @@ private final class Transfer {
             let value = String(decoding: Self.trimmed(line[(colon + 1)...]), as: UTF8.self)
             headers[name] = value
             headerValues[name, default: []].append(value)
-            if name == "location", firstLocation == nil { firstLocation = Array(Self.trimmed(line[(colon + 1)...])) }
+            // `Location:` at the very start of the line, as libcurl matches it.
+            if name == "location", firstLocation == nil, colon == line.startIndex + 8 {
+                let value = Array(Self.trimmed(line[(colon + 1)...]))
+                if !value.isEmpty { firstLocation = value }
+            }
             if keeping, name == "content-length", (200 ... 299).contains(status), let length = Int(value),
                (0 ... keepLimit).contains(length) {
                 // The body kept in one allocation, not grown block by block.
@@ -584,7 +589,7 @@ private final class Transfer {
                 sized = true
             }
         } else if Self.trimmed(line[...]).isEmpty, (300 ... 399).contains(status),
-                  let refuseRedirect, let current = location, let target = firstLocation, !target.isEmpty {
+                  let refuseRedirect, let current = location, let target = firstLocation {
             // The end of a redirect's headers: libcurl follows it next (a 304 with a location
             // too), unless it is refused here. Its target as libcurl resolves it: one libcurl
             // cannot resolve is not followed, and fails as it did.
@@ -617,8 +622,10 @@ private final class Transfer {
     /// space; 0 when there are none.
     static func statusCode(_ line: UnsafeRawBufferPointer) -> Int {
         guard let space = line.firstIndex(of: UInt8(ascii: " ")) else { return 0 }
+        // More than one space before the code reads as libcurl reads it (`sscanf`'s `%3d`).
+        let digits = line[(space + 1)...].drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
         var code = 0
-        for byte in line[(space + 1)...] {
+        for byte in digits {
             guard (UInt8(ascii: "0") ... UInt8(ascii: "9")).contains(byte), code < 1000 else { break }
             code = code * 10 + Int(byte - UInt8(ascii: "0"))
         }

@@ -13,8 +13,8 @@ public enum StateLocation: Sendable, Equatable {
     /// is PostgreSQL; anything else is a file path.
     public init(_ text: String) {
         let lower = text.lowercased()
-        let keywords = ["host=", "hostaddr=", "dbname=", "user=", "password=", "service="]
-        let isKeyValue = lower.split(separator: " ").contains { word in keywords.contains { word.hasPrefix($0) } }
+        // libpq takes spaces around '=': `host = db` is as much a key=value string as `host=db`.
+        let isKeyValue = lower.range(of: #"(^|\s)(host|hostaddr|dbname|user|password|service)\s*="#, options: .regularExpression) != nil
         self = lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://") || isKeyValue ? .postgres(url: text) : .sqlite(path: text)
     }
 

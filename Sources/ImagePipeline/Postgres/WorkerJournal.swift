@@ -15,7 +15,7 @@ import Foundation
 ///   no lock, but writes its journal while it lives.
 /// - A journal locked by a live process of the same name (another pid namespace on the same
 ///   host and folder), or one that is not a regular file of this user (a symbolic link,
-///   another user's), is left alone, and this worker takes `<base>-2`, `<base>-3`, ….
+///   another user's), is left alone, and this worker takes `<base>+2`, `<base>+3`, ….
 /// After each lock, the name is checked to still be the file locked: a sweep by another
 /// worker between the open and the lock would otherwise leave a lock on a deleted file.
 public enum WorkerJournal {
@@ -28,7 +28,7 @@ public enum WorkerJournal {
         removeStale(in: folder, sparing: base)
         var lastError: Error?
         for number in 1 ... 1000 {
-            let path = "\(folder)/\(base)\(number == 1 ? "" : "-\(number)").sqlite"
+            let path = "\(folder)/\(base)\(number == 1 ? "" : "+\(number)").sqlite"
             var info = stat()
             if lstat(path, &info) == 0, (info.st_mode & S_IFMT) != S_IFREG || info.st_uid != geteuid() { continue }
             let lock: StateLock
@@ -62,7 +62,8 @@ public enum WorkerJournal {
         let now = Date().timeIntervalSince1970
         for name in names where name.hasSuffix(".sqlite") {
             let path = "\(folder)/\(name)"
-            let own = name == "\(base).sqlite" || (name.hasPrefix("\(base)-") && Int(name.dropFirst(base.count + 1).dropLast(7)) != nil)
+            // `+` is in no host's safe name: `web-1+2` is never host `web-1`'s journal.
+            let own = name == "\(base).sqlite" || (name.hasPrefix("\(base)+") && Int(name.dropFirst(base.count + 1).dropLast(7)) != nil)
             if !own, [path, path + "-wal"].contains(where: { modified($0).map { now - $0 < idle } ?? false }) { continue }
             let descriptor = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else { continue }

@@ -415,7 +415,7 @@ extension BuiltPipeline {
             let written = JSONValue.array(filters.map { filter in
                 .object([("op", .string(filter.op))] + filter.arguments.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
             }).serialized(sortedKeys: true)
-            if written.contains("${") { found.append(sha256Hex(environment.expanding(written))) }
+            if written.contains("${") { found.append(sha256Hex(expandingAll(written))) }
             return found
         }
         let common = parts(spec.filters)
@@ -432,7 +432,11 @@ extension BuiltPipeline {
             let place = members.compactMap { member -> (String, JSONValue)? in
                 guard Self.whereOutputsGo.contains(member.key) else { return nil }
                 guard case let .string(text) = member.value else { return (member.key, member.value) }
-                let expanded = environment.expanding(text)
+                var expanded = expandingAll(text)
+                // A folder as a path, however it is spelled (`./out`, `out`, `out/`).
+                if member.key == "path", case .string("directory")? = members.first(where: { $0.key == "type" })?.value {
+                    expanded = URL(fileURLWithPath: spec.resolvePath(expanded)).standardizedFileURL.path
+                }
                 // A URL's query (where an API key often rides) is not where outputs go.
                 let kept = ["url", "endpoint"].contains(member.key) ? String(expanded.prefix { $0 != "?" && $0 != "#" }) : expanded
                 return (member.key, .string(kept))
@@ -442,6 +446,12 @@ extension BuiltPipeline {
         }
         if !targets.isEmpty { fingerprint[Self.sinkTargetsKey] = JSONValue.object(targets).serialized(sortedKeys: true) }
         return fingerprint
+    }
+
+    /// `text` with every `${NAME}` replaced by its value, short ones included (`expanding`
+    /// knows only the values long enough to be masked).
+    func expandingAll(_ text: String) -> String {
+        (try? EnvString(raw: text, path: "").expanded(in: environment)) ?? text
     }
 
     /// Sink fields that say where outputs go.

@@ -72,10 +72,13 @@ public final class ChangeDetector: Sendable {
     public init?(store: RunStore, pipeline: BuiltPipeline, scratch: String, baselineID: Int64? = nil,
                  current: Int64? = nil) throws {
         let runs = try store.runs()
-        // A run that did not list the whole feed (`--limit`, a listing that failed) knows
-        // only part of it: its unlisted items would all look new.
+        // A run that did not list the whole feed (`--limit`, a listing that failed) or listed
+        // nothing (a folder not mounted) knows only part of it: its unlisted items would all
+        // look new.
         guard let baseline = baselineID.map({ id in runs.first { $0.id == id } })
-                ?? runs.first(where: { $0.state == .finished && $0.itemLimit == nil && $0.feedComplete })
+                ?? runs.first(where: { run in
+                    run.state == .finished && run.itemLimit == nil && run.feedComplete && ((try? store.counts(runId: run.id).total) ?? 0) > 0
+                })
         else { return nil }
         self.baseline = baseline
         newestRun = runs.map(\.id).max() ?? baseline.id
@@ -187,8 +190,7 @@ public final class ChangeDetector: Sendable {
             if let bytes = file.bytes, Int(info.st_size) != bytes { return false }
         }
         return (try? store.deliveredOtherwiseSince(runId: baseline.id, upTo: newestRun, excluding: currentRun, key: key,
-                                                   output: file.output, sink: file.sink, location: file.location,
-                                                   hash: file.hash)) == false
+                                                   sink: file.sink, location: file.location, hash: file.hash)) == false
     }
 
     private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?, names: [String: String])?) -> Source {
