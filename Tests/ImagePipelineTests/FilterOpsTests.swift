@@ -269,6 +269,9 @@ struct FilterOpsTests {
         let held = Mutex<[VipsImage]>([])
         let rendered = Mutex(0)
         DispatchQueue.concurrentPerform(iterations: 300) { index in
+            // As a pixel worker's job ends: libvips' state of this Dispatch thread freed here,
+            // not whenever the thread happens to exit.
+            defer { VipsRuntime.endThreadWork() }
             guard let mask = try? VipsImage.text("CAPTION \(index % 7)", font: "DejaVu Sans \(10 + index % 5)", width: 200) else { return }
             rendered.withLock { $0 += 1 }
             // Another thread's masks are dropped here, outside the lock, while others render.
@@ -288,6 +291,7 @@ struct FilterOpsTests {
         let masks = Mutex([Int: [[UInt8]]]())
         let failures = Mutex(0)
         DispatchQueue.concurrentPerform(iterations: 60) { index in
+            defer { VipsRuntime.endThreadWork() }
             do {
                 let mask = try VipsImage.text("ONE DOES NOT SIMPLY \(index % 3)", font: fonts[index % fonts.count],
                                               width: 300, height: index % 2 == 0 ? 60 : nil)
