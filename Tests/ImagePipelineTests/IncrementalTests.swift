@@ -420,6 +420,13 @@ struct IncrementalTests {
             #expect(after["p\(index)-thumb.png"]?.inode == before["p\(index)-thumb.png"]?.inode, "p\(index)-thumb.png was kept")
         }
 
+        // The same folder through a link, or spelled `./outA/`, is not another place.
+        try FileManager.default.createSymbolicLink(atPath: work.url("linkA"), withDestinationPath: work.url("outA"))
+        for spelling in ["linkA", "./outA/"] {
+            let same = try #require(try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: spelling).stdout.utf8))
+                                    as? [String: Any])
+            #expect(redo(same, "web") == 0 && redo(same, "thumb") == 0, "\(spelling): \(same)")
+        }
         let moved = try #require(try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: "outB").stdout.utf8))
                                  as? [String: Any])
         #expect(redo(moved, "web") == 3 && redo(moved, "thumb") == 3, "\(moved)")

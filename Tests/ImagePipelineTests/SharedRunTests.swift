@@ -55,6 +55,8 @@ final class SharedRunTests: @unchecked Sendable {
         // Spaces around '=' and a quoted value: the whole value (both were shown, or half of one).
         #expect(StateLocation("host = 127.0.0.1 port = 1 password = hunter2secret")
             == .postgres(url: "host = 127.0.0.1 port = 1 password = hunter2secret"), "not a file named after the password")
+        let ssl = "port=1 connect_timeout=2 sslpassword=K3yPassw0rd"
+        #expect(StateLocation(ssl) == .postgres(url: ssl) && StateLocation(ssl).displayed == "port=1 connect_timeout=2 sslpassword=***")
         let spaced = "host=db password = S3cr3tPw user=ann"
         #expect(StateLocation(spaced).displayed == "host=db password = *** user=ann")
         #expect(StateLocation.masking(in: "failed for S3cr3tPw", url: spaced) == "failed for ***")

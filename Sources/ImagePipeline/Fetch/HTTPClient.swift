@@ -235,6 +235,7 @@ public final class HTTPClient: @unchecked Sendable {
         if request.isRead, let refuseRedirect = request.refuseRedirect {
             transfer.refuseRedirect = refuseRedirect
             transfer.location = request.url.absoluteString
+            transfer.handle = handle
         }
         if let destination = request.destination {
             transfer.keepLimit = max(0, request.keepInMemory)
@@ -497,6 +498,10 @@ private final class Transfer {
     /// colon), taken as they are.
     var firstLocation: [UInt8]?
     var redirectRefused: String?
+    /// With `refuseRedirect`: the transfer's handle, for the status as libcurl read it.
+    var handle: UnsafeMutableRawPointer?
+    /// The next line is a response's first (its status line).
+    var atResponseStart = true
     var failure: HTTPFailure?
     var errorText = ""
 
@@ -567,7 +572,9 @@ private final class Transfer {
         // Read as bytes: with Foundation's trimming and Unicode lowercasing, this took
         // more instructions per download than the rest of the transfer's own code.
         let line = UnsafeRawBufferPointer(start: bytes, count: count)
-        if line.starts(with: "HTTP/".utf8) {
+        let startsResponse = atResponseStart
+        atResponseStart = Self.trimmed(line[...]).isEmpty
+        if startsResponse, line.starts(with: "HTTP/".utf8) {
             headers = [:]
             headerValues = [:]
             firstLocation = nil
@@ -577,9 +584,11 @@ private final class Transfer {
             let value = String(decoding: Self.trimmed(line[(colon + 1)...]), as: UTF8.self)
             headers[name] = value
             headerValues[name, default: []].append(value)
-            // `Location:` at the very start of the line, as libcurl matches it.
+            // `Location:` at the very start of the line, as libcurl matches it, and its value as
+            // libcurl copies it: from the first non-space to the first CR or LF.
             if name == "location", firstLocation == nil, colon == line.startIndex + 8 {
-                let value = Array(Self.trimmed(line[(colon + 1)...]))
+                let rest = line[(colon + 1)...].drop { $0 == 0x20 || (0x09 ... 0x0D).contains($0) }
+                let value = Array(Self.trimmed(rest.prefix { $0 != 0x0D && $0 != 0x0A }))
                 if !value.isEmpty { firstLocation = value }
             }
             if keeping, name == "content-length", (200 ... 299).contains(status), let length = Int(value),
@@ -588,8 +597,8 @@ private final class Transfer {
                 data.reserveCapacity(length)
                 sized = true
             }
-        } else if Self.trimmed(line[...]).isEmpty, (300 ... 399).contains(status),
-                  let refuseRedirect, let current = location, let target = firstLocation {
+        } else if Self.trimmed(line[...]).isEmpty, let refuseRedirect, let current = location, let target = firstLocation,
+                  (300 ... 399).contains(libcurlStatus ?? status) {
             // The end of a redirect's headers: libcurl follows it next (a 304 with a location
             // too), unless it is refused here. Its target as libcurl resolves it: one libcurl
             // cannot resolve is not followed, and fails as it did.
@@ -616,6 +625,14 @@ private final class Transfer {
             return 0
         }
         return count
+    }
+
+    /// The status of the response being read as libcurl read it (it decides whether a
+    /// redirect is followed), when the handle is at hand.
+    var libcurlStatus: Int? {
+        guard let handle else { return nil }
+        var code = 0
+        return ip_curl_get_long(handle, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK ? code : nil
     }
 
     /// The status code of a status line (`HTTP/1.1 200 OK`): the digits after its first

@@ -9,12 +9,14 @@ public enum StateLocation: Sendable, Equatable {
     case postgres(url: String)
 
     /// A `postgres://` or `postgresql://` URL, or a libpq key=value string (`host=… dbname=…`,
-    /// recognised by a `host=`, `hostaddr=`, `dbname=`, `user=`, `password=` or `service=` word),
-    /// is PostgreSQL; anything else is a file path.
+    /// recognised by a word `host`, `hostaddr`, `port`, `dbname`, `user`, `password`,
+    /// `passfile`, `sslpassword`, `sslmode`, `service` or `connect_timeout` followed by `=`,
+    /// spaces allowed around it), is PostgreSQL; anything else is a file path.
     public init(_ text: String) {
         let lower = text.lowercased()
         // libpq takes spaces around '=': `host = db` is as much a key=value string as `host=db`.
-        let isKeyValue = lower.range(of: #"(^|\s)(host|hostaddr|dbname|user|password|service)\s*="#, options: .regularExpression) != nil
+        let isKeyValue = lower.range(of: #"(^|\s)(host|hostaddr|port|dbname|user|password|passfile|sslpassword|sslmode|service|connect_timeout)\s*="#,
+                                     options: .regularExpression) != nil
         self = lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://") || isKeyValue ? .postgres(url: text) : .sqlite(path: text)
     }
 
@@ -65,7 +67,7 @@ public enum StateLocation: Sendable, Equatable {
     /// Where the values of `password` are in a libpq key=value string: `password=x`,
     /// `password = x` and `password='a b'` (quoted, with `\'` and `\\` inside) alike.
     static func keyValuePasswords(in text: String) -> [Range<String.Index>] {
-        guard let pattern = try? NSRegularExpression(pattern: #"(?i)(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)"#) else { return [] }
+        guard let pattern = try? NSRegularExpression(pattern: #"(?i)(?:^|\s)(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)"#) else { return [] }
         return pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap { Range($0.range(at: 1), in: text) }
     }
 

@@ -433,9 +433,9 @@ extension BuiltPipeline {
                 guard Self.whereOutputsGo.contains(member.key) else { return nil }
                 guard case let .string(text) = member.value else { return (member.key, member.value) }
                 var expanded = expandingAll(text)
-                // A folder as a path, however it is spelled (`./out`, `out`, `out/`).
+                // A folder as the folder it is, however it is spelled (`./out`, `out/`, a link).
                 if member.key == "path", case .string("directory")? = members.first(where: { $0.key == "type" })?.value {
-                    expanded = URL(fileURLWithPath: spec.resolvePath(expanded)).standardizedFileURL.path
+                    expanded = spec.resolvePath(expanded).realPath
                 }
                 // A URL's query (where an API key often rides) is not where outputs go.
                 let kept = ["url", "endpoint"].contains(member.key) ? String(expanded.prefix { $0 != "?" && $0 != "#" }) : expanded

@@ -247,8 +247,9 @@ extension RunStore {
     /// Whether a run after `runId` and up to `upTo` (one abandoned or unfinished since, an
     /// incremental run killed and started over), other than `excluding`, recorded a delivery
     /// to `location` of `sink` with other bytes than `hash`: what is there now is not what run
-    /// `runId` delivered for item `key`. A place run `runId` gave several items (one URL for
-    /// every item) is not one item's, and is not looked at.
+    /// `runId` delivered for item `key`. Another item's delivery counts only at a file path
+    /// (a folder sink's file written over); a URL two items were sent to (one endpoint for
+    /// every item) is not one item's, nor is a place run `runId` gave several items.
     public func deliveredOtherwiseSince(runId: Int64, upTo: Int64, excluding: Int64?, key: String,
                                         sink: String, location: String, hash: String?) throws -> Bool {
         try database.read { db in
@@ -256,10 +257,11 @@ extension RunStore {
                 SELECT EXISTS (SELECT 1 FROM delivery d
                     JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
                     WHERE d.sink = ? AND d.remoteURL = ? AND d.runId > ? AND d.runId <= ? AND d.runId IS NOT ?
-                      AND d.status = 'done' AND o.hash IS NOT ?)
+                      AND d.status = 'done' AND o.hash IS NOT ? AND (? OR d.itemKey = ?))
                 AND NOT EXISTS (SELECT 1 FROM delivery b
                     WHERE b.runId = ? AND b.sink = ? AND b.remoteURL = ? AND b.itemKey != ? AND b.status = 'done')
-                """), arguments: [sink, location, runId, upTo, excluding, hash, runId, sink, location, key]) ?? false
+                """), arguments: [sink, location, runId, upTo, excluding, hash, location.hasPrefix("/"), key,
+                                  runId, sink, location, key]) ?? false
         }
     }
 
