@@ -218,18 +218,20 @@ extension RemoteFeedTests {
             // A header line that starts `HTTP/` is not a status line; a Location ends at its first CR.
             case "/img/redir/m.jpg": return .status(302, headers: [("HTTP/x", "y"), ("Location", "/img/private/m.jpg")])
             case "/img/redir/n.jpg": return .status(302, headers: [("Location", "/img/private/n.jpg\rjunk")])
+            // A line that starts with CR ends the headers for libcurl, whatever follows on it.
+            case "/img/redir/o.jpg": return .status(302, headers: [("Location", "/img/private/o.jpg\r\n\rjunk: x")])
             default: return nil
             }
         }
         try writeURLList(server.baseURL, ["/img/x/../private/a.jpg", "/img/./private/b.jpg", "/img/%70rivate/c.jpg",
                                           "/img/x/%2e%2e/private/d.jpg", "/img/redir/e.jpg", "/img/redir/f.jpg", "/img/ok.jpg",
                                           "/img/redir/g.jpg", "/img/redir/h.jpg", "/img/redir/i.jpg", "/img/redir/j.jpg",
-                                          "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg"])
+                                          "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg", "/img/redir/o.jpg"])
         try politePipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": false, "robots": true}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 1, "i.jpg failed: \(result.stdout) \(result.stderr)")
         let report = try status()
-        #expect((report.done, report.skipped, report.failed) == (3, 10, 1))
+        #expect((report.done, report.skipped, report.failed) == (3, 11, 1))
         #expect(report.skips.allSatisfy { $0.reason == "robots" && $0.message.contains("disallows /img/private/") },
                 "\(report.skips.map(\.message))")
         let redirected = try #require(report.skips.first { $0.key.hasSuffix("/img/redir/e.jpg") })
@@ -238,7 +240,8 @@ extension RemoteFeedTests {
         #expect(failure.key.hasSuffix("/img/redir/i.jpg") && failure.reason == "download", "\(failure)")
         #expect(Set(imageRequests(server)) == ["/img/redir/e.jpg", "/img/redir/f.jpg", "/img/f.jpg", "/img/ok.jpg",
                                                "/img/redir/g.jpg", "/img/redir/h.jpg", "/img/h.jpg", "/img/redir/i.jpg",
-                                               "/img/redir/j.jpg", "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg"],
+                                               "/img/redir/j.jpg", "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg",
+                                               "/img/redir/o.jpg"],
                 "nothing under /img/private/ nor its spellings was asked for")
         #expect(work.files(under: "out") == ["f.jpg", "h.jpg", "ok.jpg"])
     }

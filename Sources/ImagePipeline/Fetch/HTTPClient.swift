@@ -572,14 +572,17 @@ private final class Transfer {
         // Read as bytes: with Foundation's trimming and Unicode lowercasing, this took
         // more instructions per download than the rest of the transfer's own code.
         let line = UnsafeRawBufferPointer(start: bytes, count: count)
+        // libcurl ends a response's headers at a line that starts with CR or LF (`\rjunk`
+        // included), and reads the next line as a status line.
+        let ends = line.first == 0x0D || line.first == 0x0A
         let startsResponse = atResponseStart
-        atResponseStart = Self.trimmed(line[...]).isEmpty
+        atResponseStart = ends
         if startsResponse, line.starts(with: "HTTP/".utf8) {
             headers = [:]
             headerValues = [:]
             firstLocation = nil
             status = Self.statusCode(line)
-        } else if let colon = line.firstIndex(of: UInt8(ascii: ":")) {
+        } else if !ends, let colon = line.firstIndex(of: UInt8(ascii: ":")) {
             let name = String(decoding: Self.trimmed(line[..<colon]).map(Self.asciiLowercased), as: UTF8.self)
             let value = String(decoding: Self.trimmed(line[(colon + 1)...]), as: UTF8.self)
             headers[name] = value
@@ -597,7 +600,7 @@ private final class Transfer {
                 data.reserveCapacity(length)
                 sized = true
             }
-        } else if Self.trimmed(line[...]).isEmpty, let refuseRedirect, let current = location, let target = firstLocation,
+        } else if ends, let refuseRedirect, let current = location, let target = firstLocation,
                   (300 ... 399).contains(libcurlStatus ?? status) {
             // The end of a redirect's headers: libcurl follows it next (a 304 with a location
             // too), unless it is refused here. Its target as libcurl resolves it: one libcurl
@@ -616,7 +619,7 @@ private final class Transfer {
                 return 0
             }
             location = next
-        } else if Self.trimmed(line[...]).isEmpty, (200 ... 299).contains(status),
+        } else if ends, (200 ... 299).contains(status),
                   let refuseBody,
                   refuseBody(HTTPResult(status: status, headers: headers, body: nil, bytes: 0, headerValues: headerValues)) {
             // The end of a final answer's headers: its body is not wanted. Returning less
