@@ -122,25 +122,15 @@ public struct RobotsRules: Sendable, Equatable {
         let bytes = Array(text.utf8)
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
-        func encode(_ byte: UInt8) {
-            out.append(UInt8(ascii: "%"))
-            out.append(contentsOf: String(format: "%02X", byte).utf8)
-        }
         var index = 0
         while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "%") {
-                if index + 2 < bytes.count, let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) {
-                    let decoded = high << 4 | low
-                    if isUnreserved(decoded) { out.append(decoded) } else { encode(decoded) }
-                    index += 3
-                } else {
-                    encode(byte)
-                    index += 1
-                }
+            if let decoded = PercentEscapes.byte(at: index, in: bytes) {
+                if PercentEscapes.isUnreserved(decoded) { out.append(decoded) } else { out += PercentEscapes.escape(decoded) }
+                index += 3
                 continue
             }
-            if byte <= 0x20 || byte >= 0x7F { encode(byte) } else { out.append(byte) }
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%") || byte <= 0x20 || byte >= 0x7F { out += PercentEscapes.escape(byte) } else { out.append(byte) }
             index += 1
         }
         return out
@@ -172,24 +162,5 @@ public struct RobotsRules: Sendable, Equatable {
         var result = output.joined(separator: "/")
         if !result.hasPrefix("/") { result = "/" + result }
         return result + (query.map { String(pathAndQuery[$0...]) } ?? "")
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0") ... UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a") ... UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A") ... UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
-    }
-
-    private static func isUnreserved(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a") ... UInt8(ascii: "z"), UInt8(ascii: "A") ... UInt8(ascii: "Z"),
-             UInt8(ascii: "0") ... UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
-            true
-        default:
-            false
-        }
     }
 }

@@ -72,13 +72,10 @@ public final class ChangeDetector: Sendable {
     public init?(store: RunStore, pipeline: BuiltPipeline, scratch: String, baselineID: Int64? = nil,
                  current: Int64? = nil) throws {
         let runs = try store.runs()
-        // A run that did not list the whole feed (`--limit`, a listing that failed) or listed
-        // nothing (a folder not mounted) knows only part of it: its unlisted items would all
-        // look new.
+        // Not a run that listed part of the feed (`RunStore.partialListing`): its unlisted
+        // items would all look new.
         guard let baseline = baselineID.map({ id in runs.first { $0.id == id } })
-                ?? runs.first(where: { run in
-                    run.state == .finished && run.itemLimit == nil && run.feedComplete && ((try? store.counts(runId: run.id).total) ?? 0) > 0
-                })
+                ?? runs.first(where: { $0.state == .finished && store.partialListing(of: $0) == nil })
         else { return nil }
         self.baseline = baseline
         newestRun = runs.map(\.id).max() ?? baseline.id

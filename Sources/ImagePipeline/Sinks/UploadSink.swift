@@ -77,18 +77,13 @@ public struct UploadSink: Sink {
     /// `text` with each byte a URL cannot hold as it is percent-encoded: all but unreserved
     /// and reserved characters (RFC 3986), and a `%` that does not start an escape (`100%`).
     static func encodingWhatAURLCannotHold(_ text: String) -> String {
-        let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:/?#[]@!$&'()*+,;=".utf8)
-        let hex = Set("0123456789ABCDEFabcdef".utf8)
+        let reserved = Set(":/?#[]@!$&'()*+,;=".utf8)
         let bytes = Array(text.utf8)
-        var out = ""
+        var out: [UInt8] = []
         for (index, byte) in bytes.enumerated() {
-            if allowed.contains(byte) || (byte == UInt8(ascii: "%") && index + 2 < bytes.count
-                                            && hex.contains(bytes[index + 1]) && hex.contains(bytes[index + 2])) {
-                out.unicodeScalars.append(Unicode.Scalar(byte))
-            } else {
-                out += String(format: "%%%02X", byte)
-            }
+            let kept = PercentEscapes.isUnreserved(byte) || reserved.contains(byte) || PercentEscapes.byte(at: index, in: bytes) != nil
+            if kept { out.append(byte) } else { out += PercentEscapes.escape(byte) }
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 }

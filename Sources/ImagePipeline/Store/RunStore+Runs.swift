@@ -14,6 +14,16 @@ extension RunStore {
         try database.read { db in try RunRecord.fetchAll(db, sql: "SELECT * FROM run ORDER BY id DESC") }
     }
 
+    /// Why run `run` did not list the whole feed, or nil when it did: run with `--limit N`,
+    /// a listing that did not reach the end, or one that listed nothing at all (a source
+    /// folder not mounted). Such a run knows only part of the feed: items it did not list
+    /// are neither gone (pruning) nor new (as the run a re-run compares with).
+    public func partialListing(of run: RunRecord) -> String? {
+        if (try? counts(runId: run.id).total) ?? 0 == 0 { return "the feed listed no item at all" }
+        if let limit = run.itemLimit { return "--limit \(limit)" }
+        return run.feedComplete ? nil : "its listing did not reach the end"
+    }
+
     public func run(id: Int64) throws -> RunRecord? {
         try database.read { db in
             try RunRecord.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id])

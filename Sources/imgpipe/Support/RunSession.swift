@@ -130,22 +130,15 @@ struct RunSession {
 
     /// After an incremental run that ended (not interrupted): each sink that prunes
     /// (`"prune": true`) removes what earlier runs delivered to it and this one did not.
-    /// Only a run that listed the whole feed knows what is gone from it: with `--limit`, or
-    /// a listing that failed, the items it did not list are not gone, and nothing is removed.
+    /// Only a run that listed the whole feed knows what is gone from it: with `--limit`, a
+    /// listing that failed or one that listed nothing (`RunStore.partialListing`), the items
+    /// it did not list are not gone, and nothing is removed.
     private func prune(summary: RunSummary, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
-        let limit = (try? store.run(id: summary.run))??.itemLimit
-        if summary.total == 0 {
-            // A source folder not mounted lists nothing: every file would go.
+        if let run = try? store.run(id: summary.run), let partial = store.partialListing(of: run) {
             if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
-                reporter.notice("nothing pruned: the feed listed no item at all")
-            }
-            return
-        }
-        if limit != nil || !summary.feedComplete || summary.listingError != nil {
-            if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
-                reporter.notice("nothing pruned: this run did not list the whole feed ("
-                                + (limit.map { "--limit \($0)" } ?? "its listing did not reach the end")
-                                + "), so the items it did not list are not gone from it")
+                reporter.notice(summary.total == 0 ? "nothing pruned: \(partial)"
+                                    : "nothing pruned: this run did not list the whole feed (\(partial)), "
+                                    + "so the items it did not list are not gone from it")
             }
             return
         }

@@ -1,0 +1,37 @@
+/// `%XX` escapes read and written byte by byte, for text compared or sent as it is written
+/// (robots.txt rules and the paths they are matched with, a URL an upload endpoint answers).
+enum PercentEscapes {
+    /// The byte the escape that starts at `index` stands for, or nil when `%XX` (two hex
+    /// digits) does not start there.
+    static func byte(at index: Int, in bytes: [UInt8]) -> UInt8? {
+        guard index + 2 < bytes.count, bytes[index] == UInt8(ascii: "%"),
+              let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) else { return nil }
+        return high << 4 | low
+    }
+
+    /// `byte` as an escape, with upper-case hex digits.
+    static func escape(_ byte: UInt8) -> [UInt8] {
+        let digits = Array("0123456789ABCDEF".utf8)
+        return [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]]
+    }
+
+    /// Letters, digits and `-._~` (RFC 3986): an escape of one of them stands for itself.
+    static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a") ... UInt8(ascii: "z"), UInt8(ascii: "A") ... UInt8(ascii: "Z"),
+             UInt8(ascii: "0") ... UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+            true
+        default:
+            false
+        }
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0") ... UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a") ... UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A") ... UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
