@@ -7,26 +7,18 @@ import Foundation
 /// decoding), and libdispatch grows a queue's threads by about one a second while its jobs
 /// block, so a stage 16 wide would take 15 s to reach its width. These threads are all
 /// there from the first job. `shutdown` ends them once the session is over.
-///
-/// A job goes to the thread that went idle last (each idle thread waits on a semaphore of
-/// its own, on a stack), not to whichever a shared condition wakes: when a stage needs
-/// fewer threads than it has (16 downloads from a fast origin feeding 2 pixel workers), the
-/// same one or two threads do its jobs with their stacks, their pooled libcurl handles and
-/// receive buffers still in the caches, instead of each of the 16 in turn. When every
-/// thread is needed (a slow origin), every thread runs, as before.
-// @unchecked because `waiting`, `head`, `sleepers` and `stopped` are guarded by `lock`.
+// @unchecked because `waiting`, `head`, `idle` and `stopped` are guarded by `condition`.
 final class BoundedExecutor: @unchecked Sendable {
     typealias Job = @Sendable () -> Void
 
     let width: Int
-    private let lock = NSLock()
+    private let condition = NSCondition()
     /// Jobs not yet taken from `head` on; a taken job's slot is emptied at once, so that
     /// what it holds goes when it has run, not when the queue next runs dry.
     private var waiting: [Job?] = []
     private var head = 0
-    /// The semaphores of the threads waiting for a job, the one that went idle last at the
-    /// end. A thread is taken off when it is woken, so each is signalled at most once.
-    private var sleepers: [DispatchSemaphore] = []
+    /// Threads waiting for a job.
+    private var idle = 0
     private var stopped = false
     private let afterEachJob: (@Sendable () -> Void)?
 
@@ -36,7 +28,6 @@ final class BoundedExecutor: @unchecked Sendable {
         self.width = max(1, width)
         self.afterEachJob = afterEachJob
         for index in 0 ..< self.width {
-            let name = "\(label).\(index)"
             // The kernel's name of the thread, as profilers and /proc show it (15 bytes at
             // most): the label's last part and the index, "fetch.12".
             let stage = label.split(separator: ".").last.map(String.init) ?? label
@@ -45,7 +36,7 @@ final class BoundedExecutor: @unchecked Sendable {
                 Self.nameThisThread(shortName)
                 work()
             }
-            thread.name = name
+            thread.name = "\(label).\(index)"
             thread.stackSize = 4 << 20
             thread.start()
         }
@@ -53,47 +44,37 @@ final class BoundedExecutor: @unchecked Sendable {
 
     /// Queues `job`; after `shutdown` it is dropped (the session it belonged to is over).
     func submit(_ job: @escaping Job) {
-        lock.lock()
-        guard !stopped else { return lock.unlock() }
+        condition.lock()
+        guard !stopped else { return condition.unlock() }
         waiting.append(job)
-        let woken = sleepers.popLast()
-        lock.unlock()
-        woken?.signal()
+        condition.signal()
+        condition.unlock()
     }
 
     /// Queues `job` only when a thread is free to run it at once; false otherwise (busy,
     /// or shut down), and the caller runs it itself.
     func submitIfIdle(_ job: @escaping Job) -> Bool {
-        lock.lock()
-        // Each job queued took a sleeper with it: one left is a thread with nothing to do.
-        guard !stopped, let woken = sleepers.popLast() else {
-            lock.unlock()
-            return false
-        }
+        condition.lock()
+        defer { condition.unlock() }
+        guard !stopped, waiting.count - head < idle else { return false }
         waiting.append(job)
-        lock.unlock()
-        woken.signal()
+        condition.signal()
         return true
     }
 
     /// Jobs queued and not yet taken by a thread.
     var backlog: Int {
-        lock.withLock { waiting.count - head }
-    }
-
-    /// Threads waiting for a job.
-    var idleThreads: Int {
-        lock.withLock { sleepers.count }
+        condition.lock()
+        defer { condition.unlock() }
+        return waiting.count - head
     }
 
     /// Lets the threads end once the jobs already queued have run; later jobs are dropped.
     func shutdown() {
-        lock.lock()
+        condition.lock()
         stopped = true
-        let woken = sleepers
-        sleepers.removeAll()
-        lock.unlock()
-        for sleeper in woken { sleeper.signal() }
+        condition.broadcast()
+        condition.unlock()
     }
 
     /// Sets the calling thread's kernel name (`pthread_setname_np`, a GNU extension that
@@ -106,25 +87,21 @@ final class BoundedExecutor: @unchecked Sendable {
     }
 
     private func work() {
-        let wake = DispatchSemaphore(value: 0)
-        while let job = next(wake) {
+        while let job = next() {
             job()
             afterEachJob?()
         }
     }
 
-    /// The oldest waiting job; nil when shut down and nothing is left. A thread with nothing
-    /// to do puts its semaphore on `sleepers` and waits on it: woken for a job that another
-    /// thread may take first, it goes back on the stack.
-    private func next(_ wake: DispatchSemaphore) -> Job? {
-        lock.lock()
-        defer { lock.unlock() }
+    /// The oldest waiting job; nil when shut down and nothing is left.
+    private func next() -> Job? {
+        condition.lock()
+        defer { condition.unlock() }
         while head == waiting.count {
             if stopped { return nil }
-            sleepers.append(wake)
-            lock.unlock()
-            wake.wait()
-            lock.lock()
+            idle += 1
+            condition.wait()
+            idle -= 1
         }
         // Slots from `head` on hold jobs.
         let job = waiting[head]
