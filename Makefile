@@ -57,10 +57,10 @@ demo: build
 	@echo "outputs in out/; previews: $(BIN) dry-run pipelines/samples.json"
 
 # One test at a time (--no-parallel): on a 2-core machine the suite's tests in parallel
-# start imgpipe processes, PostgreSQL clusters and libvips work all at once, and 3 of 5
-# full runs on one such machine failed by the load alone (a delivery over its 5 s timeout,
-# an item listed after the skip that a test needs to come later, a SIGFPE inside GLib while
-# another test's text rendered); one at a time, the suite takes 7 minutes there, not 4.
+# start imgpipe processes, PostgreSQL clusters and libvips work all at once, and full runs
+# on one such machine failed by the load alone (a delivery over its 5 s timeout, an item
+# listed after the skip that a test needs to come later); one at a time, the suite takes
+# 7 minutes there, not 4.
 test: build
 	$(SWIFT) test --no-parallel
 
