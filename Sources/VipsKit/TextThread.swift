@@ -5,7 +5,7 @@ import Foundation
 /// ends.
 ///
 /// libvips 8.14 draws text with Pango and fontconfig, which are not thread-safe: a lock
-/// around each call kept two renders apart, yet the test process crashed three times with a
+/// around each call kept two renders apart, yet the test process crashed four times with a
 /// SIGFPE inside GLib, the last time while another thread was inside Pango (with the tests
 /// one at a time: four cases of one test rendering captions at once, on Dispatch threads).
 /// What a lock does not cover is what Pango and GLib keep per thread and free when the thread
@@ -14,11 +14,19 @@ import Foundation
 /// crash was never made to happen on demand). Here Pango only ever runs on this thread, so
 /// whatever it keeps per thread is made once and never freed while the process runs.
 final class TextThread: @unchecked Sendable {
-    // @unchecked because `jobs` is guarded by `condition`.
+    // @unchecked because `jobs` and `ran` are guarded by `condition`.
     static let shared = TextThread()
 
     private let condition = NSCondition()
     private var jobs: [@Sendable () -> Void] = []
+    private var ran = 0
+
+    /// Jobs run on the thread so far (every `VipsImage.text` is one).
+    var jobsRun: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return ran
+    }
 
     private init() {
         let thread = Thread { [self] in work() }
@@ -49,6 +57,9 @@ final class TextThread: @unchecked Sendable {
             job()
             // libvips' own per-thread state (its buffers), as on every thread it did not make.
             VipsRuntime.endThreadWork()
+            condition.lock()
+            ran += 1
+            condition.unlock()
         }
     }
 }

@@ -1,6 +1,9 @@
 import COrcStress
+import Dispatch
+import Foundation
+import Synchronization
 import Testing
-import VipsKit
+@testable import VipsKit
 
 @Suite("libvips runtime")
 struct VipsRuntimeTests {
@@ -21,5 +24,29 @@ struct VipsRuntimeTests {
     @Test func liborcProgramsBuiltAtOnceBehindTheLockComputeTheirOwnSums() throws {
         try VipsRuntime.setUp()
         #expect(ip_orc_stress(4, 5000, IP_ORC_AS_RESOLVED) == 0)
+    }
+
+    /// Every text is rendered on the one text thread, whichever thread asks: Pango never runs
+    /// on a caller's thread (a Dispatch thread that may end, freeing what Pango kept for it).
+    @Test func textsAreRenderedOnOneThreadWhicheverThreadAsks() throws {
+        try VipsRuntime.setUp()
+        let callers = Mutex<Set<UInt>>([])
+        let renderers = Mutex<Set<UInt>>([])
+        let masks = Mutex(0)
+        let before = TextThread.shared.jobsRun
+        DispatchQueue.concurrentPerform(iterations: 16) { index in
+            defer { VipsRuntime.endThreadWork() }
+            callers.withLock { _ = $0.insert(UInt(pthread_self())) }
+            TextThread.shared.run { renderers.withLock { _ = $0.insert(UInt(pthread_self())) } }
+            if let mask = try? VipsImage.text("TEXT \(index)", font: "DejaVu Sans 12", width: 100), mask.width > 0 {
+                masks.withLock { $0 += 1 }
+            }
+        }
+        let rendered = renderers.withLock { $0 }
+        #expect(masks.withLock { $0 } == 16)
+        // The 16 texts went through the text thread too, beside the 16 jobs given to it here.
+        #expect(TextThread.shared.jobsRun - before >= 32)
+        #expect(rendered.count == 1, "renders ran on \(rendered.count) threads")
+        #expect(rendered.isDisjoint(with: callers.withLock { $0 }), "a render ran on a caller's thread")
     }
 }
