@@ -4,8 +4,10 @@ import Foundation
 /// The one thread every text is rendered on (`VipsImage.text`), one at a time, and which never
 /// ends.
 ///
-/// libvips 8.14 draws text with Pango and fontconfig, which are not thread-safe: a lock
-/// around each call kept two renders apart, yet the test process crashed four times with a
+/// libvips 8.14 draws text with Pango and fontconfig, which are not thread-safe (it lays text
+/// out under a lock of its own, but draws it, `pango_cairo_show_layout`, after releasing it,
+/// so two pixel workers captioning at once could crash the process). A lock around each call
+/// kept two renders apart, yet the test process crashed four times with a
 /// SIGFPE inside GLib, the last time while another thread was inside Pango (with the tests
 /// one at a time: four cases of one test rendering captions at once, on Dispatch threads).
 /// What a lock does not cover is what Pango and GLib keep per thread and free when the thread
@@ -35,17 +37,26 @@ final class TextThread: @unchecked Sendable {
         thread.start()
     }
 
-    /// Runs `body` on the text thread and waits for it.
-    func run(_ body: @escaping @Sendable () -> Void) {
+    /// Runs `body` on the text thread, waits for it and returns what it returned.
+    func run<T>(_ body: @escaping () -> T) -> T {
+        // Handed from the caller to the text thread and back; the caller waits in between, so
+        // the two never touch them at once.
+        nonisolated(unsafe) let body = body
+        nonisolated(unsafe) var result: T?
         let done = DispatchSemaphore(value: 0)
         condition.lock()
-        jobs.append {
-            body()
+        jobs.append { [self] in
+            result = body()
+            // Counted before the caller goes on, so that it sees its own job counted.
+            condition.lock()
+            ran += 1
+            condition.unlock()
             done.signal()
         }
         condition.signal()
         condition.unlock()
         done.wait()
+        return result!
     }
 
     private func work() {
@@ -57,17 +68,6 @@ final class TextThread: @unchecked Sendable {
             job()
             // libvips' own per-thread state (its buffers), as on every thread it did not make.
             VipsRuntime.endThreadWork()
-            condition.lock()
-            ran += 1
-            condition.unlock()
         }
     }
-}
-
-/// What a render on the text thread gave: written there, read by the caller once the render
-/// has ended (`TextThread.run` returns after it).
-// @unchecked because it is written by one thread and read by another only after that write.
-final class TextResult: @unchecked Sendable {
-    var status: Int32 = -1
-    var image: UnsafeMutablePointer<CVips.VipsImage>?
 }

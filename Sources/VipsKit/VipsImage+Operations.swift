@@ -198,26 +198,22 @@ extension VipsImage {
     /// A one-band text mask (0…255). `width` wraps lines; with `height` the font size is
     /// chosen to fill the box (libvips autofit).
     ///
-    /// One text at a time in the process, always on the same thread (`TextThread`): libvips
-    /// 8.14 lays text out under its own lock but draws it (`pango_cairo_show_layout`) after
-    /// releasing it, and Pango's shared font map is not thread-safe, so two pixel workers
-    /// captioning at once could crash the process inside GLib; and what Pango keeps per thread
-    /// is freed when that thread ends, which no lock covers. `vips_text` returns a finished
-    /// memory image, so running the whole call there covers every Pango and fontconfig call it
-    /// makes — once that image is also freed there: the mask handed back is a copy of its
-    /// pixels (`ip_text_detached`), since the image itself can keep the text operation, and its
-    /// Pango objects, alive until whichever thread releases it.
+    /// One text at a time in the process, always on the one text thread (`TextThread` says
+    /// why). `vips_text` returns a finished memory image, so running the whole call there
+    /// covers every Pango and fontconfig call it makes — once that image is also freed there:
+    /// the mask handed back is a copy of its pixels (`ip_text_detached`), since the image
+    /// itself can keep the text operation, and its Pango objects, alive until whichever
+    /// thread releases it.
     public static func text(_ text: String, font: String, width: Int, height: Int? = nil,
                             align: TextAlign = .centre, fontFile: String? = nil) throws -> VipsImage {
         try VipsRuntime.setUp()
-        let made = TextResult()
-        TextThread.shared.run {
+        let (status, made) = TextThread.shared.run { () -> (Int32, UnsafeMutablePointer<CVips.VipsImage>?) in
             var out: UnsafeMutablePointer<CVips.VipsImage>?
-            made.status = ip_text_detached(&out, text, font, Int32(width), Int32(height ?? 0), align.vips, fontFile)
-            made.image = out
+            let status = ip_text_detached(&out, text, font, Int32(width), Int32(height ?? 0), align.vips, fontFile)
+            return (status, out)
         }
-        guard made.status == 0, let out = made.image else { throw VipsError.take("text") }
-        return VipsImage(taking: out)
+        guard status == 0, let made else { throw VipsError.take("text") }
+        return VipsImage(taking: made)
     }
 
     /// Draws into a materialized image, in place. Returns self for chaining.
