@@ -44,33 +44,52 @@ extension CommandLineTests {
 
     /// `in/<stem>.gif` (300×300, listed first) and `in/<stem>.jpg` (400×200), whose outputs
     /// have one name, and a pipeline that accepts JPEG only: the GIF is skipped.
-    func gifAndJPEGOfOneName(_ stem: String) throws {
+    ///
+    /// With `slowFirst`, a 3000×3000 PNG `in/0-slow.png` is listed before them, PNG is accepted
+    /// too, and one item at a time is processed (a local file is read by the pixel stage), in
+    /// the order listed: the GIF's skip then waits for the PNG's decode (a tenth of a second or
+    /// more), long after `<stem>.jpg` is listed and has failed for the name, so the JPEG is
+    /// always *taken up again*. Without it the skip may come before the JPEG is listed, which
+    /// then simply gets the free name.
+    func gifAndJPEGOfOneName(_ stem: String, slowFirst: Bool = false) throws {
         let folder = try work.folder("in")
         try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 300), to: folder + "/\(stem).gif")
         try ImageFixtures.jpeg(at: folder + "/\(stem).jpg", width: 400, height: 200)
-        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"formats": ["jpeg"]}"#)
+        guard slowFirst else {
+            try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"formats": ["jpeg"]}"#)
+            return
+        }
+        let large = try ImageFixtures.photo(width: 300, height: 300).resized(horizontal: 10, vertical: 10)
+        try ImageFixtures.write(large, to: folder + "/0-slow.png[compression=1]")
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 32, "height": 32}],
+             "sinks": [{"type": "directory", "path": "out"}],
+             "limits": {"timeout": 5, "workers": 1},
+             "accept": {"formats": ["jpeg", "png"]}}
+            """, to: "pipe.json")
     }
 
     /// A skipped item makes nothing, so it takes no output name from another: `a.jpg`, whose
     /// name `a.gif` (listed first) held, is made after all once `a.gif` is skipped.
     @Test func aSkippedItemLeavesItsOutputNameToTheNextItem() throws {
-        try gifAndJPEGOfOneName("a")
+        try gifAndJPEGOfOneName("a", slowFirst: true)
 
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(result.stderr.contains("a.jpg: taken up again"), "stderr: \(result.stderr)")
-        #expect(work.files(under: "out") == ["a.jpg"])
+        #expect(work.files(under: "out") == ["0-slow.jpg", "a.jpg"])
         let made = try ImageFixtures.decode(work.url("out/a.jpg"))
         #expect((made.width, made.height) == (32, 16), "the JPEG's own pixels, not the GIF's")
         let report = try status()
-        #expect(report.failures.isEmpty && report.done == 1)
+        #expect(report.failures.isEmpty && report.done == 2)
         #expect(report.skips.map(\.key) == ["a.gif"])
     }
 
     /// The notice of an item taken up again names it with its line feeds escaped: a key
     /// cannot forge a line of imgpipe's own.
     @Test func theTakenUpAgainNoticeEscapesTheKeys() throws {
-        try gifAndJPEGOfOneName("x\nFORGED: all done")
+        try gifAndJPEGOfOneName("x\nFORGED: all done", slowFirst: true)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(result.stderr.contains("x\\u{A}FORGED: all done.jpg: taken up again"), "stderr: \(result.stderr)")
