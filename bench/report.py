@@ -58,20 +58,36 @@ if python_ratios:
     print(f"\nB ÷ A round by round (Python origin, against the round's two A runs): "
           + ", ".join(f"{r:.2f}" for r in python_ratios) + f" (median {statistics.median(python_ratios):.2f}).")
 print(f"\n## Scale: a generated URL list of small (320 px) images over loopback\n")
-print("| items | run wall (s) | items/s | peak RSS (MB) | `resume` of the finished run (s) |")
-print("|---|---|---|---|---|")
-for n in [1000, scale]:
-    wall = median(f"S run {n}")
+print("The origin is nginx, as in work B; the row \"Python origin\" is the same list from bench/server.py.")
+print("The floor is vipsthumbnail on 2 processes over 2000 local copies of the same images (no network,")
+print("no state), run just before and just after each scale run; \"vs floor\" is the run's items/s over")
+print("the mean of those two floors' images/s.\n")
+print("| items | run wall (s) | items/s | floor beside it (images/s) | vs floor | peak RSS (MB) | `resume` of the finished run (s) |")
+print("|---|---|---|---|---|---|---|")
+# The floors in the order bench/run.sh ran them: before 1000, between 1000 and SCALE, between
+# SCALE and SCALE from Python, after it.
+floors = [v[0] for v in rows.get("S vipsthumbnail 2000", [])]
+def floor_beside(i):
+    around = [2000 / w for w in floors[i:i + 2]]
+    return statistics.mean(around) if around else None
+scale_ratio = None
+for i, (label, n, name) in enumerate([("S run", 1000, "1000"), ("S run", scale, f"{scale}"),
+                                      ("S run python", scale, f"{scale}, Python origin")]):
+    wall = median(f"{label} {n}")
     if wall is None:
         continue
-    print(f"| {n} | {wall:.2f} | {n / wall:.0f} | {median(f'S run {n}', 1) / 1024:.0f} | {median(f'S resume {n}'):.2f} |")
+    beside = floor_beside(i)
+    ratio = (n / wall) / beside if beside else None
+    if i == 1:
+        scale_ratio = ratio
+    resume = median(f"S resume {n}") if label == "S run" else None
+    print(f"| {name} | {wall:.2f} | {n / wall:.0f} | {beside:.0f} | {ratio:.2f}× | {median(f'{label} {n}', 1) / 1024:.0f} | "
+          + (f"{resume:.2f} |" if resume is not None else "– |"))
 small, big = median("S run 1000", 1), median(f"S run {scale}", 1)
 if small and big:
     print(f"\nPeak RSS at {scale} items is {big / small:.2f}× the RSS at 1000.")
-tiny_floor = median("S vipsthumbnail 2000")
-if tiny_floor:
-    print(f"\nThe floor of these small images: vipsthumbnail on 2 processes, 2000 local copies, "
-          f"{tiny_floor:.2f} s ({2000 / tiny_floor:.0f} images/s).")
+if floors:
+    print(f"\nThe floor's runs, in order: " + ", ".join(f"{w:.2f} s ({2000 / w:.0f}/s)" for w in floors) + ".")
 slow = {(kind, side): median(f"O {kind} {side}") for kind in ("download", "upload") for side in ("head", "base")}
 if slow[("download", "head")]:
     print("\n## Slow origin: 96 items, every answer after 1 s (bench/slow-origin.sh)\n")
@@ -101,6 +117,7 @@ target("work B from the Python origin vs imgpipe's work A (median of the rounds)
        statistics.median(python_ratios) if python_ratios else None, "{:.2f}×", lambda v: v <= 1.05)
 s_wall = median(f"S run {scale}")
 target(f"{scale} small items over loopback", "≥ 200 items/s", scale / s_wall if s_wall else None, "{:.0f} items/s", lambda v: v >= 200)
+target(f"{scale} small items over loopback vs the floor beside them", "(for comparison)", scale_ratio, "{:.2f}×", lambda v: v >= 1.0)
 print("\nAll samples (label: [(wall s, peak RSS KB)]):\n")
 for label, values in rows.items():
     print(f"- {label}: {values}")

@@ -11,9 +11,10 @@
 #     threads, keep_ratio, resize_only_if_bigger, 256, quality 85) on the same URLs.
 #   Each RUNS (3) times, alternating; works A and B twice a round, back to back in a quad
 #     A B B A; medians, ratios to the floor/peer of the same run, and B ÷ A of each quad.
-#   Scale: peak RSS at 1k and 20k items (a generated URL list of small images), and the
-#     time of `imgpipe resume` on the finished 20k-item run; items/s against the floor of
-#     the same small images: vipsthumbnail on 2 processes over 2000 local copies.
+#   Scale: peak RSS at 1k and 20k items (a generated URL list of small images from nginx;
+#     20k again from bench/server.py), and the time of `imgpipe resume` on the finished
+#     20k-item run; items/s against the floor of the same small images, vipsthumbnail on 2
+#     processes over 2000 local copies, measured just before and just after each run.
 #   Vector off: work A again with IMGPIPE_VIPS_VECTOR=0 (liborc's vector code off; it is on
 #     by default, as in vipsthumbnail).
 #   Slow origin: bench/slow-origin.sh (96 one-second answers, downloads 16, uploads 8).
@@ -88,30 +89,41 @@ done
 stop_server
 stop_origin
 
-# Scale: the same small image SCALE times over loopback.
-start_server "$TINY"
-for n in 1000 "$SCALE"; do
-  url_list "$TINY" "$n" "$WORK/scale-$n.txt"
-  pipeline_b "$WORK/scale-$n.txt" "out-scale-$n" "$WORK/scale-$n.json" "{index}.{ext}"
-  aside "$WORK/out-scale-$n" "$WORK/state-scale-$n"
-  timed "S run $n" "$SAMPLES" "$BIN" run "$WORK/scale-$n.json" --state "$WORK/state-scale-$n/s.sqlite" --quiet
-  check "$WORK/out-scale-$n" "$n"
-  for run in $(seq 1 "$RUNS"); do
-    timed "S resume $n" "$SAMPLES" "$BIN" resume "$WORK/scale-$n.json" --state "$WORK/state-scale-$n/s.sqlite" --quiet
-  done
-done
-stop_server
-
-# The floor of small images: the same 320-px JPEGs, 2000 local copies, vipsthumbnail on 2
-# processes (no network, no state).
-rm -rf "$WORK/tiny-local" "$WORK/out-tiny-vips"; mkdir -p "$WORK/tiny-local" "$WORK/out-tiny-vips"
+# Scale: the same small image SCALE times over loopback, from nginx (as work B; the origin's
+# CPU is the machine's too, and bench/server.py's is about three times nginx's), then SCALE
+# again from bench/server.py (the origin of the runs before the fourteenth session). The
+# floor of these small images (vipsthumbnail on 2 processes over 2000 local copies, no
+# network, no state) runs before, between and after them, so that each scale run has one
+# measured just before and just after it: this machine's speed drifts by 20 % in minutes.
+rm -rf "$WORK/tiny-local"; mkdir -p "$WORK/tiny-local"
 tiny=("$TINY"/*.jpg)
 for i in $(seq 0 1999); do ln "${tiny[$(( i % ${#tiny[@]} ))]}" "$WORK/tiny-local/t$i.jpg"; done
-for run in $(seq 1 "$RUNS"); do
+tiny_floor() {
   aside "$WORK/out-tiny-vips"; mkdir -p "$WORK/out-tiny-vips"
   timed "S vipsthumbnail 2000" "$SAMPLES" sh -c "ls '$WORK/tiny-local'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-tiny-vips/%s.jpg[Q=85,strip]'"
   check "$WORK/out-tiny-vips" 2000
+}
+scale_run() { # label, items, origin port
+  PORT=$3 url_list "$TINY" "$2" "$WORK/scale-$2.txt"
+  pipeline_b "$WORK/scale-$2.txt" "out-scale-$2" "$WORK/scale-$2.json" "{index}.{ext}"
+  aside "$WORK/out-scale-$2" "$WORK/state-scale-$2"
+  timed "$1 $2" "$SAMPLES" "$BIN" run "$WORK/scale-$2.json" --state "$WORK/state-scale-$2/s.sqlite" --quiet
+  check "$WORK/out-scale-$2" "$2"
+}
+start_origin "$TINY"
+tiny_floor
+for n in 1000 "$SCALE"; do
+  scale_run "S run" "$n" "$ORIGIN_PORT"
+  for run in $(seq 1 "$RUNS"); do
+    timed "S resume $n" "$SAMPLES" "$BIN" resume "$WORK/scale-$n.json" --state "$WORK/state-scale-$n/s.sqlite" --quiet
+  done
+  tiny_floor
 done
+stop_origin
+start_server "$TINY"
+scale_run "S run python" "$SCALE" "$PORT"
+stop_server
+tiny_floor
 
 # Slow origin: its own script, its samples carried over ("O download head …").
 RUNS=$RUNS bench/slow-origin.sh
