@@ -64,16 +64,17 @@ start_server() {
   PORT=$(cat "$WORK/port")
 }
 
-# url_list FOLDER N FILE — N URLs of the server's FOLDER (started with start_server), its
-# files in turn, each made unique with ?n=i, written to FILE.
+# url_list FOLDER N FILE [PORT] — N URLs of FOLDER's files as served at /images/ on PORT
+# (bench/server.py's or nginx's; $PORT, bench/server.py's, when not given), its files in
+# turn, each made unique with ?n=i, written to FILE.
 url_list() {
-  ls "$1" | sed "s|^|http://127.0.0.1:$PORT/images/|" > "$3.names"
+  ls "$1" | sed "s|^|http://127.0.0.1:${4:-$PORT}/images/|" > "$3.names"
   python3 -c "import sys; lines=open(sys.argv[1]).read().split(); n=int(sys.argv[2]); print('\n'.join(f'{lines[i % len(lines)]}?n={i}' for i in range(n)))" \
     "$3.names" "$2" > "$3"
   rm -f "$3.names"
 }
 
-stop_server() { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true; }
+stop_server() { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=; }
 
 # start_origin FOLDER — nginx on loopback serving FOLDER's files at /images/<name> (with
 # ETags and keep-alive, one process); sets ORIGIN_PORT and ORIGIN_PID. The origin of work
@@ -118,7 +119,7 @@ CONF
   echo "nginx did not start: $(cat "$dir/error.log" 2>/dev/null)" >&2; return 1
 }
 
-stop_origin() { kill "$ORIGIN_PID" 2>/dev/null; wait "$ORIGIN_PID" 2>/dev/null || true; }
+stop_origin() { kill "$ORIGIN_PID" 2>/dev/null; wait "$ORIGIN_PID" 2>/dev/null || true; ORIGIN_PID=; }
 
 # timed LABEL FILE COMMAND… — runs COMMAND, appends "LABEL wall peakRSS(KB)" to FILE.
 timed() {

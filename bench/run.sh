@@ -25,6 +25,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
+# A run that fails stops the bench (set -e): its origins stop with it.
+trap '[ -z "${SERVER_PID:-}" ] || stop_server; [ -z "${ORIGIN_PID:-}" ] || stop_origin' EXIT
 RUNS=${RUNS:-3}
 SCALE=${SCALE:-20000}
 WEB=$WEB_CORPUS
@@ -90,11 +92,12 @@ stop_server
 stop_origin
 
 # Scale: the same small image SCALE times over loopback, from nginx (as work B; the origin's
-# CPU is the machine's too, and bench/server.py's is about three times nginx's), then SCALE
+# CPU is the machine's too, and bench/server.py's is about five times nginx's for these
+# small images), then SCALE
 # again from bench/server.py (the origin of the runs before the fourteenth session). The
 # floor of these small images (vipsthumbnail on 2 processes over 2000 local copies, no
 # network, no state) runs before, between and after them, so that each scale run has one
-# measured just before and just after it: this machine's speed drifts by 20 % in minutes.
+# measured just before and just after it: this machine's speed drifts by 30 % within a bench.
 rm -rf "$WORK/tiny-local"; mkdir -p "$WORK/tiny-local"
 tiny=("$TINY"/*.jpg)
 for i in $(seq 0 1999); do ln "${tiny[$(( i % ${#tiny[@]} ))]}" "$WORK/tiny-local/t$i.jpg"; done
@@ -104,7 +107,7 @@ tiny_floor() {
   check "$WORK/out-tiny-vips" 2000
 }
 scale_run() { # label, items, origin port
-  PORT=$3 url_list "$TINY" "$2" "$WORK/scale-$2.txt"
+  url_list "$TINY" "$2" "$WORK/scale-$2.txt" "$3"
   pipeline_b "$WORK/scale-$2.txt" "out-scale-$2" "$WORK/scale-$2.json" "{index}.{ext}"
   aside "$WORK/out-scale-$2" "$WORK/state-scale-$2"
   timed "$1 $2" "$SAMPLES" "$BIN" run "$WORK/scale-$2.json" --state "$WORK/state-scale-$2/s.sqlite" --quiet

@@ -42,8 +42,8 @@ extension CommandLineTests {
         #expect(try status().skips.first { $0.key == "small.jpg" }?.message.hasSuffix("bytes is under accept.minBytes 100000") == true)
     }
 
-    /// `in/<stem>.gif` (300×300, listed first) and `in/<stem>.jpg` (400×200), whose outputs
-    /// have one name, and a pipeline that accepts JPEG only: the GIF is skipped.
+    /// `in/<stem>.gif` (300×300, listed before the JPEG) and `in/<stem>.jpg` (400×200), whose
+    /// outputs have one name, and a pipeline that accepts JPEG only: the GIF is skipped.
     ///
     /// With `slowFirst`, a 3000×3000 PNG `in/0-slow.png` is listed before them, PNG is accepted
     /// too, and one item at a time is processed (a local file is read by the pixel stage), in
@@ -71,7 +71,7 @@ extension CommandLineTests {
     }
 
     /// A skipped item makes nothing, so it takes no output name from another: `a.jpg`, whose
-    /// name `a.gif` (listed first) held, is made after all once `a.gif` is skipped.
+    /// name `a.gif` (listed before it) held, is made after all once `a.gif` is skipped.
     @Test func aSkippedItemLeavesItsOutputNameToTheNextItem() throws {
         try gifAndJPEGOfOneName("a", slowFirst: true)
 
