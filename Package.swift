@@ -34,14 +34,18 @@ let package = Package(
         // without one: `orc_program_compile` and `orc_program_free` defined here interpose
         // liborc's (see OrcGuard.c).
         .target(name: "COrcGuard"),
+        // Pango 1.50's fontconfig matching run on the thread that asks for it, not on two
+        // threads of its own per font pattern, which free what the render thread is using:
+        // `g_thread_new` defined here interposes GLib's (see PangoGuard.c).
+        .target(name: "CPangoGuard"),
         // Threads compiling and freeing liborc programs at once: the race the lock above
         // prevents (for the tests and bench/orc-race.c).
         .target(name: "COrcStress"),
         // Halving and lanczos3 reduction of 8-bit pictures already in memory, for the outputs
         // made from an item's other outputs (libvips 8.14 does both in scalar code).
         .target(name: "CResample"),
-        // The only module that imports CVips (and COrcGuard, CResample).
-        .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CResample"]),
+        // The only module that imports CVips (and COrcGuard, CPangoGuard, CResample).
+        .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CPangoGuard", "CResample"]),
         .target(
             name: "ImagePipeline",
             dependencies: [

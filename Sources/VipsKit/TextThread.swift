@@ -6,15 +6,15 @@ import Foundation
 ///
 /// libvips 8.14 draws text with Pango and fontconfig, which are not thread-safe (it lays text
 /// out under a lock of its own, but draws it, `pango_cairo_show_layout`, after releasing it,
-/// so two pixel workers captioning at once could crash the process). A lock around each call
-/// kept two renders apart, yet the test process crashed four times with a
-/// SIGFPE inside GLib, the last time while another thread was inside Pango (with the tests
-/// one at a time: four cases of one test rendering captions at once, on Dispatch threads).
-/// What a lock does not cover is what Pango and GLib keep per thread and free when the thread
-/// ends: a Dispatch thread that rendered a caption, went idle and ended could free it outside
-/// any lock while another thread rendered. That is the one path left that we could see (the
-/// crash was never made to happen on demand). Here Pango only ever runs on this thread, so
+/// so two pixel workers captioning at once could crash the process). Pango also keeps state
+/// per thread, freed when the thread ends: a Dispatch thread that rendered a caption and
+/// ended could free it beside another render. Here Pango only ever runs on this thread, so
 /// whatever it keeps per thread is made once and never freed while the process runs.
+///
+/// That alone did not stop the SIGFPE inside GLib seen five times in the tests: a core showed
+/// one of the threads Pango 1.50 starts to match each new font pattern, ending, look up the
+/// font map's hash of pattern sets to remove one, while this thread was freeing fontsets of
+/// the same font map. `CPangoGuard` runs those matches on this thread as well.
 final class TextThread: @unchecked Sendable {
     // @unchecked because `jobs` and `ran` are guarded by `condition`.
     static let shared = TextThread()

@@ -1,4 +1,5 @@
 import COrcGuard
+import CPangoGuard
 import CResample
 import CVips
 
@@ -82,6 +83,14 @@ public enum VipsRuntime {
     /// calls to `orc_program_compile` and `orc_program_free` reach the executable's
     /// definitions, which serialise them.
     public static var vectorCompileGuarded: Bool { ip_orc_guard_active() != 0 }
+
+    /// Whether Pango's fontconfig matching runs on the thread that renders the text
+    /// (`Sources/CPangoGuard`): Pango's calls to `g_thread_new` reach the executable's
+    /// definition, which runs its matching threads' work at once on the caller.
+    public static var fontMatchingInline: Bool { ip_pango_guard_active() != 0 }
+
+    /// How many of Pango's matching threads have been run on their caller's thread so far.
+    public static var fontMatchesInlined: Int { ip_pango_threads_inlined() }
 
     /// libvips' version, e.g. `8.14.1`.
     public static var version: String {

@@ -403,6 +403,24 @@ struct CommandLineTests {
         #expect(drawn.maxDifference(from: literal, rows: 0 ..< drawn.height) == 0, "the variable's text was not what was drawn")
     }
 
+    /// Captions of many texts, so in many sizes, over 300 items: libvips' autofit asks Pango
+    /// for a font pattern for each size it tries, and past 256 fontsets Pango 1.50 frees some
+    /// while its own matching threads end, which change the same hash unlocked
+    /// (`CPangoGuard`). Before the guard the release binary died with SIGFPE in 5 of 9 such runs
+    /// (bench/RESULTS.md, fourteenth session); every item must be made and the run exit 0.
+    @Test func captionsInManySizesOverAWholeBatch() throws {
+        let folder = try work.folder("in")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 320, height: 213), to: folder + "/p0.jpg")
+        for index in 1 ..< 300 {
+            try FileManager.default.linkItem(atPath: folder + "/p0.jpg", toPath: folder + "/p\(index).jpg")
+        }
+        try pipeline(filters: #"[{"op": "fit", "width": 256, "height": 256}, {"op": "caption", "top": "NUMBER {stem}", "bottom": "ONE DOES NOT SIMPLY"}]"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
+        #expect(work.files(under: "out").count == 300)
+        #expect(try status().done == 300)
+    }
+
     /// The bash completion offers pipeline files (`.json`) and folders for `run <Tab>`,
     /// not every file.
     @Test func completionOffersPipelineFiles() throws {
