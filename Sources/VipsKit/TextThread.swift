@@ -4,17 +4,18 @@ import Foundation
 /// The one thread every text is rendered on (`VipsImage.text`), one at a time, and which never
 /// ends.
 ///
-/// libvips 8.14 draws text with Pango and fontconfig, which are not thread-safe (it lays text
-/// out under a lock of its own, but draws it, `pango_cairo_show_layout`, after releasing it,
-/// so two pixel workers captioning at once could crash the process). Pango also keeps state
+/// libvips 8.14 draws text with Pango and fontconfig, which are not thread-safe, and lays it
+/// out and draws it without a lock (its own lock covers only `fontfile`), so two pixel
+/// workers captioning at once could crash the process. Pango also keeps state
 /// per thread, freed when the thread ends: a Dispatch thread that rendered a caption and
 /// ended could free it beside another render. Here Pango only ever runs on this thread, so
 /// whatever it keeps per thread is made once and never freed while the process runs.
 ///
 /// That alone did not stop the SIGFPE inside GLib seen five times in the tests: a core showed
 /// one of the threads Pango 1.50 starts to match each new font pattern, ending, look up the
-/// font map's hash of pattern sets to remove one, while this thread was freeing fontsets of
-/// the same font map. `CPangoGuard` runs those matches on this thread as well.
+/// font map's hash of pattern sets to remove one, while this thread was clearing that font
+/// map (as libvips' `vips_text` makes it do at every change of resolution). `CPangoGuard`
+/// runs those matches on this thread as well.
 final class TextThread: @unchecked Sendable {
     // @unchecked because `jobs` and `ran` are guarded by `condition`.
     static let shared = TextThread()

@@ -92,6 +92,9 @@ public enum VipsRuntime {
     /// How many of Pango's matching threads have been run on their caller's thread so far.
     public static var fontMatchesInlined: Int { ip_pango_threads_inlined() }
 
+    /// The thread (`pthread_self()`) that ran the last of them inline, or 0 before the first.
+    public static var lastFontMatchThread: UInt { ip_pango_last_inline_thread() }
+
     /// libvips' version, e.g. `8.14.1`.
     public static var version: String {
         "\(vips_version(0)).\(vips_version(1)).\(vips_version(2))"

@@ -403,11 +403,13 @@ struct CommandLineTests {
         #expect(drawn.maxDifference(from: literal, rows: 0 ..< drawn.height) == 0, "the variable's text was not what was drawn")
     }
 
-    /// Captions of many texts, so in many sizes, over 300 items: libvips' autofit asks Pango
-    /// for a font pattern for each size it tries, and past 256 fontsets Pango 1.50 frees some
-    /// while its own matching threads end, which change the same hash unlocked
-    /// (`CPangoGuard`). Before the guard the release binary died with SIGFPE in 5 of 9 such runs
-    /// (bench/RESULTS.md, fourteenth session); every item must be made and the run exit 0.
+    /// Captions of many texts, so in many sizes, over 300 items: libvips' autofit tries one
+    /// resolution after another, each change clears Pango's font map, and Pango 1.50's own
+    /// matching threads, ending, used the hash of patterns being destroyed (`CPangoGuard`).
+    /// Before the guard the release binary died with SIGFPE in 5 of 9 such runs (RESULTS.md,
+    /// fourteenth session); every item must be made and the run exit 0. A stress test: it
+    /// failed once in three runs without the guard; the guard itself is checked by
+    /// `pangosFontMatchingRunsOnTheTextThread`.
     @Test func captionsInManySizesOverAWholeBatch() throws {
         let folder = try work.folder("in")
         try ImageFixtures.write(try ImageFixtures.photo(width: 320, height: 213), to: folder + "/p0.jpg")

@@ -50,19 +50,22 @@ struct VipsRuntimeTests {
         #expect(rendered.isDisjoint(with: callers.withLock { $0 }), "a render ran on a caller's thread")
     }
 
-    /// Pango 1.50 matches each new font pattern on two threads of its own, which can free the
-    /// pattern set in the font map's hash while the text thread inserts into it (the SIGFPE in
-    /// GLib, caught in a core: `CPangoGuard` says how). Those matches run on the text thread
-    /// instead: a text in a size not asked for before makes new patterns, and their matching
-    /// is counted as run inline. Without the interposed `g_thread_new` the count stays put.
+    /// Pango 1.50 matches each new font pattern on two threads of its own, which can free a
+    /// pattern set in a hash the text thread is destroying or changing (the SIGFPE in GLib,
+    /// caught in a core: `CPangoGuard` says how). Those matches run on the text thread
+    /// instead: a text in a size not asked for before makes a new pattern, whose matching is
+    /// counted as run inline, on the text thread. Without the interposed `g_thread_new` the
+    /// count stays put; on a Pango that names its threads otherwise, too.
     @Test func pangosFontMatchingRunsOnTheTextThread() throws {
         try VipsRuntime.setUp()
         #expect(VipsRuntime.fontMatchingInline)
         let before = VipsRuntime.fontMatchesInlined
-        // A size no other test asks for, so that the font map has no fontset for it yet.
+        // A size no other test asks for, so that the font map has no pattern for it yet.
         let size = 41 + Double(before % 997) / 1000
         let mask = try VipsImage.text("MATCHED HERE", font: "DejaVu Serif \(size)", width: 400)
         #expect(mask.width > 0)
         #expect(VipsRuntime.fontMatchesInlined > before)
+        let textThread = TextThread.shared.run { UInt(pthread_self()) }
+        #expect(VipsRuntime.lastFontMatchThread == textThread, "the last match ran on another thread")
     }
 }

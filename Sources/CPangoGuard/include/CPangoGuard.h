@@ -8,4 +8,7 @@ int ip_pango_guard_active(void);
 /// How many of Pango's fontconfig threads were run on their caller's thread instead, so far.
 long ip_pango_threads_inlined(void);
 
+/// The thread (`pthread_self()`) that ran the last of them, or 0 before the first.
+unsigned long ip_pango_last_inline_thread(void);
+
 #endif
