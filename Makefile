@@ -59,7 +59,7 @@ demo: build
 # One test at a time (--no-parallel): on a 2-core machine the suite's tests in parallel
 # start imgpipe processes, PostgreSQL clusters and libvips work all at once, and full runs
 # on one such machine failed by the load alone (a delivery over its 5 s timeout); one at a
-# time, the suite takes 7 minutes there, not 4.
+# time, the suite takes 7–8 minutes there, not 4.
 test: build
 	$(SWIFT) test --no-parallel
 

@@ -93,11 +93,11 @@ stop_origin
 
 # Scale: the same small image SCALE times over loopback, from nginx (as work B; the origin's
 # CPU is the machine's too, and bench/server.py's is about five times nginx's for these
-# small images), then SCALE
-# again from bench/server.py (the origin of the runs before the fourteenth session). The
-# floor of these small images (vipsthumbnail on 2 processes over 2000 local copies, no
-# network, no state) runs before, between and after them, so that each scale run has one
-# measured just before and just after it: this machine's speed drifts by 30 % within a bench.
+# small images), then SCALE again from bench/server.py (the origin of the runs before the
+# fourteenth session). The floor of these small images (vipsthumbnail on 2 processes over
+# 2000 local copies, no network, no state) runs before, between and after them, so that each
+# scale run has one measured just before and just after it: this machine's speed drifts by
+# 30 % within a bench.
 rm -rf "$WORK/tiny-local"; mkdir -p "$WORK/tiny-local"
 tiny=("$TINY"/*.jpg)
 for i in $(seq 0 1999); do ln "${tiny[$(( i % ${#tiny[@]} ))]}" "$WORK/tiny-local/t$i.jpg"; done

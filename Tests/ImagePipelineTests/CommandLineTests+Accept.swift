@@ -8,11 +8,11 @@ import Testing
 extension CommandLineTests {
     /// A pipeline of `source` (fit 32×32 into `out/`) with more top-level keys in `extra`.
     @discardableResult
-    func acceptPipeline(source: String, extra: String = "") throws -> String {
+    func acceptPipeline(source: String, extra: String = "", limits: String = #"{"timeout": 5}"#) throws -> String {
         try work.write("""
             {"version": 1, "source": \(source),
              "filters": [{"op": "fit", "width": 32, "height": 32}],
-             "sinks": [{"type": "directory", "path": "out"}], "limits": {"timeout": 5}\(extra)}
+             "sinks": [{"type": "directory", "path": "out"}], "limits": \(limits)\(extra)}
             """, to: "pipe.json")
     }
 
@@ -61,13 +61,8 @@ extension CommandLineTests {
         }
         let large = try ImageFixtures.photo(width: 300, height: 300).resized(horizontal: 10, vertical: 10)
         try ImageFixtures.write(large, to: folder + "/0-slow.png[compression=1]")
-        try work.write("""
-            {"version": 1, "source": {"type": "directory", "path": "in"},
-             "filters": [{"op": "fit", "width": 32, "height": 32}],
-             "sinks": [{"type": "directory", "path": "out"}],
-             "limits": {"timeout": 5, "workers": 1},
-             "accept": {"formats": ["jpeg", "png"]}}
-            """, to: "pipe.json")
+        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"formats": ["jpeg", "png"]}"#,
+                           limits: #"{"timeout": 5, "workers": 1}"#)
     }
 
     /// A skipped item makes nothing, so it takes no output name from another: `a.jpg`, whose

@@ -27,10 +27,10 @@ final class BoundedExecutor: @unchecked Sendable {
     init(label: String, width: Int, afterEachJob: (@Sendable () -> Void)? = nil) {
         self.width = max(1, width)
         self.afterEachJob = afterEachJob
+        // The kernel's name of each thread, as profilers and /proc show it (15 bytes at most):
+        // the label's last part and the index, "fetch.12".
+        let stage = label.split(separator: ".").last.map(String.init) ?? label
         for index in 0 ..< self.width {
-            // The kernel's name of the thread, as profilers and /proc show it (15 bytes at
-            // most): the label's last part and the index, "fetch.12".
-            let stage = label.split(separator: ".").last.map(String.init) ?? label
             let shortName = String(decoding: "\(stage).\(index)".utf8.prefix(15), as: UTF8.self)
             let thread = Thread { [self] in
                 Self.nameThisThread(shortName)
