@@ -44,6 +44,7 @@ let package = Package(
         // Halving and lanczos3 reduction of 8-bit pictures already in memory, for the outputs
         // made from an item's other outputs (libvips 8.14 does both in scalar code).
         .target(name: "CResample"),
+        .target(name: "CProcess"),
         // The only module that imports CVips (and COrcGuard, CPangoGuard, CResample).
         .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CPangoGuard", "CResample"]),
         .target(
@@ -53,6 +54,7 @@ let package = Package(
                 "CZlib",
                 "CCurl",
                 "CPostgres",
+                "CProcess",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -89,7 +89,8 @@ public struct MeasuredResult: Sendable {
     public let result: CommandResult
     /// The terminating signal, when the child did not exit normally.
     public let signal: Int32?
-    /// The child's peak resident set size (its `VmHWM`), in bytes.
+    /// The child's peak resident set size (its `VmHWM`), with its pixel helpers' added, in
+    /// bytes.
     public let peakRSS: Int
     /// The hang guard fired: the child was killed after `timeout` seconds.
     public let timedOut: Bool
@@ -103,7 +104,9 @@ extension ImgpipeBinary {
     ///
     /// The peak is `VmHWM` from `/proc/<pid>/status`, read every 10 ms: the high-water
     /// mark of the child's own address space since its `exec`, which only grows, so the
-    /// last reading is the peak up to 10 ms before the end. Not `wait4`'s `ru_maxrss`:
+    /// last reading is the peak up to 10 ms before the end. The child's pixel helpers
+    /// (`ChildProcesses.pixelHelpers`) are read the same way and their peaks added: more
+    /// than the run ever held at once, never less. Not `wait4`'s `ru_maxrss`:
     /// Linux carries the spawning process's high-water mark across `exec` into it, so a
     /// child of a 200 MB test process reported 200 MB whatever it used itself.
     public static func runMeasured(_ arguments: [String], in directory: String,
@@ -130,9 +133,14 @@ extension ImgpipeBinary {
         var status: Int32 = 0
         var timedOut = false
         var peak = 0
+        var helperPeaks: [pid_t: Int] = [:]
         let deadline = Date().addingTimeInterval(timeout)
         while true {
-            peak = max(peak, highWaterMark(of: pid) ?? 0)
+            // The pid from posix_spawn is `env`'s, which execs imgpipe in the same process.
+            for helper in ChildProcesses.pixelHelpers(of: pid) {
+                helperPeaks[helper] = max(helperPeaks[helper] ?? 0, highWaterMark(of: helper) ?? 0)
+            }
+            peak = max(peak, (highWaterMark(of: pid) ?? 0) + helperPeaks.values.reduce(0, +))
             let reaped = wait4(pid, &status, WNOHANG, nil)
             if reaped == pid { break }
             if reaped < 0, errno != EINTR { break }

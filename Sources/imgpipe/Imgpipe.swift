@@ -28,6 +28,12 @@ struct Imgpipe: ParsableCommand {
                       SchemaCommand.self, CacheCommand.self]
     )
 
+    /// Where `run`, `resume` and `work` make items' pixels: in helper processes of this
+    /// binary (`PixelHelper`), unless `IMGPIPE_PIXEL_HELPERS=0` keeps them on the pixel
+    /// workers' threads in this process (a benchmark knob, like `tuning`'s).
+    static let pixelHelper: PixelHelperLaunch? = ProcessInfo.processInfo.environment["IMGPIPE_PIXEL_HELPERS"] == "0"
+        ? nil : .thisExecutable
+
     /// Parses and runs, mapping argument errors to exit code 2 rather than 64.
     static func main() {
         // Two glibc malloc arenas instead of 8 per core: measured 3 % faster and 6 % less
@@ -38,6 +44,11 @@ struct Imgpipe: ParsableCommand {
         if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
         if !tuning.vectorCode { VipsRuntime.setVectorEnabled(false) }
         if !tuning.ownResampling { VipsRuntime.setOwnResampling(false) }
+        // A run's pixel helper (started with the run's process id), set up as the run is.
+        let arguments = CommandLine.arguments
+        if arguments.count == 3, arguments[1] == PixelHelper.argument, let parent = pid_t(arguments[2]) {
+            PixelHelper.serve(parent: parent)
+        }
         LogOptions.bootstrap()
         do {
             try refuseUnknownCommand(Array(CommandLine.arguments.dropFirst()))

@@ -22,6 +22,9 @@ public final class PipelineRunner: Sendable {
         /// `run --incremental`: each listed item is compared with the previous run, and what
         /// is unchanged is carried over instead of made and delivered again.
         public var changes: ChangeDetector?
+        /// Items' pixels are made in helper processes started this way (`PixelHelper`), one
+        /// per pixel worker; nil: on the workers' own threads, in this process.
+        public var pixelHelper: PixelHelperLaunch?
         public init() {}
     }
 
@@ -105,6 +108,8 @@ struct RunContext: Sendable {
     let writer: StoreWriter
     let fetchers: BoundedExecutor
     let workers: BoundedExecutor
+    /// Where the workers have items' pixels made.
+    let pixels: PixelWork
     let deliverers: BoundedExecutor
     let sinks: [String: any Sink]
     let reporter: any RunReporter
@@ -133,6 +138,9 @@ struct RunContext: Sendable {
             VipsRuntime.endThreadWork()
         }
         self.workers = workers
+        pixels = options.pixelHelper.map {
+            .helpers(PixelHelpers(launch: $0, spec: pipeline.spec, cancellation: pipeline.cancellation, logger: logger))
+        } ?? .inProcess(pipeline.processor)
         // Commits wait for company only while every pixel thread has four items queued behind
         // the one it works on: the stage that sets the pace then has more work in hand than a
         // wait lasts, and the wait costs no throughput (`StoreWriter`).
@@ -146,8 +154,10 @@ struct RunContext: Sendable {
 
     var runId: Int64 { run.id }
 
-    /// Lets the stages' threads end once their queues are empty (safe to call again).
+    /// Lets the stages' threads end once their queues are empty, and the pixel helpers
+    /// once they are idle (safe to call again).
     func stopExecutors() {
         for executor in [fetchers, workers, deliverers] { executor.shutdown() }
+        pixels.shutdown()
     }
 }

@@ -486,9 +486,9 @@ final class RunStages: Sendable {
             guard !isCancelled else { return releaseSlot() }
             let spec = pipeline.spec
             let began = DispatchTime.now()
-            let result = Result { () throws(ItemFailure) -> ProcessOutcome in
-                try pipeline.processor.processOrSkip(body.map(ImageInput.data) ?? .file(job.spoolPath ?? job.location),
-                                                     fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
+            let result = Result { () throws(ItemFailure) -> ProcessOutcome? in
+                try context.pixels.processOrSkip(body.map(ImageInput.data) ?? .file(job.spoolPath ?? job.location),
+                                                 fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
             }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9
             if seconds > context.options.slowItem {
@@ -500,9 +500,12 @@ final class RunStages: Sendable {
             case let .failure(failure):
                 // Decoding and encoding are deterministic: a failure here is final.
                 return fail(job, failure, attempts: 1)
-            case let .success(.skipped(skip)):
+            case .success(nil):
+                // Its pixel helper ended as the run stopped at once: left for resume.
+                return releaseSlot()
+            case let .success(.skipped(skip)?):
                 return self.skip(job, skip)
-            case let .success(.processed(processed)):
+            case let .success(.processed(processed)?):
                 images = processed
             }
             let outputs: [StagedOutput]

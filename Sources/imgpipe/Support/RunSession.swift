@@ -59,6 +59,7 @@ struct RunSession {
         }
         let logger = options.logging.logger()
         var runnerOptions = PipelineRunner.Options()
+        runnerOptions.pixelHelper = Imgpipe.pixelHelper
         // An incremental run, and the resume of one, compare with the run it started from.
         var baselineID: Int64?
         var current: Int64?

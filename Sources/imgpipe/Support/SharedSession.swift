@@ -18,6 +18,7 @@ struct SharedSession {
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         var settings = settings
+        settings.runner.pixelHelper = Imgpipe.pixelHelper
         settings.onStuck = { message in
             Console.exitNow(1, reporter: reporter, saying: "error: \(message); a call to the database still hangs, so the "
                             + "process exits here (its leases run out and other workers take its chunks)")

@@ -1,0 +1,26 @@
+// How a run starts its pixel helpers, and what a helper asks of the kernel before it
+// serves (PixelHelpers.swift, PixelHelper.swift).
+#define _GNU_SOURCE
+#include "CProcess.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], int socket, pid_t *pid) {
+    posix_spawn_file_actions_t actions;
+    int failed = posix_spawn_file_actions_init(&actions);
+    if (failed) return failed;
+    // dup2 clears close-on-exec on the copy; the original (close-on-exec) goes at exec.
+    failed = posix_spawn_file_actions_adddup2(&actions, socket, 0);
+    if (!failed) failed = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    if (!failed) failed = posix_spawn(pid, path, &actions, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&actions);
+    return failed;
+}
+
+int ip_die_with_parent(pid_t parent) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return -1;
+    return getppid() == parent ? 0 : -1;
+}

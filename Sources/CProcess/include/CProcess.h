@@ -1,0 +1,18 @@
+#ifndef IMGPIPE_CPROCESS_H
+#define IMGPIPE_CPROCESS_H
+
+#include <sys/types.h>
+
+/// Starts `path` with `argv` and `envp` (posix_spawn), `socket` as its standard input and
+/// no other descriptor of this process past standard error (glibc's
+/// `posix_spawn_file_actions_addclosefrom_np`, which Swift does not see). Returns 0 and
+/// sets `pid`, or an errno value.
+int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], int socket, pid_t *pid);
+
+/// For a pixel helper (`PixelHelper.serve`), first thing: asks the kernel for SIGKILL when
+/// the thread that started it ends (`prctl(PR_SET_PDEATHSIG)`, which Swift cannot call: it
+/// is variadic), then checks that its parent is still `parent` (it may have died before the
+/// request was made). Returns 0, or -1 when the parent is gone or the request failed.
+int ip_die_with_parent(pid_t parent);
+
+#endif

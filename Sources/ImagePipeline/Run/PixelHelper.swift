@@ -1,0 +1,227 @@
+import CProcess
+import Foundation
+import VipsKit
+
+/// The pixel helper: a process of the imgpipe binary that makes items' pixels for a run
+/// (`PixelHelpers` starts one per pixel worker), one item at a time, on its main thread.
+///
+/// Why processes: two pixel workers in one process wait on each other in GLib's and
+/// libvips' process-wide locks (GObject's signal lock, the type system's, the malloc
+/// arenas, libvips' global lock, liborc's compiler), about fifteen times an item; the same
+/// work split between two processes left the CPU idle 3 % of the time against 10–12 %, and
+/// took 0.74–0.80 of the time for small images (bench/RESULTS.md). A crash in a decoder
+/// also ends the helper, not the run: the item is failed with the signal's name.
+///
+/// It reads the pipeline (`PixelMessage.configuration`) and builds its processor as the run
+/// did: the document as the run read it, `${…}` expanded from the same environment, the
+/// watermarks checked again. Then each request is an item (its file's path, or its bytes)
+/// and each answer its outcome: the encoded outputs, a skip, or a failure. It writes no file.
+/// It ends when the run closes its socket, and with the run: SIGKILL when the thread that
+/// started it ends (`PR_SET_PDEATHSIG`), so not even kill -9 of the run leaves it behind.
+/// SIGINT and SIGTERM are the run's to handle (a terminal's Ctrl-C reaches the whole
+/// process group): the helper ignores them and finishes its item for the grace period.
+public enum PixelHelper {
+    /// The first argument that makes `imgpipe` a pixel helper (then the run's process id).
+    public static let argument = "__pixel-helper"
+    /// The helper's name in `/proc/PID/comm` (and so in `ps` and `top`).
+    public static let processName = "imgpipe-pixels"
+
+    /// Serves the run that started this process on standard input (a socket), until it
+    /// closes it. `parent` is the run's process id.
+    public static func serve(parent: pid_t) -> Never {
+        guard ip_die_with_parent(parent) == 0 else { exit(0) }
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        nameProcess(processName)
+        let socket: Int32 = 0
+        guard let first = PixelWire.read(socket) else { exit(0) }
+        let processor: ImageProcessor
+        do {
+            processor = try makeProcessor(first.header)
+            try VipsRuntime.setUp()
+        } catch {
+            _ = PixelWire.write(socket, header: PixelMessage.refusal(String(describing: error)))
+            exit(2)
+        }
+        guard PixelWire.write(socket, header: PixelMessage.ready) else { exit(0) }
+        while let frame = PixelWire.read(socket) {
+            let answer: (header: [UInt8], payload: [Data])
+            do {
+                let request = try PixelMessage.Request(frame.header)
+                let input: ImageInput = request.path.map(ImageInput.file) ?? .data(frame.payload)
+                let outcome = Result { () throws(ItemFailure) -> ProcessOutcome in
+                    try processor.processOrSkip(input, fields: ItemFields(key: request.key, stem: request.stem,
+                                                                        metadata: request.metadata))
+                }
+                VipsRuntime.endThreadWork()
+                answer = PixelMessage.answer(outcome)
+            } catch {
+                answer = (PixelMessage.refusal("a request that cannot be read"), [])
+            }
+            guard PixelWire.write(socket, header: answer.header, payload: answer.payload) else { exit(0) }
+        }
+        exit(0)
+    }
+
+    /// The processor of the pipeline in a configuration frame, built as `BuiltPipeline`
+    /// builds the run's.
+    static func makeProcessor(_ header: [UInt8]) throws -> ImageProcessor {
+        var fields = WireReader(header)
+        let document = try fields.string()
+        let baseDirectory = try fields.string()
+        let name = try fields.string()
+        let spec = try PipelineSpec.decode(text: document, baseDirectory: baseDirectory, defaultName: name)
+        let environment = Environment()
+        return ImageProcessor(filters: try BuiltPipeline.checkedFilters(spec, environment: environment),
+                              outputs: try BuiltPipeline.checkedOutputs(spec, environment: environment),
+                              limits: spec.limits, baseDirectory: spec.baseDirectory,
+                              tuning: Tuning(environment: ProcessInfo.processInfo.environment), accept: spec.accept)
+    }
+
+    private static func nameProcess(_ name: String) {
+        let file = open("/proc/self/comm", O_WRONLY | O_CLOEXEC)
+        guard file >= 0 else { return }
+        _ = name.withCString { write(file, $0, strlen($0)) }
+        close(file)
+    }
+}
+
+/// The messages of `PixelWire`'s frames, as both ends write and read them.
+enum PixelMessage {
+    /// The kind of an answer, its first field.
+    enum Kind: Int {
+        case processed = 0, skipped, failed, refused, ready
+    }
+
+    /// The first frame to a helper: the pipeline as the run read it.
+    static func configuration(_ spec: PipelineSpec) -> [UInt8] {
+        var fields = WireFields()
+        fields.put(spec.document.serialized())
+        fields.put(spec.baseDirectory)
+        fields.put(spec.name)
+        return fields.bytes
+    }
+
+    static var ready: [UInt8] {
+        var fields = WireFields()
+        fields.put(Kind.ready.rawValue)
+        return fields.bytes
+    }
+
+    /// The helper cannot go on: its configuration failed, or a request made no sense.
+    static func refusal(_ message: String) -> [UInt8] {
+        var fields = WireFields()
+        fields.put(Kind.refused.rawValue)
+        fields.put(message)
+        return fields.bytes
+    }
+
+    /// One item to make: its file (nil: its bytes are the frame's payload) and its fields.
+    struct Request {
+        var path: String?
+        var key: String
+        var stem: String
+        var metadata: String?
+
+        init(path: String?, fields: ItemFields) {
+            self.path = path
+            key = fields.key
+            stem = fields.stem
+            metadata = fields.metadata
+        }
+
+        init(_ header: [UInt8]) throws(WireReader.Malformed) {
+            var reader = WireReader(header)
+            path = try reader.optionalString()
+            key = try reader.string()
+            stem = try reader.string()
+            metadata = try reader.optionalString()
+        }
+
+        var header: [UInt8] {
+            var fields = WireFields()
+            fields.put(path)
+            fields.put(key)
+            fields.put(stem)
+            fields.put(metadata)
+            return fields.bytes
+        }
+    }
+
+    /// An item's outcome as a frame: each output's numbers in the header, its bytes in the
+    /// payload.
+    static func answer(_ outcome: Result<ProcessOutcome, ItemFailure>) -> (header: [UInt8], payload: [Data]) {
+        var fields = WireFields()
+        switch outcome {
+        case let .success(.processed(images)):
+            fields.put(Kind.processed.rawValue)
+            fields.put(images.count)
+            for image in images {
+                fields.put(image.output)
+                for number in [image.width, image.height, image.inputWidth, image.inputHeight, image.inputBytes, image.data.count] {
+                    fields.put(number)
+                }
+                fields.put(image.inputFormat.rawValue)
+                fields.put(image.sha256)
+                fields.put(image.inputSHA256)
+            }
+            return (fields.bytes, images.map(\.data))
+        case let .success(.skipped(skip)):
+            fields.put(Kind.skipped.rawValue)
+            fields.put(skip.reason.rawValue)
+            fields.put(skip.message)
+        case let .failure(failure):
+            fields.put(Kind.failed.rawValue)
+            fields.put(failure.reason.rawValue)
+            fields.put(failure.message)
+            fields.put(failure.httpStatus ?? -1)
+        }
+        return (fields.bytes, [])
+    }
+
+    /// What an answer says: an outcome, or the helper's refusal.
+    enum Reading {
+        case outcome(Result<ProcessOutcome, ItemFailure>)
+        case refused(String)
+        case ready
+    }
+
+    static func read(_ header: [UInt8], payload: Data) throws(WireReader.Malformed) -> Reading {
+        var reader = WireReader(header)
+        switch Kind(rawValue: try reader.int()) {
+        case .processed:
+            let count = try reader.int()
+            guard (1 ... 1 << 16).contains(count) else { throw WireReader.Malformed() }
+            var images: [ProcessedImage] = []
+            var offset = 0
+            for _ in 0 ..< count {
+                let output = try reader.string()
+                let numbers = try (0 ..< 6).map { _ throws(WireReader.Malformed) in try reader.int() }
+                guard let format = ImageFormat(rawValue: try reader.string()),
+                      numbers[5] >= 0, offset + numbers[5] <= payload.count else { throw WireReader.Malformed() }
+                let sha256 = try reader.string()
+                let inputSHA256 = try reader.string()
+                let data = payload.subdata(in: offset ..< offset + numbers[5])
+                offset += numbers[5]
+                images.append(ProcessedImage(output: output, data: data, width: numbers[0], height: numbers[1],
+                                             inputWidth: numbers[2], inputHeight: numbers[3], inputFormat: format,
+                                             sha256: sha256, inputBytes: numbers[4], inputSHA256: inputSHA256))
+            }
+            return .outcome(.success(.processed(images)))
+        case .skipped:
+            guard let reason = SkipReason(rawValue: try reader.string()) else { throw WireReader.Malformed() }
+            return .outcome(.success(.skipped(ItemSkip(reason, try reader.string()))))
+        case .failed:
+            guard let reason = FailureReason(rawValue: try reader.string()) else { throw WireReader.Malformed() }
+            let message = try reader.string()
+            let status = try reader.int()
+            return .outcome(.failure(ItemFailure(reason, message, httpStatus: status < 0 ? nil : status)))
+        case .refused:
+            return .refused(try reader.string())
+        case .ready:
+            return .ready
+        case nil:
+            throw WireReader.Malformed()
+        }
+    }
+}

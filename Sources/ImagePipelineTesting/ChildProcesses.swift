@@ -1,0 +1,31 @@
+import Foundation
+
+/// A process's children as `/proc` shows them: what a run's pixel helpers are seen by.
+public enum ChildProcesses {
+    /// The children of `pid` (every thread's, from `/proc/PID/task/*/children`).
+    public static func of(_ pid: pid_t) -> [pid_t] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.flatMap { task -> [pid_t] in
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/children", encoding: .utf8)) ?? ""
+            return text.split(separator: " ").compactMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        }
+    }
+
+    /// The kernel's name of a process (`/proc/PID/comm`), nil once it is gone.
+    public static func name(of pid: pid_t) -> String? {
+        (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The pixel helpers of a running `imgpipe` (children named `imgpipe-pixels`).
+    public static func pixelHelpers(of pid: pid_t) -> [pid_t] {
+        of(pid).filter { name(of: $0) == "imgpipe-pixels" }
+    }
+
+    /// True while `pid` runs (not once it is a zombie or gone).
+    public static func isRunning(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return false }
+        let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first
+        return state != "Z" && state != "X"
+    }
+}
