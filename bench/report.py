@@ -15,7 +15,8 @@ def median(label, index=0):
 print("# Benchmark results\n")
 print(f"Made by `make bench` (bench/run.sh) on {datetime.date.today()}: {cpu}, 2 cores, libvips {vips}, release build.")
 print(f"Medians of {runs} alternating rounds (works A and B twice a round, in a quad A B B A); ratios are to the\n"
-      "floor/peer measured in the same runs.\n")
+      "floor/peer measured in the same runs. imgpipe makes its pixels in helper processes (one per worker); its\n"
+      "peak RSS, as /usr/bin/time reports it, is the largest of the run and each helper, not their sum.\n")
 print("## Work A: 1000 web-sized JPEGs (640–1600 px) → fit 256×256 → JPEG q85, local folder\n")
 print("| tool | wall (s) | images/s | peak RSS (MB) | wall vs vipsthumbnail |")
 print("|---|---|---|---|---|")

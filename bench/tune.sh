@@ -7,6 +7,10 @@
 #   1w×2t            workers 1, IMGPIPE_VIPS_THREADS=2 (libvips threads instead of images in flight)
 #   3 workers        limits.workers 3 (one more image in flight than cores)
 #   arenas=16        MALLOC_ARENA_MAX=16, glibc's default on 2 cores (imgpipe itself sets 2)
+#   threads          IMGPIPE_PIXEL_HELPERS=0: the pixels on the workers' threads in one process
+#                    instead of in helper processes
+# Peak RSS is /usr/bin/time's: the largest of the run and each of its pixel helpers, not
+# their sum.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -38,6 +42,7 @@ for run in $(seq 1 "$RUNS"); do
   variant "1w×2t" IMGPIPE_VIPS_THREADS=2 "$WORK/tune-1w.json"
   variant "3 workers" IMGPIPE_FUSE=1 "$WORK/tune-3w.json"
   variant "arenas=16" MALLOC_ARENA_MAX=16 "$WORK/tune.json"
+  variant "threads" IMGPIPE_PIXEL_HELPERS=0 "$WORK/tune.json"
 done
 python3 - "$WORK/tune-samples.txt" "$COUNT" <<'PY'
 import collections, statistics, sys
