@@ -81,7 +81,7 @@ let package = Package(
         .testTarget(
             name: "ImagePipelineTests",
             dependencies: [
-                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe", "COrcStress",
+                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe", "COrcStress", "CProcess",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

@@ -10,12 +10,25 @@
 
 int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], int socket, pid_t *pid) {
     posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    sigset_t none;
     int failed = posix_spawn_file_actions_init(&actions);
     if (failed) return failed;
+    failed = posix_spawnattr_init(&attributes);
+    if (failed) {
+        posix_spawn_file_actions_destroy(&actions);
+        return failed;
+    }
     // dup2 clears close-on-exec on the copy; the original (close-on-exec) goes at exec.
     failed = posix_spawn_file_actions_adddup2(&actions, socket, 0);
     if (!failed) failed = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-    if (!failed) failed = posix_spawn(pid, path, &actions, NULL, argv, envp);
+    // No signal blocked, whatever the spawning thread blocks; dispositions are inherited
+    // (the run ignores SIGINT and SIGTERM, and so does the helper).
+    sigemptyset(&none);
+    if (!failed) failed = posix_spawnattr_setsigmask(&attributes, &none);
+    if (!failed) failed = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+    if (!failed) failed = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     return failed;
 }
@@ -23,4 +36,8 @@ int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], in
 int ip_die_with_parent(pid_t parent) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return -1;
     return getppid() == parent ? 0 : -1;
+}
+
+int ip_set_child_subreaper(int on) {
+    return prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)(on != 0));
 }

@@ -29,3 +29,15 @@ public enum ChildProcesses {
         return state != "Z" && state != "X"
     }
 }
+
+extension ChildProcesses {
+    /// The CPU time a process has used (user and system), in seconds; nil once it is gone.
+    public static func cpuSeconds(of pid: pid_t) -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        // After the name: state is field 3, utime 14 and stime 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+}

@@ -105,8 +105,9 @@ extension ImgpipeBinary {
     /// The peak is `VmHWM` from `/proc/<pid>/status`, read every 10 ms: the high-water
     /// mark of the child's own address space since its `exec`, which only grows, so the
     /// last reading is the peak up to 10 ms before the end. The child's pixel helpers
-    /// (`ChildProcesses.pixelHelpers`) are read the same way and their peaks added: more
-    /// than the run ever held at once, never less. Not `wait4`'s `ru_maxrss`:
+    /// (`ChildProcesses.pixelHelpers`) are read the same way and the peaks of every helper
+    /// seen are added: at least what the run held at once (up to a helper that lived less
+    /// than one reading), as a bound for the tests' limits. Not `wait4`'s `ru_maxrss`:
     /// Linux carries the spawning process's high-water mark across `exec` into it, so a
     /// child of a 200 MB test process reported 200 MB whatever it used itself.
     public static func runMeasured(_ arguments: [String], in directory: String,

@@ -96,7 +96,10 @@ struct MutationTests {
             let key = failure.key
             #expect(!outputs.contains(Self.outputName(key)), "failed item \(key) left an output")
             #expect(!failure.message.contains("no reason"), "\(failure)")
+            // A decoder that crashed would only end its pixel helper: a crash is still a defect.
+            #expect(!failure.message.contains("pixel helper"), "a pixel helper crashed: \(failure)")
         }
+        #expect(!run.result.stderr.contains("pixel helper"), "a pixel helper crashed: \(run.result.stderr.suffix(2000))")
         let failed = Set(failures.map(\.key))
         for (key, mutant) in mutants where !failed.contains(key) {
             let name = Self.outputName(key)

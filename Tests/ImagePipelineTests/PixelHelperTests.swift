@@ -1,6 +1,8 @@
+import CProcess
 import Foundation
-import ImagePipeline
+@testable import ImagePipeline
 import ImagePipelineTesting
+import Logging
 import Testing
 
 /// The command line's runs make pixels in helper processes (`PixelHelper`): the same bytes
@@ -45,8 +47,8 @@ struct PixelHelperTests {
         return try result.decoded(StatusReport.self)
     }
 
-    /// The helpers of `running` seen until it ends or `until` says so, polled every
-    /// millisecond; `each` is called for every helper seen, every time.
+    /// The helpers of `running` seen until it ends or `until` says so, polled every 2 ms;
+    /// `each` is called for every helper seen, every time.
     @discardableResult
     func helpers(of running: RunningCommand, until: (Set<pid_t>) -> Bool = { _ in false },
                  each: (pid_t) -> Void = { _ in }) -> Set<pid_t> {
@@ -58,7 +60,7 @@ struct PixelHelperTests {
                 each(helper)
             }
             if until(seen) { break }
-            usleep(1000)
+            usleep(2000)
         }
         return seen
     }
@@ -100,35 +102,45 @@ struct PixelHelperTests {
         #expect((decoded.width, decoded.height) == (256, 256))
     }
 
+    /// CPU seconds after which a helper is surely at work on a slow PNG: more than starting
+    /// and reading the pipeline take (0.04 s here), well short of what the PNG takes (a helper
+    /// of the debug build that `make test` runs used 0.42–0.48 s in all). CPU time, unlike the
+    /// clock, does not stretch when the machine is busy.
+    static let atWork = 0.12
+
+    static func isAtWork(_ helper: pid_t) -> Bool { (ChildProcesses.cpuSeconds(of: helper) ?? 0) >= atWork }
+
     /// kill -9 of the helper at work: the item goes to a new helper and is made; nothing fails.
     @Test func aHelperKilledAtWorkIsReplacedAndItsItemMade() throws {
         try inputs(slow: 1, small: 3)
         try pipeline(workers: 1)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
         var killed: pid_t?
-        let seen = helpers(of: running, until: { !$0.isEmpty }, each: { helper in
-            if killed == nil {
+        helpers(of: running, until: { _ in killed != nil }, each: { helper in
+            if killed == nil, Self.isAtWork(helper) {
                 kill(helper, SIGKILL)
                 killed = helper
             }
         })
         let result = running.wait()
-        #expect(killed != nil && seen.count == 1)
+        #expect(killed != nil)
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect(result.stderr.contains("pixel helper ended by signal 9"), "stderr: \(result.stderr)")
-        #expect(result.stderr.contains("the item goes to a new one"))
+        #expect(result.stderr.contains("pixel helper ended by signal 9 (SIGKILL); the item goes to a new one"),
+                "stderr: \(result.stderr)")
         #expect(work.files(under: "out") == ["slow-0.jpg", "z-0.jpg", "z-1.jpg", "z-2.jpg"])
         let report = try status()
         #expect(report.done == 4 && report.failures.isEmpty)
     }
 
-    /// Helpers that are killed as soon as they appear fail their items (each after a second
-    /// helper), not the run; `resume --retry-failed` makes them.
+    /// Helpers killed at work, every one: their items fail, each after a second helper, not
+    /// the run; `resume --retry-failed` makes them.
     @Test func helpersThatKeepEndingFailTheirItemsAndTheBatchGoesOn() throws {
         try inputs(slow: 2)
         try pipeline(workers: 1)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
-        let seen = helpers(of: running, each: { kill($0, SIGKILL) })
+        let seen = helpers(of: running, each: { helper in
+            if Self.isAtWork(helper) { kill(helper, SIGKILL) }
+        })
         let result = running.wait()
         #expect(result.status == 1, "stderr: \(result.stderr)")
         #expect(seen.count == 4, "two helpers an item: \(seen)")
@@ -136,7 +148,7 @@ struct PixelHelperTests {
         #expect(report.done == 0 && report.failures.map(\.key).sorted() == ["slow-0.png", "slow-1.png"])
         for failure in report.failures {
             #expect(failure.reason == "process")
-            #expect(failure.message == "its pixel helper ended by signal 9 (Killed); a second one ended by signal 9 (Killed)",
+            #expect(failure.message == "its pixel helper ended by signal 9 (SIGKILL); a second one ended by signal 9 (SIGKILL)",
                     "\(failure.message)")
         }
 
@@ -145,17 +157,34 @@ struct PixelHelperTests {
         #expect(work.files(under: "out") == ["slow-0.jpg", "slow-1.jpg"])
     }
 
-    /// kill -9 of the run: its helpers end with it (the kernel's parent-death signal), and a
-    /// resume makes what was left.
+    /// kill -9 of the run: its helpers end with it, killed by the kernel (the parent-death
+    /// signal), even stopped (SIGSTOP) where they could not see their socket close; a resume
+    /// makes what was left. This process adopts the orphaned helpers for the test (a child
+    /// subreaper), so it reads how each ended.
     @Test func killingTheRunEndsItsHelpers() throws {
         try inputs(slow: 4)
         try pipeline(workers: 2)
+        #expect(ip_set_child_subreaper(1) == 0)
+        defer { _ = ip_set_child_subreaper(0) }
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
         let seen = helpers(of: running, until: { $0.count == 2 })
         #expect(seen.count == 2)
+        for helper in seen { kill(helper, SIGSTOP) }
         running.signal(SIGKILL)
         running.process.waitUntilExit()
-        #expect(allEnd(seen), "helpers left running: \(seen.filter(ChildProcesses.isRunning))")
+        for helper in seen {
+            var status: Int32 = 0
+            var reaped: pid_t = 0
+            let deadline = Date().addingTimeInterval(10)
+            // ECHILD until the kernel has handed it over.
+            while reaped != helper, Date() < deadline {
+                reaped = waitpid(helper, &status, WNOHANG)
+                if reaped != helper { usleep(10_000) }
+            }
+            #expect(reaped == helper && status & 0x7F == SIGKILL,
+                    "helper \(helper): \(reaped == helper ? PixelHelpers.describe(status) : "still running")")
+            if reaped != helper { kill(helper, SIGKILL) }
+        }
 
         let resumed = try ImgpipeBinary.run(["resume", "pipe.json"], in: work.path)
         #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
@@ -185,5 +214,112 @@ struct PixelHelperTests {
         let resumed = try ImgpipeBinary.run(["resume", "pipe.json"], in: work.path)
         #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
         #expect(work.files(under: "out") == ["slow-0.jpg", "z-0.jpg", "z-1.jpg", "z-2.jpg"])
+    }
+
+    // MARK: - in process
+
+    /// Log lines as given, for the warnings a session logs.
+    struct CapturedLog: LogHandler {
+        let lines: Mutex<[String]>
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .warning
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            lines.withLock { $0.append("\(event.message)") }
+        }
+    }
+
+    /// One session of `pipe.json` (workers 2) in this process, its helpers started as `launch`
+    /// says; the summary and what was logged.
+    func session(_ launch: PixelHelperLaunch) throws -> (RunSummary, [String]) {
+        let spec = try PipelineSpec.load(path: work.url("pipe.json"))
+        let pipeline = try BuiltPipeline.build(spec, path: work.url("pipe.json"), environment: Environment([:]))
+        let lines = Mutex<[String]>([])
+        let logger = Logger(label: "test") { _ in CapturedLog(lines: lines) }
+        var options = PipelineRunner.Options()
+        options.pixelHelper = launch
+        let store = try RunStore(path: work.url("state-\(UUID().uuidString.prefix(8)).sqlite"))
+        let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: SilentReporter(), logger: logger, options: options)
+        let summary = try runner.execute(.fresh(limit: nil, replaceUnfinished: false))
+        return (summary, lines.withLock { $0 })
+    }
+
+    /// A helper that cannot be run, or exits before it is ready, is no fault of the items:
+    /// the session makes them on its threads, saying so once.
+    @Test func helpersThatCannotStartLeaveThePixelsToTheThreads() throws {
+        try inputs(slow: 0, small: 4)
+        try pipeline(workers: 2)
+        for executable in ["/nonexistent/imgpipe", "/bin/false"] {
+            try? FileManager.default.removeItem(atPath: work.url("out"))
+            let (summary, lines) = try session(PixelHelperLaunch(executable: executable, arguments: []))
+            #expect(summary.done == 4 && summary.failed == 0, "\(executable): \(summary)")
+            #expect(work.files(under: "out").count == 4)
+            let warnings = lines.filter { $0.hasPrefix("cannot start a pixel helper") }
+            #expect(warnings.count == 1, "\(executable): \(lines)")
+            #expect(warnings.first?.contains(executable == "/bin/false" ? "exited with status 1 before it was ready"
+                                                                        : "No such file or directory") == true, "\(warnings)")
+        }
+    }
+
+    /// A helper killed as it starts is an end like one at work: with every one killed so, the
+    /// items fail after two, naming both ends.
+    @Test func helpersKilledAsTheyStartFailTheItems() throws {
+        try inputs(slow: 0, small: 2)
+        try pipeline(workers: 1)
+        let (summary, lines) = try session(PixelHelperLaunch(executable: "/bin/sh", arguments: ["-c", "kill -9 $$"]))
+        #expect(summary.done == 0 && summary.failed == 2, "\(summary)")
+        let report = try RunStore(path: summary.stateFile).failures(runId: summary.run)
+        #expect(report.map(\.message) == Array(repeating: "its pixel helper ended by signal 9 (SIGKILL); a second one ended by signal 9 (SIGKILL)",
+                                                 count: 2), "\(report)")
+        #expect(lines.filter { $0.hasPrefix("pixel helper ended by signal 9") }.count == 2, "\(lines)")
+    }
+
+    /// The helper in this process's tests: the built binary, started as the command line
+    /// starts it; the same outputs as the threads make.
+    @Test func theBinarysHelperServesAnInProcessSession() throws {
+        try inputs(slow: 0, small: 3)
+        try pipeline(workers: 2)
+        let (summary, lines) = try session(PixelHelperLaunch(executable: ImgpipeBinary.path, arguments: [PixelHelper.argument]))
+        #expect(summary.done == 3 && summary.failed == 0 && lines.isEmpty, "\(summary) \(lines)")
+        for name in work.files(under: "out") {
+            let made = try ImageFixtures.decode(work.url("out/" + name))
+            #expect(made.width == 256, "\(name): \(made.width)×\(made.height)")
+        }
+    }
+
+    // MARK: - the wire
+
+    /// Answers read back as written; a frame cut short, or saying more than it holds, is
+    /// refused rather than read past its end.
+    @Test func answersRoundTripAndMalformedOnesAreRefused() throws {
+        let image = ProcessedImage(output: "thumb", data: Data([1, 2, 3]), width: 3, height: 1, inputWidth: 30, inputHeight: 10,
+                                   inputFormat: .png, sha256: "ab", inputBytes: 99, inputSHA256: "cd")
+        let answer = PixelMessage.answer(.success(.processed([image, image])))
+        let payload = answer.payload.reduce(Data(), +)
+        guard case let .outcome(.success(.processed(images))) = try PixelMessage.read(answer.header, payload: payload) else {
+            Issue.record("not read back as processed")
+            return
+        }
+        #expect(images.count == 2 && images.allSatisfy {
+            $0.output == "thumb" && $0.data == Data([1, 2, 3]) && $0.width == 3 && $0.inputHeight == 10 && $0.inputFormat == .png
+                && $0.sha256 == "ab" && $0.inputBytes == 99 && $0.inputSHA256 == "cd"
+        })
+        let failure = PixelMessage.answer(.failure(ItemFailure(.decode, "cut short", httpStatus: nil)))
+        guard case let .outcome(.failure(read)) = try PixelMessage.read(failure.header, payload: Data()) else {
+            Issue.record("not read back as a failure")
+            return
+        }
+        #expect(read == ItemFailure(.decode, "cut short"))
+
+        #expect(throws: WireReader.Malformed.self) { try PixelMessage.read(Array(answer.header.dropLast()), payload: payload) }
+        #expect(throws: WireReader.Malformed.self) { try PixelMessage.read(answer.header, payload: payload.dropLast()) }
+        #expect(throws: WireReader.Malformed.self) { try PixelMessage.read(answer.header, payload: payload + Data([0])) }
+        var huge = WireFields()
+        huge.put(PixelMessage.Kind.skipped.rawValue)
+        huge.put(Int.max)
+        #expect(throws: WireReader.Malformed.self) { try PixelMessage.read(huge.bytes, payload: Data()) }
     }
 }

@@ -5,8 +5,8 @@
 
 /// Starts `path` with `argv` and `envp` (posix_spawn), `socket` as its standard input and
 /// no other descriptor of this process past standard error (glibc's
-/// `posix_spawn_file_actions_addclosefrom_np`, which Swift does not see). Returns 0 and
-/// sets `pid`, or an errno value.
+/// `posix_spawn_file_actions_addclosefrom_np`, which Swift does not see), and no signal
+/// blocked. Returns 0 and sets `pid`, or an errno value.
 int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], int socket, pid_t *pid);
 
 /// For a pixel helper (`PixelHelper.serve`), first thing: asks the kernel for SIGKILL when
@@ -14,5 +14,9 @@ int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], in
 /// is variadic), then checks that its parent is still `parent` (it may have died before the
 /// request was made). Returns 0, or -1 when the parent is gone or the request failed.
 int ip_die_with_parent(pid_t parent);
+
+/// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`),
+/// or not: a test reads how a killed run's pixel helpers ended. Returns 0 or -1.
+int ip_set_child_subreaper(int on);
 
 #endif

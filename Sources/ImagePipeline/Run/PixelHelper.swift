@@ -7,10 +7,10 @@ import VipsKit
 ///
 /// Why processes: two pixel workers in one process wait on each other in GLib's and
 /// libvips' process-wide locks (GObject's signal lock, the type system's, the malloc
-/// arenas, libvips' global lock, liborc's compiler), about fifteen times an item; the same
-/// work split between two processes left the CPU idle 3 % of the time against 10–12 %, and
-/// took 0.74–0.80 of the time for small images (bench/RESULTS.md). A crash in a decoder
-/// also ends the helper, not the run: the item is failed with the signal's name.
+/// arenas, libvips' global lock, liborc's compiler), about fifteen times an item, and leave
+/// a CPU idle each time (bench/RESULTS.md, fourteenth and fifteenth sessions). A crash in a
+/// decoder also ends the helper, not the run: the item goes to a new helper, and fails
+/// (naming the signal) if that one ends too (`PixelHelpers`).
 ///
 /// It reads the pipeline (`PixelMessage.configuration`) and builds its processor as the run
 /// did: the document as the run read it, `${…}` expanded from the same environment, the
@@ -20,6 +20,8 @@ import VipsKit
 /// started it ends (`PR_SET_PDEATHSIG`), so not even kill -9 of the run leaves it behind.
 /// SIGINT and SIGTERM are the run's to handle (a terminal's Ctrl-C reaches the whole
 /// process group): the helper ignores them and finishes its item for the grace period.
+/// Its `oom_score_adj` is raised, so that the kernel's OOM killer takes a helper (an item)
+/// before the run.
 public enum PixelHelper {
     /// The first argument that makes `imgpipe` a pixel helper (then the run's process id).
     public static let argument = "__pixel-helper"
@@ -32,7 +34,9 @@ public enum PixelHelper {
         guard ip_die_with_parent(parent) == 0 else { exit(0) }
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
-        nameProcess(processName)
+        // The main thread's name is the process's.
+        BoundedExecutor.nameThisThread(processName)
+        write("500", to: "/proc/self/oom_score_adj")
         let socket: Int32 = 0
         guard let first = PixelWire.read(socket) else { exit(0) }
         let processor: ImageProcessor
@@ -78,10 +82,10 @@ public enum PixelHelper {
                               tuning: Tuning(environment: ProcessInfo.processInfo.environment), accept: spec.accept)
     }
 
-    private static func nameProcess(_ name: String) {
-        let file = open("/proc/self/comm", O_WRONLY | O_CLOEXEC)
+    private static func write(_ text: String, to path: String) {
+        let file = open(path, O_WRONLY | O_CLOEXEC)
         guard file >= 0 else { return }
-        _ = name.withCString { write(file, $0, strlen($0)) }
+        _ = text.withCString { Glibc.write(file, $0, strlen($0)) }
         close(file)
     }
 }
@@ -198,7 +202,7 @@ enum PixelMessage {
                 let output = try reader.string()
                 let numbers = try (0 ..< 6).map { _ throws(WireReader.Malformed) in try reader.int() }
                 guard let format = ImageFormat(rawValue: try reader.string()),
-                      numbers[5] >= 0, offset + numbers[5] <= payload.count else { throw WireReader.Malformed() }
+                      numbers[5] >= 0, numbers[5] <= payload.count - offset else { throw WireReader.Malformed() }
                 let sha256 = try reader.string()
                 let inputSHA256 = try reader.string()
                 let data = payload.subdata(in: offset ..< offset + numbers[5])
@@ -207,6 +211,7 @@ enum PixelMessage {
                                              inputWidth: numbers[2], inputHeight: numbers[3], inputFormat: format,
                                              sha256: sha256, inputBytes: numbers[4], inputSHA256: inputSHA256))
             }
+            guard offset == payload.count else { throw WireReader.Malformed() }
             return .outcome(.success(.processed(images)))
         case .skipped:
             guard let reason = SkipReason(rawValue: try reader.string()) else { throw WireReader.Malformed() }

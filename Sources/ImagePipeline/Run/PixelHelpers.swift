@@ -8,14 +8,21 @@ public struct PixelHelperLaunch: Sendable {
     public let executable: String
     public let arguments: [String]
 
-    public init(executable: String, arguments: [String]) {
+    /// The helper's `argv[0]`: what `ps -f` shows.
+    public let name: String
+
+    public init(executable: String, arguments: [String], name: String? = nil) {
         self.executable = executable
         self.arguments = arguments
+        self.name = name ?? executable
     }
 
     /// This process's own executable, through `/proc/self/exe` (the file it was started
-    /// from, even if that path has since been replaced), as a pixel helper.
-    public static let thisExecutable = PixelHelperLaunch(executable: "/proc/self/exe", arguments: [PixelHelper.argument])
+    /// from, even if that path has since been replaced by another build), as a pixel helper,
+    /// shown under the path it was started from.
+    public static let thisExecutable = PixelHelperLaunch(
+        executable: "/proc/self/exe", arguments: [PixelHelper.argument],
+        name: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "imgpipe")
 }
 
 /// Where a run's items get their pixels made: on the pixel worker's own thread, or in a
@@ -37,43 +44,78 @@ enum PixelWork: Sendable {
     func shutdown() {
         if case let .helpers(helpers) = self { helpers.shutdown() }
     }
+
+    func abort() {
+        if case let .helpers(helpers) = self { helpers.abort() }
+    }
 }
 
-/// The pixel helpers of one session of a run: at most one per pixel worker, each started
-/// when a worker first needs one and kept until the session ends. A worker takes an idle
-/// helper (or starts one), sends it the item and waits for the answer.
+/// The pixel helpers of one session of a run: one per pixels thread, started when the
+/// thread first needs it and kept until the session ends. The thread sends its item and
+/// waits for the answer. A helper belongs to the thread that started it because the kernel
+/// ends it when that thread ends (`PR_SET_PDEATHSIG`).
 ///
-/// A helper that ends while it works on an item (a crash in a decoder, the OOM killer, a
-/// kill from outside), or cannot start, is buried, its end logged as a warning, and the
-/// item is given to a new helper once: a second end fails the item (`process`), naming
-/// both ends. The failure is final like any pixel failure; `resume --retry-failed` tries
-/// the item again.
-// @unchecked because `idle` and `stopped` are guarded by `lock`.
+/// A helper that is killed or crashes (a decoder's SIGSEGV, the OOM killer, kill -9), at
+/// work or while it starts, is reaped, its end logged as a warning, and the item is given
+/// to a new helper once: a second end fails the item (`process`), naming both ends. The
+/// failure is final like any pixel failure; `resume --retry-failed` tries the item again.
+/// A helper that cannot start at all (the executable cannot be run, it exits before it is
+/// ready, it refuses the pipeline) is no fault of the item: the session makes its pixels on
+/// the workers' own threads instead, with one warning, as it would without helpers.
+///
+/// An abort (`abort`: a second Ctrl-C, the grace period over) kills every helper at once,
+/// and the items they had are left for resume.
+// @unchecked because `helpers`, `stopped`, `aborted` and `unavailable` are guarded by `lock`.
 final class PixelHelpers: @unchecked Sendable {
     private let launch: PixelHelperLaunch
     private let configuration: [UInt8]
+    /// The run's own processor, for when helpers cannot start.
+    private let fallback: ImageProcessor
     private let cancellation: CancellationFlag
     private let logger: Logger
+    private let redact: @Sendable (String) -> String
     private let lock = NSLock()
-    private var idle: [Helper] = []
+    /// Each pixels thread's helper.
+    private var helpers: [pthread_t: Helper] = [:]
     private var stopped = false
+    private var aborted = false
+    /// Why helpers cannot start in this session, once one could not.
+    private var unavailable: String?
 
-    /// A started helper: its process and our end of its socket.
+    /// A started helper: its process and the run's end of its socket.
     struct Helper {
         let pid: pid_t
         let socket: Int32
     }
 
-    /// The helper ended (or answered what cannot be read), as `bury` describes it.
-    struct Ended: Error {
+    /// A helper ended (or the run ended it), as `bury` says: the item may go to a new one.
+    struct Ended: Error, CustomStringConvertible {
         let description: String
     }
 
-    init(launch: PixelHelperLaunch, spec: PipelineSpec, cancellation: CancellationFlag, logger: Logger) {
+    /// Why `start` made no helper.
+    enum StartFailure: Error {
+        /// It was killed as it started: an end, as at work.
+        case ended(Ended)
+        /// No helper can start: the pixels are made on the threads.
+        case cannotStart(String)
+    }
+
+    /// What a thread is to do with its item.
+    private enum Assignment {
+        case helper(Helper)
+        case inProcess
+        case leave
+    }
+
+    init(launch: PixelHelperLaunch, spec: PipelineSpec, fallback: ImageProcessor, cancellation: CancellationFlag,
+         logger: Logger, redact: @escaping @Sendable (String) -> String) {
         self.launch = launch
         configuration = PixelMessage.configuration(spec)
+        self.fallback = fallback
         self.cancellation = cancellation
         self.logger = logger
+        self.redact = redact
     }
 
     func processOrSkip(_ input: ImageInput, fields: ItemFields) throws(ItemFailure) -> ProcessOutcome? {
@@ -86,124 +128,190 @@ final class PixelHelpers: @unchecked Sendable {
         let header = request.header
         var ends: [String] = []
         while true {
-            let reading: PixelMessage.Reading
+            // The helper's answer; nil: made on this thread.
+            let answered: Result<PixelMessage.Reading?, Ended>
             do throws(Ended) {
-                let helper = try checkOut()
-                reading = try exchange(helper, header: header, payload: payload)
-                checkIn(helper)
+                switch try assignment() {
+                case .leave: return nil
+                case .inProcess: answered = .success(nil)
+                case let .helper(helper): answered = .success(try exchange(helper, header: header, payload: payload))
+                }
             } catch {
-                if cancellation.isAborted { return nil }
-                ends.append(error.description)
+                answered = .failure(error)
+            }
+            switch answered {
+            case .success(nil):
+                return try fallback.processOrSkip(input, fields: fields)
+            case let .success(.outcome(outcome)?):
+                return try outcome.get()
+            case let .success(.refused(message)?):
+                throw ItemFailure(.process, "the pixel helper refused the item: \(redact(message))")
+            case .success(.ready?):
+                throw ItemFailure(.process, "the pixel helper answered out of turn") // `exchange` never returns it
+            case let .failure(ended):
+                if isStopping { return nil }
+                ends.append(ended.description)
                 guard ends.count == 2 else {
-                    logger.warning("pixel helper \(error.description); the item goes to a new one", metadata: [
+                    logger.warning("pixel helper \(ended.description); the item goes to a new one", metadata: [
                         "item": "\(fields.key)", "stage": "pixels"])
                     continue
                 }
                 throw ItemFailure(.process, "its pixel helper \(ends[0]); a second one \(ends[1])")
             }
-            switch reading {
-            case let .outcome(outcome): return try outcome.get()
-            case let .refused(message): throw ItemFailure(.process, "the pixel helper refused the item: \(message)")
-            case .ready: throw ItemFailure(.process, "the pixel helper answered out of turn")
-            }
         }
     }
 
-    /// Ends the idle helpers; the busy ones end when their workers give them back.
+    /// Kills every helper at once (the run stops now); their items are left for resume.
+    func abort() {
+        lock.withLock {
+            aborted = true
+            for helper in helpers.values { Glibc.kill(helper.pid, SIGKILL) }
+        }
+    }
+
+    /// Ends every helper (the session is over; none is at work but after an abort or a
+    /// failed session, whose items are left for resume).
     func shutdown() {
-        let helpers = lock.withLock {
+        let all = lock.withLock {
             stopped = true
-            defer { idle.removeAll() }
-            return idle
+            defer { helpers.removeAll() }
+            return Array(helpers.values)
         }
-        for helper in helpers { close(helper) }
+        for helper in all { _ = bury(helper, kill: true) }
     }
 
-    private func checkOut() throws(Ended) -> Helper {
-        if let helper = lock.withLock({ idle.popLast() }) { return helper }
-        return try start()
+    private var isStopping: Bool {
+        cancellation.isAborted || lock.withLock { aborted || stopped }
     }
 
-    private func checkIn(_ helper: Helper) {
-        let keep = lock.withLock {
-            guard !stopped else { return false }
-            idle.append(helper)
+    /// This thread's helper, started if need be.
+    private func assignment() throws(Ended) -> Assignment {
+        let thread = pthread_self()
+        let known: Assignment? = lock.withLock {
+            if aborted || stopped { return .leave }
+            if let helper = helpers[thread] { return .helper(helper) }
+            return unavailable == nil ? nil : .inProcess
+        }
+        if let known { return known }
+        let helper: Helper
+        do throws(StartFailure) {
+            helper = try start()
+        } catch {
+            let reason: String
+            switch error {
+            case let .ended(ended): throw ended
+            case let .cannotStart(why): reason = why
+            }
+            let first = lock.withLock {
+                defer { unavailable = unavailable ?? reason }
+                return unavailable == nil
+            }
+            if first {
+                logger.warning("cannot start a pixel helper (\(redact(reason))); this session makes its pixels on its workers' threads",
+                               metadata: ["stage": "pixels"])
+            }
+            return .inProcess
+        }
+        let kept = lock.withLock {
+            guard !aborted, !stopped else { return false }
+            helpers[thread] = helper
             return true
         }
-        if !keep { close(helper) }
+        guard kept else {
+            _ = bury(helper, kill: true)
+            return .leave
+        }
+        return .helper(helper)
     }
 
-    /// Sends one request and reads its answer; a helper that ends meanwhile is buried.
+    /// Sends one request and reads its answer; a helper that ends meanwhile, or answers
+    /// what cannot be read, is buried and forgotten.
     private func exchange(_ helper: Helper, header: [UInt8], payload: [Data]) throws(Ended) -> PixelMessage.Reading {
-        guard PixelWire.write(helper.socket, header: header, payload: payload),
-              let frame = PixelWire.read(helper.socket) else {
-            throw Ended(description: bury(helper))
-        }
-        do {
-            return try PixelMessage.read(frame.header, payload: frame.payload)
-        } catch {
+        if PixelWire.write(helper.socket, header: header, payload: payload), let frame = PixelWire.read(helper.socket) {
+            switch try? PixelMessage.read(frame.header, payload: frame.payload) {
+            case nil, .ready?: break
+            case let reading?: return reading
+            }
+            forget(helper)
             _ = bury(helper, kill: true)
-            throw Ended(description: "answered what cannot be read")
+            throw Ended(description: "answered what cannot be read (the run ended it)")
+        }
+        // Forgotten before it is reaped: `abort` kills only helpers not yet reaped, so never
+        // a process that took a reaped helper's pid.
+        forget(helper)
+        throw Ended(description: bury(helper))
+    }
+
+    private func forget(_ helper: Helper) {
+        lock.withLock {
+            if let thread = helpers.first(where: { $0.value.pid == helper.pid })?.key { helpers[thread] = nil }
         }
     }
 
     /// Starts a helper on a socket pair and hands it the pipeline.
-    private func start() throws(Ended) -> Helper {
+    private func start() throws(StartFailure) -> Helper {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            throw Ended(description: "could not start (socketpair: \(String(cString: strerror(errno)))")
+            // Out of descriptors, most likely: the next item may find one.
+            throw .ended(Ended(description: "could not start (socketpair: \(String(cString: strerror(errno))))"))
         }
         // The helper's end is its standard input; no other descriptor of the run goes with it.
-        let name = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "imgpipe"
-        let argv = ([name] + launch.arguments + ["\(getpid())"]).map { strdup($0) } + [nil]
+        let argv = ([launch.name] + launch.arguments + ["\(getpid())"]).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
         let spawned = ip_spawn_helper(launch.executable, argv, environ, pair[1], &pid)
         Glibc.close(pair[1])
         guard spawned == 0 else {
             Glibc.close(pair[0])
-            throw Ended(description: "could not start (\(launch.executable): \(String(cString: strerror(spawned))))")
+            throw .cannotStart("\(launch.executable): \(String(cString: strerror(spawned)))")
         }
         let helper = Helper(pid: pid, socket: pair[0])
         guard PixelWire.write(helper.socket, header: configuration), let frame = PixelWire.read(helper.socket) else {
-            throw Ended(description: bury(helper))
+            // Killed as it started (an end, as at work), or it exited: it cannot serve.
+            let end = bury(helper)
+            throw end.hasPrefix("ended by signal") ? .ended(Ended(description: end)) : .cannotStart("it \(end) before it was ready")
         }
         switch try? PixelMessage.read(frame.header, payload: frame.payload) {
         case .ready:
             return helper
         case let .refused(message):
             _ = bury(helper, kill: true)
-            throw Ended(description: "refused the pipeline: \(message)")
+            throw .cannotStart("it refused the pipeline: \(message)")
         default:
             _ = bury(helper, kill: true)
-            throw Ended(description: "answered what cannot be read")
+            throw .cannotStart("it answered what cannot be read")
         }
     }
 
-    /// Closes a helper that is done with: its socket's end makes it exit; it is killed all
-    /// the same (it holds nothing to save) and reaped.
-    private func close(_ helper: Helper) {
-        _ = bury(helper, kill: true)
-    }
-
-    /// Closes the socket and reaps the helper, and says how it ended. A helper that closed
-    /// its end is ending: it gets a second before it is killed (`kill`: at once).
+    /// Closes the run's end of the socket and reaps the helper, and says how it ended. With
+    /// `kill` the run ends it (it holds nothing to save) and says nothing. Otherwise it
+    /// closed its end or its socket failed, so it is ending: it gets a second before the run
+    /// ends it.
     private func bury(_ helper: Helper, kill killNow: Bool = false) -> String {
         Glibc.close(helper.socket)
-        if killNow { Glibc.kill(helper.pid, SIGKILL) }
         var status: Int32 = 0
-        var waited = 0
-        while true {
-            let reaped = waitpid(helper.pid, &status, WNOHANG)
-            if reaped == helper.pid { break }
-            if reaped < 0, errno != EINTR { return "ended (not reaped: \(String(cString: strerror(errno))))" }
-            if waited == 100 { Glibc.kill(helper.pid, SIGKILL) }
-            usleep(10_000)
-            waited += 1
+        if !killNow {
+            for _ in 0 ..< 100 {
+                let reaped = waitpid(helper.pid, &status, WNOHANG)
+                if reaped == helper.pid { return Self.describe(status) }
+                if reaped < 0, errno != EINTR { return "ended (not reaped: \(String(cString: strerror(errno))))" }
+                usleep(10_000)
+            }
         }
+        Glibc.kill(helper.pid, SIGKILL)
+        while waitpid(helper.pid, &status, 0) < 0, errno == EINTR {}
+        return killNow ? "" : "stopped answering (the run ended it)"
+    }
+
+    /// How a reaped process ended, from `waitpid`'s status.
+    static func describe(_ status: Int32) -> String {
         let signal = status & 0x7F
         if signal == 0 { return "exited with status \((status >> 8) & 0xFF)" }
-        let name = strsignal(signal).map { String(cString: $0) } ?? "unknown"
-        return "ended by signal \(signal) (\(name))"
+        let names: [Int32: String] = [
+            SIGHUP: "SIGHUP", SIGINT: "SIGINT", SIGQUIT: "SIGQUIT", SIGILL: "SIGILL", SIGTRAP: "SIGTRAP", SIGABRT: "SIGABRT",
+            SIGBUS: "SIGBUS", SIGFPE: "SIGFPE", SIGKILL: "SIGKILL", SIGSEGV: "SIGSEGV", SIGPIPE: "SIGPIPE", SIGALRM: "SIGALRM",
+            SIGTERM: "SIGTERM", SIGXCPU: "SIGXCPU", SIGXFSZ: "SIGXFSZ", SIGSYS: "SIGSYS",
+        ]
+        return "ended by signal \(signal)" + (names[signal].map { " (\($0))" } ?? "")
     }
 }

@@ -10,6 +10,9 @@ import Foundation
 enum PixelWire {
     /// Headers are a few hundred bytes; anything near this is a broken stream.
     static let largestHeader = 64 << 20
+    /// An input within `limits.maxBytes`, or an item's outputs (a 100-megapixel 16-bit TIFF
+    /// is 800 MB): a frame that says more is a broken stream, not an allocation to try.
+    static let largestPayload: UInt64 = 16 << 30
 
     /// Writes one frame; false when the other end is gone. Never raises SIGPIPE.
     static func write(_ socket: Int32, header: [UInt8], payload: [Data] = []) -> Bool {
@@ -32,7 +35,7 @@ enum PixelWire {
         guard prefix.withUnsafeMutableBytes({ receiveAll(socket, $0) }) else { return nil }
         let headerLength = Int(number(prefix[0 ..< 4]))
         let payloadLength = number(prefix[4 ..< 12])
-        guard headerLength <= largestHeader, payloadLength < 1 << 40 else { return nil }
+        guard headerLength <= largestHeader, payloadLength <= largestPayload else { return nil }
         var header = [UInt8](repeating: 0, count: headerLength)
         guard header.withUnsafeMutableBytes({ receiveAll(socket, $0) }) else { return nil }
         var payload = Data(count: Int(payloadLength))
@@ -114,7 +117,7 @@ struct WireReader {
 
     mutating func string() throws(Malformed) -> String {
         let count = try int()
-        guard count >= 0, offset + count <= bytes.count else { throw Malformed() }
+        guard count >= 0, count <= bytes.count - offset else { throw Malformed() }
         defer { offset += count }
         return String(decoding: bytes[offset ..< offset + count], as: UTF8.self)
     }

@@ -38,7 +38,11 @@ final class RunStages: Sendable {
 
     func interrupt(now: Bool) {
         let action = state.withLock { $0.interrupt(now: now, at: Date()) }
-        if action == .abort { pipeline.cancellation.abort() }
+        if action == .abort {
+            pipeline.cancellation.abort()
+            // Pixel helpers can be stopped where threads cannot: their items are left for resume.
+            context.pixels.abort()
+        }
         if action != .none { cancelRetries() }
     }
 
@@ -94,7 +98,7 @@ final class RunStages: Sendable {
             }
         }
         // Join the producer and the items in flight: transfers stop within a second of
-        // the abort, pixel work ends with the image it is on.
+        // the abort, pixel helpers at once, pixel work on a thread with the image it is on.
         producerEnded.wait()
         if !finishedEverything, allDone.wait(timeout: .now() + 30) == .timedOut {
             context.reporter.notice("some work did not stop within 30 s of the interruption; its items stay unfinished")
