@@ -160,7 +160,8 @@ struct PixelHelperTests {
     /// kill -9 of the run: its helpers end with it, killed by the kernel (the parent-death
     /// signal), even stopped (SIGSTOP) where they could not see their socket close; a resume
     /// makes what was left. This process adopts the orphaned helpers for the test (a child
-    /// subreaper), so it reads how each ended.
+    /// subreaper), so it reads how each ended. (Process-wide while the test runs: with other
+    /// tests at once it would adopt their orphans too; `make test` runs one test at a time.)
     @Test func killingTheRunEndsItsHelpers() throws {
         try inputs(slow: 4)
         try pipeline(workers: 2)
@@ -247,20 +248,24 @@ struct PixelHelperTests {
         return (summary, lines.withLock { $0 })
     }
 
-    /// A helper that cannot be run, or exits before it is ready, is no fault of the items:
-    /// the session makes them on its threads, saying so once.
+    /// A helper that cannot be run, exits before it is ready or crashes as it starts is no
+    /// fault of the items: the session makes them on its threads, saying so once.
     @Test func helpersThatCannotStartLeaveThePixelsToTheThreads() throws {
         try inputs(slow: 0, small: 4)
         try pipeline(workers: 2)
-        for executable in ["/nonexistent/imgpipe", "/bin/false"] {
+        let launches = [
+            (PixelHelperLaunch(executable: "/nonexistent/imgpipe", arguments: []), "No such file or directory"),
+            (PixelHelperLaunch(executable: "/bin/false", arguments: []), "it exited with status 1 before it was ready"),
+            (PixelHelperLaunch(executable: "/bin/sh", arguments: ["-c", "kill -SEGV $$"]),
+             "it ended by signal 11 (SIGSEGV) before it was ready"),
+        ]
+        for (launch, reason) in launches {
             try? FileManager.default.removeItem(atPath: work.url("out"))
-            let (summary, lines) = try session(PixelHelperLaunch(executable: executable, arguments: []))
-            #expect(summary.done == 4 && summary.failed == 0, "\(executable): \(summary)")
+            let (summary, lines) = try session(launch)
+            #expect(summary.done == 4 && summary.failed == 0, "\(launch.executable): \(summary)")
             #expect(work.files(under: "out").count == 4)
             let warnings = lines.filter { $0.hasPrefix("cannot start a pixel helper") }
-            #expect(warnings.count == 1, "\(executable): \(lines)")
-            #expect(warnings.first?.contains(executable == "/bin/false" ? "exited with status 1 before it was ready"
-                                                                        : "No such file or directory") == true, "\(warnings)")
+            #expect(warnings.count == 1 && warnings[0].contains(reason), "\(launch.executable): \(lines)")
         }
     }
 

@@ -55,17 +55,21 @@ enum PixelWork: Sendable {
 /// waits for the answer. A helper belongs to the thread that started it because the kernel
 /// ends it when that thread ends (`PR_SET_PDEATHSIG`).
 ///
-/// A helper that is killed or crashes (a decoder's SIGSEGV, the OOM killer, kill -9), at
-/// work or while it starts, is reaped, its end logged as a warning, and the item is given
-/// to a new helper once: a second end fails the item (`process`), naming both ends. The
-/// failure is final like any pixel failure; `resume --retry-failed` tries the item again.
-/// A helper that cannot start at all (the executable cannot be run, it exits before it is
+/// A helper that ends at work (a decoder's SIGSEGV, the OOM killer, kill -9), or is killed
+/// as it starts, is reaped, its end logged as a warning, and the item is given to a new
+/// helper once: a second end fails the item (`process`), naming both ends. The failure is
+/// final like any pixel failure; `resume --retry-failed` tries the item again. A helper that
+/// cannot start at all (the executable cannot be run, it exits or crashes before it is
 /// ready, it refuses the pipeline) is no fault of the item: the session makes its pixels on
-/// the workers' own threads instead, with one warning, as it would without helpers.
+/// the workers' own threads instead, with one warning, as it would without helpers, but
+/// never an item whose helper already ended (it fails).
 ///
 /// An abort (`abort`: a second Ctrl-C, the grace period over) kills every helper at once,
-/// and the items they had are left for resume.
-// @unchecked because `helpers`, `stopped`, `aborted` and `unavailable` are guarded by `lock`.
+/// started or starting, and the items they had are left for resume. Only the thread that
+/// talks to a helper closes its socket and reaps it (`busy`); `shutdown` kills such a one
+/// and reaps the idle ones.
+// @unchecked because `helpers`, `busy`, `starting`, `stopped`, `aborted` and `unavailable` are guarded by
+// `lock`.
 final class PixelHelpers: @unchecked Sendable {
     private let launch: PixelHelperLaunch
     private let configuration: [UInt8]
@@ -77,6 +81,10 @@ final class PixelHelpers: @unchecked Sendable {
     private let lock = NSLock()
     /// Each pixels thread's helper.
     private var helpers: [pthread_t: Helper] = [:]
+    /// The helpers whose thread is talking to them: only that thread closes their socket.
+    private var busy: Set<pid_t> = []
+    /// Helpers started and not yet ready (nor reaped).
+    private var starting: Set<pid_t> = []
     private var stopped = false
     private var aborted = false
     /// Why helpers cannot start in this session, once one could not.
@@ -134,20 +142,26 @@ final class PixelHelpers: @unchecked Sendable {
                 switch try assignment() {
                 case .leave: return nil
                 case .inProcess: answered = .success(nil)
-                case let .helper(helper): answered = .success(try exchange(helper, header: header, payload: payload))
+                case let .helper(helper):
+                    let reading = try exchange(helper, header: header, payload: payload)
+                    release(helper)
+                    answered = .success(reading)
                 }
             } catch {
                 answered = .failure(error)
             }
             switch answered {
             case .success(nil):
+                // An input that ended its helper is never decoded in the run itself.
+                guard ends.isEmpty else {
+                    throw ItemFailure(.process, "its pixel helper \(ends[0]); no new one could start")
+                }
                 return try fallback.processOrSkip(input, fields: fields)
             case let .success(.outcome(outcome)?):
                 return try outcome.get()
-            case let .success(.refused(message)?):
-                throw ItemFailure(.process, "the pixel helper refused the item: \(redact(message))")
-            case .success(.ready?):
-                throw ItemFailure(.process, "the pixel helper answered out of turn") // `exchange` never returns it
+            case .success(.refused?), .success(.ready?):
+                // `exchange` returns outcomes only.
+                throw ItemFailure(.process, "the pixel helper answered out of turn")
             case let .failure(ended):
                 if isStopping { return nil }
                 ends.append(ended.description)
@@ -165,19 +179,29 @@ final class PixelHelpers: @unchecked Sendable {
     func abort() {
         lock.withLock {
             aborted = true
-            for helper in helpers.values { Glibc.kill(helper.pid, SIGKILL) }
+            for pid in helpers.values.map(\.pid) + starting { Glibc.kill(pid, SIGKILL) }
         }
     }
 
-    /// Ends every helper (the session is over; none is at work but after an abort or a
-    /// failed session, whose items are left for resume).
+    /// Ends every helper: the session is over. Idle ones are reaped here; one still at work
+    /// (after an abort, or a session that failed) is killed, and its thread, which owns its
+    /// socket, reaps it and leaves its item for resume.
     func shutdown() {
-        let all = lock.withLock {
+        let idle = lock.withLock {
             stopped = true
-            defer { helpers.removeAll() }
-            return Array(helpers.values)
+            for pid in starting { Glibc.kill(pid, SIGKILL) }
+            var idle: [Helper] = []
+            for (thread, helper) in helpers {
+                if busy.contains(helper.pid) {
+                    Glibc.kill(helper.pid, SIGKILL)
+                } else {
+                    idle.append(helper)
+                    helpers[thread] = nil
+                }
+            }
+            return idle
         }
-        for helper in all { _ = bury(helper, kill: true) }
+        for helper in idle { _ = bury(helper, kill: true) }
     }
 
     private var isStopping: Bool {
@@ -189,7 +213,10 @@ final class PixelHelpers: @unchecked Sendable {
         let thread = pthread_self()
         let known: Assignment? = lock.withLock {
             if aborted || stopped { return .leave }
-            if let helper = helpers[thread] { return .helper(helper) }
+            if let helper = helpers[thread] {
+                busy.insert(helper.pid)
+                return .helper(helper)
+            }
             return unavailable == nil ? nil : .inProcess
         }
         if let known { return known }
@@ -215,6 +242,7 @@ final class PixelHelpers: @unchecked Sendable {
         let kept = lock.withLock {
             guard !aborted, !stopped else { return false }
             helpers[thread] = helper
+            busy.insert(helper.pid)
             return true
         }
         guard kept else {
@@ -228,13 +256,16 @@ final class PixelHelpers: @unchecked Sendable {
     /// what cannot be read, is buried and forgotten.
     private func exchange(_ helper: Helper, header: [UInt8], payload: [Data]) throws(Ended) -> PixelMessage.Reading {
         if PixelWire.write(helper.socket, header: header, payload: payload), let frame = PixelWire.read(helper.socket) {
-            switch try? PixelMessage.read(frame.header, payload: frame.payload) {
-            case nil, .ready?: break
-            case let reading?: return reading
+            let reading = try? PixelMessage.read(frame.header, payload: frame.payload)
+            let end: String
+            switch reading {
+            case .outcome?: return reading!
+            case let .refused(message)?: end = "refused the request (\(message)); the run ended it"
+            case nil, .ready?: end = "answered what cannot be read; the run ended it"
             }
             forget(helper)
             _ = bury(helper, kill: true)
-            throw Ended(description: "answered what cannot be read (the run ended it)")
+            throw Ended(description: end)
         }
         // Forgotten before it is reaped: `abort` kills only helpers not yet reaped, so never
         // a process that took a reaped helper's pid.
@@ -242,17 +273,32 @@ final class PixelHelpers: @unchecked Sendable {
         throw Ended(description: bury(helper))
     }
 
+    /// The helper answered; after `shutdown` it goes at once.
+    private func release(_ helper: Helper) {
+        let late = lock.withLock {
+            busy.remove(helper.pid)
+            guard stopped else { return false }
+            helpers[pthread_self()] = nil
+            return true
+        }
+        if late { _ = bury(helper, kill: true) }
+    }
+
     private func forget(_ helper: Helper) {
         lock.withLock {
-            if let thread = helpers.first(where: { $0.value.pid == helper.pid })?.key { helpers[thread] = nil }
+            busy.remove(helper.pid)
+            helpers[pthread_self()] = nil
         }
     }
 
-    /// Starts a helper on a socket pair and hands it the pipeline.
+    /// Starts a helper on a socket pair and hands it the pipeline. Killed as it starts
+    /// (SIGKILL: the OOM killer, a kill -9, `abort`) is an end, as at work, and so is a
+    /// shortage the next item may not meet (descriptors, processes, memory); anything else
+    /// (it cannot be run, it exits or crashes before it is ready, it refuses the pipeline)
+    /// means no helper can start.
     private func start() throws(StartFailure) -> Helper {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            // Out of descriptors, most likely: the next item may find one.
             throw .ended(Ended(description: "could not start (socketpair: \(String(cString: strerror(errno))))"))
         }
         // The helper's end is its standard input; no other descriptor of the run goes with it.
@@ -263,14 +309,24 @@ final class PixelHelpers: @unchecked Sendable {
         Glibc.close(pair[1])
         guard spawned == 0 else {
             Glibc.close(pair[0])
-            throw .cannotStart("\(launch.executable): \(String(cString: strerror(spawned)))")
+            let reason = "\(launch.executable): \(String(cString: strerror(spawned)))"
+            guard [EAGAIN, ENOMEM].contains(spawned) else { throw .cannotStart(reason) }
+            throw .ended(Ended(description: "could not start (\(reason))"))
         }
         let helper = Helper(pid: pid, socket: pair[0])
-        guard PixelWire.write(helper.socket, header: configuration), let frame = PixelWire.read(helper.socket) else {
-            // Killed as it started (an end, as at work), or it exited: it cannot serve.
-            let end = bury(helper)
-            throw end.hasPrefix("ended by signal") ? .ended(Ended(description: end)) : .cannotStart("it \(end) before it was ready")
+        // Until it is ready, `abort` and `shutdown` find it here; it leaves before it is reaped.
+        lock.withLock {
+            starting.insert(pid)
+            if aborted || stopped { Glibc.kill(pid, SIGKILL) }
         }
+        let settle = { [self] in lock.withLock { _ = starting.remove(pid) } }
+        guard PixelWire.write(helper.socket, header: configuration), let frame = PixelWire.read(helper.socket) else {
+            settle()
+            let end = bury(helper)
+            throw end.hasPrefix("ended by signal \(SIGKILL) ") ? .ended(Ended(description: end))
+                : .cannotStart("it \(end) before it was ready")
+        }
+        settle()
         switch try? PixelMessage.read(frame.header, payload: frame.payload) {
         case .ready:
             return helper
