@@ -92,6 +92,9 @@ public struct MeasuredResult: Sendable {
     /// The child's peak resident set size (its `VmHWM`), with its pixel helpers' added, in
     /// bytes.
     public let peakRSS: Int
+    /// The run's own peak (its `VmHWM`), without its helpers: for what only the run holds
+    /// (a download, an upload's answer).
+    public let ownPeakRSS: Int
     /// The hang guard fired: the child was killed after `timeout` seconds.
     public let timedOut: Bool
 
@@ -135,13 +138,16 @@ extension ImgpipeBinary {
         var timedOut = false
         var peak = 0
         var helperPeaks: [pid_t: Int] = [:]
+        var ownPeak = 0
         let deadline = Date().addingTimeInterval(timeout)
         while true {
             // The pid from posix_spawn is `env`'s, which execs imgpipe in the same process.
             for helper in ChildProcesses.pixelHelpers(of: pid) {
                 helperPeaks[helper] = max(helperPeaks[helper] ?? 0, highWaterMark(of: helper) ?? 0)
             }
-            peak = max(peak, (highWaterMark(of: pid) ?? 0) + helperPeaks.values.reduce(0, +))
+            let own = highWaterMark(of: pid) ?? 0
+            ownPeak = max(ownPeak, own)
+            peak = max(peak, own + helperPeaks.values.reduce(0, +))
             let reaped = wait4(pid, &status, WNOHANG, nil)
             if reaped == pid { break }
             if reaped < 0, errno != EINTR { break }
@@ -157,7 +163,7 @@ extension ImgpipeBinary {
         try? FileManager.default.removeItem(atPath: out)
         try? FileManager.default.removeItem(atPath: err)
         return MeasuredResult(result: CommandResult(status: signal == 0 ? (status >> 8) & 0xFF : -1, stdout: stdout, stderr: stderr),
-                              signal: signal == 0 ? nil : signal, peakRSS: peak, timedOut: timedOut)
+                              signal: signal == 0 ? nil : signal, peakRSS: peak, ownPeakRSS: ownPeak, timedOut: timedOut)
     }
 
     /// `VmHWM` of a running process, in bytes (nil once it has exited).
