@@ -44,6 +44,8 @@ let package = Package(
         // Halving and lanczos3 reduction of 8-bit pictures already in memory, for the outputs
         // made from an item's other outputs (libvips 8.14 does both in scalar code).
         .target(name: "CResample"),
+        // How a run starts its pixel helpers (posix_spawn closing every other descriptor)
+        // and what a helper asks of the kernel (`PR_SET_PDEATHSIG`): calls Swift cannot make.
         .target(name: "CProcess"),
         // The only module that imports CVips (and COrcGuard, CPangoGuard, CResample).
         .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CPangoGuard", "CResample"]),

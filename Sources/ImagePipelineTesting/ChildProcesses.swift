@@ -1,4 +1,5 @@
 import Foundation
+import ImagePipeline
 
 /// A process's children as `/proc` shows them: what a run's pixel helpers are seen by.
 public enum ChildProcesses {
@@ -16,28 +17,29 @@ public enum ChildProcesses {
         (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// The pixel helpers of a running `imgpipe` (children named `imgpipe-pixels`).
+    /// The pixel helpers of a running `imgpipe` (children named `PixelHelper.processName`).
     public static func pixelHelpers(of pid: pid_t) -> [pid_t] {
-        of(pid).filter { name(of: $0) == "imgpipe-pixels" }
+        of(pid).filter { name(of: $0) == PixelHelper.processName }
     }
 
     /// True while `pid` runs (not once it is a zombie or gone).
     public static func isRunning(_ pid: pid_t) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
-        let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first
+        guard let state = stat(of: pid)?.first else { return false }
         return state != "Z" && state != "X"
     }
-}
 
-extension ChildProcesses {
     /// The CPU time a process has used (user and system), in seconds; nil once it is gone.
     public static func cpuSeconds(of pid: pid_t) -> Double? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return nil }
-        // After the name: state is field 3, utime 14 and stime 15.
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        // utime and stime are fields 14 and 15 of `stat`, 12 and 13 after the name.
+        guard let fields = stat(of: pid), fields.count > 12,
+              let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// `/proc/PID/stat`'s fields after the name (which may hold spaces): the state first.
+    private static func stat(of pid: pid_t) -> [Substring]? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return nil }
+        return text[text.index(after: close)...].split(separator: " ")
     }
 }

@@ -29,10 +29,9 @@ struct Imgpipe: ParsableCommand {
     )
 
     /// Where `run`, `resume` and `work` make items' pixels: in helper processes of this
-    /// binary (`PixelHelper`), unless `IMGPIPE_PIXEL_HELPERS=0` keeps them on the pixel
-    /// workers' threads in this process (a benchmark knob, like `tuning`'s).
-    static let pixelHelper: PixelHelperLaunch? = ProcessInfo.processInfo.environment["IMGPIPE_PIXEL_HELPERS"] == "0"
-        ? nil : .thisExecutable
+    /// binary (`PixelHelper`), unless `IMGPIPE_PIXEL_HELPERS=0` (`tuning`) keeps them on the
+    /// pixel workers' threads in this process.
+    static let pixelHelper: PixelHelperLaunch? = tuning.pixelHelpers ? .thisExecutable : nil
 
     /// Parses and runs, mapping argument errors to exit code 2 rather than 64.
     static func main() {
@@ -47,7 +46,7 @@ struct Imgpipe: ParsableCommand {
         // A run's pixel helper (started with the run's process id), set up as the run is.
         let arguments = CommandLine.arguments
         if arguments.count == 3, arguments[1] == PixelHelper.argument, let parent = pid_t(arguments[2]) {
-            PixelHelper.serve(parent: parent)
+            PixelHelper.serve(parent: parent, tuning: tuning)
         }
         LogOptions.bootstrap()
         do {

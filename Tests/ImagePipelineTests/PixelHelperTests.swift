@@ -183,7 +183,7 @@ struct PixelHelperTests {
                 if reaped != helper { usleep(10_000) }
             }
             #expect(reaped == helper && status & 0x7F == SIGKILL,
-                    "helper \(helper): \(reaped == helper ? PixelHelpers.describe(status) : "still running")")
+                    "helper \(helper): \(reaped == helper ? PixelHelpers.ending(status).description : "still running")")
             if reaped != helper { kill(helper, SIGKILL) }
         }
 

@@ -10,13 +10,16 @@ import VipsKit
 /// worker instead of handing all but the last to `ImageProcessor.encoders`;
 /// `IMGPIPE_OWN_RESAMPLE=0` leaves the halving and lanczos3 reduction of 8-bit pictures in
 /// memory (an item's smaller outputs) to libvips instead of imgpipe's own vector code
-/// (process-wide, through `VipsRuntime`).
+/// (process-wide, through `VipsRuntime`). `IMGPIPE_PIXEL_HELPERS=0` makes the pixels of the
+/// command line's runs on the pixel workers' threads instead of in helper processes
+/// (`PixelHelper`).
 public struct Tuning: Sendable {
     public var fuseLeadingGeometry = true
     public var threadsPerImage = 1
     public var vectorCode = true
     public var encodeAhead = true
     public var ownResampling = true
+    public var pixelHelpers = true
 
     public init() {}
 
@@ -26,6 +29,7 @@ public struct Tuning: Sendable {
         vectorCode = !["0", "false", "off", "no"].contains(environment["IMGPIPE_VIPS_VECTOR"]?.lowercased() ?? "")
         encodeAhead = environment["IMGPIPE_ENCODE_AHEAD"] != "0"
         ownResampling = environment["IMGPIPE_OWN_RESAMPLE"] != "0"
+        pixelHelpers = environment["IMGPIPE_PIXEL_HELPERS"] != "0"
     }
 }
 

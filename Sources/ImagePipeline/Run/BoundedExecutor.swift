@@ -80,10 +80,7 @@ final class BoundedExecutor: @unchecked Sendable {
     /// Sets the calling thread's kernel name (`pthread_setname_np`, a GNU extension that
     /// Swift's Glibc module does not declare, does the same write).
     static func nameThisThread(_ name: String) {
-        let file = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-        guard file >= 0 else { return }
-        _ = name.withCString { write(file, $0, strlen($0)) }
-        close(file)
+        writeKernelFile("/proc/thread-self/comm", name)
     }
 
     private func work() {

@@ -29,19 +29,20 @@ public enum PixelHelper {
     public static let processName = "imgpipe-pixels"
 
     /// Serves the run that started this process on standard input (a socket), until it
-    /// closes it. `parent` is the run's process id.
-    public static func serve(parent: pid_t) -> Never {
+    /// closes it. `parent` is the run's process id; `tuning` is the run's (both read it from
+    /// the same environment).
+    public static func serve(parent: pid_t, tuning: Tuning) -> Never {
         guard ip_die_with_parent(parent) == 0 else { exit(0) }
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
         // The main thread's name is the process's.
         BoundedExecutor.nameThisThread(processName)
-        write("500", to: "/proc/self/oom_score_adj")
+        writeKernelFile("/proc/self/oom_score_adj", "500")
         let socket: Int32 = 0
         guard let first = PixelWire.read(socket) else { exit(0) }
         let processor: ImageProcessor
         do {
-            processor = try makeProcessor(first.header)
+            processor = try makeProcessor(first.header, tuning: tuning)
             try VipsRuntime.setUp()
         } catch {
             _ = PixelWire.write(socket, header: PixelMessage.refusal(String(describing: error)))
@@ -51,11 +52,10 @@ public enum PixelHelper {
         while let frame = PixelWire.read(socket) {
             let answer: (header: [UInt8], payload: [Data])
             do {
-                let request = try PixelMessage.Request(frame.header)
-                let input: ImageInput = request.path.map(ImageInput.file) ?? .data(frame.payload)
+                let (path, fields) = try PixelMessage.readRequest(frame.header)
+                let input: ImageInput = path.map(ImageInput.file) ?? .data(frame.payload)
                 let outcome = Result { () throws(ItemFailure) -> ProcessOutcome in
-                    try processor.processOrSkip(input, fields: ItemFields(key: request.key, stem: request.stem,
-                                                                        metadata: request.metadata))
+                    try processor.processOrSkip(input, fields: fields)
                 }
                 VipsRuntime.endThreadWork()
                 answer = PixelMessage.answer(outcome)
@@ -69,7 +69,7 @@ public enum PixelHelper {
 
     /// The processor of the pipeline in a configuration frame, built as `BuiltPipeline`
     /// builds the run's.
-    static func makeProcessor(_ header: [UInt8]) throws -> ImageProcessor {
+    static func makeProcessor(_ header: [UInt8], tuning: Tuning) throws -> ImageProcessor {
         var fields = WireReader(header)
         let document = try fields.string()
         let baseDirectory = try fields.string()
@@ -79,14 +79,7 @@ public enum PixelHelper {
         return ImageProcessor(filters: try BuiltPipeline.checkedFilters(spec, environment: environment),
                               outputs: try BuiltPipeline.checkedOutputs(spec, environment: environment),
                               limits: spec.limits, baseDirectory: spec.baseDirectory,
-                              tuning: Tuning(environment: ProcessInfo.processInfo.environment), accept: spec.accept)
-    }
-
-    private static func write(_ text: String, to path: String) {
-        let file = open(path, O_WRONLY | O_CLOEXEC)
-        guard file >= 0 else { return }
-        _ = text.withCString { Glibc.write(file, $0, strlen($0)) }
-        close(file)
+                              tuning: tuning, accept: spec.accept)
     }
 }
 
@@ -121,35 +114,19 @@ enum PixelMessage {
     }
 
     /// One item to make: its file (nil: its bytes are the frame's payload) and its fields.
-    struct Request {
-        var path: String?
-        var key: String
-        var stem: String
-        var metadata: String?
+    static func request(path: String?, fields item: ItemFields) -> [UInt8] {
+        var fields = WireFields()
+        fields.put(path)
+        fields.put(item.key)
+        fields.put(item.stem)
+        fields.put(item.metadata)
+        return fields.bytes
+    }
 
-        init(path: String?, fields: ItemFields) {
-            self.path = path
-            key = fields.key
-            stem = fields.stem
-            metadata = fields.metadata
-        }
-
-        init(_ header: [UInt8]) throws(WireReader.Malformed) {
-            var reader = WireReader(header)
-            path = try reader.optionalString()
-            key = try reader.string()
-            stem = try reader.string()
-            metadata = try reader.optionalString()
-        }
-
-        var header: [UInt8] {
-            var fields = WireFields()
-            fields.put(path)
-            fields.put(key)
-            fields.put(stem)
-            fields.put(metadata)
-            return fields.bytes
-        }
+    static func readRequest(_ header: [UInt8]) throws(WireReader.Malformed) -> (path: String?, fields: ItemFields) {
+        var reader = WireReader(header)
+        let path = try reader.optionalString()
+        return (path, ItemFields(key: try reader.string(), stem: try reader.string(), metadata: try reader.optionalString()))
     }
 
     /// An item's outcome as a frame: each output's numbers in the header, its bytes in the
@@ -205,7 +182,8 @@ enum PixelMessage {
                       numbers[5] >= 0, numbers[5] <= payload.count - offset else { throw WireReader.Malformed() }
                 let sha256 = try reader.string()
                 let inputSHA256 = try reader.string()
-                let data = payload.subdata(in: offset ..< offset + numbers[5])
+                // One output (the usual case) is the whole payload: not copied again.
+                let data = numbers[5] == payload.count ? payload : payload.subdata(in: offset ..< offset + numbers[5])
                 offset += numbers[5]
                 images.append(ProcessedImage(output: output, data: data, width: numbers[0], height: numbers[1],
                                              inputWidth: numbers[2], inputHeight: numbers[3], inputFormat: format,

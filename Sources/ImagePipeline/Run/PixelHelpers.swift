@@ -68,8 +68,7 @@ enum PixelWork: Sendable {
 /// started or starting, and the items they had are left for resume. Only the thread that
 /// talks to a helper closes its socket and reaps it (`busy`); `shutdown` kills such a one
 /// and reaps the idle ones.
-// @unchecked because `helpers`, `busy`, `starting`, `stopped`, `aborted` and `unavailable` are guarded by
-// `lock`.
+// @unchecked because `helpers`, `busy`, `starting`, `stopped` and `unavailable` are guarded by `lock`.
 final class PixelHelpers: @unchecked Sendable {
     private let launch: PixelHelperLaunch
     private let configuration: [UInt8]
@@ -86,7 +85,6 @@ final class PixelHelpers: @unchecked Sendable {
     /// Helpers started and not yet ready (nor reaped).
     private var starting: Set<pid_t> = []
     private var stopped = false
-    private var aborted = false
     /// Why helpers cannot start in this session, once one could not.
     private var unavailable: String?
 
@@ -99,6 +97,8 @@ final class PixelHelpers: @unchecked Sendable {
     /// A helper ended (or the run ended it), as `bury` says: the item may go to a new one.
     struct Ended: Error, CustomStringConvertible {
         let description: String
+        /// The signal that ended it, when one did.
+        var signal: Int32?
     }
 
     /// Why `start` made no helper.
@@ -127,17 +127,16 @@ final class PixelHelpers: @unchecked Sendable {
     }
 
     func processOrSkip(_ input: ImageInput, fields: ItemFields) throws(ItemFailure) -> ProcessOutcome? {
-        var request = PixelMessage.Request(path: nil, fields: fields)
-        var payload: [Data] = []
+        let header: [UInt8]
+        let payload: [Data]
         switch input {
-        case let .file(path): request.path = path
-        case let .data(data): payload = [data]
+        case let .file(path): (header, payload) = (PixelMessage.request(path: path, fields: fields), [])
+        case let .data(data): (header, payload) = (PixelMessage.request(path: nil, fields: fields), [data])
         }
-        let header = request.header
         var ends: [String] = []
         while true {
             // The helper's answer; nil: made on this thread.
-            let answered: Result<PixelMessage.Reading?, Ended>
+            let answered: Result<Result<ProcessOutcome, ItemFailure>?, Ended>
             do throws(Ended) {
                 switch try assignment() {
                 case .leave: return nil
@@ -157,11 +156,8 @@ final class PixelHelpers: @unchecked Sendable {
                     throw ItemFailure(.process, "its pixel helper \(ends[0]); no new one could start")
                 }
                 return try fallback.processOrSkip(input, fields: fields)
-            case let .success(.outcome(outcome)?):
+            case let .success(outcome?):
                 return try outcome.get()
-            case .success(.refused?), .success(.ready?):
-                // `exchange` returns outcomes only.
-                throw ItemFailure(.process, "the pixel helper answered out of turn")
             case let .failure(ended):
                 if isStopping { return nil }
                 ends.append(ended.description)
@@ -175,10 +171,11 @@ final class PixelHelpers: @unchecked Sendable {
         }
     }
 
-    /// Kills every helper at once (the run stops now); their items are left for resume.
+    /// Kills every helper at once; their items are left for resume. Called once the run's
+    /// `cancellation` is aborted, which keeps new helpers from starting (checked under the
+    /// same lock as these kills, so a helper is either killed here or never kept).
     func abort() {
         lock.withLock {
-            aborted = true
             for pid in helpers.values.map(\.pid) + starting { Glibc.kill(pid, SIGKILL) }
         }
     }
@@ -201,18 +198,20 @@ final class PixelHelpers: @unchecked Sendable {
             }
             return idle
         }
-        for helper in idle { _ = bury(helper, kill: true) }
+        for helper in idle { retire(helper) }
     }
 
+    /// The run stops at once, or the session is over: no new helper, and an item whose
+    /// helper ended is left for resume.
     private var isStopping: Bool {
-        cancellation.isAborted || lock.withLock { aborted || stopped }
+        cancellation.isAborted || lock.withLock { stopped }
     }
 
     /// This thread's helper, started if need be.
     private func assignment() throws(Ended) -> Assignment {
         let thread = pthread_self()
         let known: Assignment? = lock.withLock {
-            if aborted || stopped { return .leave }
+            if cancellation.isAborted || stopped { return .leave }
             if let helper = helpers[thread] {
                 busy.insert(helper.pid)
                 return .helper(helper)
@@ -240,13 +239,13 @@ final class PixelHelpers: @unchecked Sendable {
             return .inProcess
         }
         let kept = lock.withLock {
-            guard !aborted, !stopped else { return false }
+            guard !cancellation.isAborted, !stopped else { return false }
             helpers[thread] = helper
             busy.insert(helper.pid)
             return true
         }
         guard kept else {
-            _ = bury(helper, kill: true)
+            retire(helper)
             return .leave
         }
         return .helper(helper)
@@ -254,23 +253,22 @@ final class PixelHelpers: @unchecked Sendable {
 
     /// Sends one request and reads its answer; a helper that ends meanwhile, or answers
     /// what cannot be read, is buried and forgotten.
-    private func exchange(_ helper: Helper, header: [UInt8], payload: [Data]) throws(Ended) -> PixelMessage.Reading {
+    private func exchange(_ helper: Helper, header: [UInt8], payload: [Data]) throws(Ended) -> Result<ProcessOutcome, ItemFailure> {
         if PixelWire.write(helper.socket, header: header, payload: payload), let frame = PixelWire.read(helper.socket) {
-            let reading = try? PixelMessage.read(frame.header, payload: frame.payload)
             let end: String
-            switch reading {
-            case .outcome?: return reading!
+            switch try? PixelMessage.read(frame.header, payload: frame.payload) {
+            case let .outcome(outcome)?: return outcome
             case let .refused(message)?: end = "refused the request (\(message)); the run ended it"
             case nil, .ready?: end = "answered what cannot be read; the run ended it"
             }
             forget(helper)
-            _ = bury(helper, kill: true)
+            retire(helper)
             throw Ended(description: end)
         }
         // Forgotten before it is reaped: `abort` kills only helpers not yet reaped, so never
         // a process that took a reaped helper's pid.
         forget(helper)
-        throw Ended(description: bury(helper))
+        throw bury(helper)
     }
 
     /// The helper answered; after `shutdown` it goes at once.
@@ -281,7 +279,7 @@ final class PixelHelpers: @unchecked Sendable {
             helpers[pthread_self()] = nil
             return true
         }
-        if late { _ = bury(helper, kill: true) }
+        if late { retire(helper) }
     }
 
     private func forget(_ helper: Helper) {
@@ -317,57 +315,64 @@ final class PixelHelpers: @unchecked Sendable {
         // Until it is ready, `abort` and `shutdown` find it here; it leaves before it is reaped.
         lock.withLock {
             starting.insert(pid)
-            if aborted || stopped { Glibc.kill(pid, SIGKILL) }
+            if cancellation.isAborted || stopped { Glibc.kill(pid, SIGKILL) }
         }
         let settle = { [self] in lock.withLock { _ = starting.remove(pid) } }
         guard PixelWire.write(helper.socket, header: configuration), let frame = PixelWire.read(helper.socket) else {
             settle()
             let end = bury(helper)
-            throw end.hasPrefix("ended by signal \(SIGKILL) ") ? .ended(Ended(description: end))
-                : .cannotStart("it \(end) before it was ready")
+            throw end.signal == SIGKILL ? .ended(end) : .cannotStart("it \(end) before it was ready")
         }
         settle()
         switch try? PixelMessage.read(frame.header, payload: frame.payload) {
         case .ready:
             return helper
         case let .refused(message):
-            _ = bury(helper, kill: true)
+            retire(helper)
             throw .cannotStart("it refused the pipeline: \(message)")
         default:
-            _ = bury(helper, kill: true)
+            retire(helper)
             throw .cannotStart("it answered what cannot be read")
         }
     }
 
-    /// Closes the run's end of the socket and reaps the helper, and says how it ended. With
-    /// `kill` the run ends it (it holds nothing to save) and says nothing. Otherwise it
-    /// closed its end or its socket failed, so it is ending: it gets a second before the run
-    /// ends it.
-    private func bury(_ helper: Helper, kill killNow: Bool = false) -> String {
+    /// Closes the run's end of the socket and reaps the helper, and says how it ended. It
+    /// closed its end, or its socket failed, so it is ending: it gets a second before the
+    /// run ends it.
+    private func bury(_ helper: Helper) -> Ended {
         Glibc.close(helper.socket)
         var status: Int32 = 0
-        if !killNow {
-            for _ in 0 ..< 100 {
-                let reaped = waitpid(helper.pid, &status, WNOHANG)
-                if reaped == helper.pid { return Self.describe(status) }
-                if reaped < 0, errno != EINTR { return "ended (not reaped: \(String(cString: strerror(errno))))" }
-                usleep(10_000)
-            }
+        for _ in 0 ..< 100 {
+            let reaped = waitpid(helper.pid, &status, WNOHANG)
+            if reaped == helper.pid { return Self.ending(status) }
+            if reaped < 0, errno != EINTR { return Ended(description: "ended (not reaped: \(String(cString: strerror(errno))))") }
+            usleep(10_000)
         }
-        Glibc.kill(helper.pid, SIGKILL)
-        while waitpid(helper.pid, &status, 0) < 0, errno == EINTR {}
-        return killNow ? "" : "stopped answering (the run ended it)"
+        Self.killAndReap(helper.pid)
+        return Ended(description: "stopped answering (the run ended it)")
+    }
+
+    /// Ends a helper the run is done with (it holds nothing to save) and reaps it.
+    private func retire(_ helper: Helper) {
+        Glibc.close(helper.socket)
+        Self.killAndReap(helper.pid)
+    }
+
+    private static func killAndReap(_ pid: pid_t) {
+        Glibc.kill(pid, SIGKILL)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
     }
 
     /// How a reaped process ended, from `waitpid`'s status.
-    static func describe(_ status: Int32) -> String {
+    static func ending(_ status: Int32) -> Ended {
         let signal = status & 0x7F
-        if signal == 0 { return "exited with status \((status >> 8) & 0xFF)" }
+        if signal == 0 { return Ended(description: "exited with status \((status >> 8) & 0xFF)") }
         let names: [Int32: String] = [
             SIGHUP: "SIGHUP", SIGINT: "SIGINT", SIGQUIT: "SIGQUIT", SIGILL: "SIGILL", SIGTRAP: "SIGTRAP", SIGABRT: "SIGABRT",
             SIGBUS: "SIGBUS", SIGFPE: "SIGFPE", SIGKILL: "SIGKILL", SIGSEGV: "SIGSEGV", SIGPIPE: "SIGPIPE", SIGALRM: "SIGALRM",
             SIGTERM: "SIGTERM", SIGXCPU: "SIGXCPU", SIGXFSZ: "SIGXFSZ", SIGSYS: "SIGSYS",
         ]
-        return "ended by signal \(signal)" + (names[signal].map { " (\($0))" } ?? "")
+        return Ended(description: "ended by signal \(signal)" + (names[signal].map { " (\($0))" } ?? ""), signal: signal)
     }
 }

@@ -18,8 +18,8 @@ enum PixelWire {
     static func write(_ socket: Int32, header: [UInt8], payload: [Data] = []) -> Bool {
         var prefix = [UInt8]()
         prefix.reserveCapacity(12 + header.count)
-        append(UInt64(header.count), bytes: 4, to: &prefix)
-        append(UInt64(payload.reduce(0) { $0 + $1.count }), bytes: 8, to: &prefix)
+        appendLittleEndian(UInt64(header.count), bytes: 4, to: &prefix)
+        appendLittleEndian(UInt64(payload.reduce(0) { $0 + $1.count }), bytes: 8, to: &prefix)
         prefix += header
         guard prefix.withUnsafeBytes({ sendAll(socket, $0) }) else { return false }
         for part in payload where !part.isEmpty {
@@ -33,8 +33,8 @@ enum PixelWire {
     static func read(_ socket: Int32) -> (header: [UInt8], payload: Data)? {
         var prefix = [UInt8](repeating: 0, count: 12)
         guard prefix.withUnsafeMutableBytes({ receiveAll(socket, $0) }) else { return nil }
-        let headerLength = Int(number(prefix[0 ..< 4]))
-        let payloadLength = number(prefix[4 ..< 12])
+        let headerLength = Int(littleEndian(prefix[0 ..< 4]))
+        let payloadLength = littleEndian(prefix[4 ..< 12])
         guard headerLength <= largestHeader, payloadLength <= largestPayload else { return nil }
         var header = [UInt8](repeating: 0, count: headerLength)
         guard header.withUnsafeMutableBytes({ receiveAll(socket, $0) }) else { return nil }
@@ -43,11 +43,12 @@ enum PixelWire {
         return (header, payload)
     }
 
-    private static func append(_ value: UInt64, bytes: Int, to out: inout [UInt8]) {
+    /// `value`'s low `bytes` bytes, least significant first (the frames' and fields' integers).
+    static func appendLittleEndian(_ value: UInt64, bytes: Int, to out: inout [UInt8]) {
         for index in 0 ..< bytes { out.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(index)))) }
     }
 
-    private static func number(_ bytes: ArraySlice<UInt8>) -> UInt64 {
+    static func littleEndian(_ bytes: ArraySlice<UInt8>) -> UInt64 {
         bytes.reversed().reduce(0) { $0 << 8 | UInt64($1) }
     }
 
@@ -80,8 +81,7 @@ struct WireFields {
     private(set) var bytes: [UInt8] = []
 
     mutating func put(_ value: Int) {
-        let bits = UInt64(bitPattern: Int64(value))
-        for index in 0 ..< 8 { bytes.append(UInt8(truncatingIfNeeded: bits >> (8 * UInt64(index)))) }
+        PixelWire.appendLittleEndian(UInt64(bitPattern: Int64(value)), bytes: 8, to: &bytes)
     }
 
     mutating func put(_ text: String) {
@@ -108,11 +108,9 @@ struct WireReader {
     init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     mutating func int() throws(Malformed) -> Int {
-        guard offset + 8 <= bytes.count else { throw Malformed() }
-        var bits: UInt64 = 0
-        for index in (0 ..< 8).reversed() { bits = bits << 8 | UInt64(bytes[offset + index]) }
-        offset += 8
-        return Int(Int64(bitPattern: bits))
+        guard 8 <= bytes.count - offset else { throw Malformed() }
+        defer { offset += 8 }
+        return Int(Int64(bitPattern: PixelWire.littleEndian(bytes[offset ..< offset + 8])))
     }
 
     mutating func string() throws(Malformed) -> String {
