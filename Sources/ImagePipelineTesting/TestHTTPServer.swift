@@ -87,8 +87,13 @@ public final class TestHTTPServer: @unchecked Sendable {
     private var recorded: [Request] = []
     private var stopped = false
 
-    /// Binds to a free loopback port and starts serving.
-    public init(handler: @escaping Handler) throws {
+    /// The loopback address it listens on (`127.0.0.1` unless another was asked for: a
+    /// second address stands for another host, e.g. one a hostile feed names).
+    public let host: String
+
+    /// Binds to a free port of `host` (a loopback address) and starts serving.
+    public init(host: String = "127.0.0.1", handler: @escaping Handler) throws {
+        self.host = host
         self.handler = handler
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ServerError("socket: \(String(cString: strerror(errno)))") }
@@ -97,7 +102,7 @@ public final class TestHTTPServer: @unchecked Sendable {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_addr.s_addr = inet_addr(host)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -118,7 +123,7 @@ public final class TestHTTPServer: @unchecked Sendable {
 
     deinit { stop() }
 
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    public var baseURL: String { "http://\(host):\(port)" }
 
     /// Every request received so far.
     public var requests: [Request] { lock.withLock { recorded } }

@@ -54,26 +54,27 @@ public struct FeedItem: Sendable, Equatable {
                  fromFallback: true, isLocal: isLocal)
     }
 
-    /// This item as it may be recorded: `${…}` values in its key and names put back as
-    /// references, masked in its metadata. The location stays as it is (it is fetched);
-    /// the runner records it unexpanded.
+    /// This item as it may be recorded: its key as `Environment.recorded` writes it (read
+    /// back with `restored` to resume a listing after it), `${…}` values in its names put
+    /// back as references (names are never expanded again), masked in its metadata. The
+    /// location stays as it is (it is fetched); the runner records it with `recorded`.
     func withoutSecrets(_ environment: Environment) -> FeedItem {
-        FeedItem(key: environment.unexpanded(key), location: location, metadata: metadata.map(environment.redact),
-                 nameKey: environment.unexpanded(nameKey), nameStem: environment.unexpanded(nameStem),
+        FeedItem(key: environment.recorded(key), location: location, metadata: metadata.map(environment.redact),
+                 nameKey: environment.referencing(nameKey), nameStem: environment.referencing(nameStem),
                  fromFallback: fromFallback, isLocal: isLocal)
     }
 
     /// This item as a shared run's database keeps it: `withoutSecrets`, and the location
-    /// unexpanded too (`${…}` references put back), so no secret is stored.
+    /// recorded too, so no secret is stored and none can be read back into it.
     func forSharedState(_ environment: Environment) -> FeedItem {
         let clean = withoutSecrets(environment)
-        return FeedItem(key: clean.key, location: environment.unexpanded(location), metadata: clean.metadata,
+        return FeedItem(key: clean.key, location: environment.recorded(location), metadata: clean.metadata,
                         nameKey: clean.nameKey, nameStem: clean.nameStem, fromFallback: fromFallback, isLocal: isLocal)
     }
 
-    /// This item, read back from a shared run's database, ready to fetch: its location expanded.
+    /// This item, read back from a shared run's database, ready to fetch: its location restored.
     func fromSharedState(_ environment: Environment) -> FeedItem {
-        FeedItem(key: key, location: environment.expanding(location), metadata: metadata, nameKey: nameKey,
+        FeedItem(key: key, location: environment.restored(location), metadata: metadata, nameKey: nameKey,
                  nameStem: nameStem, fromFallback: fromFallback, isLocal: isLocal)
     }
 

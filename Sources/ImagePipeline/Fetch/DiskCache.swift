@@ -1,7 +1,7 @@
 import Foundation
 
 /// A disk cache of HTTP bodies (images and feed pages), keyed by the SHA-256 of the URL
-/// in its unexpanded form: a URL that holds a `${…}` value (an API key) is keyed and
+/// in its recorded form (`Environment.recorded`): a URL that holds a `${…}` value (an API key) is keyed and
 /// recorded with the `${NAME}` reference, never with the value, so no secret reaches the
 /// cache's files. Each entry is `<hh>/<sha256>` (the body) and `<hh>/<sha256>.json` (URL,
 /// ETag, Last-Modified, size, the answer's `X-Robots-Tag` lines), both written to a temporary name and renamed. A hit touches the
@@ -18,29 +18,34 @@ public final class DiskCache: @unchecked Sendable {
         /// they were kept, and when there were none), so that a cached copy is judged as
         /// the download was.
         public var robotsTag: [String]?
+        /// True for a feed page stored as `Environment.recorded` writes text (every foreign
+        /// `$` that could start a reference escaped). A page stored before that escape existed
+        /// cannot tell its `${NAME}` references from a feed's own `${…}` text: it is never
+        /// read again (`pageEntry(for:)`), only fetched anew.
+        public var recordedPage: Bool?
         /// Where the body is.
         public var path: String = ""
 
-        enum CodingKeys: String, CodingKey { case url, etag, lastModified, bytes, robotsTag }
+        enum CodingKeys: String, CodingKey { case url, etag, lastModified, bytes, robotsTag, recordedPage }
     }
 
     public let directory: String
     public let maxSize: Int?
-    /// Text as it may be written to disk (`Environment.unexpanded`), and back.
-    private let unexpanded: @Sendable (String) -> String
-    private let expanding: @Sendable (String) -> String
+    /// Text as it may be written to disk (`Environment.recorded`), and back.
+    private let recorded: @Sendable (String) -> String
+    private let restored: @Sendable (String) -> String
     private let lock = NSLock()
     private var size: Int?
     /// Read and never written (`plan`): `store` keeps nothing, `entry` records no use, and
     /// downloads go to the system's temporary folder instead of the cache's.
     public let readOnly: Bool
 
-    public init(directory: String, maxSize: Int?, unexpanded: @escaping @Sendable (String) -> String = { $0 },
-                expanding: @escaping @Sendable (String) -> String = { $0 }, readOnly: Bool = false) throws {
+    public init(directory: String, maxSize: Int?, recorded: @escaping @Sendable (String) -> String = { $0 },
+                restored: @escaping @Sendable (String) -> String = { $0 }, readOnly: Bool = false) throws {
         self.directory = directory
         self.maxSize = maxSize
-        self.unexpanded = unexpanded
-        self.expanding = expanding
+        self.recorded = recorded
+        self.restored = restored
         self.readOnly = readOnly
         guard !readOnly else { return }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -66,7 +71,7 @@ public final class DiskCache: @unchecked Sendable {
     }
 
     private func paths(_ url: String) -> (folder: String, body: String, meta: String) {
-        let key = Self.key(unexpanded(url))
+        let key = Self.key(recorded(url))
         let folder = directory + "/" + key.prefix(2)
         return (folder, folder + "/" + key, folder + "/" + key + ".json")
     }
@@ -75,22 +80,28 @@ public final class DiskCache: @unchecked Sendable {
     public func entry(for url: String) -> Entry? {
         let (_, body, meta) = paths(url)
         guard let data = FileManager.default.contents(atPath: meta),
-              var entry = try? JSONDecoder().decode(Entry.self, from: data), entry.url == unexpanded(url),
+              var entry = try? JSONDecoder().decode(Entry.self, from: data), entry.url == recorded(url),
               FileManager.default.fileExists(atPath: body) else { return nil }
         entry.path = body
         if !readOnly { utimes(body, nil) }
         return entry
     }
 
+    /// The entry for the feed page at `url`, or nil (also for a page stored before the
+    /// recorded form escaped a feed's own `${…}` text).
+    public func pageEntry(for url: String) -> Entry? {
+        entry(for: url).flatMap { $0.recordedPage == true ? $0 : nil }
+    }
+
     /// Moves a downloaded file into the cache (it must be on the same file system, e.g. a
     /// temporary file in the cache's folder), replacing an older entry.
     @discardableResult
     public func store(url: String, file: String, etag: String?, lastModified: String?,
-                      robotsTag: [String]? = nil) throws -> Entry {
+                      robotsTag: [String]? = nil, recordedPage: Bool? = nil) throws -> Entry {
         let (folder, body, meta) = paths(url)
         let bytes = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
-        var entry = Entry(url: unexpanded(url), etag: etag, lastModified: lastModified, bytes: bytes,
-                          robotsTag: robotsTag.map { $0.map(unexpanded) })
+        var entry = Entry(url: recorded(url), etag: etag, lastModified: lastModified, bytes: bytes,
+                          robotsTag: robotsTag.map { $0.map(recorded) }, recordedPage: recordedPage)
         if readOnly {
             unlink(file)
             return entry
@@ -110,20 +121,21 @@ public final class DiskCache: @unchecked Sendable {
     }
 
     /// Stores a feed page. A page is text that may echo a `${…}` value back (a signed image
-    /// link): it is stored unexpanded and expanded again by `page(at:)`.
+    /// link): it is stored recorded (`Environment.recorded`) and restored by `page(at:)`.
     @discardableResult
     public func storePage(url: String, data: Data, etag: String?, lastModified: String?) throws -> Entry {
         let file = temporaryFile()
-        let text = String(data: data, encoding: .utf8).map { Data(unexpanded($0).utf8) } ?? data
+        let text = String(data: data, encoding: .utf8).map { Data(recorded($0).utf8) } ?? data
         try text.write(to: URL(fileURLWithPath: file))
-        return try store(url: url, file: file, etag: etag, lastModified: lastModified)
+        return try store(url: url, file: file, etag: etag, lastModified: lastModified, recordedPage: true)
     }
 
-    /// A stored feed page, with its `${…}` references expanded.
+    /// A stored feed page (an entry from `pageEntry(for:)`), restored: the references this
+    /// run recorded expanded, the feed's own `$` text as it was.
     public func page(at entry: Entry) -> Data? {
         guard let data = FileManager.default.contents(atPath: entry.path) else { return nil }
-        guard let text = String(data: data, encoding: .utf8), text.contains("${") else { return data }
-        return Data(expanding(text).utf8)
+        guard let text = String(data: data, encoding: .utf8), text.contains("$") else { return data }
+        return Data(restored(text).utf8)
     }
 
     /// A fresh name inside the cache folder, for a download that may be stored.

@@ -71,7 +71,7 @@ public struct RemoteFetcher: Sendable {
 
     private func fetchPage(_ address: String) throws -> (Data, Tier) {
         guard let url = URL(string: address) else { throw FeedError("not a URL: \(address)") }
-        let cached = cache?.entry(for: address)
+        let cached = cache?.pageEntry(for: address)
         if let cached, !revalidate, let data = cache?.page(at: cached) { return (data, .cache) }
         do {
             let cancellation = client.cancellation

@@ -6,8 +6,8 @@ import Foundation
 /// way out: as written, percent-encoded (upper- or lower-case hex, with any of the usual
 /// sets of characters left alone), form-encoded (a space as `+`) and JSON-escaped.
 /// `redact(_:)` replaces each form with `***` in text bound for a log, the state file or
-/// an error message; `unexpanded(_:)` puts the `${NAME}` reference back instead, for what
-/// is written to disk and read again (cache keys and cache metadata).
+/// an error message; `recorded(_:)` puts the `${NAME}` reference back instead (and escapes
+/// every other `${`), for what is written to disk and read again; `restored(_:)` reverses it.
 // @unchecked because the set of secrets is guarded by `lock`.
 public final class Environment: @unchecked Sendable {
     private let variables: [String: String]
@@ -46,24 +46,89 @@ public final class Environment: @unchecked Sendable {
         replacing(in: text) { _ in "***" }
     }
 
-    /// `text` with every form of every expanded value replaced by its reference: `${NAME}`
-    /// for the value as written, `${NAME:n}` for its n-th encoded form (percent-encoded,
-    /// JSON-escaped, …), so that `expanding` gives back exactly the same text.
-    public func unexpanded(_ text: String) -> String {
+    /// `text` with every form of every expanded value replaced by its reference, and nothing
+    /// else changed: for text that is shown or stored but never expanded again (output
+    /// names). What is read back to be used goes through `recorded` and `restored`.
+    public func referencing(_ text: String) -> String {
         replacing(in: text) { $0 }
     }
 
-    /// The inverse of `unexpanded`: each reference to a value read before is replaced by the
+    /// `text` as it may be written to disk and read again (the state file, a shared run's
+    /// database, cache entries and pages, journals): every form of every expanded value
+    /// replaced by its reference, `${NAME}` for the value as written and `${NAME:n}` for its
+    /// n-th encoded form (percent-encoded, JSON-escaped, …), and every other `$` that could
+    /// be read as the start of a reference written `$$`. `restored(_:)` gives back exactly
+    /// `text`.
+    ///
+    /// The escape is what keeps a feed from reading a secret: text that came from a feed
+    /// (a URL, a key, a page) may hold `${AWS_SECRET_ACCESS_KEY}` itself; recorded, it is
+    /// `$${AWS_SECRET_ACCESS_KEY}`, which `restored` turns back into the same literal text,
+    /// never into the value. Only what this run replaced is ever expanded again.
+    public func recorded(_ text: String) -> String {
+        let known = lock.withLock { forms }
+        return Self.recording(Substring(text), forms: known[...])
+    }
+
+    /// The inverse of `recorded`: each reference to a value read before is replaced by the
     /// form it stood for (a recorded location is fetched with its real value, encoded as it
-    /// was).
-    public func expanding(_ text: String) -> String {
-        guard text.contains("${") else { return text }
+    /// was), each `$$` by `$`. A reference to a value this process never read stays as it
+    /// is (it can only have come from a recording by another process with other secrets).
+    public func restored(_ recorded: String) -> String {
+        guard recorded.contains("$") else { return recorded }
         let known = lock.withLock { encodings }
-        var out = text
-        for (name, all) in known where out.contains("${\(name)") {
-            for (index, form) in all.enumerated().reversed() {
-                out = out.replacingOccurrences(of: index == 0 ? "${\(name)}" : "${\(name):\(index)}", with: form)
+        var out = ""
+        var rest = Substring(recorded)
+        while let dollar = rest.firstIndex(of: "$") {
+            out += rest[..<dollar]
+            let after = rest.index(after: dollar)
+            if after < rest.endIndex, rest[after] == "$" {
+                out += "$"
+                rest = rest[rest.index(after: after)...]
+            } else if after < rest.endIndex, rest[after] == "{", let close = rest[after...].firstIndex(of: "}"),
+                      let form = Self.form(named: rest[rest.index(after: after) ..< close], in: known) {
+                out += form
+                rest = rest[rest.index(after: close)...]
+            } else {
+                out += "$"
+                rest = rest[after...]
             }
+        }
+        return out + rest
+    }
+
+    /// `NAME` or `NAME:n` → the form it stands for, when that value was read.
+    private static func form(named reference: Substring, in known: [String: [String]]) -> String? {
+        let parts = reference.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let all = known[String(parts[0])] else { return nil }
+        guard parts.count == 2 else { return all[0] }
+        guard let index = Int(parts[1]), index > 0, index < all.count else { return nil }
+        return all[index]
+    }
+
+    /// `text` split at each occurrence of the longest form first, each piece recorded with
+    /// the shorter forms, references between them; what no form matches is escaped.
+    private static func recording(_ text: Substring, forms: ArraySlice<(text: String, reference: String)>) -> String {
+        guard let first = forms.first else { return escapingDollars(text) }
+        let rest = forms.dropFirst()
+        guard text.contains(first.text) else { return recording(text, forms: rest) }
+        return text.split(separator: first.text, omittingEmptySubsequences: false)
+            .map { recording($0, forms: rest) }
+            .joined(separator: first.reference)
+    }
+
+    /// Each `$` that is followed by `$` or `{`, or ends the piece (a reference may follow
+    /// it), doubled; any other `$` is kept (so a recorded text without `${` or `$$` reads as
+    /// it did before the escape existed).
+    private static func escapingDollars(_ text: Substring) -> String {
+        guard text.contains("$") else { return String(text) }
+        var out = ""
+        var index = text.startIndex
+        while index < text.endIndex {
+            let character = text[index]
+            let next = text.index(after: index)
+            out.append(character)
+            if character == "$", next == text.endIndex || text[next] == "$" || text[next] == "{" { out.append("$") }
+            index = next
         }
         return out
     }

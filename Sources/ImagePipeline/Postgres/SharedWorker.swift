@@ -304,7 +304,7 @@ public final class SharedWorker: @unchecked Sendable {
         let environment = pipeline.environment
         // The cursor is stored with `${…}` references in place of secrets, like every item.
         let cursor = lease.cursor.flatMap { try? JSONDecoder().decode(FeedCursor.self, from: Data($0.utf8)) }
-            .map { FeedCursor(key: environment.expanding($0.key), listed: $0.listed, page: $0.page.map(environment.expanding)) }
+            .map { FeedCursor(key: environment.restored($0.key), listed: $0.listed, page: $0.page.map(environment.restored)) }
         logger.info("listing the feed", metadata: ["after": "\(cursor?.key ?? "-")"])
         var page: [FeedItem] = []
         var last = cursor
@@ -313,8 +313,8 @@ public final class SharedWorker: @unchecked Sendable {
         // only the items a page added count (a key the run has is not added again).
         var room = run.itemLimit.map { max(0, $0 - lease.items) }
         func flush(complete: Bool) throws {
-            let stored = last.map { FeedCursor(key: environment.unexpanded($0.key), listed: $0.listed,
-                                               page: $0.page.map(environment.unexpanded)) }
+            let stored = last.map { FeedCursor(key: environment.recorded($0.key), listed: $0.listed,
+                                               page: $0.page.map(environment.recorded)) }
             let text = stored.flatMap { try? JSONEncoder.sorted.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
             let recorded = try shared.recordPage(page, cursor: text, complete: complete, lease: lease)
             room = run.itemLimit.map { max(0, $0 - recorded.items) }

@@ -309,7 +309,7 @@ public struct BuiltPipeline: Sendable {
         var revalidate = false
         if let cacheSpec = remote.cache, withCache {
             cache = try DiskCache(directory: try cacheSpec.directory(in: spec, environment: environment), maxSize: cacheSpec.maxSize,
-                                  unexpanded: environment.unexpanded, expanding: environment.expanding, readOnly: cacheSpec.readOnly)
+                                  recorded: environment.recorded, restored: environment.restored, readOnly: cacheSpec.readOnly)
             revalidate = cacheSpec.revalidate
         }
         let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
@@ -448,7 +448,7 @@ extension BuiltPipeline {
         return fingerprint
     }
 
-    /// `text` with every `${NAME}` replaced by its value, short ones included (`expanding`
+    /// `text` with every `${NAME}` replaced by its value, short ones included (`Environment.restored`
     /// knows only the values long enough to be masked).
     func expandingAll(_ text: String) -> String {
         (try? EnvString(raw: text, path: "").expanded(in: environment)) ?? text

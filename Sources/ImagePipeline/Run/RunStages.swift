@@ -184,7 +184,7 @@ final class RunStages: Sendable {
                 let page: [ItemRecord]
                 do {
                     page = try context.store.unfinishedItems(runId: context.runId, after: after, limit: 256).map {
-                        $0.expandingLocation(pipeline.environment)
+                        $0.restoringLocation(pipeline.environment)
                     }
                 } catch {
                     context.reporter.notice("cannot read the state file: \(error)")
@@ -200,7 +200,7 @@ final class RunStages: Sendable {
                     var record = paged
                     if state.withLock({ $0.wasRevived(seq: paged.seq) }) {
                         guard let now = (try? context.store.item(runId: context.runId, key: paged.key))??
-                                  .expandingLocation(pipeline.environment),
+                                  .restoringLocation(pipeline.environment),
                               [.pending, .fetched, .processed].contains(now.status) else {
                             state.withLock { $0.ended(seq: paged.seq) }
                             continue
@@ -229,7 +229,7 @@ final class RunStages: Sendable {
             seq = try context.store.lastSeq(runId: context.runId)
             // A listing cut short continues after its last item (a refresh looks at everything).
             if seq > 0, !context.refreshing {
-                cursor = try context.store.lastKey(runId: context.runId).map { FeedCursor(key: environment.expanding($0), listed: seq) }
+                cursor = try context.store.lastKey(runId: context.runId).map { FeedCursor(key: environment.restored($0), listed: seq) }
             }
         } catch {
             context.reporter.notice("cannot read the state file: \(error)")
@@ -249,7 +249,7 @@ final class RunStages: Sendable {
                 NewOutput(id: output.id, name: output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: itemSeq),
                           sinks: sinks)
             }
-            var new = NewItem(key: item.key, seq: itemSeq, location: environment.unexpanded(item.location), metadata: item.metadata,
+            var new = NewItem(key: item.key, seq: itemSeq, location: environment.recorded(item.location), metadata: item.metadata,
                               outputs: outputs, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier)
             new.carried = carried
             let change = StoreChange.insert(new)
@@ -271,7 +271,7 @@ final class RunStages: Sendable {
                     // this worker) or put back for a retry: taken up where it stood, not
                     // passed over as a duplicate.
                     if context.store.takeBack(key: item.key),
-                       let record = try? context.store.item(runId: context.runId, key: item.key)?.expandingLocation(environment) {
+                       let record = try? context.store.item(runId: context.runId, key: item.key)?.restoringLocation(environment) {
                         context.logger.info("taken back where it stood", metadata: ["item": "\(item.key)",
                                                                                     "status": "\(record.status.rawValue)"])
                         state.withLock { $0.inserted() }
@@ -623,7 +623,7 @@ final class RunStages: Sendable {
                 }
                 let delivery = Delivery(runId: context.runId, runUUID: context.run.uuid, key: job.key, output: outputID,
                                         width: output.width, height: output.height, stagedPath: output.path, name: output.name, format: spec.format,
-                                        origin: pipeline.environment.unexpanded(job.location), nameKey: job.nameKey,
+                                        origin: pipeline.environment.recorded(job.location), nameKey: job.nameKey,
                                         nameStem: job.nameStem, sha256: output.sha256, index: job.seq)
                 attempt(delivery, to: sink, number: 1, settlement)
             }
@@ -724,7 +724,7 @@ final class RunStages: Sendable {
     private func takeUpAgain(_ keys: [String], freedBy holder: String) {
         for key in keys {
             guard let record = try? context.store.item(runId: context.runId, key: key)?
-                .expandingLocation(pipeline.environment) else { continue }
+                .restoringLocation(pipeline.environment) else { continue }
             context.reporter.notice("\(key.printable): taken up again: the output name it failed for is free, "
                                     + "as \"\(holder.printable)\" was skipped")
             // A resume's producer may have read it, pending, in a page: one of the two starts it.

@@ -100,9 +100,9 @@ public struct ItemRecord: Sendable, Equatable {
     }
 
     /// The record with `${…}` references in its location expanded, ready to fetch.
-    func expandingLocation(_ environment: Environment) -> ItemRecord {
+    func restoringLocation(_ environment: Environment) -> ItemRecord {
         var copy = self
-        copy.location = environment.expanding(location)
+        copy.location = environment.restored(location)
         return copy
     }
 }
