@@ -328,3 +328,75 @@ struct PixelHelperTests {
         #expect(throws: WireReader.Malformed.self) { try PixelMessage.read(huge.bytes, payload: Data()) }
     }
 }
+
+/// What a helper is given: the pipeline and the values its filters use, not the run's
+/// environment (it decodes hostile files: `/proc/PID/environ` must hold no secret), and a
+/// pipeline file of any size (it used to ride in a frame's header, capped at 64 MiB).
+@Suite("Pixel helpers hold no secret", .serialized)
+struct PixelHelperEnvironmentTests {
+    let work: TemporaryDirectory
+
+    init() throws {
+        work = try TemporaryDirectory("imgpipe-helper-env")
+        for index in 0 ..< 3 {
+            try ImageFixtures.jpeg(at: work.url("in/img-\(index).jpg"), width: 640, height: 480)
+        }
+    }
+
+    @Test func aHelpersEnvironmentHoldsNoneOfTheRunsValues() throws {
+        let secret = "secret-\(UUID().uuidString.prefix(10))"
+        let label = "label-\(UUID().uuidString.prefix(10))"
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 200, "height": 200}, {"op": "caption", "bottom": "${CAPTION_LABEL}"}],
+             "sink": {"type": "directory", "path": "out"}, "limits": {"workers": 1}}
+            """, to: "pipe.json")
+        let environment = ["UPLOAD_TOKEN": secret, "AWS_SECRET_ACCESS_KEY": secret, "IMGPIPE_STATE": "postgres://u:\(secret)@h/d",
+                           "CAPTION_LABEL": label]
+        // The run on a state file of its own (IMGPIPE_STATE would name another).
+        let running = try ImgpipeBinary.launch(["run", "pipe.json", "--state", "pipe.sqlite"], in: work.path,
+                                               environment: environment)
+        var environs: [pid_t: String] = [:]
+        let deadline = Date().addingTimeInterval(60)
+        while running.process.isRunning, Date() < deadline {
+            for helper in ChildProcesses.pixelHelpers(of: running.process.processIdentifier) where environs[helper] == nil {
+                if let data = FileManager.default.contents(atPath: "/proc/\(helper)/environ"), !data.isEmpty {
+                    environs[helper] = String(decoding: data, as: UTF8.self)
+                }
+            }
+            usleep(2000)
+        }
+        let result = running.wait()
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(!result.stderr.contains("cannot start a pixel helper"), "the pixels were made on threads: \(result.stderr)")
+        #expect(!environs.isEmpty, "no helper was seen")
+        for (helper, text) in environs {
+            #expect(!text.contains(secret) && !text.contains(label), "helper \(helper)'s environment: \(text)")
+            #expect(text.contains("PATH="), "helper \(helper) lost what it needs: \(text)")
+        }
+        // The caption's value reached the helper all the same: the same bytes as on threads.
+        let document = try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8)
+        try work.write(document.replacingOccurrences(of: #""path": "out""#, with: #""path": "threads""#), to: "threads.json")
+        let threads = try ImgpipeBinary.run(["run", "threads.json", "--state", "threads.sqlite"], in: work.path,
+                                            environment: environment.merging(["IMGPIPE_PIXEL_HELPERS": "0"]) { $1 })
+        #expect(threads.status == 0, "stderr: \(threads.stderr)")
+        #expect(work.files(under: "out").count == 3)
+        for file in work.files(under: "out") {
+            #expect(FileManager.default.contents(atPath: work.url("out/" + file)) == FileManager.default.contents(atPath: work.url("threads/" + file)),
+                    "\(file) differs from the threads' output")
+        }
+    }
+
+    @Test func aPipelineFileOverTheOldHeaderCapStillMakesItsPixelsInHelpers() throws {
+        let filler = String(repeating: "x", count: (64 << 20) + 1024)
+        try work.write("""
+            {"version": 1, "//": "\(filler)", "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 32, "height": 32}],
+             "sink": {"type": "directory", "path": "out"}, "limits": {"workers": 1}}
+            """, to: "big.json")
+        let result = try ImgpipeBinary.run(["run", "big.json"], in: work.path)
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(!result.stderr.contains("cannot start a pixel helper"), "the pixels were made on threads: \(result.stderr)")
+        #expect(work.files(under: "out").count == 3)
+    }
+}

@@ -139,8 +139,8 @@ struct RunContext: Sendable {
         }
         self.workers = workers
         pixels = options.pixelHelper.map {
-            .helpers(PixelHelpers(launch: $0, spec: pipeline.spec, fallback: pipeline.processor, cancellation: pipeline.cancellation,
-                                  logger: logger, redact: pipeline.environment.redact))
+            .helpers(PixelHelpers(launch: $0, spec: pipeline.spec, environment: pipeline.environment, fallback: pipeline.processor,
+                                  cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact))
         } ?? .inProcess(pipeline.processor)
         // Commits wait for company only while every pixel thread has four items queued behind
         // the one it works on: the stage that sets the pace then has more work in hand than a

@@ -17,6 +17,24 @@ public struct PixelHelperLaunch: Sendable {
         self.name = name ?? executable
     }
 
+    /// The environment a helper starts with: only what the pixels read (locale, fonts,
+    /// temporary files, libvips', GLib's and malloc's settings, the tuning knobs), never the
+    /// run's secrets. A helper decodes hostile files; whatever the run read from its
+    /// environment for headers, tokens, credentials or the state's URL stays out of its
+    /// `/proc/PID/environ`. The `${…}` values its filters need come in its configuration.
+    static func helperEnvironment(_ environment: [String: String]) -> [String] {
+        environment.filter { name, _ in
+            keptNames.contains(name) || keptPrefixes.contains { name.hasPrefix($0) }
+        }.map { "\($0)=\($1)" }.sorted()
+    }
+
+    static let keptNames: Set<String> = [
+        "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "MALLOC_ARENA_MAX",
+        "IMGPIPE_FUSE", "IMGPIPE_VIPS_THREADS", "IMGPIPE_VIPS_VECTOR", "IMGPIPE_ENCODE_AHEAD",
+        "IMGPIPE_OWN_RESAMPLE", "IMGPIPE_PIXEL_HELPERS",
+    ]
+    static let keptPrefixes = ["LC_", "VIPS_", "G_", "FONTCONFIG_", "FC_", "XDG_"]
+
     /// This process's own executable, through `/proc/self/exe` (the file it was started
     /// from, even if that path has since been replaced by another build), as a pixel helper,
     /// shown under the path it was started from.
@@ -71,7 +89,11 @@ enum PixelWork: Sendable {
 // @unchecked because `helpers`, `busy`, `starting`, `stopped` and `unavailable` are guarded by `lock`.
 final class PixelHelpers: @unchecked Sendable {
     private let launch: PixelHelperLaunch
-    private let configuration: [UInt8]
+    /// The first frame to a helper: the pipeline, in the payload (a pipeline file of any
+    /// size fits), with the `${…}` values its filters and outputs use in the header.
+    private let configuration: (header: [UInt8], payload: Data)
+    /// `NAME=value` lines: the environment a helper starts with.
+    private let helperEnvironment: [String]
     /// The run's own processor, for when helpers cannot start.
     private let fallback: ImageProcessor
     private let cancellation: CancellationFlag
@@ -116,10 +138,11 @@ final class PixelHelpers: @unchecked Sendable {
         case leave
     }
 
-    init(launch: PixelHelperLaunch, spec: PipelineSpec, fallback: ImageProcessor, cancellation: CancellationFlag,
-         logger: Logger, redact: @escaping @Sendable (String) -> String) {
+    init(launch: PixelHelperLaunch, spec: PipelineSpec, environment: Environment, fallback: ImageProcessor,
+         cancellation: CancellationFlag, logger: Logger, redact: @escaping @Sendable (String) -> String) {
         self.launch = launch
-        configuration = PixelMessage.configuration(spec)
+        configuration = PixelMessage.configuration(spec, environment: environment)
+        helperEnvironment = PixelHelperLaunch.helperEnvironment(ProcessInfo.processInfo.environment)
         self.fallback = fallback
         self.cancellation = cancellation
         self.logger = logger
@@ -301,9 +324,10 @@ final class PixelHelpers: @unchecked Sendable {
         }
         // The helper's end is its standard input; no other descriptor of the run goes with it.
         let argv = ([launch.name] + launch.arguments + ["\(getpid())"]).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
+        let envp = helperEnvironment.map { strdup($0) } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
         var pid: pid_t = 0
-        let spawned = ip_spawn_helper(launch.executable, argv, environ, pair[1], &pid)
+        let spawned = ip_spawn_helper(launch.executable, argv, envp, pair[1], &pid)
         Glibc.close(pair[1])
         guard spawned == 0 else {
             Glibc.close(pair[0])
@@ -318,7 +342,7 @@ final class PixelHelpers: @unchecked Sendable {
             if cancellation.isAborted || stopped { Glibc.kill(pid, SIGKILL) }
         }
         let settle = { [self] in lock.withLock { _ = starting.remove(pid) } }
-        guard PixelWire.write(helper.socket, header: configuration), let frame = PixelWire.read(helper.socket) else {
+        guard PixelWire.write(helper.socket, header: configuration.header, payload: [configuration.payload]), let frame = PixelWire.read(helper.socket) else {
             settle()
             let end = bury(helper)
             throw end.signal == SIGKILL ? .ended(end) : .cannotStart("it \(end) before it was ready")
