@@ -616,6 +616,22 @@ struct CommandLineTests {
         #expect(try imgpipe("init", "--force").status == 0)
     }
 
+    /// A link to nowhere at the name: `init` used to write through it, creating the file it
+    /// pointed at (anywhere); it refuses, and `--force` replaces the link itself.
+    @Test func initNeverWritesThroughADanglingLink() throws {
+        let elsewhere = try TemporaryDirectory("imgpipe-init-target")
+        let target = elsewhere.url("planted.json")
+        #expect(symlink(target, work.url("pipeline.json")) == 0)
+        let refused = try imgpipe("init")
+        #expect(refused.status == 2 && refused.stderr.contains("symbolic link"), "stderr: \(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: target), "init wrote through the link")
+        let forced = try imgpipe("init", "--force")
+        #expect(forced.status == 0, "stderr: \(forced.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: target), "init --force wrote through the link")
+        let kind = try FileManager.default.attributesOfItem(atPath: work.url("pipeline.json"))[.type] as? FileAttributeType
+        #expect(kind == .typeRegular)
+    }
+
     /// Two pipeline files with one stem run from one folder would share
     /// `.imgpipe/p.sqlite`: the second is refused instead of resuming, showing or adding to
     /// the first one's run; `--state` keeps them apart.

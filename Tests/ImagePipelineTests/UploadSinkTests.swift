@@ -341,3 +341,68 @@ struct UploadSinkTests {
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-1")), "staged outputs removed at the end")
     }
 }
+
+/// The first step's answer is the server's word: when the sink's fields hold a `${…}`
+/// value, the second step goes to the endpoint's own host only (or a host in `allowHosts`),
+/// never to another host or from https down to http.
+@Suite("Upload fields stay with the endpoint's host", .serialized)
+struct UploadTargetTests {
+    let work: TemporaryDirectory
+    let secret = "appkey-\(UUID().uuidString.prefix(10))"
+
+    init() throws {
+        work = try TemporaryDirectory("imgpipe-upload-target")
+        for index in 1 ... 2 {
+            try ImageFixtures.jpeg(at: work.url("in/img-\(index).jpg"), width: 80, height: 60)
+        }
+    }
+
+    /// An endpoint on 127.0.0.1 that points the upload at `other` (another address).
+    func run(other: TestHTTPServer, allowHosts: String?) throws -> CommandResult {
+        let target = other.baseURL
+        let endpoint = try TestHTTPServer { request in
+            request.path == "/ticket" ? .json(#"{"url": "\#(target)/put"}"#) : .status(404)
+        }
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 40, "height": 40}],
+             "sink": {"type": "upload", "endpoint": "\(endpoint.baseURL)/ticket", "fields": {"appkey": "${APP_KEY}"}
+                      \(allowHosts.map { #", "allowHosts": \#($0)"# } ?? "")},
+             "limits": {"timeout": 5}, "retry": {"attempts": 2, "backoff": 0.05}}
+            """, to: "pipe.json")
+        let result = try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path, environment: ["APP_KEY": secret])
+        endpoint.stop()
+        return result
+    }
+
+    @Test func anotherHostNamedByTheEndpointReceivesNoSecretField() throws {
+        let other = try TestHTTPServer(host: "127.0.0.2") { _ in .json(#"{"url": "stored"}"#, status: 201) }
+        let refused = try run(other: other, allowHosts: nil)
+        #expect(refused.status == 1, "stderr: \(refused.stderr)")
+        #expect(other.requests.isEmpty, "the other host received \(other.requests.count) request(s)")
+        let status = try ImgpipeBinary.run(["status", "pipe.json", "--json"], in: work.path).decoded(StatusReport.self)
+        #expect(status.failures.count == 2)
+        for failure in status.failures {
+            #expect(failure.reason == "upload" && failure.message.contains("http://127.0.0.2:\(other.port)")
+                && failure.message.contains("allowHosts"), "\(failure.message)")
+            #expect(!failure.message.contains(secret))
+        }
+        // Listed, the host receives the fields.
+        let allowed = try run(other: other, allowHosts: #"["127.0.0.2"]"#)
+        #expect(allowed.status == 0, "stderr: \(allowed.stderr)")
+        #expect(other.requests.count == 2 && other.requests.allSatisfy { String(decoding: $0.body, as: UTF8.self).contains(secret) })
+    }
+
+    @Test func fieldsWithoutASecretGoWhereTheEndpointSays() throws {
+        let other = try TestHTTPServer(host: "127.0.0.2") { _ in .json(#"{"url": "stored"}"#, status: 201) }
+        let target = other.baseURL
+        let endpoint = try TestHTTPServer { _ in .json(#"{"url": "\#(target)/put"}"#) }
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "sink": {"type": "upload", "endpoint": "\(endpoint.baseURL)/ticket", "fields": {"album": "summer"}}}
+            """, to: "pipe.json")
+        let result = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path)
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(other.requests.count == 2)
+    }
+}

@@ -311,11 +311,14 @@ extension SinkSpec {
             self = .directory(name: try name(object), path: try object.required("path") { try EnvString($0) },
                               prune: try object.optional("prune", default: false) { try $0.bool() })
         case "upload":
-            let object = try node.object(allowing: ["type", "name", "endpoint", "fields", "fileField", "originalField"])
+            let object = try node.object(allowing: ["type", "name", "endpoint", "fields", "fileField", "originalField", "allowHosts"])
             self = .upload(name: try name(object), endpoint: try object.required("endpoint") { try EnvString($0) },
                            fields: try object.optional("fields", default: []) { try named($0) },
                            fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
-                           originalField: try object.optional("originalField", default: "original") { try $0.nonEmptyString() })
+                           originalField: try object.optional("originalField", default: "original") { try $0.nonEmptyString() },
+                           allowHosts: try object.optional("allowHosts", default: []) { node in
+                               try node.array().map { try $0.nonEmptyString() }
+                           })
         case "http":
             let object = try node.object(allowing: ["type", "name", "url", "method", "fileField", "headers"])
             let url = try object.required("url") { node in

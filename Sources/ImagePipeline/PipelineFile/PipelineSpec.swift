@@ -197,7 +197,10 @@ public enum SinkSpec: Sendable, Equatable {
     /// the feed and of names no longer made (nothing else ever deletes).
     case directory(name: String, path: EnvString, prune: Bool = false)
     /// The two-step upload: `GET endpoint` → `{"url": U}` → `POST U` (multipart).
-    case upload(name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String)
+    /// `allowHosts`: hosts besides the endpoint's that the second step may go to with
+    /// fields that hold a `${…}` value.
+    case upload(name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String,
+                allowHosts: [String])
     /// One request per item to a URL template: `PUT` (raw body) or `POST` (multipart).
     case http(name: String, url: EnvString, method: String, fileField: String, headers: [NamedValue])
     /// One object per output in a bucket (`PutObject`, or a multipart upload when large).
@@ -205,7 +208,7 @@ public enum SinkSpec: Sendable, Equatable {
 
     public var name: String {
         switch self {
-        case let .directory(name, _, _), let .upload(name, _, _, _, _), let .http(name, _, _, _, _), let .s3(name, _, _): name
+        case let .directory(name, _, _), let .upload(name, _, _, _, _, _), let .http(name, _, _, _, _), let .s3(name, _, _): name
         }
     }
 

@@ -99,10 +99,12 @@ public struct BuiltPipeline: Sendable {
                         try Self.checkFolder(root, at: pathValue.path, what: "sink folder")
                         let sources = try Self.checkNotSource(root, at: pathValue.path, spec: spec, environment: environment)
                         return DirectorySink(name: name, root: root, prune: prune, sourceFolders: sources)
-                    case let .upload(name, endpointValue, fieldValues, fileField, originalField):
+                    case let .upload(name, endpointValue, fieldValues, fileField, originalField, allowHosts):
                         let url = try endpointValue.expandedWebURL(in: environment)
                         let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
-                        return UploadSink(name: name, endpoint: url, fields: fields, fileField: fileField, originalField: originalField,
+                        return UploadSink(name: name, endpoint: url, fields: fields,
+                                          fieldsHoldSecrets: fieldValues.contains { $0.value.hasReferences },
+                                          allowHosts: allowHosts, fileField: fileField, originalField: originalField,
                                           client: uploads(), retry: spec.retry)
                     case let .http(name, urlValue, method, fileField, headerValues):
                         let template = try urlValue.expanded(in: environment)

@@ -5,11 +5,21 @@ import Foundation
 /// `originalField` = where the item came from, and the file under `fileField`. A 2xx JSON
 /// answer's `url` is kept as the item's remote URL. Every request carries the delivery's
 /// `Idempotency-Key`; a retry (or a resume) repeats both steps with the same key.
+///
+/// The first answer is the server's word, not the user's: when `fields` hold a `${…}` value,
+/// the second step goes only to the endpoint's own host (never from https down to plain
+/// http) or to a host in `allowHosts`; anywhere else the delivery fails, naming the host,
+/// and the fields are sent nowhere.
 public struct UploadSink: Sink {
     public let name: String
     public let endpoint: URL
     /// Expanded values (may hold secrets: never printed).
     let fields: [(String, String)]
+    /// True when a field's value came from `${…}`.
+    let fieldsHoldSecrets: Bool
+    /// Hosts besides the endpoint's that may receive the fields (`*`: any host, but never
+    /// over plain http when the endpoint is https).
+    let allowHosts: [String]
     let fileField: String
     let originalField: String
     let client: HTTPClient
@@ -19,16 +29,44 @@ public struct UploadSink: Sink {
         guard let data = FileManager.default.contents(atPath: delivery.stagedPath) else {
             throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output"), attempts: attempt)
         }
+        // Both steps, once. A retry repeats both (a one-shot URL is used once).
+        let key = delivery.idempotencyKey(sink: name)
+        let target: URL
         do throws(HTTPFailure) {
-            return .delivered(try upload(data, of: delivery, attempt: attempt))
+            target = try ticket(key: key)
+        } catch {
+            return try error.deliveryAttempt(attempt, retry: retry)
+        }
+        if let problem = refusal(of: target) {
+            throw DeliveryFailure(ItemFailure(.upload, problem), attempts: attempt)
+        }
+        do throws(HTTPFailure) {
+            return .delivered(try upload(data, of: delivery, to: target, key: key, attempt: attempt))
         } catch {
             return try error.deliveryAttempt(attempt, retry: retry)
         }
     }
 
-    /// Both steps, once. A retry repeats both (a one-shot URL is used once).
-    private func upload(_ data: Data, of delivery: Delivery, attempt: Int) throws(HTTPFailure) -> DeliveryReceipt {
-        let key = delivery.idempotencyKey(sink: name)
+    /// Why the fields may not go to `target`, or nil when they may.
+    func refusal(of target: URL) -> String? {
+        guard fieldsHoldSecrets else { return nil }
+        let host = target.host?.lowercased() ?? ""
+        let scheme = target.scheme?.lowercased() ?? ""
+        let place = "\(scheme)://\(host)\(target.port.map { ":\($0)" } ?? "")"
+        let endpointScheme = endpoint.scheme?.lowercased() ?? ""
+        if allowHosts.contains(where: { $0.lowercased() == host }) { return nil }
+        if endpointScheme == "https", scheme != "https" {
+            return "the upload endpoint pointed the upload at \(place), plain http from an https endpoint: "
+                + "the sink's fields hold secrets and were not sent (list the host in allowHosts to allow it)"
+        }
+        let sameHost = host == endpoint.host?.lowercased() && target.port == endpoint.port
+        if sameHost || allowHosts.contains("*") { return nil }
+        return "the upload endpoint pointed the upload at \(place), another host than the endpoint's: "
+            + "the sink's fields hold secrets and were not sent (list the host in allowHosts to allow it)"
+    }
+
+    /// The first step: the one-shot URL the endpoint gives.
+    private func ticket(key: String) throws(HTTPFailure) -> URL {
         let ticket = try client.perform(HTTPRequest(url: endpoint, headers: ["Accept": "application/json", "Idempotency-Key": key],
                                                     maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
         try ticket.throwIfRetryableStatus()
@@ -40,6 +78,12 @@ public struct UploadSink: Sink {
             throw HTTPFailure(kind: .status, message: "the upload endpoint did not answer {\"url\": …}",
                               status: ticket.status, retryAfter: nil)
         }
+        return target
+    }
+
+    /// The second step: the file and the fields, to `target`.
+    private func upload(_ data: Data, of delivery: Delivery, to target: URL, key: String,
+                        attempt: Int) throws(HTTPFailure) -> DeliveryReceipt {
         var form = Multipart()
         form.fields = fields + [(originalField, delivery.origin)]
         form.file = (fileField, (delivery.name as NSString).lastPathComponent, delivery.format.contentType, data)

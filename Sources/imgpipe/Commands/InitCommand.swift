@@ -20,12 +20,17 @@ struct InitCommand: ParsableCommand {
     var force = false
 
     func run() throws {
-        if !force, FileManager.default.fileExists(atPath: pipeline) {
-            throw CommandError.usage("\(pipeline) exists; give another name or --force to replace it")
+        // lstat, not fileExists: a symbolic link to nowhere is there too, and writing "to" it
+        // would create the file it points at, wherever that is.
+        var info = stat()
+        if !force, lstat(pipeline, &info) == 0 {
+            let what = (info.st_mode & S_IFMT) == S_IFLNK && !FileManager.default.fileExists(atPath: pipeline)
+                ? "is a symbolic link to a file that does not exist" : "exists"
+            throw CommandError.usage("\(pipeline) \(what); give another name or --force to replace it")
         }
         let name = URL(fileURLWithPath: pipeline).deletingPathExtension().lastPathComponent
         do {
-            try Data(Self.starter(name: name).utf8).write(to: URL(fileURLWithPath: pipeline))
+            try Self.write(Data(Self.starter(name: name).utf8), replacing: pipeline)
         } catch {
             throw CommandError.failure("cannot write \(pipeline): \(error.localizedDescription)")
         }
@@ -71,5 +76,28 @@ struct InitCommand: ParsableCommand {
         }
 
         """
+    }
+
+    /// Writes `data` to a new file beside `path` and renames it over `path`: a link there is
+    /// replaced, never followed.
+    static func write(_ data: Data, replacing path: String) throws {
+        let url = URL(fileURLWithPath: path)
+        let temporary = url.deletingLastPathComponent()
+            .appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString.prefix(8)).tmp").path
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw CocoaError(.fileWriteNoPermission, userInfo: [NSLocalizedDescriptionKey: String(cString: strerror(errno))]) }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        do {
+            try handle.write(contentsOf: data)
+            try handle.close()
+        } catch {
+            unlink(temporary)
+            throw error
+        }
+        guard rename(temporary, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSLocalizedDescriptionKey: reason])
+        }
     }
 }
