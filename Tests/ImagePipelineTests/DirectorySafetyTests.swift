@@ -1,3 +1,5 @@
+import CBeneath
+import Crypto
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
@@ -138,4 +140,76 @@ struct DirectorySafetyTests {
         #expect(work.files(under: "out").filter { !$0.hasPrefix(".") }
             == ["a.jpg", "b.jpg", "locked/c.jpg", "locked/d.jpg", "locked/e.jpg", "z.jpg"])
     }
+
+    // MARK: - Point 3: outputs never leave the sink
+
+    /// While a run writes `sub/<name>.jpg` into `out/`, a thread swaps `out/sub` with a
+    /// symbolic link to the source folder, atomically (`renameat2(RENAME_EXCHANGE)`), over
+    /// and over. The sink checked each folder once and `rename` followed whatever was
+    /// there later: most originals were written over (1,366–1,444 of 1,500), exit 0. Now
+    /// no original changes and nothing appears in the source folder; every item is done
+    /// (its output in the real `sub`, under whichever name it had) or failed naming the link.
+    @Test func aSinkFolderSwappedForALinkToTheSourceNeverWritesThere() throws {
+        try pipeline(name: "sub/{stem}.jpg")
+        let count = 300
+        try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
+        try work.folder("in")
+        for index in 1 ... count {
+            try FileManager.default.copyItem(atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
+        }
+        let originals = try Dictionary(uniqueKeysWithValues: FileManager.default.contentsOfDirectory(atPath: work.url("in")).map {
+            ($0, SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: work.url("in/" + $0)))).description)
+        })
+        try work.folder("out/sub")
+        try FileManager.default.createSymbolicLink(atPath: work.url("out/swap"), withDestinationPath: work.url("in"))
+        let out = open(work.url("out"), O_RDONLY | O_DIRECTORY)
+        try #require(out >= 0)
+        defer { close(out) }
+
+        let swapping = Swapping()
+        let swapper = Thread {
+            while !swapping.stopped {
+                if ip_rename_exchange(out, "sub", out, "swap") == 0 { swapping.swapped() }
+            }
+        }
+        swapper.start()
+        let result = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path)
+        swapping.stop()
+        while !swapper.isFinished { usleep(1000) }
+        // `sub` the real folder again, `swap` the link.
+        var info = stat()
+        if lstat(work.url("out/sub"), &info) == 0, info.st_mode & S_IFMT == S_IFLNK {
+            #expect(ip_rename_exchange(out, "sub", out, "swap") == 0)
+        }
+
+        #expect(swapping.swaps > 100, "the folder was swapped \(swapping.swaps) times")
+        #expect([0, 1].contains(result.status), "stderr: \(result.stderr)")
+        let now = try FileManager.default.contentsOfDirectory(atPath: work.url("in"))
+        #expect(Set(now) == Set(originals.keys), "files appeared in the source folder: \(Set(now).subtracting(originals.keys).sorted())")
+        let changed = try originals.filter { name, hash in
+            SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: work.url("in/" + name)))).description != hash
+        }
+        #expect(changed.isEmpty, "\(changed.count) of \(count) originals were written over")
+
+        let report = try status()
+        #expect(report.done + report.failed == count)
+        for failure in report.failures {
+            #expect(failure.message.contains("symbolic link") || failure.message.contains("leads into the source folder"),
+                    "\(failure.key): \(failure.message)")
+        }
+        let written = work.files(under: "out").filter { !$0.hasPrefix(".") && $0 != "swap" }
+        #expect(written.count == report.done, "\(report.done) done, outputs: \(written.count)")
+        #expect(written.allSatisfy { $0.hasPrefix("sub/") }, "outputs: \(written.filter { !$0.hasPrefix("sub/") })")
+    }
+}
+
+/// The swapping thread's count, and the test's word to stop.
+// @unchecked because `state` is guarded by `lock`.
+private final class Swapping: @unchecked Sendable {
+    private let lock = NSLock()
+    private var state = (stopped: false, swaps: 0)
+    var stopped: Bool { lock.withLock { state.stopped } }
+    var swaps: Int { lock.withLock { state.swaps } }
+    func stop() { lock.withLock { state.stopped = true } }
+    func swapped() { lock.withLock { state.swaps += 1 } }
 }
