@@ -47,6 +47,9 @@ let package = Package(
         // How a run starts its pixel helpers (posix_spawn closing every other descriptor)
         // and what a helper asks of the kernel (`PR_SET_PDEATHSIG`): calls Swift cannot make.
         .target(name: "CProcess"),
+        // Folders opened beneath a directory sink's without following symbolic links
+        // (`openat2`, which glibc does not wrap), and the swap its tests make (`renameat2`).
+        .target(name: "CBeneath"),
         // The only module that imports CVips (and COrcGuard, CPangoGuard, CResample).
         .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CPangoGuard", "CResample"]),
         .target(
@@ -57,6 +60,7 @@ let package = Package(
                 "CCurl",
                 "CPostgres",
                 "CProcess",
+                "CBeneath",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -83,7 +87,7 @@ let package = Package(
         .testTarget(
             name: "ImagePipelineTests",
             dependencies: [
-                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe", "COrcStress", "CProcess",
+                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe", "COrcStress", "CProcess", "CBeneath",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

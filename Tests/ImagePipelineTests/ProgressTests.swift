@@ -59,7 +59,9 @@ struct ProgressTests {
                 listed.append(item.key)
                 return true
             }
-            #expect(listed == (recursive ? ["B.JPEG", "a.jpg", "deep/er/c.jpg", "link.jpg"] : ["B.JPEG", "a.jpg", "link.jpg"]))
+            // A link that leads nowhere is listed, to fail naming itself (not passed over).
+            #expect(listed == (recursive ? ["B.JPEG", "a.jpg", "dangling.jpg", "deep/er/c.jpg", "link.jpg"]
+                                         : ["B.JPEG", "a.jpg", "dangling.jpg", "link.jpg"]))
             #expect(counts == [.counted(listed.count)])
         }
     }

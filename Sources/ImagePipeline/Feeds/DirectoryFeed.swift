@@ -7,6 +7,11 @@ import Foundation
 /// folders (they could loop); symbolic links to files are followed. Which files are
 /// images is decided by extension here only to choose what to list: each listed file is
 /// then decoded by its magic bytes, and one that is not a decodable image fails as an item.
+///
+/// Nothing of the folder vanishes without a word: a name that is not valid UTF-8 is listed
+/// (its key escaped, its location the exact bytes: `LocalPath`), a link that leads nowhere
+/// is listed and fails naming itself, and a sub-folder that cannot be read makes the
+/// listing end with an error naming it once the rest is listed (`UnreadFolders`).
 public struct DirectoryFeed: Feed {
     public static let imageExtensions: Set<String> = ["jpg", "jpeg", "png", "webp", "gif", "tif", "tiff", "avif", "heic", "heif"]
 
@@ -27,7 +32,9 @@ public struct DirectoryFeed: Feed {
         guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
             throw FeedError("source directory \(root) does not exist or is not a directory")
         }
-        _ = try walk(relative: "", body)
+        var unread = UnreadFolders(root: root)
+        guard try walk(Array(root.utf8), relative: [], unread: &unread, body) else { return }
+        if let error = unread.error { throw error }
     }
 
     /// Counts the files first (`countFiles`), then lists them.
@@ -36,85 +43,155 @@ public struct DirectoryFeed: Feed {
         try list(body)
     }
 
-    /// How many files `list` would list, by the same rules, counted without listing them:
-    /// `readdir` tells each entry's type, so a regular file costs no `stat` (only symbolic
-    /// links, and entries of file systems that do not report types, are looked at), and
-    /// nothing is sorted. A folder that cannot be read counts as empty.
+    /// How many files `list` would list, by the same rules (`entries(of:)`), counted without
+    /// making items: `readdir` tells each entry's type, so a regular file costs no `stat`
+    /// (only symbolic links, and entries of file systems that do not report types, are
+    /// looked at). A folder that cannot be read counts as empty, as `list` lists nothing
+    /// of it (and ends saying so).
     public func countFiles() -> Int {
-        countFiles(in: root)
+        countFiles(in: Array(root.utf8))
     }
 
-    private func countFiles(in directory: String) -> Int {
-        guard let handle = opendir(directory) else { return 0 }
+    private func countFiles(in directory: [UInt8]) -> Int {
+        guard case let .success(entries) = entries(of: directory) else { return 0 }
+        return entries.reduce(0) { count, entry in
+            count + (entry.kind == .image ? 1 : entry.kind == .folder ? countFiles(in: entry.path) : 0)
+        }
+    }
+
+    /// One entry of a folder that the listing looks at.
+    private struct Entry {
+        enum Kind { case image, folder }
+        let name: [UInt8]
+        let path: [UInt8]
+        let kind: Kind
+    }
+
+    /// The entries of `directory` that are listed (files with an image extension: regular
+    /// files, links to regular files, and links that lead nowhere, which then fail as items
+    /// naming them) or walked into (folders, when recursive and not excluded), names in
+    /// byte order; or the `errno` of a folder that cannot be read. Names are bytes: one that
+    /// is not valid UTF-8 is listed like any other.
+    private func entries(of directory: [UInt8]) -> Result<[Entry], CError> {
+        guard let handle = LocalPath.withCPath(bytes: directory, { opendir($0) }) else { return .failure(CError()) }
         defer { closedir(handle) }
-        var count = 0
-        while let entry = readdir(handle) {
-            let name = Self.name(of: entry)
-            if name.hasPrefix(".") { continue }
-            let path = directory + "/" + name
+        var entries: [Entry] = []
+        while true {
+            errno = 0
+            guard let entry = readdir(handle) else {
+                // The end, or a folder that fails while it is read.
+                if errno != 0 { return .failure(CError()) }
+                break
+            }
+            let name = Self.nameBytes(of: entry)
+            if name.first == UInt8(ascii: ".") { continue }
+            let path = directory + [UInt8(ascii: "/")] + name
             var type = Int(entry.pointee.d_type)
             if type == DT_LNK || type == DT_UNKNOWN {
-                // What the listing does: follow a link to a file, never one to a folder.
+                // Follow a link to a file, never one to a folder.
                 var info = stat()
                 var linkInfo = stat()
-                guard lstat(path, &linkInfo) == 0, stat(path, &info) == 0 else { continue }
+                guard LocalPath.withCPath(bytes: path, { lstat($0, &linkInfo) }) == 0 else { continue }
                 let isLink = (linkInfo.st_mode & S_IFMT) == S_IFLNK
-                switch info.st_mode & S_IFMT {
-                case S_IFDIR: type = isLink ? DT_LNK : DT_DIR
-                case S_IFREG: type = DT_REG
-                default: continue
+                if LocalPath.withCPath(bytes: path, { stat($0, &info) }) != 0 {
+                    // A link that leads nowhere (or that cannot be followed): listed by its
+                    // name, to fail with the reason, not passed over.
+                    type = isLink ? DT_REG : DT_UNKNOWN
+                } else {
+                    switch info.st_mode & S_IFMT {
+                    case S_IFDIR: type = isLink ? DT_LNK : DT_DIR
+                    case S_IFREG: type = DT_REG
+                    default: continue
+                    }
                 }
             }
             if type == DT_DIR {
-                if recursive, !excluded.contains(path) { count += countFiles(in: path) }
-            } else if type == DT_REG, Self.imageExtensions.contains((name as NSString).pathExtension.lowercased()) {
-                count += 1
+                if recursive, !isExcluded(path) { entries.append(Entry(name: name, path: path, kind: .folder)) }
+            } else if type == DT_REG, Self.hasImageExtension(name) {
+                entries.append(Entry(name: name, path: path, kind: .image))
             }
         }
-        return count
+        return .success(entries.sorted { $0.name.lexicographicallyPrecedes($1.name) })
+    }
+
+    private func isExcluded(_ path: [UInt8]) -> Bool {
+        guard !excluded.isEmpty, let text = String(validating: path, as: UTF8.self) else { return false }
+        return excluded.contains(text)
+    }
+
+    private static func hasImageExtension(_ name: [UInt8]) -> Bool {
+        guard let dot = name.lastIndex(of: UInt8(ascii: ".")), dot > 0,
+              let ext = String(validating: name[(dot + 1)...], as: UTF8.self) else { return false }
+        return imageExtensions.contains(ext.lowercased())
     }
 
     /// An entry's name, read up to its terminating NUL in place. Not `entry.pointee.d_name`:
     /// that copies all 256 bytes of the field, and an entry is only as long as its name
     /// (`d_reclen`), so for the last entry of `readdir`'s buffer the copy read past the
     /// buffer's end, and crashed when a page without memory followed (a run crashed so,
-    /// counting its source folder).
+    /// counting its source folder). Bytes that are not valid UTF-8 are repaired (`\u{FFFD}`):
+    /// `nameBytes(of:)` gives them as they are.
     static func name(of entry: UnsafePointer<dirent>) -> String {
-        String(cString: (UnsafeRawPointer(entry) + nameOffset).assumingMemoryBound(to: CChar.self))
+        String(decoding: nameBytes(of: entry), as: UTF8.self)
+    }
+
+    /// An entry's name as bytes, read the same way.
+    static func nameBytes(of entry: UnsafePointer<dirent>) -> [UInt8] {
+        let name = (UnsafeRawPointer(entry) + nameOffset).assumingMemoryBound(to: UInt8.self)
+        return Array(UnsafeBufferPointer(start: name, count: strlen(UnsafeRawPointer(name).assumingMemoryBound(to: CChar.self))))
     }
 
     /// Where `d_name` starts in an entry (a stored field: never nil).
     private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
 
-    /// Returns false when `body` asked to stop.
-    private func walk(relative: String, _ body: (FeedItem) throws -> Bool) throws -> Bool {
-        let directory = relative.isEmpty ? root : root + "/" + relative
-        let names: [String]
-        do {
-            names = try FileManager.default.contentsOfDirectory(atPath: directory)
-        } catch {
-            if relative.isEmpty { throw FeedError("cannot list source directory \(root): \(error.localizedDescription)") }
+    /// Returns false when `body` asked to stop. The key is the relative path with bytes
+    /// that are not valid UTF-8 written `\xE9` (`LocalPath.escaped`); the location is the
+    /// file's exact bytes (`LocalPath.location`).
+    private func walk(_ directory: [UInt8], relative: [UInt8], unread: inout UnreadFolders,
+                      _ body: (FeedItem) throws -> Bool) throws -> Bool {
+        let entries: [Entry]
+        switch self.entries(of: directory) {
+        case let .success(found): entries = found
+        case let .failure(error):
+            if relative.isEmpty { throw FeedError("cannot list source directory \(root): \(error)") }
+            unread.add(LocalPath.escaped(relative), error)
             return true
         }
-        for name in names.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) where !name.hasPrefix(".") {
-            let key = relative.isEmpty ? name : relative + "/" + name
-            let path = root + "/" + key
-            var info = stat()
-            var linkInfo = stat()
-            guard lstat(path, &linkInfo) == 0, stat(path, &info) == 0 else { continue }
-            let isLink = (linkInfo.st_mode & S_IFMT) == S_IFLNK
-            switch info.st_mode & S_IFMT {
-            case S_IFDIR:
-                if recursive, !isLink, !excluded.contains(path), try !walk(relative: key, body) { return false }
-            case S_IFREG:
-                let ext = (name as NSString).pathExtension.lowercased()
-                if Self.imageExtensions.contains(ext) {
-                    if try !body(FeedItem(key: key, location: path)) { return false }
-                }
-            default:
-                continue
+        for entry in entries {
+            let key = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
+            switch entry.kind {
+            case .folder:
+                if try !walk(entry.path, relative: key, unread: &unread, body) { return false }
+            case .image:
+                if try !body(FeedItem(key: LocalPath.escaped(key), location: LocalPath.location(entry.path))) { return false }
             }
         }
         return true
+    }
+}
+
+/// The sub-folders of a directory source that could not be read (`opendir` or `readdir`
+/// failed: no permission, removed while listed): nothing of them is listed, and the
+/// listing ends with an error naming them once the rest is listed, so that the run is
+/// not whole (exit 1, the feed not complete) and `resume` lists them again.
+private struct UnreadFolders {
+    let root: String
+    private var named: [String] = []
+    private var count = 0
+
+    /// The folders an error names; the others are counted.
+    static let named = 10
+
+    init(root: String) { self.root = root }
+
+    mutating func add(_ relative: String, _ error: CError) {
+        count += 1
+        if named.count < Self.named { named.append("\(relative) (\(error))") }
+    }
+
+    var error: FeedError? {
+        guard count > 0 else { return nil }
+        return FeedError("\(count) \(count == 1 ? "folder" : "folders") of \(root) could not be read, their files left out: "
+                         + named.joined(separator: ", ") + (count > named.count ? ", …" : ""))
     }
 }

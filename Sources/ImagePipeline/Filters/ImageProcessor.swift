@@ -353,7 +353,8 @@ public struct ImageProcessor: Sendable {
         }
         // Non-blocking, so that a FIFO in a source folder cannot hold a worker; only
         // regular files are read (not a FIFO, a device such as /dev/zero, a socket).
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        // (A location in `LocalPath`'s `file:` form is a name that is not UTF-8: opened by its bytes.)
+        let fd = LocalPath.withCPath(path) { open($0, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         guard fd >= 0 else { throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var info = stat()

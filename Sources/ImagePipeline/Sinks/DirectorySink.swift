@@ -3,8 +3,10 @@ import Foundation
 /// Writes outputs below a directory. Each file appears whole: it is linked (or, across
 /// file systems, copied) to a temporary name in `.imgpipe-partial/` inside the directory,
 /// then renamed into place. Names never leave the directory: `..` and absolute paths are
-/// neutralised by `SafePath`, and a folder on the way that is a symbolic link out of the
-/// directory is refused. A file of the same name left by an earlier run is replaced.
+/// neutralised by `SafePath`, and the path is resolved beneath the directory at write
+/// time without following symbolic links (`SinkFolder`): a folder on the way that is a
+/// link, or becomes one mid-run, fails the item. A file of the same name left by an
+/// earlier run is replaced.
 public struct DirectorySink: Sink {
     public let name: String
     public let root: String
@@ -98,41 +100,62 @@ public struct DirectorySink: Sink {
         }
     }
 
+    /// Resolved at write time, by descriptor: the sink's folder is opened, the output's
+    /// folder and this process's temporary folder are opened beneath it without following
+    /// any symbolic link (`SinkFolder`), the file is linked (or copied) into the temporary
+    /// folder and renamed from there into the output's folder, descriptor to descriptor.
+    /// A folder swapped for a link after it was checked is not followed.
     private func write(_ delivery: Delivery) throws(ItemFailure) -> DeliveryReceipt {
         let relative = SafePath.relative(delivery.name)
         let destination = root + "/" + relative
+        let folderRelative = (relative as NSString).deletingLastPathComponent
+        let fileName = (relative as NSString).lastPathComponent
         let folder = (destination as NSString).deletingLastPathComponent
-        for needed in [partialDirectory, folder] where !folders.contains(needed) {
+        if !folders.contains(folder) {
             // Not even a folder is made inside a source folder: where it would be, its nearest
-            // folder that exists with its symbolic links resolved (checked again once made).
-            try refuseSourceFolder(needed.realPath, relative: relative)
-            do {
-                try FileManager.default.createDirectory(atPath: needed, withIntermediateDirectories: true)
-            } catch {
-                throw ItemFailure(.upload, "cannot create \(needed): \(error.localizedDescription)")
-            }
-            // A folder on the way may be a symbolic link that leads out of the sink.
-            let realRoot = URL(fileURLWithPath: root).resolvingSymlinksInPath().path
-            let realFolder = URL(fileURLWithPath: needed).resolvingSymlinksInPath().path
-            guard realFolder == realRoot || realFolder.hasPrefix(realRoot + "/") else {
-                throw ItemFailure(.upload, "output name \"\(relative)\" leads outside \(root)")
-            }
-            try refuseSourceFolder(realFolder, relative: relative)
-            folders.insert(needed)
+            // folder that exists with its symbolic links resolved (checked again once open).
+            try refuseSourceFolder(folder.realPath, relative: relative)
         }
-        let temporary = partialDirectory + "/\(delivery.runId)-\(UUID().uuidString).tmp"
-        defer { unlink(temporary) }
-        if link(delivery.stagedPath, temporary) != 0 {
-            do {
-                try FileManager.default.copyItem(atPath: delivery.stagedPath, toPath: temporary)
-            } catch {
-                throw ItemFailure(.upload, "cannot copy output to \(root): \(error.localizedDescription)")
-            }
+        let base = try SinkFolder.root(root)
+        let partial = try base.folder(Self.partialFolder + "/" + Self.processFolder)
+        let target = try base.folder(folderRelative)
+        // The folder as it is, open: a source folder inside the sink's is refused whatever
+        // name led there.
+        try refuseSourceFolder(target.realPath ?? folder.realPath, relative: relative)
+        folders.insert(folder)
+        let temporary = "\(delivery.runId)-\(UUID().uuidString).tmp"
+        defer { unlinkat(partial.descriptor, temporary, 0) }
+        if linkat(AT_FDCWD, delivery.stagedPath, partial.descriptor, temporary, 0) != 0 {
+            try copy(delivery.stagedPath, into: partial, as: temporary)
         }
-        guard rename(temporary, destination) == 0 else {
-            throw ItemFailure(.upload, "cannot write \(destination): \(String(cString: strerror(errno)))")
+        guard renameat(partial.descriptor, temporary, target.descriptor, fileName) == 0 else {
+            throw ItemFailure(.upload, "cannot write \(destination): \(CError())")
         }
         return DeliveryReceipt(remoteURL: destination)
+    }
+
+    /// A copy of `source` as `name` in `folder` (a staged output on another file system).
+    private func copy(_ source: String, into folder: SinkFolder, as name: String) throws(ItemFailure) {
+        let input = open(source, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { throw ItemFailure(.upload, "cannot read \(source): \(CError())") }
+        defer { close(input) }
+        let output = openat(folder.descriptor, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard output >= 0 else { throw ItemFailure(.upload, "cannot copy output to \(root): \(CError())") }
+        defer { close(output) }
+        var block = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let got = read(input, &block, block.count)
+            if got < 0, errno == EINTR { continue }
+            guard got >= 0 else { throw ItemFailure(.upload, "cannot read \(source): \(CError())") }
+            if got == 0 { return }
+            var offset = 0
+            while offset < got {
+                let written = block.withUnsafeBytes { Glibc.write(output, $0.baseAddress! + offset, got - offset) }
+                if written < 0, errno == EINTR { continue }
+                guard written > 0 else { throw ItemFailure(.upload, "cannot copy output to \(root): \(CError())") }
+                offset += written
+            }
+        }
     }
 }
 

@@ -27,7 +27,7 @@ public struct SourceStamp: Sendable, Equatable {
     /// The stamp of the file at `path`, read again: its size, its modification time (`local`
     /// only) and the hash of its bytes; nil when it cannot be read.
     public static func of(file path: String, local: Bool) -> SourceStamp? {
-        guard let info = fileInfo(path), let data = FileManager.default.contents(atPath: path) else { return nil }
+        guard let info = fileInfo(path), let data = LocalPath.contents(path) else { return nil }
         return SourceStamp(size: info.size, modified: local ? info.modified : nil, sha256: sha256Hex(data))
     }
 
@@ -35,7 +35,7 @@ public struct SourceStamp: Sendable, Equatable {
     /// when it cannot be read.
     static func fileInfo(_ path: String) -> (size: Int, modified: Double)? {
         var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
+        guard LocalPath.withCPath(path, { stat($0, &info) }) == 0 else { return nil }
         return (Int(info.st_size), Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
     }
 
