@@ -369,7 +369,7 @@ public struct BuiltPipeline: Sendable {
             feed = S3Feed(client: client, folder: try location.folder(in: environment), pageSize: pageSize, maxItems: maxItems,
                           retry: RetryLoop(attempts: spec.retry.attempts, backoff: spec.retry.backoff,
                                            isCancelled: { cancellation?.isCancelled ?? false }),
-                          logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact)
+                          logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact, notice: told)
         }
         guard let fallback = source.remote?.fallback else { return feed }
         let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,
