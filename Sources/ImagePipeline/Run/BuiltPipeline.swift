@@ -318,6 +318,7 @@ public struct BuiltPipeline: Sendable {
                                     backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
                                     respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
                                     redact: environment.redact)
+        fetcher.maxPageBytes = remote.maxPageBytes
         if case let .s3(location, _, _, _) = spec.source {
             fetcher.objects = try location.client(in: environment, http: client)
         }
