@@ -251,7 +251,8 @@ public struct ImageProcessor: Sendable {
             image = header
         }
         do {
-            for (step, path) in zip(plan.steps, planPaths) {
+            for (index, step) in plan.steps.enumerated() {
+                let path = Self.path(of: index, in: planPaths)
                 image = try lap(step.opName, try checkedSize(applying(step, at: path, to: image, context: context), after: step))
             }
             // Several outputs read the common result: computed once, kept in memory.
@@ -308,7 +309,8 @@ public struct ImageProcessor: Sendable {
                         continue
                     }
                     pictures.append((made, index))
-                    for (step, path) in zip(outputSteps[index], outputStepPaths[index]) {
+                    for (stepIndex, step) in outputSteps[index].enumerated() {
+                        let path = Self.path(of: stepIndex, in: outputStepPaths[index])
                         made = try lap(prefix + step.opName,
                                        try checkedSize(applying(step, at: path, to: made, context: context), after: step))
                     }
@@ -463,6 +465,12 @@ public struct ImageProcessor: Sendable {
 
     /// 8-bit sRGB (or 8-bit grey for greyscale), alpha kept only where the format has it
     /// (JPEG output is flattened onto white).
+    /// The path of step `index` (`planPaths`, `outputStepPaths`); a step the paths do not
+    /// reach is still run, named by its number alone.
+    private static func path(of index: Int, in paths: [String]) -> String {
+        paths.indices.contains(index) ? paths[index] : "step \(index + 1)"
+    }
+
     /// `step` applied to `image`; a failure (libvips', or the step's own `FilterError`) is
     /// a `StepFailure` naming the step by `path` and the size of the picture it was given:
     /// libvips' text names its own operation (`embed: bad dimensions`), which is not the
