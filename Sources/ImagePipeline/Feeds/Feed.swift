@@ -102,6 +102,13 @@ public struct FeedItem: Sendable, Equatable {
         return out.isEmpty ? "_" : out
     }
 
+    /// Whether any of `texts` holds a NUL character: such an entry is left out when listed
+    /// (`LeftOutEntries.withNUL`), since no store keeps the text whole (a SQLite text ends at
+    /// a NUL, a PostgreSQL text holds none).
+    static func holdsNUL(_ texts: String?...) -> Bool {
+        texts.contains { $0?.utf8.contains(0) == true }
+    }
+
     /// The last path segment of a URL without its extension (`…/a/moon.jpg?x=1` → `moon`).
     public static func stem(ofURL url: String) -> String {
         let path = URL(string: url)?.path ?? url

@@ -32,3 +32,13 @@ struct LeftOutEntries {
         notice("\(page): \(count) \(count == 1 ? noun.one : noun.many) left out, \(reason): \(named)")
     }
 }
+
+extension LeftOutEntries {
+    /// The entries of `page` left out for a NUL character in their key or image URL (a
+    /// `\u0000` in a feed's JSON): SQLite's text ends at a NUL and PostgreSQL's holds none,
+    /// so such a key would be stored cut short (`a\u0000b` as `a`, then the feed's own `a`
+    /// taken for a duplicate of it) or changed, and the two stores would disagree.
+    static func withNUL(page: String, noun: (one: String, many: String) = ("entry", "entries")) -> LeftOutEntries {
+        LeftOutEntries(page: page, noun: noun, reason: "with a NUL character in the key or the image URL")
+    }
+}

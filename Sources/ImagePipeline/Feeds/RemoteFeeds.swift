@@ -25,21 +25,30 @@ public struct JSONFeed: Feed {
             throw FeedError("the feed at \(url) is not a JSON array of objects")
         }
         let images = items.map(image(of:))
-        let usable = images.count { $0 != nil }
-        expect(.counted(usable))
-        var leftOut = LeftOutEntries(page: "the feed at \(url)", noun: ("entry", "entries"), reason: "with no \(JSONValue.quote(urlField)) string")
-        defer { leftOut.tell(notice) }
+        let keys = zip(items, images).map { item, image in image.map { keyField.flatMap { item[$0]?.stringValue } ?? $0 } }
+        let withNUL = zip(keys, images).map { key, image in FeedItem.holdsNUL(key, image) }
+        expect(.counted(zip(images, withNUL).count { $0 != nil && !$1 }))
+        let page = "the feed at \(url)"
+        var leftOut = LeftOutEntries(page: page, noun: ("entry", "entries"), reason: "with no \(JSONValue.quote(urlField)) string")
+        var cut = LeftOutEntries.withNUL(page: page)
+        defer {
+            leftOut.tell(notice)
+            cut.tell(notice)
+        }
         // Entries, none with an image URL: a misnamed `urlField`, most likely, not an empty feed.
-        if !items.isEmpty, usable == 0 {
+        if !items.isEmpty, images.allSatisfy({ $0 == nil }) {
             throw FeedError("the feed at \(url) has \(items.count) entries and none with a \(JSONValue.quote(urlField)) string "
                                 + "(is urlField right?)")
         }
-        for (index, (item, image)) in zip(items, images).enumerated() {
-            guard case let .object(members) = item, let image else {
+        for (index, (item, (image, key))) in zip(items, zip(images, keys)).enumerated() {
+            guard case let .object(members) = item, let image, let key else {
                 leftOut.add(index)
                 continue
             }
-            let key = keyField.flatMap { item[$0]?.stringValue } ?? image
+            guard !withNUL[index] else {
+                cut.add(index)
+                continue
+            }
             let metadata = JSONValue.object(members.filter { $0.key != urlField }).serialized()
             if try !body(FeedItem(key: key, url: image, stem: FeedItem.stem(ofURL: image), metadata: metadata)) { return }
         }
@@ -94,7 +103,11 @@ public struct NASAImagesFeed: Feed {
             }
             var leftOut = LeftOutEntries(page: "the NASA page \(page)", noun: ("item", "items"),
                                          reason: "with no nasa_id or no preview link")
-            defer { leftOut.tell(notice) }
+            var cut = LeftOutEntries.withNUL(page: "the NASA page \(page)", noun: ("item", "items"))
+            defer {
+                leftOut.tell(notice)
+                cut.tell(notice)
+            }
             for (index, item) in items.enumerated() {
                 if let maxItems, count >= maxItems { return }
                 guard let data = item.value?.data?.elements.first, let id = data.nasaID?.stringValue else {
@@ -110,6 +123,10 @@ public struct NASAImagesFeed: Feed {
                 }
                 guard let href = item.value?.links?.elements.first(where: { $0.rel?.stringValue == "preview" })?.href?.string else {
                     leftOut.add(index)
+                    continue
+                }
+                guard !FeedItem.holdsNUL(id, href) else {
+                    cut.add(index)
                     continue
                 }
                 let metadata = JSONValue.object([("title", data.title ?? .null), ("date", data.dateCreated ?? .null),
@@ -230,7 +247,11 @@ public struct FlickrSearchFeed: Feed {
             let onPage = photos.photo?.elements ?? []
             if let key = passing, !onPage.contains(where: { $0.value?["id"]?.stringValue == key }) { passing = nil }
             var leftOut = LeftOutEntries(page: "the Flickr page \(page)", noun: ("photo", "photos"), reason: "with no id or no image URL")
-            defer { leftOut.tell(notice) }
+            var cut = LeftOutEntries.withNUL(page: "the Flickr page \(page)", noun: ("photo", "photos"))
+            defer {
+                leftOut.tell(notice)
+                cut.tell(notice)
+            }
             for (index, entry) in onPage.enumerated() {
                 if let maxItems, count >= maxItems { return }
                 guard let photo = entry.value, let id = photo["id"]?.stringValue else {
@@ -248,6 +269,10 @@ public struct FlickrSearchFeed: Feed {
                 }
                 guard let image, !image.isEmpty else {
                     leftOut.add(index)
+                    continue
+                }
+                guard !FeedItem.holdsNUL(id, image) else {
+                    cut.add(index)
                     continue
                 }
                 let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)]).serialized()

@@ -3,8 +3,8 @@ import Foundation
 /// `url-list`: a local file of image URLs, read line by line (gzip or plain): `.txt` (a URL
 /// a line, `#` comments), `.csv` (a header with `url` and optionally `key`), `.jsonl`
 /// (objects with `url` and optionally `key`). The key is `key`, else the URL. A line with
-/// no URL (a CSV row's empty `url`, a `.jsonl` line's `url` missing or not a string) is a
-/// bad line: listing stops there, naming it.
+/// no URL (a CSV row's empty `url`, a `.jsonl` line's `url` missing or not a string), or
+/// with a NUL in its URL or key, is a bad line: listing stops there, naming it.
 public struct URLListFeed: Feed {
     public let path: String
 
@@ -64,6 +64,9 @@ public struct URLListFeed: Feed {
                 if line.hasPrefix("#") { continue }
                 url = line
             }
+            // A `.jsonl` line's `\u0000` is a NUL too, refused as a NUL byte is: no store
+            // keeps it (`LeftOutEntries.withNUL`).
+            guard !FeedItem.holdsNUL(url, key) else { throw FeedError("\(path):\(lineNumber): a NUL character in the URL or the key") }
             let itemKey = (key?.isEmpty == false ? key : nil) ?? url
             if try !body(FeedItem(key: itemKey, url: url, stem: FeedItem.stem(ofURL: url), metadata: nil)) { return }
         }

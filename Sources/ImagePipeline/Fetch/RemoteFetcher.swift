@@ -31,6 +31,9 @@ public struct RemoteFetcher: Sendable {
     public let attempts: Int
     public let backoff: Double
     public let maxBytes: Int
+    /// The largest feed page read (the source's `maxPageBytes`); a larger page is not
+    /// listed, the failure naming the setting.
+    public var maxPageBytes = RemoteOptions.defaultMaxPageBytes
     /// Skip images whose answer carries an opt-out `X-Robots-Tag` (`respectOptOut`).
     public let respectOptOut: Bool
     /// The hosts' robots.txt, when the source has `"robots": true`.
@@ -75,8 +78,9 @@ public struct RemoteFetcher: Sendable {
         if let cached, !revalidate, let data = cache?.page(at: cached) { return (data, .cache) }
         do {
             let cancellation = client.cancellation
-            let result = try client.performWithRetries(HTTPRequest(url: url, headers: conditionalHeaders(cached), maxBytes: 64 << 20),
-                                                       attempts: attempts, backoff: backoff,
+            let request = HTTPRequest(url: url, headers: conditionalHeaders(cached), maxBytes: maxPageBytes,
+                                      maxBytesName: "source.maxPageBytes")
+            let result = try client.performWithRetries(request, attempts: attempts, backoff: backoff,
                                                        isCancelled: { cancellation?.isCancelled ?? false })
             if result.status == 304, let cached, let data = cache?.page(at: cached) {
                 return (data, .cache)

@@ -19,6 +19,28 @@ struct FilterError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// A step that failed on an item: where the pipeline file has it (`filters[1]`,
+/// `outputs[0].filters[2]`), its op, the size of the picture it was given and why, e.g.
+/// `filters[1] text on a 20×13 picture: embed: bad dimensions`. libvips' own text names its
+/// operation, not the filter, and one filter makes several operations.
+struct StepFailure: Error, CustomStringConvertible {
+    let path: String
+    let op: String
+    let width: Int
+    let height: Int
+    let cause: any Error
+
+    var description: String {
+        let why = (cause as? VipsError)?.message ?? String(describing: cause)
+        return "\(path) \(op) on a \(width)×\(height) picture: \(why)"
+    }
+
+    /// What failed under `error`: the step's own failure, or `error` itself.
+    static func cause(of error: any Error) -> any Error {
+        (error as? StepFailure)?.cause ?? error
+    }
+}
+
 extension FilterStep {
     /// The op's name in pipeline files.
     var opName: String {

@@ -37,6 +37,16 @@ extension VipsImage {
                                       width: max(1, image.width - 2 * overlay.margin))
         let origin = overlay.gravity.offset(width: mask.width, height: mask.height, fullWidth: image.width,
                                             fullHeight: image.height, margin: overlay.margin)
+        // A margin as large as the picture puts the text wholly outside it (which libvips
+        // would only call `embed: bad dimensions`); `validate` tells it when a chain's
+        // sizes are known (`SizeBound`).
+        if origin.y + mask.height <= 0 || origin.y >= image.height || origin.x + mask.width <= 0 || origin.x >= image.width {
+            let side = origin.x + mask.width <= 0 || origin.x >= image.width ? "width" : "height"
+            let length = side == "width" ? image.width : image.height
+            throw FilterError("the \(mask.width)×\(mask.height) text, \(overlay.margin) px from the \(overlay.gravity.rawValue) "
+                                + "edge, lies wholly outside the picture (margin \(overlay.margin) is not less than its \(side), "
+                                + "\(length))")
+        }
         return try image.painting(mask, x: origin.x, y: origin.y, colour: overlay.colour, outline: nil,
                                   outlineWidth: 0, opacity: overlay.opacity)
     }
@@ -45,6 +55,10 @@ extension VipsImage {
     func painting(_ mask: VipsImage, x: Int, y: Int, colour: Colour, outline: Colour?, outlineWidth: Int,
                   opacity: Double) throws -> VipsImage {
         let (w, h) = (width, height)
+        // libvips places no mask wholly outside its canvas (`embed: bad dimensions`).
+        guard x + mask.width > 0, y + mask.height > 0, x < w, y < h else {
+            throw FilterError("the \(mask.width)×\(mask.height) text at (\(x), \(y)) lies wholly outside the picture")
+        }
         func solid(_ c: Colour) throws -> VipsImage {
             try VipsImage.black(width: w, height: h, bands: 3).linear([1, 1, 1], [c.red, c.green, c.blue], clipToByte: true)
         }

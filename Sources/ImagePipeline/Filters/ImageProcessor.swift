@@ -69,10 +69,15 @@ public enum ProcessOutcome: Sendable {
 public struct OutputPlan: Sendable {
     public let spec: OutputSpec
     public let filters: [FilterStep]
+    /// Where the output is written in the pipeline file (`output`, `outputs[1]`), which a
+    /// failure of one of its own filters names; nil: `output` when it is the only one,
+    /// else `outputs[i]`.
+    public let path: String?
 
-    public init(_ spec: OutputSpec, filters: [FilterStep] = []) {
+    public init(_ spec: OutputSpec, filters: [FilterStep] = [], path: String? = nil) {
         self.spec = spec
         self.filters = filters
+        self.path = path
     }
 }
 
@@ -99,6 +104,11 @@ public struct ImageProcessor: Sendable {
     /// Each output's steps as they run after the common chain (after a shared load: after
     /// the output's own resize).
     let outputSteps: [[FilterStep]]
+    /// Where each of `plan.steps` is written in the pipeline file (`filters[1]`,
+    /// `outputs[0].filters[2]`), for the failures of its step.
+    let planPaths: [String]
+    /// The same for each of `outputSteps`.
+    let outputStepPaths: [[String]]
     /// The shrink-on-load shared by every output, when the chain allows it.
     let sharedLoad: SharedLoad?
     public let limits: Limits
@@ -144,6 +154,15 @@ public struct ImageProcessor: Sendable {
             outputSteps = outputs.map(\.filters)
             sharedLoad = nil
         }
+        // A plan's steps are what is left of its filters once a leading resize is fused into
+        // the load: the last ones, whose paths are the last of the filters' paths.
+        let common = filters.indices.map { "filters[\($0)]" }
+        let own = outputs.enumerated().map { index, output in
+            let path = output.path ?? (outputs.count == 1 ? "output" : "outputs[\(index)]")
+            return output.filters.indices.map { "\(path).filters[\($0)]" }
+        }
+        planPaths = Array((outputs.count == 1 ? common + own[0] : common).suffix(plan.steps.count))
+        outputStepPaths = outputs.count == 1 ? [[]] : zip(outputSteps, own).map { steps, paths in Array(paths.suffix(steps.count)) }
         self.outputs = outputs
         self.limits = limits
         self.accept = accept
@@ -232,15 +251,16 @@ public struct ImageProcessor: Sendable {
             image = header
         }
         do {
-            for step in plan.steps {
-                image = try lap(step.opName, try checkedSize(step.apply(to: image, context: context), after: step))
+            for (index, step) in plan.steps.enumerated() {
+                let path = Self.path(of: index, in: planPaths)
+                image = try lap(step.opName, try checkedSize(applying(step, at: path, to: image, context: context), after: step))
             }
             // Several outputs read the common result: computed once, kept in memory.
             if outputs.count > 1 { image = try image.materialized() }
         } catch let failure as ItemFailure {
             throw failure
         } catch {
-            if let damage = inputDamage(error, data: data, format: format) {
+            if let damage = inputDamage(StepFailure.cause(of: error), data: data, format: format) {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
             }
             throw ItemFailure(.process, Self.text(error))
@@ -289,18 +309,22 @@ public struct ImageProcessor: Sendable {
                         continue
                     }
                     pictures.append((made, index))
-                    for step in outputSteps[index] {
-                        made = try lap(prefix + step.opName, try checkedSize(step.apply(to: made, context: context), after: step))
+                    for (stepIndex, step) in outputSteps[index].enumerated() {
+                        let path = Self.path(of: stepIndex, in: outputStepPaths[index])
+                        made = try lap(prefix + step.opName,
+                                       try checkedSize(applying(step, at: path, to: made, context: context), after: step))
                     }
                     made = try prepareForOutput(made, colourManaged: colourManaged, format: output.spec.format)
                     try Self.checkEncodable(made, as: output.spec.format, output: outputs.count > 1 ? output.spec.id : nil)
                 } catch let failure as ItemFailure {
                     throw failure
                 } catch {
-                    if let damage = inputDamage(error, data: data, format: format) {
+                    if let damage = inputDamage(StepFailure.cause(of: error), data: data, format: format) {
                         throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
                     }
-                    throw ItemFailure(.process, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
+                    // A step's failure names its output already (`outputs[1].filters[0]`).
+                    let named = outputs.count > 1 && !(error is StepFailure)
+                    throw ItemFailure(.process, Self.text(error) + (named ? " (output \(output.spec.id))" : ""))
                 }
                 let encode = { @Sendable [made] () throws(ItemFailure) -> ProcessedImage in
                     let encoded: Data
@@ -442,6 +466,26 @@ public struct ImageProcessor: Sendable {
 
     /// 8-bit sRGB (or 8-bit grey for greyscale), alpha kept only where the format has it
     /// (JPEG output is flattened onto white).
+    /// The path of step `index` (`planPaths`, `outputStepPaths`); a step the paths do not
+    /// reach is still run, named by its number alone.
+    private static func path(of index: Int, in paths: [String]) -> String {
+        paths.indices.contains(index) ? paths[index] : "step \(index + 1)"
+    }
+
+    /// `step` applied to `image`; a failure (libvips', or the step's own `FilterError`) is
+    /// a `StepFailure` naming the step by `path` and the size of the picture it was given:
+    /// libvips' text names its own operation (`embed: bad dimensions`), which is not the
+    /// filter the pipeline file has.
+    private func applying(_ step: FilterStep, at path: String, to image: VipsImage, context: FilterContext) throws -> VipsImage {
+        do {
+            return try step.apply(to: image, context: context)
+        } catch let failure as ItemFailure {
+            throw failure
+        } catch {
+            throw StepFailure(path: path, op: step.opName, width: image.width, height: image.height, cause: error)
+        }
+    }
+
     /// `image`, the result of `step`, unless it is over `limits.maxPixels` (a `limit`
     /// failure). libvips builds an image's pipeline before computing a pixel, so a step that
     /// would make gigapixels (`border` 100000) is stopped before any memory or time goes.

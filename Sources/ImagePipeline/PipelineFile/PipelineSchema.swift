@@ -126,15 +126,17 @@ public enum PipelineSchema {
                        ("versionField", nonEmpty)]
         }
         let maxItems = integerSchema(1 ... Int.max)
+        let maxPageBytes = integerSchema(1 ... RemoteOptions.largestMaxPageBytes)
         return [
             object([("type", constant("directory")), ("path", string), ("recursive", boolean)], required: ["type", "path"]),
             object([("type", constant("url-list")), ("path", string)] + remote, required: ["type", "path"]),
-            object([("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty)] + remote,
+            object([("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty),
+                    ("maxPageBytes", maxPageBytes)] + remote,
                    required: ["type", "url"]),
             object([("type", constant("nasa-images")), ("query", string), ("endpoint", string), ("mediaType", nonEmpty),
-                    ("maxItems", maxItems)] + remote, required: ["type", "query"]),
+                    ("maxItems", maxItems), ("maxPageBytes", maxPageBytes)] + remote, required: ["type", "query"]),
             object([("type", constant("flickr-search")), ("text", string), ("apiKey", string), ("endpoint", string),
-                    ("perPage", integerSchema(1 ... 500)), ("maxItems", maxItems),
+                    ("perPage", integerSchema(1 ... 500)), ("maxItems", maxItems), ("maxPageBytes", maxPageBytes),
                     ("size", .object([("type", .string("string")), ("pattern", .string("^url_"))]))] + remote,
                    required: ["type", "text", "apiKey"]),
         ] + (fallback ? [

@@ -186,13 +186,13 @@ extension SourceSpec {
             let object = try keys(["path"])
             self = .urlList(path: try object.required("path") { try EnvString($0) }, remote: try RemoteOptions(object))
         case "json-feed":
-            let object = try keys(["url", "urlField", "keyField"])
+            let object = try keys(["url", "urlField", "keyField", "maxPageBytes"])
             self = .jsonFeed(url: try object.required("url") { try EnvString($0) },
                              urlField: try object.optional("urlField", default: "url") { try $0.nonEmptyString() },
                              keyField: try object.optional("keyField") { try $0.nonEmptyString() },
                              remote: try RemoteOptions(object))
         case "nasa-images":
-            let object = try keys(["query", "endpoint", "mediaType", "maxItems"])
+            let object = try keys(["query", "endpoint", "mediaType", "maxItems", "maxPageBytes"])
             self = .nasaImages(query: try object.required("query") { try EnvString($0) },
                                endpoint: try object.optional("endpoint", default: EnvString(raw: "https://images-api.nasa.gov",
                                                                                              path: object.path.appending("endpoint").description)) { try EnvString($0) },
@@ -200,7 +200,7 @@ extension SourceSpec {
                                maxItems: try object.optional("maxItems") { try $0.integer(in: 1 ... Int.max) },
                                remote: try RemoteOptions(object))
         case "flickr-search":
-            let object = try keys(["text", "apiKey", "endpoint", "perPage", "maxItems", "size"])
+            let object = try keys(["text", "apiKey", "endpoint", "perPage", "maxItems", "size", "maxPageBytes"])
             self = .flickrSearch(text: try object.required("text") { try EnvString($0) },
                                  apiKey: try object.required("apiKey") { try EnvString($0) },
                                  endpoint: try object.optional("endpoint", default: EnvString(raw: "https://api.flickr.com/services/rest/",
@@ -253,6 +253,10 @@ extension RemoteOptions {
         respectOptOut = try object.optional("respectOptOut", default: true) { try $0.bool() }
         robots = try object.optional("robots", default: false) { try $0.bool() }
         versionField = try object.optional("versionField") { try $0.nonEmptyString() }
+        // Only the sources that read feed pages allow the key (`SourceSpec.init`).
+        maxPageBytes = try object.optional("maxPageBytes", default: RemoteOptions.defaultMaxPageBytes) {
+            try $0.integer(in: 1 ... RemoteOptions.largestMaxPageBytes)
+        }
     }
 }
 

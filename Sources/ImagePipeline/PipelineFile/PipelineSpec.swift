@@ -128,6 +128,15 @@ public struct RemoteOptions: Sendable, Equatable {
     /// in the Eulerity feed): `plan` and `run --incremental` compare it instead of asking
     /// the server again.
     public var versionField: String?
+    /// The largest feed page read, in bytes (`maxPageBytes`, json-feed and the paged
+    /// APIs): a page is held in memory whole while it is parsed. Not `limits.maxBytes`,
+    /// which bounds each image.
+    public var maxPageBytes = RemoteOptions.defaultMaxPageBytes
+
+    /// 64 MiB: some hundred thousand entries of a typical feed.
+    public static let defaultMaxPageBytes = 64 << 20
+    /// 4 GiB: what a page may be set to at most (parsed, it takes several times that).
+    public static let largestMaxPageBytes = 1 << 32
 
     public init(cache: CacheSpec? = CacheSpec(), fallback: SourceSpec? = nil, respectOptOut: Bool = true,
                 robots: Bool = false) {

@@ -134,27 +134,33 @@ public struct BuiltPipeline: Sendable {
                 }
                 if let built { sinks.append(built) }
             }
-            var filters: [FilterStep] = []
+            var filters: [(step: FilterStep, path: String)] = []
             for (index, filter) in spec.filters.enumerated() {
-                if let step = try attempt({
-                    try BuiltPipeline.checkedFilter(spec, filter, at: "filters[\(index)]", environment: environment)
-                }) {
-                    filters.append(step)
+                let at = "filters[\(index)]"
+                if let step = try attempt({ try BuiltPipeline.checkedFilter(spec, filter, at: at, environment: environment) }) {
+                    filters.append((step, at))
                 }
             }
             var outputs: [OutputPlan] = []
             for (outputIndex, output) in spec.outputs.enumerated() {
-                var steps: [FilterStep] = []
+                var steps: [(step: FilterStep, path: String)] = []
                 for (index, filter) in output.filters.enumerated() {
                     let at = BuiltPipeline.path(ofFilter: index, ofOutput: outputIndex, in: spec)
                     if let step = try attempt({ try BuiltPipeline.checkedFilter(spec, filter, at: at, environment: environment) }) {
-                        steps.append(step)
+                        steps.append((step, at))
                     }
                 }
-                outputs.append(OutputPlan(output, filters: steps))
+                // Faults the sizes the chain makes show without an image (`SizeBound`): the
+                // common steps' told once.
+                for fault in SizeBound.faults(of: filters + steps)
+                where outputIndex == 0 || !filters.contains(where: { $0.path == fault.path }) {
+                    _ = try attempt { throw SpecError(path: fault.path, message: fault.message) }
+                }
+                outputs.append(OutputPlan(output, filters: steps.map(\.step),
+                                          path: BuiltPipeline.path(ofOutput: outputIndex, in: spec)))
             }
             guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
-            let processor = ImageProcessor(filters: filters, outputs: outputs, limits: spec.limits,
+            let processor = ImageProcessor(filters: filters.map(\.step), outputs: outputs, limits: spec.limits,
                                            baseDirectory: spec.baseDirectory, tuning: tuning, accept: spec.accept)
             return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                                  sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
@@ -273,13 +279,18 @@ public struct BuiltPipeline: Sendable {
         try spec.outputs.enumerated().map { outputIndex, output in
             OutputPlan(output, filters: try output.filters.enumerated().map { index, filter in
                 try checkedFilter(spec, filter, at: path(ofFilter: index, ofOutput: outputIndex, in: spec), environment: environment)
-            })
+            }, path: path(ofOutput: outputIndex, in: spec))
         }
     }
 
     /// Where an output's filter is written: `output.filters[i]` or `outputs[j].filters[i]`.
     static func path(ofFilter index: Int, ofOutput outputIndex: Int, in spec: PipelineSpec) -> String {
-        spec.document["outputs"] == nil ? "output.filters[\(index)]" : "outputs[\(outputIndex)].filters[\(index)]"
+        "\(path(ofOutput: outputIndex, in: spec)).filters[\(index)]"
+    }
+
+    /// Where an output is written: `output` or `outputs[j]`.
+    static func path(ofOutput index: Int, in spec: PipelineSpec) -> String {
+        spec.document["outputs"] == nil ? "output" : "outputs[\(index)]"
     }
 
     /// `filter` (at `path` in the file) expanded, its watermark image and its output size
@@ -320,6 +331,7 @@ public struct BuiltPipeline: Sendable {
                                     backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
                                     respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
                                     redact: environment.redact)
+        fetcher.maxPageBytes = remote.maxPageBytes
         if case let .s3(location, _, _, _) = spec.source {
             fetcher.objects = try location.client(in: environment, http: client)
         }
@@ -371,7 +383,7 @@ public struct BuiltPipeline: Sendable {
             feed = S3Feed(client: client, folder: try location.folder(in: environment), pageSize: pageSize, maxItems: maxItems,
                           retry: RetryLoop(attempts: spec.retry.attempts, backoff: spec.retry.backoff,
                                            isCancelled: { cancellation?.isCancelled ?? false }),
-                          logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact)
+                          logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact, notice: told)
         }
         guard let fallback = source.remote?.fallback else { return feed }
         let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,

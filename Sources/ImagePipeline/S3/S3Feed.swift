@@ -22,6 +22,9 @@ public struct S3Feed: Feed {
     let logger: Logger
     /// Masks secrets in what is logged (a `${…}` bucket or prefix).
     let redact: @Sendable (String) -> String
+    /// Told of the objects left out (`LeftOutEntries`): XML holds no NUL character, but a
+    /// key is checked as every feed's is, not trusted to the parser.
+    var notice: @Sendable (String) -> Void = { _ in }
 
     public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
         try list(after: nil, expecting: expect, body)
@@ -43,10 +46,17 @@ public struct S3Feed: Feed {
             }
             logger.info("feed page", metadata: ["url": "\(redact(client.address(of: folder)))", "startAfter": "\(redact(startAfter ?? ""))",
                                                 "continued": "\(token != nil)", "keys": "\(page.objects.count)"])
-            for object in page.objects where object.key.hasPrefix(folder) {
+            var cut = LeftOutEntries.withNUL(page: "the S3 listing of \(redact(client.address(of: folder)))"
+                                                 + (token == nil ? "" : " (a page after the first)"), noun: ("object", "objects"))
+            defer { cut.tell(notice) }
+            for (index, object) in page.objects.enumerated() where object.key.hasPrefix(folder) {
                 let key = String(object.key.dropFirst(folder.count))
                 guard !key.isEmpty, !key.hasSuffix("/"),
                       DirectoryFeed.imageExtensions.contains((key as NSString).pathExtension.lowercased()) else { continue }
+                guard !FeedItem.holdsNUL(key) else {
+                    cut.add(index)
+                    continue
+                }
                 if let maxItems, count >= maxItems { return }
                 count += 1
                 let metadata = JSONValue.object([("size", .number(Double(object.size), isInteger: true)),
