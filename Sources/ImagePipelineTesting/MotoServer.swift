@@ -16,17 +16,28 @@ public final class MotoServer: @unchecked Sendable {
     public let endpoint: String
     public let accessKeyId: String
     public let secretAccessKey: String
-    /// While this file exists, every part upload takes 0.3 s more (`slowParts`).
-    private let slowFlag = NSTemporaryDirectory() + "/moto-slow-\(UUID().uuidString.prefix(8))"
+    /// While this file exists, every part upload waits (`holdParts`); the first one held
+    /// creates `partSeenFlag`.
+    private let holdFlag = NSTemporaryDirectory() + "/moto-hold-\(UUID().uuidString.prefix(8))"
+    private let partSeenFlag = NSTemporaryDirectory() + "/moto-part-seen-\(UUID().uuidString.prefix(8))"
 
-    /// Part uploads take 0.3 s each: a test that kills imgpipe while a multipart upload is
-    /// under way can count on it still being under way.
-    public var slowParts: Bool {
-        get { FileManager.default.fileExists(atPath: slowFlag) }
+    /// Part uploads wait (up to two minutes) until this is set back to false: a test that
+    /// kills imgpipe once `partSeen` knows a multipart upload is under way, and stays so,
+    /// whatever the machine's load (no sleep to race).
+    public var holdParts: Bool {
+        get { FileManager.default.fileExists(atPath: holdFlag) }
         set {
-            if newValue { _ = FileManager.default.createFile(atPath: slowFlag, contents: nil) } else { unlink(slowFlag) }
+            if newValue {
+                unlink(partSeenFlag)
+                _ = FileManager.default.createFile(atPath: holdFlag, contents: nil)
+            } else {
+                unlink(holdFlag)
+            }
         }
     }
+
+    /// True once a part upload has reached the server while `holdParts` was set.
+    public var partSeen: Bool { FileManager.default.fileExists(atPath: partSeenFlag) }
 
     /// The environment a pipeline with default credentials reads.
     public var credentials: [String: String] {
@@ -39,7 +50,7 @@ public final class MotoServer: @unchecked Sendable {
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-c", Self.serve, "-H", "127.0.0.1", "-p", "0"]
-        process.environment = ProcessInfo.processInfo.environment.merging(["MOTO_SLOW_FLAG": slowFlag]) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(["MOTO_HOLD_FLAG": holdFlag, "MOTO_PART_SEEN": partSeenFlag]) { $1 }
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         process.standardOutput = output
         process.standardError = output
@@ -80,7 +91,8 @@ public final class MotoServer: @unchecked Sendable {
     /// SIGKILL: moto's server does not stop on SIGTERM, and holds nothing to save.
     deinit {
         Self.stop(process)
-        unlink(slowFlag)
+        unlink(holdFlag)
+        unlink(partSeenFlag)
     }
 
     static func stop(_ process: Process) {
@@ -112,11 +124,13 @@ public final class MotoServer: @unchecked Sendable {
                                          for k, _, v in pairs)
 
         def init(self, account_id, method, path, *rest, **named):
-            # With `slowParts`, parts take 0.3 s, so that a multipart upload is under way
-            # for a good while (on loopback it could finish between boto3 seeing it and a
-            # kill).
-            if "partNumber=" in path and os.path.exists(os.environ["MOTO_SLOW_FLAG"]):
-                time.sleep(0.3)
+            # With `holdParts`, a part upload says it arrived and waits until it is let go:
+            # the multipart upload stays under way for as long as the test needs.
+            if "partNumber=" in path and os.path.exists(os.environ["MOTO_HOLD_FLAG"]):
+                open(os.environ["MOTO_PART_SEEN"], "a").close()
+                deadline = time.time() + 120
+                while os.path.exists(os.environ["MOTO_HOLD_FLAG"]) and time.time() < deadline:
+                    time.sleep(0.02)
             original(self, account_id, method, encoded(path), *rest, **named)
 
         access.IAMRequestBase.__init__ = init

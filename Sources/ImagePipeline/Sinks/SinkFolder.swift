@@ -19,9 +19,18 @@ final class SinkFolder {
 
     deinit { close(descriptor) }
 
-    /// The sink's own folder, as its path leads now (the pipeline names it, links and all).
+    /// The sink's own folder, as its path leads now (the pipeline names it, links and all),
+    /// made again (with its parents) when it was removed mid-run, as a user would.
     static func root(_ path: String) throws(ItemFailure) -> SinkFolder {
-        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        var descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if descriptor < 0, errno == ENOENT {
+            do {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            } catch {
+                throw ItemFailure(.upload, "cannot create \(path): \(error.localizedDescription)")
+            }
+            descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        }
         guard descriptor >= 0 else { throw ItemFailure(.upload, "cannot open \(path): \(CError())") }
         return SinkFolder(descriptor: descriptor, path: path)
     }
