@@ -262,16 +262,16 @@ struct ImageHeader: Sendable, Equatable {
         for index in 0 ..< entries {
             let entry = index * entrySize
             let tag = value(table, entry, 2), type = value(table, entry + 2, 2)
-            let field = entry + (big ? 12 : 8)
+            let count = value(table, entry + 4, big ? 8 : 4)
             // The first value is enough here (bits per sample are the same for every sample
-            // in what libvips loads); it is inline for every tag read.
-            switch type {
-            case 3: tags[tag] = value(table, field, 2)
-            case 4: tags[tag] = value(table, field, 4)
-            case 16: tags[tag] = value(table, field, 8)
-            case 1: tags[tag] = Int(table[field])
-            default: break
+            // in what libvips loads): inline, or where the field points when they do not fit.
+            guard let unit = [1: 1, 3: 2, 4: 4, 16: 8][type] else { continue }
+            var raw = Array(table[(entry + (big ? 12 : 8)) ..< (entry + entrySize)])
+            if count * unit > raw.count {
+                raw = bytes.at(value(raw, 0, big ? 8 : 4), unit)
+                guard raw.count == unit else { continue }
             }
+            tags[tag] = value(raw, 0, unit)
         }
         guard let width = tags[256], let height = tags[257] else { return nil }
         let samples = max(1, tags[277] ?? 1)

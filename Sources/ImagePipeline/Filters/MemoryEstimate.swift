@@ -6,8 +6,8 @@
 /// baseline JPEG or a plain PNG, which `vips_thumbnail` shrinks while loading — and the
 /// pictures the chain keeps whole: the common result of several outputs, and the picture
 /// of each output whose encoder takes it whole (WebP, AVIF, GIF). Measured on libvips 8.14
-/// (README, "Memory"): a 95 MP 16-bit RGBA interlaced PNG fitted to 1024 peaked at
-/// 1.25 × its raw size in its helper, a progressive JPEG at its coefficients.
+/// (README, "Memory"): a 95 MP 16-bit RGBA interlaced PNG fitted to 1024 peaked at its
+/// picture and 2048 rows of it in its helper, a progressive JPEG at its coefficients.
 public struct MemoryEstimate: Sendable, Equatable {
     public let bytes: Int
     /// What it is the estimate of: `16-bit RGBA interlaced PNG, 95 MP`.
@@ -16,8 +16,10 @@ public struct MemoryEstimate: Sendable, Equatable {
     /// The estimate in whole megabytes (MiB), rounded.
     public var megabytes: Int { Int((Double(bytes) / 1_048_576).rounded()) }
 
-    /// Codec state, line buffers and the chain's regions: what any item holds.
+    /// Codec state, encoders' buffers and the chain's regions: what any item holds.
     static let perItem = 16 << 20
+    /// Rows of the loaded picture held by a sequential pipeline's caches.
+    static let cachedRows = 2048
 }
 
 extension ImageProcessor {
@@ -57,12 +59,24 @@ extension ImageProcessor {
         var decoder: Int
         switch header.holding {
         case .rows: decoder = 0
-        // Measured: libspng's interlaced decode peaks at 1.25 × the picture.
-        case let .whole(bytes) where header.format == .png: decoder = bytes + bytes / 4
         case let .whole(bytes), let .band(bytes): decoder = bytes
         }
-        // WebP decodes at its load size, into a picture it holds whole.
-        if header.scalesOnLoad { decoder += (sharedLoad == nil && plan.thumbnail == nil ? header.pixels : loaded) * header.bands }
+        // A JPEG shrinks while decoding by 2, 4 or 8 when the fit leaves at least 2× for the
+        // resize (`vips_thumbnail`), a WebP to the size it is fitted to.
+        let shrinking = sharedLoad != nil || plan.thumbnail != nil
+        let factor = shrinking ? (Double(header.pixels) / Double(max(1, loaded))).squareRoot() : 1
+        var loadWidth = header.width
+        if header.format == .jpeg { loadWidth /= factor >= 16 ? 8 : factor >= 8 ? 4 : factor >= 4 ? 2 : 1 }
+        if header.scalesOnLoad {
+            loadWidth = Int(Double(header.width) / max(1, factor))
+            // WebP decodes at its load size, into a picture it holds whole.
+            decoder += (shrinking ? loaded : header.pixels) * header.bands
+        }
+        // The rows a sequential pipeline keeps in its caches (the load's line cache, the
+        // shrink's window): measured at about 2048 rows of the loaded width for a 95 MP
+        // picture fitted to 1024 (a plain PNG, a TIFF, the reading of an interlaced PNG's
+        // decoded picture).
+        decoder += min(header.height, MemoryEstimate.cachedRows) * loadWidth * header.bands * header.bytesPerSample
         let wholeEncoders = outputs.filter { [.webp, .avif, .gif].contains($0.spec.format) }.count
         let kept = wholeEncoders + (outputs.count > 1 ? 1 : 0)
         let (working, overflow) = (loaded * 4).multipliedReportingOverflow(by: kept)
