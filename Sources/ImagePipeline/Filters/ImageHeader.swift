@@ -35,7 +35,7 @@ struct ImageHeader: Sendable, Equatable {
     /// VP8L decoder keeps width × height 32-bit pixels).
     var scalesOnLoad = false
 
-    var pixels: Int { width * height }
+    var pixels: Int { product(width, height) }
 
     /// What reading a header came to.
     enum Reading: Sendable, Equatable {
@@ -70,6 +70,10 @@ struct ImageHeader: Sendable, Equatable {
         })
     }
 
+    /// The longest side read: libvips (8.14) opens nothing over 10,000,000 pixels a side, and
+    /// larger declared sides would only risk overflow in the estimate.
+    static let maxSide = 1 << 24
+
     static func parse(_ bytes: HeaderBytes) -> Reading {
         guard case let .accepted(format) = ImageFormat.sniff(bytes.at(0, 64)) else { return .notAnImage }
         let header: ImageHeader?
@@ -81,8 +85,7 @@ struct ImageHeader: Sendable, Equatable {
         case .tiff: header = tiff(bytes)
         case .heif, .avif: header = isoMedia(bytes, format: format)
         }
-        guard let header, header.width > 0, header.height > 0,
-              !header.width.multipliedReportingOverflow(by: header.height).overflow else { return .unreadable }
+        guard let header, (1 ... maxSide).contains(header.width), (1 ... maxSide).contains(header.height) else { return .unreadable }
         return .header(header)
     }
 
@@ -102,6 +105,7 @@ struct ImageHeader: Sendable, Equatable {
         let ihdr = bytes.at(8, 25)
         guard ihdr.count == 25, String(decoding: ihdr[4 ..< 8], as: UTF8.self) == "IHDR" else { return nil }
         let width = bytes.be32(ihdr, 8), height = bytes.be32(ihdr, 12)
+        guard width <= maxSide, height <= maxSide else { return nil }
         let depth = Int(ihdr[16]), colour = Int(ihdr[17]), interlaced = ihdr[20] == 1
         // Transparency for a grey, RGB or palette picture is a tRNS chunk before the first IDAT.
         var transparency = false
@@ -124,10 +128,8 @@ struct ImageHeader: Sendable, Equatable {
         }
         let sample = depth == 16 ? 2 : 1
         let bits = colour == 3 ? "8-bit" : depth == 16 ? "16-bit" : "8-bit"
-        let (pixels, overflow) = width.multipliedReportingOverflow(by: height)
-        guard !overflow else { return nil }
         return ImageHeader(format: .png, width: width, height: height, bands: bands, bytesPerSample: sample,
-                           holding: interlaced ? .whole(bytes: pixels * bands * sample) : .rows,
+                           holding: interlaced ? .whole(bytes: product(width, height, bands, sample)) : .rows,
                            kind: "\(bits) \(colourName(bands))\(interlaced ? " interlaced" : "") PNG")
     }
 
@@ -180,7 +182,7 @@ struct ImageHeader: Sendable, Equatable {
         for component in sampling {
             // Blocks per component, rounded up to whole MCUs as libjpeg allocates them.
             let mcuWidth = (width + 8 * maxH - 1) / (8 * maxH), mcuHeight = (height + 8 * maxV - 1) / (8 * maxV)
-            coefficients += mcuWidth * component.h * mcuHeight * component.v * 64 * 2
+            coefficients += product(mcuWidth, component.h, mcuHeight, component.v, 64 * 2)
         }
         let name = components == 4 ? "CMYK" : components == 1 ? "grey" : "\(components)-component"
         let style = sequential ? "baseline" : progressive ? "progressive" : "lossless or hierarchical"
@@ -197,7 +199,7 @@ struct ImageHeader: Sendable, Equatable {
         let width = bytes.le16(screen, 0), height = bytes.le16(screen, 2)
         // libnsgif decodes a frame into a 32-bit canvas, and libvips keeps its own copy.
         return ImageHeader(format: .gif, width: width, height: height, bands: 4, bytesPerSample: 1,
-                           holding: .whole(bytes: 2 * width * height * 4), kind: "GIF")
+                           holding: .whole(bytes: product(width, height, 2 * 4)), kind: "GIF")
     }
 
     // MARK: WebP
@@ -228,7 +230,7 @@ struct ImageHeader: Sendable, Equatable {
         }
         let bands = alpha ? 4 : 3
         var header = ImageHeader(format: .webp, width: width, height: height, bands: bands, bytesPerSample: 1,
-                                 holding: .whole(bytes: lossless ? width * height * 4 : 0),
+                                 holding: .whole(bytes: lossless ? product(width, height, 4) : 0),
                                  kind: "\(lossless ? "lossless" : "lossy") \(colourName(bands)) WebP")
         header.scalesOnLoad = true
         return header
@@ -251,7 +253,7 @@ struct ImageHeader: Sendable, Equatable {
             return result
         }
         let ifd = big ? (start.count == 16 ? value(start, 8, 8) : 0) : value(start, 4, 4)
-        guard ifd > 0 else { return nil }
+        guard ifd > 0, ifd < bytes.size else { return nil }
         let countBytes = bytes.at(ifd, big ? 8 : 2)
         guard countBytes.count == (big ? 8 : 2) else { return nil }
         let entries = min(value(countBytes, 0, big ? 8 : 2), 4096)
@@ -267,7 +269,8 @@ struct ImageHeader: Sendable, Equatable {
             // in what libvips loads): inline, or where the field points when they do not fit.
             guard let unit = [1: 1, 3: 2, 4: 4, 16: 8][type] else { continue }
             var raw = Array(table[(entry + (big ? 12 : 8)) ..< (entry + entrySize)])
-            if count * unit > raw.count {
+            let (size, overflow) = count.multipliedReportingOverflow(by: unit)
+            if overflow || size < 0 || size > raw.count {
                 raw = bytes.at(value(raw, 0, big ? 8 : 4), unit)
                 guard raw.count == unit else { continue }
             }
@@ -276,19 +279,19 @@ struct ImageHeader: Sendable, Equatable {
         guard let width = tags[256], let height = tags[257] else { return nil }
         let samples = max(1, tags[277] ?? 1)
         let bits = max(1, tags[258] ?? 1)
+        guard width <= maxSide, height <= maxSide, samples <= 1024, bits <= 128 else { return nil }
         let sample = max(1, (bits + 7) / 8)
-        let row = width * samples * sample
         let held: Int
-        if let tileWidth = tags[322], let tileHeight = tags[323], tileWidth > 0, tileHeight > 0 {
+        if let tileWidth = tags[322], let tileHeight = tags[323], (1 ... maxSide).contains(tileWidth), tileHeight > 0 {
             // A row of tiles, across the picture.
-            held = min(height, tileHeight) * ((width + tileWidth - 1) / tileWidth) * tileWidth * samples * sample
+            held = product(min(height, tileHeight), (width + tileWidth - 1) / tileWidth, tileWidth, samples, sample)
         } else {
-            held = min(height, max(1, tags[278] ?? height)) * row
+            held = product(min(height, max(1, tags[278] ?? height)), width, samples, sample)
         }
         let kind = "\(bits)-bit\(tags[339] == 3 ? " float" : "") \(colourName(samples)) TIFF"
         // The strip (or tiles) as decoded, and libvips' copy of it.
         return ImageHeader(format: .tiff, width: width, height: height, bands: samples, bytesPerSample: sample,
-                           holding: .band(bytes: 2 * held), kind: kind)
+                           holding: .band(bytes: product(2, held)), kind: kind)
     }
 
     // MARK: HEIF / AVIF
@@ -322,7 +325,7 @@ struct ImageHeader: Sendable, Equatable {
                     let body = bytes.at(offset + header, 12)
                     if body.count == 12 {
                         let width = bytes.be32(body, 4), height = bytes.be32(body, 8)
-                        if width * height > (best.map { $0.width * $0.height } ?? 0) { best = (width, height) }
+                        if product(width, height) > (best.map { product($0.width, $0.height) } ?? 0) { best = (width, height) }
                     }
                 case "pixi":
                     let body = bytes.at(offset + header, 6)
@@ -376,4 +379,16 @@ struct HeaderBytes {
         }
         return nil
     }
+}
+
+/// The product of sizes, saturating far below `Int.max` (a hostile header's sizes must not
+/// trap; an estimate that large fails its item as over the budget).
+func product(_ factors: Int...) -> Int {
+    var result = 1
+    for factor in factors {
+        let (next, overflow) = result.multipliedReportingOverflow(by: max(0, factor))
+        if overflow || next > 1 << 60 { return 1 << 60 }
+        result = next
+    }
+    return result
 }

@@ -46,14 +46,14 @@ extension ImageProcessor {
         // the input's.
         var loaded = header.pixels
         if let sharedLoad {
-            loaded = min(loaded, sharedLoad.targets(from: size, format: header.format).map { $0.width * $0.height }.max() ?? loaded)
+            loaded = min(loaded, sharedLoad.targets(from: size, format: header.format).map { product($0.width, $0.height) }.max() ?? loaded)
         } else if let thumbnail = plan.thumbnail {
             switch thumbnail.box {
             case let .fit(width, height, enlarge):
                 let fitted = BoxGeometry.fit(width: size.width, height: size.height, box: (width, height), enlarge: enlarge)
-                loaded = fitted.width * fitted.height
+                loaded = product(fitted.width, fitted.height)
             case let .fill(width, height, _):
-                loaded = width * height
+                loaded = product(width, height)
             }
         }
         var decoder: Int
@@ -70,17 +70,17 @@ extension ImageProcessor {
         if header.scalesOnLoad {
             loadWidth = Int(Double(header.width) / max(1, factor))
             // WebP decodes at its load size, into a picture it holds whole.
-            decoder += (shrinking ? loaded : header.pixels) * header.bands
+            decoder += product(shrinking ? loaded : header.pixels, header.bands)
         }
         // The rows a sequential pipeline keeps in its caches (the load's line cache, the
         // shrink's window): measured at about 2048 rows of the loaded width for a 95 MP
         // picture fitted to 1024 (a plain PNG, a TIFF, the reading of an interlaced PNG's
         // decoded picture).
-        decoder += min(header.height, MemoryEstimate.cachedRows) * loadWidth * header.bands * header.bytesPerSample
+        decoder += product(min(header.height, MemoryEstimate.cachedRows), loadWidth, header.bands, header.bytesPerSample)
         let wholeEncoders = outputs.filter { [.webp, .avif, .gif].contains($0.spec.format) }.count
         let kept = wholeEncoders + (outputs.count > 1 ? 1 : 0)
-        let (working, overflow) = (loaded * 4).multipliedReportingOverflow(by: kept)
-        let total = overflow ? Int.max / 2 : decoder + working + MemoryEstimate.perItem
+        // Each term is at most 2^60 (`product`), so the sum cannot overflow.
+        let total = decoder + product(loaded, 4, kept) + MemoryEstimate.perItem
         return MemoryEstimate(bytes: total, what: "\(header.kind), \(Self.megapixels(header.pixels))")
     }
 }
