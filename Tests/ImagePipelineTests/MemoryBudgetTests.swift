@@ -78,6 +78,11 @@ struct MemoryBudgetTests {
         #expect(accepted.status == 0, "stderr: \(accepted.stderr)")
         let spec = try PipelineSpec.load(path: directory.url("pipe.json"))
         #expect(spec.limits.memoryBytes == 2048 << 20)
+        let schema = try ImgpipeBinary.run(["schema"], in: directory.path)
+        let document = try JSONSerialization.jsonObject(with: Data(schema.stdout.utf8)) as? [String: Any]
+        let limits = (document?["properties"] as? [String: Any])?["limits"] as? [String: Any]
+        let memory = (limits?["properties"] as? [String: Any])?["memory"] as? [String: Any]
+        #expect(memory?["type"] as? String == "integer" && memory?["minimum"] as? Int == 16, "\(schema.stdout.prefix(400))")
         #expect(Limits().maxPixels == 16383 * 16383)
         #expect(Limits().memoryBytes > 0)
     }
@@ -175,6 +180,34 @@ struct MemoryBudgetTests {
         #expect(avif.format == .avif && avif.width == 300 && avif.height == 200)
         #expect(ImageHeader.read(data: Data("not an image".utf8)) == .notAnImage)
         #expect(ImageHeader.read(data: Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])) == .unreadable)
+    }
+
+    /// The run reads headers of strangers' files: absurd sizes, counts and offsets give an
+    /// estimate or `unreadable`, never a trap (which would end the run, not one item).
+    @Test func hostileHeadersNeverTrap() throws {
+        let picture = try ImageFixtures.photo(width: 64, height: 48)
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func random(_ bound: Int) -> Int {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17
+            return Int(state % UInt64(bound))
+        }
+        for name in ["p.jpg[interlace]", "i.png[interlace]", "g.gif", "w.webp", "l.webp[lossless]", "t.tif", "b.tif[bigtiff]", "a.avif"] {
+            let path = directory.url(name)
+            try ImageFixtures.write(picture, to: path)
+            let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: String(path.prefix { $0 != "[" }))))
+            for _ in 0 ..< 2000 {
+                var bytes = original
+                // Bytes set to extremes where sizes, counts and offsets live (the first 512).
+                for _ in 0 ..< 1 + random(6) {
+                    bytes[12 + random(min(500, bytes.count - 12))] = [0x00, 0xFF, 0x7F, 0x80, UInt8(random(256))][random(5)]
+                }
+                if case let .header(header) = ImageHeader.read(data: Data(bytes)) {
+                    let processor = ImageProcessor(filters: [.fit(width: 1024, height: 1024, enlarge: false)],
+                                                   output: OutputSpec(), limits: Limits())
+                    #expect(processor.memoryEstimate(header).bytes > 0)
+                }
+            }
+        }
     }
 
     /// First come, first served: an item that does not fit waits for the ones before it to
