@@ -67,6 +67,28 @@ struct MemoryBudgetTests {
         #expect((229 ... 400).contains(megabytes), "\(message)")
     }
 
+    /// What is refused before decoding holds nothing: over `maxPixels`, or skipped by the
+    /// `accept` rules, it ends as it would without a budget, not as over the budget.
+    @Test func itemsRefusedBeforeDecodingAreNotOverTheBudget() throws {
+        let input = try directory.folder("in")
+        try ImageFixtures.interlacedPNG(at: input + "/pixels.png", width: 6000, height: 5000, bands: 4, depth: 16)
+        try FileManager.default.createDirectory(atPath: directory.url("skip"), withIntermediateDirectories: true)
+        try pipeline(limits: #""memory": 128, "maxPixels": 20000000"#)
+        let run = try ImgpipeBinary.run(["run", "pipe.json", "--quiet"], in: directory.path)
+        #expect(run.status == 1, "stderr: \(run.stderr)")
+        let refused = try failures()
+        #expect(refused.first?.message.contains("over limits.maxPixels") == true, "\(refused)")
+
+        _ = try directory.write("""
+        { "version": 1, "source": {"type": "directory", "path": "in"},
+          "output": {"format": "jpeg"}, "sinks": [{"type": "directory", "path": "out"}],
+          "accept": {"formats": ["jpeg"]}, "limits": {"memory": 128} }
+        """, to: "pipe.json")
+        let skipped = try ImgpipeBinary.run(["run", "pipe.json", "--quiet", "--new", "--json"], in: directory.path)
+        #expect(skipped.status == 0, "stdout: \(skipped.stdout) stderr: \(skipped.stderr)")
+        #expect(try failures().isEmpty)
+    }
+
     @Test func limitsMemoryIsCheckedLikeTheOtherLimits() throws {
         _ = try directory.folder("in")
         try pipeline(limits: #""memory": 0"#)

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The memory an item's pixel work needs, estimated from its header before any decoding
 /// (`ImageHeader`), to admit it against the run's `limits.memory` (`MemoryBudget`).
 ///
@@ -26,12 +28,28 @@ extension ImageProcessor {
     /// The estimate for `input`, from its header alone; nil for an image whose header
     /// cannot be read here (the caller counts it as the whole budget: it runs alone).
     public func memoryEstimate(of input: ImageInput) -> MemoryEstimate? {
-        let reading = switch input {
-        case let .file(path): ImageHeader.read(path: path)
-        case let .data(data): ImageHeader.read(data: data)
+        let reading: ImageHeader.Reading
+        let bytes: Int
+        switch input {
+        case let .file(path):
+            reading = ImageHeader.read(path: path)
+            var info = stat()
+            bytes = stat(path, &info) == 0 ? Int(info.st_size) : 0
+        case let .data(data):
+            reading = ImageHeader.read(data: data)
+            bytes = data.count
         }
         switch reading {
-        case let .header(header): return memoryEstimate(header)
+        case let .header(header):
+            // Refused before any decoding (over maxPixels, or skipped by the accept rules its
+            // format, size in bytes or aspect break, whichever way it is shown): it holds
+            // nothing, and ends as it did without a budget.
+            let flipped = (width: header.height, height: header.width)
+            if header.pixels > limits.maxPixels || accept.screen(bytes: bytes, format: header.format) != nil
+                || (accept.screen(shown: (header.width, header.height)) != nil && accept.screen(shown: flipped) != nil) {
+                return MemoryEstimate(bytes: MemoryEstimate.perItem, what: "refused before decoding")
+            }
+            return memoryEstimate(header)
         // It fails on its first bytes, before libvips sees it.
         case .notAnImage: return MemoryEstimate(bytes: MemoryEstimate.perItem, what: "not an image")
         case .unreadable: return nil
