@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "CProcess.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -40,4 +41,8 @@ int ip_die_with_parent(pid_t parent) {
 
 int ip_set_child_subreaper(int on) {
     return prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)(on != 0));
+}
+
+void ip_release_free_memory(void) {
+    malloc_trim(0);
 }

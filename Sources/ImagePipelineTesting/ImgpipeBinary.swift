@@ -95,10 +95,18 @@ public struct MeasuredResult: Sendable {
     /// The run's own peak (its `VmHWM`), without its helpers: for what only the run holds
     /// (a download, an upload's answer).
     public let ownPeakRSS: Int
+    /// The most the run and its helpers held at one reading (the sum of their `VmRSS`):
+    /// what a memory budget shared by the helpers bounds. `peakRSS` adds peaks that
+    /// may have come one after the other (each helper keeps its own high-water mark).
+    public let concurrentPeakRSS: Int
     /// The hang guard fired: the child was killed after `timeout` seconds.
     public let timedOut: Bool
 
     public var peakRSSMegabytes: Int { peakRSS / 1_048_576 }
+    public var concurrentPeakRSSMegabytes: Int { concurrentPeakRSS / 1_048_576 }
+    /// The largest peak (`VmHWM`) of one pixel helper, in bytes.
+    public let helperPeakRSS: Int
+    public var helperPeakRSSMegabytes: Int { helperPeakRSS / 1_048_576 }
 }
 
 extension ImgpipeBinary {
@@ -139,12 +147,16 @@ extension ImgpipeBinary {
         var peak = 0
         var helperPeaks: [pid_t: Int] = [:]
         var ownPeak = 0
+        var concurrentPeak = 0
         let deadline = Date().addingTimeInterval(timeout)
         while true {
             // The pid from posix_spawn is `env`'s, which execs imgpipe in the same process.
+            var resident = residentSize(of: pid) ?? 0
             for helper in ChildProcesses.pixelHelpers(of: pid) {
                 helperPeaks[helper] = max(helperPeaks[helper] ?? 0, highWaterMark(of: helper) ?? 0)
+                resident += residentSize(of: helper) ?? 0
             }
+            concurrentPeak = max(concurrentPeak, resident)
             let own = highWaterMark(of: pid) ?? 0
             ownPeak = max(ownPeak, own)
             peak = max(peak, own + helperPeaks.values.reduce(0, +))
@@ -163,14 +175,22 @@ extension ImgpipeBinary {
         try? FileManager.default.removeItem(atPath: out)
         try? FileManager.default.removeItem(atPath: err)
         return MeasuredResult(result: CommandResult(status: signal == 0 ? (status >> 8) & 0xFF : -1, stdout: stdout, stderr: stderr),
-                              signal: signal == 0 ? nil : signal, peakRSS: peak, ownPeakRSS: ownPeak, timedOut: timedOut)
+                              signal: signal == 0 ? nil : signal, peakRSS: peak, ownPeakRSS: ownPeak,
+                              concurrentPeakRSS: concurrentPeak, timedOut: timedOut,
+                              helperPeakRSS: helperPeaks.values.max() ?? 0)
     }
 
     /// `VmHWM` of a running process, in bytes (nil once it has exited).
-    static func highWaterMark(of pid: pid_t) -> Int? {
+    static func highWaterMark(of pid: pid_t) -> Int? { statusField("VmHWM:", of: pid) }
+
+    /// `VmRSS` of a running process, in bytes (nil once it has exited).
+    static func residentSize(of pid: pid_t) -> Int? { statusField("VmRSS:", of: pid) }
+
+    /// A `kB` field of `/proc/PID/status`, in bytes.
+    private static func statusField(_ field: String, of pid: pid_t) -> Int? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-              let kilobytes = Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field) }),
+              let kilobytes = Int(line.dropFirst(field.count).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
         else { return nil }
         return kilobytes * 1024
     }

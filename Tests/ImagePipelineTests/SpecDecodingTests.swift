@@ -42,7 +42,8 @@ struct SpecDecodingTests {
         #expect(spec.output.strip)
         #expect(spec.output.name.raw == "{stem}.{ext}")
         #expect(spec.sinks.map(\.name) == ["directory-0"])
-        #expect(spec.limits.maxPixels == 100_000_000)
+        #expect(spec.limits.maxPixels == 268_402_689)
+        #expect(spec.limits.memory == nil)
         #expect(spec.limits.maxBytes == 52_428_800)
         #expect(spec.retry.attempts == 3)
     }

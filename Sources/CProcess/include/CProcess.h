@@ -19,4 +19,8 @@ int ip_die_with_parent(pid_t parent);
 /// or not: a test reads how a killed run's pixel helpers ended. Returns 0 or -1.
 int ip_set_child_subreaper(int on);
 
+/// Gives the memory malloc holds free back to the system (`malloc_trim(0)`, in
+/// `<malloc.h>`, which Swift's Glibc module does not show): a pixel helper, after each item.
+void ip_release_free_memory(void);
+
 #endif

@@ -45,6 +45,7 @@ public enum PipelineSchema {
                     ("timeout", numberSchema(0.001 ... 86400)),
                     ("maxBytes", integerSchema(1 ... Int.max)),
                     ("maxPixels", integerSchema(1 ... Int.max)),
+                    ("memory", integerSchema(16 ... 1 << 30)),
                     ("rate", numberSchema(0.001 ... 1_000_000)),
                     ("burst", integerSchema(1 ... 1000)),
                 ])),

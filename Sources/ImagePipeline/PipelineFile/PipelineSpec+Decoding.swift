@@ -416,7 +416,7 @@ extension OutputSpec {
 extension Limits {
     init(node: SpecNode) throws {
         let object = try node.object(allowing: ["downloads", "workers", "uploads", "timeout", "maxBytes", "maxPixels",
-                                                "rate", "burst"])
+                                                "memory", "rate", "burst"])
         self.init()
         downloads = try object.optional("downloads", default: downloads) { try $0.integer(in: 1 ... 1024) }
         workers = try object.optional("workers", default: workers) { try $0.integer(in: 0 ... 1024) }
@@ -424,6 +424,7 @@ extension Limits {
         timeout = try object.optional("timeout", default: timeout) { try $0.number(in: 0.001 ... 86400) }
         maxBytes = try object.optional("maxBytes", default: maxBytes) { try $0.integer(in: 1 ... Int.max) }
         maxPixels = try object.optional("maxPixels", default: maxPixels) { try $0.integer(in: 1 ... Int.max) }
+        memory = try object.optional("memory", default: nil) { try $0.integer(in: 16 ... 1 << 30) }
         rate = try object.optional("rate", default: nil) { try $0.number(in: 0.001 ... 1_000_000) }
         burst = try object.optional("burst", default: nil) { try $0.integer(in: 1 ... 1000) }
     }

@@ -265,8 +265,13 @@ public struct Limits: Sendable, Equatable {
     public var timeout: Double = 30
     /// Largest input accepted, in bytes.
     public var maxBytes = 52_428_800
-    /// Largest input accepted, in pixels (width × height, read from the header).
-    public var maxPixels = 100_000_000
+    /// Largest input accepted, in pixels (width × height, read from the header): sharp's
+    /// limit, 16383 × 16383. Inputs a decoder must hold whole are bounded by `memory` too.
+    public var maxPixels = 268_402_689
+    /// The run's memory budget for pixel work, in megabytes (MiB): items are admitted
+    /// against it by an estimate read from their header (`MemoryEstimate`); nil is
+    /// `defaultMemory`.
+    public var memory: Int?
     /// Requests per second to any one host (downloads, feed pages and sink requests
     /// together); nil is unlimited. See `HostPacing`.
     public var rate: Double?
@@ -275,6 +280,16 @@ public struct Limits: Sendable, Equatable {
     public var burst: Int?
 
     public init() {}
+
+    /// `memory` in bytes, or half of the machine's memory (or its control group's limit),
+    /// 2 GiB when neither can be read: the rest is the run's own, the system's and room for
+    /// estimates that fall short.
+    public var memoryBytes: Int {
+        if let memory { return memory << 20 }
+        return Self.defaultMemoryBytes
+    }
+
+    static let defaultMemoryBytes = (MachineMemory.available() ?? 4 << 30) / 2
 
     /// `workers`, with 0 replaced by the number of cores.
     public var effectiveWorkers: Int {

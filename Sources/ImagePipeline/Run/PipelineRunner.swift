@@ -110,6 +110,8 @@ struct RunContext: Sendable {
     let workers: BoundedExecutor
     /// Where the workers have items' pixels made.
     let pixels: PixelWork
+    /// What the pixel work of the items in flight may hold at once (`limits.memory`).
+    let memory: MemoryBudget
     let deliverers: BoundedExecutor
     let sinks: [String: any Sink]
     let reporter: any RunReporter
@@ -138,6 +140,7 @@ struct RunContext: Sendable {
             VipsRuntime.endThreadWork()
         }
         self.workers = workers
+        memory = MemoryBudget(bytes: limits.memoryBytes)
         pixels = options.pixelHelper.map {
             .helpers(PixelHelpers(launch: $0, spec: pipeline.spec, environment: pipeline.environment, fallback: pipeline.processor,
                                   cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact))

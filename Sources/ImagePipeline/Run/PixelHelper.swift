@@ -63,6 +63,10 @@ public enum PixelHelper {
                 answer = (PixelMessage.refusal("a request that cannot be read"), [])
             }
             guard PixelWire.write(socket, header: answer.header, payload: answer.payload) else { exit(0) }
+            // What the item's decoders freed goes back to the system now, not when malloc
+            // next trims: the run admits the next item against its memory budget on that
+            // footing (`MemoryBudget`), and an idle helper should not sit on a decode's peak.
+            ip_release_free_memory()
         }
         exit(0)
     }

@@ -489,11 +489,23 @@ final class RunStages: Sendable {
         context.workers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
             let spec = pipeline.spec
+            let input = body.map(ImageInput.data) ?? .file(job.spoolPath ?? job.location)
+            // Admitted against the run's memory budget by an estimate from the header, before
+            // any decoding: one that does not fit waits for others to end; one over the whole
+            // budget fails. A header that cannot be read here counts as the whole budget.
+            let budget = context.memory
+            let estimate = pipeline.processor.memoryEstimate(of: input)
+            if let estimate, estimate.bytes > budget.bytes {
+                return fail(job, ItemFailure(.limit, "needs about \(estimate.megabytes) MB to decode (\(estimate.what)), "
+                                                 + "over limits.memory \(budget.bytes >> 20) MB"), attempts: 1)
+            }
+            let need = estimate?.bytes ?? budget.bytes
+            guard budget.admit(need, unless: { isCancelled }) else { return releaseSlot() }
             let began = DispatchTime.now()
             let result = Result { () throws(ItemFailure) -> ProcessOutcome? in
-                try context.pixels.processOrSkip(body.map(ImageInput.data) ?? .file(job.spoolPath ?? job.location),
-                                                 fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
+                try context.pixels.processOrSkip(input, fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
             }
+            budget.release(need)
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9
             if seconds > context.options.slowItem {
                 context.logger.warning("slow item", metadata: ["item": "\(job.key)", "stage": "pixels",

@@ -69,9 +69,9 @@ struct InitCommand: ParsableCommand {
             "path": "out"
           },
           "limits": {
-            "//": "workers: pixel workers (0 = one per core). maxPixels and maxBytes refuse images larger than this.",
+            "//": "workers: pixel workers (0 = one per core). maxPixels and maxBytes refuse images larger than this. memory (MB, default half the machine's) bounds what items being decoded may hold at once.",
             "workers": 0,
-            "maxPixels": 100000000
+            "maxPixels": 268402689
           }
         }
 
