@@ -5,27 +5,39 @@
 SHELL := /bin/bash
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev libpq-dev postgresql pkg-config \
-	fonts-dejavu-core chromium
+# What building and running imgpipe needs (`make demo`); the test-only servers and tools
+# come with `make test` (TEST_DEB_PACKAGES, and moto from PyPI).
+DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev libpq-dev pkg-config \
+	fonts-dejavu-core
+TEST_DEB_PACKAGES := postgresql chromium
 BIN := .build/debug/imgpipe
 PREFIX ?= /usr/local
 MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
 
-.PHONY: deps build release man install demo test fuzz bench bench-scaleout bench-deps clean
+.PHONY: deps test-deps build release man install demo test fuzz bench bench-scaleout bench-deps clean
 
-# Installs the Debian packages only when something is missing: the libraries (found
-# with pkg-config: libvips, SQLite, libcurl, zlib, libpq), vipsthumbnail, PostgreSQL's
-# server (the shared-state tests start a throwaway cluster of their own), the DejaVu fonts
-# captions use, and Chromium (the contact-sheet test); then from PyPI Python's jsonschema (the schema test), and moto's
-# S3 server with boto3 (the S3 tests run against it and read back through boto3).
+# What imgpipe needs, installed only when something is missing: the libraries (found with
+# pkg-config: libvips, SQLite, libcurl, zlib, libpq), vipsthumbnail and the DejaVu fonts
+# captions use. No server, no browser: `make demo` asks for nothing more.
 deps:
 	@if pkg-config --exists vips sqlite3 libcurl zlib libpq && command -v vipsthumbnail >/dev/null \
-	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
-	    && [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ] && command -v chromium >/dev/null; then \
-	  echo "deps: libvips $$(pkg-config --modversion vips), sqlite $$(pkg-config --modversion sqlite3), curl $$(pkg-config --modversion libcurl), libpq $$(pkg-config --modversion libpq), postgresql, fonts, chromium present"; \
+	    && [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ]; then \
+	  echo "deps: libvips $$(pkg-config --modversion vips), sqlite $$(pkg-config --modversion sqlite3), curl $$(pkg-config --modversion libcurl), libpq $$(pkg-config --modversion libpq), fonts present"; \
 	else \
 	  echo "deps: installing $(DEB_PACKAGES)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEB_PACKAGES); \
+	fi
+
+# What the tests add, again only when missing: PostgreSQL's server (the shared-state tests
+# start a throwaway cluster of their own) and Chromium (the contact-sheet test) from
+# Debian; from PyPI Python's jsonschema (the schema test), and moto's S3 server with boto3
+# (the S3 tests run against it and read back through boto3).
+test-deps: deps
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v chromium >/dev/null; then \
+	  echo "test-deps: postgresql, chromium present"; \
+	else \
+	  echo "test-deps: installing $(TEST_DEB_PACKAGES)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(TEST_DEB_PACKAGES); \
 	fi
 	@python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema \
 	  || python3 -m pip install -q --break-system-packages jsonschema
@@ -60,14 +72,14 @@ demo: build
 # start imgpipe processes, PostgreSQL clusters and libvips work all at once, and full runs
 # on one such machine failed by the load alone (a delivery over its 5 s timeout); one at a
 # time, the suite takes 7–8 minutes there, not 4.
-test: build
+test: build test-deps
 	$(SWIFT) test --no-parallel
 
 clean:
 	rm -rf .build out preview .imgpipe
 
 # Benchmarks are not tests: `make test` never runs them.
-bench-deps: deps
+bench-deps: test-deps
 	@command -v mogrify >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq imagemagick; }
 	@command -v curl >/dev/null || { DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq curl; }
 	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nginx-light; }
