@@ -1,7 +1,7 @@
 # Shared by the bench scripts: source it from the repository root.
 # shellcheck shell=bash
 WORK=bench/work
-BIN=.build/release/imgpipe
+BIN=${BIN:-.build/release/imgpipe}
 mkdir -p "$WORK"
 
 build_release() { swift build -c release >/dev/null; }

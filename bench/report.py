@@ -124,6 +124,48 @@ s_wall = median(f"S run {scale}")
 target(f"{scale} small items over loopback", "≥ 200 items/s", scale / s_wall if s_wall else None, "{:.0f} items/s", lambda v: v >= 200)
 target(f"{scale} small items over loopback vs the floor beside them", "(for comparison: 1.00× is the floor)", scale_ratio,
        "{:.2f}×", lambda v: v >= 1.0)
+
+# The scale section (bench/scale.sh): "K <what> <N>" samples, one column per size, each
+# figure with its ratio to the previous size (10× the items: 10.0× is linear).
+def scale_section():
+    sizes = sorted({int(label.split()[-1]) for label in rows if label.startswith("K ")})
+    if not sizes:
+        return
+    print("\n## Scale: every command on a state file of N items (bench/scale.sh)\n")
+    print("A folder of N links to one 1×1 PNG, fit 256×256, a folder sink. Wall seconds (and, after `→`, the")
+    print("ratio to the previous size: 10× the items, so 10× is linear); the state file in MB.\n")
+    print("| what | " + " | ".join(f"{n:,}" for n in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    def line(name, label, unit=lambda wall, n: f"{wall:.2f} s"):
+        cells, last = [], None
+        for n in sizes:
+            wall = median(f"{label} {n}")
+            if wall is None:
+                cells.append("–")
+                continue
+            ratio = f" → {wall / last:.1f}×" if last else ""
+            cells.append(unit(wall, n) + ratio)
+            last = wall
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    line("`run` (items/s)", "K run", lambda wall, n: f"{n / wall:,.0f}/s ({wall:.1f} s)")
+    cells = []
+    for n in sizes:
+        rss = median(f"K run {n}", 1)
+        cells.append(f"{rss / 1024:.0f} MB" if rss else "–")
+    print("| `run` peak RSS (MB) | " + " | ".join(cells) + " |")
+    line("`status --json`", "K status")
+    line("`resume` (finished run)", "K resume")
+    line("`export --format jsonl` (records/s)", "K export-jsonl", lambda wall, n: f"{wall:.2f} s, {n / wall:,.0f}/s")
+    line("`export --format csv` (records/s)", "K export-csv", lambda wall, n: f"{wall:.2f} s, {n / wall:,.0f}/s")
+    line("`plan`", "K plan")
+    line("no-op `run --incremental`", "K incremental")
+    line("floor: listing the folder (`find -printf`)", "K listing")
+    line("floor: one pass over the state (sqlite3)", "K state-pass")
+    line("state file after the run (MB)", "K state after-run", lambda mb, n: f"{mb:.1f} MB, {mb * 1e6 / n:.0f} B/item")
+    line("state file after the no-op incremental run (MB)", "K state after-incremental",
+         lambda mb, n: f"{mb:.1f} MB")
+scale_section()
+
 print("\nAll samples (label: [(wall s, peak RSS KB)]):\n")
 for label, values in rows.items():
     print(f"- {label}: {values}")

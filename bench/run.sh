@@ -20,6 +20,7 @@
 #   Slow origin: bench/slow-origin.sh (96 one-second answers, downloads 16, uploads 8).
 #   Issue 13's targets are checked against the runs of this same session (report.py).
 #
+# Scale section: bench/scale.sh (SCALE_SIZES, SCALE_MAX).
 # Knobs: RUNS, SCALE (20000), SKIP_PEERS=1 (no mogrify, no img2dataset; the vipsthumbnail
 # floor always runs).
 set -euo pipefail
@@ -131,6 +132,10 @@ tiny_floor
 # Slow origin: its own script, its samples carried over ("O download head …").
 RUNS=$RUNS bench/slow-origin.sh
 sed 's/^/O /' "$WORK/slow-samples.txt" >> "$SAMPLES"
+
+# Scale: every command on state files of 10k, 100k and 1M items (SCALE_MAX caps them).
+SCALE_SAMPLES="$WORK/scale-samples.txt" bench/scale.sh >/dev/null
+cat "$WORK/scale-samples.txt" >> "$SAMPLES"
 
 clear_aside
 python3 bench/report.py "$SAMPLES" "$RUNS" "$SCALE" "$(cpu_name)" "$(pkg-config --modversion vips)" > bench/RESULTS.md.new

@@ -38,9 +38,11 @@ public struct ExportRecord: Sendable {
 
 extension RunStore {
     /// Calls `body` with each item of run `runId` in feed order (optionally only those
-    /// with status `only`), streamed from one read transaction through a cursor: memory
-    /// stays flat however many items the run has. Each item's outputs and deliveries are
-    /// read with two indexed lookups.
+    /// with status `only`), streamed from one read transaction: memory stays flat however
+    /// many items the run has. Three statements walk the run's items in feed order
+    /// (`exportSQL`) — the items, their outputs and their deliveries, each joined to the
+    /// item by its primary key — and their rows are merged by `seq`: no per-item query,
+    /// so the time per record does not grow with the run.
     /// `key` narrows it to that one item (a shared run's worker copies each item's record),
     /// and `formats` (each output's format by id, `outputFormats(ofDocument:)`), when given,
     /// saves reading the run's pipeline document again for every item.
@@ -50,57 +52,72 @@ extension RunStore {
             guard let run = try self.run(id: runId) else { throw StoreError("no run #\(runId)") }
             return Self.outputFormats(ofDocument: run.document)
         }()
+        let sql = Self.exportSQL(only: only != nil, key: key != nil)
+        var arguments: StatementArguments = [runId]
+        if let only { _ = arguments.append(contentsOf: [only.rawValue]) }
+        if let key { _ = arguments.append(contentsOf: [key]) }
         try database.read { db in
-            var sql = """
-                SELECT key, location, status, reason, message, attempts, tier, metadata FROM item WHERE runId = ?
-                """
-            var arguments: StatementArguments = [runId]
-            if let only {
-                sql += " AND status = ?"
-                _ = arguments.append(contentsOf: [only.rawValue])
-            }
-            if let key {
-                sql += " AND key = ?"
-                _ = arguments.append(contentsOf: [key])
-            }
-            sql += " ORDER BY seq"
-            let outputsOf = try db.makeStatement(sql: """
-                SELECT output, name, hash, bytes, width, height FROM output
-                WHERE runId = ? AND itemKey = ? AND hash IS NOT NULL ORDER BY rowid
-                """)
-            let deliveriesOf = try db.makeStatement(sql: """
-                SELECT output, sink, status, remoteURL, httpStatus, attempts, message FROM delivery
-                WHERE runId = ? AND itemKey = ? ORDER BY sink, output
-                """)
-            let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
-            while let row = try rows.next() {
-                let key: String = row["key"]
-                let outputs = try Row.fetchAll(outputsOf, arguments: [runId, key]).map { output in
-                    (id: output["output"] as String,
-                     output: ExportRecord.Output(name: output["name"] ?? "", format: formats[output["output"] as String] ?? "jpeg",
-                                                 width: output["width"], height: output["height"], bytes: output["bytes"],
-                                                 sha256: output["hash"]))
+            let items = try Row.fetchCursor(db, sql: sql.items, arguments: arguments)
+            let outputs = try PeekingCursor(Row.fetchCursor(db, sql: sql.outputs, arguments: arguments))
+            let deliveries = try PeekingCursor(Row.fetchCursor(db, sql: sql.deliveries, arguments: arguments))
+            while let row = try items.next() {
+                let seq: Int64 = row[0]
+                var made: [(order: Int64, id: String, output: ExportRecord.Output)] = []
+                while let output = try outputs.next(whereSeq: seq) {
+                    let id: String = output[2]
+                    made.append((output[1], id, ExportRecord.Output(name: output[3] ?? "", format: formats[id] ?? "jpeg",
+                                                                   width: output[6], height: output[7], bytes: output[5],
+                                                                   sha256: output[4])))
                 }
-                var deliveries: [(sink: String, byOutput: [(id: String, delivery: ExportRecord.Delivery)])] = []
+                made.sort { $0.order < $1.order }
+                var sent: [(sink: String, output: String, delivery: ExportRecord.Delivery)] = []
+                while let delivery = try deliveries.next(whereSeq: seq) {
+                    sent.append((delivery[2], delivery[1],
+                                 ExportRecord.Delivery(status: delivery[3], remoteURL: delivery[4], httpStatus: delivery[5],
+                                                       attempts: delivery[6], message: delivery[7])))
+                }
                 // A skipped item's sinks were never asked for it (its delivery rows, made when
                 // it was listed, stay pending): it has none, as `status` counts it in none.
-                let skipped = row["status"] as String == ItemStatus.skipped.rawValue
-                for delivery in try skipped ? [] : Row.fetchAll(deliveriesOf, arguments: [runId, key]) {
-                    let sink: String = delivery["sink"]
-                    let made = ExportRecord.Delivery(status: delivery["status"], remoteURL: delivery["remoteURL"],
-                                                     httpStatus: delivery["httpStatus"], attempts: delivery["attempts"],
-                                                     message: delivery["message"])
-                    if deliveries.last?.sink == sink {
-                        deliveries[deliveries.count - 1].byOutput.append((delivery["output"], made))
+                let status: String = row[3]
+                if status == ItemStatus.skipped.rawValue { sent = [] }
+                sent.sort { ($0.sink, $0.output) < ($1.sink, $1.output) }
+                var bySink: [(sink: String, byOutput: [(id: String, delivery: ExportRecord.Delivery)])] = []
+                for delivery in sent {
+                    if bySink.last?.sink == delivery.sink {
+                        bySink[bySink.count - 1].byOutput.append((delivery.output, delivery.delivery))
                     } else {
-                        deliveries.append((sink, [(delivery["output"], made)]))
+                        bySink.append((delivery.sink, [(delivery.output, delivery.delivery)]))
                     }
                 }
-                try body(ExportRecord(key: key, location: row["location"], status: row["status"], reason: row["reason"],
-                                      message: row["message"], attempts: row["attempts"], tier: row["tier"],
-                                      metadata: row["metadata"], outputs: outputs, deliveries: deliveries))
+                try body(ExportRecord(key: row[1], location: row[2], status: status, reason: row[4], message: row[5],
+                                      attempts: row[6], tier: row[7], metadata: row[8],
+                                      outputs: made.map { ($0.id, $0.output) }, deliveries: bySink))
             }
         }
+    }
+
+    /// The three statements of `exportRecords`, each led by the item's `seq` and ordered by
+    /// it: the items (on `item_seq`, or `item_status` for one status), and their outputs and
+    /// deliveries found from each item by their primary key (`CROSS JOIN` keeps the item the
+    /// outer loop, so no statement sorts the run). Arguments: the run, then the status
+    /// (`only`), then the key (`key`). `RunStoreTests+Plans` checks their plans.
+    static func exportSQL(only: Bool, key: Bool) -> (items: String, outputs: String, deliveries: String) {
+        let filter = "i.runId = ?" + (only ? " AND i.status = ?" : "") + (key ? " AND i.key = ?" : "")
+        return (
+            items: """
+                SELECT i.seq, i.key, i.location, i.status, i.reason, i.message, i.attempts, i.tier, i.metadata
+                FROM item i WHERE \(filter) ORDER BY i.seq
+                """,
+            outputs: """
+                SELECT i.seq, o.rowid, o.output, o.name, o.hash, o.bytes, o.width, o.height
+                FROM item i CROSS JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
+                WHERE \(filter) AND o.hash IS NOT NULL ORDER BY i.seq
+                """,
+            deliveries: """
+                SELECT i.seq, d.output, d.sink, d.status, d.remoteURL, d.httpStatus, d.attempts, d.message
+                FROM item i CROSS JOIN delivery d ON d.runId = i.runId AND d.itemKey = i.key
+                WHERE \(filter) ORDER BY i.seq
+                """)
     }
 
     /// The outputs of a run's pipeline (from the document the state file keeps), in its
@@ -119,5 +136,31 @@ extension RunStore {
     /// The format of each output of a run's pipeline, by id.
     static func outputFormats(ofDocument document: String) -> [String: String] {
         Dictionary(outputSpecs(ofDocument: document).map { ($0.id, $0.format.rawValue) }, uniquingKeysWith: { first, _ in first })
+    }
+}
+
+/// A cursor of rows led by an item's `seq`, read one row ahead, so that the rows of one
+/// item can be taken and the first of the next left for it.
+private final class PeekingCursor {
+    private let rows: RowCursor
+    private var ahead: Row?
+    private var started = false
+
+    init(_ rows: RowCursor) { self.rows = rows }
+
+    /// The next row when it belongs to item `seq`, else nil (and the row is kept).
+    func next(whereSeq seq: Int64) throws -> Row? {
+        if !started {
+            started = true
+            ahead = try rows.next()?.copy()
+        }
+        // Rows are in `seq` order and come from the same items as the item rows: one behind
+        // `seq` cannot be, and is passed over rather than trusted.
+        while let row = ahead, (row[0] as Int64) < seq { ahead = try rows.next()?.copy() }
+        guard let row = ahead else { return nil }
+        let rowSeq: Int64 = row[0]
+        guard rowSeq == seq else { return nil }
+        ahead = try rows.next()?.copy()
+        return row
     }
 }

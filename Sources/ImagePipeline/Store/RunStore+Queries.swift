@@ -2,26 +2,22 @@ import Foundation
 import GRDB
 
 extension RunStore {
-    /// Items of a run by status.
+    /// Items of a run by status, from the run's counters (`RunStore+Tally.swift`).
     public func counts(runId: Int64) throws -> ItemCounts {
-        try database.read { db in
-            var counts = ItemCounts()
-            for row in try Row.fetchAll(db, sql: "SELECT status, COUNT(*) AS n FROM item WHERE runId = ? GROUP BY status",
-                                        arguments: [runId]) {
-                let n: Int = row["n"]
-                counts.total += n
-                switch ItemStatus(rawValue: row["status"]) {
-                case .pending?: counts.pending = n
-                case .fetched?: counts.fetched = n
-                case .processed?: counts.processed = n
-                case .done?: counts.done = n
-                case .skipped?: counts.skipped = n
-                case .failed?: counts.failed = n
-                case nil: break
-                }
+        var counts = ItemCounts()
+        for (_, status, n) in try tally(runId: runId, kind: "item") {
+            counts.total += n
+            switch ItemStatus(rawValue: status) {
+            case .pending?: counts.pending = n
+            case .fetched?: counts.fetched = n
+            case .processed?: counts.processed = n
+            case .done?: counts.done = n
+            case .skipped?: counts.skipped = n
+            case .failed?: counts.failed = n
+            case nil: break
             }
-            return counts
         }
+        return counts
     }
 
     /// Each sink's deliveries by status (one per item and output it takes).
@@ -34,30 +30,21 @@ extension RunStore {
         try deliveryCounts(runId: runId, by: "output")
     }
 
-    /// Deliveries by status, grouped by the delivery column `column` (`sink` or `output`).
-    private func deliveryCounts(runId: Int64, by column: String) throws -> [String: DeliveryCounts] {
-        try database.read { db in
-            var result: [String: DeliveryCounts] = [:]
-            // A delivery still pending for an item that failed or was skipped before
-            // reaching its sinks is not waiting for anything: it is left out.
-            for row in try Row.fetchAll(db, sql: """
-                SELECT d.\(column) AS name, d.status, COUNT(*) AS n FROM delivery d
-                JOIN item i ON i.runId = d.runId AND i.key = d.itemKey
-                WHERE d.runId = ? AND NOT (d.status = 'pending' AND i.status IN ('failed', 'skipped'))
-                GROUP BY d.\(column), d.status
-                """, arguments: [runId]) {
-                let name: String = row["name"]
-                let n: Int = row["n"]
-                var counts = result[name] ?? DeliveryCounts()
-                switch row["status"] as String {
-                case "done": counts.done = n
-                case "failed": counts.failed = n
-                default: counts.pending = n
-                }
-                result[name] = counts
+    /// Deliveries by status, by `sink` or `output`, from the run's counters. A delivery
+    /// still pending for an item that failed or was skipped before reaching its sinks is
+    /// not waiting for anything: the counters leave it out.
+    private func deliveryCounts(runId: Int64, by kind: String) throws -> [String: DeliveryCounts] {
+        var result: [String: DeliveryCounts] = [:]
+        for (name, status, n) in try tally(runId: runId, kind: kind) {
+            var counts = result[name] ?? DeliveryCounts()
+            switch status {
+            case "done": counts.done = n
+            case "failed": counts.failed = n
+            default: counts.pending = n
             }
-            return result
+            result[name] = counts
         }
+        return result
     }
 
     /// Failed items in feed order (at most `limit`).
@@ -96,14 +83,7 @@ extension RunStore {
 
     /// Items counted by the tier that served their input (remote, cache, fallback, local).
     public func tierCounts(runId: Int64) throws -> [String: Int] {
-        try database.read { db in
-            var result: [String: Int] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT tier, COUNT(*) AS n FROM item WHERE runId = ? AND tier IS NOT NULL GROUP BY tier",
-                                        arguments: [runId]) {
-                result[row["tier"]] = row["n"]
-            }
-            return result
-        }
+        Dictionary(try tally(runId: runId, kind: "tier").map { ($0.name, $0.n) }, uniquingKeysWith: +)
     }
 
     /// Failed items counted by reason.
@@ -202,7 +182,7 @@ extension RunStore {
     /// stamp: never processed, or recorded before stamps were) and its outputs' names by id;
     /// nil when the run has no such item.
     public func sourceStamp(runId: Int64, key: String) throws -> (status: ItemStatus, stamp: SourceStamp?, names: [String: String])? {
-        try database.read { db in
+        try hotRead { db in
             guard let row = try Row.fetchOne(db.cachedStatement(sql: """
                 SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion FROM item WHERE runId = ? AND key = ?
                 """), arguments: [runId, key]) else { return nil }
@@ -233,7 +213,7 @@ extension RunStore {
 
     /// The deliveries of item `key` that run `runId` recorded done, with a location.
     public func deliveredFiles(runId: Int64, key: String) throws -> [DeliveredFile] {
-        try database.read { db in
+        try hotRead { db in
             try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT d.output, d.sink, d.remoteURL, o.bytes, o.hash FROM delivery d
                 LEFT JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
@@ -252,18 +232,24 @@ extension RunStore {
     /// every item) is not one item's, nor is a place run `runId` gave several items.
     public func deliveredOtherwiseSince(runId: Int64, upTo: Int64, excluding: Int64?, key: String,
                                         sink: String, location: String, hash: String?) throws -> Bool {
-        try database.read { db in
-            try Bool.fetchOne(db.cachedStatement(sql: """
-                SELECT EXISTS (SELECT 1 FROM delivery d
-                    JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
-                    WHERE d.sink = ? AND d.remoteURL = ? AND d.runId > ? AND d.runId <= ? AND d.runId IS NOT ?
-                      AND d.status = 'done' AND o.hash IS NOT ? AND (? OR d.itemKey = ?))
-                AND NOT EXISTS (SELECT 1 FROM delivery b
-                    WHERE b.runId = ? AND b.sink = ? AND b.remoteURL = ? AND b.itemKey != ? AND b.status = 'done')
-                """), arguments: [sink, location, runId, upTo, excluding, hash, location.hasPrefix("/"), key,
-                                  runId, sink, location, key]) ?? false
+        try hotRead { db in
+            try Bool.fetchOne(db.cachedStatement(sql: Self.deliveredOtherwiseSinceSQL),
+                              arguments: [sink, location, runId, upTo, excluding, hash, location.hasPrefix("/"), key,
+                                          runId, sink, location, key]) ?? false
         }
     }
+
+    /// `deliveredOtherwiseSince`'s statement, asked once per delivered file of each item by
+    /// `plan` and `run --incremental`: both parts find their rows on `delivery_place`
+    /// (`RunStoreTests+Plans` checks it).
+    static let deliveredOtherwiseSinceSQL = """
+        SELECT EXISTS (SELECT 1 FROM delivery d
+            JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
+            WHERE d.sink = ? AND d.remoteURL = ? AND d.runId > ? AND d.runId <= ? AND d.runId IS NOT ?
+              AND d.status = 'done' AND o.hash IS NOT ? AND (? OR d.itemKey = ?))
+        AND NOT EXISTS (SELECT 1 FROM delivery b
+            WHERE b.runId = ? AND b.sink = ? AND b.remoteURL = ? AND b.itemKey != ? AND b.status = 'done')
+        """
 
     /// The keys of run `runId` after sequence number `seq` in feed order, at most `limit`,
     /// with their sequence numbers (for paging through a large run in constant memory).

@@ -213,6 +213,17 @@ public final class RunStore: @unchecked Sendable {
                 CREATE INDEX delivery_remote ON delivery(sink, remoteURL);
                 """)
         }
+        migrator.registerMigration("v7: counters and the place index") { db in
+            try db.execute(sql: Self.tallySchema)
+            // Where a delivery went, with its run and status: `deliveredOtherwiseSince` finds
+            // the deliveries of one run to one place here. On (sink, remoteURL) alone SQLite
+            // preferred `delivery_status` (three equal columns to two) and walked every
+            // delivery of the run for each item (`plan` grew with the square of the items).
+            try db.execute(sql: """
+                DROP INDEX delivery_remote;
+                CREATE INDEX delivery_place ON delivery(sink, remoteURL, runId, status);
+                """)
+        }
         return migrator
     }
 }

@@ -1,0 +1,159 @@
+import Foundation
+import GRDB
+@testable import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+/// The plans of the state file's hot queries (as `SharedRunTests` checks the shared run's
+/// claim): each names the index it must use, so that a later schema change cannot bring
+/// back a scan of a run's rows per item. No `ANALYZE`: state files have no statistics.
+extension RunStoreTests {
+    /// Two runs of `count` items, one output, two sinks, every item done.
+    func filledStore(_ count: Int) throws -> [RunRecord] {
+        var runs: [RunRecord] = []
+        for _ in 0 ..< 2 {
+            let run = try newRun(sinks: ["a", "b"])
+            var changes: [StoreChange] = []
+            for index in 1 ... count {
+                let key = "k\(index)"
+                changes.append(item(key, index, name: "\(key).jpg", sinks: ["a", "b"]))
+                changes.append(.processed(key: key, outputs: [staged("\(key).jpg")]))
+                changes.append(.delivered(key: key, sink: "a", remoteURL: "/out/\(key).jpg", httpStatus: nil, attempts: 1))
+                changes.append(.delivered(key: key, sink: "b", remoteURL: "https://x/\(key)", httpStatus: 200, attempts: 1))
+            }
+            _ = try store.apply(changes, runId: run.id)
+            try store.setState(.finished, runId: run.id)
+            runs.append(run)
+        }
+        return runs
+    }
+
+    /// The `detail` lines of `EXPLAIN QUERY PLAN` for `sql`, with `?` bound to nulls.
+    func plan(_ sql: String) throws -> [String] {
+        try store.database.read { db in
+            let nulls = Array(repeating: nil as String?, count: sql.count { $0 == "?" })
+            return try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: StatementArguments(nulls))
+                .map { $0["detail"] as String }
+        }
+    }
+
+    /// No line of `lines` walks a table: every table is searched through an index.
+    func searchesOnly(_ lines: [String]) -> Bool {
+        lines.allSatisfy { !$0.hasPrefix("SCAN ") || $0 == "SCAN CONSTANT ROW" } && !lines.contains { $0.contains("TEMP B-TREE") }
+    }
+
+    @Test func exportStreamsItsThreeStatementsOnTheItemOrderAndPrimaryKeys() throws {
+        _ = try filledStore(300)
+        for only in [false, true] {
+            let sql = RunStore.exportSQL(only: only, key: false)
+            let items = try plan(sql.items)
+            let outputs = try plan(sql.outputs)
+            let deliveries = try plan(sql.deliveries)
+            let itemLine = only ? "SEARCH i USING INDEX item_status (runId=? AND status=?)" : "SEARCH i USING INDEX item_seq (runId=?)"
+            #expect(items == [itemLine], "\(items)")
+            #expect(outputs.first == itemLine && outputs.count == 2, "\(outputs)")
+            #expect(outputs.last?.contains("sqlite_autoindex_output_1 (runId=? AND itemKey=?)") == true, "\(outputs)")
+            #expect(deliveries.first == itemLine && deliveries.count == 2, "\(deliveries)")
+            #expect(deliveries.last?.contains("sqlite_autoindex_delivery_1 (runId=? AND itemKey=?)") == true, "\(deliveries)")
+            #expect(searchesOnly(items + outputs + deliveries))
+            #expect(!(items + outputs + deliveries).contains { $0.contains("delivery_status") })
+        }
+    }
+
+    @Test func deliveredOtherwiseSinceFindsOnePlaceOnTheIndexOfPlaces() throws {
+        _ = try filledStore(300)
+        let lines = try plan(RunStore.deliveredOtherwiseSinceSQL)
+        #expect(lines.contains("SEARCH d USING INDEX delivery_place (sink=? AND remoteURL=? AND runId>? AND runId<?)"), "\(lines)")
+        #expect(lines.contains("SEARCH b USING INDEX delivery_place (sink=? AND remoteURL=? AND runId=? AND status=?)"), "\(lines)")
+        #expect(searchesOnly(lines), "\(lines)")
+        #expect(!lines.contains { $0.contains("delivery_status") }, "\(lines)")
+    }
+
+    @Test func countsReadTheRunsCountersNotItsRows() throws {
+        _ = try filledStore(300)
+        let lines = try plan("SELECT name, status, n FROM tally WHERE runId = ? AND kind = ? AND n != 0")
+        #expect(lines == ["SEARCH tally USING PRIMARY KEY (runId=? AND kind=?)"], "\(lines)")
+    }
+
+    /// The counters agree with the rows they count after every kind of state change:
+    /// inserts (one refused for its name), fetches with a tier, deliveries done and
+    /// refused, failures, skips, resets, a requeue and a carried item.
+    @Test func theRunsCountersAgreeWithItsRows() throws {
+        let runs = try filledStore(5)
+        let run = try newRun(sinks: ["a", "b"])
+        var carried = NewItem(key: "k2", seq: 2, location: "/in/k2", metadata: nil, outputName: "k2.jpg", sinks: ["a", "b"])
+        carried.carried = NewItem.Carried(run: runs[1].id, outputs: [OutputSpec.defaultID], sinks: ["a", "b"])
+        _ = try store.apply([
+            item("k1", 1, name: "k1.jpg", sinks: ["a", "b"]),
+            .insert(carried),
+            item("k3", 3, name: "k3.jpg", sinks: ["a", "b"]),
+            item("k4", 4, name: "k4.jpg", sinks: ["a", "b"]),
+            item("k5", 5, name: "k5.jpg", sinks: ["a", "b"]),
+            item("k6", 6, name: "k1.jpg", sinks: ["a", "b"]),
+            .fetched(key: "k1", spoolPath: "/s/1", tier: .remote),
+            .fetched(key: "k3", spoolPath: "/s/3", tier: .cache),
+            .processed(key: "k1", outputs: [staged("k1.jpg")]),
+            .processed(key: "k3", outputs: [staged("k3.jpg")]),
+            .delivered(key: "k1", sink: "a", remoteURL: "/o/k1.jpg", httpStatus: nil, attempts: 1),
+            .delivered(key: "k3", sink: "a", remoteURL: "/o/k3.jpg", httpStatus: nil, attempts: 1),
+            .deliveryFailed(key: "k3", sink: "b", failure: ItemFailure(.upload, "503"), attempts: 3),
+            .failed(key: "k4", failure: ItemFailure(.decode, "bad"), attempts: 1),
+            .skipped(key: "k5", skip: ItemSkip(.format, "gif")),
+            .reset(key: "k1", to: .fetched),
+        ], runId: run.id)
+        try check(run.id)
+        #expect(try store.requeueFailed(runId: run.id) == 3)
+        try check(run.id)
+        #expect(try store.counts(runId: run.id).done == 1, "the carried item")
+        for earlier in runs { try check(earlier.id) }
+    }
+
+    /// `counts`, `deliveryCounts`, `deliveryCountsByOutput` and `tierCounts` against the
+    /// queries over the rows they replaced.
+    func check(_ runId: Int64, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let (statuses, sinks, outputs, tiers) = try store.database.read { db in
+            let statuses = try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: """
+                SELECT status, COUNT(*) AS n FROM item WHERE runId = ? GROUP BY status
+                """, arguments: [runId]).map { ($0["status"] as String, $0["n"] as Int) })
+            func deliveries(_ column: String) throws -> [String: DeliveryCounts] {
+                var result: [String: DeliveryCounts] = [:]
+                for row in try Row.fetchAll(db, sql: """
+                    SELECT d.\(column) AS name, d.status, COUNT(*) AS n FROM delivery d
+                    JOIN item i ON i.runId = d.runId AND i.key = d.itemKey
+                    WHERE d.runId = ? AND NOT (d.status = 'pending' AND i.status IN ('failed', 'skipped'))
+                    GROUP BY d.\(column), d.status
+                    """, arguments: [runId]) {
+                    var counts = result[row["name"]] ?? DeliveryCounts()
+                    switch row["status"] as String {
+                    case "done": counts.done = row["n"]
+                    case "failed": counts.failed = row["n"]
+                    default: counts.pending = row["n"]
+                    }
+                    result[row["name"]] = counts
+                }
+                return result
+            }
+            let tiers = try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: """
+                SELECT tier, COUNT(*) AS n FROM item WHERE runId = ? AND tier IS NOT NULL GROUP BY tier
+                """, arguments: [runId]).map { ($0["tier"] as String, $0["n"] as Int) })
+            return (statuses, try deliveries("sink"), try deliveries("output"), tiers)
+        }
+        let counts = try store.counts(runId: runId)
+        #expect(counts.total == statuses.values.reduce(0, +), sourceLocation: sourceLocation)
+        for status in ItemStatus.allCases {
+            let n: Int
+            switch status {
+            case .pending: n = counts.pending
+            case .fetched: n = counts.fetched
+            case .processed: n = counts.processed
+            case .done: n = counts.done
+            case .skipped: n = counts.skipped
+            case .failed: n = counts.failed
+            }
+            #expect(n == statuses[status.rawValue] ?? 0, "\(status)", sourceLocation: sourceLocation)
+        }
+        #expect(try store.deliveryCounts(runId: runId) == sinks, sourceLocation: sourceLocation)
+        #expect(try store.deliveryCountsByOutput(runId: runId) == outputs, sourceLocation: sourceLocation)
+        #expect(try store.tierCounts(runId: runId) == tiers, sourceLocation: sourceLocation)
+    }
+}
