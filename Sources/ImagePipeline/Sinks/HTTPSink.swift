@@ -28,7 +28,7 @@ public struct HTTPSink: Sink {
         guard let data = FileManager.default.contents(atPath: delivery.stagedPath) else {
             throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output"), attempts: attempt)
         }
-        guard let url = URL(string: Self.render(urlTemplate, delivery)), let scheme = url.scheme?.lowercased(),
+        guard let url = URL(webAddress: Self.render(urlTemplate, delivery)), let scheme = url.scheme?.lowercased(),
               scheme == "http" || scheme == "https" else {
             throw DeliveryFailure(ItemFailure(.upload, "the sink's url is not an http(s) URL"), attempts: attempt)
         }
