@@ -84,4 +84,62 @@ struct FirstDayTests {
         #expect(text.contains("/gone/x.jpg?token="), "\(text)")
         #expect(!text.contains("s3cr3t-value"), "a secret was shown: \(text)")
     }
+
+    // MARK: - 2. Default names never collide
+
+    /// Files of one name in several folders of a host (`…/101/main.jpg`, `…/102/main.jpg`)
+    /// keep the URL's path below the host, so each has a name of its own; letters of any
+    /// script, spaces and `%` stay as written. `--name` sets the template, `{name}` is the
+    /// file name without folders.
+    @Test func urlsOfOneFileNameInSeveralFoldersAreNamedApart() throws {
+        let paths: Set<String> = ["/shop/101/main.jpg", "/shop/102/main.jpg", "/shop/103/main.jpg",
+                                  "/special/%C3%89t%C3%A9%20sale%2050%25.jpg"]
+        let server = try server(serving: paths)
+        try work.write(["/shop/101/main.jpg", "/shop/102/main.jpg", "/shop/103/main.jpg", "/special/Été%20sale%2050%25.jpg"]
+            .map { server.baseURL + $0 }.joined(separator: "\n") + "\n", to: "urls.txt")
+        let made = try imgpipe("thumbnail", "urls.txt", "--fit", "32", "--to", "out")
+        #expect(made.status == 0, "stderr: \(made.stderr)")
+        #expect(work.files(under: "out").filter { !$0.contains(".imgpipe") }.sorted()
+                == ["shop/101/main.jpg", "shop/102/main.jpg", "shop/103/main.jpg", "special/Été sale 50%.jpg"],
+                "\(work.files(under: "out"))")
+
+        let flat = try imgpipe("thumbnail", "urls.txt", "--fit", "32", "--to", "flat", "--name", "{name}-{index}.{ext}")
+        #expect(flat.status == 0, "stderr: \(flat.stderr)")
+        #expect(Set(work.files(under: "flat").filter { !$0.contains(".imgpipe") })
+                == ["main-1.jpg", "main-2.jpg", "main-3.jpg", "Été sale 50%-4.jpg"], "\(work.files(under: "flat"))")
+        let bad = try imgpipe("thumbnail", "urls.txt", "--name", "{nope}.{ext}")
+        #expect(bad.status == 2 && bad.stderr.contains("--name") && bad.stderr.contains("{nope}"), "\(bad.stderr)")
+    }
+
+    /// `dup.png` beside `dup.jpg` would both be `dup.jpg`: files of a folder that share a
+    /// stem keep their whole name (`dup.png.jpg`); the others are named as before.
+    @Test func filesOfAFolderThatShareAStemAreNamedApart() throws {
+        try work.folder("in/sub")
+        try ImageFixtures.jpeg(at: work.url("in/dup.jpg"), width: 40, height: 30)
+        try ImageFixtures.rgbaPNG(at: work.url("in/dup.png"), width: 40, height: 30)
+        try ImageFixtures.jpeg(at: work.url("in/sub/dup.jpg"), width: 40, height: 30)
+        try ImageFixtures.rgbaPNG(at: work.url("in/solo.png"), width: 40, height: 30)
+        let made = try imgpipe("thumbnail", "in", "--fit", "20", "--to", "thumbs")
+        #expect(made.status == 0, "stderr: \(made.stderr)")
+        #expect(Set(work.files(under: "thumbs").filter { !$0.contains(".imgpipe") })
+                == ["dup.jpg.jpg", "dup.png.jpg", "sub/dup.jpg", "solo.jpg"], "\(work.files(under: "thumbs"))")
+    }
+
+    /// An `http` sink keeps a name's `/` as a path separator (it was sent as `%2F`).
+    @Test func anHTTPSinkKeepsTheFoldersOfAName() throws {
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { request in
+            if request.method == "PUT" { return .status(201) }
+            return request.path.hasPrefix("/shop/") ? .bytes(jpeg) : .status(404)
+        }
+        try work.write(server.baseURL + "/shop/101/main.jpg\n" + server.baseURL + "/shop/102/main.jpg\n", to: "urls.txt")
+        try work.write("""
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "sink": {"type": "http", "url": "\(server.baseURL)/put/{stem}.{ext}"}}
+            """, to: "put.json")
+        let run = try imgpipe("run", "put.json")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        #expect(server.requests.filter { $0.method == "PUT" }.map(\.target).sorted()
+                == ["/put/shop/101/main.jpg", "/put/shop/102/main.jpg"])
+    }
 }

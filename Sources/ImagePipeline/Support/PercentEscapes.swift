@@ -47,6 +47,25 @@ enum PercentEscapes {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// A URL's path with its escapes decoded, for a file name: `%2F` (which is not a folder)
+    /// and escapes of control characters stay as written; a path whose escapes do not
+    /// decode to UTF-8 is kept as written.
+    static func decodedPath(_ path: String) -> String {
+        let bytes = Array(path.utf8)
+        var out: [UInt8] = []
+        var index = 0
+        while index < bytes.count {
+            if let decoded = byte(at: index, in: bytes), decoded >= 0x20, decoded != 0x7F, decoded != UInt8(ascii: "/") {
+                out.append(decoded)
+                index += 3
+            } else {
+                out.append(bytes[index])
+                index += 1
+            }
+        }
+        return String(validating: out, as: UTF8.self) ?? path
+    }
+
     private static func hexValue(_ byte: UInt8) -> UInt8? {
         switch byte {
         case UInt8(ascii: "0") ... UInt8(ascii: "9"): byte - UInt8(ascii: "0")
