@@ -142,4 +142,33 @@ struct FirstDayTests {
         #expect(server.requests.filter { $0.method == "PUT" }.map(\.target).sorted()
                 == ["/put/shop/101/main.jpg", "/put/shop/102/main.jpg"])
     }
+
+    // MARK: - 3. `$$` is a literal dollar
+
+    /// `"$${meta.price}"` is `$` and the item's price: the caption drawn is the one a
+    /// literal `"$19.99"` draws. A sink's path with `$$` is written with one `$`.
+    @Test func aDoubleDollarIsALiteralDollar() throws {
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { request in
+            request.path == "/feed" ? .json(#"[{"url": "http://\#(request.headers["host"]!)/a.jpg", "price": "19.99"}]"#)
+                : .bytes(jpeg)
+        }
+        func pipeline(_ caption: String, to folder: String) -> String {
+            """
+            {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed", "cache": false},
+             "filters": [{"op": "fit", "width": 200, "height": 150, "enlarge": true}, {"op": "caption", "top": "\(caption)"}],
+             "output": {"format": "png"}, "sink": {"type": "directory", "path": "\(folder)"}}
+            """
+        }
+        try work.write(pipeline("$${meta.price}", to: "price$$tag"), to: "price.json")
+        try work.write(pipeline("$19.99", to: "literal"), to: "literal.json")
+        let validated = try imgpipe("validate", "price.json")
+        #expect(validated.status == 0, "stderr: \(validated.stderr)")
+        let priced = try imgpipe("run", "price.json")
+        #expect(priced.status == 0, "stderr: \(priced.stderr)")
+        #expect(try imgpipe("run", "literal.json").status == 0)
+        let drawn = try ImageFixtures.decode(work.url("price$tag/a.png"))
+        let literal = try ImageFixtures.decode(work.url("literal/a.png"))
+        #expect(drawn.maxDifference(from: literal, rows: 0 ..< literal.height) == 0, "the caption is not \"$19.99\"")
+    }
 }
