@@ -171,4 +171,30 @@ struct FirstDayTests {
         let literal = try ImageFixtures.decode(work.url("literal/a.png"))
         #expect(drawn.maxDifference(from: literal, rows: 0 ..< literal.height) == 0, "the caption is not \"$19.99\"")
     }
+
+    // MARK: - 4. --quiet
+
+    /// With `--quiet` only errors, warnings and the exit code speak: a duplicate key
+    /// (processed once: nothing is lost) is not told; entries left out are (no item, failure
+    /// nor exit code tells of them). Without `--quiet` both are told.
+    @Test func quietTellsOnlyWhatIsLost() throws {
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { request in
+            guard request.path == "/feed" else { return .bytes(jpeg) }
+            let base = "http://\(request.headers["host"]!)"
+            return .json(#"[{"url": "\#(base)/a.jpg"}, {"url": "\#(base)/a.jpg"}, {"title": "no url"}, {"url": "\#(base)/b.jpg"}]"#)
+        }
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "feed.json")
+        let quiet = try imgpipe("run", "feed.json", "--quiet")
+        #expect(quiet.status == 0, "stderr: \(quiet.stderr)")
+        #expect(quiet.stdout.isEmpty, "stdout: \(quiet.stdout)")
+        let lines = quiet.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines.allSatisfy { $0.contains("left out") }, "stderr: \(quiet.stderr)")
+
+        let told = try imgpipe("run", "feed.json", "--new")
+        #expect(told.status == 0 && told.stderr.contains("duplicate key") && told.stderr.contains("left out"), "\(told.stderr)")
+    }
 }
