@@ -111,20 +111,6 @@ struct FirstDayTests {
         #expect(bad.status == 2 && bad.stderr.contains("--name") && bad.stderr.contains("{nope}"), "\(bad.stderr)")
     }
 
-    /// `dup.png` beside `dup.jpg` would both be `dup.jpg`: files of a folder that share a
-    /// stem keep their whole name (`dup.png.jpg`); the others are named as before.
-    @Test func filesOfAFolderThatShareAStemAreNamedApart() throws {
-        try work.folder("in/sub")
-        try ImageFixtures.jpeg(at: work.url("in/dup.jpg"), width: 40, height: 30)
-        try ImageFixtures.rgbaPNG(at: work.url("in/dup.png"), width: 40, height: 30)
-        try ImageFixtures.jpeg(at: work.url("in/sub/dup.jpg"), width: 40, height: 30)
-        try ImageFixtures.rgbaPNG(at: work.url("in/solo.png"), width: 40, height: 30)
-        let made = try imgpipe("thumbnail", "in", "--fit", "20", "--to", "thumbs")
-        #expect(made.status == 0, "stderr: \(made.stderr)")
-        #expect(Set(work.files(under: "thumbs").filter { !$0.contains(".imgpipe") })
-                == ["dup.jpg.jpg", "dup.png.jpg", "sub/dup.jpg", "solo.jpg"], "\(work.files(under: "thumbs"))")
-    }
-
     /// An `http` sink keeps a name's `/` as a path separator (it was sent as `%2F`).
     @Test func anHTTPSinkKeepsTheFoldersOfAName() throws {
         let jpeg = self.jpeg

@@ -114,25 +114,6 @@ public struct DirectoryFeed: Feed {
         return .success(entries.sorted { $0.name.lexicographicallyPrecedes($1.name) })
     }
 
-    /// The names of a folder's images whose stem (the name without its extension) another
-    /// image of the folder shares, or becomes once those keep their whole name: `dup.jpg`
-    /// and `dup.png` are named `dup.jpg.jpg` and `dup.png.jpg` (default `{stem}.{ext}`),
-    /// where both were `dup.jpg`. Names in a folder differ, so stems made so differ too.
-    static func namesSharingAStem(_ names: [[UInt8]]) -> Set<[UInt8]> {
-        func stem(_ name: [UInt8]) -> [UInt8] {
-            guard let dot = name.lastIndex(of: UInt8(ascii: ".")), dot > 0 else { return name }
-            return Array(name[..<dot])
-        }
-        var whole: Set<[UInt8]> = []
-        while true {
-            var holders: [[UInt8]: Int] = [:]
-            for name in names { holders[whole.contains(name) ? name : stem(name), default: 0] += 1 }
-            let more = names.filter { !whole.contains($0) && holders[stem($0), default: 0] > 1 }
-            if more.isEmpty { return whole }
-            whole.formUnion(more)
-        }
-    }
-
     private func isExcluded(_ path: [UInt8]) -> Bool {
         guard !excluded.isEmpty, let text = String(validating: path, as: UTF8.self) else { return false }
         return excluded.contains(text)
@@ -176,16 +157,13 @@ public struct DirectoryFeed: Feed {
             unread.add(LocalPath.escaped(relative), error)
             return true
         }
-        let wholeNames = Self.namesSharingAStem(entries.filter { $0.kind == .image }.map(\.name))
         for entry in entries {
             let key = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
             switch entry.kind {
             case .folder:
                 if try !walk(entry.path, relative: key, unread: &unread, body) { return false }
             case .image:
-                let escaped = LocalPath.escaped(key)
-                if try !body(FeedItem(key: escaped, location: LocalPath.location(entry.path),
-                                      nameStem: wholeNames.contains(entry.name) ? escaped : nil)) { return false }
+                if try !body(FeedItem(key: LocalPath.escaped(key), location: LocalPath.location(entry.path))) { return false }
             }
         }
         return true

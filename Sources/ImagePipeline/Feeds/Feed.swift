@@ -31,13 +31,9 @@ public struct FeedItem: Sendable, Equatable {
     /// relative path (the object's key below the source's prefix) and `{stem}` the same
     /// without its extension, sub-folders kept (output names are made safe when rendered).
     /// An object is fetched from `location` (`s3://bucket/key`).
-    ///
-    /// `nameStem` replaces that stem: a folder's file whose stem another file of the folder
-    /// shares (`dup.jpg`, `dup.png`) keeps its whole name (`DirectoryFeed`).
-    public init(key: String, location: String, metadata: String? = nil, fromFallback: Bool = false, isLocal: Bool = true,
-                nameStem: String? = nil) {
-        self.init(key: key, location: location, metadata: metadata, nameKey: key,
-                  nameStem: nameStem ?? NameTemplate.stem(of: key), fromFallback: fromFallback, isLocal: isLocal)
+    public init(key: String, location: String, metadata: String? = nil, fromFallback: Bool = false, isLocal: Bool = true) {
+        self.init(key: key, location: location, metadata: metadata, nameKey: key, nameStem: NameTemplate.stem(of: key),
+                  fromFallback: fromFallback, isLocal: isLocal)
     }
 
     /// A remote item: `{key}` is the whole key made safe for one file name, and `{stem}`
