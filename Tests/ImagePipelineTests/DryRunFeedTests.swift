@@ -57,12 +57,12 @@ struct DryRunFeedTests {
         #expect(imageRequests(server) == 3 && server.requests(to: "/feed.json").count == 1)
         let previews = work.files(under: "first")
         for number in 1 ... 3 {
-            #expect(previews.contains("photo-\(number).jpg") && previews.contains("source/\(number)-photo-\(number).jpg"),
+            #expect(previews.contains("images/photo-\(number).jpg") && previews.contains("source/\(number)-photo-\(number).jpg"),
                     "\(previews)")
-            let preview = try ImageFixtures.decode(work.url("first/photo-\(number).jpg"))
+            let preview = try ImageFixtures.decode(work.url("first/images/photo-\(number).jpg"))
             #expect((preview.width, preview.height) == (60, 40))
         }
-        #expect(!previews.contains("photo-4.jpg"))
+        #expect(!previews.contains("images/photo-4.jpg"))
         #expect(first.stdout.contains("120×80") && first.stdout.contains("60×40"))
         #expect(first.stdout.contains("contact sheet: first/index.html"))
         let html = try String(contentsOfFile: work.url("first/index.html"), encoding: .utf8)
@@ -73,7 +73,7 @@ struct DryRunFeedTests {
         #expect(second.status == 0, "stderr: \(second.stderr)")
         #expect(imageRequests(server) == 3, "the cached images were downloaded again")
         #expect(server.requests(to: "/feed.json").count == 1)
-        #expect(work.files(under: "second").contains("photo-3.jpg"))
+        #expect(work.files(under: "second").contains("images/photo-3.jpg"))
 
         // No state: nothing but the cache was written outside the preview folders.
         #expect(!work.files().contains { $0.hasSuffix(".sqlite") }, "\(work.files())")

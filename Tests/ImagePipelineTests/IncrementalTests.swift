@@ -460,7 +460,7 @@ struct IncrementalTests {
         }
         try work.write("""
             {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json"},
-             "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{stem}.png"},
+             "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{name}.png"},
              "sink": {"type": "directory", "path": "out"}, "limits": {"downloads": 1}}
             """, to: "pipe.json")
         #expect(try imgpipe("run", "pipe.json").status == 0)
@@ -517,7 +517,7 @@ struct IncrementalTests {
         for (file, source) in [("byfield.json", #""versionField": "updated", "cache": false"#), ("byetag.json", #""cache": true"#)] {
             try work.write("""
                 {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", \(source)},
-                 "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{stem}.png"},
+                 "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{name}.png"},
                  "sink": {"type": "directory", "path": "\(file)-out"}}
                 """, to: file)
             #expect(try imgpipe("run", file).status == 0)

@@ -24,7 +24,7 @@ extension RemoteFeedTests {
         #expect(result.stderr.contains("the feed at \(server.baseURL)/feed.json: 2 entries left out, "
                                            + "with a NUL character in the key or the image URL: [0], [2]"), "\(result.stderr)")
         #expect(!result.stderr.contains("duplicate key"), "\(result.stderr)")
-        #expect(work.files(under: "out") == ["a.jpg"])
+        #expect(work.files(under: "out") == ["images/a.jpg"])
         #expect(server.requests.map(\.path).filter { $0.hasPrefix("/images/") } == ["/images/a.jpg"])
         let report = try status()
         #expect((report.total, report.done) == (1, 1), "\(report)")

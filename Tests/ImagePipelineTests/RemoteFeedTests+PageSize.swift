@@ -38,7 +38,7 @@ extension RemoteFeedTests {
         #expect(try imgpipe("validate", "pipe.json").status == 0)
         let read = try imgpipe("run", "pipe.json", "--new")
         #expect(read.status == 0, "stderr: \(read.stderr)")
-        #expect(work.files(under: "out") == ["large.jpg"])
+        #expect(work.files(under: "out") == ["images/large.jpg"])
 
         // A small limit holds for a small page, and names itself.
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/small.json", "cache": false, "maxPageBytes": 1000}"#)

@@ -57,9 +57,9 @@ extension RemoteFeedTests {
         #expect(result.status == 0, "nothing failed: \(result.stdout) \(result.stderr)")
         #expect(result.stdout.contains("3 done, 1 skipped, 0 failed of 4"), "\(result.stdout)")
         #expect(result.stdout.contains("skipped: opt-out 1"))
-        #expect(work.files(under: "out") == ["b.jpg", "c.jpg", "d.jpg"])
+        #expect(work.files(under: "out") == ["img/b.jpg", "img/c.jpg", "img/d.jpg"])
         let uploads = server.requests.filter { $0.method == "PUT" }.map(\.path).sorted()
-        #expect(uploads == ["/upload/b", "/upload/c", "/upload/d"])
+        #expect(uploads == ["/upload/img/b", "/upload/img/c", "/upload/img/d"])
         #expect(server.requests.allSatisfy { $0.headers["user-agent"] == "uploader-test/1.0" }, "images and uploads alike")
         let report = try status()
         #expect((report.done, report.skipped, report.failed, report.pending) == (3, 1, 0, 0))
@@ -184,7 +184,7 @@ extension RemoteFeedTests {
         }
         #expect(server.requests(to: "/robots.txt").count == 1)
         #expect(Set(imageRequests(server)) == ["/public/a.jpg", "/private/ok.jpg"])
-        #expect(work.files(under: "out") == ["a.jpg", "ok.jpg"])
+        #expect(work.files(under: "out") == ["private/ok.jpg", "public/a.jpg"])
         // Every request, feed, robots.txt and images alike, carries the configured agent.
         #expect(server.requests.count == 5)
         #expect(server.requests.allSatisfy { $0.headers["user-agent"] == agent })
@@ -243,7 +243,7 @@ extension RemoteFeedTests {
                                                "/img/redir/j.jpg", "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg",
                                                "/img/redir/o.jpg"],
                 "nothing under /img/private/ nor its spellings was asked for")
-        #expect(work.files(under: "out") == ["f.jpg", "h.jpg", "ok.jpg"])
+        #expect(work.files(under: "out") == ["img/ok.jpg", "img/redir/f.jpg", "img/redir/h.jpg"])
     }
 
     @Test func unreadableRobotsTxtSkipsTheHostAndA404AllowsAll() throws {

@@ -36,14 +36,14 @@ public struct FeedItem: Sendable, Equatable {
                   fromFallback: fromFallback, isLocal: isLocal)
     }
 
-    /// A remote item: `{key}` is the whole key and `{stem}` the given stem (the URL's last
-    /// segment without extension, or the source's id), both made safe for one file name.
+    /// A remote item: `{key}` is the whole key made safe for one file name, and `{stem}`
+    /// the given stem (`stem(ofURL:)`, or the source's id), folders kept, each made safe.
     public init(key: String, url: String, stem: String, metadata: String?) {
         self.key = key
         location = url
         self.metadata = metadata
         nameKey = FeedItem.safeName(key)
-        nameStem = FeedItem.safeName(stem)
+        nameStem = FeedItem.safeFolders(stem)
         fromFallback = false
         isLocal = false
     }
@@ -90,16 +90,34 @@ public struct FeedItem: Sendable, Equatable {
         self.isLocal = isLocal
     }
 
-    /// `text` with every character other than letters, digits, `.`, `-` and `_` replaced
-    /// by `_`, no leading dot, at most 200 characters; never empty.
+    /// `text` in NFC with every character other than letters and digits (of any script:
+    /// `Été` stays `Été`), `.`, `-` and `_` replaced by `_`, no leading dot, at most 200
+    /// characters; never empty. One file name: a `/` is replaced too.
     public static func safeName(_ text: String) -> String {
-        var out = String(text.unicodeScalars.map { scalar -> Character in
-            let c = Character(scalar)
-            return (c.isASCII && (c.isLetter || c.isNumber)) || c == "." || c == "-" || c == "_" ? c : "_"
+        var out = String(text.precomposedStringWithCanonicalMapping.map { c -> Character in
+            c.isLetter || c.isNumber || c == "." || c == "-" || c == "_" ? c : "_"
         })
         while out.hasPrefix(".") { out.removeFirst() }
         if out.count > 200 { out = String(out.prefix(200)) }
         return out.isEmpty ? "_" : out
+    }
+
+    /// `text` as folders and a file name, each part readable as written (NFC; spaces, `%`
+    /// and letters of any script kept) and safe: control characters and bidirectional
+    /// overrides become `_`, a part loses its leading dots (no hidden files, no `..`), empty
+    /// parts are dropped, each part is at most 200 characters; never empty. (`SafePath`
+    /// makes the rendered name safe again, whatever a template adds.)
+    static func safeFolders(_ text: String) -> String {
+        let parts = text.precomposedStringWithCanonicalMapping.split(separator: "/").compactMap { part -> String? in
+            var out = String(String.UnicodeScalarView(part.unicodeScalars.map { scalar in
+                scalar.value < 0x20 || (0x7F ... 0x9F).contains(scalar.value) || (0x202A ... 0x202E).contains(scalar.value)
+                    || (0x2066 ... 0x2069).contains(scalar.value) || scalar == "\\" ? "_" : scalar
+            }))
+            while out.hasPrefix(".") { out.removeFirst() }
+            if out.count > 200 { out = String(out.prefix(200)) }
+            return out.isEmpty ? nil : out
+        }
+        return parts.isEmpty ? "_" : parts.joined(separator: "/")
     }
 
     /// Whether any of `texts` holds a NUL character: such an entry is left out when listed
@@ -109,11 +127,21 @@ public struct FeedItem: Sendable, Equatable {
         texts.contains { $0?.utf8.contains(0) == true }
     }
 
-    /// The last path segment of a URL without its extension (`…/a/moon.jpg?x=1` → `moon`).
+    /// What `{stem}` is for an item listed by its URL: the URL's path below the host, its
+    /// escapes decoded (`%2F` and escapes of control characters kept as they are), folders
+    /// kept, without the last segment's extension (`http://h/shop/101/main.jpg?x=1` →
+    /// `shop/101/main`). Items of one host are named apart by construction; a URL with a
+    /// query (`/img.php?id=7`) is told apart by the first 8 hex digits of the SHA-256 of
+    /// the URL (`img-1a2b3c4d`), since its path alone names several images.
     public static func stem(ofURL url: String) -> String {
-        let path = URL(string: url)?.path ?? url
-        let last = path.split(separator: "/").last.map(String.init) ?? "image"
-        return NameTemplate.stem(of: last)
+        let rest = URL.afterScheme(url).map { $0.drop { $0 != "/" && $0 != "?" && $0 != "#" } } ?? Substring(url)
+        let path = rest.prefix { $0 != "?" && $0 != "#" }
+        let query = rest.dropFirst(path.count).prefix { $0 != "#" }
+        var stem = NameTemplate.stem(of: PercentEscapes.decodedPath(String(path)))
+        while stem.hasSuffix("/") { stem.removeLast() }
+        if stem.drop(while: { $0 == "/" }).isEmpty { stem = "image" }
+        if query.count > 1 { stem += "-" + sha256Hex(url).prefix(8) }
+        return stem
     }
 }
 

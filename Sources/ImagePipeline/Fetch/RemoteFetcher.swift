@@ -73,7 +73,7 @@ public struct RemoteFetcher: Sendable {
     }
 
     private func fetchPage(_ address: String) throws -> (Data, Tier) {
-        guard let url = URL(string: address) else { throw FeedError("not a URL: \(address)") }
+        guard let url = URL(webAddress: address) else { throw FeedError("not a URL: \(address)") }
         let cached = cache?.pageEntry(for: address)
         if let cached, !revalidate, let data = cache?.page(at: cached) { return (data, .cache) }
         do {
@@ -140,7 +140,7 @@ public struct RemoteFetcher: Sendable {
     /// renamed away from its name), else into `destination` + `partialSuffix`.
     public func image(_ address: String, to destination: String, attempt: Int,
                       reserved: Bool = false, writingOver reused: String? = nil) throws(ItemFailure) -> ImageFetch {
-        guard let url = URL(string: address) else { throw ItemFailure(.download, "not a URL: \(address)") }
+        guard let url = URL(webAddress: address) else { throw ItemFailure(.download, "not a URL: \(redact(address))") }
         switch robots?.verdict(for: url) ?? .allowed {
         case .allowed: break
         case let .refused(skip): return .skipped(skip)
@@ -207,8 +207,9 @@ public struct RemoteFetcher: Sendable {
                 return .retry(after: error.retryDelay(attempt: attempt, backoff: backoff))
             }
             if let cached, let served = fromCache(cached, at: destination) { return served }
+            let asked = error.kind == .io || error.kind == .tooLarge ? "" : ", asking for \(shown(url, address))"
             throw ItemFailure(error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,
-                              error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
+                              error.message + asked + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
         }
         if let refusal = result.redirectRefused {
             unlink(temporary)
@@ -231,7 +232,7 @@ public struct RemoteFetcher: Sendable {
         guard (200 ... 299).contains(result.status) else {
             unlink(temporary)
             if let cached, let served = fromCache(cached, at: destination) { return served }
-            throw ItemFailure(.download, "HTTP \(result.status) from \(url.host ?? "server")", httpStatus: result.status)
+            throw ItemFailure(.download, "HTTP \(result.status) from \(shown(url, address))", httpStatus: result.status)
         }
         let head = Array(result.body?.prefix(64)
             ?? (FileHandle(forReadingAtPath: temporary).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
@@ -263,6 +264,14 @@ public struct RemoteFetcher: Sendable {
             throw ItemFailure(.io, "cannot spool \(address): \(String(cString: strerror(errno)))")
         }
         return .fetched(.remote, body: result.body)
+    }
+
+    /// The URL asked for, as a message shows it: as it was sent (escapes and all), or as
+    /// written with its secrets masked when it holds one (a secret sent percent-encoded
+    /// would not be recognised in the sent form).
+    private func shown(_ url: URL, _ address: String) -> String {
+        let masked = redact(address)
+        return masked == address ? url.absoluteString : masked
     }
 
     /// What a half-written download's name ends with, beside its destination.

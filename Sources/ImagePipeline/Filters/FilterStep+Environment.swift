@@ -9,7 +9,7 @@ extension PipelineSpec {
     /// `filter` (found at `path`, e.g. `outputs[1].filters[0]`) with `${NAME}` expanded.
     static func expanded(_ filter: FilterSpec, path: String, in environment: Environment) throws -> FilterStep {
         func expand(_ text: String, _ key: String) throws -> String {
-            guard text.contains("${") else { return text }
+            guard EnvString.needsExpansion(text) else { return text }
             return try EnvString(raw: text, path: "\(path).\(key)").expanded(in: environment)
         }
         switch filter.step {

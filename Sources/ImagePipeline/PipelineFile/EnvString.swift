@@ -25,8 +25,14 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
     /// `"sink"` or as the only entry of `"sinks"` has not changed (`ChangeDetector`).
     public static func == (lhs: EnvString, rhs: EnvString) -> Bool { lhs.raw == rhs.raw }
 
-    /// True when the text refers to at least one variable.
-    public var hasReferences: Bool { raw.contains("${") }
+    /// True when the text refers to at least one variable (`$${X}` is the text `${X}`).
+    public var hasReferences: Bool {
+        guard raw.contains("${") else { return false }
+        return (try? EnvString.parts(of: raw, path: path))?.contains { if case .variable = $0 { true } else { false } } ?? true
+    }
+
+    /// True when `expanded(in:)` may give other text than `raw`: a `${NAME}`, or a `$$`.
+    static func needsExpansion(_ text: String) -> Bool { text.contains("${") || text.contains("$$") }
 
     /// The text with every `${NAME}` replaced; a variable that is not set is an error
     /// naming it and where it is used. Values that came from the environment are registered
@@ -48,19 +54,34 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
 
     enum Part: Equatable { case literal(String), variable(String) }
 
+    /// The text's literal runs and `${NAME}` references. `$$` is one literal `$`, so that
+    /// `$${meta.price}` is the text `${meta.price}` (a `$` before an item's field) and
+    /// `$$${HOME}` a `$` before the variable; a `$` before anything else is itself.
     static func parts(of text: String, path: String) throws -> [Part] {
         var parts: [Part] = []
         var literal = ""
         var rest = Substring(text)
-        while let start = rest.range(of: "${") {
-            literal += rest[..<start.lowerBound]
-            guard let end = rest[start.upperBound...].firstIndex(of: "}") else {
-                throw SpecError(path: path, message: "unterminated ${ in \(JSONValue.quote(text))")
+        while let dollar = rest.firstIndex(of: "$") {
+            literal += rest[..<dollar]
+            let next = rest[rest.index(after: dollar)...]
+            if next.first == "$" {
+                literal += "$"
+                rest = next.dropFirst()
+                continue
             }
-            let name = String(rest[start.upperBound ..< end])
+            guard next.first == "{" else {
+                literal += "$"
+                rest = next
+                continue
+            }
+            guard let end = next.firstIndex(of: "}") else {
+                throw SpecError(path: path, message: "unterminated ${ in \(JSONValue.quote(text)) (write $$ for a literal $)")
+            }
+            let name = String(next[next.index(after: next.startIndex) ..< end])
             guard let first = name.first, first == "_" || first.isASCIILetter,
                   name.allSatisfy({ $0 == "_" || $0.isASCIILetter || $0.isASCIIDigit }) else {
-                throw SpecError(path: path, message: "invalid variable name ${\(name)} (letters, digits and _ only)")
+                throw SpecError(path: path, message: "invalid variable name ${\(name)} (letters, digits and _ only; "
+                                + "write $$ for a literal $, as in $${meta.price})")
             }
             if !literal.isEmpty { parts.append(.literal(literal)); literal = "" }
             parts.append(.variable(name))
@@ -69,6 +90,11 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
         literal += rest
         if !literal.isEmpty { parts.append(.literal(literal)) }
         return parts
+    }
+
+    /// The names of the variables `text` refers to (`$${X}` refers to none).
+    static func referencedNames(in text: String) -> [String] {
+        ((try? parts(of: text, path: "")) ?? []).compactMap { if case let .variable(name) = $0 { name } else { nil } }
     }
 }
 

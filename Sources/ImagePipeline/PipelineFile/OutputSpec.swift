@@ -71,19 +71,21 @@ extension OutputSpec {
     }
 }
 
-/// The output file name template: literal text with `{key}`, `{stem}`, `{ext}`, `{index}`,
-/// `{hash}`, `{output}`, `{width}` and `{height}` fields. `/` in the result makes
+/// The output file name template: literal text with `{key}`, `{stem}`, `{name}`, `{ext}`,
+/// `{index}`, `{hash}`, `{output}`, `{width}` and `{height}` fields. `/` in the result makes
 /// sub-folders inside the sink.
 ///
 /// - `{key}`: the item's key (for a directory source, its path relative to the directory);
-/// - `{stem}`: the key without its extension (sub-folders kept);
+/// - `{stem}`: the key without its extension (sub-folders kept; for an item listed by its
+///   URL, the URL's path below the host: `FeedItem.stem(ofURL:)`);
+/// - `{name}`: `{stem}` without its folders (`shop/101/main` → `main`);
 /// - `{ext}`: the output format's extension (`jpg`, `png`, `webp`);
 /// - `{index}`: the item's position in the feed, from 1;
 /// - `{hash}`: the first 16 hex digits of the SHA-256 of the output bytes;
 /// - `{output}`: the output's id;
 /// - `{width}`, `{height}`: the output's size in pixels.
 public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
-    public static let fields = ["key", "stem", "ext", "index", "hash", "output", "width", "height"]
+    public static let fields = ["key", "stem", "name", "ext", "index", "hash", "output", "width", "height"]
     public static let standard = NameTemplate(parts: [.field("stem"), .literal("."), .field("ext")], raw: "{stem}.{ext}")
     /// The default of each output of a pipeline with several.
     public static let standardOfSeveral = NameTemplate(
@@ -169,6 +171,7 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
                 switch field {
                 case "key": out += key
                 case "stem": out += stem ?? NameTemplate.stem(of: key)
+                case "name": out += NameTemplate.lastComponent(of: stem ?? NameTemplate.stem(of: key))
                 case "ext": out += format.fileExtension
                 case "index": out += String(index)
                 case "output": out += output
@@ -179,6 +182,11 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
             }
         }
         return SafePath.relative(out)
+    }
+
+    /// The last `/`-separated part of `path` that is not empty (`a/b/` → `b`).
+    static func lastComponent(of path: String) -> String {
+        path.split(separator: "/").last.map(String.init) ?? path
     }
 
     /// `key` without the extension of its last component (`a/b.c.jpg` → `a/b.c`).

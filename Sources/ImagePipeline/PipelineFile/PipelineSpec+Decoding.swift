@@ -328,9 +328,11 @@ extension SinkSpec {
             let url = try object.required("url") { node in
                 let value = try EnvString(node)
                 var rest = value.raw.replacingOccurrences(of: "${", with: "")
-                for field in ["{key}", "{stem}", "{ext}", "{hash}", "{output}"] { rest = rest.replacingOccurrences(of: field, with: "") }
+                for field in ["{key}", "{stem}", "{name}", "{ext}", "{hash}", "{output}"] {
+                    rest = rest.replacingOccurrences(of: field, with: "")
+                }
                 if let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
-                    throw node.fail("unknown field \(rest[open ... close]); expected {key}, {stem}, {ext}, {hash} or {output}")
+                    throw node.fail("unknown field \(rest[open ... close]); expected {key}, {stem}, {name}, {ext}, {hash} or {output}")
                 }
                 return value
             }

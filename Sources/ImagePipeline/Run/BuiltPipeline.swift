@@ -397,7 +397,7 @@ extension EnvString {
     /// anything else is the pipeline's fault, named with its path.
     func expandedWebURL(in environment: Environment) throws -> URL {
         let address = try expanded(in: environment)
-        guard let url = URL(string: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
+        guard let url = URL(webAddress: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
             throw SpecError(path: path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(address)))")
         }
         return url

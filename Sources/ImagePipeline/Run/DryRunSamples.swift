@@ -119,7 +119,8 @@ public enum DryRunSamples: Sendable, Equatable {
         let head = Array((FileHandle(forReadingAtPath: spool).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
         var ext = "img"
         if case let .accepted(format) = ImageFormat.sniff(head) { ext = format == .jpeg ? "jpg" : format.rawValue }
-        let path = downloads + "/\(number)-\(item.nameStem).\(ext)"
+        // One file of the folder: a remote item's stem has the URL's folders (`img/a`).
+        let path = downloads + "/\(number)-\(NameTemplate.lastComponent(of: item.nameStem)).\(ext)"
         guard rename(spool, path) == 0 else {
             unlink(spool)
             throw ItemFailure(.io, "cannot move the download to \(path): \(String(cString: strerror(errno)))")

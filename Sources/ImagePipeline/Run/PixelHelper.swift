@@ -122,8 +122,12 @@ enum PixelMessage {
         let text = ["filters", "output", "outputs"].compactMap { spec.document[$0]?.serialized() }.joined(separator: " ")
         var names: Set<String> = []
         var rest = Substring(text)
-        while let start = rest.range(of: "${") {
-            rest = rest[start.upperBound...]
+        while let dollar = rest.firstIndex(of: "$") {
+            rest = rest[rest.index(after: dollar)...]
+            // `$$` is a literal `$` (`$${X}` names no variable): passed over whole.
+            if rest.first == "$" { rest = rest.dropFirst(); continue }
+            guard rest.first == "{" else { continue }
+            rest = rest.dropFirst()
             let name = rest.prefix { $0 == "_" || $0.isASCIILetter || $0.isASCIIDigit }
             if !name.isEmpty, rest.dropFirst(name.count).first == "}" { names.insert(String(name)) }
         }

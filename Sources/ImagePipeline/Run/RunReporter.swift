@@ -75,8 +75,18 @@ public protocol RunReporter: Sendable {
     /// One item ended (done, failed or skipped) and its end is in the state file. A
     /// shared run's worker records it in the shared database; others need not implement it.
     func itemSettled(key: String, outcome: ItemOutcome)
-    /// Something the user should know that is not an item failure.
+    /// Something the user should know that is not an item failure: an error of the run
+    /// (the state file cannot be written, the feed cannot be listed) or a warning
+    /// (entries of a feed left out: no item, failure nor exit code tells of them).
+    /// `--quiet` keeps these.
     func notice(_ message: String)
+    /// Something that changes nothing the run gives (a duplicate key processed once, an
+    /// item taken up again): `--quiet` drops it. By default a notice.
+    func info(_ message: String)
+}
+
+extension RunReporter {
+    public func info(_ message: String) { notice(message) }
 }
 
 /// A reporter that says nothing (tests, `--quiet` library use).

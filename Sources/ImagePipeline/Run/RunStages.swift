@@ -168,7 +168,7 @@ final class RunStages: Sendable {
 
     private func reportDuplicate(_ key: String) {
         if state.withLock({ $0.reportDuplicate(key) }) {
-            context.reporter.notice("duplicate key \"\(key.printable)\" in the feed; processed once")
+            context.reporter.info("duplicate key \"\(key.printable)\" in the feed; processed once")
         }
     }
 
@@ -737,7 +737,7 @@ final class RunStages: Sendable {
         for key in keys {
             guard let record = try? context.store.item(runId: context.runId, key: key)?
                 .restoringLocation(pipeline.environment) else { continue }
-            context.reporter.notice("\(key.printable): taken up again: the output name it failed for is free, "
+            context.reporter.info("\(key.printable): taken up again: the output name it failed for is free, "
                                     + "as \"\(holder.printable)\" was skipped")
             // A resume's producer may have read it, pending, in a page: one of the two starts it.
             guard state.withLock({ $0.revived(seq: record.seq) }) else { continue }

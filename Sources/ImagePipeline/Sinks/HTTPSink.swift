@@ -1,7 +1,7 @@
 import Foundation
 
 /// `http`: one request per item and output to a URL made from a template (`{key}`,
-/// `{stem}`, `{ext}`, `{hash}`, `{output}`, each percent-encoded): `PUT` with the file as the body, or `POST` as
+/// `{stem}`, `{name}`, `{ext}`, `{hash}`, `{output}`, each percent-encoded, `/` kept): `PUT` with the file as the body, or `POST` as
 /// `multipart/form-data` with the file under `fileField`. 2xx is success.
 public struct HTTPSink: Sink {
     public let name: String
@@ -12,23 +12,28 @@ public struct HTTPSink: Sink {
     let client: HTTPClient
     let retry: RetryPolicy
 
-    /// The template with its fields filled in, each value percent-encoded for a path.
+    /// The template with its fields filled in, each value percent-encoded for a path. A
+    /// name's `/` stays a path separator (`{stem}` of `shop/101/main.jpg` is
+    /// `…/shop/101/main`), its parts made safe as a directory sink's are (`SafePath`: no
+    /// `..`, which the client would resolve, nor control characters).
     static func render(_ template: String, _ delivery: Delivery) -> String {
-        let allowed = CharacterSet.urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?#"))
+        let allowed = CharacterSet.urlPathAllowed.subtracting(CharacterSet(charactersIn: "?#"))
         func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
+        func path(_ text: String) -> String { encode(SafePath.relative(text)) }
         return template
-            .replacingOccurrences(of: "{key}", with: encode(delivery.nameKey))
-            .replacingOccurrences(of: "{stem}", with: encode(delivery.nameStem))
+            .replacingOccurrences(of: "{key}", with: path(delivery.nameKey))
+            .replacingOccurrences(of: "{stem}", with: path(delivery.nameStem))
+            .replacingOccurrences(of: "{name}", with: path(NameTemplate.lastComponent(of: delivery.nameStem)))
             .replacingOccurrences(of: "{ext}", with: delivery.format.fileExtension)
             .replacingOccurrences(of: "{hash}", with: String(delivery.sha256.prefix(16)))
-            .replacingOccurrences(of: "{output}", with: encode(delivery.output))
+            .replacingOccurrences(of: "{output}", with: encode(delivery.output).replacingOccurrences(of: "/", with: "%2F"))
     }
 
     public func deliver(_ delivery: Delivery, attempt: Int) throws(DeliveryFailure) -> DeliveryAttempt {
         guard let data = FileManager.default.contents(atPath: delivery.stagedPath) else {
             throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output"), attempts: attempt)
         }
-        guard let url = URL(string: Self.render(urlTemplate, delivery)), let scheme = url.scheme?.lowercased(),
+        guard let url = URL(webAddress: Self.render(urlTemplate, delivery)), let scheme = url.scheme?.lowercased(),
               scheme == "http" || scheme == "https" else {
             throw DeliveryFailure(ItemFailure(.upload, "the sink's url is not an http(s) URL"), attempts: attempt)
         }

@@ -115,19 +115,9 @@ public struct UploadSink: Sink {
         guard let body, let text = (try? JSONDecoder().decode(Answer.self, from: body))?.url?.string, !text.isEmpty else {
             return nil
         }
-        return URL(string: encodingWhatAURLCannotHold(text), relativeTo: base)?.absoluteURL
-    }
-
-    /// `text` with each byte a URL cannot hold as it is percent-encoded: all but unreserved
-    /// and reserved characters (RFC 3986), and a `%` that does not start an escape (`100%`).
-    static func encodingWhatAURLCannotHold(_ text: String) -> String {
-        let reserved = Set(":/?#[]@!$&'()*+,;=".utf8)
-        let bytes = Array(text.utf8)
-        var out: [UInt8] = []
-        for (index, byte) in bytes.enumerated() {
-            let kept = PercentEscapes.isUnreserved(byte) || reserved.contains(byte) || PercentEscapes.byte(at: index, in: bytes) != nil
-            if kept { out.append(byte) } else { out += PercentEscapes.escape(byte) }
-        }
-        return String(decoding: out, as: UTF8.self)
+        // An absolute URL as every other (its host kept as written, an IPv6 literal's
+        // brackets too); a relative one against the endpoint.
+        if URL.afterScheme(text) != nil { return URL(webAddress: text) }
+        return URL(string: PercentEscapes.encodingWhatAURLCannotHold(text), relativeTo: base)?.absoluteURL
     }
 }

@@ -40,6 +40,11 @@ struct ThumbnailCommand: ParsableCommand {
     @Option(help: "Encoder quality, 1-100 (the format's default otherwise).")
     var quality: Int?
 
+    @Option(help: ArgumentHelp("Output file names, as output.name: {stem}, {name}, {key}, {ext}, {index}, {hash}… "
+                               + "(default {stem}.{ext}: a URL's path below its host, a file's path in the folder).",
+                               valueName: "TEMPLATE"))
+    var name: String?
+
     @Flag(help: "Print the equivalent pipeline file instead of running.")
     var printPipeline = false
 
@@ -54,7 +59,7 @@ struct ThumbnailCommand: ParsableCommand {
 
     func run() throws {
         let box = try Self.box(fill ?? fit ?? "400x400", flag: fill != nil ? "--fill" : "--fit", bothSides: fill != nil)
-        for (flag, path) in [("DIR", input), ("--to", to)] where path.contains("${") {
+        for (flag, path) in [("DIR", input), ("--to", to), ("--name", name ?? "")] where path.contains("${") {
             throw CommandError.usage("\(flag) \(path): a path with ${ cannot be put in a pipeline file (it would read an environment variable)")
         }
         var isDirectory: ObjCBool = false
@@ -72,7 +77,7 @@ struct ThumbnailCommand: ParsableCommand {
         do {
             _ = try PipelineSpec.decode(text: text, baseDirectory: FileManager.default.currentDirectoryPath, defaultName: "thumbnail")
         } catch let error as SpecError {
-            let flag = ["output.quality": "--quality", "output.format": "--format"][error.path] ?? error.path
+            let flag = ["output.quality": "--quality", "output.format": "--format", "output.name": "--name"][error.path] ?? error.path
             throw CommandError.usage("\(flag): \(error.message)")
         }
         if printPipeline {
@@ -101,7 +106,7 @@ struct ThumbnailCommand: ParsableCommand {
             : #"{ "type": "directory", "path": \#(quote(input)) }"#
         let op = fill != nil ? "fill" : "fit"
         let sides = [box.width.map { #""width": \#($0)"# }, box.height.map { #""height": \#($0)"# }].compactMap { $0 }
-        let encoding = quality.map { #", "quality": \#($0)"# } ?? ""
+        let encoding = (quality.map { #", "quality": \#($0)"# } ?? "") + (name.map { #", "name": \#(quote($0))"# } ?? "")
         return """
             {
               "version": 1,

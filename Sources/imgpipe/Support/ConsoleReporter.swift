@@ -1,7 +1,9 @@
 import Foundation
 import ImagePipeline
 
-/// Progress and failures on standard error, nothing but notices with `--quiet`.
+/// Progress and failures on standard error; with `--quiet`, errors and warnings only
+/// (`RunReporter.notice`: entries of a feed left out are told, since nothing else tells
+/// of them), no progress, failures (the exit code and `status` tell of them) nor `info`.
 ///
 /// On a terminal, one line (`ProgressLine`) redrawn in place — `\r`, the text, then clear
 /// to the end of the line — at most ten times a second, fitted to the terminal's width
@@ -76,6 +78,11 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
 
     func notice(_ message: String) {
         lock.withLock { line(environment.redact(message)) }
+    }
+
+    func info(_ message: String) {
+        guard !quiet else { return }
+        notice(message)
     }
 
     /// Clears the live line for good, before the summary (or an error) is printed.

@@ -75,7 +75,7 @@ struct RunSession {
             } catch {
                 throw CommandError.failure(environment.redact(String(describing: error)))
             }
-            if runnerOptions.changes == nil { reporter.notice("no finished run to compare with: every item is new") }
+            if runnerOptions.changes == nil { reporter.info("no finished run to compare with: every item is new") }
         }
         let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger, options: runnerOptions)
         // After a second signal, work in flight is abandoned; a libvips job cannot be cut
@@ -137,7 +137,7 @@ struct RunSession {
     private func prune(summary: RunSummary, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
         if let run = try? store.run(id: summary.run), let partial = store.partialListing(of: run) {
             if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
-                reporter.notice(summary.total == 0 ? "nothing pruned: \(partial)"
+                reporter.info(summary.total == 0 ? "nothing pruned: \(partial)"
                                     : "nothing pruned: this run did not list the whole feed (\(partial)), "
                                     + "so the items it did not list are not gone from it")
             }
@@ -147,7 +147,7 @@ struct RunSession {
             guard let locations = try? store.prunable(after: summary.run, sink: sink.name), !locations.isEmpty else { continue }
             let removed = sink.prune(locations)
             if removed > 0 {
-                reporter.notice("sink \(sink.name): removed \(removed) file(s) of earlier runs that this run no longer makes")
+                reporter.info("sink \(sink.name): removed \(removed) file(s) of earlier runs that this run no longer makes")
             }
         }
     }

@@ -1,0 +1,186 @@
+import Foundation
+import ImagePipeline
+import ImagePipelineTesting
+import Testing
+
+/// What a new user met on their first day ("user's first day" issue), each end to end on
+/// the built binary: the bytes a loopback server received, the files written, the exit
+/// codes and messages.
+@Suite("First day", .serialized)
+struct FirstDayTests {
+    let work: TemporaryDirectory
+    let jpeg: Data
+
+    init() throws {
+        work = try TemporaryDirectory("imgpipe-firstday")
+        let path = work.url("fixture.jpg")
+        try ImageFixtures.jpeg(at: path, width: 64, height: 48)
+        jpeg = try Data(contentsOf: URL(fileURLWithPath: path))
+    }
+
+    func imgpipe(_ arguments: String..., environment: [String: String] = [:]) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments, in: work.path, environment: environment)
+    }
+
+    /// A server that answers `paths` with the fixture JPEG and anything else with 404.
+    func server(serving paths: Set<String>) throws -> TestHTTPServer {
+        let jpeg = self.jpeg
+        return try TestHTTPServer { request in paths.contains(request.path) ? .bytes(jpeg) : .status(404) }
+    }
+
+    // MARK: - 1. URLs are sent as written
+
+    /// A URL's escapes are kept and only what a URI cannot hold (non-ASCII letters, a
+    /// space) is encoded: the request line has `%20` and `%25` as the feed wrote them, not
+    /// `%2520`. The same through a JSON feed, a URL list and the one-liner.
+    @Test func aURLIsSentWithItsEscapesAsWritten() throws {
+        let sent = "/special/%C3%89t%C3%A9%20sale%2050%25.jpg"
+        let spaced = "/special/two%20words.jpg"
+        let server = try server(serving: [sent, spaced])
+        let written = server.baseURL + "/special/Été%20sale%2050%25.jpg"
+        let withSpace = server.baseURL + "/special/two words.jpg"
+
+        try work.write(written + "\n" + withSpace + "\n", to: "urls.txt")
+        let oneLiner = try imgpipe("thumbnail", "urls.txt", "--fit", "32", "--to", "thumbs")
+        #expect(oneLiner.status == 0, "stderr: \(oneLiner.stderr)")
+        #expect(server.requests.map(\.target).sorted() == [sent, spaced].sorted())
+
+        let feed = try TestHTTPServer { request in
+            .json(#"[{"url": "\#(written)"}, {"url": "\#(withSpace)"}]"#)
+        }
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "\(feed.baseURL)/feed", "cache": false},
+             "filters": [{"op": "fit", "width": 32, "height": 32}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "feed.json")
+        let run = try imgpipe("run", "feed.json")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        #expect(server.requests.map(\.target).sorted() == [sent, sent, spaced, spaced])
+    }
+
+    /// A failed download names the URL asked for (not only its host), secrets masked as
+    /// everywhere else.
+    @Test func aFailedDownloadNamesTheURL() throws {
+        let server = try server(serving: [])
+        try work.write(server.baseURL + "/gone/Été.jpg\n", to: "urls.txt")
+        try work.write("""
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "sink": {"type": "directory", "path": "out"}, "retry": {"attempts": 1}}
+            """, to: "pipe.json")
+        _ = try imgpipe("run", "pipe.json")
+        let status = try imgpipe("status", "pipe.json", "--json")
+        let report = try status.decoded(StatusReport.self)
+        let message = report.failures.first?.message ?? ""
+        #expect(message.contains("HTTP 404") && message.contains(server.baseURL + "/gone/%C3%89t%C3%A9.jpg"), "\(message)")
+
+        let feed = try TestHTTPServer { _ in .json(#"[{"url": "\#(server.baseURL)/gone/x.jpg?token=s3cr3t-value"}]"#) }
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "\(feed.baseURL)/feed?key=${IMG_TOKEN}", "cache": false},
+             "sink": {"type": "directory", "path": "out2"}, "retry": {"attempts": 1}}
+            """, to: "secret.json")
+        let run = try imgpipe("run", "secret.json", environment: ["IMG_TOKEN": "s3cr3t-value"])
+        #expect(run.status == 1)
+        let failed = try imgpipe("status", "secret.json", "--json", environment: ["IMG_TOKEN": "s3cr3t-value"])
+        let text = run.stdout + run.stderr + failed.stdout
+        #expect(text.contains("/gone/x.jpg?token="), "\(text)")
+        #expect(!text.contains("s3cr3t-value"), "a secret was shown: \(text)")
+    }
+
+    // MARK: - 2. Default names never collide
+
+    /// Files of one name in several folders of a host (`…/101/main.jpg`, `…/102/main.jpg`)
+    /// keep the URL's path below the host, so each has a name of its own; letters of any
+    /// script, spaces and `%` stay as written. `--name` sets the template, `{name}` is the
+    /// file name without folders.
+    @Test func urlsOfOneFileNameInSeveralFoldersAreNamedApart() throws {
+        let paths: Set<String> = ["/shop/101/main.jpg", "/shop/102/main.jpg", "/shop/103/main.jpg",
+                                  "/special/%C3%89t%C3%A9%20sale%2050%25.jpg"]
+        let server = try server(serving: paths)
+        try work.write(["/shop/101/main.jpg", "/shop/102/main.jpg", "/shop/103/main.jpg", "/special/Été%20sale%2050%25.jpg"]
+            .map { server.baseURL + $0 }.joined(separator: "\n") + "\n", to: "urls.txt")
+        let made = try imgpipe("thumbnail", "urls.txt", "--fit", "32", "--to", "out")
+        #expect(made.status == 0, "stderr: \(made.stderr)")
+        #expect(work.files(under: "out").filter { !$0.contains(".imgpipe") }.sorted()
+                == ["shop/101/main.jpg", "shop/102/main.jpg", "shop/103/main.jpg", "special/Été sale 50%.jpg"],
+                "\(work.files(under: "out"))")
+
+        let flat = try imgpipe("thumbnail", "urls.txt", "--fit", "32", "--to", "flat", "--name", "{name}-{index}.{ext}")
+        #expect(flat.status == 0, "stderr: \(flat.stderr)")
+        #expect(Set(work.files(under: "flat").filter { !$0.contains(".imgpipe") })
+                == ["main-1.jpg", "main-2.jpg", "main-3.jpg", "Été sale 50%-4.jpg"], "\(work.files(under: "flat"))")
+        let bad = try imgpipe("thumbnail", "urls.txt", "--name", "{nope}.{ext}")
+        #expect(bad.status == 2 && bad.stderr.contains("--name") && bad.stderr.contains("{nope}"), "\(bad.stderr)")
+    }
+
+    /// An `http` sink keeps a name's `/` as a path separator (it was sent as `%2F`).
+    @Test func anHTTPSinkKeepsTheFoldersOfAName() throws {
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { request in
+            if request.method == "PUT" { return .status(201) }
+            return request.path.hasPrefix("/shop/") ? .bytes(jpeg) : .status(404)
+        }
+        try work.write(server.baseURL + "/shop/101/main.jpg\n" + server.baseURL + "/shop/102/main.jpg\n", to: "urls.txt")
+        try work.write("""
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "sink": {"type": "http", "url": "\(server.baseURL)/put/{stem}.{ext}"}}
+            """, to: "put.json")
+        let run = try imgpipe("run", "put.json")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        #expect(server.requests.filter { $0.method == "PUT" }.map(\.target).sorted()
+                == ["/put/shop/101/main.jpg", "/put/shop/102/main.jpg"])
+    }
+
+    // MARK: - 3. `$$` is a literal dollar
+
+    /// `"$${meta.price}"` is `$` and the item's price: the caption drawn is the one a
+    /// literal `"$19.99"` draws. A sink's path with `$$` is written with one `$`.
+    @Test func aDoubleDollarIsALiteralDollar() throws {
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { request in
+            request.path == "/feed" ? .json(#"[{"url": "http://\#(request.headers["host"]!)/a.jpg", "price": "19.99"}]"#)
+                : .bytes(jpeg)
+        }
+        func pipeline(_ caption: String, to folder: String) -> String {
+            """
+            {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed", "cache": false},
+             "filters": [{"op": "fit", "width": 200, "height": 150, "enlarge": true}, {"op": "caption", "top": "\(caption)"}],
+             "output": {"format": "png"}, "sink": {"type": "directory", "path": "\(folder)"}}
+            """
+        }
+        try work.write(pipeline("$${meta.price}", to: "price$$tag"), to: "price.json")
+        try work.write(pipeline("$19.99", to: "literal"), to: "literal.json")
+        let validated = try imgpipe("validate", "price.json")
+        #expect(validated.status == 0, "stderr: \(validated.stderr)")
+        let priced = try imgpipe("run", "price.json")
+        #expect(priced.status == 0, "stderr: \(priced.stderr)")
+        #expect(try imgpipe("run", "literal.json").status == 0)
+        let drawn = try ImageFixtures.decode(work.url("price$tag/a.png"))
+        let literal = try ImageFixtures.decode(work.url("literal/a.png"))
+        #expect(drawn.maxDifference(from: literal, rows: 0 ..< literal.height) == 0, "the caption is not \"$19.99\"")
+    }
+
+    // MARK: - 4. --quiet
+
+    /// With `--quiet` only errors, warnings and the exit code speak: a duplicate key
+    /// (processed once: nothing is lost) is not told; entries left out are (no item, failure
+    /// nor exit code tells of them). Without `--quiet` both are told.
+    @Test func quietTellsOnlyWhatIsLost() throws {
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { request in
+            guard request.path == "/feed" else { return .bytes(jpeg) }
+            let base = "http://\(request.headers["host"]!)"
+            return .json(#"[{"url": "\#(base)/a.jpg"}, {"url": "\#(base)/a.jpg"}, {"title": "no url"}, {"url": "\#(base)/b.jpg"}]"#)
+        }
+        try work.write("""
+            {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "feed.json")
+        let quiet = try imgpipe("run", "feed.json", "--quiet")
+        #expect(quiet.status == 0, "stderr: \(quiet.stderr)")
+        #expect(quiet.stdout.isEmpty, "stdout: \(quiet.stdout)")
+        let lines = quiet.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines.allSatisfy { $0.contains("left out") }, "stderr: \(quiet.stderr)")
+
+        let told = try imgpipe("run", "feed.json", "--new")
+        #expect(told.status == 0 && told.stderr.contains("duplicate key") && told.stderr.contains("left out"), "\(told.stderr)")
+    }
+}
