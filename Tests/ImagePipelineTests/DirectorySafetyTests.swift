@@ -201,6 +201,84 @@ struct DirectorySafetyTests {
         #expect(written.count == report.done, "\(report.done) done, outputs: \(written.count)")
         #expect(written.allSatisfy { $0.hasPrefix("sub/") }, "outputs: \(written.filter { !$0.hasPrefix("sub/") })")
     }
+
+    /// The sink's own folder swapped for a link to a folder elsewhere while the run writes:
+    /// the root was opened by its path, links followed, on every write (303 of 400 outputs
+    /// went elsewhere). Nothing reaches the other folder; what was not written fails, named.
+    @Test func theSinksOwnFolderSwappedForALinkSendsNothingElsewhere() throws {
+        try pipeline()
+        let count = 200
+        try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
+        try work.folder("in")
+        for index in 1 ... count {
+            try FileManager.default.copyItem(atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
+        }
+        try work.folder("out")
+        try work.folder("elsewhere")
+        try FileManager.default.createSymbolicLink(atPath: work.url("outlink"), withDestinationPath: work.url("elsewhere"))
+        let top = open(work.path, O_RDONLY | O_DIRECTORY)
+        try #require(top >= 0)
+        defer { close(top) }
+        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        let deadline = Date().addingTimeInterval(60)
+        while running.process.isRunning, Date() < deadline, work.files(under: "out").filter({ !$0.hasPrefix(".") }).count < 10 {
+            usleep(2000)
+        }
+        #expect(ip_rename_exchange(top, "out", top, "outlink") == 0)
+        let result = running.wait()
+        #expect([0, 1].contains(result.status), "stderr: \(result.stderr)")
+        let strays = work.files(under: "elsewhere")
+        #expect(strays.isEmpty, "\(strays.count) file(s) written to the folder the link leads to")
+        let report = try status()
+        #expect(report.done + report.failed == count)
+        for failure in report.failures {
+            #expect(failure.message.contains("symbolic link"), "\(failure.key): \(failure.message)")
+        }
+    }
+
+    /// An incremental run's prune while a folder of the sink is swapped for a link to a
+    /// folder outside: files there of the pruned names used to be deleted (a path checked,
+    /// then unlinked). Prune reaches each file beneath the sink by descriptor.
+    @Test func pruneNeverRemovesAFileOutsideTheSink() throws {
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 8, "height": 8}],
+             "output": {"format": "jpeg", "name": "sub/{stem}.jpg"}, "sink": {"type": "directory", "path": "out", "prune": true}}
+            """, to: "pipe.json")
+        let count = 300
+        try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
+        try work.folder("in")
+        for index in 1 ... count {
+            try FileManager.default.copyItem(atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
+        }
+        #expect(try ImgpipeBinary.run(["run", "pipe.json"], in: work.path).status == 0)
+        // Half the sources go: the next incremental run prunes their outputs.
+        for index in stride(from: 1, through: count, by: 2) {
+            try FileManager.default.removeItem(atPath: work.url(String(format: "in/p%04d.jpg", index)))
+        }
+        try work.folder("victim")
+        for index in 1 ... count {
+            try FileManager.default.copyItem(atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "victim/p%04d.jpg", index)))
+        }
+        try FileManager.default.createSymbolicLink(atPath: work.url("out/swap"), withDestinationPath: work.url("victim"))
+        let out = open(work.url("out"), O_RDONLY | O_DIRECTORY)
+        try #require(out >= 0)
+        defer { close(out) }
+        let swapping = Swapping()
+        let swapper = Thread {
+            while !swapping.stopped {
+                if ip_rename_exchange(out, "sub", out, "swap") == 0 { swapping.swapped() }
+            }
+        }
+        swapper.start()
+        let result = try ImgpipeBinary.run(["run", "pipe.json", "--incremental"], in: work.path)
+        swapping.stop()
+        while !swapper.isFinished { usleep(1000) }
+        #expect(swapping.swaps > 100, "the folder was swapped \(swapping.swaps) times")
+        #expect([0, 1].contains(result.status), "stderr: \(result.stderr)")
+        let left = try FileManager.default.contentsOfDirectory(atPath: work.url("victim"))
+        #expect(left.count == count, "\(count - left.count) file(s) outside the sink were removed")
+    }
 }
 
 /// The swapping thread's count, and the test's word to stop.

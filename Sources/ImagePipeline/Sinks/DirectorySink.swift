@@ -10,6 +10,10 @@ import Foundation
 public struct DirectorySink: Sink {
     public let name: String
     public let root: String
+    /// `root` with the symbolic links it holds when the sink is made resolved (a sink may
+    /// be a link to a folder elsewhere): each write opens this path without following a
+    /// link at its end, so the sink's folder swapped for a link later is not followed.
+    let resolvedRoot: String
     /// Whether `prune` removes files (`"prune": true`).
     public let prunes: Bool
     static let partialFolder = ".imgpipe-partial"
@@ -22,6 +26,7 @@ public struct DirectorySink: Sink {
     public init(name: String, root: String, prune: Bool = false, sourceFolders: [String] = []) {
         self.name = name
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
+        resolvedRoot = URL(fileURLWithPath: self.root).resolvingSymlinksInPath().path
         prunes = prune
         self.sourceFolders = sourceFolders
     }
@@ -31,14 +36,17 @@ public struct DirectorySink: Sink {
     /// inside the folder as it is now; returns how many were removed. Without it, removes
     /// nothing. A file an earlier run wrote into a folder the sink no longer names is left.
     public func prune(_ locations: [String]) -> Int {
-        guard prunes else { return 0 }
-        let realRoot = URL(fileURLWithPath: root).resolvingSymlinksInPath().path
+        guard prunes, let base = try? SinkFolder.root(resolvedRoot) else { return 0 }
         var removed = 0
+        // Each file is reached beneath the folder by descriptor, as outputs are written: a
+        // folder swapped for a link meanwhile is not followed, and nothing outside is removed.
         for path in locations where path.hasPrefix(root + "/") {
-            let folder = URL(fileURLWithPath: (path as NSString).deletingLastPathComponent).resolvingSymlinksInPath().path
+            let relative = String(path.dropFirst(root.count + 1))
+            let name = (relative as NSString).lastPathComponent
+            guard let folder = base.existingFolder((relative as NSString).deletingLastPathComponent) else { continue }
             var info = stat()
-            guard folder == realRoot || folder.hasPrefix(realRoot + "/"), lstat(path, &info) == 0,
-                  info.st_mode & S_IFMT == S_IFREG, unlink(path) == 0 else { continue }
+            guard fstatat(folder.descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
+                  unlinkat(folder.descriptor, name, 0) == 0 else { continue }
             removed += 1
         }
         return removed
@@ -116,7 +124,7 @@ public struct DirectorySink: Sink {
             // folder that exists with its symbolic links resolved (checked again once open).
             try refuseSourceFolder(folder.realPath, relative: relative)
         }
-        let base = try SinkFolder.root(root)
+        let base = try SinkFolder.root(resolvedRoot)
         let partial = try base.folder(Self.partialFolder + "/" + Self.processFolder)
         let target = try base.folder(folderRelative)
         // The folder as it is, open: a source folder inside the sink's is refused whatever

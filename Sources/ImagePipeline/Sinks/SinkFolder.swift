@@ -19,20 +19,46 @@ final class SinkFolder {
 
     deinit { close(descriptor) }
 
-    /// The sink's own folder, as its path leads now (the pipeline names it, links and all),
-    /// made again (with its parents) when it was removed mid-run, as a user would.
+    /// The sink's own folder at `path`, the sink's path with the links it held when the sink
+    /// was made already resolved (`DirectorySink.resolvedRoot`): its last component is not
+    /// followed, so a folder swapped for a link mid-run (outputs sent elsewhere) fails the
+    /// item; a folder removed mid-run is made again, as a user would.
     static func root(_ path: String) throws(ItemFailure) -> SinkFolder {
-        var descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
+        var descriptor = open(path, flags)
         if descriptor < 0, errno == ENOENT {
             do {
                 try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             } catch {
                 throw ItemFailure(.upload, "cannot create \(path): \(error.localizedDescription)")
             }
-            descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            descriptor = open(path, flags)
         }
-        guard descriptor >= 0 else { throw ItemFailure(.upload, "cannot open \(path): \(CError())") }
+        guard descriptor >= 0 else {
+            let error = CError()
+            var info = stat()
+            if lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK {
+                throw ItemFailure(.upload, "the sink folder \(path) became a symbolic link: not followed, nothing written")
+            }
+            throw ItemFailure(.upload, "cannot open \(path): \(error)")
+        }
         return SinkFolder(descriptor: descriptor, path: path)
+    }
+
+    /// The folder `relative` below this one when it exists and is reached without following
+    /// a link; nil otherwise (nothing is made).
+    func existingFolder(_ relative: String) -> SinkFolder? {
+        guard !relative.isEmpty else { return self }
+        var descriptor = ip_open_beneath(self.descriptor, relative, O_RDONLY | O_DIRECTORY)
+        if descriptor < 0, [ENOSYS, EPERM, EAGAIN, E2BIG].contains(errno) {
+            descriptor = dup(self.descriptor)
+            for component in relative.split(separator: "/").map(String.init) where descriptor >= 0 {
+                let next = openat(descriptor, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                close(descriptor)
+                descriptor = next
+            }
+        }
+        return descriptor >= 0 ? SinkFolder(descriptor: descriptor, path: path + "/" + relative) : nil
     }
 
     /// The folder `relative` (components made safe by `SafePath`) below this one, made when
