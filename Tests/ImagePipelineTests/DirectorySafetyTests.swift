@@ -202,6 +202,24 @@ struct DirectorySafetyTests {
         #expect(written.allSatisfy { $0.hasPrefix("sub/") }, "outputs: \(written.filter { !$0.hasPrefix("sub/") })")
     }
 
+    /// A file named `caf\xE9.jpg` in letters beside a Latin-1 `café.jpg`: the escape gave
+    /// both the same key, and one was passed over as a duplicate. A backslash is escaped too.
+    @Test func anEscapedNameNeverMeetsALiteralOne() throws {
+        try pipeline()
+        try ImageFixtures.jpeg(at: work.url("in/ok.jpg"), width: 32, height: 24)
+        try FileManager.default.copyItem(atPath: work.url("in/ok.jpg"), toPath: work.url(#"in/caf\xE9.jpg"#))
+        let latin1 = Array("in/caf".utf8) + [0xE9] + Array(".jpg".utf8)
+        try copy(work.url("in/ok.jpg"), to: latin1)
+        defer { unlink(bytePath(latin1)) }
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(!result.stderr.contains("duplicate"), "stderr: \(result.stderr)")
+        let report = try status()
+        #expect((report.total, report.done) == (3, 3))
+        let keys = try RunStore(path: work.url(".imgpipe/pipe.sqlite")).items(runId: report.run).map(\.key).sorted()
+        #expect(keys == [#"caf\x5CxE9.jpg"#, #"caf\xE9.jpg"#, "ok.jpg"], "keys: \(keys)")
+    }
+
     /// The sink's own folder swapped for a link to a folder elsewhere while the run writes:
     /// the root was opened by its path, links followed, on every write (303 of 400 outputs
     /// went elsewhere). Nothing reaches the other folder; what was not written fails, named.

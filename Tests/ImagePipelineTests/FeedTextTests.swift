@@ -120,6 +120,53 @@ struct FeedTextTests {
     }
 }
 
+extension FeedTextTests {
+    /// A feed page that is not UTF-8 and echoes the token was cached as it came (it cannot
+    /// be recorded): the secret reached the cache's files. It is not cached.
+    @Test func aPageThatIsNotUTF8IsNotCachedWithItsSecret() throws {
+        let secret = secret
+        let jpeg = jpeg
+        let server = try TestHTTPServer { request in
+            if request.path == "/feed" {
+                var body = Data(#"[{"id": "a", "url": "http://\#(request.headers["host"]!)/a.jpg", "note": "\#(secret) "#.utf8)
+                body.append(0xE9)
+                body.append(contentsOf: Array(#""}]"#.utf8))
+                return TestHTTPServer.Response(status: 200, headers: [("Content-Type", "application/json")], body: body)
+            }
+            return .bytes(jpeg)
+        }
+        try pipeline(server, cache: true)
+        let result = try imgpipe(["run", "pipe.json"])
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        for file in work.files(under: ".imgpipe") {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: work.url(".imgpipe/" + file)))
+            #expect(bytes.range(of: Data(secret.utf8)) == nil, "\(file) holds the secret")
+        }
+    }
+
+    /// What is shown of a key or a location is the feed's text, not its recorded form
+    /// (`k$` was exported and reported as `k$$`, `${X}` as `$${X}`).
+    @Test func keysAndLocationsAreShownAsTheFeedWroteThem() throws {
+        let failing = Mutex(true)
+        let other = try otherHost(failing: failing)
+        let feed = try feedServer {
+            #"[{"id": "k$", "url": "\#(other.baseURL)/a.jpg?k=${FEED_TOKEN}"}, {"id": "m$${X}", "url": "\#(other.baseURL)/b.jpg?k=$"}]"#
+        }
+        try pipeline(feed)
+        let run = try imgpipe(["run", "pipe.json"])
+        #expect(run.status == 1)
+        #expect(run.stderr.contains("failed: k$:") && run.stderr.contains("failed: m$${X}:"), "stderr: \(run.stderr)")
+        let status = try imgpipe(["status", "pipe.json", "--json"]).decoded(StatusReport.self)
+        #expect(Set(status.failures.map(\.key)) == ["k$", "m$${X}"])
+        let export = try imgpipe(["export", "pipe.json", "--format", "jsonl"])
+        let records = export.stdout.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        let pairs = Set(records.map { "\($0["key"] ?? "") \($0["location"] ?? "")" })
+        #expect(pairs == ["k$ \(other.baseURL)/a.jpg?k=${FEED_TOKEN}", "m$${X} \(other.baseURL)/b.jpg?k=$"], "\(pairs)")
+    }
+}
+
 /// The same through a shared run: the lister records each entry in PostgreSQL and every
 /// worker, this one included, fetches what it reads back.
 @Suite("Feed text is never expanded in a shared run")

@@ -1,6 +1,6 @@
 import Foundation
 import GRDB
-import ImagePipeline
+@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
 import VipsKit
@@ -404,5 +404,19 @@ struct UploadTargetTests {
         let result = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path)
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(other.requests.count == 2)
+    }
+
+    /// A host in `allowHosts` still never gets the fields over plain http from an https
+    /// endpoint (the list was looked at first); a default port is the same port.
+    @Test func noHostGetsTheFieldsOverPlainHTTPFromAnHTTPSEndpoint() throws {
+        let endpoint = try #require(URL(string: "https://uploads.example/ticket"))
+        func refusal(_ target: String, _ allow: [String]) throws -> String? {
+            UploadSink.refusal(of: try #require(URL(string: target)), endpoint: endpoint, allowHosts: allow)
+        }
+        #expect(try refusal("http://cdn.example/put", ["cdn.example"])?.contains("plain http") == true)
+        #expect(try refusal("http://uploads.example/put", ["*"])?.contains("plain http") == true)
+        #expect(try refusal("https://cdn.example/put", ["cdn.example"]) == nil)
+        #expect(try refusal("https://uploads.example:443/put", []) == nil)
+        #expect(try refusal("https://uploads.example:8443/put", [])?.contains("another host") == true)
     }
 }

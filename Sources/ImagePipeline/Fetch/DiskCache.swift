@@ -124,9 +124,13 @@ public final class DiskCache: @unchecked Sendable {
     /// link): it is stored recorded (`Environment.recorded`) and restored by `page(at:)`.
     @discardableResult
     public func storePage(url: String, data: Data, etag: String?, lastModified: String?) throws -> Entry {
+        // A page that is not UTF-8 cannot be recorded (a secret it echoes would be stored as
+        // it is): it is not kept. (A JSON page is UTF-8.)
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw CacheError(description: "a feed page that is not UTF-8 text is not cached")
+        }
         let file = temporaryFile()
-        let text = String(data: data, encoding: .utf8).map { Data(recorded($0).utf8) } ?? data
-        try text.write(to: URL(fileURLWithPath: file))
+        try Data(recorded(text).utf8).write(to: URL(fileURLWithPath: file))
         return try store(url: url, file: file, etag: etag, lastModified: lastModified, recordedPage: true)
     }
 

@@ -96,6 +96,21 @@ public final class Environment: @unchecked Sendable {
         return out + rest
     }
 
+    /// A recorded text as a person reads it: each `$$` back to `$`, references kept as
+    /// `${NAME}` (no value is expanded). For keys and locations in `status`, `export` and
+    /// messages: a feed's key `k$` is shown `k$`, not as it is stored.
+    public static func shown(_ recorded: String) -> String {
+        guard recorded.contains("$$") else { return recorded }
+        var out = ""
+        var rest = Substring(recorded)
+        while let dollar = rest.firstIndex(of: "$") {
+            out += rest[...dollar]
+            let after = rest.index(after: dollar)
+            rest = after < rest.endIndex && rest[after] == "$" ? rest[rest.index(after: after)...] : rest[after...]
+        }
+        return out + rest
+    }
+
     /// `NAME` or `NAME:n` → the form it stands for, when that value was read.
     private static func form(named reference: Substring, in known: [String: [String]]) -> String? {
         let parts = reference.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)

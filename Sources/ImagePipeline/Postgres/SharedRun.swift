@@ -847,11 +847,11 @@ public struct SharedStatus: Sendable, Encodable {
             fetched: 0, processed: 0, sinks: sinks, outputs: outputs, tiers: Dictionary(uniqueKeysWithValues: tiers),
             failuresByReason: try byReason("failed"),
             failures: try first("failed").map {
-                FailureRecord(key: $0["key"] ?? "", reason: $0["reason"] ?? "?", message: $0["message"] ?? "",
+                FailureRecord(key: Environment.shown($0["key"] ?? ""), reason: $0["reason"] ?? "?", message: $0["message"] ?? "",
                               attempts: Int($0.int("attempts") ?? 0), httpStatus: nil)
             },
             skipsByReason: try byReason("skipped"),
-            skips: try first("skipped").map { SkipRecord(key: $0["key"] ?? "", reason: $0["reason"] ?? "?", message: $0["message"] ?? "") },
+            skips: try first("skipped").map { SkipRecord(key: Environment.shown($0["key"] ?? ""), reason: $0["reason"] ?? "?", message: $0["message"] ?? "") },
             startedAt: row["started"] ?? "", finishedAt: row["finished"], elapsed: elapsed,
             itemsPerSecond: elapsed > 0 ? Double(ended) / elapsed : 0,
             chunks: Chunks(pending: counts.chunksPending, leased: counts.chunksLeased, done: counts.chunksDone),

@@ -55,7 +55,7 @@ public enum ExportFormat: String, Sendable, CaseIterable {
             }))
         })
         return JSONValue.object([
-            ("key", .string(redact(record.key))), ("location", .string(redact(record.location))),
+            ("key", .string(redact(Environment.shown(record.key)))), ("location", .string(redact(Environment.shown(record.location)))),
             ("status", .string(record.status)), ("reason", text(record.reason)), ("message", text(record.message)),
             ("attempts", number(record.attempts)), ("tier", text(record.tier)), ("metadata", metadata),
             ("outputs", outputs), ("deliveries", deliveries),
@@ -63,7 +63,7 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     }
 
     private func csvLine(_ record: ExportRecord, sinks: [String], outputs: [String], redact: (String) -> String) -> String {
-        var cells: [String?] = [redact(record.key), redact(record.location), record.status, record.reason,
+        var cells: [String?] = [redact(Environment.shown(record.key)), redact(Environment.shown(record.location)), record.status, record.reason,
                                 record.message.map(redact), String(record.attempts), record.tier, record.metadata.map(redact)]
         for id in outputs {
             let output = record.outputs.first { $0.id == id }?.output

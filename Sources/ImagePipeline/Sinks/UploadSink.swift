@@ -7,8 +7,8 @@ import Foundation
 /// `Idempotency-Key`; a retry (or a resume) repeats both steps with the same key.
 ///
 /// The first answer is the server's word, not the user's: when `fields` hold a `${…}` value,
-/// the second step goes only to the endpoint's own host (never from https down to plain
-/// http) or to a host in `allowHosts`; anywhere else the delivery fails, naming the host,
+/// the second step goes only to the endpoint's own host or to a host in `allowHosts`, and
+/// never from https down to plain http; anywhere else the delivery fails, naming the host,
 /// and the fields are sent nowhere.
 public struct UploadSink: Sink {
     public let name: String
@@ -17,8 +17,8 @@ public struct UploadSink: Sink {
     let fields: [(String, String)]
     /// True when a field's value came from `${…}`.
     let fieldsHoldSecrets: Bool
-    /// Hosts besides the endpoint's that may receive the fields (`*`: any host, but never
-    /// over plain http when the endpoint is https).
+    /// Hosts besides the endpoint's that may receive the fields (`*`: any host). Never over
+    /// plain http when the endpoint is https, whatever the list says.
     let allowHosts: [String]
     let fileField: String
     let originalField: String
@@ -37,7 +37,7 @@ public struct UploadSink: Sink {
         } catch {
             return try error.deliveryAttempt(attempt, retry: retry)
         }
-        if let problem = refusal(of: target) {
+        if fieldsHoldSecrets, let problem = Self.refusal(of: target, endpoint: endpoint, allowHosts: allowHosts) {
             throw DeliveryFailure(ItemFailure(.upload, problem), attempts: attempt)
         }
         do throws(HTTPFailure) {
@@ -47,19 +47,19 @@ public struct UploadSink: Sink {
         }
     }
 
-    /// Why the fields may not go to `target`, or nil when they may.
-    func refusal(of target: URL) -> String? {
-        guard fieldsHoldSecrets else { return nil }
+    /// Why fields that hold secrets may not go to `target`, or nil when they may.
+    static func refusal(of target: URL, endpoint: URL, allowHosts: [String]) -> String? {
         let host = target.host?.lowercased() ?? ""
         let scheme = target.scheme?.lowercased() ?? ""
         let place = "\(scheme)://\(host)\(target.port.map { ":\($0)" } ?? "")"
         let endpointScheme = endpoint.scheme?.lowercased() ?? ""
-        if allowHosts.contains(where: { $0.lowercased() == host }) { return nil }
         if endpointScheme == "https", scheme != "https" {
             return "the upload endpoint pointed the upload at \(place), plain http from an https endpoint: "
-                + "the sink's fields hold secrets and were not sent (list the host in allowHosts to allow it)"
+                + "the sink's fields hold secrets and were not sent"
         }
-        let sameHost = host == endpoint.host?.lowercased() && target.port == endpoint.port
+        if allowHosts.contains(where: { $0.lowercased() == host }) { return nil }
+        func port(_ url: URL) -> Int? { url.port ?? (url.scheme?.lowercased() == "https" ? 443 : url.scheme?.lowercased() == "http" ? 80 : nil) }
+        let sameHost = host == endpoint.host?.lowercased() && port(target) == port(endpoint)
         if sameHost || allowHosts.contains("*") { return nil }
         return "the upload endpoint pointed the upload at \(place), another host than the endpoint's: "
             + "the sink's fields hold secrets and were not sent (list the host in allowHosts to allow it)"

@@ -54,7 +54,7 @@ extension RunStore {
                 SELECT key, reason, message, attempts, httpStatus FROM item
                 WHERE runId = ? AND status = 'failed' ORDER BY seq LIMIT ?
                 """, arguments: [runId, min(limit, Int(Int32.max))]).map { row in
-                try FailureRecord(key: row.decode(String.self, forColumn: "key"),
+                try FailureRecord(key: Environment.shown(row.decode(String.self, forColumn: "key")),
                                   reason: row.decodeEnum(FailureReason.self, forColumn: "reason").rawValue,
                                   message: row.decode(String?.self, forColumn: "message") ?? "",
                                   attempts: row.decode(Int.self, forColumn: "attempts"),
@@ -69,7 +69,7 @@ extension RunStore {
             try Row.fetchAll(db, sql: """
                 SELECT key, reason, message FROM item WHERE runId = ? AND status = 'skipped' ORDER BY seq LIMIT ?
                 """, arguments: [runId, min(limit, Int(Int32.max))]).map { row in
-                try SkipRecord(key: row.decode(String.self, forColumn: "key"),
+                try SkipRecord(key: Environment.shown(row.decode(String.self, forColumn: "key")),
                                reason: row.decodeEnum(SkipReason.self, forColumn: "reason").rawValue,
                                message: row.decode(String?.self, forColumn: "message") ?? "")
             }

@@ -67,15 +67,17 @@ enum LocalPath {
     }
 
     /// `bytes` as text, each byte that is not part of valid UTF-8 written `\xE9`: a name
-    /// shown, or used as a key, that says which bytes it has.
+    /// shown, or used as a key, that says which bytes it has. In a name that needs an escape
+    /// or holds a backslash, a backslash is written `\x5C`, so that no two names give the
+    /// same text (a file named `caf\xE9.jpg` in letters and a Latin-1 `café.jpg`).
     static func escaped(_ bytes: [UInt8]) -> String {
-        if let text = String(validating: bytes, as: UTF8.self) { return text }
+        if !bytes.contains(UInt8(ascii: "\\")), let text = String(validating: bytes, as: UTF8.self) { return text }
         var text = ""
         var index = 0
         while index < bytes.count {
             let lead = bytes[index]
             let length = lead < 0x80 ? 1 : lead >> 5 == 0b110 ? 2 : lead >> 4 == 0b1110 ? 3 : lead >> 3 == 0b11110 ? 4 : 0
-            if length > 0, index + length <= bytes.count,
+            if length > 0, lead != UInt8(ascii: "\\"), index + length <= bytes.count,
                let scalar = String(validating: bytes[index ..< index + length], as: UTF8.self) {
                 text += scalar
                 index += length

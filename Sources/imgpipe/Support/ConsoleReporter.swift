@@ -69,7 +69,7 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         lock.withLock {
             failuresShown += 1
             if failuresShown <= maxFailuresShown {
-                line("failed: \(key.printable): \(environment.redact(failure.description).printable)")
+                line("failed: \(Environment.shown(key).printable): \(environment.redact(failure.description).printable)")
             } else if failuresShown == maxFailuresShown + 1 {
                 line("(more failures: see `imgpipe status`)")
             }
