@@ -39,6 +39,10 @@ int ip_die_with_parent(pid_t parent) {
     return getppid() == parent ? 0 : -1;
 }
 
+int ip_keep_from_same_user(void) {
+    return prctl(PR_SET_DUMPABLE, 0);
+}
+
 int ip_set_child_subreaper(int on) {
     return prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)(on != 0));
 }

@@ -387,6 +387,58 @@ struct PixelHelperEnvironmentTests {
         }
     }
 
+    /// A helper runs as the run's user: it could read the run's own environment (and its
+    /// memory) through /proc while the run was dumpable. Run as `nobody`, another process
+    /// of that user cannot read the run's `/proc/PID/environ`.
+    @Test(.enabled(if: PixelHelperEnvironmentTests.nobodyCanRun, "needs setpriv and a binary that nobody may run"))
+    func anotherProcessOfTheRunsUserCannotReadItsEnvironment() throws {
+        let secret = "secret-\(UUID().uuidString.prefix(10))"
+        let large = try ImageFixtures.photo(width: 300, height: 300).resized(horizontal: 10, vertical: 10)
+        for index in 0 ..< 3 { try ImageFixtures.write(large, to: work.url("in/slow-\(index).png[compression=1]")) }
+        try work.write("""
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 200, "height": 200}],
+             "sink": {"type": "directory", "path": "out"}, "limits": {"workers": 1}}
+            """, to: "pipe.json")
+        chmod(work.path, 0o777)
+        let running = try ImgpipeBinary.launch(executable: "/usr/bin/setpriv",
+                                               Self.asNobody + [ImgpipeBinary.path, "run", "pipe.json", "--state", "pipe.sqlite"],
+                                               in: work.path, environment: ["UPLOAD_TOKEN": secret])
+        let run = running.process.processIdentifier
+        let deadline = Date().addingTimeInterval(60)
+        while running.process.isRunning, Date() < deadline, ChildProcesses.pixelHelpers(of: run).isEmpty { usleep(2000) }
+        #expect(!ChildProcesses.pixelHelpers(of: run).isEmpty, "no helper was seen")
+        let reader = Process()
+        reader.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        reader.arguments = Self.asNobody + ["cat", "/proc/\(run)/environ"]
+        let output = Pipe()
+        reader.standardOutput = output
+        reader.standardError = FileHandle.nullDevice
+        try reader.run()
+        let read = output.fileHandleForReading.readDataToEndOfFile()
+        reader.waitUntilExit()
+        let result = running.wait()
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(reader.terminationStatus != 0 && read.range(of: Data(secret.utf8)) == nil,
+                "another process of the run's user read its environment")
+    }
+
+    static let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+
+    /// Whether the binary can be run as `nobody` here (setpriv exists, every folder on the
+    /// way to the binary may be entered by others).
+    static let nobodyCanRun: Bool = {
+        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { return false }
+        let probe = Process()
+        probe.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        probe.arguments = asNobody + [ImgpipeBinary.path, "--version"]
+        probe.standardOutput = FileHandle.nullDevice
+        probe.standardError = FileHandle.nullDevice
+        guard (try? probe.run()) != nil else { return false }
+        probe.waitUntilExit()
+        return probe.terminationStatus == 0
+    }()
+
     @Test func aPipelineFileOverTheOldHeaderCapStillMakesItsPixelsInHelpers() throws {
         let filler = String(repeating: "x", count: (64 << 20) + 1024)
         try work.write("""

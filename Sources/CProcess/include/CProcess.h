@@ -15,6 +15,11 @@ int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], in
 /// request was made). Returns 0, or -1 when the parent is gone or the request failed.
 int ip_die_with_parent(pid_t parent);
 
+/// Makes this process not dumpable (`PR_SET_DUMPABLE` 0): another process of the same user,
+/// such as a pixel helper taken over by a hostile file, can neither read its memory and
+/// environment (`/proc/PID/environ`, `/proc/PID/mem`) nor attach to it. 0, or -1 (errno).
+int ip_keep_from_same_user(void);
+
 /// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`),
 /// or not: a test reads how a killed run's pixel helpers ended. Returns 0 or -1.
 int ip_set_child_subreaper(int on);

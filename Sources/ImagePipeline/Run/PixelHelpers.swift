@@ -143,6 +143,10 @@ final class PixelHelpers: @unchecked Sendable {
         self.launch = launch
         configuration = PixelMessage.configuration(spec, environment: environment)
         helperEnvironment = PixelHelperLaunch.helperEnvironment(ProcessInfo.processInfo.environment)
+        // A helper runs as the same user: were the run dumpable, a helper taken over by a
+        // hostile file could read the run's environment and memory (its secrets) through
+        // /proc or ptrace. Not dumpable, the run's /proc files are root's.
+        _ = ip_keep_from_same_user()
         self.fallback = fallback
         self.cancellation = cancellation
         self.logger = logger
