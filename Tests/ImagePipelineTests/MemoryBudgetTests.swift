@@ -173,6 +173,42 @@ struct MemoryBudgetTests {
         #expect(run.peakRSSMegabytes < 500, "run and helpers \(run.peakRSSMegabytes) MB")
     }
 
+    /// `pipe.json` with `filters` (JSON), into PNG, on one worker under `memory` MB.
+    func pipeline(filters: String, memory: Int) throws {
+        _ = try directory.write("""
+        { "version": 1, "source": {"type": "directory", "path": "in"},
+          "filters": \(filters), "output": {"format": "png"},
+          "sinks": [{"type": "directory", "path": "out"}],
+          "limits": {"memory": \(memory), "workers": 1} }
+        """, to: "pipe.json")
+    }
+
+    /// The estimate a `limit` failure names, in MB (0 when it names none).
+    func estimate(in message: String) -> Int {
+        guard message.hasPrefix("needs about ") else { return 0 }
+        return Int(message.dropFirst("needs about ".count).prefix { $0.isNumber }) ?? 0
+    }
+
+    /// A GIF whose logical screen says 16×16 and whose first frame is 8000×8000 (44 KB):
+    /// libnsgif grows the canvas to the frame, and its helper peaked at 348 MB under a
+    /// 100 MB budget. The estimate is made from the frame; a true small GIF still passes.
+    @Test func aGIFWhoseFirstFrameIsLargerThanItsScreenIsEstimatedAtTheFrame() throws {
+        let input = try directory.folder("in")
+        try ImageFixtures.gifWithSmallScreen(at: input + "/lying.gif", width: 8000, height: 8000, screen: (16, 16))
+        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 200), to: input + "/small.gif")
+        try pipeline(filters: #"[{"op": "fit", "width": 64, "height": 64}]"#, memory: 100)
+
+        let run = try ImgpipeBinary.run(["run", "pipe.json", "--quiet"], in: directory.path)
+        #expect(run.status == 1, "stderr: \(run.stderr)")
+        #expect(directory.files(under: "out") == ["small.png"])
+        let failures = try failures()
+        #expect(failures.count == 1 && failures.first?.key == "lying.gif" && failures.first?.reason == "limit", "\(failures)")
+        let message = failures.first?.message ?? ""
+        #expect(message.contains("(GIF whose first frame is 8000×8000 on a 16×16 screen, 64 MP), over limits.memory 100 MB"), "\(message)")
+        // Two 32-bit 8000 × 8000 canvases are 488 MiB.
+        #expect(estimate(in: message) >= 488, "\(message)")
+    }
+
     // MARK: - without the binary
 
     /// The header as the run reads it, for pictures libvips writes in each format.
