@@ -209,6 +209,54 @@ struct MemoryBudgetTests {
         #expect(estimate(in: message) >= 488, "\(message)")
     }
 
+    /// A step that reads the whole picture out of order (here `rotate` 90) computes it into
+    /// memory at the size it runs at: a 16000 × 16000 baseline JPEG (4 MB) rotated without a
+    /// shrink-on-load was estimated at 110 MB and peaked at 818 MB in its helper. After a
+    /// leading `fit` (shrink-on-load) the same rotation holds little.
+    @Test func aStepThatNeedsTheWholePictureIsCountedAtItsSize() throws {
+        let input = try directory.folder("in")
+        try ImageFixtures.largeJPEG(at: input + "/big.jpg", width: 16000, height: 16000, progressive: false)
+        try pipeline(filters: #"[{"op": "rotate", "angle": 90}]"#, memory: 400)
+        let run = try ImgpipeBinary.run(["run", "pipe.json", "--quiet"], in: directory.path)
+        #expect(run.status == 1, "stderr: \(run.stderr)")
+        let failures = try failures()
+        #expect(failures.first?.reason == "limit", "\(failures)")
+        let message = failures.first?.message ?? ""
+        #expect(message.hasSuffix("(3-component baseline JPEG, 256 MP), over limits.memory 400 MB"), "\(message)")
+        // The picture alone is 16000 × 16000 × 3 bytes, 732 MiB.
+        #expect(estimate(in: message) >= 732, "\(message)")
+
+        try pipeline(filters: #"[{"op": "fit", "width": 1024, "height": 1024}, {"op": "rotate", "angle": 90}]"#, memory: 128)
+        let fitted = try ImgpipeBinary.run(["run", "pipe.json", "--quiet", "--new"], in: directory.path)
+        #expect(fitted.status == 0, "stderr: \(fitted.stderr)")
+        #expect(directory.files(under: "out") == ["big.png"])
+    }
+
+    /// What the estimate counts for the chain's whole pictures, step by step.
+    @Test func wholePictureStepsAreCountedAtTheSizeTheyRunAt() throws {
+        let header = ImageHeader(format: .jpeg, width: 4000, height: 3000, bands: 3, bytesPerSample: 1,
+                                 holding: .rows, kind: "3-component baseline JPEG")
+        func whole(_ filters: [FilterStep]) -> Int {
+            let processor = ImageProcessor(filters: filters, output: OutputSpec(), limits: Limits())
+            return processor.memoryEstimate(header).bytes - ImageProcessor(filters: [], output: OutputSpec(), limits: Limits())
+                .memoryEstimate(header).bytes
+        }
+        let picture = 4000 * 3000 * 3
+        #expect(whole([.grayscale, .invert]) == 0)
+        #expect(whole([.rotate(degrees: 90, background: .black)]) == picture)
+        #expect(whole([.rotate(degrees: 360, background: .black)]) == 0)
+        #expect(whole([.flip(horizontal: false)]) == picture)
+        #expect(whole([.flip(horizontal: true)]) == 0)
+        #expect(whole([.trim(threshold: 10)]) == picture)
+        // Fused into the shrink-on-load: nothing whole at the input's size.
+        #expect(whole([.autorotate, .fit(width: 400, height: 400, enlarge: false)]) < picture / 10)
+        #expect(whole([.autorotate, .grayscale]) == picture)
+        // At the size the step runs at: after a resize to half, a quarter of the picture.
+        #expect(whole([.resize(width: nil, height: nil, scale: 0.5), .normalize]) == picture / 4)
+        // A step computed whole from another such step's picture holds both.
+        #expect(whole([.rotate(degrees: 90, background: .black), .flip(horizontal: false)]) == 2 * picture)
+    }
+
     // MARK: - without the binary
 
     /// The header as the run reads it, for pictures libvips writes in each format.
