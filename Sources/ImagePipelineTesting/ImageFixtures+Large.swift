@@ -41,6 +41,20 @@ extension ImageFixtures {
         try command("/usr/bin/env", ["vips", "jpegsave", raw, path] + (progressive ? ["--interlace"] : []))
     }
 
+    /// A black RGB GIF (libvips' `gifsave`) whose logical screen is then rewritten to
+    /// `screen`: its one frame keeps `width` × `height`, and libnsgif grows the canvas to it.
+    public static func gifWithSmallScreen(at path: String, width: Int, height: Int,
+                                          screen: (width: Int, height: Int)) throws {
+        let raw = path + ".v"
+        defer { try? FileManager.default.removeItem(atPath: raw) }
+        try command("/usr/bin/env", ["vips", "black", raw, "\(width)", "\(height)", "--bands", "3"])
+        try command("/usr/bin/env", ["vips", "gifsave", raw, path])
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        bytes.replaceSubrange(6 ..< 10, with: [UInt8(screen.width & 0xFF), UInt8(screen.width >> 8),
+                                               UInt8(screen.height & 0xFF), UInt8(screen.height >> 8)])
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+    }
+
     /// A black one-band 32-bit float TIFF, deflate-compressed, in libvips' strips.
     public static func floatTIFF(at path: String, width: Int, height: Int) throws {
         let raw = path + ".v"

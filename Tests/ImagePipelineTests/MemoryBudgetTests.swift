@@ -173,6 +173,90 @@ struct MemoryBudgetTests {
         #expect(run.peakRSSMegabytes < 500, "run and helpers \(run.peakRSSMegabytes) MB")
     }
 
+    /// `pipe.json` with `filters` (JSON), into PNG, on one worker under `memory` MB.
+    func pipeline(filters: String, memory: Int) throws {
+        _ = try directory.write("""
+        { "version": 1, "source": {"type": "directory", "path": "in"},
+          "filters": \(filters), "output": {"format": "png"},
+          "sinks": [{"type": "directory", "path": "out"}],
+          "limits": {"memory": \(memory), "workers": 1} }
+        """, to: "pipe.json")
+    }
+
+    /// The estimate a `limit` failure names, in MB (0 when it names none).
+    func estimate(in message: String) -> Int {
+        guard message.hasPrefix("needs about ") else { return 0 }
+        return Int(message.dropFirst("needs about ".count).prefix { $0.isNumber }) ?? 0
+    }
+
+    /// A GIF whose logical screen says 16×16 and whose first frame is 8000×8000 (44 KB):
+    /// libnsgif grows the canvas to the frame, and its helper peaked at 348 MB under a
+    /// 100 MB budget. The estimate is made from the frame; a true small GIF still passes.
+    @Test func aGIFWhoseFirstFrameIsLargerThanItsScreenIsEstimatedAtTheFrame() throws {
+        let input = try directory.folder("in")
+        try ImageFixtures.gifWithSmallScreen(at: input + "/lying.gif", width: 8000, height: 8000, screen: (16, 16))
+        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 200), to: input + "/small.gif")
+        try pipeline(filters: #"[{"op": "fit", "width": 64, "height": 64}]"#, memory: 100)
+
+        let run = try ImgpipeBinary.run(["run", "pipe.json", "--quiet"], in: directory.path)
+        #expect(run.status == 1, "stderr: \(run.stderr)")
+        #expect(directory.files(under: "out") == ["small.png"])
+        let failures = try failures()
+        #expect(failures.count == 1 && failures.first?.key == "lying.gif" && failures.first?.reason == "limit", "\(failures)")
+        let message = failures.first?.message ?? ""
+        #expect(message.contains("(GIF whose first frame is 8000×8000 on a 16×16 screen, 64 MP), over limits.memory 100 MB"), "\(message)")
+        // Two 32-bit 8000 × 8000 canvases are 488 MiB.
+        #expect(estimate(in: message) >= 488, "\(message)")
+    }
+
+    /// A step that reads the whole picture out of order (here `rotate` 90) computes it into
+    /// memory at the size it runs at: a 16000 × 16000 baseline JPEG (4 MB) rotated without a
+    /// shrink-on-load was estimated at 110 MB and peaked at 818 MB in its helper. After a
+    /// leading `fit` (shrink-on-load) the same rotation holds little.
+    @Test func aStepThatNeedsTheWholePictureIsCountedAtItsSize() throws {
+        let input = try directory.folder("in")
+        try ImageFixtures.largeJPEG(at: input + "/big.jpg", width: 16000, height: 16000, progressive: false)
+        try pipeline(filters: #"[{"op": "rotate", "angle": 90}]"#, memory: 400)
+        let run = try ImgpipeBinary.run(["run", "pipe.json", "--quiet"], in: directory.path)
+        #expect(run.status == 1, "stderr: \(run.stderr)")
+        let failures = try failures()
+        #expect(failures.first?.reason == "limit", "\(failures)")
+        let message = failures.first?.message ?? ""
+        #expect(message.hasSuffix("(3-component baseline JPEG, 256 MP), over limits.memory 400 MB"), "\(message)")
+        // The picture alone is 16000 × 16000 × 3 bytes, 732 MiB.
+        #expect(estimate(in: message) >= 732, "\(message)")
+
+        try pipeline(filters: #"[{"op": "fit", "width": 1024, "height": 1024}, {"op": "rotate", "angle": 90}]"#, memory: 128)
+        let fitted = try ImgpipeBinary.run(["run", "pipe.json", "--quiet", "--new"], in: directory.path)
+        #expect(fitted.status == 0, "stderr: \(fitted.stderr)")
+        #expect(directory.files(under: "out") == ["big.png"])
+    }
+
+    /// What the estimate counts for the chain's whole pictures, step by step.
+    @Test func wholePictureStepsAreCountedAtTheSizeTheyRunAt() throws {
+        let header = ImageHeader(format: .jpeg, width: 4000, height: 3000, bands: 3, bytesPerSample: 1,
+                                 holding: .rows, kind: "3-component baseline JPEG")
+        func whole(_ filters: [FilterStep]) -> Int {
+            let processor = ImageProcessor(filters: filters, output: OutputSpec(), limits: Limits())
+            return processor.memoryEstimate(header).bytes - ImageProcessor(filters: [], output: OutputSpec(), limits: Limits())
+                .memoryEstimate(header).bytes
+        }
+        let picture = 4000 * 3000 * 3
+        #expect(whole([.grayscale, .invert]) == 0)
+        #expect(whole([.rotate(degrees: 90, background: .black)]) == picture)
+        #expect(whole([.rotate(degrees: 360, background: .black)]) == 0)
+        #expect(whole([.flip(horizontal: false)]) == picture)
+        #expect(whole([.flip(horizontal: true)]) == 0)
+        #expect(whole([.trim(threshold: 10)]) == picture)
+        // Fused into the shrink-on-load: nothing whole at the input's size.
+        #expect(whole([.autorotate, .fit(width: 400, height: 400, enlarge: false)]) < picture / 10)
+        #expect(whole([.autorotate, .grayscale]) == picture)
+        // At the size the step runs at: after a resize to half, a quarter of the picture.
+        #expect(whole([.resize(width: nil, height: nil, scale: 0.5), .normalize]) == picture / 4)
+        // A step computed whole from another such step's picture holds both.
+        #expect(whole([.rotate(degrees: 90, background: .black), .flip(horizontal: false)]) == 2 * picture)
+    }
+
     // MARK: - without the binary
 
     /// The header as the run reads it, for pictures libvips writes in each format.

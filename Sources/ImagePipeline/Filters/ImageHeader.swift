@@ -193,14 +193,55 @@ struct ImageHeader: Sendable, Equatable {
 
     // MARK: GIF
 
+    /// The logical screen, grown to the first frame's extent: libnsgif (libvips' GIF loader)
+    /// lets the first image descriptor enlarge the canvas it decodes into (a 44 KB file whose
+    /// screen says 16×16 and whose first frame is 8000×8000 is decoded at 8000×8000); later
+    /// frames are clipped to that canvas. The blocks before the first descriptor (colour
+    /// table, extensions and their sub-blocks) are skipped by their lengths, read in bounded
+    /// chunks; a file with more than `gifWalk` bytes before it is unreadable here (it counts
+    /// as the whole budget).
     private static func gif(_ bytes: HeaderBytes) -> ImageHeader? {
-        let screen = bytes.at(6, 4)
-        guard screen.count == 4 else { return nil }
-        let width = bytes.le16(screen, 0), height = bytes.le16(screen, 2)
+        let screen = bytes.at(6, 5)
+        guard screen.count == 5 else { return nil }
+        let screenWidth = bytes.le16(screen, 0), screenHeight = bytes.le16(screen, 2)
+        var width = screenWidth, height = screenHeight
+        var reader = ChunkedBytes(bytes)
+        var offset = 13
+        if screen[4] & 0x80 != 0 { offset += 3 << ((Int(screen[4]) & 7) + 1) }
+        walk: while true {
+            guard offset <= gifWalk else { return nil }
+            // A file cut short or damaged before its first frame: the screen (the structure
+            // check fails it before any decoding).
+            guard let block = reader.byte(at: offset) else { break }
+            switch block {
+            case 0x21:
+                // Extension: label, then data sub-blocks up to an empty one.
+                offset += 2
+                while offset <= gifWalk {
+                    guard let size = reader.byte(at: offset) else { break walk }
+                    offset += 1 + Int(size)
+                    if size == 0 { break }
+                }
+            case 0x2C:
+                let descriptor = bytes.at(offset, 10)
+                guard descriptor.count == 10 else { break walk }
+                width = max(width, bytes.le16(descriptor, 1) + bytes.le16(descriptor, 5))
+                height = max(height, bytes.le16(descriptor, 3) + bytes.le16(descriptor, 7))
+                break walk
+            default:
+                // The trailer (no frame), or damage.
+                break walk
+            }
+        }
+        let grown = width > screenWidth || height > screenHeight
         // libnsgif decodes a frame into a 32-bit canvas, and libvips keeps its own copy.
         return ImageHeader(format: .gif, width: width, height: height, bands: 4, bytesPerSample: 1,
-                           holding: .whole(bytes: product(width, height, 2 * 4)), kind: "GIF")
+                           holding: .whole(bytes: product(width, height, 2 * 4)),
+                           kind: grown ? "GIF whose first frame is \(width)×\(height) on a \(screenWidth)×\(screenHeight) screen" : "GIF")
     }
+
+    /// How far into a GIF its first image descriptor is looked for.
+    static let gifWalk = 16 << 20
 
     // MARK: WebP
 
@@ -378,6 +419,25 @@ struct HeaderBytes {
             offset += 8 + length + length % 2
         }
         return nil
+    }
+}
+
+/// Bytes one at a time from `HeaderBytes`, read in chunks of 64 KiB (one `pread` each), for
+/// walks over many small blocks (a GIF's sub-blocks).
+struct ChunkedBytes {
+    let bytes: HeaderBytes
+    private var start = 0
+    private var chunk: [UInt8] = []
+
+    init(_ bytes: HeaderBytes) { self.bytes = bytes }
+
+    /// The byte at `offset`; nil past the end.
+    mutating func byte(at offset: Int) -> UInt8? {
+        if offset < start || offset >= start + chunk.count {
+            start = offset
+            chunk = bytes.at(offset, 1 << 16)
+        }
+        return offset - start < chunk.count ? chunk[offset - start] : nil
     }
 }
 
