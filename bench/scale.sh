@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The scale section of `make bench` (issue "ten million items on one machine"): every
 # command on a state file of N items, N = 10k, 100k, 1M by default. The feed is a folder
-# of N hard links to one 1×1 PNG (made by a script, cached in bench/work/scale-N), the
+# of N hard links to 1×1 PNGs (50,000 links each) (made by a script, cached in bench/work/scale-N), the
 # pipeline fits to 256×256 and writes JPEGs to a folder. For each N, timed with
 # /usr/bin/time: the run, `status --json`, `resume` of the finished run, `export` (JSONL and
 # CSV), `plan`, a no-op `run --incremental`, and the floors of the goals: a listing of the
@@ -32,13 +32,17 @@ def chunk(kind, data):
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
 png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
        + chunk(b"IDAT", zlib.compress(b"\x00\x80\x40\x20")) + chunk(b"IEND", b""))
-origin = os.path.join(os.path.dirname(folder), "tiny.png")
-with open(origin, "wb") as f:
-    f.write(png)
+# A file system allows so many links to one file (ext4: 65000): one origin per 50,000.
+def origin(i):
+    path = os.path.join(os.path.dirname(folder), "tiny-%d.png" % (i // 50000))
+    if not os.path.exists(path):
+        with open(path, "wb") as f:
+            f.write(png)
+    return path
 for i in range(n):
     path = os.path.join(folder, "i%07d.png" % i)
     if not os.path.exists(path):
-        os.link(origin, path)
+        os.link(origin(i), path)
 PY
 }
 
