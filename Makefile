@@ -14,7 +14,7 @@ BIN := .build/debug/imgpipe
 PREFIX ?= /usr/local
 MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
 
-.PHONY: deps test-deps build release man install demo test fuzz bench bench-scaleout bench-deps clean
+.PHONY: deps test-deps build release man install demo lint test fuzz bench bench-scaleout bench-deps clean
 
 # What imgpipe needs, installed only when something is missing: the libraries (found with
 # pkg-config: libvips, SQLite, libcurl, zlib, libpq), vipsthumbnail and the DejaVu fonts
@@ -72,8 +72,14 @@ demo: build
 # start imgpipe processes, PostgreSQL clusters and libvips work all at once, and full runs
 # on one such machine failed by the load alone (a delivery over its 5 s timeout); one at a
 # time, the suite takes 7–8 minutes there, not 4.
-test: build test-deps
+test: build test-deps lint
 	$(SWIFT) test --no-parallel
+
+# The committed .swift-format (4 spaces, 130 columns, swift-format's default rules but
+# OnlyOneTrailingClosureArgument: a call such as `list(expecting: { … }) { item in … }` reads
+# best as it is); `swift format format -i -r -p Sources Tests Package.swift` applies it.
+lint:
+	$(SWIFT) format lint --strict -r -p Sources Tests Package.swift
 
 clean:
 	rm -rf .build out preview .imgpipe

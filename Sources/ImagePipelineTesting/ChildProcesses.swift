@@ -32,14 +32,16 @@ public enum ChildProcesses {
     public static func cpuSeconds(of pid: pid_t) -> Double? {
         // utime and stime are fields 14 and 15 of `stat`, 12 and 13 after the name.
         guard let fields = stat(of: pid), fields.count > 12,
-              let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+            let user = Double(fields[11]), let system = Double(fields[12])
+        else { return nil }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// `/proc/PID/stat`'s fields after the name (which may hold spaces): the state first.
     private static func stat(of pid: pid_t) -> [Substring]? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = text.lastIndex(of: ")") else { return nil }
+            let close = text.lastIndex(of: ")")
+        else { return nil }
         return text[text.index(after: close)...].split(separator: " ")
     }
 }

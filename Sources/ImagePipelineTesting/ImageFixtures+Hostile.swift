@@ -41,10 +41,10 @@ extension ImageFixtures {
         while offset + 4 <= bytes.count, bytes[offset] == 0xFF, bytes[offset + 1] != 0xDA {
             offset += 2 + Int(bytes[offset + 2]) << 8 + Int(bytes[offset + 3])
         }
-        guard offset + 4 <= bytes.count else { return 0 ..< 0 }
+        guard offset + 4 <= bytes.count else { return 0..<0 }
         let start = offset + 2 + Int(bytes[offset + 2]) << 8 + Int(bytes[offset + 3])
         let third = (bytes.count - 2 - start) / 3
-        return start + third ..< start + 2 * third
+        return start + third..<start + 2 * third
     }
 
     static func bigEndian(_ value: UInt32) -> [UInt8] {

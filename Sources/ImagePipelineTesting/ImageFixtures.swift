@@ -15,8 +15,8 @@ public enum ImageFixtures {
     /// bottom-right white. Orientation and crops can be read back from where they land.
     public static func quadrants(width: Int, height: Int) throws -> VipsImage {
         var bytes = [UInt8](repeating: 0, count: width * height * 3)
-        for y in 0 ..< height {
-            for x in 0 ..< width {
+        for y in 0..<height {
+            for x in 0..<width {
                 let colour = y < height / 2 ? (x < width / 2 ? red : green) : (x < width / 2 ? blue : white)
                 let i = (y * width + x) * 3
                 bytes[i] = colour.0
@@ -31,9 +31,11 @@ public enum ImageFixtures {
     public static func photo(width: Int, height: Int, seed: Int = 1) throws -> VipsImage {
         var bytes = [UInt8](repeating: 0, count: width * height * 3)
         var state = UInt32(truncatingIfNeeded: seed &* 2_654_435_761 | 1)
-        for y in 0 ..< height {
-            for x in 0 ..< width {
-                state ^= state << 13; state ^= state >> 17; state ^= state << 5
+        for y in 0..<height {
+            for x in 0..<width {
+                state ^= state << 13
+                state ^= state >> 17
+                state ^= state << 5
                 let noise = Int(state & 15) - 8
                 let i = (y * width + x) * 3
                 bytes[i] = UInt8(clamping: x * 255 / max(1, width - 1) + noise)
@@ -46,8 +48,9 @@ public enum ImageFixtures {
 
     /// Writes `image`; the format comes from the suffix (`x.png[palette]` style options work).
     public static func write(_ image: VipsImage, to path: String) throws {
-        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
-                                                withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: (path as NSString).deletingLastPathComponent,
+            withIntermediateDirectories: true)
         try image.write(toFile: path)
     }
 
@@ -62,7 +65,10 @@ public enum ImageFixtures {
     public static func cmykJPEG(at path: String, width: Int, height: Int, ink: (UInt8, UInt8, UInt8, UInt8)) throws {
         var bytes = [UInt8](repeating: 0, count: width * height * 4)
         for i in stride(from: 0, to: bytes.count, by: 4) {
-            bytes[i] = ink.0; bytes[i + 1] = ink.1; bytes[i + 2] = ink.2; bytes[i + 3] = ink.3
+            bytes[i] = ink.0
+            bytes[i + 1] = ink.1
+            bytes[i + 2] = ink.2
+            bytes[i + 3] = ink.3
         }
         let image = try VipsImage.fromPixels(bytes, width: width, height: height, bands: 4).labelled(.cmyk)
         try write(image, to: path)
@@ -85,8 +91,8 @@ public enum ImageFixtures {
     /// A grey + alpha PNG: grey level `grey`; the left half transparent, the right opaque.
     public static func greyAlphaPNG(at path: String, width: Int, height: Int, grey: UInt8) throws {
         var bytes = [UInt8](repeating: 0, count: width * height * 2)
-        for y in 0 ..< height {
-            for x in 0 ..< width {
+        for y in 0..<height {
+            for x in 0..<width {
                 let i = (y * width + x) * 2
                 bytes[i] = grey
                 bytes[i + 1] = x < width / 2 ? 0 : 255
@@ -99,8 +105,8 @@ public enum ImageFixtures {
     public static func rgbaPNG(at path: String, width: Int, height: Int) throws {
         let colour = try quadrants(width: width, height: height)
         var alpha = [UInt8](repeating: 0, count: width * height)
-        for y in 0 ..< height {
-            for x in width / 2 ..< width { alpha[y * width + x] = 255 }
+        for y in 0..<height {
+            for x in width / 2..<width { alpha[y * width + x] = 255 }
         }
         let mask = try VipsImage.fromPixels(alpha, width: width, height: height, bands: 1)
         try write(try colour.joined(with: mask).labelled(.srgb), to: path)
@@ -116,9 +122,11 @@ public enum ImageFixtures {
     /// "decompression bomb" that must be refused from its header alone.
     public static func pngHeaderOnly(at path: String, width: UInt32, height: UInt32) throws {
         // A stored (uncompressed) zlib stream of 16 zero bytes: valid, but far too short.
-        let zlib: [UInt8] = [0x78, 0x01, 0x01, 0x10, 0x00, 0xEF, 0xFF] + [UInt8](repeating: 0, count: 16) + [0x00, 0x10, 0x00, 0x01]
+        let zlib: [UInt8] =
+            [0x78, 0x01, 0x01, 0x10, 0x00, 0xEF, 0xFF] + [UInt8](repeating: 0, count: 16) + [0x00, 0x10, 0x00, 0x01]
         let signature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
-        let bytes: [UInt8] = signature
+        let bytes: [UInt8] =
+            signature
             + pngChunk("IHDR", bigEndian(width) + bigEndian(height) + [8, 2, 0, 0, 0])
             + pngChunk("IDAT", zlib) + pngChunk("IEND", [])
         try Data(bytes).write(to: URL(fileURLWithPath: path))
@@ -141,7 +149,7 @@ public enum ImageFixtures {
         var crc: UInt32 = 0xFFFF_FFFF
         for byte in bytes {
             crc ^= UInt32(byte)
-            for _ in 0 ..< 8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
+            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
         }
         return ~crc
     }

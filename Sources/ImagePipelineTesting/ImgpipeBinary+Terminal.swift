@@ -11,8 +11,10 @@ extension ImgpipeBinary {
     /// (`script -q -e -c … /dev/null`), as a user at a terminal would see it. The terminal
     /// reports no size (so programs fall back to their default width) and turns each
     /// `\n` into `\r\n`. Returns what was written to the terminal and the exit status.
-    public static func runOnTerminal(_ arguments: [String], in directory: String,
-                                     environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
+    public static func runOnTerminal(
+        _ arguments: [String], in directory: String,
+        environment: [String: String] = [:]
+    ) throws -> (status: Int32, output: String) {
         let command = ([path] + arguments).map(shellQuoted).joined(separator: " ")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: scriptTool)

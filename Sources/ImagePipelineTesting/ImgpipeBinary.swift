@@ -13,7 +13,7 @@ public enum ImgpipeBinary {
     public static var path: String {
         if let explicit = ProcessInfo.processInfo.environment["IMGPIPE_BIN"] { return explicit }
         var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for _ in 0 ..< 4 {
+        for _ in 0..<4 {
             let candidate = directory.appendingPathComponent("imgpipe").path
             if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
             directory = directory.deletingLastPathComponent()
@@ -25,22 +25,28 @@ public enum ImgpipeBinary {
 
     /// Runs to completion in `directory`; output is collected through files, so a chatty
     /// command cannot block on a full pipe.
-    public static func run(_ arguments: [String], in directory: String,
-                           environment: [String: String] = [:]) throws -> CommandResult {
+    public static func run(
+        _ arguments: [String], in directory: String,
+        environment: [String: String] = [:]
+    ) throws -> CommandResult {
         let process = try launch(arguments, in: directory, environment: environment)
         process.process.waitUntilExit()
         return process.result()
     }
 
     /// Starts without waiting (for signals and kills).
-    public static func launch(_ arguments: [String], in directory: String,
-                              environment: [String: String] = [:]) throws -> RunningCommand {
+    public static func launch(
+        _ arguments: [String], in directory: String,
+        environment: [String: String] = [:]
+    ) throws -> RunningCommand {
         try launch(executable: path, arguments, in: directory, environment: environment)
     }
 
     /// Starts another program the same way (a helper script, `env -u …` around imgpipe).
-    public static func launch(executable: String, _ arguments: [String], in directory: String,
-                              environment: [String: String] = [:]) throws -> RunningCommand {
+    public static func launch(
+        executable: String, _ arguments: [String], in directory: String,
+        environment: [String: String] = [:]
+    ) throws -> RunningCommand {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
@@ -121,8 +127,10 @@ extension ImgpipeBinary {
     /// than one reading), as a bound for the tests' limits. Not `wait4`'s `ru_maxrss`:
     /// Linux carries the spawning process's high-water mark across `exec` into it, so a
     /// child of a 200 MB test process reported 200 MB whatever it used itself.
-    public static func runMeasured(_ arguments: [String], in directory: String,
-                                   timeout: TimeInterval = 300) throws -> MeasuredResult {
+    public static func runMeasured(
+        _ arguments: [String], in directory: String,
+        timeout: TimeInterval = 300
+    ) throws -> MeasuredResult {
         let id = UUID().uuidString.prefix(8)
         let out = NSTemporaryDirectory() + "/imgpipe-out-\(id)"
         let err = NSTemporaryDirectory() + "/imgpipe-err-\(id)"
@@ -136,11 +144,13 @@ extension ImgpipeBinary {
         // posix_spawn_file_actions_addchdir_np is not visible to Swift).
         let argv = (["/usr/bin/env", "-C", directory, path] + arguments).map { strdup($0) } + [nil]
         let envp = ProcessInfo.processInfo.environment.map { strdup("\($0)=\($1)") } + [nil]
-        defer { (argv + envp).forEach { free($0) } }
+        defer { for pointer in argv + envp { free(pointer) } }
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, "/usr/bin/env", &actions, nil, argv, envp)
         guard spawned == 0 else {
-            throw CocoaError(.executableLoad, userInfo: [NSLocalizedDescriptionKey: "posix_spawn \(path): \(String(cString: strerror(spawned)))"])
+            throw CocoaError(
+                .executableLoad,
+                userInfo: [NSLocalizedDescriptionKey: "posix_spawn \(path): \(String(cString: strerror(spawned)))"])
         }
         var status: Int32 = 0
         var timedOut = false
@@ -174,10 +184,11 @@ extension ImgpipeBinary {
         let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
         try? FileManager.default.removeItem(atPath: out)
         try? FileManager.default.removeItem(atPath: err)
-        return MeasuredResult(result: CommandResult(status: signal == 0 ? (status >> 8) & 0xFF : -1, stdout: stdout, stderr: stderr),
-                              signal: signal == 0 ? nil : signal, peakRSS: peak, ownPeakRSS: ownPeak,
-                              concurrentPeakRSS: concurrentPeak, timedOut: timedOut,
-                              helperPeakRSS: helperPeaks.values.max() ?? 0)
+        return MeasuredResult(
+            result: CommandResult(status: signal == 0 ? (status >> 8) & 0xFF : -1, stdout: stdout, stderr: stderr),
+            signal: signal == 0 ? nil : signal, peakRSS: peak, ownPeakRSS: ownPeak,
+            concurrentPeakRSS: concurrentPeak, timedOut: timedOut,
+            helperPeakRSS: helperPeaks.values.max() ?? 0)
     }
 
     /// `VmHWM` of a running process, in bytes (nil once it has exited).
@@ -189,8 +200,9 @@ extension ImgpipeBinary {
     /// A `kB` field of `/proc/PID/status`, in bytes.
     private static func statusField(_ field: String, of pid: pid_t) -> Int? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field) }),
-              let kilobytes = Int(line.dropFirst(field.count).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field) }),
+            let kilobytes = Int(
+                line.dropFirst(field.count).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
         else { return nil }
         return kilobytes * 1024
     }
@@ -203,7 +215,8 @@ extension CommandResult {
         do {
             return try JSONDecoder().decode(T.self, from: Data(stdout.utf8))
         } catch {
-            throw DecodingFailure(description: "\(T.self) from the command's output: \(error)\nstdout: \(stdout)\nstderr: \(stderr)")
+            throw DecodingFailure(
+                description: "\(T.self) from the command's output: \(error)\nstdout: \(stdout)\nstderr: \(stderr)")
         }
     }
 

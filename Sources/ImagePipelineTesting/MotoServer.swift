@@ -50,7 +50,9 @@ public final class MotoServer: @unchecked Sendable {
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-c", Self.serve, "-H", "127.0.0.1", "-p", "0"]
-        process.environment = ProcessInfo.processInfo.environment.merging(["MOTO_HOLD_FLAG": holdFlag, "MOTO_PART_SEEN": partSeenFlag]) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging([
+            "MOTO_HOLD_FLAG": holdFlag, "MOTO_PART_SEEN": partSeenFlag,
+        ]) { $1 }
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         process.standardOutput = output
         process.standardError = output
@@ -58,7 +60,7 @@ public final class MotoServer: @unchecked Sendable {
         try process.run()
         // The port it bound, from its "Running on http://127.0.0.1:PORT" line.
         var port: String?
-        for _ in 0 ..< 600 where port == nil && process.isRunning {
+        for _ in 0..<600 where port == nil && process.isRunning {
             let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             if let range = text.range(of: #"Running on http://127\.0\.0\.1:[0-9]+"#, options: .regularExpression) {
                 port = String(text[range].split(separator: ":").last ?? "")
@@ -69,7 +71,8 @@ public final class MotoServer: @unchecked Sendable {
         guard let port else {
             let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             Self.stop(process)
-            throw ServerError("moto's server did not start (is moto[server] installed? `make deps` installs it): \(text.suffix(600))")
+            throw ServerError(
+                "moto's server did not start (is moto[server] installed? `make deps` installs it): \(text.suffix(600))")
         }
         endpoint = "http://127.0.0.1:\(port)"
         let key: String
@@ -167,7 +170,8 @@ public final class MotoServer: @unchecked Sendable {
     }
 
     public func objects(in bucket: String) throws -> [String: StoredObject] {
-        let json = try boto3("""
+        let json = try boto3(
+            """
             out = {}
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[1]):
                 for item in page.get("Contents", []):
@@ -183,7 +187,8 @@ public final class MotoServer: @unchecked Sendable {
 
     /// The keys of the multipart uploads in progress in a bucket.
     public func multipartUploads(in bucket: String) throws -> [String] {
-        let json = try boto3("""
+        let json = try boto3(
+            """
             print(json.dumps([u["Key"] for u in s3.list_multipart_uploads(Bucket=sys.argv[1]).get("Uploads", [])]))
             """, arguments: [bucket])
         return try JSONDecoder().decode([String].self, from: Data(json.utf8))
@@ -191,7 +196,8 @@ public final class MotoServer: @unchecked Sendable {
 
     /// Puts each file of `folder` (relative path → key below `prefix`).
     public func upload(folder: String, to bucket: String, prefix: String = "") throws {
-        try boto3("""
+        try boto3(
+            """
             root = sys.argv[2]
             for dirpath, _, names in os.walk(root):
                 for name in names:
@@ -220,8 +226,10 @@ public final class MotoServer: @unchecked Sendable {
 
     /// `python3 -c script arguments…`; its standard output, or an error with its standard error.
     static func python(_ script: String, environment: [String: String], arguments: [String] = []) throws -> String {
-        let result = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["python3", "-c", script] + arguments,
-                                              in: NSTemporaryDirectory(), environment: environment).wait()
+        let result = try ImgpipeBinary.launch(
+            executable: "/usr/bin/env", ["python3", "-c", script] + arguments,
+            in: NSTemporaryDirectory(), environment: environment
+        ).wait()
         guard result.status == 0 else {
             throw ServerError("python3 (boto3) failed with status \(result.status): \(result.stderr.suffix(1200))")
         }

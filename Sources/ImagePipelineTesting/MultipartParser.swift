@@ -19,7 +19,8 @@ public enum MultipartParser {
 
     public static func parse(_ body: Data, contentType: String) throws -> [FormPart] {
         guard contentType.lowercased().hasPrefix("multipart/form-data"),
-              let boundaryRange = contentType.range(of: "boundary=") else {
+            let boundaryRange = contentType.range(of: "boundary=")
+        else {
             throw Failure(description: "not multipart/form-data: \(contentType)")
         }
         var boundary = String(contentType[boundaryRange.upperBound...])
@@ -33,11 +34,11 @@ public enum MultipartParser {
             if body[cursor...].starts(with: Data("--".utf8)) { return parts }
             guard body[cursor...].starts(with: crlf) else { throw Failure(description: "malformed boundary line") }
             cursor += 2
-            guard let headerEnd = body.range(of: Data("\r\n\r\n".utf8), in: cursor ..< body.endIndex) else {
+            guard let headerEnd = body.range(of: Data("\r\n\r\n".utf8), in: cursor..<body.endIndex) else {
                 throw Failure(description: "part without a header end")
             }
-            let headerText = String(decoding: body[cursor ..< headerEnd.lowerBound], as: UTF8.self)
-            guard let next = body.range(of: crlf + delimiter, in: headerEnd.upperBound ..< body.endIndex) else {
+            let headerText = String(decoding: body[cursor..<headerEnd.lowerBound], as: UTF8.self)
+            guard let next = body.range(of: crlf + delimiter, in: headerEnd.upperBound..<body.endIndex) else {
                 throw Failure(description: "part without a closing boundary")
             }
             var name = ""
@@ -52,7 +53,8 @@ public enum MultipartParser {
                     type = line.dropFirst("content-type:".count).trimmingCharacters(in: .whitespaces)
                 }
             }
-            parts.append(FormPart(name: name, filename: filename, contentType: type, data: body[headerEnd.upperBound ..< next.lowerBound]))
+            parts.append(
+                FormPart(name: name, filename: filename, contentType: type, data: body[headerEnd.upperBound..<next.lowerBound]))
             cursor = next.upperBound
         }
     }

@@ -34,13 +34,18 @@ public final class PostgresCluster: @unchecked Sendable {
         let passwordFile = folder + "/pw"
         try password.write(toFile: passwordFile, atomically: true, encoding: .utf8)
         if getuid() == 0 { try Self.shell(["chown", "-R", "postgres:postgres", folder]) }
-        try Self.asServerUser(["\(binaries)/initdb", "-D", folder + "/data", "-U", user, "--pwfile=\(passwordFile)",
-                          "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--locale=C.UTF-8"])
+        try Self.asServerUser([
+            "\(binaries)/initdb", "-D", folder + "/data", "-U", user, "--pwfile=\(passwordFile)",
+            "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--locale=C.UTF-8",
+        ])
         // A port free now: bound by a RefusingPort, read back, let go when it is freed.
         port = try RefusingPort().port
-        try Self.asServerUser(["\(binaries)/pg_ctl", "-D", folder + "/data", "-l", folder + "/server.log", "-w", "-t", "60",
-                          "-o", "-h 127.0.0.1 -p \(port) -k \(folder) -c fsync=off -c synchronous_commit=off "
-                              + "-c full_page_writes=off -c max_connections=200", "start"])
+        try Self.asServerUser([
+            "\(binaries)/pg_ctl", "-D", folder + "/data", "-l", folder + "/server.log", "-w", "-t", "60",
+            "-o",
+            "-h 127.0.0.1 -p \(port) -k \(folder) -c fsync=off -c synchronous_commit=off "
+                + "-c full_page_writes=off -c max_connections=200", "start",
+        ])
         let stopCommand = "\(binaries)/pg_ctl -D \(folder)/data -m immediate stop"
         Self.atExit.withLock { $0.append((getuid() == 0 ? "runuser -u postgres -- " : "") + stopCommand + "; rm -rf \(folder)") }
         atexit { PostgresCluster.runAtExit() }
@@ -61,7 +66,8 @@ public final class PostgresCluster: @unchecked Sendable {
 
     public func dropDatabase(_ url: String) {
         guard let name = url.split(separator: "/").last.map(String.init),
-              let admin = try? PostgresConnection(url: self.url(database: "postgres")) else { return }
+            let admin = try? PostgresConnection(url: self.url(database: "postgres"))
+        else { return }
         _ = try? admin.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
         admin.close()
     }
@@ -116,7 +122,10 @@ public final class PostgresCluster: @unchecked Sendable {
         let versions = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [])
             .compactMap(Int.init).sorted()
         return versions.reversed().map { "\(root)/\($0)/bin" }
-            .first { FileManager.default.isExecutableFile(atPath: "\($0)/initdb") && FileManager.default.isExecutableFile(atPath: "\($0)/postgres") }
+            .first {
+                FileManager.default.isExecutableFile(atPath: "\($0)/initdb")
+                    && FileManager.default.isExecutableFile(atPath: "\($0)/postgres")
+            }
     }
 
     public struct ClusterError: Error, CustomStringConvertible {

@@ -39,15 +39,15 @@ public struct ProcessingHarness: Sendable {
 extension Pixels {
     /// Mean of each band over a rectangle (the whole image by default).
     public func means(x: Int = 0, y: Int = 0, width w: Int? = nil, height h: Int? = nil) -> [Double] {
-        (0 ..< bands).map { mean(band: $0, x: x, y: y, width: w, height: h) }
+        (0..<bands).map { mean(band: $0, x: x, y: y, width: w, height: h) }
     }
 
     /// Mean absolute difference between horizontally adjacent samples: edge energy.
     public var edgeEnergy: Double {
         var total = 0
-        for y in 0 ..< height {
-            for x in 1 ..< width {
-                for band in 0 ..< min(bands, 3) {
+        for y in 0..<height {
+            for x in 1..<width {
+                for band in 0..<min(bands, 3) {
                     total += abs(Int(samples[(y * width + x) * bands + band]) - Int(samples[(y * width + x - 1) * bands + band]))
                 }
             }
@@ -59,8 +59,8 @@ extension Pixels {
     public func maxDifference(from other: Pixels, rows: Range<Int>) -> Int {
         var worst = 0
         for y in rows {
-            for x in 0 ..< min(width, other.width) {
-                for band in 0 ..< min(bands, other.bands, 3) {
+            for x in 0..<min(width, other.width) {
+                for band in 0..<min(bands, other.bands, 3) {
                     worst = max(worst, abs(Int(self[x, y][band]) - Int(other[x, y][band])))
                 }
             }

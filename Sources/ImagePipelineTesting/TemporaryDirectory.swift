@@ -28,8 +28,9 @@ public final class TemporaryDirectory: Sendable {
     @discardableResult
     public func write(_ text: String, to relative: String) throws -> String {
         let target = url(relative)
-        try FileManager.default.createDirectory(atPath: (target as NSString).deletingLastPathComponent,
-                                                withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: (target as NSString).deletingLastPathComponent,
+            withIntermediateDirectories: true)
         try Data(text.utf8).write(to: URL(fileURLWithPath: target))
         return target
     }

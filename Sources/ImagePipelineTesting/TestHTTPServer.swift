@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A small HTTP/1.1 server on 127.0.0.1 for tests, on plain sockets so that it can
@@ -50,8 +50,10 @@ public final class TestHTTPServer: @unchecked Sendable {
             case flood(bytes: Int)
         }
 
-        public init(status: Int = 200, headers: [(String, String)] = [], body: Data = Data(),
-                    declaredLength: Int? = nil, stall: Double = 0) {
+        public init(
+            status: Int = 200, headers: [(String, String)] = [], body: Data = Data(),
+            declaredLength: Int? = nil, stall: Double = 0
+        ) {
             self.status = status
             self.headers = headers
             self.body = body
@@ -187,15 +189,17 @@ public final class TestHTTPServer: @unchecked Sendable {
             send(fd, Data(String(bytes.count, radix: 16).utf8 + [13, 10]) + bytes + Data([13, 10]))
         }
         switch stream {
-        case let .drip(interval, seconds):
+        case .drip(let interval, let seconds):
             let end = Date().addingTimeInterval(seconds)
             var next: [UInt8] = [0xFF, 0xD8, 0xFF]
             while Date() < end, chunk(Data([next.isEmpty ? 0 : next.removeFirst()])) {
                 Thread.sleep(forTimeInterval: interval)
             }
-        case let .flood(bytes):
+        case .flood(let bytes):
             var block = Data(count: 65536)
-            block[0] = 0xFF; block[1] = 0xD8; block[2] = 0xFF
+            block[0] = 0xFF
+            block[1] = 0xD8
+            block[2] = 0xFF
             var sent = 0
             while sent < bytes, chunk(block) { sent += block.count }
         }
@@ -220,11 +224,11 @@ public final class TestHTTPServer: @unchecked Sendable {
         while headerEnd == nil {
             let count = recv(fd, &chunk, chunk.count, 0)
             if count <= 0 { return nil }
-            buffer += chunk[0 ..< count]
+            buffer += chunk[0..<count]
             if let range = buffer.firstRange(of: [13, 10, 13, 10]) { headerEnd = range.upperBound }
             if buffer.count > 1 << 20 { return nil }
         }
-        let head = String(decoding: buffer[0 ..< headerEnd!], as: UTF8.self)
+        let head = String(decoding: buffer[0..<headerEnd!], as: UTF8.self)
         var lines = head.components(separatedBy: "\r\n").filter { !$0.isEmpty }
         guard !lines.isEmpty else { return nil }
         let requestLine = lines.removeFirst().split(separator: " ")
@@ -239,7 +243,7 @@ public final class TestHTTPServer: @unchecked Sendable {
         while body.count < expected {
             let count = recv(fd, &chunk, chunk.count, 0)
             if count <= 0 { break }
-            body += chunk[0 ..< count]
+            body += chunk[0..<count]
         }
         return Request(method: String(requestLine[0]), target: String(requestLine[1]), headers: headers, body: Data(body))
     }

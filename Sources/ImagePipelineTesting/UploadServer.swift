@@ -94,17 +94,19 @@ public final class UploadServer: @unchecked Sendable {
             return currentMode
         }
         switch mode {
-        case let .refuse(status): return .status(status)
-        case let .flaky(failures):
+        case .refuse(let status): return .status(status)
+        case .flaky(let failures):
             if lock.withLock({ attempts[identity]! }) <= failures { return .status(503) }
-        case let .slow(seconds): Thread.sleep(forTimeInterval: seconds)
+        case .slow(let seconds): Thread.sleep(forTimeInterval: seconds)
         case .normal: break
         }
         let answer = lock.withLock { () -> String in
             if let key, let earlier = byKey[key] { return earlier }
             let id = String(stored.count + 1)
-            stored.append(Upload(key: key, path: request.path, fields: fields, filename: file?.filename,
-                                 contentType: file?.contentType ?? request.headers["content-type"], data: file?.data ?? request.body))
+            stored.append(
+                Upload(
+                    key: key, path: request.path, fields: fields, filename: file?.filename,
+                    contentType: file?.contentType ?? request.headers["content-type"], data: file?.data ?? request.body))
             let url = "\(base)/files/\(id)"
             if let key { byKey[key] = url }
             return url

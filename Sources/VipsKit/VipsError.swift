@@ -48,14 +48,18 @@ public struct VipsError: Error, CustomStringConvertible, Sendable, Equatable {
     /// `jpegsave`, `pngsave_buffer`, `vips2jpeg`, `VipsForeignSaveJpeg`.
     static func isSaver(_ domain: String) -> Bool {
         if domain.hasPrefix("VipsForeignSave") { return domain.dropFirst(15).allSatisfy(\.isLetter) }
-        if domain.hasPrefix("vips2") { return domain.dropFirst(5).allSatisfy { $0.isLowercase || $0.isNumber } && domain.count > 5 }
+        if domain.hasPrefix("vips2") {
+            return domain.dropFirst(5).allSatisfy { $0.isLowercase || $0.isNumber } && domain.count > 5
+        }
         return isLowerWord(domain, endingWith: ["save", "save_buffer", "save_target", "save_file"])
     }
 
     /// libjpeg's messages, which libvips passes on under the operation's name.
     static func isDecoderComplaint(_ text: String) -> Bool {
-        ["Premature end of JPEG file", "Corrupt JPEG data", "out of order read", "Invalid SOS parameters",
-         "Bogus marker length", "Huffman table"].contains { text.hasPrefix($0) }
+        [
+            "Premature end of JPEG file", "Corrupt JPEG data", "out of order read", "Invalid SOS parameters",
+            "Bogus marker length", "Huffman table",
+        ].contains { text.hasPrefix($0) }
     }
 
     /// `domain` is a lower-case word (letters and digits) followed by one of `suffixes`.

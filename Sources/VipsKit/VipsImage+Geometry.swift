@@ -42,13 +42,15 @@ extension VipsImage {
         if horizontal <= 1, vertical <= 1, horizontal < 1 || vertical < 1 {
             let (w, h, b) = (width, height, bands)
             // As `vips_resize` reckons the factors it hands `reduceh` and `reducev`.
-            let hshrink = 1 / max(horizontal, 1 / Double(w)), vshrink = 1 / max(vertical, 1 / Double(h))
+            let hshrink = 1 / max(horizontal, 1 / Double(w))
+            let vshrink = 1 / max(vertical, 1 / Double(h))
             if rs_reduces_as_libvips(Int32(w), Int32(h), hshrink, vshrink) != 0,
-               let reduced = try filledInMemory(
-                   "reduce", width: Int(rs_reduced_length(Int32(w), hshrink)), height: Int(rs_reduced_length(Int32(h), vshrink)),
-                   { input, stride, output, outStride in
-                       rs_reduce_lanczos3(input, stride, Int32(w), Int32(h), Int32(b), output, outStride, hshrink, vshrink)
-                   }) {
+                let reduced = try filledInMemory(
+                    "reduce", width: Int(rs_reduced_length(Int32(w), hshrink)), height: Int(rs_reduced_length(Int32(h), vshrink)),
+                    { input, stride, output, outStride in
+                        rs_reduce_lanczos3(input, stride, Int32(w), Int32(h), Int32(b), output, outStride, hshrink, vshrink)
+                    })
+            {
                 return reduced
             }
         }

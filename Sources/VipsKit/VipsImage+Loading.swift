@@ -86,28 +86,34 @@ extension VipsImage {
     /// Loads and resizes in one step, letting the loader shrink while decoding (JPEG DCT
     /// scaling, WebP and HEIF scaled decode, PNG/TIFF pyramid pages). `crop` other than
     /// `.none` fills the box and crops to it.
-    public static func thumbnail(path: String, width: Int, height: Int, size: ThumbnailSize,
-                                 autorotate: Bool, crop: Interesting = .none,
-                                 colour: ColourManagement = .none, failOn: FailOn = .error) throws -> VipsImage {
+    public static func thumbnail(
+        path: String, width: Int, height: Int, size: ThumbnailSize,
+        autorotate: Bool, crop: Interesting = .none,
+        colour: ColourManagement = .none, failOn: FailOn = .error
+    ) throws -> VipsImage {
         try VipsRuntime.setUp()
         var out: UnsafeMutablePointer<CVips.VipsImage>?
-        let status = ip_thumbnail_any(path, nil, 0, &out, Int32(width), Int32(height), size.vips,
-                                      autorotate ? 0 : 1, crop.vips,
-                                      colour.importProfile, colour.exportProfile, failOn.vips)
+        let status = ip_thumbnail_any(
+            path, nil, 0, &out, Int32(width), Int32(height), size.vips,
+            autorotate ? 0 : 1, crop.vips,
+            colour.importProfile, colour.exportProfile, failOn.vips)
         guard status == 0, let out else { throw VipsError.take("thumbnail", context: "\(path) to \(width)×\(height)") }
         return VipsImage(taking: out)
     }
 
     /// As `thumbnail(path:…)`, from memory. The bytes are kept alive with the image.
-    public static func thumbnail(data: Data, width: Int, height: Int, size: ThumbnailSize,
-                                 autorotate: Bool, crop: Interesting = .none,
-                                 colour: ColourManagement = .none, failOn: FailOn = .error) throws -> VipsImage {
+    public static func thumbnail(
+        data: Data, width: Int, height: Int, size: ThumbnailSize,
+        autorotate: Bool, crop: Interesting = .none,
+        colour: ColourManagement = .none, failOn: FailOn = .error
+    ) throws -> VipsImage {
         try VipsRuntime.setUp()
         let storage = ByteStorage(data)
         var out: UnsafeMutablePointer<CVips.VipsImage>?
-        let status = ip_thumbnail_any(nil, storage.base, storage.count, &out, Int32(width),
-                                      Int32(height), size.vips, autorotate ? 0 : 1, crop.vips,
-                                      colour.importProfile, colour.exportProfile, failOn.vips)
+        let status = ip_thumbnail_any(
+            nil, storage.base, storage.count, &out, Int32(width),
+            Int32(height), size.vips, autorotate ? 0 : 1, crop.vips,
+            colour.importProfile, colour.exportProfile, failOn.vips)
         guard status == 0, let out else {
             throw VipsError.take("thumbnail", context: "\(data.count) bytes to \(width)×\(height)")
         }
@@ -115,13 +121,16 @@ extension VipsImage {
     }
 
     /// An image made from raw interleaved pixels (copied), 8 or 16 bits per sample.
-    public static func fromPixels(_ bytes: [UInt8], width: Int, height: Int, bands: Int,
-                                  sixteenBit: Bool = false) throws -> VipsImage {
+    public static func fromPixels(
+        _ bytes: [UInt8], width: Int, height: Int, bands: Int,
+        sixteenBit: Bool = false
+    ) throws -> VipsImage {
         try VipsRuntime.setUp()
         let format = sixteenBit ? VIPS_FORMAT_USHORT : VIPS_FORMAT_UCHAR
         let image = bytes.withUnsafeBytes { raw in
-            ip_new_from_memory_copy(raw.baseAddress, raw.count, Int32(width), Int32(height),
-                                    Int32(bands), format)
+            ip_new_from_memory_copy(
+                raw.baseAddress, raw.count, Int32(width), Int32(height),
+                Int32(bands), format)
         }
         guard let image else { throw VipsError.take("new_from_memory") }
         return VipsImage(taking: image)

@@ -29,21 +29,28 @@ extension VipsImage {
 
     /// Rotates anticlockwise by any angle; uncovered corners get `background`.
     public func rotated(degrees: Double, background: [Double]) throws -> VipsImage {
-        try derive("rotate") { out in background.withUnsafeBufferPointer {
-            ip_rotate(pointer, &out, degrees, $0.baseAddress, Int32($0.count))
-        } }
+        try derive("rotate") { out in
+            background.withUnsafeBufferPointer {
+                ip_rotate(pointer, &out, degrees, $0.baseAddress, Int32($0.count))
+            }
+        }
     }
 
     /// Places the image at (x, y) in a `width`×`height` canvas filled with `background`.
     public func embedded(x: Int, y: Int, width: Int, height: Int, background: [Double]) throws -> VipsImage {
-        try derive("embed") { out in background.withUnsafeBufferPointer {
-            ip_embed(pointer, &out, Int32(x), Int32(y), Int32(width), Int32(height), $0.baseAddress, Int32($0.count))
-        } }
+        try derive("embed") { out in
+            background.withUnsafeBufferPointer {
+                ip_embed(pointer, &out, Int32(x), Int32(y), Int32(width), Int32(height), $0.baseAddress, Int32($0.count))
+            }
+        }
     }
 
     /// The box inside a uniform border (the border's colour is the top-left pixel's).
     public func trimBox(threshold: Double) throws -> (left: Int, top: Int, width: Int, height: Int) {
-        var left: Int32 = 0, top: Int32 = 0, width: Int32 = 0, height: Int32 = 0
+        var left: Int32 = 0
+        var top: Int32 = 0
+        var width: Int32 = 0
+        var height: Int32 = 0
         guard ip_find_trim(pointer, &left, &top, &width, &height, threshold) == 0 else {
             throw VipsError.take("find_trim", context: summary)
         }
@@ -74,9 +81,13 @@ extension VipsImage {
     /// sample, and takes about 1.5× as long again).
     public func halved() throws -> VipsImage {
         let (w, h, b) = (width, height, bands)
-        if w >= 2, h >= 2, let halved = try filledInMemory("halve", width: w / 2, height: h / 2, { input, stride, output, outStride in
-            rs_halve(input, stride, Int32(w), Int32(h), Int32(b), output, outStride)
-        }) {
+        if w >= 2, h >= 2,
+            let halved = try filledInMemory(
+                "halve", width: w / 2, height: h / 2,
+                { input, stride, output, outStride in
+                    rs_halve(input, stride, Int32(w), Int32(h), Int32(b), output, outStride)
+                })
+        {
             return halved
         }
         return try derive("affine") { ip_halve(pointer, &$0) }
@@ -95,9 +106,13 @@ extension VipsImage {
     /// 8 bits, clipping, else the result is float.
     public func linear(_ a: [Double], _ b: [Double], clipToByte: Bool) throws -> VipsImage {
         precondition(a.count == b.count, "linear needs as many offsets as factors")
-        return try derive("linear") { out in a.withUnsafeBufferPointer { pa in b.withUnsafeBufferPointer { pb in
-            ip_linear(pointer, &out, pa.baseAddress, pb.baseAddress, Int32(a.count), clipToByte ? 1 : 0)
-        } } }
+        return try derive("linear") { out in
+            a.withUnsafeBufferPointer { pa in
+                b.withUnsafeBufferPointer { pb in
+                    ip_linear(pointer, &out, pa.baseAddress, pb.baseAddress, Int32(a.count), clipToByte ? 1 : 0)
+                }
+            }
+        }
     }
 
     public func adding(_ other: VipsImage) throws -> VipsImage {
@@ -156,9 +171,11 @@ extension VipsImage {
         let rows = matrix.count
         let cols = matrix.first?.count ?? 0
         let flat = matrix.flatMap { $0 }
-        return try derive("recomb") { out in flat.withUnsafeBufferPointer {
-            ip_recomb(pointer, &out, $0.baseAddress, Int32(rows), Int32(cols))
-        } }
+        return try derive("recomb") { out in
+            flat.withUnsafeBufferPointer {
+                ip_recomb(pointer, &out, $0.baseAddress, Int32(rows), Int32(cols))
+            }
+        }
     }
 
     /// Appends a constant band (e.g. an opaque alpha of 255).
@@ -204,8 +221,10 @@ extension VipsImage {
     /// the mask handed back is a copy of its pixels (`ip_text_detached`), since the image
     /// itself can keep the text operation, and its Pango objects, alive until whichever
     /// thread releases it.
-    public static func text(_ text: String, font: String, width: Int, height: Int? = nil,
-                            align: TextAlign = .centre, fontFile: String? = nil) throws -> VipsImage {
+    public static func text(
+        _ text: String, font: String, width: Int, height: Int? = nil,
+        align: TextAlign = .centre, fontFile: String? = nil
+    ) throws -> VipsImage {
         try VipsRuntime.setUp()
         let (status, made) = TextThread.shared.run { () -> (Int32, UnsafeMutablePointer<CVips.VipsImage>?) in
             var out: UnsafeMutablePointer<CVips.VipsImage>?

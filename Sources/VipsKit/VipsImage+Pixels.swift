@@ -10,7 +10,7 @@ public struct Pixels: Sendable {
     /// The samples of the pixel at (x, y).
     public subscript(x: Int, y: Int) -> [UInt8] {
         let start = (y * width + x) * bands
-        return Array(samples[start ..< start + bands])
+        return Array(samples[start..<start + bands])
     }
 
     /// The mean of band `band` over a rectangle (the whole image by default).
@@ -19,9 +19,9 @@ public struct Pixels: Sendable {
         let h = h ?? height - y
         guard w > 0, h > 0 else { return 0 }
         var total = 0
-        for row in y ..< y + h {
+        for row in y..<y + h {
             var index = (row * width + x) * bands + band
-            for _ in 0 ..< w {
+            for _ in 0..<w {
                 total += Int(samples[index])
                 index += bands
             }

@@ -35,19 +35,21 @@ extension VipsImage {
         var length = 0
         let status: Int32
         switch encoding {
-        case let .jpeg(quality, progressive, strip):
-            status = ip_jpegsave_buffer(pointer, &buffer, &length, Int32(quality), strip ? 1 : 0,
-                                        progressive ? 1 : 0)
-        case let .png(compression, strip):
+        case .jpeg(let quality, let progressive, let strip):
+            status = ip_jpegsave_buffer(
+                pointer, &buffer, &length, Int32(quality), strip ? 1 : 0,
+                progressive ? 1 : 0)
+        case .png(let compression, let strip):
             status = ip_pngsave_buffer(pointer, &buffer, &length, Int32(compression), strip ? 1 : 0, 0)
-        case let .webp(quality, lossless, effort, strip):
-            status = ip_webpsave_buffer(pointer, &buffer, &length, Int32(quality), lossless ? 1 : 0,
-                                        strip ? 1 : 0, Int32(effort))
-        case let .avif(quality, effort, strip):
+        case .webp(let quality, let lossless, let effort, let strip):
+            status = ip_webpsave_buffer(
+                pointer, &buffer, &length, Int32(quality), lossless ? 1 : 0,
+                strip ? 1 : 0, Int32(effort))
+        case .avif(let quality, let effort, let strip):
             status = ip_avifsave_buffer(pointer, &buffer, &length, Int32(quality), Int32(effort), strip ? 1 : 0)
-        case let .tiff(strip):
+        case .tiff(let strip):
             status = ip_tiffsave_buffer(pointer, &buffer, &length, strip ? 1 : 0)
-        case let .gif(strip):
+        case .gif(let strip):
             status = ip_gifsave_buffer(pointer, &buffer, &length, strip ? 1 : 0)
         }
         guard status == 0, let buffer else { throw VipsError.take(encoding.operation, context: summary) }

@@ -27,7 +27,9 @@ extension VipsImage {
     /// every pixel (`vips_avg`). Cost: a handful of float images of this size in memory.
     public func structuralSimilarity(to reference: VipsImage) throws -> Double {
         guard width == reference.width, height == reference.height else {
-            throw VipsError(operation: "ssim", message: "the images differ in size: \(width)×\(height) against \(reference.width)×\(reference.height)")
+            throw VipsError(
+                operation: "ssim",
+                message: "the images differ in size: \(width)×\(height) against \(reference.width)×\(reference.height)")
         }
         let x = try reference.luminance()
         let y = try luminance()

@@ -26,8 +26,10 @@ public final class VipsImage: @unchecked Sendable {
     /// Wraps the result of an operation that wrote its image to `out`, or throws the error
     /// libvips reported. The new image keeps the buffers of its inputs (this image and
     /// `others`) alive; libvips itself holds references to the input images.
-    func derive(_ operation: String, with others: [VipsImage] = [],
-                _ body: (inout UnsafeMutablePointer<CVips.VipsImage>?) -> Int32) throws -> VipsImage {
+    func derive(
+        _ operation: String, with others: [VipsImage] = [],
+        _ body: (inout UnsafeMutablePointer<CVips.VipsImage>?) -> Int32
+    ) throws -> VipsImage {
         var out: UnsafeMutablePointer<CVips.VipsImage>?
         let status = withExtendedLifetime(others) { body(&out) }
         guard status == 0, let out else { throw VipsError.take(operation, context: summary) }
@@ -40,8 +42,10 @@ public final class VipsImage: @unchecked Sendable {
     /// written by `fill` from this one's read in place (each given with its bytes per
     /// line); nil when this picture's samples cannot be read in place (see
     /// `ip_uchar_in_memory`) or `fill` returns non-zero (it could not do this one).
-    func filledInMemory(_ operation: String, width: Int, height: Int,
-                        _ fill: (UnsafePointer<UInt8>, Int, UnsafeMutablePointer<UInt8>, Int) -> Int32) throws -> VipsImage? {
+    func filledInMemory(
+        _ operation: String, width: Int, height: Int,
+        _ fill: (UnsafePointer<UInt8>, Int, UnsafeMutablePointer<UInt8>, Int) -> Int32
+    ) throws -> VipsImage? {
         guard rs_enabled() != 0, ip_uchar_in_memory(pointer) != 0 else { return nil }
         guard let out = ip_new_like(pointer, Int32(width), Int32(height)) else {
             throw VipsError.take(operation, context: summary)
@@ -81,7 +85,8 @@ public final class VipsImage: @unchecked Sendable {
     public var orientation: Int {
         var value: Int32 = 1
         guard vips_image_get_typeof(pointer, "orientation") != 0,
-              vips_image_get_int(pointer, "orientation", &value) == 0 else { return 1 }
+            vips_image_get_int(pointer, "orientation", &value) == 0
+        else { return 1 }
         return (1...8).contains(value) ? Int(value) : 1
     }
 
@@ -98,8 +103,9 @@ public final class VipsImage: @unchecked Sendable {
     public var loader: String? {
         var value: UnsafePointer<CChar>?
         guard vips_image_get_typeof(pointer, VIPS_META_LOADER) != 0,
-              vips_image_get_string(pointer, VIPS_META_LOADER, &value) == 0,
-              let value else { return nil }
+            vips_image_get_string(pointer, VIPS_META_LOADER, &value) == 0,
+            let value
+        else { return nil }
         return String(cString: value)
     }
 

@@ -4,7 +4,7 @@ import CResample
 import CVips
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Process-wide libvips set-up, done once, the first time anything asks for it.

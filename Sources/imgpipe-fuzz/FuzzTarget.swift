@@ -30,34 +30,38 @@ enum FuzzTarget {
 }
 
 #if FUZZING
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzzTestOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
-    guard let start else { return 0 }
-    FuzzTarget.run(Data(bytes: start, count: count))
-    return 0
-}
+    @_cdecl("LLVMFuzzerTestOneInput")
+    public func fuzzTestOneInput(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
+        guard let start else { return 0 }
+        FuzzTarget.run(Data(bytes: start, count: count))
+        return 0
+    }
 
-/// libFuzzer's driver, for an executable whose entry point is not libFuzzer's `main`.
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(_ argc: UnsafeMutablePointer<CInt>,
-                         _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-                         _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt) -> CInt
+    /// libFuzzer's driver, for an executable whose entry point is not libFuzzer's `main`.
+    // swift-format-ignore: AlwaysUseLowerCamelCase
+    // (the C symbol libFuzzer defines)
+    @_silgen_name("LLVMFuzzerRunDriver")
+    func LLVMFuzzerRunDriver(
+        _ argc: UnsafeMutablePointer<CInt>,
+        _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+        _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+    ) -> CInt
 
-/// SwiftPM links an executable with its entry point renamed to `<module>_main`: that is
-/// where libFuzzer is started.
-@_cdecl("imgpipe_fuzz_main")
-public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
-    var count = argc
-    var arguments = argv
-    return LLVMFuzzerRunDriver(&count, &arguments) { start, size in fuzzTestOneInput(start, size) }
-}
+    /// SwiftPM links an executable with its entry point renamed to `<module>_main`: that is
+    /// where libFuzzer is started.
+    @_cdecl("imgpipe_fuzz_main")
+    public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+        var count = argc
+        var arguments = argv
+        return LLVMFuzzerRunDriver(&count, &arguments) { start, size in fuzzTestOneInput(start, size) }
+    }
 #else
-@main
-struct Replay {
-    static func main() throws {
-        for path in CommandLine.arguments.dropFirst() {
-            print("\(path): \(FuzzTarget.run(try Data(contentsOf: URL(fileURLWithPath: path))))")
+    @main
+    struct Replay {
+        static func main() throws {
+            for path in CommandLine.arguments.dropFirst() {
+                print("\(path): \(FuzzTarget.run(try Data(contentsOf: URL(fileURLWithPath: path))))")
+            }
         }
     }
-}
 #endif

@@ -28,17 +28,19 @@ func seconds(_ body: () throws -> Void) rethrows -> Double {
 }
 
 do {
-    let lister = try SharedRun(connection: PostgresConnection(url: url), pipelineName: "scaleout",
-                               fingerprint: ["filters": "[]"], chunkSize: chunk, leaseSeconds: 60, worker: "lister")
+    let lister = try SharedRun(
+        connection: PostgresConnection(url: url), pipelineName: "scaleout",
+        fingerprint: ["filters": "[]"], chunkSize: chunk, leaseSeconds: 60, worker: "lister")
     guard let lease = try lister.acquireLister() else { throw SharedWorkerError("the lister's lease is held") }
     let listing = try seconds {
         var next = 0
         while next < items {
             let count = min(chunk, items - next)
-            let page = (next ..< next + count).map { FeedItem(key: "item-\($0)", location: "/data/in/item-\($0).jpg") }
+            let page = (next..<next + count).map { FeedItem(key: "item-\($0)", location: "/data/in/item-\($0).jpg") }
             next += count
-            try lister.recordPage(page, cursor: "{\"key\":\"item-\(next - 1)\",\"listed\":\(next)}", complete: next >= items,
-                                  lease: lease)
+            try lister.recordPage(
+                page, cursor: "{\"key\":\"item-\(next - 1)\",\"listed\":\(next)}", complete: next >= items,
+                lease: lease)
         }
     }
 
@@ -46,9 +48,10 @@ do {
     let transitions = Mutex(0)
     let failures = Mutex<[String]>([])
     let working = try seconds {
-        let runs = try (0 ..< workers).map { index in
-            try SharedRun(connection: PostgresConnection(url: url), pipelineName: "scaleout", fingerprint: ["filters": "[]"],
-                          chunkSize: chunk, leaseSeconds: 60, worker: "worker-\(index)")
+        let runs = try (0..<workers).map { index in
+            try SharedRun(
+                connection: PostgresConnection(url: url), pipelineName: "scaleout", fingerprint: ["filters": "[]"],
+                chunkSize: chunk, leaseSeconds: 60, worker: "worker-\(index)")
         }
         let threads = runs.map { run in
             let done = DispatchSemaphore(value: 0)
@@ -74,12 +77,13 @@ do {
     if let failure = failures.withLock({ $0.first }) { throw SharedWorkerError(failure) }
 
     var statusTimes: [Double] = []
-    for _ in 0 ..< 5 {
+    for _ in 0..<5 {
         statusTimes.append(try seconds { _ = try SharedStatus.latest(at: url, pipelineName: "scaleout") })
     }
     let counts = try lister.counts()
     let median = statusTimes.sorted()[statusTimes.count / 2]
-    print("""
+    print(
+        """
         {"items": \(items), "workers": \(workers), "chunk": \(chunk), "done": \(counts.done), \
         "listerItemsPerSecond": \(Int(Double(items) / listing)), "claimsPerSecond": \(Int(Double(claims.withLock { $0 }) / working)), \
         "transitionsPerSecond": \(Int(Double(transitions.withLock { $0 }) / working)), "statusSeconds": \(String(format: "%.3f", median))}

@@ -21,11 +21,15 @@ struct Imgpipe: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "imgpipe",
         abstract: "Run batch image pipelines: a feed of images, a chain of libvips filters, and sinks.",
-        discussion: "Exit codes: 0 every item done or skipped, 1 some items failed, 2 usage or invalid pipeline, 130 interrupted.",
+        discussion:
+            "Exit codes: 0 every item done or skipped, 1 some items failed, 2 usage or invalid pipeline, 130 interrupted.",
         version: version,
-        subcommands: [RunCommand.self, ResumeCommand.self, WorkCommand.self, DryRunCommand.self, StatusCommand.self,
-                      ValidateCommand.self, ExportCommand.self, PlanCommand.self, ThumbnailCommand.self, InitCommand.self, FiltersCommand.self,
-                      SchemaCommand.self, CacheCommand.self]
+        subcommands: [
+            RunCommand.self, ResumeCommand.self, WorkCommand.self, DryRunCommand.self, StatusCommand.self,
+            ValidateCommand.self, ExportCommand.self, PlanCommand.self, ThumbnailCommand.self, InitCommand.self,
+            FiltersCommand.self,
+            SchemaCommand.self, CacheCommand.self,
+        ]
     )
 
     /// Where `run`, `resume` and `work` make items' pixels: in helper processes of this
@@ -59,7 +63,7 @@ struct Imgpipe: ParsableCommand {
             Foundation.exit(error.exitCode.rawValue)
         } catch {
             let code = exitCode(for: error)
-            if code == .success { exit(withError: error) } // --help, --version
+            if code == .success { exit(withError: error) }  // --help, --version
             // ArgumentParser's usage errors exit 64 (EX_USAGE); ours is 2. Its "Error: "
             // becomes the "error: " of every other message.
             var message = fullMessage(for: error)
@@ -80,7 +84,8 @@ struct Imgpipe: ParsableCommand {
             word = topic
         }
         guard !names.contains(word) else { return }
-        let hint = Spelling.closest(to: word, in: names, distance: max(2, word.count / 3)).map { " (did you mean `\($0)`?)" } ?? ""
+        let hint =
+            Spelling.closest(to: word, in: names, distance: max(2, word.count / 3)).map { " (did you mean `\($0)`?)" } ?? ""
         throw CommandError.usage("unknown command `\(word)`\(hint); the commands are \(names.dropLast().joined(separator: ", "))")
     }
 }

@@ -53,14 +53,16 @@ struct CatalogueTests {
         ]
         for (index, text) in bad.enumerated() { try work.write(text, to: "bad-\(index).json") }
         // S3 as a sink (AWS, with everything the sink takes) and as a source (an S3-compatible endpoint).
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "x"},
              "sink": {"type": "s3", "name": "archive", "bucket": "acme-thumbs", "prefix": "thumbs/", "region": "eu-west-1",
                       "key": "{stem}-{hash}.{ext}", "storageClass": "STANDARD_IA", "metadata": {"project": "demo"},
                       "multipartThreshold": 16777216, "partSize": 8388608, "accessKeyId": "${ACME_KEY}",
                       "secretAccessKey": "${ACME_SECRET}", "sessionToken": "${ACME_TOKEN}"}}
             """, to: "s3-aws.json")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "s3", "bucket": "photos", "prefix": "in", "endpoint": "http://127.0.0.1:9000",
                                       "pathStyle": true, "pageSize": 500, "maxItems": 1000, "cache": false},
              "sink": {"type": "directory", "path": "o"}}
@@ -106,13 +108,17 @@ struct CatalogueTests {
 
     /// The page at `path` as headless Chromium leaves it after its scripts ran.
     func chromium(_ path: String) throws -> String {
-        let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
         let browser = try #require(chromium, "Debian's chromium is needed (make deps installs it)")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: browser)
-        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                             "--user-data-dir=" + work.url("chromium-profile"), "--virtual-time-budget=10000",
-                             "--dump-dom", URL(fileURLWithPath: work.url(path)).absoluteString]
+        process.arguments = [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--user-data-dir=" + work.url("chromium-profile"), "--virtual-time-budget=10000",
+            "--dump-dom", URL(fileURLWithPath: work.url(path)).absoluteString,
+        ]
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = FileHandle.nullDevice
@@ -125,7 +131,7 @@ struct CatalogueTests {
     /// The attributes of the `<body>` tag of a page.
     func bodyAttributes(_ dom: String) -> [String: String] {
         guard let open = dom.range(of: "<body"), let close = dom[open.upperBound...].range(of: ">") else { return [:] }
-        let tag = String(dom[open.upperBound ..< close.lowerBound])
+        let tag = String(dom[open.upperBound..<close.lowerBound])
         var attributes: [String: String] = [:]
         for match in tag.matches(of: /([a-z-]+)="([^"]*)"/) { attributes[String(match.1)] = String(match.2) }
         return attributes
@@ -137,15 +143,18 @@ struct CatalogueTests {
             Issue.record("no table header in \(lines)", sourceLocation: sourceLocation)
             return
         }
-        let starts = columns.compactMap { title in header.range(of: title).map { header.distance(from: header.startIndex, to: $0.lowerBound) } }
+        let starts = columns.compactMap { title in
+            header.range(of: title).map { header.distance(from: header.startIndex, to: $0.lowerBound) }
+        }
         #expect(starts.count == columns.count, "header: \(header)", sourceLocation: sourceLocation)
         let rows = lines.drop { $0 != header }.dropFirst().prefix { !$0.contains("previewed in") }
         #expect(!rows.isEmpty, sourceLocation: sourceLocation)
         for row in rows {
             let characters = Array(row)
             for start in starts.dropFirst() {
-                #expect(characters.count > start && characters[start - 1] == " " && characters[start] != " ",
-                        "column at \(start) misaligned in \(row)", sourceLocation: sourceLocation)
+                #expect(
+                    characters.count > start && characters[start - 1] == " " && characters[start] != " ",
+                    "column at \(start) misaligned in \(row)", sourceLocation: sourceLocation)
             }
         }
     }
@@ -156,7 +165,8 @@ struct CatalogueTests {
         try ImageFixtures.rgbaPNG(at: samples + "/alpha.png", width: 120, height: 90)
         try ImageFixtures.cmykJPEG(at: samples + "/cmyk.jpg", width: 100, height: 100, ink: (0, 255, 255, 0))
         try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 100), to: samples + "/photo.tif")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "samples"},
              "filters": [{"op": "autorotate"}, {"op": "fit", "width": 100, "height": 100}, {"op": "sepia"}],
              "output": {"format": "tiff"}, "sink": {"type": "directory", "path": "out"}}
@@ -174,7 +184,8 @@ struct CatalogueTests {
         #expect(lines.first?.hasPrefix("sample ") == true && lines.first?.contains("ssim") == true, "stdout: \(run.stdout)")
         expectAligned(lines, columns: ["sample", "input", "output", "bytes", "ssim", "ms"])
         let photo = try #require(lines.first { $0.hasPrefix("photo.tif ") })
-        #expect(photo.contains("200×100") && photo.contains("100×50") && photo.contains(" 0."), "a score for a plain fit: \(photo)")
+        #expect(
+            photo.contains("200×100") && photo.contains("100×50") && photo.contains(" 0."), "a score for a plain fit: \(photo)")
         #expect(lines.last == "contact sheet: sheet preview/index.html", "stdout: \(run.stdout)")
 
         let html = try String(contentsOfFile: work.url("sheet preview/index.html"), encoding: .utf8)
@@ -201,7 +212,8 @@ struct CatalogueTests {
     /// SSIM; B's `fill` to a square changes the geometry, so non-square samples get no score.
     @Test func twoPipelinesSideBySideInChromium() throws {
         try makeSheetSamples()
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "name": "square", "source": {"type": "directory", "path": "samples"},
              "filters": [{"op": "autorotate"}, {"op": "fill", "width": 80, "height": 80}],
              "output": {"format": "jpeg", "quality": 30}, "sink": {"type": "directory", "path": "out"}}
@@ -209,8 +221,12 @@ struct CatalogueTests {
         let run = try imgpipe("dry-run", "sheet.json", "square.json", "--out", "compare")
         #expect(run.status == 0, "stderr: \(run.stderr)")
         let lines = run.stdout.split(separator: "\n").map(String.init)
-        expectAligned(lines, columns: ["sample", "input", "bytes", "A output", "A bytes", "A ssim", "A ms",
-                                       "B output", "B bytes", "B ssim", "B ms"])
+        expectAligned(
+            lines,
+            columns: [
+                "sample", "input", "bytes", "A output", "A bytes", "A ssim", "A ms",
+                "B output", "B bytes", "B ssim", "B ms",
+            ])
         let header = try #require(lines.first)
         let photo = try #require(lines.first { $0.hasPrefix("photo.tif ") })
         func cell(_ title: String) -> String {
@@ -241,11 +257,12 @@ struct CatalogueTests {
     /// card comes first.
     @Test func manySamplesMakeACompactGridWithFailuresFirst() throws {
         let samples = try work.folder("many")
-        for index in 1 ... 13 {
+        for index in 1...13 {
             try ImageFixtures.write(try ImageFixtures.photo(width: 90, height: 60, seed: index), to: samples + "/p\(index).png")
         }
         try work.write("not an image", to: "many/zz-broken.jpg")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "many"},
              "filters": [{"op": "fit", "width": 45}], "sink": {"type": "directory", "path": "out"}}
             """, to: "many.json")

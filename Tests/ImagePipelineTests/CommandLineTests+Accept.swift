@@ -9,7 +9,8 @@ extension CommandLineTests {
     /// A pipeline of `source` (fit 32×32 into `out/`) with more top-level keys in `extra`.
     @discardableResult
     func acceptPipeline(source: String, extra: String = "", limits: String = #"{"timeout": 5}"#) throws -> String {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": \(source),
              "filters": [{"op": "fit", "width": 32, "height": 32}],
              "sinks": [{"type": "directory", "path": "out"}], "limits": \(limits)\(extra)}
@@ -24,22 +25,34 @@ extension CommandLineTests {
         // Stored 300×90 but shown 90×300: too narrow once turned.
         try ImageFixtures.jpeg(at: folder + "/turned.jpg", width: 300, height: 90, orientation: 6)
         try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 300), to: folder + "/anim.gif")
-        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#,
-                     extra: #", "accept": {"minWidth": 100, "minHeight": 50, "maxAspect": 3, "formats": ["jpg", "png"]}"#)
+        try acceptPipeline(
+            source: #"{"type": "directory", "path": "in"}"#,
+            extra: #", "accept": {"minWidth": 100, "minHeight": 50, "maxAspect": 3, "formats": ["jpg", "png"]}"#)
 
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(work.files(under: "out") == ["good.jpg"])
         let skipped = Dictionary(uniqueKeysWithValues: try status().skips.map { ($0.key, $0) })
-        #expect(skipped["small.jpg"].map { ($0.reason, $0.message) } ?? ("", "") == ("too-small", "60×40 is under accept.minWidth 100"))
+        #expect(
+            skipped["small.jpg"].map { ($0.reason, $0.message) } ?? ("", "") == (
+                "too-small", "60×40 is under accept.minWidth 100"
+            ))
         #expect(skipped["turned.jpg"]?.message == "90×300 is under accept.minWidth 100")
-        #expect(skipped["pano.jpg"].map { ($0.reason, $0.message) } ?? ("", "") == ("aspect", "900×200 is 4.50:1, over accept.maxAspect 3"))
-        #expect(skipped["anim.gif"].map { ($0.reason, $0.message) } ?? ("", "") == ("format", "gif is not in accept.formats (jpeg, png)"))
+        #expect(
+            skipped["pano.jpg"].map { ($0.reason, $0.message) } ?? ("", "") == (
+                "aspect", "900×200 is 4.50:1, over accept.maxAspect 3"
+            ))
+        #expect(
+            skipped["anim.gif"].map { ($0.reason, $0.message) } ?? ("", "") == (
+                "format", "gif is not in accept.formats (jpeg, png)"
+            ))
         #expect(try status().skipsByReason == ["too-small": 2, "aspect": 1, "format": 1])
 
         try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"minBytes": 100000}"#)
         _ = try imgpipe("run", "pipe.json", "--new")
-        #expect(try status().skips.first { $0.key == "small.jpg" }?.message.hasSuffix("bytes is under accept.minBytes 100000") == true)
+        #expect(
+            try status().skips.first { $0.key == "small.jpg" }?.message.hasSuffix("bytes is under accept.minBytes 100000") == true
+        )
     }
 
     /// `in/<stem>.gif` (300×300, listed before the JPEG) and `in/<stem>.jpg` (400×200), whose
@@ -61,8 +74,9 @@ extension CommandLineTests {
         }
         let large = try ImageFixtures.photo(width: 300, height: 300).resized(horizontal: 10, vertical: 10)
         try ImageFixtures.write(large, to: folder + "/0-slow.png[compression=1]")
-        try acceptPipeline(source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"formats": ["jpeg", "png"]}"#,
-                           limits: #"{"timeout": 5, "workers": 1}"#)
+        try acceptPipeline(
+            source: #"{"type": "directory", "path": "in"}"#, extra: #", "accept": {"formats": ["jpeg", "png"]}"#,
+            limits: #"{"timeout": 5, "workers": 1}"#)
     }
 
     /// A skipped item makes nothing, so it takes no output name from another: `a.jpg`, whose
@@ -101,10 +115,11 @@ extension CommandLineTests {
         try queue.write { db in
             try db.execute(sql: "UPDATE output SET name = NULL WHERE itemKey = 'a.jpg'")
             try db.execute(sql: "UPDATE output SET name = 'a.jpg' WHERE itemKey = 'a.gif'")
-            try db.execute(sql: """
-                UPDATE item SET status = 'failed', reason = 'encode', message = 'output name "a.jpg" is already used by item "a.gif"'
-                WHERE key = 'a.jpg'
-                """)
+            try db.execute(
+                sql: """
+                    UPDATE item SET status = 'failed', reason = 'encode', message = 'output name "a.jpg" is already used by item "a.gif"'
+                    WHERE key = 'a.jpg'
+                    """)
             try db.execute(sql: "UPDATE delivery SET status = 'pending' WHERE itemKey = 'a.jpg'")
         }
         try FileManager.default.removeItem(atPath: work.url("out/a.jpg"))
@@ -128,13 +143,17 @@ extension CommandLineTests {
         #expect(fault(#", "accept": {"formats": ["bmp"]}"#).contains("accept.formats[0]"))
         #expect(fault(#", "accept": {"maxAspect": 0.5}"#).contains("accept.maxAspect"))
         #expect(fault(#", "userAgent": "two\nlines""#).contains("userAgent"))
-        #expect(fault(#", "userAgent": "bot-${WORKER}/1.0""#).contains("userAgent: expected the user agent as it is sent (no ${NAME}"))
+        #expect(
+            fault(#", "userAgent": "bot-${WORKER}/1.0""#).contains("userAgent: expected the user agent as it is sent (no ${NAME}")
+        )
         #expect(fault("", source: #"{"type": "directory", "path": ".", "robots": true}"#).contains("robots"))
-        let fallback = #"{"type": "url-list", "path": "u.txt", "fallback": {"type": "url-list", "path": "v.txt", "robots": true}}"#
+        let fallback =
+            #"{"type": "url-list", "path": "u.txt", "fallback": {"type": "url-list", "path": "v.txt", "robots": true}}"#
         #expect(fault("", source: fallback).contains("source.fallback.robots"))
 
-        try acceptPipeline(source: #"{"type": "url-list", "path": "u.txt", "respectOptOut": false, "robots": true}"#,
-                     extra: #", "userAgent": "mybot/1.0 (+mailto:ops@example.com)", "accept": {"formats": ["tif", "heif"]}"#)
+        try acceptPipeline(
+            source: #"{"type": "url-list", "path": "u.txt", "respectOptOut": false, "robots": true}"#,
+            extra: #", "userAgent": "mybot/1.0 (+mailto:ops@example.com)", "accept": {"formats": ["tif", "heif"]}"#)
         let spec = try PipelineSpec.load(path: work.url("pipe.json"))
         #expect(spec.source.remote?.respectOptOut == false && spec.source.remote?.robots == true)
         #expect(spec.userAgent == "mybot/1.0 (+mailto:ops@example.com)")

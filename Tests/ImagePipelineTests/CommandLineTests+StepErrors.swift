@@ -20,12 +20,15 @@ extension CommandLineTests {
         #expect(failure?.reason == "process")
         let message = failure?.message ?? ""
         #expect(message.hasPrefix("filters[1] text on a 20×13 picture: "), "message: \(message)")
-        #expect(message.contains("16 px from the south edge, lies wholly outside the picture (margin 16 is not less than its height, 13)"),
-                "message: \(message)")
+        #expect(
+            message.contains(
+                "16 px from the south edge, lies wholly outside the picture (margin 16 is not less than its height, 13)"),
+            "message: \(message)")
         #expect(!message.contains("bad dimensions"), "message: \(message)")
 
         // An output's own step, after a load shared by two outputs.
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "outputs": [{"id": "big", "filters": [{"op": "fit", "width": 100, "height": 100}]},
                          {"id": "small", "filters": [{"op": "fit", "width": 20, "height": 20},
@@ -42,9 +45,11 @@ extension CommandLineTests {
         try pipeline(filters: #"[{"op": "fit", "width": 12, "height": 12}, {"op": "text", "text": "x"}]"#)
         let refused = try imgpipe("validate", "pipe.json")
         #expect(refused.status == 2)
-        #expect(refused.stderr.contains("filters[1]: margin 16 from the south edge puts the text wholly outside the picture, "
-                                            + "which the filters before it make at most 12 pixels high; make the margin smaller than 12"),
-                "stderr: \(refused.stderr)")
+        #expect(
+            refused.stderr.contains(
+                "filters[1]: margin 16 from the south edge puts the text wholly outside the picture, "
+                    + "which the filters before it make at most 12 pixels high; make the margin smaller than 12"),
+            "stderr: \(refused.stderr)")
         #expect(try imgpipe("run", "pipe.json", "--new").status == 2)
         // A gravity along the other side, or a margin that fits, is no fault.
         try pipeline(filters: #"[{"op": "fit", "width": 40, "height": 12}, {"op": "text", "text": "x", "gravity": "west"}]"#)

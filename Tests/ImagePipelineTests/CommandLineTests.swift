@@ -12,9 +12,12 @@ struct CommandLineTests {
 
     /// Writes `pipe.json` reading `in/` and writing `out/`.
     @discardableResult
-    func pipeline(filters: String = #"[{"op": "autorotate"}, {"op": "fit", "width": 256, "height": 256}]"#,
-                  output: String = #"{"format": "jpeg", "quality": 85}"#, limits: String = "{}") throws -> String {
-        try work.write("""
+    func pipeline(
+        filters: String = #"[{"op": "autorotate"}, {"op": "fit", "width": 256, "height": 256}]"#,
+        output: String = #"{"format": "jpeg", "quality": 85}"#, limits: String = "{}"
+    ) throws -> String {
+        try work.write(
+            """
             {
               "version": 1,
               "source": {"type": "directory", "path": "in"},
@@ -31,7 +34,7 @@ struct CommandLineTests {
         let original = work.url("original.jpg")
         try ImageFixtures.write(try ImageFixtures.photo(width: 1600, height: 1200), to: original)
         try work.folder("in/batch")
-        return try (1 ... count).map { index in
+        return try (1...count).map { index in
             let key = String(format: "batch/img-%04d.jpg", index)
             try FileManager.default.copyItem(atPath: original, toPath: work.url("in/" + key))
             return key
@@ -138,8 +141,11 @@ struct CommandLineTests {
         }
         #expect(work.files(under: "out") == ["good1.jpg", "good2.jpg"])
         let reasons = Dictionary(uniqueKeysWithValues: try status().failures.map { ($0.key, $0.reason) })
-        #expect(reasons == ["bomb.png": "limit", "drawing.png": "decode", "empty.jpg": "decode",
-                            "error-page.jpg": "decode", "truncated.jpg": "decode"])
+        #expect(
+            reasons == [
+                "bomb.png": "limit", "drawing.png": "decode", "empty.jpg": "decode",
+                "error-page.jpg": "decode", "truncated.jpg": "decode",
+            ])
     }
 
     // MARK: resume
@@ -183,8 +189,9 @@ struct CommandLineTests {
             let pixels = try ImageFixtures.decode(work.url("out/" + key))
             #expect((pixels.width, pixels.height) == (256, 192))
         }
-        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-\(run.id)")),
-                "staged outputs left behind")
+        #expect(
+            !FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-\(run.id)")),
+            "staged outputs left behind")
         #expect(try after.latestRun()?.state == .finished)
     }
 
@@ -208,15 +215,17 @@ struct CommandLineTests {
         #expect(!stopped.feedComplete && stopped.total < keys.count, "total \(stopped.total)")
         #expect(result.stdout.contains(" of \(stopped.total) listed so far"), "stdout: \(result.stdout)")
         let text = try imgpipe("status", "pipe.json")
-        #expect(text.stdout.contains("items: \(stopped.total) total listed so far (the feed is not listed to its end)"),
-                "stdout: \(text.stdout)")
+        #expect(
+            text.stdout.contains("items: \(stopped.total) total listed so far (the feed is not listed to its end)"),
+            "stdout: \(text.stdout)")
 
         // Changing what outputs look like blocks resume, naming what changed.
         try pipeline(filters: #"[{"op": "fit", "width": 128, "height": 128}]"#, limits: #"{"workers": 1}"#)
         let refused = try imgpipe("resume", "pipe.json")
         #expect(refused.status == 2)
-        #expect(refused.stderr.contains("filters changed since run #1 started (filters: autorotate, fit → fit)"),
-                "stderr: \(refused.stderr)")
+        #expect(
+            refused.stderr.contains("filters changed since run #1 started (filters: autorotate, fit → fit)"),
+            "stderr: \(refused.stderr)")
 
         try pipeline(limits: #"{"workers": 1}"#)
         let resumed = try imgpipe("resume", "pipe.json")
@@ -242,13 +251,16 @@ struct CommandLineTests {
         // lists, where it failed the pending deliveries of a sink no longer there and gave
         // the new one nothing.
         let original = try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8)
-        try work.write(original.replacingOccurrences(
-            of: #""sink": {"type": "directory", "path": "out"}"#,
-            with: #""sinks": [{"type": "directory", "path": "more"}, {"type": "directory", "path": "out"}]"#), to: "pipe.json")
+        try work.write(
+            original.replacingOccurrences(
+                of: #""sink": {"type": "directory", "path": "out"}"#,
+                with: #""sinks": [{"type": "directory", "path": "more"}, {"type": "directory", "path": "out"}]"#), to: "pipe.json"
+        )
         let refused = try imgpipe("resume", "pipe.json", "--retry-failed")
         #expect(refused.status == 2)
-        #expect(refused.stderr.contains("sinks changed since run #1 started (directory-0 → directory-0, directory-1)"),
-                "stderr: \(refused.stderr)")
+        #expect(
+            refused.stderr.contains("sinks changed since run #1 started (directory-0 → directory-0, directory-1)"),
+            "stderr: \(refused.stderr)")
         #expect(work.files(under: "more").isEmpty, "nothing was delivered")
         #expect(try status().failed == 1, "the failed item was not requeued")
         try work.write(original, to: "pipe.json")
@@ -267,8 +279,11 @@ struct CommandLineTests {
         let result = try imgpipe("dry-run", "pipe.json", "--samples", "samples", "--out", "previews")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(result.stdout.contains("one.jpg") && result.stdout.contains("1000×500") && result.stdout.contains("256×128"))
-        #expect(work.files(under: "previews") == ["before/one.jpg.jpg", "before/two.png.png", "crop/one.jpg.png", "crop/two.png.png",
-                                                   "index.html", "one.jpg", "two.jpg"])
+        #expect(
+            work.files(under: "previews") == [
+                "before/one.jpg.jpg", "before/two.png.png", "crop/one.jpg.png", "crop/two.png.png",
+                "index.html", "one.jpg", "two.jpg",
+            ])
         let preview = try ImageFixtures.decode(work.url("previews/one.jpg"))
         #expect((preview.width, preview.height) == (256, 128))
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "dry-run created a state file")
@@ -284,7 +299,8 @@ struct CommandLineTests {
     }
 
     @Test func validateExitsTwoNamingThePath() throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "autorotate"}, {"op": "fit", "width": "wide"}],
              "sink": {"type": "directory", "path": "out"}}
@@ -294,7 +310,7 @@ struct CommandLineTests {
         #expect(bad.stderr.contains(#"filters[1].width: expected an integer from 1 to 100000, got "wide""#))
 
         try pipeline()
-        try work.folder("in") // validate checks that the source folder exists, as run does
+        try work.folder("in")  // validate checks that the source folder exists, as run does
         let good = try imgpipe("validate", "pipe.json")
         #expect(good.status == 0)
         #expect(good.stdout.contains("valid"))
@@ -306,20 +322,23 @@ struct CommandLineTests {
 
     /// `out\xff` used to read as "" and the run wrote into the pipeline's own folder.
     @Test func validateRefusesInvalidUTF8NamingThePathLineAndColumn() throws {
-        let bytes = Data(#"{"version": 1, "source": {"type": "directory", "path": "in"},"#.utf8 + [0x0A]
-                         + #" "sinks": [{"type": "directory", "path": "out"#.utf8 + [0xFF] + #""}]}"#.utf8)
+        let bytes = Data(
+            #"{"version": 1, "source": {"type": "directory", "path": "in"},"#.utf8 + [0x0A]
+                + #" "sinks": [{"type": "directory", "path": "out"#.utf8 + [0xFF] + #""}]}"#.utf8)
         try bytes.write(to: URL(fileURLWithPath: work.url("utf8.json")))
         let result = try imgpipe("validate", "utf8.json")
         #expect(result.status == 2)
-        #expect(result.stderr.contains("utf8.json: sinks[0].path: invalid JSON at line 2, column 46: invalid UTF-8"),
-                "stderr: \(result.stderr)")
+        #expect(
+            result.stderr.contains("utf8.json: sinks[0].path: invalid JSON at line 2, column 46: invalid UTF-8"),
+            "stderr: \(result.stderr)")
     }
 
     /// What a newcomer types: spellings other tools accept, a folder for a file, a
     /// negative limit, a misspelt command. Each gets an answer that says what to do.
     @Test func commonSpellingsAndMistakesGetClearAnswers() throws {
-        try pipeline(filters: #"[{"op": "fill", "width": 32, "height": 32, "gravity": "center"}]"#,
-                     output: #"{"format": "jpg"}"#)
+        try pipeline(
+            filters: #"[{"op": "fill", "width": 32, "height": 32, "gravity": "center"}]"#,
+            output: #"{"format": "jpg"}"#)
         try work.folder("in")
         let valid = try imgpipe("validate", "pipe.json")
         #expect(valid.status == 0, "stderr: \(valid.stderr)")
@@ -330,15 +349,21 @@ struct CommandLineTests {
         }
         try pipeline(output: #"{"format": "jepg"}"#)
         let typo = try imgpipe("validate", "pipe.json")
-        #expect(typo.status == 2 && typo.stderr.contains(#"output.format: expected one of jpeg, png, webp, avif, tiff, gif, got "jepg" (did you mean "jpeg"?)"#),
-                "stderr: \(typo.stderr)")
+        #expect(
+            typo.status == 2
+                && typo.stderr.contains(
+                    #"output.format: expected one of jpeg, png, webp, avif, tiff, gif, got "jepg" (did you mean "jpeg"?)"#),
+            "stderr: \(typo.stderr)")
         try work.folder("jobs")
         let folder = try imgpipe("run", "jobs")
-        #expect(folder.status == 2 && folder.stderr.contains("error: jobs: a folder, not a pipeline file"), "stderr: \(folder.stderr)")
+        #expect(
+            folder.status == 2 && folder.stderr.contains("error: jobs: a folder, not a pipeline file"), "stderr: \(folder.stderr)"
+        )
         #expect(!folder.stderr.contains("NSCocoaErrorDomain"))
         let negative = try imgpipe("run", "pipe.json", "--limit", "-1")
-        #expect(negative.status == 2 && negative.stderr.contains("error: --limit must be a positive integer, got -1"),
-                "stderr: \(negative.stderr)")
+        #expect(
+            negative.status == 2 && negative.stderr.contains("error: --limit must be a positive integer, got -1"),
+            "stderr: \(negative.stderr)")
         let misspelt = try imgpipe("dryrun", "pipe.json")
         #expect(misspelt.status == 2 && misspelt.stderr.contains("unknown command `dryrun` (did you mean `dry-run`?)"))
         let workers = try imgpipe("run", "pipe.json", "-j", "-2")
@@ -346,8 +371,9 @@ struct CommandLineTests {
         // Refused by every command, those that log nothing too.
         for command in ["run", "status", "validate"] {
             let level = try ImgpipeBinary.run([command, "pipe.json"], in: work.path, environment: ["IMGPIPE_LOG": "verbose"])
-            #expect(level.status == 2 && level.stderr.contains("IMGPIPE_LOG must be one of trace, debug, info"),
-                    "\(command): \(level.stderr)")
+            #expect(
+                level.status == 2 && level.stderr.contains("IMGPIPE_LOG must be one of trace, debug, info"),
+                "\(command): \(level.stderr)")
         }
         let unknown = try imgpipe("frobnicate", "--help")
         #expect(unknown.status == 2 && unknown.stdout.isEmpty && unknown.stderr.contains("unknown command `frobnicate`"))
@@ -367,8 +393,9 @@ struct CommandLineTests {
         let latest = try imgpipe("status")
         #expect(latest.status == 0, "stderr: \(latest.stderr)")
         #expect(latest.stdout.contains("run #2") && latest.stdout.contains("1 done, 0 skipped, 1 failed"))
-        #expect(latest.stdout.contains("next: try the 1 failed item(s) again with `imgpipe resume pipe.json --retry-failed`"),
-                "stdout: \(latest.stdout)")
+        #expect(
+            latest.stdout.contains("next: try the 1 failed item(s) again with `imgpipe resume pipe.json --retry-failed`"),
+            "stdout: \(latest.stdout)")
         #expect(latest.stdout.contains("outputs: out/ (sink directory-0)"), "stdout: \(latest.stdout)")
         let runs = try imgpipe("status", "--runs")
         #expect(runs.stdout.contains("run #2: finished") && runs.stdout.contains("run #1: finished"), "stdout: \(runs.stdout)")
@@ -387,8 +414,9 @@ struct CommandLineTests {
         try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 200, height: 150)
         try pipeline(filters: #"[{"op": "caption", "top": "${TOP_LINE}"}]"#, output: #"{"format": "png"}"#)
         let unset = try imgpipe("run", "pipe.json")
-        #expect(unset.status == 2 && unset.stderr.contains("filters[0].top: environment variable TOP_LINE is not set"),
-                "stderr: \(unset.stderr)")
+        #expect(
+            unset.status == 2 && unset.stderr.contains("filters[0].top: environment variable TOP_LINE is not set"),
+            "stderr: \(unset.stderr)")
         #expect(!FileManager.default.fileExists(atPath: work.url("out/a.png")))
         let preview = try imgpipe("dry-run", "pipe.json", "--samples", "in", "--out", "preview")
         #expect(preview.status == 2 && preview.stderr.contains("TOP_LINE is not set"), "stderr: \(preview.stderr)")
@@ -400,7 +428,7 @@ struct CommandLineTests {
         try pipeline(filters: #"[{"op": "caption", "top": "WWWW"}]"#, output: #"{"format": "png"}"#)
         #expect(try imgpipe("run", "pipe.json", "--new").status == 0)
         let literal = try ImageFixtures.decode(work.url("out/a.png"))
-        #expect(drawn.maxDifference(from: literal, rows: 0 ..< drawn.height) == 0, "the variable's text was not what was drawn")
+        #expect(drawn.maxDifference(from: literal, rows: 0..<drawn.height) == 0, "the variable's text was not what was drawn")
     }
 
     /// Captions of many texts, so in many sizes, over 300 items: libvips' autofit tries one
@@ -413,10 +441,13 @@ struct CommandLineTests {
     @Test func captionsInManySizesOverAWholeBatch() throws {
         let folder = try work.folder("in")
         try ImageFixtures.write(try ImageFixtures.photo(width: 320, height: 213), to: folder + "/p0.jpg")
-        for index in 1 ..< 300 {
+        for index in 1..<300 {
             try FileManager.default.linkItem(atPath: folder + "/p0.jpg", toPath: folder + "/p\(index).jpg")
         }
-        try pipeline(filters: #"[{"op": "fit", "width": 256, "height": 256}, {"op": "caption", "top": "NUMBER {stem}", "bottom": "ONE DOES NOT SIMPLY"}]"#)
+        try pipeline(
+            filters:
+                #"[{"op": "fit", "width": 256, "height": 256}, {"op": "caption", "top": "NUMBER {stem}", "bottom": "ONE DOES NOT SIMPLY"}]"#
+        )
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
         // The crash would end a pixel helper, whose item a new one then makes: still a crash.
@@ -436,14 +467,18 @@ struct CommandLineTests {
         try work.write(script.stdout, to: "imgpipe.bash")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/bash")
-        process.arguments = ["-c", #"shopt -s extglob; source ./imgpipe.bash; COMP_WORDS=(imgpipe run ""); COMP_CWORD=2; COMP_LINE="imgpipe run "; COMP_POINT=${#COMP_LINE}; _imgpipe; printf '%s\n' "${COMPREPLY[@]}""#]
+        process.arguments = [
+            "-c",
+            #"shopt -s extglob; source ./imgpipe.bash; COMP_WORDS=(imgpipe run ""); COMP_CWORD=2; COMP_LINE="imgpipe run "; COMP_POINT=${#COMP_LINE}; _imgpipe; printf '%s\n' "${COMPREPLY[@]}""#,
+        ]
         process.currentDirectoryURL = URL(fileURLWithPath: work.path)
         let output = Pipe()
         process.standardOutput = output
         try process.run()
         process.waitUntilExit()
-        let offered = Set(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            .split(separator: "\n").map(String.init))
+        let offered = Set(
+            String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .split(separator: "\n").map(String.init))
         #expect(offered == ["job.json", "jobs"], "offered: \(offered)")
     }
 
@@ -457,7 +492,8 @@ struct CommandLineTests {
     }
 
     @Test func anUnsetVariableIsNamedAndNothingRuns() throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "${PHOTOS_DIR}"}, "sink": {"type": "directory", "path": "out"}}
             """, to: "env.json")
         let result = try imgpipe("run", "env.json")
@@ -470,7 +506,8 @@ struct CommandLineTests {
     @Test func statusMasksAnOutputFolderReadFromTheEnvironment() throws {
         try work.folder("in")
         try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 64, height: 48)
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "${OUT_FOLDER}"}}
             """, to: "env.json")
         let environment = ["OUT_FOLDER": "private-folder"]
@@ -479,8 +516,9 @@ struct CommandLineTests {
         #expect(FileManager.default.fileExists(atPath: work.url("private-folder/a.jpg")))
         let status = try ImgpipeBinary.run(["status", "env.json"], in: work.path, environment: environment)
         #expect(status.status == 0, "stderr: \(status.stderr)")
-        #expect(status.stdout.contains("outputs: ***/ (sink directory-0)") && !status.stdout.contains("private-folder"),
-                "stdout: \(status.stdout)")
+        #expect(
+            status.stdout.contains("outputs: ***/ (sink directory-0)") && !status.stdout.contains("private-folder"),
+            "stdout: \(status.stdout)")
     }
 
     /// A run started in the pipeline file's folder is found from the parent (the current
@@ -489,7 +527,8 @@ struct CommandLineTests {
     @Test func theStateFileIsFoundBesideThePipelineFileAndNeverCreatedByResume() throws {
         try work.folder("jobs/in")
         try ImageFixtures.jpeg(at: work.url("jobs/in/a.jpg"), width: 64, height: 48)
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "out"}}
             """, to: "jobs/mixed.json")
         let ran = try ImgpipeBinary.run(["run", "mixed.json"], in: work.url("jobs"))
@@ -503,13 +542,15 @@ struct CommandLineTests {
         #expect(resumed.status == 0 && resumed.stderr.contains("already finished"), "stderr: \(resumed.stderr)")
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "a state file was created in the parent")
 
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "out"}}
             """, to: "jobs/never.json")
         let nothing = try imgpipe("resume", "jobs/never.json")
         #expect(nothing.status == 2)
-        #expect(nothing.stderr.contains("no state file at .imgpipe/never.sqlite nor at jobs/.imgpipe/never.sqlite"),
-                "stderr: \(nothing.stderr)")
+        #expect(
+            nothing.stderr.contains("no state file at .imgpipe/never.sqlite nor at jobs/.imgpipe/never.sqlite"),
+            "stderr: \(nothing.stderr)")
         #expect(nothing.stderr.contains("imgpipe run jobs/never.json"))
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")))
         #expect(!FileManager.default.fileExists(atPath: work.url("jobs/.imgpipe/never.sqlite")))
@@ -519,35 +560,41 @@ struct CommandLineTests {
     /// `validate` makes the checks `run` makes before work, lists every fault, warns (and
     /// only warns) about an unset variable unless `--strict`, and creates nothing.
     @Test func validateMakesEveryCheckRunMakesAndCreatesNothing() throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "no-such-folder"},
              "filters": [{"op": "caption", "top": "${TOP_LINE}"}, {"op": "watermark", "image": "missing-logo.png"}],
              "sink": {"type": "directory", "path": "out"}}
             """, to: "broken.json")
         let broken = try ImgpipeBinary.run(["validate", "broken.json"], in: work.path)
         #expect(broken.status == 2)
-        #expect(broken.stderr.contains("source.path: directory") && broken.stderr.contains("no-such-folder does not exist"),
-                "stderr: \(broken.stderr)")
+        #expect(
+            broken.stderr.contains("source.path: directory") && broken.stderr.contains("no-such-folder does not exist"),
+            "stderr: \(broken.stderr)")
         #expect(broken.stderr.contains("filters[1].image: cannot read watermark image"), "stderr: \(broken.stderr)")
-        #expect(broken.stderr.contains("warning: broken.json: filters[0].top: environment variable TOP_LINE is not set"),
-                "stderr: \(broken.stderr)")
+        #expect(
+            broken.stderr.contains("warning: broken.json: filters[0].top: environment variable TOP_LINE is not set"),
+            "stderr: \(broken.stderr)")
         // What validate passes, run accepts; what it refuses, run refuses too.
         #expect(try imgpipe("run", "broken.json").status == 2)
         // A dry-run names the missing watermark before any sample, instead of failing each.
         try work.folder("samples")
         try ImageFixtures.jpeg(at: work.url("samples/s.jpg"), width: 64, height: 48)
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "samples"},
              "filters": [{"op": "watermark", "image": "missing-logo.png"}], "sink": {"type": "directory", "path": "out"}}
             """, to: "mark.json")
         let preview = try imgpipe("dry-run", "mark.json")
-        #expect(preview.status == 2 && preview.stderr.contains("mark.json: filters[0].image: cannot read watermark image"),
-                "stdout: \(preview.stdout) stderr: \(preview.stderr)")
+        #expect(
+            preview.status == 2 && preview.stderr.contains("mark.json: filters[0].image: cannot read watermark image"),
+            "stdout: \(preview.stdout) stderr: \(preview.stderr)")
         #expect(!preview.stdout.contains("decode"))
 
         try work.folder("in")
         try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 64, height: 48)
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "http://127.0.0.1:9/feed.json"},
              "filters": [{"op": "caption", "top": "${TOP_LINE}"}], "sink": {"type": "directory", "path": "out"}}
             """, to: "remote.json")
@@ -555,16 +602,23 @@ struct CommandLineTests {
         #expect(warned.status == 0 && warned.stdout.contains("remote.json: valid"), "stderr: \(warned.stderr)")
         #expect(warned.stderr.contains("TOP_LINE is not set (run refuses until TOP_LINE is set"))
         let strict = try ImgpipeBinary.run(["validate", "remote.json", "--strict"], in: work.path)
-        #expect(strict.status == 2 && strict.stderr.contains("error: remote.json: filters[0].top: environment variable TOP_LINE is not set"))
-        #expect(try ImgpipeBinary.run(["validate", "remote.json", "--strict"], in: work.path,
-                                      environment: ["TOP_LINE": "hello"]).status == 0)
+        #expect(
+            strict.status == 2
+                && strict.stderr.contains("error: remote.json: filters[0].top: environment variable TOP_LINE is not set"))
+        #expect(
+            try ImgpipeBinary.run(
+                ["validate", "remote.json", "--strict"], in: work.path,
+                environment: ["TOP_LINE": "hello"]
+            ).status == 0)
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "validate created .imgpipe")
 
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "url-list", "path": "urls.txt"}, "sink": {"type": "directory", "path": "out"}}
             """, to: "list.json")
         let list = try imgpipe("validate", "list.json")
-        #expect(list.status == 2 && list.stderr.contains("source.path: URL list") && list.stderr.contains("urls.txt does not exist"))
+        #expect(
+            list.status == 2 && list.stderr.contains("source.path: URL list") && list.stderr.contains("urls.txt does not exist"))
     }
 
     /// `imgpipe thumbnail` runs the pipeline its flags make, and `--print-pipeline` prints
@@ -586,7 +640,8 @@ struct CommandLineTests {
         try work.write(printed.stdout, to: "saved.json")
         #expect(try imgpipe("run", "saved.json").status == 0)
         for name in ["a.jpg", "b.jpg"] {
-            #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("saved-out/" + name)))
+            #expect(
+                try Data(contentsOf: URL(fileURLWithPath: work.url("saved-out/" + name)))
                     == Data(contentsOf: URL(fileURLWithPath: work.url("thumbs/" + name))), "\(name) differs")
         }
 
@@ -638,7 +693,8 @@ struct CommandLineTests {
     @Test func aStateFileOfAnotherPipelineIsNeverTakenForThisOne() throws {
         for folder in ["a", "b"] {
             try ImageFixtures.jpeg(at: work.url("\(folder)/photos/\(folder).jpg"), width: 64, height: 48)
-            try work.write("""
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "directory", "path": "photos"}, "sink": {"type": "directory", "path": "out"}}
                 """, to: "\(folder)/p.json")
         }
@@ -660,13 +716,14 @@ struct CommandLineTests {
     @Test func outputsInsideTheSourceFolderAreNeverReadBack() throws {
         try ImageFixtures.jpeg(at: work.url("pics/a.jpg"), width: 64, height: 48)
         try ImageFixtures.jpeg(at: work.url("pics/b.jpg"), width: 64, height: 48)
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "."}, "filters": [{"op": "fit", "width": 32}],
              "sink": {"type": "directory", "path": "out"}}
             """, to: "pics/p.json")
         #expect(try imgpipe("run", "pics/p.json", "--json").decoded(RunSummary.self).total == 2)
         #expect(try imgpipe("run", "pics/p.json", "--json").decoded(RunSummary.self).total == 2)
-        for _ in 1 ... 2 {
+        for _ in 1...2 {
             let preview = try imgpipe("dry-run", "pics/p.json", "--samples", "pics", "--out", "pics/preview")
             #expect(preview.stdout.contains("2 sample(s) previewed"), "stdout: \(preview.stdout)")
         }
@@ -684,15 +741,17 @@ struct CommandLineTests {
         let original = try Data(contentsOf: URL(fileURLWithPath: work.url("p/a.jpg")))
         try FileManager.default.createSymbolicLink(atPath: work.url("link"), withDestinationPath: work.url("p"))
         for sink in ["p", "./p/", "link"] {
-            try work.write("""
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "directory", "path": "p"}, "filters": [{"op": "fit", "width": 10}],
                  "sinks": [{"type": "directory", "path": "elsewhere"}, {"type": "directory", "path": "\(sink)"}]}
                 """, to: "same.json")
             for command in ["validate", "run"] {
                 let refused = try imgpipe(command, "same.json")
                 #expect(refused.status == 2, "\(command) with sink \(sink): \(refused.stderr)")
-                #expect(refused.stderr.contains("sinks[1].path: sink folder") && refused.stderr.contains("is the source folder"),
-                        "\(command) with sink \(sink): \(refused.stderr)")
+                #expect(
+                    refused.stderr.contains("sinks[1].path: sink folder") && refused.stderr.contains("is the source folder"),
+                    "\(command) with sink \(sink): \(refused.stderr)")
             }
         }
         let oneLiner = try imgpipe("thumbnail", "p", "--fit", "10", "--to", "p")
@@ -703,7 +762,8 @@ struct CommandLineTests {
         // A sink around the source folder takes outputs, but not through a name that leads
         // into the source folder.
         for (name, into) in [("p/{stem}.jpg", true), ("p/new/{stem}.jpg", true), ("thumbs/{stem}.jpg", false)] {
-            try work.write("""
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "directory", "path": "p"}, "filters": [{"op": "fit", "width": 10}],
                  "output": {"format": "jpeg", "name": "\(name)"}, "sink": {"type": "directory", "path": "."}}
                 """, to: "around.json")
@@ -715,7 +775,8 @@ struct CommandLineTests {
         #expect(!FileManager.default.fileExists(atPath: work.url("p/new")), "a folder was made in the source folder")
         // Nor through a symbolic link inside the sink that leads into the source folder.
         try FileManager.default.createSymbolicLink(atPath: work.url("lnk"), withDestinationPath: work.url("p"))
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "p"}, "filters": [{"op": "fit", "width": 10}],
              "output": {"format": "jpeg", "name": "lnk/sub/{stem}.jpg"}, "sink": {"type": "directory", "path": "."}}
             """, to: "around.json")
@@ -733,15 +794,17 @@ struct CommandLineTests {
         try ImageFixtures.jpeg(at: work.url("whole.jpg"), width: 400, height: 300)
         try ImageFixtures.truncate(work.url("whole.jpg"), to: work.url("cut.jpg"), keeping: 0.4)
         for (mark, fault) in [("huge.png", "is 100000×100000, over limits.maxPixels"), ("cut.jpg", "cannot be decoded")] {
-            try work.write("""
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "directory", "path": "in"},
                  "filters": [{"op": "watermark", "image": "\(mark)"}], "sink": {"type": "directory", "path": "out"}}
                 """, to: "mark.json")
             for command in ["validate", "run"] {
                 let refused = try imgpipe(command, "mark.json")
                 #expect(refused.status == 2, "\(command) \(mark): \(refused.stderr)")
-                #expect(refused.stderr.contains("filters[0].image: watermark image") && refused.stderr.contains(fault),
-                        "\(command) \(mark): \(refused.stderr)")
+                #expect(
+                    refused.stderr.contains("filters[0].image: watermark image") && refused.stderr.contains(fault),
+                    "\(command) \(mark): \(refused.stderr)")
             }
         }
         #expect(!FileManager.default.fileExists(atPath: work.url("out")))
@@ -760,7 +823,9 @@ struct CommandLineTests {
         let status = try imgpipe("status", "pipe.json")
         let preview = try imgpipe("dry-run", "pipe.json", "--samples", "in", "--out", "preview")
         #expect(run.status == 1, "stderr: \(run.stderr)")
-        for (name, text) in [("run", run.stderr + run.stdout), ("status", status.stdout), ("dry-run", preview.stdout + preview.stderr)] {
+        for (name, text) in [
+            ("run", run.stderr + run.stdout), ("status", status.stdout), ("dry-run", preview.stdout + preview.stderr),
+        ] {
             #expect(!text.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" }, "\(name): \(text.debugDescription)")
             #expect(!text.split(separator: "\n").contains { $0.hasPrefix("FAKE") }, "\(name): \(text)")
         }
@@ -777,7 +842,8 @@ struct CommandLineTests {
         try ImageFixtures.jpeg(at: work.url("src/a.jpg"), width: 64, height: 48)
         try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: work.url("src/a.png"))
         try ImageFixtures.jpeg(at: work.url("src/sub/b.jpg"), width: 64, height: 48)
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "src", "recursive": false},
              "filters": [{"op": "fit", "width": 32, "height": 32}], "sink": {"type": "directory", "path": "out"}}
             """, to: "p.json")
@@ -815,8 +881,9 @@ struct CommandLineTests {
         try pipeline(filters: #"[{"op": "resize", "width": 70000, "height": 10}]"#)
         #expect(try imgpipe("run", "pipe.json", "--new").status == 1)
         failure = try #require(try status().failures.first)
-        #expect(failure.reason == "encode" && failure.message == "jpeg holds at most 65500 pixels a side; the picture is 70000×10",
-                "\(failure)")
+        #expect(
+            failure.reason == "encode" && failure.message == "jpeg holds at most 65500 pixels a side; the picture is 70000×10",
+            "\(failure)")
 
         try pipeline(filters: #"[{"op": "resize", "width": 2147483647}]"#)
         let absurd = try imgpipe("validate", "pipe.json")
@@ -831,8 +898,9 @@ struct CommandLineTests {
         try work.write("", to: "empty.sqlite")
         for command in [["status", "pipe.json"], ["export", "pipe.json"]] {
             let refused = try ImgpipeBinary.run(command + ["--state", "empty.sqlite"], in: work.path)
-            #expect(refused.status == 2 && refused.stderr.contains("empty.sqlite is empty: it has no runs"),
-                    "\(command): \(refused.stderr)")
+            #expect(
+                refused.status == 2 && refused.stderr.contains("empty.sqlite is empty: it has no runs"),
+                "\(command): \(refused.stderr)")
             let size = try FileManager.default.attributesOfItem(atPath: work.url("empty.sqlite"))[.size] as? Int
             #expect(size == 0, "\(command) wrote into it")
         }
@@ -842,13 +910,16 @@ struct CommandLineTests {
     /// or `output` between a run and its resume, or in an upload's form fields.
     @Test func commentsChangeNothing() throws {
         _ = try corpus(3)
-        try pipeline(filters: #"[{"//": "why", "//": "and why not", "op": "fit", "width": 64, "height": 64}]"#,
-                     output: #"{"//": "small", "format": "jpeg"}"#)
+        try pipeline(
+            filters: #"[{"//": "why", "//": "and why not", "op": "fit", "width": 64, "height": 64}]"#,
+            output: #"{"//": "small", "format": "jpeg"}"#)
         #expect(try imgpipe("run", "pipe.json", "--limit", "1").status == 0)
-        try pipeline(filters: #"[{"//": "a new reason", "op": "fit", "width": 64, "height": 64}]"#, output: #"{"format": "jpeg"}"#)
+        try pipeline(
+            filters: #"[{"//": "a new reason", "op": "fit", "width": 64, "height": 64}]"#, output: #"{"format": "jpeg"}"#)
         let resumed = try imgpipe("resume", "pipe.json", "--refresh-feed")
         #expect(resumed.status == 0, "a comment made resume refuse: \(resumed.stderr)")
-        try pipeline(filters: #"[{"//": "a new reason", "op": "fit", "width": 65, "height": 64}]"#, output: #"{"format": "jpeg"}"#)
+        try pipeline(
+            filters: #"[{"//": "a new reason", "op": "fit", "width": 65, "height": 64}]"#, output: #"{"format": "jpeg"}"#)
         #expect(try imgpipe("resume", "pipe.json").stderr.contains("filters[0].width: 64 → 65"))
     }
 
@@ -857,7 +928,8 @@ struct CommandLineTests {
         try work.folder("in")
         try work.write("a file", to: "afile")
         try work.write("not an image", to: "logo.png")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "file:///etc/passwd", "cache": {"path": "afile"}},
              "filters": [{"op": "watermark", "image": "logo.png"}, {"op": "fill", "width": 40000, "height": 40000}],
              "sinks": [{"type": "directory", "path": "afile/out"},
@@ -868,26 +940,32 @@ struct CommandLineTests {
         #expect(result.stderr.contains("sinks[1].headers.X-A: a header value is one line"), "stderr: \(result.stderr)")
         // A header imgpipe sets itself, in any case, would go out twice; so would a name
         // given twice in two cases.
-        for (headers, message) in [(#"{"idempotency-KEY": "mine"}"#, "headers.idempotency-KEY: imgpipe sets idempotency-KEY itself"),
-                                   (#"{"Content-Type": "text/plain"}"#, "headers.Content-Type: imgpipe sets Content-Type itself"),
-                                   (#"{"X-A": "1", "x-a": "2"}"#, "headers.x-a: the header X-A is given twice")] {
-            try work.write("""
+        for (headers, message) in [
+            (#"{"idempotency-KEY": "mine"}"#, "headers.idempotency-KEY: imgpipe sets idempotency-KEY itself"),
+            (#"{"Content-Type": "text/plain"}"#, "headers.Content-Type: imgpipe sets Content-Type itself"),
+            (#"{"X-A": "1", "x-a": "2"}"#, "headers.x-a: the header X-A is given twice"),
+        ] {
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "directory", "path": "in"}, "filters": [],
                  "sinks": [{"type": "http", "url": "http://127.0.0.1:9/{key}", "headers": \(headers)}]}
                 """, to: "headers.json")
             let refused = try imgpipe("validate", "headers.json")
             #expect(refused.status == 2 && refused.stderr.contains("sinks[0]." + message), "stderr: \(refused.stderr)")
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "file:///etc/passwd", "cache": {"path": "afile"}},
              "filters": [{"op": "watermark", "image": "logo.png"}, {"op": "fill", "width": 40000, "height": 40000}],
              "sinks": [{"type": "directory", "path": "afile/out"}]}
             """, to: "bad.json")
         let all = try imgpipe("validate", "bad.json")
         #expect(all.status == 2)
-        for fault in ["source.url: expected an http(s) URL", "source.cache.path: cache folder", "filters[0].image: watermark image",
-                      "is not a JPEG, PNG", "filters[1]: fill 40000×40000 makes images over limits.maxPixels",
-                      "sinks[0].path: sink folder", "afile is a file, not a folder"] {
+        for fault in [
+            "source.url: expected an http(s) URL", "source.cache.path: cache folder", "filters[0].image: watermark image",
+            "is not a JPEG, PNG", "filters[1]: fill 40000×40000 makes images over limits.maxPixels",
+            "sinks[0].path: sink folder", "afile is a file, not a folder",
+        ] {
             #expect(all.stderr.contains(fault), "\(fault) missing: \(all.stderr)")
         }
         let run = try imgpipe("run", "bad.json")
@@ -910,7 +988,9 @@ struct CommandLineTests {
         #expect(try imgpipe("thumbnail", "in", "--fill", "x60").status == 2)
         #expect(try imgpipe("thumbnail", "in", "--to", "out-${HOME}").stderr.contains("a path with ${"))
         let missing = try imgpipe("thumbnail", "no-such-folder")
-        #expect(missing.status == 2 && missing.stderr.contains("no-such-folder: no such folder or URL list"), "stderr: \(missing.stderr)")
+        #expect(
+            missing.status == 2 && missing.stderr.contains("no-such-folder: no such folder or URL list"),
+            "stderr: \(missing.stderr)")
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe")), "a refused command left files behind")
     }
 }

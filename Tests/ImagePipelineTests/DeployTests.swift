@@ -1,7 +1,8 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
 
 /// The files of `deploy/` kept in step with the command line: the Kubernetes Job's
 /// container is run as the manifest writes it (command, arguments, working directory,
@@ -93,8 +94,11 @@ struct DeployTests {
         """#
 
     static func manifest() throws -> Manifest {
-        let read = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["python3", "-c", extractor, manifestPath], in: root).wait()
-        try #require(read.status == 0, """
+        let read = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["python3", "-c", extractor, manifestPath], in: root)
+            .wait()
+        try #require(
+            read.status == 0,
+            """
             could not read \(manifestPath): \(read.stderr)
             (PyYAML missing? `make deps` installs it with moto, or `python3 -m pip install pyyaml`)
             """)
@@ -103,7 +107,8 @@ struct DeployTests {
         } catch {
             // A number or a mapping where the container takes strings (an unquoted `2` in
             // args is a YAML number, which Kubernetes refuses too): say which.
-            throw ManifestError(description: "the Job's container in \(manifestPath) is not as expected: \(error)\n\(read.stdout)")
+            throw ManifestError(
+                description: "the Job's container in \(manifestPath) is not as expected: \(error)\n\(read.stdout)")
         }
     }
 
@@ -130,13 +135,14 @@ struct DeployTests {
         // the ConfigMap's mount, which holds the pipeline under the manifest's file name.
         let workingDir = try TemporaryDirectory("imgpipe-deploy-work")
         let mount = try TemporaryDirectory("imgpipe-deploy-pipelines")
-        for index in 1 ... 6 {
+        for index in 1...6 {
             try ImageFixtures.jpeg(at: workingDir.url(String(format: "in/photo-%02d.jpg", index)), width: 64, height: 48)
         }
         // Absolute paths, as the example ConfigMap's: a pipeline's relative paths start
         // at its own folder, which in the pod is the read-only ConfigMap.
         let pipelineName = (pipelineArgument.path as NSString).lastPathComponent
-        let pipeline = try mount.write("""
+        let pipeline = try mount.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "\(workingDir.url("in"))"},
              "filters": [{"op": "fit", "width": 32, "height": 32}],
              "output": {"format": "jpeg", "quality": 80, "name": "{stem}.jpg"},
@@ -157,23 +163,29 @@ struct DeployTests {
                 Issue.record("\(variable.name) comes from \(variable.from): give this test a stand-in for it")
             }
         }
-        try #require(manifest.env.contains { $0.secret == "imgpipe-state/url" },
-                     "no environment variable of the Job comes from the imgpipe-state Secret's url: \(manifest.env.map(\.name))")
+        try #require(
+            manifest.env.contains { $0.secret == "imgpipe-state/url" },
+            "no environment variable of the Job comes from the imgpipe-state Secret's url: \(manifest.env.map(\.name))")
 
-        let run = try ImgpipeBinary.launch(executable: argv[0], Array(argv.dropFirst()), in: workingDir.path,
-                                           environment: environment).wait()
+        let run = try ImgpipeBinary.launch(
+            executable: argv[0], Array(argv.dropFirst()), in: workingDir.path,
+            environment: environment
+        ).wait()
         // Required: the checks below only repeat this failure when the run did not happen.
         try #require(run.status == 0, "\(argv.dropFirst().joined(separator: " ")) exited \(run.status): \(run.stderr)")
         #expect(!run.stdout.contains(cluster.password) && !run.stderr.contains(cluster.password), "the password was printed")
         let outputs = workingDir.files(under: "out").filter { !$0.hasPrefix(".") }
         #expect(outputs.count == 6, "outputs: \(outputs)")
         // The journal went to the working directory (the pod mounts an emptyDir there).
-        #expect(FileManager.default.fileExists(atPath: workingDir.url(".imgpipe/\((pipelineName as NSString).deletingPathExtension).workers")))
+        #expect(
+            FileManager.default.fileExists(
+                atPath: workingDir.url(".imgpipe/\((pipelineName as NSString).deletingPathExtension).workers")))
 
         let status = try ImgpipeBinary.run(["status", pipeline, "--state", url, "--json"], in: workingDir.path)
         #expect(status.status == 0, "\(status.stderr)")
-        let report = try #require(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any],
-                                  "status --json printed \(status.stdout)")
+        let report = try #require(
+            try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any],
+            "status --json printed \(status.stdout)")
         #expect(report["done"] as? Int == 6, "\(report)")
         #expect(report["failed"] as? Int == 0 && report["pending"] as? Int == 0, "\(report)")
         #expect(report["state"] as? String == "finished", "\(report)")
@@ -186,14 +198,16 @@ struct DeployTests {
     @Test func theExamplePipelineIsTheOneTheArgumentsNameAndIsValid() throws {
         let manifest = try Self.manifest()
         let path = try Self.pipelineArgument(of: manifest).path
-        let text = try #require(manifest.configFiles[path],
-                                "\(path) is not a file of a ConfigMap mounted in the container: \(manifest.configFiles.keys.sorted())")
+        let text = try #require(
+            manifest.configFiles[path],
+            "\(path) is not a file of a ConfigMap mounted in the container: \(manifest.configFiles.keys.sorted())")
         let workingDir = try TemporaryDirectory("imgpipe-deploy-validate")
         let prefix = manifest.workingDir.hasSuffix("/") ? manifest.workingDir : manifest.workingDir + "/"
         #expect(text.contains("\"" + prefix), "the example's paths are under the working directory \(manifest.workingDir)")
         try workingDir.folder("in")
-        let local = try workingDir.write(text.replacingOccurrences(of: "\"" + prefix, with: "\"" + workingDir.path + "/"),
-                                         to: "pipelines/" + (path as NSString).lastPathComponent)
+        let local = try workingDir.write(
+            text.replacingOccurrences(of: "\"" + prefix, with: "\"" + workingDir.path + "/"),
+            to: "pipelines/" + (path as NSString).lastPathComponent)
         let validate = try ImgpipeBinary.run(["validate", local], in: workingDir.path)
         #expect(validate.status == 0, "\(validate.stdout)\(validate.stderr)")
     }
@@ -205,13 +219,16 @@ struct DeployTests {
         let user = try #require(finalStage.last { $0.uppercased().hasPrefix("USER ") }, "the final stage sets no USER")
         let uid = user.dropFirst(5).split(separator: ":").first.map(String.init)
         #expect(uid != "0" && uid != "root", "the image runs as root: \(user)")
-        #expect(manifest.runAsUser.map(String.init) == uid, "runAsUser \(manifest.runAsUser.map(String.init) ?? "unset") vs the Dockerfile's \(user)")
+        #expect(
+            manifest.runAsUser.map(String.init) == uid,
+            "runAsUser \(manifest.runAsUser.map(String.init) ?? "unset") vs the Dockerfile's \(user)")
     }
 
     // MARK: - the Slurm script and the Dockerfile
 
     @Test func theSlurmScriptParsesAndRunsImgpipeWork() throws {
-        let syntax = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["bash", "-n", Self.slurmScriptPath], in: Self.root).wait()
+        let syntax = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["bash", "-n", Self.slurmScriptPath], in: Self.root)
+            .wait()
         #expect(syntax.status == 0, "bash -n: \(syntax.stderr)")
         let text = try String(contentsOfFile: Self.slurmScriptPath, encoding: .utf8)
         let commands = text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.hasPrefix("#") }
@@ -228,11 +245,12 @@ struct DeployTests {
         let srun = try home.write("#!/bin/sh\nexec \"$@\"\n", to: "bin/srun")
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: srun)
         try FileManager.default.createSymbolicLink(atPath: home.url("bin/imgpipe"), withDestinationPath: ImgpipeBinary.path)
-        for index in 1 ... 6 {
+        for index in 1...6 {
             try ImageFixtures.jpeg(at: home.url(String(format: "job/in/photo-%02d.jpg", index)), width: 64, height: 48)
         }
         // Relative paths: they start at the pipeline file's folder, wherever the task works.
-        try home.write("""
+        try home.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 32, "height": 32}],
              "output": {"format": "jpeg", "quality": 80, "name": "{stem}.jpg"},
@@ -250,8 +268,10 @@ struct DeployTests {
             "IMGPIPE_STATE": "",
         ]
         func task() throws -> CommandResult {
-            try ImgpipeBinary.launch(executable: "/usr/bin/env", ["bash", Self.slurmScriptPath, "job/pipeline.json"],
-                                     in: home.path, environment: environment).wait()
+            try ImgpipeBinary.launch(
+                executable: "/usr/bin/env", ["bash", Self.slurmScriptPath, "job/pipeline.json"],
+                in: home.path, environment: environment
+            ).wait()
         }
 
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: stateFile)
@@ -262,10 +282,12 @@ struct DeployTests {
         try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: stateFile)
         let worked = try task()
         try #require(worked.status == 0, "\(worked.stdout)\(worked.stderr)")
-        #expect(!worked.stdout.contains(cluster.password) && !worked.stderr.contains(cluster.password), "the password was printed")
+        #expect(
+            !worked.stdout.contains(cluster.password) && !worked.stderr.contains(cluster.password), "the password was printed")
         #expect(home.files(under: "job/out").filter { !$0.hasPrefix(".") }.count == 6)
-        #expect(FileManager.default.fileExists(atPath: home.url("imgpipe-work/77/3/.imgpipe/pipeline.workers")),
-                "the journal is in the task's folder: \(home.files(under: "imgpipe-work"))")
+        #expect(
+            FileManager.default.fileExists(atPath: home.url("imgpipe-work/77/3/.imgpipe/pipeline.workers")),
+            "the journal is in the task's folder: \(home.files(under: "imgpipe-work"))")
 
         // Run again (a requeued task): the run is finished, imgpipe does nothing and exits 0.
         let again = try task()
@@ -284,15 +306,23 @@ struct DeployTests {
     /// dependencies, except the Swift runtime's own libraries, which `--static-swift-stdlib`
     /// links into the image's binary.
     @Test func theRuntimeStageInstallsEveryLibraryTheBinaryLinks() throws {
-        #expect(try String(contentsOfFile: "/etc/os-release", encoding: .utf8).contains("VERSION_CODENAME=bookworm"),
-                "the check below holds for the release the runtime stage uses (bookworm)")
+        #expect(
+            try String(contentsOfFile: "/etc/os-release", encoding: .utf8).contains("VERSION_CODENAME=bookworm"),
+            "the check below holds for the release the runtime stage uses (bookworm)")
         let stage = try Self.finalStage().joined(separator: "\n")
         let install = try #require(stage.range(of: "apt-get install"), "the final stage installs nothing with apt-get")
-        let packages = stage[install.upperBound...].prefix { $0 != "&" }.split(whereSeparator: { $0 == " " || $0 == "\\" || $0 == "\n" })
-            .map(String.init).filter { !$0.hasPrefix("-") }
+        let packages = stage[install.upperBound...].prefix { $0 != "&" }.split(whereSeparator: {
+            $0 == " " || $0 == "\\" || $0 == "\n"
+        })
+        .map(String.init).filter { !$0.hasPrefix("-") }
         #expect(packages.contains("libvips42") && packages.contains("libpq5"), "\(packages)")
-        let closure = Set(try shell(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
-                                     "--no-breaks", "--no-replaces", "--no-enhances"] + packages)
+        let closure = Set(
+            try shell(
+                [
+                    "apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+                    "--no-breaks", "--no-replaces", "--no-enhances",
+                ] + packages
+            )
             .split(separator: "\n").filter { !$0.hasPrefix(" ") }.map(String.init))
 
         let needed = try shell(["readelf", "-d", ImgpipeBinary.path]).split(separator: "\n")
@@ -304,7 +334,8 @@ struct DeployTests {
             let found = cache.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(library + " ") }
             guard let path = found?.components(separatedBy: " => ").last else {
                 // Not a system library: the Swift toolchain's, linked in statically there.
-                #expect(library.hasPrefix("libswift") || library.hasPrefix("libFoundation") || library == "libdispatch.so"
+                #expect(
+                    library.hasPrefix("libswift") || library.hasPrefix("libFoundation") || library == "libdispatch.so"
                         || library == "libBlocksRuntime.so", "\(library) is neither a system library nor Swift's own")
                 continue
             }

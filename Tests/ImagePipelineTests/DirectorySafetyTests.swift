@@ -17,7 +17,8 @@ struct DirectorySafetyTests {
     /// Writes `pipe.json` reading `in/` and writing `out/`, outputs named `name`.
     func pipeline(name: String? = nil) throws {
         let named = name.map { #", "name": "\#($0)""# } ?? ""
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 8, "height": 8}],
              "output": {"format": "jpeg"\(named)}, "sink": {"type": "directory", "path": "out"}}
@@ -56,7 +57,7 @@ struct DirectorySafetyTests {
         defer { close(fd) }
         var data = Data()
         var block = [UInt8](repeating: 0, count: 65536)
-        while case let got = read(fd, &block, block.count), got > 0 { data.append(contentsOf: block[0 ..< got]) }
+        while case let got = read(fd, &block, block.count), got > 0 { data.append(contentsOf: block[0..<got]) }
         return data
     }
 
@@ -70,7 +71,7 @@ struct DirectorySafetyTests {
         try pipeline()
         try ImageFixtures.jpeg(at: work.url("in/ok.jpg"), width: 32, height: 24)
         let original = work.url("in/ok.jpg")
-        let folder: [UInt8] = Array("in/".utf8) + [0xE9, 0x74, 0xE9] // in/été in Latin-1
+        let folder: [UInt8] = Array("in/".utf8) + [0xE9, 0x74, 0xE9]  // in/été in Latin-1
         #expect(mkdir(bytePath(folder), 0o755) == 0)
         let latin1: [[UInt8]] = [
             Array("in/caf".utf8) + [0xE9] + Array(".jpg".utf8),
@@ -92,8 +93,9 @@ struct DirectorySafetyTests {
         let report = try status()
         #expect((report.total, report.done, report.feedComplete) == (5, 5, true))
         let keys = try RunStore(path: work.url(".imgpipe/pipe.sqlite")).items(runId: report.run).map(\.key).sorted()
-        #expect(keys == [#"\xE9t\xE9/one.jpg"#, #"\xE9t\xE9/two.jpg"#, #"\xE9t\xE9/x\xFF\xFE.jpg"#, #"caf\xE9.jpg"#, "ok.jpg"],
-                "keys: \(keys)")
+        #expect(
+            keys == [#"\xE9t\xE9/one.jpg"#, #"\xE9t\xE9/two.jpg"#, #"\xE9t\xE9/x\xFF\xFE.jpg"#, #"caf\xE9.jpg"#, "ok.jpg"],
+            "keys: \(keys)")
         // Every output written and decodable; the originals as they were.
         let outputs = work.files(under: "out").filter { !$0.hasPrefix(".") }
         #expect(outputs.count == 5, "outputs: \(outputs)")
@@ -128,8 +130,9 @@ struct DirectorySafetyTests {
         #expect(run.stdout.contains("could not be listed to its end"), "stdout: \(run.stdout)")
         var report = try status()
         #expect((report.total, report.done, report.failed, report.feedComplete) == (4, 3, 1, false))
-        #expect(report.failures.map(\.key) == ["gone.jpg"] && report.failures.first?.message.contains("gone.jpg") == true,
-                "failures: \(report.failures)")
+        #expect(
+            report.failures.map(\.key) == ["gone.jpg"] && report.failures.first?.message.contains("gone.jpg") == true,
+            "failures: \(report.failures)")
 
         // Readable again: a resume lists what it left out.
         #expect(chmod(work.url("in/locked"), 0o755) == 0)
@@ -137,8 +140,9 @@ struct DirectorySafetyTests {
         #expect(resumed.status == 1, "the link still leads nowhere: \(resumed.stderr)")
         report = try status()
         #expect((report.total, report.done, report.failed, report.feedComplete) == (7, 6, 1, true))
-        #expect(work.files(under: "out").filter { !$0.hasPrefix(".") }
-            == ["a.jpg", "b.jpg", "locked/c.jpg", "locked/d.jpg", "locked/e.jpg", "z.jpg"])
+        #expect(
+            work.files(under: "out").filter { !$0.hasPrefix(".") }
+                == ["a.jpg", "b.jpg", "locked/c.jpg", "locked/d.jpg", "locked/e.jpg", "z.jpg"])
     }
 
     // MARK: - Point 3: outputs never leave the sink
@@ -154,12 +158,14 @@ struct DirectorySafetyTests {
         let count = 300
         try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
         try work.folder("in")
-        for index in 1 ... count {
-            try FileManager.default.copyItem(atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
+        for index in 1...count {
+            try FileManager.default.copyItem(
+                atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
         }
-        let originals = try Dictionary(uniqueKeysWithValues: FileManager.default.contentsOfDirectory(atPath: work.url("in")).map {
-            ($0, SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: work.url("in/" + $0)))).description)
-        })
+        let originals = try Dictionary(
+            uniqueKeysWithValues: FileManager.default.contentsOfDirectory(atPath: work.url("in")).map {
+                ($0, SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: work.url("in/" + $0)))).description)
+            })
         try work.folder("out/sub")
         try FileManager.default.createSymbolicLink(atPath: work.url("out/swap"), withDestinationPath: work.url("in"))
         let out = open(work.url("out"), O_RDONLY | O_DIRECTORY)
@@ -185,7 +191,9 @@ struct DirectorySafetyTests {
         #expect(swapping.swaps > 100, "the folder was swapped \(swapping.swaps) times")
         #expect([0, 1].contains(result.status), "stderr: \(result.stderr)")
         let now = try FileManager.default.contentsOfDirectory(atPath: work.url("in"))
-        #expect(Set(now) == Set(originals.keys), "files appeared in the source folder: \(Set(now).subtracting(originals.keys).sorted())")
+        #expect(
+            Set(now) == Set(originals.keys),
+            "files appeared in the source folder: \(Set(now).subtracting(originals.keys).sorted())")
         let changed = try originals.filter { name, hash in
             SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: work.url("in/" + name)))).description != hash
         }
@@ -194,8 +202,9 @@ struct DirectorySafetyTests {
         let report = try status()
         #expect(report.done + report.failed == count)
         for failure in report.failures {
-            #expect(failure.message.contains("symbolic link") || failure.message.contains("leads into the source folder"),
-                    "\(failure.key): \(failure.message)")
+            #expect(
+                failure.message.contains("symbolic link") || failure.message.contains("leads into the source folder"),
+                "\(failure.key): \(failure.message)")
         }
         let written = work.files(under: "out").filter { !$0.hasPrefix(".") && $0 != "swap" }
         #expect(written.count == report.done, "\(report.done) done, outputs: \(written.count)")
@@ -228,8 +237,9 @@ struct DirectorySafetyTests {
         let count = 200
         try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
         try work.folder("in")
-        for index in 1 ... count {
-            try FileManager.default.copyItem(atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
+        for index in 1...count {
+            try FileManager.default.copyItem(
+                atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
         }
         try work.folder("out")
         try work.folder("elsewhere")
@@ -258,7 +268,8 @@ struct DirectorySafetyTests {
     /// folder outside: files there of the pruned names used to be deleted (a path checked,
     /// then unlinked). Prune reaches each file beneath the sink by descriptor.
     @Test func pruneNeverRemovesAFileOutsideTheSink() throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 8, "height": 8}],
              "output": {"format": "jpeg", "name": "sub/{stem}.jpg"}, "sink": {"type": "directory", "path": "out", "prune": true}}
@@ -266,8 +277,9 @@ struct DirectorySafetyTests {
         let count = 300
         try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
         try work.folder("in")
-        for index in 1 ... count {
-            try FileManager.default.copyItem(atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
+        for index in 1...count {
+            try FileManager.default.copyItem(
+                atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
         }
         #expect(try ImgpipeBinary.run(["run", "pipe.json"], in: work.path).status == 0)
         // Half the sources go: the next incremental run prunes their outputs.
@@ -275,8 +287,9 @@ struct DirectorySafetyTests {
             try FileManager.default.removeItem(atPath: work.url(String(format: "in/p%04d.jpg", index)))
         }
         try work.folder("victim")
-        for index in 1 ... count {
-            try FileManager.default.copyItem(atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "victim/p%04d.jpg", index)))
+        for index in 1...count {
+            try FileManager.default.copyItem(
+                atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "victim/p%04d.jpg", index)))
         }
         try FileManager.default.createSymbolicLink(atPath: work.url("out/swap"), withDestinationPath: work.url("victim"))
         let out = open(work.url("out"), O_RDONLY | O_DIRECTORY)

@@ -22,11 +22,15 @@ struct DryRunFeedTests {
         return try TestHTTPServer { request in
             let base = "http://\(request.headers["host"] ?? "")"
             if request.path == "/feed.json" {
-                return .json("[" + (1 ... count).map { #"{"url": "\#(base)/images/photo-\#($0).jpg", "title": "no. \#($0)"}"# }
-                    .joined(separator: ",") + "]")
+                return .json(
+                    "["
+                        + (1...count).map { #"{"url": "\#(base)/images/photo-\#($0).jpg", "title": "no. \#($0)"}"# }
+                        .joined(separator: ",") + "]")
             }
             if request.path.hasPrefix("/images/photo-"),
-               let number = Int(request.path.dropFirst("/images/photo-".count).dropLast(".jpg".count)), (1 ... count).contains(number) {
+                let number = Int(request.path.dropFirst("/images/photo-".count).dropLast(".jpg".count)),
+                (1...count).contains(number)
+            {
                 return missing.contains(number) ? .status(404) : .bytes(jpeg)
             }
             return .status(404)
@@ -34,7 +38,8 @@ struct DryRunFeedTests {
     }
 
     func pipeline(feed: String, cache: String = #"{"path": "cache"}"#) throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(feed)", "cache": \(cache)},
              "filters": [{"op": "fit", "width": 60, "height": 60}],
              "sink": {"type": "directory", "path": "out"}, "limits": {"timeout": 5}, "retry": {"attempts": 2, "backoff": 0.05}}
@@ -56,9 +61,10 @@ struct DryRunFeedTests {
         #expect(first.stderr.contains("previewing the first 3 item(s) of the pipeline's json-feed source"), "\(first.stderr)")
         #expect(imageRequests(server) == 3 && server.requests(to: "/feed.json").count == 1)
         let previews = work.files(under: "first")
-        for number in 1 ... 3 {
-            #expect(previews.contains("images/photo-\(number).jpg") && previews.contains("source/\(number)-photo-\(number).jpg"),
-                    "\(previews)")
+        for number in 1...3 {
+            #expect(
+                previews.contains("images/photo-\(number).jpg") && previews.contains("source/\(number)-photo-\(number).jpg"),
+                "\(previews)")
             let preview = try ImageFixtures.decode(work.url("first/images/photo-\(number).jpg"))
             #expect((preview.width, preview.height) == (60, 40))
         }
@@ -88,7 +94,7 @@ struct DryRunFeedTests {
         let result = try imgpipe("dry-run", "pipe.json", "--feed", "--out", "preview")
         #expect(result.status == 1, "a failed sample exits 1: \(result.stderr)")
         let photos = Set(server.requests.map(\.path).filter { $0.hasPrefix("/images/") })
-        #expect(photos == Set((1 ... 12).map { "/images/photo-\($0).jpg" }))
+        #expect(photos == Set((1...12).map { "/images/photo-\($0).jpg" }))
         let row = try #require(result.stdout.split(separator: "\n").first { $0.contains("/photo-2.jpg ") })
         #expect(row.contains("download: HTTP 404"), "\(row)")
         #expect(result.stdout.contains("11 sample(s) previewed in preview, 1 sample(s) failed"))
@@ -96,7 +102,8 @@ struct DryRunFeedTests {
 
     @Test func aDirectorySourceGivesItsFirstFiles() throws {
         for name in ["a", "b", "c"] { try ImageFixtures.jpeg(at: work.url("in/\(name).jpg"), width: 80, height: 80) }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 40}], "sink": {"type": "directory", "path": "out"}}
             """, to: "local.json")
@@ -106,14 +113,18 @@ struct DryRunFeedTests {
     }
 
     @Test func aLocalPipelineWithoutSamplesNamesTheFolder() throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "missing"},
              "sink": {"type": "directory", "path": "out"}}
             """, to: "local.json")
         let result = try imgpipe("dry-run", "local.json")
         #expect(result.status == 2)
-        #expect(result.stderr.contains("samples folder samples does not exist (give one with --samples, or preview the pipeline's own source with --feed)"),
-                "stderr: \(result.stderr)")
+        #expect(
+            result.stderr.contains(
+                "samples folder samples does not exist (give one with --samples, or preview the pipeline's own source with --feed)"
+            ),
+            "stderr: \(result.stderr)")
         let feed = try imgpipe("dry-run", "local.json", "--feed")
         #expect(feed.status == 2 && feed.stderr.contains("missing does not exist"), "stderr: \(feed.stderr)")
         let both = try imgpipe("dry-run", "local.json", "--feed", "--samples", "x")

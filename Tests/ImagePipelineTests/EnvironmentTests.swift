@@ -25,8 +25,10 @@ struct EnvironmentTests {
     @Test func foreignReferencesAreRecordedAsTextAndComeBackAsText() {
         let environment = Environment(["KEY": "s3cr3t-value"])
         #expect(environment.value(of: "KEY") == "s3cr3t-value")
-        let texts = ["u?k=${KEY}", "u?k=$${KEY}", "${KEY:1}", "$", "a$", "$$", "$$$", "${", "$}{", "price $5",
-                     "s3cr3t-value$${KEY}", "${KEY}s3cr3t-value$", "x=s3cr3t-value&y=${UNSET}", "é$€${KEY"]
+        let texts = [
+            "u?k=${KEY}", "u?k=$${KEY}", "${KEY:1}", "$", "a$", "$$", "$$$", "${", "$}{", "price $5",
+            "s3cr3t-value$${KEY}", "${KEY}s3cr3t-value$", "x=s3cr3t-value&y=${UNSET}", "é$€${KEY",
+        ]
         for text in texts {
             let recorded = environment.recorded(text)
             #expect(!recorded.contains("s3cr3t-value"), "\(recorded)")

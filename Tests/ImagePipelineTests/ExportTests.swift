@@ -24,12 +24,14 @@ struct ExportTests {
     /// dimensions of the file written, the upload's URL, and the failure of a bad item.
     @Test func recordsMatchTheFilesAndUploadsTheRunMade() throws {
         let server = try UploadServer()
-        for index in 1 ... 3 {
-            try ImageFixtures.write(try ImageFixtures.photo(width: 300 + index * 10, height: 200), to: work.url("in/p\(index).jpg"))
+        for index in 1...3 {
+            try ImageFixtures.write(
+                try ImageFixtures.photo(width: 300 + index * 10, height: 200), to: work.url("in/p\(index).jpg"))
         }
         try work.write("not an image", to: "in/broken.jpg")
         try ImageFixtures.write(try ImageFixtures.photo(width: 20, height: 20), to: work.url("in/tiny.jpg"))
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"}, "accept": {"minWidth": 50},
              "filters": [{"op": "fit", "width": 100, "height": 100}], "output": {"format": "webp"},
              "sinks": [{"type": "directory", "name": "disk", "path": "out"},
@@ -79,11 +81,13 @@ struct ExportTests {
     /// CSV: a header naming each sink's columns, cells quoted where they must be, the feed's
     /// metadata kept; `-o` leaves the whole file and no partial one.
     @Test func csvCarriesMetadataAndQuotesWhatItMust() throws {
-        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try {
-            let path = work.url("fixture.jpg")
-            try ImageFixtures.jpeg(at: path, width: 64, height: 48)
-            return path
-        }()))
+        let jpeg = try Data(
+            contentsOf: URL(
+                fileURLWithPath: try {
+                    let path = work.url("fixture.jpg")
+                    try ImageFixtures.jpeg(at: path, width: 64, height: 48)
+                    return path
+                }()))
         let server = try TestHTTPServer { request in
             if request.path == "/feed.json" {
                 let base = "http://\(request.headers["host"]!)"
@@ -91,7 +95,8 @@ struct ExportTests {
             }
             return request.path.hasPrefix("/images/") ? .bytes(jpeg) : .status(404)
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", "cache": false},
              "sink": {"type": "directory", "path": "out"}}
             """, to: "pipe.json")
@@ -110,8 +115,9 @@ struct ExportTests {
         try work.write(script, to: "read.py")
         let read = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["python3", "read.py", "items.csv"], in: work.path).wait()
         let csv = (try? String(contentsOfFile: work.url("items.csv"), encoding: .utf8)) ?? ""
-        let parsed = try #require(try? JSONSerialization.jsonObject(with: Data(read.stdout.utf8)) as? [String: Any],
-                                  "csv: \(csv)\nstderr: \(read.stderr)")
+        let parsed = try #require(
+            try? JSONSerialization.jsonObject(with: Data(read.stdout.utf8)) as? [String: Any],
+            "csv: \(csv)\nstderr: \(read.stderr)")
         #expect(parsed["count"] as? Int == 1)
         let columns = try #require(parsed["columns"] as? [String])
         #expect(columns.prefix(3) == ["key", "location", "status"] && columns.contains("delivery.directory-0.remoteURL"))
@@ -124,24 +130,27 @@ struct ExportTests {
     /// 100,000 items are streamed: the child's peak memory stays that of a small export.
     @Test func aLargeRunIsStreamedInFlatMemory() throws {
         try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 32, height: 32)
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "out"}}
             """, to: "pipe.json")
         #expect(try imgpipe("run", "pipe.json").status == 0)
         let small = try ImgpipeBinary.runMeasured(["export", "pipe.json", "-o", "small.jsonl"], in: work.path)
         let queue = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite"))
         try queue.write { db in
-            let insert = try db.makeStatement(sql: """
-                INSERT INTO item (runId, seq, key, location, status, attempts, reason, message, updatedAt)
-                VALUES (1, ?, ?, ?, 'failed', 1, 'decode', 'cannot decode jpeg: a long enough message to weigh something', 0)
-                """)
-            for seq in 2 ... 100_001 { try insert.execute(arguments: [seq, "synthetic/\(seq).jpg", "/nowhere/\(seq).jpg"]) }
+            let insert = try db.makeStatement(
+                sql: """
+                    INSERT INTO item (runId, seq, key, location, status, attempts, reason, message, updatedAt)
+                    VALUES (1, ?, ?, ?, 'failed', 1, 'decode', 'cannot decode jpeg: a long enough message to weigh something', 0)
+                    """)
+            for seq in 2...100_001 { try insert.execute(arguments: [seq, "synthetic/\(seq).jpg", "/nowhere/\(seq).jpg"]) }
         }
         let large = try ImgpipeBinary.runMeasured(["export", "pipe.json", "-o", "large.jsonl"], in: work.path)
         #expect(large.result.status == 0, "stderr: \(large.result.stderr)")
         let written = try String(contentsOfFile: work.url("large.jsonl"), encoding: .utf8)
         #expect(written.split(separator: "\n").count == 100_001)
-        #expect(small.peakRSSMegabytes > 1 && large.peakRSSMegabytes < small.peakRSSMegabytes + 40,
-                "peak RSS \(large.peakRSSMegabytes) MB for 100,001 items against \(small.peakRSSMegabytes) MB for one")
+        #expect(
+            small.peakRSSMegabytes > 1 && large.peakRSSMegabytes < small.peakRSSMegabytes + 40,
+            "peak RSS \(large.peakRSSMegabytes) MB for 100,001 items against \(small.peakRSSMegabytes) MB for one")
     }
 }

@@ -28,8 +28,9 @@ struct FeedTextTests {
         return try TestHTTPServer { request in
             guard request.path == "/feed", request.query["token"] == secret else { return .status(403) }
             if request.headers["if-none-match"] == "\"p1\"" { return .status(304) }
-            return TestHTTPServer.Response(status: 200, headers: [("Content-Type", "application/json"), ("ETag", "\"p1\"")],
-                                           body: Data(entries().utf8))
+            return TestHTTPServer.Response(
+                status: 200, headers: [("Content-Type", "application/json"), ("ETag", "\"p1\"")],
+                body: Data(entries().utf8))
         }
     }
 
@@ -54,7 +55,8 @@ struct FeedTextTests {
     static let asked = ["/a.jpg?k=${FEED_TOKEN}", "/b.jpg?k=$${FEED_TOKEN}&c=${FEED_TOKEN:1}", "/c.jpg?k=$"]
 
     func pipeline(_ feed: TestHTTPServer, cache: Bool = false) throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1,
              "source": {"type": "json-feed", "url": "\(feed.baseURL)/feed?token=${FEED_TOKEN}", "keyField": "id",
                         "cache": \(cache)},
@@ -65,8 +67,9 @@ struct FeedTextTests {
     }
 
     func imgpipe(_ arguments: [String], state: String? = nil) throws -> CommandResult {
-        try ImgpipeBinary.run(arguments + (state.map { ["--state", $0] } ?? []), in: work.path,
-                              environment: ["FEED_TOKEN": secret])
+        try ImgpipeBinary.run(
+            arguments + (state.map { ["--state", $0] } ?? []), in: work.path,
+            environment: ["FEED_TOKEN": secret])
     }
 
     /// Every request `server` received holds no form of the secret, and each decodes to
@@ -110,8 +113,9 @@ struct FeedTextTests {
         let again = try imgpipe(["run", "pipe.json", "--new"])
         #expect(again.status == 0, "stderr: \(again.stderr)")
         // The page came from the cache: not asked for again, or asked for with its ETag.
-        #expect(feed.requests.count == 1 || feed.requests.last?.headers["if-none-match"] == "\"p1\"",
-                "the second run did not use the cached page")
+        #expect(
+            feed.requests.count == 1 || feed.requests.last?.headers["if-none-match"] == "\"p1\"",
+            "the second run did not use the cached page")
         expectNoSecret(in: other, "run --new over a cached page")
         for file in work.files(under: ".imgpipe") {
             let bytes = try Data(contentsOf: URL(fileURLWithPath: work.url(".imgpipe/" + file)))

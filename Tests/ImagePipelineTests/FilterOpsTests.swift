@@ -93,7 +93,8 @@ struct FilterOpsTests {
     @Test func trimCutsAUniformBorder() throws {
         let framed = directory.url("framed.png")
         let inner = try ImageFixtures.quadrants(width: 80, height: 60)
-        try ImageFixtures.write(try inner.embedded(x: 30, y: 20, width: 140, height: 100, background: [255, 255, 255]), to: framed)
+        try ImageFixtures.write(
+            try inner.embedded(x: 30, y: 20, width: 140, height: 100, background: [255, 255, 255]), to: framed)
         let out = try run(.trim(threshold: 10), on: framed)
         #expect((out.width, out.height) == (80, 60))
         #expect(near(out[3, 3], ImageFixtures.red, tolerance: 2))
@@ -113,22 +114,28 @@ struct FilterOpsTests {
     @Test func adjustMovesEachControlTheRightWay() throws {
         let base = try run(.adjust(Adjustments()), on: photo)
         let original = try harness.run([], on: photo)
-        #expect(base.maxDifference(from: original, rows: 0 ..< base.height) <= 1, "neutral adjust changes nothing")
+        #expect(base.maxDifference(from: original, rows: 0..<base.height) <= 1, "neutral adjust changes nothing")
         let mean = { (p: Pixels) in p.means().prefix(3).reduce(0, +) / 3 }
 
-        var brighter = Adjustments(); brighter.brightness = 0.3
+        var brighter = Adjustments()
+        brighter.brightness = 0.3
         #expect(mean(try run(.adjust(brighter), on: photo)) > mean(base) + 50)
-        var exposed = Adjustments(); exposed.exposure = 1
+        var exposed = Adjustments()
+        exposed.exposure = 1
         #expect(mean(try run(.adjust(exposed), on: photo)) > mean(base) + 20)
-        var flat = Adjustments(); flat.contrast = 0
+        var flat = Adjustments()
+        flat.contrast = 0
         let grey = try run(.adjust(flat), on: photo)
         #expect(grey.samples.allSatisfy { abs(Int($0) - 128) <= 1 }, "contrast 0 is flat mid-grey")
-        var desaturated = Adjustments(); desaturated.saturation = 0
+        var desaturated = Adjustments()
+        desaturated.saturation = 0
         let d = try run(.adjust(desaturated))
         #expect(abs(Int(d[5, 5][0]) - Int(d[5, 5][1])) <= 8 && abs(Int(d[5, 5][1]) - Int(d[5, 5][2])) <= 8)
-        var gamma = Adjustments(); gamma.gamma = 2
+        var gamma = Adjustments()
+        gamma.gamma = 2
         #expect(mean(try run(.adjust(gamma), on: photo)) > mean(base) + 15)
-        var hue = Adjustments(); hue.hue = 180
+        var hue = Adjustments()
+        hue.hue = 180
         let turned = try run(.adjust(hue))[5, 5].map(Int.init)
         #expect(turned[0] < turned[1] && turned[0] < turned[2], "red turned towards cyan: \(turned)")
     }
@@ -143,7 +150,7 @@ struct FilterOpsTests {
     @Test func invertGives255MinusTheMean() throws {
         let original = try harness.run([], on: photo).means()
         let inverted = try run(.invert, on: photo).means()
-        for band in 0 ..< 3 { #expect(abs(inverted[band] - (255 - original[band])) < 0.6) }
+        for band in 0..<3 { #expect(abs(inverted[band] - (255 - original[band])) < 0.6) }
     }
 
     @Test func posterizeLeavesFewLevels() throws {
@@ -155,7 +162,8 @@ struct FilterOpsTests {
 
     @Test func vignetteDarkensCornersAndLeavesTheCentre() throws {
         let flat = directory.url("flat.png")
-        try ImageFixtures.write(try VipsImage.black(width: 200, height: 120, bands: 3).linear([1, 1, 1], [200, 200, 200], clipToByte: true), to: flat)
+        try ImageFixtures.write(
+            try VipsImage.black(width: 200, height: 120, bands: 3).linear([1, 1, 1], [200, 200, 200], clipToByte: true), to: flat)
         let out = try run(.vignette(intensity: 0.8, radius: 1), on: flat)
         #expect(abs(Int(out[100, 60][0]) - 200) <= 2, "centre untouched")
         #expect(out[1, 1][0] < 80, "corner darkened, got \(out[1, 1][0])")
@@ -196,7 +204,8 @@ struct FilterOpsTests {
 
     @Test func sharpenRaisesEdgeEnergy() throws {
         let soft = directory.url("soft.png")
-        try ImageFixtures.write(try ImageFixtures.quadrants(width: 200, height: 100).gaussianBlurred(sigma: 2).castToUChar(), to: soft)
+        try ImageFixtures.write(
+            try ImageFixtures.quadrants(width: 200, height: 100).gaussianBlurred(sigma: 2).castToUChar(), to: soft)
         let before = try harness.run([], on: soft).edgeEnergy
         let after = try run(.sharpen(sigma: 2, amount: 2), on: soft).edgeEnergy
         #expect(after > before * 1.3, "edge energy \(before) → \(after)")
@@ -207,7 +216,7 @@ struct FilterOpsTests {
         #expect((out.width, out.height) == (240, 160))
         for (bx, by) in [(0, 0), (8, 16), (232, 152)] {
             let first = out[bx, by]
-            for y in by ..< by + 8 { for x in bx ..< bx + 8 { #expect(out[x, y] == first) } }
+            for y in by..<by + 8 { for x in bx..<bx + 8 { #expect(out[x, y] == first) } }
         }
         #expect(out[7, 0] != out[8, 0] || out[8, 0] != out[16, 0])
     }
@@ -225,31 +234,36 @@ struct FilterOpsTests {
 
     @Test func captionChangesTheTopAndBottomBandsOnly() throws {
         let original = try harness.run([], on: photo)
-        let caption = Caption(top: "TOP TEXT", bottom: "BOTTOM TEXT", font: "DejaVu Sans Bold", colour: .white,
-                              strokeColour: .black, strokeWidth: nil, size: nil)
+        let caption = Caption(
+            top: "TOP TEXT", bottom: "BOTTOM TEXT", font: "DejaVu Sans Bold", colour: .white,
+            strokeColour: .black, strokeWidth: nil, size: nil)
         let out = try run(.caption(caption), on: photo)
         let h = out.height
-        #expect(out.maxDifference(from: original, rows: 0 ..< h / 4) > 100, "top band has text")
-        #expect(out.maxDifference(from: original, rows: 3 * h / 4 ..< h) > 100, "bottom band has text")
-        #expect(out.maxDifference(from: original, rows: h * 3 / 10 ..< h * 7 / 10) == 0, "the middle is untouched")
-        let topOnly = try run(.caption(Caption(top: "HI", bottom: nil, font: "DejaVu Sans Bold", colour: .white,
-                                               strokeColour: .black, strokeWidth: 2, size: 20)), on: photo)
-        #expect(topOnly.maxDifference(from: original, rows: h / 2 ..< h) == 0)
+        #expect(out.maxDifference(from: original, rows: 0..<h / 4) > 100, "top band has text")
+        #expect(out.maxDifference(from: original, rows: 3 * h / 4..<h) > 100, "bottom band has text")
+        #expect(out.maxDifference(from: original, rows: h * 3 / 10..<h * 7 / 10) == 0, "the middle is untouched")
+        let topOnly = try run(
+            .caption(
+                Caption(
+                    top: "HI", bottom: nil, font: "DejaVu Sans Bold", colour: .white,
+                    strokeColour: .black, strokeWidth: 2, size: 20)), on: photo)
+        #expect(topOnly.maxDifference(from: original, rows: h / 2..<h) == 0)
     }
 
     /// Letters over a transparent area are drawn (they used to keep the alpha of what was
     /// under them, so "ONE DOES NOT" came out as "ONE DOES NO" on a half-transparent PNG).
     @Test func captionsAreDrawnOverTransparentAreas() throws {
         let path = directory.url("half-clear.png")
-        try ImageFixtures.rgbaPNG(at: path, width: 200, height: 120) // left half transparent
-        let caption = Caption(top: "MMMMMMMMMMMMMMMM", bottom: nil, font: "DejaVu Sans Bold", colour: .white,
-                              strokeColour: .black, strokeWidth: 2, size: nil)
+        try ImageFixtures.rgbaPNG(at: path, width: 200, height: 120)  // left half transparent
+        let caption = Caption(
+            top: "MMMMMMMMMMMMMMMM", bottom: nil, font: "DejaVu Sans Bold", colour: .white,
+            strokeColour: .black, strokeWidth: 2, size: nil)
         let out = try run(.caption(caption), on: path)
         #expect(out.bands == 4)
         var drawnLeft = 0
         var clearBelow = true
-        for y in 0 ..< out.height {
-            for x in 0 ..< out.width / 2 {
+        for y in 0..<out.height {
+            for x in 0..<out.width / 2 {
                 let alpha = out.samples[(y * out.width + x) * 4 + 3]
                 if y < out.height / 4, alpha == 255 { drawnLeft += 1 }
                 if y > out.height / 2, alpha != 0 { clearBelow = false }
@@ -272,7 +286,9 @@ struct FilterOpsTests {
             // As a pixel worker's job ends: libvips' state of this Dispatch thread freed here,
             // not whenever the thread happens to exit.
             defer { VipsRuntime.endThreadWork() }
-            guard let mask = try? VipsImage.text("CAPTION \(index % 7)", font: "DejaVu Sans \(10 + index % 5)", width: 200) else { return }
+            guard let mask = try? VipsImage.text("CAPTION \(index % 7)", font: "DejaVu Sans \(10 + index % 5)", width: 200) else {
+                return
+            }
             rendered.withLock { $0 += 1 }
             // Another thread's masks are dropped here, outside the lock, while others render.
             let released = held.withLock { list -> [VipsImage] in
@@ -293,8 +309,9 @@ struct FilterOpsTests {
         DispatchQueue.concurrentPerform(iterations: 60) { index in
             defer { VipsRuntime.endThreadWork() }
             do {
-                let mask = try VipsImage.text("ONE DOES NOT SIMPLY \(index % 3)", font: fonts[index % fonts.count],
-                                              width: 300, height: index % 2 == 0 ? 60 : nil)
+                let mask = try VipsImage.text(
+                    "ONE DOES NOT SIMPLY \(index % 3)", font: fonts[index % fonts.count],
+                    width: 300, height: index % 2 == 0 ? 60 : nil)
                 let samples = try mask.pixels().samples
                 // index % 6 fixes the font, the text (index % 3) and the height (index % 2):
                 // ten renders of each of six texts, drawn at once, must agree.
@@ -314,24 +331,31 @@ struct FilterOpsTests {
 
     @Test func textIsPlacedByGravity() throws {
         let original = try harness.run([], on: photo)
-        let overlay = TextOverlay(text: "© imgpipe", gravity: .southEast, margin: 8, font: "DejaVu Sans", size: 20,
-                                  colour: .white, opacity: 1)
+        let overlay = TextOverlay(
+            text: "© imgpipe", gravity: .southEast, margin: 8, font: "DejaVu Sans", size: 20,
+            colour: .white, opacity: 1)
         let out = try run(.text(overlay), on: photo)
-        #expect(out.maxDifference(from: original, rows: out.height - 40 ..< out.height) > 60)
-        #expect(out.maxDifference(from: original, rows: 0 ..< out.height / 2) == 0)
+        #expect(out.maxDifference(from: original, rows: out.height - 40..<out.height) > 60)
+        #expect(out.maxDifference(from: original, rows: 0..<out.height / 2) == 0)
     }
 
     @Test func watermarkLandsWhereAskedOrEverywhereWhenTiled() throws {
         let logo = directory.url("logo.png")
         try ImageFixtures.rgbaPNG(at: logo, width: 40, height: 20)
         let original = try harness.run([], on: photo)
-        let placed = try run(.watermark(Watermark(image: "logo.png", gravity: .southEast, opacity: 1, scale: 0.25,
-                                                  margin: 4, tile: false)), on: photo)
-        #expect(placed.maxDifference(from: original, rows: placed.height - 30 ..< placed.height - 4) > 50)
-        #expect(placed.maxDifference(from: original, rows: 0 ..< placed.height / 2) == 0)
-        let tiled = try run(.watermark(Watermark(image: "logo.png", gravity: .southEast, opacity: 0.5, scale: 0.25,
-                                                 margin: 4, tile: true)), on: photo)
-        #expect(tiled.maxDifference(from: original, rows: 0 ..< 30) > 20)
+        let placed = try run(
+            .watermark(
+                Watermark(
+                    image: "logo.png", gravity: .southEast, opacity: 1, scale: 0.25,
+                    margin: 4, tile: false)), on: photo)
+        #expect(placed.maxDifference(from: original, rows: placed.height - 30..<placed.height - 4) > 50)
+        #expect(placed.maxDifference(from: original, rows: 0..<placed.height / 2) == 0)
+        let tiled = try run(
+            .watermark(
+                Watermark(
+                    image: "logo.png", gravity: .southEast, opacity: 0.5, scale: 0.25,
+                    margin: 4, tile: true)), on: photo)
+        #expect(tiled.maxDifference(from: original, rows: 0..<30) > 20)
     }
 
     // MARK: every op on every kind of input
@@ -340,15 +364,19 @@ struct FilterOpsTests {
         .autorotate, .fit(width: 50, height: 50, enlarge: false), .fill(width: 40, height: 30, gravity: .attention),
         .resize(width: 70, height: nil, scale: nil), .cropRect(x: 2, y: 2, width: 30, height: 20),
         .cropAspect(aspectWidth: 4, aspectHeight: 3, gravity: .entropy), .rotate(degrees: 33, background: .white),
-        .rotate(degrees: 270, background: .black), .flip(horizontal: false), .pad(top: 3, right: 3, bottom: 3, left: 3, colour: .white),
+        .rotate(degrees: 270, background: .black), .flip(horizontal: false),
+        .pad(top: 3, right: 3, bottom: 3, left: 3, colour: .white),
         .trim(threshold: 10), .roundCorners(radius: 8), .border(width: 2, colour: .black),
         .adjust(Adjustments(brightness: 0.1, contrast: 1.2, saturation: 1.3, exposure: 0.2, gamma: 1.1, hue: 20)),
         .grayscale, .sepia(intensity: 0.7), .invert, .posterize(levels: 5), .vignette(intensity: 0.5, radius: 1),
         .tint(colour: .white, intensity: 0.5), .normalize, .threshold(level: 100), .blur(sigma: 1.5),
         .sharpen(sigma: 1, amount: 1), .pixelate(size: 4), .median(size: 3),
-        .caption(Caption(top: "TOP", bottom: "BOTTOM", font: "DejaVu Sans Bold", colour: .white, strokeColour: .black,
-                         strokeWidth: nil, size: nil)),
-        .text(TextOverlay(text: "hello", gravity: .north, margin: 2, font: "DejaVu Sans", size: nil, colour: .black, opacity: 0.7)),
+        .caption(
+            Caption(
+                top: "TOP", bottom: "BOTTOM", font: "DejaVu Sans Bold", colour: .white, strokeColour: .black,
+                strokeWidth: nil, size: nil)),
+        .text(
+            TextOverlay(text: "hello", gravity: .north, margin: 2, font: "DejaVu Sans", size: nil, colour: .black, opacity: 0.7)),
         .watermark(Watermark(image: "logo.png", gravity: .centre, opacity: 0.5, scale: 0.3, margin: 0, tile: false)),
     ]
 
@@ -360,8 +388,10 @@ struct FilterOpsTests {
         case "rgba-png": try ImageFixtures.rgbaPNG(at: input, width: 120, height: 80)
         case "grey-png": try ImageFixtures.write(try ImageFixtures.quadrants(width: 120, height: 80).toGrey(), to: input)
         case "cmyk-jpeg": try ImageFixtures.cmykJPEG(at: input, width: 120, height: 80, ink: (20, 200, 180, 10))
-        default: try ImageFixtures.write(try ImageFixtures.photo(width: 120, height: 80).toGrey().linear([257], [0], clipToByte: false)
-            .castTo16Bit().labelled(.grey16), to: input)
+        default:
+            try ImageFixtures.write(
+                try ImageFixtures.photo(width: 120, height: 80).toGrey().linear([257], [0], clipToByte: false)
+                    .castTo16Bit().labelled(.grey16), to: input)
         }
         try ImageFixtures.rgbaPNG(at: directory.url("logo.png"), width: 40, height: 20)
         for step in Self.everyOp {
@@ -375,7 +405,8 @@ struct FilterOpsTests {
 
     @Test(arguments: [OutputFormat.jpeg, .png, .webp, .avif, .tiff, .gif])
     func everyOutputFormatDecodesBack(format: OutputFormat) throws {
-        let result = try harness.processor([.fit(width: 64, height: 64, enlarge: false)], format: format).process(.file(quadrants))
+        let result = try harness.processor([.fit(width: 64, height: 64, enlarge: false)], format: format).process(
+            .file(quadrants))
         let decoded = try VipsImage.open(data: result.data)
         #expect((decoded.width, decoded.height) == (64, 32))
         let pixels = try decoded.pixels()

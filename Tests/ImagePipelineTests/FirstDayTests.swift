@@ -48,7 +48,8 @@ struct FirstDayTests {
         let feed = try TestHTTPServer { request in
             .json(#"[{"url": "\#(written)"}, {"url": "\#(withSpace)"}]"#)
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(feed.baseURL)/feed", "cache": false},
              "filters": [{"op": "fit", "width": 32, "height": 32}], "sink": {"type": "directory", "path": "out"}}
             """, to: "feed.json")
@@ -62,7 +63,8 @@ struct FirstDayTests {
     @Test func aFailedDownloadNamesTheURL() throws {
         let server = try server(serving: [])
         try work.write(server.baseURL + "/gone/Été.jpg\n", to: "urls.txt")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
              "sink": {"type": "directory", "path": "out"}, "retry": {"attempts": 1}}
             """, to: "pipe.json")
@@ -73,7 +75,8 @@ struct FirstDayTests {
         #expect(message.contains("HTTP 404") && message.contains(server.baseURL + "/gone/%C3%89t%C3%A9.jpg"), "\(message)")
 
         let feed = try TestHTTPServer { _ in .json(#"[{"url": "\#(server.baseURL)/gone/x.jpg?token=s3cr3t-value"}]"#) }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(feed.baseURL)/feed?key=${IMG_TOKEN}", "cache": false},
              "sink": {"type": "directory", "path": "out2"}, "retry": {"attempts": 1}}
             """, to: "secret.json")
@@ -92,20 +95,25 @@ struct FirstDayTests {
     /// script, spaces and `%` stay as written. `--name` sets the template, `{name}` is the
     /// file name without folders.
     @Test func urlsOfOneFileNameInSeveralFoldersAreNamedApart() throws {
-        let paths: Set<String> = ["/shop/101/main.jpg", "/shop/102/main.jpg", "/shop/103/main.jpg",
-                                  "/special/%C3%89t%C3%A9%20sale%2050%25.jpg"]
+        let paths: Set<String> = [
+            "/shop/101/main.jpg", "/shop/102/main.jpg", "/shop/103/main.jpg",
+            "/special/%C3%89t%C3%A9%20sale%2050%25.jpg",
+        ]
         let server = try server(serving: paths)
-        try work.write(["/shop/101/main.jpg", "/shop/102/main.jpg", "/shop/103/main.jpg", "/special/Été%20sale%2050%25.jpg"]
-            .map { server.baseURL + $0 }.joined(separator: "\n") + "\n", to: "urls.txt")
+        try work.write(
+            ["/shop/101/main.jpg", "/shop/102/main.jpg", "/shop/103/main.jpg", "/special/Été%20sale%2050%25.jpg"]
+                .map { server.baseURL + $0 }.joined(separator: "\n") + "\n", to: "urls.txt")
         let made = try imgpipe("thumbnail", "urls.txt", "--fit", "32", "--to", "out")
         #expect(made.status == 0, "stderr: \(made.stderr)")
-        #expect(work.files(under: "out").filter { !$0.contains(".imgpipe") }.sorted()
+        #expect(
+            work.files(under: "out").filter { !$0.contains(".imgpipe") }.sorted()
                 == ["shop/101/main.jpg", "shop/102/main.jpg", "shop/103/main.jpg", "special/Été sale 50%.jpg"],
-                "\(work.files(under: "out"))")
+            "\(work.files(under: "out"))")
 
         let flat = try imgpipe("thumbnail", "urls.txt", "--fit", "32", "--to", "flat", "--name", "{name}-{index}.{ext}")
         #expect(flat.status == 0, "stderr: \(flat.stderr)")
-        #expect(Set(work.files(under: "flat").filter { !$0.contains(".imgpipe") })
+        #expect(
+            Set(work.files(under: "flat").filter { !$0.contains(".imgpipe") })
                 == ["main-1.jpg", "main-2.jpg", "main-3.jpg", "Été sale 50%-4.jpg"], "\(work.files(under: "flat"))")
         let bad = try imgpipe("thumbnail", "urls.txt", "--name", "{nope}.{ext}")
         #expect(bad.status == 2 && bad.stderr.contains("--name") && bad.stderr.contains("{nope}"), "\(bad.stderr)")
@@ -119,13 +127,15 @@ struct FirstDayTests {
             return request.path.hasPrefix("/shop/") ? .bytes(jpeg) : .status(404)
         }
         try work.write(server.baseURL + "/shop/101/main.jpg\n" + server.baseURL + "/shop/102/main.jpg\n", to: "urls.txt")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
              "sink": {"type": "http", "url": "\(server.baseURL)/put/{stem}.{ext}"}}
             """, to: "put.json")
         let run = try imgpipe("run", "put.json")
         #expect(run.status == 0, "stderr: \(run.stderr)")
-        #expect(server.requests.filter { $0.method == "PUT" }.map(\.target).sorted()
+        #expect(
+            server.requests.filter { $0.method == "PUT" }.map(\.target).sorted()
                 == ["/put/shop/101/main.jpg", "/put/shop/102/main.jpg"])
     }
 
@@ -136,7 +146,8 @@ struct FirstDayTests {
     @Test func aDoubleDollarIsALiteralDollar() throws {
         let jpeg = self.jpeg
         let server = try TestHTTPServer { request in
-            request.path == "/feed" ? .json(#"[{"url": "http://\#(request.headers["host"]!)/a.jpg", "price": "19.99"}]"#)
+            request.path == "/feed"
+                ? .json(#"[{"url": "http://\#(request.headers["host"]!)/a.jpg", "price": "19.99"}]"#)
                 : .bytes(jpeg)
         }
         func pipeline(_ caption: String, to folder: String) -> String {
@@ -155,7 +166,7 @@ struct FirstDayTests {
         #expect(try imgpipe("run", "literal.json").status == 0)
         let drawn = try ImageFixtures.decode(work.url("price$tag/a.png"))
         let literal = try ImageFixtures.decode(work.url("literal/a.png"))
-        #expect(drawn.maxDifference(from: literal, rows: 0 ..< literal.height) == 0, "the caption is not \"$19.99\"")
+        #expect(drawn.maxDifference(from: literal, rows: 0..<literal.height) == 0, "the caption is not \"$19.99\"")
     }
 
     // MARK: - 4. --quiet
@@ -168,9 +179,11 @@ struct FirstDayTests {
         let server = try TestHTTPServer { request in
             guard request.path == "/feed" else { return .bytes(jpeg) }
             let base = "http://\(request.headers["host"]!)"
-            return .json(#"[{"url": "\#(base)/a.jpg"}, {"url": "\#(base)/a.jpg"}, {"title": "no url"}, {"url": "\#(base)/b.jpg"}]"#)
+            return .json(
+                #"[{"url": "\#(base)/a.jpg"}, {"url": "\#(base)/a.jpg"}, {"title": "no url"}, {"url": "\#(base)/b.jpg"}]"#)
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed", "cache": false},
              "filters": [{"op": "fit", "width": 16, "height": 16}], "sink": {"type": "directory", "path": "out"}}
             """, to: "feed.json")

@@ -85,7 +85,8 @@ struct HostileInputTests {
     }
 
     @Test func samplesPass() throws {
-        let samples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../samples").standardizedFileURL.path
+        let samples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../samples")
+            .standardizedFileURL.path
         let names = try FileManager.default.contentsOfDirectory(atPath: samples).filter { !$0.hasSuffix(".md") }
         #expect(names.count >= 8)
         for name in names {
@@ -100,7 +101,9 @@ struct HostileInputTests {
         var testDescription: String { rawValue }
         var suffix: String { ["jpg", "webp", "gif", "tif", "heic"][Self.allCases.firstIndex(of: self)!] }
         /// What the message must say.
-        var expected: String { ["segment FFDB declares", "RIFF size", "sub-block", "IFD", "iloc extent"][Self.allCases.firstIndex(of: self)!] }
+        var expected: String {
+            ["segment FFDB declares", "RIFF size", "sub-block", "IFD", "iloc extent"][Self.allCases.firstIndex(of: self)!]
+        }
 
         func apply(to bytes: inout [UInt8]) {
             switch self {
@@ -152,7 +155,8 @@ struct HostileInputTests {
     // MARK: through the binary
 
     func pipeline() throws {
-        try directory.write("""
+        try directory.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 256, "height": 256}],
              "output": {"format": "jpeg"}, "sink": {"type": "directory", "path": "out"}}

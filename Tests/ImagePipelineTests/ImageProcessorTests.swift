@@ -24,12 +24,15 @@ struct ImageProcessorTests {
         harness.failure(filters, on: path, limits: limits)
     }
 
-    func assertColour(_ pixel: [UInt8], near colour: ImageFixtures.RGB, tolerance: Int = 40,
-                      sourceLocation: SourceLocation = #_sourceLocation) {
+    func assertColour(
+        _ pixel: [UInt8], near colour: ImageFixtures.RGB, tolerance: Int = 40,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         let expected = [Int(colour.0), Int(colour.1), Int(colour.2)]
         let actual = pixel.prefix(3).map(Int.init)
-        #expect(zip(actual, expected).allSatisfy { abs($0 - $1) <= tolerance }, "pixel \(actual) is not near \(expected)",
-                sourceLocation: sourceLocation)
+        #expect(
+            zip(actual, expected).allSatisfy { abs($0 - $1) <= tolerance }, "pixel \(actual) is not near \(expected)",
+            sourceLocation: sourceLocation)
     }
 
     // MARK: fit
@@ -244,8 +247,9 @@ struct ImageProcessorTests {
         #expect(mkfifo(fifo, 0o644) == 0)
         for path in [fifo, "/dev/zero"] {
             let failure = harness.failure([], on: path)
-            #expect(failure?.reason == .download && failure?.message.contains("not a regular file") == true,
-                    "\(path): \(String(describing: failure))")
+            #expect(
+                failure?.reason == .download && failure?.message.contains("not a regular file") == true,
+                "\(path): \(String(describing: failure))")
         }
     }
 

@@ -24,7 +24,8 @@ struct IncrementalTests {
     }
 
     func pipeline(quality: Int) throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 120, "height": 120}],
              "outputs": [{"id": "web", "format": "jpeg", "quality": \(quality), "name": "{stem}-web.jpg"},
@@ -64,8 +65,9 @@ struct IncrementalTests {
                 let name = try #require(output["name"] as? String, sourceLocation: sourceLocation)
                 for folder in folders {
                     let data = try Data(contentsOf: URL(fileURLWithPath: work.url("\(folder)/\(name)")))
-                    #expect(output["sha256"] as? String == sha256Hex(data) && output["bytes"] as? Int == data.count,
-                            "\(folder)/\(name) (\(id)) is not what export says", sourceLocation: sourceLocation)
+                    #expect(
+                        output["sha256"] as? String == sha256Hex(data) && output["bytes"] as? Int == data.count,
+                        "\(folder)/\(name) (\(id)) is not what export says", sourceLocation: sourceLocation)
                 }
             }
             #expect(record["status"] as? String == "done", sourceLocation: sourceLocation)
@@ -77,18 +79,21 @@ struct IncrementalTests {
     }
 
     @Test func onlyWhatChangedIsMadeAgainAndAPruningSinkDropsWhatIsGone() throws {
-        for index in 1 ... 6 { try photo("p\(index)", seed: index) }
+        for index in 1...6 { try photo("p\(index)", seed: index) }
         try pipeline(quality: 85)
         // Before any run: everything is new, and planning writes nothing.
         let first = try plan()
         #expect(first["new"] as? Int == 6 && first["baseline"] == nil && redo(first, "web") == 6)
-        #expect(!FileManager.default.fileExists(atPath: work.url("out")) && !FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.sqlite")))
+        #expect(
+            !FileManager.default.fileExists(atPath: work.url("out"))
+                && !FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.sqlite")))
         #expect(try imgpipe("run", "pipe.json").status == 0)
         let before = snapshot("out")
         #expect(before.count == 12)
         let quiet = try plan()
-        #expect(quiet["unchanged"] as? Int == 6 && quiet["new"] as? Int == 0 && redo(quiet, "web") == 0 && redo(quiet, "thumb") == 0,
-                "\(quiet)")
+        #expect(
+            quiet["unchanged"] as? Int == 6 && quiet["new"] as? Int == 0 && redo(quiet, "web") == 0 && redo(quiet, "thumb") == 0,
+            "\(quiet)")
 
         // One output's quality, two sources replaced, one touched, one added, one deleted.
         try pipeline(quality: 60)
@@ -99,7 +104,8 @@ struct IncrementalTests {
         try photo("p7", seed: 7)
         try FileManager.default.removeItem(atPath: work.url("in/p6.jpg"))
         let planned = try plan()
-        #expect(planned["new"] as? Int == 1 && planned["changed"] as? Int == 2 && planned["unchanged"] as? Int == 3
+        #expect(
+            planned["new"] as? Int == 1 && planned["changed"] as? Int == 2 && planned["unchanged"] as? Int == 3
                 && planned["gone"] as? Int == 1, "\(planned)")
         #expect(redo(planned, "web") == 6 && redo(planned, "thumb") == 3, "\(planned)")
         let reasons = ((planned["outputs"] as? [String: Any])?["web"] as? [String: Any])?["reasons"] as? [String] ?? []
@@ -122,7 +128,8 @@ struct IncrementalTests {
             #expect(after["\(name)-web.jpg"]?.data != before["\(name)-web.jpg"]?.data, "\(name)-web.jpg was encoded anew")
         }
         for name in ["p2", "p3"] {
-            #expect(after["\(name)-thumb.png"]?.data != before["\(name)-thumb.png"]?.data, "\(name)-thumb.png shows the new source")
+            #expect(
+                after["\(name)-thumb.png"]?.data != before["\(name)-thumb.png"]?.data, "\(name)-thumb.png shows the new source")
             #expect(try VipsImage.open(path: work.url("out/\(name)-thumb.png")).width == 40)
         }
         #expect(after["p7-web.jpg"] != nil && after["p7-thumb.png"] != nil)
@@ -135,7 +142,8 @@ struct IncrementalTests {
 
         // Nothing changed since: the next plan has nothing to do, and a run changes no file.
         let settled = try plan()
-        #expect(settled["unchanged"] as? Int == 6 && redo(settled, "web") == 0 && redo(settled, "thumb") == 0
+        #expect(
+            settled["unchanged"] as? Int == 6 && redo(settled, "web") == 0 && redo(settled, "thumb") == 0
                 && settled["gone"] as? Int == 0, "\(settled)")
         #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
         #expect(snapshot("out").mapValues(\.inode) == after.mapValues(\.inode))
@@ -167,9 +175,10 @@ struct IncrementalTests {
     /// incremental run killed and resumed stays incremental and prunes at its end; a file
     /// kept for a failed item is pruned once a later run no longer makes it.
     @Test func sinksNamesAcceptAndResumeAreTakenIntoAccount() throws {
-        for index in 1 ... 5 { try photo("p\(index)", seed: index) }
+        for index in 1...5 { try photo("p\(index)", seed: index) }
         func write(_ sink: String, name: String = "{stem}-web.jpg", accept: String = "") throws {
-            try work.write("""
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "directory", "path": "in"}, \(accept)
                  "filters": [{"op": "fit", "width": 80, "height": 80}],
                  "outputs": [{"id": "web", "format": "jpeg", "quality": 80, "name": "\(name)"}],
@@ -184,8 +193,11 @@ struct IncrementalTests {
         try work.write("the user's own", to: "elsewhere/p5-web.jpg")
         try write("elsewhere")
         let moved = try plan()
-        #expect(redo(moved, "web") == 4 && (((moved["outputs"] as? [String: Any])?["web"] as? [String: Any])?["reasons"] as? [String])?
-            .contains("sink \"directory-0\" changed") == true, "\(moved)")
+        #expect(
+            redo(moved, "web") == 4
+                && (((moved["outputs"] as? [String: Any])?["web"] as? [String: Any])?["reasons"] as? [String])?
+                    .contains("sink \"directory-0\" changed") == true,
+            "\(moved)")
         #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
         #expect(Set(snapshot("elsewhere").keys) == ["p1-web.jpg", "p2-web.jpg", "p3-web.jpg", "p4-web.jpg", "p5-web.jpg"])
         #expect(try String(contentsOfFile: work.url("elsewhere/p5-web.jpg"), encoding: .utf8) == "the user's own")
@@ -215,9 +227,10 @@ struct IncrementalTests {
     /// `"sink": {…}` rewritten as `"sinks": [{…}]` is the same sink: nothing is delivered
     /// again (a reviewer's plan said `sink "directory-0" changed` and the run rewrote every file).
     @Test func aSinkWrittenAsTheOnlyEntryOfSinksIsUnchanged() throws {
-        for index in 1 ... 2 { try photo("p\(index)", seed: index) }
+        for index in 1...2 { try photo("p\(index)", seed: index) }
         func write(_ sinks: String) throws {
-            try work.write("""
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "directory", "path": "in"},
                  "filters": [{"op": "fit", "width": 80, "height": 80}], \(sinks)}
                 """, to: "pipe.json")
@@ -234,16 +247,18 @@ struct IncrementalTests {
 
     @Test func anIncrementalRunKilledAndResumedStaysIncremental() throws {
         // Large enough that the run is still going when it is killed.
-        for index in 1 ... 60 { try photo(String(format: "p%02d", index), seed: index, width: 1600, height: 1200) }
+        for index in 1...60 { try photo(String(format: "p%02d", index), seed: index, width: 1600, height: 1200) }
         try pipeline(quality: 85)
         #expect(try imgpipe("run", "pipe.json").status == 0)
         let before = snapshot("out")
-        for index in 1 ... 10 { try FileManager.default.removeItem(atPath: work.url(String(format: "in/p%02d.jpg", index))) }
+        for index in 1...10 { try FileManager.default.removeItem(atPath: work.url(String(format: "in/p%02d.jpg", index))) }
         try pipeline(quality: 60)
         // Killed once some web outputs have been made again.
         let running = try ImgpipeBinary.launch(["run", "pipe.json", "--incremental"], in: work.path)
         let deadline = Date().addingTimeInterval(60)
-        while Date() < deadline, snapshot("out").filter({ $0.key.hasSuffix("-web.jpg") && $0.value.inode != before[$0.key]?.inode }).count < 5 {
+        while Date() < deadline,
+            snapshot("out").filter({ $0.key.hasSuffix("-web.jpg") && $0.value.inode != before[$0.key]?.inode }).count < 5
+        {
             usleep(20_000)
         }
         running.signal(SIGKILL)
@@ -263,14 +278,15 @@ struct IncrementalTests {
     /// again, where export vouched for the older run's bytes over the killed run's files.
     /// A kept file removed or cut short by hand is made again too.
     @Test func filesWrittenOverOrRemovedSinceTheComparedRunAreMadeAgain() throws {
-        for index in 1 ... 40 { try photo(String(format: "p%02d", index), seed: index, width: 1600, height: 1200) }
+        for index in 1...40 { try photo(String(format: "p%02d", index), seed: index, width: 1600, height: 1200) }
         try pipeline(quality: 85)
         #expect(try imgpipe("run", "pipe.json").status == 0)
         let before = snapshot("out").merging(snapshot("archive").map { ("archive/" + $0.key, $0.value) }) { $1 }
         func writtenOver() -> Set<String> {
             let now = snapshot("out").merging(snapshot("archive").map { ("archive/" + $0.key, $0.value) }) { $1 }
-            return Set(now.filter { $0.key.hasSuffix("-web.jpg") && $0.value.inode != before[$0.key]?.inode }
-                .map { String($0.key.split(separator: "/").last!.dropLast("-web.jpg".count)) })
+            return Set(
+                now.filter { $0.key.hasSuffix("-web.jpg") && $0.value.inode != before[$0.key]?.inode }
+                    .map { String($0.key.split(separator: "/").last!.dropLast("-web.jpg".count)) })
         }
         try pipeline(quality: 40)
         let running = try ImgpipeBinary.launch(["run", "pipe.json", "--incremental"], in: work.path)
@@ -302,12 +318,15 @@ struct IncrementalTests {
     /// delivered without the others: both made every sink that takes every output "changed",
     /// and every file was written again.
     @Test func outputsReorderedOrAddedKeepTheOthersFiles() throws {
-        for index in 1 ... 3 { try photo("p\(index)", seed: index) }
+        for index in 1...3 { try photo("p\(index)", seed: index) }
         let web = #"{"id": "web", "format": "jpeg", "quality": 80, "name": "{stem}-web.jpg"}"#
-        let thumb = #"{"id": "thumb", "format": "png", "filters": [{"op": "fit", "width": 40, "height": 40}], "name": "{stem}-thumb.png"}"#
-        let tiny = #"{"id": "tiny", "format": "png", "filters": [{"op": "fit", "width": 10, "height": 10}], "name": "{stem}-tiny.png"}"#
+        let thumb =
+            #"{"id": "thumb", "format": "png", "filters": [{"op": "fit", "width": 40, "height": 40}], "name": "{stem}-thumb.png"}"#
+        let tiny =
+            #"{"id": "tiny", "format": "png", "filters": [{"op": "fit", "width": 10, "height": 10}], "name": "{stem}-tiny.png"}"#
         func write(_ outputs: String...) throws {
-            try work.write("""
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "directory", "path": "in"},
                  "filters": [{"op": "fit", "width": 120, "height": 120}], "outputs": [\(outputs.joined(separator: ", "))],
                  "sinks": [{"type": "directory", "path": "out", "prune": true}]}
@@ -323,8 +342,10 @@ struct IncrementalTests {
         #expect(snapshot("out").mapValues(\.inode) == before.mapValues(\.inode))
 
         // The sink's default name written out and its outputs listed, in another order: the same sink.
-        try work.write(try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8).replacingOccurrences(
-            of: #""path": "out", "prune": true"#, with: #""path": "out", "prune": true, "name": "directory-0", "outputs": ["web", "thumb"]"#),
+        try work.write(
+            try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8).replacingOccurrences(
+                of: #""path": "out", "prune": true"#,
+                with: #""path": "out", "prune": true, "name": "directory-0", "outputs": ["web", "thumb"]"#),
             to: "pipe.json")
         let named = try plan()
         #expect(redo(named, "web") == 0 && redo(named, "thumb") == 0, "\(named)")
@@ -344,9 +365,10 @@ struct IncrementalTests {
     /// of a `${…}` in a filter is another output; and a run of `--limit` items is not what
     /// the next run compares with (its unlisted items would all look new).
     @Test func oneURLForEveryItemATokenAFilterValueAndALimitedRun() throws {
-        for index in 1 ... 3 { try photo("p\(index)", seed: index) }
+        for index in 1...3 { try photo("p\(index)", seed: index) }
         let server = try TestHTTPServer { request in request.method == "POST" ? .status(201) : .status(404) }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 80, "height": 80}, {"op": "caption", "top": "${LABEL}"}],
              "output": {"format": "jpeg", "name": "{stem}.jpg"},
@@ -359,7 +381,8 @@ struct IncrementalTests {
         }
         func planned(label: String = "A", sig: String = "1", dir: String = "v1") throws -> [String: Any] {
             let result = try run("plan", "pipe.json", "--json", label: label, sig: sig, dir: dir)
-            return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stderr)")
+            return try #require(
+                try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stderr)")
         }
         func posts() -> Int { server.requests.count { $0.method == "POST" } }
         #expect(try run("run", "pipe.json").status == 0)
@@ -381,7 +404,8 @@ struct IncrementalTests {
         #expect(limited.status == 0, "\(limited.stderr)")
         let after = snapshot("out")
         let next = try planned(label: "B")
-        #expect(redo(next, "default") == 0 && next["new"] as? Int == 0, "compared with the last run that listed everything: \(next)")
+        #expect(
+            redo(next, "default") == 0 && next["new"] as? Int == 0, "compared with the last run that listed everything: \(next)")
         #expect(try run("run", "pipe.json", "--incremental", label: "B").status == 0)
         #expect(snapshot("out").mapValues(\.inode) == after.mapValues(\.inode))
     }
@@ -391,9 +415,10 @@ struct IncrementalTests {
     /// whose `${OUTDIR}` has another value is another place that gets every output; both
     /// were "nothing to do", and the new folder stayed empty.
     @Test func aChangedWatermarkImageAndASinkMovedByItsVariableAreSeen() throws {
-        for index in 1 ... 3 { try photo("p\(index)", seed: index) }
+        for index in 1...3 { try photo("p\(index)", seed: index) }
         try ImageFixtures.write(try ImageFixtures.photo(width: 30, height: 20, seed: 7), to: work.url("logo.png"))
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 120, "height": 120}],
              "outputs": [{"id": "web", "format": "jpeg", "name": "{stem}-web.jpg",
@@ -409,13 +434,14 @@ struct IncrementalTests {
         let before = snapshot("outA")
 
         try ImageFixtures.write(try ImageFixtures.photo(width: 30, height: 20, seed: 8), to: work.url("logo.png"))
-        let planned = try #require(try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: "outA").stdout.utf8))
-                                   as? [String: Any])
+        let planned = try #require(
+            try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: "outA").stdout.utf8))
+                as? [String: Any])
         #expect(redo(planned, "web") == 3 && redo(planned, "thumb") == 0, "\(planned)")
         #expect("\(planned)".contains("a watermark image or a ${…} value of its filters changed"), "\(planned)")
         #expect(try run("run", "pipe.json", "--incremental", into: "outA").status == 0)
         let after = snapshot("outA")
-        for index in 1 ... 3 {
+        for index in 1...3 {
             #expect(after["p\(index)-web.jpg"]?.data != before["p\(index)-web.jpg"]?.data, "p\(index)-web.jpg shows the new logo")
             #expect(after["p\(index)-thumb.png"]?.inode == before["p\(index)-thumb.png"]?.inode, "p\(index)-thumb.png was kept")
         }
@@ -423,12 +449,14 @@ struct IncrementalTests {
         // The same folder through a link, or spelled `./outA/`, is not another place.
         try FileManager.default.createSymbolicLink(atPath: work.url("linkA"), withDestinationPath: work.url("outA"))
         for spelling in ["linkA", "./outA/"] {
-            let same = try #require(try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: spelling).stdout.utf8))
-                                    as? [String: Any])
+            let same = try #require(
+                try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: spelling).stdout.utf8))
+                    as? [String: Any])
             #expect(redo(same, "web") == 0 && redo(same, "thumb") == 0, "\(spelling): \(same)")
         }
-        let moved = try #require(try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: "outB").stdout.utf8))
-                                 as? [String: Any])
+        let moved = try #require(
+            try JSONSerialization.jsonObject(with: Data(run("plan", "pipe.json", "--json", into: "outB").stdout.utf8))
+                as? [String: Any])
         #expect(redo(moved, "web") == 3 && redo(moved, "thumb") == 3, "\(moved)")
         #expect(try run("run", "pipe.json", "--incremental", into: "outB").status == 0)
         #expect(snapshot("outB").mapValues(\.data) == snapshot("outA").mapValues(\.data), "the new folder has every output")
@@ -439,7 +467,7 @@ struct IncrementalTests {
     /// cache does not revalidate by itself).
     @Test func theResumeOfAnIncrementalRunAsksTheServerAgain() throws {
         let images = Mutex<[String: (version: Int, data: Data)]>([:])
-        for index in 1 ... 8 {
+        for index in 1...8 {
             let path = work.url("src/n\(index).jpg")
             try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: index), to: path)
             images.withLock { $0["n\(index)"] = (1, try! Data(contentsOf: URL(fileURLWithPath: path))) }
@@ -448,8 +476,10 @@ struct IncrementalTests {
         let server = try TestHTTPServer { request in
             let host = "http://\(request.headers["host"]!)"
             if request.path == "/feed.json" {
-                return .json("[" + images.withLock { $0 }.keys.sorted().map { #"{"url": "\#(host)/images/\#($0).jpg"}"# }
-                    .joined(separator: ",") + "]")
+                return .json(
+                    "["
+                        + images.withLock { $0 }.keys.sorted().map { #"{"url": "\#(host)/images/\#($0).jpg"}"# }
+                        .joined(separator: ",") + "]")
             }
             let name = String(request.path.dropFirst("/images/".count).dropLast(4))
             guard let image = images.withLock({ $0[name] }) else { return .status(404) }
@@ -458,7 +488,8 @@ struct IncrementalTests {
             Thread.sleep(forTimeInterval: slow.withLock { $0 })
             return request.headers["if-none-match"] == tag ? .status(304) : .bytes(image.data, headers: [("ETag", tag)])
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json"},
              "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{name}.png"},
              "sink": {"type": "directory", "path": "out"}, "limits": {"downloads": 1}}
@@ -474,18 +505,22 @@ struct IncrementalTests {
         let asked = server.requests.count
         let running = try ImgpipeBinary.launch(["run", "pipe.json", "--incremental"], in: work.path)
         let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline, !server.requests.dropFirst(asked).contains(where: { $0.path.hasPrefix("/images/") }) { usleep(10_000) }
+        while Date() < deadline, !server.requests.dropFirst(asked).contains(where: { $0.path.hasPrefix("/images/") }) {
+            usleep(10_000)
+        }
         running.signal(SIGINT)
         #expect(running.wait().status == 130)
         slow.withLock { $0 = 0 }
         let resumedFrom = server.requests.count
         let resumed = try imgpipe("resume", "pipe.json")
         #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
-        let conditional = server.requests.dropFirst(resumedFrom).filter { $0.path.hasPrefix("/images/") && $0.headers["if-none-match"] != nil }
+        let conditional = server.requests.dropFirst(resumedFrom).filter {
+            $0.path.hasPrefix("/images/") && $0.headers["if-none-match"] != nil
+        }
         #expect(!conditional.isEmpty, "the resume compared the images it had left through the server")
         let after = snapshot("out")
         #expect(after["n8.png"]?.data != before["n8.png"]?.data, "the image the server replaced was made again")
-        for index in 1 ... 7 { #expect(after["n\(index).png"]?.inode == before["n\(index).png"]?.inode, "n\(index).png") }
+        for index in 1...7 { #expect(after["n\(index).png"]?.inode == before["n\(index).png"]?.inode, "n\(index).png") }
     }
 
     /// A remote feed: with `versionField` the feed's field decides (no image is asked for
@@ -493,7 +528,7 @@ struct IncrementalTests {
     /// sent and a 304 says unchanged.
     @Test func remoteItemsAreComparedByTheirVersionFieldOrTheirETag() throws {
         let images = Mutex<[String: (version: Int, data: Data)]>([:])
-        for index in 1 ... 4 {
+        for index in 1...4 {
             let path = work.url("src/n\(index).jpg")
             try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: index), to: path)
             let data = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -514,8 +549,11 @@ struct IncrementalTests {
             return .bytes(image.data, headers: [("ETag", tag)])
         }
         func imageRequests() -> Int { server.requests.count { $0.path.hasPrefix("/images/") } }
-        for (file, source) in [("byfield.json", #""versionField": "updated", "cache": false"#), ("byetag.json", #""cache": true"#)] {
-            try work.write("""
+        for (file, source) in [
+            ("byfield.json", #""versionField": "updated", "cache": false"#), ("byetag.json", #""cache": true"#),
+        ] {
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", \(source)},
                  "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{name}.png"},
                  "sink": {"type": "directory", "path": "\(file)-out"}}
@@ -538,19 +576,27 @@ struct IncrementalTests {
         // server again (it stored the changed image and recorded each use). SQLite's -wal
         // and -shm files beside the state file are SQLite's.
         func everything() -> [String: String] {
-            Dictionary(uniqueKeysWithValues: work.files(under: ".imgpipe").filter { !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }.map { name in
-                let path = work.url(".imgpipe/" + name)
-                var info = stat()
-                _ = stat(path, &info)
-                return (name, "\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec) " + sha256Hex(FileManager.default.contents(atPath: path) ?? Data()))
-            })
+            Dictionary(
+                uniqueKeysWithValues: work.files(under: ".imgpipe").filter { !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }.map
+                { name in
+                    let path = work.url(".imgpipe/" + name)
+                    var info = stat()
+                    _ = stat(path, &info)
+                    return (
+                        name,
+                        "\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec) "
+                            + sha256Hex(FileManager.default.contents(atPath: path) ?? Data())
+                    )
+                })
         }
         let untouched = everything()
         let byTag = try imgpipe("plan", "byetag.json", "--json")
         #expect(byTag.stdout.contains(#""changed" : 1"#) && byTag.stdout.contains(#""unchanged" : 3"#), "\(byTag.stdout)")
         #expect(everything() == untouched, "\(Set(everything().keys).symmetricDifference(untouched.keys))")
         let asked = server.requests.filter { $0.path.hasPrefix("/images/") }.suffix(4)
-        #expect(asked.count == 4 && asked.allSatisfy { $0.headers["if-none-match"] != nil }, "conditional requests, from the cache's ETags")
+        #expect(
+            asked.count == 4 && asked.allSatisfy { $0.headers["if-none-match"] != nil },
+            "conditional requests, from the cache's ETags")
 
         let before = snapshot("byfield.json-out")
         let requestsBefore = server.requests.filter { $0.path.hasPrefix("/images/") }.count

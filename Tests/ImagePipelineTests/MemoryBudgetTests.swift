@@ -1,8 +1,9 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
 import VipsKit
+
+@testable import ImagePipeline
 
 /// `limits.memory`: items' pixel work admitted against a run-wide budget by an estimate
 /// read from the header, measured on the built binary with its pixel helpers (large
@@ -15,13 +16,14 @@ struct MemoryBudgetTests {
 
     /// A directory source `in/`, fitted to 1024 as JPEG into `out/`, with `limits`.
     func pipeline(limits: String) throws {
-        _ = try directory.write("""
-        { "version": 1, "source": {"type": "directory", "path": "in"},
-          "filters": [{"op": "autorotate"}, {"op": "fit", "width": 1024, "height": 1024}],
-          "output": {"format": "jpeg", "quality": 85},
-          "sinks": [{"type": "directory", "path": "out"}],
-          "limits": {\(limits)} }
-        """, to: "pipe.json")
+        _ = try directory.write(
+            """
+            { "version": 1, "source": {"type": "directory", "path": "in"},
+              "filters": [{"op": "autorotate"}, {"op": "fit", "width": 1024, "height": 1024}],
+              "output": {"format": "jpeg", "quality": 85},
+              "sinks": [{"type": "directory", "path": "out"}],
+              "limits": {\(limits)} }
+            """, to: "pipe.json")
     }
 
     func failures() throws -> [FailureRecord] {
@@ -33,22 +35,24 @@ struct MemoryBudgetTests {
     @Test func interlacedSixteenBitPNGsOnTwoWorkersWaitForTheBudget() throws {
         let first = try directory.folder("in") + "/1.png"
         try ImageFixtures.interlacedPNG(at: first, width: 11900, height: 8000, bands: 4, depth: 16)
-        for index in 2 ... 4 { try FileManager.default.copyItem(atPath: first, toPath: directory.url("in/\(index).png")) }
+        for index in 2...4 { try FileManager.default.copyItem(atPath: first, toPath: directory.url("in/\(index).png")) }
         try pipeline(limits: #""workers": 2, "memory": 1500"#)
 
         let run = try ImgpipeBinary.runMeasured(["run", "pipe.json", "--quiet"], in: directory.path, timeout: 600)
         #expect(run.signal == nil && !run.timedOut)
         #expect(run.result.status == 0, "stderr: \(run.result.stderr)")
         #expect(directory.files(under: "out").count == 4)
-        print("four 95 MP 16-bit RGBA interlaced PNGs, 2 workers, limits.memory 1500: run and helpers at once "
-              + "\(run.concurrentPeakRSSMegabytes) MB, one helper \(run.helperPeakRSSMegabytes) MB")
+        print(
+            "four 95 MP 16-bit RGBA interlaced PNGs, 2 workers, limits.memory 1500: run and helpers at once "
+                + "\(run.concurrentPeakRSSMegabytes) MB, one helper \(run.helperPeakRSSMegabytes) MB")
         #expect(run.concurrentPeakRSSMegabytes < 1600, "run and helpers held \(run.concurrentPeakRSSMegabytes) MB at once")
     }
 
     /// An item whose estimate alone is over the budget fails as `limit`, naming both; the
     /// others go on.
     @Test func anItemOverTheWholeBudgetFailsAsLimitNamingItsEstimate() throws {
-        try ImageFixtures.interlacedPNG(at: try directory.folder("in") + "/big.png", width: 6000, height: 5000, bands: 4, depth: 16)
+        try ImageFixtures.interlacedPNG(
+            at: try directory.folder("in") + "/big.png", width: 6000, height: 5000, bands: 4, depth: 16)
         try ImageFixtures.jpeg(at: directory.url("in/small.jpg"), width: 640, height: 480)
         try pipeline(limits: #""workers": 2, "memory": 128"#)
 
@@ -60,11 +64,13 @@ struct MemoryBudgetTests {
         #expect(failures.first?.key == "big.png")
         #expect(failures.first?.reason == "limit")
         let message = failures.first?.message ?? ""
-        #expect(message.hasPrefix("needs about ") && message.hasSuffix(" MB to decode (16-bit RGBA interlaced PNG, 30 MP), over limits.memory 128 MB"),
-                "\(message)")
+        #expect(
+            message.hasPrefix("needs about ")
+                && message.hasSuffix(" MB to decode (16-bit RGBA interlaced PNG, 30 MP), over limits.memory 128 MB"),
+            "\(message)")
         // 6000 × 5000 × 4 bands × 2 bytes is 229 MiB before anything else.
         let megabytes = Int(message.dropFirst("needs about ".count).prefix { $0.isNumber }) ?? 0
-        #expect((229 ... 400).contains(megabytes), "\(message)")
+        #expect((229...400).contains(megabytes), "\(message)")
     }
 
     /// What is refused before decoding holds nothing: over `maxPixels`, or skipped by the
@@ -79,11 +85,12 @@ struct MemoryBudgetTests {
         let refused = try failures()
         #expect(refused.first?.message.contains("over limits.maxPixels") == true, "\(refused)")
 
-        _ = try directory.write("""
-        { "version": 1, "source": {"type": "directory", "path": "in"},
-          "output": {"format": "jpeg"}, "sinks": [{"type": "directory", "path": "out"}],
-          "accept": {"formats": ["jpeg"]}, "limits": {"memory": 128} }
-        """, to: "pipe.json")
+        _ = try directory.write(
+            """
+            { "version": 1, "source": {"type": "directory", "path": "in"},
+              "output": {"format": "jpeg"}, "sinks": [{"type": "directory", "path": "out"}],
+              "accept": {"formats": ["jpeg"]}, "limits": {"memory": 128} }
+            """, to: "pipe.json")
         let skipped = try ImgpipeBinary.run(["run", "pipe.json", "--quiet", "--new", "--json"], in: directory.path)
         #expect(skipped.status == 0, "stdout: \(skipped.stdout) stderr: \(skipped.stderr)")
         #expect(try failures().isEmpty)
@@ -119,7 +126,8 @@ struct MemoryBudgetTests {
 
         func make(at path: String) throws {
             switch self {
-            case .sixteenBitInterlacedPNG: try ImageFixtures.interlacedPNG(at: path, width: 11900, height: 8000, bands: 4, depth: 16)
+            case .sixteenBitInterlacedPNG:
+                try ImageFixtures.interlacedPNG(at: path, width: 11900, height: 8000, bands: 4, depth: 16)
             case .eightBitInterlacedPNG: try ImageFixtures.interlacedPNG(at: path, width: 11900, height: 8000, bands: 3, depth: 8)
             case .progressiveJPEG: try ImageFixtures.largeJPEG(at: path, width: 11900, height: 8000, progressive: true)
             case .floatTIFF: try ImageFixtures.floatTIFF(at: path, width: 11900, height: 8000)
@@ -156,8 +164,10 @@ struct MemoryBudgetTests {
         let run = try ImgpipeBinary.runMeasured(["run", "pipe.json", "--quiet", "--new"], in: directory.path, timeout: 600)
         #expect(run.result.status == 0, "stderr: \(run.result.stderr)")
         let held = run.helperPeakRSSMegabytes - idle.helperPeakRSSMegabytes
-        print("\(heavy.rawValue): \(message.dropFirst("needs about ".count).prefix { $0 != ")" })); helper peak "
-              + "\(run.helperPeakRSSMegabytes) MB (idle \(idle.helperPeakRSSMegabytes) MB), run and helper \(run.peakRSSMegabytes) MB")
+        print(
+            "\(heavy.rawValue): \(message.dropFirst("needs about ".count).prefix { $0 != ")" })); helper peak "
+                + "\(run.helperPeakRSSMegabytes) MB (idle \(idle.helperPeakRSSMegabytes) MB), run and helper \(run.peakRSSMegabytes) MB"
+        )
         #expect(held <= estimate + estimate / 10, "the helper held \(held) MB more than an idle one; estimate \(estimate) MB")
     }
 
@@ -175,12 +185,13 @@ struct MemoryBudgetTests {
 
     /// `pipe.json` with `filters` (JSON), into PNG, on one worker under `memory` MB.
     func pipeline(filters: String, memory: Int) throws {
-        _ = try directory.write("""
-        { "version": 1, "source": {"type": "directory", "path": "in"},
-          "filters": \(filters), "output": {"format": "png"},
-          "sinks": [{"type": "directory", "path": "out"}],
-          "limits": {"memory": \(memory), "workers": 1} }
-        """, to: "pipe.json")
+        _ = try directory.write(
+            """
+            { "version": 1, "source": {"type": "directory", "path": "in"},
+              "filters": \(filters), "output": {"format": "png"},
+              "sinks": [{"type": "directory", "path": "out"}],
+              "limits": {"memory": \(memory), "workers": 1} }
+            """, to: "pipe.json")
     }
 
     /// The estimate a `limit` failure names, in MB (0 when it names none).
@@ -204,7 +215,9 @@ struct MemoryBudgetTests {
         let failures = try failures()
         #expect(failures.count == 1 && failures.first?.key == "lying.gif" && failures.first?.reason == "limit", "\(failures)")
         let message = failures.first?.message ?? ""
-        #expect(message.contains("(GIF whose first frame is 8000×8000 on a 16×16 screen, 64 MP), over limits.memory 100 MB"), "\(message)")
+        #expect(
+            message.contains("(GIF whose first frame is 8000×8000 on a 16×16 screen, 64 MP), over limits.memory 100 MB"),
+            "\(message)")
         // Two 32-bit 8000 × 8000 canvases are 488 MiB.
         #expect(estimate(in: message) >= 488, "\(message)")
     }
@@ -234,11 +247,13 @@ struct MemoryBudgetTests {
 
     /// What the estimate counts for the chain's whole pictures, step by step.
     @Test func wholePictureStepsAreCountedAtTheSizeTheyRunAt() throws {
-        let header = ImageHeader(format: .jpeg, width: 4000, height: 3000, bands: 3, bytesPerSample: 1,
-                                 holding: .rows, kind: "3-component baseline JPEG")
+        let header = ImageHeader(
+            format: .jpeg, width: 4000, height: 3000, bands: 3, bytesPerSample: 1,
+            holding: .rows, kind: "3-component baseline JPEG")
         func whole(_ filters: [FilterStep]) -> Int {
             let processor = ImageProcessor(filters: filters, output: OutputSpec(), limits: Limits())
-            return processor.memoryEstimate(header).bytes - ImageProcessor(filters: [], output: OutputSpec(), limits: Limits())
+            return processor.memoryEstimate(header).bytes
+                - ImageProcessor(filters: [], output: OutputSpec(), limits: Limits())
                 .memoryEstimate(header).bytes
         }
         let picture = 4000 * 3000 * 3
@@ -265,7 +280,7 @@ struct MemoryBudgetTests {
         func header(_ name: String) throws -> ImageHeader? {
             let path = directory.url(name)
             try ImageFixtures.write(picture, to: path)
-            guard case let .header(header) = ImageHeader.read(path: String(path.prefix { $0 != "[" })) else { return nil }
+            guard case .header(let header) = ImageHeader.read(path: String(path.prefix { $0 != "[" })) else { return nil }
             return header
         }
         let progressive = try #require(try header("p.jpg[interlace]"))
@@ -294,22 +309,27 @@ struct MemoryBudgetTests {
         let picture = try ImageFixtures.photo(width: 64, height: 48)
         var state: UInt64 = 0x9E37_79B9_7F4A_7C15
         func random(_ bound: Int) -> Int {
-            state ^= state << 13; state ^= state >> 7; state ^= state << 17
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
             return Int(state % UInt64(bound))
         }
-        for name in ["p.jpg[interlace]", "i.png[interlace]", "g.gif", "w.webp", "l.webp[lossless]", "t.tif", "b.tif[bigtiff]", "a.avif"] {
+        for name in [
+            "p.jpg[interlace]", "i.png[interlace]", "g.gif", "w.webp", "l.webp[lossless]", "t.tif", "b.tif[bigtiff]", "a.avif",
+        ] {
             let path = directory.url(name)
             try ImageFixtures.write(picture, to: path)
             let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: String(path.prefix { $0 != "[" }))))
-            for _ in 0 ..< 2000 {
+            for _ in 0..<2000 {
                 var bytes = original
                 // Bytes set to extremes where sizes, counts and offsets live (the first 512).
-                for _ in 0 ..< 1 + random(6) {
+                for _ in 0..<1 + random(6) {
                     bytes[12 + random(min(500, bytes.count - 12))] = [0x00, 0xFF, 0x7F, 0x80, UInt8(random(256))][random(5)]
                 }
-                if case let .header(header) = ImageHeader.read(data: Data(bytes)) {
-                    let processor = ImageProcessor(filters: [.fit(width: 1024, height: 1024, enlarge: false)],
-                                                   output: OutputSpec(), limits: Limits())
+                if case .header(let header) = ImageHeader.read(data: Data(bytes)) {
+                    let processor = ImageProcessor(
+                        filters: [.fit(width: 1024, height: 1024, enlarge: false)],
+                        output: OutputSpec(), limits: Limits())
                     #expect(processor.memoryEstimate(header).bytes > 0)
                 }
             }

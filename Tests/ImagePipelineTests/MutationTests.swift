@@ -21,7 +21,8 @@ struct MutationTests {
         try ["jpg", "jpg[interlace]", "png", "gif", "webp", "tif[compression=deflate]"].enumerated().map { index, format in
             let suffix = String(format.prefix { $0 != "[" })
             let path = directory.url("seed-\(index).\(suffix)")
-            try ImageFixtures.write(try ImageFixtures.photo(width: 160, height: 120), to: path + String(format.drop { $0 != "[" }))
+            try ImageFixtures.write(
+                try ImageFixtures.photo(width: 160, height: 120), to: path + String(format.drop { $0 != "[" }))
             return (suffix, try Data(contentsOf: URL(fileURLWithPath: path)))
         }
     }
@@ -32,10 +33,10 @@ struct MutationTests {
         func position() -> Int { Int(random.next() % UInt64(max(1, bytes.count))) }
         switch random.next() % 7 {
         case 0:  // bit flips
-            for _ in 0 ... random.next() % 8 { bytes[position()] ^= 1 << (random.next() % 8) }
+            for _ in 0...random.next() % 8 { bytes[position()] ^= 1 << (random.next() % 8) }
         case 1:  // a run of bytes zeroed
             let start = position()
-            for index in start ..< min(bytes.count, start + 1 + Int(random.next() % 512)) { bytes[index] = 0 }
+            for index in start..<min(bytes.count, start + 1 + Int(random.next() % 512)) { bytes[index] = 0 }
         case 2:  // truncated
             bytes.removeLast(bytes.count - position())
         case 3:  // an end-of-image marker inserted (and the rest dropped, half the time)
@@ -45,12 +46,14 @@ struct MutationTests {
         case 4:  // a length field in the header rewritten
             let at = 4 + Int(random.next() % UInt64(max(1, min(bytes.count - 8, 256))))
             let value = random.next()
-            for index in 0 ..< 4 where at + index < bytes.count { bytes[at + index] = UInt8(truncatingIfNeeded: value >> (8 * index)) }
+            for index in 0..<4 where at + index < bytes.count {
+                bytes[at + index] = UInt8(truncatingIfNeeded: value >> (8 * index))
+            }
         case 5:  // bytes appended
-            bytes += (0 ..< 1 + random.next() % 4096).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            bytes += (0..<1 + random.next() % 4096).map { _ in UInt8(truncatingIfNeeded: random.next()) }
         default:  // a block of garbage in the middle
             let start = position()
-            for index in start ..< min(bytes.count, start + 1 + Int(random.next() % 64)) {
+            for index in start..<min(bytes.count, start + 1 + Int(random.next() % 64)) {
                 bytes[index] = UInt8(truncatingIfNeeded: random.next())
             }
         }
@@ -58,7 +61,8 @@ struct MutationTests {
     }
 
     @Test func mutantsNeverCrashHangOrLeakAnOutput() throws {
-        try directory.write("""
+        try directory.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": \(Self.box), "height": \(Self.box)}],
              "output": {"format": "jpeg"}, "sink": {"type": "directory", "path": "out"}}
@@ -67,7 +71,7 @@ struct MutationTests {
         var random = SeededRandom(seed: 11)
         var mutants: [String: Data] = [:]
         for (index, seed) in try seeds().enumerated() {
-            for number in 0 ..< Self.mutantsPerSeed {
+            for number in 0..<Self.mutantsPerSeed {
                 let key = String(format: "m%d-%03d.%@", index, number, seed.suffix)
                 let mutant = Self.mutate(seed.data, random: &random)
                 mutants[key] = mutant
@@ -111,8 +115,9 @@ struct MutationTests {
             let scale = min(1, Double(Self.box) / Double(max(header.width, header.height)))
             let expected = (Double(header.width) * scale, Double(header.height) * scale)
             let out = try ImageFixtures.decode(directory.url("out/" + name))
-            #expect(abs(Double(out.width) - expected.0) <= 1 && abs(Double(out.height) - expected.1) <= 1,
-                    "\(key): \(out.width)×\(out.height), expected about \(expected)")
+            #expect(
+                abs(Double(out.width) - expected.0) <= 1 && abs(Double(out.height) - expected.1) <= 1,
+                "\(key): \(out.width)×\(out.height), expected about \(expected)")
         }
         VipsRuntime.endThreadWork()
     }

@@ -1,9 +1,10 @@
 import Foundation
 import GRDB
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
 import VipsKit
+
+@testable import ImagePipeline
 
 /// Several outputs per item (`"outputs"`), with the built binary: geometry and formats on
 /// decoded files, sinks that take some outputs, status and export, `kill -9` then resume.
@@ -16,8 +17,9 @@ struct OutputsTests {
     init() throws {
         work = try TemporaryDirectory("imgpipe-outputs")
         for (index, size) in Self.sizes.enumerated() {
-            try ImageFixtures.write(try ImageFixtures.photo(width: size.0, height: size.1, seed: index + 1),
-                                    to: work.url("in/photo-\(index + 1).jpg"))
+            try ImageFixtures.write(
+                try ImageFixtures.photo(width: size.0, height: size.1, seed: index + 1),
+                to: work.url("in/photo-\(index + 1).jpg"))
         }
     }
 
@@ -43,7 +45,8 @@ struct OutputsTests {
     }
 
     @Test func threeOutputsHaveTheirGeometryFormatsAndSinks() throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"}, \(Self.threeOutputs),
              "sinks": [{"type": "directory", "path": "out"}, {"type": "directory", "path": "thumbs", "outputs": ["thumb"]}]}
             """, to: "pipe.json")
@@ -56,17 +59,18 @@ struct OutputsTests {
             let small = try image("out/\(stem)-w320.avif")
             let expectedSmall = BoxGeometry.fit(width: size.0, height: size.1, box: (320, 320), enlarge: false)
             #expect((small.width, small.height) == expectedSmall, "\(stem) w320")
-            #expect(try magic("out/\(stem)-w320.avif")[4 ..< 12] == Array("ftypavif".utf8)[...], "AVIF")
+            #expect(try magic("out/\(stem)-w320.avif")[4..<12] == Array("ftypavif".utf8)[...], "AVIF")
             let large = try image("out/\(stem)-w640.webp")
             let expectedLarge = BoxGeometry.fit(width: size.0, height: size.1, box: (640, 640), enlarge: false)
             #expect((large.width, large.height) == expectedLarge, "\(stem) w640")
-            #expect(try magic("out/\(stem)-w640.webp")[8 ..< 12] == Array("WEBP".utf8)[...], "WebP")
+            #expect(try magic("out/\(stem)-w640.webp")[8..<12] == Array("WEBP".utf8)[...], "WebP")
             let thumb = try image("out/thumbs/\(stem)-100x80.png")
             #expect((thumb.width, thumb.height, thumb.bands) == (100, 80, 1), "\(stem) thumb: filled and grey")
-            #expect(try magic("out/thumbs/\(stem)-100x80.png")[1 ..< 4] == Array("PNG".utf8)[...])
+            #expect(try magic("out/thumbs/\(stem)-100x80.png")[1..<4] == Array("PNG".utf8)[...])
             // The second sink takes the thumbnails only, byte for byte the same.
-            #expect(try Data(contentsOf: URL(fileURLWithPath: work.url("thumbs/thumbs/\(stem)-100x80.png")))
-                == Data(contentsOf: URL(fileURLWithPath: work.url("out/thumbs/\(stem)-100x80.png"))))
+            #expect(
+                try Data(contentsOf: URL(fileURLWithPath: work.url("thumbs/thumbs/\(stem)-100x80.png")))
+                    == Data(contentsOf: URL(fileURLWithPath: work.url("out/thumbs/\(stem)-100x80.png"))))
         }
         #expect(work.files(under: "thumbs").allSatisfy { $0.hasPrefix("thumbs/") && $0.hasSuffix(".png") })
         #expect(work.files(under: "thumbs").count == 4)
@@ -112,7 +116,8 @@ struct OutputsTests {
     /// from the file, so each item fails with the name (it used to stop the run with
     /// SQLite's UNIQUE constraint, found by review).
     @Test func twoOutputsOfOneItemWithOneNameFailTheItemNotTheRun() throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "outputs": [{"id": "a", "name": "{key}"}, {"id": "b", "name": "{stem}.{ext}"}],
              "sink": {"type": "directory", "path": "out"}}
@@ -122,17 +127,20 @@ struct OutputsTests {
         #expect(result.status == 1, "items failed; the run finished: \(result.stdout) \(result.stderr)")
         #expect(result.stdout.contains("0 done, 0 skipped, 4 failed of 4"), "\(result.stdout)")
         let report = try imgpipe("status", "pipe.json", "--json").decoded(StatusReport.self)
-        #expect(report.failures.count == 4
-            && report.failures.map(\.message).allSatisfy { $0.hasPrefix("two outputs of the item are both named \"photo-") })
+        #expect(
+            report.failures.count == 4
+                && report.failures.map(\.message).allSatisfy { $0.hasPrefix("two outputs of the item are both named \"photo-") })
         #expect(work.files(under: "out").isEmpty)
     }
 
     @Test func aSharedLoadGivesWhatEachOutputWouldGiveOnItsOwn() throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"}, \(Self.threeOutputs),
              "sink": {"type": "directory", "path": "out"}}
             """, to: "pipe.json")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 640, "height": 640}], "output": {"format": "webp", "quality": 80},
              "sink": {"type": "directory", "path": "single"}}
@@ -150,10 +158,11 @@ struct OutputsTests {
 
     @Test func killNineWithSeveralOutputsAndSinksThenResumeDeliversEachPairOnce() throws {
         let server = try UploadServer(mode: .slow(0.2))
-        for index in 5 ... 16 {
+        for index in 5...16 {
             try ImageFixtures.jpeg(at: work.url("in/more-\(index).jpg"), width: 160, height: 120)
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "outputs": [{"id": "small", "filters": [{"op": "fit", "width": 40, "height": 40}]},
                          {"id": "large", "filters": [{"op": "fit", "width": 80, "height": 80}], "format": "png"}],
@@ -201,27 +210,47 @@ extension SpecDecodingTests {
     @Test func severalOutputsAreCheckedWhereTheyAreWritten() {
         let source = #""version": 1, "source": {"type": "directory", "path": "in"}"#
         let cases: [(String, String, String)] = [
-            (#""outputs": [{"id": "a"}, {"format": "png"}], "sink": {"type": "directory", "path": "o"}"#,
-             "outputs[1].id", "missing"),
-            (#""outputs": [{"id": "a"}, {"id": "a", "format": "png"}], "sink": {"type": "directory", "path": "o"}"#,
-             "outputs[1].id", "duplicate output id \"a\""),
-            (#""outputs": [{"id": "Big One"}], "sink": {"type": "directory", "path": "o"}"#,
-             "outputs[0].id", "lower-case letters"),
-            (#""output": {}, "outputs": [{"id": "a"}], "sink": {"type": "directory", "path": "o"}"#,
-             "outputs", "not both"),
+            (
+                #""outputs": [{"id": "a"}, {"format": "png"}], "sink": {"type": "directory", "path": "o"}"#,
+                "outputs[1].id", "missing"
+            ),
+            (
+                #""outputs": [{"id": "a"}, {"id": "a", "format": "png"}], "sink": {"type": "directory", "path": "o"}"#,
+                "outputs[1].id", "duplicate output id \"a\""
+            ),
+            (
+                #""outputs": [{"id": "Big One"}], "sink": {"type": "directory", "path": "o"}"#,
+                "outputs[0].id", "lower-case letters"
+            ),
+            (
+                #""output": {}, "outputs": [{"id": "a"}], "sink": {"type": "directory", "path": "o"}"#,
+                "outputs", "not both"
+            ),
             (#""outputs": [], "sink": {"type": "directory", "path": "o"}"#, "outputs", "empty"),
-            (#""outputs": [{"id": "a", "name": "{stem}.jpg"}, {"id": "b", "name": "{stem}.jpg"}], "sink": {"type": "directory", "path": "o"}"#,
-             "outputs[1].name", "same file name"),
-            (#""outputs": [{"id": "a", "name": "{stem}.jpg"}, {"id": "b", "name": "{stem}.{ext}"}], "sink": {"type": "directory", "path": "o"}"#,
-             "outputs[1].name", "same file name"),
-            (#""outputs": [{"id": "small"}, {"id": "large"}], "sink": {"type": "directory", "path": "o", "outputs": ["smal"]}"#,
-             "sink.outputs[0]", "did you mean \"small\""),
-            (#""outputs": [{"id": "a"}, {"id": "b"}], "sink": {"type": "http", "url": "http://h/{stem}"}"#,
-             "sink.url", "{output}"),
-            (#""outputs": [{"id": "a"}, {"id": "b"}], "sink": {"type": "s3", "bucket": "photos", "key": "{stem}.{ext}"}"#,
-             "sink.key", "{output}"),
-            (#""outputs": [{"id": "a", "filters": [{"op": "fit", "width": 0}]}], "sink": {"type": "directory", "path": "o"}"#,
-             "outputs[0].filters[0].width", "from 1 to 100000"),
+            (
+                #""outputs": [{"id": "a", "name": "{stem}.jpg"}, {"id": "b", "name": "{stem}.jpg"}], "sink": {"type": "directory", "path": "o"}"#,
+                "outputs[1].name", "same file name"
+            ),
+            (
+                #""outputs": [{"id": "a", "name": "{stem}.jpg"}, {"id": "b", "name": "{stem}.{ext}"}], "sink": {"type": "directory", "path": "o"}"#,
+                "outputs[1].name", "same file name"
+            ),
+            (
+                #""outputs": [{"id": "small"}, {"id": "large"}], "sink": {"type": "directory", "path": "o", "outputs": ["smal"]}"#,
+                "sink.outputs[0]", "did you mean \"small\""
+            ),
+            (
+                #""outputs": [{"id": "a"}, {"id": "b"}], "sink": {"type": "http", "url": "http://h/{stem}"}"#,
+                "sink.url", "{output}"
+            ),
+            (
+                #""outputs": [{"id": "a"}, {"id": "b"}], "sink": {"type": "s3", "bucket": "photos", "key": "{stem}.{ext}"}"#,
+                "sink.key", "{output}"
+            ),
+            (
+                #""outputs": [{"id": "a", "filters": [{"op": "fit", "width": 0}]}], "sink": {"type": "directory", "path": "o"}"#,
+                "outputs[0].filters[0].width", "from 1 to 100000"
+            ),
         ]
         for (text, path, fragment) in cases {
             let found = error("{\(source), \(text)}")
@@ -229,8 +258,14 @@ extension SpecDecodingTests {
             #expect(found?.message.contains(fragment) == true, "\(text): \(String(describing: found))")
         }
         // Allowed: {ext} tells two formats apart; a sink may take one output by id.
-        #expect(error(#"{\#(source), "outputs": [{"id": "a", "name": "{stem}.{ext}"}, {"id": "b", "format": "png", "name": "{stem}.{ext}"}], "sink": {"type": "http", "url": "http://h/{stem}", "outputs": ["a"]}}"#) == nil)
+        #expect(
+            error(
+                #"{\#(source), "outputs": [{"id": "a", "name": "{stem}.{ext}"}, {"id": "b", "format": "png", "name": "{stem}.{ext}"}], "sink": {"type": "http", "url": "http://h/{stem}", "outputs": ["a"]}}"#
+            ) == nil)
         // Sizes tell names apart when the outputs are made (fit 320 and fit 640).
-        #expect(error(#"{\#(source), "outputs": [{"id": "a", "name": "{stem}-{width}.jpg"}, {"id": "b", "name": "{stem}-{width}.jpg"}], "sink": {"type": "directory", "path": "o"}}"#) == nil)
+        #expect(
+            error(
+                #"{\#(source), "outputs": [{"id": "a", "name": "{stem}-{width}.jpg"}, {"id": "b", "name": "{stem}-{width}.jpg"}], "sink": {"type": "directory", "path": "o"}}"#
+            ) == nil)
     }
 }

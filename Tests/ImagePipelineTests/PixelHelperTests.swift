@@ -1,9 +1,10 @@
 import CProcess
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Logging
 import Testing
+
+@testable import ImagePipeline
 
 /// The command line's runs make pixels in helper processes (`PixelHelper`): the same bytes
 /// as on threads, and a helper's end (kill -9, a crash) costs an item at most, never the run;
@@ -16,7 +17,8 @@ struct PixelHelperTests {
 
     /// `pipe.json`: `in/` → `out/`, fit 256 and a caption drawn from the item's stem.
     func pipeline(_ name: String = "pipe.json", out: String = "out", workers: Int) throws {
-        try work.write("""
+        try work.write(
+            """
             {
               "version": 1,
               "source": {"type": "directory", "path": "in"},
@@ -33,10 +35,10 @@ struct PixelHelperTests {
     func inputs(slow count: Int, small: Int = 0) throws {
         let folder = try work.folder("in")
         let large = try ImageFixtures.photo(width: 300, height: 300).resized(horizontal: 10, vertical: 10)
-        for index in 0 ..< count {
+        for index in 0..<count {
             try ImageFixtures.write(large, to: folder + "/slow-\(index).png[compression=1]")
         }
-        for index in 0 ..< small {
+        for index in 0..<small {
             try ImageFixtures.jpeg(at: folder + "/z-\(index).jpg", width: 400 + 10 * index, height: 300)
         }
     }
@@ -50,8 +52,10 @@ struct PixelHelperTests {
     /// The helpers of `running` seen until it ends or `until` says so, polled every 2 ms;
     /// `each` is called for every helper seen, every time.
     @discardableResult
-    func helpers(of running: RunningCommand, until: (Set<pid_t>) -> Bool = { _ in false },
-                 each: (pid_t) -> Void = { _ in }) -> Set<pid_t> {
+    func helpers(
+        of running: RunningCommand, until: (Set<pid_t>) -> Bool = { _ in false },
+        each: (pid_t) -> Void = { _ in }
+    ) -> Set<pid_t> {
         var seen: Set<pid_t> = []
         let deadline = Date().addingTimeInterval(120)
         while running.process.isRunning, Date() < deadline {
@@ -82,13 +86,14 @@ struct PixelHelperTests {
         let seen = helpers(of: running)
         let result = running.wait()
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect((1 ... 2).contains(seen.count), "helpers seen: \(seen)")
+        #expect((1...2).contains(seen.count), "helpers seen: \(seen)")
         #expect(allEnd(seen), "a helper outlived its run")
 
         // The same pipeline with the pixels on threads: no helper, the same bytes.
         try pipeline("threads.json", out: "threads", workers: 2)
-        let threads = try ImgpipeBinary.launch(["run", "threads.json", "--state", "threads.sqlite"], in: work.path,
-                                               environment: ["IMGPIPE_PIXEL_HELPERS": "0"])
+        let threads = try ImgpipeBinary.launch(
+            ["run", "threads.json", "--state", "threads.sqlite"], in: work.path,
+            environment: ["IMGPIPE_PIXEL_HELPERS": "0"])
         #expect(helpers(of: threads).isEmpty)
         #expect(threads.wait().status == 0)
         let made = work.files(under: "out")
@@ -116,17 +121,20 @@ struct PixelHelperTests {
         try pipeline(workers: 1)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
         var killed: pid_t?
-        helpers(of: running, until: { _ in killed != nil }, each: { helper in
-            if killed == nil, Self.isAtWork(helper) {
-                kill(helper, SIGKILL)
-                killed = helper
-            }
-        })
+        helpers(
+            of: running, until: { _ in killed != nil },
+            each: { helper in
+                if killed == nil, Self.isAtWork(helper) {
+                    kill(helper, SIGKILL)
+                    killed = helper
+                }
+            })
         let result = running.wait()
         #expect(killed != nil)
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect(result.stderr.contains("pixel helper ended by signal 9 (SIGKILL); the item goes to a new one"),
-                "stderr: \(result.stderr)")
+        #expect(
+            result.stderr.contains("pixel helper ended by signal 9 (SIGKILL); the item goes to a new one"),
+            "stderr: \(result.stderr)")
         #expect(work.files(under: "out") == ["slow-0.jpg", "z-0.jpg", "z-1.jpg", "z-2.jpg"])
         let report = try status()
         #expect(report.done == 4 && report.failures.isEmpty)
@@ -138,9 +146,11 @@ struct PixelHelperTests {
         try inputs(slow: 2)
         try pipeline(workers: 1)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
-        let seen = helpers(of: running, each: { helper in
-            if Self.isAtWork(helper) { kill(helper, SIGKILL) }
-        })
+        let seen = helpers(
+            of: running,
+            each: { helper in
+                if Self.isAtWork(helper) { kill(helper, SIGKILL) }
+            })
         let result = running.wait()
         #expect(result.status == 1, "stderr: \(result.stderr)")
         #expect(seen.count == 4, "two helpers an item: \(seen)")
@@ -148,8 +158,9 @@ struct PixelHelperTests {
         #expect(report.done == 0 && report.failures.map(\.key).sorted() == ["slow-0.png", "slow-1.png"])
         for failure in report.failures {
             #expect(failure.reason == "process")
-            #expect(failure.message == "its pixel helper ended by signal 9 (SIGKILL); a second one ended by signal 9 (SIGKILL)",
-                    "\(failure.message)")
+            #expect(
+                failure.message == "its pixel helper ended by signal 9 (SIGKILL); a second one ended by signal 9 (SIGKILL)",
+                "\(failure.message)")
         }
 
         let again = try ImgpipeBinary.run(["resume", "pipe.json", "--retry-failed"], in: work.path)
@@ -182,8 +193,9 @@ struct PixelHelperTests {
                 reaped = waitpid(helper, &status, WNOHANG)
                 if reaped != helper { usleep(10_000) }
             }
-            #expect(reaped == helper && status & 0x7F == SIGKILL,
-                    "helper \(helper): \(reaped == helper ? PixelHelpers.ending(status).description : "still running")")
+            #expect(
+                reaped == helper && status & 0x7F == SIGKILL,
+                "helper \(helper): \(reaped == helper ? PixelHelpers.ending(status).description : "still running")")
             if reaped != helper { kill(helper, SIGKILL) }
         }
 
@@ -209,8 +221,9 @@ struct PixelHelperTests {
         #expect(allEnd(seen))
         // The item in flight was made and saved (a stopping run delivers nothing more).
         let report = try status()
-        #expect(report.failures.isEmpty && report.processed == 1 && report.done == 0,
-                "processed \(report.processed), done \(report.done), failed \(report.failures)")
+        #expect(
+            report.failures.isEmpty && report.processed == 1 && report.done == 0,
+            "processed \(report.processed), done \(report.done), failed \(report.failures)")
 
         let resumed = try ImgpipeBinary.run(["resume", "pipe.json"], in: work.path)
         #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
@@ -243,7 +256,8 @@ struct PixelHelperTests {
         var options = PipelineRunner.Options()
         options.pixelHelper = launch
         let store = try RunStore(path: work.url("state-\(UUID().uuidString.prefix(8)).sqlite"))
-        let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: SilentReporter(), logger: logger, options: options)
+        let runner = PipelineRunner(
+            pipeline: pipeline, store: store, reporter: SilentReporter(), logger: logger, options: options)
         let summary = try runner.execute(.fresh(limit: nil, replaceUnfinished: false))
         return (summary, lines.withLock { $0 })
     }
@@ -256,8 +270,10 @@ struct PixelHelperTests {
         let launches = [
             (PixelHelperLaunch(executable: "/nonexistent/imgpipe", arguments: []), "No such file or directory"),
             (PixelHelperLaunch(executable: "/bin/false", arguments: []), "it exited with status 1 before it was ready"),
-            (PixelHelperLaunch(executable: "/bin/sh", arguments: ["-c", "kill -SEGV $$"]),
-             "it ended by signal 11 (SIGSEGV) before it was ready"),
+            (
+                PixelHelperLaunch(executable: "/bin/sh", arguments: ["-c", "kill -SEGV $$"]),
+                "it ended by signal 11 (SIGSEGV) before it was ready"
+            ),
         ]
         for (launch, reason) in launches {
             try? FileManager.default.removeItem(atPath: work.url("out"))
@@ -277,8 +293,11 @@ struct PixelHelperTests {
         let (summary, lines) = try session(PixelHelperLaunch(executable: "/bin/sh", arguments: ["-c", "kill -9 $$"]))
         #expect(summary.done == 0 && summary.failed == 2, "\(summary)")
         let report = try RunStore(path: summary.stateFile).failures(runId: summary.run)
-        #expect(report.map(\.message) == Array(repeating: "its pixel helper ended by signal 9 (SIGKILL); a second one ended by signal 9 (SIGKILL)",
-                                                 count: 2), "\(report)")
+        #expect(
+            report.map(\.message)
+                == Array(
+                    repeating: "its pixel helper ended by signal 9 (SIGKILL); a second one ended by signal 9 (SIGKILL)",
+                    count: 2), "\(report)")
         #expect(lines.filter { $0.hasPrefix("pixel helper ended by signal 9") }.count == 2, "\(lines)")
     }
 
@@ -300,20 +319,24 @@ struct PixelHelperTests {
     /// Answers read back as written; a frame cut short, or saying more than it holds, is
     /// refused rather than read past its end.
     @Test func answersRoundTripAndMalformedOnesAreRefused() throws {
-        let image = ProcessedImage(output: "thumb", data: Data([1, 2, 3]), width: 3, height: 1, inputWidth: 30, inputHeight: 10,
-                                   inputFormat: .png, sha256: "ab", inputBytes: 99, inputSHA256: "cd")
+        let image = ProcessedImage(
+            output: "thumb", data: Data([1, 2, 3]), width: 3, height: 1, inputWidth: 30, inputHeight: 10,
+            inputFormat: .png, sha256: "ab", inputBytes: 99, inputSHA256: "cd")
         let answer = PixelMessage.answer(.success(.processed([image, image])))
         let payload = answer.payload.reduce(Data(), +)
-        guard case let .outcome(.success(.processed(images))) = try PixelMessage.read(answer.header, payload: payload) else {
+        guard case .outcome(.success(.processed(let images))) = try PixelMessage.read(answer.header, payload: payload) else {
             Issue.record("not read back as processed")
             return
         }
-        #expect(images.count == 2 && images.allSatisfy {
-            $0.output == "thumb" && $0.data == Data([1, 2, 3]) && $0.width == 3 && $0.inputHeight == 10 && $0.inputFormat == .png
-                && $0.sha256 == "ab" && $0.inputBytes == 99 && $0.inputSHA256 == "cd"
-        })
+        #expect(
+            images.count == 2
+                && images.allSatisfy {
+                    $0.output == "thumb" && $0.data == Data([1, 2, 3]) && $0.width == 3 && $0.inputHeight == 10
+                        && $0.inputFormat == .png
+                        && $0.sha256 == "ab" && $0.inputBytes == 99 && $0.inputSHA256 == "cd"
+                })
         let failure = PixelMessage.answer(.failure(ItemFailure(.decode, "cut short", httpStatus: nil)))
-        guard case let .outcome(.failure(read)) = try PixelMessage.read(failure.header, payload: Data()) else {
+        guard case .outcome(.failure(let read)) = try PixelMessage.read(failure.header, payload: Data()) else {
             Issue.record("not read back as a failure")
             return
         }
@@ -338,7 +361,7 @@ struct PixelHelperEnvironmentTests {
 
     init() throws {
         work = try TemporaryDirectory("imgpipe-helper-env")
-        for index in 0 ..< 3 {
+        for index in 0..<3 {
             try ImageFixtures.jpeg(at: work.url("in/img-\(index).jpg"), width: 640, height: 480)
         }
     }
@@ -346,16 +369,20 @@ struct PixelHelperEnvironmentTests {
     @Test func aHelpersEnvironmentHoldsNoneOfTheRunsValues() throws {
         let secret = "secret-\(UUID().uuidString.prefix(10))"
         let label = "label-\(UUID().uuidString.prefix(10))"
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 200, "height": 200}, {"op": "caption", "bottom": "${CAPTION_LABEL}"}],
              "sink": {"type": "directory", "path": "out"}, "limits": {"workers": 1}}
             """, to: "pipe.json")
-        let environment = ["UPLOAD_TOKEN": secret, "AWS_SECRET_ACCESS_KEY": secret, "IMGPIPE_STATE": "postgres://u:\(secret)@h/d",
-                           "CAPTION_LABEL": label]
+        let environment = [
+            "UPLOAD_TOKEN": secret, "AWS_SECRET_ACCESS_KEY": secret, "IMGPIPE_STATE": "postgres://u:\(secret)@h/d",
+            "CAPTION_LABEL": label,
+        ]
         // The run on a state file of its own (IMGPIPE_STATE would name another).
-        let running = try ImgpipeBinary.launch(["run", "pipe.json", "--state", "pipe.sqlite"], in: work.path,
-                                               environment: environment)
+        let running = try ImgpipeBinary.launch(
+            ["run", "pipe.json", "--state", "pipe.sqlite"], in: work.path,
+            environment: environment)
         var environs: [pid_t: String] = [:]
         let deadline = Date().addingTimeInterval(60)
         while running.process.isRunning, Date() < deadline {
@@ -377,13 +404,16 @@ struct PixelHelperEnvironmentTests {
         // The caption's value reached the helper all the same: the same bytes as on threads.
         let document = try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8)
         try work.write(document.replacingOccurrences(of: #""path": "out""#, with: #""path": "threads""#), to: "threads.json")
-        let threads = try ImgpipeBinary.run(["run", "threads.json", "--state", "threads.sqlite"], in: work.path,
-                                            environment: environment.merging(["IMGPIPE_PIXEL_HELPERS": "0"]) { $1 })
+        let threads = try ImgpipeBinary.run(
+            ["run", "threads.json", "--state", "threads.sqlite"], in: work.path,
+            environment: environment.merging(["IMGPIPE_PIXEL_HELPERS": "0"]) { $1 })
         #expect(threads.status == 0, "stderr: \(threads.stderr)")
         #expect(work.files(under: "out").count == 3)
         for file in work.files(under: "out") {
-            #expect(FileManager.default.contents(atPath: work.url("out/" + file)) == FileManager.default.contents(atPath: work.url("threads/" + file)),
-                    "\(file) differs from the threads' output")
+            #expect(
+                FileManager.default.contents(atPath: work.url("out/" + file))
+                    == FileManager.default.contents(atPath: work.url("threads/" + file)),
+                "\(file) differs from the threads' output")
         }
     }
 
@@ -394,16 +424,18 @@ struct PixelHelperEnvironmentTests {
     func anotherProcessOfTheRunsUserCannotReadItsEnvironment() throws {
         let secret = "secret-\(UUID().uuidString.prefix(10))"
         let large = try ImageFixtures.photo(width: 300, height: 300).resized(horizontal: 10, vertical: 10)
-        for index in 0 ..< 3 { try ImageFixtures.write(large, to: work.url("in/slow-\(index).png[compression=1]")) }
-        try work.write("""
+        for index in 0..<3 { try ImageFixtures.write(large, to: work.url("in/slow-\(index).png[compression=1]")) }
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 200, "height": 200}],
              "sink": {"type": "directory", "path": "out"}, "limits": {"workers": 1}}
             """, to: "pipe.json")
         chmod(work.path, 0o777)
-        let running = try ImgpipeBinary.launch(executable: "/usr/bin/setpriv",
-                                               Self.asNobody + [ImgpipeBinary.path, "run", "pipe.json", "--state", "pipe.sqlite"],
-                                               in: work.path, environment: ["UPLOAD_TOKEN": secret])
+        let running = try ImgpipeBinary.launch(
+            executable: "/usr/bin/setpriv",
+            Self.asNobody + [ImgpipeBinary.path, "run", "pipe.json", "--state", "pipe.sqlite"],
+            in: work.path, environment: ["UPLOAD_TOKEN": secret])
         let run = running.process.processIdentifier
         let deadline = Date().addingTimeInterval(60)
         while running.process.isRunning, Date() < deadline, ChildProcesses.pixelHelpers(of: run).isEmpty { usleep(2000) }
@@ -419,8 +451,9 @@ struct PixelHelperEnvironmentTests {
         reader.waitUntilExit()
         let result = running.wait()
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect(reader.terminationStatus != 0 && read.range(of: Data(secret.utf8)) == nil,
-                "another process of the run's user read its environment")
+        #expect(
+            reader.terminationStatus != 0 && read.range(of: Data(secret.utf8)) == nil,
+            "another process of the run's user read its environment")
     }
 
     static let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
@@ -441,7 +474,8 @@ struct PixelHelperEnvironmentTests {
 
     @Test func aPipelineFileOverTheOldHeaderCapStillMakesItsPixelsInHelpers() throws {
         let filler = String(repeating: "x", count: (64 << 20) + 1024)
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "//": "\(filler)", "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 32, "height": 32}],
              "sink": {"type": "directory", "path": "out"}, "limits": {"workers": 1}}

@@ -1,8 +1,9 @@
 import Foundation
-@testable import imgpipe
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
+@testable import imgpipe
 
 /// Progress lines: what each feed counts ahead, the total the run state makes of it, and
 /// what the built binary prints, piped and on a terminal.
@@ -22,11 +23,13 @@ struct ProgressTests {
     func images(_ count: Int) throws {
         let photo = try ImageFixtures.photo(width: 1200, height: 900)
         try ImageFixtures.write(photo, to: work.url("in/img-01.jpg"))
-        for index in 2 ... count {
-            try FileManager.default.copyItem(atPath: work.url("in/img-01.jpg"), toPath: work.url(String(format: "in/img-%02d.jpg", index)))
+        for index in 2...count {
+            try FileManager.default.copyItem(
+                atPath: work.url("in/img-01.jpg"), toPath: work.url(String(format: "in/img-%02d.jpg", index)))
         }
         // `adjust` first: no shrink-on-load, each image is decoded whole.
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "adjust", "contrast": 1.1}, {"op": "fit", "width": 128, "height": 128}],
              "sink": {"type": "directory", "path": "out"}}
@@ -45,9 +48,11 @@ struct ProgressTests {
         try ImageFixtures.jpeg(at: work.url("elsewhere/e.jpg"), width: 8, height: 8)
         try ImageFixtures.jpeg(at: work.url("elsewhere/f.jpg"), width: 8, height: 8)
         // A link to a file is followed; a link to a folder is not (it could loop).
-        try FileManager.default.createSymbolicLink(atPath: work.url("src/link.jpg"), withDestinationPath: work.url("elsewhere/e.jpg"))
+        try FileManager.default.createSymbolicLink(
+            atPath: work.url("src/link.jpg"), withDestinationPath: work.url("elsewhere/e.jpg"))
         try FileManager.default.createSymbolicLink(atPath: work.url("src/linked"), withDestinationPath: work.url("elsewhere"))
-        try FileManager.default.createSymbolicLink(atPath: work.url("src/dangling.jpg"), withDestinationPath: work.url("nowhere.jpg"))
+        try FileManager.default.createSymbolicLink(
+            atPath: work.url("src/dangling.jpg"), withDestinationPath: work.url("nowhere.jpg"))
         #expect(mkfifo(work.url("src/pipe.jpg"), 0o600) == 0)
 
         for recursive in [true, false] {
@@ -60,8 +65,11 @@ struct ProgressTests {
                 return true
             }
             // A link that leads nowhere is listed, to fail naming itself (not passed over).
-            #expect(listed == (recursive ? ["B.JPEG", "a.jpg", "dangling.jpg", "deep/er/c.jpg", "link.jpg"]
-                                         : ["B.JPEG", "a.jpg", "dangling.jpg", "link.jpg"]))
+            #expect(
+                listed
+                    == (recursive
+                        ? ["B.JPEG", "a.jpg", "dangling.jpg", "deep/er/c.jpg", "link.jpg"]
+                        : ["B.JPEG", "a.jpg", "dangling.jpg", "link.jpg"]))
             #expect(counts == [.counted(listed.count)])
         }
     }
@@ -97,7 +105,10 @@ struct ProgressTests {
             let feed = URLListFeed(path: try work.write(text, to: name))
             var counts: [FeedCount] = []
             var listed = 0
-            try feed.list(expecting: { counts.append($0) }) { _ in listed += 1; return true }
+            try feed.list(expecting: { counts.append($0) }) { _ in
+                listed += 1
+                return true
+            }
             #expect(listed == expected, "\(name)")
             #expect(counts == [.counted(expected)], "\(name)")
         }
@@ -114,20 +125,34 @@ struct ProgressTests {
             return counts
         }
         let json = #"[{"url": "http://h/a.jpg"}, {"url": ""}, {"title": "no url"}, 7, {"url": "http://h/b.jpg"}]"#
-        #expect(try counts(JSONFeed(url: "http://h/feed", urlField: "url", keyField: nil, pages: Pages(body: json))) == [.counted(2)])
+        #expect(
+            try counts(JSONFeed(url: "http://h/feed", urlField: "url", keyField: nil, pages: Pages(body: json))) == [.counted(2)])
 
         let nasa = #"{"collection": {"items": [], "metadata": {"total_hits": 1234}}}"#
-        #expect(try counts(NASAImagesFeed(query: "moon", endpoint: "http://h", mediaType: "image", maxItems: nil,
-                                          pages: Pages(body: nasa))) == [.reported(1234, maxItems: nil)])
-        #expect(try counts(NASAImagesFeed(query: "moon", endpoint: "http://h", mediaType: "image", maxItems: 50,
-                                          pages: Pages(body: nasa))) == [.reported(50, maxItems: nil)])
+        #expect(
+            try counts(
+                NASAImagesFeed(
+                    query: "moon", endpoint: "http://h", mediaType: "image", maxItems: nil,
+                    pages: Pages(body: nasa))) == [.reported(1234, maxItems: nil)])
+        #expect(
+            try counts(
+                NASAImagesFeed(
+                    query: "moon", endpoint: "http://h", mediaType: "image", maxItems: 50,
+                    pages: Pages(body: nasa))) == [.reported(50, maxItems: nil)])
 
         let flickr = #"{"photos": {"page": 1, "pages": 1, "total": "987", "photo": []}, "stat": "ok"}"#
-        #expect(try counts(FlickrSearchFeed(text: "x", apiKey: "k", endpoint: "http://h/rest/", perPage: 10, maxItems: nil,
-                                            size: "url_l", pages: Pages(body: flickr))) == [.reported(987, maxItems: nil)])
+        #expect(
+            try counts(
+                FlickrSearchFeed(
+                    text: "x", apiKey: "k", endpoint: "http://h/rest/", perPage: 10, maxItems: nil,
+                    size: "url_l", pages: Pages(body: flickr))) == [.reported(987, maxItems: nil)])
         let untold = #"{"photos": {"page": 1, "pages": 1, "photo": []}, "stat": "ok"}"#
-        #expect(try counts(FlickrSearchFeed(text: "x", apiKey: "k", endpoint: "http://h/rest/", perPage: 10, maxItems: nil,
-                                            size: "url_l", pages: Pages(body: untold))).isEmpty)
+        #expect(
+            try counts(
+                FlickrSearchFeed(
+                    text: "x", apiKey: "k", endpoint: "http://h/rest/", perPage: 10, maxItems: nil,
+                    size: "url_l", pages: Pages(body: untold))
+            ).isEmpty)
     }
 
     // MARK: - the total, without threads
@@ -177,7 +202,7 @@ struct ProgressTests {
         #expect(resumed.total == .atLeast(40), "before the feed is listed again")
         resumed.expect(.counted(100))
         #expect(resumed.total == .exact(100))
-        for _ in 0 ..< 40 { resumed.passedOver() }
+        for _ in 0..<40 { resumed.passedOver() }
         resumed.listed()
         #expect(resumed.total == .exact(100))
         // The feed grew since: what it lists beyond the known items is added.
@@ -219,14 +244,16 @@ struct ProgressTests {
         #expect(full.stderr.isEmpty || full.stderr.hasSuffix("\n"), "no partial line before the summary")
         #expect(full.stdout.hasPrefix("run #1: 30 done, 0 skipped, 0 failed of 30"))
 
-        let limited = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--limit", "12", "-j1"], in: work.path,
-                                            environment: environment)
+        let limited = try ImgpipeBinary.run(
+            ["run", "pipe.json", "--new", "--limit", "12", "-j1"], in: work.path,
+            environment: environment)
         #expect(limited.status == 0, "stderr: \(limited.stderr)")
         let limitedLines = progressLines(limited)
         #expect(!limitedLines.isEmpty && limitedLines.allSatisfy { $0.contains("/12 done") }, "\(limited.stderr)")
         #expect(limited.stdout.contains("12 done, 0 skipped, 0 failed of 12"))
 
-        let json = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--json", "--limit", "5", "-j", "1"], in: work.path, environment: environment)
+        let json = try ImgpipeBinary.run(
+            ["run", "pipe.json", "--new", "--json", "--limit", "5", "-j", "1"], in: work.path, environment: environment)
         #expect(json.status == 0 && progressLines(json).isEmpty, "--json prints no progress: \(json.stderr)")
     }
 
@@ -242,7 +269,9 @@ struct ProgressTests {
             #expect(line.wholeMatch(of: shape) != nil, "\(line.debugDescription)")
             #expect(line.count < 80 + 3, "fits the default width of 80 columns")
         }
-        #expect(output.contains("\r\u{1B}[Krun #1: 30 done, 0 skipped, 0 failed of 30"), "the line is cleared before the summary: \(output.debugDescription)")
+        #expect(
+            output.contains("\r\u{1B}[Krun #1: 30 done, 0 skipped, 0 failed of 30"),
+            "the line is cleared before the summary: \(output.debugDescription)")
         #expect(!output.contains("\r\nrun #1"), "no progress line left above the summary")
     }
 
@@ -254,7 +283,8 @@ struct ProgressTests {
         for index in stride(from: 5, through: 30, by: 5) {
             try work.write("not an image", to: String(format: "in/img-%02d.jpg", index))
         }
-        let (status, output) = try ImgpipeBinary.runOnTerminal(["run", "pipe.json", "-j", "1", "--log-level", "debug"], in: work.path)
+        let (status, output) = try ImgpipeBinary.runOnTerminal(
+            ["run", "pipe.json", "-j", "1", "--log-level", "debug"], in: work.path)
         #expect(status == 1, "\(output)")
         let logged = output.components(separatedBy: "\r\n").filter { $0.contains("item failed") }
         #expect(logged.count == 6, "\(output.debugDescription)")
@@ -265,7 +295,9 @@ struct ProgressTests {
     }
 
     /// A server of 24×24 JPEGs at `/images/…`, each after `delay` seconds, plus `pages`.
-    func server(delay: Double = 0, _ pages: @escaping @Sendable (TestHTTPServer.Request, String) -> TestHTTPServer.Response?) throws -> TestHTTPServer {
+    func server(delay: Double = 0, _ pages: @escaping @Sendable (TestHTTPServer.Request, String) -> TestHTTPServer.Response?)
+        throws -> TestHTTPServer
+    {
         try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 24, height: 24)
         let jpeg = try Data(contentsOf: URL(fileURLWithPath: work.url("fixture.jpg")))
         return try TestHTTPServer { request in
@@ -278,7 +310,8 @@ struct ProgressTests {
     }
 
     func run(source: String) throws -> CommandResult {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": \(source), "filters": [{"op": "fit", "width": 16, "height": 16}],
              "sink": {"type": "directory", "path": "out"}, "limits": {"timeout": 10, "downloads": 2}}
             """, to: "pipe.json")
@@ -296,13 +329,16 @@ struct ProgressTests {
         let server = try server { request, host in
             guard request.path == "/search" else { return nil }
             let page = Int(request.query["page"] ?? "1") ?? 1
-            let items = (1 ... 5).map {
+            let items = (1...5).map {
                 #"{"data": [{"nasa_id": "N\#(page)\#($0)"}], "links": [{"href": "\#(host)/images/N\#(page)\#($0).jpg", "rel": "preview"}]}"#
             }.joined(separator: ",")
             if page == 2 { return Self.slow(.json(#"{"collection": {"items": [\#(items)]}}"#)) }
-            return .json(#"{"collection": {"items": [\#(items)], "metadata": {"total_hits": 40}, "links": [{"rel": "next", "href": "\#(host)/search?page=2"}]}}"#)
+            return .json(
+                #"{"collection": {"items": [\#(items)], "metadata": {"total_hits": 40}, "links": [{"rel": "next", "href": "\#(host)/search?page=2"}]}}"#
+            )
         }
-        let result = try run(source: #"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "cache": false}"#)
+        let result = try run(
+            source: #"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "cache": false}"#)
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let lines = progressLines(result)
         #expect(lines.contains { $0.contains("/~40 done") && $0.contains("ETA ~") }, "\(lines)")
@@ -313,11 +349,15 @@ struct ProgressTests {
         let server = try server { request, host in
             guard request.path == "/rest/" else { return nil }
             let page = Int(request.query["page"] ?? "1") ?? 1
-            let photos = (1 ... 5).map { #"{"id": "\#(page * 100 + $0)", "url_l": "\#(host)/images/\#(page * 100 + $0).jpg"}"# }
-            let body = #"{"photos": {"page": \#(page), "pages": 2, "total": "30", "photo": [\#(photos.joined(separator: ","))]}, "stat": "ok"}"#
+            let photos = (1...5).map { #"{"id": "\#(page * 100 + $0)", "url_l": "\#(host)/images/\#(page * 100 + $0).jpg"}"# }
+            let body =
+                #"{"photos": {"page": \#(page), "pages": 2, "total": "30", "photo": [\#(photos.joined(separator: ","))]}, "stat": "ok"}"#
             return page == 2 ? Self.slow(.json(body)) : .json(body)
         }
-        let result = try run(source: #"{"type": "flickr-search", "text": "x", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "perPage": 5, "cache": false}"#)
+        let result = try run(
+            source:
+                #"{"type": "flickr-search", "text": "x", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "perPage": 5, "cache": false}"#
+        )
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let lines = progressLines(result)
         #expect(lines.contains { $0.contains("/~30 done") && $0.contains("ETA ~") }, "\(lines)")
@@ -326,9 +366,11 @@ struct ProgressTests {
 
     @Test func aURLListWithCommentsGivesTheExactTotal() throws {
         let server = try server(delay: 0.3) { _, _ in nil }
-        let urls = (1 ... 6).map { "\(server.baseURL)/images/u\($0).jpg" }
-        try work.write("# six images\n\n" + urls[0 ..< 3].joined(separator: "\n") + "\n  \n# more\n" + urls[3...].joined(separator: "\n") + "\n",
-                       to: "urls.txt")
+        let urls = (1...6).map { "\(server.baseURL)/images/u\($0).jpg" }
+        try work.write(
+            "# six images\n\n" + urls[0..<3].joined(separator: "\n") + "\n  \n# more\n" + urls[3...].joined(separator: "\n")
+                + "\n",
+            to: "urls.txt")
         let result = try run(source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#)
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let lines = progressLines(result)

@@ -15,14 +15,17 @@ extension RemoteFeedTests {
         let server = try server { request in
             guard request.path == "/feed.json" else { return nil }
             let base = "http://\(request.headers["host"]!)"
-            return .json(#"[{"id": "a\u0000b", "url": "\#(base)/images/ab.jpg"}, {"id": "a", "url": "\#(base)/images/a.jpg"}, "#
-                         + #"{"id": "c", "url": "\#(base)/images/c\u0000.jpg"}]"#)
+            return .json(
+                #"[{"id": "a\u0000b", "url": "\#(base)/images/ab.jpg"}, {"id": "a", "url": "\#(base)/images/a.jpg"}, "#
+                    + #"{"id": "c", "url": "\#(base)/images/c\u0000.jpg"}]"#)
         }
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "keyField": "id", "cache": false}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect(result.stderr.contains("the feed at \(server.baseURL)/feed.json: 2 entries left out, "
-                                           + "with a NUL character in the key or the image URL: [0], [2]"), "\(result.stderr)")
+        #expect(
+            result.stderr.contains(
+                "the feed at \(server.baseURL)/feed.json: 2 entries left out, "
+                    + "with a NUL character in the key or the image URL: [0], [2]"), "\(result.stderr)")
         #expect(!result.stderr.contains("duplicate key"), "\(result.stderr)")
         #expect(work.files(under: "out") == ["images/a.jpg"])
         #expect(server.requests.map(\.path).filter { $0.hasPrefix("/images/") } == ["/images/a.jpg"])
@@ -41,11 +44,13 @@ extension RemoteFeedTests {
             let host = "http://\(request.headers["host"]!)"
             switch request.path {
             case "/search":
-                return .json(#"{"collection": {"items": [{"data": [{"nasa_id": "N\u0000X"}], "links": [{"rel": "preview", "href": "\#(host)/images/nx.jpg"}]}, "#
-                             + #"{"data": [{"nasa_id": "N"}], "links": [{"rel": "preview", "href": "\#(host)/images/n.jpg"}]}]}}"#)
+                return .json(
+                    #"{"collection": {"items": [{"data": [{"nasa_id": "N\u0000X"}], "links": [{"rel": "preview", "href": "\#(host)/images/nx.jpg"}]}, "#
+                        + #"{"data": [{"nasa_id": "N"}], "links": [{"rel": "preview", "href": "\#(host)/images/n.jpg"}]}]}}"#)
             case "/rest/":
-                return .json(#"{"stat": "ok", "photos": {"pages": 1, "photo": [{"id": "F", "url_l": "\#(host)/images/f.jpg"}, "#
-                             + #"{"id": "F\u0000G", "url_l": "\#(host)/images/fg.jpg"}]}}"#)
+                return .json(
+                    #"{"stat": "ok", "photos": {"pages": 1, "photo": [{"id": "F", "url_l": "\#(host)/images/f.jpg"}, "#
+                        + #"{"id": "F\u0000G", "url_l": "\#(host)/images/fg.jpg"}]}}"#)
             default:
                 return nil
             }
@@ -54,14 +59,19 @@ extension RemoteFeedTests {
         let nasa = try imgpipe("run", "pipe.json")
         #expect(nasa.status == 0, "stderr: \(nasa.stderr)")
         #expect(nasa.stderr.contains("1 item left out, with a NUL character in the key or the image URL: [0]"), "\(nasa.stderr)")
-        try pipeline(source: #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#)
+        try pipeline(
+            source:
+                #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#
+        )
         let flickr = try imgpipe("run", "pipe.json", "--new")
         #expect(flickr.status == 0, "stderr: \(flickr.stderr)")
-        #expect(flickr.stderr.contains("1 photo left out, with a NUL character in the key or the image URL: [1]"), "\(flickr.stderr)")
+        #expect(
+            flickr.stderr.contains("1 photo left out, with a NUL character in the key or the image URL: [1]"), "\(flickr.stderr)")
         #expect(work.files(under: "out") == ["F.jpg", "N.jpg"])
         #expect(!server.requests.contains { $0.path == "/images/nx.jpg" || $0.path == "/images/fg.jpg" })
 
-        try work.write(#"""
+        try work.write(
+            #"""
             {"url": "\#(server.baseURL)/images/a.jpg", "key": "a\u0000b"}
             {"url": "\#(server.baseURL)/images/a.jpg", "key": "a"}
 

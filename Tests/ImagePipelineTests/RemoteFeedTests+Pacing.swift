@@ -1,7 +1,8 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
 
 /// `limits.rate` and the back-off after 429/503, with the built binary against a loopback
 /// server that notes when each request arrived. The checks are lower bounds on spacing,
@@ -33,9 +34,10 @@ extension RemoteFeedTests {
 
     @Test func rateIsKeptPerHostAcrossDownloadsAndUploads() throws {
         let server = try taggedServer()
-        try writeURLList(server.baseURL, (1 ... 12).map { "/img/\($0).jpg" })
-        try pacedPipeline(limits: #"{"timeout": 5, "downloads": 16, "uploads": 8, "rate": 5, "burst": 2}"#,
-                          sinks: #"{"type": "http", "url": "\#(server.baseURL)/upload/{stem}"}"#)
+        try writeURLList(server.baseURL, (1...12).map { "/img/\($0).jpg" })
+        try pacedPipeline(
+            limits: #"{"timeout": 5, "downloads": 16, "uploads": 8, "rate": 5, "burst": 2}"#,
+            sinks: #"{"type": "http", "url": "\#(server.baseURL)/upload/{stem}"}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "\(result.stdout) \(result.stderr)")
         let arrivals = server.requests.map(\.receivedAt)
@@ -62,7 +64,7 @@ extension RemoteFeedTests {
             }
         }
         // Two at a time, a tenth of a second each: unheld, requests would keep coming.
-        try writeURLList(server.baseURL, (1 ... 40).map { "/img/\($0).jpg" })
+        try writeURLList(server.baseURL, (1...40).map { "/img/\($0).jpg" })
         try pacedPipeline(limits: #"{"timeout": 5, "downloads": 2}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "\(result.stdout) \(result.stderr)")
@@ -73,7 +75,7 @@ extension RemoteFeedTests {
         // Two downloads at a time: the other thread's request on its way when the 429 went
         // out, and one it may send before imgpipe has read the 429, may arrive; nothing else
         // for the 2 s the host asked for (unheld: about 18, ten a second on each thread).
-        let held = server.requests.filter { (0 ..< 1.9).contains($0.receivedAt.timeIntervalSince(when)) }
+        let held = server.requests.filter { (0..<1.9).contains($0.receivedAt.timeIntervalSince(when)) }
         #expect(held.count <= 2, "requests during the host's Retry-After: \(held.map(\.path))")
         let after = server.requests.filter { $0.receivedAt.timeIntervalSince(when) >= 1.9 }
         #expect(!after.isEmpty, "the rest came after the pause")
@@ -94,8 +96,9 @@ extension RemoteFeedTests {
                 return .status(503, headers: [("Retry-After", "2")])
             }
         }
-        try writeURLList(server.baseURL, (1 ... 30).map { "/img/\($0).jpg" })
-        try pacedPipeline(limits: #"{"timeout": 5, "uploads": 2}"#, sinks: #"{"type": "http", "url": "\#(server.baseURL)/upload/{stem}"}"#)
+        try writeURLList(server.baseURL, (1...30).map { "/img/\($0).jpg" })
+        try pacedPipeline(
+            limits: #"{"timeout": 5, "uploads": 2}"#, sinks: #"{"type": "http", "url": "\#(server.baseURL)/upload/{stem}"}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "\(result.stdout) \(result.stderr)")
         #expect(result.stderr.contains("answered HTTP 503"), "\(result.stderr)")
@@ -104,7 +107,7 @@ extension RemoteFeedTests {
         #expect(Set(puts.map(\.path)).count == 30, "every output delivered")
         // Two uploads at a time: at most the other thread's, on its way or sent before the
         // 503 was read (unheld: dozens).
-        let held = puts.filter { (0 ..< 1.9).contains($0.receivedAt.timeIntervalSince(when)) }
+        let held = puts.filter { (0..<1.9).contains($0.receivedAt.timeIntervalSince(when)) }
         #expect(held.count <= 2, "uploads during the host's Retry-After: \(held.map(\.path))")
     }
 }
@@ -117,17 +120,17 @@ struct HostPacingTests {
 
     @Test func turnsAreARateApartAfterTheBurst() {
         let pacing = HostPacing(rate: 4, burst: 2)
-        let waits = (0 ..< 6).map { _ in pacing.reserve(origin, now: at(0)) }
+        let waits = (0..<6).map { _ in pacing.reserve(origin, now: at(0)) }
         #expect(waits.map { ($0 * 1000).rounded() / 1000 } == [0, 0, 0.25, 0.5, 0.75, 1.0])
         #expect(pacing.reserve("http://other.example:80", now: at(0)) == 0, "each host has its own turns")
         // After a quiet spell the burst is there again, and no more.
-        let later = (0 ..< 3).map { _ in pacing.reserve(origin, now: at(10)) }
+        let later = (0..<3).map { _ in pacing.reserve(origin, now: at(10)) }
         #expect(later.map { ($0 * 1000).rounded() / 1000 } == [0, 0, 0.25])
     }
 
     @Test func unlimitedHostsAreNeverHeldUntilOverloaded() {
         let pacing = HostPacing()
-        #expect((0 ..< 50).allSatisfy { _ in pacing.reserve(origin, now: at(0)) == 0 })
+        #expect((0..<50).allSatisfy { _ in pacing.reserve(origin, now: at(0)) == 0 })
         #expect(pacing.currentRate(origin, now: at(0)) == nil)
     }
 
@@ -161,7 +164,7 @@ struct HostPacingTests {
     @Test func anUnlimitedHostIsSlowedFromTheRateItWasAskedAtAndFreedLater() throws {
         let pacing = HostPacing(recoveryStep: 5)
         // 20 requests over one second: 20/s.
-        for index in 0 ..< 20 { _ = pacing.reserve(origin, now: at(Double(index) * 0.05)) }
+        for index in 0..<20 { _ = pacing.reserve(origin, now: at(Double(index) * 0.05)) }
         pacing.overloaded(origin, status: 429, retryAfter: nil, now: at(1))
         let slowed = try #require(pacing.currentRate(origin, now: at(1)))
         #expect(slowed > 5 && slowed <= 10, "about half of 20/s: \(slowed)")

@@ -21,7 +21,7 @@ extension RemoteFeedTests {
                 body.append(Data("]".utf8))
                 return .bytes(body, headers: [("Content-Type", "application/json")])
             case "/small.json":
-                return .json("[" + (1 ... 40).map { #"{"url": "\#(base)/images/p\#($0).jpg"}"# }.joined(separator: ", ") + "]")
+                return .json("[" + (1...40).map { #"{"url": "\#(base)/images/p\#($0).jpg"}"# }.joined(separator: ", ") + "]")
             default:
                 return nil
             }
@@ -33,15 +33,17 @@ extension RemoteFeedTests {
         #expect(refused.stderr.contains("is over source.maxPageBytes (67108864)"), "\(refused.stderr)")
         #expect(!refused.stderr.contains("limits.maxBytes"), "\(refused.stderr)")
 
-        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/large.json", "cache": false, "maxPageBytes": 134217728}"#,
-                     limits: limits)
+        try pipeline(
+            source: #"{"type": "json-feed", "url": "\#(server.baseURL)/large.json", "cache": false, "maxPageBytes": 134217728}"#,
+            limits: limits)
         #expect(try imgpipe("validate", "pipe.json").status == 0)
         let read = try imgpipe("run", "pipe.json", "--new")
         #expect(read.status == 0, "stderr: \(read.stderr)")
         #expect(work.files(under: "out") == ["images/large.jpg"])
 
         // A small limit holds for a small page, and names itself.
-        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/small.json", "cache": false, "maxPageBytes": 1000}"#)
+        try pipeline(
+            source: #"{"type": "json-feed", "url": "\#(server.baseURL)/small.json", "cache": false, "maxPageBytes": 1000}"#)
         let small = try imgpipe("run", "pipe.json", "--new")
         #expect(small.status == 1 && small.stderr.contains("is over source.maxPageBytes (1000"), "\(small.stderr)")
 

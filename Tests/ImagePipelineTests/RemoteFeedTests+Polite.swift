@@ -1,7 +1,8 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
 
 /// Skipped items of remote sources: `X-Robots-Tag` opt-outs, robots.txt and the configured
 /// User-Agent, with the built binary against the loopback server of `RemoteFeedTests`.
@@ -12,9 +13,12 @@ extension RemoteFeedTests {
 
     /// A server of images under any path ending in `.jpg`; `tags` gives a path's
     /// `X-Robots-Tag` lines; PUTs under `/upload/` are taken with 201.
-    func taggedServer(tags: [String: [String]] = [:],
-                _ extra: @escaping @Sendable (TestHTTPServer.Request) -> TestHTTPServer.Response? = { _ in nil })
-        throws -> TestHTTPServer {
+    func taggedServer(
+        tags: [String: [String]] = [:],
+        _ extra: @escaping @Sendable (TestHTTPServer.Request) -> TestHTTPServer.Response? = { _ in nil }
+    )
+        throws -> TestHTTPServer
+    {
         let jpeg = self.jpeg
         return try TestHTTPServer { request in
             if let response = extra(request) { return response }
@@ -31,9 +35,12 @@ extension RemoteFeedTests {
     }
 
     @discardableResult
-    func politePipeline(source: String, extra: String = "", sinks: String = #"{"type": "directory", "path": "out"}"#,
-                        limits: String = #"{"timeout": 5}"#) throws -> String {
-        try work.write("""
+    func politePipeline(
+        source: String, extra: String = "", sinks: String = #"{"type": "directory", "path": "out"}"#,
+        limits: String = #"{"timeout": 5}"#
+    ) throws -> String {
+        try work.write(
+            """
             {"version": 1, "source": \(source),
              "filters": [{"op": "fit", "width": 32, "height": 32}],
              "sinks": [\(sinks)], "limits": \(limits), "retry": {"attempts": 2, "backoff": 0.05}\(extra)}
@@ -49,9 +56,10 @@ extension RemoteFeedTests {
     @Test func optOutHeaderSkipsTheImageAndNothingIsDelivered() throws {
         let server = try taggedServer(tags: ["/img/a.jpg": ["noai"], "/img/b.jpg": ["otherbot: noindex"]])
         try writeURLList(server.baseURL, ["/img/a.jpg", "/img/b.jpg", "/img/c.jpg", "/img/d.jpg"])
-        try politePipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": {"path": "cache"}}"#,
-                     extra: #", "userAgent": "uploader-test/1.0""#,
-                     sinks: #"{"type": "directory", "path": "out"}, {"type": "http", "url": "\#(server.baseURL)/upload/{stem}"}"#)
+        try politePipeline(
+            source: #"{"type": "url-list", "path": "urls.txt", "cache": {"path": "cache"}}"#,
+            extra: #", "userAgent": "uploader-test/1.0""#,
+            sinks: #"{"type": "directory", "path": "out"}, {"type": "http", "url": "\#(server.baseURL)/upload/{stem}"}"#)
 
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "nothing failed: \(result.stdout) \(result.stderr)")
@@ -68,7 +76,8 @@ extension RemoteFeedTests {
         #expect(skip.key.hasSuffix("/img/a.jpg"))
         #expect((skip.reason, skip.message) == ("opt-out", "X-Robots-Tag: noai"))
         // Deliveries of the skipped item are not waiting for anything.
-        #expect(report.sinks.count == 2 && report.sinks.values.allSatisfy { $0 == DeliveryCounts(done: 3, failed: 0, pending: 0) })
+        #expect(
+            report.sinks.count == 2 && report.sinks.values.allSatisfy { $0 == DeliveryCounts(done: 3, failed: 0, pending: 0) })
         #expect(try imgpipe("status", "pipe.json").stdout.contains("skips by reason: opt-out 1"))
 
         // A rerun with the cache: the three images come from it; the opted-out one, whose
@@ -109,7 +118,8 @@ extension RemoteFeedTests {
     @Test func respectOptOutFalseProcessesEverythingAndTheCacheKeepsTheHeader() throws {
         let server = try taggedServer(tags: ["/img/a.jpg": ["noai"], "/img/b.jpg": ["otherbot: noindex"]])
         try writeURLList(server.baseURL, ["/img/a.jpg", "/img/b.jpg", "/img/c.jpg", "/img/d.jpg"])
-        try politePipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": {"path": "cache"}, "respectOptOut": false}"#)
+        try politePipeline(
+            source: #"{"type": "url-list", "path": "urls.txt", "cache": {"path": "cache"}, "respectOptOut": false}"#)
         let all = try imgpipe("run", "pipe.json")
         #expect(all.status == 0, "stderr: \(all.stderr)")
         #expect((try status().done, try status().skipped) == (4, 0))
@@ -161,13 +171,16 @@ extension RemoteFeedTests {
             switch request.path {
             case "/robots.txt": .init(status: 200, headers: [("Content-Type", "text/plain")], body: Data(Self.robots.utf8))
             case "/feed.json":
-                .json("[" + ["/public/a.jpg", "/private/b.jpg", "/private/ok.jpg", "/private/deep/c.jpg", "/public/missing.png"]
-                    .map { #"{"url": "http://\#(request.headers["host"]!)\#($0)"}"# }.joined(separator: ",") + "]")
+                .json(
+                    "["
+                        + ["/public/a.jpg", "/private/b.jpg", "/private/ok.jpg", "/private/deep/c.jpg", "/public/missing.png"]
+                        .map { #"{"url": "http://\#(request.headers["host"]!)\#($0)"}"# }.joined(separator: ",") + "]")
             default: nil
             }
         }
-        try politePipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false, "robots": true}"#,
-                     extra: #", "userAgent": "\#(agent)""#)
+        try politePipeline(
+            source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false, "robots": true}"#,
+            extra: #", "userAgent": "\#(agent)""#)
 
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 1, "the missing image failed: \(result.stdout) \(result.stderr)")
@@ -175,7 +188,10 @@ extension RemoteFeedTests {
         #expect((report.done, report.skipped, report.failed) == (2, 2, 1))
         let skipped = try skips()
         #expect(skipped.count == 2)
-        #expect(skipped.values.map(\.message).sorted().map { $0.contains("disallows /private/b.jpg") || $0.contains("disallows /private/deep/c.jpg") }
+        #expect(
+            skipped.values.map(\.message).sorted().map {
+                $0.contains("disallows /private/b.jpg") || $0.contains("disallows /private/deep/c.jpg")
+            }
                 == [true, true])
         for skip in skipped.values {
             #expect(skip.reason == "robots")
@@ -206,15 +222,20 @@ extension RemoteFeedTests {
         let server = try taggedServer { request in
             let host = request.headers["host"] ?? ""
             switch request.path {
-            case "/robots.txt": return .init(status: 200, headers: [("Content-Type", "text/plain")], body: Data("User-agent: *\nDisallow: /img/private/\n".utf8))
+            case "/robots.txt":
+                return .init(
+                    status: 200, headers: [("Content-Type", "text/plain")],
+                    body: Data("User-agent: *\nDisallow: /img/private/\n".utf8))
             case "/img/redir/e.jpg": return .status(302, headers: [("Location", "/img/x/../private/e.jpg")])
             case "/img/redir/f.jpg": return .status(302, headers: [("Location", "/img/f.jpg")])
             case "/img/redir/g.jpg": return .status(302, headers: [("Location", "http:/\(host)/img/private/g.jpg")])
-            case "/img/redir/h.jpg": return .status(302, headers: [("Location", "/img/h.jpg"), ("Location", "/img/private/h.jpg")])
+            case "/img/redir/h.jpg":
+                return .status(302, headers: [("Location", "/img/h.jpg"), ("Location", "/img/private/h.jpg")])
             case "/img/redir/i.jpg": return .status(302, headers: [("Location", "")])
             // libcurl skips an empty Location, and a line with a space before its colon.
             case "/img/redir/j.jpg": return .status(302, headers: [("Location", ""), ("Location", "/img/private/j.jpg")])
-            case "/img/redir/k.jpg": return .status(302, headers: [("Location ", "/img/k.jpg"), ("Location", "/img/private/k.jpg")])
+            case "/img/redir/k.jpg":
+                return .status(302, headers: [("Location ", "/img/k.jpg"), ("Location", "/img/private/k.jpg")])
             // A header line that starts `HTTP/` is not a status line; a Location ends at its first CR.
             case "/img/redir/m.jpg": return .status(302, headers: [("HTTP/x", "y"), ("Location", "/img/private/m.jpg")])
             case "/img/redir/n.jpg": return .status(302, headers: [("Location", "/img/private/n.jpg\rjunk")])
@@ -223,26 +244,34 @@ extension RemoteFeedTests {
             default: return nil
             }
         }
-        try writeURLList(server.baseURL, ["/img/x/../private/a.jpg", "/img/./private/b.jpg", "/img/%70rivate/c.jpg",
-                                          "/img/x/%2e%2e/private/d.jpg", "/img/redir/e.jpg", "/img/redir/f.jpg", "/img/ok.jpg",
-                                          "/img/redir/g.jpg", "/img/redir/h.jpg", "/img/redir/i.jpg", "/img/redir/j.jpg",
-                                          "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg", "/img/redir/o.jpg"])
+        try writeURLList(
+            server.baseURL,
+            [
+                "/img/x/../private/a.jpg", "/img/./private/b.jpg", "/img/%70rivate/c.jpg",
+                "/img/x/%2e%2e/private/d.jpg", "/img/redir/e.jpg", "/img/redir/f.jpg", "/img/ok.jpg",
+                "/img/redir/g.jpg", "/img/redir/h.jpg", "/img/redir/i.jpg", "/img/redir/j.jpg",
+                "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg", "/img/redir/o.jpg",
+            ])
         try politePipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": false, "robots": true}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 1, "i.jpg failed: \(result.stdout) \(result.stderr)")
         let report = try status()
         #expect((report.done, report.skipped, report.failed) == (3, 11, 1))
-        #expect(report.skips.allSatisfy { $0.reason == "robots" && $0.message.contains("disallows /img/private/") },
-                "\(report.skips.map(\.message))")
+        #expect(
+            report.skips.allSatisfy { $0.reason == "robots" && $0.message.contains("disallows /img/private/") },
+            "\(report.skips.map(\.message))")
         let redirected = try #require(report.skips.first { $0.key.hasSuffix("/img/redir/e.jpg") })
         #expect(redirected.message.hasPrefix("redirected to /img/private/e.jpg: "), "\(redirected.message)")
         let failure = try #require(report.failures.first)
         #expect(failure.key.hasSuffix("/img/redir/i.jpg") && failure.reason == "download", "\(failure)")
-        #expect(Set(imageRequests(server)) == ["/img/redir/e.jpg", "/img/redir/f.jpg", "/img/f.jpg", "/img/ok.jpg",
-                                               "/img/redir/g.jpg", "/img/redir/h.jpg", "/img/h.jpg", "/img/redir/i.jpg",
-                                               "/img/redir/j.jpg", "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg",
-                                               "/img/redir/o.jpg"],
-                "nothing under /img/private/ nor its spellings was asked for")
+        #expect(
+            Set(imageRequests(server)) == [
+                "/img/redir/e.jpg", "/img/redir/f.jpg", "/img/f.jpg", "/img/ok.jpg",
+                "/img/redir/g.jpg", "/img/redir/h.jpg", "/img/h.jpg", "/img/redir/i.jpg",
+                "/img/redir/j.jpg", "/img/redir/k.jpg", "/img/redir/m.jpg", "/img/redir/n.jpg",
+                "/img/redir/o.jpg",
+            ],
+            "nothing under /img/private/ nor its spellings was asked for")
         #expect(work.files(under: "out") == ["img/ok.jpg", "img/redir/f.jpg", "img/redir/h.jpg"])
     }
 
@@ -254,8 +283,9 @@ extension RemoteFeedTests {
         #expect(result.status == 0, "skipped is not failed: \(result.stderr)")
         let report = try status()
         #expect((report.done, report.skipped) == (0, 2))
-        #expect(report.skips.count == 2
-            && report.skips.allSatisfy { $0.reason == "robots" && $0.message.contains("could not be read (HTTP 503") })
+        #expect(
+            report.skips.count == 2
+                && report.skips.allSatisfy { $0.reason == "robots" && $0.message.contains("could not be read (HTTP 503") })
         #expect(failing.requests(to: "/robots.txt").count == 2, "two attempts (retry.attempts), once per run")
         #expect(imageRequests(failing).isEmpty)
 
@@ -277,13 +307,14 @@ extension RemoteFeedTests {
         let everyone = RobotsRules(parsing: Self.robots, agent: "otherbot")
         #expect(!everyone.allows("/public/a.jpg"))
 
-        let wild = RobotsRules(parsing: """
-            User-agent: *
-            Disallow: /*.gif$
-            Disallow: /tmp
-            Allow: /tmp/keep
-            Disallow:
-            """, agent: "imgpipe")
+        let wild = RobotsRules(
+            parsing: """
+                User-agent: *
+                Disallow: /*.gif$
+                Disallow: /tmp
+                Allow: /tmp/keep
+                Disallow:
+                """, agent: "imgpipe")
         #expect(!wild.allows("/a/b/c.gif"))
         #expect(wild.allows("/a/b/c.gif?size=2"), "$ anchors the end")
         #expect(!wild.allows("/tmpfile"))
@@ -292,8 +323,9 @@ extension RemoteFeedTests {
         #expect(RobotsRules(parsing: "", agent: "x").allows("/anything"))
         // Compared as RFC 9309 says: %XX of unreserved characters decoded, the other
         // escapes' hex in either case, bytes past ASCII encoded; a leading BOM ignored.
-        let encoded = RobotsRules(parsing: "\u{FEFF}User-agent: *\nDisallow: /%7Efoo/\nDisallow: /bar/\nDisallow: /a%2fb\nDisallow: /café",
-                                  agent: "x")
+        let encoded = RobotsRules(
+            parsing: "\u{FEFF}User-agent: *\nDisallow: /%7Efoo/\nDisallow: /bar/\nDisallow: /a%2fb\nDisallow: /café",
+            agent: "x")
         #expect(!encoded.allows("/~foo/a.jpg") && !encoded.allows("/%7efoo/a.jpg"))
         #expect(!encoded.allows("/b%61r/a.jpg"))
         #expect(!encoded.allows("/a%2Fb") && encoded.allows("/a/b"), "an encoded slash is not a slash")
@@ -301,7 +333,9 @@ extension RemoteFeedTests {
         // A path loses its dot segments, as the request does (%2E too).
         #expect(RobotsRules.requestPath("/img/x/../private/a.jpg?q=/../x") == "/img/private/a.jpg?q=/../x")
         #expect(RobotsRules.requestPath("/img/./private/%2e%2E/private/a.jpg") == "/img/private/a.jpg")
-        #expect(RobotsRules.requestPath("/../a") == "/a" && RobotsRules.requestPath("/a/..") == "/" && RobotsRules.requestPath("/a/.") == "/a/")
+        #expect(
+            RobotsRules.requestPath("/../a") == "/a" && RobotsRules.requestPath("/a/..") == "/"
+                && RobotsRules.requestPath("/a/.") == "/a/")
         // One host, however its default port is spelled.
         let origins = ["http://h/x", "http://h:80/x", "HTTP://H:0080/x"].map { RobotsPolicy.origin(of: URL(string: $0)!) }
         #expect(Set(origins) == ["http://h"])
@@ -309,7 +343,8 @@ extension RemoteFeedTests {
         #expect(RobotsPolicy.origin(of: URL(string: "http://h:8080/x")!) == "http://h:8080")
         // Many stars do not make matching exponential.
         let stars = "/" + String(repeating: "*a", count: 200) + "$"
-        #expect(RobotsRules(parsing: "User-agent: *\nDisallow: \(stars)", agent: "x")
-            .allows("/" + String(repeating: "a", count: 5000) + "b"))
+        #expect(
+            RobotsRules(parsing: "User-agent: *\nDisallow: \(stars)", agent: "x")
+                .allows("/" + String(repeating: "a", count: 5000) + "b"))
     }
 }

@@ -18,7 +18,9 @@ struct RemoteFeedTests {
     }
 
     /// A server of `/images/<name>.jpg` (with an ETag, answering 304 to it) plus `extra`.
-    func server(_ extra: @escaping @Sendable (TestHTTPServer.Request) -> TestHTTPServer.Response? = { _ in nil }) throws -> TestHTTPServer {
+    func server(_ extra: @escaping @Sendable (TestHTTPServer.Request) -> TestHTTPServer.Response? = { _ in nil }) throws
+        -> TestHTTPServer
+    {
         let jpeg = self.jpeg
         return try TestHTTPServer { request in
             if let response = extra(request) { return response }
@@ -31,15 +33,19 @@ struct RemoteFeedTests {
     }
 
     func feedJSON(_ base: String, count: Int, from: Int = 1) -> String {
-        "[" + (from ..< from + count).map {
-            #"{"url": "\#(base)/images/photo-\#($0).jpg", "created": "Mar 14, 2018 6:50:24 PM", "updated": "Mar 15, 2018 9:00:00 AM"}"#
-        }.joined(separator: ",") + "]"
+        "["
+            + (from..<from + count).map {
+                #"{"url": "\#(base)/images/photo-\#($0).jpg", "created": "Mar 14, 2018 6:50:24 PM", "updated": "Mar 15, 2018 9:00:00 AM"}"#
+            }.joined(separator: ",") + "]"
     }
 
     @discardableResult
-    func pipeline(source: String, limits: String = #"{"timeout": 5}"#, retry: String = #"{"attempts": 3, "backoff": 0.05}"#,
-                  name: String = "pipe.json") throws -> String {
-        try work.write("""
+    func pipeline(
+        source: String, limits: String = #"{"timeout": 5}"#, retry: String = #"{"attempts": 3, "backoff": 0.05}"#,
+        name: String = "pipe.json"
+    ) throws -> String {
+        try work.write(
+            """
             {"version": 1, "source": \(source),
              "filters": [{"op": "fit", "width": 32, "height": 32}],
              "sink": {"type": "directory", "path": "out"}, "limits": \(limits), "retry": \(retry)}
@@ -84,9 +90,10 @@ struct RemoteFeedTests {
             }
             return response
         }
-        let names = ["a.gif"] + (0 ..< 8).map { "m\($0).jpg" } + ["a.jpg"]
+        let names = ["a.gif"] + (0..<8).map { "m\($0).jpg" } + ["a.jpg"]
         try work.write(names.map { "\(server.baseURL)/images/\($0)" }.joined(separator: "\n"), to: "list.txt")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "url-list", "path": "list.txt"}, "accept": {"formats": ["jpeg"]},
              "filters": [{"op": "fit", "width": 16, "height": 16}], "sink": {"type": "directory", "path": "out"},
              "limits": {"downloads": 2, "uploads": 1, "workers": 1, "timeout": 60}}
@@ -97,9 +104,10 @@ struct RemoteFeedTests {
         let first = try ImgpipeBinary.launch(["run", "pipe.json", "-j", "8"], in: work.path)
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline, first.process.isRunning,
-              (try? DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite")).read {
-                  try String.fetchOne($0, sql: "SELECT status FROM item WHERE key LIKE '%a.jpg'")
-              }) != "failed" {
+            (try? DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite")).read {
+                try String.fetchOne($0, sql: "SELECT status FROM item WHERE key LIKE '%a.jpg'")
+            }) != "failed"
+        {
             usleep(20_000)
         }
         kill(first.process.processIdentifier, SIGKILL)
@@ -112,8 +120,9 @@ struct RemoteFeedTests {
         let fetches = server.requests(to: "/images/a.jpg").count
         #expect(fetches == 1, "a.jpg was asked for \(fetches) times")
         let report = try status()
-        #expect(report.state == "finished" && report.done == 9 && report.skipped == 1 && report.pending == 0 && report.failed == 0,
-                "\(report.state): \(report.done) done, \(report.skipped) skipped, \(report.pending) pending, \(report.failed) failed")
+        #expect(
+            report.state == "finished" && report.done == 9 && report.skipped == 1 && report.pending == 0 && report.failed == 0,
+            "\(report.state): \(report.done) done, \(report.skipped) skipped, \(report.pending) pending, \(report.failed) failed")
     }
 
     /// An item that failed again for its name after its page started it is started again
@@ -127,13 +136,19 @@ struct RemoteFeedTests {
         let server = try self.server { request in
             guard request.path == "/images/a.gif" else { return nil }
             // Refused the first time (the item fails), slow after: a.jpg fails again first.
-            if asked.withLock({ $0 += 1; return $0 }) == 1 { return .status(503) }
+            if asked.withLock({
+                $0 += 1
+                return $0
+            }) == 1 {
+                return .status(503)
+            }
             var response = TestHTTPServer.Response.bytes(gif, type: "image/gif")
             response.stall = 1.5
             return response
         }
         try work.write(["a.gif", "a.jpg"].map { "\(server.baseURL)/images/\($0)" }.joined(separator: "\n"), to: "list.txt")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "url-list", "path": "list.txt"}, "accept": {"formats": ["jpeg"]},
              "filters": [{"op": "fit", "width": 16, "height": 16}], "sink": {"type": "directory", "path": "out"},
              "retry": {"attempts": 1}, "limits": {"timeout": 10}}
@@ -164,13 +179,14 @@ struct RemoteFeedTests {
     @Test func jsonFeedRunThenCachedRerunThenOfflineRerun() throws {
         let body = feedJSON("BASE", count: 12)
         let server = try server { request in
-            request.path == "/feed.json" ? .json(body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)")) : nil
+            request.path == "/feed.json"
+                ? .json(body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)")) : nil
         }
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": {"path": "cache"}}"#)
 
         let cold = try imgpipe("run", "pipe.json")
         #expect(cold.status == 0, "stderr: \(cold.stderr)")
-        #expect(work.files(under: "out") == (1 ... 12).map { "images/photo-\($0).jpg" }.sorted())
+        #expect(work.files(under: "out") == (1...12).map { "images/photo-\($0).jpg" }.sorted())
         #expect(server.requests(to: "/feed.json").count == 1)
         #expect(server.requests.filter { $0.path.hasPrefix("/images/") }.count == 12)
         #expect(try status().tiers == ["remote": 12])
@@ -198,9 +214,10 @@ struct RemoteFeedTests {
     /// `resume` tries them again.
     @Test func aDeadHostsItemsAreSetAsideAtOnce() throws {
         let silent = try RefusingPort(acceptingSilently: true)
-        try writeURLList(silent.baseURL, (1 ... 300).map { "/images/\($0).jpg" })
-        try pipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#,
-                     limits: #"{"timeout": 2, "downloads": 16}"#, retry: #"{"attempts": 3, "backoff": 0.05}"#)
+        try writeURLList(silent.baseURL, (1...300).map { "/images/\($0).jpg" })
+        try pipeline(
+            source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#,
+            limits: #"{"timeout": 2, "downloads": 16}"#, retry: #"{"attempts": 3, "backoff": 0.05}"#)
         let run = try ImgpipeBinary.runMeasured(["run", "pipe.json"], in: work.path, timeout: 120)
         #expect(!run.timedOut && run.result.status == 1, "stderr: \(run.result.stderr)")
         let failed = try failures()
@@ -208,8 +225,9 @@ struct RemoteFeedTests {
         let setAside = failed.values.filter { $0.message.hasPrefix("host unreachable: \(silent.baseURL)") }
         #expect(setAside.count >= 280, "only \(setAside.count) of 300 were set aside; the rest waited out their timeouts")
         let resumed = try imgpipe("resume", "pipe.json")
-        #expect(resumed.stderr.contains("retrying \(setAside.count) item(s) of run #1 whose host was unreachable"),
-                "stderr: \(resumed.stderr)")
+        #expect(
+            resumed.stderr.contains("retrying \(setAside.count) item(s) of run #1 whose host was unreachable"),
+            "stderr: \(resumed.stderr)")
     }
 
     /// A caption may draw each item's feed metadata: `{meta.title}` differs per item, a
@@ -218,16 +236,19 @@ struct RemoteFeedTests {
         let server = try server { request in
             guard request.path == "/feed.json" else { return nil }
             let base = "http://\(request.headers["host"]!)"
-            return .json(#"[{"url": "\#(base)/images/a.jpg", "title": "MMMM MMMM"}, "#
-                         + #"{"url": "\#(base)/images/b.jpg", "title": "WWW"}, {"url": "\#(base)/images/c.jpg"}]"#)
+            return .json(
+                #"[{"url": "\#(base)/images/a.jpg", "title": "MMMM MMMM"}, "#
+                    + #"{"url": "\#(base)/images/b.jpg", "title": "WWW"}, {"url": "\#(base)/images/c.jpg"}]"#)
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", "cache": false},
              "filters": [{"op": "fit", "width": 200, "height": 150, "enlarge": true},
                          {"op": "caption", "top": "{meta.title}", "bottom": "{meta.missing}"}],
              "output": {"format": "png"}, "sink": {"type": "directory", "path": "out"}}
             """, to: "meme.json")
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", "cache": false},
              "filters": [{"op": "fit", "width": 200, "height": 150, "enlarge": true}],
              "output": {"format": "png"}, "sink": {"type": "directory", "path": "plain"}}
@@ -238,12 +259,13 @@ struct RemoteFeedTests {
         let a = try ImageFixtures.decode(work.url("out/images/a.png"))
         let b = try ImageFixtures.decode(work.url("out/images/b.png"))
         let c = try ImageFixtures.decode(work.url("out/images/c.png"))
-        let band = 0 ..< plain.height / 4
+        let band = 0..<plain.height / 4
         #expect(a.maxDifference(from: plain, rows: band) > 100, "the title was not drawn")
         #expect(a.maxDifference(from: b, rows: band) > 100, "two titles drew the same pixels")
-        #expect(c.maxDifference(from: plain, rows: 0 ..< plain.height) == 0, "an item without a title changed")
-        #expect(a.maxDifference(from: plain, rows: plain.height * 3 / 4 ..< plain.height) == 0,
-                "a missing field drew something")
+        #expect(c.maxDifference(from: plain, rows: 0..<plain.height) == 0, "an item without a title changed")
+        #expect(
+            a.maxDifference(from: plain, rows: plain.height * 3 / 4..<plain.height) == 0,
+            "a missing field drew something")
         // The state file keeps the metadata, which a resumed item is drawn from.
         let store = try RunStore(path: work.url(".imgpipe/meme.sqlite"))
         let items = try store.items(runId: try #require(try store.latestRun()).id)
@@ -256,8 +278,9 @@ struct RemoteFeedTests {
         let server = try server { request in
             guard request.path == "/feed.json" else { return nil }
             let base = "http://\(request.headers["host"]!)"
-            return .json(#"[{"url": "\#(base)/images/a.jpg", "title": "\ud800", "n": "N1"}, "#
-                         + #"{"url": "\#(base)/images/b.jpg", "title": "x\u0000y", "n": "N2"}]"#)
+            return .json(
+                #"[{"url": "\#(base)/images/a.jpg", "title": "\ud800", "n": "N1"}, "#
+                    + #"{"url": "\#(base)/images/b.jpg", "title": "x\u0000y", "n": "N2"}]"#)
         }
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
         let result = try imgpipe("run", "pipe.json")
@@ -274,11 +297,14 @@ struct RemoteFeedTests {
         let server = try server { request in
             guard request.path == "/feed.json" else { return nil }
             if request.headers["if-none-match"] == "\"feed1\"" { return .status(304) }
-            var response = TestHTTPServer.Response.json(body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)"))
+            var response = TestHTTPServer.Response.json(
+                body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)"))
             response.headers.append(("ETag", "\"feed1\""))
             return response
         }
-        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": {"path": "cache", "revalidate": true}}"#)
+        try pipeline(
+            source:
+                #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": {"path": "cache", "revalidate": true}}"#)
         #expect(try imgpipe("run", "pipe.json").status == 0)
         #expect(try imgpipe("run", "pipe.json").status == 0)
         let conditional = server.requests.filter { $0.headers["if-none-match"] != nil }
@@ -291,10 +317,11 @@ struct RemoteFeedTests {
         let address = unreachable.baseURL
         try ImageFixtures.jpeg(at: work.url("bundled/a.jpg"), width: 40, height: 40)
         try ImageFixtures.jpeg(at: work.url("bundled/b.jpg"), width: 40, height: 40)
-        try pipeline(source: """
-            {"type": "json-feed", "url": "\(address)/feed.json", "cache": {"path": "cache"},
-             "fallback": {"type": "directory", "path": "bundled"}}
-            """, retry: #"{"attempts": 1}"#)
+        try pipeline(
+            source: """
+                {"type": "json-feed", "url": "\(address)/feed.json", "cache": {"path": "cache"},
+                 "fallback": {"type": "directory", "path": "bundled"}}
+                """, retry: #"{"attempts": 1}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(result.stderr.contains("fallback"))
@@ -306,22 +333,25 @@ struct RemoteFeedTests {
     /// with 100,000 keys took minutes to parse (quadratic duplicate check): third-party JSON
     /// is read leniently, and the extra fields are still kept as metadata.
     @Test func aFeedItemWithADuplicateKeyOrManyKeysIsListed() throws {
-        let extra = (0 ..< 100_000).map { #""f\#($0)": "v\#($0)""# }.joined(separator: ", ")
+        let extra = (0..<100_000).map { #""f\#($0)": "v\#($0)""# }.joined(separator: ", ")
         let server = try server { request in
             let host = "http://\(request.headers["host"]!)"
-            return request.path == "/feed.json" ? .json("""
-                [{"url": "\(host)/images/dup.jpg", "title": "first", "title": "second"},
-                 {"url": "\(host)/images/wide.jpg", \(extra)}]
-                """) : nil
+            return request.path == "/feed.json"
+                ? .json(
+                    """
+                    [{"url": "\(host)/images/dup.jpg", "title": "first", "title": "second"},
+                     {"url": "\(host)/images/wide.jpg", \(extra)}]
+                    """) : nil
         }
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(work.files(under: "out") == ["images/dup.jpg", "images/wide.jpg"])
         let metadata = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite")).read { db in
-            try [String: String](uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT key, metadata FROM item").map {
-                (($0["key"] as String).components(separatedBy: "/").last!, $0["metadata"] as String)
-            })
+            try [String: String](
+                uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT key, metadata FROM item").map {
+                    (($0["key"] as String).components(separatedBy: "/").last!, $0["metadata"] as String)
+                })
         }
         #expect(metadata["dup.jpg"] == #"{"title":"first"}"#, "Foundation keeps the first of duplicate keys")
         #expect(metadata["wide.jpg"]?.contains(#""f99999":"v99999""#) == true)
@@ -336,8 +366,9 @@ struct RemoteFeedTests {
             }
         }
         for (page, message) in [("broken.json", "is not valid JSON"), ("object.json", "is not a JSON array of objects")] {
-            try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/\#(page)", "cache": false}"#,
-                         retry: #"{"attempts": 1}"#)
+            try pipeline(
+                source: #"{"type": "json-feed", "url": "\#(server.baseURL)/\#(page)", "cache": false}"#,
+                retry: #"{"attempts": 1}"#)
             let result = try imgpipe("run", "pipe.json", "--new")
             #expect(result.status == 1, "\(page): \(result.stdout)")
             #expect((result.stdout + result.stderr).contains(message), "\(page): \(result.stdout) \(result.stderr)")
@@ -351,7 +382,8 @@ struct RemoteFeedTests {
         let server = try server { request in
             guard request.path == "/feed.json" else { return nil }
             let base = "http://\(request.headers["host"]!)"
-            let head = #"[{"url": "\#(base)/images/a.jpg"}, {"title": "none"}, {"url": null}, {"url": ""}, "string", "#
+            let head =
+                #"[{"url": "\#(base)/images/a.jpg"}, {"title": "none"}, {"url": null}, {"url": ""}, "string", "#
                 + #"null, [1], {"url": 123}, {"url": "\#(base)/images/"#
             var body = Data(head.utf8)
             body.append(0xFF)
@@ -362,8 +394,10 @@ struct RemoteFeedTests {
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(work.files(under: "out") == ["images/a.jpg", "images/b.jpg"])
-        #expect(result.stderr.contains(#"the feed at \#(server.baseURL)/feed.json: 8 entries left out, with no "url" string: "#
-                                       + "[1], [2], [3], [4], [5], [6], [7], [8]"), "\(result.stderr)")
+        #expect(
+            result.stderr.contains(
+                #"the feed at \#(server.baseURL)/feed.json: 8 entries left out, with no "url" string: "#
+                    + "[1], [2], [3], [4], [5], [6], [7], [8]"), "\(result.stderr)")
         #expect(!server.requests.contains { $0.path.hasSuffix("123") })
     }
 
@@ -374,10 +408,14 @@ struct RemoteFeedTests {
             let host = "http://\(request.headers["host"]!)"
             switch request.path {
             case "/search":
-                return .json(#"{"collection": {"items": [{"data": [{"nasa_id": "N1"}], "links": [{"rel": "preview", "href": "\#(host)/images/n1.jpg"}]}, "#
-                             + #"{"data": [{"nasa_id": "N2"}], "links": [{"rel": "preview", "href": 5}]}, {"data": [{"title": "no id"}]}]}}"#)
+                return .json(
+                    #"{"collection": {"items": [{"data": [{"nasa_id": "N1"}], "links": [{"rel": "preview", "href": "\#(host)/images/n1.jpg"}]}, "#
+                        + #"{"data": [{"nasa_id": "N2"}], "links": [{"rel": "preview", "href": 5}]}, {"data": [{"title": "no id"}]}]}}"#
+                )
             case "/rest/":
-                return .json(#"{"stat": "ok", "photos": {"pages": 1, "photo": [{"id": "F1", "url_l": "\#(host)/images/f1.jpg"}, {"id": "F2"}]}}"#)
+                return .json(
+                    #"{"stat": "ok", "photos": {"pages": 1, "photo": [{"id": "F1", "url_l": "\#(host)/images/f1.jpg"}, {"id": "F2"}]}}"#
+                )
             default:
                 return nil
             }
@@ -386,7 +424,10 @@ struct RemoteFeedTests {
         let nasa = try imgpipe("run", "pipe.json")
         #expect(nasa.status == 0, "stderr: \(nasa.stderr)")
         #expect(nasa.stderr.contains("2 items left out, with no nasa_id or no preview link: [1], [2]"), "\(nasa.stderr)")
-        try pipeline(source: #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#)
+        try pipeline(
+            source:
+                #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#
+        )
         let flickr = try imgpipe("run", "pipe.json", "--new")
         #expect(flickr.status == 0, "stderr: \(flickr.stderr)")
         #expect(flickr.stderr.contains("1 photo left out, with no id or no image URL: [1]"), "\(flickr.stderr)")
@@ -401,11 +442,14 @@ struct RemoteFeedTests {
             guard request.path == "/search" else { return nil }
             let page = Int(request.query["page"] ?? "1") ?? 1
             let host = "http://\(request.headers["host"]!)"
-            let items = (1 ... 10).map { n -> String in
+            let items = (1...10).map { n -> String in
                 let id = "PIA\(page)\(String(format: "%02d", n))"
-                return #"{"data": [{"nasa_id": "\#(id)", "title": "Moon \#(id)", "date_created": "2018-03-14T00:00:00Z", "keywords": ["moon"]}], "links": [{"href": "\#(host)/images/\#(id)~thumb.jpg", "rel": "preview"}]}"#
+                return
+                    #"{"data": [{"nasa_id": "\#(id)", "title": "Moon \#(id)", "date_created": "2018-03-14T00:00:00Z", "keywords": ["moon"]}], "links": [{"href": "\#(host)/images/\#(id)~thumb.jpg", "rel": "preview"}]}"#
             }
-            let next = page < 3 ? #", "links": [{"rel": "next", "href": "\#(host)/search?q=moon&media_type=image&page=\#(page + 1)"}]"# : ""
+            let next =
+                page < 3
+                ? #", "links": [{"rel": "next", "href": "\#(host)/search?q=moon&media_type=image&page=\#(page + 1)"}]"# : ""
             return .json(#"{"collection": {"items": [\#(items.joined(separator: ","))]\#(next)}}"#)
         }
         try pipeline(source: #"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "maxItems": 15}"#)
@@ -423,23 +467,30 @@ struct RemoteFeedTests {
         let server = try server { request in
             guard request.path == "/rest/" else { return nil }
             guard request.query["api_key"] == secret, request.query["method"] == "flickr.photos.search",
-                  request.query["nojsoncallback"] == "1", request.query["extras"] == "url_l" else {
+                request.query["nojsoncallback"] == "1", request.query["extras"] == "url_l"
+            else {
                 return .json(#"{"stat": "fail", "message": "Invalid API Key"}"#)
             }
             let page = Int(request.query["page"] ?? "1") ?? 1
             let host = "http://\(request.headers["host"]!)"
-            let photos = (1 ... 4).map { n in
+            let photos = (1...4).map { n in
                 #"{"id": "\#(page * 100 + n)", "secret": "s", "server": "7", "title": "t", "url_l": "\#(host)/images/\#(page * 100 + n)_s_b.jpg"}"#
             }
-            return .json(#"{"photos": {"page": \#(page), "pages": 3, "perpage": 4, "photo": [\#(photos.joined(separator: ","))]}, "stat": "ok"}"#)
+            return .json(
+                #"{"photos": {"page": \#(page), "pages": 3, "perpage": 4, "photo": [\#(photos.joined(separator: ","))]}, "stat": "ok"}"#
+            )
         }
-        try pipeline(source: #"{"type": "flickr-search", "text": "sunset", "apiKey": "${FLICKR_TEST_KEY}", "endpoint": "\#(server.baseURL)/rest/", "perPage": 4}"#)
+        try pipeline(
+            source:
+                #"{"type": "flickr-search", "text": "sunset", "apiKey": "${FLICKR_TEST_KEY}", "endpoint": "\#(server.baseURL)/rest/", "perPage": 4}"#
+        )
         let result = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: ["FLICKR_TEST_KEY": secret])
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(server.requests(to: "/rest/").count == 3)
         #expect(work.files(under: "out").count == 12)
         #expect(work.files(under: "out").contains("101.jpg"))
-        for file in [".imgpipe/pipe.sqlite", ".imgpipe/pipe.sqlite-wal"] where FileManager.default.fileExists(atPath: work.url(file)) {
+        for file in [".imgpipe/pipe.sqlite", ".imgpipe/pipe.sqlite-wal"]
+        where FileManager.default.fileExists(atPath: work.url(file)) {
             let bytes = try Data(contentsOf: URL(fileURLWithPath: work.url(file)))
             #expect(bytes.range(of: Data(secret.utf8)) == nil, "the API key reached \(file)")
         }
@@ -448,7 +499,8 @@ struct RemoteFeedTests {
         // Cache entries are keyed by the unexpanded URL (`api_key=${FLICKR_TEST_KEY}`): with
         // the cache emptied, the server is asked and refuses the wrong key.
         try FileManager.default.removeItem(atPath: work.url(".imgpipe/cache"))
-        let refused = try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path, environment: ["FLICKR_TEST_KEY": "wrong-key"])
+        let refused = try ImgpipeBinary.run(
+            ["run", "pipe.json", "--new"], in: work.path, environment: ["FLICKR_TEST_KEY": "wrong-key"])
         #expect(refused.status != 0)
         #expect(!refused.stderr.contains("wrong-key"))
     }
@@ -464,10 +516,14 @@ struct RemoteFeedTests {
             default: nil
             }
         }
-        try work.write(["\(server.baseURL)/slow/drip.jpg", "\(server.baseURL)/slow/flood.jpg",
-                        "\(server.baseURL)/images/good.jpg"].joined(separator: "\n"), to: "urls.txt")
-        try pipeline(source: #"{"type": "url-list", "path": "urls.txt"}"#,
-                     limits: #"{"timeout": 1, "maxBytes": 1048576}"#, retry: #"{"attempts": 1}"#)
+        try work.write(
+            [
+                "\(server.baseURL)/slow/drip.jpg", "\(server.baseURL)/slow/flood.jpg",
+                "\(server.baseURL)/images/good.jpg",
+            ].joined(separator: "\n"), to: "urls.txt")
+        try pipeline(
+            source: #"{"type": "url-list", "path": "urls.txt"}"#,
+            limits: #"{"timeout": 1, "maxBytes": 1048576}"#, retry: #"{"attempts": 1}"#)
         let watched = try ImgpipeBinary.runMeasured(["run", "pipe.json"], in: work.path, timeout: 90)
         #expect(!watched.timedOut, "the run was still going after 90 s")
         let result = watched.result
@@ -479,8 +535,9 @@ struct RemoteFeedTests {
         let flood = failed["\(server.baseURL)/slow/flood.jpg"]
         #expect(flood?.reason == "limit", "got: \(String(describing: flood))")
         // The download lands in the run's own process (its pixel helpers hold only pixels).
-        #expect(watched.ownPeakRSS > 1 << 20 && watched.ownPeakRSS < 200 << 20,
-                "peak RSS \(watched.ownPeakRSS >> 20) MB while a server flooded a 1 MiB-limited item")
+        #expect(
+            watched.ownPeakRSS > 1 << 20 && watched.ownPeakRSS < 200 << 20,
+            "peak RSS \(watched.ownPeakRSS >> 20) MB while a server flooded a 1 MiB-limited item")
         #expect(work.files(under: "out") == ["images/good.jpg"])
     }
 
@@ -494,7 +551,13 @@ struct RemoteFeedTests {
         let server = try TestHTTPServer { request in
             let put = request.method == "PUT"
             gauge.withLock {
-                if put { $0.puts += 1; $0.mostPuts = max($0.mostPuts, $0.puts) } else { $0.now += 1; $0.most = max($0.most, $0.now) }
+                if put {
+                    $0.puts += 1
+                    $0.mostPuts = max($0.mostPuts, $0.puts)
+                } else {
+                    $0.now += 1
+                    $0.most = max($0.most, $0.now)
+                }
             }
             // The first answers wait until the stage's whole width has been in flight at once
             // (or 5 s pass): how many arrive together does not depend on this machine's speed.
@@ -512,8 +575,9 @@ struct RemoteFeedTests {
             }
             return put ? .json("{}", status: 201) : .bytes(jpeg)
         }
-        try writeURLList(server.baseURL, (1 ... 48).map { "/images/\($0).jpg" })
-        try work.write("""
+        try writeURLList(server.baseURL, (1...48).map { "/images/\($0).jpg" })
+        try work.write(
+            """
             {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
              "filters": [{"op": "fit", "width": 16, "height": 16}],
              "sink": {"type": "http", "url": "\(server.baseURL)/put/{stem}.jpg", "method": "PUT"},
@@ -525,7 +589,8 @@ struct RemoteFeedTests {
         #expect(seen.most == 16, "at most \(seen.most) downloads at once, limits.downloads is 16")
         #expect(seen.mostPuts == 8, "at most \(seen.mostPuts) uploads at once, limits.uploads is 8")
         // A stage that grows a thread at a time reaches its width only after answers came.
-        #expect((seen.atFirst, seen.atFirstPut) == (16, 8), "in flight before the first answer: \(seen.atFirst), \(seen.atFirstPut)")
+        #expect(
+            (seen.atFirst, seen.atFirstPut) == (16, 8), "in flight before the first answer: \(seen.atFirst), \(seen.atFirstPut)")
     }
 
     /// The cache is bounded by default, and `imgpipe cache` shows and clears it.
@@ -536,7 +601,8 @@ struct RemoteFeedTests {
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json"}"#)
         #expect(try imgpipe("run", "pipe.json").status == 0)
         let shown = try imgpipe("cache", "pipe.json")
-        #expect(shown.status == 0 && shown.stdout.contains("cache .imgpipe/cache: 4 entries")
+        #expect(
+            shown.status == 0 && shown.stdout.contains("cache .imgpipe/cache: 4 entries")
                 && shown.stdout.contains("of at most 1024.0 MB"), "stdout: \(shown.stdout)")
         let cleared = try imgpipe("cache", "--clear")
         #expect(cleared.stdout.contains("cleared .imgpipe/cache: 4 entries"), "stdout: \(cleared.stdout)")
@@ -555,7 +621,8 @@ struct RemoteFeedTests {
         }
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json"}"#)
         #expect(try imgpipe("run", "pipe.json").status == 0)
-        let old = work.url(".imgpipe/cache/.download-old.tmp"), young = work.url(".imgpipe/cache/.download-young.tmp")
+        let old = work.url(".imgpipe/cache/.download-old.tmp")
+        let young = work.url(".imgpipe/cache/.download-young.tmp")
         try Data(count: 5000).write(to: URL(fileURLWithPath: old))
         try Data(count: 5000).write(to: URL(fileURLWithPath: young))
         try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-3700)], ofItemAtPath: old)
@@ -578,19 +645,22 @@ struct RemoteFeedTests {
             }
             return nil
         }
-        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#,
-                     retry: #"{"attempts": 3, "backoff": 0.05}"#)
+        try pipeline(
+            source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#,
+            retry: #"{"attempts": 3, "backoff": 0.05}"#)
         let quiet = try imgpipe("run", "pipe.json")
         #expect(quiet.status == 0 && !quiet.stderr.contains("will be retried") && !quiet.stderr.contains("feed page"))
         failedOnce.withLock { $0.removeAll() }
         let verbose = try imgpipe("run", "pipe.json", "--new", "--verbose")
         #expect(verbose.status == 0)
         let retry = verbose.stderr.split(separator: "\n").first { $0.contains("download will be retried") }.map(String.init) ?? ""
-        #expect(retry.contains("item=\(server.baseURL)/images/photo-1.jpg") && retry.contains("stage=fetch")
+        #expect(
+            retry.contains("item=\(server.baseURL)/images/photo-1.jpg") && retry.contains("stage=fetch")
                 && retry.contains("attempt=1") && retry.contains("host=127.0.0.1"), "stderr: \(verbose.stderr)")
         #expect(verbose.stderr.contains("feed page") && !verbose.stdout.contains("feed page"))
         failedOnce.withLock { $0.removeAll() }
-        let fromEnvironment = try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path, environment: ["IMGPIPE_LOG": "info"])
+        let fromEnvironment = try ImgpipeBinary.run(
+            ["run", "pipe.json", "--new"], in: work.path, environment: ["IMGPIPE_LOG": "info"])
         #expect(fromEnvironment.stderr.contains("download will be retried"))
     }
 
@@ -601,12 +671,14 @@ struct RemoteFeedTests {
         let secret = "k3y %/é-\(UUID().uuidString.prefix(8))"
         let encoded = try #require(secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics))
         let queryEncoded = try #require(secret.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed))
-        let forms = Set([secret, encoded, encoded.lowercased(), queryEncoded, queryEncoded.replacingOccurrences(of: "%20", with: "+")])
+        let forms = Set([
+            secret, encoded, encoded.lowercased(), queryEncoded, queryEncoded.replacingOccurrences(of: "%20", with: "+"),
+        ])
         let server = try server { request in
             let host = "http://\(request.headers["host"]!)"
             if request.path == "/rest/" {
                 guard request.query["api_key"] == secret else { return .json(#"{"stat": "fail", "message": "Invalid API Key"}"#) }
-                let photos = (1 ... 3).map { n in
+                let photos = (1...3).map { n in
                     #"{"id": "\#(n)", "title": "t", "url_l": "\#(host)/images/\#(n).jpg?sig=\#(queryEncoded)"}"#
                 }
                 return .json(#"{"photos": {"page": 1, "pages": 1, "photo": [\#(photos.joined(separator: ","))]}, "stat": "ok"}"#)
@@ -616,7 +688,8 @@ struct RemoteFeedTests {
             }
             return nil
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1,
              "source": {"type": "flickr-search", "text": "sunset", "apiKey": "${FLICKR_TEST_KEY}",
                         "endpoint": "\(server.baseURL)/rest/", "cache": true},
@@ -639,8 +712,11 @@ struct RemoteFeedTests {
         }
         for form in forms { #expect(!(result.stdout + result.stderr).contains(form)) }
         // The cache still serves a second run (its keys do not depend on the value).
-        #expect(try ImgpipeBinary.run(["run", "pipe.json", "--new"], in: work.path,
-                                      environment: ["FLICKR_TEST_KEY": secret]).status == 0)
+        #expect(
+            try ImgpipeBinary.run(
+                ["run", "pipe.json", "--new"], in: work.path,
+                environment: ["FLICKR_TEST_KEY": secret]
+            ).status == 0)
         #expect(server.requests(to: "/rest/").count == 1, "the cached page was not found again")
     }
 
@@ -655,16 +731,24 @@ struct RemoteFeedTests {
             guard page <= 50 else { return .status(404) }
             switch request.path {
             case "/search":
-                return .json(#"{"collection": {"items": [{"data": [{"nasa_id": "SAME"}], "links": [{"rel": "preview", "href": "\#(host)/images/same.jpg"}]}], "#
-                             + #""links": [{"rel": "next", "href": "\#(host)/search?q=moon&page=\#(page + 1)"}]}}"#)
+                return .json(
+                    #"{"collection": {"items": [{"data": [{"nasa_id": "SAME"}], "links": [{"rel": "preview", "href": "\#(host)/images/same.jpg"}]}], "#
+                        + #""links": [{"rel": "next", "href": "\#(host)/search?q=moon&page=\#(page + 1)"}]}}"#)
             case "/rest/":
-                return .json(#"{"stat": "ok", "photos": {"pages": 1000000, "photo": [{"id": "SAME", "url_l": "\#(host)/images/same.jpg"}]}}"#)
+                return .json(
+                    #"{"stat": "ok", "photos": {"pages": 1000000, "photo": [{"id": "SAME", "url_l": "\#(host)/images/same.jpg"}]}}"#
+                )
             default:
                 return nil
             }
         }
-        for (source, path) in [(#"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "cache": false}"#, "/search"),
-                               (#"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#, "/rest/")] {
+        for (source, path) in [
+            (#"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "cache": false}"#, "/search"),
+            (
+                #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#,
+                "/rest/"
+            ),
+        ] {
             try pipeline(source: source)
             let result = try imgpipe("run", "pipe.json", "--new")
             #expect(result.status == 0, "\(path): \(result.stderr)")
@@ -682,7 +766,8 @@ struct RemoteFeedTests {
             guard request.path == "/search" else { return nil }
             let host = "http://\(request.headers["host"]!)"
             let page = Int(request.query["page"] ?? "1") ?? 1
-            let links = page < 7 ? #""links": [{"rel": "next", "href": "\#(host)/search?q=moon&page=\#(page + 1)"}]"# : #""links": []"#
+            let links =
+                page < 7 ? #""links": [{"rel": "next", "href": "\#(host)/search?q=moon&page=\#(page + 1)"}]"# : #""links": []"#
             let preview = page == 7 ? #", "links": [{"rel": "preview", "href": "\#(host)/images/last.jpg"}]"# : ""
             return .json(#"{"collection": {"items": [{"data": [{"nasa_id": "ID\#(page)"}]\#(preview)}], \#(links)}}"#)
         }
@@ -703,12 +788,16 @@ struct RemoteFeedTests {
             guard page <= 300 else { return .status(404) }
             return .json(#"{"stat": "ok", "photos": {"pages": 1000000, "photo": [{"id": "P\#(page)"}]}}"#)
         }
-        try pipeline(source: #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#)
+        try pipeline(
+            source:
+                #"{"type": "flickr-search", "text": "moon", "apiKey": "k", "endpoint": "\#(server.baseURL)/rest/", "cache": false}"#
+        )
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(server.requests(to: "/rest/").count == 100, "\(server.requests(to: "/rest/").count) pages asked for")
-        #expect(result.stderr.contains("100 pages in a row listed nothing (their ids had no image); stopped paging"),
-                "stderr: \(result.stderr.suffix(500))")
+        #expect(
+            result.stderr.contains("100 pages in a row listed nothing (their ids had no image); stopped paging"),
+            "stderr: \(result.stderr.suffix(500))")
     }
 
     /// A JSON feed whose every entry lacks an image URL is most likely read with the wrong
@@ -720,20 +809,30 @@ struct RemoteFeedTests {
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 1, "stderr: \(result.stderr)")
-        #expect((result.stdout + result.stderr).contains(#"has 2 entries and none with a "url" string (is urlField right?)"#),
-                "\(result.stdout) \(result.stderr)")
+        #expect(
+            (result.stdout + result.stderr).contains(#"has 2 entries and none with a "url" string (is urlField right?)"#),
+            "\(result.stdout) \(result.stderr)")
         #expect(result.stdout.contains("no item was listed. Continue later with: imgpipe resume pipe.json"), "\(result.stdout)")
     }
 
     @Test func flickrBuildsTheImageURLWhenTheSizeIsMissing() throws {
         struct Pages: PageSource {
             func page(_ url: String) throws -> (Data, Tier) {
-                (Data(#"{"photos": {"page": 1, "pages": 1, "photo": [{"id": "42", "secret": "abc", "server": "7"}]}, "stat": "ok"}"#.utf8), .remote)
+                (
+                    Data(
+                        #"{"photos": {"page": 1, "pages": 1, "photo": [{"id": "42", "secret": "abc", "server": "7"}]}, "stat": "ok"}"#
+                            .utf8), .remote
+                )
             }
         }
         var items: [FeedItem] = []
-        try FlickrSearchFeed(text: "x", apiKey: "k", endpoint: "http://127.0.0.1:9/rest/", perPage: 10, maxItems: nil,
-                             size: "url_l", pages: Pages()).list { items.append($0); return true }
+        try FlickrSearchFeed(
+            text: "x", apiKey: "k", endpoint: "http://127.0.0.1:9/rest/", perPage: 10, maxItems: nil,
+            size: "url_l", pages: Pages()
+        ).list {
+            items.append($0)
+            return true
+        }
         #expect(items.map(\.location) == ["https://live.staticflickr.com/7/42_abc_b.jpg"])
         #expect(items.first?.nameStem == "42")
     }
@@ -750,14 +849,19 @@ struct RemoteFeedTests {
         gzip.arguments = ["gzip", "-f", work.url("list.jsonl")]
         try gzip.run()
         gzip.waitUntilExit()
-        for (list, expected) in [("list.txt", ["images/a.jpg", "images/b-HASH.jpg"]), ("list.csv", ["images/c.jpg", "images/d.jpg"]),
-                                 ("list.jsonl.gz", ["images/e.jpg", "images/f.jpg"])] {
+        for (list, expected) in [
+            ("list.txt", ["images/a.jpg", "images/b-HASH.jpg"]), ("list.csv", ["images/c.jpg", "images/d.jpg"]),
+            ("list.jsonl.gz", ["images/e.jpg", "images/f.jpg"]),
+        ] {
             try? FileManager.default.removeItem(atPath: work.url("out"))
             try pipeline(source: #"{"type": "url-list", "path": "\#(list)", "cache": false}"#, name: "p.json")
             let result = try imgpipe("run", "p.json", "--new")
             #expect(result.status == 0, "\(list): \(result.stderr)")
             // A URL with a query has a hash of itself in its name (the port changes it).
-            #expect(work.files(under: "out").map { $0.replacingOccurrences(of: #"-[0-9a-f]{8}\."#, with: "-HASH.", options: .regularExpression) }
+            #expect(
+                work.files(under: "out").map {
+                    $0.replacingOccurrences(of: #"-[0-9a-f]{8}\."#, with: "-HASH.", options: .regularExpression)
+                }
                     == expected, "\(list)")
         }
         let keys = try RunStore(path: work.url(".imgpipe/p.sqlite")).items(runId: 3).map(\.key)
@@ -773,9 +877,11 @@ struct RemoteFeedTests {
         let prefix = "\(base)/images/long.jpg?pad="
         let long = prefix + String(repeating: "x", count: 65535 - prefix.utf8.count) + "\(base)/images/chain.jpg"
         let tooLong = "\(base)/images/huge.jpg?pad=" + String(repeating: "y", count: 1 << 20)
-        for (name, line) in [("list.txt", { (url: String) in url }), ("list.jsonl", { (url: String) in #"{"url": "\#(url)"}"# })] {
-            try work.write([line("\(base)/images/a.jpg"), line(long), line(tooLong), line("\(base)/images/z.jpg")]
-                .joined(separator: "\n") + "\n", to: name)
+        for (name, line) in [("list.txt", { (url: String) in url }), ("list.jsonl", { (url: String) in #"{"url": "\#(url)"}"# })]
+        {
+            try work.write(
+                [line("\(base)/images/a.jpg"), line(long), line(tooLong), line("\(base)/images/z.jpg")]
+                    .joined(separator: "\n") + "\n", to: name)
             try pipeline(source: #"{"type": "url-list", "path": "\#(name)", "cache": false}"#)
             let before = server.requests.count
             let result = try imgpipe("run", "pipe.json", "--new")
@@ -784,8 +890,10 @@ struct RemoteFeedTests {
             #expect(said.contains("\(name):3: line longer than 1048576 bytes"), "\(name): \(said)")
             let paths = server.requests.dropFirst(before).map(\.path)
             #expect(paths.sorted() == ["/images/a.jpg", "/images/long.jpg"], "\(name): \(paths)")
-            #expect(server.requests.dropFirst(before).first { $0.path == "/images/long.jpg" }?.query["pad"]?.hasSuffix("chain.jpg") == true,
-                    "\(name): the long line was fetched whole")
+            #expect(
+                server.requests.dropFirst(before).first { $0.path == "/images/long.jpg" }?.query["pad"]?.hasSuffix("chain.jpg")
+                    == true,
+                "\(name): the long line was fetched whole")
         }
     }
 
@@ -814,8 +922,11 @@ struct RemoteFeedTests {
         let server = try server()
         let base = server.baseURL
         try work.write("url,key\n\(base)/images/a.jpg,k1\n,k4\n\(base)/images/b.jpg,k2\n", to: "list.csv")
-        try work.write("{\"url\": \"\(base)/images/a.jpg\"}\n{\"url\": 123}\n{\"url\": \"\(base)/images/b.jpg\"}\n", to: "list.jsonl")
-        for (list, said) in [("list.csv", #"list.csv:3: no URL in the "url" column"#), ("list.jsonl", #"list.jsonl:2: no "url" string"#)] {
+        try work.write(
+            "{\"url\": \"\(base)/images/a.jpg\"}\n{\"url\": 123}\n{\"url\": \"\(base)/images/b.jpg\"}\n", to: "list.jsonl")
+        for (list, said) in [
+            ("list.csv", #"list.csv:3: no URL in the "url" column"#), ("list.jsonl", #"list.jsonl:2: no "url" string"#),
+        ] {
             try pipeline(source: #"{"type": "url-list", "path": "\#(list)", "cache": false}"#)
             let before = server.requests.count
             let result = try imgpipe("run", "pipe.json", "--new")
@@ -830,7 +941,8 @@ struct RemoteFeedTests {
     @Test(arguments: [(UInt8(0xFF), "invalid UTF-8"), (UInt8(0), "a NUL byte in the line")])
     func aURLListLineWithInvalidUTF8OrANulByteIsRefusedNamingTheLine(byte: UInt8, said: String) throws {
         let server = try server()
-        let list = Data("\(server.baseURL)/images/a.jpg\n\(server.baseURL)/images/b".utf8) + [byte]
+        let list =
+            Data("\(server.baseURL)/images/a.jpg\n\(server.baseURL)/images/b".utf8) + [byte]
             + Data(".jpg\n\(server.baseURL)/images/c.jpg\n".utf8)
         try list.write(to: URL(fileURLWithPath: work.url("list.txt")))
         try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#)
@@ -853,21 +965,24 @@ struct RemoteFeedTests {
             case "/images/down.jpg": return .status(503)
             case "/images/missing.jpg": return .status(404)
             case "/images/truncated.jpg":
-                return TestHTTPServer.Response(headers: [("Content-Type", "image/jpeg")], body: jpeg.prefix(jpeg.count / 2),
-                                               declaredLength: jpeg.count)
+                return TestHTTPServer.Response(
+                    headers: [("Content-Type", "image/jpeg")], body: jpeg.prefix(jpeg.count / 2),
+                    declaredLength: jpeg.count)
             case "/images/stalled.jpg":
                 return TestHTTPServer.Response(headers: [("Content-Type", "image/jpeg")], body: jpeg, stall: 4)
             case "/images/huge.jpg": return .bytes(Data(count: 300_000) + jpeg)
             case "/images/error-page.jpg":
-                return TestHTTPServer.Response(headers: [("Content-Type", "image/jpeg")], body: Data("<!DOCTYPE html><html>Oops</html>".utf8))
+                return TestHTTPServer.Response(
+                    headers: [("Content-Type", "image/jpeg")], body: Data("<!DOCTYPE html><html>Oops</html>".utf8))
             case "/images/redirect.jpg": return .status(302, headers: [("Location", "/images/redirect.jpg")])
             default: return nil
             }
         }
         let names = ["good", "flaky", "down", "missing", "truncated", "stalled", "huge", "error-page", "redirect"]
         try work.write(names.map { "\(server.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "list.txt")
-        try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#,
-                     limits: #"{"timeout": 1, "maxBytes": 200000}"#, retry: #"{"attempts": 3, "backoff": 0.05}"#)
+        try pipeline(
+            source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#,
+            limits: #"{"timeout": 1, "maxBytes": 200000}"#, retry: #"{"attempts": 3, "backoff": 0.05}"#)
         let started = Date()
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 1)
@@ -904,8 +1019,9 @@ struct RemoteFeedTests {
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 1)
-        #expect(!FileManager.default.fileExists(atPath: work.url("out")) || work.files(under: "out").isEmpty,
-                "a local file was read through a remote feed")
+        #expect(
+            !FileManager.default.fileExists(atPath: work.url("out")) || work.files(under: "out").isEmpty,
+            "a local file was read through a remote feed")
         let failed = try failures()
         #expect(failed.count == 2)
         #expect(failed.values.allSatisfy { $0.reason == "download" })
@@ -915,7 +1031,7 @@ struct RemoteFeedTests {
     /// shorter list read as if it were whole (the items before it are done).
     @Test func aGzippedListCutShortSaysWhereAndExitsOne() throws {
         let server = try server()
-        let lines = (1 ... 2000).map { "\(server.baseURL)/images/n\($0).jpg" }.joined(separator: "\n") + "\n"
+        let lines = (1...2000).map { "\(server.baseURL)/images/n\($0).jpg" }.joined(separator: "\n") + "\n"
         let whole = work.url("whole.txt")
         try work.write(lines, to: "whole.txt")
         let gzip = Process()
@@ -947,10 +1063,12 @@ struct RemoteFeedTests {
     @Test func aFeedThatCannotBeListedExitsOneAndRefreshKeepsTheRunFinished() throws {
         let body = feedJSON("BASE", count: 2)
         let server = try server { request in
-            request.path == "/feed.json" ? .json(body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)")) : nil
+            request.path == "/feed.json"
+                ? .json(body.replacingOccurrences(of: "BASE", with: "http://\(request.headers["host"]!)")) : nil
         }
-        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#,
-                     retry: #"{"attempts": 1}"#)
+        try pipeline(
+            source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#,
+            retry: #"{"attempts": 1}"#)
         #expect(try imgpipe("run", "pipe.json").status == 0)
         server.stop()
         let refresh = try imgpipe("resume", "pipe.json", "--refresh-feed")
@@ -977,20 +1095,24 @@ struct RemoteFeedTests {
         let size = Counter()
         let server = try server { request in
             guard request.path == "/feed.json" else { return nil }
-            let body = "[" + (1 ... size.count("feed")).map {
-                #"{"url": "http://\#(request.headers["host"]!)/images/n\#($0).jpg"}"#
-            }.joined(separator: ",") + "]"
+            let body =
+                "["
+                + (1...size.count("feed")).map {
+                    #"{"url": "http://\#(request.headers["host"]!)/images/n\#($0).jpg"}"#
+                }.joined(separator: ",") + "]"
             return .json(body)
         }
         size.set("feed", 3)
-        try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": {"path": "cache", "revalidate": true}}"#)
+        try pipeline(
+            source:
+                #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": {"path": "cache", "revalidate": true}}"#)
         #expect(try imgpipe("run", "pipe.json").status == 0)
         size.set("feed", 5)
         let refreshed = try imgpipe("resume", "pipe.json", "--refresh-feed")
         #expect(refreshed.status == 0, "stderr: \(refreshed.stderr)")
         #expect(try status().total == 5)
         #expect(work.files(under: "out").count == 5)
-        for n in 1 ... 5 { #expect(server.requests(to: "/images/n\(n).jpg").count == 1, "n\(n) fetched once") }
+        for n in 1...5 { #expect(server.requests(to: "/images/n\(n).jpg").count == 1, "n\(n) fetched once") }
     }
 
     @Test func pagingStreamsItemsWhileLaterPagesAreListed() throws {
@@ -998,7 +1120,7 @@ struct RemoteFeedTests {
             guard request.path == "/search" else { return nil }
             let page = Int(request.query["page"] ?? "1") ?? 1
             let host = "http://\(request.headers["host"]!)"
-            let items = (1 ... 5).map { n in
+            let items = (1...5).map { n in
                 #"{"data": [{"nasa_id": "p\#(page)-\#(n)"}], "links": [{"href": "\#(host)/images/p\#(page)-\#(n).jpg", "rel": "preview"}]}"#
             }
             let next = page == 1 ? #", "links": [{"rel": "next", "href": "\#(host)/search?page=2"}]"# : ""
@@ -1026,8 +1148,9 @@ struct RemoteFeedTests {
             Thread.sleep(forTimeInterval: 0.05)
             return .bytes(jpeg)
         }
-        try work.write((1 ... 60).map { "\(server.baseURL)/slow/\($0).jpg" }.joined(separator: "\n"), to: "list.txt")
-        try pipeline(source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#, limits: #"{"downloads": 4, "workers": 1}"#)
+        try work.write((1...60).map { "\(server.baseURL)/slow/\($0).jpg" }.joined(separator: "\n"), to: "list.txt")
+        try pipeline(
+            source: #"{"type": "url-list", "path": "list.txt", "cache": false}"#, limits: #"{"downloads": 4, "workers": 1}"#)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline, server.requests.count < 15 { usleep(10000) }
@@ -1048,7 +1171,12 @@ final class Counter: @unchecked Sendable {
     private let lock = NSLock()
     private var values: [String: Int] = [:]
 
-    func next(_ name: String) -> Int { lock.withLock { values[name, default: 0] += 1; return values[name]! } }
+    func next(_ name: String) -> Int {
+        lock.withLock {
+            values[name, default: 0] += 1
+            return values[name]!
+        }
+    }
     func count(_ name: String) -> Int { lock.withLock { values[name] ?? 0 } }
     func set(_ name: String, _ value: Int) { lock.withLock { values[name] = value } }
 }

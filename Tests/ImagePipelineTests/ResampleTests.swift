@@ -1,5 +1,6 @@
 import ImagePipelineTesting
 import Testing
+
 @testable import VipsKit
 
 /// imgpipe's own halving and lanczos3 reduction of 8-bit pictures in memory (CResample:
@@ -13,7 +14,7 @@ struct ResampleTests {
     /// a mask and every rounding shows.
     static func noise(width: Int, height: Int, bands: Int, seed: UInt64) throws -> VipsImage {
         var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
-        let bytes = (0 ..< width * height * bands).map { index -> UInt8 in
+        let bytes = (0..<width * height * bands).map { index -> UInt8 in
             state ^= state << 13
             state ^= state >> 7
             state ^= state << 17
@@ -40,9 +41,9 @@ struct ResampleTests {
     static func transposed(_ pixels: Pixels) throws -> VipsImage {
         let (w, h, b) = (pixels.width, pixels.height, pixels.bands)
         var turned = [UInt8](repeating: 0, count: pixels.samples.count)
-        for y in 0 ..< h {
-            for x in 0 ..< w {
-                for band in 0 ..< b { turned[(x * h + y) * b + band] = pixels.samples[(y * w + x) * b + band] }
+        for y in 0..<h {
+            for x in 0..<w {
+                for band in 0..<b { turned[(x * h + y) * b + band] = pixels.samples[(y * w + x) * b + band] }
             }
         }
         return try VipsImage.fromPixels(turned, width: h, height: w, bands: b)
@@ -95,8 +96,10 @@ struct ResampleTests {
     /// this smooth synthetic photo, within 3 levels of libvips with its vector code (on),
     /// which rounds its masks coarser (on real photos single samples differ by up to about
     /// 12 levels, the mean by a fraction of one).
-    @Test(arguments: [(1024, 768, 3, 640, 480), (1600, 1200, 3, 1280, 960), (800, 600, 3, 640, 480),
-                      (1001, 751, 3, 641, 481), (31, 29, 3, 9, 8)])
+    @Test(arguments: [
+        (1024, 768, 3, 640, 480), (1600, 1200, 3, 1280, 960), (800, 600, 3, 640, 480),
+        (1001, 751, 3, 641, 481), (31, 29, 3, 9, 8),
+    ])
     func aReductionBothWaysIsBothPasses(width: Int, height: Int, bands: Int, outWidth: Int, outHeight: Int) throws {
         let noise = try Self.noise(width: width, height: height, bands: bands, seed: UInt64(width))
         let (h, v) = (Double(outWidth) / Double(width), Double(outHeight) / Double(height))

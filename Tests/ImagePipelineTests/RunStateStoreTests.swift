@@ -1,7 +1,8 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
 
 /// The run-store contract (`RunStateStore`) on both of its implementations: the state file
 /// (`RunStore`, SQLite) and a worker's part of a shared run (`SharedStateStore`, on a real
@@ -17,7 +18,7 @@ struct RunStateStoreTests {
 
     /// Every key a test of this suite inserts: a shared run must have listed an item (and
     /// this worker claimed its chunk) before the worker records it.
-    static let keys = ["x.jpg", "bad.jpg", "good.jpg", "a.jpg", "a.png", "b.jpg", "c.jpg"] + (1 ... 10).map { "k\($0)" }
+    static let keys = ["x.jpg", "bad.jpg", "good.jpg", "a.jpg", "a.png", "b.jpg", "c.jpg"] + (1...10).map { "k\($0)" }
 
     /// One store of `backend` with a run begun in it, as `PipelineRunner.execute` begins one.
     final class Fixture: @unchecked Sendable {
@@ -46,8 +47,9 @@ struct RunStateStoreTests {
             case .postgres:
                 let cluster = try PostgresCluster.start()
                 let url = try url ?? cluster.makeDatabase()
-                let run = try SharedRun(connection: PostgresConnection(url: url), pipelineName: "p",
-                                        fingerprint: ["filters": "[]"], chunkSize: 100, worker: worker)
+                let run = try SharedRun(
+                    connection: PostgresConnection(url: url), pipelineName: "p",
+                    fingerprint: ["filters": "[]"], chunkSize: 100, worker: worker)
                 if let lease = try run.acquireLister() {
                     try run.recordPage(Self.itemsOfTheFeed, cursor: "end", complete: true, lease: lease)
                 }
@@ -55,11 +57,14 @@ struct RunStateStoreTests {
                 for chunk in try run.claim(10) { try ledger.add(chunk, items: run.items(of: chunk)) }
                 let journal = try RunStore(path: path)
                 let store = try SharedStateStore(journal: journal, ledger: ledger, names: run.sibling())
-                (self.store, self.journal, shared, self.cluster, self.url, self.ledger) = (store, journal, run, cluster, url, ledger)
+                (self.store, self.journal, shared, self.cluster, self.url, self.ledger) = (
+                    store, journal, run, cluster, url, ledger
+                )
             }
-            let identity = RunIdentity(pipelinePath: "/p.json", pipelineName: "p", document: "{}",
-                                       fingerprint: ["filters": "[]", "output": "{}"], sinks: sinks,
-                                       workRoot: directory.url("work"), displayPath: "p.json")
+            let identity = RunIdentity(
+                pipelinePath: "/p.json", pipelineName: "p", document: "{}",
+                fingerprint: ["filters": "[]", "output": "{}"], sinks: sinks,
+                workRoot: directory.url("work"), displayPath: "p.json")
             runId = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity).run.id
         }
 
@@ -76,9 +81,11 @@ struct RunStateStoreTests {
         func sharedStatuses() throws -> [String: String]? {
             guard let shared, let store = store as? SharedStateStore else { return nil }
             try store.flush(using: shared)
-            let rows = try shared.connection.execute("SELECT key, status, reason FROM imgpipe_item WHERE run_id = $1",
-                                                     [String(shared.runId)])
-            return Dictionary(uniqueKeysWithValues: rows.all.map { ($0["key"]!, $0["status"]! + ($0["reason"].map { ":" + $0 } ?? "")) })
+            let rows = try shared.connection.execute(
+                "SELECT key, status, reason FROM imgpipe_item WHERE run_id = $1",
+                [String(shared.runId)])
+            return Dictionary(
+                uniqueKeysWithValues: rows.all.map { ($0["key"]!, $0["status"]! + ($0["reason"].map { ":" + $0 } ?? "")) })
         }
     }
 
@@ -120,7 +127,8 @@ struct RunStateStoreTests {
         #expect(try fixture.journal.deliveryCounts(runId: run) == ["a": DeliveryCounts(done: 1), "b": DeliveryCounts(done: 1)])
         if backend == .postgres {
             #expect(try fixture.sharedStatuses()?["x.jpg"] == "done")
-            let detail = try fixture.shared?.connection.execute("SELECT detail FROM imgpipe_item WHERE key = 'x.jpg'").first?["detail"]
+            let detail = try fixture.shared?.connection.execute("SELECT detail FROM imgpipe_item WHERE key = 'x.jpg'").first?[
+                "detail"]
             #expect(detail?.contains("/o/x.jpg") == true, "the deliveries go with the end, for export: \(detail ?? "nil")")
         }
     }
@@ -130,10 +138,13 @@ struct RunStateStoreTests {
         let fixture = try Fixture(backend)
         let (store, run) = (fixture.store, fixture.runId)
         _ = try fixture.apply([item("bad.jpg", 1), item("good.jpg", 2)])
-        #expect(try fixture.apply([.failed(key: "bad.jpg", failure: ItemFailure(.decode, "not an image"), attempts: 2)]) == [.applied])
-        #expect(try fixture.journal.failures(runId: run) == [
-            FailureRecord(key: "bad.jpg", reason: "decode", message: "not an image", attempts: 2, httpStatus: nil),
-        ])
+        #expect(
+            try fixture.apply([.failed(key: "bad.jpg", failure: ItemFailure(.decode, "not an image"), attempts: 2)]) == [.applied]
+        )
+        #expect(
+            try fixture.journal.failures(runId: run) == [
+                FailureRecord(key: "bad.jpg", reason: "decode", message: "not an image", attempts: 2, httpStatus: nil)
+            ])
         #expect(try store.failureCounts(runId: run) == ["decode": 1])
         let counts = try store.counts(runId: run)
         #expect((counts.total, counts.failed, counts.pending, counts.unfinished) == (2, 1, 1, 1))
@@ -150,13 +161,18 @@ struct RunStateStoreTests {
         let fixture = try Fixture(backend, sinks: ["out", "mirror"])
         let run = fixture.runId
         _ = try fixture.apply([item("x.jpg", 1, sinks: ["out", "mirror"]), .processed(key: "x.jpg", outputs: [staged("x.jpg")])])
-        let outcome = try fixture.apply([.deliveryFailed(key: "x.jpg", sink: "out",
-                                                         failure: ItemFailure(.upload, "HTTP 403", httpStatus: 403), attempts: 1)])
+        let outcome = try fixture.apply([
+            .deliveryFailed(
+                key: "x.jpg", sink: "out",
+                failure: ItemFailure(.upload, "HTTP 403", httpStatus: 403), attempts: 1)
+        ])
         #expect(outcome == [.failed(ItemFailure(.upload, "sink out: HTTP 403", httpStatus: 403))])
         #expect(try fixture.journal.failures(runId: run).first?.httpStatus == 403)
         #expect(try fixture.journal.deliveryCounts(runId: run)["out"] == DeliveryCounts(done: 0, failed: 1, pending: 0))
         // The second sink refuses too: the item stays failed, and ended once.
-        _ = try fixture.apply([.deliveryFailed(key: "x.jpg", sink: "mirror", failure: ItemFailure(.upload, "HTTP 500"), attempts: 3)])
+        _ = try fixture.apply([
+            .deliveryFailed(key: "x.jpg", sink: "mirror", failure: ItemFailure(.upload, "HTTP 500"), attempts: 3)
+        ])
         #expect(try fixture.store.item(runId: run, key: "x.jpg")?.status == .failed)
         if backend == .postgres {
             #expect(try fixture.sharedStatuses()?["x.jpg"] == "failed:upload")
@@ -169,7 +185,7 @@ struct RunStateStoreTests {
         let fixture = try Fixture(backend)
         let outcomes = try fixture.apply([item("a.jpg", 1, name: "a.jpg"), item("a.png", 2, name: "a.jpg")])
         #expect(outcomes[0] == .applied)
-        guard case let .failed(failure) = outcomes[1] else {
+        guard case .failed(let failure) = outcomes[1] else {
             Issue.record("second claim of a.jpg was accepted: \(outcomes)")
             return
         }
@@ -185,7 +201,9 @@ struct RunStateStoreTests {
         #expect(try fixture.store.item(runId: fixture.runId, key: "c.jpg")?.status == .failed)
         if backend == .postgres {
             let shared = try #require(try fixture.sharedStatuses())
-            #expect(shared["a.png"] == "failed:encode" && shared["c.jpg"] == "failed:encode" && shared["b.jpg"] == "pending", "\(shared)")
+            #expect(
+                shared["a.png"] == "failed:encode" && shared["c.jpg"] == "failed:encode" && shared["b.jpg"] == "pending",
+                "\(shared)")
         }
     }
 
@@ -204,9 +222,12 @@ struct RunStateStoreTests {
     func aSkippedItemGivesItsNameToTheFirstItemThatFailedForIt(_ backend: Backend) throws {
         let fixture = try Fixture(backend)
         let (store, run) = (fixture.store, fixture.runId)
-        let inserted = try fixture.apply([item("a.gif", 1, name: "a.jpg"), item("a.jpg", 2, name: "a.jpg"),
-                                          item("a.png", 3, name: "a.jpg"), item("b.gif", 4, name: "b.jpg")])
-        #expect(inserted.map { if case .failed = $0 { "failed" } else { "\($0)" } } == ["applied", "failed", "failed", "applied"])
+        let inserted = try fixture.apply([
+            item("a.gif", 1, name: "a.jpg"), item("a.jpg", 2, name: "a.jpg"),
+            item("a.png", 3, name: "a.jpg"), item("b.gif", 4, name: "b.jpg"),
+        ])
+        #expect(
+            inserted.map { if case .failed = $0 { "failed" } else { "\($0)" } } == ["applied", "failed", "failed", "applied"])
         let skip = ItemSkip(.format, "gif is not in accept.formats (jpeg)")
         let outcome = try fixture.apply([.skipped(key: "a.gif", skip: skip), .skipped(key: "b.gif", skip: skip)])
         let status = { (key: String) in try store.item(runId: run, key: key)?.status }
@@ -232,7 +253,7 @@ struct RunStateStoreTests {
     func unfinishedItemsArePagedInFeedOrder(_ backend: Backend) throws {
         let fixture = try Fixture(backend)
         let (store, run) = (fixture.store, fixture.runId)
-        _ = try fixture.apply((1 ... 10).map { item("k\($0)", $0) })
+        _ = try fixture.apply((1...10).map { item("k\($0)", $0) })
         _ = try fixture.apply([.failed(key: "k2", failure: ItemFailure(.decode, "x"), attempts: 1)])
         let first = try store.unfinishedItems(runId: run, after: 0, limit: 4)
         #expect(first.map(\.key) == ["k1", "k3", "k4", "k5"])
@@ -273,14 +294,16 @@ struct RunStateStoreTests {
         let ledger = try #require(fixture.ledger)
         for chunk in ledger.unfinished() { ledger.allGiven(chunk) }
         _ = try fixture.apply(keys.enumerated().map { item($0.element, $0.offset + 1) })
-        _ = try fixture.apply([.failed(key: "bad.jpg", failure: ItemFailure(.decode, "truncated"), attempts: 1)]
-                              + keys.filter { $0 != "bad.jpg" }.map { .skipped(key: $0, skip: ItemSkip(.format, "not wanted")) })
+        _ = try fixture.apply(
+            [.failed(key: "bad.jpg", failure: ItemFailure(.decode, "truncated"), attempts: 1)]
+                + keys.filter { $0 != "bad.jpg" }.map { .skipped(key: $0, skip: ItemSkip(.format, "not wanted")) })
         try store.flush(using: shared)
         #expect(try shared.counts().chunksDone == 1, "every item ended: the chunk is done")
 
         // resume --retry-failed, in another process: the failed item is pending again.
-        _ = try SharedRun(connection: PostgresConnection(url: #require(fixture.databaseURL)), pipelineName: "p",
-                          fingerprint: ["filters": "[]"], worker: "r", joining: .resume(retryFailed: true))
+        _ = try SharedRun(
+            connection: PostgresConnection(url: #require(fixture.databaseURL)), pipelineName: "p",
+            fingerprint: ["filters": "[]"], worker: "r", joining: .resume(retryFailed: true))
         let chunk = try #require(try shared.claim().first)
         let items = try shared.items(of: chunk)
         #expect(items.map(\.key) == ["bad.jpg"])

@@ -1,8 +1,9 @@
 import Foundation
 import GRDB
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
 
 /// The plans of the state file's hot queries (as `SharedRunTests` checks the shared run's
 /// claim): each names the index it must use, so that a later schema change cannot bring
@@ -11,10 +12,10 @@ extension RunStoreTests {
     /// Two runs of `count` items, one output, two sinks, every item done.
     func filledStore(_ count: Int) throws -> [RunRecord] {
         var runs: [RunRecord] = []
-        for _ in 0 ..< 2 {
+        for _ in 0..<2 {
             let run = try newRun(sinks: ["a", "b"])
             var changes: [StoreChange] = []
-            for index in 1 ... count {
+            for index in 1...count {
                 let key = "k\(index)"
                 changes.append(item(key, index, name: "\(key).jpg", sinks: ["a", "b"]))
                 changes.append(.processed(key: key, outputs: [staged("\(key).jpg")]))
@@ -49,7 +50,8 @@ extension RunStoreTests {
             let items = try plan(sql.items)
             let outputs = try plan(sql.outputs)
             let deliveries = try plan(sql.deliveries)
-            let itemLine = only ? "SEARCH i USING INDEX item_status (runId=? AND status=?)" : "SEARCH i USING INDEX item_seq (runId=?)"
+            let itemLine =
+                only ? "SEARCH i USING INDEX item_status (runId=? AND status=?)" : "SEARCH i USING INDEX item_seq (runId=?)"
             #expect(items == [itemLine], "\(items)")
             #expect(outputs.first == itemLine && outputs.count == 2, "\(outputs)")
             #expect(outputs.last?.contains("sqlite_autoindex_output_1 (runId=? AND itemKey=?)") == true, "\(outputs)")
@@ -63,8 +65,10 @@ extension RunStoreTests {
     @Test func deliveredOtherwiseSinceFindsOnePlaceOnTheIndexOfPlaces() throws {
         _ = try filledStore(300)
         let lines = try plan(RunStore.deliveredOtherwiseSinceSQL)
-        #expect(lines.contains("SEARCH d USING INDEX delivery_place (sink=? AND remoteURL=? AND runId>? AND runId<?)"), "\(lines)")
-        #expect(lines.contains("SEARCH b USING INDEX delivery_place (sink=? AND remoteURL=? AND runId=? AND status=?)"), "\(lines)")
+        #expect(
+            lines.contains("SEARCH d USING INDEX delivery_place (sink=? AND remoteURL=? AND runId>? AND runId<?)"), "\(lines)")
+        #expect(
+            lines.contains("SEARCH b USING INDEX delivery_place (sink=? AND remoteURL=? AND runId=? AND status=?)"), "\(lines)")
         #expect(searchesOnly(lines), "\(lines)")
         #expect(!lines.contains { $0.contains("delivery_status") }, "\(lines)")
     }
@@ -83,24 +87,25 @@ extension RunStoreTests {
         let run = try newRun(sinks: ["a", "b"])
         var carried = NewItem(key: "k2", seq: 2, location: "/in/k2", metadata: nil, outputName: "k2.jpg", sinks: ["a", "b"])
         carried.carried = NewItem.Carried(run: runs[1].id, outputs: [OutputSpec.defaultID], sinks: ["a", "b"])
-        _ = try store.apply([
-            item("k1", 1, name: "k1.jpg", sinks: ["a", "b"]),
-            .insert(carried),
-            item("k3", 3, name: "k3.jpg", sinks: ["a", "b"]),
-            item("k4", 4, name: "k4.jpg", sinks: ["a", "b"]),
-            item("k5", 5, name: "k5.jpg", sinks: ["a", "b"]),
-            item("k6", 6, name: "k1.jpg", sinks: ["a", "b"]),
-            .fetched(key: "k1", spoolPath: "/s/1", tier: .remote),
-            .fetched(key: "k3", spoolPath: "/s/3", tier: .cache),
-            .processed(key: "k1", outputs: [staged("k1.jpg")]),
-            .processed(key: "k3", outputs: [staged("k3.jpg")]),
-            .delivered(key: "k1", sink: "a", remoteURL: "/o/k1.jpg", httpStatus: nil, attempts: 1),
-            .delivered(key: "k3", sink: "a", remoteURL: "/o/k3.jpg", httpStatus: nil, attempts: 1),
-            .deliveryFailed(key: "k3", sink: "b", failure: ItemFailure(.upload, "503"), attempts: 3),
-            .failed(key: "k4", failure: ItemFailure(.decode, "bad"), attempts: 1),
-            .skipped(key: "k5", skip: ItemSkip(.format, "gif")),
-            .reset(key: "k1", to: .fetched),
-        ], runId: run.id)
+        _ = try store.apply(
+            [
+                item("k1", 1, name: "k1.jpg", sinks: ["a", "b"]),
+                .insert(carried),
+                item("k3", 3, name: "k3.jpg", sinks: ["a", "b"]),
+                item("k4", 4, name: "k4.jpg", sinks: ["a", "b"]),
+                item("k5", 5, name: "k5.jpg", sinks: ["a", "b"]),
+                item("k6", 6, name: "k1.jpg", sinks: ["a", "b"]),
+                .fetched(key: "k1", spoolPath: "/s/1", tier: .remote),
+                .fetched(key: "k3", spoolPath: "/s/3", tier: .cache),
+                .processed(key: "k1", outputs: [staged("k1.jpg")]),
+                .processed(key: "k3", outputs: [staged("k3.jpg")]),
+                .delivered(key: "k1", sink: "a", remoteURL: "/o/k1.jpg", httpStatus: nil, attempts: 1),
+                .delivered(key: "k3", sink: "a", remoteURL: "/o/k3.jpg", httpStatus: nil, attempts: 1),
+                .deliveryFailed(key: "k3", sink: "b", failure: ItemFailure(.upload, "503"), attempts: 3),
+                .failed(key: "k4", failure: ItemFailure(.decode, "bad"), attempts: 1),
+                .skipped(key: "k5", skip: ItemSkip(.format, "gif")),
+                .reset(key: "k1", to: .fetched),
+            ], runId: run.id)
         try check(run.id)
         #expect(try store.requeueFailed(runId: run.id) == 3)
         try check(run.id)
@@ -112,17 +117,24 @@ extension RunStoreTests {
     /// queries over the rows they replaced.
     func check(_ runId: Int64, sourceLocation: SourceLocation = #_sourceLocation) throws {
         let (statuses, sinks, outputs, tiers) = try store.database.read { db in
-            let statuses = try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: """
-                SELECT status, COUNT(*) AS n FROM item WHERE runId = ? GROUP BY status
-                """, arguments: [runId]).map { ($0["status"] as String, $0["n"] as Int) })
+            let statuses = try Dictionary(
+                uniqueKeysWithValues: Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT status, COUNT(*) AS n FROM item WHERE runId = ? GROUP BY status
+                        """, arguments: [runId]
+                ).map { ($0["status"] as String, $0["n"] as Int) })
             func deliveries(_ column: String) throws -> [String: DeliveryCounts] {
                 var result: [String: DeliveryCounts] = [:]
-                for row in try Row.fetchAll(db, sql: """
-                    SELECT d.\(column) AS name, d.status, COUNT(*) AS n FROM delivery d
-                    JOIN item i ON i.runId = d.runId AND i.key = d.itemKey
-                    WHERE d.runId = ? AND NOT (d.status = 'pending' AND i.status IN ('failed', 'skipped'))
-                    GROUP BY d.\(column), d.status
-                    """, arguments: [runId]) {
+                for row in try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT d.\(column) AS name, d.status, COUNT(*) AS n FROM delivery d
+                        JOIN item i ON i.runId = d.runId AND i.key = d.itemKey
+                        WHERE d.runId = ? AND NOT (d.status = 'pending' AND i.status IN ('failed', 'skipped'))
+                        GROUP BY d.\(column), d.status
+                        """, arguments: [runId])
+                {
                     var counts = result[row["name"]] ?? DeliveryCounts()
                     switch row["status"] as String {
                     case "done": counts.done = row["n"]
@@ -133,9 +145,13 @@ extension RunStoreTests {
                 }
                 return result
             }
-            let tiers = try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: """
-                SELECT tier, COUNT(*) AS n FROM item WHERE runId = ? AND tier IS NOT NULL GROUP BY tier
-                """, arguments: [runId]).map { ($0["tier"] as String, $0["n"] as Int) })
+            let tiers = try Dictionary(
+                uniqueKeysWithValues: Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT tier, COUNT(*) AS n FROM item WHERE runId = ? AND tier IS NOT NULL GROUP BY tier
+                        """, arguments: [runId]
+                ).map { ($0["tier"] as String, $0["n"] as Int) })
             return (statuses, try deliveries("sink"), try deliveries("output"), tiers)
         }
         let counts = try store.counts(runId: runId)

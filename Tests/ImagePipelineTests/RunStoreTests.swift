@@ -15,9 +15,10 @@ struct RunStoreTests {
     }
 
     func newRun(sinks: [String] = ["out"]) throws -> RunRecord {
-        try store.createRun(pipelinePath: "/p.json", pipelineName: "p", document: "{}",
-                            fingerprint: ["filters": "[]", "output": "{}"], sinks: sinks, itemLimit: nil,
-                            workRoot: directory.url("work"))
+        try store.createRun(
+            pipelinePath: "/p.json", pipelineName: "p", document: "{}",
+            fingerprint: ["filters": "[]", "output": "{}"], sinks: sinks, itemLimit: nil,
+            workRoot: directory.url("work"))
     }
 
     func item(_ key: String, _ seq: Int, name: String? = nil, sinks: [String] = ["out"]) -> StoreChange {
@@ -51,11 +52,15 @@ struct RunStoreTests {
     @Test func requeueingFailedItems() throws {
         let run = try newRun()
         let stagedFile = try directory.write("x", to: "staged.jpg")
-        _ = try store.apply([item("a", 1), item("b", 2),
-                             .processed(key: "b", outputs: [StagedOutput(path: stagedFile, name: "b", sha256: "", bytes: 1, width: 1, height: 1)]),
-                             .failed(key: "a", failure: ItemFailure(.download, "gone"), attempts: 3),
-                             .deliveryFailed(key: "b", sink: "out", failure: ItemFailure(.upload, "503"), attempts: 3)],
-                            runId: run.id)
+        _ = try store.apply(
+            [
+                item("a", 1), item("b", 2),
+                .processed(
+                    key: "b", outputs: [StagedOutput(path: stagedFile, name: "b", sha256: "", bytes: 1, width: 1, height: 1)]),
+                .failed(key: "a", failure: ItemFailure(.download, "gone"), attempts: 3),
+                .deliveryFailed(key: "b", sink: "out", failure: ItemFailure(.upload, "503"), attempts: 3),
+            ],
+            runId: run.id)
         #expect(try store.requeueFailed(runId: run.id) == 2)
         #expect(try store.item(runId: run.id, key: "a")?.status == .pending)
         #expect(try store.item(runId: run.id, key: "b")?.status == .processed, "its output is still staged")

@@ -1,11 +1,12 @@
 import Dispatch
 import Foundation
 import GRDB
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Logging
 import Testing
 import VipsKit
+
+@testable import ImagePipeline
 
 /// The runner in-process: its state machine without threads, the run/resume policy
 /// against a database alone, and whole sessions with a temporary store, a sink that keeps
@@ -61,12 +62,18 @@ struct RunnerTests {
         let executor = BoundedExecutor(label: "test", width: 3)
         let counters = Mutex((running: 0, most: 0, done: 0))
         let group = DispatchGroup()
-        for _ in 0 ..< 40 {
+        for _ in 0..<40 {
             group.enter()
             executor.submit {
-                counters.withLock { $0.running += 1; $0.most = max($0.most, $0.running) }
+                counters.withLock {
+                    $0.running += 1
+                    $0.most = max($0.most, $0.running)
+                }
                 usleep(2000)
-                counters.withLock { $0.running -= 1; $0.done += 1 }
+                counters.withLock {
+                    $0.running -= 1
+                    $0.done += 1
+                }
                 group.leave()
             }
         }
@@ -92,7 +99,10 @@ struct RunnerTests {
         do {
             let held = Held()
             watched = held
-            executor.submit { withExtendedLifetime(held) {}; ran.signal() }
+            executor.submit {
+                withExtendedLifetime(held) {}
+                ran.signal()
+            }
         }
         executor.submit { third.wait() }
         executor.submit {}
@@ -100,7 +110,10 @@ struct RunnerTests {
         #expect(ran.wait(timeout: .now() + 30) == .success)
         // The second job has run; the third holds the thread, the fourth waits.
         var waited = 0
-        while watched != nil, waited < 3000 { usleep(1000); waited += 1 }
+        while watched != nil, waited < 3000 {
+            usleep(1000)
+            waited += 1
+        }
         #expect(watched == nil, "the job that ran still holds what it captured")
         third.signal()
     }
@@ -114,7 +127,7 @@ struct RunnerTests {
         let gate = DispatchSemaphore(value: 0)
         let started = DispatchSemaphore(value: 0)
         // Four jobs at once hold the four threads.
-        for _ in 0 ..< 4 {
+        for _ in 0..<4 {
             executor.submit {
                 let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "?"
                 names.withLock { _ = $0.insert(name.trimmingCharacters(in: .whitespacesAndNewlines)) }
@@ -122,8 +135,8 @@ struct RunnerTests {
                 gate.wait()
             }
         }
-        for _ in 0 ..< 4 { #expect(started.wait(timeout: .now() + 30) == .success) }
-        for _ in 0 ..< 4 { gate.signal() }
+        for _ in 0..<4 { #expect(started.wait(timeout: .now() + 30) == .success) }
+        for _ in 0..<4 { gate.signal() }
         #expect(names.withLock { $0 } == ["test.0", "test.1", "test.2", "test.3"])
     }
 
@@ -135,12 +148,21 @@ struct RunnerTests {
         let ran = DispatchSemaphore(value: 0)
         // The thread starts up idle.
         var waited = 0
-        while !executor.submitIfIdle({ started.signal(); release.wait() }), waited < 3000 { usleep(1000); waited += 1 }
+        while !executor.submitIfIdle({
+            started.signal()
+            release.wait()
+        }), waited < 3000 {
+            usleep(1000)
+            waited += 1
+        }
         #expect(started.wait(timeout: .now() + 30) == .success)
         #expect(!executor.submitIfIdle { ran.signal() }, "its one thread is busy")
         release.signal()
         waited = 0
-        while !executor.submitIfIdle({ ran.signal() }), waited < 3000 { usleep(1000); waited += 1 }
+        while !executor.submitIfIdle({ ran.signal() }), waited < 3000 {
+            usleep(1000)
+            waited += 1
+        }
         #expect(ran.wait(timeout: .now() + 30) == .success)
         executor.shutdown()
         #expect(!executor.submitIfIdle {}, "shut down")
@@ -158,20 +180,22 @@ struct RunnerTests {
                 seen.withLock { $0[index] = visible ? outcome : .failed(ItemFailure(.io, "not visible")) }
             }
         }
-        writer.submit(.insert(NewItem(key: "k0", seq: 999, location: "/again.jpg", metadata: nil, outputName: nil, sinks: []))) { outcome in
+        writer.submit(.insert(NewItem(key: "k0", seq: 999, location: "/again.jpg", metadata: nil, outputName: nil, sinks: []))) {
+            outcome in
             seen.withLock { $0[-1] = outcome }
         }
         writer.drain()
         let outcomes = seen.withLock { $0 }
         #expect(outcomes.count == 301)
-        #expect((0 ..< 300).allSatisfy { outcomes[$0] == .applied })
+        #expect((0..<300).allSatisfy { outcomes[$0] == .applied })
         #expect(outcomes[-1] == .existing(seq: 1, status: .pending), "a key the run has is not inserted twice")
         #expect(try store.counts(runId: run.id).total == 300)
     }
 
     /// Item `k<index>` (sequence number index + 1) inserted.
     private func insertion(_ index: Int) -> StoreChange {
-        .insert(NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"]))
+        .insert(
+            NewItem(key: "k\(index)", seq: index + 1, location: "/\(index).jpg", metadata: nil, outputName: nil, sinks: ["out"]))
     }
 
     /// A state file with a run begun, and a count of its commits from then on.
@@ -191,7 +215,7 @@ struct RunnerTests {
         #expect(first.wait(timeout: .now() + 30) == .success)
         // The first commit has just ended: the next one starts 2 s after it, with all of these.
         let applied = Mutex(0)
-        for index in 1 ... 100 {
+        for index in 1...100 {
             writer.submit(insertion(index)) { outcome in
                 if outcome == .applied, (try? store.item(runId: run.id, key: "k\(index)")) != nil { applied.withLock { $0 += 1 } }
             }
@@ -210,7 +234,7 @@ struct RunnerTests {
         }
         // A gap of ten minutes, and no change waits for it while `linger` is false: one commit
         // after another.
-        for index in 0 ..< 10 {
+        for index in 0..<10 {
             let done = DispatchSemaphore(value: 0)
             writer.submit(insertion(index)) { _ in done.signal() }
             #expect(done.wait(timeout: .now() + 10) == .success, "change \(index) committed without waiting for the gap")
@@ -219,7 +243,7 @@ struct RunnerTests {
         // While it may linger, changes wait for the gap; once it may not, they go in one commit.
         lingering.withLock { $0 = true }
         let applied = Mutex(0)
-        for index in 10 ..< 60 { writer.submit(insertion(index)) { _ in applied.withLock { $0 += 1 } } }
+        for index in 10..<60 { writer.submit(insertion(index)) { _ in applied.withLock { $0 += 1 } } }
         usleep(100_000)
         #expect(applied.withLock { $0 } == 0 && commits.count == 10, "held while lingering")
         lingering.withLock { $0 = false }
@@ -232,8 +256,10 @@ struct RunnerTests {
     // MARK: - run and resume policy, against a database alone
 
     func identity(filters: String = "fit") -> RunIdentity {
-        RunIdentity(pipelinePath: "/p.json", pipelineName: "p", document: "{}", fingerprint: ["filters": #"[{"op":"\#(filters)"}]"#, "output": #"{"format":"jpeg"}"#],
-                    sinks: ["out"], workRoot: work.url("work"), displayPath: "p.json")
+        RunIdentity(
+            pipelinePath: "/p.json", pipelineName: "p", document: "{}",
+            fingerprint: ["filters": #"[{"op":"\#(filters)"}]"#, "output": #"{"format":"jpeg"}"#],
+            sinks: ["out"], workRoot: work.url("work"), displayPath: "p.json")
     }
 
     @Test func runRefusesAnUnfinishedRunAndNewAbandonsIt() throws {
@@ -250,8 +276,11 @@ struct RunnerTests {
         let store = try RunStore(path: work.url("state.sqlite"))
         #expect(throws: RunError.self) { try store.begin(.resume(retryFailed: false), identity()) }
         let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
-        _ = try store.apply([.insert(NewItem(key: "a", seq: 1, location: "/a.jpg", metadata: nil, outputName: nil, sinks: ["out"])),
-                             .failed(key: "a", failure: ItemFailure(.decode, "bad"), attempts: 1), .feedComplete], runId: run.id)
+        _ = try store.apply(
+            [
+                .insert(NewItem(key: "a", seq: 1, location: "/a.jpg", metadata: nil, outputName: nil, sinks: ["out"])),
+                .failed(key: "a", failure: ItemFailure(.decode, "bad"), attempts: 1), .feedComplete,
+            ], runId: run.id)
         try store.setState(.finished, runId: run.id)
         do {
             _ = try store.begin(.resume(retryFailed: false), identity(filters: "fill"))
@@ -279,8 +308,9 @@ struct RunnerTests {
         try queue.write { try $0.execute(sql: "UPDATE run SET state = 'running', fingerprint = 'not json'") }
         #expect(throws: (any Error).self) { try store.latestRun() }
         try queue.write { try $0.execute(sql: "UPDATE run SET fingerprint = '{}'") }
-        _ = try store.apply([.insert(NewItem(key: "a", seq: 1, location: "/a.jpg", metadata: nil, outputName: nil, sinks: []))],
-                            runId: run.id)
+        _ = try store.apply(
+            [.insert(NewItem(key: "a", seq: 1, location: "/a.jpg", metadata: nil, outputName: nil, sinks: []))],
+            runId: run.id)
         try queue.write { try $0.execute(sql: "UPDATE item SET tier = 'moon'") }
         do {
             _ = try store.items(runId: run.id)
@@ -317,24 +347,28 @@ struct RunnerTests {
     }
 
     func built(_ sinks: [any Sink], retry: String = #"{"attempts": 3, "backoff": 0.01}"#) throws -> BuiltPipeline {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 32, "height": 32}], "sink": {"type": "directory", "path": "unused", "name": "memory"},
              "retry": \(retry)}
             """, to: "pipe.json")
         let spec = try PipelineSpec.load(path: work.url("pipe.json"))
         let pipeline = try BuiltPipeline.build(spec, path: work.url("pipe.json"), environment: Environment([:]))
-        return BuiltPipeline(spec: spec, path: pipeline.path, feed: pipeline.feed, fetcher: nil, sinks: sinks,
-                             processor: pipeline.processor, environment: pipeline.environment,
-                             cancellation: pipeline.cancellation)
+        return BuiltPipeline(
+            spec: spec, path: pipeline.path, feed: pipeline.feed, fetcher: nil, sinks: sinks,
+            processor: pipeline.processor, environment: pipeline.environment,
+            cancellation: pipeline.cancellation)
     }
 
     func runner(_ pipeline: BuiltPipeline, store: RunStore) -> PipelineRunner {
-        PipelineRunner(pipeline: pipeline, store: store, reporter: SilentReporter(), logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        PipelineRunner(
+            pipeline: pipeline, store: store, reporter: SilentReporter(),
+            logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
     }
 
     @Test func aSessionDeliversEveryItemAndRetriesOnATimer() throws {
-        for index in 1 ... 5 {
+        for index in 1...5 {
             try ImageFixtures.jpeg(at: work.url("in/\(index).jpg"), width: 64, height: 48)
         }
         let sink = MemorySink(retriesBeforeSuccess: 2)
@@ -342,7 +376,7 @@ struct RunnerTests {
         let summary = try runner(try built([sink]), store: store).execute(.fresh(limit: nil, replaceUnfinished: false))
         #expect(summary.done == 5 && summary.failed == 0 && summary.pending == 0 && !summary.interrupted)
         let received = sink.received.withLock { $0 }
-        #expect(received.keys.sorted() == (1 ... 5).map { "\($0).jpg" })
+        #expect(received.keys.sorted() == (1...5).map { "\($0).jpg" })
         for data in received.values {
             let image = try VipsImage.open(data: data)
             #expect((image.width, image.height) == (32, 24))
@@ -352,12 +386,14 @@ struct RunnerTests {
             try Row.fetchAll($0, sql: "SELECT status, attempts, remoteURL FROM delivery")
         }
         #expect(rows.count == 5 && rows.allSatisfy { $0["status"] == "done" && $0["attempts"] == 3 })
-        #expect(!FileManager.default.fileExists(atPath: summary.stateFile.replacingOccurrences(of: ".sqlite", with: ".work") + "/run-1"),
-                "the work folder stays after a run with no failure")
+        #expect(
+            !FileManager.default.fileExists(
+                atPath: summary.stateFile.replacingOccurrences(of: ".sqlite", with: ".work") + "/run-1"),
+            "the work folder stays after a run with no failure")
     }
 
     @Test func aRefusingSinkFailsItsItemAndAnInterruptedSessionResumes() throws {
-        for index in 1 ... 4 {
+        for index in 1...4 {
             try ImageFixtures.jpeg(at: work.url("in/\(index).jpg"), width: 64, height: 48)
         }
         let store = try RunStore(path: work.url("state.sqlite"))
@@ -383,10 +419,10 @@ struct HostHealthTests {
         let health = HostHealth(threshold: 3, pause: 30)
         let start = Date(timeIntervalSince1970: 1000)
         let host = "http://dead.example:80"
-        for _ in 1 ... 2 { health.failed(host, "timed out", now: start) }
+        for _ in 1...2 { health.failed(host, "timed out", now: start) }
         #expect(health.admit(host, now: start) == .go, "two failures do not trip a threshold of three")
         health.failed(host, "timed out", now: start)
-        guard case let .refuse(message) = health.admit(host, now: start.addingTimeInterval(1)) else {
+        guard case .refuse(let message) = health.admit(host, now: start.addingTimeInterval(1)) else {
             Issue.record("three failures in a row did not trip the host")
             return
         }

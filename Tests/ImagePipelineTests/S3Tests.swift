@@ -29,10 +29,13 @@ struct S3Tests {
     }
 
     @discardableResult
-    func pipeline(source: String, sink: String, output: String = #"{"format": "jpeg", "quality": 80}"#,
-                  filters: String = #"[{"op": "autorotate"}, {"op": "fit", "width": 160, "height": 160}]"#,
-                  limits: String = #"{"timeout": 10, "uploads": 2}"#) throws -> String {
-        try work.write("""
+    func pipeline(
+        source: String, sink: String, output: String = #"{"format": "jpeg", "quality": 80}"#,
+        filters: String = #"[{"op": "autorotate"}, {"op": "fit", "width": 160, "height": 160}]"#,
+        limits: String = #"{"timeout": 10, "uploads": 2}"#
+    ) throws -> String {
+        try work.write(
+            """
             {"version": 1, "source": \(source), "filters": \(filters), "output": \(output),
              "sink": \(sink), "limits": \(limits), "retry": {"attempts": 3, "backoff": 0.05}}
             """, to: "pipe.json")
@@ -51,14 +54,17 @@ struct S3Tests {
             let record = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
             let output = (record["outputs"] as? [String: Any])?["default"] as? [String: Any]
             let delivery = ((record["deliveries"] as? [String: Any])?["bucket"] as? [String: Any])?["default"] as? [String: Any]
-            records[record["key"] as? String ?? ""] = (output?["sha256"] as? String ?? "", delivery?["remoteURL"] as? String ?? "")
+            records[record["key"] as? String ?? ""] = (
+                output?["sha256"] as? String ?? "", delivery?["remoteURL"] as? String ?? ""
+            )
         }
         return records
     }
 
     func stateFileBytes() throws -> Data {
         var bytes = Data()
-        for name in try FileManager.default.contentsOfDirectory(atPath: work.url(".imgpipe")) where name.hasPrefix("pipe.sqlite") {
+        for name in try FileManager.default.contentsOfDirectory(atPath: work.url(".imgpipe")) where name.hasPrefix("pipe.sqlite")
+        {
             bytes += try Data(contentsOf: URL(fileURLWithPath: work.url(".imgpipe/" + name)))
         }
         return bytes
@@ -67,8 +73,9 @@ struct S3Tests {
     // MARK: - the sink
 
     @Test func everyOutputIsStoredOnceAndReadsBackByteForByte() throws {
-        try pipeline(source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
-                     sink: s3Sink(#", "storageClass": "STANDARD_IA", "metadata": {"project": "demo"}"#))
+        try pipeline(
+            source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
+            sink: s3Sink(#", "storageClass": "STANDARD_IA", "metadata": {"project": "demo"}"#))
         let result = try imgpipe(["run", "pipe.json"])
         #expect(result.status == 0, "stdout: \(result.stdout)\nstderr: \(result.stderr)")
 
@@ -97,12 +104,14 @@ struct S3Tests {
     }
 
     @Test func largeOutputsGoUpInPartsAndArriveIntact() throws {
-        for index in 1 ... 2 {
-            try ImageFixtures.write(try ImageFixtures.photo(width: 1800, height: 1800, seed: index), to: work.url("in/big-\(index).png"))
+        for index in 1...2 {
+            try ImageFixtures.write(
+                try ImageFixtures.photo(width: 1800, height: 1800, seed: index), to: work.url("in/big-\(index).png"))
         }
-        try pipeline(source: #"{"type": "directory", "path": "in"}"#,
-                     sink: s3Sink(#", "multipartThreshold": 1048576, "partSize": 5242880"#),
-                     output: #"{"format": "png", "compression": 0}"#, filters: "[]")
+        try pipeline(
+            source: #"{"type": "directory", "path": "in"}"#,
+            sink: s3Sink(#", "multipartThreshold": 1048576, "partSize": 5242880"#),
+            output: #"{"format": "png", "compression": 0}"#, filters: "[]")
         let result = try imgpipe(["run", "pipe.json"])
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let records = try exported()
@@ -119,13 +128,15 @@ struct S3Tests {
     @Test func killNineMidUploadThenResumeLeavesOneObjectPerItemAndNoUploadBehind() throws {
         server.holdParts = true
         defer { server.holdParts = false }
-        for index in 1 ... 8 {
-            try ImageFixtures.write(try ImageFixtures.photo(width: 1800, height: 1800, seed: index), to: work.url("in/big-\(index).png"))
+        for index in 1...8 {
+            try ImageFixtures.write(
+                try ImageFixtures.photo(width: 1800, height: 1800, seed: index), to: work.url("in/big-\(index).png"))
         }
-        try pipeline(source: #"{"type": "directory", "path": "in"}"#,
-                     sink: s3Sink(#", "multipartThreshold": 1048576, "partSize": 5242880"#),
-                     output: #"{"format": "png", "compression": 0}"#, filters: "[]",
-                     limits: #"{"timeout": 10, "uploads": 2, "workers": 2}"#)
+        try pipeline(
+            source: #"{"type": "directory", "path": "in"}"#,
+            sink: s3Sink(#", "multipartThreshold": 1048576, "partSize": 5242880"#),
+            output: #"{"format": "png", "compression": 0}"#, filters: "[]",
+            limits: #"{"timeout": 10, "uploads": 2, "workers": 2}"#)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path, environment: server.credentials)
         // Killed once the server holds a part: a multipart upload is under way, and stays so.
         let deadline = Date().addingTimeInterval(120)
@@ -137,7 +148,8 @@ struct S3Tests {
         #expect(running.process.terminationReason == .uncaughtSignal, "killed mid-run")
         let stored = try server.objects(in: bucket).count
         let dangling = try server.multipartUploads(in: bucket)
-        #expect(!dangling.isEmpty && stored < 8, "killed with \(dangling.count) upload(s) under way and \(stored) object(s) stored")
+        #expect(
+            !dangling.isEmpty && stored < 8, "killed with \(dangling.count) upload(s) under way and \(stored) object(s) stored")
 
         let resumed = try imgpipe(["resume", "pipe.json"])
         #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
@@ -146,69 +158,86 @@ struct S3Tests {
         #expect(objects.count == 8 && records.count == 8)
         for (key, record) in records { #expect(objects["thumbs/" + key]?.sha256 == record.sha256, "\(key)") }
         #expect(try server.multipartUploads(in: bucket).isEmpty, "the upload the kill interrupted was aborted")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url(".imgpipe/pipe.work/s3-uploads/bucket")).isEmpty,
-                "the journal is empty")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: work.url(".imgpipe/pipe.work/s3-uploads/bucket")).isEmpty,
+            "the journal is empty")
     }
 
     @Test func aWrongSecretStopsTheRunBeforeItStartsNamingTheSinkNotTheSecret() throws {
         try pipeline(source: #"{"type": "directory", "path": "\#(Self.samples)"}"#, sink: s3Sink())
         let wrong = "wrong-" + String(server.secretAccessKey.dropFirst(6))
-        let result = try imgpipe(["run", "pipe.json"],
-                                 environment: ["AWS_ACCESS_KEY_ID": server.accessKeyId, "AWS_SECRET_ACCESS_KEY": wrong])
+        let result = try imgpipe(
+            ["run", "pipe.json"],
+            environment: ["AWS_ACCESS_KEY_ID": server.accessKeyId, "AWS_SECRET_ACCESS_KEY": wrong])
         // Refused by the sink's check before a run exists (exit 1, as for a sink folder that cannot be made).
         #expect(result.status == 1, "stdout: \(result.stdout)\nstderr: \(result.stderr)")
-        #expect(result.stderr.contains("sink bucket") && result.stderr.contains("SignatureDoesNotMatch")
-            && result.stderr.contains("check the secret access key"), "\(result.stderr)")
+        #expect(
+            result.stderr.contains("sink bucket") && result.stderr.contains("SignatureDoesNotMatch")
+                && result.stderr.contains("check the secret access key"), "\(result.stderr)")
         #expect(try imgpipe(["status", "pipe.json"]).stderr.contains("no runs"))
         #expect(!result.stderr.contains(wrong) && !result.stdout.contains(wrong))
         #expect(try server.objects(in: bucket).isEmpty)
-        let unknown = try imgpipe(["run", "pipe.json"],
-                                  environment: ["AWS_ACCESS_KEY_ID": "AKIDUNKNOWN", "AWS_SECRET_ACCESS_KEY": server.secretAccessKey])
+        let unknown = try imgpipe(
+            ["run", "pipe.json"],
+            environment: ["AWS_ACCESS_KEY_ID": "AKIDUNKNOWN", "AWS_SECRET_ACCESS_KEY": server.secretAccessKey])
         #expect(unknown.status == 1 && unknown.stderr.contains("InvalidAccessKeyId"), "\(unknown.stderr)")
     }
 
     @Test func validateNamesABadBucketAnEndpointAndMissingCredentials() throws {
-        try pipeline(source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
-                     sink: #"{"type": "s3", "bucket": "Bad_Bucket", "endpoint": "\#(server.endpoint)"}"#)
+        try pipeline(
+            source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
+            sink: #"{"type": "s3", "bucket": "Bad_Bucket", "endpoint": "\#(server.endpoint)"}"#)
         let bad = try imgpipe(["validate", "pipe.json"])
-        #expect(bad.status == 2 && bad.stderr.contains("sink.bucket") && bad.stderr.contains("not a valid bucket name"), "\(bad.stderr)")
+        #expect(
+            bad.status == 2 && bad.stderr.contains("sink.bucket") && bad.stderr.contains("not a valid bucket name"),
+            "\(bad.stderr)")
 
-        try pipeline(source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
-                     sink: #"{"type": "s3", "bucket": "ok-bucket", "endpoint": "ftp://host"}"#)
+        try pipeline(
+            source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
+            sink: #"{"type": "s3", "bucket": "ok-bucket", "endpoint": "ftp://host"}"#)
         let endpoint = try imgpipe(["validate", "pipe.json"])
         #expect(endpoint.status == 2 && endpoint.stderr.contains("sink.endpoint"), "\(endpoint.stderr)")
 
-        try pipeline(source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
-                     sink: #"{"type": "s3", "bucket": "ok-bucket", "endpoint": "\#(server.endpoint)"}"#)
+        try pipeline(
+            source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
+            sink: #"{"type": "s3", "bucket": "ok-bucket", "endpoint": "\#(server.endpoint)"}"#)
         // Without the default variables: a warning, a fault with --strict, naming the variable.
-        let unset = try ImgpipeBinary.launch(executable: "/usr/bin/env", [
-            "-u", "AWS_ACCESS_KEY_ID", "-u", "AWS_SECRET_ACCESS_KEY", "-u", "AWS_SESSION_TOKEN",
-            ImgpipeBinary.path, "validate", "pipe.json", "--strict",
-        ], in: work.path).wait()
+        let unset = try ImgpipeBinary.launch(
+            executable: "/usr/bin/env",
+            [
+                "-u", "AWS_ACCESS_KEY_ID", "-u", "AWS_SECRET_ACCESS_KEY", "-u", "AWS_SESSION_TOKEN",
+                ImgpipeBinary.path, "validate", "pipe.json", "--strict",
+            ], in: work.path
+        ).wait()
         let message = unset.stderr
-        #expect(unset.status == 2 && message.contains("environment variables AWS_ACCESS_KEY_ID and")
-            && message.contains("AWS_SECRET_ACCESS_KEY are not set"), "\(message)")
+        #expect(
+            unset.status == 2 && message.contains("environment variables AWS_ACCESS_KEY_ID and")
+                && message.contains("AWS_SECRET_ACCESS_KEY are not set"), "\(message)")
 
-        try pipeline(source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
-                     sink: #"{"type": "s3", "bucket": "ok-bucket", "secretAccessKey": "abc123written-out"}"#)
+        try pipeline(
+            source: #"{"type": "directory", "path": "\#(Self.samples)"}"#,
+            sink: #"{"type": "s3", "bucket": "ok-bucket", "secretAccessKey": "abc123written-out"}"#)
         let literal = try imgpipe(["validate", "pipe.json"])
-        #expect(literal.status == 2 && literal.stderr.contains("sink.secretAccessKey") && literal.stderr.contains("reference"),
-                "\(literal.stderr)")
+        #expect(
+            literal.status == 2 && literal.stderr.contains("sink.secretAccessKey") && literal.stderr.contains("reference"),
+            "\(literal.stderr)")
     }
 
     // MARK: - the source
 
     @Test func theSourceListsPageByPageAndAResumeContinuesAfterTheLastKey() throws {
-        for index in 1 ... 15 {
-            try ImageFixtures.write(try ImageFixtures.photo(width: 900, height: 700, seed: index),
-                                    to: work.url(String(format: "stage/%02d.jpg", index)))
+        for index in 1...15 {
+            try ImageFixtures.write(
+                try ImageFixtures.photo(width: 900, height: 700, seed: index),
+                to: work.url(String(format: "stage/%02d.jpg", index)))
         }
         try work.write("not an image", to: "stage/notes.txt")
         try server.upload(folder: work.url("stage"), to: bucket, prefix: "in/")
         try server.upload(folder: work.url("stage"), to: bucket, prefix: "elsewhere/")
-        try pipeline(source: #"{"type": "s3", "bucket": "\#(bucket)", "prefix": "in", "endpoint": "\#(server.endpoint)", "pageSize": 4}"#,
-                     sink: #"{"type": "directory", "name": "bucket", "path": "out"}"#,
-                     limits: #"{"timeout": 10, "downloads": 1, "workers": 1, "uploads": 1}"#)
+        try pipeline(
+            source: #"{"type": "s3", "bucket": "\#(bucket)", "prefix": "in", "endpoint": "\#(server.endpoint)", "pageSize": 4}"#,
+            sink: #"{"type": "directory", "name": "bucket", "path": "out"}"#,
+            limits: #"{"timeout": 10, "downloads": 1, "workers": 1, "uploads": 1}"#)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path, environment: server.credentials)
         let deadline = Date().addingTimeInterval(120)
         while Date() < deadline, work.files(under: "out").count < 5, running.process.isRunning { usleep(2000) }
@@ -219,7 +248,7 @@ struct S3Tests {
 
         let resumed = try imgpipe(["resume", "pipe.json", "--log-level", "info"])
         #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
-        #expect(work.files(under: "out") == (1 ... 15).map { String(format: "%02d.jpg", $0) })
+        #expect(work.files(under: "out") == (1...15).map { String(format: "%02d.jpg", $0) })
         // The listing continued after the last key the killed run recorded: no page twice.
         let pages = resumed.stderr.split(separator: "\n").filter { $0.contains("feed page") }
         let first = try #require(pages.first, "\(resumed.stderr)")
@@ -245,19 +274,24 @@ struct S3Tests {
     /// and a key with a control character, which S3 cannot write in XML, stopped the whole
     /// listing ("the answer is not a listing") until keys came URL-encoded.
     @Test func keysWithDotSegmentsOrControlCharactersAreTheirOwnObjects() throws {
-        let sizes = ["in/x.png": (77, 77), "in/sub/../x.png": (55, 33), "in/./d.png": (20, 30),
-                     "in/ctl\u{01}x.png": (40, 10), "in/a b+c.png": (12, 14)]
+        let sizes = [
+            "in/x.png": (77, 77), "in/sub/../x.png": (55, 33), "in/./d.png": (20, 30),
+            "in/ctl\u{01}x.png": (40, 10), "in/a b+c.png": (12, 14),
+        ]
         for (index, (key, size)) in sizes.sorted(by: { $0.key < $1.key }).enumerated() {
             let file = work.url("stage/\(index).png")
             try ImageFixtures.write(try ImageFixtures.photo(width: size.0, height: size.1, seed: index), to: file)
             try server.boto3("s3.upload_file(sys.argv[1], sys.argv[2], sys.argv[3])", arguments: [file, bucket, key])
         }
-        let listed = try server.boto3(#"print(json.dumps(sorted(o["Key"] for o in s3.list_objects_v2(Bucket=sys.argv[1])["Contents"])))"#,
-                                      arguments: [bucket])
-        try #require(try JSONDecoder().decode([String].self, from: Data(listed.utf8)) == sizes.keys.sorted(), "stored as named: \(listed)")
-        try pipeline(source: #"{"type": "s3", "bucket": "\#(bucket)", "prefix": "in/", "endpoint": "\#(server.endpoint)"}"#,
-                     sink: #"{"type": "directory", "path": "out"}"#, output: #"{"format": "png", "name": "{index}.png"}"#,
-                     filters: "[]")
+        let listed = try server.boto3(
+            #"print(json.dumps(sorted(o["Key"] for o in s3.list_objects_v2(Bucket=sys.argv[1])["Contents"])))"#,
+            arguments: [bucket])
+        try #require(
+            try JSONDecoder().decode([String].self, from: Data(listed.utf8)) == sizes.keys.sorted(), "stored as named: \(listed)")
+        try pipeline(
+            source: #"{"type": "s3", "bucket": "\#(bucket)", "prefix": "in/", "endpoint": "\#(server.endpoint)"}"#,
+            sink: #"{"type": "directory", "path": "out"}"#, output: #"{"format": "png", "name": "{index}.png"}"#,
+            filters: "[]")
         let result = try imgpipe(["run", "pipe.json"])
         #expect(result.status == 0, "stderr: \(result.stderr)")
         for record in try imgpipe(["export", "pipe.json"]).jsonLines() {
@@ -271,10 +305,12 @@ struct S3Tests {
     }
 
     @Test func aSourceWithAWrongSecretCannotBeListed() throws {
-        try pipeline(source: #"{"type": "s3", "bucket": "\#(bucket)", "endpoint": "\#(server.endpoint)"}"#,
-                     sink: #"{"type": "directory", "path": "out"}"#)
-        let result = try imgpipe(["run", "pipe.json"],
-                                 environment: ["AWS_ACCESS_KEY_ID": server.accessKeyId, "AWS_SECRET_ACCESS_KEY": "not-the-secret"])
+        try pipeline(
+            source: #"{"type": "s3", "bucket": "\#(bucket)", "endpoint": "\#(server.endpoint)"}"#,
+            sink: #"{"type": "directory", "path": "out"}"#)
+        let result = try imgpipe(
+            ["run", "pipe.json"],
+            environment: ["AWS_ACCESS_KEY_ID": server.accessKeyId, "AWS_SECRET_ACCESS_KEY": "not-the-secret"])
         #expect(result.status == 1, "stderr: \(result.stderr)")
         #expect(result.stderr.contains("ListObjectsV2") && result.stderr.contains("SignatureDoesNotMatch"), "\(result.stderr)")
     }

@@ -1,8 +1,9 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
 import VipsKit
+
+@testable import ImagePipeline
 
 /// How several outputs of one item are made from one load: a derived output, halved and
 /// reduced from a larger output, still comes out as the output made on its own (which
@@ -23,8 +24,10 @@ struct SharedLoadTests {
 
     /// Each output of a several-output processor beside the same output made alone, as
     /// decoded PNGs.
-    func outputs(of path: String, boxes: [FilterStep] = webSizes,
-                 autorotate: Bool) throws -> [(several: VipsImage, alone: VipsImage)] {
+    func outputs(
+        of path: String, boxes: [FilterStep] = webSizes,
+        autorotate: Bool
+    ) throws -> [(several: VipsImage, alone: VipsImage)] {
         let lead: [FilterStep] = autorotate ? [.autorotate] : []
         let plans = boxes.enumerated().map { index, box in
             var spec = OutputSpec()
@@ -44,38 +47,51 @@ struct SharedLoadTests {
         widths.map { .fit(width: $0, height: $0, enlarge: false) }
     }
 
-    @Test("derived outputs match each output alone", arguments: [
-        // 640 halved from the 1280 load, which the 640 alone decodes at 1/2 scale.
-        (1280, 960, nil, webSizes),
-        // The same with an EXIF quarter turn.
-        (1280, 960, 6, webSizes),
-        // 640 halved from the 1280 load, 320 halved from 640.
-        (1600, 1200, nil, webSizes),
-        (1282, 962, nil, webSizes),
-        (1001, 751, nil, webSizes),
-        // Odd sides: not halved (which would drop the odd row and column), so no drift.
-        (1601, 1201, nil, fits(1601, 801, 400, 200)),
-        (1281, 961, nil, fits(1281, 641, 320)),
-        (1281, 961, 6, fits(1281, 641, 320)),
-        (8200, 64, nil, fits(8200, 4100, 2050, 1025)),
-        // Reduced 16× and more: alone, the output is fitted from the JPEG decoded at 1/8
-        // scale, 187×125, and comes out 4×3 (5×3 from the input's own sides).
-        (1500, 1000, nil, [.fit(width: 1280, height: 1280, enlarge: false), .fit(width: nil, height: 3, enlarge: false),
-                           .fit(width: nil, height: 17, enlarge: false), .fit(width: 33, height: nil, enlarge: false)]),
-        (1499, 1003, 6, [.fit(width: 1280, height: 1280, enlarge: false), .fit(width: nil, height: 3, enlarge: false),
-                         .fit(width: 7, height: 7, enlarge: false)]),
-        // A half reckoned as libvips does, the side divided by the factor: 432×243 into 200
-        // is 200×112 (243 ÷ 2.16 = 112.4999…), not 200×113 (243 × 200/432 = 112.5).
-        (432, 243, nil, fits(432, 200, 100)),
-    ] as [(Int, Int, Int?, [FilterStep])])
+    @Test(
+        "derived outputs match each output alone",
+        arguments: [
+            // 640 halved from the 1280 load, which the 640 alone decodes at 1/2 scale.
+            (1280, 960, nil, webSizes),
+            // The same with an EXIF quarter turn.
+            (1280, 960, 6, webSizes),
+            // 640 halved from the 1280 load, 320 halved from 640.
+            (1600, 1200, nil, webSizes),
+            (1282, 962, nil, webSizes),
+            (1001, 751, nil, webSizes),
+            // Odd sides: not halved (which would drop the odd row and column), so no drift.
+            (1601, 1201, nil, fits(1601, 801, 400, 200)),
+            (1281, 961, nil, fits(1281, 641, 320)),
+            (1281, 961, 6, fits(1281, 641, 320)),
+            (8200, 64, nil, fits(8200, 4100, 2050, 1025)),
+            // Reduced 16× and more: alone, the output is fitted from the JPEG decoded at 1/8
+            // scale, 187×125, and comes out 4×3 (5×3 from the input's own sides).
+            (
+                1500, 1000, nil,
+                [
+                    .fit(width: 1280, height: 1280, enlarge: false), .fit(width: nil, height: 3, enlarge: false),
+                    .fit(width: nil, height: 17, enlarge: false), .fit(width: 33, height: nil, enlarge: false),
+                ]
+            ),
+            (
+                1499, 1003, 6,
+                [
+                    .fit(width: 1280, height: 1280, enlarge: false), .fit(width: nil, height: 3, enlarge: false),
+                    .fit(width: 7, height: 7, enlarge: false),
+                ]
+            ),
+            // A half reckoned as libvips does, the side divided by the factor: 432×243 into 200
+            // is 200×112 (243 ÷ 2.16 = 112.4999…), not 200×113 (243 × 200/432 = 112.5).
+            (432, 243, nil, fits(432, 200, 100)),
+        ] as [(Int, Int, Int?, [FilterStep])])
     func derivedOutputsMatchEachOutputAlone(width: Int, height: Int, orientation: Int?, boxes: [FilterStep]) throws {
         var photo = try ImageFixtures.photo(width: width, height: height, seed: width)
         if let orientation { photo = try photo.settingOrientation(orientation) }
         let path = directory.url("photo-\(width)x\(height)-\(orientation ?? 1).jpg")
         try ImageFixtures.write(photo, to: path)
         for (index, pair) in try outputs(of: path, boxes: boxes, autorotate: orientation != nil).enumerated() {
-            #expect((pair.several.width, pair.several.height) == (pair.alone.width, pair.alone.height),
-                    "output \(index): \(pair.several.width)×\(pair.several.height), alone \(pair.alone.width)×\(pair.alone.height)")
+            #expect(
+                (pair.several.width, pair.several.height) == (pair.alone.width, pair.alone.height),
+                "output \(index): \(pair.several.width)×\(pair.several.height), alone \(pair.alone.width)×\(pair.alone.height)")
             let similarity = try pair.several.structuralSimilarity(to: pair.alone)
             #expect(similarity > 0.97, "output \(index): SSIM \(similarity)")
         }
@@ -85,9 +101,9 @@ struct SharedLoadTests {
     /// blurred edges, show in the SSIM (a smooth photo would hide them).
     static func grid(width: Int, height: Int) throws -> VipsImage {
         var bytes = [UInt8](repeating: 200, count: width * height * 3)
-        for y in 0 ..< height {
-            for x in 0 ..< width where x % 64 < 4 || y % 64 < 4 {
-                for band in 0 ..< 3 { bytes[(y * width + x) * 3 + band] = 0 }
+        for y in 0..<height {
+            for x in 0..<width where x % 64 < 4 || y % 64 < 4 {
+                for band in 0..<3 { bytes[(y * width + x) * 3 + band] = 0 }
             }
         }
         return try VipsImage.fromPixels(bytes, width: width, height: height, bands: 3).labelled(.srgb)
@@ -114,11 +130,14 @@ struct SharedLoadTests {
     @Test func theColourUnderTransparentPixelsDoesNotShowInTheEdges() throws {
         let (width, height) = (401, 300)
         var bytes = [UInt8](repeating: 0, count: width * height * 4)
-        for y in 0 ..< height {
-            for x in 0 ..< width {
+        for y in 0..<height {
+            for x in 0..<width {
                 let i = (y * width + x) * 4
-                if x < 201 { (bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]) = (255, 255, 255, 255) }
-                else { (bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]) = (255, 0, 0, 0) }
+                if x < 201 {
+                    (bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]) = (255, 255, 255, 255)
+                } else {
+                    (bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]) = (255, 0, 0, 0)
+                }
             }
         }
         let path = directory.url("edge.png")
@@ -127,8 +146,8 @@ struct SharedLoadTests {
             for (name, image) in [("several", pair.several), ("alone", pair.alone)] {
                 let pixels = try image.pixels()
                 var darkest = 255
-                for y in 0 ..< pixels.height {
-                    for x in 0 ..< pixels.width where pixels[x, y][3] > 8 {
+                for y in 0..<pixels.height {
+                    for x in 0..<pixels.width where pixels[x, y][3] > 8 {
                         darkest = min(darkest, Int(pixels[x, y].prefix(3).min() ?? 0))
                     }
                 }
@@ -155,7 +174,7 @@ struct SharedLoadTests {
         // Left half black, right half white before the turn; orientation 6 turns it a
         // quarter clockwise for display, so the top becomes black and the bottom white.
         var bytes = [UInt8](repeating: 0, count: 1280 * 960 * 3)
-        for y in 0 ..< 960 { for x in 640 ..< 1280 { for band in 0 ..< 3 { bytes[(y * 1280 + x) * 3 + band] = 255 } } }
+        for y in 0..<960 { for x in 640..<1280 { for band in 0..<3 { bytes[(y * 1280 + x) * 3 + band] = 255 } } }
         let image = try VipsImage.fromPixels(bytes, width: 1280, height: 960, bands: 3).labelled(.srgb).settingOrientation(6)
         let path = directory.url("turned.jpg")
         try ImageFixtures.write(image, to: path)
@@ -230,17 +249,19 @@ struct SharedLoadTests {
         var wide = OutputSpec()
         wide.id = "wide"
         wide.format = .webp
-        let plans = [OutputPlan(wide, filters: [.fit(width: 20000, height: 20000, enlarge: false)]),
-                     Self.jpegOutput("small", .fit(width: 1000, height: 1000, enlarge: false))]
+        let plans = [
+            OutputPlan(wide, filters: [.fit(width: 20000, height: 20000, enlarge: false)]),
+            Self.jpegOutput("small", .fit(width: 1000, height: 1000, enlarge: false)),
+        ]
         let processor = ImageProcessor(filters: [], outputs: plans, limits: Limits())
         defer { VipsRuntime.endThreadWork() }
         let error = #expect(throws: ItemFailure.self) { try processor.processOutputs(.file(path)) }
         #expect(error?.reason == .encode)
-        #expect(error.map { $0.message.contains("too large") && $0.message.hasSuffix("(output wide)") } == true,
-                "\(error?.message ?? "-")")
+        #expect(
+            error.map { $0.message.contains("too large") && $0.message.hasSuffix("(output wide)") } == true,
+            "\(error?.message ?? "-")")
         // The small output alone is fine: the failure is the wide one's.
         let small = try ImageProcessor(filters: plans[1].filters, output: plans[1].spec, limits: Limits()).process(.file(path))
         #expect(small.width == 1000)
     }
 }
-

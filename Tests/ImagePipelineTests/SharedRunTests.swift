@@ -1,7 +1,8 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
 
 /// The PostgreSQL shared-run core (`SharedRun`) on a real server: a throwaway cluster this
 /// test process starts on loopback (`PostgresCluster`), one database per test. Nothing is
@@ -19,17 +20,23 @@ final class SharedRunTests: @unchecked Sendable {
 
     deinit { cluster.dropDatabase(url) }
 
-    func worker(_ name: String, pipeline: String = "photos", fingerprint: [String: String] = ["filters": "[]"],
-                chunkSize: Int = 3, lease: Double = 60) throws -> SharedRun {
-        try SharedRun(connection: PostgresConnection(url: url), pipelineName: pipeline, fingerprint: fingerprint,
-                      chunkSize: chunkSize, leaseSeconds: lease, worker: name)
+    func worker(
+        _ name: String, pipeline: String = "photos", fingerprint: [String: String] = ["filters": "[]"],
+        chunkSize: Int = 3, lease: Double = 60
+    ) throws -> SharedRun {
+        try SharedRun(
+            connection: PostgresConnection(url: url), pipelineName: pipeline, fingerprint: fingerprint,
+            chunkSize: chunkSize, leaseSeconds: lease, worker: name)
     }
 
     /// `count` items keyed `k0`, `k1`, … listed as one page by `run`.
-    func list(_ count: Int, by run: SharedRun, from start: Int = 0, cursor: String? = "end", complete: Bool = true) throws -> Int {
+    func list(_ count: Int, by run: SharedRun, from start: Int = 0, cursor: String? = "end", complete: Bool = true) throws -> Int
+    {
         let lease = try #require(try run.acquireLister())
-        return try run.recordPage((start ..< start + count).map { FeedItem(key: "k\($0)", location: "in/\($0).jpg") },
-                                  cursor: cursor, complete: complete, lease: lease).added
+        return try run.recordPage(
+            (start..<start + count).map { FeedItem(key: "k\($0)", location: "in/\($0).jpg") },
+            cursor: cursor, complete: complete, lease: lease
+        ).added
     }
 
     func itemStatuses() throws -> [String: String] {
@@ -45,18 +52,22 @@ final class SharedRunTests: @unchecked Sendable {
         let url = "postgres://ann:p%40ss:w0rd@db.example:5432/imgpipe"
         #expect(StateLocation(url) == .postgres(url: url))
         #expect(StateLocation(url).displayed == "postgres://ann:***@db.example:5432/imgpipe")
-        #expect(StateLocation("POSTGRESQL://db/x?user=ann&password=hunter2&sslmode=require").displayed
-            == "POSTGRESQL://db/x?user=ann&password=***&sslmode=require")
+        #expect(
+            StateLocation("POSTGRESQL://db/x?user=ann&password=hunter2&sslmode=require").displayed
+                == "POSTGRESQL://db/x?user=ann&password=***&sslmode=require")
         #expect(StateLocation("postgres://ann@db/x").displayed == "postgres://ann@db/x")
         // libpq's key=value form is PostgreSQL too, never a file named after the password.
         let words = "host=db.example dbname=imgpipe user=ann password=hunter2"
         #expect(StateLocation(words) == .postgres(url: words))
         #expect(StateLocation(words).displayed == "host=db.example dbname=imgpipe user=ann password=***")
         // Spaces around '=' and a quoted value: the whole value (both were shown, or half of one).
-        #expect(StateLocation("host = 127.0.0.1 port = 1 password = hunter2secret")
-            == .postgres(url: "host = 127.0.0.1 port = 1 password = hunter2secret"), "not a file named after the password")
+        #expect(
+            StateLocation("host = 127.0.0.1 port = 1 password = hunter2secret")
+                == .postgres(url: "host = 127.0.0.1 port = 1 password = hunter2secret"), "not a file named after the password")
         let ssl = "port=1 connect_timeout=2 sslpassword=K3yPassw0rd"
-        #expect(StateLocation(ssl) == .postgres(url: ssl) && StateLocation(ssl).displayed == "port=1 connect_timeout=2 sslpassword=***")
+        #expect(
+            StateLocation(ssl) == .postgres(url: ssl)
+                && StateLocation(ssl).displayed == "port=1 connect_timeout=2 sslpassword=***")
         let spaced = "host=db password = S3cr3tPw user=ann"
         #expect(StateLocation(spaced).displayed == "host=db password = *** user=ann")
         #expect(StateLocation.masking(in: "failed for S3cr3tPw", url: spaced) == "failed for ***")
@@ -65,17 +76,22 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(StateLocation.masking(in: #"saw secret \' pass"#, url: quoted) == "saw ***")
         // Any message quoting the URL or the password, percent-encoded or not, is masked.
         let message = "cannot connect to \(url): user ann, password p@ss:w0rd, raw p%40ss:w0rd"
-        #expect(StateLocation.masking(in: message, url: url)
-            == "cannot connect to postgres://ann:***@db.example:5432/imgpipe: user ann, password ***, raw ***")
+        #expect(
+            StateLocation.masking(in: message, url: url)
+                == "cannot connect to postgres://ann:***@db.example:5432/imgpipe: user ann, password ***, raw ***")
         #expect(StateLocation.masking(in: "secret is hunter2", url: "postgres://db/x?password=hunter2") == "secret is ***")
         // A password holding '/', '?', '#' or '@' as it is cannot be handed to libpq.
-        for bad in ["postgres://u:LEAKpart/rest@h:5432/d", "postgres://u:pw/a?LEAKME@h/d", "postgres://u:Sec:ret@/p w?#1@h/d",
-                    "postgres://u:p@ss@h/d", "postgres://localhost:5432/topsecretXY@127.0.0.1:55432/url"] {
+        for bad in [
+            "postgres://u:LEAKpart/rest@h:5432/d", "postgres://u:pw/a?LEAKME@h/d", "postgres://u:Sec:ret@/p w?#1@h/d",
+            "postgres://u:p@ss@h/d", "postgres://localhost:5432/topsecretXY@127.0.0.1:55432/url",
+        ] {
             #expect(StateLocation.unencodedPassword(in: bad) != nil, "\(bad)")
         }
-        for good in [url, "postgres://h:5432/d?sslrootcert=/a@b", "postgres://u@h/d", "postgres://u:pw@h/d?x=a%40b",
-                     "postgres://u:pw@h/d?application_name=a@b", "postgres://[::1]:5432/d?user=u&application_name=x@y",
-                     "postgres://u@h1:5432,[::1]:5432/d?password=p&application_name=ops@team", "host=h password=a/b@c"] {
+        for good in [
+            url, "postgres://h:5432/d?sslrootcert=/a@b", "postgres://u@h/d", "postgres://u:pw@h/d?x=a%40b",
+            "postgres://u:pw@h/d?application_name=a@b", "postgres://[::1]:5432/d?user=u&application_name=x@y",
+            "postgres://u@h1:5432,[::1]:5432/d?password=p&application_name=ops@team", "host=h password=a/b@c",
+        ] {
             #expect(StateLocation.unencodedPassword(in: good) == nil, "\(good)")
         }
     }
@@ -95,8 +111,9 @@ final class SharedRunTests: @unchecked Sendable {
             ["41", "a'b\"c", postgresTextArray(["x\u{0}y", nil, "{\\\"}"])])
         #expect(rows.first?["n"] == "42" && rows.first?["t"] == "a'b\"c")
         // Quotes, backslashes and braces survive the array literal; a NUL cannot cut it short.
-        #expect(rows.first?["first"] == "x\u{FFFD}y" && rows.first?.bool("second") == true && rows.first?["third"] == "{\\\"}",
-                "\(rows.first.map { [$0["first"], $0["third"]] } ?? [])")
+        #expect(
+            rows.first?["first"] == "x\u{FFFD}y" && rows.first?.bool("second") == true && rows.first?["third"] == "{\\\"}",
+            "\(rows.first.map { [$0["first"], $0["third"]] } ?? [])")
     }
 
     // MARK: - joining a run
@@ -127,8 +144,12 @@ final class SharedRunTests: @unchecked Sendable {
         }
         // A run an older imgpipe made did not record the source, sinks, … : a worker that
         // records them joins it on what it recorded (it was refused, with the pipeline as it was).
-        let newer = try worker("e", fingerprint: ["filters": "[]", "libvips": "8.14.1", "imgpipe": "1.0", "source": "{}",
-                                                  "sinks": "[]", "accept": "null"])
+        let newer = try worker(
+            "e",
+            fingerprint: [
+                "filters": "[]", "libvips": "8.14.1", "imgpipe": "1.0", "source": "{}",
+                "sinks": "[]", "accept": "null",
+            ])
         #expect(newer.runId == first.runId)
         #expect(throws: SharedRun.SharedRunError.fingerprintDiffers(id: first.runId, fields: ["libvips"])) {
             try self.worker("f", fingerprint: ["filters": "[]", "libvips": "8.15.0", "imgpipe": "1.0", "source": "{}"])
@@ -154,7 +175,7 @@ final class SharedRunTests: @unchecked Sendable {
         // there are cores): each connects, then all start claiming together.
         let connected = Mutex(0)
         let finished = DispatchGroup()
-        for index in 0 ..< 8 {
+        for index in 0..<8 {
             finished.enter()
             Thread { [self] in
                 defer { finished.leave() }
@@ -210,7 +231,7 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(try slow.items(of: chunk).map(\.key) == ["k0", "k1", "k2"])
         #expect(try slow.record([.init(seq: 0, status: .done)], in: chunk) == 1)
 
-        Thread.sleep(forTimeInterval: 2.3) // paused past its lease (a SIGSTOP, a stall)
+        Thread.sleep(forTimeInterval: 2.3)  // paused past its lease (a SIGSTOP, a stall)
         #expect(throws: SharedRun.SharedRunError.leaseLost(chunk: chunk.id)) {
             try slow.record([.init(seq: 1, status: .failed, reason: "decode", message: "late")], in: chunk)
         }
@@ -219,7 +240,8 @@ final class SharedRunTests: @unchecked Sendable {
         let taken = try #require(try other.claim().first)
         #expect(taken.id == chunk.id && taken.token != chunk.token)
         #expect(try other.items(of: taken).map(\.key) == ["k1", "k2"], "the item done before the pause stays done")
-        #expect(try other.record([.init(seq: 1, status: .done), .init(seq: 2, status: .skipped, reason: "opt-out")], in: taken) == 2)
+        #expect(
+            try other.record([.init(seq: 1, status: .done), .init(seq: 2, status: .skipped, reason: "opt-out")], in: taken) == 2)
 
         // The slow worker wakes up: every write it tries is refused, nothing is rewritten.
         #expect(throws: SharedRun.SharedRunError.leaseLost(chunk: chunk.id)) {
@@ -248,7 +270,7 @@ final class SharedRunTests: @unchecked Sendable {
         let run = try worker("w", lease: 1)
         _ = try list(3, by: run)
         let chunk = try #require(try run.claim().first)
-        try run.record((0 ..< 3).map { .init(seq: Int64($0), status: .done) }, in: chunk)
+        try run.record((0..<3).map { .init(seq: Int64($0), status: .done) }, in: chunk)
         #expect(try run.complete(chunk))
         Thread.sleep(forTimeInterval: 1.2)
         #expect(try run.rescueExpired() == [])
@@ -261,8 +283,8 @@ final class SharedRunTests: @unchecked Sendable {
         let run = try worker("w", lease: 1.5)
         _ = try list(6, by: run)
         let known = try #require(try run.claim().first)
-        _ = try run.claim() // committed, but its answer "lost": the worker does not know it holds chunk 1
-        for _ in 0 ..< 4 {
+        _ = try run.claim()  // committed, but its answer "lost": the worker does not know it holds chunk 1
+        for _ in 0..<4 {
             Thread.sleep(forTimeInterval: 0.5)
             #expect(try run.heartbeat(tokens: [known.token]).keys.sorted() == [known.id])
         }
@@ -275,7 +297,7 @@ final class SharedRunTests: @unchecked Sendable {
         let b = try worker("b", lease: 2)
         _ = try list(6, by: a)
         let first = try #require(try a.claim().first)
-        for _ in 0 ..< 3 {
+        for _ in 0..<3 {
             Thread.sleep(forTimeInterval: 0.5)
             #expect(try a.heartbeat()[first.id] == first.token)
             #expect(try b.rescueExpired() == [], "a renewed lease is not rescued")
@@ -300,8 +322,10 @@ final class SharedRunTests: @unchecked Sendable {
         try a.record([.init(seq: 0, status: .done), .init(seq: 1, status: .failed, reason: "decode", message: "bad")], in: chunk)
         try a.handBack(chunk)
         func state(_ id: Int64, of run: SharedRun) throws -> String? {
-            try run.connection.execute("SELECT state FROM imgpipe_chunk WHERE run_id = $1 AND id = $2",
-                                       [String(run.runId), String(id)]).first?["state"]
+            try run.connection.execute(
+                "SELECT state FROM imgpipe_chunk WHERE run_id = $1 AND id = $2",
+                [String(run.runId), String(id)]
+            ).first?["state"]
         }
         #expect(try state(chunk.id, of: a) == "done")
         #expect(try a.claim().isEmpty)
@@ -312,8 +336,8 @@ final class SharedRunTests: @unchecked Sendable {
         let partly = try #require(try b.claim().first)
         try b.record([.init(seq: partly.firstSeq, status: .done)], in: partly)
         let whole = try #require(try b.claim().first)
-        try b.record((whole.firstSeq ..< whole.firstSeq + 2).map { .init(seq: $0, status: .done) }, in: whole)
-        Thread.sleep(forTimeInterval: 1.2) // both leases run out
+        try b.record((whole.firstSeq..<whole.firstSeq + 2).map { .init(seq: $0, status: .done) }, in: whole)
+        Thread.sleep(forTimeInterval: 1.2)  // both leases run out
         #expect(try Set(b.rescueExpired()) == [partly.id, whole.id])
         #expect(try state(whole.id, of: b) == "done")
         #expect(try state(partly.id, of: b) == "pending", "a chunk with an item left goes to another worker")
@@ -325,7 +349,7 @@ final class SharedRunTests: @unchecked Sendable {
         let b = try worker("b")
         _ = try list(3, by: a)
         let chunk = try #require(try a.claim().first)
-        try a.record((0 ..< 3).map { .init(seq: Int64($0), status: .done) }, in: chunk)
+        try a.record((0..<3).map { .init(seq: Int64($0), status: .done) }, in: chunk)
         #expect(try a.complete(chunk))
         return (a, b, chunk)
     }
@@ -344,9 +368,11 @@ final class SharedRunTests: @unchecked Sendable {
         }.start()
         // The marking waits on that lock (seen by the server, not guessed by a sleep).
         let deadline = Date().addingTimeInterval(20)
-        while try other.execute("""
+        while try other.execute(
+            """
             SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()
-            """).first?.int("n") == 0, Date() < deadline {
+            """
+        ).first?.int("n") == 0, Date() < deadline {
             Thread.sleep(forTimeInterval: 0.01)
         }
         try other.execute("COMMIT")
@@ -360,8 +386,11 @@ final class SharedRunTests: @unchecked Sendable {
         // finished (0 items pending)" when it read the state from a snapshot taken before
         // that commit).
         let (a, b, _) = try endedRun()
-        let answer = try markFinished(by: b, whileHolding: [
-            ("UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1", [String(a.runId)])])
+        let answer = try markFinished(
+            by: b,
+            whileHolding: [
+                ("UPDATE imgpipe_run SET state = 'finished', finished_at = now() WHERE id = $1", [String(a.runId)])
+            ])
         #expect(answer == true, "the run is finished, by the other worker")
         #expect(try b.state() == "finished")
     }
@@ -372,9 +401,15 @@ final class SharedRunTests: @unchecked Sendable {
         // has the row, and leave the run running (else its items were stranded in a run
         // marked finished, which `work` and `resume` would not go back to).
         let (a, b, chunk) = try endedRun()
-        let answer = try markFinished(by: b, whileHolding: [
-            ("UPDATE imgpipe_chunk SET state = 'pending' WHERE run_id = $1 AND id = $2", [String(a.runId), String(chunk.id)]),
-            ("UPDATE imgpipe_run SET state = 'running', finished_at = NULL WHERE id = $1", [String(a.runId)])])
+        let answer = try markFinished(
+            by: b,
+            whileHolding: [
+                (
+                    "UPDATE imgpipe_chunk SET state = 'pending' WHERE run_id = $1 AND id = $2",
+                    [String(a.runId), String(chunk.id)]
+                ),
+                ("UPDATE imgpipe_run SET state = 'running', finished_at = NULL WHERE id = $1", [String(a.runId)]),
+            ])
         #expect(answer == false, "a chunk is pending again")
         #expect(try b.state() == "running")
         #expect(try b.claim().first?.id == chunk.id, "the chunk is there to claim")
@@ -388,7 +423,7 @@ final class SharedRunTests: @unchecked Sendable {
         let ledger = ChunkLedger()
         let old = SharedRun.Chunk(id: 4, token: 10, firstSeq: 0, lastSeq: 1, items: 2)
         let again = SharedRun.Chunk(id: 4, token: 11, firstSeq: 0, lastSeq: 1, items: 2)
-        let items = (0 ..< 2).map { SharedRun.Item(seq: Int64($0), item: FeedItem(key: "k\($0)", location: "in/\($0).jpg")) }
+        let items = (0..<2).map { SharedRun.Item(seq: Int64($0), item: FeedItem(key: "k\($0)", location: "in/\($0).jpg")) }
         ledger.add(old, items: items)
         ledger.add(again, items: items)
         ledger.allGiven(again)
@@ -414,8 +449,9 @@ final class SharedRunTests: @unchecked Sendable {
         let open = try #require(try a.claim().first)
         try a.record([.init(seq: 2, status: .failed, reason: "decode", message: "bad")], in: open)
 
-        let retry = try SharedRun(connection: PostgresConnection(url: url), pipelineName: "photos",
-                                  fingerprint: ["filters": "[]"], worker: "r", joining: .resume(retryFailed: true))
+        let retry = try SharedRun(
+            connection: PostgresConnection(url: url), pipelineName: "photos",
+            fingerprint: ["filters": "[]"], worker: "r", joining: .resume(retryFailed: true))
         #expect(retry.failedOutOfReach == 1, "the failed item of the leased chunk is left")
         #expect(try itemStatuses() == ["k0": "done", "k1": "pending", "k2": "failed", "k3": "pending"])
     }
@@ -428,7 +464,11 @@ final class SharedRunTests: @unchecked Sendable {
         let lease = try #require(try a.acquireLister())
         #expect(lease.cursor == nil)
         #expect(try b.acquireLister() == nil, "one lister at a time")
-        #expect(try a.recordPage([FeedItem(key: "k0", location: "u0"), FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false, lease: lease).added == 3)
+        #expect(
+            try a.recordPage(
+                [FeedItem(key: "k0", location: "u0"), FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")],
+                cursor: "page=2", complete: false, lease: lease
+            ).added == 3)
         #expect(try a.counts().items == 3 && a.counts().chunksPending == 2, "three items make chunks of two and one")
 
         // The lister stops answering (killed): its lease runs out, the next takes over where it stopped.
@@ -439,8 +479,14 @@ final class SharedRunTests: @unchecked Sendable {
             try a.recordPage([FeedItem(key: "k3", location: "u3")], cursor: "page=3", complete: false, lease: lease)
         }
         // Redoing a page changes nothing; the last page ends the listing.
-        #expect(try b.recordPage([FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false, lease: next) == .init(added: 0, items: 3), "a page listed again adds nothing")
-        #expect(try b.recordPage([FeedItem(key: "k3", location: "u3"), FeedItem(key: "k4", location: "u4")], cursor: nil, complete: true, lease: next) == .init(added: 2, items: 5))
+        #expect(
+            try b.recordPage(
+                [FeedItem(key: "k1", location: "u1"), FeedItem(key: "k2", location: "u2")], cursor: "page=2", complete: false,
+                lease: next) == .init(added: 0, items: 3), "a page listed again adds nothing")
+        #expect(
+            try b.recordPage(
+                [FeedItem(key: "k3", location: "u3"), FeedItem(key: "k4", location: "u4")], cursor: nil, complete: true,
+                lease: next) == .init(added: 2, items: 5))
         #expect(try b.acquireLister() == nil, "the feed is listed to its end")
         let counts = try b.counts()
         #expect(counts.items == 5 && counts.feedComplete)
@@ -455,8 +501,12 @@ final class SharedRunTests: @unchecked Sendable {
         _ = try list(50, by: run)
         while let chunk = try run.claim().first {
             let items = try run.items(of: chunk)
-            try run.record(items.map { .init(seq: $0.seq, status: $0.seq % 5 == 0 ? .failed : $0.seq % 7 == 0 ? .skipped : .done,
-                                             reason: $0.seq % 5 == 0 ? "decode" : nil) }, in: chunk)
+            try run.record(
+                items.map {
+                    .init(
+                        seq: $0.seq, status: $0.seq % 5 == 0 ? .failed : $0.seq % 7 == 0 ? .skipped : .done,
+                        reason: $0.seq % 5 == 0 ? "decode" : nil)
+                }, in: chunk)
             try run.complete(chunk)
         }
         let counts = try run.counts()
@@ -476,30 +526,41 @@ final class SharedRunTests: @unchecked Sendable {
         func page(_ url: String) throws -> (Data, Tier) {
             let number = Int(URLComponents(string: url)?.queryItems?.first { $0.name == "page" }?.value ?? "1") ?? 1
             asked.withLock { $0.append(number) }
-            let photos = (1 ... 3).map { #"{"id": "p\#(number)-\#($0)", "url_b": "https://img.example/p\#(number)-\#($0).jpg"}"# }
-            let body = #"{"stat": "ok", "photos": {"page": \#(number), "pages": 3, "total": 9, "photo": [\#(photos.joined(separator: ","))]}}"#
+            let photos = (1...3).map { #"{"id": "p\#(number)-\#($0)", "url_b": "https://img.example/p\#(number)-\#($0).jpg"}"# }
+            let body =
+                #"{"stat": "ok", "photos": {"page": \#(number), "pages": 3, "total": 9, "photo": [\#(photos.joined(separator: ","))]}}"#
             return (Data(body.utf8), .remote)
         }
     }
 
     @Test func aPagedFeedStartsAgainAtTheCursorsPageAfterItsKey() throws {
         let pages = FlickrPages()
-        let feed = FlickrSearchFeed(text: "moon", apiKey: "k", endpoint: "https://api.example/rest", perPage: 3,
-                                    maxItems: 7, size: "url_b", pages: pages)
+        let feed = FlickrSearchFeed(
+            text: "moon", apiKey: "k", endpoint: "https://api.example/rest", perPage: 3,
+            maxItems: 7, size: "url_b", pages: pages)
         var all: [FeedItem] = []
-        try feed.list { all.append($0); return true }
+        try feed.list {
+            all.append($0)
+            return true
+        }
         #expect(all.map(\.key) == ["p1-1", "p1-2", "p1-3", "p2-1", "p2-2", "p2-3", "p3-1"], "maxItems 7")
         #expect(all.map(\.resumePage) == ["1", "1", "1", "2", "2", "2", "3"])
 
         pages.asked.withLock { $0.removeAll() }
         var resumed: [String] = []
-        try feed.list(after: FeedCursor(key: "p2-2", listed: 5, page: "2"), expecting: { _ in }) { resumed.append($0.key); return true }
+        try feed.list(after: FeedCursor(key: "p2-2", listed: 5, page: "2"), expecting: { _ in }) {
+            resumed.append($0.key)
+            return true
+        }
         #expect(resumed == ["p2-3", "p3-1"], "after the key, and maxItems counts what was listed before")
         #expect(pages.asked.withLock { $0 } == [2, 3], "the first page is not asked again")
 
         // The key left its page: the whole page is listed (the shared run's insert drops repeats).
         var moved: [String] = []
-        try feed.list(after: FeedCursor(key: "gone", listed: 3, page: "2"), expecting: { _ in }) { moved.append($0.key); return true }
+        try feed.list(after: FeedCursor(key: "gone", listed: 3, page: "2"), expecting: { _ in }) {
+            moved.append($0.key)
+            return true
+        }
         #expect(moved == ["p2-1", "p2-2", "p2-3", "p3-1"])
     }
 }

@@ -1,7 +1,8 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
 
 /// Feed entries with a NUL character, through a shared run.
 extension SharedWorkTests {
@@ -16,14 +17,16 @@ extension SharedWorkTests {
             let base = "http://\(request.headers["host"]!)"
             return .json(#"[{"id": "a\u0000b", "url": "\#(base)/images/ab.jpg"}, {"id": "a", "url": "\#(base)/images/a.jpg"}]"#)
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", "keyField": "id", "cache": false},
              "output": {"format": "png"}, "sinks": [{"type": "directory", "path": "out"}],
              "limits": {"timeout": 5}, "retry": {"attempts": 1}}
             """, to: "pipe.json")
         let result = try shared(["run", "pipe.json"])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
-        #expect(result.stderr.contains("1 entry left out, with a NUL character in the key or the image URL: [0]"), "\(result.stderr)")
+        #expect(
+            result.stderr.contains("1 entry left out, with a NUL character in the key or the image URL: [0]"), "\(result.stderr)")
         let keys = try database().execute("SELECT key FROM imgpipe_item ORDER BY key").all.map { $0["key"] ?? "" }
         #expect(keys == ["a"])
         #expect(work.files(under: "out") == ["a.png"])

@@ -1,8 +1,9 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
 import VipsKit
+
+@testable import ImagePipeline
 
 /// `imgpipe work` with the built binary: several worker processes on one PostgreSQL
 /// database (a throwaway cluster on loopback, one database per test) and a real upload
@@ -23,14 +24,15 @@ final class SharedWorkTests: @unchecked Sendable {
     deinit { cluster.dropDatabase(url) }
 
     func images(_ count: Int) throws {
-        for index in 1 ... count {
+        for index in 1...count {
             try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: 64, height: 48)
         }
     }
 
     /// A directory source, a folder sink and an upload sink on `server`.
     func pipeline(_ server: UploadServer, uploads: Int = 2) throws {
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 32, "height": 32}],
              "output": {"format": "png", "name": "{stem}.png"},
@@ -75,7 +77,7 @@ final class SharedWorkTests: @unchecked Sendable {
         let server = try UploadServer(mode: .slow(0.05))
         try images(60)
         try pipeline(server)
-        let workers = try (0 ..< 3).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
+        let workers = try (0..<3).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
         let results = workers.map { $0.wait() }
         for result in results { #expect(result.status == 0, "\(result.stderr)") }
 
@@ -121,8 +123,9 @@ final class SharedWorkTests: @unchecked Sendable {
 
         // The run finished: working again does not start another.
         let again = try shared(["work", "pipe.json"])
-        #expect(again.status == 0 && again.stdout.contains("already finished: 60 done") && server.uploads.count == 60,
-                "a worker restarted after the end does nothing and exits as the run ended: \(again.stdout)\(again.stderr)")
+        #expect(
+            again.status == 0 && again.stdout.contains("already finished: 60 done") && server.uploads.count == 60,
+            "a worker restarted after the end does nothing and exits as the run ended: \(again.stdout)\(again.stderr)")
         let text = try shared(["status", "pipe.json"])
         #expect(text.stdout.contains("imgpipe:***@127.0.0.1") && !text.stdout.contains(cluster.password), "\(text.stdout)")
         #expect(text.stdout.contains("chunks: 0 pending, 0 leased, 15 done"), "\(text.stdout)")
@@ -142,16 +145,18 @@ final class SharedWorkTests: @unchecked Sendable {
         // 24 pictures that differ, and two files of the same picture in folders of their
         // own: listed first and last (the directory is listed in order), so in the first
         // chunk and the last; their outputs' `{hash}` is the same.
-        for index in 1 ... 24 {
-            try ImageFixtures.write(ImageFixtures.photo(width: 64, height: 48, seed: index),
-                                    to: work.url(String(format: "in/img-%03d.jpg", index)))
+        for index in 1...24 {
+            try ImageFixtures.write(
+                ImageFixtures.photo(width: 64, height: 48, seed: index),
+                to: work.url(String(format: "in/img-%03d.jpg", index)))
         }
         for folder in ["in/a", "in/z"] {
             try ImageFixtures.write(ImageFixtures.photo(width: 64, height: 48, seed: 99), to: work.url("\(folder)/same.jpg"))
         }
         // A slow upload sink keeps the first worker busy while the second starts.
         let server = try UploadServer(mode: .slow(0.1))
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 16, "height": 16}],
              "outputs": [{"id": "n", "format": "png", "name": "{index}.png"},
@@ -160,9 +165,11 @@ final class SharedWorkTests: @unchecked Sendable {
                        {"type": "upload", "endpoint": "\(server.baseURL)/upload", "outputs": ["n"]}],
              "limits": {"workers": 1, "uploads": 1}}
             """, to: "pipe.json")
-        let workers = try (0 ..< 2).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
+        let workers = try (0..<2).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
         let results = workers.map { $0.wait() }
-        for result in results { #expect(result.status == 1, "one item fails (its name is taken): \(result.stdout)\(result.stderr)") }
+        for result in results {
+            #expect(result.status == 1, "one item fails (its name is taken): \(result.stdout)\(result.stderr)")
+        }
         let report = try status()
         #expect(report["done"] as? Int == 25 && report["failed"] as? Int == 1, "\(report) \(results.map(\.stderr))")
         let shown = try #require(report["workers"] as? [[String: Any]])
@@ -173,23 +180,27 @@ final class SharedWorkTests: @unchecked Sendable {
         let failed = try #require(exported.first)
         let loser = try #require(failed["key"] as? String)
         #expect(["a/same.jpg", "z/same.jpg"].contains(loser))
-        #expect((failed["message"] as? String)?.contains(" is already used by item \"") == true,
-                "\(failed)")
+        #expect(
+            (failed["message"] as? String)?.contains(" is already used by item \"") == true,
+            "\(failed)")
         // `{index}` is the item's place in the whole feed: the failed item's number is the
         // only one missing, and no number is made twice.
         let files = Set(work.files(under: "out").map { URL(fileURLWithPath: $0).lastPathComponent })
         let numbered = files.filter { $0.count < 10 }
         let missing = loser == "a/same.jpg" ? 1 : 26
-        #expect(numbered == Set((1 ... 26).filter { $0 != missing }.map { "\($0).png" }), "\(numbered.sorted())")
+        #expect(numbered == Set((1...26).filter { $0 != missing }.map { "\($0).png" }), "\(numbered.sorted())")
         #expect(files.count == numbered.count + 25, "25 different pictures, each once by {hash}: \(files.count)")
         let records = try shared(["export", "pipe.json", "--only", "done"]).jsonLines()
-        let byKey = Dictionary(uniqueKeysWithValues: records.compactMap { record -> (String, String)? in
-            guard let key = record["key"] as? String, let outputs = record["outputs"] as? [String: Any],
-                  let name = (outputs["n"] as? [String: Any])?["name"] as? String else { return nil }
-            return (key, name)
-        })
-        #expect(byKey.count == 25 && byKey["img-001.jpg"] == "2.png" && byKey["img-024.jpg"] == "25.png",
-                "\(byKey.sorted { $0.key < $1.key }.prefix(4))")
+        let byKey = Dictionary(
+            uniqueKeysWithValues: records.compactMap { record -> (String, String)? in
+                guard let key = record["key"] as? String, let outputs = record["outputs"] as? [String: Any],
+                    let name = (outputs["n"] as? [String: Any])?["name"] as? String
+                else { return nil }
+                return (key, name)
+            })
+        #expect(
+            byKey.count == 25 && byKey["img-001.jpg"] == "2.png" && byKey["img-024.jpg"] == "25.png",
+            "\(byKey.sorted { $0.key < $1.key }.prefix(4))")
     }
 
     @Test func killNineMidUploadAnotherWorkerFinishesAndEachItemIsStoredOnce() throws {
@@ -206,7 +217,7 @@ final class SharedWorkTests: @unchecked Sendable {
 
         let second = try shared(["work", "pipe.json", "--lease", "3", "--heartbeat", "0.5"])
         #expect(second.status == 0, "\(second.stderr)")
-        Thread.sleep(forTimeInterval: 0.3) // an upload the killed worker had sent lands
+        Thread.sleep(forTimeInterval: 0.3)  // an upload the killed worker had sent lands
         let uploads = server.uploads
         #expect(uploads.count == 24 && Set(uploads.compactMap(\.filename)).count == 24, "each item stored exactly once")
         #expect(posts(server) > 24, "uploads cut off by the kill were sent again, with the same key (\(posts(server)) posts)")
@@ -215,8 +226,11 @@ final class SharedWorkTests: @unchecked Sendable {
     }
 
     /// Whether this machine lets a test start a process in a pid namespace of its own.
-    static let pidNamespaces = (try? ImgpipeBinary.launch(executable: "/usr/bin/unshare", ["-p", "-f", "/bin/true"],
-                                                          in: "/").wait().status) == 0
+    static let pidNamespaces =
+        (try? ImgpipeBinary.launch(
+            executable: "/usr/bin/unshare", ["-p", "-f", "/bin/true"],
+            in: "/"
+        ).wait().status) == 0
 
     /// A worker restarted in place after a `kill -9` (a Kubernetes container: the same host
     /// name, pid 1 again, the same folder) rejoins the run and finishes it: it used to open
@@ -227,8 +241,10 @@ final class SharedWorkTests: @unchecked Sendable {
         let server = try UploadServer(mode: .slow(0.2))
         try images(16)
         try pipeline(server, uploads: 2)
-        let arguments = ["-p", "-f", ImgpipeBinary.path, "work", "pipe.json", "--state", url, "--chunk-size", "4",
-                         "--lease", "3", "--heartbeat", "0.5"]
+        let arguments = [
+            "-p", "-f", ImgpipeBinary.path, "work", "pipe.json", "--state", url, "--chunk-size", "4",
+            "--lease", "3", "--heartbeat", "0.5",
+        ]
         let first = try ImgpipeBinary.launch(executable: "/usr/bin/unshare", arguments, in: work.path)
         waitUntil { server.uploads.count >= 3 }
         // The worker is the namespace's pid 1, unshare's child.
@@ -247,7 +263,9 @@ final class SharedWorkTests: @unchecked Sendable {
         let report = try status()
         #expect(report["done"] as? Int == 16 && report["state"] as? String == "finished", "\(report)")
         #expect(Set(server.uploads.compactMap(\.filename)).count == 16)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).isEmpty, "the old journal went, the new one after a clean end")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: folder).isEmpty,
+            "the old journal went, the new one after a clean end")
     }
 
     /// A worker whose pipeline lists other items, uses other ones or delivers elsewhere
@@ -271,10 +289,12 @@ final class SharedWorkTests: @unchecked Sendable {
             try #require(text != base, "the \(field) variant changed nothing")
             try work.write(text, to: "pipe.json")
             let refused = try shared(["work", "pipe.json"])
-            #expect(refused.status == 2 && refused.stderr.contains("was made with other \(field):"), "\(field): \(refused.stderr)")
+            #expect(
+                refused.status == 2 && refused.stderr.contains("was made with other \(field):"), "\(field): \(refused.stderr)")
         }
-        try work.write(base.replacingOccurrences(of: #""uploads": 2, "timeout": 10"#, with: #""uploads": 1, "timeout": 5, "workers": 1"#),
-                       to: "pipe.json")
+        try work.write(
+            base.replacingOccurrences(of: #""uploads": 2, "timeout": 10"#, with: #""uploads": 1, "timeout": 5, "workers": 1"#),
+            to: "pipe.json")
         let same = try shared(["work", "pipe.json"])
         #expect(same.status == 0 && same.stdout.contains("already finished"), "\(same.stdout) \(same.stderr)")
     }
@@ -304,7 +324,9 @@ final class SharedWorkTests: @unchecked Sendable {
         // sent every item it had made and not delivered yet: 12-14 requests in runs like this
         // one). Only an upload under way at the stop may end: its second step (the POST after
         // the GET of the upload URL) can go out after waking (1 in 8 runs here).
-        #expect(posts(server) - sentBeforeWaking <= 1, "\(posts(server) - sentBeforeWaking) upload(s) sent after waking (limits.uploads 1)")
+        #expect(
+            posts(server) - sentBeforeWaking <= 1,
+            "\(posts(server) - sentBeforeWaking) upload(s) sent after waking (limits.uploads 1)")
         // Sent twice at most: what was in flight at the stop, or answered just before it with
         // its end not yet written.
         #expect(sentBeforeWaking <= 16 + 2, "\(sentBeforeWaking) requests for 16 items")
@@ -313,8 +335,9 @@ final class SharedWorkTests: @unchecked Sendable {
         let counters = try database().execute("SELECT sum(done) AS done, sum(failed) AS failed FROM imgpipe_chunk").first
         #expect(counters?["done"] == "16" && counters?["failed"] == "0", "no finished row rewritten")
         let uploads = server.uploads
-        #expect(uploads.count == 16 && Set(uploads.compactMap(\.filename)).count == 16,
-                "the late worker's uploads were recognised by their key")
+        #expect(
+            uploads.count == 16 && Set(uploads.compactMap(\.filename)).count == 16,
+            "the late worker's uploads were recognised by their key")
     }
 
     @Test func sigtermHandsTheChunksBackAtOnce() throws {
@@ -353,17 +376,21 @@ final class SharedWorkTests: @unchecked Sendable {
         // option and quoted it back (`invalid integer value "LEAKpart" for connection option
         // "port"`). Refused before libpq sees it, quoting none of it.
         let port = url.split(separator: ":").last.flatMap { $0.split(separator: "/").first } ?? "5432"
-        for (bad, piece) in [("postgres://imgpipe:LEAKpart/rest@127.0.0.1:\(port)/x", "LEAKpart"),
-                             ("postgres://imgpipe:pw/a?LEAKME@127.0.0.1:\(port)/x", "LEAKME")] {
+        for (bad, piece) in [
+            ("postgres://imgpipe:LEAKpart/rest@127.0.0.1:\(port)/x", "LEAKpart"),
+            ("postgres://imgpipe:pw/a?LEAKME@127.0.0.1:\(port)/x", "LEAKME"),
+        ] {
             for command in [["status", "pipe.json"], ["work", "pipe.json"]] {
                 let result = try ImgpipeBinary.run(command + ["--state", bad], in: work.path)
                 #expect(result.status == 2 && result.stderr.contains("percent-encode"), "\(result.stderr)")
                 #expect(!(result.stderr + result.stdout).contains(piece), "\(result.stderr)")
             }
         }
-        let thumbnail = try ImgpipeBinary.run(["thumbnail", "in", "--to", "thumbs"], in: work.path, environment: ["IMGPIPE_STATE": url])
-        #expect(thumbnail.status == 2 && thumbnail.stderr.contains("imgpipe:***@") && !thumbnail.stderr.contains(cluster.password),
-                "\(thumbnail.stderr)")
+        let thumbnail = try ImgpipeBinary.run(
+            ["thumbnail", "in", "--to", "thumbs"], in: work.path, environment: ["IMGPIPE_STATE": url])
+        #expect(
+            thumbnail.status == 2 && thumbnail.stderr.contains("imgpipe:***@") && !thumbnail.stderr.contains(cluster.password),
+            "\(thumbnail.stderr)")
     }
 
     // MARK: - one lister
@@ -381,15 +408,23 @@ final class SharedWorkTests: @unchecked Sendable {
             guard request.path == "/search" else { return .status(404) }
             let page = Int(request.query["page"] ?? "1") ?? 1
             let host = "http://\(request.headers["host"]!)"
-            let items = (1 ... 4).map { n in
+            let items = (1...4).map { n in
                 #"{"data": [{"nasa_id": "p\#(page)-\#(n)"}], "links": [{"href": "\#(host)/images/p\#(page)-\#(n).jpg", "rel": "preview"}]}"#
             }
             let next = page < pages ? #", "links": [{"rel": "next", "href": "\#(host)/search?page=\#(page + 1)"}]"# : ""
             var response = TestHTTPServer.Response.json(#"{"collection": {"items": [\#(items.joined(separator: ","))]\#(next)}}"#)
-            if page == stallPage, stalled.withLock({ was in defer { was = true }; return !was }) { response.stall = stall }
+            if page == stallPage,
+                stalled.withLock({ was in
+                    defer { was = true }
+                    return !was
+                })
+            {
+                response.stall = stall
+            }
             return response
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "nasa-images", "query": "moon", "endpoint": "\(server.baseURL)", "cache": false},
              "filters": [{"op": "fit", "width": 16, "height": 16}],
              "output": {"format": "png", "name": "{key}.png"},
@@ -404,12 +439,12 @@ final class SharedWorkTests: @unchecked Sendable {
 
     @Test func aFiftyPageFeedOverFourWorkersIsListedOnce() throws {
         let server = try pagedFeed(pages: 50)
-        let workers = try (0 ..< 4).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
+        let workers = try (0..<4).map { _ in try worker(["--heartbeat", "0.5", "--lease", "5"]) }
         for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stderr)") }
         let pages = server.requests(to: "/search").map { $0.query["page"] ?? "1" }
         #expect(pages.count == 50 && Set(pages).count == 50, "each page requested once: \(pages.count) requests")
         #expect(server.requests.filter { $0.path.hasPrefix("/images/") }.count == 200, "each image fetched once")
-        let expected = (1 ... 50).flatMap { page in (1 ... 4).map { "p\(page)-\($0)" } }
+        let expected = (1...50).flatMap { page in (1...4).map { "p\(page)-\($0)" } }
         #expect(try keysInFeedOrder() == expected)
         #expect(try status()["done"] as? Int == 200)
         #expect(work.files(under: "out").count == 200)
@@ -432,13 +467,15 @@ final class SharedWorkTests: @unchecked Sendable {
         // The new lister asks for page 12 again; this time it answers at once.
         let result = try worker(["--heartbeat", "0.5", "--lease", "2"]).wait()
         #expect(result.status == 0, "\(result.stderr)")
-        let expected = (1 ... 20).flatMap { page in (1 ... 4).map { "p\(page)-\($0)" } }
+        let expected = (1...20).flatMap { page in (1...4).map { "p\(page)-\($0)" } }
         #expect(try keysInFeedOrder() == expected, "no item twice, none lost, feed order kept across listers")
         // The second lister started at the cursor's page, not at the first page.
         let requests = Dictionary(grouping: server.requests(to: "/search"), by: { Int($0.query["page"] ?? "1") ?? 1 })
             .mapValues(\.count)
-        #expect((1 ... 10).allSatisfy { requests[$0] == 1 }, "pages before the cursor's asked once: \(requests.sorted { $0.key < $1.key })")
-        #expect(requests[12] == 2 && (13 ... 20).allSatisfy { requests[$0] == 1 })
+        #expect(
+            (1...10).allSatisfy { requests[$0] == 1 },
+            "pages before the cursor's asked once: \(requests.sorted { $0.key < $1.key })")
+        #expect(requests[12] == 2 && (13...20).allSatisfy { requests[$0] == 1 })
         #expect(try status()["done"] as? Int == 80)
     }
 
@@ -448,12 +485,14 @@ final class SharedWorkTests: @unchecked Sendable {
         let server = try UploadServer(mode: .slow(0.05))
         try images(30)
         try pipeline(server, uploads: 1)
-        let workers = try (0 ..< 2).map { _ in try worker(["--heartbeat", "0.5", "--lease", "10"]) }
+        let workers = try (0..<2).map { _ in try worker(["--heartbeat", "0.5", "--lease", "10"]) }
         waitUntil { server.uploads.count >= 6 }
-        let cut = try database().execute("""
+        let cut = try database().execute(
+            """
             SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
             WHERE datname = current_database() AND pid <> pg_backend_pid()
-            """).first?["n"]
+            """
+        ).first?["n"]
         #expect(Int(cut ?? "") ?? 0 >= 4, "the workers' connections were cut: \(cut ?? "-")")
         for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)") }
         #expect(try status()["done"] as? Int == 30)
@@ -494,7 +533,8 @@ final class SharedWorkTests: @unchecked Sendable {
         let result = try shared(["work", "pipe.json"])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(FileManager.default.fileExists(atPath: other + "/1-x.tmp"), "another machine's worker may still be writing there")
-        #expect(!FileManager.default.fileExists(atPath: deadHere), "a folder of a process of this machine that is gone is removed")
+        #expect(
+            !FileManager.default.fileExists(atPath: deadHere), "a folder of a process of this machine that is gone is removed")
         #expect(work.files(under: "out").filter { $0.hasSuffix(".png") }.count == 3)
     }
 
@@ -505,7 +545,7 @@ final class SharedWorkTests: @unchecked Sendable {
         let alone = try worker(["--lease", "2", "--heartbeat", "0.5"])
         waitUntil { server.uploads.count >= 3 }
         alone.signal(SIGSTOP)
-        Thread.sleep(forTimeInterval: 3) // its lease runs out; nobody else is there to rescue it
+        Thread.sleep(forTimeInterval: 3)  // its lease runs out; nobody else is there to rescue it
         alone.signal(SIGCONT)
         // It finds its lease gone, rescues the chunk itself, claims it again, and records
         // the items it had ended from its own journal instead of passing over them.
@@ -527,7 +567,9 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(report["done"] as? Int == 5 && report["failed"] as? Int == 1 && report["state"] as? String == "finished")
         #expect(report["failuresByReason"] as? [String: Int] == ["decode": 1])
         let failures = try #require(report["failures"] as? [[String: Any]])
-        #expect(failures.count == 1 && failures.first?["key"] as? String == "bad.jpg" && failures.first?["reason"] as? String == "decode")
+        #expect(
+            failures.count == 1 && failures.first?["key"] as? String == "bad.jpg"
+                && failures.first?["reason"] as? String == "decode")
         #expect((report["startedAt"] as? String)?.hasSuffix("Z") == true && report["finishedAt"] is String)
         #expect((report["itemsPerSecond"] as? Double ?? 0) > 0)
         let text = try shared(["status", "pipe.json"])
@@ -557,32 +599,39 @@ final class SharedWorkTests: @unchecked Sendable {
         let limited = try shared(["run", "pipe.json", "--limit", "5", "--json"])
         #expect(limited.status == 0, "\(limited.stdout)\(limited.stderr)")
         var report = try status()
-        #expect(report["total"] as? Int == 5 && report["done"] as? Int == 5 && report["state"] as? String == "finished", "\(report)")
+        #expect(
+            report["total"] as? Int == 5 && report["done"] as? Int == 5 && report["state"] as? String == "finished", "\(report)")
         #expect(server.uploads.count == 5)
         // The limit is the run's: a worker that joins lists nothing more.
         let joined = try shared(["work", "pipe.json"])
         #expect(joined.status == 0 && server.uploads.count == 5, "\(joined.stdout)\(joined.stderr)")
         let listed = try database().execute("SELECT key FROM imgpipe_item ORDER BY seq").all.compactMap { $0["key"] }
-        #expect(listed == (1 ... 5).map { String(format: "img-%03d.jpg", $0) }, "the first five of the feed, in its order")
+        #expect(listed == (1...5).map { String(format: "img-%03d.jpg", $0) }, "the first five of the feed, in its order")
 
         // A run without a limit, then three new files: the refresh adds them alone.
         #expect(try shared(["run", "pipe.json", "--new"]).status == 0)
         #expect(server.uploads.count == 14)
-        for index in 10 ... 12 {
+        for index in 10...12 {
             try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: 64, height: 48)
         }
         let refreshed = try shared(["resume", "pipe.json", "--refresh-feed"])
         #expect(refreshed.status == 0, "\(refreshed.stdout)\(refreshed.stderr)")
         report = try status()
-        #expect(report["total"] as? Int == 12 && report["done"] as? Int == 12 && report["state"] as? String == "finished", "\(report)")
+        #expect(
+            report["total"] as? Int == 12 && report["done"] as? Int == 12 && report["state"] as? String == "finished", "\(report)"
+        )
         let new = server.uploads.dropFirst(14).compactMap(\.filename).sorted()
         #expect(new == ["img-010.png", "img-011.png", "img-012.png"], "only the new files were done: \(new)")
         // Listed again, the items the run had take no number: the new ones follow on.
-        let numbers = try database().execute("""
+        let numbers = try database().execute(
+            """
             SELECT count(*) AS n, min(seq) AS first, max(seq) AS last FROM imgpipe_item
             WHERE run_id = (SELECT max(id) FROM imgpipe_run)
-            """).first
-        #expect(numbers?["n"] == "12" && numbers?["first"] == "0" && numbers?["last"] == "11", "\(numbers.map { [$0["n"], $0["last"]] } ?? [])")
+            """
+        ).first
+        #expect(
+            numbers?["n"] == "12" && numbers?["first"] == "0" && numbers?["last"] == "11",
+            "\(numbers.map { [$0["n"], $0["last"]] } ?? [])")
 
     }
 
@@ -593,10 +642,13 @@ final class SharedWorkTests: @unchecked Sendable {
         let photo = try Data(contentsOf: URL(fileURLWithPath: work.url("photo.jpg")))
         let server = try TestHTTPServer { request in
             guard request.path == "/feed.json" else { return .bytes(photo) }
-            return .json("[" + (1 ... 4).map { #"{"url": "http://\#(request.headers["host"]!)/images/n\#($0).jpg"}"# }
-                .joined(separator: ",") + "]")
+            return .json(
+                "["
+                    + (1...4).map { #"{"url": "http://\#(request.headers["host"]!)/images/n\#($0).jpg"}"# }
+                    .joined(separator: ",") + "]")
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json", "cache": false},
              "output": {"format": "png", "name": "{stem}.png"}, "sinks": [{"type": "directory", "path": "out"}],
              "limits": {"timeout": 5}, "retry": {"attempts": 1}}
@@ -604,9 +656,12 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(try shared(["run", "pipe.json"]).status == 0)
         server.stop()
         let failed = try shared(["resume", "pipe.json", "--refresh-feed"])
-        #expect(failed.status == 1 && (failed.stdout + failed.stderr).contains("could not be listed"), "\(failed.stdout)\(failed.stderr)")
+        #expect(
+            failed.status == 1 && (failed.stdout + failed.stderr).contains("could not be listed"),
+            "\(failed.stdout)\(failed.stderr)")
         let report = try status()
-        #expect(report["total"] as? Int == 4 && report["done"] as? Int == 4 && report["state"] as? String == "finished"
+        #expect(
+            report["total"] as? Int == 4 && report["done"] as? Int == 4 && report["state"] as? String == "finished"
                 && report["feedComplete"] as? Int == 1, "\(report)")
         let again = try shared(["resume", "pipe.json"])
         #expect(again.status == 0 && (again.stdout + again.stderr).contains("already finished"), "\(again.stdout)\(again.stderr)")
@@ -626,24 +681,28 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(report["failed"] as? Int == 6 && report["fetched"] as? Int == 0 && report["processed"] as? Int == 0)
         #expect(report["failuresByReason"] as? [String: Int] == ["upload": 6])
         #expect(report["tiers"] as? [String: Int] == ["local": 6], "\(report["tiers"] ?? "-")")
-        #expect(report["sinks"] as? [String: [String: Int]] == [
-            "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 0, "failed": 6, "pending": 0],
-        ], "\(report["sinks"] ?? "-")")
+        #expect(
+            report["sinks"] as? [String: [String: Int]] == [
+                "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 0, "failed": 6, "pending": 0],
+            ], "\(report["sinks"] ?? "-")")
         let outputs = try #require(report["outputs"] as? [String: [String: Any]])
-        #expect(outputs["default"]?["format"] as? String == "png"
+        #expect(
+            outputs["default"]?["format"] as? String == "png"
                 && outputs["default"]?["deliveries"] as? [String: Int] == ["done": 6, "failed": 6, "pending": 0], "\(outputs)")
         let text = try shared(["status", "pipe.json"])
-        #expect(text.stdout.contains("sink upload-1: 0 done, 6 failed, 0 pending") && text.stdout.contains("served from: local 6"),
-                "\(text.stdout)")
+        #expect(
+            text.stdout.contains("sink upload-1: 0 done, 6 failed, 0 pending") && text.stdout.contains("served from: local 6"),
+            "\(text.stdout)")
 
         server.mode = .normal
         let retried = try shared(["resume", "pipe.json", "--retry-failed"])
         #expect(retried.status == 0, "\(retried.stdout)\(retried.stderr)")
         report = try status()
         #expect(report["done"] as? Int == 6 && report["failed"] as? Int == 0 && report["tiers"] as? [String: Int] == ["local": 6])
-        #expect(report["sinks"] as? [String: [String: Int]] == [
-            "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 6, "failed": 0, "pending": 0],
-        ], "the failed items' counts were taken back before they were done again: \(report["sinks"] ?? "-")")
+        #expect(
+            report["sinks"] as? [String: [String: Int]] == [
+                "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 6, "failed": 0, "pending": 0],
+            ], "the failed items' counts were taken back before they were done again: \(report["sinks"] ?? "-")")
         #expect(server.uploads.count == 6)
     }
 
@@ -655,24 +714,27 @@ final class SharedWorkTests: @unchecked Sendable {
         try images(4)
         try pipeline(server)
         #expect(try shared(["work", "pipe.json"]).status == 0)
-        for statement in ["ALTER TABLE imgpipe_item DROP COLUMN tally", "ALTER TABLE imgpipe_chunk DROP COLUMN tally",
-                          "ALTER TABLE imgpipe_run DROP COLUMN item_limit, DROP COLUMN refreshing, DROP COLUMN refresh_error",
-                          "DROP TABLE imgpipe_name"] {
+        for statement in [
+            "ALTER TABLE imgpipe_item DROP COLUMN tally", "ALTER TABLE imgpipe_chunk DROP COLUMN tally",
+            "ALTER TABLE imgpipe_run DROP COLUMN item_limit, DROP COLUMN refreshing, DROP COLUMN refresh_error",
+            "DROP TABLE imgpipe_name",
+        ] {
             try database().execute(statement)
         }
         let before = try status()
         #expect(before["done"] as? Int == 4 && before["state"] as? String == "finished", "\(before)")
         #expect(try shared(["export", "pipe.json"]).jsonLines().count == 4)
-        for index in 5 ... 6 {
+        for index in 5...6 {
             try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: 64, height: 48)
         }
         let upgraded = try shared(["resume", "pipe.json", "--refresh-feed"])
         #expect(upgraded.status == 0, "\(upgraded.stdout)\(upgraded.stderr)")
         let after = try status()
         #expect(after["done"] as? Int == 6 && after["tiers"] as? [String: Int] == ["local": 6], "\(after)")
-        #expect(after["sinks"] as? [String: [String: Int]] == [
-            "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 6, "failed": 0, "pending": 0],
-        ], "\(after["sinks"] ?? "-")")
+        #expect(
+            after["sinks"] as? [String: [String: Int]] == [
+                "directory-0": ["done": 6, "failed": 0, "pending": 0], "upload-1": ["done": 6, "failed": 0, "pending": 0],
+            ], "\(after["sinks"] ?? "-")")
         #expect(server.uploads.count == 6)
     }
 
@@ -694,7 +756,9 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(resumed.status == 0, "\(resumed.stderr)")
         #expect(try status()["done"] as? Int == 12 && server.uploads.count == 12)
         let nothing = try ImgpipeBinary.run(["resume", "pipe.json"], in: work.path, environment: environment)
-        #expect(nothing.status == 0 && nothing.stdout.contains("already finished: 12 done"), "as resume of a finished state file: \(nothing.stdout)")
+        #expect(
+            nothing.status == 0 && nothing.stdout.contains("already finished: 12 done"),
+            "as resume of a finished state file: \(nothing.stdout)")
         // After the end, `run` starts a new run (its own UUID: uploaded again under new keys).
         let second = try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: environment)
         #expect(second.status == 0, "\(second.stderr)")
@@ -706,7 +770,9 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect((try JSONSerialization.jsonObject(with: Data(runOne.stdout.utf8)) as? [String: Any])?["run"] as? Int == 1)
         #expect(try shared(["status", "pipe.json", "--run", "999"]).status == 2)
         let list = try shared(["status", "pipe.json", "--runs"])
-        #expect(list.stdout.contains("run #2 of pipe: finished") && list.stdout.contains("run #1 of pipe: finished"), "\(list.stdout)")
+        #expect(
+            list.stdout.contains("run #2 of pipe: finished") && list.stdout.contains("run #1 of pipe: finished"), "\(list.stdout)"
+        )
     }
 
     @Test func workersOfARunAbandonedByRunNewStop() throws {
@@ -722,7 +788,9 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(replaced.status == 0, "\(replaced.stderr)")
         let old = worker.wait()
         #expect(old.status == 1 && old.stderr.contains("was abandoned"), "\(old.stdout)\(old.stderr)")
-        let runs = try database().execute("SELECT id, state FROM imgpipe_run ORDER BY id").all.map { "\($0["id"]!)=\($0["state"]!)" }
+        let runs = try database().execute("SELECT id, state FROM imgpipe_run ORDER BY id").all.map {
+            "\($0["id"]!)=\($0["state"]!)"
+        }
         #expect(runs == ["1=abandoned", "2=finished"])
     }
 }

@@ -49,7 +49,8 @@ struct SpecDecodingTests {
     }
 
     @Test func badParameterNamesItsPath() {
-        let error = error("""
+        let error = error(
+            """
             {\(Self.minimal), "filters": [{"op": "autorotate"}, {"op": "fit", "width": "wide", "height": 10}]}
             """)
         #expect(error?.path == "filters[1].width")
@@ -59,10 +60,13 @@ struct SpecDecodingTests {
     @Test func unknownKeysAreRefusedEverywhere() {
         #expect(error("{\(Self.minimal), \"filter\": []}")?.path == "filter")
         #expect(error("{\(Self.minimal), \"filter\": []}")?.message.contains("did you mean \"filters\"") == true)
-        #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\", \"width\": 5, \"hieght\": 5}]}")?.path == "filters[0].hieght")
+        #expect(
+            error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\", \"width\": 5, \"hieght\": 5}]}")?.path == "filters[0].hieght"
+        )
         #expect(error("{\(Self.minimal), \"output\": {\"fromat\": \"png\"}}")?.path == "output.fromat")
         #expect(error("{\(Self.minimal), \"limits\": {\"worker\": 2}}")?.path == "limits.worker")
-        let source = error("""
+        let source = error(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in", "recursve": false}, "sink": {"type": "directory", "path": "o"}}
             """)
         #expect(source?.path == "source.recursve")
@@ -83,7 +87,7 @@ struct SpecDecodingTests {
     /// 200,000 keys in one object: the old duplicate-key check scanned the earlier keys for
     /// each key, which took hours here; a hashed set takes a second. (No timing asserted.)
     @Test func anObjectWithManyKeysIsReadInLinearTime() {
-        let keys = (0 ..< 200_000).map { "\"k\($0)\": \($0)" }.joined(separator: ", ")
+        let keys = (0..<200_000).map { "\"k\($0)\": \($0)" }.joined(separator: ", ")
         #expect(error("{\(Self.minimal), \(keys)}")?.path == "k0")
         let duplicate = error("{\(Self.minimal), \(keys), \"k199999\": 0}")
         #expect(duplicate?.message.contains(#"duplicate key "k199999""#) == true, "\(String(describing: duplicate))")
@@ -93,8 +97,9 @@ struct SpecDecodingTests {
     /// pipeline's own folder); it is refused, naming the JSON path, line and column.
     @Test func invalidUTF8InAStringIsRefusedWithItsPathAndPosition() {
         func file(_ sink: [UInt8]) -> Data {
-            Data(#"{"version": 1, "source": {"type": "directory", "path": "in"},"#.utf8 + [0x0A]
-                 + #" "sinks": [{"type": "directory", "#.utf8 + sink + "}]}".utf8)
+            Data(
+                #"{"version": 1, "source": {"type": "directory", "path": "in"},"#.utf8 + [0x0A]
+                    + #" "sinks": [{"type": "directory", "#.utf8 + sink + "}]}".utf8)
         }
         let value = error(file(Array(#""path": "out"#.utf8) + [0xFF, 0x22]))
         #expect(value?.description == "sinks[0].path: invalid JSON at line 2, column 46: invalid UTF-8 in a string (byte 0xFF)")
@@ -117,19 +122,25 @@ struct SpecDecodingTests {
     }
 
     @Test func versionIsChecked() {
-        #expect(error(#"{"version": 2, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "o"}}"#)?.path == "version")
-        #expect(error(#"{"source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "o"}}"#)?.description
-            == "version: missing (required)")
+        #expect(
+            error(#"{"version": 2, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "o"}}"#)?
+                .path == "version")
+        #expect(
+            error(#"{"source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "o"}}"#)?.description
+                == "version: missing (required)")
     }
 
     @Test func rangesAndRequiredParametersAreChecked() {
-        #expect(error("{\(Self.minimal), \"output\": {\"quality\": 101}}")?.description
-            == "output.quality: expected an integer from 1 to 100, got 101")
+        #expect(
+            error("{\(Self.minimal), \"output\": {\"quality\": 101}}")?.description
+                == "output.quality: expected an integer from 1 to 100, got 101")
         #expect(error("{\(Self.minimal), \"output\": {\"format\": \"png\", \"quality\": 80}}")?.path == "output.quality")
         #expect(error("{\(Self.minimal), \"output\": {\"format\": \"bmp\"}}")?.path == "output.format")
         #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fill\", \"width\": 10}]}")?.path == "filters[0].height")
-        #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fill\", \"width\": 10, \"height\": 10, \"gravity\": \"middle\"}]}")?.path
-            == "filters[0].gravity")
+        #expect(
+            error("{\(Self.minimal), \"filters\": [{\"op\": \"fill\", \"width\": 10, \"height\": 10, \"gravity\": \"middle\"}]}")?
+                .path
+                == "filters[0].gravity")
         #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\"}]}")?.message.contains("width, height or both") == true)
         #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\", \"width\": 0}]}")?.path == "filters[0].width")
         #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\", \"width\": 2.5}]}")?.path == "filters[0].width")
@@ -138,16 +149,22 @@ struct SpecDecodingTests {
     }
 
     @Test func sinkIsOneSinkAndNotBothForms() throws {
-        let spec = try decode(#"{"version": 1, "source": {"type": "directory", "path": "in"}, "sinks": [{"type": "directory", "path": "a"}, {"type": "directory", "name": "copy", "path": "b"}]}"#)
+        let spec = try decode(
+            #"{"version": 1, "source": {"type": "directory", "path": "in"}, "sinks": [{"type": "directory", "path": "a"}, {"type": "directory", "name": "copy", "path": "b"}]}"#
+        )
         #expect(spec.sinks.map(\.name) == ["directory-0", "copy"])
-        #expect(error(#"{"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "a"}, "sinks": []}"#)?.path == "sink")
+        #expect(
+            error(
+                #"{"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "a"}, "sinks": []}"#
+            )?.path == "sink")
         #expect(error(#"{"version": 1, "source": {"type": "directory", "path": "in"}}"#)?.path == "sinks")
     }
 
     @Test func environmentIsExpandedAtRunTimeAndNeverStored() throws {
         let directory = try TemporaryDirectory()
         try directory.folder("photos-2024")
-        let path = try directory.write("""
+        let path = try directory.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "photos-${YEAR}"}, "sink": {"type": "directory", "path": "out/${YEAR}"}}
             """, to: "p.json")
         let spec = try PipelineSpec.load(path: path)
@@ -167,7 +184,8 @@ struct SpecDecodingTests {
     @Test func pathsAreRelativeToThePipelineFile() throws {
         let directory = try TemporaryDirectory()
         try directory.folder("samples")
-        let path = try directory.write("""
+        let path = try directory.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "../samples"}, "sink": {"type": "directory", "path": "/abs/out"}}
             """, to: "pipelines/p.json")
         let spec = try PipelineSpec.load(path: path)
@@ -180,31 +198,54 @@ struct SpecDecodingTests {
     /// `s3` sinks and sources: the fields and their defaults, and what is refused with its path.
     @Test func s3SinksAndSourcesAreReadStrictly() throws {
         let source = #""source": {"type": "directory", "path": "in"}"#
-        func sink(_ fields: String) -> String { #"{"version": 1, \#(source), "sink": {"type": "s3", "bucket": "acme-thumbs"\#(fields)}}"# }
+        func sink(_ fields: String) -> String {
+            #"{"version": 1, \#(source), "sink": {"type": "s3", "bucket": "acme-thumbs"\#(fields)}}"#
+        }
         let spec = try decode(sink(#", "prefix": "thumbs", "storageClass": "standard_ia", "metadata": {"project": "demo"}"#))
-        guard case let .s3(name, location, options) = spec.sinks[0] else { Issue.record("not an s3 sink"); return }
+        guard case .s3(let name, let location, let options) = spec.sinks[0] else {
+            Issue.record("not an s3 sink")
+            return
+        }
         #expect(name == "s3-0" && location.bucket.raw == "acme-thumbs" && location.prefix?.raw == "thumbs")
         #expect(location.region == nil && location.pathStyle == nil && location.secretAccessKey == nil)
         #expect(options.storageClass == "STANDARD_IA" && options.key == nil)
         #expect(options.multipartThreshold == 16 << 20 && options.partSize == 8 << 20)
         #expect(options.metadata.map(\.name) == ["project"])
 
-        #expect(error(sink(#", "secretAccessKey": "wJalrXUtnFEMI""#))?.description.hasPrefix("sink.secretAccessKey: a credential is written as a reference") == true)
+        #expect(
+            error(sink(#", "secretAccessKey": "wJalrXUtnFEMI""#))?.description.hasPrefix(
+                "sink.secretAccessKey: a credential is written as a reference") == true)
         #expect(error(sink(#", "accessKeyId": "${A}x""#))?.path == "sink.accessKeyId")
         #expect(error(sink(#", "storageClass": "GLACIR""#))?.description.contains(#"did you mean "GLACIER"?"#) == true)
         #expect(error(sink(#", "partSize": 1048576"#))?.path == "sink.partSize", "parts are 5 MiB at least")
         #expect(error(sink(#", "buckt": "x""#))?.description.contains(#"did you mean "bucket"?"#) == true)
-        #expect(error(sink(#", "metadata": {"note": "caf\u00e9"}"#))?.description == "sink.metadata.note: S3 metadata values are ASCII on one line")
+        #expect(
+            error(sink(#", "metadata": {"note": "caf\u00e9"}"#))?.description
+                == "sink.metadata.note: S3 metadata values are ASCII on one line")
         for bad in ["ab", "Acme", "acme_thumbs", "-acme", "acme..thumbs", "192.168.1.20"] {
             let text = #"{"version": 1, \#(source), "sink": {"type": "s3", "bucket": "\#(bad)"}}"#
             #expect(error(text)?.description.contains("is not a valid bucket name") == true, "\(bad)")
         }
 
-        let s3Source = try decode(#"{"version": 1, "source": {"type": "s3", "bucket": "photos", "endpoint": "http://127.0.0.1:9000", "pageSize": 50}, "sink": {"type": "directory", "path": "out"}}"#)
-        guard case let .s3(_, pageSize, maxItems, remote) = s3Source.source else { Issue.record("not an s3 source"); return }
+        let s3Source = try decode(
+            #"{"version": 1, "source": {"type": "s3", "bucket": "photos", "endpoint": "http://127.0.0.1:9000", "pageSize": 50}, "sink": {"type": "directory", "path": "out"}}"#
+        )
+        guard case .s3(_, let pageSize, let maxItems, let remote) = s3Source.source else {
+            Issue.record("not an s3 source")
+            return
+        }
         #expect(pageSize == 50 && maxItems == nil && remote.cache != nil && !remote.respectOptOut && !remote.robots)
-        #expect(error(#"{"version": 1, "source": {"type": "s3", "bucket": "photos", "robots": true}, "sink": {"type": "directory", "path": "out"}}"#)?.path == "source.robots")
-        #expect(error(#"{"version": 1, "source": {"type": "s3", "bucket": "photos", "pageSize": 5000}, "sink": {"type": "directory", "path": "out"}}"#)?.path == "source.pageSize")
-        #expect(error(#"{"version": 1, "source": {"type": "json-feed", "url": "http://h/f", "fallback": {"type": "s3", "bucket": "photos"}}, "sink": {"type": "directory", "path": "out"}}"#)?.path == "source.fallback.type")
+        #expect(
+            error(
+                #"{"version": 1, "source": {"type": "s3", "bucket": "photos", "robots": true}, "sink": {"type": "directory", "path": "out"}}"#
+            )?.path == "source.robots")
+        #expect(
+            error(
+                #"{"version": 1, "source": {"type": "s3", "bucket": "photos", "pageSize": 5000}, "sink": {"type": "directory", "path": "out"}}"#
+            )?.path == "source.pageSize")
+        #expect(
+            error(
+                #"{"version": 1, "source": {"type": "json-feed", "url": "http://h/f", "fallback": {"type": "s3", "bucket": "photos"}}, "sink": {"type": "directory", "path": "out"}}"#
+            )?.path == "source.fallback.type")
     }
 }

@@ -1,8 +1,9 @@
 import Foundation
-import VipsKit
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+import VipsKit
+
+@testable import ImagePipeline
 
 /// The spool folder's files reused from one download to the next (`SpoolFiles`), and the
 /// HTTP client writing over a file already there: on real files, a real loopback server
@@ -21,7 +22,7 @@ struct SpoolFilesTests {
         return lstat(path, &info) == 0 ? info : nil
     }
 
-    func bytes(_ count: Int, seed: UInt8) -> Data { Data((0 ..< count).map { UInt8(truncatingIfNeeded: $0 &* 31) &+ seed }) }
+    func bytes(_ count: Int, seed: UInt8) -> Data { Data((0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31) &+ seed }) }
 
     @Test func anEndedItemsFileGoesToTheNextDownloadWithAtMostAMegabyteOfBlocks() throws {
         let spool = SpoolFiles(directory: work.url("spool"), keep: 4)
@@ -37,8 +38,9 @@ struct SpoolFilesTests {
         #expect(kept.st_ino == inode)
         #expect(kept.st_size == large.count, "its length kept")
         // (An extent block or two of the file system's own may be counted as well.)
-        #expect((SpoolFiles.keptBytes ... SpoolFiles.keptBytes + 65536).contains(off_t(kept.st_blocks) * 512),
-                "its blocks past the first MB freed, as deleting it would: \(kept.st_blocks) blocks")
+        #expect(
+            (SpoolFiles.keptBytes...SpoolFiles.keptBytes + 65536).contains(off_t(kept.st_blocks) * 512),
+            "its blocks past the first MB freed, as deleting it would: \(kept.st_blocks) blocks")
         let head = try Data(contentsOf: URL(fileURLWithPath: work.url("spool/" + free[0])))
         #expect(head.prefix(Int(SpoolFiles.keptBytes)) == large.prefix(Int(SpoolFiles.keptBytes)))
         #expect(head.dropFirst(Int(SpoolFiles.keptBytes)).allSatisfy { $0 == 0 }, "a hole")
@@ -77,19 +79,20 @@ struct SpoolFilesTests {
 
     @Test func atMostKeepFilesWait() throws {
         let spool = SpoolFiles(directory: work.url("spool"), keep: 2)
-        for seq in 1 ... 5 {
+        for seq in 1...5 {
             try bytes(1000, seed: UInt8(seq)).write(to: URL(fileURLWithPath: work.url("spool/\(seq)")))
             spool.recycle(work.url("spool/\(seq)"))
         }
         #expect(work.files(under: "spool").count == 2)
         #expect(work.files(under: "spool").allSatisfy(SpoolFiles.isLeftover))
-        spool.clear() // the session's end: a work folder kept for failed items keeps none of them
+        spool.clear()  // the session's end: a work folder kept for failed items keeps none of them
         #expect(work.files(under: "spool").isEmpty)
         #expect(spool.take() == nil)
     }
 
     @Test func aDownloadOverALongerFileLeavesExactlyItsBody() throws {
-        let long = bytes(400_000, seed: 3), short = bytes(1234, seed: 9)
+        let long = bytes(400_000, seed: 3)
+        let short = bytes(1234, seed: 9)
         let server = try TestHTTPServer { request in
             switch request.path {
             case "/long": .bytes(long, headers: [])
@@ -123,7 +126,9 @@ struct SpoolFilesTests {
     /// written there once the transfer is complete; a longer one goes to the file (what was
     /// kept of it first, then the rest as it comes) and is not kept.
     @Test func aBodyUpToTheLimitIsKeptInMemoryAndInTheFile() throws {
-        let small = bytes(100_000, seed: 4), large = bytes(600_000, seed: 5), short = bytes(777, seed: 6)
+        let small = bytes(100_000, seed: 4)
+        let large = bytes(600_000, seed: 5)
+        let short = bytes(777, seed: 6)
         let server = try TestHTTPServer { request in
             switch request.path {
             case "/small": .bytes(small)
@@ -142,8 +147,10 @@ struct SpoolFilesTests {
             return try client.perform(request)
         }
         func onDisk() throws -> Data { try Data(contentsOf: URL(fileURLWithPath: file)) }
-        for (path, body) in [("/small", small), ("/large", large), ("/short", short), ("/small", small), ("/empty", Data()),
-                             ("/large", large)] {
+        for (path, body) in [
+            ("/small", small), ("/large", large), ("/short", short), ("/small", small), ("/empty", Data()),
+            ("/large", large),
+        ] {
             let result = try get(path, keep: 300_000)
             #expect(result.status == 200 && result.bytes == body.count)
             #expect(try onDisk() == body, "the file after \(path)")
@@ -161,7 +168,7 @@ struct SpoolFilesTests {
     /// body", and another item took the file and was delivered with the wrong image.
     @Test func aRetryAtOnceKeepsItsFileAndEveryItemItsImage() throws {
         var bodies: [String: Data] = [:]
-        for index in 0 ..< 16 {
+        for index in 0..<16 {
             let path = work.url("src-\(index).png")
             try ImageFixtures.write(ImageFixtures.photo(width: 8 + index * 9, height: 6 + index * 5, seed: index + 1), to: path)
             bodies["\(index)"] = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -172,7 +179,10 @@ struct SpoolFilesTests {
             // /<kind>/<item>/<source>.png
             let parts = request.path.split(separator: "/").map(String.init)
             guard parts.count == 3, let body = served[String(parts[2].dropLast(4))] else { return .status(404) }
-            let count = asked.withLock { $0[request.path, default: 0] += 1; return $0[request.path]! }
+            let count = asked.withLock {
+                $0[request.path, default: 0] += 1
+                return $0[request.path]!
+            }
             if parts[0] == "flaky" {
                 if count <= 2 { return .status(502, headers: [("Retry-After", "0")]) }
                 Thread.sleep(forTimeInterval: 0.05)
@@ -180,15 +190,18 @@ struct SpoolFilesTests {
             return .bytes(body, type: "image/png")
         }
         defer { server.stop() }
-        let items = (0 ..< 96).map { (key: "k\($0)", source: ($0 * 7) % 16, kind: $0 % 3 == 0 ? "flaky" : "img") }
-        try work.write("key,url\n" + items.map { "\($0.key),\(server.baseURL)/\($0.kind)/\($0.key)/\($0.source).png" }
-            .joined(separator: "\n") + "\n", to: "list.csv")
-        try work.write("""
+        let items = (0..<96).map { (key: "k\($0)", source: ($0 * 7) % 16, kind: $0 % 3 == 0 ? "flaky" : "img") }
+        try work.write(
+            "key,url\n"
+                + items.map { "\($0.key),\(server.baseURL)/\($0.kind)/\($0.key)/\($0.source).png" }
+                .joined(separator: "\n") + "\n", to: "list.csv")
+        try work.write(
+            """
             {"version": 1, "source": {"type": "url-list", "path": "list.csv", "cache": false},
              "output": {"format": "png", "name": "{key}.{ext}"}, "sink": {"type": "directory", "path": "out"},
              "limits": {"downloads": 16, "workers": 1}, "retry": {"attempts": 3, "backoff": 0}}
             """, to: "pipe.json")
-        for round in 1 ... 3 {
+        for round in 1...3 {
             try? FileManager.default.removeItem(atPath: work.url("out"))
             asked.withLock { $0 = [:] }
             let run = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--quiet"], in: work.path)
@@ -198,8 +211,9 @@ struct SpoolFilesTests {
                 let source = try sources[item.source] ?? ImageFixtures.decode(work.url("src-\(item.source).png"))
                 sources[item.source] = source
                 let output = try? ImageFixtures.decode(work.url("out/\(item.key).png"))
-                #expect(output?.samples == source.samples && output?.width == source.width,
-                        "round \(round): \(item.key) is not source \(item.source)")
+                #expect(
+                    output?.samples == source.samples && output?.width == source.width,
+                    "round \(round): \(item.key) is not source \(item.source)")
             }
         }
     }
@@ -209,7 +223,7 @@ struct SpoolFilesTests {
     /// cache, every cached copy still holds the bytes the server sent.
     @Test func everyItemGetsItsOwnBytesAndTheCacheKeepsItsCopies() throws {
         var bodies: [String: Data] = [:]
-        for index in 1 ... 40 {
+        for index in 1...40 {
             let path = work.url("src-\(index).png")
             try ImageFixtures.write(ImageFixtures.photo(width: 20 + index * 3, height: 10 + index, seed: index), to: path)
             bodies["/img/\(index).png"] = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -217,17 +231,18 @@ struct SpoolFilesTests {
         let served = bodies
         let server = try TestHTTPServer { request in served[request.path].map { .bytes($0, headers: []) } ?? .status(404) }
         defer { server.stop() }
-        try work.write((1 ... 40).map { server.baseURL + "/img/\($0).png" }.joined(separator: "\n") + "\n", to: "urls.txt")
+        try work.write((1...40).map { server.baseURL + "/img/\($0).png" }.joined(separator: "\n") + "\n", to: "urls.txt")
         for cache in ["false", #"{"path": "cache"}"#] {
             try? FileManager.default.removeItem(atPath: work.url("out"))
-            try work.write("""
+            try work.write(
+                """
                 {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": \(cache)},
                  "output": {"format": "png", "name": "{stem}.{ext}"},
                  "sink": {"type": "directory", "path": "out"}, "limits": {"downloads": 1, "workers": 1}}
                 """, to: "pipe.json")
             let run = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--quiet"], in: work.path)
             #expect(run.status == 0, "cache \(cache): \(run.stderr)")
-            for index in 1 ... 40 {
+            for index in 1...40 {
                 let pixels = try ImageFixtures.decode(work.url("out/\(index).png"))
                 let source = try ImageFixtures.decode(work.url("src-\(index).png"))
                 #expect((pixels.width, pixels.height) == (20 + index * 3, 10 + index), "item \(index), cache \(cache)")

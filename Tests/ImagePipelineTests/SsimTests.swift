@@ -51,7 +51,9 @@ struct SsimTests {
             let pixels = try photo.pixels()
             var state: UInt32 = 12345
             let noisy = pixels.samples.map { sample -> UInt8 in
-                state ^= state << 13; state ^= state >> 17; state ^= state << 5
+                state ^= state << 13
+                state ^= state >> 17
+                state ^= state << 5
                 return UInt8(clamping: Int(sample) + Int(state % 121) - 60)
             }
             let noised = try VipsImage.fromPixels(noisy, width: pixels.width, height: pixels.height, bands: 3).labelled(.srgb)
@@ -69,7 +71,8 @@ struct SsimTests {
                 let data = try photo.encoded(.jpeg(quality: quality, progressive: false, strip: true))
                 return try VipsImage.open(data: data).structuralSimilarity(to: photo)
             }
-            let high = try jpeg(95), low = try jpeg(10)
+            let high = try jpeg(95)
+            let low = try jpeg(10)
             #expect(high > low + 0.05, "q95 \(high), q10 \(low)")
             #expect(high > 0.9 && high < 1)
         }
@@ -77,7 +80,8 @@ struct SsimTests {
 
     @Test func imagesOfDifferentSizesAreRefused() throws {
         defer { VipsRuntime.endThreadWork() }
-        let narrow = try flat(10, width: 10, height: 10), wide = try flat(10, width: 12, height: 10)
+        let narrow = try flat(10, width: 10, height: 10)
+        let wide = try flat(10, width: 12, height: 10)
         #expect(throws: VipsError.self) { try narrow.structuralSimilarity(to: wide) }
     }
 }

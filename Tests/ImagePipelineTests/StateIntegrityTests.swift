@@ -15,14 +15,18 @@ struct StateIntegrityTests {
     init() throws { work = try TemporaryDirectory("imgpipe-integrity") }
 
     func images(_ count: Int, width: Int = 200, height: Int = 150) throws {
-        for index in 1 ... count {
+        for index in 1...count {
             try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: width, height: height)
         }
     }
 
-    func pipeline(source: String = #"{"type": "directory", "path": "in"}"#, filters: String = #"[{"op": "fit", "width": 64, "height": 64}]"#,
-                  output: String = #"{"format": "jpeg"}"#, sink: String = "out", extra: String = "") throws {
-        try work.write("""
+    func pipeline(
+        source: String = #"{"type": "directory", "path": "in"}"#,
+        filters: String = #"[{"op": "fit", "width": 64, "height": 64}]"#,
+        output: String = #"{"format": "jpeg"}"#, sink: String = "out", extra: String = ""
+    ) throws {
+        try work.write(
+            """
             {"version": 1, "source": \(source), "filters": \(filters), "output": \(output),
              "sink": {"type": "directory", "path": "\(sink)"}\(extra)}
             """, to: "pipe.json")
@@ -34,7 +38,7 @@ struct StateIntegrityTests {
 
     /// A run kept busy for several seconds: 12 images, each answered after 0.5 s, one at a time.
     func slowRun(_ server: TestHTTPServer, state: String) throws -> RunningCommand {
-        try work.write((1 ... 12).map { "\(server.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "urls.txt")
+        try work.write((1...12).map { "\(server.baseURL)/images/\($0).jpg" }.joined(separator: "\n"), to: "urls.txt")
         try pipeline(source: #"{"type": "url-list", "path": "urls.txt"}"#, extra: #", "limits": {"downloads": 1}"#)
         return try ImgpipeBinary.launch(["run", "pipe.json", "--state", state], in: work.path)
     }
@@ -55,7 +59,10 @@ struct StateIntegrityTests {
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             if let queue = try? DatabaseQueue(path: work.url(state)),
-               let count = try? queue.read({ try Int.fetchOne($0, sql: "SELECT count(*) FROM item") }), count > 0 { return }
+                let count = try? queue.read({ try Int.fetchOne($0, sql: "SELECT count(*) FROM item") }), count > 0
+            {
+                return
+            }
             usleep(50_000)
         }
     }
@@ -65,7 +72,8 @@ struct StateIntegrityTests {
         try work.folder("states")
         let first = try slowRun(server, state: "states/run.sqlite")
         waitForRun(in: "states/run.sqlite")
-        try FileManager.default.createSymbolicLink(atPath: work.url("link.sqlite"), withDestinationPath: work.url("states/run.sqlite"))
+        try FileManager.default.createSymbolicLink(
+            atPath: work.url("link.sqlite"), withDestinationPath: work.url("states/run.sqlite"))
         for other in ["link.sqlite", "./states/run.sqlite", "states/../states/run.sqlite"] {
             let second = try imgpipe("resume", "pipe.json", "--state", other)
             #expect(second.status == 2, "\(other): \(second.stderr)")
@@ -121,8 +129,9 @@ struct StateIntegrityTests {
             return
         }
         #expect(result.status == 1, "stdout: \(result.stdout) stderr: \(result.stderr)")
-        #expect(result.stderr.contains("run.sqlite was changed by another program while the run was going")
-            || result.stderr.contains("run.sqlite was damaged while the run was going"), "stderr: \(result.stderr)")
+        #expect(
+            result.stderr.contains("run.sqlite was changed by another program while the run was going")
+                || result.stderr.contains("run.sqlite was damaged while the run was going"), "stderr: \(result.stderr)")
         #expect(!result.stdout.contains("all done") && !result.stderr.contains("all done"))
     }
 
@@ -168,8 +177,9 @@ struct StateIntegrityTests {
     /// Outputs staged on a full disk fail `io` after their retries, and `resume
     /// --retry-failed` delivers them once there is room.
     @Test func aFullDiskWhileStagingIsAnIOFailureThatIsRetried() throws {
-        for index in 1 ... 2 {
-            try ImageFixtures.write(try ImageFixtures.photo(width: 900, height: 700, seed: index), to: work.url("in/photo-\(index).jpg"))
+        for index in 1...2 {
+            try ImageFixtures.write(
+                try ImageFixtures.photo(width: 900, height: 700, seed: index), to: work.url("in/photo-\(index).jpg"))
         }
         try work.folder("small")
         let mount = try TmpfsMount(at: work.url("small"), size: "64k")
@@ -177,15 +187,17 @@ struct StateIntegrityTests {
         // The run's work folder (beside the state file) lives on the small disk.
         try work.folder(".imgpipe")
         try FileManager.default.createSymbolicLink(atPath: work.url(".imgpipe/pipe.work"), withDestinationPath: work.url("small"))
-        try pipeline(filters: #"[{"op": "fit", "width": 900, "height": 700}]"#, output: #"{"format": "png"}"#,
-                     extra: #", "retry": {"attempts": 2, "backoff": 0.05}"#)
+        try pipeline(
+            filters: #"[{"op": "fit", "width": 900, "height": 700}]"#, output: #"{"format": "png"}"#,
+            extra: #", "retry": {"attempts": 2, "backoff": 0.05}"#)
         let full = try imgpipe("run", "pipe.json")
         #expect(full.status == 1, "stderr: \(full.stderr)")
         let status = try imgpipe("status", "pipe.json", "--json")
         let report = try JSONDecoder().decode(StatusReport.self, from: Data(status.stdout.utf8))
         #expect(report.failed == 2)
-        #expect(report.failures.allSatisfy { $0.reason == "io" && $0.attempts == 2 && $0.message.contains("No space left") },
-                "got: \(report.failures)")
+        #expect(
+            report.failures.allSatisfy { $0.reason == "io" && $0.attempts == 2 && $0.message.contains("No space left") },
+            "got: \(report.failures)")
         try mount.resize("64m")
         let resumed = try imgpipe("resume", "pipe.json", "--retry-failed")
         #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
@@ -200,34 +212,41 @@ struct StateIntegrityTests {
     @Test func spoolFilesKeptForReuseMakeRoomForAnOutputOnAFullDisk() throws {
         func noisePNG(_ width: Int, _ height: Int, seed: UInt32) throws -> Data {
             var state = seed | 1
-            let bytes = (0 ..< width * height * 3).map { _ -> UInt8 in
-                state ^= state << 13; state ^= state >> 17; state ^= state << 5
+            let bytes = (0..<width * height * 3).map { _ -> UInt8 in
+                state ^= state << 13
+                state ^= state >> 17
+                state ^= state << 5
                 return UInt8(truncatingIfNeeded: state)
             }
-            try ImageFixtures.write(try VipsImage.fromPixels(bytes, width: width, height: height, bands: 3).labelled(.srgb),
-                                    to: work.url("noise-\(seed).png"))
+            try ImageFixtures.write(
+                try VipsImage.fromPixels(bytes, width: width, height: height, bands: 3).labelled(.srgb),
+                to: work.url("noise-\(seed).png"))
             return try Data(contentsOf: URL(fileURLWithPath: work.url("noise-\(seed).png")))
         }
-        let bodies = [try noisePNG(640, 600, seed: 1), try noisePNG(640, 600, seed: 2), try noisePNG(640, 600, seed: 3),
-                      try noisePNG(820, 820, seed: 4)]
+        let bodies = [
+            try noisePNG(640, 600, seed: 1), try noisePNG(640, 600, seed: 2), try noisePNG(640, 600, seed: 3),
+            try noisePNG(820, 820, seed: 4),
+        ]
         #expect(bodies[..<3].allSatisfy { $0.count > 1 << 20 })
         let server = try TestHTTPServer { request in
-            guard let index = Int(request.path.dropFirst("/n".count).prefix { $0.isNumber }), (1 ... 4).contains(index) else {
+            guard let index = Int(request.path.dropFirst("/n".count).prefix { $0.isNumber }), (1...4).contains(index) else {
                 return .status(404)
             }
-            return TestHTTPServer.Response(headers: [("Content-Type", "image/png")], body: bodies[index - 1],
-                                           stall: index == 4 ? 1.5 : 0)
+            return TestHTTPServer.Response(
+                headers: [("Content-Type", "image/png")], body: bodies[index - 1],
+                stall: index == 4 ? 1.5 : 0)
         }
         defer { server.stop() }
-        try work.write((1 ... 4).map { "\(server.baseURL)/n\($0).png" }.joined(separator: "\n"), to: "urls.txt")
+        try work.write((1...4).map { "\(server.baseURL)/n\($0).png" }.joined(separator: "\n"), to: "urls.txt")
         try work.folder("small")
         let mount = try TmpfsMount(at: work.url("small"), size: "6m")
         defer { mount.unmount() }
         try work.folder(".imgpipe")
         try FileManager.default.createSymbolicLink(atPath: work.url(".imgpipe/pipe.work"), withDestinationPath: work.url("small"))
-        try pipeline(source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#,
-                     filters: #"[{"op": "fit", "width": 2000, "height": 2000}]"#, output: #"{"format": "png"}"#,
-                     extra: #", "limits": {"downloads": 1, "workers": 1}, "retry": {"attempts": 2, "backoff": 0.05}"#)
+        try pipeline(
+            source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#,
+            filters: #"[{"op": "fit", "width": 2000, "height": 2000}]"#, output: #"{"format": "png"}"#,
+            extra: #", "limits": {"downloads": 1, "workers": 1}, "retry": {"attempts": 2, "backoff": 0.05}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stdout: \(result.stdout) stderr: \(result.stderr)")
         let out = work.files(under: "out").sorted()
@@ -248,7 +267,7 @@ struct StateIntegrityTests {
         // The run writes into the folder while it is removed: a removal can meet a file made
         // meanwhile and fail (as `rm -rf` would); it is tried again, as a user would.
         var removed = false
-        for _ in 0 ..< 50 where !removed {
+        for _ in 0..<50 where !removed {
             removed = (try? FileManager.default.removeItem(atPath: work.url("out"))) != nil
             if !removed { usleep(10000) }
         }
@@ -265,12 +284,14 @@ struct StateIntegrityTests {
         try pipeline(filters: #"[{"op": "watermark", "image": "mark.png"}]"#)
         let refused = try #require(try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 60).result)
         #expect(refused.status == 2)
-        #expect(refused.stderr.contains("filters[0].image") && refused.stderr.contains("not a readable regular file"),
-                "stderr: \(refused.stderr)")
+        #expect(
+            refused.stderr.contains("filters[0].image") && refused.stderr.contains("not a readable regular file"),
+            "stderr: \(refused.stderr)")
         try pipeline()
         // A FIFO in the source folder is not an image file: it is not listed.
-        let result = try #require(try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 60).result,
-                                  "the run hung on a FIFO in the source folder")
+        let result = try #require(
+            try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path).watch(deadline: 60).result,
+            "the run hung on a FIFO in the source folder")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let status = try imgpipe("status", "pipe.json", "--json")
         let report = try JSONDecoder().decode(StatusReport.self, from: Data(status.stdout.utf8))

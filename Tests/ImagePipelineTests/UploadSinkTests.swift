@@ -1,9 +1,10 @@
 import Foundation
 import GRDB
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
 import VipsKit
+
+@testable import ImagePipeline
 
 /// Upload and HTTP sinks end to end, against a loopback server that parses multipart
 /// bodies and honours `Idempotency-Key`.
@@ -14,14 +15,17 @@ struct UploadSinkTests {
     init() throws { work = try TemporaryDirectory("imgpipe-upload") }
 
     func images(_ count: Int, size: (Int, Int) = (120, 90)) throws {
-        for index in 1 ... count {
+        for index in 1...count {
             try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: size.0, height: size.1)
         }
     }
 
-    func pipeline(sinks: String, limits: String = #"{"uploads": 4, "timeout": 5}"#,
-                  retry: String = #"{"attempts": 3, "backoff": 0.05}"#) throws {
-        try work.write("""
+    func pipeline(
+        sinks: String, limits: String = #"{"uploads": 4, "timeout": 5}"#,
+        retry: String = #"{"attempts": 3, "backoff": 0.05}"#
+    ) throws {
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 60, "height": 60}],
              "sinks": \(sinks), "limits": \(limits), "retry": \(retry)}
@@ -49,7 +53,8 @@ struct UploadSinkTests {
 
     func stateFileBytes() throws -> Data {
         var bytes = Data()
-        for name in ["pipe.sqlite", "pipe.sqlite-wal"] where FileManager.default.fileExists(atPath: work.url(".imgpipe/" + name)) {
+        for name in ["pipe.sqlite", "pipe.sqlite-wal"] where FileManager.default.fileExists(atPath: work.url(".imgpipe/" + name))
+        {
             bytes += try Data(contentsOf: URL(fileURLWithPath: work.url(".imgpipe/" + name)))
         }
         return bytes
@@ -59,13 +64,15 @@ struct UploadSinkTests {
     /// strict parser refused it), and 100,000 keys in the upload's answer took minutes to
     /// parse: answers are read leniently, and their `url` kept.
     @Test func anAnswerWithADuplicateKeyOrManyKeysKeepsItsURL() throws {
-        let extra = (0 ..< 100_000).map { #""k\#($0)": \#($0)"# }.joined(separator: ", ")
+        let extra = (0..<100_000).map { #""k\#($0)": \#($0)"# }.joined(separator: ", ")
         let server = try TestHTTPServer { request in
             let host = "http://\(request.headers["host"]!)"
             switch (request.method, request.path) {
             // Foundation's decoder keeps the first of duplicate keys.
-            case ("GET", "/upload"): return .json(#"{"url": "\#(host)/post", "url": "\#(host)/ignored", "ticket": 1, "ticket": 2}"#)
-            case ("POST", "/post"): return .json(#"{\#(extra), "url": "/files/kept.jpg", "url": "/files/ignored.jpg"}"#, status: 201)
+            case ("GET", "/upload"):
+                return .json(#"{"url": "\#(host)/post", "url": "\#(host)/ignored", "ticket": 1, "ticket": 2}"#)
+            case ("POST", "/post"):
+                return .json(#"{\#(extra), "url": "/files/kept.jpg", "url": "/files/ignored.jpg"}"#, status: 201)
             default: return .status(404)
             }
         }
@@ -119,13 +126,16 @@ struct UploadSinkTests {
         let server = try UploadServer()
         try images(5)
         let secret = "appid-\(UUID().uuidString.prefix(10))"
-        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload", "fields": {"//": "a comment, not a field", "appid": "${TEST_APPID}", "album": "trip"}}]"#)
+        try pipeline(
+            sinks:
+                #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload", "fields": {"//": "a comment, not a field", "appid": "${TEST_APPID}", "album": "trip"}}]"#
+        )
         let result = try imgpipe(["run", "pipe.json"], environment: ["TEST_APPID": secret])
         #expect(result.status == 0, "stderr: \(result.stderr)")
 
         let uploads = server.uploads
         #expect(uploads.count == 5)
-        #expect(Set(uploads.compactMap(\.filename)) == Set((1 ... 5).map { String(format: "img-%03d.jpg", $0) }))
+        #expect(Set(uploads.compactMap(\.filename)) == Set((1...5).map { String(format: "img-%03d.jpg", $0) }))
         for upload in uploads {
             #expect(upload.fields["appid"] == secret && upload.fields["album"] == "trip")
             #expect(upload.fields["//"] == nil, "a comment key was sent as a form field")
@@ -157,7 +167,8 @@ struct UploadSinkTests {
         try pipeline(sinks: sink)
         #expect(try imgpipe(["run", "pipe.json"]).status == 0)
         let first = try runUUID()
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 30, "height": 30}], "sinks": \(sink)}
             """, to: "other.json")
@@ -181,16 +192,18 @@ struct UploadSinkTests {
     @Test func anEndlessUploadAnswerIsCut() throws {
         let server = try TestHTTPServer { _ in .streamed(.flood(bytes: 8 << 30), type: "application/json") }
         try images(2)
-        try pipeline(sinks: #"[{"type": "http", "url": "\#(server.baseURL)/put/{stem}.jpg", "method": "PUT"}]"#,
-                     retry: #"{"attempts": 1}"#)
+        try pipeline(
+            sinks: #"[{"type": "http", "url": "\#(server.baseURL)/put/{stem}.jpg", "method": "PUT"}]"#,
+            retry: #"{"attempts": 1}"#)
         let watched = try ImgpipeBinary.runMeasured(["run", "pipe.json"], in: work.path, timeout: 60)
         #expect(!watched.timedOut, "the run was still going after 60 s")
         let result = watched.result
         #expect(result.status == 1)
         let failures = try status().failures
         #expect(failures.count == 2)
-        #expect(failures.allSatisfy { $0.reason == "upload" && $0.message.contains("the answer's limit") },
-                "got: \(failures)")
+        #expect(
+            failures.allSatisfy { $0.reason == "upload" && $0.message.contains("the answer's limit") },
+            "got: \(failures)")
         // The answer lands in the run's own process (its pixel helpers hold only pixels).
         #expect(watched.ownPeakRSS > 1 << 20 && watched.ownPeakRSS < 200 << 20, "peak RSS \(watched.ownPeakRSS >> 20) MB")
     }
@@ -202,7 +215,8 @@ struct UploadSinkTests {
             request.path.hasPrefix("/up/") ? .status(302, headers: [("Location", "/landing")]) : .json("{}")
         }
         try images(2)
-        let put = #"{"type": "http", "url": "\#(server.baseURL)/up/{stem}.jpg", "method": "PUT", "headers": {"X-Api-Key": "k3y"}}"#
+        let put =
+            #"{"type": "http", "url": "\#(server.baseURL)/up/{stem}.jpg", "method": "PUT", "headers": {"X-Api-Key": "k3y"}}"#
         let post = #"{"type": "http", "name": "form", "url": "\#(server.baseURL)/up/{stem}", "method": "POST"}"#
         try pipeline(sinks: "[\(put), \(post)]", retry: #"{"attempts": 1}"#)
         let result = try imgpipe(["run", "pipe.json"])
@@ -221,8 +235,9 @@ struct UploadSinkTests {
             busy.withLock { $0 } ? .status(503, headers: [("Retry-After", "60")]) : .json("{}", status: 201)
         }
         try images(2)
-        try pipeline(sinks: #"[{"type": "http", "url": "\#(server.baseURL)/put/{stem}.jpg", "method": "PUT"}]"#,
-                     retry: #"{"attempts": 3, "backoff": 0.05}"#)
+        try pipeline(
+            sinks: #"[{"type": "http", "url": "\#(server.baseURL)/put/{stem}.jpg", "method": "PUT"}]"#,
+            retry: #"{"attempts": 3, "backoff": 0.05}"#)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline, server.requests.count < 2 { usleep(20_000) }
@@ -245,31 +260,38 @@ struct UploadSinkTests {
         let server = try UploadServer()
         try images(3)
         let token = "tok-\(UUID().uuidString.prefix(10))"
-        try pipeline(sinks: """
-            [{"type": "http", "url": "\(server.baseURL)/put/{stem}-{hash}.{ext}", "headers": {"Authorization": "Bearer ${TEST_TOKEN}"}},
-             {"type": "http", "name": "form", "url": "\(server.baseURL)/put/form/{key}", "method": "POST", "fileField": "image"}]
-            """)
+        try pipeline(
+            sinks: """
+                [{"type": "http", "url": "\(server.baseURL)/put/{stem}-{hash}.{ext}", "headers": {"Authorization": "Bearer ${TEST_TOKEN}"}},
+                 {"type": "http", "name": "form", "url": "\(server.baseURL)/put/form/{key}", "method": "POST", "fileField": "image"}]
+                """)
         let result = try imgpipe(["run", "pipe.json"], environment: ["TEST_TOKEN": token])
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let puts = server.server.requests.filter { $0.method == "PUT" }
         #expect(puts.count == 3)
-        #expect(puts.allSatisfy { $0.headers["authorization"] == "Bearer \(token)" && $0.headers["content-type"] == "image/jpeg" })
-        #expect(puts.allSatisfy { $0.path.range(of: #"^/put/img-00[1-3]-[0-9a-f]{16}\.jpg$"#, options: .regularExpression) != nil },
-                "\(puts.map(\.path))")
+        #expect(
+            puts.allSatisfy { $0.headers["authorization"] == "Bearer \(token)" && $0.headers["content-type"] == "image/jpeg" })
+        #expect(
+            puts.allSatisfy { $0.path.range(of: #"^/put/img-00[1-3]-[0-9a-f]{16}\.jpg$"#, options: .regularExpression) != nil },
+            "\(puts.map(\.path))")
         for put in puts { #expect((try? VipsImage.open(data: put.body))?.width == 60) }
         let posts = server.uploads.filter { $0.path.hasPrefix("/put/form/") }
         #expect(posts.count == 3)
         #expect(posts.allSatisfy { $0.filename?.hasSuffix(".jpg") == true && $0.path.contains("img-00") })
         #expect(try stateFileBytes().range(of: Data(token.utf8)) == nil)
         let sinks = try status().sinks
-        #expect(sinks == ["http-0": DeliveryCounts(done: 3, failed: 0, pending: 0),
-                          "form": DeliveryCounts(done: 3, failed: 0, pending: 0)])
+        #expect(
+            sinks == [
+                "http-0": DeliveryCounts(done: 3, failed: 0, pending: 0),
+                "form": DeliveryCounts(done: 3, failed: 0, pending: 0),
+            ])
     }
 
     @Test func killNineMidUploadThenResumeStoresEachItemExactlyOnce() throws {
         let server = try UploadServer(mode: .slow(0.25))
         try images(24, size: (64, 48))
-        try pipeline(sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload"}]"#, limits: #"{"uploads": 3, "timeout": 10}"#)
+        try pipeline(
+            sinks: #"[{"type": "upload", "endpoint": "\#(server.baseURL)/upload"}]"#, limits: #"{"uploads": 3, "timeout": 10}"#)
         let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
         let deadline = Date().addingTimeInterval(60)
         // Kill while uploads are in flight: received by the server, not yet answered.
@@ -277,7 +299,7 @@ struct UploadSinkTests {
         while Date() < deadline, !(server.uploads.count >= 6 && posts() > server.uploads.count) { usleep(2000) }
         running.signal(SIGKILL)
         _ = running.wait()
-        Thread.sleep(forTimeInterval: 0.4) // let uploads already in flight land on the server
+        Thread.sleep(forTimeInterval: 0.4)  // let uploads already in flight land on the server
         let before = server.uploads.count
         #expect(before >= 6 && before < 24, "killed after \(before) uploads")
 
@@ -318,8 +340,10 @@ struct UploadSinkTests {
     @Test func twoSinksWhereOneFailsThenRetryDeliversOnlyWhatIsMissing() throws {
         let server = try UploadServer(mode: .refuse(500))
         try images(4)
-        try pipeline(sinks: #"[{"type": "directory", "path": "out"}, {"type": "upload", "name": "server", "endpoint": "\#(server.baseURL)/upload"}]"#,
-                     retry: #"{"attempts": 2, "backoff": 0.05}"#)
+        try pipeline(
+            sinks:
+                #"[{"type": "directory", "path": "out"}, {"type": "upload", "name": "server", "endpoint": "\#(server.baseURL)/upload"}]"#,
+            retry: #"{"attempts": 2, "backoff": 0.05}"#)
         let first = try imgpipe(["run", "pipe.json"])
         #expect(first.status == 1)
         #expect(work.files(under: "out").count == 4, "the directory sink got every output")
@@ -333,12 +357,15 @@ struct UploadSinkTests {
         let retried = try imgpipe(["resume", "pipe.json", "--retry-failed"])
         #expect(retried.status == 0, "stderr: \(retried.stderr)")
         #expect(server.uploads.count == 4)
-        #expect(try work.files(under: "out").map { try inode(work.url("out/" + $0)) } == inodes, "the directory sink was not written again")
+        #expect(
+            try work.files(under: "out").map { try inode(work.url("out/" + $0)) } == inodes,
+            "the directory sink was not written again")
         let queue = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite"))
         let attempts = try queue.read { try Int.fetchAll($0, sql: "SELECT attempts FROM item") }
         #expect(attempts == [1, 1, 1, 1], "nothing was processed again")
         #expect(try status().done == 4)
-        #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-1")), "staged outputs removed at the end")
+        #expect(
+            !FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.work/run-1")), "staged outputs removed at the end")
     }
 }
 
@@ -352,7 +379,7 @@ struct UploadTargetTests {
 
     init() throws {
         work = try TemporaryDirectory("imgpipe-upload-target")
-        for index in 1 ... 2 {
+        for index in 1...2 {
             try ImageFixtures.jpeg(at: work.url("in/img-\(index).jpg"), width: 80, height: 60)
         }
     }
@@ -363,7 +390,8 @@ struct UploadTargetTests {
         let endpoint = try TestHTTPServer { request in
             request.path == "/ticket" ? .json(#"{"url": "\#(target)/put"}"#) : .status(404)
         }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "filters": [{"op": "fit", "width": 40, "height": 40}],
              "sink": {"type": "upload", "endpoint": "\(endpoint.baseURL)/ticket", "fields": {"appkey": "${APP_KEY}"}
@@ -383,21 +411,24 @@ struct UploadTargetTests {
         let status = try ImgpipeBinary.run(["status", "pipe.json", "--json"], in: work.path).decoded(StatusReport.self)
         #expect(status.failures.count == 2)
         for failure in status.failures {
-            #expect(failure.reason == "upload" && failure.message.contains("http://127.0.0.2:\(other.port)")
-                && failure.message.contains("allowHosts"), "\(failure.message)")
+            #expect(
+                failure.reason == "upload" && failure.message.contains("http://127.0.0.2:\(other.port)")
+                    && failure.message.contains("allowHosts"), "\(failure.message)")
             #expect(!failure.message.contains(secret))
         }
         // Listed, the host receives the fields.
         let allowed = try run(other: other, allowHosts: #"["127.0.0.2"]"#)
         #expect(allowed.status == 0, "stderr: \(allowed.stderr)")
-        #expect(other.requests.count == 2 && other.requests.allSatisfy { String(decoding: $0.body, as: UTF8.self).contains(secret) })
+        #expect(
+            other.requests.count == 2 && other.requests.allSatisfy { String(decoding: $0.body, as: UTF8.self).contains(secret) })
     }
 
     @Test func fieldsWithoutASecretGoWhereTheEndpointSays() throws {
         let other = try TestHTTPServer(host: "127.0.0.2") { _ in .json(#"{"url": "stored"}"#, status: 201) }
         let target = other.baseURL
         let endpoint = try TestHTTPServer { _ in .json(#"{"url": "\#(target)/put"}"#) }
-        try work.write("""
+        try work.write(
+            """
             {"version": 1, "source": {"type": "directory", "path": "in"},
              "sink": {"type": "upload", "endpoint": "\(endpoint.baseURL)/ticket", "fields": {"album": "summer"}}}
             """, to: "pipe.json")

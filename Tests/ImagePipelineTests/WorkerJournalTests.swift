@@ -1,7 +1,8 @@
 import Foundation
-@testable import ImagePipeline
 import ImagePipelineTesting
 import Testing
+
+@testable import ImagePipeline
 
 /// Where a shared-run worker keeps its journal (`WorkerJournal`): a dead worker's journal is
 /// swept, a live one's never (locked, or written lately by an imgpipe that did not lock), a
@@ -28,10 +29,10 @@ struct WorkerJournalTests {
     func exists(_ relative: String) -> Bool { FileManager.default.fileExists(atPath: work.url(relative)) }
 
     @Test func deadJournalsGoLiveOnesStayAndNoLinkIsFollowed() throws {
-        let predecessor = try journal("host-1")                 // this worker's own name, just killed
-        _ = try journal("host-77", age: 3600)                   // a worker gone an hour ago
-        _ = try journal("host-78")                              // an older imgpipe writing now (no lock)
-        let held = try journal("host-79", age: 3600)            // a live worker, idle but locked
+        let predecessor = try journal("host-1")  // this worker's own name, just killed
+        _ = try journal("host-77", age: 3600)  // a worker gone an hour ago
+        _ = try journal("host-78")  // an older imgpipe writing now (no lock)
+        let held = try journal("host-79", age: 3600)  // a live worker, idle but locked
         let lock = try StateLock(stateFile: held)
         let victim = try work.write("precious", to: "victim.db")
         try FileManager.default.createSymbolicLink(atPath: work.url("w/host-2.sqlite"), withDestinationPath: victim)

@@ -53,7 +53,7 @@ public struct DirectoryFeed: Feed {
     }
 
     private func countFiles(in directory: [UInt8]) -> Int {
-        guard case let .success(entries) = entries(of: directory) else { return 0 }
+        guard case .success(let entries) = entries(of: directory) else { return 0 }
         return entries.reduce(0) { count, entry in
             count + (entry.kind == .image ? 1 : entry.kind == .folder ? countFiles(in: entry.path) : 0)
         }
@@ -121,7 +121,8 @@ public struct DirectoryFeed: Feed {
 
     private static func hasImageExtension(_ name: [UInt8]) -> Bool {
         guard let dot = name.lastIndex(of: UInt8(ascii: ".")), dot > 0,
-              let ext = String(validating: name[(dot + 1)...], as: UTF8.self) else { return false }
+            let ext = String(validating: name[(dot + 1)...], as: UTF8.self)
+        else { return false }
         return imageExtensions.contains(ext.lowercased())
     }
 
@@ -147,12 +148,14 @@ public struct DirectoryFeed: Feed {
     /// Returns false when `body` asked to stop. The key is the relative path with bytes
     /// that are not valid UTF-8 written `\xE9` (`LocalPath.escaped`); the location is the
     /// file's exact bytes (`LocalPath.location`).
-    private func walk(_ directory: [UInt8], relative: [UInt8], unread: inout UnreadFolders,
-                      _ body: (FeedItem) throws -> Bool) throws -> Bool {
+    private func walk(
+        _ directory: [UInt8], relative: [UInt8], unread: inout UnreadFolders,
+        _ body: (FeedItem) throws -> Bool
+    ) throws -> Bool {
         let entries: [Entry]
         switch self.entries(of: directory) {
-        case let .success(found): entries = found
-        case let .failure(error):
+        case .success(let found): entries = found
+        case .failure(let error):
             if relative.isEmpty { throw FeedError("cannot list source directory \(root): \(error)") }
             unread.add(LocalPath.escaped(relative), error)
             return true
@@ -191,7 +194,8 @@ private struct UnreadFolders {
 
     var error: FeedError? {
         guard count > 0 else { return nil }
-        return FeedError("\(count) \(count == 1 ? "folder" : "folders") of \(root) could not be read, their files left out: "
-                         + named.joined(separator: ", ") + (count > named.count ? ", …" : ""))
+        return FeedError(
+            "\(count) \(count == 1 ? "folder" : "folders") of \(root) could not be read, their files left out: "
+                + named.joined(separator: ", ") + (count > named.count ? ", …" : ""))
     }
 }

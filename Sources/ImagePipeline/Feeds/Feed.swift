@@ -32,8 +32,9 @@ public struct FeedItem: Sendable, Equatable {
     /// without its extension, sub-folders kept (output names are made safe when rendered).
     /// An object is fetched from `location` (`s3://bucket/key`).
     public init(key: String, location: String, metadata: String? = nil, fromFallback: Bool = false, isLocal: Bool = true) {
-        self.init(key: key, location: location, metadata: metadata, nameKey: key, nameStem: NameTemplate.stem(of: key),
-                  fromFallback: fromFallback, isLocal: isLocal)
+        self.init(
+            key: key, location: location, metadata: metadata, nameKey: key, nameStem: NameTemplate.stem(of: key),
+            fromFallback: fromFallback, isLocal: isLocal)
     }
 
     /// A remote item: `{key}` is the whole key made safe for one file name, and `{stem}`
@@ -50,8 +51,9 @@ public struct FeedItem: Sendable, Equatable {
 
     /// This item as listed by a fallback source.
     func asFallback() -> FeedItem {
-        FeedItem(key: key, location: location, metadata: metadata, nameKey: nameKey, nameStem: nameStem,
-                 fromFallback: true, isLocal: isLocal)
+        FeedItem(
+            key: key, location: location, metadata: metadata, nameKey: nameKey, nameStem: nameStem,
+            fromFallback: true, isLocal: isLocal)
     }
 
     /// This item as it may be recorded: its key as `Environment.recorded` writes it (read
@@ -59,28 +61,33 @@ public struct FeedItem: Sendable, Equatable {
     /// back as references (names are never expanded again), masked in its metadata. The
     /// location stays as it is (it is fetched); the runner records it with `recorded`.
     func withoutSecrets(_ environment: Environment) -> FeedItem {
-        FeedItem(key: environment.recorded(key), location: location, metadata: metadata.map(environment.redact),
-                 nameKey: environment.referencing(nameKey), nameStem: environment.referencing(nameStem),
-                 fromFallback: fromFallback, isLocal: isLocal)
+        FeedItem(
+            key: environment.recorded(key), location: location, metadata: metadata.map(environment.redact),
+            nameKey: environment.referencing(nameKey), nameStem: environment.referencing(nameStem),
+            fromFallback: fromFallback, isLocal: isLocal)
     }
 
     /// This item as a shared run's database keeps it: `withoutSecrets`, and the location
     /// recorded too, so no secret is stored and none can be read back into it.
     func forSharedState(_ environment: Environment) -> FeedItem {
         let clean = withoutSecrets(environment)
-        return FeedItem(key: clean.key, location: environment.recorded(location), metadata: clean.metadata,
-                        nameKey: clean.nameKey, nameStem: clean.nameStem, fromFallback: fromFallback, isLocal: isLocal)
+        return FeedItem(
+            key: clean.key, location: environment.recorded(location), metadata: clean.metadata,
+            nameKey: clean.nameKey, nameStem: clean.nameStem, fromFallback: fromFallback, isLocal: isLocal)
     }
 
     /// This item, read back from a shared run's database, ready to fetch: its location restored.
     func fromSharedState(_ environment: Environment) -> FeedItem {
-        FeedItem(key: key, location: environment.restored(location), metadata: metadata, nameKey: nameKey,
-                 nameStem: nameStem, fromFallback: fromFallback, isLocal: isLocal)
+        FeedItem(
+            key: key, location: environment.restored(location), metadata: metadata, nameKey: nameKey,
+            nameStem: nameStem, fromFallback: fromFallback, isLocal: isLocal)
     }
 
     /// An item exactly as recorded (a shared run's database gives back what its lister listed).
-    init(key: String, location: String, metadata: String?, nameKey: String, nameStem: String,
-         fromFallback: Bool, isLocal: Bool) {
+    init(
+        key: String, location: String, metadata: String?, nameKey: String, nameStem: String,
+        fromFallback: Bool, isLocal: Bool
+    ) {
         self.key = key
         self.location = location
         self.metadata = metadata
@@ -94,9 +101,10 @@ public struct FeedItem: Sendable, Equatable {
     /// `Été` stays `Été`), `.`, `-` and `_` replaced by `_`, no leading dot, at most 200
     /// characters; never empty. One file name: a `/` is replaced too.
     public static func safeName(_ text: String) -> String {
-        var out = String(text.precomposedStringWithCanonicalMapping.map { c -> Character in
-            c.isLetter || c.isNumber || c == "." || c == "-" || c == "_" ? c : "_"
-        })
+        var out = String(
+            text.precomposedStringWithCanonicalMapping.map { c -> Character in
+                c.isLetter || c.isNumber || c == "." || c == "-" || c == "_" ? c : "_"
+            })
         while out.hasPrefix(".") { out.removeFirst() }
         if out.count > 200 { out = String(out.prefix(200)) }
         return out.isEmpty ? "_" : out
@@ -109,10 +117,12 @@ public struct FeedItem: Sendable, Equatable {
     /// makes the rendered name safe again, whatever a template adds.)
     static func safeFolders(_ text: String) -> String {
         let parts = text.precomposedStringWithCanonicalMapping.split(separator: "/").compactMap { part -> String? in
-            var out = String(String.UnicodeScalarView(part.unicodeScalars.map { scalar in
-                scalar.value < 0x20 || (0x7F ... 0x9F).contains(scalar.value) || (0x202A ... 0x202E).contains(scalar.value)
-                    || (0x2066 ... 0x2069).contains(scalar.value) || scalar == "\\" ? "_" : scalar
-            }))
+            var out = String(
+                String.UnicodeScalarView(
+                    part.unicodeScalars.map { scalar in
+                        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || (0x202A...0x202E).contains(scalar.value)
+                            || (0x2066...0x2069).contains(scalar.value) || scalar == "\\" ? "_" : scalar
+                    }))
             while out.hasPrefix(".") { out.removeFirst() }
             if out.count > 200 { out = String(out.prefix(200)) }
             return out.isEmpty ? nil : out

@@ -50,7 +50,7 @@ final class ListFileLines {
                 fill()
                 continue
             }
-            let available = block[start ..< end]
+            let available = block[start..<end]
             let feed = available.firstIndex(of: UInt8(ascii: "\n"))
             let stop = feed ?? end
             if !tooLong {
@@ -58,7 +58,7 @@ final class ListFileLines {
                     tooLong = true
                     line = []
                 } else {
-                    line.append(contentsOf: block[start ..< stop])
+                    line.append(contentsOf: block[start..<stop])
                 }
             }
             start = stop

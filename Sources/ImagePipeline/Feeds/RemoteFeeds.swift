@@ -29,7 +29,8 @@ public struct JSONFeed: Feed {
         let withNUL = zip(keys, images).map { key, image in FeedItem.holdsNUL(key, image) }
         expect(.counted(zip(images, withNUL).count { $0 != nil && !$1 }))
         let page = "the feed at \(url)"
-        var leftOut = LeftOutEntries(page: page, noun: ("entry", "entries"), reason: "with no \(JSONValue.quote(urlField)) string")
+        var leftOut = LeftOutEntries(
+            page: page, noun: ("entry", "entries"), reason: "with no \(JSONValue.quote(urlField)) string")
         var cut = LeftOutEntries.withNUL(page: page)
         defer {
             leftOut.tell(notice)
@@ -37,11 +38,12 @@ public struct JSONFeed: Feed {
         }
         // Entries, none with an image URL: a misnamed `urlField`, most likely, not an empty feed.
         if !items.isEmpty, images.allSatisfy({ $0 == nil }) {
-            throw FeedError("the feed at \(url) has \(items.count) entries and none with a \(JSONValue.quote(urlField)) string "
-                                + "(is urlField right?)")
+            throw FeedError(
+                "the feed at \(url) has \(items.count) entries and none with a \(JSONValue.quote(urlField)) string "
+                    + "(is urlField right?)")
         }
         for (index, (item, (image, key))) in zip(items, zip(images, keys)).enumerated() {
-            guard case let .object(members) = item, let image, let key else {
+            guard case .object(let members) = item, let image, let key else {
                 leftOut.add(index)
                 continue
             }
@@ -94,15 +96,18 @@ public struct NASAImagesFeed: Feed {
             let (data, _) = try pages.page(page)
             defer { passing = nil }
             let answer = try ThirdPartyJSON.decode(Lenient<Page>.self, from: data, what: "the NASA page \(page)")
-            guard let collection = answer.value?.collection else { throw FeedError("the NASA page \(page) has no \"collection\"") }
+            guard let collection = answer.value?.collection else {
+                throw FeedError("the NASA page \(page) has no \"collection\"")
+            }
             let items = collection.items?.elements ?? []
             let onPage = items.compactMap { $0.value?.data?.elements.first?.nasaID?.stringValue }
             if let key = passing, !onPage.contains(key) { passing = nil }
             if seenPages.count == 1, let hits = collection.metadata?.value?.totalHits?.stringValue.flatMap({ Int($0) }) {
                 expect(.reported(hits, maxItems: maxItems))
             }
-            var leftOut = LeftOutEntries(page: "the NASA page \(page)", noun: ("item", "items"),
-                                         reason: "with no nasa_id or no preview link")
+            var leftOut = LeftOutEntries(
+                page: "the NASA page \(page)", noun: ("item", "items"),
+                reason: "with no nasa_id or no preview link")
             var cut = LeftOutEntries.withNUL(page: "the NASA page \(page)", noun: ("item", "items"))
             defer {
                 leftOut.tell(notice)
@@ -121,7 +126,8 @@ public struct NASAImagesFeed: Feed {
                     if id == key { passing = nil }
                     continue
                 }
-                guard let href = item.value?.links?.elements.first(where: { $0.rel?.stringValue == "preview" })?.href?.string else {
+                guard let href = item.value?.links?.elements.first(where: { $0.rel?.stringValue == "preview" })?.href?.string
+                else {
                     leftOut.add(index)
                     continue
                 }
@@ -129,9 +135,11 @@ public struct NASAImagesFeed: Feed {
                     cut.add(index)
                     continue
                 }
-                let metadata = JSONValue.object([("title", data.title ?? .null), ("date", data.dateCreated ?? .null),
-                                                 ("description", data.description ?? .null),
-                                                 ("keywords", data.keywords ?? .array([]))]).serialized()
+                let metadata = JSONValue.object([
+                    ("title", data.title ?? .null), ("date", data.dateCreated ?? .null),
+                    ("description", data.description ?? .null),
+                    ("keywords", data.keywords ?? .array([])),
+                ]).serialized()
                 count += 1
                 watch.listed()
                 var listed = FeedItem(key: id, url: href, stem: id, metadata: metadata)
@@ -175,7 +183,10 @@ public struct NASAImagesFeed: Feed {
             let nasaID, title, dateCreated, description, keywords: JSONValue?
 
             enum CodingKeys: String, CodingKey {
-                case nasaID = "nasa_id", title, dateCreated = "date_created", description, keywords
+                case nasaID = "nasa_id"
+                case title
+                case dateCreated = "date_created"
+                case description, keywords
             }
         }
 
@@ -200,8 +211,10 @@ public struct FlickrSearchFeed: Feed {
     /// Told of the photos left out (`LeftOutEntries`).
     public let notice: @Sendable (String) -> Void
 
-    public init(text: String, apiKey: String, endpoint: String, perPage: Int, maxItems: Int?, size: String,
-                pages: any PageSource, notice: @escaping @Sendable (String) -> Void = { _ in }) {
+    public init(
+        text: String, apiKey: String, endpoint: String, perPage: Int, maxItems: Int?, size: String,
+        pages: any PageSource, notice: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         self.text = text
         self.apiKey = apiKey
         self.endpoint = endpoint
@@ -234,7 +247,9 @@ public struct FlickrSearchFeed: Feed {
                 .init(name: "page", value: String(page)), .init(name: "format", value: "json"),
                 .init(name: "nojsoncallback", value: "1"), .init(name: "extras", value: size),
             ]
-            guard let address = components?.url?.absoluteString else { throw FeedError("flickr-search: bad endpoint \(endpoint)") }
+            guard let address = components?.url?.absoluteString else {
+                throw FeedError("flickr-search: bad endpoint \(endpoint)")
+            }
             let (data, _) = try pages.page(address)
             let answer = try ThirdPartyJSON.decode(Lenient<Answer>.self, from: data, what: "the Flickr page \(page)").value
             guard answer?.stat?.stringValue == "ok", let photos = answer?.photos?.value else {
@@ -246,7 +261,8 @@ public struct FlickrSearchFeed: Feed {
             }
             let onPage = photos.photo?.elements ?? []
             if let key = passing, !onPage.contains(where: { $0.value?["id"]?.stringValue == key }) { passing = nil }
-            var leftOut = LeftOutEntries(page: "the Flickr page \(page)", noun: ("photo", "photos"), reason: "with no id or no image URL")
+            var leftOut = LeftOutEntries(
+                page: "the Flickr page \(page)", noun: ("photo", "photos"), reason: "with no id or no image URL")
             var cut = LeftOutEntries.withNUL(page: "the Flickr page \(page)", noun: ("photo", "photos"))
             defer {
                 leftOut.tell(notice)
@@ -275,7 +291,8 @@ public struct FlickrSearchFeed: Feed {
                     cut.add(index)
                     continue
                 }
-                let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)]).serialized()
+                let metadata = JSONValue.object([("title", photo["title"] ?? .null), ("owner", photo["owner"] ?? .null)])
+                    .serialized()
                 count += 1
                 watch.listed()
                 var listed = FeedItem(key: id, url: image, stem: id, metadata: metadata)

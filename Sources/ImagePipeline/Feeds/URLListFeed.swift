@@ -27,7 +27,7 @@ public struct URLListFeed: Feed {
             lineNumber += 1
             // Refused, not repaired nor split: a part of a line, or a line cut at a NUL or
             // with a byte replaced, would make another URL or key.
-            guard case let .bytes(bytes) = next else {
+            guard case .bytes(let bytes) = next else {
                 throw FeedError("\(path):\(lineNumber): line longer than \(ListFileLines.maxLineBytes) bytes")
             }
             guard !bytes.contains(0) else { throw FeedError("\(path):\(lineNumber): a NUL byte in the line") }
@@ -46,7 +46,8 @@ public struct URLListFeed: Feed {
                     guard header!.contains("url") else { throw FeedError("\(path): the CSV header has no \"url\" column") }
                     continue
                 }
-                guard let value = columns.firstIndex(of: "url").flatMap({ $0 < fields.count ? fields[$0] : nil }), !value.isEmpty else {
+                guard let value = columns.firstIndex(of: "url").flatMap({ $0 < fields.count ? fields[$0] : nil }), !value.isEmpty
+                else {
                     throw FeedError("\(path):\(lineNumber): no URL in the \"url\" column")
                 }
                 url = value
@@ -57,7 +58,9 @@ public struct URLListFeed: Feed {
                 guard let object = try? JSONDecoder().decode(Line.self, from: Data(line.utf8)) else {
                     throw FeedError("\(path):\(lineNumber): not a JSON object")
                 }
-                guard let value = object.url?.string, !value.isEmpty else { throw FeedError("\(path):\(lineNumber): no \"url\" string") }
+                guard let value = object.url?.string, !value.isEmpty else {
+                    throw FeedError("\(path):\(lineNumber): no \"url\" string")
+                }
                 url = value
                 key = object.key?.stringValue
             default:
@@ -66,7 +69,9 @@ public struct URLListFeed: Feed {
             }
             // A `.jsonl` line's `\u0000` is a NUL too, refused as a NUL byte is: no store
             // keeps it (`LeftOutEntries.withNUL`).
-            guard !FeedItem.holdsNUL(url, key) else { throw FeedError("\(path):\(lineNumber): a NUL character in the URL or the key") }
+            guard !FeedItem.holdsNUL(url, key) else {
+                throw FeedError("\(path):\(lineNumber): a NUL character in the URL or the key")
+            }
             let itemKey = (key?.isEmpty == false ? key : nil) ?? url
             if try !body(FeedItem(key: itemKey, url: url, stem: FeedItem.stem(ofURL: url), metadata: nil)) { return }
         }
@@ -89,7 +94,10 @@ public struct URLListFeed: Feed {
         // A damaged file is counted up to where it is damaged (listing it says where).
         while let line = try? reader.next() {
             // The first byte that is not ASCII white space; a line too long counts as one.
-            guard case let .bytes(bytes) = line else { lines += 1; continue }
+            guard case .bytes(let bytes) = line else {
+                lines += 1
+                continue
+            }
             guard let first = bytes.first(where: { !Self.blank.contains($0) }) else { continue }
             if format == "txt", first == UInt8(ascii: "#") { continue }
             lines += 1
@@ -126,9 +134,18 @@ enum CSV {
             if quoted {
                 if c == "\"" {
                     if let next = iterator.next() {
-                        if next == "\"" { field.append("\"") } else { quoted = false; pending = next }
-                    } else { quoted = false }
-                } else { field.append(c) }
+                        if next == "\"" {
+                            field.append("\"")
+                        } else {
+                            quoted = false
+                            pending = next
+                        }
+                    } else {
+                        quoted = false
+                    }
+                } else {
+                    field.append(c)
+                }
             } else if c == "\"" {
                 quoted = true
             } else if c == "," {

@@ -40,8 +40,10 @@ public final class DiskCache: @unchecked Sendable {
     /// downloads go to the system's temporary folder instead of the cache's.
     public let readOnly: Bool
 
-    public init(directory: String, maxSize: Int?, recorded: @escaping @Sendable (String) -> String = { $0 },
-                restored: @escaping @Sendable (String) -> String = { $0 }, readOnly: Bool = false) throws {
+    public init(
+        directory: String, maxSize: Int?, recorded: @escaping @Sendable (String) -> String = { $0 },
+        restored: @escaping @Sendable (String) -> String = { $0 }, readOnly: Bool = false
+    ) throws {
         self.directory = directory
         self.maxSize = maxSize
         self.recorded = recorded
@@ -60,7 +62,8 @@ public final class DiskCache: @unchecked Sendable {
         for name in names where name.hasPrefix(".download-") && name.hasSuffix(".tmp") {
             let path = directory + "/" + name
             if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
-               modified < cutoff {
+                modified < cutoff
+            {
                 unlink(path)
             }
         }
@@ -80,8 +83,9 @@ public final class DiskCache: @unchecked Sendable {
     public func entry(for url: String) -> Entry? {
         let (_, body, meta) = paths(url)
         guard let data = FileManager.default.contents(atPath: meta),
-              var entry = try? JSONDecoder().decode(Entry.self, from: data), entry.url == recorded(url),
-              FileManager.default.fileExists(atPath: body) else { return nil }
+            var entry = try? JSONDecoder().decode(Entry.self, from: data), entry.url == recorded(url),
+            FileManager.default.fileExists(atPath: body)
+        else { return nil }
         entry.path = body
         if !readOnly { utimes(body, nil) }
         return entry
@@ -96,12 +100,15 @@ public final class DiskCache: @unchecked Sendable {
     /// Moves a downloaded file into the cache (it must be on the same file system, e.g. a
     /// temporary file in the cache's folder), replacing an older entry.
     @discardableResult
-    public func store(url: String, file: String, etag: String?, lastModified: String?,
-                      robotsTag: [String]? = nil, recordedPage: Bool? = nil) throws -> Entry {
+    public func store(
+        url: String, file: String, etag: String?, lastModified: String?,
+        robotsTag: [String]? = nil, recordedPage: Bool? = nil
+    ) throws -> Entry {
         let (folder, body, meta) = paths(url)
         let bytes = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
-        var entry = Entry(url: recorded(url), etag: etag, lastModified: lastModified, bytes: bytes,
-                          robotsTag: robotsTag.map { $0.map(recorded) }, recordedPage: recordedPage)
+        var entry = Entry(
+            url: recorded(url), etag: etag, lastModified: lastModified, bytes: bytes,
+            robotsTag: robotsTag.map { $0.map(recorded) }, recordedPage: recordedPage)
         if readOnly {
             unlink(file)
             return entry

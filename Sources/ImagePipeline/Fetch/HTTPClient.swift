@@ -28,8 +28,9 @@ public struct HTTPResult: Sendable {
     /// Turns 408, 429 and 5xx into a retryable failure (with the server's `Retry-After`).
     public func throwIfRetryableStatus() throws(HTTPFailure) {
         guard HTTPFailure.isRetryable(status: status) else { return }
-        throw HTTPFailure(kind: .status, message: "HTTP \(status)", status: status,
-                          retryAfter: headers["retry-after"].flatMap(HTTPClient.retryAfterSeconds))
+        throw HTTPFailure(
+            kind: .status, message: "HTTP \(status)", status: status,
+            retryAfter: headers["retry-after"].flatMap(HTTPClient.retryAfterSeconds))
     }
 }
 
@@ -60,12 +61,14 @@ public struct RetryLoop: Sendable {
             } catch {
                 if error.retryable, attempt < attempts, isCancelled() {
                     // Not a verdict on the item: the run is stopping. Left for resume.
-                    throw HTTPFailure(kind: .cancelled, message: "interrupted before retrying: \(error.message)",
-                                      status: error.status, retryAfter: nil)
+                    throw HTTPFailure(
+                        kind: .cancelled, message: "interrupted before retrying: \(error.message)",
+                        status: error.status, retryAfter: nil)
                 }
                 guard error.retryable, attempt < attempts else {
-                    throw HTTPFailure(kind: error.kind, message: error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
-                                      status: error.status, retryAfter: error.retryAfter)
+                    throw HTTPFailure(
+                        kind: error.kind, message: error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
+                        status: error.status, retryAfter: error.retryAfter)
                 }
                 Thread.sleep(forTimeInterval: error.retryDelay(attempt: attempt, backoff: backoff))
                 attempt += 1
@@ -105,8 +108,10 @@ public struct HTTPRequest: Sendable {
     /// `a/../b.png` names an object of its own (libcurl would send `/b.png`, another object).
     public var pathAsIs = false
 
-    public init(url: URL, method: String = "GET", headers: [String: String] = [:], body: Data? = nil,
-                destination: String? = nil, maxBytes: Int = Int.max, maxBytesName: String = "limits.maxBytes") {
+    public init(
+        url: URL, method: String = "GET", headers: [String: String] = [:], body: Data? = nil,
+        destination: String? = nil, maxBytes: Int = Int.max, maxBytesName: String = "limits.maxBytes"
+    ) {
         self.url = url
         self.method = method
         self.headers = headers
@@ -138,7 +143,7 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
 
     /// The one retry rule for statuses: 408, 429 and 5xx may pass; every other is final.
     public static func isRetryable(status: Int) -> Bool {
-        status == 408 || status == 429 || (500 ... 599).contains(status)
+        status == 408 || status == 429 || (500...599).contains(status)
     }
 
     /// Seconds to wait before attempt `attempt + 1`: the server's `Retry-After` (at most
@@ -191,8 +196,10 @@ public final class HTTPClient: @unchecked Sendable {
 
     private static let globalSetUp: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
-    public init(timeout: Double, cancellation: CancellationFlag? = nil,
-                userAgent: String = ImgpipeIdentity.defaultUserAgent, pacing: HostPacing? = nil) {
+    public init(
+        timeout: Double, cancellation: CancellationFlag? = nil,
+        userAgent: String = ImgpipeIdentity.defaultUserAgent, pacing: HostPacing? = nil
+    ) {
         _ = Self.globalSetUp
         self.timeout = timeout
         self.userAgent = userAgent
@@ -207,13 +214,15 @@ public final class HTTPClient: @unchecked Sendable {
     /// One exchange, no retries. Any status is returned; transport problems throw.
     public func perform(_ request: HTTPRequest) throws(HTTPFailure) -> HTTPResult {
         guard let scheme = request.url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
-            throw HTTPFailure(kind: .scheme, message: "only http and https URLs are fetched, got \(request.url.absoluteString)",
-                              status: nil, retryAfter: nil)
+            throw HTTPFailure(
+                kind: .scheme, message: "only http and https URLs are fetched, got \(request.url.absoluteString)",
+                status: nil, retryAfter: nil)
         }
         // `http://` alone, or `http:///x`: no host to ask, now or after a retry.
         guard let named = request.url.host, !named.isEmpty else {
-            throw HTTPFailure(kind: .scheme, message: "a URL without a host: \(request.url.absoluteString)",
-                              status: nil, retryAfter: nil)
+            throw HTTPFailure(
+                kind: .scheme, message: "a URL without a host: \(request.url.absoluteString)",
+                status: nil, retryAfter: nil)
         }
         // The host as pacing counts it (scheme, name and port).
         let host = HostHealth.key(of: request.url)
@@ -230,8 +239,9 @@ public final class HTTPClient: @unchecked Sendable {
             throw HTTPFailure(kind: .network, message: "cannot start an HTTP transfer (libcurl)", status: nil, retryAfter: nil)
         }
         defer { returnHandle(handle) }
-        let transfer = Transfer(maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline,
-                                cancellation: cancellation, refuseBody: request.refuseBody)
+        let transfer = Transfer(
+            maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline,
+            cancellation: cancellation, refuseBody: request.refuseBody)
         if request.isRead, let refuseRedirect = request.refuseRedirect {
             transfer.refuseRedirect = refuseRedirect
             transfer.location = request.url.absoluteString
@@ -246,8 +256,9 @@ public final class HTTPClient: @unchecked Sendable {
             // `auto_da_alloc`), which a spool file that lives for seconds never needs.
             transfer.file = open(destination, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             guard transfer.file >= 0 else {
-                throw HTTPFailure(kind: .io, message: "cannot create \(destination): \(String(cString: strerror(errno)))",
-                                  status: nil, retryAfter: nil)
+                throw HTTPFailure(
+                    kind: .io, message: "cannot create \(destination): \(String(cString: strerror(errno)))",
+                    status: nil, retryAfter: nil)
             }
             var info = stat()
             transfer.lengthBefore = fstat(transfer.file, &info) == 0 ? info.st_size : .max
@@ -259,9 +270,11 @@ public final class HTTPClient: @unchecked Sendable {
             // write it is the transfer's `failure`, thrown below).
             if code == CURLE_OK, transfer.keeping, transfer.flushKept() { transfer.trimKept() }
             if transfer.failure == nil, transfer.lengthBefore > transfer.written,
-               ftruncate(transfer.file, off_t(transfer.written)) != 0 {
-                throw HTTPFailure(kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
-                                  status: nil, retryAfter: nil)
+                ftruncate(transfer.file, off_t(transfer.written)) != 0
+            {
+                throw HTTPFailure(
+                    kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
+                    status: nil, retryAfter: nil)
             }
         }
         var status = 0
@@ -269,30 +282,35 @@ public final class HTTPClient: @unchecked Sendable {
         _ = ip_curl_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
         _ = ip_curl_get_long(handle, CURLINFO_REDIRECT_COUNT, &redirects)
         if transfer.bodyRefused {
-            return HTTPResult(status: transfer.status, headers: transfer.headers, body: nil, bytes: 0,
-                              headerValues: transfer.headerValues, bodyRefused: true)
+            return HTTPResult(
+                status: transfer.status, headers: transfer.headers, body: nil, bytes: 0,
+                headerValues: transfer.headerValues, bodyRefused: true)
         }
         if let refusal = transfer.redirectRefused {
-            return HTTPResult(status: transfer.status, headers: transfer.headers, body: nil, bytes: 0,
-                              headerValues: transfer.headerValues, redirectRefused: refusal)
+            return HTTPResult(
+                status: transfer.status, headers: transfer.headers, body: nil, bytes: 0,
+                headerValues: transfer.headerValues, redirectRefused: refusal)
         }
         if let pacing, HostPacing.isOverload(status: status) {
-            pacing.overloaded(host, status: status,
-                              retryAfter: transfer.headers["retry-after"].flatMap(Self.retryAfterSeconds))
+            pacing.overloaded(
+                host, status: status,
+                retryAfter: transfer.headers["retry-after"].flatMap(Self.retryAfterSeconds))
         }
         if let failure = transfer.failure { throw failure }
         if code != CURLE_OK {
             throw failure(code, request: request, transfer: transfer, redirects: redirects, status: status)
         }
-        if (300 ... 399).contains(status), status != 304 {
-            let message = request.isRead
+        if (300...399).contains(status), status != 304 {
+            let message =
+                request.isRead
                 ? "more than \(Self.maxRedirects) redirects, or a redirect without a location"
                 : "the server answered \(request.method) with a redirect (HTTP \(status)), which is not followed: nothing was stored"
             throw HTTPFailure(kind: .redirects, message: message, status: status, retryAfter: nil)
         }
-        return HTTPResult(status: status, headers: transfer.headers,
-                          body: request.destination == nil || transfer.keeping ? transfer.data : nil, bytes: transfer.received,
-                          headerValues: transfer.headerValues)
+        return HTTPResult(
+            status: status, headers: transfer.headers,
+            body: request.destination == nil || transfer.keeping ? transfer.data : nil, bytes: transfer.received,
+            headerValues: transfer.headerValues)
     }
 
     /// Sleeps `seconds` (a host's turn), in steps. A run being stopped lets a waiting
@@ -302,8 +320,9 @@ public final class HTTPClient: @unchecked Sendable {
         let until = Date().addingTimeInterval(seconds)
         while case let left = until.timeIntervalSinceNow, left > 0 {
             if cancellation?.isAborted == true {
-                throw HTTPFailure(kind: .cancelled, message: "interrupted while waiting for \(request.url.host ?? "the host")'s turn",
-                                  status: nil, retryAfter: nil)
+                throw HTTPFailure(
+                    kind: .cancelled, message: "interrupted while waiting for \(request.url.host ?? "the host")'s turn",
+                    status: nil, retryAfter: nil)
             }
             Thread.sleep(forTimeInterval: min(left, 0.25))
         }
@@ -312,8 +331,10 @@ public final class HTTPClient: @unchecked Sendable {
     /// `perform` with retries (backoff with jitter, `Retry-After` honoured up to 60 s) for
     /// failures that may pass, statuses 408/429/5xx included. Returns a final response
     /// (2xx, 304, or another status that is not retried) or throws the last failure.
-    public func performWithRetries(_ request: HTTPRequest, attempts: Int, backoff: Double,
-                                   isCancelled: @escaping @Sendable () -> Bool = { false }) throws(HTTPFailure) -> HTTPResult {
+    public func performWithRetries(
+        _ request: HTTPRequest, attempts: Int, backoff: Double,
+        isCancelled: @escaping @Sendable () -> Bool = { false }
+    ) throws(HTTPFailure) -> HTTPResult {
         try RetryLoop(attempts: attempts, backoff: backoff, isCancelled: isCancelled).run { _ throws(HTTPFailure) in
             let result = try perform(request)
             try result.throwIfRetryableStatus()
@@ -377,21 +398,27 @@ public final class HTTPClient: @unchecked Sendable {
             // from pixel work.
             _ = ip_curl_set_long(handle, CURLOPT_BUFFERSIZE, Self.receiveBuffer)
         }
-        _ = ip_curl_set_write_function(handle, { data, size, count, context in
-            guard let data, let context else { return 0 }
-            return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().receive(data, size * count)
-        })
+        _ = ip_curl_set_write_function(
+            handle,
+            { data, size, count, context in
+                guard let data, let context else { return 0 }
+                return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().receive(data, size * count)
+            })
         _ = ip_curl_set_pointer(handle, CURLOPT_WRITEDATA, context)
-        _ = ip_curl_set_header_function(handle, { data, size, count, context in
-            guard let data, let context else { return 0 }
-            return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().header(data, size * count)
-        })
+        _ = ip_curl_set_header_function(
+            handle,
+            { data, size, count, context in
+                guard let data, let context else { return 0 }
+                return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().header(data, size * count)
+            })
         _ = ip_curl_set_pointer(handle, CURLOPT_HEADERDATA, context)
         _ = ip_curl_set_long(handle, CURLOPT_NOPROGRESS, 0)
-        _ = ip_curl_set_progress_function(handle, { context, _, _, _, _ in
-            guard let context else { return 1 }
-            return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().checkDeadline() ? 0 : 1
-        })
+        _ = ip_curl_set_progress_function(
+            handle,
+            { context, _, _, _, _ in
+                guard let context else { return 1 }
+                return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().checkDeadline() ? 0 : 1
+            })
         _ = ip_curl_set_pointer(handle, CURLOPT_XFERINFODATA, context)
 
         switch request.method {
@@ -418,8 +445,10 @@ public final class HTTPClient: @unchecked Sendable {
     }
 
     /// The failure a libcurl result code stands for.
-    private func failure(_ code: CURLcode, request: HTTPRequest, transfer: Transfer, redirects: Int,
-                         status: Int) -> HTTPFailure {
+    private func failure(
+        _ code: CURLcode, request: HTTPRequest, transfer: Transfer, redirects: Int,
+        status: Int
+    ) -> HTTPFailure {
         let host = request.url.host ?? "server"
         let detail = transfer.errorText.isEmpty ? String(cString: curl_easy_strerror(code)) : transfer.errorText
         let response = status > 0 ? status : nil
@@ -428,22 +457,27 @@ public final class HTTPClient: @unchecked Sendable {
             return HTTPFailure(kind: .timeout, message: "\(host): timed out (\(detail))", status: response, retryAfter: nil)
         case CURLE_PARTIAL_FILE:
             let expected = transfer.headers["content-length"].map { " of \($0)" } ?? ""
-            return HTTPFailure(kind: .truncated, message: "\(host): truncated body (\(transfer.received)\(expected) bytes)",
-                               status: response, retryAfter: nil)
+            return HTTPFailure(
+                kind: .truncated, message: "\(host): truncated body (\(transfer.received)\(expected) bytes)",
+                status: response, retryAfter: nil)
         case CURLE_TOO_MANY_REDIRECTS:
-            return HTTPFailure(kind: .redirects, message: "more than \(Self.maxRedirects) redirects", status: response,
-                               retryAfter: nil)
+            return HTTPFailure(
+                kind: .redirects, message: "more than \(Self.maxRedirects) redirects", status: response,
+                retryAfter: nil)
         case CURLE_UNSUPPORTED_PROTOCOL where redirects > 0:
-            return HTTPFailure(kind: .redirects, message: "a redirect to a URL that is not http(s)", status: response,
-                               retryAfter: nil)
+            return HTTPFailure(
+                kind: .redirects, message: "a redirect to a URL that is not http(s)", status: response,
+                retryAfter: nil)
         case CURLE_URL_MALFORMAT:
             // libcurl cannot read the URL: final, like a scheme it does not fetch.
-            return HTTPFailure(kind: .scheme, message: "\(host): the URL cannot be read (\(detail))", status: response,
-                               retryAfter: nil)
+            return HTTPFailure(
+                kind: .scheme, message: "\(host): the URL cannot be read (\(detail))", status: response,
+                retryAfter: nil)
         case CURLE_FILESIZE_EXCEEDED:
             let size = transfer.headers["content-length"].map { "of \($0) bytes " } ?? ""
-            return HTTPFailure(kind: .tooLarge, message: "body \(size)is over \(request.maxBytesName) (\(request.maxBytes))",
-                               status: response, retryAfter: nil)
+            return HTTPFailure(
+                kind: .tooLarge, message: "body \(size)is over \(request.maxBytesName) (\(request.maxBytes))",
+                status: response, retryAfter: nil)
         default:
             return HTTPFailure(kind: .network, message: "\(host): \(detail)", status: response, retryAfter: nil)
         }
@@ -505,8 +539,10 @@ private final class Transfer {
     var failure: HTTPFailure?
     var errorText = ""
 
-    init(maxBytes: Int, named name: String, deadline: Double, cancellation: CancellationFlag?,
-         refuseBody: (@Sendable (HTTPResult) -> Bool)?) {
+    init(
+        maxBytes: Int, named name: String, deadline: Double, cancellation: CancellationFlag?,
+        refuseBody: (@Sendable (HTTPResult) -> Bool)?
+    ) {
         self.cancellation = cancellation
         self.refuseBody = refuseBody
         self.maxBytes = maxBytes
@@ -519,8 +555,9 @@ private final class Transfer {
     func receive(_ bytes: UnsafeMutablePointer<CChar>, _ count: Int) -> Int {
         received += count
         if received > maxBytes {
-            failure = HTTPFailure(kind: .tooLarge, message: "body is over \(maxBytesName) (\(maxBytes) bytes); transfer cut",
-                                  status: status, retryAfter: nil)
+            failure = HTTPFailure(
+                kind: .tooLarge, message: "body is over \(maxBytesName) (\(maxBytes) bytes); transfer cut",
+                status: status, retryAfter: nil)
             return 0
         }
         if file < 0 || (keeping && received <= keepLimit) {
@@ -557,8 +594,9 @@ private final class Transfer {
             let written = write(file, bytes + offset, count - offset)
             if written < 0, errno == EINTR { continue }
             guard written > 0 else {
-                failure = HTTPFailure(kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
-                                      status: status, retryAfter: nil)
+                failure = HTTPFailure(
+                    kind: .io, message: "cannot write the download: \(String(cString: strerror(errno)))",
+                    status: status, retryAfter: nil)
                 return false
             }
             offset += written
@@ -590,24 +628,30 @@ private final class Transfer {
             // `Location:` at the very start of the line, as libcurl matches it, and its value as
             // libcurl copies it: from the first non-space to the first CR or LF.
             if name == "location", firstLocation == nil, colon == line.startIndex + 8 {
-                let rest = line[(colon + 1)...].drop { $0 == 0x20 || (0x09 ... 0x0D).contains($0) }
+                let rest = line[(colon + 1)...].drop { $0 == 0x20 || (0x09...0x0D).contains($0) }
                 let value = Array(Self.trimmed(rest.prefix { $0 != 0x0D && $0 != 0x0A }))
                 if !value.isEmpty { firstLocation = value }
             }
-            if keeping, name == "content-length", (200 ... 299).contains(status), let length = Int(value),
-               (0 ... keepLimit).contains(length) {
+            if keeping, name == "content-length", (200...299).contains(status), let length = Int(value),
+                (0...keepLimit).contains(length)
+            {
                 // The body kept in one allocation, not grown block by block.
                 data.reserveCapacity(length)
                 sized = true
             }
         } else if ends, let refuseRedirect, let current = location, let target = firstLocation,
-                  (300 ... 399).contains(libcurlStatus ?? status) {
+            (300...399).contains(libcurlStatus ?? status)
+        {
             // The end of a redirect's headers: libcurl follows it next (a 304 with a location
             // too), unless it is refused here. Its target as libcurl resolves it: one libcurl
             // cannot resolve is not followed, and fails as it did.
-            guard let resolved = current.withCString({ base in
-                (target.map { CChar(bitPattern: $0) } + [0]).withUnsafeBufferPointer { ip_curl_resolve_redirect(base, $0.baseAddress) }
-            }) else { return count }
+            guard
+                let resolved = current.withCString({ base in
+                    (target.map { CChar(bitPattern: $0) } + [0]).withUnsafeBufferPointer {
+                        ip_curl_resolve_redirect(base, $0.baseAddress)
+                    }
+                })
+            else { return count }
             defer { curl_free(resolved) }
             let next = String(cString: resolved)
             guard let url = URL(string: next) else {
@@ -619,9 +663,10 @@ private final class Transfer {
                 return 0
             }
             location = next
-        } else if ends, (200 ... 299).contains(status),
-                  let refuseBody,
-                  refuseBody(HTTPResult(status: status, headers: headers, body: nil, bytes: 0, headerValues: headerValues)) {
+        } else if ends, (200...299).contains(status),
+            let refuseBody,
+            refuseBody(HTTPResult(status: status, headers: headers, body: nil, bytes: 0, headerValues: headerValues))
+        {
             // The end of a final answer's headers: its body is not wanted. Returning less
             // than `count` makes libcurl stop the transfer here.
             bodyRefused = true
@@ -646,7 +691,7 @@ private final class Transfer {
         let digits = line[(space + 1)...].drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
         var code = 0
         for byte in digits {
-            guard (UInt8(ascii: "0") ... UInt8(ascii: "9")).contains(byte), code < 1000 else { break }
+            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte), code < 1000 else { break }
             code = code * 10 + Int(byte - UInt8(ascii: "0"))
         }
         return code
@@ -654,15 +699,16 @@ private final class Transfer {
 
     /// `bytes` without the spaces, tabs and line ends around them.
     static func trimmed(_ bytes: Slice<UnsafeRawBufferPointer>) -> Slice<UnsafeRawBufferPointer> {
-        func blank(_ byte: UInt8) -> Bool { byte == 0x20 || (0x09 ... 0x0D).contains(byte) }
-        var start = bytes.startIndex, end = bytes.endIndex
+        func blank(_ byte: UInt8) -> Bool { byte == 0x20 || (0x09...0x0D).contains(byte) }
+        var start = bytes.startIndex
+        var end = bytes.endIndex
         while start < end, blank(bytes[start]) { start += 1 }
         while end > start, blank(bytes[end - 1]) { end -= 1 }
-        return bytes[start ..< end]
+        return bytes[start..<end]
     }
 
     static func asciiLowercased(_ byte: UInt8) -> UInt8 {
-        (UInt8(ascii: "A") ... UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
     }
 
     /// False once the whole-transfer deadline has passed or the run abandons its work
@@ -673,10 +719,12 @@ private final class Transfer {
             return false
         }
         guard DispatchTime.now().uptimeNanoseconds > deadline else { return true }
-        failure = HTTPFailure(kind: .timeout,
-                              message: String(format: "timed out: the transfer took longer than %g s (4 × limits.timeout)",
-                                              deadlineSeconds),
-                              status: status > 0 ? status : nil, retryAfter: nil)
+        failure = HTTPFailure(
+            kind: .timeout,
+            message: String(
+                format: "timed out: the transfer took longer than %g s (4 × limits.timeout)",
+                deadlineSeconds),
+            status: status > 0 ? status : nil, retryAfter: nil)
         return false
     }
 }

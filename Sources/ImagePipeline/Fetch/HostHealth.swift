@@ -43,8 +43,9 @@ public final class HostHealth: Sendable {
                 all[host] = state
                 return .go
             }
-            return .refuse("\(Self.hostUnreachable): \(host) failed \(state.failures) times in a row without answering "
-                           + "(last: \(state.lastError)); it is tried again later, and `imgpipe resume` retries its items")
+            return .refuse(
+                "\(Self.hostUnreachable): \(host) failed \(state.failures) times in a row without answering "
+                    + "(last: \(state.lastError)); it is tried again later, and `imgpipe resume` retries its items")
         }
     }
 

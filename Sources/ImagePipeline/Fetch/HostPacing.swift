@@ -50,8 +50,10 @@ public final class HostPacing: Sendable {
         max(1, min(5, Int(rate.rounded(.up))))
     }
 
-    public init(rate: Double? = nil, burst: Int? = nil, recoveryStep: Double = 5,
-                onSlowDown: (@Sendable (String) -> Void)? = nil) {
+    public init(
+        rate: Double? = nil, burst: Int? = nil, recoveryStep: Double = 5,
+        onSlowDown: (@Sendable (String) -> Void)? = nil
+    ) {
         self.rate = rate.flatMap { $0 > 0 ? $0 : nil }
         self.burst = max(1, burst ?? self.rate.map(Self.defaultBurst) ?? 1)
         self.recoveryStep = recoveryStep
@@ -135,7 +137,7 @@ public final class HostPacing: Sendable {
         guard var slowed = state.slowed else { return }
         let steps = Int((time - state.lastChange) / recoveryStep)
         guard steps > 0 else { return }
-        for _ in 0 ..< min(steps, 64) { slowed *= 1.25 }
+        for _ in 0..<min(steps, 64) { slowed *= 1.25 }
         state.lastChange += Double(steps) * recoveryStep
         let limit = rate ?? state.ceiling
         state.slowed = slowed >= limit ? nil : slowed

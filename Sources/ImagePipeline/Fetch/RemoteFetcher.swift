@@ -49,9 +49,11 @@ public struct RemoteFetcher: Sendable {
     /// Masks secrets in what is logged.
     let redact: @Sendable (String) -> String
 
-    public init(client: HTTPClient, cache: DiskCache?, revalidate: Bool, attempts: Int, backoff: Double, maxBytes: Int,
-                respectOptOut: Bool = true, robots: Bool = false,
-                logger: Logger = Logger(label: "imgpipe"), redact: @escaping @Sendable (String) -> String = { $0 }) {
+    public init(
+        client: HTTPClient, cache: DiskCache?, revalidate: Bool, attempts: Int, backoff: Double, maxBytes: Int,
+        respectOptOut: Bool = true, robots: Bool = false,
+        logger: Logger = Logger(label: "imgpipe"), redact: @escaping @Sendable (String) -> String = { $0 }
+    ) {
         self.respectOptOut = respectOptOut
         self.robots = robots ? RobotsPolicy(client: client, attempts: attempts, backoff: backoff) : nil
         agent = ImgpipeIdentity.productToken(of: client.userAgent)
@@ -78,14 +80,16 @@ public struct RemoteFetcher: Sendable {
         if let cached, !revalidate, let data = cache?.page(at: cached) { return (data, .cache) }
         do {
             let cancellation = client.cancellation
-            let request = HTTPRequest(url: url, headers: conditionalHeaders(cached), maxBytes: maxPageBytes,
-                                      maxBytesName: "source.maxPageBytes")
-            let result = try client.performWithRetries(request, attempts: attempts, backoff: backoff,
-                                                       isCancelled: { cancellation?.isCancelled ?? false })
+            let request = HTTPRequest(
+                url: url, headers: conditionalHeaders(cached), maxBytes: maxPageBytes,
+                maxBytesName: "source.maxPageBytes")
+            let result = try client.performWithRetries(
+                request, attempts: attempts, backoff: backoff,
+                isCancelled: { cancellation?.isCancelled ?? false })
             if result.status == 304, let cached, let data = cache?.page(at: cached) {
                 return (data, .cache)
             }
-            guard (200 ... 299).contains(result.status), let body = result.body else {
+            guard (200...299).contains(result.status), let body = result.body else {
                 throw HTTPFailure(kind: .status, message: "HTTP \(result.status)", status: result.status, retryAfter: nil)
             }
             _ = try? cache?.storePage(url: address, data: body, etag: result.etag, lastModified: result.lastModified)
@@ -138,12 +142,14 @@ public struct RemoteFetcher: Sendable {
     /// Without a cache the download is written beside `destination` and renamed there once
     /// complete: into `writingOver` when given (a file of an ended item, written over and
     /// renamed away from its name), else into `destination` + `partialSuffix`.
-    public func image(_ address: String, to destination: String, attempt: Int,
-                      reserved: Bool = false, writingOver reused: String? = nil) throws(ItemFailure) -> ImageFetch {
+    public func image(
+        _ address: String, to destination: String, attempt: Int,
+        reserved: Bool = false, writingOver reused: String? = nil
+    ) throws(ItemFailure) -> ImageFetch {
         guard let url = URL(webAddress: address) else { throw ItemFailure(.download, "not a URL: \(redact(address))") }
         switch robots?.verdict(for: url) ?? .allowed {
         case .allowed: break
-        case let .refused(skip): return .skipped(skip)
+        case .refused(let skip): return .skipped(skip)
         // The run is stopping: asked again (and given back for resume) like a retry.
         case .undecided: return .retry(after: 0)
         }
@@ -168,14 +174,15 @@ public struct RemoteFetcher: Sendable {
             // is followed (one to another host is not: README, "Being a polite client").
             request.refuseRedirect = { target in
                 guard RobotsPolicy.origin(of: target) == origin,
-                      case let .refused(skip) = robots.verdict(for: target) else { return nil }
+                    case .refused(let skip) = robots.verdict(for: target)
+                else { return nil }
                 return "redirected to \(RobotsPolicy.pathAndQuery(of: target)): " + skip.message
             }
         }
         // The host the request goes to (an object's endpoint, not its `s3://bucket`), as
         // the client's pacing counts it.
         let host = HostHealth.key(of: request.url)
-        if case let .refuse(message) = hosts.admit(host) {
+        if case .refuse(let message) = hosts.admit(host) {
             if let cached, let served = fromCache(cached, at: destination) { return served }
             throw ItemFailure(.download, message)
         }
@@ -195,7 +202,7 @@ public struct RemoteFetcher: Sendable {
             let performed = Result { () throws(HTTPFailure) -> HTTPResult in try client.perform(request) }
             switch performed {
             case .success: hosts.answered(host)
-            case let .failure(error) where error.status == nil && (error.kind == .network || error.kind == .timeout):
+            case .failure(let error) where error.status == nil && (error.kind == .network || error.kind == .timeout):
                 hosts.failed(host, error.message)
             case .failure: break
             }
@@ -208,8 +215,9 @@ public struct RemoteFetcher: Sendable {
             }
             if let cached, let served = fromCache(cached, at: destination) { return served }
             let asked = error.kind == .io || error.kind == .tooLarge ? "" : ", asking for \(shown(url, address))"
-            throw ItemFailure(error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,
-                              error.message + asked + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
+            throw ItemFailure(
+                error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,
+                error.message + asked + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
         }
         if let refusal = result.redirectRefused {
             unlink(temporary)
@@ -217,7 +225,7 @@ public struct RemoteFetcher: Sendable {
         }
         let robotsTag = result.headerValues["x-robots-tag"]
         // Only an answer with the image speaks for it: error pages often carry `noindex`.
-        if (200 ... 299).contains(result.status), let skip = optOut(robotsTag) {
+        if (200...299).contains(result.status), let skip = optOut(robotsTag) {
             unlink(temporary)
             return .skipped(skip)
         }
@@ -229,22 +237,25 @@ public struct RemoteFetcher: Sendable {
                 return served
             }
         }
-        guard (200 ... 299).contains(result.status) else {
+        guard (200...299).contains(result.status) else {
             unlink(temporary)
             if let cached, let served = fromCache(cached, at: destination) { return served }
             throw ItemFailure(.download, "HTTP \(result.status) from \(shown(url, address))", httpStatus: result.status)
         }
-        let head = Array(result.body?.prefix(64)
-            ?? (FileHandle(forReadingAtPath: temporary).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
-        if case .accepted = ImageFormat.sniff(head) {} else {
+        let head = Array(
+            result.body?.prefix(64)
+                ?? (FileHandle(forReadingAtPath: temporary).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
+        if case .accepted = ImageFormat.sniff(head) {
+        } else {
             unlink(temporary)
             let what: String
             switch ImageFormat.sniff(head) {
-            case let .refused(name): what = name
+            case .refused(let name): what = name
             default: what = head.isEmpty ? "an empty body" : "an unrecognised format"
             }
-            throw ItemFailure(.decode, "not an image: the server sent \(what) (Content-Type \(result.headers["content-type"] ?? "none"))",
-                              httpStatus: result.status)
+            throw ItemFailure(
+                .decode, "not an image: the server sent \(what) (Content-Type \(result.headers["content-type"] ?? "none"))",
+                httpStatus: result.status)
         }
         if let cache {
             // Into the spool first, then into the cache: an eviction right after storing
@@ -254,10 +265,11 @@ public struct RemoteFetcher: Sendable {
                 throw ItemFailure(.io, "cannot spool \(address)")
             }
             do {
-                try cache.store(url: address, file: temporary, etag: result.etag, lastModified: result.lastModified,
-                                robotsTag: robotsTag)
+                try cache.store(
+                    url: address, file: temporary, etag: result.etag, lastModified: result.lastModified,
+                    robotsTag: robotsTag)
             } catch {
-                unlink(temporary) // the item has its copy; only the cache misses it
+                unlink(temporary)  // the item has its copy; only the cache misses it
             }
         } else if rename(temporary, destination) != 0 {
             unlink(temporary)

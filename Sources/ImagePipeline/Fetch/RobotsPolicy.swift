@@ -52,9 +52,10 @@ public final class RobotsPolicy: @unchecked Sendable {
         switch file(for: origin) {
         case .interrupted:
             return .undecided
-        case let .unreadable(why):
-            return .refused(ItemSkip(.robots, "\(origin)/robots.txt could not be read (\(why)), so nothing of that host is fetched"))
-        case let .rules(rules):
+        case .unreadable(let why):
+            return .refused(
+                ItemSkip(.robots, "\(origin)/robots.txt could not be read (\(why)), so nothing of that host is fetched"))
+        case .rules(let rules):
             let path = Self.pathAndQuery(of: url)
             guard let rule = rules.decidingRule(for: path), !rule.allow else { return .allowed }
             return .refused(ItemSkip(.robots, "\(origin)/robots.txt disallows \(path) for \(agent) (\(rule.line))"))
@@ -87,10 +88,10 @@ public final class RobotsPolicy: @unchecked Sendable {
                 HTTPRequest(url: url, maxBytes: Self.maxBytes, maxBytesName: "the robots.txt size limit"),
                 attempts: attempts, backoff: backoff, isCancelled: { cancellation?.isCancelled ?? false })
             switch result.status {
-            case 200 ... 299:
+            case 200...299:
                 let text = String(decoding: result.body ?? Data(), as: UTF8.self)
                 return .rules(RobotsRules(parsing: text, agent: agent))
-            case 400 ... 499:
+            case 400...499:
                 return .rules(.allowAll)
             default:
                 return .unreadable("HTTP \(result.status)")

@@ -53,7 +53,10 @@ public struct RobotsRules: Sendable, Equatable {
             let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
             switch key {
             case "user-agent":
-                if inRules { agents = []; inRules = false }
+                if inRules {
+                    agents = []
+                    inRules = false
+                }
                 agents.append(value.lowercased())
                 if value.lowercased() == agent { sawNamed = true }
             case "allow", "disallow":
@@ -76,7 +79,10 @@ public struct RobotsRules: Sendable, Equatable {
         let target = Self.comparable(path.isEmpty ? "/" : path)
         var best: Rule?
         for rule in rules where Self.matches(rule.matched, target) {
-            guard let current = best else { best = rule; continue }
+            guard let current = best else {
+                best = rule
+                continue
+            }
             let (length, currentLength) = (rule.matched.count, current.matched.count)
             if length > currentLength || (length == currentLength && rule.allow && !current.allow) { best = rule }
         }
@@ -100,10 +106,10 @@ public struct RobotsRules: Sendable, Equatable {
             if byte == star {
                 // Every position from the first reachable one on.
                 guard let first = reachable.firstIndex(of: true) else { return false }
-                for position in first ... path.count { next[position] = true }
+                for position in first...path.count { next[position] = true }
                 any = true
             } else {
-                for position in 0 ..< path.count where reachable[position] && path[position] == byte {
+                for position in 0..<path.count where reachable[position] && path[position] == byte {
                     next[position + 1] = true
                     any = true
                 }
@@ -130,7 +136,11 @@ public struct RobotsRules: Sendable, Equatable {
                 continue
             }
             let byte = bytes[index]
-            if byte == UInt8(ascii: "%") || byte <= 0x20 || byte >= 0x7F { out += PercentEscapes.escape(byte) } else { out.append(byte) }
+            if byte == UInt8(ascii: "%") || byte <= 0x20 || byte >= 0x7F {
+                out += PercentEscapes.escape(byte)
+            } else {
+                out.append(byte)
+            }
             index += 1
         }
         return out

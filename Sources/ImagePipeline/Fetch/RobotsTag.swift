@@ -7,8 +7,10 @@ public enum RobotsTag {
     /// Directives that opt an image out of imgpipe's use.
     public static let optOutDirectives: Set<String> = ["noai", "noimageai", "none", "noindex"]
     /// Directives whose own value follows a colon (not a crawler's name).
-    static let directivesWithValues: Set<String> = ["unavailable_after", "max-snippet", "max-image-preview",
-                                                    "max-video-preview"]
+    static let directivesWithValues: Set<String> = [
+        "unavailable_after", "max-snippet", "max-image-preview",
+        "max-video-preview",
+    ]
 
     /// The first opt-out directive in `lines` (every `X-Robots-Tag` value of one answer)
     /// that applies to the crawler named `agent` (a User-Agent's product token): one with

@@ -42,10 +42,10 @@ struct ChainPlan: Sendable, Equatable {
             }
         }
         switch rest.first {
-        case let .fit(width, height, enlarge)?:
+        case .fit(let width, let height, let enlarge)?:
             thumbnail = Thumbnail(autorotate: autorotate, box: .fit(width: width, height: height, enlarge: enlarge))
             rest = rest.dropFirst()
-        case let .fill(width, height, gravity)?:
+        case .fill(let width, let height, let gravity)?:
             thumbnail = Thumbnail(autorotate: autorotate, box: .fill(width: width, height: height, gravity: gravity))
             rest = rest.dropFirst()
         default:
@@ -75,8 +75,10 @@ enum BoxGeometry {
     /// resize), to ⌊w/k⌋×⌊h/k⌋, and fits that picture (1500×1000 into a height of 3: 4×3
     /// from 187×125, 5×3 from the input). Anything else (an enlargement; other formats,
     /// whose loaders shrink by their own rules): `fit`.
-    static func thumbnailFit(width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool,
-                             jpeg: Bool) -> (width: Int, height: Int) {
+    static func thumbnailFit(
+        width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool,
+        jpeg: Bool
+    ) -> (width: Int, height: Int) {
         let plain = fit(width: width, height: height, box: box, enlarge: enlarge)
         let unbounded = 10_000_000  // what the thumbnail is given for a missing side
         let (w, h) = (Double(min(box.width ?? unbounded, unbounded)), Double(min(box.height ?? unbounded, unbounded)))
@@ -105,8 +107,10 @@ enum BoxGeometry {
     /// The smallest size, aspect kept, that covers the box (each side at least the box's).
     static func cover(width: Int, height: Int, box: (width: Int, height: Int)) -> (width: Int, height: Int) {
         let scale = max(Double(box.width) / Double(width), Double(box.height) / Double(height))
-        return (max(box.width, Int((Double(width) * scale).rounded())),
-                max(box.height, Int((Double(height) * scale).rounded())))
+        return (
+            max(box.width, Int((Double(width) * scale).rounded())),
+            max(box.height, Int((Double(height) * scale).rounded()))
+        )
     }
 }
 
@@ -126,7 +130,8 @@ struct SharedLoad: Sendable {
     init?(_ plans: [ChainPlan]) {
         let thumbnails = plans.compactMap(\.thumbnail)
         guard thumbnails.count == plans.count, let first = thumbnails.first,
-              thumbnails.allSatisfy({ $0.autorotate == first.autorotate }) else { return nil }
+            thumbnails.allSatisfy({ $0.autorotate == first.autorotate })
+        else { return nil }
         autorotate = first.autorotate
         boxes = thumbnails.map(\.box)
         steps = plans.map(\.steps)
@@ -167,7 +172,7 @@ struct SharedLoad: Sendable {
         if whole >= 2 { source = try source.shrunk(by: whole) }
         var resized = try source.resizedExactly(to: size, ownCode: true)
         if premultiplied { resized = try resized.unpremultiplied(like: original) }
-        guard case let .fill(w, h, gravity) = boxes[index] else { return resized }
+        guard case .fill(let w, let h, let gravity) = boxes[index] else { return resized }
         return try resized.cropped(to: (w, h), gravity: gravity)
     }
 
@@ -183,10 +188,12 @@ struct SharedLoad: Sendable {
     func targets(from size: (width: Int, height: Int), format: ImageFormat) -> [(width: Int, height: Int)] {
         boxes.map { box in
             switch box {
-            case let .fit(w, h, enlarge) where format == .jpeg || format == .png || format == .gif:
-                BoxGeometry.thumbnailFit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge, jpeg: format == .jpeg)
-            case let .fit(w, h, enlarge): BoxGeometry.fit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
-            case let .fill(w, h, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
+            case .fit(let w, let h, let enlarge) where format == .jpeg || format == .png || format == .gif:
+                BoxGeometry.thumbnailFit(
+                    width: size.width, height: size.height, box: (w, h), enlarge: enlarge, jpeg: format == .jpeg)
+            case .fit(let w, let h, let enlarge):
+                BoxGeometry.fit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
+            case .fill(let w, let h, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
             }
         }
     }
@@ -202,8 +209,9 @@ struct SharedLoad: Sendable {
         // What each output needs of the input: its target, never more than the input.
         let needs = targets.map { (width: min($0.width, size.width), height: min($0.height, size.height)) }
         for (index, box) in boxes.enumerated() {
-            guard case let .fit(w, h, _) = box,
-                  needs.allSatisfy({ $0.width <= needs[index].width && $0.height <= needs[index].height }) else { continue }
+            guard case .fit(let w, let h, _) = box,
+                needs.allSatisfy({ $0.width <= needs[index].width && $0.height <= needs[index].height })
+            else { continue }
             return ChainPlan.Thumbnail(autorotate: autorotate, box: .fit(width: w, height: h, enlarge: false))
         }
         let width = needs.map(\.width).max().map { $0 + 2 } ?? 1

@@ -23,7 +23,7 @@ public struct Colour: Sendable, Equatable, CustomStringConvertible {
         guard digits.count == 6 || digits.count == 8 else { return nil }
         var values: [Double] = []
         for index in stride(from: 0, to: digits.count, by: 2) {
-            guard let value = UInt8(String(digits[index ... index + 1]), radix: 16) else { return nil }
+            guard let value = UInt8(String(digits[index...index + 1]), radix: 16) else { return nil }
             values.append(Double(value))
         }
         self.init(red: values[0], green: values[1], blue: values[2], alpha: values.count == 4 ? values[3] : 255)
@@ -33,9 +33,10 @@ public struct Colour: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         let parts = [red, green, blue] + (isOpaque ? [] : [alpha])
-        return "#" + parts.map { value in
-            let hex = String(Int(value), radix: 16)
-            return hex.count == 1 ? "0" + hex : hex
-        }.joined()
+        return "#"
+            + parts.map { value in
+                let hex = String(Int(value), radix: 16)
+                return hex.count == 1 ? "0" + hex : hex
+            }.joined()
     }
 }

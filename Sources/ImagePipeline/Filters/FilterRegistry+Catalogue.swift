@@ -24,31 +24,34 @@ public struct FilterCatalogueEntry: Sendable, Encodable {
 extension FilterRegistry {
     public var catalogue: [FilterCatalogueEntry] {
         definitions.map { definition in
-            FilterCatalogueEntry(op: definition.name, description: definition.summary, parameters: definition.parameters.map { p in
-                var type = "string"
-                var minimum: Double?
-                var maximum: Double?
-                var values: [String]?
-                switch p.type {
-                case let .integer(range):
-                    type = "integer"
-                    minimum = Double(range.lowerBound)
-                    maximum = range.upperBound == Int.max ? nil : Double(range.upperBound)
-                case let .number(range):
-                    type = "number"
-                    minimum = range.lowerBound
-                    maximum = range.upperBound
-                case .boolean: type = "boolean"
-                case .string: type = "string"
-                case let .choice(options):
-                    type = "string"
-                    values = options
-                case .colour: type = "colour"
-                case .aspect: type = "aspect"
-                }
-                return .init(name: p.name, type: type, minimum: minimum, maximum: maximum, values: values,
-                             defaultValue: p.defaultValue, required: p.required, description: p.summary)
-            })
+            FilterCatalogueEntry(
+                op: definition.name, description: definition.summary,
+                parameters: definition.parameters.map { p in
+                    var type = "string"
+                    var minimum: Double?
+                    var maximum: Double?
+                    var values: [String]?
+                    switch p.type {
+                    case .integer(let range):
+                        type = "integer"
+                        minimum = Double(range.lowerBound)
+                        maximum = range.upperBound == Int.max ? nil : Double(range.upperBound)
+                    case .number(let range):
+                        type = "number"
+                        minimum = range.lowerBound
+                        maximum = range.upperBound
+                    case .boolean: type = "boolean"
+                    case .string: type = "string"
+                    case .choice(let options):
+                        type = "string"
+                        values = options
+                    case .colour: type = "colour"
+                    case .aspect: type = "aspect"
+                    }
+                    return .init(
+                        name: p.name, type: type, minimum: minimum, maximum: maximum, values: values,
+                        defaultValue: p.defaultValue, required: p.required, description: p.summary)
+                })
         }
     }
 }
@@ -58,12 +61,12 @@ extension JSONValue: Encodable {
         var container = encoder.singleValueContainer()
         switch self {
         case .null: try container.encodeNil()
-        case let .bool(value): try container.encode(value)
-        case let .number(value, isInteger):
+        case .bool(let value): try container.encode(value)
+        case .number(let value, let isInteger):
             if isInteger, abs(value) < 9e15 { try container.encode(Int64(value)) } else { try container.encode(value) }
-        case let .string(value): try container.encode(value)
-        case let .array(items): try container.encode(items)
-        case let .object(members):
+        case .string(let value): try container.encode(value)
+        case .array(let items): try container.encode(items)
+        case .object(let members):
             var keyed = encoder.container(keyedBy: AnyKey.self)
             for member in members { try keyed.encode(member.value, forKey: AnyKey(member.key)) }
         }

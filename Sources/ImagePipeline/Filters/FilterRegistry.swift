@@ -13,11 +13,11 @@ public enum ParameterType: Sendable, Equatable {
     /// What an error says was expected.
     var expectation: String {
         switch self {
-        case let .integer(range): SpecNode.describe(range)
-        case let .number(range): "a number from \(SpecNode.format(range.lowerBound)) to \(SpecNode.format(range.upperBound))"
+        case .integer(let range): SpecNode.describe(range)
+        case .number(let range): "a number from \(SpecNode.format(range.lowerBound)) to \(SpecNode.format(range.upperBound))"
         case .boolean: "true or false"
         case .string: "a string"
-        case let .choice(options): "one of " + options.joined(separator: ", ")
+        case .choice(let options): "one of " + options.joined(separator: ", ")
         case .colour: "a colour such as \"#ff8800\" (#rgb, #rrggbb or #rrggbbaa)"
         case .aspect: "an aspect ratio such as \"16:9\""
         }
@@ -26,13 +26,13 @@ public enum ParameterType: Sendable, Equatable {
     /// A short name for the catalogue table.
     public var summary: String {
         switch self {
-        case let .integer(range):
+        case .integer(let range):
             range.upperBound == Int.max ? "integer ≥ \(range.lowerBound)" : "integer \(range.lowerBound)..\(range.upperBound)"
-        case let .number(range):
+        case .number(let range):
             "number \(SpecNode.format(range.lowerBound))..\(SpecNode.format(range.upperBound))"
         case .boolean: "boolean"
         case .string: "string"
-        case let .choice(options): options.joined(separator: "|")
+        case .choice(let options): options.joined(separator: "|")
         case .colour: "colour"
         case .aspect: "W:H"
         }
@@ -44,7 +44,8 @@ extension ParameterType {
     static func aspect(_ text: String) -> (Double, Double)? {
         let parts = text.split(separator: ":")
         guard parts.count == 2, let w = Double(parts[0]), let h = Double(parts[1]), w > 0, h > 0,
-              w.isFinite, h.isFinite else { return nil }
+            w.isFinite, h.isFinite
+        else { return nil }
         return (w, h)
     }
 }
@@ -58,8 +59,10 @@ public struct ParameterDefinition: Sendable {
     public let required: Bool
     public let summary: String
 
-    public init(_ name: String, _ type: ParameterType, default defaultValue: JSONValue? = nil,
-                required: Bool = false, _ summary: String) {
+    public init(
+        _ name: String, _ type: ParameterType, default defaultValue: JSONValue? = nil,
+        required: Bool = false, _ summary: String
+    ) {
         self.name = name
         self.type = type
         self.defaultValue = defaultValue
@@ -69,16 +72,16 @@ public struct ParameterDefinition: Sendable {
 
     func validate(_ node: SpecNode) throws -> JSONValue {
         switch type {
-        case let .integer(range): return .number(Double(try node.integer(in: range)), isInteger: true)
-        case let .number(range): return .number(try node.number(in: range), isInteger: false)
+        case .integer(let range): return .number(Double(try node.integer(in: range)), isInteger: true)
+        case .number(let range): return .number(try node.number(in: range), isInteger: false)
         case .boolean: return .bool(try node.bool())
         case .string: return .string(try node.string())
-        case let .choice(options): return .string(try node.choice(options))
+        case .choice(let options): return .string(try node.choice(options))
         case .colour:
-            guard case let .string(text) = node.value, Colour(hex: text) != nil else { throw node.expected(type.expectation) }
+            guard case .string(let text) = node.value, Colour(hex: text) != nil else { throw node.expected(type.expectation) }
             return .string(text)
         case .aspect:
-            guard case let .string(text) = node.value, ParameterType.aspect(text) != nil else {
+            guard case .string(let text) = node.value, ParameterType.aspect(text) != nil else {
                 throw node.expected(type.expectation)
             }
             return .string(text)
@@ -92,22 +95,22 @@ public struct FilterArguments: Sendable {
     let path: JSONPath
 
     func int(_ name: String) -> Int? {
-        if case let .number(value, _) = values[name] { return Int(value) }
+        if case .number(let value, _) = values[name] { return Int(value) }
         return nil
     }
 
     func double(_ name: String) -> Double? {
-        if case let .number(value, _) = values[name] { return value }
+        if case .number(let value, _) = values[name] { return value }
         return nil
     }
 
     func bool(_ name: String) -> Bool? {
-        if case let .bool(value) = values[name] { return value }
+        if case .bool(let value) = values[name] { return value }
         return nil
     }
 
     func string(_ name: String) -> String? {
-        if case let .string(value) = values[name] { return value }
+        if case .string(let value) = values[name] { return value }
         return nil
     }
 
@@ -150,7 +153,7 @@ public struct FilterRegistry: Sendable {
     /// Validates one entry of `filters`: the op exists, every parameter is known, of its
     /// type and in range; defaults are filled in.
     func decode(_ node: SpecNode) throws -> FilterSpec {
-        guard case let .object(members) = node.value else { throw node.expected("an object with an \"op\"") }
+        guard case .object(let members) = node.value else { throw node.expected("an object with an \"op\"") }
         guard let opMember = members.first(where: { $0.key == "op" }) else {
             throw SpecError(path: node.path.appending("op").description, message: "missing (required)")
         }
@@ -170,8 +173,9 @@ public struct FilterRegistry: Sendable {
             } else if let fallback = parameter.defaultValue {
                 values[parameter.name] = fallback
             } else if parameter.required {
-                throw SpecError(path: node.path.appending(parameter.name).description,
-                                message: "missing (required by \(opName))")
+                throw SpecError(
+                    path: node.path.appending(parameter.name).description,
+                    message: "missing (required by \(opName))")
             }
         }
         let step = try definition.make(FilterArguments(values: values, path: node.path))

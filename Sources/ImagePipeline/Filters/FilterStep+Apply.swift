@@ -82,21 +82,23 @@ extension FilterStep {
         case .autorotate:
             guard image.orientation != 1 else { return image }
             return try image.materialized().autorotated()
-        case let .fit(width, height, enlarge):
+        case .fit(let width, let height, let enlarge):
             let size = BoxGeometry.fit(width: image.width, height: image.height, box: (width, height), enlarge: enlarge)
             return try image.resizedExactly(to: size)
-        case let .fill(width, height, gravity):
+        case .fill(let width, let height, let gravity):
             let cover = BoxGeometry.cover(width: image.width, height: image.height, box: (width, height))
             return try image.resizedExactly(to: cover).cropped(to: (width, height), gravity: gravity)
-        case let .resize(width, height, scale):
-            return try image.resizedExactly(to: BoxGeometry.resize(width: image.width, height: image.height,
-                                                                   to: (width, height), scale: scale))
-        case let .cropRect(x, y, width, height):
+        case .resize(let width, let height, let scale):
+            return try image.resizedExactly(
+                to: BoxGeometry.resize(
+                    width: image.width, height: image.height,
+                    to: (width, height), scale: scale))
+        case .cropRect(let x, let y, let width, let height):
             guard x < image.width, y < image.height else {
                 throw FilterError("crop at (\(x), \(y)) lies outside the \(image.width)×\(image.height) image")
             }
             return try image.cropped(left: x, top: y, width: min(width, image.width - x), height: min(height, image.height - y))
-        case let .cropAspect(aspectWidth, aspectHeight, gravity):
+        case .cropAspect(let aspectWidth, let aspectHeight, let gravity):
             let ratio = aspectWidth / aspectHeight
             var w = image.width
             var h = Int((Double(w) / ratio).rounded())
@@ -105,61 +107,61 @@ extension FilterStep {
                 w = max(1, min(image.width, Int((Double(h) * ratio).rounded())))
             }
             return try image.cropped(to: (w, max(1, h)), gravity: gravity)
-        case let .rotate(degrees, background):
+        case .rotate(let degrees, let background):
             return try image.rotatedClockwise(degrees, background: background)
-        case let .flip(horizontal):
+        case .flip(let horizontal):
             return horizontal ? try image.flipped(.horizontal) : try image.materialized().flipped(.vertical)
-        case let .pad(top, right, bottom, left, colour):
+        case .pad(let top, let right, let bottom, let left, let colour):
             return try image.padded(top: top, right: right, bottom: bottom, left: left, colour: colour)
-        case let .border(width, colour):
+        case .border(let width, let colour):
             return try image.padded(top: width, right: width, bottom: width, left: width, colour: colour)
-        case let .trim(threshold):
+        case .trim(let threshold):
             let whole = try image.materialized()
             let box = try whole.trimBox(threshold: threshold)
             guard box.width > 0, box.height > 0 else { return whole }
             return try whole.cropped(left: box.left, top: box.top, width: box.width, height: box.height)
-        case let .roundCorners(radius):
+        case .roundCorners(let radius):
             return try image.roundingCorners(radius: radius)
-        case let .adjust(adjustments):
+        case .adjust(let adjustments):
             return try image.adjusted(adjustments)
         case .grayscale:
             return try image.toGrey()
-        case let .sepia(intensity):
+        case .sepia(let intensity):
             return try image.sepia(intensity: intensity)
         case .invert:
             return try image.workingCopy().mappingColour { try $0.inverted() }
-        case let .posterize(levels):
+        case .posterize(let levels):
             let steps = Double(levels - 1)
             return try image.workingCopy().mappingColour {
                 try $0.linear([steps / 255], [0], clipToByte: false).rounded().linear([255 / steps], [0], clipToByte: true)
             }
-        case let .vignette(intensity, radius):
+        case .vignette(let intensity, let radius):
             return try image.vignetted(intensity: intensity, radius: radius)
-        case let .tint(colour, intensity):
+        case .tint(let colour, let intensity):
             return try image.tinted(colour, intensity: intensity)
         case .normalize:
             return try image.normalized()
-        case let .threshold(level):
+        case .threshold(let level):
             return try image.toGrey().mappingColour { try $0.atLeast(level) }
-        case let .blur(sigma):
+        case .blur(let sigma):
             return try image.workingCopy().gaussianBlurred(sigma: sigma).castToUChar()
-        case let .sharpen(sigma, amount):
+        case .sharpen(let sigma, let amount):
             return try image.workingCopy().mappingColour { colour in
                 let blurred = try colour.gaussianBlurred(sigma: sigma)
                 return try colour.linear([1 + amount], [0], clipToByte: false)
                     .adding(try blurred.linear([-amount], [0], clipToByte: false)).castToUChar()
             }
-        case let .pixelate(size):
+        case .pixelate(let size):
             let (width, height) = (image.width, image.height)
             return try image.shrunk(by: size).zoomed(by: size).cropped(left: 0, top: 0, width: width, height: height)
-        case let .median(size):
+        case .median(let size):
             return try image.ranked(size: size, index: size * size / 2)
-        case let .caption(caption):
+        case .caption(let caption):
             return try image.captioned(context.fields.map { caption.filled(with: $0) } ?? caption)
-        case let .text(overlay):
+        case .text(let overlay):
             let filled = context.fields.map { overlay.filled(with: $0) } ?? overlay
             return filled.text.allSatisfy(\.isWhitespace) ? image : try image.withText(filled)
-        case let .watermark(watermark):
+        case .watermark(let watermark):
             return try image.watermarked(watermark, path: context.resolve(watermark.image))
         }
     }
@@ -167,14 +169,15 @@ extension FilterStep {
 
 extension BoxGeometry {
     /// `resize`'s output size.
-    static func resize(width: Int, height: Int, to box: (width: Int?, height: Int?), scale: Double?) -> (width: Int, height: Int) {
+    static func resize(width: Int, height: Int, to box: (width: Int?, height: Int?), scale: Double?) -> (width: Int, height: Int)
+    {
         if let scale {
             return (max(1, Int((Double(width) * scale).rounded())), max(1, Int((Double(height) * scale).rounded())))
         }
         switch box {
-        case let (w?, h?): return (w, h)
-        case let (w?, nil): return (w, max(1, Int((Double(height) * Double(w) / Double(width)).rounded())))
-        case let (nil, h?): return (max(1, Int((Double(width) * Double(h) / Double(height)).rounded())), h)
+        case (let w?, let h?): return (w, h)
+        case (let w?, nil): return (w, max(1, Int((Double(height) * Double(w) / Double(width)).rounded())))
+        case (nil, let h?): return (max(1, Int((Double(width) * Double(h) / Double(height)).rounded())), h)
         default: return (width, height)
         }
     }
@@ -228,8 +231,10 @@ extension VipsImage {
 
     /// The values to fill with `colour` in this image's bands (grey images get its luminance).
     func fill(_ colour: Colour) -> [Double] {
-        let base = isGrey ? [0.2126 * colour.red + 0.7152 * colour.green + 0.0722 * colour.blue]
-                          : [colour.red, colour.green, colour.blue]
+        let base =
+            isGrey
+            ? [0.2126 * colour.red + 0.7152 * colour.green + 0.0722 * colour.blue]
+            : [colour.red, colour.green, colour.blue]
         return hasAlpha ? base + [colour.alpha] : base
     }
 
@@ -244,8 +249,9 @@ extension VipsImage {
 
     func padded(top: Int, right: Int, bottom: Int, left: Int, colour: Colour) throws -> VipsImage {
         let image = try canvas(for: colour)
-        return try image.embedded(x: left, y: top, width: image.width + left + right, height: image.height + top + bottom,
-                                  background: image.fill(colour))
+        return try image.embedded(
+            x: left, y: top, width: image.width + left + right, height: image.height + top + bottom,
+            background: image.fill(colour))
     }
 
     func rotatedClockwise(_ degrees: Double, background: Colour) throws -> VipsImage {

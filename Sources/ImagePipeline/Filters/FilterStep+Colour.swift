@@ -48,8 +48,8 @@ extension VipsImage {
         let start = min(radius, 2) / 2
         var mask = [UInt8](repeating: 255, count: side * side)
         let centre = Double(side - 1) / 2
-        for y in 0 ..< side {
-            for x in 0 ..< side {
+        for y in 0..<side {
+            for x in 0..<side {
                 let dx = (Double(x) - centre) / centre
                 let dy = (Double(y) - centre) / centre
                 let distance = (dx * dx + dy * dy).squareRoot() / 2.0.squareRoot()

@@ -13,16 +13,16 @@ extension PipelineSpec {
             return try EnvString(raw: text, path: "\(path).\(key)").expanded(in: environment)
         }
         switch filter.step {
-        case var .caption(caption):
+        case .caption(var caption):
             caption.top = try caption.top.map { try expand($0, "top") }
             caption.bottom = try caption.bottom.map { try expand($0, "bottom") }
             caption.font = try expand(caption.font, "font")
             return .caption(caption)
-        case var .text(overlay):
+        case .text(var overlay):
             overlay.text = try expand(overlay.text, "text")
             overlay.font = try expand(overlay.font, "font")
             return .text(overlay)
-        case var .watermark(watermark):
+        case .watermark(var watermark):
             watermark.image = try expand(watermark.image, "image")
             return .watermark(watermark)
         case let step:

@@ -23,8 +23,9 @@ extension VipsImage {
             }
             let x = (w - mask.width) / 2
             let y = atTop ? margin + stroke : h - margin - stroke - mask.height
-            result = try result.painting(mask, x: x, y: y, colour: caption.colour, outline: caption.strokeColour,
-                                         outlineWidth: stroke, opacity: 1)
+            result = try result.painting(
+                mask, x: x, y: y, colour: caption.colour, outline: caption.strokeColour,
+                outlineWidth: stroke, opacity: 1)
         }
         return result
     }
@@ -33,27 +34,33 @@ extension VipsImage {
     func withText(_ overlay: TextOverlay) throws -> VipsImage {
         let image = try toSRGB()
         let size = overlay.size ?? max(8, image.height / 20)
-        let mask = try VipsImage.text(Self.markup(overlay.text), font: "\(overlay.font) \(size)",
-                                      width: max(1, image.width - 2 * overlay.margin))
-        let origin = overlay.gravity.offset(width: mask.width, height: mask.height, fullWidth: image.width,
-                                            fullHeight: image.height, margin: overlay.margin)
+        let mask = try VipsImage.text(
+            Self.markup(overlay.text), font: "\(overlay.font) \(size)",
+            width: max(1, image.width - 2 * overlay.margin))
+        let origin = overlay.gravity.offset(
+            width: mask.width, height: mask.height, fullWidth: image.width,
+            fullHeight: image.height, margin: overlay.margin)
         // A margin as large as the picture puts the text wholly outside it (which libvips
         // would only call `embed: bad dimensions`); `validate` tells it when a chain's
         // sizes are known (`SizeBound`).
         if origin.y + mask.height <= 0 || origin.y >= image.height || origin.x + mask.width <= 0 || origin.x >= image.width {
             let side = origin.x + mask.width <= 0 || origin.x >= image.width ? "width" : "height"
             let length = side == "width" ? image.width : image.height
-            throw FilterError("the \(mask.width)×\(mask.height) text, \(overlay.margin) px from the \(overlay.gravity.rawValue) "
-                                + "edge, lies wholly outside the picture (margin \(overlay.margin) is not less than its \(side), "
-                                + "\(length))")
+            throw FilterError(
+                "the \(mask.width)×\(mask.height) text, \(overlay.margin) px from the \(overlay.gravity.rawValue) "
+                    + "edge, lies wholly outside the picture (margin \(overlay.margin) is not less than its \(side), "
+                    + "\(length))")
         }
-        return try image.painting(mask, x: origin.x, y: origin.y, colour: overlay.colour, outline: nil,
-                                  outlineWidth: 0, opacity: overlay.opacity)
+        return try image.painting(
+            mask, x: origin.x, y: origin.y, colour: overlay.colour, outline: nil,
+            outlineWidth: 0, opacity: overlay.opacity)
     }
 
     /// Paints `colour` through a text mask placed at (x, y), optionally outlined first.
-    func painting(_ mask: VipsImage, x: Int, y: Int, colour: Colour, outline: Colour?, outlineWidth: Int,
-                  opacity: Double) throws -> VipsImage {
+    func painting(
+        _ mask: VipsImage, x: Int, y: Int, colour: Colour, outline: Colour?, outlineWidth: Int,
+        opacity: Double
+    ) throws -> VipsImage {
         let (w, h) = (width, height)
         // libvips places no mask wholly outside its canvas (`embed: bad dimensions`).
         guard x + mask.width > 0, y + mask.height > 0, x < w, y < h else {
@@ -70,9 +77,11 @@ extension VipsImage {
         var layers: [(colour: Colour, mask: VipsImage)] = []
         if let outline, outlineWidth > 0 {
             let window = 2 * outlineWidth + 1
-            let grown = try mask.embedded(x: outlineWidth, y: outlineWidth, width: mask.width + 2 * outlineWidth,
-                                          height: mask.height + 2 * outlineWidth, background: [0])
-                .ranked(size: window, index: window * window - 1)
+            let grown = try mask.embedded(
+                x: outlineWidth, y: outlineWidth, width: mask.width + 2 * outlineWidth,
+                height: mask.height + 2 * outlineWidth, background: [0]
+            )
+            .ranked(size: window, index: window * window - 1)
             layers.append((outline, try place(grown, x - outlineWidth, y - outlineWidth)))
         }
         layers.append((colour, try place(mask, x, y)))
@@ -108,8 +117,9 @@ extension VipsImage {
             mark = try mark.replicated(across: across, down: down)
                 .cropped(left: 0, top: 0, width: image.width, height: image.height)
         } else {
-            (x, y) = watermark.gravity.offset(width: mark.width, height: mark.height, fullWidth: image.width,
-                                              fullHeight: image.height, margin: watermark.margin)
+            (x, y) = watermark.gravity.offset(
+                width: mark.width, height: mark.height, fullWidth: image.width,
+                fullHeight: image.height, margin: watermark.margin)
         }
         let composited = try image.compositing(mark, x: x, y: y).castToUChar()
         let result = image.hasAlpha ? composited : try composited.extractBands(0, count: 3)

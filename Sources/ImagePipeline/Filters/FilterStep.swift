@@ -59,8 +59,10 @@ public struct Adjustments: Sendable, Equatable {
     /// −180…180 degrees of hue rotation.
     public var hue = 0.0
 
-    public init(brightness: Double = 0, contrast: Double = 1, saturation: Double = 1, exposure: Double = 0,
-                gamma: Double = 1, hue: Double = 0) {
+    public init(
+        brightness: Double = 0, contrast: Double = 1, saturation: Double = 1, exposure: Double = 0,
+        gamma: Double = 1, hue: Double = 0
+    ) {
         self.brightness = brightness
         self.contrast = contrast
         self.saturation = saturation
@@ -82,8 +84,10 @@ public struct Caption: Sendable, Equatable {
     /// Font size in pixels; nil = the largest that fits the band.
     public var size: Int?
 
-    public init(top: String?, bottom: String?, font: String, colour: Colour, strokeColour: Colour,
-                strokeWidth: Int?, size: Int?) {
+    public init(
+        top: String?, bottom: String?, font: String, colour: Colour, strokeColour: Colour,
+        strokeWidth: Int?, size: Int?
+    ) {
         self.top = top
         self.bottom = bottom
         self.font = font

@@ -31,7 +31,7 @@ public enum ImageFormat: String, Sendable, CaseIterable {
     /// Reads the first bytes (64 are plenty).
     static func sniff(_ head: [UInt8]) -> Sniffed {
         func starts(_ prefix: [UInt8], at offset: Int = 0) -> Bool {
-            head.count >= offset + prefix.count && Array(head[offset ..< offset + prefix.count]) == prefix
+            head.count >= offset + prefix.count && Array(head[offset..<offset + prefix.count]) == prefix
         }
         func ascii(_ text: String, at offset: Int = 0) -> Bool { starts(Array(text.utf8), at: offset) }
 
@@ -40,9 +40,12 @@ public enum ImageFormat: String, Sendable, CaseIterable {
         if ascii("GIF87a") || ascii("GIF89a") { return .accepted(.gif) }
         if ascii("RIFF"), ascii("WEBP", at: 8) { return .accepted(.webp) }
         if starts([0x49, 0x49, 0x2A, 0x00]) || starts([0x4D, 0x4D, 0x00, 0x2A])
-            || starts([0x49, 0x49, 0x2B, 0x00]) || starts([0x4D, 0x4D, 0x00, 0x2B]) { return .accepted(.tiff) }
+            || starts([0x49, 0x49, 0x2B, 0x00]) || starts([0x4D, 0x4D, 0x00, 0x2B])
+        {
+            return .accepted(.tiff)
+        }
         if ascii("ftyp", at: 4), head.count >= 12 {
-            let brand = String(decoding: head[8 ..< 12], as: UTF8.self)
+            let brand = String(decoding: head[8..<12], as: UTF8.self)
             if ["avif", "avis"].contains(brand) { return .accepted(.avif) }
             if ["heic", "heix", "hevc", "hevx", "heim", "heis", "hevm", "hevs", "mif1", "msf1"].contains(brand) {
                 return .accepted(.heif)
@@ -58,7 +61,7 @@ public enum ImageFormat: String, Sendable, CaseIterable {
         if starts([0x00, 0x00, 0x00, 0x0C, 0x6A, 0x50, 0x20, 0x20]) || starts([0xFF, 0x4F, 0xFF, 0x51]) {
             return .refused("JPEG 2000")
         }
-        if head.count >= 2, head[0] == UInt8(ascii: "P"), (UInt8(ascii: "1") ... UInt8(ascii: "7")).contains(head[1]) {
+        if head.count >= 2, head[0] == UInt8(ascii: "P"), (UInt8(ascii: "1")...UInt8(ascii: "7")).contains(head[1]) {
             return .refused("PPM/PGM/PBM")
         }
         if head.count >= 2, head[0] == UInt8(ascii: "P"), head[1] == UInt8(ascii: "F") || head[1] == UInt8(ascii: "f") {

@@ -54,20 +54,22 @@ struct ImageHeader: Sendable, Equatable {
         defer { close(descriptor) }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return .notAnImage }
-        return parse(HeaderBytes(size: Int(info.st_size)) { offset, count in
-            var buffer = [UInt8](repeating: 0, count: count)
-            let got = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, off_t(offset)) }
-            return got < 0 ? [] : Array(buffer.prefix(got))
-        })
+        return parse(
+            HeaderBytes(size: Int(info.st_size)) { offset, count in
+                var buffer = [UInt8](repeating: 0, count: count)
+                let got = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, off_t(offset)) }
+                return got < 0 ? [] : Array(buffer.prefix(got))
+            })
     }
 
     /// The header of bytes in memory.
     static func read(data: Data) -> Reading {
-        parse(HeaderBytes(size: data.count) { offset, count in
-            guard offset < data.count else { return [] }
-            let start = data.startIndex + offset
-            return [UInt8](data[start ..< min(data.endIndex, start + count)])
-        })
+        parse(
+            HeaderBytes(size: data.count) { offset, count in
+                guard offset < data.count else { return [] }
+                let start = data.startIndex + offset
+                return [UInt8](data[start..<min(data.endIndex, start + count)])
+            })
     }
 
     /// The longest side read: libvips (8.14) opens nothing over 10,000,000 pixels a side, and
@@ -75,7 +77,7 @@ struct ImageHeader: Sendable, Equatable {
     static let maxSide = 1 << 24
 
     static func parse(_ bytes: HeaderBytes) -> Reading {
-        guard case let .accepted(format) = ImageFormat.sniff(bytes.at(0, 64)) else { return .notAnImage }
+        guard case .accepted(let format) = ImageFormat.sniff(bytes.at(0, 64)) else { return .notAnImage }
         let header: ImageHeader?
         switch format {
         case .png: header = png(bytes)
@@ -85,7 +87,7 @@ struct ImageHeader: Sendable, Equatable {
         case .tiff: header = tiff(bytes)
         case .heif, .avif: header = isoMedia(bytes, format: format)
         }
-        guard let header, (1 ... maxSide).contains(header.width), (1 ... maxSide).contains(header.height) else { return .unreadable }
+        guard let header, (1...maxSide).contains(header.width), (1...maxSide).contains(header.height) else { return .unreadable }
         return .header(header)
     }
 
@@ -103,17 +105,20 @@ struct ImageHeader: Sendable, Equatable {
 
     private static func png(_ bytes: HeaderBytes) -> ImageHeader? {
         let ihdr = bytes.at(8, 25)
-        guard ihdr.count == 25, String(decoding: ihdr[4 ..< 8], as: UTF8.self) == "IHDR" else { return nil }
-        let width = bytes.be32(ihdr, 8), height = bytes.be32(ihdr, 12)
+        guard ihdr.count == 25, String(decoding: ihdr[4..<8], as: UTF8.self) == "IHDR" else { return nil }
+        let width = bytes.be32(ihdr, 8)
+        let height = bytes.be32(ihdr, 12)
         guard width <= maxSide, height <= maxSide else { return nil }
-        let depth = Int(ihdr[16]), colour = Int(ihdr[17]), interlaced = ihdr[20] == 1
+        let depth = Int(ihdr[16])
+        let colour = Int(ihdr[17])
+        let interlaced = ihdr[20] == 1
         // Transparency for a grey, RGB or palette picture is a tRNS chunk before the first IDAT.
         var transparency = false
         var offset = 33
-        for _ in 0 ..< 64 {
+        for _ in 0..<64 {
             let chunk = bytes.at(offset, 8)
             guard chunk.count == 8 else { break }
-            let type = String(decoding: chunk[4 ..< 8], as: UTF8.self)
+            let type = String(decoding: chunk[4..<8], as: UTF8.self)
             if type == "tRNS" { transparency = true }
             if type == "IDAT" || type == "IEND" { break }
             offset += 12 + bytes.be32(chunk, 0)
@@ -128,9 +133,10 @@ struct ImageHeader: Sendable, Equatable {
         }
         let sample = depth == 16 ? 2 : 1
         let bits = colour == 3 ? "8-bit" : depth == 16 ? "16-bit" : "8-bit"
-        return ImageHeader(format: .png, width: width, height: height, bands: bands, bytesPerSample: sample,
-                           holding: interlaced ? .whole(bytes: product(width, height, bands, sample)) : .rows,
-                           kind: "\(bits) \(colourName(bands))\(interlaced ? " interlaced" : "") PNG")
+        return ImageHeader(
+            format: .png, width: width, height: height, bands: bands, bytesPerSample: sample,
+            holding: interlaced ? .whole(bytes: product(width, height, bands, sample)) : .rows,
+            kind: "\(bits) \(colourName(bands))\(interlaced ? " interlaced" : "") PNG")
     }
 
     // MARK: JPEG
@@ -138,7 +144,7 @@ struct ImageHeader: Sendable, Equatable {
     /// The first frame header (SOFn), found by walking the marker segments before it.
     private static func jpeg(_ bytes: HeaderBytes) -> ImageHeader? {
         var offset = 2
-        for _ in 0 ..< 1024 {
+        for _ in 0..<1024 {
             var marker = bytes.at(offset, 2)
             guard marker.count == 2, marker[0] == 0xFF else { return nil }
             while marker[1] == 0xFF {
@@ -147,7 +153,7 @@ struct ImageHeader: Sendable, Equatable {
                 guard marker.count == 2 else { return nil }
             }
             let code = Int(marker[1])
-            if code == 0x01 || (0xD0 ... 0xD7).contains(code) {
+            if code == 0x01 || (0xD0...0xD7).contains(code) {
                 offset += 2
                 continue
             }
@@ -155,7 +161,7 @@ struct ImageHeader: Sendable, Equatable {
             let lengthBytes = bytes.at(offset + 2, 2)
             guard lengthBytes.count == 2 else { return nil }
             let length = bytes.be16(lengthBytes, 0)
-            if (0xC0 ... 0xCF).contains(code), ![0xC4, 0xC8, 0xCC].contains(code) {
+            if (0xC0...0xCF).contains(code), ![0xC4, 0xC8, 0xCC].contains(code) {
                 return jpegFrame(bytes.at(offset + 4, max(0, length - 2)), marker: code)
             }
             offset += 2 + length
@@ -165,15 +171,17 @@ struct ImageHeader: Sendable, Equatable {
 
     private static func jpegFrame(_ frame: [UInt8], marker: Int) -> ImageHeader? {
         guard frame.count >= 6 else { return nil }
-        let height = Int(frame[1]) << 8 | Int(frame[2]), width = Int(frame[3]) << 8 | Int(frame[4])
+        let height = Int(frame[1]) << 8 | Int(frame[2])
+        let width = Int(frame[3]) << 8 | Int(frame[4])
         let components = Int(frame[5])
-        guard (1 ... 4).contains(components), frame.count >= 6 + 3 * components else { return nil }
+        guard (1...4).contains(components), frame.count >= 6 + 3 * components else { return nil }
         var sampling: [(h: Int, v: Int)] = []
-        for component in 0 ..< components {
+        for component in 0..<components {
             let factors = Int(frame[7 + 3 * component])
             sampling.append((h: max(1, factors >> 4), v: max(1, factors & 15)))
         }
-        let maxH = sampling.map { $0.h }.max() ?? 1, maxV = sampling.map { $0.v }.max() ?? 1
+        let maxH = sampling.map { $0.h }.max() ?? 1
+        let maxV = sampling.map { $0.v }.max() ?? 1
         // Progressive (and lossless, hierarchical) frames are decoded from a buffer of every
         // block's DCT coefficients (64 of 16 bits each), kept for the whole picture.
         let sequential = [0xC0, 0xC1, 0xC9].contains(marker)
@@ -181,14 +189,16 @@ struct ImageHeader: Sendable, Equatable {
         var coefficients = 0
         for component in sampling {
             // Blocks per component, rounded up to whole MCUs as libjpeg allocates them.
-            let mcuWidth = (width + 8 * maxH - 1) / (8 * maxH), mcuHeight = (height + 8 * maxV - 1) / (8 * maxV)
+            let mcuWidth = (width + 8 * maxH - 1) / (8 * maxH)
+            let mcuHeight = (height + 8 * maxV - 1) / (8 * maxV)
             coefficients += product(mcuWidth, component.h, mcuHeight, component.v, 64 * 2)
         }
         let name = components == 4 ? "CMYK" : components == 1 ? "grey" : "\(components)-component"
         let style = sequential ? "baseline" : progressive ? "progressive" : "lossless or hierarchical"
-        return ImageHeader(format: .jpeg, width: width, height: height, bands: components, bytesPerSample: 1,
-                           holding: sequential ? .rows : .whole(bytes: coefficients),
-                           kind: "\(name) \(style) JPEG")
+        return ImageHeader(
+            format: .jpeg, width: width, height: height, bands: components, bytesPerSample: 1,
+            holding: sequential ? .rows : .whole(bytes: coefficients),
+            kind: "\(name) \(style) JPEG")
     }
 
     // MARK: GIF
@@ -203,8 +213,10 @@ struct ImageHeader: Sendable, Equatable {
     private static func gif(_ bytes: HeaderBytes) -> ImageHeader? {
         let screen = bytes.at(6, 5)
         guard screen.count == 5 else { return nil }
-        let screenWidth = bytes.le16(screen, 0), screenHeight = bytes.le16(screen, 2)
-        var width = screenWidth, height = screenHeight
+        let screenWidth = bytes.le16(screen, 0)
+        let screenHeight = bytes.le16(screen, 2)
+        var width = screenWidth
+        var height = screenHeight
         var reader = ChunkedBytes(bytes)
         var offset = 13
         if screen[4] & 0x80 != 0 { offset += 3 << ((Int(screen[4]) & 7) + 1) }
@@ -235,9 +247,10 @@ struct ImageHeader: Sendable, Equatable {
         }
         let grown = width > screenWidth || height > screenHeight
         // libnsgif decodes a frame into a 32-bit canvas, and libvips keeps its own copy.
-        return ImageHeader(format: .gif, width: width, height: height, bands: 4, bytesPerSample: 1,
-                           holding: .whole(bytes: product(width, height, 2 * 4)),
-                           kind: grown ? "GIF whose first frame is \(width)×\(height) on a \(screenWidth)×\(screenHeight) screen" : "GIF")
+        return ImageHeader(
+            format: .gif, width: width, height: height, bands: 4, bytesPerSample: 1,
+            holding: .whole(bytes: product(width, height, 2 * 4)),
+            kind: grown ? "GIF whose first frame is \(width)×\(height) on a \(screenWidth)×\(screenHeight) screen" : "GIF")
     }
 
     /// How far into a GIF its first image descriptor is looked for.
@@ -248,8 +261,11 @@ struct ImageHeader: Sendable, Equatable {
     private static func webp(_ bytes: HeaderBytes) -> ImageHeader? {
         let head = bytes.at(12, 18)
         guard head.count >= 18 else { return nil }
-        let type = String(decoding: head[0 ..< 4], as: UTF8.self)
-        var width = 0, height = 0, alpha = false, lossless = false
+        let type = String(decoding: head[0..<4], as: UTF8.self)
+        var width = 0
+        var height = 0
+        var alpha = false
+        var lossless = false
         switch type {
         case "VP8X":
             alpha = head[8] & 0x10 != 0
@@ -270,9 +286,10 @@ struct ImageHeader: Sendable, Equatable {
             return nil
         }
         let bands = alpha ? 4 : 3
-        var header = ImageHeader(format: .webp, width: width, height: height, bands: bands, bytesPerSample: 1,
-                                 holding: .whole(bytes: lossless ? product(width, height, 4) : 0),
-                                 kind: "\(lossless ? "lossless" : "lossy") \(colourName(bands)) WebP")
+        var header = ImageHeader(
+            format: .webp, width: width, height: height, bands: bands, bytesPerSample: 1,
+            holding: .whole(bytes: lossless ? product(width, height, 4) : 0),
+            kind: "\(lossless ? "lossless" : "lossy") \(colourName(bands)) WebP")
         header.scalesOnLoad = true
         return header
     }
@@ -287,7 +304,7 @@ struct ImageHeader: Sendable, Equatable {
         let big = (little ? bytes.le16(start, 2) : bytes.be16(start, 2)) == 43
         func value(_ raw: [UInt8], _ at: Int, _ width: Int) -> Int {
             var result = 0
-            for index in 0 ..< width {
+            for index in 0..<width {
                 let byte = Int(raw[at + (little ? width - 1 - index : index)])
                 result = result << 8 | byte
             }
@@ -302,14 +319,15 @@ struct ImageHeader: Sendable, Equatable {
         let table = bytes.at(ifd + (big ? 8 : 2), entries * entrySize)
         guard table.count == entries * entrySize else { return nil }
         var tags: [Int: Int] = [:]
-        for index in 0 ..< entries {
+        for index in 0..<entries {
             let entry = index * entrySize
-            let tag = value(table, entry, 2), type = value(table, entry + 2, 2)
+            let tag = value(table, entry, 2)
+            let type = value(table, entry + 2, 2)
             let count = value(table, entry + 4, big ? 8 : 4)
             // The first value is enough here (bits per sample are the same for every sample
             // in what libvips loads): inline, or where the field points when they do not fit.
             guard let unit = [1: 1, 3: 2, 4: 4, 16: 8][type] else { continue }
-            var raw = Array(table[(entry + (big ? 12 : 8)) ..< (entry + entrySize)])
+            var raw = Array(table[(entry + (big ? 12 : 8))..<(entry + entrySize)])
             let (size, overflow) = count.multipliedReportingOverflow(by: unit)
             if overflow || size < 0 || size > raw.count {
                 raw = bytes.at(value(raw, 0, big ? 8 : 4), unit)
@@ -323,7 +341,7 @@ struct ImageHeader: Sendable, Equatable {
         guard width <= maxSide, height <= maxSide, samples <= 1024, bits <= 128 else { return nil }
         let sample = max(1, (bits + 7) / 8)
         let held: Int
-        if let tileWidth = tags[322], let tileHeight = tags[323], (1 ... maxSide).contains(tileWidth), tileHeight > 0 {
+        if let tileWidth = tags[322], let tileHeight = tags[323], (1...maxSide).contains(tileWidth), tileHeight > 0 {
             // A row of tiles, across the picture.
             held = product(min(height, tileHeight), (width + tileWidth - 1) / tileWidth, tileWidth, samples, sample)
         } else {
@@ -331,8 +349,9 @@ struct ImageHeader: Sendable, Equatable {
         }
         let kind = "\(bits)-bit\(tags[339] == 3 ? " float" : "") \(colourName(samples)) TIFF"
         // The strip (or tiles) as decoded, and libvips' copy of it.
-        return ImageHeader(format: .tiff, width: width, height: height, bands: samples, bytesPerSample: sample,
-                           holding: .band(bytes: product(2, held)), kind: kind)
+        return ImageHeader(
+            format: .tiff, width: width, height: height, bands: samples, bytesPerSample: sample,
+            holding: .band(bytes: product(2, held)), kind: kind)
     }
 
     // MARK: HEIF / AVIF
@@ -350,7 +369,7 @@ struct ImageHeader: Sendable, Equatable {
                 let head = bytes.at(offset, 16)
                 guard head.count >= 8 else { return }
                 var size = bytes.be32(head, 0)
-                let type = String(decoding: head[4 ..< 8], as: UTF8.self)
+                let type = String(decoding: head[4..<8], as: UTF8.self)
                 var header = 8
                 if size == 1, head.count == 16 {
                     size = Int(min(UInt64(Int.max), UInt64(bytes.be32(head, 8)) << 32 | UInt64(bytes.be32(head, 12))))
@@ -361,11 +380,13 @@ struct ImageHeader: Sendable, Equatable {
                 guard size >= header, size <= end - offset else { return }
                 switch type {
                 case "meta" where level < 4: walk(from: offset + header + 4, to: offset + size, level: level + 1)
-                case "iprp" where level < 4, "ipco" where level < 4: walk(from: offset + header, to: offset + size, level: level + 1)
+                case "iprp" where level < 4, "ipco" where level < 4:
+                    walk(from: offset + header, to: offset + size, level: level + 1)
                 case "ispe":
                     let body = bytes.at(offset + header, 12)
                     if body.count == 12 {
-                        let width = bytes.be32(body, 4), height = bytes.be32(body, 8)
+                        let width = bytes.be32(body, 4)
+                        let height = bytes.be32(body, 8)
                         if product(width, height) > (best.map { product($0.width, $0.height) } ?? 0) { best = (width, height) }
                     }
                 case "pixi":
@@ -381,9 +402,10 @@ struct ImageHeader: Sendable, Equatable {
         let sample = depth > 8 ? 2 : 1
         let pixels = best.width * best.height
         // libheif's RGBA picture and the decoder's 4:2:0 frame (1.5 samples a pixel).
-        return ImageHeader(format: format, width: best.width, height: best.height, bands: 4, bytesPerSample: sample,
-                           holding: .whole(bytes: pixels * sample * 4 + pixels * sample * 3 / 2),
-                           kind: "\(depth)-bit \(format == .avif ? "AVIF" : "HEIF")")
+        return ImageHeader(
+            format: format, width: best.width, height: best.height, bands: 4, bytesPerSample: sample,
+            holding: .whole(bytes: pixels * sample * 4 + pixels * sample * 3 / 2),
+            kind: "\(depth)-bit \(format == .avif ? "AVIF" : "HEIF")")
     }
 }
 
@@ -410,10 +432,10 @@ struct HeaderBytes {
     /// The type of the first RIFF chunk from `offset` on that is one of `types`.
     func firstChunk(of types: Set<String>, from offset: Int) -> String? {
         var offset = offset
-        for _ in 0 ..< 64 {
+        for _ in 0..<64 {
             let head = at(offset, 8)
             guard head.count == 8 else { return nil }
-            let type = String(decoding: head[0 ..< 4], as: UTF8.self)
+            let type = String(decoding: head[0..<4], as: UTF8.self)
             if types.contains(type) { return type }
             let length = Int(head[4]) | Int(head[5]) << 8 | Int(head[6]) << 16 | Int(head[7]) << 24
             offset += 8 + length + length % 2

@@ -130,14 +130,19 @@ public struct ImageProcessor: Sendable {
     }
 
     /// `baseDirectory` is the pipeline file's folder (watermark paths are relative to it).
-    public init(filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/",
-                tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()) {
-        self.init(filters: filters, outputs: [OutputPlan(output)], limits: limits, baseDirectory: baseDirectory,
-                  tuning: tuning, accept: accept)
+    public init(
+        filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/",
+        tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()
+    ) {
+        self.init(
+            filters: filters, outputs: [OutputPlan(output)], limits: limits, baseDirectory: baseDirectory,
+            tuning: tuning, accept: accept)
     }
 
-    public init(filters: [FilterStep], outputs: [OutputPlan], limits: Limits, baseDirectory: String = "/",
-                tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()) {
+    public init(
+        filters: [FilterStep], outputs: [OutputPlan], limits: Limits, baseDirectory: String = "/",
+        tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()
+    ) {
         precondition(!outputs.isEmpty, "a pipeline has at least one output")
         let fuse = tuning.fuseLeadingGeometry
         if outputs.count == 1 {
@@ -162,7 +167,8 @@ public struct ImageProcessor: Sendable {
             return output.filters.indices.map { "\(path).filters[\($0)]" }
         }
         planPaths = Array((outputs.count == 1 ? common + own[0] : common).suffix(plan.steps.count))
-        outputStepPaths = outputs.count == 1 ? [[]] : zip(outputSteps, own).map { steps, paths in Array(paths.suffix(steps.count)) }
+        outputStepPaths =
+            outputs.count == 1 ? [[]] : zip(outputSteps, own).map { steps, paths in Array(paths.suffix(steps.count)) }
         self.outputs = outputs
         self.limits = limits
         self.accept = accept
@@ -173,8 +179,10 @@ public struct ImageProcessor: Sendable {
     /// `process`, with the `accept` rules checked first: from the bytes (size, format by
     /// magic bytes) before libvips sees them, then from the header (the size of the picture
     /// as shown) before any pixel is decoded. An input outside them is `.skipped`.
-    public func processOrSkip(_ input: ImageInput, fields: ItemFields? = nil,
-                              timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessOutcome {
+    public func processOrSkip(
+        _ input: ImageInput, fields: ItemFields? = nil,
+        timing: ((String, Double) -> Void)? = nil
+    ) throws(ItemFailure) -> ProcessOutcome {
         try run(input, fields: fields, timing: timing, screening: true)
     }
 
@@ -184,23 +192,29 @@ public struct ImageProcessor: Sendable {
     /// With `timing`, each step's pixels are computed as soon as it is applied, and the
     /// step's label (`autorotate+fit` for a fused thumbnail, `encode` last) and its
     /// milliseconds are reported: slower and heavier, for dry-runs only.
-    public func process(_ input: ImageInput, fields: ItemFields? = nil,
-                        timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> ProcessedImage {
+    public func process(
+        _ input: ImageInput, fields: ItemFields? = nil,
+        timing: ((String, Double) -> Void)? = nil
+    ) throws(ItemFailure) -> ProcessedImage {
         try processOutputs(input, fields: fields, timing: timing)[0]
     }
 
     /// `process` for every output, in the pipeline's order.
-    public func processOutputs(_ input: ImageInput, fields: ItemFields? = nil,
-                               timing: ((String, Double) -> Void)? = nil) throws(ItemFailure) -> [ProcessedImage] {
+    public func processOutputs(
+        _ input: ImageInput, fields: ItemFields? = nil,
+        timing: ((String, Double) -> Void)? = nil
+    ) throws(ItemFailure) -> [ProcessedImage] {
         switch try run(input, fields: fields, timing: timing, screening: false) {
-        case let .processed(images): return images
+        case .processed(let images): return images
         // Not screened, so never skipped; kept an error rather than a trap all the same.
-        case let .skipped(skip): throw ItemFailure(.process, "unexpected skip: \(skip)")
+        case .skipped(let skip): throw ItemFailure(.process, "unexpected skip: \(skip)")
         }
     }
 
-    private func run(_ input: ImageInput, fields: ItemFields?, timing: ((String, Double) -> Void)?,
-                     screening: Bool) throws(ItemFailure) -> ProcessOutcome {
+    private func run(
+        _ input: ImageInput, fields: ItemFields?, timing: ((String, Double) -> Void)?,
+        screening: Bool
+    ) throws(ItemFailure) -> ProcessOutcome {
         var context = self.context
         context.fields = fields
         // Files are read into memory (within limits.maxBytes) and decoded from there: libvips
@@ -218,7 +232,10 @@ public struct ImageProcessor: Sendable {
         }
         let pixels = header.width * header.height
         if pixels > limits.maxPixels {
-            throw ItemFailure(.limit, "image is \(header.width)×\(header.height) (\(Self.megapixels(pixels))), over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
+            throw ItemFailure(
+                .limit,
+                "image is \(header.width)×\(header.height) (\(Self.megapixels(pixels))), over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))"
+            )
         }
         if screening, let skip = accept.screen(shown: header.uprightSize) {
             return .skipped(skip)
@@ -276,7 +293,9 @@ public struct ImageProcessor: Sendable {
         // the smallest resize already made that is at least as large (640 from 1280, not from
         // the load): resampling the smaller image costs less.
         var resized: [VipsImage] = []
-        let order = sharedLoad == nil ? Array(outputs.indices)
+        let order =
+            sharedLoad == nil
+            ? Array(outputs.indices)
             : outputs.indices.sorted { targets[$0].width * targets[$0].height > targets[$1].width * targets[$1].height }
         do throws(ItemFailure) {
             for index in order {
@@ -289,7 +308,8 @@ public struct ImageProcessor: Sendable {
                         // The output's own fit/fill, from the closest larger resize; its size is
                         // reckoned from the input, as the output alone would have it.
                         let goal = targets[index]
-                        let from = resized.filter { $0.width >= goal.width && $0.height >= goal.height }
+                        let from =
+                            resized.filter { $0.width >= goal.width && $0.height >= goal.height }
                             .min { $0.width * $0.height < $1.width * $1.height } ?? image
                         made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))
                         // Only a fit keeps the whole picture (a fill has been cropped).
@@ -300,19 +320,22 @@ public struct ImageProcessor: Sendable {
                     }
                     // The same picture, with no steps of its own, as an earlier output that is
                     // encoded the same way: its bytes are this output's too.
-                    if outputSteps[index].isEmpty, let twin = pictures.first(where: {
-                        $0.image === made && outputSteps[$0.index].isEmpty
-                            && outputs[$0.index].spec.format == output.spec.format
-                            && Self.encoding(of: outputs[$0.index].spec) == Self.encoding(of: output.spec)
-                    }) {
+                    if outputSteps[index].isEmpty,
+                        let twin = pictures.first(where: {
+                            $0.image === made && outputSteps[$0.index].isEmpty
+                                && outputs[$0.index].spec.format == output.spec.format
+                                && Self.encoding(of: outputs[$0.index].spec) == Self.encoding(of: output.spec)
+                        })
+                    {
                         encodings.copy(twin.index, to: index, id: output.spec.id)
                         continue
                     }
                     pictures.append((made, index))
                     for (stepIndex, step) in outputSteps[index].enumerated() {
                         let path = Self.path(of: stepIndex, in: outputStepPaths[index])
-                        made = try lap(prefix + step.opName,
-                                       try checkedSize(applying(step, at: path, to: made, context: context), after: step))
+                        made = try lap(
+                            prefix + step.opName,
+                            try checkedSize(applying(step, at: path, to: made, context: context), after: step))
                     }
                     made = try prepareForOutput(made, colourManaged: colourManaged, format: output.spec.format)
                     try Self.checkEncodable(made, as: output.spec.format, output: outputs.count > 1 ? output.spec.id : nil)
@@ -337,10 +360,11 @@ public struct ImageProcessor: Sendable {
                         }
                         throw ItemFailure(.encode, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
                     }
-                    return ProcessedImage(output: output.spec.id, data: encoded, width: made.width, height: made.height,
-                                          inputWidth: header.width, inputHeight: header.height,
-                                          inputFormat: format, sha256: sha256Hex(encoded),
-                                          inputBytes: data.count, inputSHA256: inputSHA256)
+                    return ProcessedImage(
+                        output: output.spec.id, data: encoded, width: made.width, height: made.height,
+                        inputWidth: header.width, inputHeight: header.height,
+                        inputFormat: format, sha256: sha256Hex(encoded),
+                        inputBytes: data.count, inputSHA256: inputSHA256)
                 }
                 // Encoded on `encoders` while this worker makes the next output, when one of
                 // its threads is free (with more workers than cores, often none is: the
@@ -372,8 +396,8 @@ public struct ImageProcessor: Sendable {
     private func bytes(of input: ImageInput) throws(ItemFailure) -> Data {
         let path: String
         switch input {
-        case let .data(data): return data
-        case let .file(file): path = file
+        case .data(let data): return data
+        case .file(let file): path = file
         }
         // Non-blocking, so that a FIFO in a source folder cannot hold a worker; only
         // regular files are read (not a FIFO, a device such as /dev/zero, a socket).
@@ -382,7 +406,9 @@ public struct ImageProcessor: Sendable {
         guard fd >= 0 else { throw ItemFailure(.download, "cannot open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { throw ItemFailure(.download, "cannot read \(path): \(String(cString: strerror(errno)))") }
+        guard fstat(fd, &info) == 0 else {
+            throw ItemFailure(.download, "cannot read \(path): \(String(cString: strerror(errno)))")
+        }
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw ItemFailure(.download, "\(path) is not a regular file") }
         let size = Int(info.st_size)
         if size > limits.maxBytes {
@@ -413,18 +439,20 @@ public struct ImageProcessor: Sendable {
             throw ItemFailure(.limit, "file is \(size) bytes, over limits.maxBytes (\(limits.maxBytes))")
         }
         switch ImageFormat.sniff(head) {
-        case let .accepted(format):
+        case .accepted(let format):
             try ImageStructure.check(data, format: format)
             return format
-        case let .refused(name): throw ItemFailure(.decode, "\(name) input is not accepted (untrusted or unsupported format)")
+        case .refused(let name): throw ItemFailure(.decode, "\(name) input is not accepted (untrusted or unsupported format)")
         case .unknown: throw ItemFailure(.decode, "not an image: unrecognised format")
         }
     }
 
     /// The fused shrink-on-load step. Returns the image and whether it was already
     /// converted to sRGB through its ICC profile.
-    private func runThumbnail(_ thumbnail: ChainPlan.Thumbnail, data: Data, header: VipsImage,
-                              format: ImageFormat) throws -> (VipsImage, Bool) {
+    private func runThumbnail(
+        _ thumbnail: ChainPlan.Thumbnail, data: Data, header: VipsImage,
+        format: ImageFormat
+    ) throws -> (VipsImage, Bool) {
         var colour = ColourManagement.none
         if header.isCMYK {
             colour = ColourManagement(importProfile: header.hasICCProfile ? nil : "cmyk", exportProfile: "srgb")
@@ -438,11 +466,11 @@ public struct ImageProcessor: Sendable {
         var crop = Interesting.none
         var finalCrop: (width: Int, height: Int, gravity: Gravity)?
         switch thumbnail.box {
-        case let .fit(w, h, enlarge):
+        case .fit(let w, let h, let enlarge):
             width = min(w ?? maxSide, maxSide)
             height = min(h ?? maxSide, maxSide)
             size = enlarge ? .both : .down
-        case let .fill(w, h, gravity):
+        case .fill(let w, let h, let gravity):
             switch gravity {
             case .centre, .attention, .entropy:
                 (width, height) = (min(w, maxSide), min(h, maxSide))
@@ -455,9 +483,10 @@ public struct ImageProcessor: Sendable {
                 finalCrop = (w, h, gravity)
             }
         }
-        var image = try VipsImage.thumbnail(data: data, width: width, height: height, size: size,
-                                            autorotate: thumbnail.autorotate, crop: crop, colour: colour,
-                                            failOn: format.failOn)
+        var image = try VipsImage.thumbnail(
+            data: data, width: width, height: height, size: size,
+            autorotate: thumbnail.autorotate, crop: crop, colour: colour,
+            failOn: format.failOn)
         if let finalCrop {
             image = try image.cropped(to: (finalCrop.width, finalCrop.height), gravity: finalCrop.gravity)
         }
@@ -492,27 +521,33 @@ public struct ImageProcessor: Sendable {
     private func checkedSize(_ image: VipsImage, after step: FilterStep) throws -> VipsImage {
         let (pixels, overflow) = image.width.multipliedReportingOverflow(by: image.height)
         guard overflow || pixels > limits.maxPixels else { return image }
-        throw ItemFailure(.limit, "\(step.opName) makes \(image.width)×\(image.height)"
-                              + (overflow ? "" : " (\(Self.megapixels(pixels)))")
-                              + ", over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
+        throw ItemFailure(
+            .limit,
+            "\(step.opName) makes \(image.width)×\(image.height)"
+                + (overflow ? "" : " (\(Self.megapixels(pixels)))")
+                + ", over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
     }
 
     /// The largest side JPEG (libjpeg's 65500) and GIF (65535) hold: a larger picture fails
     /// as `encode`, named, before the encoder is asked (libjpeg's own refusal read as damage
     /// in a JPEG input, `decode`). WebP's encoder says "too large" itself, as `encode`.
     static func checkEncodable(_ image: VipsImage, as format: OutputFormat, output: String?) throws {
-        let largest: Int? = switch format {
-        case .jpeg: 65500
-        case .gif: 65535
-        case .png, .webp, .avif, .tiff: nil
-        }
+        let largest: Int? =
+            switch format {
+            case .jpeg: 65500
+            case .gif: 65535
+            case .png, .webp, .avif, .tiff: nil
+            }
         guard let largest, max(image.width, image.height) > largest else { return }
-        throw ItemFailure(.encode, "\(format.rawValue) holds at most \(largest) pixels a side; the picture is "
-                              + "\(image.width)×\(image.height)" + (output.map { " (output \($0))" } ?? ""))
+        throw ItemFailure(
+            .encode,
+            "\(format.rawValue) holds at most \(largest) pixels a side; the picture is "
+                + "\(image.width)×\(image.height)" + (output.map { " (output \($0))" } ?? ""))
     }
 
     func prepareForOutput(_ image: VipsImage, colourManaged: Bool, format: OutputFormat) throws -> VipsImage {
-        var prepared = image.isGrey && !image.isCMYK
+        var prepared =
+            image.isGrey && !image.isCMYK
             ? try image.toGrey()
             : try image.toSRGB(useEmbeddedProfile: !colourManaged)
         if !format.keepsAlpha {
@@ -584,7 +619,9 @@ private final class EncodedOutputs: @unchecked Sendable {
 
     /// Runs `encode` for output `index` on `executor` if one of its threads is free;
     /// returns false, doing nothing, if none is.
-    func start(_ index: Int, on executor: BoundedExecutor, _ encode: @escaping @Sendable () throws(ItemFailure) -> ProcessedImage) -> Bool {
+    func start(_ index: Int, on executor: BoundedExecutor, _ encode: @escaping @Sendable () throws(ItemFailure) -> ProcessedImage)
+        -> Bool
+    {
         group.enter()
         let queued = executor.submitIfIdle { [self] in
             let result = Result(catching: encode)
@@ -614,7 +651,7 @@ private final class EncodedOutputs: @unchecked Sendable {
     func firstFailure() -> ItemFailure? {
         wait()
         return lock.withLock {
-            for index in started { if case let .failure(failure)? = results[index] { return failure } }
+            for index in started { if case .failure(let failure)? = results[index] { return failure } }
             return nil
         }
     }
@@ -624,7 +661,7 @@ private final class EncodedOutputs: @unchecked Sendable {
         if let failure = firstFailure() { throw failure }
         return lock.withLock {
             for copy in copies {
-                if case var .success(image)? = results[copy.from] {
+                if case .success(var image)? = results[copy.from] {
                     image.output = copy.id
                     results[copy.to] = .success(image)
                 }

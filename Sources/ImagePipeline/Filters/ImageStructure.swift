@@ -66,10 +66,11 @@ private struct Walker {
     func le64(_ offset: Int) -> UInt64 { UInt64(le32(offset)) | UInt64(le32(offset + 4)) << 32 }
 
     func fourCC(_ offset: Int) -> String {
-        String((0 ..< 4).map { index -> Character in
-            let byte = bytes[offset + index]
-            return (0x20 ... 0x7E).contains(byte) ? Character(UnicodeScalar(byte)) : "?"
-        })
+        String(
+            (0..<4).map { index -> Character in
+                let byte = bytes[offset + index]
+                return (0x20...0x7E).contains(byte) ? Character(UnicodeScalar(byte)) : "?"
+            })
     }
 
     // MARK: PNG
@@ -83,15 +84,19 @@ private struct Walker {
             try need(12, at: offset, for: "a chunk header (the file ends before IEND)")
             let length = be32(offset)
             let type = fourCC(offset + 4)
-            guard (0 ..< 4).allSatisfy({ index in
-                let byte = bytes[offset + 4 + index]
-                return (0x41 ... 0x5A).contains(byte) || (0x61 ... 0x7A).contains(byte)
-            }) else { throw fail("chunk type \"\(type)\" is not four letters", at: offset + 4) }
+            guard
+                (0..<4).allSatisfy({ index in
+                    let byte = bytes[offset + 4 + index]
+                    return (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                })
+            else { throw fail("chunk type \"\(type)\" is not four letters", at: offset + 4) }
             guard length <= 0x7FFF_FFFF, length <= count - offset - 12 else {
                 throw fail("chunk \(type) declares \(length) bytes but \(count - offset - 12) are left", at: offset)
             }
             if offset == 8 {
-                guard type == "IHDR", length == 13 else { throw fail("the first chunk is \(type), not a 13-byte IHDR", at: offset) }
+                guard type == "IHDR", length == 13 else {
+                    throw fail("the first chunk is \(type), not a 13-byte IHDR", at: offset)
+                }
                 try pngHeader(at: offset + 8)
             } else if type == "IHDR" {
                 throw fail("a second IHDR", at: offset)
@@ -106,9 +111,11 @@ private struct Walker {
     }
 
     private func pngHeader(at offset: Int) throws(ImageStructure.Malformed) {
-        let width = be32(offset), height = be32(offset + 4)
-        let depth = u8(offset + 8), colour = u8(offset + 9)
-        guard (1 ... 0x7FFF_FFFF).contains(width), (1 ... 0x7FFF_FFFF).contains(height) else {
+        let width = be32(offset)
+        let height = be32(offset + 4)
+        let depth = u8(offset + 8)
+        let colour = u8(offset + 9)
+        guard (1...0x7FFF_FFFF).contains(width), (1...0x7FFF_FFFF).contains(height) else {
             throw fail("IHDR size \(width)×\(height) is out of range", at: offset)
         }
         let depths: [Int: [Int]] = [0: [1, 2, 4, 8, 16], 2: [8, 16], 3: [1, 2, 4, 8], 4: [8, 16], 6: [8, 16]]
@@ -140,7 +147,7 @@ private struct Walker {
             case 0xD9:
                 guard sawScan else { throw fail("end-of-image marker before any scan", at: offset) }
                 return
-            case 0x01, 0xD0 ... 0xD7:
+            case 0x01, 0xD0...0xD7:
                 offset += 2
                 continue
             case 0x00, 0xD8:
@@ -155,13 +162,13 @@ private struct Walker {
                 throw fail("segment \(name) declares \(length) bytes but \(count - offset - 2) are left", at: offset)
             }
             switch marker {
-            case 0xC0 ... 0xCF where ![0xC4, 0xC8, 0xCC].contains(marker):
+            case 0xC0...0xCF where ![0xC4, 0xC8, 0xCC].contains(marker):
                 try jpegFrame(at: offset, length: length, name: name)
                 sawFrame = true
             case 0xDA:
                 guard sawFrame else { throw fail("scan before a frame header", at: offset) }
                 let components = length >= 3 ? u8(offset + 4) : 0
-                guard (1 ... 4).contains(components), length == 6 + 2 * components else {
+                guard (1...4).contains(components), length == 6 + 2 * components else {
                     throw fail("scan header of \(length) bytes for \(components) components", at: offset)
                 }
                 offset = entropyCodedDataEnd(from: offset + 2 + length)
@@ -176,14 +183,16 @@ private struct Walker {
 
     private func jpegFrame(at offset: Int, length: Int, name: String) throws(ImageStructure.Malformed) {
         guard length >= 8 else { throw fail("frame header \(name) of \(length) bytes", at: offset) }
-        let height = be16(offset + 5), width = be16(offset + 7), components = u8(offset + 9)
+        let height = be16(offset + 5)
+        let width = be16(offset + 7)
+        let components = u8(offset + 9)
         guard width > 0, height > 0 else { throw fail("frame size \(width)×\(height)", at: offset) }
-        guard (1 ... 4).contains(components), length == 8 + 3 * components else {
+        guard (1...4).contains(components), length == 8 + 3 * components else {
             throw fail("frame header of \(length) bytes for \(components) components", at: offset)
         }
-        for component in 0 ..< components {
+        for component in 0..<components {
             let sampling = u8(offset + 11 + 3 * component)
-            guard (1 ... 4).contains(sampling >> 4), (1 ... 4).contains(sampling & 15) else {
+            guard (1...4).contains(sampling >> 4), (1...4).contains(sampling & 15) else {
                 throw fail(String(format: "component sampling factors 0x%02X", sampling), at: offset + 11 + 3 * component)
             }
         }
@@ -198,7 +207,7 @@ private struct Walker {
             guard let found = memchr(base + offset, 0xFF, count - offset - 1) else { return count }
             offset = base.distance(to: UnsafeRawPointer(found))
             let next = bytes[offset + 1]
-            if next == 0x00 || (0xD0 ... 0xD7).contains(next) || next == 0xFF {
+            if next == 0x00 || (0xD0...0xD7).contains(next) || next == 0xFF {
                 offset += next == 0xFF ? 1 : 2
                 continue
             }
@@ -238,7 +247,7 @@ private struct Walker {
                     offset += size
                 }
                 try need(1, at: offset, for: "the LZW code size")
-                guard (1 ... 11).contains(u8(offset)) else { throw fail("LZW code size \(u8(offset))", at: offset) }
+                guard (1...11).contains(u8(offset)) else { throw fail("LZW code size \(u8(offset))", at: offset) }
                 offset = try gifSubBlocks(from: offset + 1)
             default:
                 throw fail(String(format: "unknown block 0x%02X", bytes[offset]), at: offset)
@@ -319,12 +328,15 @@ private struct Walker {
             }
             try need(entries * entrySize + inlineSize, at: first, for: "an IFD of \(entries) entries")
             var tags: [Int: (type: Int, count: Int, values: Int)] = [:]
-            for index in 0 ..< entries {
+            for index in 0..<entries {
                 let entry = first + index * entrySize
-                let tag = word(entry), type = word(entry + 2)
+                let tag = word(entry)
+                let type = word(entry + 2)
                 let valueCount = big ? offsetValue(entry + 4) : long(entry + 4)
                 let field = entry + (big ? 12 : 8)
-                let unit = [1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 13: 4, 16: 8, 17: 8, 18: 8][type] ?? 0
+                let unit =
+                    [1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 13: 4, 16: 8, 17: 8, 18: 8][type]
+                    ?? 0
                 let (size, overflow) = valueCount.multipliedReportingOverflow(by: max(unit, 1))
                 guard !overflow, size <= count else {
                     throw fail("tag \(tag) declares \(valueCount) values, more than the file holds", at: entry)
@@ -348,10 +360,13 @@ private struct Walker {
                     default: long(entry.values + 4 * index)
                     }
                 }
-                for index in 0 ..< offsetTag.count {
-                    let start = value(offsetTag, index), length = value(countTag, index)
+                for index in 0..<offsetTag.count {
+                    let start = value(offsetTag, index)
+                    let length = value(countTag, index)
                     guard start <= count, length <= count - start else {
-                        throw fail("\(what) \(index) at \(start) of \(length) bytes runs past the end of the file (\(count) bytes)", at: ifd)
+                        throw fail(
+                            "\(what) \(index) at \(start) of \(length) bytes runs past the end of the file (\(count) bytes)",
+                            at: ifd)
                     }
                 }
             }
@@ -410,30 +425,36 @@ private struct Walker {
             case 0: return 0
             case 2: return be16(offset)
             case 4: return be32(offset)
-            case 8: let value = be64(offset); return value > UInt64(Int.max) ? Int.max : Int(value)
+            case 8:
+                let value = be64(offset)
+                return value > UInt64(Int.max) ? Int.max : Int(value)
             default: throw fail("iloc field width \(width)", at: offset)
             }
         }
         let version = try read(4) >> 24
         guard version <= 2 else { throw fail("iloc version \(version)", at: start) }
         let sizes = try read(2)
-        let offsetSize = sizes >> 12, lengthSize = sizes >> 8 & 15, baseSize = sizes >> 4 & 15
+        let offsetSize = sizes >> 12
+        let lengthSize = sizes >> 8 & 15
+        let baseSize = sizes >> 4 & 15
         let indexSize = version >= 1 ? sizes & 15 : 0
         let items = try read(version < 2 ? 2 : 4)
-        for _ in 0 ..< items {
+        for _ in 0..<items {
             _ = try read(version < 2 ? 2 : 4)
             let method = version >= 1 ? try read(2) & 15 : 0
             _ = try read(2)
             let base = try read(baseSize)
             let extents = try read(2)
-            for _ in 0 ..< extents {
+            for _ in 0..<extents {
                 let at = offset
                 _ = try read(indexSize)
-                let extentOffset = try read(offsetSize), length = try read(lengthSize)
+                let extentOffset = try read(offsetSize)
+                let length = try read(lengthSize)
                 guard method == 0 else { continue }
                 let (position, overflow) = base.addingReportingOverflow(extentOffset)
                 guard !overflow, position <= count, length <= count - position else {
-                    throw fail("iloc extent at \(position) of \(length) bytes runs past the end of the file (\(count) bytes)", at: at)
+                    throw fail(
+                        "iloc extent at \(position) of \(length) bytes runs past the end of the file (\(count) bytes)", at: at)
                 }
             }
         }

@@ -34,11 +34,11 @@ public struct ItemFields: Sendable {
         while let open = rest.firstIndex(of: "{") {
             out += rest[..<open]
             guard let close = rest[open...].firstIndex(of: "}") else { break }
-            let name = rest[rest.index(after: open) ..< close]
+            let name = rest[rest.index(after: open)..<close]
             if let value = value(of: name) {
                 out += value
             } else {
-                out += rest[open ... close]
+                out += rest[open...close]
             }
             rest = rest[rest.index(after: close)...]
         }
@@ -58,7 +58,7 @@ public struct ItemFields: Sendable {
             }
             switch node {
             case nil, .null?: return ""
-            case let .string(text)?: return text
+            case .string(let text)?: return text
             case let other?: return other.serialized()
             }
         }

@@ -31,22 +31,23 @@ extension ImageProcessor {
         let reading: ImageHeader.Reading
         let bytes: Int
         switch input {
-        case let .file(path):
+        case .file(let path):
             reading = ImageHeader.read(path: path)
             var info = stat()
             bytes = stat(path, &info) == 0 ? Int(info.st_size) : 0
-        case let .data(data):
+        case .data(let data):
             reading = ImageHeader.read(data: data)
             bytes = data.count
         }
         switch reading {
-        case let .header(header):
+        case .header(let header):
             // Refused before any decoding (over maxPixels, or skipped by the accept rules its
             // format, size in bytes or aspect break, whichever way it is shown): it holds
             // nothing, and ends as it did without a budget.
             let flipped = (width: header.height, height: header.width)
             if header.pixels > limits.maxPixels || accept.screen(bytes: bytes, format: header.format) != nil
-                || (accept.screen(shown: (header.width, header.height)) != nil && accept.screen(shown: flipped) != nil) {
+                || (accept.screen(shown: (header.width, header.height)) != nil && accept.screen(shown: flipped) != nil)
+            {
                 return MemoryEstimate(bytes: MemoryEstimate.perItem, what: "refused before decoding")
             }
             return memoryEstimate(header)
@@ -65,12 +66,14 @@ extension ImageProcessor {
         var loaded = header.pixels
         var loadedSize = size
         if let sharedLoad {
-            loaded = min(loaded, sharedLoad.targets(from: size, format: header.format).map { product($0.width, $0.height) }.max() ?? loaded)
+            loaded = min(
+                loaded, sharedLoad.targets(from: size, format: header.format).map { product($0.width, $0.height) }.max() ?? loaded
+            )
         } else if let thumbnail = plan.thumbnail {
             switch thumbnail.box {
-            case let .fit(width, height, enlarge):
+            case .fit(let width, let height, let enlarge):
                 loadedSize = BoxGeometry.fit(width: size.width, height: size.height, box: (width, height), enlarge: enlarge)
-            case let .fill(width, height, _):
+            case .fill(let width, let height, _):
                 loadedSize = (width, height)
             }
             loaded = product(loadedSize.width, loadedSize.height)
@@ -78,7 +81,7 @@ extension ImageProcessor {
         var decoder: Int
         switch header.holding {
         case .rows: decoder = 0
-        case let .whole(bytes), let .band(bytes): decoder = bytes
+        case .whole(let bytes), .band(let bytes): decoder = bytes
         }
         // A JPEG shrinks while decoding by 2, 4 or 8 when the fit leaves at least 2× for the
         // resize (`vips_thumbnail`), a WebP to the size it is fitted to.
@@ -122,10 +125,11 @@ extension ImageProcessor {
                 // After a shared load, each output's steps start from its own resize.
                 let upright = (width: header.width, height: header.height)
                 let target = sharedLoad.targets(from: upright, format: header.format)[index]
-                let start: (width: Int, height: Int) = switch sharedLoad.boxes[index] {
-                case .fit: target
-                case let .fill(width, height, _): (min(width, target.width), min(height, target.height))
-                }
+                let start: (width: Int, height: Int) =
+                    switch sharedLoad.boxes[index] {
+                    case .fit: target
+                    case .fill(let width, let height, _): (min(width, target.width), min(height, target.height))
+                    }
                 own = ChainWalk(size: start, bands: header.bands, sample: header.bytesPerSample)
             }
             own.run(steps)
@@ -181,19 +185,19 @@ struct ChainWalk {
         case .autorotate:
             // The orientation is not read from the header: counted as turned.
             hold(whole)
-        case let .fit(w, h, enlarge):
+        case .fit(let w, let h, let enlarge):
             size = BoxGeometry.fit(width: width, height: height, box: (w, h), enlarge: enlarge)
-        case let .fill(w, h, gravity):
+        case .fill(let w, let h, let gravity):
             let cover = BoxGeometry.cover(width: width, height: height, box: (w, h))
             if [.attention, .entropy].contains(gravity), cover != (w, h) {
                 hold(product(cover.width, cover.height, bands, sample))
             }
             size = (min(w, cover.width), min(h, cover.height))
-        case let .resize(w, h, scale):
+        case .resize(let w, let h, let scale):
             size = BoxGeometry.resize(width: width, height: height, to: (w, h), scale: scale)
-        case let .cropRect(x, y, w, h):
+        case .cropRect(let x, let y, let w, let h):
             if x < width, y < height { size = (Self.side(min(w, width - x)), Self.side(min(h, height - y))) }
-        case let .cropAspect(aspectWidth, aspectHeight, gravity):
+        case .cropAspect(let aspectWidth, let aspectHeight, let gravity):
             let ratio = aspectWidth / aspectHeight
             var (w, h) = (width, Int((Double(width) / ratio).rounded()))
             if h > height {
@@ -202,7 +206,7 @@ struct ChainWalk {
             }
             if [.attention, .entropy].contains(gravity), (w, h) != (width, height) { hold(whole) }
             size = (Self.side(w), Self.side(h))
-        case let .rotate(degrees, background):
+        case .rotate(let degrees, let background):
             var turn = degrees.truncatingRemainder(dividingBy: 360)
             if turn < 0 { turn += 360 }
             switch turn {
@@ -216,15 +220,17 @@ struct ChainWalk {
                 hold(whole)
                 let radians = turn * .pi / 180
                 let (c, s) = (abs(cos(radians)), abs(sin(radians)))
-                size = (Self.side(Int((Double(width) * c + Double(height) * s).rounded(.up))),
-                        Self.side(Int((Double(width) * s + Double(height) * c).rounded(.up))))
+                size = (
+                    Self.side(Int((Double(width) * c + Double(height) * s).rounded(.up))),
+                    Self.side(Int((Double(width) * s + Double(height) * c).rounded(.up)))
+                )
             }
-        case let .flip(horizontal):
+        case .flip(let horizontal):
             if !horizontal { hold(whole) }
-        case let .pad(top, right, bottom, left, colour):
+        case .pad(let top, let right, let bottom, let left, let colour):
             canvas(colour)
             size = (Self.side(width + left + right), Self.side(height + top + bottom))
-        case let .border(border, colour):
+        case .border(let border, let colour):
             canvas(colour)
             size = (Self.side(width + 2 * border), Self.side(height + 2 * border))
         case .trim:

@@ -15,30 +15,30 @@ struct SizeBound: Equatable {
             // A quarter turn may swap the sides.
             guard let width, let height else { return .any }
             return SizeBound(width: max(width, height), height: max(width, height))
-        case let .fit(boxWidth, boxHeight, enlarge):
+        case .fit(let boxWidth, let boxHeight, let enlarge):
             // Inside the box; a side the box leaves open grows only when enlarging.
             func side(_ box: Int?, _ bound: Int?) -> Int? {
                 guard let box else { return enlarge ? nil : bound }
                 return enlarge ? box : min(box, bound ?? box)
             }
             return SizeBound(width: side(boxWidth, width), height: side(boxHeight, height))
-        case let .fill(boxWidth, boxHeight, _):
+        case .fill(let boxWidth, let boxHeight, _):
             return SizeBound(width: boxWidth, height: boxHeight)
-        case let .resize(boxWidth, boxHeight, scale):
+        case .resize(let boxWidth, let boxHeight, let scale):
             return scale == nil ? SizeBound(width: boxWidth, height: boxHeight) : .any
-        case let .cropRect(_, _, cropWidth, cropHeight):
+        case .cropRect(_, _, let cropWidth, let cropHeight):
             return SizeBound(width: min(cropWidth, width ?? cropWidth), height: min(cropHeight, height ?? cropHeight))
-        case let .rotate(degrees, _):
+        case .rotate(let degrees, _):
             var turn = degrees.truncatingRemainder(dividingBy: 360)
             if turn < 0 { turn += 360 }
             if turn == 0 || turn == 180 { return self }
             return turn == 90 || turn == 270 ? SizeBound(width: height, height: width) : .any
-        case let .pad(top, right, bottom, left, _):
+        case .pad(let top, let right, let bottom, let left, _):
             return SizeBound(width: plus(width, left + right), height: plus(height, top + bottom))
-        case let .border(borderWidth, _):
+        case .border(let borderWidth, _):
             return SizeBound(width: plus(width, 2 * borderWidth), height: plus(height, 2 * borderWidth))
         case .cropAspect, .trim, .flip, .roundCorners, .adjust, .grayscale, .sepia, .invert, .posterize, .vignette, .tint,
-             .normalize, .threshold, .blur, .sharpen, .pixelate, .median, .caption, .text, .watermark:
+            .normalize, .threshold, .blur, .sharpen, .pixelate, .median, .caption, .text, .watermark:
             return self
         }
     }
@@ -47,7 +47,7 @@ struct SizeBound: Equatable {
     /// margin is as large as the side its gravity pushes it against lies wholly outside
     /// every such picture (it would fail each item).
     func fault(of step: FilterStep) -> String? {
-        guard case let .text(overlay) = step else { return nil }
+        guard case .text(let overlay) = step else { return nil }
         let name = overlay.gravity.rawValue
         let vertical = name.hasPrefix("north") || name.hasPrefix("south")
         let horizontal = name.hasSuffix("east") || name.hasSuffix("west")

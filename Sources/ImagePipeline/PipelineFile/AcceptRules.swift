@@ -15,8 +15,10 @@ public struct AcceptRules: Sendable, Equatable {
     /// nil: every format imgpipe reads.
     public var formats: [ImageFormat]?
 
-    public init(minWidth: Int? = nil, minHeight: Int? = nil, maxAspect: Double? = nil, minBytes: Int? = nil,
-                formats: [ImageFormat]? = nil) {
+    public init(
+        minWidth: Int? = nil, minHeight: Int? = nil, maxAspect: Double? = nil, minBytes: Int? = nil,
+        formats: [ImageFormat]? = nil
+    ) {
         self.minWidth = minWidth
         self.minHeight = minHeight
         self.maxAspect = maxAspect
@@ -24,14 +26,14 @@ public struct AcceptRules: Sendable, Equatable {
         self.formats = formats
     }
 
-
     /// What the bytes alone decide: their size and their format (by magic bytes).
     func screen(bytes: Int, format: ImageFormat) -> ItemSkip? {
         if let minBytes, bytes < minBytes {
             return ItemSkip(.tooSmall, "\(bytes) bytes is under accept.minBytes \(minBytes)")
         }
         if let formats, !formats.contains(format) {
-            return ItemSkip(.format, "\(format.rawValue) is not in accept.formats (\(formats.map(\.rawValue).joined(separator: ", ")))")
+            return ItemSkip(
+                .format, "\(format.rawValue) is not in accept.formats (\(formats.map(\.rawValue).joined(separator: ", ")))")
         }
         return nil
     }
@@ -49,7 +51,9 @@ public struct AcceptRules: Sendable, Equatable {
         if let maxAspect, min(width, height) > 0 {
             let aspect = Double(max(width, height)) / Double(min(width, height))
             if aspect > maxAspect {
-                return ItemSkip(.aspect, "\(size) is \(String(format: "%.2f", aspect)):1, over accept.maxAspect \(SpecNode.format(maxAspect))")
+                return ItemSkip(
+                    .aspect, "\(size) is \(String(format: "%.2f", aspect)):1, over accept.maxAspect \(SpecNode.format(maxAspect))"
+                )
             }
         }
         return nil

@@ -41,8 +41,8 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
         var out = ""
         for part in try EnvString.parts(of: raw, path: path) {
             switch part {
-            case let .literal(text): out += text
-            case let .variable(name):
+            case .literal(let text): out += text
+            case .variable(let name):
                 guard let value = environment.value(of: name) else {
                     throw SpecError(path: path, message: "environment variable \(name) is not set", unsetVariable: name)
                 }
@@ -52,7 +52,10 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
         return out
     }
 
-    enum Part: Equatable { case literal(String), variable(String) }
+    enum Part: Equatable {
+        case literal(String)
+        case variable(String)
+    }
 
     /// The text's literal runs and `${NAME}` references. `$$` is one literal `$`, so that
     /// `$${meta.price}` is the text `${meta.price}` (a `$` before an item's field) and
@@ -77,13 +80,19 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
             guard let end = next.firstIndex(of: "}") else {
                 throw SpecError(path: path, message: "unterminated ${ in \(JSONValue.quote(text)) (write $$ for a literal $)")
             }
-            let name = String(next[next.index(after: next.startIndex) ..< end])
+            let name = String(next[next.index(after: next.startIndex)..<end])
             guard let first = name.first, first == "_" || first.isASCIILetter,
-                  name.allSatisfy({ $0 == "_" || $0.isASCIILetter || $0.isASCIIDigit }) else {
-                throw SpecError(path: path, message: "invalid variable name ${\(name)} (letters, digits and _ only; "
-                                + "write $$ for a literal $, as in $${meta.price})")
+                name.allSatisfy({ $0 == "_" || $0.isASCIILetter || $0.isASCIIDigit })
+            else {
+                throw SpecError(
+                    path: path,
+                    message: "invalid variable name ${\(name)} (letters, digits and _ only; "
+                        + "write $$ for a literal $, as in $${meta.price})")
             }
-            if !literal.isEmpty { parts.append(.literal(literal)); literal = "" }
+            if !literal.isEmpty {
+                parts.append(.literal(literal))
+                literal = ""
+            }
             parts.append(.variable(name))
             rest = rest[rest.index(after: end)...]
         }
@@ -94,11 +103,11 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
 
     /// The names of the variables `text` refers to (`$${X}` refers to none).
     static func referencedNames(in text: String) -> [String] {
-        ((try? parts(of: text, path: "")) ?? []).compactMap { if case let .variable(name) = $0 { name } else { nil } }
+        ((try? parts(of: text, path: "")) ?? []).compactMap { if case .variable(let name) = $0 { name } else { nil } }
     }
 }
 
 extension Character {
-    var isASCIILetter: Bool { ("a" ... "z").contains(self) || ("A" ... "Z").contains(self) }
-    var isASCIIDigit: Bool { ("0" ... "9").contains(self) }
+    var isASCIILetter: Bool { ("a"..."z").contains(self) || ("A"..."Z").contains(self) }
+    var isASCIIDigit: Bool { ("0"..."9").contains(self) }
 }

@@ -85,7 +85,8 @@ public final class Environment: @unchecked Sendable {
                 out += "$"
                 rest = rest[rest.index(after: after)...]
             } else if after < rest.endIndex, rest[after] == "{", let close = rest[after...].firstIndex(of: "}"),
-                      let form = Self.form(named: rest[rest.index(after: after) ..< close], in: known) {
+                let form = Self.form(named: rest[rest.index(after: after)..<close], in: known)
+            {
                 out += form
                 rest = rest[rest.index(after: close)...]
             } else {
@@ -159,8 +160,10 @@ public final class Environment: @unchecked Sendable {
 
     /// The forms a value takes in URLs, form bodies and JSON.
     static func forms(of value: String) -> [String] {
-        var sets: [CharacterSet] = [.rfc3986Unreserved, .alphanumerics, .urlQueryAllowed, .urlPathAllowed, .urlUserAllowed, .urlPasswordAllowed,
-                                    .urlFragmentAllowed, .urlHostAllowed]
+        var sets: [CharacterSet] = [
+            .rfc3986Unreserved, .alphanumerics, .urlQueryAllowed, .urlPathAllowed, .urlUserAllowed, .urlPasswordAllowed,
+            .urlFragmentAllowed, .urlHostAllowed,
+        ]
         // What URLComponents leaves alone in a query item's value.
         sets.append(CharacterSet.urlQueryAllowed.subtracting(CharacterSet(charactersIn: "&=+")))
         var result: [String] = [value]

@@ -56,10 +56,16 @@ struct JSONParser {
         case UInt8(ascii: "{"): return try parseObject()
         case UInt8(ascii: "["): return try parseArray()
         case UInt8(ascii: "\""): return .string(try parseString(what: "a string"))
-        case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
-        case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
-        case UInt8(ascii: "n"): try expectWord("null"); return .null
-        case UInt8(ascii: "-"), UInt8(ascii: "0") ... UInt8(ascii: "9"): return try parseNumber()
+        case UInt8(ascii: "t"):
+            try expectWord("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectWord("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectWord("null")
+            return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
         default: throw error("unexpected \(describeCurrent()), expected a value")
         }
     }
@@ -70,7 +76,11 @@ struct JSONParser {
         var members: [(key: String, value: JSONValue)] = []
         var keys: Set<String> = []
         skipWhitespace()
-        if peek(UInt8(ascii: "}")) { index += 1; depth -= 1; return .object(members) }
+        if peek(UInt8(ascii: "}")) {
+            index += 1
+            depth -= 1
+            return .object(members)
+        }
         while true {
             skipWhitespace()
             guard peek(UInt8(ascii: "\"")) else {
@@ -90,8 +100,15 @@ struct JSONParser {
             members.append((key, try parseValue()))
             trail.removeLast()
             skipWhitespace()
-            if peek(UInt8(ascii: ",")) { index += 1; continue }
-            if peek(UInt8(ascii: "}")) { index += 1; depth -= 1; return .object(members) }
+            if peek(UInt8(ascii: ",")) {
+                index += 1
+                continue
+            }
+            if peek(UInt8(ascii: "}")) {
+                index += 1
+                depth -= 1
+                return .object(members)
+            }
             throw error("unexpected \(describeCurrent()), expected ',' or '}'")
         }
     }
@@ -101,15 +118,26 @@ struct JSONParser {
         index += 1
         var items: [JSONValue] = []
         skipWhitespace()
-        if peek(UInt8(ascii: "]")) { index += 1; depth -= 1; return .array(items) }
+        if peek(UInt8(ascii: "]")) {
+            index += 1
+            depth -= 1
+            return .array(items)
+        }
         while true {
             skipWhitespace()
             trail.append(.index(items.count))
             items.append(try parseValue())
             trail.removeLast()
             skipWhitespace()
-            if peek(UInt8(ascii: ",")) { index += 1; continue }
-            if peek(UInt8(ascii: "]")) { index += 1; depth -= 1; return .array(items) }
+            if peek(UInt8(ascii: ",")) {
+                index += 1
+                continue
+            }
+            if peek(UInt8(ascii: "]")) {
+                index += 1
+                depth -= 1
+                return .array(items)
+            }
             throw error("unexpected \(describeCurrent()), expected ',' or ']'")
         }
     }
@@ -121,8 +149,8 @@ struct JSONParser {
         var run = index
         func flush(_ end: Int) throws {
             guard end > run else { return }
-            guard let text = String(validating: bytes[run ..< end], as: UTF8.self) else {
-                index = run + Self.validUTF8Prefix(bytes[run ..< end])
+            guard let text = String(validating: bytes[run..<end], as: UTF8.self) else {
+                index = run + Self.validUTF8Prefix(bytes[run..<end])
                 throw error("invalid UTF-8 in \(what) (\(describeCurrent()))")
             }
             scalars.append(contentsOf: text.unicodeScalars)
@@ -153,14 +181,15 @@ struct JSONParser {
                 case UInt8(ascii: "t"): scalars.append("\t")
                 case UInt8(ascii: "u"):
                     var code = try parseHex4()
-                    if (0xD800 ... 0xDBFF).contains(code) {
+                    if (0xD800...0xDBFF).contains(code) {
                         guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"),
-                              bytes[index + 1] == UInt8(ascii: "u") else {
+                            bytes[index + 1] == UInt8(ascii: "u")
+                        else {
                             throw error("unpaired surrogate in \\u escape")
                         }
                         index += 2
                         let low = try parseHex4()
-                        guard (0xDC00 ... 0xDFFF).contains(low) else { throw error("unpaired surrogate in \\u escape") }
+                        guard (0xDC00...0xDFFF).contains(low) else { throw error("unpaired surrogate in \\u escape") }
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                     }
                     guard let scalar = Unicode.Scalar(code) else { throw error("unpaired surrogate in \\u escape") }
@@ -186,20 +215,20 @@ struct JSONParser {
         var iterator = slice.makeIterator()
         var parser = Unicode.UTF8.ForwardParser()
         var length = 0
-        while case let .valid(scalar) = parser.parseScalar(from: &iterator) { length += scalar.count }
+        while case .valid(let scalar) = parser.parseScalar(from: &iterator) { length += scalar.count }
         return length
     }
 
     private mutating func parseHex4() throws -> UInt32 {
         guard index + 4 <= bytes.count else { throw error("incomplete \\u escape") }
         var value: UInt32 = 0
-        for _ in 0 ..< 4 {
+        for _ in 0..<4 {
             let byte = bytes[index]
             let digit: UInt32
             switch byte {
-            case UInt8(ascii: "0") ... UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
-            case UInt8(ascii: "a") ... UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A") ... UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
             default: throw error("invalid hex digit in \\u escape")
             }
             value = value * 16 + digit
@@ -232,14 +261,14 @@ struct JSONParser {
             guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number: expected an exponent") }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
-        let text = String(decoding: bytes[start ..< index], as: UTF8.self)
+        let text = String(decoding: bytes[start..<index], as: UTF8.self)
         guard let value = Double(text), value.isFinite else { throw error("number out of range") }
         return .number(value, isInteger: isInteger)
     }
 
     private mutating func expectWord(_ word: String) throws {
         let expected = Array(word.utf8)
-        guard index + expected.count <= bytes.count, Array(bytes[index ..< index + expected.count]) == expected else {
+        guard index + expected.count <= bytes.count, Array(bytes[index..<index + expected.count]) == expected else {
             throw error("unexpected \(describeCurrent()), expected a value")
         }
         index += expected.count
@@ -273,12 +302,17 @@ struct JSONParser {
         var line = 1
         var column = 1
         for byte in bytes[..<min(index, bytes.count)] {
-            if byte == 0x0A { line += 1; column = 1 } else if byte & 0xC0 != 0x80 { column += 1 }
+            if byte == 0x0A {
+                line += 1
+                column = 1
+            } else if byte & 0xC0 != 0x80 {
+                column += 1
+            }
         }
         let path = trail.reduce(JSONPath.root) { path, step in
             switch step {
-            case let .key(key): path.appending(key)
-            case let .index(index): path.appending(index: index)
+            case .key(let key): path.appending(key)
+            case .index(let index): path.appending(index: index)
             }
         }
         return JSONSyntaxError(line: line, column: column, path: path.description, message: message)

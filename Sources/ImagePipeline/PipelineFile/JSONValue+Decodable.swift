@@ -12,8 +12,10 @@ extension JSONValue: Decodable {
     /// Any JSON value. An object's keys come out sorted: the decoder does not keep their order.
     public init(from decoder: any Decoder) throws {
         guard decoder.codingPath.count < Self.maxDecodingDepth else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                                                    debugDescription: "nesting deeper than \(Self.maxDecodingDepth) levels"))
+            throw DecodingError.dataCorrupted(
+                .init(
+                    codingPath: decoder.codingPath,
+                    debugDescription: "nesting deeper than \(Self.maxDecodingDepth) levels"))
         }
         let scalar = try decoder.singleValueContainer()
         if scalar.decodeNil() {
@@ -25,9 +27,10 @@ extension JSONValue: Decodable {
             while !items.isAtEnd { values.append(try items.decode(JSONValue.self)) }
             self = .array(values)
         } else if let members = try? decoder.container(keyedBy: AnyKey.self) {
-            self = .object(try members.allKeys.sorted { $0.stringValue < $1.stringValue }.map { key in
-                (key.stringValue, try members.decode(JSONValue.self, forKey: key))
-            })
+            self = .object(
+                try members.allKeys.sorted { $0.stringValue < $1.stringValue }.map { key in
+                    (key.stringValue, try members.decode(JSONValue.self, forKey: key))
+                })
         } else if let flag = try? scalar.decode(Bool.self) {
             self = .bool(flag)
         } else if let integer = try? scalar.decode(Int64.self) {
@@ -49,8 +52,8 @@ extension JSONValue: Decodable {
     /// A text value: a string, or a number written as text (`12`, `1.5`); else nil.
     var stringValue: String? {
         switch self {
-        case let .string(text): text
-        case let .number(value, isInteger): isInteger ? String(Int64(value)) : String(value)
+        case .string(let text): text
+        case .number(let value, let isInteger): isInteger ? String(Int64(value)) : String(value)
         default: nil
         }
     }
@@ -58,12 +61,12 @@ extension JSONValue: Decodable {
     /// A string; nil for any other type. What an image URL is read with: a number is no
     /// URL (`"url": 123` is missing, not the URL "123"), where a key may be one.
     var string: String? {
-        if case let .string(text) = self { return text }
+        if case .string(let text) = self { return text }
         return nil
     }
 
     var arrayValue: [JSONValue]? {
-        if case let .array(items) = self { return items }
+        if case .array(let items) = self { return items }
         return nil
     }
 }

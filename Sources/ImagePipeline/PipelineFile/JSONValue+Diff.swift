@@ -6,11 +6,11 @@ extension JSONValue {
         func walk(_ old: JSONValue?, _ new: JSONValue?, _ path: String) {
             guard found.count < limit, old != new else { return }
             switch (old, new) {
-            case let (.object(a)?, .object(b)?):
+            case (.object(let a)?, .object(let b)?):
                 var keys = a.map(\.key)
                 for key in b.map(\.key) where !keys.contains(key) { keys.append(key) }
                 for key in keys { walk(old?[key], new?[key], path + "." + key) }
-            case let (.array(a)?, .array(b)?) where a.count == b.count:
+            case (.array(let a)?, .array(let b)?) where a.count == b.count:
                 for index in a.indices { walk(a[index], b[index], path + "[\(index)]") }
             default:
                 found.append("\(path): \(describe(old)) → \(describe(new))")
@@ -19,7 +19,7 @@ extension JSONValue {
         func describe(_ value: JSONValue?) -> String {
             guard let value else { return "(none)" }
             // A filter chain reads best as its ops: `autorotate, fit → fit`.
-            if case let .array(items) = value {
+            if case .array(let items) = value {
                 let ops = items.compactMap { $0["op"]?.stringValue }
                 if ops.count == items.count { return ops.isEmpty ? "no filters" : ops.joined(separator: ", ") }
             }

@@ -12,11 +12,11 @@ public enum JSONValue: Sendable, Equatable {
     public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
         switch (lhs, rhs) {
         case (.null, .null): true
-        case let (.bool(a), .bool(b)): a == b
-        case let (.number(a, _), .number(b, _)): a == b
-        case let (.string(a), .string(b)): a == b
-        case let (.array(a), .array(b)): a == b
-        case let (.object(a), .object(b)):
+        case (.bool(let a), .bool(let b)): a == b
+        case (.number(let a, _), .number(let b, _)): a == b
+        case (.string(let a), .string(let b)): a == b
+        case (.array(let a), .array(let b)): a == b
+        case (.object(let a), .object(let b)):
             a.count == b.count && zip(a, b).allSatisfy { $0.key == $1.key && $0.value == $1.value }
         default: false
         }
@@ -26,9 +26,9 @@ public enum JSONValue: Sendable, Equatable {
     public var quoted: String {
         switch self {
         case .null: "null"
-        case let .bool(value): value ? "true" : "false"
+        case .bool(let value): value ? "true" : "false"
         case .number: serialized()
-        case let .string(value): JSONValue.quote(value)
+        case .string(let value): JSONValue.quote(value)
         case .array: "an array"
         case .object: "an object"
         }
@@ -38,16 +38,17 @@ public enum JSONValue: Sendable, Equatable {
     public func serialized(sortedKeys: Bool = false) -> String {
         switch self {
         case .null: return "null"
-        case let .bool(value): return value ? "true" : "false"
-        case let .number(value, isInteger):
+        case .bool(let value): return value ? "true" : "false"
+        case .number(let value, let isInteger):
             if isInteger, abs(value) < 1e15 { return String(Int64(value)) }
             return String(value)
-        case let .string(value): return JSONValue.quote(value)
-        case let .array(items):
+        case .string(let value): return JSONValue.quote(value)
+        case .array(let items):
             return "[" + items.map { $0.serialized(sortedKeys: sortedKeys) }.joined(separator: ",") + "]"
-        case let .object(members):
+        case .object(let members):
             let ordered = sortedKeys ? members.sorted { $0.key < $1.key } : members
-            return "{" + ordered.map { JSONValue.quote($0.key) + ":" + $0.value.serialized(sortedKeys: sortedKeys) }
+            return "{"
+                + ordered.map { JSONValue.quote($0.key) + ":" + $0.value.serialized(sortedKeys: sortedKeys) }
                 .joined(separator: ",") + "}"
         }
     }
@@ -56,15 +57,15 @@ public enum JSONValue: Sendable, Equatable {
     /// changes no output, so it is no part of what `resume` compares.
     public var withoutComments: JSONValue {
         switch self {
-        case let .array(items): .array(items.map(\.withoutComments))
-        case let .object(members): .object(members.filter { !$0.key.hasPrefix("//") }.map { ($0.key, $0.value.withoutComments) })
+        case .array(let items): .array(items.map(\.withoutComments))
+        case .object(let members): .object(members.filter { !$0.key.hasPrefix("//") }.map { ($0.key, $0.value.withoutComments) })
         default: self
         }
     }
 
     /// A member of an object, or nil.
     public subscript(key: String) -> JSONValue? {
-        guard case let .object(members) = self else { return nil }
+        guard case .object(let members) = self else { return nil }
         return members.first { $0.key == key }?.value
     }
 
@@ -78,7 +79,8 @@ public enum JSONValue: Sendable, Equatable {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             case let c where c.value < 0x20:
-                out += "\\u" + String(repeating: "0", count: 4 - String(c.value, radix: 16).count)
+                out +=
+                    "\\u" + String(repeating: "0", count: 4 - String(c.value, radix: 16).count)
                     + String(c.value, radix: 16)
             default: out.unicodeScalars.append(scalar)
             }

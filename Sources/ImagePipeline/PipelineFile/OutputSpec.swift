@@ -60,8 +60,9 @@ public struct OutputSpec: Sendable, Equatable {
 extension OutputSpec {
     /// This output's file name for an item, `made` filling `{hash}`, `{width}` and `{height}`.
     func fileName(key: String, stem: String, index: Int, made: ProcessedImage) -> String {
-        name.render(key: key, stem: stem, index: index, format: format, hash: String(made.sha256.prefix(16)), output: id,
-                    size: (made.width, made.height))
+        name.render(
+            key: key, stem: stem, index: index, format: format, hash: String(made.sha256.prefix(16)), output: id,
+            size: (made.width, made.height))
     }
 
     /// The name before the output is made: known unless the template uses `{hash}`,
@@ -91,7 +92,10 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
     public static let standardOfSeveral = NameTemplate(
         parts: [.field("stem"), .literal("-"), .field("output"), .literal("."), .field("ext")], raw: "{stem}-{output}.{ext}")
 
-    enum Part: Equatable, Sendable { case literal(String), field(String) }
+    enum Part: Equatable, Sendable {
+        case literal(String)
+        case field(String)
+    }
     let parts: [Part]
     public let raw: String
 
@@ -137,9 +141,10 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
             guard let close = rest[open...].firstIndex(of: "}") else {
                 throw node.fail("unclosed { in \(JSONValue.quote(text))")
             }
-            let field = String(rest[rest.index(after: open) ..< close])
+            let field = String(rest[rest.index(after: open)..<close])
             guard NameTemplate.fields.contains(field) else {
-                throw node.fail("unknown field {\(field)}; expected one of: " + NameTemplate.fields.map { "{\($0)}" }.joined(separator: ", "))
+                throw node.fail(
+                    "unknown field {\(field)}; expected one of: " + NameTemplate.fields.map { "{\($0)}" }.joined(separator: ", "))
             }
             parts.append(.field(field))
             rest = rest[rest.index(after: close)...]
@@ -150,7 +155,7 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
         }
         if text.hasPrefix("/") { throw node.fail("must be relative to the sink's directory, got \(JSONValue.quote(text))") }
         for part in parts {
-            if case let .literal(literal) = part, literal.split(separator: "/").contains("..") {
+            if case .literal(let literal) = part, literal.split(separator: "/").contains("..") {
                 throw node.fail("must not contain \"..\", got \(JSONValue.quote(text))")
             }
         }
@@ -161,13 +166,15 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
     /// The file name for one item; `hash` and `size` are needed only if the template uses
     /// `{hash}`, `{width}` or `{height}`. The result is made safe: it never leaves the
     /// sink's directory.
-    public func render(key: String, stem: String? = nil, index: Int, format: OutputFormat, hash: String?,
-                       output: String = OutputSpec.defaultID, size: (width: Int, height: Int)? = nil) -> String {
+    public func render(
+        key: String, stem: String? = nil, index: Int, format: OutputFormat, hash: String?,
+        output: String = OutputSpec.defaultID, size: (width: Int, height: Int)? = nil
+    ) -> String {
         var out = ""
         for part in parts {
             switch part {
-            case let .literal(text): out += text
-            case let .field(field):
+            case .literal(let text): out += text
+            case .field(let field):
                 switch field {
                 case "key": out += key
                 case "stem": out += stem ?? NameTemplate.stem(of: key)

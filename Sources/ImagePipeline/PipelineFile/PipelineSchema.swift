@@ -9,9 +9,9 @@ public enum PipelineSchema {
     /// Every closed object also takes `//…` keys, which the decoder reads as comments.
     static func allowingComments(_ value: JSONValue) -> JSONValue {
         switch value {
-        case let .array(items):
+        case .array(let items):
             return .array(items.map(allowingComments))
-        case let .object(members):
+        case .object(let members):
             var out = members.map { (key: $0.key, value: allowingComments($0.value)) }
             if let closed = out.firstIndex(where: { $0.key == "additionalProperties" && $0.value == .bool(false) }) {
                 out.insert((key: "patternProperties", value: .object([("^//", .object([]))])), at: closed)
@@ -29,88 +29,150 @@ public enum PipelineSchema {
             ("type", .string("object")),
             ("additionalProperties", .bool(false)),
             ("required", strings(["version", "source"])),
-            ("properties", .object([
-                ("version", .object([("const", integer(1))])),
-                ("name", .object([("type", .string("string")), ("minLength", integer(1))])),
-                ("source", ref("source")),
-                ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
-                ("output", ref("output")),
-                ("outputs", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("output"))])),
-                ("sink", ref("sink")),
-                ("sinks", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("sink"))])),
-                ("limits", object([
-                    ("downloads", integerSchema(1 ... 1024)),
-                    ("workers", integerSchema(0 ... 1024)),
-                    ("uploads", integerSchema(1 ... 1024)),
-                    ("timeout", numberSchema(0.001 ... 86400)),
-                    ("maxBytes", integerSchema(1 ... Int.max)),
-                    ("maxPixels", integerSchema(1 ... Int.max)),
-                    ("memory", integerSchema(16 ... 1 << 30)),
-                    ("rate", numberSchema(0.001 ... 1_000_000)),
-                    ("burst", integerSchema(1 ... 1000)),
-                ])),
-                ("retry", object([
-                    ("attempts", integerSchema(1 ... 100)),
-                    ("backoff", numberSchema(0 ... 3600)),
-                ])),
-                ("userAgent", .object([("type", .string("string")), ("minLength", integer(1)),
-                                       ("pattern", .string("^[ -~]+$")),
-                                       ("default", .string(ImgpipeIdentity.defaultUserAgent))])),
-                ("accept", object([
-                    ("minWidth", integerSchema(1 ... Int.max)),
-                    ("minHeight", integerSchema(1 ... Int.max)),
-                    ("maxAspect", numberSchema(1 ... 1_000_000)),
-                    ("minBytes", integerSchema(1 ... Int.max)),
-                    ("formats", .object([("type", .string("array")), ("minItems", integer(1)),
-                                         ("items", .object([("enum", strings(SpecNode.withAliases(AcceptRules.formatNames)))]))])),
-                ])),
-            ])),
-            ("oneOf", .array([
-                .object([("required", strings(["sink"]))]),
-                .object([("required", strings(["sinks"]))]),
-            ])),
-            ("not", .object([("required", strings(["output", "outputs"]))])),
-            ("$defs", .object([
-                ("source", .object([("oneOf", .array(sourceSchemas(fallback: true)))])),
-                ("sourceWithoutFallback", .object([("oneOf", .array(sourceSchemas(fallback: false)))])),
-                ("cache", .object([("oneOf", .array([
-                    .object([("type", .string("boolean"))]),
-                    object([("path", string), ("revalidate", boolean), ("maxSize", integerSchema(1 ... Int.max))]),
-                ]))])),
-                ("strings", .object([("type", .string("object")), ("additionalProperties", string)])),
-                ("sink", .object([("oneOf", .array([
-                    object([("type", constant("directory")), ("name", nonEmpty), ("path", string), ("prune", boolean),
-                            ("outputs", ref("outputIDs"))],
-                           required: ["type", "path"]),
-                    object([("type", constant("upload")), ("name", nonEmpty), ("endpoint", string), ("fields", ref("strings")),
-                            ("fileField", nonEmpty), ("originalField", nonEmpty),
-                            ("allowHosts", .object([("type", .string("array")), ("items", nonEmpty)])), ("outputs", ref("outputIDs"))],
-                           required: ["type", "endpoint"]),
-                    object([("type", constant("http")), ("name", nonEmpty), ("url", string),
-                            ("method", .object([("enum", strings(["PUT", "POST"]))])), ("fileField", nonEmpty),
-                            ("headers", ref("strings")), ("outputs", ref("outputIDs"))], required: ["type", "url"]),
-                    object([("type", constant("s3")), ("name", nonEmpty)] + s3Location + [
-                        ("key", nonEmpty), ("storageClass", .object([("enum", strings(S3SinkOptions.storageClasses))])),
-                        ("metadata", ref("strings")), ("multipartThreshold", integerSchema(1 ... 5 << 30)),
-                        ("partSize", integerSchema(S3SinkOptions.minimumPartSize ... 5 << 30)), ("outputs", ref("outputIDs")),
-                    ], required: ["type", "bucket"]),
-                ]))])),
-                ("outputID", .object([("type", .string("string")), ("pattern", .string("^[a-z0-9-]+$"))])),
-                ("outputIDs", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("outputID"))])),
-                ("output", object([
-                    ("id", ref("outputID")),
-                    ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
-                    ("format", .object([("enum", strings(SpecNode.withAliases(OutputFormat.allCases.map(\.rawValue))))])),
-                    ("quality", integerSchema(1 ... 100)),
-                    ("strip", .object([("type", .string("boolean"))])),
-                    ("progressive", .object([("type", .string("boolean"))])),
-                    ("compression", integerSchema(0 ... 9)),
-                    ("lossless", .object([("type", .string("boolean"))])),
-                    ("effort", integerSchema(0 ... 9)),
+            (
+                "properties",
+                .object([
+                    ("version", .object([("const", integer(1))])),
                     ("name", .object([("type", .string("string")), ("minLength", integer(1))])),
-                ])),
-                ("filter", .object([("oneOf", .array(registry.definitions.map(filterSchema)))])),
-            ])),
+                    ("source", ref("source")),
+                    ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
+                    ("output", ref("output")),
+                    ("outputs", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("output"))])),
+                    ("sink", ref("sink")),
+                    ("sinks", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("sink"))])),
+                    (
+                        "limits",
+                        object([
+                            ("downloads", integerSchema(1...1024)),
+                            ("workers", integerSchema(0...1024)),
+                            ("uploads", integerSchema(1...1024)),
+                            ("timeout", numberSchema(0.001...86400)),
+                            ("maxBytes", integerSchema(1...Int.max)),
+                            ("maxPixels", integerSchema(1...Int.max)),
+                            ("memory", integerSchema(16...1 << 30)),
+                            ("rate", numberSchema(0.001...1_000_000)),
+                            ("burst", integerSchema(1...1000)),
+                        ])
+                    ),
+                    (
+                        "retry",
+                        object([
+                            ("attempts", integerSchema(1...100)),
+                            ("backoff", numberSchema(0...3600)),
+                        ])
+                    ),
+                    (
+                        "userAgent",
+                        .object([
+                            ("type", .string("string")), ("minLength", integer(1)),
+                            ("pattern", .string("^[ -~]+$")),
+                            ("default", .string(ImgpipeIdentity.defaultUserAgent)),
+                        ])
+                    ),
+                    (
+                        "accept",
+                        object([
+                            ("minWidth", integerSchema(1...Int.max)),
+                            ("minHeight", integerSchema(1...Int.max)),
+                            ("maxAspect", numberSchema(1...1_000_000)),
+                            ("minBytes", integerSchema(1...Int.max)),
+                            (
+                                "formats",
+                                .object([
+                                    ("type", .string("array")), ("minItems", integer(1)),
+                                    ("items", .object([("enum", strings(SpecNode.withAliases(AcceptRules.formatNames)))])),
+                                ])
+                            ),
+                        ])
+                    ),
+                ])
+            ),
+            (
+                "oneOf",
+                .array([
+                    .object([("required", strings(["sink"]))]),
+                    .object([("required", strings(["sinks"]))]),
+                ])
+            ),
+            ("not", .object([("required", strings(["output", "outputs"]))])),
+            (
+                "$defs",
+                .object([
+                    ("source", .object([("oneOf", .array(sourceSchemas(fallback: true)))])),
+                    ("sourceWithoutFallback", .object([("oneOf", .array(sourceSchemas(fallback: false)))])),
+                    (
+                        "cache",
+                        .object([
+                            (
+                                "oneOf",
+                                .array([
+                                    .object([("type", .string("boolean"))]),
+                                    object([("path", string), ("revalidate", boolean), ("maxSize", integerSchema(1...Int.max))]),
+                                ])
+                            )
+                        ])
+                    ),
+                    ("strings", .object([("type", .string("object")), ("additionalProperties", string)])),
+                    (
+                        "sink",
+                        .object([
+                            (
+                                "oneOf",
+                                .array([
+                                    object(
+                                        [
+                                            ("type", constant("directory")), ("name", nonEmpty), ("path", string),
+                                            ("prune", boolean),
+                                            ("outputs", ref("outputIDs")),
+                                        ],
+                                        required: ["type", "path"]),
+                                    object(
+                                        [
+                                            ("type", constant("upload")), ("name", nonEmpty), ("endpoint", string),
+                                            ("fields", ref("strings")),
+                                            ("fileField", nonEmpty), ("originalField", nonEmpty),
+                                            ("allowHosts", .object([("type", .string("array")), ("items", nonEmpty)])),
+                                            ("outputs", ref("outputIDs")),
+                                        ],
+                                        required: ["type", "endpoint"]),
+                                    object(
+                                        [
+                                            ("type", constant("http")), ("name", nonEmpty), ("url", string),
+                                            ("method", .object([("enum", strings(["PUT", "POST"]))])), ("fileField", nonEmpty),
+                                            ("headers", ref("strings")), ("outputs", ref("outputIDs")),
+                                        ], required: ["type", "url"]),
+                                    object(
+                                        [("type", constant("s3")), ("name", nonEmpty)] + s3Location + [
+                                            ("key", nonEmpty),
+                                            ("storageClass", .object([("enum", strings(S3SinkOptions.storageClasses))])),
+                                            ("metadata", ref("strings")), ("multipartThreshold", integerSchema(1...5 << 30)),
+                                            ("partSize", integerSchema(S3SinkOptions.minimumPartSize...5 << 30)),
+                                            ("outputs", ref("outputIDs")),
+                                        ], required: ["type", "bucket"]),
+                                ])
+                            )
+                        ])
+                    ),
+                    ("outputID", .object([("type", .string("string")), ("pattern", .string("^[a-z0-9-]+$"))])),
+                    ("outputIDs", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("outputID"))])),
+                    (
+                        "output",
+                        object([
+                            ("id", ref("outputID")),
+                            ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
+                            ("format", .object([("enum", strings(SpecNode.withAliases(OutputFormat.allCases.map(\.rawValue))))])),
+                            ("quality", integerSchema(1...100)),
+                            ("strip", .object([("type", .string("boolean"))])),
+                            ("progressive", .object([("type", .string("boolean"))])),
+                            ("compression", integerSchema(0...9)),
+                            ("lossless", .object([("type", .string("boolean"))])),
+                            ("effort", integerSchema(0...9)),
+                            ("name", .object([("type", .string("string")), ("minLength", integer(1))])),
+                        ])
+                    ),
+                    ("filter", .object([("oneOf", .array(registry.definitions.map(filterSchema)))])),
+                ])
+            ),
         ])
     }
 
@@ -123,27 +185,43 @@ public enum PipelineSchema {
     static func sourceSchemas(fallback: Bool) -> [JSONValue] {
         var remote: [(key: String, value: JSONValue)] = [("cache", ref("cache"))]
         if fallback {
-            remote += [("fallback", ref("sourceWithoutFallback")), ("respectOptOut", boolean), ("robots", boolean),
-                       ("versionField", nonEmpty)]
+            remote += [
+                ("fallback", ref("sourceWithoutFallback")), ("respectOptOut", boolean), ("robots", boolean),
+                ("versionField", nonEmpty),
+            ]
         }
-        let maxItems = integerSchema(1 ... Int.max)
-        let maxPageBytes = integerSchema(1 ... RemoteOptions.largestMaxPageBytes)
+        let maxItems = integerSchema(1...Int.max)
+        let maxPageBytes = integerSchema(1...RemoteOptions.largestMaxPageBytes)
         return [
             object([("type", constant("directory")), ("path", string), ("recursive", boolean)], required: ["type", "path"]),
             object([("type", constant("url-list")), ("path", string)] + remote, required: ["type", "path"]),
-            object([("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty),
-                    ("maxPageBytes", maxPageBytes)] + remote,
-                   required: ["type", "url"]),
-            object([("type", constant("nasa-images")), ("query", string), ("endpoint", string), ("mediaType", nonEmpty),
-                    ("maxItems", maxItems), ("maxPageBytes", maxPageBytes)] + remote, required: ["type", "query"]),
-            object([("type", constant("flickr-search")), ("text", string), ("apiKey", string), ("endpoint", string),
-                    ("perPage", integerSchema(1 ... 500)), ("maxItems", maxItems), ("maxPageBytes", maxPageBytes),
-                    ("size", .object([("type", .string("string")), ("pattern", .string("^url_"))]))] + remote,
-                   required: ["type", "text", "apiKey"]),
-        ] + (fallback ? [
-            object([("type", constant("s3"))] + s3Location + [("pageSize", integerSchema(1 ... 1000)), ("maxItems", maxItems),
-                    ("cache", ref("cache")), ("fallback", ref("sourceWithoutFallback"))], required: ["type", "bucket"]),
-        ] : [])
+            object(
+                [
+                    ("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty),
+                    ("maxPageBytes", maxPageBytes),
+                ] + remote,
+                required: ["type", "url"]),
+            object(
+                [
+                    ("type", constant("nasa-images")), ("query", string), ("endpoint", string), ("mediaType", nonEmpty),
+                    ("maxItems", maxItems), ("maxPageBytes", maxPageBytes),
+                ] + remote, required: ["type", "query"]),
+            object(
+                [
+                    ("type", constant("flickr-search")), ("text", string), ("apiKey", string), ("endpoint", string),
+                    ("perPage", integerSchema(1...500)), ("maxItems", maxItems), ("maxPageBytes", maxPageBytes),
+                    ("size", .object([("type", .string("string")), ("pattern", .string("^url_"))])),
+                ] + remote,
+                required: ["type", "text", "apiKey"]),
+        ]
+            + (fallback
+                ? [
+                    object(
+                        [("type", constant("s3"))] + s3Location + [
+                            ("pageSize", integerSchema(1...1000)), ("maxItems", maxItems),
+                            ("cache", ref("cache")), ("fallback", ref("sourceWithoutFallback")),
+                        ], required: ["type", "bucket"])
+                ] : [])
     }
 
     /// Where a bucket is and how to sign in; credentials are `${NAME}` references only.
@@ -153,21 +231,24 @@ public enum PipelineSchema {
         ("endpoint", string), ("pathStyle", boolean),
         ("accessKeyId", reference), ("secretAccessKey", reference), ("sessionToken", reference),
     ]
-    static let reference = JSONValue.object([("type", .string("string")), ("pattern", .string("^\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}$"))])
+    static let reference = JSONValue.object([
+        ("type", .string("string")), ("pattern", .string("^\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}$")),
+    ])
 
     static func filterSchema(_ definition: FilterDefinition) -> JSONValue {
         var properties: [(key: String, value: JSONValue)] = [
-            ("op", .object([("const", .string(definition.name)), ("description", .string(definition.summary))])),
+            ("op", .object([("const", .string(definition.name)), ("description", .string(definition.summary))]))
         ]
         for parameter in definition.parameters {
             var schema: [(key: String, value: JSONValue)]
             switch parameter.type {
-            case let .integer(range): schema = members(integerSchema(range))
-            case let .number(range): schema = members(numberSchema(range))
+            case .integer(let range): schema = members(integerSchema(range))
+            case .number(let range): schema = members(numberSchema(range))
             case .boolean: schema = [("type", .string("boolean"))]
             case .string: schema = [("type", .string("string"))]
-            case let .choice(options): schema = [("enum", strings(SpecNode.withAliases(options)))]
-            case .colour: schema = [("type", .string("string")), ("pattern", .string("^#([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$"))]
+            case .choice(let options): schema = [("enum", strings(SpecNode.withAliases(options)))]
+            case .colour:
+                schema = [("type", .string("string")), ("pattern", .string("^#([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$"))]
             case .aspect: schema = [("type", .string("string")), ("pattern", .string("^[0-9]+(\\.[0-9]+)?:[0-9]+(\\.[0-9]+)?$"))]
             }
             if let fallback = parameter.defaultValue { schema.append(("default", fallback)) }
@@ -197,12 +278,14 @@ public enum PipelineSchema {
     }
 
     static func numberSchema(_ range: ClosedRange<Double>) -> JSONValue {
-        .object([("type", .string("number")), ("minimum", .number(range.lowerBound, isInteger: false)),
-                 ("maximum", .number(range.upperBound, isInteger: false))])
+        .object([
+            ("type", .string("number")), ("minimum", .number(range.lowerBound, isInteger: false)),
+            ("maximum", .number(range.upperBound, isInteger: false)),
+        ])
     }
 
     static func members(_ value: JSONValue) -> [(key: String, value: JSONValue)] {
-        if case let .object(members) = value { return members }
+        if case .object(let members) = value { return members }
         return []
     }
 

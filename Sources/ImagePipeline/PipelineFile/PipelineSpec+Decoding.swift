@@ -1,8 +1,10 @@
 import Foundation
 
 extension PipelineSpec {
-    static let topLevelKeys = ["version", "name", "source", "filters", "output", "outputs", "sink", "sinks", "limits", "retry",
-                               "userAgent", "accept"]
+    static let topLevelKeys = [
+        "version", "name", "source", "filters", "output", "outputs", "sink", "sinks", "limits", "retry",
+        "userAgent", "accept",
+    ]
 
     /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
     /// (syntax errors, invalid UTF-8 and NUL in strings: the path, line and column) or the file.
@@ -38,12 +40,15 @@ extension PipelineSpec {
     }
 
     /// Validates a parsed document.
-    public static func decode(_ document: JSONValue, baseDirectory: String, defaultName: String,
-                              registry: FilterRegistry = .standard) throws -> PipelineSpec {
+    public static func decode(
+        _ document: JSONValue, baseDirectory: String, defaultName: String,
+        registry: FilterRegistry = .standard
+    ) throws -> PipelineSpec {
         let root = try SpecNode(value: document, path: .root).object(allowing: topLevelKeys)
-        let version = try root.required("version") { node in try node.integer(in: 1 ... Int.max) }
+        let version = try root.required("version") { node in try node.integer(in: 1...Int.max) }
         guard version == currentVersion else {
-            throw SpecError(path: "version", message: "unsupported version \(version); this imgpipe reads version \(currentVersion)")
+            throw SpecError(
+                path: "version", message: "unsupported version \(version); this imgpipe reads version \(currentVersion)")
         }
         let name = try root.optional("name", default: defaultName) { try $0.nonEmptyString() }
         let source = try root.required("source") { try SourceSpec(node: $0) }
@@ -71,18 +76,23 @@ extension PipelineSpec {
             // Each output of an item is its own request or object: the URL or key must tell
             // them apart.
             let several = (chosen?.count ?? outputs.count) > 1
-            if case let .http(_, url, _, _, _) = sink, several, !url.raw.contains("{output}") {
-                throw SpecError(path: url.path, message: "this sink takes several outputs: put {output} in its URL, "
-                                    + "or give the sink \"outputs\": [one id]")
+            if case .http(_, let url, _, _, _) = sink, several, !url.raw.contains("{output}") {
+                throw SpecError(
+                    path: url.path,
+                    message: "this sink takes several outputs: put {output} in its URL, "
+                        + "or give the sink \"outputs\": [one id]")
             }
-            if case let .s3(_, _, options) = sink, several, let key = options.key, !key.uses("output") {
-                throw SpecError(path: node.path.appending("key").description,
-                                message: "this sink takes several outputs: put {output} in its key template, "
-                                    + "or give the sink \"outputs\": [one id]")
+            if case .s3(_, _, let options) = sink, several, let key = options.key, !key.uses("output") {
+                throw SpecError(
+                    path: node.path.appending("key").description,
+                    message: "this sink takes several outputs: put {output} in its key template, "
+                        + "or give the sink \"outputs\": [one id]")
             }
         }
         guard !sinks.isEmpty else {
-            throw SpecError(path: "sinks", message: "missing (a pipeline needs at least one sink, e.g. {\"type\": \"directory\", \"path\": \"out\"})")
+            throw SpecError(
+                path: "sinks",
+                message: "missing (a pipeline needs at least one sink, e.g. {\"type\": \"directory\", \"path\": \"out\"})")
         }
         var seen: Set<String> = []
         for (index, sink) in sinks.enumerated() where !seen.insert(sink.name).inserted {
@@ -93,7 +103,7 @@ extension PipelineSpec {
         let userAgent = try root.optional("userAgent", default: ImgpipeIdentity.defaultUserAgent) { node in
             let text = try node.nonEmptyString()
             // A header value: a line break would start a header of its own.
-            guard text.unicodeScalars.allSatisfy({ (0x20 ... 0x7E).contains($0.value) }) else {
+            guard text.unicodeScalars.allSatisfy({ (0x20...0x7E).contains($0.value) }) else {
                 throw node.expected("printable ASCII (a header value), e.g. \"mybot/1.0 (+mailto:ops@example.com)\"")
             }
             // Sent as written: a `${NAME}` here would go out literally, so it is refused.
@@ -103,9 +113,10 @@ extension PipelineSpec {
             return text
         }
         let accept = try root.optional("accept", default: AcceptRules()) { try AcceptRules(node: $0) }
-        return PipelineSpec(version: version, name: name, source: source, filters: filters, outputs: outputs,
-                            sinks: sinks, sinkOutputs: sinkOutputs, limits: limits, retry: retry, userAgent: userAgent,
-                            accept: accept, baseDirectory: baseDirectory, document: document)
+        return PipelineSpec(
+            version: version, name: name, source: source, filters: filters, outputs: outputs,
+            sinks: sinks, sinkOutputs: sinkOutputs, limits: limits, retry: retry, userAgent: userAgent,
+            accept: accept, baseDirectory: baseDirectory, document: document)
     }
 
     /// `"output"` (one output, id `default` unless it names one) or `"outputs"` (a list of
@@ -116,7 +127,11 @@ extension PipelineSpec {
             throw SpecError(path: "outputs", message: "give either \"output\" (one output) or \"outputs\" (a list), not both")
         }
         guard let list = root.member("outputs") else {
-            return [try root.optional("output", default: OutputSpec()) { try OutputSpec(node: $0, registry: registry, several: false) }]
+            return [
+                try root.optional("output", default: OutputSpec()) {
+                    try OutputSpec(node: $0, registry: registry, several: false)
+                }
+            ]
         }
         let nodes = try list.array()
         guard !nodes.isEmpty else { throw list.fail("empty (give at least one output, or use \"output\")") }
@@ -124,17 +139,21 @@ extension PipelineSpec {
         var seen: [String: Int] = [:]
         for (index, output) in outputs.enumerated() {
             if let first = seen[output.id] {
-                throw SpecError(path: "outputs[\(index)].id", message: "duplicate output id \(JSONValue.quote(output.id)) (also outputs[\(first)])")
+                throw SpecError(
+                    path: "outputs[\(index)].id",
+                    message: "duplicate output id \(JSONValue.quote(output.id)) (also outputs[\(first)])")
             }
             seen[output.id] = index
         }
         // Two outputs whose names could be equal would overwrite each other in a folder.
         for (index, output) in outputs.enumerated() {
-            for (otherIndex, other) in outputs.enumerated().prefix(index) where output.name.mayEqual(other.name, output.format, other.format) {
-                throw SpecError(path: "outputs[\(index)].name",
-                                message: "outputs \(JSONValue.quote(other.id)) and \(JSONValue.quote(output.id)) can get the same file name "
-                                    + "(\(JSONValue.quote(output.name.raw))): put {output} in the names, e.g. \"\(NameTemplate.standardOfSeveral.raw)\" "
-                                    + "(outputs[\(otherIndex)])")
+            for (otherIndex, other) in outputs.enumerated().prefix(index)
+            where output.name.mayEqual(other.name, output.format, other.format) {
+                throw SpecError(
+                    path: "outputs[\(index)].name",
+                    message: "outputs \(JSONValue.quote(other.id)) and \(JSONValue.quote(output.id)) can get the same file name "
+                        + "(\(JSONValue.quote(output.name.raw))): put {output} in the names, e.g. \"\(NameTemplate.standardOfSeveral.raw)\" "
+                        + "(outputs[\(otherIndex)])")
             }
         }
         return outputs
@@ -143,7 +162,7 @@ extension PipelineSpec {
     /// A sink's `"outputs"` (ids of outputs it takes), taken out of its node so that the
     /// sink's own decoding never sees it.
     static func takeSinkOutputs(_ node: SpecNode, ids: [String]) throws -> (SpecNode, [String]?) {
-        guard case let .object(members) = node.value, let index = members.firstIndex(where: { $0.key == "outputs" }) else {
+        guard case .object(let members) = node.value, let index = members.firstIndex(where: { $0.key == "outputs" }) else {
             return (node, nil)
         }
         let listNode = SpecNode(value: members[index].value, path: node.path.appending("outputs"))
@@ -154,7 +173,9 @@ extension PipelineSpec {
             let id = try item.string()
             guard ids.contains(id) else {
                 let hint = Spelling.closest(to: id, in: ids).map { " (did you mean \"\($0)\"?)" } ?? ""
-                throw item.fail("no output \(JSONValue.quote(id))\(hint); the outputs are " + ids.map(JSONValue.quote).joined(separator: ", "))
+                throw item.fail(
+                    "no output \(JSONValue.quote(id))\(hint); the outputs are " + ids.map(JSONValue.quote).joined(separator: ", ")
+                )
             }
             if !chosen.contains(id) { chosen.append(id) }
         }
@@ -180,54 +201,69 @@ extension SourceSpec {
         switch type {
         case "directory":
             let object = try node.object(allowing: ["type", "path", "recursive"])
-            self = .directory(path: try object.required("path") { try EnvString($0) },
-                              recursive: try object.optional("recursive", default: true) { try $0.bool() })
+            self = .directory(
+                path: try object.required("path") { try EnvString($0) },
+                recursive: try object.optional("recursive", default: true) { try $0.bool() })
         case "url-list":
             let object = try keys(["path"])
             self = .urlList(path: try object.required("path") { try EnvString($0) }, remote: try RemoteOptions(object))
         case "json-feed":
             let object = try keys(["url", "urlField", "keyField", "maxPageBytes"])
-            self = .jsonFeed(url: try object.required("url") { try EnvString($0) },
-                             urlField: try object.optional("urlField", default: "url") { try $0.nonEmptyString() },
-                             keyField: try object.optional("keyField") { try $0.nonEmptyString() },
-                             remote: try RemoteOptions(object))
+            self = .jsonFeed(
+                url: try object.required("url") { try EnvString($0) },
+                urlField: try object.optional("urlField", default: "url") { try $0.nonEmptyString() },
+                keyField: try object.optional("keyField") { try $0.nonEmptyString() },
+                remote: try RemoteOptions(object))
         case "nasa-images":
             let object = try keys(["query", "endpoint", "mediaType", "maxItems", "maxPageBytes"])
-            self = .nasaImages(query: try object.required("query") { try EnvString($0) },
-                               endpoint: try object.optional("endpoint", default: EnvString(raw: "https://images-api.nasa.gov",
-                                                                                             path: object.path.appending("endpoint").description)) { try EnvString($0) },
-                               mediaType: try object.optional("mediaType", default: "image") { try $0.nonEmptyString() },
-                               maxItems: try object.optional("maxItems") { try $0.integer(in: 1 ... Int.max) },
-                               remote: try RemoteOptions(object))
+            self = .nasaImages(
+                query: try object.required("query") { try EnvString($0) },
+                endpoint: try object.optional(
+                    "endpoint",
+                    default: EnvString(
+                        raw: "https://images-api.nasa.gov",
+                        path: object.path.appending("endpoint").description)
+                ) { try EnvString($0) },
+                mediaType: try object.optional("mediaType", default: "image") { try $0.nonEmptyString() },
+                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) },
+                remote: try RemoteOptions(object))
         case "flickr-search":
             let object = try keys(["text", "apiKey", "endpoint", "perPage", "maxItems", "size", "maxPageBytes"])
-            self = .flickrSearch(text: try object.required("text") { try EnvString($0) },
-                                 apiKey: try object.required("apiKey") { try EnvString($0) },
-                                 endpoint: try object.optional("endpoint", default: EnvString(raw: "https://api.flickr.com/services/rest/",
-                                                                                               path: object.path.appending("endpoint").description)) { try EnvString($0) },
-                                 perPage: try object.optional("perPage", default: 100) { try $0.integer(in: 1 ... 500) },
-                                 maxItems: try object.optional("maxItems") { try $0.integer(in: 1 ... Int.max) },
-                                 size: try object.optional("size", default: "url_l") { node in
-                                     let size = try node.nonEmptyString()
-                                     guard size.hasPrefix("url_") else { throw node.expected("a Flickr size extra such as \"url_l\"") }
-                                     return size
-                                 },
-                                 remote: try RemoteOptions(object))
+            self = .flickrSearch(
+                text: try object.required("text") { try EnvString($0) },
+                apiKey: try object.required("apiKey") { try EnvString($0) },
+                endpoint: try object.optional(
+                    "endpoint",
+                    default: EnvString(
+                        raw: "https://api.flickr.com/services/rest/",
+                        path: object.path.appending("endpoint").description)
+                ) { try EnvString($0) },
+                perPage: try object.optional("perPage", default: 100) { try $0.integer(in: 1...500) },
+                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) },
+                size: try object.optional("size", default: "url_l") { node in
+                    let size = try node.nonEmptyString()
+                    guard size.hasPrefix("url_") else { throw node.expected("a Flickr size extra such as \"url_l\"") }
+                    return size
+                },
+                remote: try RemoteOptions(object))
         case "s3":
             guard allowFallback else {
-                throw SpecError(path: node.path.appending("type").description,
-                                message: "an s3 source cannot be a fallback (a fallback is a local folder or list)")
+                throw SpecError(
+                    path: node.path.appending("type").description,
+                    message: "an s3 source cannot be a fallback (a fallback is a local folder or list)")
             }
             // robots.txt and X-Robots-Tag are for other people's web servers, not a bucket
             // read with its owner's keys.
             let object = try node.object(allowing: ["type"] + S3Spec.keys + ["pageSize", "maxItems", "cache", "fallback"])
             var remote = try RemoteOptions(object)
             remote.respectOptOut = false
-            self = .s3(try S3Spec(object), pageSize: try object.optional("pageSize", default: 1000) { try $0.integer(in: 1 ... 1000) },
-                       maxItems: try object.optional("maxItems") { try $0.integer(in: 1 ... Int.max) }, remote: remote)
+            self = .s3(
+                try S3Spec(object), pageSize: try object.optional("pageSize", default: 1000) { try $0.integer(in: 1...1000) },
+                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) }, remote: remote)
         default:
-            throw SpecError(path: node.path.appending("type").description,
-                            message: "expected one of \(SourceSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
+            throw SpecError(
+                path: node.path.appending("type").description,
+                message: "expected one of \(SourceSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
         }
     }
 }
@@ -237,14 +273,15 @@ extension RemoteOptions {
         self.init()
         if let cache = object.member("cache") {
             switch cache.value {
-            case let .bool(on): self.cache = on ? CacheSpec() : nil
+            case .bool(let on): self.cache = on ? CacheSpec() : nil
             case .object:
                 let fields = try cache.object(allowing: ["path", "revalidate", "maxSize"])
-                self.cache = CacheSpec(path: try fields.optional("path") { try EnvString($0) },
-                                       revalidate: try fields.optional("revalidate", default: false) { try $0.bool() },
-                                       maxSize: try fields.optional("maxSize", default: CacheSpec.defaultMaxSize) {
-                                           try $0.integer(in: 1 ... Int.max)
-                                       })
+                self.cache = CacheSpec(
+                    path: try fields.optional("path") { try EnvString($0) },
+                    revalidate: try fields.optional("revalidate", default: false) { try $0.bool() },
+                    maxSize: try fields.optional("maxSize", default: CacheSpec.defaultMaxSize) {
+                        try $0.integer(in: 1...Int.max)
+                    })
             default:
                 throw cache.expected("true, false or an object with path, revalidate, maxSize")
             }
@@ -255,7 +292,7 @@ extension RemoteOptions {
         versionField = try object.optional("versionField") { try $0.nonEmptyString() }
         // Only the sources that read feed pages allow the key (`SourceSpec.init`).
         maxPageBytes = try object.optional("maxPageBytes", default: RemoteOptions.defaultMaxPageBytes) {
-            try $0.integer(in: 1 ... RemoteOptions.largestMaxPageBytes)
+            try $0.integer(in: 1...RemoteOptions.largestMaxPageBytes)
         }
     }
 }
@@ -287,12 +324,13 @@ extension SinkSpec {
         /// second line of the same name would contradict; a name given twice in two cases
         /// is refused as well (both lines would be sent).
         func named(_ node: SpecNode, headers: Bool = false, reserved: [String: String] = [:]) throws -> [NamedValue] {
-            guard case let .object(members) = node.value else { throw node.expected("an object of strings") }
+            guard case .object(let members) = node.value else { throw node.expected("an object of strings") }
             var seen: [String: String] = [:]
             return try members.filter { !$0.key.hasPrefix("//") }.map { member in
                 let valueNode = SpecNode(value: member.value, path: node.path.appending(member.key))
                 if headers {
-                    let token = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+                    let token = CharacterSet(
+                        charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
                     guard !member.key.isEmpty, member.key.unicodeScalars.allSatisfy(token.contains) else {
                         throw valueNode.fail("not a header name (letters, digits and !#$%&'*+-.^_`|~ only)")
                     }
@@ -312,17 +350,21 @@ extension SinkSpec {
         switch type {
         case "directory":
             let object = try node.object(allowing: ["type", "name", "path", "prune"])
-            self = .directory(name: try name(object), path: try object.required("path") { try EnvString($0) },
-                              prune: try object.optional("prune", default: false) { try $0.bool() })
+            self = .directory(
+                name: try name(object), path: try object.required("path") { try EnvString($0) },
+                prune: try object.optional("prune", default: false) { try $0.bool() })
         case "upload":
-            let object = try node.object(allowing: ["type", "name", "endpoint", "fields", "fileField", "originalField", "allowHosts"])
-            self = .upload(name: try name(object), endpoint: try object.required("endpoint") { try EnvString($0) },
-                           fields: try object.optional("fields", default: []) { try named($0) },
-                           fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
-                           originalField: try object.optional("originalField", default: "original") { try $0.nonEmptyString() },
-                           allowHosts: try object.optional("allowHosts", default: []) { node in
-                               try node.array().map { try $0.nonEmptyString() }
-                           })
+            let object = try node.object(allowing: [
+                "type", "name", "endpoint", "fields", "fileField", "originalField", "allowHosts",
+            ])
+            self = .upload(
+                name: try name(object), endpoint: try object.required("endpoint") { try EnvString($0) },
+                fields: try object.optional("fields", default: []) { try named($0) },
+                fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
+                originalField: try object.optional("originalField", default: "original") { try $0.nonEmptyString() },
+                allowHosts: try object.optional("allowHosts", default: []) { node in
+                    try node.array().map { try $0.nonEmptyString() }
+                })
         case "http":
             let object = try node.object(allowing: ["type", "name", "url", "method", "fileField", "headers"])
             let url = try object.required("url") { node in
@@ -332,17 +374,20 @@ extension SinkSpec {
                     rest = rest.replacingOccurrences(of: field, with: "")
                 }
                 if let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
-                    throw node.fail("unknown field \(rest[open ... close]); expected {key}, {stem}, {name}, {ext}, {hash} or {output}")
+                    throw node.fail(
+                        "unknown field \(rest[open ... close]); expected {key}, {stem}, {name}, {ext}, {hash} or {output}")
                 }
                 return value
             }
-            self = .http(name: try name(object), url: url,
-                         method: try object.optional("method", default: "PUT") { try $0.choice(["PUT", "POST"]) },
-                         fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
-                         headers: try object.optional("headers", default: []) { try named($0, headers: true, reserved: Self.setHeaders) })
+            self = .http(
+                name: try name(object), url: url,
+                method: try object.optional("method", default: "PUT") { try $0.choice(["PUT", "POST"]) },
+                fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
+                headers: try object.optional("headers", default: []) { try named($0, headers: true, reserved: Self.setHeaders) })
         case "s3":
-            let object = try node.object(allowing: ["type", "name"] + S3Spec.keys
-                                             + ["key", "storageClass", "metadata", "multipartThreshold", "partSize"])
+            let object = try node.object(
+                allowing: ["type", "name"] + S3Spec.keys
+                    + ["key", "storageClass", "metadata", "multipartThreshold", "partSize"])
             var options = S3SinkOptions()
             options.key = try object.optional("key") { try NameTemplate($0) }
             options.storageClass = try object.optional("storageClass") { try $0.choice(S3SinkOptions.storageClasses) }
@@ -354,15 +399,16 @@ extension SinkSpec {
                 return list
             }
             options.multipartThreshold = try object.optional("multipartThreshold", default: options.multipartThreshold) {
-                try $0.integer(in: 1 ... 5 << 30)
+                try $0.integer(in: 1...5 << 30)
             }
             options.partSize = try object.optional("partSize", default: options.partSize) {
-                try $0.integer(in: S3SinkOptions.minimumPartSize ... 5 << 30)
+                try $0.integer(in: S3SinkOptions.minimumPartSize...5 << 30)
             }
             self = .s3(name: try name(object), location: try S3Spec(object), options: options)
         default:
-            throw SpecError(path: node.path.appending("type").description,
-                            message: "expected one of \(SinkSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
+            throw SpecError(
+                path: node.path.appending("type").description,
+                message: "expected one of \(SinkSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
         }
     }
 }
@@ -370,22 +416,27 @@ extension SinkSpec {
 extension OutputSpec {
     /// An output id: lower-case letters, digits and `-`.
     static func isValidID(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.allSatisfy { (0x61 ... 0x7A).contains($0) || (0x30 ... 0x39).contains($0) || $0 == 0x2D }
+        !id.isEmpty && id.utf8.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
     }
 
     /// One output; `several` when the pipeline has more than one (an id is then required,
     /// and the default name has `{output}` in it).
     init(node: SpecNode, registry: FilterRegistry = .standard, several: Bool = false) throws {
-        let object = try node.object(allowing: ["id", "filters", "format", "quality", "strip", "progressive", "compression",
-                                                "lossless", "effort", "name"])
+        let object = try node.object(allowing: [
+            "id", "filters", "format", "quality", "strip", "progressive", "compression",
+            "lossless", "effort", "name",
+        ])
         self.init()
         if several, !object.has("id") {
-            throw SpecError(path: object.path.appending("id").description,
-                            message: "missing (each of several outputs needs an id, e.g. \"id\": \"small\")")
+            throw SpecError(
+                path: object.path.appending("id").description,
+                message: "missing (each of several outputs needs an id, e.g. \"id\": \"small\")")
         }
         id = try object.optional("id", default: id) { node in
             let text = try node.string()
-            guard OutputSpec.isValidID(text) else { throw node.expected("an id of lower-case letters, digits and -, e.g. \"w640\"") }
+            guard OutputSpec.isValidID(text) else {
+                throw node.expected("an id of lower-case letters, digits and -, e.g. \"w640\"")
+            }
             return text
         }
         filters = try object.optional("filters", default: []) { node in try node.array().map { try registry.decode($0) } }
@@ -394,8 +445,9 @@ extension OutputSpec {
         }
         func only(_ key: String, for formats: [OutputFormat]) throws {
             if object.has(key), !formats.contains(format) {
-                throw SpecError(path: object.path.appending(key).description,
-                                message: "not used by \(format.rawValue) (it applies to \(formats.map(\.rawValue).joined(separator: ", ")))")
+                throw SpecError(
+                    path: object.path.appending(key).description,
+                    message: "not used by \(format.rawValue) (it applies to \(formats.map(\.rawValue).joined(separator: ", ")))")
             }
         }
         try only("quality", for: [.jpeg, .webp, .avif])
@@ -403,12 +455,12 @@ extension OutputSpec {
         try only("compression", for: [.png])
         try only("lossless", for: [.webp])
         try only("effort", for: [.webp, .avif])
-        quality = try object.optional("quality", default: quality) { try $0.integer(in: 1 ... 100) }
+        quality = try object.optional("quality", default: quality) { try $0.integer(in: 1...100) }
         strip = try object.optional("strip", default: strip) { try $0.bool() }
         progressive = try object.optional("progressive", default: progressive) { try $0.bool() }
-        compression = try object.optional("compression", default: compression) { try $0.integer(in: 0 ... 9) }
+        compression = try object.optional("compression", default: compression) { try $0.integer(in: 0...9) }
         lossless = try object.optional("lossless", default: lossless) { try $0.bool() }
-        effort = try object.optional("effort", default: effort) { try $0.integer(in: 0 ... (format == .webp ? 6 : 9)) }
+        effort = try object.optional("effort", default: effort) { try $0.integer(in: 0...(format == .webp ? 6 : 9)) }
         name = try object.optional("name", default: several ? NameTemplate.standardOfSeveral : NameTemplate.standard) {
             try NameTemplate($0)
         }
@@ -417,18 +469,20 @@ extension OutputSpec {
 
 extension Limits {
     init(node: SpecNode) throws {
-        let object = try node.object(allowing: ["downloads", "workers", "uploads", "timeout", "maxBytes", "maxPixels",
-                                                "memory", "rate", "burst"])
+        let object = try node.object(allowing: [
+            "downloads", "workers", "uploads", "timeout", "maxBytes", "maxPixels",
+            "memory", "rate", "burst",
+        ])
         self.init()
-        downloads = try object.optional("downloads", default: downloads) { try $0.integer(in: 1 ... 1024) }
-        workers = try object.optional("workers", default: workers) { try $0.integer(in: 0 ... 1024) }
-        uploads = try object.optional("uploads", default: uploads) { try $0.integer(in: 1 ... 1024) }
-        timeout = try object.optional("timeout", default: timeout) { try $0.number(in: 0.001 ... 86400) }
-        maxBytes = try object.optional("maxBytes", default: maxBytes) { try $0.integer(in: 1 ... Int.max) }
-        maxPixels = try object.optional("maxPixels", default: maxPixels) { try $0.integer(in: 1 ... Int.max) }
-        memory = try object.optional("memory", default: nil) { try $0.integer(in: 16 ... 1 << 30) }
-        rate = try object.optional("rate", default: nil) { try $0.number(in: 0.001 ... 1_000_000) }
-        burst = try object.optional("burst", default: nil) { try $0.integer(in: 1 ... 1000) }
+        downloads = try object.optional("downloads", default: downloads) { try $0.integer(in: 1...1024) }
+        workers = try object.optional("workers", default: workers) { try $0.integer(in: 0...1024) }
+        uploads = try object.optional("uploads", default: uploads) { try $0.integer(in: 1...1024) }
+        timeout = try object.optional("timeout", default: timeout) { try $0.number(in: 0.001...86400) }
+        maxBytes = try object.optional("maxBytes", default: maxBytes) { try $0.integer(in: 1...Int.max) }
+        maxPixels = try object.optional("maxPixels", default: maxPixels) { try $0.integer(in: 1...Int.max) }
+        memory = try object.optional("memory", default: nil) { try $0.integer(in: 16...1 << 30) }
+        rate = try object.optional("rate", default: nil) { try $0.number(in: 0.001...1_000_000) }
+        burst = try object.optional("burst", default: nil) { try $0.integer(in: 1...1000) }
     }
 }
 
@@ -438,13 +492,15 @@ extension AcceptRules {
     init(node: SpecNode) throws {
         let object = try node.object(allowing: ["minWidth", "minHeight", "maxAspect", "minBytes", "formats"])
         self.init()
-        minWidth = try object.optional("minWidth") { try $0.integer(in: 1 ... Int.max) }
-        minHeight = try object.optional("minHeight") { try $0.integer(in: 1 ... Int.max) }
-        maxAspect = try object.optional("maxAspect") { try $0.number(in: 1 ... 1_000_000) }
-        minBytes = try object.optional("minBytes") { try $0.integer(in: 1 ... Int.max) }
+        minWidth = try object.optional("minWidth") { try $0.integer(in: 1...Int.max) }
+        minHeight = try object.optional("minHeight") { try $0.integer(in: 1...Int.max) }
+        maxAspect = try object.optional("maxAspect") { try $0.number(in: 1...1_000_000) }
+        minBytes = try object.optional("minBytes") { try $0.integer(in: 1...Int.max) }
         formats = try object.optional("formats") { node in
             let list = try node.array()
-            guard !list.isEmpty else { throw node.expected("a non-empty list of formats (\(Self.formatNames.joined(separator: ", ")))") }
+            guard !list.isEmpty else {
+                throw node.expected("a non-empty list of formats (\(Self.formatNames.joined(separator: ", ")))")
+            }
             return try list.map { ImageFormat(rawValue: try $0.choice(Self.formatNames))! }
         }
     }
@@ -454,8 +510,8 @@ extension RetryPolicy {
     init(node: SpecNode) throws {
         let object = try node.object(allowing: ["attempts", "backoff"])
         self.init()
-        attempts = try object.optional("attempts", default: attempts) { try $0.integer(in: 1 ... 100) }
-        backoff = try object.optional("backoff", default: backoff) { try $0.number(in: 0 ... 3600) }
+        attempts = try object.optional("attempts", default: attempts) { try $0.integer(in: 1...100) }
+        backoff = try object.optional("backoff", default: backoff) { try $0.number(in: 0...3600) }
     }
 }
 

@@ -52,17 +52,21 @@ public struct PipelineSpec: Sendable {
     /// serving what it holds: `plan` and `run --incremental` compare images as they are now.
     /// `readOnly` (`plan`): the cache is read and never written.
     public mutating func revalidateCache(readOnly: Bool = false) {
-        func changed(_ remote: RemoteOptions) -> RemoteOptions { readOnly ? remote.revalidating.readingCacheOnly : remote.revalidating }
+        func changed(_ remote: RemoteOptions) -> RemoteOptions {
+            readOnly ? remote.revalidating.readingCacheOnly : remote.revalidating
+        }
         switch source {
-        case let .urlList(path, remote): source = .urlList(path: path, remote: changed(remote))
-        case let .jsonFeed(url, urlField, keyField, remote):
+        case .urlList(let path, let remote): source = .urlList(path: path, remote: changed(remote))
+        case .jsonFeed(let url, let urlField, let keyField, let remote):
             source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, remote: changed(remote))
-        case let .nasaImages(query, endpoint, mediaType, maxItems, remote):
-            source = .nasaImages(query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: changed(remote))
-        case let .flickrSearch(text, apiKey, endpoint, perPage, maxItems, size, remote):
-            source = .flickrSearch(text: text, apiKey: apiKey, endpoint: endpoint, perPage: perPage, maxItems: maxItems,
-                                   size: size, remote: changed(remote))
-        case let .s3(location, pageSize, maxItems, remote):
+        case .nasaImages(let query, let endpoint, let mediaType, let maxItems, let remote):
+            source = .nasaImages(
+                query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: changed(remote))
+        case .flickrSearch(let text, let apiKey, let endpoint, let perPage, let maxItems, let size, let remote):
+            source = .flickrSearch(
+                text: text, apiKey: apiKey, endpoint: endpoint, perPage: perPage, maxItems: maxItems,
+                size: size, remote: changed(remote))
+        case .s3(let location, let pageSize, let maxItems, let remote):
             source = .s3(location, pageSize: pageSize, maxItems: maxItems, remote: changed(remote))
         case .directory: break
         }
@@ -86,8 +90,9 @@ public indirect enum SourceSpec: Sendable, Equatable {
     /// NASA's image search, paged by `next` links.
     case nasaImages(query: EnvString, endpoint: EnvString, mediaType: String, maxItems: Int?, remote: RemoteOptions)
     /// Flickr search, page by page.
-    case flickrSearch(text: EnvString, apiKey: EnvString, endpoint: EnvString, perPage: Int, maxItems: Int?,
-                      size: String, remote: RemoteOptions)
+    case flickrSearch(
+        text: EnvString, apiKey: EnvString, endpoint: EnvString, perPage: Int, maxItems: Int?,
+        size: String, remote: RemoteOptions)
     /// The objects of a bucket under a prefix, listed with ListObjectsV2 `pageSize` keys a page.
     case s3(S3Spec, pageSize: Int, maxItems: Int?, remote: RemoteOptions)
 
@@ -106,8 +111,9 @@ public indirect enum SourceSpec: Sendable, Equatable {
     public var remote: RemoteOptions? {
         switch self {
         case .directory: nil
-        case let .urlList(_, remote), let .jsonFeed(_, _, _, remote), let .nasaImages(_, _, _, _, remote),
-             let .flickrSearch(_, _, _, _, _, _, remote), let .s3(_, _, _, remote): remote
+        case .urlList(_, let remote), .jsonFeed(_, _, _, let remote), .nasaImages(_, _, _, _, let remote),
+            .flickrSearch(_, _, _, _, _, _, let remote), .s3(_, _, _, let remote):
+            remote
         }
     }
 }
@@ -138,8 +144,10 @@ public struct RemoteOptions: Sendable, Equatable {
     /// 4 GiB: what a page may be set to at most (parsed, it takes several times that).
     public static let largestMaxPageBytes = 1 << 32
 
-    public init(cache: CacheSpec? = CacheSpec(), fallback: SourceSpec? = nil, respectOptOut: Bool = true,
-                robots: Bool = false) {
+    public init(
+        cache: CacheSpec? = CacheSpec(), fallback: SourceSpec? = nil, respectOptOut: Bool = true,
+        robots: Bool = false
+    ) {
         self.cache = cache
         self.fallback = fallback
         self.respectOptOut = respectOptOut
@@ -208,8 +216,9 @@ public enum SinkSpec: Sendable, Equatable {
     /// The two-step upload: `GET endpoint` → `{"url": U}` → `POST U` (multipart).
     /// `allowHosts`: hosts besides the endpoint's that the second step may go to with
     /// fields that hold a `${…}` value.
-    case upload(name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String,
-                allowHosts: [String])
+    case upload(
+        name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String,
+        allowHosts: [String])
     /// One request per item to a URL template: `PUT` (raw body) or `POST` (multipart).
     case http(name: String, url: EnvString, method: String, fileField: String, headers: [NamedValue])
     /// One object per output in a bucket (`PutObject`, or a multipart upload when large).
@@ -217,7 +226,7 @@ public enum SinkSpec: Sendable, Equatable {
 
     public var name: String {
         switch self {
-        case let .directory(name, _, _), let .upload(name, _, _, _, _, _), let .http(name, _, _, _, _), let .s3(name, _, _): name
+        case .directory(let name, _, _), .upload(let name, _, _, _, _, _), .http(let name, _, _, _, _), .s3(let name, _, _): name
         }
     }
 
@@ -245,8 +254,10 @@ public struct S3SinkOptions: Sendable, Equatable {
     /// The size of each part but the last.
     public var partSize = 8 << 20
 
-    public static let storageClasses = ["STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
-                                        "GLACIER", "GLACIER_IR", "DEEP_ARCHIVE", "EXPRESS_ONEZONE"]
+    public static let storageClasses = [
+        "STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
+        "GLACIER", "GLACIER_IR", "DEEP_ARCHIVE", "EXPRESS_ONEZONE",
+    ]
     /// S3's smallest part (but the last): 5 MiB.
     public static let minimumPartSize = 5 << 20
 
@@ -309,6 +320,6 @@ public struct RetryPolicy: Sendable, Equatable {
     /// Seconds to wait before attempt `attempt + 1`: `backoff` × 2^(attempt−1) × a jitter
     /// of 0.5…1.5. The one backoff rule: downloads, deliveries and staging all wait this.
     public static func delay(afterAttempt attempt: Int, backoff: Double) -> Double {
-        backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5 ... 1.5)
+        backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5...1.5)
     }
 }

@@ -45,9 +45,12 @@ public struct S3Spec: Sendable, Equatable {
             try object.optional(key) { node in
                 let value = try EnvString(node)
                 // One `${NAME}` and nothing else.
-                guard let parts = try? EnvString.parts(of: value.raw, path: value.path), parts.count == 1, case .variable = parts[0] else {
-                    throw node.fail("a credential is written as a reference to an environment variable, such as \"${MY_S3_KEY}\" "
-                        + "(the pipeline file is kept in the state file; the key must not be)")
+                guard let parts = try? EnvString.parts(of: value.raw, path: value.path), parts.count == 1,
+                    case .variable = parts[0]
+                else {
+                    throw node.fail(
+                        "a credential is written as a reference to an environment variable, such as \"${MY_S3_KEY}\" "
+                            + "(the pipeline file is kept in the state file; the key must not be)")
                 }
                 return value
             }
@@ -61,10 +64,10 @@ public struct S3Spec: Sendable, Equatable {
     /// letters, digits, `.` and `-`, starting and ending with a letter or digit, no `..`, not
     /// an IP address); nil when nothing is.
     static func bucketProblem(_ name: String) -> String? {
-        let allowed = name.allSatisfy { ("a" ... "z").contains($0) || $0.isASCIIDigit || $0 == "." || $0 == "-" }
-        let ends = [name.first, name.last].allSatisfy { $0.map { ("a" ... "z").contains($0) || $0.isASCIIDigit } ?? false }
+        let allowed = name.allSatisfy { ("a"..."z").contains($0) || $0.isASCIIDigit || $0 == "." || $0 == "-" }
+        let ends = [name.first, name.last].allSatisfy { $0.map { ("a"..."z").contains($0) || $0.isASCIIDigit } ?? false }
         let isAddress = name.split(separator: ".").count == 4 && name.split(separator: ".").allSatisfy { Int($0) != nil }
-        guard (3 ... 63).contains(name.count), allowed, ends, !name.contains(".."), !isAddress else {
+        guard (3...63).contains(name.count), allowed, ends, !name.contains(".."), !isAddress else {
             return "\(JSONValue.quote(name)) is not a valid bucket name (3 to 63 characters: lower-case letters, digits, "
                 + "dots and hyphens, starting and ending with a letter or digit)"
         }
@@ -81,17 +84,23 @@ public struct S3Spec: Sendable, Equatable {
         if let endpoint {
             url = try endpoint.expandedWebURL(in: environment)
             guard url?.query == nil, url?.user == nil else {
-                throw SpecError(path: endpoint.path, message: "expected a service URL such as \"http://127.0.0.1:9000\", without a query or user")
+                throw SpecError(
+                    path: endpoint.path,
+                    message: "expected a service URL such as \"http://127.0.0.1:9000\", without a query or user")
             }
         }
         // Both default variables are named at once when neither is set.
-        let defaults = [("AWS_ACCESS_KEY_ID", "accessKeyId", accessKeyId), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey", secretAccessKey)]
+        let defaults = [
+            ("AWS_ACCESS_KEY_ID", "accessKeyId", accessKeyId), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey", secretAccessKey),
+        ]
         let unset = defaults.filter { $0.2 == nil && environment.value(of: $0.0) == nil }
         if let first = unset.first {
             let names = unset.map(\.0).joined(separator: " and ")
             let keys = unset.map { "\"\($0.1)\"" }.joined(separator: " and ")
-            throw SpecError(path: path, message: "S3 credentials: environment variable\(unset.count > 1 ? "s" : "") \(names) "
-                + "\(unset.count > 1 ? "are" : "is") not set (set \(unset.count > 1 ? "them" : "it"), or name other variables with \(keys))",
+            throw SpecError(
+                path: path,
+                message: "S3 credentials: environment variable\(unset.count > 1 ? "s" : "") \(names) "
+                    + "\(unset.count > 1 ? "are" : "is") not set (set \(unset.count > 1 ? "them" : "it"), or name other variables with \(keys))",
                 unsetVariable: first.0)
         }
         let keyId = try (accessKeyId ?? EnvString(raw: "${AWS_ACCESS_KEY_ID}", path: path)).expanded(in: environment)
@@ -103,9 +112,10 @@ public struct S3Spec: Sendable, Equatable {
             // Temporary credentials from the environment come with their token.
             token = environment.value(of: "AWS_SESSION_TOKEN")
         }
-        return S3Client(bucket: name, region: region ?? Self.defaultRegion, endpoint: url, pathStyle: pathStyle,
-                        credentials: S3Credentials(accessKeyId: keyId, secretAccessKey: secret, sessionToken: token),
-                        http: http)
+        return S3Client(
+            bucket: name, region: region ?? Self.defaultRegion, endpoint: url, pathStyle: pathStyle,
+            credentials: S3Credentials(accessKeyId: keyId, secretAccessKey: secret, sessionToken: token),
+            http: http)
     }
 
     /// The prefix expanded, with a `/` at its end when it has none (empty: the whole bucket).

@@ -13,24 +13,25 @@ struct SpecNode {
     }
 
     func string() throws -> String {
-        guard case let .string(text) = value else { throw expected("a string") }
+        guard case .string(let text) = value else { throw expected("a string") }
         return text
     }
 
     func nonEmptyString() throws -> String {
-        guard case let .string(text) = value, !text.isEmpty else { throw expected("a non-empty string") }
+        guard case .string(let text) = value, !text.isEmpty else { throw expected("a non-empty string") }
         return text
     }
 
     func bool() throws -> Bool {
-        guard case let .bool(flag) = value else { throw expected("true or false") }
+        guard case .bool(let flag) = value else { throw expected("true or false") }
         return flag
     }
 
     func integer(in range: ClosedRange<Int>) throws -> Int {
         let what = SpecNode.describe(range)
-        guard case let .number(number, _) = value, number.rounded() == number,
-              abs(number) < 9e15 else { throw expected(what) }
+        guard case .number(let number, _) = value, number.rounded() == number,
+            abs(number) < 9e15
+        else { throw expected(what) }
         let integer = Int(number)
         guard range.contains(integer) else { throw expected(what) }
         return integer
@@ -38,13 +39,15 @@ struct SpecNode {
 
     func number(in range: ClosedRange<Double>) throws -> Double {
         let what = "a number from \(SpecNode.format(range.lowerBound)) to \(SpecNode.format(range.upperBound))"
-        guard case let .number(number, _) = value, range.contains(number) else { throw expected(what) }
+        guard case .number(let number, _) = value, range.contains(number) else { throw expected(what) }
         return number
     }
 
     /// Other spellings users type for a choice: accepted as the name they stand for.
-    static let aliases = ["center": "centre", "jpg": "jpeg", "tif": "tiff", "northwest": "north-west",
-                          "northeast": "north-east", "southwest": "south-west", "southeast": "south-east"]
+    static let aliases = [
+        "center": "centre", "jpg": "jpeg", "tif": "tiff", "northwest": "north-west",
+        "northeast": "north-east", "southwest": "south-west", "southeast": "south-east",
+    ]
 
     /// The choices with the aliases that stand for one of them (for the JSON Schema).
     static func withAliases(_ options: [String]) -> [String] {
@@ -52,10 +55,11 @@ struct SpecNode {
     }
 
     func choice(_ options: [String]) throws -> String {
-        guard case let .string(text) = value else { throw expected("one of " + options.joined(separator: ", ")) }
+        guard case .string(let text) = value else { throw expected("one of " + options.joined(separator: ", ")) }
         if options.contains(text) { return text }
         if let name = Self.aliases[text.lowercased()] ?? options.first(where: { $0.lowercased() == text.lowercased() }),
-           options.contains(name) {
+            options.contains(name)
+        {
             return name
         }
         let hint = Spelling.closest(to: text, in: options).map { " (did you mean \"\($0)\"?)" } ?? ""
@@ -63,14 +67,14 @@ struct SpecNode {
     }
 
     func array() throws -> [SpecNode] {
-        guard case let .array(items) = value else { throw expected("an array") }
+        guard case .array(let items) = value else { throw expected("an array") }
         return items.enumerated().map { SpecNode(value: $1, path: path.appending(index: $0)) }
     }
 
     /// An object whose keys are among `keys`. A key that starts with `//` is a comment, in
     /// any object (JSON has no comments; `imgpipe init` writes its explanations so).
     func object(allowing keys: [String]) throws -> SpecObject {
-        guard case let .object(members) = value else { throw expected("an object") }
+        guard case .object(let members) = value else { throw expected("an object") }
         for member in members where !keys.contains(member.key) && !member.key.hasPrefix("//") {
             let node = SpecNode(value: member.value, path: path.appending(member.key))
             var message = "unknown key"
@@ -85,8 +89,8 @@ struct SpecNode {
         switch (range.lowerBound, range.upperBound) {
         case (1, Int.max): "a positive integer"
         case (0, Int.max): "a non-negative integer"
-        case let (low, Int.max): "an integer of at least \(low)"
-        case let (low, high): "an integer from \(low) to \(high)"
+        case (let low, Int.max): "an integer of at least \(low)"
+        case (let low, let high): "an integer from \(low) to \(high)"
         }
     }
 

@@ -75,8 +75,10 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Added to every connection (the URL's own settings come first and these override
     /// them): a server that stops answering fails a connect in 5 s and a call in about 10 s
     /// instead of the kernel's minutes, so a worker notices a lost database within its lease.
-    static let timeouts = [("connect_timeout", "5"), ("keepalives", "1"), ("keepalives_idle", "5"),
-                           ("keepalives_interval", "2"), ("keepalives_count", "3"), ("tcp_user_timeout", "10000")]
+    static let timeouts = [
+        ("connect_timeout", "5"), ("keepalives", "1"), ("keepalives_idle", "5"),
+        ("keepalives_interval", "2"), ("keepalives_count", "3"), ("tcp_user_timeout", "10000"),
+    ]
 
     private func connect() throws {
         if let handle { PQfinish(handle) }
@@ -115,7 +117,7 @@ public final class PostgresConnection: @unchecked Sendable {
         var delay = 0.2
         let longest = min(2, max(0.2, Double(idleInTransactionTimeout) / 4))
         var last: Error = PostgresError(sqlState: nil, message: "connection lost")
-        for _ in 0 ..< reconnectAttempts {
+        for _ in 0..<reconnectAttempts {
             do { return try connect() } catch { last = error }
             Thread.sleep(forTimeInterval: delay)
             delay = min(delay * 2, longest)
@@ -177,9 +179,9 @@ public final class PostgresConnection: @unchecked Sendable {
         switch PQresultStatus(result) {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
             let columnCount = Int(PQnfields(result))
-            let columns = (0 ..< columnCount).map { String(cString: PQfname(result, Int32($0))) }
-            let rows = (0 ..< Int(PQntuples(result))).map { row in
-                (0 ..< columnCount).map { column -> String? in
+            let columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
+            let rows = (0..<Int(PQntuples(result))).map { row in
+                (0..<columnCount).map { column -> String? in
                     PQgetisnull(result, Int32(row), Int32(column)) == 1
                         ? nil : String(cString: PQgetvalue(result, Int32(row), Int32(column)))
                 }

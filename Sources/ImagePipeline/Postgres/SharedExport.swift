@@ -31,13 +31,15 @@ struct SharedItemDetail: Codable {
     init(_ record: ExportRecord) {
         tier = record.tier
         outputs = record.outputs.map {
-            Output(id: $0.id, name: $0.output.name, format: $0.output.format, width: $0.output.width,
-                   height: $0.output.height, bytes: $0.output.bytes, sha256: $0.output.sha256)
+            Output(
+                id: $0.id, name: $0.output.name, format: $0.output.format, width: $0.output.width,
+                height: $0.output.height, bytes: $0.output.bytes, sha256: $0.output.sha256)
         }
         deliveries = record.deliveries.flatMap { sink in
             sink.byOutput.map {
-                Delivery(sink: sink.sink, output: $0.id, status: $0.delivery.status, remoteURL: $0.delivery.remoteURL,
-                         httpStatus: $0.delivery.httpStatus, attempts: $0.delivery.attempts, message: $0.delivery.message)
+                Delivery(
+                    sink: sink.sink, output: $0.id, status: $0.delivery.status, remoteURL: $0.delivery.remoteURL,
+                    httpStatus: $0.delivery.httpStatus, attempts: $0.delivery.attempts, message: $0.delivery.message)
             }
         }
     }
@@ -69,20 +71,26 @@ public enum SharedExport {
     /// The run `runNumber` of `pipelineName`, else its latest; nil when there is none.
     public static func run(at connection: PostgresConnection, pipelineName: String, runNumber: Int64?) throws -> Int64? {
         guard try SharedRunSchema.present(on: connection) else { return nil }
-        return try connection.execute("""
+        return try connection.execute(
+            """
             SELECT id FROM imgpipe_run WHERE pipeline_name = $1 AND ($2::bigint IS NULL OR id = $2::bigint)
             ORDER BY id DESC LIMIT 1
-            """, [pipelineName, runNumber.map(String.init)]).first?.int("id")
+            """, [pipelineName, runNumber.map(String.init)]
+        ).first?.int("id")
     }
 
-    public static func records(at connection: PostgresConnection, runId: Int64, only: ItemStatus?,
-                               _ body: (ExportRecord) throws -> Void) throws {
+    public static func records(
+        at connection: PostgresConnection, runId: Int64, only: ItemStatus?,
+        _ body: (ExportRecord) throws -> Void
+    ) throws {
         var after: Int64 = -1
         while true {
-            let rows = try connection.execute("""
+            let rows = try connection.execute(
+                """
                 SELECT seq, key, location, status, reason, message, attempts, metadata, detail FROM imgpipe_item
                 WHERE run_id = $1 AND seq > $2 AND ($3::text IS NULL OR status = $3) ORDER BY seq LIMIT 1000
-                """, [String(runId), String(after), only?.rawValue]).all
+                """, [String(runId), String(after), only?.rawValue]
+            ).all
             guard let last = rows.last else { return }
             for row in rows { try body(record(row)) }
             after = last.int("seq") ?? after
@@ -93,8 +101,9 @@ public enum SharedExport {
         let detail = row["detail"].flatMap { try? JSONDecoder().decode(SharedItemDetail.self, from: Data($0.utf8)) }
         var deliveries: [(sink: String, byOutput: [(id: String, delivery: ExportRecord.Delivery)])] = []
         for delivery in detail?.deliveries ?? [] {
-            let made = ExportRecord.Delivery(status: delivery.status, remoteURL: delivery.remoteURL, httpStatus: delivery.httpStatus,
-                                             attempts: delivery.attempts, message: delivery.message)
+            let made = ExportRecord.Delivery(
+                status: delivery.status, remoteURL: delivery.remoteURL, httpStatus: delivery.httpStatus,
+                attempts: delivery.attempts, message: delivery.message)
             if deliveries.last?.sink == delivery.sink {
                 deliveries[deliveries.count - 1].byOutput.append((delivery.output, made))
             } else {
@@ -105,8 +114,12 @@ public enum SharedExport {
             key: row["key"] ?? "", location: row["location"] ?? "", status: row["status"] ?? "", reason: row["reason"],
             message: row["message"], attempts: Int(row.int("attempts") ?? 0), tier: detail?.tier, metadata: row["metadata"],
             outputs: (detail?.outputs ?? []).map {
-                (id: $0.id, output: ExportRecord.Output(name: $0.name, format: $0.format, width: $0.width, height: $0.height,
-                                                        bytes: $0.bytes, sha256: $0.sha256))
+                (
+                    id: $0.id,
+                    output: ExportRecord.Output(
+                        name: $0.name, format: $0.format, width: $0.width, height: $0.height,
+                        bytes: $0.bytes, sha256: $0.sha256)
+                )
             },
             deliveries: deliveries)
     }

@@ -71,8 +71,10 @@ public final class SharedRun: @unchecked Sendable {
         /// What the item adds to the run's `status` counters (`SharedItemDetail.tally`).
         public let tally: [String: Int]
 
-        public init(seq: Int64, status: Status, reason: String? = nil, message: String? = nil, detail: String? = nil,
-                    attempts: Int? = nil, tally: [String: Int] = [:]) {
+        public init(
+            seq: Int64, status: Status, reason: String? = nil, message: String? = nil, detail: String? = nil,
+            attempts: Int? = nil, tally: [String: Int] = [:]
+        ) {
             self.seq = seq
             self.status = status
             self.reason = reason
@@ -86,8 +88,9 @@ public final class SharedRun: @unchecked Sendable {
         func with(_ record: ExportRecord?) -> Outcome {
             guard let record else { return self }
             let detail = SharedItemDetail(record)
-            return Outcome(seq: seq, status: status, reason: reason, message: message, detail: detail.text,
-                           attempts: record.attempts, tally: detail.tally)
+            return Outcome(
+                seq: seq, status: status, reason: reason, message: message, detail: detail.text,
+                attempts: record.attempts, tally: detail.tally)
         }
     }
 
@@ -106,16 +109,17 @@ public final class SharedRun: @unchecked Sendable {
 
         public var description: String {
             switch self {
-            case let .leaseLost(chunk): return "the lease on chunk \(chunk) was lost (expired or taken over): the write was refused"
+            case .leaseLost(let chunk):
+                return "the lease on chunk \(chunk) was lost (expired or taken over): the write was refused"
             case .listerLeaseLost: return "the lister's lease was lost: another worker lists the feed now"
-            case let .runFinished(id):
+            case .runFinished(let id):
                 return "run #\(id) of this pipeline already finished; `imgpipe work --new` (one worker) starts another"
-            case let .unfinishedRun(id):
+            case .unfinishedRun(let id):
                 return "run #\(id) of this pipeline is unfinished: continue it with `imgpipe resume` or `imgpipe work`, "
                     + "or pass --new to abandon it and start over"
             case .nothingToResume:
                 return "no unfinished run of this pipeline to resume; start one with `imgpipe run` or `imgpipe work`"
-            case let .fingerprintDiffers(id, fields):
+            case .fingerprintDiffers(let id, let fields):
                 return "run #\(id) of this pipeline's name was made with other \(fields.joined(separator: ", ")): "
                     + "this worker would not do the same run, so it does not join (`imgpipe run --new` abandons an "
                     + "unfinished run and starts one of this pipeline; `imgpipe work --new` does after a finished one)"
@@ -146,8 +150,10 @@ public final class SharedRun: @unchecked Sendable {
     /// exactly one creates the run and the others join it; none starts a second run after
     /// the first finished (an unfinished one is joined even with `--new`, so workers racing
     /// with it make one run too).
-    public init(connection: PostgresConnection, pipelineName: String, fingerprint: [String: String],
-                chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil, joining: Joining = .work) throws {
+    public init(
+        connection: PostgresConnection, pipelineName: String, fingerprint: [String: String],
+        chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil, joining: Joining = .work
+    ) throws {
         self.connection = connection
         self.leaseSeconds = leaseSeconds
         // host:pid and a nonce: a container restarted in place is pid 1 on the same host
@@ -162,28 +168,36 @@ public final class SharedRun: @unchecked Sendable {
         var outOfReach = 0
         let joined = try connection.transaction { () -> PostgresRow in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext('imgpipe-run:' || $1))", [pipelineName])
-            if let made = try connection.execute("""
+            if let made = try connection.execute(
+                """
                 SELECT id, uuid, state, fingerprint, chunk_size, item_limit FROM imgpipe_run WHERE uuid = $1
-                """, [newUUID]).first {
+                """, [newUUID]
+            ).first {
                 return made
             }
-            let latest = try connection.execute("""
+            let latest = try connection.execute(
+                """
                 SELECT id, uuid, state, fingerprint, chunk_size, item_limit FROM imgpipe_run
                 WHERE pipeline_name = $1 AND state <> 'abandoned' ORDER BY id DESC LIMIT 1
-                """, [pipelineName]).first
+                """, [pipelineName]
+            ).first
             var unfinished = latest.flatMap { $0["state"] == "finished" ? nil : $0 }
             if case .resume(retryFailed: true, _) = joining, let latest {
                 let id = latest.int("id") ?? 0
                 if try Self.requeueFailed(runId: id, on: connection) > 0 { unfinished = latest }
-                outOfReach = Int(try connection.execute("""
-                    SELECT count(*) AS n FROM imgpipe_item i JOIN imgpipe_chunk c ON c.run_id = i.run_id AND c.id = i.chunk
-                    WHERE i.run_id = $1 AND i.status = 'failed' AND c.state <> 'done'
-                    """, [String(id)]).first?.int("n") ?? 0)
+                outOfReach = Int(
+                    try connection.execute(
+                        """
+                        SELECT count(*) AS n FROM imgpipe_item i JOIN imgpipe_chunk c ON c.run_id = i.run_id AND c.id = i.chunk
+                        WHERE i.run_id = $1 AND i.status = 'failed' AND c.state <> 'done'
+                        """, [String(id)]
+                    ).first?.int("n") ?? 0)
             }
             if case .resume(_, refreshFeed: true) = joining, let latest {
                 // Listed again from the start; `refreshing` remembers that the feed was
                 // complete, for a listing that fails.
-                try connection.execute("""
+                try connection.execute(
+                    """
                     UPDATE imgpipe_run SET refreshing = feed_complete OR refreshing, feed_complete = false, feed_cursor = NULL,
                         state = 'running', finished_at = NULL, refresh_error = NULL
                     WHERE id = $1
@@ -194,10 +208,11 @@ public final class SharedRun: @unchecked Sendable {
             case .resume where unfinished == nil:
                 if let latest { throw SharedRunError.runFinished(id: latest.int("id") ?? 0) }
                 throw SharedRunError.nothingToResume
-            case let .fresh(replace, _) where unfinished != nil:
+            case .fresh(let replace, _) where unfinished != nil:
                 let id = unfinished?.int("id") ?? 0
                 guard replace else { throw SharedRunError.unfinishedRun(id: id) }
-                try connection.execute("UPDATE imgpipe_run SET state = 'abandoned' WHERE id = $1 AND state <> 'finished'", [String(id)])
+                try connection.execute(
+                    "UPDATE imgpipe_run SET state = 'abandoned' WHERE id = $1 AND state <> 'finished'", [String(id)])
             default: break
             }
             let joins: Bool
@@ -210,7 +225,8 @@ public final class SharedRun: @unchecked Sendable {
                 let id = latest.int("id") ?? 0
                 // Checked first, finished or not: a run of other filters, or of a pipeline of the
                 // same name, is not this pipeline's run to join, nor its "nothing to do".
-                let recorded = (try? JSONDecoder().decode([String: String].self, from: Data((latest["fingerprint"] ?? "").utf8))) ?? [:]
+                let recorded =
+                    (try? JSONDecoder().decode([String: String].self, from: Data((latest["fingerprint"] ?? "").utf8))) ?? [:]
                 let differing = Set(recorded.keys).union(fingerprint.keys).sorted().filter { key in
                     recorded[key] != fingerprint[key] && !(recorded[key] == nil && SharedWorker.recordedSince.contains(key))
                 }
@@ -219,18 +235,21 @@ public final class SharedRun: @unchecked Sendable {
                 return latest
             }
             var limit: String?
-            if case let .fresh(_, itemLimit) = joining { limit = itemLimit.map(String.init) }
-            return try connection.execute("""
+            if case .fresh(_, let itemLimit) = joining { limit = itemLimit.map(String.init) }
+            return try connection.execute(
+                """
                 INSERT INTO imgpipe_run (uuid, pipeline_name, fingerprint, state, chunk_size, item_limit)
                 VALUES ($1, $2, $3, 'running', $4, $5::bigint) RETURNING id, uuid, state, fingerprint, chunk_size, item_limit
-                """, [newUUID, pipelineName, fingerprintText, String(chunkSize), limit]).first!
+                """, [newUUID, pipelineName, fingerprintText, String(chunkSize), limit]
+            ).first!
         }
         runId = joined.int("id") ?? 0
         failedOutOfReach = outOfReach
         itemLimit = joined.int("item_limit").map(Int.init)
         uuid = joined["uuid"] ?? ""
         self.chunkSize = Int(joined.int("chunk_size") ?? Int64(chunkSize))
-        try connection.execute("""
+        try connection.execute(
+            """
             INSERT INTO imgpipe_worker (run_id, name) VALUES ($1, $2)
             ON CONFLICT (run_id, name) DO UPDATE SET heartbeat_at = now()
             """, [String(runId), self.worker])
@@ -241,7 +260,8 @@ public final class SharedRun: @unchecked Sendable {
     /// chunks still pending or leased are left: a worker may be ending them now.
     static func requeueFailed(runId: Int64, on connection: PostgresConnection) throws -> Int {
         let run = String(runId)
-        let requeued = try connection.execute("""
+        let requeued = try connection.execute(
+            """
             WITH requeued AS (
                 UPDATE imgpipe_item SET status = 'pending', reason = NULL, message = NULL, detail = NULL, tally = NULL
                 WHERE run_id = $1 AND status = 'failed'
@@ -254,7 +274,8 @@ public final class SharedRun: @unchecked Sendable {
                 tally = \(SharedRunSchema.chunkTally(itemsWhere: "i.seq NOT IN (SELECT seq FROM requeued)"))
             FROM per WHERE c.run_id = $1 AND c.id = per.chunk
             RETURNING per.n
-            """, [run]).all.reduce(0) { $0 + Int($1.int("n") ?? 0) }
+            """, [run]
+        ).all.reduce(0) { $0 + Int($1.int("n") ?? 0) }
         if requeued > 0 {
             try connection.execute("UPDATE imgpipe_run SET state = 'running', finished_at = NULL WHERE id = $1", [run])
         }
@@ -273,8 +294,11 @@ public final class SharedRun: @unchecked Sendable {
 
     /// The same worker of the same run on a connection of its own, for another thread.
     public func sibling() throws -> SharedRun {
-        try SharedRun(sibling: self, connection: PostgresConnection(url: connection.url,
-                                                                    idleInTransactionTimeoutSeconds: connection.idleInTransactionTimeout))
+        try SharedRun(
+            sibling: self,
+            connection: PostgresConnection(
+                url: connection.url,
+                idleInTransactionTimeoutSeconds: connection.idleInTransactionTimeout))
     }
 
     private var run: String { String(runId) }
@@ -313,20 +337,25 @@ public final class SharedRun: @unchecked Sendable {
     }
 
     private static func chunk(_ row: PostgresRow) -> Chunk {
-        Chunk(id: row.int("id") ?? 0, token: row.int("token") ?? 0, firstSeq: row.int("first_seq") ?? 0,
-              lastSeq: row.int("last_seq") ?? 0, items: Int(row.int("items") ?? 0))
+        Chunk(
+            id: row.int("id") ?? 0, token: row.int("token") ?? 0, firstSeq: row.int("first_seq") ?? 0,
+            lastSeq: row.int("last_seq") ?? 0, items: Int(row.int("items") ?? 0))
     }
 
     /// The chunk's items not yet finished, in feed order.
     public func items(of chunk: Chunk) throws -> [Item] {
-        try connection.execute("""
+        try connection.execute(
+            """
             SELECT seq, key, location, metadata, name_key, name_stem, is_local, from_fallback FROM imgpipe_item
             WHERE run_id = $1 AND chunk = $2 AND status = 'pending' ORDER BY seq
-            """, [run, String(chunk.id)]).all.map { row in
-            Item(seq: row.int("seq") ?? 0,
-                 item: FeedItem(key: row["key"] ?? "", location: row["location"] ?? "", metadata: row["metadata"],
-                                nameKey: row["name_key"] ?? "", nameStem: row["name_stem"] ?? "",
-                                fromFallback: row.bool("from_fallback"), isLocal: row.bool("is_local")))
+            """, [run, String(chunk.id)]
+        ).all.map { row in
+            Item(
+                seq: row.int("seq") ?? 0,
+                item: FeedItem(
+                    key: row["key"] ?? "", location: row["location"] ?? "", metadata: row["metadata"],
+                    nameKey: row["name_key"] ?? "", nameStem: row["name_stem"] ?? "",
+                    fromFallback: row.bool("from_fallback"), isLocal: row.bool("is_local")))
         }
     }
 
@@ -338,13 +367,15 @@ public final class SharedRun: @unchecked Sendable {
     @discardableResult
     public func heartbeat(tokens: [Int64]? = nil) throws -> [Int64: Int64] {
         try connection.execute("UPDATE imgpipe_worker SET heartbeat_at = now() WHERE run_id = $1 AND name = $2", [run, worker])
-        let held = try connection.execute("""
+        let held = try connection.execute(
+            """
             UPDATE imgpipe_chunk SET lease_expires = now() + make_interval(secs => $3::double precision)
             WHERE run_id = $1 AND state = 'leased' AND owner = $2 AND lease_expires > now()
               AND ($4::bigint[] IS NULL OR token = ANY($4::bigint[]))
             RETURNING id, token
             """, [run, worker, lease, tokens.map { postgresTextArray($0.map(String.init)) }])
-        try connection.execute("""
+        try connection.execute(
+            """
             UPDATE imgpipe_run SET lister_expires = now() + make_interval(secs => $3::double precision)
             WHERE id = $1 AND lister = $2 AND lister_expires > now()
             """, [run, worker, lease])
@@ -375,7 +406,8 @@ public final class SharedRun: @unchecked Sendable {
         try connection.transaction {
             let state = try connection.execute("SELECT state FROM imgpipe_run WHERE id = $1 FOR UPDATE", [run]).first?["state"]
             guard state == "running" else { return state == "finished" }
-            let marked = try connection.execute("""
+            let marked = try connection.execute(
+                """
                 UPDATE imgpipe_run r SET state = 'finished', finished_at = now()
                 WHERE r.id = $1 AND r.state = 'running' AND r.feed_complete AND NOT \(Self.chunksOpen)
                 """, [run])
@@ -386,8 +418,10 @@ public final class SharedRun: @unchecked Sendable {
     /// Whether the feed is listed to its end and whether any chunk is still pending or
     /// leased: what a worker waiting for the end asks, a few times a second.
     public func ending() throws -> (feedComplete: Bool, chunksOpen: Bool) {
-        let row = try connection.execute("SELECT r.feed_complete, \(Self.chunksOpen) AS open FROM imgpipe_run r WHERE r.id = $1",
-                                         [run]).first
+        let row = try connection.execute(
+            "SELECT r.feed_complete, \(Self.chunksOpen) AS open FROM imgpipe_run r WHERE r.id = $1",
+            [run]
+        ).first
         return (row?.bool("feed_complete") == true, row?.bool("open") ?? true)
     }
 
@@ -403,19 +437,22 @@ public final class SharedRun: @unchecked Sendable {
     public func rescueExpired() throws -> [Int64] {
         // SKIP LOCKED: a chunk whose holder is inside a fenced write (even one stalled there)
         // is left for the next rescue instead of holding this worker up.
-        try connection.execute("""
+        try connection.execute(
+            """
             UPDATE imgpipe_chunk c SET state = \(Self.pendingUnlessEnded), \(Self.noLease)
             FROM (SELECT run_id, id FROM imgpipe_chunk
                   WHERE run_id = $1 AND state = 'leased' AND lease_expires < now() FOR UPDATE SKIP LOCKED) expired
             WHERE c.run_id = expired.run_id AND c.id = expired.id AND c.state = 'leased' AND c.lease_expires < now()
             RETURNING c.id
-            """, [run]).all.compactMap { $0.int("id") }
+            """, [run]
+        ).all.compactMap { $0.int("id") }
     }
 
     /// Gives `chunk` back at once (its finished items stay finished): an interrupted worker
     /// hands its unfinished chunks to the others instead of letting the lease run out.
     public func handBack(_ chunk: Chunk) throws {
-        let rows = try connection.execute("""
+        let rows = try connection.execute(
+            """
             UPDATE imgpipe_chunk SET state = \(Self.pendingUnlessEnded), \(Self.noLease)
             WHERE run_id = $1 AND id = $2 AND state = 'leased' AND owner = $3 AND token = $4
             """, [run, String(chunk.id), worker, String(chunk.token)])
@@ -433,39 +470,48 @@ public final class SharedRun: @unchecked Sendable {
         guard !outcomes.isEmpty else { return 0 }
         let written = try connection.transaction { () -> Int in
             try fence(chunk)
-            let written = try connection.execute("""
+            let written = try connection.execute(
+                """
                 UPDATE imgpipe_item i SET status = o.status, reason = o.reason, message = o.message, detail = o.detail,
                     attempts = coalesce(o.attempts, i.attempts + 1), tally = o.tally::jsonb
                 FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[], $9::text[])
                     AS o(seq, status, reason, message, detail, attempts, tally)
                 WHERE i.run_id = $1 AND i.chunk = $2 AND i.seq = o.seq AND i.status = 'pending'
                 RETURNING i.seq, i.status
-                """, [run, String(chunk.id), postgresTextArray(outcomes.map { String($0.seq) }),
-                      postgresTextArray(outcomes.map(\.status.rawValue)),
-                      postgresTextArray(outcomes.map(\.reason)), postgresTextArray(outcomes.map(\.message)),
-                      postgresTextArray(outcomes.map(\.detail)), postgresTextArray(outcomes.map { $0.attempts.map(String.init) }),
-                      postgresTextArray(outcomes.map { SharedItemDetail.tallyText($0.tally) })])
+                """,
+                [
+                    run, String(chunk.id), postgresTextArray(outcomes.map { String($0.seq) }),
+                    postgresTextArray(outcomes.map(\.status.rawValue)),
+                    postgresTextArray(outcomes.map(\.reason)), postgresTextArray(outcomes.map(\.message)),
+                    postgresTextArray(outcomes.map(\.detail)), postgresTextArray(outcomes.map { $0.attempts.map(String.init) }),
+                    postgresTextArray(outcomes.map { SharedItemDetail.tallyText($0.tally) }),
+                ])
             let statuses = written.all.compactMap { $0["status"] }
             // What the written items add to the chunk's tally (one row per chunk: no two
             // workers wait on one counter row).
             let writtenSeqs = Set(written.all.compactMap { $0.int("seq") })
             var added: [String: Int] = [:]
             for outcome in outcomes where writtenSeqs.contains(outcome.seq) { added.merge(outcome.tally, uniquingKeysWith: +) }
-            try connection.execute("""
+            try connection.execute(
+                """
                 UPDATE imgpipe_chunk SET done = done + $3, failed = failed + $4, skipped = skipped + $5,
                     tally = CASE WHEN $6::jsonb = '{}'::jsonb THEN tally ELSE \(Self.tallySum("tally", "$6::jsonb")) END
                 WHERE run_id = $1 AND id = $2
-                """, [run, String(chunk.id), String(statuses.count { $0 == "done" }),
-                      String(statuses.count { $0 == "failed" }), String(statuses.count { $0 == "skipped" }),
-                      SharedItemDetail.tallyText(added)])
+                """,
+                [
+                    run, String(chunk.id), String(statuses.count { $0 == "done" }),
+                    String(statuses.count { $0 == "failed" }), String(statuses.count { $0 == "skipped" }),
+                    SharedItemDetail.tallyText(added),
+                ])
             return statuses.count
         }
         // After the fenced transaction, never inside it: the heartbeat locks the worker row
         // before chunks, so taking it after a chunk could deadlock the two.
         if written > 0 {
             // Not replayed: the first try may have counted them.
-            _ = try? connection.execute("UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
-                                        [run, worker, String(written)], idempotent: false)
+            _ = try? connection.execute(
+                "UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
+                [run, worker, String(written)], idempotent: false)
         }
         return written
     }
@@ -476,7 +522,8 @@ public final class SharedRun: @unchecked Sendable {
     public func complete(_ chunk: Chunk) throws -> Bool {
         try connection.transaction {
             try fence(chunk)
-            let rows = try connection.execute("""
+            let rows = try connection.execute(
+                """
                 UPDATE imgpipe_chunk SET state = 'done', \(Self.noLease)
                 WHERE run_id = $1 AND id = $2 AND done + failed + skipped >= items
                 """, [run, String(chunk.id)])
@@ -496,7 +543,8 @@ public final class SharedRun: @unchecked Sendable {
     /// Locks the chunk's row for this transaction if, and only if, this worker's lease on
     /// it stands: a rescuer's `UPDATE` waits for the lock, then sees the result.
     private func fence(_ chunk: Chunk) throws {
-        let held = try connection.execute("""
+        let held = try connection.execute(
+            """
             SELECT 1 FROM imgpipe_chunk
             WHERE run_id = $1 AND id = $2 AND state = 'leased' AND owner = $3 AND token = $4 AND lease_expires > now()
             FOR UPDATE
@@ -513,7 +561,8 @@ public final class SharedRun: @unchecked Sendable {
     /// is the key's, not the worker's.
     public func claimNames(_ wanted: [(name: String, key: String)]) throws -> [String: String] {
         guard !wanted.isEmpty else { return [:] }
-        let inserted = try connection.execute("""
+        let inserted = try connection.execute(
+            """
             INSERT INTO imgpipe_name (run_id, name, key)
             SELECT $1, name, key FROM unnest($2::text[], $3::text[]) AS w(name, key)
             ON CONFLICT (run_id, name) DO NOTHING
@@ -526,8 +575,9 @@ public final class SharedRun: @unchecked Sendable {
         // the insert above waited for it (the insert's own snapshot would not).
         let others = Set(wanted.map(\.name)).subtracting(held.keys)
         if !others.isEmpty {
-            let owners = try connection.execute("SELECT name, key FROM imgpipe_name WHERE run_id = $1 AND name = ANY($2::text[])",
-                                                [run, postgresTextArray(others.sorted())])
+            let owners = try connection.execute(
+                "SELECT name, key FROM imgpipe_name WHERE run_id = $1 AND name = ANY($2::text[])",
+                [run, postgresTextArray(others.sorted())])
             for row in owners.all { if let name = row["name"], let key = row["key"] { held[name] = key } }
         }
         var taken: [String: String] = [:]
@@ -551,30 +601,35 @@ public final class SharedRun: @unchecked Sendable {
     /// Gives up the lister's lease (a lister that stops before the end of the feed), so
     /// another worker can take over at once.
     public func releaseLister(_ lease: ListerLease) throws {
-        try connection.execute("UPDATE imgpipe_run SET lister = NULL, lister_expires = NULL WHERE id = $1 AND lister = $2 AND lister_token = $3",
-                               [run, worker, String(lease.token)])
+        try connection.execute(
+            "UPDATE imgpipe_run SET lister = NULL, lister_expires = NULL WHERE id = $1 AND lister = $2 AND lister_token = $3",
+            [run, worker, String(lease.token)])
     }
 
     /// Takes the lister's lease when nobody holds it (or its holder's expired, or it is this
     /// worker's own, from a take whose answer was lost); nil when another worker lists, or
     /// the feed is already listed to its end.
     public func acquireLister() throws -> ListerLease? {
-        try connection.execute("""
+        try connection.execute(
+            """
             UPDATE imgpipe_run SET lister = $2, lister_token = nextval('imgpipe_lease_token'),
                 lister_expires = now() + make_interval(secs => $3::double precision)
             WHERE id = $1 AND NOT feed_complete AND (lister IS NULL OR lister_expires < now() OR lister = $2)
             RETURNING lister_token, feed_cursor, next_seq, refreshing
-            """, [run, worker, lease], idempotent: false).first.map {
-                ListerLease(token: $0.int("lister_token") ?? 0, cursor: $0["feed_cursor"], items: Int($0.int("next_seq") ?? 0),
-                            refreshing: $0.bool("refreshing") == true)
-            }
+            """, [run, worker, lease], idempotent: false
+        ).first.map {
+            ListerLease(
+                token: $0.int("lister_token") ?? 0, cursor: $0["feed_cursor"], items: Int($0.int("next_seq") ?? 0),
+                refreshing: $0.bool("refreshing") == true)
+        }
     }
 
     /// A listing again (`resume --refresh-feed`) that failed leaves the run as complete as
     /// it was: the feed complete again, the lister's lease given up, and why kept for the
     /// `resume` that asked for it (`refreshError`), whichever worker's lister met it.
     public func endRefresh(_ lease: ListerLease, error: String) throws {
-        try connection.execute("""
+        try connection.execute(
+            """
             UPDATE imgpipe_run SET feed_complete = true, refreshing = false, lister = NULL, lister_expires = NULL,
                 refresh_error = $4
             WHERE id = $1 AND lister = $2 AND lister_token = $3 AND refreshing
@@ -592,16 +647,24 @@ public final class SharedRun: @unchecked Sendable {
     /// lease; redoing a page adds nothing. Returns how many items were new, and how many
     /// the run has with them.
     @discardableResult
-    public func recordPage(_ items: [FeedItem], cursor: String?, complete: Bool,
-                           lease: ListerLease) throws -> RecordedPage {
+    public func recordPage(
+        _ items: [FeedItem], cursor: String?, complete: Bool,
+        lease: ListerLease
+    ) throws -> RecordedPage {
         try connection.transaction {
-            guard let run = try connection.execute("""
-                SELECT next_seq, next_chunk, chunk_size FROM imgpipe_run
-                WHERE id = $1 AND lister = $2 AND lister_token = $3 AND lister_expires > now() FOR UPDATE
-                """, [self.run, worker, String(lease.token)]).first else { throw SharedRunError.listerLeaseLost }
-            let nextSeq = run.int("next_seq") ?? 0, nextChunk = run.int("next_chunk") ?? 0
+            guard
+                let run = try connection.execute(
+                    """
+                    SELECT next_seq, next_chunk, chunk_size FROM imgpipe_run
+                    WHERE id = $1 AND lister = $2 AND lister_token = $3 AND lister_expires > now() FOR UPDATE
+                    """, [self.run, worker, String(lease.token)]
+                ).first
+            else { throw SharedRunError.listerLeaseLost }
+            let nextSeq = run.int("next_seq") ?? 0
+            let nextChunk = run.int("next_chunk") ?? 0
             let size = Int64(run.int("chunk_size") ?? 500)
-            let inserted = try connection.execute("""
+            let inserted = try connection.execute(
+                """
                 WITH page AS (
                     SELECT * FROM unnest($4::text[], $5::text[], $7::text[], $8::text[], $9::text[], $10::boolean[],
                                          $11::boolean[])
@@ -625,23 +688,30 @@ public final class SharedRun: @unchecked Sendable {
                 INSERT INTO imgpipe_chunk (run_id, id, first_seq, last_seq, items, state)
                 SELECT $1, chunk, min(seq), max(seq), count(*), 'pending' FROM added GROUP BY chunk
                 RETURNING items
-                """, [self.run, String(nextSeq), String(nextChunk), postgresTextArray(items.map(\.key)),
-                      postgresTextArray(items.map(\.location)), String(size), postgresTextArray(items.map(\.metadata)),
-                      postgresTextArray(items.map(\.nameKey)), postgresTextArray(items.map(\.nameStem)),
-                      postgresTextArray(items.map { $0.isLocal ? "t" : "f" }),
-                      postgresTextArray(items.map { $0.fromFallback ? "t" : "f" })])
+                """,
+                [
+                    self.run, String(nextSeq), String(nextChunk), postgresTextArray(items.map(\.key)),
+                    postgresTextArray(items.map(\.location)), String(size), postgresTextArray(items.map(\.metadata)),
+                    postgresTextArray(items.map(\.nameKey)), postgresTextArray(items.map(\.nameStem)),
+                    postgresTextArray(items.map { $0.isLocal ? "t" : "f" }),
+                    postgresTextArray(items.map { $0.fromFallback ? "t" : "f" }),
+                ])
             let added = inserted.all.reduce(0) { $0 + Int($1.int("items") ?? 0) }
             let chunks = inserted.count
-            let total = try connection.execute("""
+            let total = try connection.execute(
+                """
                 UPDATE imgpipe_run SET next_seq = next_seq + $2::bigint, next_chunk = next_chunk + $3::bigint, feed_cursor = $4,
                     feed_complete = $5::boolean, pages_listed = pages_listed + $6::bigint,
                     refreshing = refreshing AND NOT $5::boolean,
                     lister = CASE WHEN $5::boolean THEN NULL ELSE lister END
                 WHERE id = $1
                 RETURNING next_seq
-                """, [self.run, String(added), String(chunks), cursor, complete ? "true" : "false",
-                      // The empty page that only says the feed ended is not a page of it.
-                      items.isEmpty ? "0" : "1"])
+                """,
+                [
+                    self.run, String(added), String(chunks), cursor, complete ? "true" : "false",
+                    // The empty page that only says the feed ended is not a page of it.
+                    items.isEmpty ? "0" : "1",
+                ])
             return RecordedPage(added: added, items: Int(total.first?.int("next_seq") ?? 0))
         }
     }
@@ -669,11 +739,13 @@ public final class SharedRun: @unchecked Sendable {
 
     static func counts(runId: Int64, on connection: PostgresConnection) throws -> Counts {
         var counts = Counts()
-        for row in try connection.execute("""
+        for row in try connection.execute(
+            """
             SELECT state, count(*) AS chunks, coalesce(sum(items), 0) AS items, coalesce(sum(done), 0) AS done,
                    coalesce(sum(failed), 0) AS failed, coalesce(sum(skipped), 0) AS skipped
             FROM imgpipe_chunk WHERE run_id = $1 GROUP BY state
-            """, [String(runId)]).all {
+            """, [String(runId)]
+        ).all {
             let chunks = Int(row.int("chunks") ?? 0)
             counts.items += Int(row.int("items") ?? 0)
             counts.done += Int(row.int("done") ?? 0)
@@ -685,8 +757,11 @@ public final class SharedRun: @unchecked Sendable {
             default: counts.chunksDone = chunks
             }
         }
-        counts.feedComplete = try connection.execute("SELECT feed_complete FROM imgpipe_run WHERE id = $1",
-                                                     [String(runId)]).first?.bool("feed_complete") ?? false
+        counts.feedComplete =
+            try connection.execute(
+                "SELECT feed_complete FROM imgpipe_run WHERE id = $1",
+                [String(runId)]
+            ).first?.bool("feed_complete") ?? false
         return counts
     }
 }
@@ -723,8 +798,10 @@ public struct SharedStatus: Sendable, Encodable {
         }
 
         public init(_ spec: PipelineSpec, path: String) {
-            self.init(path: path, outputsOfSink: Dictionary(uniqueKeysWithValues: spec.sinks.map { ($0.name, spec.outputs(of: $0.name)) }),
-                      formats: Dictionary(uniqueKeysWithValues: spec.outputs.map { ($0.id, $0.format.rawValue) }))
+            self.init(
+                path: path,
+                outputsOfSink: Dictionary(uniqueKeysWithValues: spec.sinks.map { ($0.name, spec.outputs(of: $0.name)) }),
+                formats: Dictionary(uniqueKeysWithValues: spec.outputs.map { ($0.id, $0.format.rawValue) }))
         }
     }
 
@@ -767,78 +844,108 @@ public struct SharedStatus: Sendable, Encodable {
     /// The latest run of `pipelineName` (of any pipeline when nil), or run `runNumber`; nil
     /// when there is none.
     /// Every run of `pipelineName` (of any when nil), newest first: number, state, start.
-    public static func runs(at url: String, pipelineName: String?) throws -> [(run: Int64, pipeline: String, state: String, startedAt: String)] {
+    public static func runs(at url: String, pipelineName: String?) throws -> [(
+        run: Int64, pipeline: String, state: String, startedAt: String
+    )] {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
         guard try SharedRunSchema.present(on: connection) else { return [] }
-        return try connection.execute("""
+        return try connection.execute(
+            """
             SELECT id, pipeline_name, state, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started
             FROM imgpipe_run WHERE ($1::text IS NULL OR pipeline_name = $1) ORDER BY id DESC
-            """, [pipelineName]).all.map { ($0.int("id") ?? 0, $0["pipeline_name"] ?? "", $0["state"] ?? "", $0["started"] ?? "") }
+            """, [pipelineName]
+        ).all.map { ($0.int("id") ?? 0, $0["pipeline_name"] ?? "", $0["state"] ?? "", $0["started"] ?? "") }
     }
 
-    public static func latest(at url: String, pipelineName: String?, runNumber: Int64? = nil,
-                              pipeline: Pipeline? = nil) throws -> SharedStatus? {
+    public static func latest(
+        at url: String, pipelineName: String?, runNumber: Int64? = nil,
+        pipeline: Pipeline? = nil
+    ) throws -> SharedStatus? {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
-        guard try SharedRunSchema.present(on: connection), let row = try connection.execute("""
-            SELECT id, uuid, pipeline_name, state, feed_complete, pages_listed,
-                   to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started,
-                   to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS finished,
-                   extract(epoch FROM coalesce(finished_at, now()) - created_at) AS elapsed
-            FROM imgpipe_run
-            WHERE ($1::text IS NULL OR pipeline_name = $1) AND ($2::bigint IS NULL OR id = $2::bigint) ORDER BY id DESC LIMIT 1
-            """, [pipelineName, runNumber.map(String.init)]).first else { return nil }
+        guard try SharedRunSchema.present(on: connection),
+            let row = try connection.execute(
+                """
+                SELECT id, uuid, pipeline_name, state, feed_complete, pages_listed,
+                       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS started,
+                       to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS finished,
+                       extract(epoch FROM coalesce(finished_at, now()) - created_at) AS elapsed
+                FROM imgpipe_run
+                WHERE ($1::text IS NULL OR pipeline_name = $1) AND ($2::bigint IS NULL OR id = $2::bigint) ORDER BY id DESC LIMIT 1
+                """, [pipelineName, runNumber.map(String.init)]
+            ).first
+        else { return nil }
         let id = String(row.int("id") ?? 0)
         let counts = try SharedRun.counts(runId: row.int("id") ?? 0, on: connection)
         func byReason(_ status: String) throws -> [String: Int] {
-            Dictionary(uniqueKeysWithValues: try connection.execute("""
-                SELECT coalesce(reason, '?') AS reason, count(*) AS n FROM imgpipe_item
-                WHERE run_id = $1 AND status = $2 GROUP BY 1
-                """, [id, status]).all.map { ($0["reason"] ?? "?", Int($0.int("n") ?? 0)) })
+            Dictionary(
+                uniqueKeysWithValues: try connection.execute(
+                    """
+                    SELECT coalesce(reason, '?') AS reason, count(*) AS n FROM imgpipe_item
+                    WHERE run_id = $1 AND status = $2 GROUP BY 1
+                    """, [id, status]
+                ).all.map { ($0["reason"] ?? "?", Int($0.int("n") ?? 0)) })
         }
         func first(_ status: String) throws -> [PostgresRow] {
-            try connection.execute("""
+            try connection.execute(
+                """
                 SELECT key, coalesce(reason, '?') AS reason, coalesce(message, '') AS message, attempts FROM imgpipe_item
                 WHERE run_id = $1 AND status = $2 ORDER BY seq LIMIT 1000
-                """, [id, status]).all
+                """, [id, status]
+            ).all
         }
         let elapsed = Double(row["elapsed"] ?? "") ?? 0
         let ended = counts.done + counts.failed + counts.skipped
         // The chunks' tallies (one row each: no item row is read).
         var tally: [String: Int] = [:]
         // A database of an earlier version (no tallies yet, until a worker of this one joins) has none.
-        for entry in (try? connection.execute("""
-            SELECT t.key, sum(t.value::bigint) AS n FROM imgpipe_chunk c, jsonb_each_text(c.tally) t WHERE c.run_id = $1 GROUP BY t.key
-            """, [id]).all) ?? [] {
+        for entry
+            in (try? connection.execute(
+                """
+                SELECT t.key, sum(t.value::bigint) AS n FROM imgpipe_chunk c, jsonb_each_text(c.tally) t WHERE c.run_id = $1 GROUP BY t.key
+                """, [id]
+            ).all) ?? []
+        {
             if let key = entry["key"] { tally[key] = Int(entry.int("n") ?? 0) }
         }
         func deliveries(_ prefix: String, pendingPerItem: Int) -> DeliveryCounts {
-            DeliveryCounts(done: tally[prefix + "/done"] ?? 0, failed: tally[prefix + "/failed"] ?? 0,
-                           pending: counts.pending * pendingPerItem)
+            DeliveryCounts(
+                done: tally[prefix + "/done"] ?? 0, failed: tally[prefix + "/failed"] ?? 0,
+                pending: counts.pending * pendingPerItem)
         }
         let outputsOfSink = pipeline?.outputsOfSink ?? [:]
-        var sinkNames = Set(outputsOfSink.keys), outputIDs = Set((pipeline?.formats ?? [:]).keys)
+        var sinkNames = Set(outputsOfSink.keys)
+        var outputIDs = Set((pipeline?.formats ?? [:]).keys)
         for key in tally.keys {
             let parts = key.split(separator: "/", maxSplits: 1).map(String.init)
             guard parts.count == 2, let slash = parts[1].lastIndex(of: "/") else { continue }
             if parts[0] == "sink" { sinkNames.insert(String(parts[1][..<slash])) }
             if parts[0] == "output" { outputIDs.insert(String(parts[1][..<slash])) }
         }
-        let sinks = Dictionary(uniqueKeysWithValues: sinkNames.map {
-            ($0, deliveries("sink/" + $0, pendingPerItem: outputsOfSink[$0]?.count ?? 0))
-        })
-        let outputs = Dictionary(uniqueKeysWithValues: outputIDs.map { output in
-            (output, OutputCounts(format: pipeline?.formats[output] ?? OutputFormat.jpeg.rawValue,
-                                  deliveries: deliveries("output/" + output,
-                                                         pendingPerItem: outputsOfSink.values.count { $0.contains(output) })))
-        })
+        let sinks = Dictionary(
+            uniqueKeysWithValues: sinkNames.map {
+                ($0, deliveries("sink/" + $0, pendingPerItem: outputsOfSink[$0]?.count ?? 0))
+            })
+        let outputs = Dictionary(
+            uniqueKeysWithValues: outputIDs.map { output in
+                (
+                    output,
+                    OutputCounts(
+                        format: pipeline?.formats[output] ?? OutputFormat.jpeg.rawValue,
+                        deliveries: deliveries(
+                            "output/" + output,
+                            pendingPerItem: outputsOfSink.values.count { $0.contains(output) }))
+                )
+            })
         let tiers = tally.compactMap { key, value in key.hasPrefix("tier/") ? (String(key.dropFirst(5)), value) : nil }
-        let workers = try connection.execute("""
+        let workers = try connection.execute(
+            """
             SELECT w.name, extract(epoch FROM now() - w.heartbeat_at) AS ago, w.items_done,
                    (SELECT count(*) FROM imgpipe_chunk c WHERE c.run_id = w.run_id AND c.state = 'leased' AND c.owner = w.name) AS held
             FROM imgpipe_worker w WHERE w.run_id = $1 ORDER BY w.name
-            """, [id]).all
+            """, [id]
+        ).all
         return SharedStatus(
             run: row.int("id") ?? 0, uuid: row["uuid"] ?? "", pipeline: pipeline?.path ?? row["pipeline_name"] ?? "",
             name: row["pipeline_name"] ?? "", state: row["state"] ?? "",
@@ -847,17 +954,21 @@ public struct SharedStatus: Sendable, Encodable {
             fetched: 0, processed: 0, sinks: sinks, outputs: outputs, tiers: Dictionary(uniqueKeysWithValues: tiers),
             failuresByReason: try byReason("failed"),
             failures: try first("failed").map {
-                FailureRecord(key: Environment.shown($0["key"] ?? ""), reason: $0["reason"] ?? "?", message: $0["message"] ?? "",
-                              attempts: Int($0.int("attempts") ?? 0), httpStatus: nil)
+                FailureRecord(
+                    key: Environment.shown($0["key"] ?? ""), reason: $0["reason"] ?? "?", message: $0["message"] ?? "",
+                    attempts: Int($0.int("attempts") ?? 0), httpStatus: nil)
             },
             skipsByReason: try byReason("skipped"),
-            skips: try first("skipped").map { SkipRecord(key: Environment.shown($0["key"] ?? ""), reason: $0["reason"] ?? "?", message: $0["message"] ?? "") },
+            skips: try first("skipped").map {
+                SkipRecord(key: Environment.shown($0["key"] ?? ""), reason: $0["reason"] ?? "?", message: $0["message"] ?? "")
+            },
             startedAt: row["started"] ?? "", finishedAt: row["finished"], elapsed: elapsed,
             itemsPerSecond: elapsed > 0 ? Double(ended) / elapsed : 0,
             chunks: Chunks(pending: counts.chunksPending, leased: counts.chunksLeased, done: counts.chunksDone),
             workers: workers.map {
-                Worker(name: $0["name"] ?? "", lastHeartbeatSecondsAgo: Double($0["ago"] ?? "") ?? 0,
-                       itemsDone: Int($0.int("items_done") ?? 0), chunksHeld: Int($0.int("held") ?? 0))
+                Worker(
+                    name: $0["name"] ?? "", lastHeartbeatSecondsAgo: Double($0["ago"] ?? "") ?? 0,
+                    itemsDone: Int($0.int("items_done") ?? 0), chunksHeld: Int($0.int("held") ?? 0))
             })
     }
 }

@@ -37,11 +37,13 @@ enum SharedRunSchema {
     /// (the check after the advisory lock then said "missing" and a second worker ran the DDL
     /// again, its `ALTER TABLE` deadlocking against a first run's insert).
     static func exists(on connection: PostgresConnection) throws -> Bool {
-        try connection.execute("""
+        try connection.execute(
+            """
             SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
                            WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = 'imgpipe_item'
                              AND a.attname = 'tally' AND NOT a.attisdropped) AS present
-            """).first?.bool("present") == true
+            """
+        ).first?.bool("present") == true
     }
 
     /// SQL for chunk `c`'s tally made from its items' own (those `itemsWhere` keeps, as `i`):
@@ -57,10 +59,12 @@ enum SharedRunSchema {
     /// True when a run table is there at all, made by this version or an earlier one: what
     /// `status` and `export` need to read (they write nothing, and do not upgrade).
     static func present(on connection: PostgresConnection) throws -> Bool {
-        try connection.execute("""
+        try connection.execute(
+            """
             SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'imgpipe_run')
                 AS present
-            """).first?.bool("present") == true
+            """
+        ).first?.bool("present") == true
     }
 
     /// Made in this order; `exists` looks for the column the ALTERs near the end add last.
@@ -180,8 +184,9 @@ enum SharedRunSchema {
 
 /// A PostgreSQL text-format array literal of `values` (`{"a","b\"c"}`), for `$n::text[]`.
 func postgresTextArray(_ values: [String?]) -> String {
-    "{" + values.map { value -> String in
-        guard let value else { return "NULL" }
-        return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-    }.joined(separator: ",") + "}"
+    "{"
+        + values.map { value -> String in
+            guard let value else { return "NULL" }
+            return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        }.joined(separator: ",") + "}"
 }

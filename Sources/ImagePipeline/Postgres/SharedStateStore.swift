@@ -100,8 +100,8 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         var wanted: [(name: String, key: String)] = []
         for change in changes {
             switch change {
-            case let .insert(item): wanted += item.outputs.compactMap { $0.name.map { ($0, item.key) } }
-            case let .processed(key, outputs, _): wanted += outputs.map { ($0.name, key) }
+            case .insert(let item): wanted += item.outputs.compactMap { $0.name.map { ($0, item.key) } }
+            case .processed(let key, let outputs, _): wanted += outputs.map { ($0.name, key) }
             default: break
             }
         }
@@ -111,7 +111,11 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         var asked: [(name: String, key: String)] = []
         for claim in wanted {
             let pair = claim.name + "\u{0}" + claim.key
-            if let holder = heldElsewhere[pair] { taken[claim.name] = holder } else if !known.contains(pair) { asked.append(claim) }
+            if let holder = heldElsewhere[pair] {
+                taken[claim.name] = holder
+            } else if !known.contains(pair) {
+                asked.append(claim)
+            }
         }
         return try taken.merging(ask(asked)) { first, _ in first }
     }
@@ -143,7 +147,9 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         }
         guard let taken = try? ask(wanted), !taken.isEmpty else { return }
         refused.withLock { refused in
-            for claim in wanted { if let holder = taken[claim.name], holder != claim.key { refused[claim.name + "\u{0}" + claim.key] = holder } }
+            for claim in wanted {
+                if let holder = taken[claim.name], holder != claim.key { refused[claim.name + "\u{0}" + claim.key] = holder }
+            }
         }
     }
 
@@ -153,12 +159,12 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     /// delivery, failed (a refused name, a stage's failure, a sink's refusal), or skipped.
     static func end(of change: StoreChange, _ outcome: ChangeOutcome) -> (key: String, outcome: ItemOutcome)? {
         switch (change, outcome) {
-        case let (.insert(item), .failed(failure)): (item.key, .failed(failure))
-        case let (.processed(key, _, _), .failed(failure)): (key, .failed(failure))
-        case let (.delivered(key, _, _, _, _, _), .completed): (key, .done)
-        case let (.deliveryFailed(key, _, _, _, _), .failed(failure)): (key, .failed(failure))
-        case let (.failed(key, failure, _), .applied): (key, .failed(failure))
-        case let (.skipped(key, skip), .applied): (key, .skipped(skip))
+        case (.insert(let item), .failed(let failure)): (item.key, .failed(failure))
+        case (.processed(let key, _, _), .failed(let failure)): (key, .failed(failure))
+        case (.delivered(let key, _, _, _, _, _), .completed): (key, .done)
+        case (.deliveryFailed(let key, _, _, _, _), .failed(let failure)): (key, .failed(failure))
+        case (.failed(let key, let failure, _), .applied): (key, .failed(failure))
+        case (.skipped(let key, let skip), .applied): (key, .skipped(skip))
         default: nil
         }
     }
@@ -187,7 +193,8 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
             // Its failure reached the database, which now has it pending again: a retry
             // (`resume --retry-failed`). Put back in the journal and taken up by the runner.
             if recordedFailures.withLock({ $0.remove(key) != nil }),
-               (try? journal.requeueFailed(runId: run, key: key)) == 1 {
+                (try? journal.requeueFailed(runId: run, key: key)) == 1
+            {
                 ledger.giveBack(key)
                 return false
             }
@@ -206,9 +213,9 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         let recorded: SharedRun.Outcome
         switch outcome {
         case .done: recorded = .init(seq: place.seq, status: .done)
-        case let .failed(failure):
+        case .failed(let failure):
             recorded = .init(seq: place.seq, status: .failed, reason: failure.reason.rawValue, message: failure.message)
-        case let .skipped(skip):
+        case .skipped(let skip):
             recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: skip.message)
         }
         queue.withLock { $0.append((place.chunk, key, recorded)) }
@@ -217,7 +224,10 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     /// Writes the queued ends, chunk by chunk, and marks done the chunks whose items have
     /// all ended. A chunk whose lease was lost is dropped: its items are another worker's now.
     func flush(using shared: SharedRun) throws {
-        let pending = queue.withLock { queue in defer { queue.removeAll() }; return queue }
+        let pending = queue.withLock { queue in
+            defer { queue.removeAll() }
+            return queue
+        }
         // By claim: ends queued under a claim since lost go to the database under that
         // claim, which refuses them; the chunk's new claim's ends are written under it.
         let byChunk = Dictionary(grouping: pending, by: \.chunk)
@@ -228,7 +238,9 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
                 let local = try localRun()
                 let outcomes = entries.map { entry -> SharedRun.Outcome in
                     var record: ExportRecord?
-                    if let local { try? journal.exportRecords(runId: local.run, key: entry.key, formats: local.formats) { record = $0 } }
+                    if let local {
+                        try? journal.exportRecords(runId: local.run, key: entry.key, formats: local.formats) { record = $0 }
+                    }
                     return entry.outcome.with(record)
                 }
                 try shared.record(outcomes, in: chunk)

@@ -73,18 +73,21 @@ public final class SharedWorker: @unchecked Sendable {
 
     /// Joins (or creates) the shared run of `pipeline`. `journalPath` is this worker's own
     /// local state file (made anew, removed after a clean end).
-    public init(pipeline: BuiltPipeline, url: String, journalPath: String, reporter: any RunReporter, logger: Logger,
-                options: Options) throws {
+    public init(
+        pipeline: BuiltPipeline, url: String, journalPath: String, reporter: any RunReporter, logger: Logger,
+        options: Options
+    ) throws {
         self.pipeline = pipeline
         self.journalPath = journalPath
         self.reporter = reporter
         self.logger = logger
         self.options = options
         ledger = ChunkLedger(leaseSeconds: options.leaseSeconds)
-        run = try SharedRun(connection: PostgresConnection(url: url, idleInTransactionTimeoutSeconds: Self.transactionLimit(options)),
-                            pipelineName: pipeline.spec.name,
-                            fingerprint: Self.fingerprint(of: pipeline.spec), chunkSize: options.chunkSize,
-                            leaseSeconds: options.leaseSeconds, joining: options.joining)
+        run = try SharedRun(
+            connection: PostgresConnection(url: url, idleInTransactionTimeoutSeconds: Self.transactionLimit(options)),
+            pipelineName: pipeline.spec.name,
+            fingerprint: Self.fingerprint(of: pipeline.spec), chunkSize: options.chunkSize,
+            leaseSeconds: options.leaseSeconds, joining: options.joining)
     }
 
     /// How long a worker's session may sit idle inside a transaction (and half of it, wait
@@ -110,7 +113,7 @@ public final class SharedWorker: @unchecked Sendable {
         func canonical(_ value: JSONValue?) -> String { (value ?? .null).withoutComments.serialized(sortedKeys: true) }
         /// `value` without the members each machine sets its own way (a disk cache, upload part sizes).
         func withoutLocal(_ value: JSONValue?) -> JSONValue? {
-            guard case let .object(members)? = value else { return value }
+            guard case .object(let members)? = value else { return value }
             return .object(members.filter { !["cache", "partSize", "multipartThreshold"].contains($0.key) })
         }
         let sinks = (document["sinks"]?.arrayValue ?? document["sink"].map { [$0] } ?? []).map { withoutLocal($0) ?? .null }
@@ -142,14 +145,17 @@ public final class SharedWorker: @unchecked Sendable {
     public func execute() throws -> Summary {
         defer { ended.withLock { $0 = true } }
         let started = Date()
-        let store = try SharedStateStore(journal: RunStore(path: journalPath), ledger: ledger, names: run.sibling(),
-                                         outputs: pipeline.spec.outputs)
+        let store = try SharedStateStore(
+            journal: RunStore(path: journalPath), ledger: ledger, names: run.sibling(),
+            outputs: pipeline.spec.outputs)
         var runnerOptions = options.runner
         runnerOptions.runUUID = run.uuid
-        let chunkFeed = ChunkFeed(shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
-                                  environment: pipeline.environment, store: store, patience: options.leaseSeconds)
+        let chunkFeed = ChunkFeed(
+            shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
+            environment: pipeline.environment, store: store, patience: options.leaseSeconds)
         let local = pipeline.replacingFeed(chunkFeed)
-        let localRunner = PipelineRunner(pipeline: local, store: store, reporter: reporter, logger: logger, options: runnerOptions)
+        let localRunner = PipelineRunner(
+            pipeline: local, store: store, reporter: reporter, logger: logger, options: runnerOptions)
         runner.withLock { $0 = localRunner }
         if stopping.isCancelled { localRunner.interrupt(now: stopping.isAborted) }
 
@@ -162,7 +168,7 @@ public final class SharedWorker: @unchecked Sendable {
             failure = error
         }
         stopping.cancel()
-        threads.forEach { $0.stop() }
+        for thread in threads.all { thread.stop() }
         if abandoned.withLock({ $0 }) {
             for chunk in ledger.unfinished() { try? threads.recorderRun.handBack(chunk) }
             throw Self.abandonedError(run.runId)
@@ -196,16 +202,19 @@ public final class SharedWorker: @unchecked Sendable {
             listingError.withLock { $0 = "claiming chunks failed: " + chunkError }
         }
         if !interrupted, mine.unrecorded == 0, summary?.failed == 0 {
-            for path in [journalPath, journalPath + "-wal", journalPath + "-shm",
-                         RunStore.workRoot(ofStateFile: journalPath)] {
+            for path in [
+                journalPath, journalPath + "-wal", journalPath + "-shm",
+                RunStore.workRoot(ofStateFile: journalPath),
+            ] {
                 try? FileManager.default.removeItem(atPath: path)
             }
         }
-        return Summary(run: run.runId, uuid: run.uuid, worker: run.worker, done: mine.done, failed: mine.failed,
-                       skipped: mine.skipped, total: counts.items, runDone: counts.done, runFailed: counts.failed,
-                       runSkipped: counts.skipped, runPending: counts.pending, finished: finished,
-                       interrupted: interrupted && !finished,
-                       elapsed: Date().timeIntervalSince(started), listingError: listingError.withLock { $0 })
+        return Summary(
+            run: run.runId, uuid: run.uuid, worker: run.worker, done: mine.done, failed: mine.failed,
+            skipped: mine.skipped, total: counts.items, runDone: counts.done, runFailed: counts.failed,
+            runSkipped: counts.skipped, runPending: counts.pending, finished: finished,
+            interrupted: interrupted && !finished,
+            elapsed: Date().timeIntervalSince(started), listingError: listingError.withLock { $0 })
     }
 
     // MARK: - threads
@@ -215,7 +224,6 @@ public final class SharedWorker: @unchecked Sendable {
         let all: [LoopThread]
         /// The recorder's own connection, also used after the threads stopped.
         let recorderRun: SharedRun
-        func forEach(_ body: (LoopThread) -> Void) { all.forEach(body) }
     }
 
     private func startThreads(store: SharedStateStore) throws -> Threads {
@@ -274,8 +282,11 @@ public final class SharedWorker: @unchecked Sendable {
                 return
             }
             guard (silent && failingSince != nil) || hung else { return }
-            lostDatabase.withLock { $0 = "no heartbeat reached the database for \(Int(options.leaseSeconds)) s "
-                + "(the lease): stopped without starting another upload" }
+            lostDatabase.withLock {
+                $0 =
+                    "no heartbeat reached the database for \(Int(options.leaseSeconds)) s "
+                    + "(the lease): stopped without starting another upload"
+            }
             fired.withLock { $0 = now }
             interrupt(now: true)
         }
@@ -283,7 +294,8 @@ public final class SharedWorker: @unchecked Sendable {
             do {
                 try store.flush(using: recorderRun)
             } catch {
-                logger.warning("recording failed (kept for the next try): \(pipeline.environment.redact(String(describing: error)))")
+                logger.warning(
+                    "recording failed (kept for the next try): \(pipeline.environment.redact(String(describing: error)))")
             }
         }
         let lister = LoopThread(name: "imgpipe.lister", every: max(0.5, options.heartbeatSeconds / 2)) { [self] in
@@ -300,7 +312,8 @@ public final class SharedWorker: @unchecked Sendable {
     /// lost even when the cursor's own item left the feed meanwhile.
     private func listIfNobodyDoes(using shared: SharedRun) {
         guard !stopping.isCancelled, listingError.withLock({ $0 }) == nil,
-              let lease = try? shared.acquireLister() else { return }
+            let lease = try? shared.acquireLister()
+        else { return }
         let environment = pipeline.environment
         // The cursor is stored with `${…}` references in place of secrets, like every item.
         let cursor = lease.cursor.flatMap { try? JSONDecoder().decode(FeedCursor.self, from: Data($0.utf8)) }
@@ -313,8 +326,11 @@ public final class SharedWorker: @unchecked Sendable {
         // only the items a page added count (a key the run has is not added again).
         var room = run.itemLimit.map { max(0, $0 - lease.items) }
         func flush(complete: Bool) throws {
-            let stored = last.map { FeedCursor(key: environment.recorded($0.key), listed: $0.listed,
-                                               page: $0.page.map(environment.recorded)) }
+            let stored = last.map {
+                FeedCursor(
+                    key: environment.recorded($0.key), listed: $0.listed,
+                    page: $0.page.map(environment.recorded))
+            }
             let text = stored.flatMap { try? JSONEncoder.sorted.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
             let recorded = try shared.recordPage(page, cursor: text, complete: complete, lease: lease)
             room = run.itemLimit.map { max(0, $0 - recorded.items) }
@@ -330,7 +346,11 @@ public final class SharedWorker: @unchecked Sendable {
                     return room != 0
                 }
             }
-            if !stopping.isCancelled || room == 0 { try flush(complete: true) } else if !page.isEmpty { try flush(complete: false) }
+            if !stopping.isCancelled || room == 0 {
+                try flush(complete: true)
+            } else if !page.isEmpty {
+                try flush(complete: false)
+            }
         } catch SharedRun.SharedRunError.listerLeaseLost {
             lostLease = true
         } catch let error as PostgresError {
@@ -464,7 +484,8 @@ final class ChunkLedger: Sendable {
     func end(_ key: String) -> (chunk: SharedRun.Chunk, seq: Int64)? {
         state.withLock { state in
             guard let place = state.items[key], var held = state.chunks[place.chunk],
-                  held.ended.insert(key).inserted else { return nil }
+                held.ended.insert(key).inserted
+            else { return nil }
             state.chunks[place.chunk] = held
             return (held.chunk, place.seq)
         }
@@ -529,8 +550,10 @@ final class ChunkFeed: Feed, @unchecked Sendable {
     private let store: SharedStateStore
     private let patience: Double
 
-    init(shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>,
-         environment: Environment, store: SharedStateStore, patience: Double) {
+    init(
+        shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>,
+        environment: Environment, store: SharedStateStore, patience: Double
+    ) {
         self.environment = environment
         self.shared = shared
         self.ledger = ledger

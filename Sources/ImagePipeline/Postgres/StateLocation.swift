@@ -15,17 +15,21 @@ public enum StateLocation: Sendable, Equatable {
     public init(_ text: String) {
         let lower = text.lowercased()
         // libpq takes spaces around '=': `host = db` is as much a key=value string as `host=db`.
-        let isKeyValue = lower.range(of: #"(^|\s)(host|hostaddr|port|dbname|user|password|passfile|sslpassword|sslmode|service|connect_timeout)\s*="#,
-                                     options: .regularExpression) != nil
-        self = lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://") || isKeyValue ? .postgres(url: text) : .sqlite(path: text)
+        let isKeyValue =
+            lower.range(
+                of: #"(^|\s)(host|hostaddr|port|dbname|user|password|passfile|sslpassword|sslmode|service|connect_timeout)\s*="#,
+                options: .regularExpression) != nil
+        self =
+            lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://") || isKeyValue
+            ? .postgres(url: text) : .sqlite(path: text)
     }
 
     /// Safe to print, log or store: a PostgreSQL URL's password (in the user part or a
     /// `password=` parameter) replaced by `***`.
     public var displayed: String {
         switch self {
-        case let .sqlite(path): return path
-        case let .postgres(url): return Self.masked(url)
+        case .sqlite(let path): return path
+        case .postgres(let url): return Self.masked(url)
         }
     }
 
@@ -58,7 +62,9 @@ public enum StateLocation: Sendable, Equatable {
                 let value = String(url[range])
                 found.append(value)
                 // A quoted value is also quoted back without its quotes.
-                if value.count > 2, value.hasPrefix("'"), value.hasSuffix("'") { found.append(String(value.dropFirst().dropLast())) }
+                if value.count > 2, value.hasPrefix("'"), value.hasSuffix("'") {
+                    found.append(String(value.dropFirst().dropLast()))
+                }
             }
         }
         return found.filter { $0.count >= 4 }
@@ -67,8 +73,11 @@ public enum StateLocation: Sendable, Equatable {
     /// Where the values of `password` are in a libpq key=value string: `password=x`,
     /// `password = x` and `password='a b'` (quoted, with `\'` and `\\` inside) alike.
     static func keyValuePasswords(in text: String) -> [Range<String.Index>] {
-        guard let pattern = try? NSRegularExpression(pattern: #"(?i)(?:^|\s)(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)"#) else { return [] }
-        return pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap { Range($0.range(at: 1), in: text) }
+        guard let pattern = try? NSRegularExpression(pattern: #"(?i)(?:^|\s)(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)"#)
+        else { return [] }
+        return pattern.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap {
+            Range($0.range(at: 1), in: text)
+        }
     }
 
     /// Why `url` cannot be given to libpq: a `user:password@` whose password holds a `/`,
@@ -82,7 +91,8 @@ public enum StateLocation: Sendable, Equatable {
         guard let scheme = url.range(of: "://") else { return nil }
         let rest = url[scheme.upperBound...]
         guard rest.contains("@") else { return nil }
-        let problem = "the database URL's password holds a character a URL must percent-encode there ('/' as %2F, "
+        let problem =
+            "the database URL's password holds a character a URL must percent-encode there ('/' as %2F, "
             + "'?' as %3F, '#' as %23, '@' as %40, here or in the database name): libpq would read part of it as the "
             + "host, the database or an option"
         // libpq's user part ends at the first '@' before the path: a second one there means
@@ -111,7 +121,7 @@ public enum StateLocation: Sendable, Equatable {
         let rest = url[scheme.upperBound...]
         let authority = rest[..<(rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex)]
         guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return nil }
-        return authority.index(after: colon) ..< at
+        return authority.index(after: colon)..<at
     }
 
     static func masked(_ url: String) -> String {

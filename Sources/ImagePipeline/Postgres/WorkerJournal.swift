@@ -27,7 +27,7 @@ public enum WorkerJournal {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         removeStale(in: folder, sparing: base)
         var lastError: Error?
-        for number in 1 ... 1000 {
+        for number in 1...1000 {
             let path = "\(folder)/\(base)\(number == 1 ? "" : "+\(number)").sqlite"
             var info = stat()
             if lstat(path, &info) == 0, (info.st_mode & S_IFMT) != S_IFREG || info.st_uid != geteuid() { continue }
@@ -63,15 +63,18 @@ public enum WorkerJournal {
         for name in names where name.hasSuffix(".sqlite") {
             let path = "\(folder)/\(name)"
             // `+` is in no host's safe name: `web-1+2` is never host `web-1`'s journal.
-            let own = name == "\(base).sqlite" || (name.hasPrefix("\(base)+") && Int(name.dropFirst(base.count + 1).dropLast(7)) != nil)
+            let own =
+                name == "\(base).sqlite" || (name.hasPrefix("\(base)+") && Int(name.dropFirst(base.count + 1).dropLast(7)) != nil)
             if !own, [path, path + "-wal"].contains(where: { modified($0).map { now - $0 < idle } ?? false }) { continue }
             let descriptor = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else { continue }
             defer { close(descriptor) }
-            var opened = stat(), named = stat()
+            var opened = stat()
+            var named = stat()
             guard fstat(descriptor, &opened) == 0, (opened.st_mode & S_IFMT) == S_IFREG,
-                  flock(descriptor, LOCK_EX | LOCK_NB) == 0,
-                  lstat(path, &named) == 0, named.st_dev == opened.st_dev, named.st_ino == opened.st_ino else { continue }
+                flock(descriptor, LOCK_EX | LOCK_NB) == 0,
+                lstat(path, &named) == 0, named.st_dev == opened.st_dev, named.st_ino == opened.st_ino
+            else { continue }
             removeCompanions(of: path)
             unlink(path)
         }
@@ -86,7 +89,8 @@ public enum WorkerJournal {
     /// Whether `path` still names the regular file `lock` holds.
     private static func sameFile(_ lock: StateLock, _ path: String) -> Bool {
         var named = stat()
-        return lstat(path, &named) == 0 && (named.st_mode & S_IFMT) == S_IFREG && lock.holds(device: UInt64(named.st_dev), inode: UInt64(named.st_ino))
+        return lstat(path, &named) == 0 && (named.st_mode & S_IFMT) == S_IFREG
+            && lock.holds(device: UInt64(named.st_dev), inode: UInt64(named.st_ino))
     }
 
     /// A journal's SQLite log and shared memory, and its work folder (spooled inputs,

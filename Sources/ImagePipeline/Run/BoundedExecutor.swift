@@ -30,7 +30,7 @@ final class BoundedExecutor: @unchecked Sendable {
         // The kernel's name of each thread, as profilers and /proc show it (15 bytes at most):
         // the label's last part and the index, "fetch.12".
         let stage = label.split(separator: ".").last.map(String.init) ?? label
-        for index in 0 ..< self.width {
+        for index in 0..<self.width {
             let shortName = String(decoding: "\(stage).\(index)".utf8.prefix(15), as: UTF8.self)
             let thread = Thread { [self] in
                 Self.nameThisThread(shortName)

@@ -19,16 +19,19 @@ public struct BuiltPipeline: Sendable {
     /// This pipeline with another feed (a shared run's worker takes its items from claimed
     /// chunks); everything else, the cancellation flag included, is the same.
     public func replacingFeed(_ feed: any Feed) -> BuiltPipeline {
-        BuiltPipeline(spec: spec, path: path, feed: feed, fetcher: fetcher, sinks: sinks, processor: processor,
-                      environment: environment, cancellation: cancellation)
+        BuiltPipeline(
+            spec: spec, path: path, feed: feed, fetcher: fetcher, sinks: sinks, processor: processor,
+            environment: environment, cancellation: cancellation)
     }
 
     /// Expands and resolves everything the run needs; errors are `SpecError`s naming the
     /// path of the value (an unset variable, a source directory that does not exist).
     /// `notice` receives what the feed has to say while listing (e.g. falling back).
-    public static func build(_ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning = Tuning(),
-                             logger: Logger = Logger(label: "imgpipe"),
-                             notice: @escaping @Sendable (String) -> Void = { _ in }) throws -> BuiltPipeline {
+    public static func build(
+        _ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning = Tuning(),
+        logger: Logger = Logger(label: "imgpipe"),
+        notice: @escaping @Sendable (String) -> Void = { _ in }
+    ) throws -> BuiltPipeline {
         var assembly = Assembly(collecting: false)
         return try assembly.build(spec, path: path, environment: environment, tuning: tuning, logger: logger, notice: notice)
     }
@@ -39,8 +42,9 @@ public struct BuiltPipeline: Sendable {
     /// the faults (`unsetVariable` says which).
     public static func check(_ spec: PipelineSpec, path: String, environment: Environment) -> [Error] {
         var assembly = Assembly(collecting: true)
-        _ = try? assembly.build(spec, path: path, environment: environment, tuning: Tuning(),
-                                logger: Logger(label: "imgpipe"), notice: { _ in })
+        _ = try? assembly.build(
+            spec, path: path, environment: environment, tuning: Tuning(),
+            logger: Logger(label: "imgpipe"), notice: { _ in })
         return assembly.faults
     }
 
@@ -54,20 +58,23 @@ public struct BuiltPipeline: Sendable {
         mutating func attempt<T>(_ body: () throws -> T) throws -> T? {
             do {
                 return try body()
-            } catch where collecting {
+            } catch  where collecting {
                 faults.append(error)
                 return nil
             }
         }
 
-        mutating func build(_ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning,
-                            logger: Logger, notice: @escaping @Sendable (String) -> Void) throws -> BuiltPipeline {
+        mutating func build(
+            _ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning,
+            logger: Logger, notice: @escaping @Sendable (String) -> Void
+        ) throws -> BuiltPipeline {
             let cancellation = CancellationFlag()
             // A check reads the cache's path (for its variables) but creates no folder.
             if let cache = spec.source.remote?.cache {
                 _ = try attempt {
-                    try Self.checkFolder(try cache.directory(in: spec, environment: environment),
-                                         at: cache.path?.path ?? "source.cache", what: "cache folder")
+                    try Self.checkFolder(
+                        try cache.directory(in: spec, environment: environment),
+                        at: cache.path?.path ?? "source.cache", what: "cache folder")
                 }
             }
             // One for the run: a host that is both source and sink is paced once.
@@ -76,17 +83,23 @@ public struct BuiltPipeline: Sendable {
             // needs them, so it is not made (nor checked again) without them.
             let withCache = !collecting
             let made = try attempt {
-                try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: cancellation, logger: logger,
-                                              withCache: withCache, pacing: pacing)
+                try BuiltPipeline.makeFetcher(
+                    spec, environment: environment, cancellation: cancellation, logger: logger,
+                    withCache: withCache, pacing: pacing)
             }
             let fetcher = made ?? nil
-            let feed = made == nil ? nil
-                : try attempt { try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice) }
+            let feed =
+                made == nil
+                ? nil
+                : try attempt {
+                    try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
+                }
             var uploadClient: HTTPClient?
             func uploads() -> HTTPClient {
                 if let uploadClient { return uploadClient }
-                let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
-                                        pacing: pacing)
+                let client = HTTPClient(
+                    timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
+                    pacing: pacing)
                 uploadClient = client
                 return client
             }
@@ -94,42 +107,50 @@ public struct BuiltPipeline: Sendable {
             for sink in spec.sinks {
                 let built: (any Sink)? = try attempt {
                     switch sink {
-                    case let .directory(name, pathValue, prune):
+                    case .directory(let name, let pathValue, let prune):
                         let root = spec.resolvePath(try pathValue.expanded(in: environment))
                         try Self.checkFolder(root, at: pathValue.path, what: "sink folder")
                         let sources = try Self.checkNotSource(root, at: pathValue.path, spec: spec, environment: environment)
                         return DirectorySink(name: name, root: root, prune: prune, sourceFolders: sources)
-                    case let .upload(name, endpointValue, fieldValues, fileField, originalField, allowHosts):
+                    case .upload(let name, let endpointValue, let fieldValues, let fileField, let originalField, let allowHosts):
                         let url = try endpointValue.expandedWebURL(in: environment)
                         let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
-                        return UploadSink(name: name, endpoint: url, fields: fields,
-                                          fieldsHoldSecrets: fieldValues.contains { $0.value.hasReferences },
-                                          allowHosts: allowHosts, fileField: fileField, originalField: originalField,
-                                          client: uploads(), retry: spec.retry)
-                    case let .http(name, urlValue, method, fileField, headerValues):
+                        return UploadSink(
+                            name: name, endpoint: url, fields: fields,
+                            fieldsHoldSecrets: fieldValues.contains { $0.value.hasReferences },
+                            allowHosts: allowHosts, fileField: fileField, originalField: originalField,
+                            client: uploads(), retry: spec.retry)
+                    case .http(let name, let urlValue, let method, let fileField, let headerValues):
                         let template = try urlValue.expanded(in: environment)
                         guard template.lowercased().hasPrefix("http://") || template.lowercased().hasPrefix("https://") else {
-                            throw SpecError(path: urlValue.path, message: "expected an http(s) URL template, got \(JSONValue.quote(environment.redact(template)))")
+                            throw SpecError(
+                                path: urlValue.path,
+                                message: "expected an http(s) URL template, got \(JSONValue.quote(environment.redact(template)))")
                         }
                         var headers: [String: String] = [:]
                         for header in headerValues {
                             let value = try header.value.expanded(in: environment)
                             guard value.isOneHeaderLine else {
-                                throw SpecError(path: header.value.path, message: "a header value is one line: the value read has a CR, LF or NUL")
+                                throw SpecError(
+                                    path: header.value.path,
+                                    message: "a header value is one line: the value read has a CR, LF or NUL")
                             }
                             headers[header.name] = value
                         }
-                        return HTTPSink(name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
-                                        client: uploads(), retry: spec.retry)
-                    case let .s3(name, location, options):
+                        return HTTPSink(
+                            name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
+                            client: uploads(), retry: spec.retry)
+                    case .s3(let name, let location, let options):
                         let client = try location.client(in: environment, http: uploads())
                         let metadata = try options.metadata.map { ($0.name, try $0.value.expanded(in: environment)) }
                         for (index, (_, value)) in metadata.enumerated()
                         where !value.isS3MetadataValue {
-                            throw SpecError(path: options.metadata[index].value.path, message: "S3 metadata values are ASCII on one line")
+                            throw SpecError(
+                                path: options.metadata[index].value.path, message: "S3 metadata values are ASCII on one line")
                         }
-                        return S3Sink(name: name, client: client, folder: try location.folder(in: environment), options: options,
-                                      metadata: metadata, retry: spec.retry)
+                        return S3Sink(
+                            name: name, client: client, folder: try location.folder(in: environment), options: options,
+                            metadata: metadata, retry: spec.retry)
                     }
                 }
                 if let built { sinks.append(built) }
@@ -146,7 +167,8 @@ public struct BuiltPipeline: Sendable {
                 var steps: [(step: FilterStep, path: String)] = []
                 for (index, filter) in output.filters.enumerated() {
                     let at = BuiltPipeline.path(ofFilter: index, ofOutput: outputIndex, in: spec)
-                    if let step = try attempt({ try BuiltPipeline.checkedFilter(spec, filter, at: at, environment: environment) }) {
+                    if let step = try attempt({ try BuiltPipeline.checkedFilter(spec, filter, at: at, environment: environment) })
+                    {
                         steps.append((step, at))
                     }
                 }
@@ -156,14 +178,18 @@ public struct BuiltPipeline: Sendable {
                 where outputIndex == 0 || !filters.contains(where: { $0.path == fault.path }) {
                     _ = try attempt { throw SpecError(path: fault.path, message: fault.message) }
                 }
-                outputs.append(OutputPlan(output, filters: steps.map(\.step),
-                                          path: BuiltPipeline.path(ofOutput: outputIndex, in: spec)))
+                outputs.append(
+                    OutputPlan(
+                        output, filters: steps.map(\.step),
+                        path: BuiltPipeline.path(ofOutput: outputIndex, in: spec)))
             }
             guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
-            let processor = ImageProcessor(filters: filters.map(\.step), outputs: outputs, limits: spec.limits,
-                                           baseDirectory: spec.baseDirectory, tuning: tuning, accept: spec.accept)
-            return BuiltPipeline(spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
-                                 sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
+            let processor = ImageProcessor(
+                filters: filters.map(\.step), outputs: outputs, limits: spec.limits,
+                baseDirectory: spec.baseDirectory, tuning: tuning, accept: spec.accept)
+            return BuiltPipeline(
+                spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
+                sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
         }
 
         /// A step that sets both sides of its result must stay within `limits.maxPixels`,
@@ -171,16 +197,19 @@ public struct BuiltPipeline: Sendable {
         static func checkOutputSize(_ step: FilterStep, at path: String, limits: Limits) throws {
             let size: (Int, Int)?
             switch step {
-            case let .fill(width, height, _): size = (width, height)
-            case let .fit(width?, height?, true): size = (width, height)
-            case let .resize(width?, height?, _): size = (width, height)
+            case .fill(let width, let height, _): size = (width, height)
+            case .fit(let width?, let height?, true): size = (width, height)
+            case .resize(let width?, let height?, _): size = (width, height)
             default: size = nil
             }
-            guard let (width, height) = size, width.multipliedReportingOverflow(by: height).overflow
-                    || width * height > limits.maxPixels else { return }
-            throw SpecError(path: path,
-                            message: "\(step.opName) \(width)×\(height) makes images over limits.maxPixels "
-                                + "(\(ImageProcessor.megapixels(limits.maxPixels))); raise the limit or make them smaller")
+            guard let (width, height) = size,
+                width.multipliedReportingOverflow(by: height).overflow
+                    || width * height > limits.maxPixels
+            else { return }
+            throw SpecError(
+                path: path,
+                message: "\(step.opName) \(width)×\(height) makes images over limits.maxPixels "
+                    + "(\(ImageProcessor.megapixels(limits.maxPixels))); raise the limit or make them smaller")
         }
 
         /// A watermark must be a readable regular file (a FIFO or a device such as
@@ -188,12 +217,15 @@ public struct BuiltPipeline: Sendable {
         static func checkWatermark(_ resolved: String, at path: String, limits: Limits) throws {
             var info = stat()
             guard stat(resolved, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
-                  FileManager.default.isReadableFile(atPath: resolved) else {
-                throw SpecError(path: "\(path).image", message: "cannot read watermark image \(resolved): not a readable regular file")
+                FileManager.default.isReadableFile(atPath: resolved)
+            else {
+                throw SpecError(
+                    path: "\(path).image", message: "cannot read watermark image \(resolved): not a readable regular file")
             }
             guard Int(info.st_size) <= limits.maxBytes else {
-                throw SpecError(path: "\(path).image",
-                                message: "watermark image \(resolved) is \(info.st_size) bytes, over limits.maxBytes (\(limits.maxBytes))")
+                throw SpecError(
+                    path: "\(path).image",
+                    message: "watermark image \(resolved) is \(info.st_size) bytes, over limits.maxBytes (\(limits.maxBytes))")
             }
             // Not an image at all: the pipeline's fault, not every item's `decode`.
             var head: [UInt8] = []
@@ -202,8 +234,9 @@ public struct BuiltPipeline: Sendable {
                 try? handle.close()
             }
             guard case .accepted = ImageFormat.sniff(head) else {
-                throw SpecError(path: "\(path).image",
-                                message: "watermark image \(resolved) is not a JPEG, PNG, GIF, WebP, TIFF, HEIF or AVIF file")
+                throw SpecError(
+                    path: "\(path).image",
+                    message: "watermark image \(resolved) is not a JPEG, PNG, GIF, WebP, TIFF, HEIF or AVIF file")
             }
             // Damaged or too large: also the pipeline's fault. Decoded whole once here, so that
             // its failure is not blamed on every item as `decode`.
@@ -216,8 +249,10 @@ public struct BuiltPipeline: Sendable {
             }
             let (pixels, overflow) = image.width.multipliedReportingOverflow(by: image.height)
             guard !overflow, pixels <= limits.maxPixels else {
-                throw SpecError(path: "\(path).image", message: "watermark image \(resolved) is \(image.width)×\(image.height), "
-                                    + "over limits.maxPixels (\(ImageProcessor.megapixels(limits.maxPixels)))")
+                throw SpecError(
+                    path: "\(path).image",
+                    message: "watermark image \(resolved) is \(image.width)×\(image.height), "
+                        + "over limits.maxPixels (\(ImageProcessor.megapixels(limits.maxPixels)))")
             }
             do {
                 _ = try image.average()
@@ -230,18 +265,22 @@ public struct BuiltPipeline: Sendable {
         /// fallback's, symbolic links followed): each output would replace the image it was
         /// made from, under the same name, and the originals would be lost. Returns the
         /// source folders inside the sink's (real paths), which its outputs must not enter.
-        static func checkNotSource(_ sinkRoot: String, at jsonPath: String, spec: PipelineSpec,
-                                   environment: Environment) throws -> [String] {
+        static func checkNotSource(
+            _ sinkRoot: String, at jsonPath: String, spec: PipelineSpec,
+            environment: Environment
+        ) throws -> [String] {
             let sink = sinkRoot.realPath
             var inside: [String] = []
             var source: SourceSpec? = spec.source
             while let current = source {
-                if case let .directory(pathValue, _) = current, let expanded = try? pathValue.expanded(in: environment) {
+                if case .directory(let pathValue, _) = current, let expanded = try? pathValue.expanded(in: environment) {
                     let folder = spec.resolvePath(expanded).realPath
                     if folder == sink {
-                        throw SpecError(path: jsonPath, message: "sink folder \(environment.redact(sinkRoot)) is the source folder "
-                                            + "(\(pathValue.path)): its outputs would replace the images they are made from; "
-                                            + "write them to another folder")
+                        throw SpecError(
+                            path: jsonPath,
+                            message: "sink folder \(environment.redact(sinkRoot)) is the source folder "
+                                + "(\(pathValue.path)): its outputs would replace the images they are made from; "
+                                + "write them to another folder")
                     }
                     if folder.hasPrefix(sink + "/") { inside.append(folder) }
                 }
@@ -258,7 +297,8 @@ public struct BuiltPipeline: Sendable {
                 var isDirectory: ObjCBool = false
                 if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) {
                     guard isDirectory.boolValue else {
-                        throw SpecError(path: jsonPath, message: "\(what) \(path) cannot be made: \(url.path) is a file, not a folder")
+                        throw SpecError(
+                            path: jsonPath, message: "\(what) \(path) cannot be made: \(url.path) is a file, not a folder")
                     }
                     return
                 }
@@ -277,9 +317,12 @@ public struct BuiltPipeline: Sendable {
     /// Every output with its own filters expanded and checked.
     public static func checkedOutputs(_ spec: PipelineSpec, environment: Environment) throws -> [OutputPlan] {
         try spec.outputs.enumerated().map { outputIndex, output in
-            OutputPlan(output, filters: try output.filters.enumerated().map { index, filter in
-                try checkedFilter(spec, filter, at: path(ofFilter: index, ofOutput: outputIndex, in: spec), environment: environment)
-            }, path: path(ofOutput: outputIndex, in: spec))
+            OutputPlan(
+                output,
+                filters: try output.filters.enumerated().map { index, filter in
+                    try checkedFilter(
+                        spec, filter, at: path(ofFilter: index, ofOutput: outputIndex, in: spec), environment: environment)
+                }, path: path(ofOutput: outputIndex, in: spec))
         }
     }
 
@@ -295,10 +338,12 @@ public struct BuiltPipeline: Sendable {
 
     /// `filter` (at `path` in the file) expanded, its watermark image and its output size
     /// checked.
-    static func checkedFilter(_ spec: PipelineSpec, _ filter: FilterSpec, at path: String,
-                              environment: Environment) throws -> FilterStep {
+    static func checkedFilter(
+        _ spec: PipelineSpec, _ filter: FilterSpec, at path: String,
+        environment: Environment
+    ) throws -> FilterStep {
         let step = try PipelineSpec.expanded(filter, path: path, in: environment)
-        if case let .watermark(watermark) = step {
+        if case .watermark(let watermark) = step {
             try Assembly.checkWatermark(spec.resolvePath(watermark.image), at: path, limits: spec.limits)
         }
         try Assembly.checkOutputSize(step, at: path, limits: spec.limits)
@@ -315,24 +360,29 @@ public struct BuiltPipeline: Sendable {
 
     /// The fetcher of a remote source (feed pages and images, through its disk cache when
     /// it has one and `withCache`); nil for a local source.
-    static func makeFetcher(_ spec: PipelineSpec, environment: Environment, cancellation: CancellationFlag,
-                            logger: Logger, withCache: Bool = true, pacing: HostPacing? = nil) throws -> RemoteFetcher? {
+    static func makeFetcher(
+        _ spec: PipelineSpec, environment: Environment, cancellation: CancellationFlag,
+        logger: Logger, withCache: Bool = true, pacing: HostPacing? = nil
+    ) throws -> RemoteFetcher? {
         guard let remote = spec.source.remote else { return nil }
         var cache: DiskCache?
         var revalidate = false
         if let cacheSpec = remote.cache, withCache {
-            cache = try DiskCache(directory: try cacheSpec.directory(in: spec, environment: environment), maxSize: cacheSpec.maxSize,
-                                  recorded: environment.recorded, restored: environment.restored, readOnly: cacheSpec.readOnly)
+            cache = try DiskCache(
+                directory: try cacheSpec.directory(in: spec, environment: environment), maxSize: cacheSpec.maxSize,
+                recorded: environment.recorded, restored: environment.restored, readOnly: cacheSpec.readOnly)
             revalidate = cacheSpec.revalidate
         }
-        let client = HTTPClient(timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
-                                pacing: pacing ?? makePacing(spec, logger: logger))
-        var fetcher = RemoteFetcher(client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
-                                    backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
-                                    respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
-                                    redact: environment.redact)
+        let client = HTTPClient(
+            timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
+            pacing: pacing ?? makePacing(spec, logger: logger))
+        var fetcher = RemoteFetcher(
+            client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
+            backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
+            respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
+            redact: environment.redact)
         fetcher.maxPageBytes = remote.maxPageBytes
-        if case let .s3(location, _, _, _) = spec.source {
+        if case .s3(let location, _, _, _) = spec.source {
             fetcher.objects = try location.client(in: environment, http: client)
         }
         return fetcher
@@ -343,51 +393,60 @@ public struct BuiltPipeline: Sendable {
     /// every run.
     static func sinkFolders(_ spec: PipelineSpec, environment: Environment) -> [String] {
         spec.sinks.compactMap { sink -> String? in
-            guard case let .directory(_, path, _) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
+            guard case .directory(_, let path, _) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
             return spec.resolvePath(expanded)
         }
     }
 
     /// `excluding`: folders a directory source must not list besides its directory sinks'.
-    static func makeFeed(_ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
-                         excluding: [String] = [], notice: @escaping @Sendable (String) -> Void) throws -> any Feed {
+    static func makeFeed(
+        _ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
+        excluding: [String] = [], notice: @escaping @Sendable (String) -> Void
+    ) throws -> any Feed {
         let feed: any Feed
         func web(_ value: EnvString) throws -> String { try value.expandedWebURL(in: environment).absoluteString }
         let told: @Sendable (String) -> Void = { message in notice(environment.redact(message)) }
         switch source {
-        case let .directory(pathValue, recursive):
+        case .directory(let pathValue, let recursive):
             let root = spec.resolvePath(try pathValue.expanded(in: environment))
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
                 throw SpecError(path: pathValue.path, message: "directory \(environment.redact(root)) does not exist")
             }
-            return DirectoryFeed(root: root, recursive: recursive, excluding: sinkFolders(spec, environment: environment) + excluding)
-        case let .urlList(pathValue, _):
+            return DirectoryFeed(
+                root: root, recursive: recursive, excluding: sinkFolders(spec, environment: environment) + excluding)
+        case .urlList(let pathValue, _):
             let file = spec.resolvePath(try pathValue.expanded(in: environment))
             guard FileManager.default.isReadableFile(atPath: file) else {
-                throw SpecError(path: pathValue.path, message: "URL list \(environment.redact(file)) does not exist or cannot be read")
+                throw SpecError(
+                    path: pathValue.path, message: "URL list \(environment.redact(file)) does not exist or cannot be read")
             }
             feed = URLListFeed(path: file)
-        case let .jsonFeed(url, urlField, keyField, _):
+        case .jsonFeed(let url, let urlField, let keyField, _):
             feed = JSONFeed(url: try web(url), urlField: urlField, keyField: keyField, pages: fetcher!, notice: told)
-        case let .nasaImages(query, endpoint, mediaType, maxItems, _):
-            feed = NASAImagesFeed(query: try query.expanded(in: environment), endpoint: try web(endpoint),
-                                  mediaType: mediaType, maxItems: maxItems, pages: fetcher!, notice: told)
-        case let .flickrSearch(text, apiKey, endpoint, perPage, maxItems, size, _):
-            feed = FlickrSearchFeed(text: try text.expanded(in: environment), apiKey: try apiKey.expanded(in: environment),
-                                    endpoint: try web(endpoint), perPage: perPage, maxItems: maxItems,
-                                    size: size, pages: fetcher!, notice: told)
-        case let .s3(location, pageSize, maxItems, _):
+        case .nasaImages(let query, let endpoint, let mediaType, let maxItems, _):
+            feed = NASAImagesFeed(
+                query: try query.expanded(in: environment), endpoint: try web(endpoint),
+                mediaType: mediaType, maxItems: maxItems, pages: fetcher!, notice: told)
+        case .flickrSearch(let text, let apiKey, let endpoint, let perPage, let maxItems, let size, _):
+            feed = FlickrSearchFeed(
+                text: try text.expanded(in: environment), apiKey: try apiKey.expanded(in: environment),
+                endpoint: try web(endpoint), perPage: perPage, maxItems: maxItems,
+                size: size, pages: fetcher!, notice: told)
+        case .s3(let location, let pageSize, let maxItems, _):
             guard let client = fetcher?.objects else { throw SpecError(path: location.path, message: "no S3 client") }
             let cancellation = fetcher?.client.cancellation
-            feed = S3Feed(client: client, folder: try location.folder(in: environment), pageSize: pageSize, maxItems: maxItems,
-                          retry: RetryLoop(attempts: spec.retry.attempts, backoff: spec.retry.backoff,
-                                           isCancelled: { cancellation?.isCancelled ?? false }),
-                          logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact, notice: told)
+            feed = S3Feed(
+                client: client, folder: try location.folder(in: environment), pageSize: pageSize, maxItems: maxItems,
+                retry: RetryLoop(
+                    attempts: spec.retry.attempts, backoff: spec.retry.backoff,
+                    isCancelled: { cancellation?.isCancelled ?? false }),
+                logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact, notice: told)
         }
         guard let fallback = source.remote?.fallback else { return feed }
-        let fallbackFeed = try makeFeed(fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,
-                                        notice: notice)
+        let fallbackFeed = try makeFeed(
+            fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,
+            notice: notice)
         return FallbackFeed(primary: feed, fallback: fallbackFeed, onFallback: told)
     }
 }
@@ -397,7 +456,8 @@ extension EnvString {
     /// anything else is the pipeline's fault, named with its path.
     func expandedWebURL(in environment: Environment) throws -> URL {
         let address = try expanded(in: environment)
-        guard let url = URL(webAddress: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
+        guard let url = URL(webAddress: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil
+        else {
             throw SpecError(path: path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(address)))")
         }
         return url
@@ -426,9 +486,11 @@ extension BuiltPipeline {
         var fingerprint = spec.outputFingerprint
         func parts(_ filters: [FilterSpec]) -> [String] {
             var found = filters.compactMap { (try? PipelineSpec.expanded($0, path: "", in: environment)).flatMap(watermarkHash) }
-            let written = JSONValue.array(filters.map { filter in
-                .object([("op", .string(filter.op))] + filter.arguments.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
-            }).serialized(sortedKeys: true)
+            let written = JSONValue.array(
+                filters.map { filter in
+                    .object([("op", .string(filter.op))] + filter.arguments.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+                }
+            ).serialized(sortedKeys: true)
             if written.contains("${") { found.append(sha256Hex(expandingAll(written))) }
             return found
         }
@@ -442,20 +504,23 @@ extension BuiltPipeline {
         let written = spec.document["sinks"]?.arrayValue ?? spec.document["sink"].map { [$0] } ?? []
         var targets: [(String, JSONValue)] = []
         for (sink, entry) in zip(spec.sinks, written) {
-            guard case let .object(members) = entry.withoutComments else { continue }
+            guard case .object(let members) = entry.withoutComments else { continue }
             let place = members.compactMap { member -> (String, JSONValue)? in
                 guard Self.whereOutputsGo.contains(member.key) else { return nil }
-                guard case let .string(text) = member.value else { return (member.key, member.value) }
+                guard case .string(let text) = member.value else { return (member.key, member.value) }
                 var expanded = expandingAll(text)
                 // A folder as the folder it is, however it is spelled (`./out`, `out/`, a link).
                 if member.key == "path", case .string("directory")? = members.first(where: { $0.key == "type" })?.value {
                     expanded = spec.resolvePath(expanded).realPath
                 }
                 // A URL's query (where an API key often rides) is not where outputs go.
-                let kept = ["url", "endpoint"].contains(member.key) ? String(expanded.prefix { $0 != "?" && $0 != "#" }) : expanded
+                let kept =
+                    ["url", "endpoint"].contains(member.key) ? String(expanded.prefix { $0 != "?" && $0 != "#" }) : expanded
                 return (member.key, .string(kept))
             }
-            guard JSONValue.object(members.filter { Self.whereOutputsGo.contains($0.key) }).serialized().contains("${") else { continue }
+            guard JSONValue.object(members.filter { Self.whereOutputsGo.contains($0.key) }).serialized().contains("${") else {
+                continue
+            }
             targets.append((sink.name, .string(sha256Hex(JSONValue.object(place).serialized(sortedKeys: true)))))
         }
         if !targets.isEmpty { fingerprint[Self.sinkTargetsKey] = JSONValue.object(targets).serialized(sortedKeys: true) }
@@ -469,12 +534,14 @@ extension BuiltPipeline {
     }
 
     /// Sink fields that say where outputs go.
-    static let whereOutputsGo: Set<String> = ["type", "path", "url", "endpoint", "method", "bucket", "prefix", "region",
-                                              "pathStyle", "key"]
+    static let whereOutputsGo: Set<String> = [
+        "type", "path", "url", "endpoint", "method", "bucket", "prefix", "region",
+        "pathStyle", "key",
+    ]
 
     /// The SHA-256 of a watermark step's image file as it is now (nil for other steps).
     func watermarkHash(_ step: FilterStep) -> String? {
-        guard case let .watermark(watermark) = step else { return nil }
+        guard case .watermark(let watermark) = step else { return nil }
         guard let data = FileManager.default.contents(atPath: spec.resolvePath(watermark.image)) else { return "unreadable" }
         return sha256Hex(data)
     }

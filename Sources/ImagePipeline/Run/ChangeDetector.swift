@@ -69,12 +69,15 @@ public final class ChangeDetector: Sendable {
 
     /// Compares with run `baselineID` when given, else with the latest finished run; nil
     /// when there is none (every item is then new).
-    public init?(store: RunStore, pipeline: BuiltPipeline, scratch: String, baselineID: Int64? = nil,
-                 current: Int64? = nil) throws {
+    public init?(
+        store: RunStore, pipeline: BuiltPipeline, scratch: String, baselineID: Int64? = nil,
+        current: Int64? = nil
+    ) throws {
         let runs = try store.runs()
         // Not a run that listed part of the feed (`RunStore.partialListing`): its unlisted
         // items would all look new.
-        guard let baseline = baselineID.map({ id in runs.first { $0.id == id } })
+        guard
+            let baseline = baselineID.map({ id in runs.first { $0.id == id } })
                 ?? runs.first(where: { $0.state == .finished && store.partialListing(of: $0) == nil })
         else { return nil }
         self.baseline = baseline
@@ -84,8 +87,9 @@ public final class ChangeDetector: Sendable {
         fetcher = pipeline.fetcher
         versionField = pipeline.spec.source.remote?.versionField
         self.scratch = scratch
-        folders = Dictionary(pipeline.sinks.compactMap { sink in (sink as? DirectorySink).map { (sink.name, $0.root) } },
-                             uniquingKeysWith: { first, _ in first })
+        folders = Dictionary(
+            pipeline.sinks.compactMap { sink in (sink as? DirectorySink).map { (sink.name, $0.root) } },
+            uniquingKeysWith: { first, _ in first })
         let spec = pipeline.spec
         outputs = spec.outputs
         let document = try? JSONParser.parse(baseline.document)
@@ -160,7 +164,8 @@ public final class ChangeDetector: Sendable {
             if outputReasons[output.id] != nil {
                 remake.append(output.id)
             } else if let name = output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: index),
-                      name != recorded?.names[output.id] {
+                name != recorded?.names[output.id]
+            {
                 remake.append(output.id)
                 renamed.append(output.id)
             } else if delivered.contains(where: { file in
@@ -186,11 +191,15 @@ public final class ChangeDetector: Sendable {
             guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
             if let bytes = file.bytes, Int(info.st_size) != bytes { return false }
         }
-        return (try? store.deliveredOtherwiseSince(runId: baseline.id, upTo: newestRun, excluding: currentRun, key: key,
-                                                   sink: file.sink, location: file.location, hash: file.hash)) == false
+        return
+            (try? store.deliveredOtherwiseSince(
+                runId: baseline.id, upTo: newestRun, excluding: currentRun, key: key,
+                sink: file.sink, location: file.location, hash: file.hash)) == false
     }
 
-    private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?, names: [String: String])?) -> Source {
+    private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?, names: [String: String])?)
+        -> Source
+    {
         guard let recorded else { return .new }
         guard recorded.status == .done, let stamp = recorded.stamp else { return .changed }
         if item.isLocal {
@@ -211,10 +220,10 @@ public final class ChangeDetector: Sendable {
         try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
         let file = scratch + "/" + UUID().uuidString
         defer { unlink(file) }
-        for attempt in 1 ... 3 {
+        for attempt in 1...3 {
             switch Result(catching: { () throws(ItemFailure) in try fetcher.image(location, to: file, attempt: attempt) }) {
             case .success(.fetched): return SourceStamp.of(file: file, local: false)?.sha256
-            case let .success(.retry(after)), let .success(.later(after, _)): Thread.sleep(forTimeInterval: min(after, 5))
+            case .success(.retry(let after)), .success(.later(let after, _)): Thread.sleep(forTimeInterval: min(after, 5))
             case .success(.skipped), .failure: return nil
             }
         }
@@ -225,7 +234,7 @@ public final class ChangeDetector: Sendable {
 extension SinkSpec {
     /// The sink with `prune` off (a folder sink), for comparing where outputs go.
     var ignoringPrune: SinkSpec {
-        if case let .directory(name, path, _) = self { return .directory(name: name, path: path, prune: false) }
+        if case .directory(let name, let path, _) = self { return .directory(name: name, path: path, prune: false) }
         return self
     }
 }

@@ -32,8 +32,9 @@ public struct ChangePlan: Sendable, Codable {
         let environment = pipeline.environment
         let ids = pipeline.spec.outputs.map(\.id)
         // The outputs a changed or new sink takes are delivered again for every item.
-        let resent = Set(pipeline.spec.sinks.filter { detector?.sinkReasons[$0.name] != nil }
-            .flatMap { pipeline.spec.outputs(of: $0.name) })
+        let resent = Set(
+            pipeline.spec.sinks.filter { detector?.sinkReasons[$0.name] != nil }
+                .flatMap { pipeline.spec.outputs(of: $0.name) })
         var counts: [ChangeDetector.Source: Int] = [:]
         var redo: [String: Int] = [:]
         var renamed: [String: Int] = [:]
@@ -44,10 +45,13 @@ public struct ChangePlan: Sendable, Codable {
             let item = found.withoutSecrets(environment)
             guard listed.insert(item.key).inserted else { return true }
             // The detector reads the file or fetches the image: the location as fetched.
-            let verdict = detector?.classify(FeedItem(key: item.key, location: found.location, metadata: found.metadata,
-                                                      nameKey: item.nameKey, nameStem: item.nameStem,
-                                                      fromFallback: found.fromFallback, isLocal: found.isLocal),
-                                             index: listed.count)
+            let verdict =
+                detector?.classify(
+                    FeedItem(
+                        key: item.key, location: found.location, metadata: found.metadata,
+                        nameKey: item.nameKey, nameStem: item.nameStem,
+                        fromFallback: found.fromFallback, isLocal: found.isLocal),
+                    index: listed.count)
                 ?? ChangeDetector.Verdict(source: .new, remake: ids, renamed: [])
             counts[verdict.source, default: 0] += 1
             let made = Set(verdict.remake).union(resent)
@@ -67,7 +71,8 @@ public struct ChangePlan: Sendable, Codable {
                 after = last.seq
             }
         }
-        let new = counts[.new] ?? 0, changed = counts[.changed] ?? 0
+        let new = counts[.new] ?? 0
+        let changed = counts[.changed] ?? 0
         var outputs: [String: OutputPlan] = [:]
         for output in pipeline.spec.outputs {
             var reasons: [String] = []
@@ -83,10 +88,11 @@ public struct ChangePlan: Sendable, Codable {
             }
             outputs[output.id] = OutputPlan(redo: redo[output.id] ?? 0, reasons: reasons)
         }
-        return ChangePlan(baseline: detector?.baseline.id, new: new, changed: changed, gone: gone,
-                          unchanged: counts[.unchanged] ?? 0, outputs: outputs,
-                          estimatedSeconds: ((try store.map { try secondsPerItem(in: $0) } ?? 0) * Double(working) * 100).rounded() / 100,
-                          unfinishedRun: try store?.latestRun().flatMap { $0.isUnfinished ? $0.id : nil })
+        return ChangePlan(
+            baseline: detector?.baseline.id, new: new, changed: changed, gone: gone,
+            unchanged: counts[.unchanged] ?? 0, outputs: outputs,
+            estimatedSeconds: ((try store.map { try secondsPerItem(in: $0) } ?? 0) * Double(working) * 100).rounded() / 100,
+            unfinishedRun: try store?.latestRun().flatMap { $0.isUnfinished ? $0.id : nil })
     }
 
     /// Seconds per item made, in the latest finished run that made any (an incremental run

@@ -42,12 +42,18 @@ struct ContactSheet {
         let failed = samples.filter { rows in rows.contains { $0.failure != nil } }
         let ordered = failed + samples.filter { rows in rows.allSatisfy { $0.failure == nil } }
         var out = head
-        out += "<body class=\"\(compact ? "compact" : "full")\" data-rendered=\"0\" data-total=\"0\" data-sliders=\"0\" data-summary-samples=\"0\">\n"
+        out +=
+            "<body class=\"\(compact ? "compact" : "full")\" data-rendered=\"0\" data-total=\"0\" data-sliders=\"0\" data-summary-samples=\"0\">\n"
         out += "<h1>\(escape(titles.joined(separator: " vs ")))</h1>\n"
         for (index, chain) in chains.enumerated() {
-            let label = labels.count == 1 ? "" : titles.count == 1 ? "\(escape(labels[index])): "
-                : "\(escape(labels[index])) (\(escape(titles[owners[index]]))): "
-            out += "<div class=\"chain\">\(label)\(chain.isEmpty ? "no filters" : chain.map(escape).joined(separator: " → "))</div>\n"
+            let label =
+                labels.count == 1
+                ? ""
+                : titles.count == 1
+                    ? "\(escape(labels[index])): "
+                    : "\(escape(labels[index])) (\(escape(titles[owners[index]]))): "
+            out +=
+                "<div class=\"chain\">\(label)\(chain.isEmpty ? "no filters" : chain.map(escape).joined(separator: " → "))</div>\n"
         }
         out += summary(failed: failed)
         out += "<div class=\"samples\">\n"
@@ -60,7 +66,8 @@ struct ContactSheet {
 
     private func summary(failed: [[DryRunRow]]) -> String {
         var out = "<section id=\"summary\" data-samples=\"\(samples.count)\" data-failed=\"\(failed.count)\">\n"
-        out += "<p><b>\(samples.count) sample\(samples.count == 1 ? "" : "s")</b>"
+        out +=
+            "<p><b>\(samples.count) sample\(samples.count == 1 ? "" : "s")</b>"
             + (failed.isEmpty ? ", none failed" : ", <span class=\"failed\">\(failed.count) failed</span>") + "</p>\n"
         if !failed.isEmpty {
             out += "<ul class=\"failures\">\n"
@@ -68,19 +75,25 @@ struct ContactSheet {
                 let reasons = rows.enumerated().compactMap { index, row in
                     row.failure.map { (labels.count == 1 ? "" : labels[index] + ": ") + $0 }
                 }
-                out += "<li><a href=\"#\(anchor(rows[0].key))\">\(escape(rows[0].key))</a>: \(escape(reasons.joined(separator: "; ")))</li>\n"
+                out +=
+                    "<li><a href=\"#\(anchor(rows[0].key))\">\(escape(rows[0].key))</a>: \(escape(reasons.joined(separator: "; ")))</li>\n"
             }
             out += "</ul>\n"
         }
-        out += "<table><tr><th></th><th>bytes before → after</th><th>per image</th><th>SSIM (mean)</th><th>time per image (median / mean)</th></tr>\n"
+        out +=
+            "<table><tr><th></th><th>bytes before → after</th><th>per image</th><th>SSIM (mean)</th><th>time per image (median / mean)</th></tr>\n"
         for index in labels.indices {
             let done = samples.map { $0[index] }.filter { $0.failure == nil && $0.outputBytes != nil }
             let before = done.reduce(0) { $0 + $1.inputBytes }
             let after = done.reduce(0) { $0 + ($1.outputBytes ?? 0) }
             let scores = done.compactMap(\.ssim)
             let times = done.map(\.milliseconds).sorted()
-            let name = labels.count == 1 ? "\(done.count) done"
-                : titles.count == 1 ? "\(escape(labels[index])): \(done.count) done" : "\(escape(labels[index])): \(escape(titles[owners[index]]))"
+            let name =
+                labels.count == 1
+                ? "\(done.count) done"
+                : titles.count == 1
+                    ? "\(escape(labels[index])): \(done.count) done"
+                    : "\(escape(labels[index])): \(escape(titles[owners[index]]))"
             var cells = [name]
             if done.isEmpty {
                 cells += ["–", "–", "–", "–"]
@@ -88,7 +101,8 @@ struct ContactSheet {
                 cells.append("\(bytes(before)) → \(bytes(after)) (\(saving(before, after)))")
                 cells.append("\(bytes(before / done.count)) → \(bytes(after / done.count))")
                 cells.append(scores.isEmpty ? "n/a" : String(format: "%.4f", scores.reduce(0, +) / Double(scores.count)))
-                let median = times.count % 2 == 1 ? times[times.count / 2] : (times[times.count / 2 - 1] + times[times.count / 2]) / 2
+                let median =
+                    times.count % 2 == 1 ? times[times.count / 2] : (times[times.count / 2 - 1] + times[times.count / 2]) / 2
                 cells.append(String(format: "%.1f ms / %.1f ms", median, times.reduce(0, +) / Double(times.count)))
             }
             out += "<tr class=\"pipeline\">" + cells.map { "<td>\($0)</td>" }.joined() + "</tr>\n"
@@ -101,7 +115,8 @@ struct ContactSheet {
     private func card(_ rows: [DryRunRow], number: Int) -> String {
         let first = rows[0]
         let failed = rows.contains { $0.failure != nil }
-        var out = "<section class=\"sample\(failed ? " has-failure" : "")\" id=\"\(anchor(first.key))\"><h2>\(escape(first.key))</h2>\n"
+        var out =
+            "<section class=\"sample\(failed ? " has-failure" : "")\" id=\"\(anchor(first.key))\"><h2>\(escape(first.key))</h2>\n"
         // One scale for every picture of the card: the before picture's.
         let scale = first.uprightWidth.flatMap { width in
             first.uprightHeight.map { height in min(1, box / Double(max(width, height, 1))) }
@@ -112,15 +127,17 @@ struct ContactSheet {
         }
         out += "<div class=\"pair\">\n"
         if let before = first.before {
-            out += figure(src: before, link: first.source ?? before, size: size(first.uprightWidth, first.uprightHeight),
-                          caption: "before: \(dimensions(first.uprightWidth, first.uprightHeight)), \(bytes(first.inputBytes))")
+            out += figure(
+                src: before, link: first.source ?? before, size: size(first.uprightWidth, first.uprightHeight),
+                caption: "before: \(dimensions(first.uprightWidth, first.uprightHeight)), \(bytes(first.inputBytes))")
         }
         for (index, row) in rows.enumerated() {
             if let failure = row.failure {
                 out += "<p class=\"failed\">\(labels[index]) failed: \(escape(failure))</p>\n"
             } else if let display = row.display ?? row.output {
                 var caption = "\(labels[index]): \(dimensions(row.outputWidth, row.outputHeight)), \(bytes(row.outputBytes ?? 0))"
-                caption += " (\(saving(row.inputBytes, row.outputBytes ?? 0))), SSIM \(row.ssim.map { String(format: "%.4f", $0) } ?? "n/a")"
+                caption +=
+                    " (\(saving(row.inputBytes, row.outputBytes ?? 0))), SSIM \(row.ssim.map { String(format: "%.4f", $0) } ?? "n/a")"
                 caption += String(format: ", %.1f ms", row.milliseconds)
                 out += figure(src: display, link: display, size: size(row.outputWidth, row.outputHeight), caption: caption)
             }
@@ -128,7 +145,8 @@ struct ContactSheet {
         out += "</div>\n"
         out += "<div class=\"tools\">\n" + wipe(rows, size: size(first.uprightWidth, first.uprightHeight)) + crops(rows)
         for (index, row) in rows.enumerated() where !row.steps.isEmpty {
-            out += "<table class=\"steps\">" + (rows.count > 1 ? "<tr><th colspan=\"2\">\(labels[index])</th></tr>" : "")
+            out +=
+                "<table class=\"steps\">" + (rows.count > 1 ? "<tr><th colspan=\"2\">\(labels[index])</th></tr>" : "")
                 + row.steps.map { step in
                     "<tr><td>\(escape(step.op))</td><td class=\"ms\">\(String(format: "%.1f", step.milliseconds)) ms</td></tr>"
                 }.joined() + "</table>\n"
@@ -147,7 +165,8 @@ struct ContactSheet {
         } else {
             // Two pipelines: the first output of each.
             guard let second = owners.firstIndex(of: 1), let a = rows[0].display ?? rows[0].output,
-                  let b = rows[second].display ?? rows[second].output else { return "" }
+                let b = rows[second].display ?? rows[second].output
+            else { return "" }
             pictures = [(a, labels[0]), (b, labels[second])]
         }
         let (width, height) = size ?? (Int(box), Int(box))
@@ -168,13 +187,18 @@ struct ContactSheet {
         var figures: [String] = []
         if let crop = rows[0].crop, let width = rows[0].uprightWidth, let height = rows[0].uprightHeight {
             let style = "width: \(min(width, cropSide))px; height: \(min(height, cropSide))px"
-            figures.append("<figure><img class=\"crop\" style=\"\(style)\" src=\"\(encoded(crop))\" alt=\"before, 100 %\"><figcaption>before, 100 %</figcaption></figure>")
+            figures.append(
+                "<figure><img class=\"crop\" style=\"\(style)\" src=\"\(encoded(crop))\" alt=\"before, 100 %\"><figcaption>before, 100 %</figcaption></figure>"
+            )
         }
         for (index, row) in rows.enumerated() {
             guard row.failure == nil, let display = row.display ?? row.output, let width = row.outputWidth,
-                  let height = row.outputHeight else { continue }
+                let height = row.outputHeight
+            else { continue }
             let style = "width: \(min(width, cropSide))px; height: \(min(height, cropSide))px"
-            figures.append("<figure><img class=\"crop\" style=\"\(style)\" src=\"\(encoded(display))\" alt=\"\(labels[index]), 100 %\"><figcaption>\(labels[index]), 100 %</figcaption></figure>")
+            figures.append(
+                "<figure><img class=\"crop\" style=\"\(style)\" src=\"\(encoded(display))\" alt=\"\(labels[index]), 100 %\"><figcaption>\(labels[index]), 100 %</figcaption></figure>"
+            )
         }
         return figures.joined(separator: "\n") + "\n"
     }
@@ -193,7 +217,8 @@ struct ContactSheet {
     }
 
     private func bytes(_ count: Int) -> String {
-        count >= 1_048_576 ? String(format: "%.1f MB", Double(count) / 1_048_576)
+        count >= 1_048_576
+            ? String(format: "%.1f MB", Double(count) / 1_048_576)
             : count >= 1024 ? String(format: "%.1f KB", Double(count) / 1024) : "\(count) B"
     }
 
@@ -206,9 +231,10 @@ struct ContactSheet {
 
     /// A relative path with each component percent-encoded, then HTML-escaped.
     private func encoded(_ path: String) -> String {
-        escape(path.split(separator: "/", omittingEmptySubsequences: false)
-            .map { String($0).addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? String($0) }
-            .joined(separator: "/"))
+        escape(
+            path.split(separator: "/", omittingEmptySubsequences: false)
+                .map { String($0).addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? String($0) }
+                .joined(separator: "/"))
     }
 
     private func anchor(_ key: String) -> String {

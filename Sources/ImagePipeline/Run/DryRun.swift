@@ -38,12 +38,15 @@ public struct DryRunRow: Sendable, Codable {
 
     /// A sample that never reached the filter chain (its download failed).
     init(key: String, failure: String) {
-        self.init(key: key, inputWidth: nil, inputHeight: nil, inputBytes: 0, outputWidth: nil, outputHeight: nil,
-                  outputBytes: nil, output: nil, milliseconds: 0, failure: failure)
+        self.init(
+            key: key, inputWidth: nil, inputHeight: nil, inputBytes: 0, outputWidth: nil, outputHeight: nil,
+            outputBytes: nil, output: nil, milliseconds: 0, failure: failure)
     }
 
-    init(key: String, inputWidth: Int?, inputHeight: Int?, inputBytes: Int, outputWidth: Int?, outputHeight: Int?,
-         outputBytes: Int?, output: String?, milliseconds: Double, failure: String?, steps: [StepTiming] = []) {
+    init(
+        key: String, inputWidth: Int?, inputHeight: Int?, inputBytes: Int, outputWidth: Int?, outputHeight: Int?,
+        outputBytes: Int?, output: String?, milliseconds: Double, failure: String?, steps: [StepTiming] = []
+    ) {
         self.key = key
         self.inputWidth = inputWidth
         self.inputHeight = inputHeight
@@ -83,9 +86,11 @@ public struct DryRun: Sendable {
     /// Receives what a feed has to say while listing (falling back, for instance).
     let notice: @Sendable (String) -> Void
 
-    public init(spec: PipelineSpec, other: PipelineSpec? = nil, samples: DryRunSamples, outputDirectory: String,
-                limit: Int?, environment: Environment = Environment([:]), logger: Logger = Logger(label: "imgpipe"),
-                notice: @escaping @Sendable (String) -> Void = { _ in }) {
+    public init(
+        spec: PipelineSpec, other: PipelineSpec? = nil, samples: DryRunSamples, outputDirectory: String,
+        limit: Int?, environment: Environment = Environment([:]), logger: Logger = Logger(label: "imgpipe"),
+        notice: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         self.spec = spec
         self.other = other
         self.samples = samples
@@ -99,7 +104,7 @@ public struct DryRun: Sendable {
     /// The samples folder a dry-run uses when none is given: the pipeline's own directory
     /// source when it has one and it exists, else `samples/` in the current directory.
     public static func defaultSamples(for spec: PipelineSpec, environment: Environment) -> String {
-        if case let .directory(path, _) = spec.source, let expanded = try? path.expanded(in: environment) {
+        if case .directory(let path, _) = spec.source, let expanded = try? path.expanded(in: environment) {
             let resolved = spec.resolvePath(expanded)
             var isDirectory: ObjCBool = false
             if FileManager.default.fileExists(atPath: resolved, isDirectory: &isDirectory), isDirectory.boolValue {
@@ -122,8 +127,10 @@ public struct DryRun: Sendable {
         // any sample, naming which pipeline is at fault.
         let chains = try pipelines.enumerated().map { index, spec in
             do {
-                return (try BuiltPipeline.checkedFilters(spec, environment: environment),
-                        try BuiltPipeline.checkedOutputs(spec, environment: environment))
+                return (
+                    try BuiltPipeline.checkedFilters(spec, environment: environment),
+                    try BuiltPipeline.checkedOutputs(spec, environment: environment)
+                )
             } catch {
                 throw DryRunError(pipeline: index, fault: error)
             }
@@ -137,9 +144,11 @@ public struct DryRun: Sendable {
         // name is taken fails as its item would, instead of writing over the first's preview.
         var claimed = pipelines.map { _ in [String: String]() }
         var index = 0
-        try samples.list(spec: spec, environment: environment, limit: limit, downloads: outputDirectory + "/source",
-                         previews: outputDirectory,
-                         logger: logger, notice: notice) { sample in
+        try samples.list(
+            spec: spec, environment: environment, limit: limit, downloads: outputDirectory + "/source",
+            previews: outputDirectory,
+            logger: logger, notice: notice
+        ) { sample in
             index += 1
             guard let path = sample.path else {
                 let rows = pipelines.map { _ in DryRunRow(key: sample.item.key, failure: sample.failure ?? "download: failed") }
@@ -150,15 +159,17 @@ public struct DryRun: Sendable {
             let source = SourcePictures(self, sample: sample, path: path)
             var rows: [DryRunRow] = []
             for (number, pipeline) in pipelines.enumerated() {
-                let made = preview(sample.item, path: path, index: index, spec: pipeline, processor: processors[number],
-                                   folder: folders[number], claimed: &claimed[number])
+                let made = preview(
+                    sample.item, path: path, index: index, spec: pipeline, processor: processors[number],
+                    folder: folders[number], claimed: &claimed[number])
                 for (outputIndex, var row) in made.enumerated() {
                     source.describe(&row)
                     if let output = row.output {
                         let plan = chains[number].1[outputIndex]
                         row.display = displayPicture(output, format: plan.spec.format)
-                        row.ssim = SourceSimilarity.score(output: url(output).path, source: path,
-                                                          autorotate: (chains[number].0 + plan.filters).contains(.autorotate))
+                        row.ssim = SourceSimilarity.score(
+                            output: url(output).path, source: path,
+                            autorotate: (chains[number].0 + plan.filters).contains(.autorotate))
                     }
                     rows.append(row)
                 }
@@ -169,9 +180,10 @@ public struct DryRun: Sendable {
         }
         VipsRuntime.endThreadWork()
         let owners = pipelines.enumerated().flatMap { index, spec in spec.outputs.map { _ in index } }
-        let sheet = ContactSheet(titles: pipelines.map(\.name), labels: columnLabels, owners: owners,
-                                 chains: pipelines.flatMap { spec in spec.outputs.map { (spec.filters + $0.filters).map(\.op) } },
-                                 samples: results)
+        let sheet = ContactSheet(
+            titles: pipelines.map(\.name), labels: columnLabels, owners: owners,
+            chains: pipelines.flatMap { spec in spec.outputs.map { (spec.filters + $0.filters).map(\.op) } },
+            samples: results)
         try Data(sheet.html.utf8).write(to: URL(fileURLWithPath: indexPath), options: .atomic)
         return results
     }
@@ -200,14 +212,22 @@ public struct DryRun: Sendable {
             let header = try? VipsImage.open(path: path)
             if let header { upright = header.uprightSize }
             let format: OutputFormat = header?.hasAlpha == true ? .png : .jpeg
-            before = dryRun.picture(of: path, filters: [.autorotate, .fit(width: 1024, height: 1024, enlarge: false)],
-                                    format: format, name: "before/" + sample.fileKey + "." + format.fileExtension)
+            before = dryRun.picture(
+                of: path, filters: [.autorotate, .fit(width: 1024, height: 1024, enlarge: false)],
+                format: format, name: "before/" + sample.fileKey + "." + format.fileExtension)
             if let upright {
-                let width = min(upright.width, 256), height = min(upright.height, 256)
-                crop = dryRun.picture(of: path, filters: [.autorotate, .cropRect(x: (upright.width - width) / 2,
-                                                                                   y: (upright.height - height) / 2,
-                                                                                   width: width, height: height)],
-                                      format: .png, name: "crop/" + sample.fileKey + ".png")
+                let width = min(upright.width, 256)
+                let height = min(upright.height, 256)
+                crop = dryRun.picture(
+                    of: path,
+                    filters: [
+                        .autorotate,
+                        .cropRect(
+                            x: (upright.width - width) / 2,
+                            y: (upright.height - height) / 2,
+                            width: width, height: height),
+                    ],
+                    format: .png, name: "crop/" + sample.fileKey + ".png")
             }
         }
 
@@ -257,26 +277,33 @@ public struct DryRun: Sendable {
 
     /// One row per output of `spec`. The input is processed once for every output (as a
     /// run does); each row has the whole time and the steps up to its own encoding.
-    private func preview(_ item: FeedItem, path: String, index: Int, spec: PipelineSpec, processor: ImageProcessor,
-                         folder: String, claimed: inout [String: String]) -> [DryRunRow] {
+    private func preview(
+        _ item: FeedItem, path: String, index: Int, spec: PipelineSpec, processor: ImageProcessor,
+        folder: String, claimed: inout [String: String]
+    ) -> [DryRunRow] {
         let inputBytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
         let start = DispatchTime.now()
         var steps: [StepTiming] = []
         let result = Result { () throws(ItemFailure) -> [ProcessedImage] in
-            try processor.processOutputs(.file(path), fields: ItemFields(key: item.key, stem: item.nameStem,
-                                                                        metadata: item.metadata)) { op, ms in
+            try processor.processOutputs(
+                .file(path),
+                fields: ItemFields(
+                    key: item.key, stem: item.nameStem,
+                    metadata: item.metadata)
+            ) { op, ms in
                 steps.append(StepTiming(op: op, milliseconds: ms))
             }
         }
         let milliseconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
         let images: [ProcessedImage]
         switch result {
-        case let .success(made): images = made
-        case let .failure(failure):
+        case .success(let made): images = made
+        case .failure(let failure):
             return spec.outputs.map { output in
-                var row = DryRunRow(key: item.key, inputWidth: nil, inputHeight: nil, inputBytes: inputBytes,
-                                    outputWidth: nil, outputHeight: nil, outputBytes: nil, output: nil,
-                                    milliseconds: milliseconds, failure: failure.description)
+                var row = DryRunRow(
+                    key: item.key, inputWidth: nil, inputHeight: nil, inputBytes: inputBytes,
+                    outputWidth: nil, outputHeight: nil, outputBytes: nil, output: nil,
+                    milliseconds: milliseconds, failure: failure.description)
                 row.outputID = output.id
                 return row
             }
@@ -286,23 +313,26 @@ public struct DryRun: Sendable {
             let name = folder + fileName
             var row: DryRunRow
             if let owner = claimed[name], owner != item.key {
-                row = DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
-                                inputBytes: inputBytes, outputWidth: nil, outputHeight: nil, outputBytes: nil, output: nil,
-                                milliseconds: milliseconds, failure: RunStore.nameTaken(fileName, by: owner).description)
+                row = DryRunRow(
+                    key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
+                    inputBytes: inputBytes, outputWidth: nil, outputHeight: nil, outputBytes: nil, output: nil,
+                    milliseconds: milliseconds, failure: RunStore.nameTaken(fileName, by: owner).description)
                 row.outputID = output.id
                 return row
             }
             claimed[name] = item.key
             do {
                 try write(image.data, to: name)
-                row = DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
-                                inputBytes: inputBytes, outputWidth: image.width, outputHeight: image.height,
-                                outputBytes: image.data.count, output: name, milliseconds: milliseconds, failure: nil,
-                                steps: Self.steps(steps, upTo: output.id, of: spec.outputs.count))
+                row = DryRunRow(
+                    key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
+                    inputBytes: inputBytes, outputWidth: image.width, outputHeight: image.height,
+                    outputBytes: image.data.count, output: name, milliseconds: milliseconds, failure: nil,
+                    steps: Self.steps(steps, upTo: output.id, of: spec.outputs.count))
             } catch {
-                row = DryRunRow(key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
-                                inputBytes: inputBytes, outputWidth: nil, outputHeight: nil, outputBytes: nil,
-                                output: nil, milliseconds: milliseconds, failure: "encode: cannot write preview: \(error)")
+                row = DryRunRow(
+                    key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,
+                    inputBytes: inputBytes, outputWidth: nil, outputHeight: nil, outputBytes: nil,
+                    output: nil, milliseconds: milliseconds, failure: "encode: cannot write preview: \(error)")
             }
             row.outputID = output.id
             return row

@@ -19,8 +19,9 @@ public enum DryRunSamples: Sendable, Equatable {
     /// directory source lists them when it is that source's folder (`"recursive": false`
     /// previews only what the run would list), else yes.
     static func listsSubfolders(_ folder: String, spec: PipelineSpec, environment: Environment) -> Bool {
-        guard case let .directory(pathValue, recursive) = spec.source,
-              let expanded = try? pathValue.expanded(in: environment) else { return true }
+        guard case .directory(let pathValue, let recursive) = spec.source,
+            let expanded = try? pathValue.expanded(in: environment)
+        else { return true }
         return spec.resolvePath(expanded).realPath == folder.realPath ? recursive : true
     }
 
@@ -43,21 +44,26 @@ public enum DryRunSamples: Sendable, Equatable {
     /// The previews' folder (`previews`) and the pipeline's sink folders are never listed,
     /// even when they lie inside the samples folder: a dry-run never reads what it or the
     /// pipeline wrote.
-    func list(spec: PipelineSpec, environment: Environment, limit: Int?, downloads: String, previews: String, logger: Logger,
-              notice: @escaping @Sendable (String) -> Void, _ body: (Sample) throws -> Bool) throws {
+    func list(
+        spec: PipelineSpec, environment: Environment, limit: Int?, downloads: String, previews: String, logger: Logger,
+        notice: @escaping @Sendable (String) -> Void, _ body: (Sample) throws -> Bool
+    ) throws {
         let feed: any Feed
         var fetcher: RemoteFetcher?
         var limit = limit
         switch self {
-        case let .folder(path):
-            feed = DirectoryFeed(root: path, recursive: Self.listsSubfolders(path, spec: spec, environment: environment),
-                                 excluding: [previews] + BuiltPipeline.sinkFolders(spec, environment: environment))
+        case .folder(let path):
+            feed = DirectoryFeed(
+                root: path, recursive: Self.listsSubfolders(path, spec: spec, environment: environment),
+                excluding: [previews] + BuiltPipeline.sinkFolders(spec, environment: environment))
         case .feed:
             limit = limit ?? Self.feedLimit
-            fetcher = try BuiltPipeline.makeFetcher(spec, environment: environment, cancellation: CancellationFlag(),
-                                                    logger: logger)
-            feed = try BuiltPipeline.makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher,
-                                              excluding: [previews], notice: notice)
+            fetcher = try BuiltPipeline.makeFetcher(
+                spec, environment: environment, cancellation: CancellationFlag(),
+                logger: logger)
+            feed = try BuiltPipeline.makeFeed(
+                spec.source, spec: spec, environment: environment, fetcher: fetcher,
+                excluding: [previews], notice: notice)
         }
         var index = 0
         try feed.list { listed in
@@ -74,11 +80,11 @@ public enum DryRunSamples: Sendable, Equatable {
                 try Self.download(item, number: index, into: downloads, fetcher: fetcher)
             }
             switch downloaded {
-            case let .success(.file(path)): return try body(Sample(item: item, path: path, failure: nil))
-            case let .success(.skipped(skip)):
+            case .success(.file(let path)): return try body(Sample(item: item, path: path, failure: nil))
+            case .success(.skipped(let skip)):
                 // Refused by robots.txt or opted out: shown with its reason, never previewed.
                 return try body(Sample(item: item, path: nil, failure: "skipped: \(skip)"))
-            case let .failure(failure): return try body(Sample(item: item, path: nil, failure: failure.description))
+            case .failure(let failure): return try body(Sample(item: item, path: nil, failure: failure.description))
             }
         }
     }
@@ -93,8 +99,10 @@ public enum DryRunSamples: Sendable, Equatable {
     /// Downloads one remote item (or links it from the cache) to
     /// `downloads/<number>-<stem>.<format's extension>`, waiting between attempts as the
     /// pipeline's `retry` says.
-    private static func download(_ item: FeedItem, number: Int, into downloads: String,
-                                 fetcher: RemoteFetcher) throws(ItemFailure) -> Download {
+    private static func download(
+        _ item: FeedItem, number: Int, into downloads: String,
+        fetcher: RemoteFetcher
+    ) throws(ItemFailure) -> Download {
         do {
             try FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
         } catch {
@@ -106,19 +114,19 @@ public enum DryRunSamples: Sendable, Equatable {
         fetching: while true {
             switch try fetcher.image(item.location, to: spool, attempt: attempt, reserved: reserved) {
             case .fetched: break fetching
-            case let .skipped(skip): return .skipped(skip)
-            case let .retry(delay):
+            case .skipped(let skip): return .skipped(skip)
+            case .retry(let delay):
                 Thread.sleep(forTimeInterval: delay)
                 attempt += 1
                 reserved = false
-            case let .later(delay, turn):
+            case .later(let delay, let turn):
                 Thread.sleep(forTimeInterval: delay)
                 reserved = turn
             }
         }
         let head = Array((FileHandle(forReadingAtPath: spool).flatMap { try? $0.read(upToCount: 64) }) ?? Data())
         var ext = "img"
-        if case let .accepted(format) = ImageFormat.sniff(head) { ext = format == .jpeg ? "jpg" : format.rawValue }
+        if case .accepted(let format) = ImageFormat.sniff(head) { ext = format == .jpeg ? "jpg" : format.rawValue }
         // One file of the folder: a remote item's stem has the URL's folders (`img/a`).
         let path = downloads + "/\(number)-\(NameTemplate.lastComponent(of: item.nameStem)).\(ext)"
         guard rename(spool, path) == 0 else {

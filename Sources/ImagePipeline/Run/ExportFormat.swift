@@ -31,8 +31,10 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     }
 
     /// One record as one line (without the newline). `redact` masks what must not leave.
-    public func line(_ record: ExportRecord, sinks: [String], outputs: [String] = [OutputSpec.defaultID],
-                     redact: (String) -> String) -> String {
+    public func line(
+        _ record: ExportRecord, sinks: [String], outputs: [String] = [OutputSpec.defaultID],
+        redact: (String) -> String
+    ) -> String {
         switch self {
         case .jsonl: jsonLine(record, redact: redact)
         case .csv: csvLine(record, sinks: sinks, outputs: outputs, redact: redact)
@@ -43,19 +45,36 @@ public enum ExportFormat: String, Sendable, CaseIterable {
         func text(_ value: String?) -> JSONValue { value.map { .string(redact($0)) } ?? .null }
         func number(_ value: Int?) -> JSONValue { value.map { .number(Double($0), isInteger: true) } ?? .null }
         let metadata: JSONValue = record.metadata.flatMap { JSONValue.lenient(redact($0)) } ?? .null
-        let outputs = JSONValue.object(record.outputs.map { id, output in
-            (id, .object([("name", .string(output.name)), ("format", .string(output.format)), ("width", number(output.width)),
-                          ("height", number(output.height)), ("bytes", number(output.bytes)), ("sha256", text(output.sha256))]))
-        })
-        let deliveries = JSONValue.object(record.deliveries.map { sink, byOutput in
-            (sink, .object(byOutput.map { id, delivery in
-                (id, .object([("status", .string(delivery.status)), ("remoteURL", text(delivery.remoteURL)),
-                              ("httpStatus", number(delivery.httpStatus)), ("attempts", number(delivery.attempts)),
-                              ("message", text(delivery.message))]))
-            }))
-        })
+        let outputs = JSONValue.object(
+            record.outputs.map { id, output in
+                (
+                    id,
+                    .object([
+                        ("name", .string(output.name)), ("format", .string(output.format)), ("width", number(output.width)),
+                        ("height", number(output.height)), ("bytes", number(output.bytes)), ("sha256", text(output.sha256)),
+                    ])
+                )
+            })
+        let deliveries = JSONValue.object(
+            record.deliveries.map { sink, byOutput in
+                (
+                    sink,
+                    .object(
+                        byOutput.map { id, delivery in
+                            (
+                                id,
+                                .object([
+                                    ("status", .string(delivery.status)), ("remoteURL", text(delivery.remoteURL)),
+                                    ("httpStatus", number(delivery.httpStatus)), ("attempts", number(delivery.attempts)),
+                                    ("message", text(delivery.message)),
+                                ])
+                            )
+                        })
+                )
+            })
         return JSONValue.object([
-            ("key", .string(redact(Environment.shown(record.key)))), ("location", .string(redact(Environment.shown(record.location)))),
+            ("key", .string(redact(Environment.shown(record.key)))),
+            ("location", .string(redact(Environment.shown(record.location)))),
             ("status", .string(record.status)), ("reason", text(record.reason)), ("message", text(record.message)),
             ("attempts", number(record.attempts)), ("tier", text(record.tier)), ("metadata", metadata),
             ("outputs", outputs), ("deliveries", deliveries),
@@ -63,19 +82,25 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     }
 
     private func csvLine(_ record: ExportRecord, sinks: [String], outputs: [String], redact: (String) -> String) -> String {
-        var cells: [String?] = [redact(Environment.shown(record.key)), redact(Environment.shown(record.location)), record.status, record.reason,
-                                record.message.map(redact), String(record.attempts), record.tier, record.metadata.map(redact)]
+        var cells: [String?] = [
+            redact(Environment.shown(record.key)), redact(Environment.shown(record.location)), record.status, record.reason,
+            record.message.map(redact), String(record.attempts), record.tier, record.metadata.map(redact),
+        ]
         for id in outputs {
             let output = record.outputs.first { $0.id == id }?.output
-            cells += [output?.name, output?.format, output?.width.map(String.init), output?.height.map(String.init),
-                      output?.bytes.map(String.init), output?.sha256]
+            cells += [
+                output?.name, output?.format, output?.width.map(String.init), output?.height.map(String.init),
+                output?.bytes.map(String.init), output?.sha256,
+            ]
         }
         for sink in sinks {
             let byOutput = record.deliveries.first { $0.sink == sink }?.byOutput ?? []
             for id in outputs {
                 let delivery = byOutput.first { $0.id == id }?.delivery
-                cells += [delivery?.status, delivery?.remoteURL.map(redact), delivery?.httpStatus.map(String.init),
-                          delivery.map { String($0.attempts) }]
+                cells += [
+                    delivery?.status, delivery?.remoteURL.map(redact), delivery?.httpStatus.map(String.init),
+                    delivery.map { String($0.attempts) },
+                ]
             }
         }
         return cells.map { Self.csvCell($0 ?? "") }.joined(separator: ",")

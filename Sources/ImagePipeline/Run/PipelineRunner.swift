@@ -35,8 +35,10 @@ public final class PipelineRunner: Sendable {
     let options: Options
     private let active = Mutex<RunStages?>(nil)
 
-    public init(pipeline: BuiltPipeline, store: any RunStateStore, reporter: any RunReporter, logger: Logger,
-                options: Options = Options()) {
+    public init(
+        pipeline: BuiltPipeline, store: any RunStateStore, reporter: any RunReporter, logger: Logger,
+        options: Options = Options()
+    ) {
         self.pipeline = pipeline
         self.store = store
         self.reporter = reporter
@@ -61,8 +63,10 @@ public final class PipelineRunner: Sendable {
         let start = try store.begin(mode, identity)
         for notice in start.notices { reporter.notice(notice) }
         try VipsRuntime.setUp()
-        let context = RunContext(start: start, pipeline: pipeline, store: store, reporter: reporter, logger: logger,
-                                 options: options) { [weak self] error in
+        let context = RunContext(
+            start: start, pipeline: pipeline, store: store, reporter: reporter, logger: logger,
+            options: options
+        ) { [weak self] error in
             self?.reporter.notice("cannot write the state file: \(error); stopping")
             self?.interrupt()
         }
@@ -79,10 +83,11 @@ public final class PipelineRunner: Sendable {
     /// What the store records of this pipeline.
     var identity: RunIdentity {
         let spec = pipeline.spec
-        return RunIdentity(pipelinePath: pipeline.path, pipelineName: spec.name, document: spec.document.serialized(),
-                           fingerprint: pipeline.runFingerprint, sinks: spec.sinks.map(\.name),
-                           workRoot: store.workRoot,
-                           displayPath: displayPath, uuid: options.runUUID, baseline: options.changes?.baseline.id)
+        return RunIdentity(
+            pipelinePath: pipeline.path, pipelineName: spec.name, document: spec.document.serialized(),
+            fingerprint: pipeline.runFingerprint, sinks: spec.sinks.map(\.name),
+            workRoot: store.workRoot,
+            displayPath: displayPath, uuid: options.runUUID, baseline: options.changes?.baseline.id)
     }
 
     var displayPath: String {
@@ -120,8 +125,10 @@ struct RunContext: Sendable {
     /// Items in flight at most.
     let capacity: Int
 
-    init(start: RunStart, pipeline: BuiltPipeline, store: any RunStateStore, reporter: any RunReporter, logger: Logger,
-         options: PipelineRunner.Options, onWriteError: @escaping @Sendable (any Error) -> Void) {
+    init(
+        start: RunStart, pipeline: BuiltPipeline, store: any RunStateStore, reporter: any RunReporter, logger: Logger,
+        options: PipelineRunner.Options, onWriteError: @escaping @Sendable (any Error) -> Void
+    ) {
         run = start.run
         resuming = start.resuming
         refreshing = start.refreshing
@@ -141,15 +148,19 @@ struct RunContext: Sendable {
         }
         self.workers = workers
         memory = MemoryBudget(bytes: limits.memoryBytes)
-        pixels = options.pixelHelper.map {
-            .helpers(PixelHelpers(launch: $0, spec: pipeline.spec, environment: pipeline.environment, fallback: pipeline.processor,
-                                  cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact))
-        } ?? .inProcess(pipeline.processor)
+        pixels =
+            options.pixelHelper.map {
+                .helpers(
+                    PixelHelpers(
+                        launch: $0, spec: pipeline.spec, environment: pipeline.environment, fallback: pipeline.processor,
+                        cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact))
+            } ?? .inProcess(pipeline.processor)
         // Commits wait for company only while every pixel thread has four items queued behind
         // the one it works on: the stage that sets the pace then has more work in hand than a
         // wait lasts, and the wait costs no throughput (`StoreWriter`).
-        writer = StoreWriter(store: store, runId: start.run.id, redact: pipeline.environment.redact,
-                             linger: { workers.backlog >= 4 * workers.width }, onError: onWriteError)
+        writer = StoreWriter(
+            store: store, runId: start.run.id, redact: pipeline.environment.redact,
+            linger: { workers.backlog >= 4 * workers.width }, onError: onWriteError)
         deliverers = BoundedExecutor(label: "imgpipe.sinks", width: limits.uploads)
         var sinks: [String: any Sink] = [:]
         for sink in pipeline.sinks { sinks[sink.name] = sink }

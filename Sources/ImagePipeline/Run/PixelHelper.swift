@@ -79,17 +79,19 @@ public enum PixelHelper {
         let baseDirectory = try fields.string()
         let name = try fields.string()
         var variables: [String: String] = [:]
-        for _ in 0 ..< max(0, try fields.int()) {
+        for _ in 0..<max(0, try fields.int()) {
             let variable = try fields.string()
             variables[variable] = try fields.string()
         }
-        let spec = try PipelineSpec.decode(text: String(decoding: document, as: UTF8.self), baseDirectory: baseDirectory,
-                                           defaultName: name)
+        let spec = try PipelineSpec.decode(
+            text: String(decoding: document, as: UTF8.self), baseDirectory: baseDirectory,
+            defaultName: name)
         let environment = Environment(variables)
-        return ImageProcessor(filters: try BuiltPipeline.checkedFilters(spec, environment: environment),
-                              outputs: try BuiltPipeline.checkedOutputs(spec, environment: environment),
-                              limits: spec.limits, baseDirectory: spec.baseDirectory,
-                              tuning: tuning, accept: spec.accept)
+        return ImageProcessor(
+            filters: try BuiltPipeline.checkedFilters(spec, environment: environment),
+            outputs: try BuiltPipeline.checkedOutputs(spec, environment: environment),
+            limits: spec.limits, baseDirectory: spec.baseDirectory,
+            tuning: tuning, accept: spec.accept)
     }
 }
 
@@ -97,7 +99,11 @@ public enum PixelHelper {
 enum PixelMessage {
     /// The kind of an answer, its first field.
     enum Kind: Int {
-        case processed = 0, skipped, failed, refused, ready
+        case processed = 0
+        case skipped
+        case failed
+        case refused
+        case ready
     }
 
     /// The first frame to a helper: the pipeline as the run read it (the payload), and in
@@ -125,7 +131,10 @@ enum PixelMessage {
         while let dollar = rest.firstIndex(of: "$") {
             rest = rest[rest.index(after: dollar)...]
             // `$$` is a literal `$` (`$${X}` names no variable): passed over whole.
-            if rest.first == "$" { rest = rest.dropFirst(); continue }
+            if rest.first == "$" {
+                rest = rest.dropFirst()
+                continue
+            }
             guard rest.first == "{" else { continue }
             rest = rest.dropFirst()
             let name = rest.prefix { $0 == "_" || $0.isASCIILetter || $0.isASCIIDigit }
@@ -169,12 +178,14 @@ enum PixelMessage {
     static func answer(_ outcome: Result<ProcessOutcome, ItemFailure>) -> (header: [UInt8], payload: [Data]) {
         var fields = WireFields()
         switch outcome {
-        case let .success(.processed(images)):
+        case .success(.processed(let images)):
             fields.put(Kind.processed.rawValue)
             fields.put(images.count)
             for image in images {
                 fields.put(image.output)
-                for number in [image.width, image.height, image.inputWidth, image.inputHeight, image.inputBytes, image.data.count] {
+                for number in [
+                    image.width, image.height, image.inputWidth, image.inputHeight, image.inputBytes, image.data.count,
+                ] {
                     fields.put(number)
                 }
                 fields.put(image.inputFormat.rawValue)
@@ -182,11 +193,11 @@ enum PixelMessage {
                 fields.put(image.inputSHA256)
             }
             return (fields.bytes, images.map(\.data))
-        case let .success(.skipped(skip)):
+        case .success(.skipped(let skip)):
             fields.put(Kind.skipped.rawValue)
             fields.put(skip.reason.rawValue)
             fields.put(skip.message)
-        case let .failure(failure):
+        case .failure(let failure):
             fields.put(Kind.failed.rawValue)
             fields.put(failure.reason.rawValue)
             fields.put(failure.message)
@@ -207,22 +218,25 @@ enum PixelMessage {
         switch Kind(rawValue: try reader.int()) {
         case .processed:
             let count = try reader.int()
-            guard (1 ... 1 << 16).contains(count) else { throw WireReader.Malformed() }
+            guard (1...1 << 16).contains(count) else { throw WireReader.Malformed() }
             var images: [ProcessedImage] = []
             var offset = 0
-            for _ in 0 ..< count {
+            for _ in 0..<count {
                 let output = try reader.string()
-                let numbers = try (0 ..< 6).map { _ throws(WireReader.Malformed) in try reader.int() }
+                let numbers = try (0..<6).map { _ throws(WireReader.Malformed) in try reader.int() }
                 guard let format = ImageFormat(rawValue: try reader.string()),
-                      numbers[5] >= 0, numbers[5] <= payload.count - offset else { throw WireReader.Malformed() }
+                    numbers[5] >= 0, numbers[5] <= payload.count - offset
+                else { throw WireReader.Malformed() }
                 let sha256 = try reader.string()
                 let inputSHA256 = try reader.string()
                 // One output (the usual case) is the whole payload: not copied again.
-                let data = numbers[5] == payload.count ? payload : payload.subdata(in: offset ..< offset + numbers[5])
+                let data = numbers[5] == payload.count ? payload : payload.subdata(in: offset..<offset + numbers[5])
                 offset += numbers[5]
-                images.append(ProcessedImage(output: output, data: data, width: numbers[0], height: numbers[1],
-                                             inputWidth: numbers[2], inputHeight: numbers[3], inputFormat: format,
-                                             sha256: sha256, inputBytes: numbers[4], inputSHA256: inputSHA256))
+                images.append(
+                    ProcessedImage(
+                        output: output, data: data, width: numbers[0], height: numbers[1],
+                        inputWidth: numbers[2], inputHeight: numbers[3], inputFormat: format,
+                        sha256: sha256, inputBytes: numbers[4], inputSHA256: inputSHA256))
             }
             guard offset == payload.count else { throw WireReader.Malformed() }
             return .outcome(.success(.processed(images)))

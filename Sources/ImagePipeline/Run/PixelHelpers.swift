@@ -54,17 +54,17 @@ enum PixelWork: Sendable {
     /// once (the item is left for resume, as a download cut by the abort is).
     func processOrSkip(_ input: ImageInput, fields: ItemFields) throws(ItemFailure) -> ProcessOutcome? {
         switch self {
-        case let .inProcess(processor): try processor.processOrSkip(input, fields: fields)
-        case let .helpers(helpers): try helpers.processOrSkip(input, fields: fields)
+        case .inProcess(let processor): try processor.processOrSkip(input, fields: fields)
+        case .helpers(let helpers): try helpers.processOrSkip(input, fields: fields)
         }
     }
 
     func shutdown() {
-        if case let .helpers(helpers) = self { helpers.shutdown() }
+        if case .helpers(let helpers) = self { helpers.shutdown() }
     }
 
     func abort() {
-        if case let .helpers(helpers) = self { helpers.abort() }
+        if case .helpers(let helpers) = self { helpers.abort() }
     }
 }
 
@@ -138,8 +138,10 @@ final class PixelHelpers: @unchecked Sendable {
         case leave
     }
 
-    init(launch: PixelHelperLaunch, spec: PipelineSpec, environment: Environment, fallback: ImageProcessor,
-         cancellation: CancellationFlag, logger: Logger, redact: @escaping @Sendable (String) -> String) {
+    init(
+        launch: PixelHelperLaunch, spec: PipelineSpec, environment: Environment, fallback: ImageProcessor,
+        cancellation: CancellationFlag, logger: Logger, redact: @escaping @Sendable (String) -> String
+    ) {
         self.launch = launch
         configuration = PixelMessage.configuration(spec, environment: environment)
         helperEnvironment = PixelHelperLaunch.helperEnvironment(ProcessInfo.processInfo.environment)
@@ -157,8 +159,8 @@ final class PixelHelpers: @unchecked Sendable {
         let header: [UInt8]
         let payload: [Data]
         switch input {
-        case let .file(path): (header, payload) = (PixelMessage.request(path: path, fields: fields), [])
-        case let .data(data): (header, payload) = (PixelMessage.request(path: nil, fields: fields), [data])
+        case .file(let path): (header, payload) = (PixelMessage.request(path: path, fields: fields), [])
+        case .data(let data): (header, payload) = (PixelMessage.request(path: nil, fields: fields), [data])
         }
         var ends: [String] = []
         while true {
@@ -168,7 +170,7 @@ final class PixelHelpers: @unchecked Sendable {
                 switch try assignment() {
                 case .leave: return nil
                 case .inProcess: answered = .success(nil)
-                case let .helper(helper):
+                case .helper(let helper):
                     let reading = try exchange(helper, header: header, payload: payload)
                     release(helper)
                     answered = .success(reading)
@@ -183,14 +185,17 @@ final class PixelHelpers: @unchecked Sendable {
                     throw ItemFailure(.process, "its pixel helper \(ends[0]); no new one could start")
                 }
                 return try fallback.processOrSkip(input, fields: fields)
-            case let .success(outcome?):
+            case .success(let outcome?):
                 return try outcome.get()
-            case let .failure(ended):
+            case .failure(let ended):
                 if isStopping { return nil }
                 ends.append(ended.description)
                 guard ends.count == 2 else {
-                    logger.warning("pixel helper \(ended.description); the item goes to a new one", metadata: [
-                        "item": "\(fields.key)", "stage": "pixels"])
+                    logger.warning(
+                        "pixel helper \(ended.description); the item goes to a new one",
+                        metadata: [
+                            "item": "\(fields.key)", "stage": "pixels",
+                        ])
                     continue
                 }
                 throw ItemFailure(.process, "its pixel helper \(ends[0]); a second one \(ends[1])")
@@ -252,16 +257,17 @@ final class PixelHelpers: @unchecked Sendable {
         } catch {
             let reason: String
             switch error {
-            case let .ended(ended): throw ended
-            case let .cannotStart(why): reason = why
+            case .ended(let ended): throw ended
+            case .cannotStart(let why): reason = why
             }
             let first = lock.withLock {
                 defer { unavailable = unavailable ?? reason }
                 return unavailable == nil
             }
             if first {
-                logger.warning("cannot start a pixel helper (\(redact(reason))); this session makes its pixels on its workers' threads",
-                               metadata: ["stage": "pixels"])
+                logger.warning(
+                    "cannot start a pixel helper (\(redact(reason))); this session makes its pixels on its workers' threads",
+                    metadata: ["stage": "pixels"])
             }
             return .inProcess
         }
@@ -280,12 +286,13 @@ final class PixelHelpers: @unchecked Sendable {
 
     /// Sends one request and reads its answer; a helper that ends meanwhile, or answers
     /// what cannot be read, is buried and forgotten.
-    private func exchange(_ helper: Helper, header: [UInt8], payload: [Data]) throws(Ended) -> Result<ProcessOutcome, ItemFailure> {
+    private func exchange(_ helper: Helper, header: [UInt8], payload: [Data]) throws(Ended) -> Result<ProcessOutcome, ItemFailure>
+    {
         if PixelWire.write(helper.socket, header: header, payload: payload), let frame = PixelWire.read(helper.socket) {
             let end: String
             switch try? PixelMessage.read(frame.header, payload: frame.payload) {
-            case let .outcome(outcome)?: return outcome
-            case let .refused(message)?: end = "refused the request (\(message)); the run ended it"
+            case .outcome(let outcome)?: return outcome
+            case .refused(let message)?: end = "refused the request (\(message)); the run ended it"
             case nil, .ready?: end = "answered what cannot be read; the run ended it"
             }
             forget(helper)
@@ -329,7 +336,7 @@ final class PixelHelpers: @unchecked Sendable {
         // The helper's end is its standard input; no other descriptor of the run goes with it.
         let argv = ([launch.name] + launch.arguments + ["\(getpid())"]).map { strdup($0) } + [nil]
         let envp = helperEnvironment.map { strdup($0) } + [nil]
-        defer { (argv + envp).forEach { free($0) } }
+        defer { for pointer in argv + envp { free(pointer) } }
         var pid: pid_t = 0
         let spawned = ip_spawn_helper(launch.executable, argv, envp, pair[1], &pid)
         Glibc.close(pair[1])
@@ -346,7 +353,9 @@ final class PixelHelpers: @unchecked Sendable {
             if cancellation.isAborted || stopped { Glibc.kill(pid, SIGKILL) }
         }
         let settle = { [self] in lock.withLock { _ = starting.remove(pid) } }
-        guard PixelWire.write(helper.socket, header: configuration.header, payload: [configuration.payload]), let frame = PixelWire.read(helper.socket) else {
+        guard PixelWire.write(helper.socket, header: configuration.header, payload: [configuration.payload]),
+            let frame = PixelWire.read(helper.socket)
+        else {
             settle()
             let end = bury(helper)
             throw end.signal == SIGKILL ? .ended(end) : .cannotStart("it \(end) before it was ready")
@@ -355,7 +364,7 @@ final class PixelHelpers: @unchecked Sendable {
         switch try? PixelMessage.read(frame.header, payload: frame.payload) {
         case .ready:
             return helper
-        case let .refused(message):
+        case .refused(let message):
             retire(helper)
             throw .cannotStart("it refused the pipeline: \(message)")
         default:
@@ -370,7 +379,7 @@ final class PixelHelpers: @unchecked Sendable {
     private func bury(_ helper: Helper) -> Ended {
         Glibc.close(helper.socket)
         var status: Int32 = 0
-        for _ in 0 ..< 100 {
+        for _ in 0..<100 {
             let reaped = waitpid(helper.pid, &status, WNOHANG)
             if reaped == helper.pid { return Self.ending(status) }
             if reaped < 0, errno != EINTR { return Ended(description: "ended (not reaped: \(String(cString: strerror(errno))))") }

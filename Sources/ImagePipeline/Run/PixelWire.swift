@@ -33,8 +33,8 @@ enum PixelWire {
     static func read(_ socket: Int32) -> (header: [UInt8], payload: Data)? {
         var prefix = [UInt8](repeating: 0, count: 12)
         guard prefix.withUnsafeMutableBytes({ receiveAll(socket, $0) }) else { return nil }
-        let headerLength = Int(littleEndian(prefix[0 ..< 4]))
-        let payloadLength = littleEndian(prefix[4 ..< 12])
+        let headerLength = Int(littleEndian(prefix[0..<4]))
+        let payloadLength = littleEndian(prefix[4..<12])
         guard headerLength <= largestHeader, payloadLength <= largestPayload else { return nil }
         var header = [UInt8](repeating: 0, count: headerLength)
         guard header.withUnsafeMutableBytes({ receiveAll(socket, $0) }) else { return nil }
@@ -45,7 +45,7 @@ enum PixelWire {
 
     /// `value`'s low `bytes` bytes, least significant first (the frames' and fields' integers).
     static func appendLittleEndian(_ value: UInt64, bytes: Int, to out: inout [UInt8]) {
-        for index in 0 ..< bytes { out.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(index)))) }
+        for index in 0..<bytes { out.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(index)))) }
     }
 
     static func littleEndian(_ bytes: ArraySlice<UInt8>) -> UInt64 {
@@ -110,14 +110,14 @@ struct WireReader {
     mutating func int() throws(Malformed) -> Int {
         guard 8 <= bytes.count - offset else { throw Malformed() }
         defer { offset += 8 }
-        return Int(Int64(bitPattern: PixelWire.littleEndian(bytes[offset ..< offset + 8])))
+        return Int(Int64(bitPattern: PixelWire.littleEndian(bytes[offset..<offset + 8])))
     }
 
     mutating func string() throws(Malformed) -> String {
         let count = try int()
         guard count >= 0, count <= bytes.count - offset else { throw Malformed() }
         defer { offset += count }
-        return String(decoding: bytes[offset ..< offset + count], as: UTF8.self)
+        return String(decoding: bytes[offset..<offset + count], as: UTF8.self)
     }
 
     mutating func optionalString() throws(Malformed) -> String? {

@@ -11,20 +11,20 @@ public enum RunError: Error, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case let .unfinishedRun(id, stateFile, pipeline):
+        case .unfinishedRun(let id, let stateFile, let pipeline):
             "state file \(stateFile) has an unfinished run (#\(id)); continue it with `imgpipe resume \(pipeline)`, or start over with `imgpipe run \(pipeline) --new`"
-        case let .nothingToResume(stateFile, pipeline):
+        case .nothingToResume(let stateFile, let pipeline):
             "state file \(stateFile) has no run to resume; start one with `imgpipe run \(pipeline)`"
-        case let .pipelineChanged(fields, id, details):
+        case .pipelineChanged(let fields, let id, let details):
             "the pipeline's \(fields.joined(separator: " and ")) changed since run #\(id) started"
                 + (details.isEmpty ? "" : " (" + details.joined(separator: "; ") + ")")
                 + ", so its outputs would differ; restore the file, or start over with `imgpipe run --new`"
-        case let .sinksChanged(id, from, to):
+        case .sinksChanged(let id, let from, let to):
             "the pipeline's sinks changed since run #\(id) started (\(from.joined(separator: ", ")) → \(to.joined(separator: ", "))), "
                 + "so its items' deliveries would not be made; restore the sinks, or start over with `imgpipe run --new`"
-        case let .stateFileBusy(stateFile):
+        case .stateFileBusy(let stateFile):
             "state file \(stateFile) is in use by another imgpipe process"
-        case let .feed(message):
+        case .feed(let message):
             message
         }
     }

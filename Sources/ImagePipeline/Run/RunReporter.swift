@@ -13,7 +13,7 @@ public struct RunProgress: Sendable {
 
         public var count: Int {
             switch self {
-            case let .exact(count), let .estimate(count), let .atLeast(count): count
+            case .exact(let count), .estimate(let count), .atLeast(let count): count
             }
         }
     }

@@ -28,8 +28,10 @@ final class RunStages: Sendable {
     init(_ context: RunContext) throws {
         self.context = context
         let counts = try context.store.counts(runId: context.runId)
-        state = Mutex(RunState(capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete,
-                               itemLimit: context.run.itemLimit))
+        state = Mutex(
+            RunState(
+                capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete,
+                itemLimit: context.run.itemLimit))
     }
 
     private var pipeline: BuiltPipeline { context.pipeline }
@@ -65,8 +67,12 @@ final class RunStages: Sendable {
             throw StageError("cannot make the run's work folder \(run.workDirectory): \(error.localizedDescription)")
         }
         sweepPartialFiles()
-        context.logger.debug("session started", metadata: ["run": "\(run.id)", "slots": "\(context.capacity)",
-                                                            "workers": "\(pipeline.spec.limits.effectiveWorkers)"])
+        context.logger.debug(
+            "session started",
+            metadata: [
+                "run": "\(run.id)", "slots": "\(context.capacity)",
+                "workers": "\(pipeline.spec.limits.effectiveWorkers)",
+            ])
 
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue.global(qos: .utility))
         let interval = context.options.progressInterval
@@ -89,7 +95,8 @@ final class RunStages: Sendable {
         while !finishedEverything {
             finishedEverything = allDone.wait(timeout: .now() + 0.1) == .success
             if !finishedEverything, let deadline = state.withLock({ $0.graceDeadline(context.options.gracePeriod) }),
-               Date() > deadline {
+                Date() > deadline
+            {
                 if !state.withLock({ $0.aborted }) {
                     context.reporter.notice("grace period over; leaving unfinished items for resume")
                 }
@@ -128,12 +135,13 @@ final class RunStages: Sendable {
     private func summary(of final: ItemCounts, elapsed: Double, interrupted: Bool) throws -> RunSummary {
         let store = context.store
         let (session, listingError, feedComplete) = state.withLock { ($0.finishedThisSession, $0.listingError, $0.feedComplete) }
-        return RunSummary(run: context.runId, stateFile: store.path, total: final.total, feedComplete: feedComplete,
-                          done: final.done,
-                          skipped: final.skipped, failed: final.failed, pending: final.unfinished, processed: session,
-                          elapsed: elapsed, itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0,
-                          interrupted: interrupted, failuresByReason: try store.failureCounts(runId: context.runId),
-                          skipsByReason: try store.skipCounts(runId: context.runId), listingError: listingError)
+        return RunSummary(
+            run: context.runId, stateFile: store.path, total: final.total, feedComplete: feedComplete,
+            done: final.done,
+            skipped: final.skipped, failed: final.failed, pending: final.unfinished, processed: session,
+            elapsed: elapsed, itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0,
+            interrupted: interrupted, failuresByReason: try store.failureCounts(runId: context.runId),
+            skipsByReason: try store.skipCounts(runId: context.runId), listingError: listingError)
     }
 
     /// Removes half-written staged outputs and downloads of a killed session.
@@ -199,9 +207,11 @@ final class RunStages: Sendable {
                     guard state.withLock({ $0.claimStart(seq: paged.seq) }) else { continue }
                     var record = paged
                     if state.withLock({ $0.wasRevived(seq: paged.seq) }) {
-                        guard let now = (try? context.store.item(runId: context.runId, key: paged.key))??
-                                  .restoringLocation(pipeline.environment),
-                              [.pending, .fetched, .processed].contains(now.status) else {
+                        guard
+                            let now = (try? context.store.item(runId: context.runId, key: paged.key))??
+                                .restoringLocation(pipeline.environment),
+                            [.pending, .fetched, .processed].contains(now.status)
+                        else {
                             state.withLock { $0.ended(seq: paged.seq) }
                             continue
                         }
@@ -229,7 +239,9 @@ final class RunStages: Sendable {
             seq = try context.store.lastSeq(runId: context.runId)
             // A listing cut short continues after its last item (a refresh looks at everything).
             if seq > 0, !context.refreshing {
-                cursor = try context.store.lastKey(runId: context.runId).map { FeedCursor(key: environment.restored($0), listed: seq) }
+                cursor = try context.store.lastKey(runId: context.runId).map {
+                    FeedCursor(key: environment.restored($0), listed: seq)
+                }
             }
         } catch {
             context.reporter.notice("cannot read the state file: \(error)")
@@ -246,23 +258,25 @@ final class RunStages: Sendable {
         func admit(_ item: FeedItem, seq itemSeq: Int, carried: NewItem.Carried?) {
             let tier: Tier? = !item.isLocal ? nil : item.fromFallback ? .fallback : .local
             let outputs = zip(spec.outputs, takers).map { output, sinks in
-                NewOutput(id: output.id, name: output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: itemSeq),
-                          sinks: sinks)
+                NewOutput(
+                    id: output.id, name: output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: itemSeq),
+                    sinks: sinks)
             }
-            var new = NewItem(key: item.key, seq: itemSeq, location: environment.recorded(item.location), metadata: item.metadata,
-                              outputs: outputs, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier)
+            var new = NewItem(
+                key: item.key, seq: itemSeq, location: environment.recorded(item.location), metadata: item.metadata,
+                outputs: outputs, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier)
             new.carried = carried
             let change = StoreChange.insert(new)
             writer.submit(change) { [self] outcome in
                 switch outcome {
-                case .applied, .revived: // (only a skip revives)
+                case .applied, .revived:  // (only a skip revives)
                     state.withLock { $0.inserted() }
                     var job = Job(key: item.key, seq: itemSeq, location: item.location, metadata: item.metadata)
                     job.nameKey = item.nameKey
                     job.nameStem = item.nameStem
                     job.tier = tier
                     start(job, at: .pending)
-                case let .failed(failure):
+                case .failed(let failure):
                     context.reporter.itemFailed(key: item.key, failure: failure)
                     context.reporter.itemSettled(key: item.key, outcome: .failed(failure))
                     perform(state.withLock { $0.insertFailed() })
@@ -271,9 +285,14 @@ final class RunStages: Sendable {
                     // this worker) or put back for a retry: taken up where it stood, not
                     // passed over as a duplicate.
                     if context.store.takeBack(key: item.key),
-                       let record = try? context.store.item(runId: context.runId, key: item.key)?.restoringLocation(environment) {
-                        context.logger.info("taken back where it stood", metadata: ["item": "\(item.key)",
-                                                                                    "status": "\(record.status.rawValue)"])
+                        let record = try? context.store.item(runId: context.runId, key: item.key)?.restoringLocation(environment)
+                    {
+                        context.logger.info(
+                            "taken back where it stood",
+                            metadata: [
+                                "item": "\(item.key)",
+                                "status": "\(record.status.rawValue)",
+                            ])
                         state.withLock { $0.inserted() }
                         start(Job(record: record), at: record.status)
                         return
@@ -405,8 +424,10 @@ final class RunStages: Sendable {
     /// The wait is registered: when the run is interrupted, `ifInterrupted` runs at once
     /// instead (the item gives its slot back and stays as recorded, for resume), so a
     /// pending `Retry-After: 60` never holds up Ctrl-C. Exactly one of the two runs.
-    private func later(_ delay: Double, ifInterrupted cancel: @escaping @Sendable () -> Void,
-                       _ body: @escaping @Sendable () -> Void) {
+    private func later(
+        _ delay: Double, ifInterrupted cancel: @escaping @Sendable () -> Void,
+        _ body: @escaping @Sendable () -> Void
+    ) {
         let token = retryTimers.withLock { timers -> UInt64 in
             timers.next += 1
             timers.pending[timers.next] = cancel
@@ -452,24 +473,27 @@ final class RunStages: Sendable {
             let tier: Tier
             let body: Data?
             switch outcome {
-            case let .success(.fetched(served, kept)):
+            case .success(.fetched(let served, let kept)):
                 tier = served
                 body = kept
-            case let .success(.skipped(skip)):
+            case .success(.skipped(let skip)):
                 return self.skip(job, skip)
-            case let .success(.retry(delay)):
-                context.logger.info("download will be retried", metadata: [
-                    "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",
-                    "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)"])
+            case .success(.retry(let delay)):
+                context.logger.info(
+                    "download will be retried",
+                    metadata: [
+                        "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",
+                        "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)",
+                    ])
                 return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
                     fetch(job, attempt: attempt + 1)
                 }
-            case let .success(.later(delay, reserved)):
+            case .success(.later(let delay, let reserved)):
                 // The host's turn: not an attempt.
                 return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
                     fetch(job, attempt: attempt, reserved: reserved)
                 }
-            case let .failure(error):
+            case .failure(let error):
                 // A transfer cut by the abort is no verdict on the item: left for resume.
                 if pipeline.cancellation.isAborted { return releaseSlot() }
                 return fail(job, error, attempts: attempt)
@@ -496,32 +520,41 @@ final class RunStages: Sendable {
             let budget = context.memory
             let estimate = pipeline.processor.memoryEstimate(of: input)
             if let estimate, estimate.bytes > budget.bytes {
-                return fail(job, ItemFailure(.limit, "needs about \(estimate.megabytes) MB to decode (\(estimate.what)), "
-                                                 + "over limits.memory \(budget.bytes >> 20) MB"), attempts: 1)
+                return fail(
+                    job,
+                    ItemFailure(
+                        .limit,
+                        "needs about \(estimate.megabytes) MB to decode (\(estimate.what)), "
+                            + "over limits.memory \(budget.bytes >> 20) MB"), attempts: 1)
             }
             let need = estimate?.bytes ?? budget.bytes
             guard budget.admit(need, unless: { isCancelled }) else { return releaseSlot() }
             let began = DispatchTime.now()
             let result = Result { () throws(ItemFailure) -> ProcessOutcome? in
-                try context.pixels.processOrSkip(input, fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
+                try context.pixels.processOrSkip(
+                    input, fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
             }
             budget.release(need)
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9
             if seconds > context.options.slowItem {
-                context.logger.warning("slow item", metadata: ["item": "\(job.key)", "stage": "pixels",
-                                                                "seconds": "\(String(format: "%.1f", seconds))"])
+                context.logger.warning(
+                    "slow item",
+                    metadata: [
+                        "item": "\(job.key)", "stage": "pixels",
+                        "seconds": "\(String(format: "%.1f", seconds))",
+                    ])
             }
             let images: [ProcessedImage]
             switch result {
-            case let .failure(failure):
+            case .failure(let failure):
                 // Decoding and encoding are deterministic: a failure here is final.
                 return fail(job, failure, attempts: 1)
             case .success(nil):
                 // Its pixel helper ended as the run stopped at once: left for resume.
                 return releaseSlot()
-            case let .success(.skipped(skip)?):
+            case .success(.skipped(let skip)?):
                 return self.skip(job, skip)
-            case let .success(.processed(processed)?):
+            case .success(.processed(let processed)?):
                 images = processed
             }
             let outputs: [StagedOutput]
@@ -540,16 +573,21 @@ final class RunStages: Sendable {
                 let retry = spec.retry
                 guard attempt >= retry.attempts else {
                     let delay = RetryPolicy.delay(afterAttempt: attempt, backoff: retry.backoff)
-                    context.logger.info("staging will be retried", metadata: [
-                        "item": "\(job.key)", "stage": "stage", "attempt": "\(attempt)", "error": "\(error)"])
+                    context.logger.info(
+                        "staging will be retried",
+                        metadata: [
+                            "item": "\(job.key)", "stage": "stage", "attempt": "\(attempt)", "error": "\(error)",
+                        ])
                     return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
-                        try? FileManager.default.createDirectory(atPath: context.stagedDirectory, withIntermediateDirectories: true)
+                        try? FileManager.default.createDirectory(
+                            atPath: context.stagedDirectory, withIntermediateDirectories: true)
                         process(job, body: body, attempt: attempt + 1)
                     }
                 }
                 let attempts = attempt > 1 ? " (after \(attempt) attempts)" : ""
-                return fail(job, ItemFailure(.io, "cannot stage the output in \(context.stagedDirectory): \(error)\(attempts)"),
-                            attempts: attempt)
+                return fail(
+                    job, ItemFailure(.io, "cannot stage the output in \(context.stagedDirectory): \(error)\(attempts)"),
+                    attempts: attempt)
             }
             var processed = job
             processed.outputs = outputs
@@ -559,7 +597,7 @@ final class RunStages: Sendable {
             var source = images.first.map { SourceStamp(read: $0, file: job.spoolPath ?? job.location, local: !job.isRemote) }
             source?.version = SourceStamp.version(in: job.metadata, field: spec.source.remote?.versionField)
             writer.submit(.processed(key: job.key, outputs: outputs, source: source)) { [self] outcome in
-                if case let .failed(failure) = outcome {
+                if case .failed(let failure) = outcome {
                     for output in next.outputs { unlink(output.path) }
                     finish(job, failure: failure)
                 } else {
@@ -588,8 +626,10 @@ final class RunStages: Sendable {
                     unlink(partial)
                     throw error
                 }
-                outputs.append(StagedOutput(id: output.id, path: staged, name: name, sha256: image.sha256,
-                                            bytes: image.data.count, width: image.width, height: image.height))
+                outputs.append(
+                    StagedOutput(
+                        id: output.id, path: staged, name: name, sha256: image.sha256,
+                        bytes: image.data.count, width: image.width, height: image.height))
             }
         } catch {
             for output in outputs { unlink(output.path) }
@@ -614,7 +654,9 @@ final class RunStages: Sendable {
                 return fail(job, ItemFailure(.io, "cannot read the state file: \(error)"), attempts: 1)
             }
             let staged = Dictionary(job.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-            let ready = pipeline.spec.outputs.allSatisfy { staged[$0.id].map { FileManager.default.fileExists(atPath: $0.path) } ?? false }
+            let ready = pipeline.spec.outputs.allSatisfy {
+                staged[$0.id].map { FileManager.default.fileExists(atPath: $0.path) } ?? false
+            }
             guard ready else {
                 // A staged output is gone (removed by hand): make them again.
                 var cleared = job
@@ -627,16 +669,20 @@ final class RunStages: Sendable {
             let settlement = Settlement(job: job, remaining: pending.count)
             for (outputID, sinkName) in pending {
                 guard let sink = context.sinks[sinkName], let output = staged[outputID],
-                      let spec = pipeline.spec.outputs.first(where: { $0.id == outputID }) else {
+                    let spec = pipeline.spec.outputs.first(where: { $0.id == outputID })
+                else {
                     let what = context.sinks[sinkName] == nil ? "sink \(sinkName)" : "output \(outputID)"
                     let failure = ItemFailure(.upload, "\(what) is no longer in the pipeline")
-                    record(.deliveryFailed(key: job.key, output: outputID, sink: sinkName, failure: failure, attempts: 1), settlement)
+                    record(
+                        .deliveryFailed(key: job.key, output: outputID, sink: sinkName, failure: failure, attempts: 1), settlement
+                    )
                     continue
                 }
-                let delivery = Delivery(runId: context.runId, runUUID: context.run.uuid, key: job.key, output: outputID,
-                                        width: output.width, height: output.height, stagedPath: output.path, name: output.name, format: spec.format,
-                                        origin: pipeline.environment.recorded(job.location), nameKey: job.nameKey,
-                                        nameStem: job.nameStem, sha256: output.sha256, index: job.seq)
+                let delivery = Delivery(
+                    runId: context.runId, runUUID: context.run.uuid, key: job.key, output: outputID,
+                    width: output.width, height: output.height, stagedPath: output.path, name: output.name, format: spec.format,
+                    origin: pipeline.environment.recorded(job.location), nameKey: job.nameKey,
+                    nameStem: job.nameStem, sha256: output.sha256, index: job.seq)
                 attempt(delivery, to: sink, number: 1, settlement)
             }
         }
@@ -657,19 +703,26 @@ final class RunStages: Sendable {
             outcome = try sink.deliver(delivery, attempt: number)
         } catch {
             if pipeline.cancellation.isAborted { return record(nil, settlement) }
-            return record(.deliveryFailed(key: delivery.key, output: delivery.output, sink: sink.name, failure: error.failure,
-                                          attempts: error.attempts), settlement)
+            return record(
+                .deliveryFailed(
+                    key: delivery.key, output: delivery.output, sink: sink.name, failure: error.failure,
+                    attempts: error.attempts), settlement)
         }
         switch outcome {
-        case let .delivered(receipt):
-            record(.delivered(key: delivery.key, output: delivery.output, sink: sink.name, remoteURL: receipt.remoteURL,
-                              httpStatus: receipt.httpStatus, attempts: receipt.attempts), settlement)
-        case let .retry(delay, failure):
+        case .delivered(let receipt):
+            record(
+                .delivered(
+                    key: delivery.key, output: delivery.output, sink: sink.name, remoteURL: receipt.remoteURL,
+                    httpStatus: receipt.httpStatus, attempts: receipt.attempts), settlement)
+        case .retry(let delay, let failure):
             // The run is stopping: the delivery stays pending for resume.
             guard !isCancelled else { return record(nil, settlement) }
-            context.logger.info("delivery will be retried", metadata: [
-                "item": "\(delivery.key)", "stage": "sink", "sink": "\(sink.name)", "attempt": "\(number)",
-                "delay": "\(delay)", "error": "\(pipeline.environment.redact(failure.message))"])
+            context.logger.info(
+                "delivery will be retried",
+                metadata: [
+                    "item": "\(delivery.key)", "stage": "sink", "sink": "\(sink.name)", "attempt": "\(number)",
+                    "delay": "\(delay)", "error": "\(pipeline.environment.redact(failure.message))",
+                ])
             attemptLater(delay, delivery, to: sink, number: number + 1, settlement)
         }
     }
@@ -698,7 +751,7 @@ final class RunStages: Sendable {
 
     private func settle(_ job: Job, _ verdict: Settlement.Verdict) {
         switch verdict {
-        case let .failed(failure):
+        case .failed(let failure):
             finish(job, failure: failure)
         case .done:
             for output in job.outputs { unlink(output.path) }
@@ -710,8 +763,12 @@ final class RunStages: Sendable {
     }
 
     private func fail(_ job: Job, _ failure: ItemFailure, attempts: Int) {
-        context.logger.debug("item failed", metadata: ["item": "\(job.key)", "reason": "\(failure.reason.rawValue)",
-                                                        "attempts": "\(attempts)"])
+        context.logger.debug(
+            "item failed",
+            metadata: [
+                "item": "\(job.key)", "reason": "\(failure.reason.rawValue)",
+                "attempts": "\(attempts)",
+            ])
         writer.submit(.failed(key: job.key, failure: failure, attempts: attempts)) { [self] _ in
             finish(job, failure: failure)
         }
@@ -719,14 +776,22 @@ final class RunStages: Sendable {
 
     /// Records a skip: the item is settled without an output, and no sink is asked for it.
     private func skip(_ job: Job, _ skip: ItemSkip) {
-        context.logger.info("item skipped", metadata: ["item": "\(job.key)", "reason": "\(skip.reason.rawValue)",
-                                                       "message": "\(pipeline.environment.redact(skip.message))"])
+        context.logger.info(
+            "item skipped",
+            metadata: [
+                "item": "\(job.key)", "reason": "\(skip.reason.rawValue)",
+                "message": "\(pipeline.environment.redact(skip.message))",
+            ])
         writer.submit(.skipped(key: job.key, skip: skip)) { [self] outcome in
             if job.isRemote { context.spool.recycle(context.spoolDirectory + "/\(job.seq)") }
             context.reporter.itemSettled(key: job.key, outcome: .skipped(skip))
             // Taken up before this item's slot is given back: the session cannot end between.
-            if case let .revived(keys) = outcome { takeUpAgain(keys, freedBy: job.key) }
-            perform(state.withLock { $0.ended(seq: job.seq); return $0.skip() })
+            if case .revived(let keys) = outcome { takeUpAgain(keys, freedBy: job.key) }
+            perform(
+                state.withLock {
+                    $0.ended(seq: job.seq)
+                    return $0.skip()
+                })
         }
     }
 
@@ -735,10 +800,13 @@ final class RunStages: Sendable {
     /// stopping they stay `pending`, for resume.
     private func takeUpAgain(_ keys: [String], freedBy holder: String) {
         for key in keys {
-            guard let record = try? context.store.item(runId: context.runId, key: key)?
-                .restoringLocation(pipeline.environment) else { continue }
-            context.reporter.info("\(key.printable): taken up again: the output name it failed for is free, "
-                                    + "as \"\(holder.printable)\" was skipped")
+            guard
+                let record = try? context.store.item(runId: context.runId, key: key)?
+                    .restoringLocation(pipeline.environment)
+            else { continue }
+            context.reporter.info(
+                "\(key.printable): taken up again: the output name it failed for is free, "
+                    + "as \"\(holder.printable)\" was skipped")
             // A resume's producer may have read it, pending, in a page: one of the two starts it.
             guard state.withLock({ $0.revived(seq: record.seq) }) else { continue }
             start(Job(record: record), at: record.status)
@@ -748,7 +816,11 @@ final class RunStages: Sendable {
     private func finish(_ job: Job, failure: ItemFailure?) {
         if let failure { context.reporter.itemFailed(key: job.key, failure: failure) }
         context.reporter.itemSettled(key: job.key, outcome: failure.map { .failed($0) } ?? .done)
-        perform(state.withLock { $0.ended(seq: job.seq); return $0.finish(failed: failure != nil) })
+        perform(
+            state.withLock {
+                $0.ended(seq: job.seq)
+                return $0.finish(failed: failure != nil)
+            })
     }
 }
 
@@ -773,7 +845,7 @@ final class Settlement: Sendable {
     func add(_ outcome: ChangeOutcome?) -> Verdict? {
         outcomes.withLock { state in
             switch outcome {
-            case let .failed(failure)?: state.failure = state.failure ?? failure
+            case .failed(let failure)?: state.failure = state.failure ?? failure
             case .completed?: state.completed = true
             default: break
             }

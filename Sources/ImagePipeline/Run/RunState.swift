@@ -194,7 +194,10 @@ struct RunState: Sendable {
     mutating func interrupt(now: Bool, at date: Date) -> InterruptAction {
         if interruptedAt == nil {
             interruptedAt = date
-            if now { aborted = true; return .abort }
+            if now {
+                aborted = true
+                return .abort
+            }
             return .drain
         }
         guard now, !aborted else { return .none }
@@ -224,8 +227,9 @@ struct RunState: Sendable {
     }
 
     func progress(runId: Int64, elapsed: Double) -> RunProgress {
-        RunProgress(runId: runId, total: total, done: counts.done, failed: counts.failed,
-                    finishedThisSession: finishedThisSession, elapsed: elapsed, skipped: counts.skipped)
+        RunProgress(
+            runId: runId, total: total, done: counts.done, failed: counts.failed,
+            finishedThisSession: finishedThisSession, elapsed: elapsed, skipped: counts.skipped)
     }
 }
 

@@ -31,8 +31,9 @@ enum SourceSimilarity {
             var before = try VipsImage.open(path: source)
             let size = autorotate ? before.uprightSize : (before.width, before.height)
             guard sameAspect(source: size, output: (after.width, after.height)) else { return nil }
-            before = try VipsImage.thumbnail(path: source, width: after.width, height: after.height, size: .force,
-                                             autorotate: autorotate)
+            before = try VipsImage.thumbnail(
+                path: source, width: after.width, height: after.height, size: .force,
+                autorotate: autorotate)
             return try after.structuralSimilarity(to: before)
         } catch {
             return nil

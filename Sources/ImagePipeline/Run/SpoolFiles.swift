@@ -56,16 +56,19 @@ final class SpoolFiles: Sendable {
     func recycle(_ path: String) {
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
-        guard (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1, let free = state.withLock({ state -> String? in
-            guard state.free.count + state.readying < keep else { return nil }
-            state.readying += 1
-            state.next += 1
-            return directory + "/" + Self.freePrefix + String(state.next)
-        }) else {
+        guard (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
+            let free = state.withLock({ state -> String? in
+                guard state.free.count + state.readying < keep else { return nil }
+                state.readying += 1
+                state.next += 1
+                return directory + "/" + Self.freePrefix + String(state.next)
+            })
+        else {
             unlink(path)
             return
         }
-        let readied = Self.dropBlocks(path, from: Self.keptBytes, size: info.st_size, blockSize: off_t(info.st_blksize))
+        let readied =
+            Self.dropBlocks(path, from: Self.keptBytes, size: info.st_size, blockSize: off_t(info.st_blksize))
             && rename(path, free) == 0
         if !readied { unlink(path) }
         state.withLock { state in
@@ -97,14 +100,19 @@ final class SpoolFiles: Sendable {
     /// glibc's `fallocate`, which Swift's Glibc module does not declare (it is a GNU
     /// extension); nil where the C library has none (files are then deleted, not reused).
     private static let fallocate: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32)? = {
-        dlsym(UnsafeMutableRawPointer(bitPattern: 0), "fallocate").map { unsafeBitCast($0, to: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self) }
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), "fallocate").map {
+            unsafeBitCast($0, to: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self)
+        }
     }()
 
     /// Deletes the files waiting for reuse: the session is over (nothing will download), or
     /// the disk is full (they hold space that another file needs). Returns how many there were.
     @discardableResult
     func clear() -> Int {
-        let free = state.withLock { state -> [String] in defer { state.free = [] }; return state.free }
+        let free = state.withLock { state -> [String] in
+            defer { state.free = [] }
+            return state.free
+        }
         for file in free { unlink(file) }
         return free.count
     }

@@ -54,7 +54,8 @@ public final class StateLock: Sendable {
             return "state file \(stateFile) was deleted while the run was going: what this session did is not recorded"
         }
         guard UInt64(atPath.st_dev) == device, UInt64(atPath.st_ino) == inode else {
-            return "state file \(stateFile) was replaced by another file while the run was going: what this session did is not recorded"
+            return
+                "state file \(stateFile) was replaced by another file while the run was going: what this session did is not recorded"
         }
         var open = stat()
         if fstat(descriptor, &open) == 0, open.st_size == 0 {

@@ -63,7 +63,8 @@ public struct StatusReport: Sendable, Codable {
         let finishedItems = counts.done + counts.skipped + counts.failed
         return StatusReport(
             run: run.id, state: run.state.rawValue, pipeline: run.pipelinePath, name: run.pipelineName,
-            total: counts.total, feedComplete: run.feedComplete, done: counts.done, skipped: counts.skipped, failed: counts.failed, pending: counts.unfinished,
+            total: counts.total, feedComplete: run.feedComplete, done: counts.done, skipped: counts.skipped,
+            failed: counts.failed, pending: counts.unfinished,
             fetched: counts.fetched, processed: counts.processed, sinks: sinks, outputs: outputs,
             failuresByReason: try store.failureCounts(runId: run.id),
             failures: try store.failures(runId: run.id, limit: failureLimit),

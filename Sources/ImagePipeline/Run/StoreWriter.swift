@@ -53,9 +53,11 @@ final class StoreWriter: @unchecked Sendable {
 
     /// `redact` masks secrets in every message and URL before it reaches the state file;
     /// `commitGap` is in seconds (0 or more).
-    init(store: any RunStateStore, runId: Int64, redact: @escaping @Sendable (String) -> String = { $0 },
-         commitGap: Double = StoreWriter.defaultCommitGap, linger: @escaping @Sendable () -> Bool = { true },
-         onError: @escaping @Sendable (any Error) -> Void) {
+    init(
+        store: any RunStateStore, runId: Int64, redact: @escaping @Sendable (String) -> String = { $0 },
+        commitGap: Double = StoreWriter.defaultCommitGap, linger: @escaping @Sendable () -> Bool = { true },
+        onError: @escaping @Sendable (any Error) -> Void
+    ) {
         self.linger = linger
         self.store = store
         self.runId = runId
@@ -69,15 +71,16 @@ final class StoreWriter: @unchecked Sendable {
             ItemFailure(failure.reason, redact(failure.message), httpStatus: failure.httpStatus)
         }
         switch change {
-        case let .failed(key, failure, attempts):
+        case .failed(let key, let failure, let attempts):
             return .failed(key: key, failure: clean(failure), attempts: attempts)
-        case let .skipped(key, skip):
+        case .skipped(let key, let skip):
             return .skipped(key: key, skip: ItemSkip(skip.reason, redact(skip.message)))
-        case let .deliveryFailed(key, output, sink, failure, attempts):
+        case .deliveryFailed(let key, let output, let sink, let failure, let attempts):
             return .deliveryFailed(key: key, output: output, sink: sink, failure: clean(failure), attempts: attempts)
-        case let .delivered(key, output, sink, remoteURL, httpStatus, attempts):
-            return .delivered(key: key, output: output, sink: sink, remoteURL: remoteURL.map(redact), httpStatus: httpStatus,
-                              attempts: attempts)
+        case .delivered(let key, let output, let sink, let remoteURL, let httpStatus, let attempts):
+            return .delivered(
+                key: key, output: output, sink: sink, remoteURL: remoteURL.map(redact), httpStatus: httpStatus,
+                attempts: attempts)
         default:
             return change
         }

@@ -23,8 +23,10 @@ public struct S3Client: Sendable {
     let signer: SigV4Signer
     let http: HTTPClient
 
-    public init(bucket: String, region: String, endpoint: URL?, pathStyle: Bool?, credentials: S3Credentials,
-                http: HTTPClient) {
+    public init(
+        bucket: String, region: String, endpoint: URL?, pathStyle: Bool?, credentials: S3Credentials,
+        http: HTTPClient
+    ) {
         self.bucket = bucket
         self.region = region
         self.endpoint = endpoint ?? URL(string: "https://s3.\(region).amazonaws.com")!
@@ -52,8 +54,12 @@ public struct S3Client: Sendable {
         components.scheme = endpoint.scheme
         components.port = endpoint.port
         let base = endpoint.path.hasSuffix("/") ? String(endpoint.path.dropLast()) : endpoint.path
-        let encodedKey = key.map { "/" + $0.split(separator: "/", omittingEmptySubsequences: false)
-            .map { SigV4Signer.encode(String($0)) }.joined(separator: "/") } ?? "/"
+        let encodedKey =
+            key.map {
+                "/"
+                    + $0.split(separator: "/", omittingEmptySubsequences: false)
+                    .map { SigV4Signer.encode(String($0)) }.joined(separator: "/")
+            } ?? "/"
         if pathStyle {
             components.host = endpoint.host
             components.percentEncodedPath = base + "/" + SigV4Signer.encode(bucket) + (key == nil ? "" : encodedKey)
@@ -87,9 +93,10 @@ public struct S3Client: Sendable {
             let lower = name.lowercased()
             return lower.hasPrefix("x-amz-") || lower == "content-type" || lower == "content-md5"
         }
-        let signature = signer.sign(method: request.method, host: host, path: components?.percentEncodedPath ?? "/",
-                                    query: components?.percentEncodedQuery ?? "", headers: signedHeaders,
-                                    payloadHash: payloadHash, date: Date())
+        let signature = signer.sign(
+            method: request.method, host: host, path: components?.percentEncodedPath ?? "/",
+            query: components?.percentEncodedQuery ?? "", headers: signedHeaders,
+            payloadHash: payloadHash, date: Date())
         for (name, value) in signature.headers { request.headers[name] = value }
         return request
     }
@@ -102,27 +109,35 @@ public struct S3Client: Sendable {
     /// Sends one signed request; a 2xx answer is returned, anything else thrown as a
     /// failure naming `operation`, `what` and S3's error code and message. Answers are read
     /// up to `UploadSink.maxAnswerBytes` (a listing page of 1000 keys is about 300 KB).
-    func send(_ operation: String, _ what: String, method: String, key: String?, query: [(String, String)] = [],
-              headers: [String: String] = [:], body: Data? = nil) throws(HTTPFailure) -> HTTPResult {
-        let request = signed(HTTPRequest(url: url(key: key, query: query), method: method, headers: headers, body: body,
-                                         maxBytes: UploadSink.maxAnswerBytes, maxBytesName: "the answer's limit"))
+    func send(
+        _ operation: String, _ what: String, method: String, key: String?, query: [(String, String)] = [],
+        headers: [String: String] = [:], body: Data? = nil
+    ) throws(HTTPFailure) -> HTTPResult {
+        let request = signed(
+            HTTPRequest(
+                url: url(key: key, query: query), method: method, headers: headers, body: body,
+                maxBytes: UploadSink.maxAnswerBytes, maxBytesName: "the answer's limit"))
         let result: HTTPResult
         do throws(HTTPFailure) {
             result = try http.perform(request)
         } catch {
-            throw HTTPFailure(kind: error.kind, message: "S3 \(operation) \(what): \(error.message)", status: error.status,
-                              retryAfter: error.retryAfter)
+            throw HTTPFailure(
+                kind: error.kind, message: "S3 \(operation) \(what): \(error.message)", status: error.status,
+                retryAfter: error.retryAfter)
         }
-        guard (200 ... 299).contains(result.status) else {
-            throw Self.failure(operation, what, status: result.status, error: result.body.flatMap(S3XML.parse),
-                               retryAfter: result.headers["retry-after"].flatMap(HTTPClient.retryAfterSeconds))
+        guard (200...299).contains(result.status) else {
+            throw Self.failure(
+                operation, what, status: result.status, error: result.body.flatMap(S3XML.parse),
+                retryAfter: result.headers["retry-after"].flatMap(HTTPClient.retryAfterSeconds))
         }
         return result
     }
 
     /// `S3 PutObject s3://b/k: SignatureDoesNotMatch (HTTP 403): The request signature …`.
-    static func failure(_ operation: String, _ what: String, status: Int, error: S3XML?,
-                        retryAfter: Double?) -> HTTPFailure {
+    static func failure(
+        _ operation: String, _ what: String, status: Int, error: S3XML?,
+        retryAfter: Double?
+    ) -> HTTPFailure {
         var detail = "HTTP \(status)"
         if let code = error?.value("Code"), !code.isEmpty { detail = "\(code) (HTTP \(status))" }
         if let message = error?.value("Message"), !message.isEmpty { detail += ": " + message }
@@ -149,11 +164,13 @@ public struct S3Client: Sendable {
 
     /// Starts a multipart upload; its upload id.
     func createMultipartUpload(key: String, headers: [String: String]) throws(HTTPFailure) -> String {
-        let result = try send("CreateMultipartUpload", address(of: key), method: "POST", key: key,
-                              query: [("uploads", "")], headers: headers)
+        let result = try send(
+            "CreateMultipartUpload", address(of: key), method: "POST", key: key,
+            query: [("uploads", "")], headers: headers)
         guard let id = result.body.flatMap(S3XML.parse)?.value("UploadId"), !id.isEmpty else {
-            throw HTTPFailure(kind: .status, message: "S3 CreateMultipartUpload \(address(of: key)): no UploadId in the answer",
-                              status: result.status, retryAfter: nil)
+            throw HTTPFailure(
+                kind: .status, message: "S3 CreateMultipartUpload \(address(of: key)): no UploadId in the answer",
+                status: result.status, retryAfter: nil)
         }
         return id
     }
@@ -169,9 +186,10 @@ public struct S3Client: Sendable {
     func uploadPart(key: String, uploadId: String, number: Int, data: Data) throws(HTTPFailure) -> Part {
         let md5 = Data(Insecure.MD5.hash(data: data))
         let what = "\(address(of: key)) part \(number)"
-        let result = try send("UploadPart", what, method: "PUT", key: key,
-                              query: [("partNumber", String(number)), ("uploadId", uploadId)],
-                              headers: ["Content-MD5": md5.base64EncodedString()], body: data)
+        let result = try send(
+            "UploadPart", what, method: "PUT", key: key,
+            query: [("partNumber", String(number)), ("uploadId", uploadId)],
+            headers: ["Content-MD5": md5.base64EncodedString()], body: data)
         let etag = Self.unquoted(result.etag)
         try Self.check(etag: etag, expected: md5.hex, result: result, what: "UploadPart \(what)")
         return Part(etag: etag, md5: md5)
@@ -187,9 +205,10 @@ public struct S3Client: Sendable {
         }
         xml += "</CompleteMultipartUpload>"
         let what = address(of: key)
-        let result = try send("CompleteMultipartUpload", what, method: "POST", key: key,
-                              query: [("uploadId", uploadId)], headers: ["Content-Type": "application/xml"],
-                              body: Data(xml.utf8))
+        let result = try send(
+            "CompleteMultipartUpload", what, method: "POST", key: key,
+            query: [("uploadId", uploadId)], headers: ["Content-Type": "application/xml"],
+            body: Data(xml.utf8))
         let answer = result.body.flatMap(S3XML.parse)
         if let answer, answer.name == "Error" {
             throw Self.failure("CompleteMultipartUpload", what, status: 500, error: answer, retryAfter: nil)
@@ -204,7 +223,7 @@ public struct S3Client: Sendable {
     func abortMultipartUpload(key: String, uploadId: String) throws(HTTPFailure) {
         do throws(HTTPFailure) {
             _ = try send("AbortMultipartUpload", address(of: key), method: "DELETE", key: key, query: [("uploadId", uploadId)])
-        } catch where error.status == 404 {
+        } catch  where error.status == 404 {
             return
         }
     }
@@ -225,10 +244,13 @@ public struct S3Client: Sendable {
             let result = try send("ListMultipartUploads", address(of: prefix), method: "GET", key: nil, query: query)
             guard let root = result.body.flatMap(S3XML.parse) else { break }
             for upload in root.all("Upload") {
-                if let key = upload.value("Key"), let id = upload.value("UploadId") { uploads.append(Upload(key: key, uploadId: id)) }
+                if let key = upload.value("Key"), let id = upload.value("UploadId") {
+                    uploads.append(Upload(key: key, uploadId: id))
+                }
             }
             guard root.value("IsTruncated") == "true", let key = root.value("NextKeyMarker"),
-                  let id = root.value("NextUploadIdMarker"), markers.map({ $0 != (key, id) }) ?? true else { break }
+                let id = root.value("NextUploadIdMarker"), markers.map({ $0 != (key, id) }) ?? true
+            else { break }
             markers = (key, id)
         } while true
         return uploads
@@ -251,15 +273,17 @@ public struct S3Client: Sendable {
 
     /// One `ListObjectsV2` page of the keys under `prefix`: from the start, after
     /// `startAfter`, or at `continuation` (the previous page's token), `maxKeys` at most.
-    public func listObjects(prefix: String, continuation: String?, startAfter: String?, maxKeys: Int) throws(HTTPFailure) -> Page {
+    public func listObjects(prefix: String, continuation: String?, startAfter: String?, maxKeys: Int) throws(HTTPFailure) -> Page
+    {
         // Keys come back URL-encoded: a key with a control character is not XML S3 can write.
         var query = [("list-type", "2"), ("prefix", prefix), ("max-keys", String(maxKeys)), ("encoding-type", "url")]
         if let continuation { query.append(("continuation-token", continuation)) }
         if let startAfter { query.append(("start-after", startAfter)) }
         let result = try send("ListObjectsV2", address(of: prefix), method: "GET", key: nil, query: query)
         guard let root = result.body.flatMap(S3XML.parse), root.name == "ListBucketResult" else {
-            throw HTTPFailure(kind: .status, message: "S3 ListObjectsV2 \(address(of: prefix)): the answer is not a listing",
-                              status: result.status, retryAfter: nil)
+            throw HTTPFailure(
+                kind: .status, message: "S3 ListObjectsV2 \(address(of: prefix)): the answer is not a listing",
+                status: result.status, retryAfter: nil)
         }
         let encoded = root.value("EncodingType") == "url"
         let objects = root.all("Contents").compactMap { item -> Object? in
@@ -267,8 +291,9 @@ public struct S3Client: Sendable {
             // an item that fails where it can be seen, not one dropped without a word.
             guard let written = item.value("Key") else { return nil }
             let key = encoded ? Self.urlDecoded(written) ?? written : written
-            return Object(key: key, size: Int(item.value("Size") ?? "") ?? 0, etag: Self.unquoted(item.value("ETag")),
-                          lastModified: item.value("LastModified") ?? "")
+            return Object(
+                key: key, size: Int(item.value("Size") ?? "") ?? 0, etag: Self.unquoted(item.value("ETag")),
+                lastModified: item.value("LastModified") ?? "")
         }
         let next = root.value("IsTruncated") == "true" ? root.value("NextContinuationToken") : nil
         return Page(objects: objects, next: next?.isEmpty == false ? next : nil)
@@ -291,7 +316,8 @@ public struct S3Client: Sendable {
     /// checked `Content-MD5` already).
     static func check(etag: String, expected: String, result: HTTPResult, what: String) throws(HTTPFailure) {
         guard result.headers["x-amz-server-side-encryption"] != "aws:kms", !etag.isEmpty, etag != expected else { return }
-        throw HTTPFailure(kind: .truncated, message: "S3 \(what): the ETag answered (\(etag)) is not the MD5 of what was sent (\(expected))",
-                          status: result.status, retryAfter: nil)
+        throw HTTPFailure(
+            kind: .truncated, message: "S3 \(what): the ETag answered (\(etag)) is not the MD5 of what was sent (\(expected))",
+            status: result.status, retryAfter: nil)
     }
 }

@@ -44,24 +44,32 @@ public struct S3Feed: Feed {
             } catch {
                 throw FeedError(error.message)
             }
-            logger.info("feed page", metadata: ["url": "\(redact(client.address(of: folder)))", "startAfter": "\(redact(startAfter ?? ""))",
-                                                "continued": "\(token != nil)", "keys": "\(page.objects.count)"])
-            var cut = LeftOutEntries.withNUL(page: "the S3 listing of \(redact(client.address(of: folder)))"
-                                                 + (token == nil ? "" : " (a page after the first)"), noun: ("object", "objects"))
+            logger.info(
+                "feed page",
+                metadata: [
+                    "url": "\(redact(client.address(of: folder)))", "startAfter": "\(redact(startAfter ?? ""))",
+                    "continued": "\(token != nil)", "keys": "\(page.objects.count)",
+                ])
+            var cut = LeftOutEntries.withNUL(
+                page: "the S3 listing of \(redact(client.address(of: folder)))"
+                    + (token == nil ? "" : " (a page after the first)"), noun: ("object", "objects"))
             defer { cut.tell(notice) }
             for (index, object) in page.objects.enumerated() where object.key.hasPrefix(folder) {
                 let key = String(object.key.dropFirst(folder.count))
                 guard !key.isEmpty, !key.hasSuffix("/"),
-                      DirectoryFeed.imageExtensions.contains((key as NSString).pathExtension.lowercased()) else { continue }
+                    DirectoryFeed.imageExtensions.contains((key as NSString).pathExtension.lowercased())
+                else { continue }
                 guard !FeedItem.holdsNUL(key) else {
                     cut.add(index)
                     continue
                 }
                 if let maxItems, count >= maxItems { return }
                 count += 1
-                let metadata = JSONValue.object([("size", .number(Double(object.size), isInteger: true)),
-                                                 ("etag", .string(object.etag)),
-                                                 ("lastModified", .string(object.lastModified))]).serialized()
+                let metadata = JSONValue.object([
+                    ("size", .number(Double(object.size), isInteger: true)),
+                    ("etag", .string(object.etag)),
+                    ("lastModified", .string(object.lastModified)),
+                ]).serialized()
                 if try !body(FeedItem(key: key, location: client.address(of: object.key), metadata: metadata, isLocal: false)) {
                     return
                 }

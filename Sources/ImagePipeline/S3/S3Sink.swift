@@ -28,8 +28,10 @@ public final class S3Sink: Sink {
     /// The journal's folder, known once `prepare(workRoot:)` ran (before any delivery).
     private let journal = Mutex("")
 
-    public init(name: String, client: S3Client, folder: String, options: S3SinkOptions, metadata: [(String, String)],
-                retry: RetryPolicy) {
+    public init(
+        name: String, client: S3Client, folder: String, options: S3SinkOptions, metadata: [(String, String)],
+        retry: RetryPolicy
+    ) {
         self.name = name
         self.client = client
         self.folder = folder
@@ -54,10 +56,16 @@ public final class S3Sink: Sink {
             let path = directory + "/" + entry
             // The temporary file of an entry's atomic write that a kill cut short: the entry
             // it was replacing (written first, with the key) is still there.
-            guard entry.hasSuffix(".upload") else { unlink(path); continue }
+            guard entry.hasSuffix(".upload") else {
+                unlink(path)
+                continue
+            }
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
             let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-            guard let key = lines.first, !key.isEmpty else { unlink(path); continue }
+            guard let key = lines.first, !key.isEmpty else {
+                unlink(path)
+                continue
+            }
             let ids = lines.count > 1 && !lines[1].isEmpty ? [lines[1]] : inProgress.filter { $0.key == key }.map(\.uploadId)
             do throws(HTTPFailure) {
                 for id in ids { try client.abortMultipartUpload(key: key, uploadId: id) }
@@ -74,7 +82,7 @@ public final class S3Sink: Sink {
     private func uploadsLeftBehind() throws -> [S3Client.Upload] {
         do throws(HTTPFailure) {
             return try client.listMultipartUploads(prefix: folder)
-        } catch where error.status == 403 && error.message.contains("AccessDenied") {
+        } catch  where error.status == 403 && error.message.contains("AccessDenied") {
             return []
         } catch {
             throw SinkError("sink \(name): \(error.message)")
@@ -83,9 +91,11 @@ public final class S3Sink: Sink {
 
     /// The object's key: the prefix and the `key` template (or the output's name).
     func objectKey(_ delivery: Delivery) -> String {
-        let name = options.key?.render(key: delivery.nameKey, stem: delivery.nameStem, index: delivery.index,
-                                       format: delivery.format, hash: String(delivery.sha256.prefix(16)),
-                                       output: delivery.output, size: (delivery.width, delivery.height)) ?? delivery.name
+        let name =
+            options.key?.render(
+                key: delivery.nameKey, stem: delivery.nameStem, index: delivery.index,
+                format: delivery.format, hash: String(delivery.sha256.prefix(16)),
+                output: delivery.output, size: (delivery.width, delivery.height)) ?? delivery.name
         return folder + name
     }
 
@@ -96,8 +106,10 @@ public final class S3Sink: Sink {
         }
         defer { try? file.close() }
         let size = (try? file.seekToEnd()).map(Int.init) ?? 0
-        var headers = ["Content-Type": delivery.format.contentType, "x-amz-meta-imgpipe-sha256": delivery.sha256,
-                       "x-amz-meta-imgpipe-run": delivery.runUUID]
+        var headers = [
+            "Content-Type": delivery.format.contentType, "x-amz-meta-imgpipe-sha256": delivery.sha256,
+            "x-amz-meta-imgpipe-run": delivery.runUUID,
+        ]
         if let storageClass = options.storageClass { headers["x-amz-storage-class"] = storageClass }
         for (field, value) in metadata { headers["x-amz-meta-" + field.lowercased()] = value }
         do throws(HTTPFailure) {
@@ -120,8 +132,9 @@ public final class S3Sink: Sink {
             do {
                 try Data(text.utf8).write(to: URL(fileURLWithPath: entry), options: .atomic)
             } catch {
-                throw HTTPFailure(kind: .io, message: "cannot write the upload journal \(entry): \(error.localizedDescription)",
-                                  status: nil, retryAfter: nil)
+                throw HTTPFailure(
+                    kind: .io, message: "cannot write the upload journal \(entry): \(error.localizedDescription)",
+                    status: nil, retryAfter: nil)
             }
         }
         try note(key + "\n")
@@ -150,8 +163,9 @@ public final class S3Sink: Sink {
             try file.seek(toOffset: UInt64(offset))
             return try file.read(upToCount: count) ?? Data()
         } catch {
-            throw HTTPFailure(kind: .io, message: "cannot read the staged output: \(error.localizedDescription)",
-                              status: nil, retryAfter: nil)
+            throw HTTPFailure(
+                kind: .io, message: "cannot read the staged output: \(error.localizedDescription)",
+                status: nil, retryAfter: nil)
         }
     }
 }

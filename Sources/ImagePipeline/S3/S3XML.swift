@@ -1,6 +1,7 @@
 import Foundation
+
 #if canImport(FoundationXML)
-import FoundationXML
+    import FoundationXML
 #endif
 
 /// An XML document from S3 (a listing, an upload's id, an error), read into a small tree of
@@ -34,8 +35,10 @@ struct S3XML: Sendable {
         var stack: [S3XML] = []
         var root: S3XML?
 
-        func parser(_ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
-                    qualifiedName: String?, attributes: [String: String] = [:]) {
+        func parser(
+            _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
+            qualifiedName: String?, attributes: [String: String] = [:]
+        ) {
             let local = elementName.split(separator: ":").last.map(String.init) ?? elementName
             stack.append(S3XML(name: local))
         }

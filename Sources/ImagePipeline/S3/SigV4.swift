@@ -59,8 +59,10 @@ public struct SigV4Signer: Sendable {
     /// (taken from `host`) and `x-amz-date` (from `date`); `payloadHash` is the hex SHA-256
     /// of the body, which S3 also wants as `x-amz-content-sha256` (the caller adds it to
     /// `headers`, so that it is signed).
-    public func sign(method: String, host: String, path: String, query: String, headers: [String: String],
-                     payloadHash: String, date: Date) -> Signature {
+    public func sign(
+        method: String, host: String, path: String, query: String, headers: [String: String],
+        payloadHash: String, date: Date
+    ) -> Signature {
         let time = Self.timestamp(date)
         let day = String(time.prefix(8))
         var signed: [String: String] = [:]
@@ -71,8 +73,10 @@ public struct SigV4Signer: Sendable {
         let names = signed.keys.sorted()
         let canonicalHeaders = names.map { "\($0):\(signed[$0]!)\n" }.joined()
         let signedHeaders = names.joined(separator: ";")
-        let canonicalRequest = [method, canonicalURI(path), Self.canonicalQuery(query), canonicalHeaders, signedHeaders,
-                                payloadHash].joined(separator: "\n")
+        let canonicalRequest = [
+            method, canonicalURI(path), Self.canonicalQuery(query), canonicalHeaders, signedHeaders,
+            payloadHash,
+        ].joined(separator: "\n")
         let scope = "\(day)/\(region)/\(service)/aws4_request"
         let stringToSign = ["AWS4-HMAC-SHA256", time, scope, sha256Hex(canonicalRequest)].joined(separator: "\n")
         var key = SymmetricKey(data: Data(("AWS4" + credentials.secretAccessKey).utf8))
@@ -80,19 +84,22 @@ public struct SigV4Signer: Sendable {
             key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Data(part.utf8), using: key)))
         }
         let signature = Data(HMAC<SHA256>.authenticationCode(for: Data(stringToSign.utf8), using: key)).hex
-        let authorization = "AWS4-HMAC-SHA256 Credential=\(credentials.accessKeyId)/\(scope), "
+        let authorization =
+            "AWS4-HMAC-SHA256 Credential=\(credentials.accessKeyId)/\(scope), "
             + "SignedHeaders=\(signedHeaders), Signature=\(signature)"
         var extra = ["x-amz-date": time, "Authorization": authorization]
         if let token = credentials.sessionToken { extra["x-amz-security-token"] = token }
-        return Signature(canonicalRequest: canonicalRequest, stringToSign: stringToSign, authorization: authorization,
-                         headers: extra)
+        return Signature(
+            canonicalRequest: canonicalRequest, stringToSign: stringToSign, authorization: authorization,
+            headers: extra)
     }
 
     /// `20150830T123600Z`.
     static func timestamp(_ date: Date) -> String {
         let parts = Calendar.utc.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        return String(format: "%04d%02d%02dT%02d%02d%02dZ", parts.year ?? 0, parts.month ?? 0, parts.day ?? 0,
-                      parts.hour ?? 0, parts.minute ?? 0, parts.second ?? 0)
+        return String(
+            format: "%04d%02d%02dT%02d%02d%02dZ", parts.year ?? 0, parts.month ?? 0, parts.day ?? 0,
+            parts.hour ?? 0, parts.minute ?? 0, parts.second ?? 0)
     }
 
     /// The path with each segment percent-encoded (unreserved characters and `/` kept).

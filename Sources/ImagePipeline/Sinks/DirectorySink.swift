@@ -46,7 +46,8 @@ public struct DirectorySink: Sink {
             guard let folder = base.existingFolder((relative as NSString).deletingLastPathComponent) else { continue }
             var info = stat()
             guard fstatat(folder.descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
-                  unlinkat(folder.descriptor, name, 0) == 0 else { continue }
+                unlinkat(folder.descriptor, name, 0) == 0
+            else { continue }
             removed += 1
         }
         return removed
@@ -171,8 +172,10 @@ extension DirectorySink {
     /// Fails the delivery of `relative` when `folder` is, or is inside, a source folder.
     func refuseSourceFolder(_ folder: String, relative: String) throws(ItemFailure) {
         guard let source = sourceFolders.first(where: { folder == $0 || folder.hasPrefix($0 + "/") }) else { return }
-        throw ItemFailure(.upload, "output name \"\(relative)\" leads into the source folder \(source): "
-                              + "the originals are never written over")
+        throw ItemFailure(
+            .upload,
+            "output name \"\(relative)\" leads into the source folder \(source): "
+                + "the originals are never written over")
     }
 }
 

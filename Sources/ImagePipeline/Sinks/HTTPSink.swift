@@ -20,7 +20,8 @@ public struct HTTPSink: Sink {
         let allowed = CharacterSet.urlPathAllowed.subtracting(CharacterSet(charactersIn: "?#"))
         func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
         func path(_ text: String) -> String { encode(SafePath.relative(text)) }
-        return template
+        return
+            template
             .replacingOccurrences(of: "{key}", with: path(delivery.nameKey))
             .replacingOccurrences(of: "{stem}", with: path(delivery.nameStem))
             .replacingOccurrences(of: "{name}", with: path(NameTemplate.lastComponent(of: delivery.nameStem)))
@@ -34,11 +35,13 @@ public struct HTTPSink: Sink {
             throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output"), attempts: attempt)
         }
         guard let url = URL(webAddress: Self.render(urlTemplate, delivery)), let scheme = url.scheme?.lowercased(),
-              scheme == "http" || scheme == "https" else {
+            scheme == "http" || scheme == "https"
+        else {
             throw DeliveryFailure(ItemFailure(.upload, "the sink's url is not an http(s) URL"), attempts: attempt)
         }
-        var request = HTTPRequest(url: url, method: method, headers: headers, maxBytes: UploadSink.maxAnswerBytes,
-                                  maxBytesName: "the answer's limit")
+        var request = HTTPRequest(
+            url: url, method: method, headers: headers, maxBytes: UploadSink.maxAnswerBytes,
+            maxBytesName: "the answer's limit")
         request.headers["Idempotency-Key"] = delivery.idempotencyKey(sink: name)
         if method == "POST" {
             var form = Multipart()
@@ -52,9 +55,10 @@ public struct HTTPSink: Sink {
         do throws(HTTPFailure) {
             let result = try client.perform(request)
             try result.throwIfRetryableStatus()
-            guard (200 ... 299).contains(result.status) else {
-                throw HTTPFailure(kind: .status, message: "HTTP \(result.status) from \(url.host ?? "server")",
-                                  status: result.status, retryAfter: nil)
+            guard (200...299).contains(result.status) else {
+                throw HTTPFailure(
+                    kind: .status, message: "HTTP \(result.status) from \(url.host ?? "server")",
+                    status: result.status, retryAfter: nil)
             }
             let remote = UploadSink.url(in: result.body, relativeTo: url)?.absoluteString ?? url.absoluteString
             return .delivered(DeliveryReceipt(remoteURL: remote, httpStatus: result.status, attempts: attempt))

@@ -19,7 +19,8 @@ struct Multipart {
         }
         if let file {
             line("--\(boundary)")
-            line("Content-Disposition: form-data; name=\"\(Self.quoted(file.field))\"; filename=\"\(Self.quoted(file.filename))\"")
+            line(
+                "Content-Disposition: form-data; name=\"\(Self.quoted(file.field))\"; filename=\"\(Self.quoted(file.filename))\"")
             line("Content-Type: \(file.contentType)")
             line("")
             out.append(file.data)

@@ -1,6 +1,7 @@
 import Foundation
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Makes names that come from feeds safe to use below a sink's directory.
@@ -11,9 +12,11 @@ enum SafePath {
     static func relative(_ name: String) -> String {
         var components: [String] = []
         for raw in name.split(separator: "/", omittingEmptySubsequences: true) {
-            var component = String(String.UnicodeScalarView(raw.unicodeScalars.map { scalar in
-                scalar.value < 0x20 || scalar.value == 0x7F ? "_" : scalar
-            }))
+            var component = String(
+                String.UnicodeScalarView(
+                    raw.unicodeScalars.map { scalar in
+                        scalar.value < 0x20 || scalar.value == 0x7F ? "_" : scalar
+                    }))
             if component == "." { continue }
             if component == ".." { component = "_" }
             while component.utf8.count > 255 { component.removeFirst() }

@@ -106,8 +106,10 @@ final class SinkFolder {
     }
 
     private func linked(_ relative: String) -> ItemFailure {
-        ItemFailure(.upload, "\(path)/\(relative) is, or goes through, a symbolic link: not followed, nothing written "
-                        + "(a sink's folders are reached without following links)")
+        ItemFailure(
+            .upload,
+            "\(path)/\(relative) is, or goes through, a symbolic link: not followed, nothing written "
+                + "(a sink's folders are reached without following links)")
     }
 
     /// Where the folder is now, its links resolved (`/proc/self/fd`), whatever its path
@@ -116,6 +118,6 @@ final class SinkFolder {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let count = readlink("/proc/self/fd/\(descriptor)", &buffer, buffer.count - 1)
         guard count > 0 else { return nil }
-        return String(decoding: buffer[0 ..< count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

@@ -58,7 +58,9 @@ public struct UploadSink: Sink {
                 + "the sink's fields hold secrets and were not sent"
         }
         if allowHosts.contains(where: { $0.lowercased() == host }) { return nil }
-        func port(_ url: URL) -> Int? { url.port ?? (url.scheme?.lowercased() == "https" ? 443 : url.scheme?.lowercased() == "http" ? 80 : nil) }
+        func port(_ url: URL) -> Int? {
+            url.port ?? (url.scheme?.lowercased() == "https" ? 443 : url.scheme?.lowercased() == "http" ? 80 : nil)
+        }
         let sameHost = host == endpoint.host?.lowercased() && port(target) == port(endpoint)
         if sameHost || allowHosts.contains("*") { return nil }
         return "the upload endpoint pointed the upload at \(place), another host than the endpoint's: "
@@ -67,37 +69,46 @@ public struct UploadSink: Sink {
 
     /// The first step: the one-shot URL the endpoint gives.
     private func ticket(key: String) throws(HTTPFailure) -> URL {
-        let ticket = try client.perform(HTTPRequest(url: endpoint, headers: ["Accept": "application/json", "Idempotency-Key": key],
-                                                    maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
+        let ticket = try client.perform(
+            HTTPRequest(
+                url: endpoint, headers: ["Accept": "application/json", "Idempotency-Key": key],
+                maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
         try ticket.throwIfRetryableStatus()
-        guard (200 ... 299).contains(ticket.status) else {
-            throw HTTPFailure(kind: .status, message: "the upload endpoint answered HTTP \(ticket.status)",
-                              status: ticket.status, retryAfter: nil)
+        guard (200...299).contains(ticket.status) else {
+            throw HTTPFailure(
+                kind: .status, message: "the upload endpoint answered HTTP \(ticket.status)",
+                status: ticket.status, retryAfter: nil)
         }
         guard let target = Self.url(in: ticket.body, relativeTo: endpoint) else {
-            throw HTTPFailure(kind: .status, message: "the upload endpoint did not answer {\"url\": …}",
-                              status: ticket.status, retryAfter: nil)
+            throw HTTPFailure(
+                kind: .status, message: "the upload endpoint did not answer {\"url\": …}",
+                status: ticket.status, retryAfter: nil)
         }
         return target
     }
 
     /// The second step: the file and the fields, to `target`.
-    private func upload(_ data: Data, of delivery: Delivery, to target: URL, key: String,
-                        attempt: Int) throws(HTTPFailure) -> DeliveryReceipt {
+    private func upload(
+        _ data: Data, of delivery: Delivery, to target: URL, key: String,
+        attempt: Int
+    ) throws(HTTPFailure) -> DeliveryReceipt {
         var form = Multipart()
         form.fields = fields + [(originalField, delivery.origin)]
         form.file = (fileField, (delivery.name as NSString).lastPathComponent, delivery.format.contentType, data)
-        let answer = try client.perform(HTTPRequest(
-            url: target, method: "POST",
-            headers: ["Content-Type": form.contentType, "Idempotency-Key": key, "Accept": "application/json"],
-            body: form.body, maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
+        let answer = try client.perform(
+            HTTPRequest(
+                url: target, method: "POST",
+                headers: ["Content-Type": form.contentType, "Idempotency-Key": key, "Accept": "application/json"],
+                body: form.body, maxBytes: Self.maxAnswerBytes, maxBytesName: "the answer's limit"))
         try answer.throwIfRetryableStatus()
-        guard (200 ... 299).contains(answer.status) else {
-            throw HTTPFailure(kind: .status, message: "the upload answered HTTP \(answer.status)", status: answer.status,
-                              retryAfter: nil)
+        guard (200...299).contains(answer.status) else {
+            throw HTTPFailure(
+                kind: .status, message: "the upload answered HTTP \(answer.status)", status: answer.status,
+                retryAfter: nil)
         }
-        return DeliveryReceipt(remoteURL: Self.url(in: answer.body, relativeTo: target)?.absoluteString,
-                               httpStatus: answer.status, attempts: attempt)
+        return DeliveryReceipt(
+            remoteURL: Self.url(in: answer.body, relativeTo: target)?.absoluteString,
+            httpStatus: answer.status, attempts: attempt)
     }
 
     /// A server's answer to an upload is a JSON object: one over 16 MiB is cut (a hostile

@@ -18,8 +18,10 @@ public struct RunIdentity: Sendable {
     /// The run a new incremental run compares with.
     public var baseline: Int64?
 
-    public init(pipelinePath: String, pipelineName: String, document: String, fingerprint: [String: String],
-                sinks: [String], workRoot: String, displayPath: String, uuid: String? = nil, baseline: Int64? = nil) {
+    public init(
+        pipelinePath: String, pipelineName: String, document: String, fingerprint: [String: String],
+        sinks: [String], workRoot: String, displayPath: String, uuid: String? = nil, baseline: Int64? = nil
+    ) {
         self.uuid = uuid
         self.baseline = baseline
         self.pipelinePath = pipelinePath
@@ -52,7 +54,7 @@ extension RunStore {
     public func begin(_ mode: RunMode, _ identity: RunIdentity) throws -> RunStart {
         let latest = try latestRun()
         switch mode {
-        case let .fresh(limit, replace):
+        case .fresh(let limit, let replace):
             if let latest, latest.isUnfinished {
                 guard replace else {
                     throw RunError.unfinishedRun(id: latest.id, stateFile: path, pipeline: identity.displayPath)
@@ -62,13 +64,14 @@ extension RunStore {
             // A new run makes the previous one unreachable for resume: its staged files
             // (kept for --retry-failed) can go.
             if let latest { try? FileManager.default.removeItem(atPath: latest.workDirectory) }
-            let run = try createRun(pipelinePath: identity.pipelinePath, pipelineName: identity.pipelineName,
-                                    document: identity.document, fingerprint: identity.fingerprint, sinks: identity.sinks,
-                                    itemLimit: limit, workRoot: identity.workRoot, uuid: identity.uuid,
-                                    baseline: identity.baseline)
+            let run = try createRun(
+                pipelinePath: identity.pipelinePath, pipelineName: identity.pipelineName,
+                document: identity.document, fingerprint: identity.fingerprint, sinks: identity.sinks,
+                itemLimit: limit, workRoot: identity.workRoot, uuid: identity.uuid,
+                baseline: identity.baseline)
             return RunStart(run: run, resuming: false, refreshing: false, notices: [])
 
-        case let .resume(retryFailed, refreshFeed):
+        case .resume(let retryFailed, let refreshFeed):
             guard var run = latest else {
                 throw RunError.nothingToResume(stateFile: path, pipeline: identity.displayPath)
             }
@@ -81,7 +84,8 @@ extension RunStore {
             if !changed.isEmpty {
                 let details = changed.flatMap { field -> [String] in
                     guard let old = run.fingerprint[field].flatMap({ try? JSONParser.parse($0) }),
-                          let new = identity.fingerprint[field].flatMap({ try? JSONParser.parse($0) }) else { return [] }
+                        let new = identity.fingerprint[field].flatMap({ try? JSONParser.parse($0) })
+                    else { return [] }
                     return JSONValue.differences(from: old, to: new, at: field)
                 }
                 throw RunError.pipelineChanged(fields: changed, id: run.id, details: details)
@@ -117,9 +121,10 @@ extension RunStore {
             if run.state == .finished {
                 let counts = try counts(runId: run.id)
                 if counts.unfinished == 0 {
-                    start.notices.append("run #\(run.id) already finished: \(counts.done) done, "
-                                         + (counts.skipped > 0 ? "\(counts.skipped) skipped, " : "") + "\(counts.failed) failed"
-                                         + (counts.failed > 0 ? " (add --retry-failed to try the failed ones again)" : ""))
+                    start.notices.append(
+                        "run #\(run.id) already finished: \(counts.done) done, "
+                            + (counts.skipped > 0 ? "\(counts.skipped) skipped, " : "") + "\(counts.failed) failed"
+                            + (counts.failed > 0 ? " (add --retry-failed to try the failed ones again)" : ""))
                     start.run = run
                     return start
                 }

@@ -13,13 +13,15 @@ extension RunStore {
     /// With `skipsGiveNamesUp`, a skipped item's output names are free again, and an item
     /// that failed because one was taken gets it (`ChangeOutcome.revived`). A shared run's
     /// journal does not: there the names are claimed in the shared database, and stay.
-    func apply(_ changes: [StoreChange], runId: Int64, now: Date, namesHeldElsewhere held: [String: String],
-               skipsGiveNamesUp: Bool = false) throws -> [ChangeOutcome] {
+    func apply(
+        _ changes: [StoreChange], runId: Int64, now: Date, namesHeldElsewhere held: [String: String],
+        skipsGiveNamesUp: Bool = false
+    ) throws -> [ChangeOutcome] {
         let time = now.timeIntervalSince1970
         return try write { db in
             try changes.map { change in
                 let outcome = try apply(change, runId: runId, time: time, held: held, db: db)
-                guard skipsGiveNamesUp, case let .skipped(key, _) = change else { return outcome }
+                guard skipsGiveNamesUp, case .skipped(let key, _) = change else { return outcome }
                 return try giveNamesUp(of: key, runId: runId, time: time, db: db)
             }
         }
@@ -30,44 +32,60 @@ extension RunStore {
     /// back to `pending`. An item of one output has the name claimed for it at once, as
     /// its insert would have; an item of several outputs claims its names when processed.
     private func giveNamesUp(of key: String, runId: Int64, time: Double, db: Database) throws -> ChangeOutcome {
-        let names = try String.fetchAll(db.cachedStatement(sql: """
-            SELECT name FROM output WHERE runId = ? AND itemKey = ? AND name IS NOT NULL ORDER BY output
-            """), arguments: [runId, key])
+        let names = try String.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT name FROM output WHERE runId = ? AND itemKey = ? AND name IS NOT NULL ORDER BY output
+                    """), arguments: [runId, key])
         guard !names.isEmpty else { return .applied }
         try db.cachedStatement(sql: "UPDATE output SET name = NULL WHERE runId = ? AND itemKey = ?")
             .execute(arguments: [runId, key])
         var revived: [String] = []
         for name in names {
             let refusal = Self.nameTaken(name, by: key).message
-            guard let loser = try String.fetchOne(db.cachedStatement(sql: """
-                SELECT key FROM item WHERE runId = ? AND status = 'failed' AND reason = ? AND message = ?
-                ORDER BY seq LIMIT 1
-                """), arguments: [runId, FailureReason.encode.rawValue, refusal])
+            guard
+                let loser = try String.fetchOne(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT key FROM item WHERE runId = ? AND status = 'failed' AND reason = ? AND message = ?
+                            ORDER BY seq LIMIT 1
+                            """), arguments: [runId, FailureReason.encode.rawValue, refusal])
             else { continue }
             // The others that failed for the name now fail for its new holder.
-            try db.cachedStatement(sql: """
-                UPDATE item SET message = ? WHERE runId = ? AND status = 'failed' AND reason = ? AND message = ? AND key != ?
-                """).execute(arguments: [Self.nameTaken(name, by: loser).message, runId, FailureReason.encode.rawValue,
-                                         refusal, loser])
-            try db.cachedStatement(sql: """
-                UPDATE item SET status = 'pending', reason = NULL, message = NULL, httpStatus = NULL, updatedAt = ?
-                WHERE runId = ? AND key = ?
-                """).execute(arguments: [time, runId, loser])
-            try db.cachedStatement(sql: """
-                UPDATE output SET name = ? WHERE runId = ? AND itemKey = ?
-                AND (SELECT count(*) FROM output WHERE runId = ? AND itemKey = ?) = 1
-                """).execute(arguments: [name, runId, loser, runId, loser])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE item SET message = ? WHERE runId = ? AND status = 'failed' AND reason = ? AND message = ? AND key != ?
+                    """
+            ).execute(arguments: [
+                Self.nameTaken(name, by: loser).message, runId, FailureReason.encode.rawValue,
+                refusal, loser,
+            ])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE item SET status = 'pending', reason = NULL, message = NULL, httpStatus = NULL, updatedAt = ?
+                    WHERE runId = ? AND key = ?
+                    """
+            ).execute(arguments: [time, runId, loser])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE output SET name = ? WHERE runId = ? AND itemKey = ?
+                    AND (SELECT count(*) FROM output WHERE runId = ? AND itemKey = ?) = 1
+                    """
+            ).execute(arguments: [name, runId, loser, runId, loser])
             revived.append(loser)
         }
         return revived.isEmpty ? .applied : .revived(revived)
     }
 
     private func apply(_ change: StoreChange, runId: Int64, time: Double, held: [String: String], db: Database) throws
-        -> ChangeOutcome {
+        -> ChangeOutcome
+    {
         switch change {
-        case let .insert(item):
-            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT seq, status FROM item WHERE runId = ? AND key = ?"),
-                                          arguments: [runId, item.key]) {
+        case .insert(let item):
+            if let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT seq, status FROM item WHERE runId = ? AND key = ?"),
+                arguments: [runId, item.key])
+            {
                 return .existing(seq: row["seq"], status: ItemStatus(rawValue: row["status"]) ?? .pending)
             }
             var failure: ItemFailure?
@@ -82,19 +100,25 @@ extension RunStore {
                     failure = Self.nameTaken(name, by: owner)
                 }
             }
-            try db.cachedStatement(sql: """
-                INSERT INTO item (runId, seq, key, location, metadata, status, reason, message, nameKey, nameStem, tier, updatedAt)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """).execute(arguments: [runId, item.seq, item.key, item.location, item.metadata,
-                                 failure == nil ? "pending" : "failed", failure?.reason.rawValue, failure?.message,
-                                 item.nameKey, item.nameStem, item.tier?.rawValue, time])
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO item (runId, seq, key, location, metadata, status, reason, message, nameKey, nameStem, tier, updatedAt)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """
+            ).execute(arguments: [
+                runId, item.seq, item.key, item.location, item.metadata,
+                failure == nil ? "pending" : "failed", failure?.reason.rawValue, failure?.message,
+                item.nameKey, item.nameStem, item.tier?.rawValue, time,
+            ])
             for output in item.outputs {
                 try db.cachedStatement(sql: "INSERT INTO output (runId, itemKey, output, name) VALUES (?, ?, ?, ?)")
                     .execute(arguments: [runId, item.key, output.id, failure == nil ? output.name : nil])
                 for sink in output.sinks {
-                    try db.cachedStatement(sql: """
-                        INSERT INTO delivery (runId, itemKey, output, sink, status, updatedAt) VALUES (?, ?, ?, ?, 'pending', ?)
-                        """).execute(arguments: [runId, item.key, output.id, sink, time])
+                    try db.cachedStatement(
+                        sql: """
+                            INSERT INTO delivery (runId, itemKey, output, sink, status, updatedAt) VALUES (?, ?, ?, ?, 'pending', ?)
+                            """
+                    ).execute(arguments: [runId, item.key, output.id, sink, time])
                 }
             }
             if let failure { return .failed(failure) }
@@ -103,83 +127,107 @@ extension RunStore {
             }
             return .applied
 
-        case let .fetched(key, spoolPath, tier):
-            try db.cachedStatement(sql: """
-                UPDATE item SET status = 'fetched', spoolPath = ?, tier = COALESCE(?, tier), updatedAt = ?
-                WHERE runId = ? AND key = ?
-                """).execute(arguments: [spoolPath, tier?.rawValue, time, runId, key])
+        case .fetched(let key, let spoolPath, let tier):
+            try db.cachedStatement(
+                sql: """
+                    UPDATE item SET status = 'fetched', spoolPath = ?, tier = COALESCE(?, tier), updatedAt = ?
+                    WHERE runId = ? AND key = ?
+                    """
+            ).execute(arguments: [spoolPath, tier?.rawValue, time, runId, key])
             return .applied
 
-        case let .processed(key, outputs, source):
+        case .processed(let key, let outputs, let source):
             if let name = Dictionary(grouping: outputs, by: \.name).first(where: { $0.value.count > 1 })?.key {
                 let failure = ItemFailure(.encode, "two outputs of the item are both named \"\(name)\"")
                 try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
                 return .failed(failure)
             }
             for output in outputs {
-                if let owner = try held[output.name].flatMap({ $0 == key ? nil : $0 }) ?? String.fetchOne(db.cachedStatement(sql: """
-                    SELECT itemKey FROM output WHERE runId = ? AND name = ? AND NOT (itemKey = ? AND output = ?)
-                    """), arguments: [runId, output.name, key, output.id]) {
+                if let owner = try held[output.name].flatMap({ $0 == key ? nil : $0 })
+                    ?? String.fetchOne(
+                        db.cachedStatement(
+                            sql: """
+                                SELECT itemKey FROM output WHERE runId = ? AND name = ? AND NOT (itemKey = ? AND output = ?)
+                                """), arguments: [runId, output.name, key, output.id])
+                {
                     let failure = Self.nameTaken(output.name, by: owner)
                     try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
                     return .failed(failure)
                 }
             }
             for output in outputs {
-                try db.cachedStatement(sql: """
-                    INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (runId, itemKey, output) DO UPDATE SET name = excluded.name, stagedPath = excluded.stagedPath,
-                        hash = excluded.hash, bytes = excluded.bytes, width = excluded.width, height = excluded.height
-                    """).execute(arguments: [runId, key, output.id, output.name, output.path, output.sha256, output.bytes,
-                                     output.width, output.height])
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT (runId, itemKey, output) DO UPDATE SET name = excluded.name, stagedPath = excluded.stagedPath,
+                            hash = excluded.hash, bytes = excluded.bytes, width = excluded.width, height = excluded.height
+                        """
+                ).execute(arguments: [
+                    runId, key, output.id, output.name, output.path, output.sha256, output.bytes,
+                    output.width, output.height,
+                ])
             }
-            try db.cachedStatement(sql: """
-                UPDATE item SET status = 'processed', attempts = attempts + 1, updatedAt = ?,
-                    sourceSize = ?, sourceModified = ?, sourceHash = ?, sourceVersion = ?
-                WHERE runId = ? AND key = ?
-                """).execute(arguments: [time, source?.size, source?.modified, source?.sha256, source?.version, runId, key])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE item SET status = 'processed', attempts = attempts + 1, updatedAt = ?,
+                        sourceSize = ?, sourceModified = ?, sourceHash = ?, sourceVersion = ?
+                    WHERE runId = ? AND key = ?
+                    """
+            ).execute(arguments: [time, source?.size, source?.modified, source?.sha256, source?.version, runId, key])
             return .applied
 
-        case let .delivered(key, output, sink, remoteURL, httpStatus, attempts):
-            try db.cachedStatement(sql: """
-                UPDATE delivery SET status = 'done', attempts = attempts + ?, remoteURL = ?, httpStatus = ?,
-                                    message = NULL, updatedAt = ?
-                WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ?
-                """).execute(arguments: [attempts, remoteURL, httpStatus, time, runId, key, output, sink])
+        case .delivered(let key, let output, let sink, let remoteURL, let httpStatus, let attempts):
+            try db.cachedStatement(
+                sql: """
+                    UPDATE delivery SET status = 'done', attempts = attempts + ?, remoteURL = ?, httpStatus = ?,
+                                        message = NULL, updatedAt = ?
+                    WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ?
+                    """
+            ).execute(arguments: [attempts, remoteURL, httpStatus, time, runId, key, output, sink])
             // Done when no delivery of the item is left open: one statement.
-            try db.cachedStatement(sql: """
-                UPDATE item SET status = 'done', updatedAt = ?
-                WHERE runId = ? AND key = ? AND NOT EXISTS
-                    (SELECT 1 FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done')
-                """).execute(arguments: [time, runId, key, runId, key])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE item SET status = 'done', updatedAt = ?
+                    WHERE runId = ? AND key = ? AND NOT EXISTS
+                        (SELECT 1 FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done')
+                    """
+            ).execute(arguments: [time, runId, key, runId, key])
             guard db.changesCount > 0 else { return .applied }
             try clearStaged(key: key, runId: runId, db: db)
             return .completed
 
-        case let .deliveryFailed(key, output, sink, failure, attempts):
-            try db.cachedStatement(sql: """
-                UPDATE delivery SET status = 'failed', attempts = attempts + ?, httpStatus = ?, message = ?, updatedAt = ?
-                WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ?
-                """).execute(arguments: [attempts, failure.httpStatus, failure.message, time, runId, key, output, sink])
-            let several = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM output WHERE runId = ? AND itemKey = ?"),
-                                           arguments: [runId, key]) ?? 1
+        case .deliveryFailed(let key, let output, let sink, let failure, let attempts):
+            try db.cachedStatement(
+                sql: """
+                    UPDATE delivery SET status = 'failed', attempts = attempts + ?, httpStatus = ?, message = ?, updatedAt = ?
+                    WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ?
+                    """
+            ).execute(arguments: [attempts, failure.httpStatus, failure.message, time, runId, key, output, sink])
+            let several =
+                try Int.fetchOne(
+                    db.cachedStatement(sql: "SELECT COUNT(*) FROM output WHERE runId = ? AND itemKey = ?"),
+                    arguments: [runId, key]) ?? 1
             let message = (several > 1 ? "sink \(sink), output \(output): " : "sink \(sink): ") + failure.message
-            try db.cachedStatement(sql: """
-                UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, updatedAt = ?
-                WHERE runId = ? AND key = ?
-                """).execute(arguments: [FailureReason.upload.rawValue, message, failure.httpStatus, time, runId, key])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, updatedAt = ?
+                    WHERE runId = ? AND key = ?
+                    """
+            ).execute(arguments: [FailureReason.upload.rawValue, message, failure.httpStatus, time, runId, key])
             return .failed(ItemFailure(.upload, message, httpStatus: failure.httpStatus))
 
-        case let .failed(key, failure, attempts):
+        case .failed(let key, let failure, let attempts):
             try markFailed(key: key, failure: failure, attempts: attempts, runId: runId, time: time, db: db)
             return .applied
 
-        case let .skipped(key, skip):
-            try db.cachedStatement(sql: """
-                UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, spoolPath = NULL, updatedAt = ?
-                WHERE runId = ? AND key = ?
-                """).execute(arguments: [skip.reason.rawValue, skip.message, time, runId, key])
+        case .skipped(let key, let skip):
+            try db.cachedStatement(
+                sql: """
+                    UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, spoolPath = NULL, updatedAt = ?
+                    WHERE runId = ? AND key = ?
+                    """
+            ).execute(arguments: [skip.reason.rawValue, skip.message, time, runId, key])
             try clearStaged(key: key, runId: runId, db: db)
             return .applied
 
@@ -187,7 +235,7 @@ extension RunStore {
             try db.cachedStatement(sql: "UPDATE run SET feedComplete = 1 WHERE id = ?").execute(arguments: [runId])
             return .applied
 
-        case let .reset(key, status):
+        case .reset(let key, let status):
             try db.cachedStatement(sql: "UPDATE item SET status = ?, updatedAt = ? WHERE runId = ? AND key = ?")
                 .execute(arguments: [status.rawValue, time, runId, key])
             if status == .pending || status == .fetched { try clearStaged(key: key, runId: runId, db: db) }
@@ -195,12 +243,16 @@ extension RunStore {
         }
     }
 
-    private func markFailed(key: String, failure: ItemFailure, attempts: Int, runId: Int64, time: Double,
-                            db: Database) throws {
-        try db.cachedStatement(sql: """
-            UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, attempts = attempts + ?, updatedAt = ?
-            WHERE runId = ? AND key = ?
-            """).execute(arguments: [failure.reason.rawValue, failure.message, failure.httpStatus, attempts, time, runId, key])
+    private func markFailed(
+        key: String, failure: ItemFailure, attempts: Int, runId: Int64, time: Double,
+        db: Database
+    ) throws {
+        try db.cachedStatement(
+            sql: """
+                UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, attempts = attempts + ?, updatedAt = ?
+                WHERE runId = ? AND key = ?
+                """
+        ).execute(arguments: [failure.reason.rawValue, failure.message, failure.httpStatus, attempts, time, runId, key])
         try clearStaged(key: key, runId: runId, db: db)
     }
 
@@ -212,35 +264,48 @@ extension RunStore {
     /// nothing left to deliver: done (and counted in the run's `carried`).
     private func carry(_ key: String, _ carried: NewItem.Carried, runId: Int64, time: Double, db: Database) throws -> Bool {
         for output in carried.outputs {
-            guard let made = try Row.fetchOne(db.cachedStatement(sql: """
-                SELECT name, hash, bytes, width, height FROM output WHERE runId = ? AND itemKey = ? AND output = ?
-                """), arguments: [carried.run, key, output]) else { continue }
+            guard
+                let made = try Row.fetchOne(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT name, hash, bytes, width, height FROM output WHERE runId = ? AND itemKey = ? AND output = ?
+                            """), arguments: [carried.run, key, output])
+            else { continue }
             let name: String? = made["name"]
-            let wanted = try String.fetchOne(db.cachedStatement(sql: "SELECT name FROM output WHERE runId = ? AND itemKey = ? AND output = ?"),
-                                             arguments: [runId, key, output])
+            let wanted = try String.fetchOne(
+                db.cachedStatement(sql: "SELECT name FROM output WHERE runId = ? AND itemKey = ? AND output = ?"),
+                arguments: [runId, key, output])
             if let wanted, wanted != name { continue }
             if let name, let owner = try nameOwner(name, runId: runId, db: db), owner != key { continue }
-            try db.cachedStatement(sql: """
-                UPDATE output SET name = ?, hash = ?, bytes = ?, width = ?, height = ? WHERE runId = ? AND itemKey = ? AND output = ?
-                """).execute(arguments: [name, made["hash"], made["bytes"], made["width"], made["height"], runId, key, output])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE output SET name = ?, hash = ?, bytes = ?, width = ?, height = ? WHERE runId = ? AND itemKey = ? AND output = ?
+                    """
+            ).execute(arguments: [name, made["hash"], made["bytes"], made["width"], made["height"], runId, key, output])
             for sink in carried.sinks {
-                try db.cachedStatement(sql: """
-                    UPDATE delivery SET status = 'done', remoteURL = b.remoteURL, httpStatus = b.httpStatus, updatedAt = ?
-                    FROM (SELECT remoteURL, httpStatus FROM delivery
-                          WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ? AND status = 'done') AS b
-                    WHERE delivery.runId = ? AND delivery.itemKey = ? AND delivery.output = ? AND delivery.sink = ?
-                    """).execute(arguments: [time, carried.run, key, output, sink, runId, key, output, sink])
+                try db.cachedStatement(
+                    sql: """
+                        UPDATE delivery SET status = 'done', remoteURL = b.remoteURL, httpStatus = b.httpStatus, updatedAt = ?
+                        FROM (SELECT remoteURL, httpStatus FROM delivery
+                              WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ? AND status = 'done') AS b
+                        WHERE delivery.runId = ? AND delivery.itemKey = ? AND delivery.output = ? AND delivery.sink = ?
+                        """
+                ).execute(arguments: [time, carried.run, key, output, sink, runId, key, output, sink])
             }
         }
-        try db.cachedStatement(sql: """
-            UPDATE item SET (sourceSize, sourceModified, sourceHash, sourceVersion, tier) =
-                (SELECT sourceSize, sourceModified, sourceHash, sourceVersion, tier FROM item WHERE runId = ? AND key = ?)
-            WHERE runId = ? AND key = ?
-            """).execute(arguments: [carried.run, key, runId, key])
-        try db.cachedStatement(sql: """
-            UPDATE item SET status = 'done', updatedAt = ?
-            WHERE runId = ? AND key = ? AND NOT EXISTS (SELECT 1 FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done')
-            """).execute(arguments: [time, runId, key, runId, key])
+        try db.cachedStatement(
+            sql: """
+                UPDATE item SET (sourceSize, sourceModified, sourceHash, sourceVersion, tier) =
+                    (SELECT sourceSize, sourceModified, sourceHash, sourceVersion, tier FROM item WHERE runId = ? AND key = ?)
+                WHERE runId = ? AND key = ?
+                """
+        ).execute(arguments: [carried.run, key, runId, key])
+        try db.cachedStatement(
+            sql: """
+                UPDATE item SET status = 'done', updatedAt = ?
+                WHERE runId = ? AND key = ? AND NOT EXISTS (SELECT 1 FROM delivery WHERE runId = ? AND itemKey = ? AND status != 'done')
+                """
+        ).execute(arguments: [time, runId, key, runId, key])
         guard db.changesCount > 0 else { return false }
         try db.cachedStatement(sql: "UPDATE run SET carried = carried + 1 WHERE id = ?").execute(arguments: [runId])
         return true
@@ -248,8 +313,10 @@ extension RunStore {
 
     /// Forgets where an item's outputs were staged (what was made is kept, for export).
     private func clearStaged(key: String, runId: Int64, db: Database) throws {
-        try db.cachedStatement(sql: "UPDATE output SET stagedPath = NULL WHERE runId = ? AND itemKey = ? AND stagedPath IS NOT NULL")
-            .execute(arguments: [runId, key])
+        try db.cachedStatement(
+            sql: "UPDATE output SET stagedPath = NULL WHERE runId = ? AND itemKey = ? AND stagedPath IS NOT NULL"
+        )
+        .execute(arguments: [runId, key])
     }
 
     /// The failure of an item whose output name another item holds.
@@ -258,7 +325,8 @@ extension RunStore {
     }
 
     private func nameOwner(_ name: String, runId: Int64, db: Database) throws -> String? {
-        try String.fetchOne(db.cachedStatement(sql: "SELECT itemKey FROM output WHERE runId = ? AND name = ?"),
-                            arguments: [runId, name])
+        try String.fetchOne(
+            db.cachedStatement(sql: "SELECT itemKey FROM output WHERE runId = ? AND name = ?"),
+            arguments: [runId, name])
     }
 }

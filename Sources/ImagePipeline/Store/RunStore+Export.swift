@@ -46,12 +46,16 @@ extension RunStore {
     /// `key` narrows it to that one item (a shared run's worker copies each item's record),
     /// and `formats` (each output's format by id, `outputFormats(ofDocument:)`), when given,
     /// saves reading the run's pipeline document again for every item.
-    public func exportRecords(runId: Int64, only: ItemStatus? = nil, key: String? = nil, formats: [String: String]? = nil,
-                              _ body: (ExportRecord) throws -> Void) throws {
-        let formats = try formats ?? {
-            guard let run = try self.run(id: runId) else { throw StoreError("no run #\(runId)") }
-            return Self.outputFormats(ofDocument: run.document)
-        }()
+    public func exportRecords(
+        runId: Int64, only: ItemStatus? = nil, key: String? = nil, formats: [String: String]? = nil,
+        _ body: (ExportRecord) throws -> Void
+    ) throws {
+        let formats =
+            try formats
+            ?? {
+                guard let run = try self.run(id: runId) else { throw StoreError("no run #\(runId)") }
+                return Self.outputFormats(ofDocument: run.document)
+            }()
         let sql = Self.exportSQL(only: only != nil, key: key != nil)
         var arguments: StatementArguments = [runId]
         if let only { _ = arguments.append(contentsOf: [only.rawValue]) }
@@ -65,16 +69,25 @@ extension RunStore {
                 var made: [(order: Int64, id: String, output: ExportRecord.Output)] = []
                 while let output = try outputs.next(whereSeq: seq) {
                     let id: String = output[2]
-                    made.append((output[1], id, ExportRecord.Output(name: output[3] ?? "", format: formats[id] ?? "jpeg",
-                                                                   width: output[6], height: output[7], bytes: output[5],
-                                                                   sha256: output[4])))
+                    made.append(
+                        (
+                            output[1], id,
+                            ExportRecord.Output(
+                                name: output[3] ?? "", format: formats[id] ?? "jpeg",
+                                width: output[6], height: output[7], bytes: output[5],
+                                sha256: output[4])
+                        ))
                 }
                 made.sort { $0.order < $1.order }
                 var sent: [(sink: String, output: String, delivery: ExportRecord.Delivery)] = []
                 while let delivery = try deliveries.next(whereSeq: seq) {
-                    sent.append((delivery[2], delivery[1],
-                                 ExportRecord.Delivery(status: delivery[3], remoteURL: delivery[4], httpStatus: delivery[5],
-                                                       attempts: delivery[6], message: delivery[7])))
+                    sent.append(
+                        (
+                            delivery[2], delivery[1],
+                            ExportRecord.Delivery(
+                                status: delivery[3], remoteURL: delivery[4], httpStatus: delivery[5],
+                                attempts: delivery[6], message: delivery[7])
+                        ))
                 }
                 // A skipped item's sinks were never asked for it (its delivery rows, made when
                 // it was listed, stay pending): it has none, as `status` counts it in none.
@@ -89,9 +102,11 @@ extension RunStore {
                         bySink.append((delivery.sink, [(delivery.output, delivery.delivery)]))
                     }
                 }
-                try body(ExportRecord(key: row[1], location: row[2], status: status, reason: row[4], message: row[5],
-                                      attempts: row[6], tier: row[7], metadata: row[8],
-                                      outputs: made.map { ($0.id, $0.output) }, deliveries: bySink))
+                try body(
+                    ExportRecord(
+                        key: row[1], location: row[2], status: status, reason: row[4], message: row[5],
+                        attempts: row[6], tier: row[7], metadata: row[8],
+                        outputs: made.map { ($0.id, $0.output) }, deliveries: bySink))
             }
         }
     }
@@ -105,26 +120,28 @@ extension RunStore {
         let filter = "i.runId = ?" + (only ? " AND i.status = ?" : "") + (key ? " AND i.key = ?" : "")
         return (
             items: """
-                SELECT i.seq, i.key, i.location, i.status, i.reason, i.message, i.attempts, i.tier, i.metadata
-                FROM item i WHERE \(filter) ORDER BY i.seq
-                """,
+            SELECT i.seq, i.key, i.location, i.status, i.reason, i.message, i.attempts, i.tier, i.metadata
+            FROM item i WHERE \(filter) ORDER BY i.seq
+            """,
             outputs: """
-                SELECT i.seq, o.rowid, o.output, o.name, o.hash, o.bytes, o.width, o.height
-                FROM item i CROSS JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
-                WHERE \(filter) AND o.hash IS NOT NULL ORDER BY i.seq
-                """,
+            SELECT i.seq, o.rowid, o.output, o.name, o.hash, o.bytes, o.width, o.height
+            FROM item i CROSS JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
+            WHERE \(filter) AND o.hash IS NOT NULL ORDER BY i.seq
+            """,
             deliveries: """
-                SELECT i.seq, d.output, d.sink, d.status, d.remoteURL, d.httpStatus, d.attempts, d.message
-                FROM item i CROSS JOIN delivery d ON d.runId = i.runId AND d.itemKey = i.key
-                WHERE \(filter) ORDER BY i.seq
-                """)
+            SELECT i.seq, d.output, d.sink, d.status, d.remoteURL, d.httpStatus, d.attempts, d.message
+            FROM item i CROSS JOIN delivery d ON d.runId = i.runId AND d.itemKey = i.key
+            WHERE \(filter) ORDER BY i.seq
+            """
+        )
     }
 
     /// The outputs of a run's pipeline (from the document the state file keeps), in its
     /// order; one `default` JPEG output when the document cannot be read.
     static func outputSpecs(ofDocument document: String) -> [OutputSpec] {
         guard let parsed = try? JSONParser.parse(document),
-              let spec = try? PipelineSpec.decode(parsed, baseDirectory: "/", defaultName: "run") else { return [OutputSpec()] }
+            let spec = try? PipelineSpec.decode(parsed, baseDirectory: "/", defaultName: "run")
+        else { return [OutputSpec()] }
         return spec.outputs
     }
 

@@ -50,15 +50,19 @@ extension RunStore {
     /// Failed items in feed order (at most `limit`).
     public func failures(runId: Int64, limit: Int = Int.max) throws -> [FailureRecord] {
         try database.read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT key, reason, message, attempts, httpStatus FROM item
-                WHERE runId = ? AND status = 'failed' ORDER BY seq LIMIT ?
-                """, arguments: [runId, min(limit, Int(Int32.max))]).map { row in
-                try FailureRecord(key: Environment.shown(row.decode(String.self, forColumn: "key")),
-                                  reason: row.decodeEnum(FailureReason.self, forColumn: "reason").rawValue,
-                                  message: row.decode(String?.self, forColumn: "message") ?? "",
-                                  attempts: row.decode(Int.self, forColumn: "attempts"),
-                                  httpStatus: row.decode(Int?.self, forColumn: "httpStatus"))
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT key, reason, message, attempts, httpStatus FROM item
+                    WHERE runId = ? AND status = 'failed' ORDER BY seq LIMIT ?
+                    """, arguments: [runId, min(limit, Int(Int32.max))]
+            ).map { row in
+                try FailureRecord(
+                    key: Environment.shown(row.decode(String.self, forColumn: "key")),
+                    reason: row.decodeEnum(FailureReason.self, forColumn: "reason").rawValue,
+                    message: row.decode(String?.self, forColumn: "message") ?? "",
+                    attempts: row.decode(Int.self, forColumn: "attempts"),
+                    httpStatus: row.decode(Int?.self, forColumn: "httpStatus"))
             }
         }
     }
@@ -66,12 +70,16 @@ extension RunStore {
     /// Skipped items in feed order (at most `limit`).
     public func skips(runId: Int64, limit: Int = Int.max) throws -> [SkipRecord] {
         try database.read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT key, reason, message FROM item WHERE runId = ? AND status = 'skipped' ORDER BY seq LIMIT ?
-                """, arguments: [runId, min(limit, Int(Int32.max))]).map { row in
-                try SkipRecord(key: Environment.shown(row.decode(String.self, forColumn: "key")),
-                               reason: row.decodeEnum(SkipReason.self, forColumn: "reason").rawValue,
-                               message: row.decode(String?.self, forColumn: "message") ?? "")
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT key, reason, message FROM item WHERE runId = ? AND status = 'skipped' ORDER BY seq LIMIT ?
+                    """, arguments: [runId, min(limit, Int(Int32.max))]
+            ).map { row in
+                try SkipRecord(
+                    key: Environment.shown(row.decode(String.self, forColumn: "key")),
+                    reason: row.decodeEnum(SkipReason.self, forColumn: "reason").rawValue,
+                    message: row.decode(String?.self, forColumn: "message") ?? "")
             }
         }
     }
@@ -95,8 +103,10 @@ extension RunStore {
     private func reasonCounts(runId: Int64, status: ItemStatus, unknown: String) throws -> [String: Int] {
         try database.read { db in
             var result: [String: Int] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT reason, COUNT(*) AS n FROM item WHERE runId = ? AND status = ? GROUP BY reason",
-                                        arguments: [runId, status.rawValue]) {
+            for row in try Row.fetchAll(
+                db, sql: "SELECT reason, COUNT(*) AS n FROM item WHERE runId = ? AND status = ? GROUP BY reason",
+                arguments: [runId, status.rawValue])
+            {
                 result[row["reason"] ?? unknown] = row["n"]
             }
             return result
@@ -106,10 +116,13 @@ extension RunStore {
     /// Up to `limit` unfinished items (pending, fetched, processed) after `seq`, in feed order.
     public func unfinishedItems(runId: Int64, after seq: Int, limit: Int) throws -> [ItemRecord] {
         try database.read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT * FROM item WHERE runId = ? AND seq > ? AND status IN ('pending', 'fetched', 'processed')
-                ORDER BY seq LIMIT ?
-                """, arguments: [runId, seq, limit]).map { try ItemRecord(row: $0) }
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM item WHERE runId = ? AND seq > ? AND status IN ('pending', 'fetched', 'processed')
+                    ORDER BY seq LIMIT ?
+                    """, arguments: [runId, seq, limit]
+            ).map { try ItemRecord(row: $0) }
         }
     }
 
@@ -132,21 +145,28 @@ extension RunStore {
     /// The (output, sink) deliveries of an item still to be made.
     public func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)] {
         try hotRead { db in
-            try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT output, sink FROM delivery WHERE runId = ? AND itemKey = ? AND status = 'pending' ORDER BY output, sink
-                """), arguments: [runId, key]).map { (output: $0["output"], sink: $0["sink"]) }
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT output, sink FROM delivery WHERE runId = ? AND itemKey = ? AND status = 'pending' ORDER BY output, sink
+                        """), arguments: [runId, key]
+            ).map { (output: $0["output"], sink: $0["sink"]) }
         }
     }
 
     /// An item's staged outputs (those with a staged file recorded), by output id.
     public func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] {
         try hotRead { db in
-            try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT output, name, stagedPath, hash, bytes, width, height FROM output
-                WHERE runId = ? AND itemKey = ? AND stagedPath IS NOT NULL ORDER BY rowid
-                """), arguments: [runId, key]).map { row in
-                StagedOutput(id: row["output"], path: row["stagedPath"], name: row["name"] ?? "", sha256: row["hash"] ?? "",
-                             bytes: row["bytes"] ?? 0, width: row["width"] ?? 0, height: row["height"] ?? 0)
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT output, name, stagedPath, hash, bytes, width, height FROM output
+                        WHERE runId = ? AND itemKey = ? AND stagedPath IS NOT NULL ORDER BY rowid
+                        """), arguments: [runId, key]
+            ).map { row in
+                StagedOutput(
+                    id: row["output"], path: row["stagedPath"], name: row["name"] ?? "", sha256: row["hash"] ?? "",
+                    bytes: row["bytes"] ?? 0, width: row["width"] ?? 0, height: row["height"] ?? 0)
             }
         }
     }
@@ -181,18 +201,29 @@ extension RunStore {
     /// An item's status in run `runId`, what its source was when it was processed (nil
     /// stamp: never processed, or recorded before stamps were) and its outputs' names by id;
     /// nil when the run has no such item.
-    public func sourceStamp(runId: Int64, key: String) throws -> (status: ItemStatus, stamp: SourceStamp?, names: [String: String])? {
+    public func sourceStamp(runId: Int64, key: String) throws -> (
+        status: ItemStatus, stamp: SourceStamp?, names: [String: String]
+    )? {
         try hotRead { db in
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: """
-                SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion FROM item WHERE runId = ? AND key = ?
-                """), arguments: [runId, key]) else { return nil }
+            guard
+                let row = try Row.fetchOne(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion FROM item WHERE runId = ? AND key = ?
+                            """), arguments: [runId, key])
+            else { return nil }
             let status = try row.decodeEnum(ItemStatus.self, forColumn: "status")
             let hash: String? = row["sourceHash"]
-            let stamp = hash.map { SourceStamp(size: row["sourceSize"], modified: row["sourceModified"], sha256: $0,
-                                               version: row["sourceVersion"]) }
+            let stamp = hash.map {
+                SourceStamp(
+                    size: row["sourceSize"], modified: row["sourceModified"], sha256: $0,
+                    version: row["sourceVersion"])
+            }
             var names: [String: String] = [:]
-            for output in try Row.fetchAll(db.cachedStatement(sql: "SELECT output, name FROM output WHERE runId = ? AND itemKey = ?"),
-                                           arguments: [runId, key]) {
+            for output in try Row.fetchAll(
+                db.cachedStatement(sql: "SELECT output, name FROM output WHERE runId = ? AND itemKey = ?"),
+                arguments: [runId, key])
+            {
                 if let name: String = output["name"] { names[output["output"]] = name }
             }
             return (status, stamp, names)
@@ -214,12 +245,16 @@ extension RunStore {
     /// The deliveries of item `key` that run `runId` recorded done, with a location.
     public func deliveredFiles(runId: Int64, key: String) throws -> [DeliveredFile] {
         try hotRead { db in
-            try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT d.output, d.sink, d.remoteURL, o.bytes, o.hash FROM delivery d
-                LEFT JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
-                WHERE d.runId = ? AND d.itemKey = ? AND d.status = 'done' AND d.remoteURL IS NOT NULL
-                """), arguments: [runId, key]).map {
-                DeliveredFile(output: $0["output"], sink: $0["sink"], location: $0["remoteURL"], bytes: $0["bytes"], hash: $0["hash"])
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT d.output, d.sink, d.remoteURL, o.bytes, o.hash FROM delivery d
+                        LEFT JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
+                        WHERE d.runId = ? AND d.itemKey = ? AND d.status = 'done' AND d.remoteURL IS NOT NULL
+                        """), arguments: [runId, key]
+            ).map {
+                DeliveredFile(
+                    output: $0["output"], sink: $0["sink"], location: $0["remoteURL"], bytes: $0["bytes"], hash: $0["hash"])
             }
         }
     }
@@ -230,12 +265,17 @@ extension RunStore {
     /// `runId` delivered for item `key`. Another item's delivery counts only at a file path
     /// (a folder sink's file written over); a URL two items were sent to (one endpoint for
     /// every item) is not one item's, nor is a place run `runId` gave several items.
-    public func deliveredOtherwiseSince(runId: Int64, upTo: Int64, excluding: Int64?, key: String,
-                                        sink: String, location: String, hash: String?) throws -> Bool {
+    public func deliveredOtherwiseSince(
+        runId: Int64, upTo: Int64, excluding: Int64?, key: String,
+        sink: String, location: String, hash: String?
+    ) throws -> Bool {
         try hotRead { db in
-            try Bool.fetchOne(db.cachedStatement(sql: Self.deliveredOtherwiseSinceSQL),
-                              arguments: [sink, location, runId, upTo, excluding, hash, location.hasPrefix("/"), key,
-                                          runId, sink, location, key]) ?? false
+            try Bool.fetchOne(
+                db.cachedStatement(sql: Self.deliveredOtherwiseSinceSQL),
+                arguments: [
+                    sink, location, runId, upTo, excluding, hash, location.hasPrefix("/"), key,
+                    runId, sink, location, key,
+                ]) ?? false
         }
     }
 
@@ -255,8 +295,10 @@ extension RunStore {
     /// with their sequence numbers (for paging through a large run in constant memory).
     public func keys(runId: Int64, after seq: Int, limit: Int) throws -> [(seq: Int, key: String)] {
         try database.read { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT seq, key FROM item WHERE runId = ? AND seq > ? ORDER BY seq LIMIT ?"),
-                             arguments: [runId, seq, limit]).map { ($0["seq"], $0["key"]) }
+            try Row.fetchAll(
+                db.cachedStatement(sql: "SELECT seq, key FROM item WHERE runId = ? AND seq > ? ORDER BY seq LIMIT ?"),
+                arguments: [runId, seq, limit]
+            ).map { ($0["seq"], $0["key"]) }
         }
     }
 
@@ -267,16 +309,18 @@ extension RunStore {
     /// files: it may make them yet). A skipped item's files go, like a gone item's.
     public func prunable(after runId: Int64, sink: String) throws -> [String] {
         try database.read { db in
-            try String.fetchAll(db, sql: """
-                SELECT DISTINCT d.remoteURL FROM delivery d
-                WHERE d.runId < ? AND d.sink = ? AND d.status = 'done' AND d.remoteURL IS NOT NULL
-                  AND NOT EXISTS (SELECT 1 FROM delivery c WHERE c.sink = d.sink AND c.remoteURL = d.remoteURL AND c.runId = ?)
-                  AND NOT EXISTS (
-                      SELECT 1 FROM delivery e JOIN item i ON i.runId = ? AND i.key = e.itemKey
-                      WHERE e.sink = d.sink AND e.remoteURL = d.remoteURL AND e.runId < ? AND e.status = 'done'
-                        AND i.status NOT IN ('done', 'skipped'))
-                ORDER BY d.remoteURL
-                """, arguments: [runId, sink, runId, runId, runId])
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT DISTINCT d.remoteURL FROM delivery d
+                    WHERE d.runId < ? AND d.sink = ? AND d.status = 'done' AND d.remoteURL IS NOT NULL
+                      AND NOT EXISTS (SELECT 1 FROM delivery c WHERE c.sink = d.sink AND c.remoteURL = d.remoteURL AND c.runId = ?)
+                      AND NOT EXISTS (
+                          SELECT 1 FROM delivery e JOIN item i ON i.runId = ? AND i.key = e.itemKey
+                          WHERE e.sink = d.sink AND e.remoteURL = d.remoteURL AND e.runId < ? AND e.status = 'done'
+                            AND i.status NOT IN ('done', 'skipped'))
+                    ORDER BY d.remoteURL
+                    """, arguments: [runId, sink, runId, runId, runId])
         }
     }
 }

@@ -33,18 +33,24 @@ extension RunStore {
     /// Starts a new run. `workRoot` gets a folder `run-<id>` for spooled and staged files.
     /// `uuid` is the run's own by default; a worker of a shared run passes the shared run's,
     /// so that idempotency keys are the same whichever worker delivers an item.
-    public func createRun(pipelinePath: String, pipelineName: String, document: String,
-                          fingerprint: [String: String], sinks: [String], itemLimit: Int?,
-                          workRoot: String, uuid: String? = nil, baseline: Int64? = nil, now: Date = Date()) throws -> RunRecord {
+    public func createRun(
+        pipelinePath: String, pipelineName: String, document: String,
+        fingerprint: [String: String], sinks: [String], itemLimit: Int?,
+        workRoot: String, uuid: String? = nil, baseline: Int64? = nil, now: Date = Date()
+    ) throws -> RunRecord {
         let fingerprintText = String(decoding: try JSONEncoder.sorted.encode(fingerprint), as: UTF8.self)
         let sinksText = String(decoding: try JSONEncoder.sorted.encode(sinks), as: UTF8.self)
         return try write { db in
-            try db.execute(sql: """
-                INSERT INTO run (uuid, pipelinePath, pipelineName, document, fingerprint, sinks, state, itemLimit,
-                                 workDirectory, startedAt, baseline)
-                VALUES (?, ?, ?, ?, ?, ?, 'running', ?, '', ?, ?)
-                """, arguments: [uuid ?? UUID().uuidString.lowercased(), pipelinePath, pipelineName, document, fingerprintText,
-                                 sinksText, itemLimit, now.timeIntervalSince1970, baseline])
+            try db.execute(
+                sql: """
+                    INSERT INTO run (uuid, pipelinePath, pipelineName, document, fingerprint, sinks, state, itemLimit,
+                                     workDirectory, startedAt, baseline)
+                    VALUES (?, ?, ?, ?, ?, ?, 'running', ?, '', ?, ?)
+                    """,
+                arguments: [
+                    uuid ?? UUID().uuidString.lowercased(), pipelinePath, pipelineName, document, fingerprintText,
+                    sinksText, itemLimit, now.timeIntervalSince1970, baseline,
+                ])
             let id = db.lastInsertedRowID
             let work = URL(fileURLWithPath: workRoot).appendingPathComponent("run-\(id)").path
             try db.execute(sql: "UPDATE run SET workDirectory = ? WHERE id = ?", arguments: [work, id])
@@ -58,11 +64,12 @@ extension RunStore {
     /// Records a run's state; `finished` also stamps the finishing time.
     public func setState(_ state: RunRecord.State, runId: Int64, addingElapsed elapsed: Double = 0) throws {
         try write { db in
-            try db.execute(sql: """
-                UPDATE run SET state = ?, elapsed = elapsed + ?,
-                               finishedAt = CASE WHEN ? = 'finished' THEN ? ELSE finishedAt END
-                WHERE id = ?
-                """, arguments: [state.rawValue, elapsed, state.rawValue, Date().timeIntervalSince1970, runId])
+            try db.execute(
+                sql: """
+                    UPDATE run SET state = ?, elapsed = elapsed + ?,
+                                   finishedAt = CASE WHEN ? = 'finished' THEN ? ELSE finishedAt END
+                    WHERE id = ?
+                    """, arguments: [state.rawValue, elapsed, state.rawValue, Date().timeIntervalSince1970, runId])
         }
     }
 
@@ -76,10 +83,11 @@ extension RunStore {
     /// them): a failed item retried, or an item listed anew, may take them.
     func freeSkippedItemsNames(runId: Int64) throws {
         try write { db in
-            try db.execute(sql: """
-                UPDATE output SET name = NULL WHERE runId = ? AND name IS NOT NULL
-                AND itemKey IN (SELECT key FROM item WHERE runId = ? AND status = 'skipped')
-                """, arguments: [runId, runId])
+            try db.execute(
+                sql: """
+                    UPDATE output SET name = NULL WHERE runId = ? AND name IS NOT NULL
+                    AND itemKey IN (SELECT key FROM item WHERE runId = ? AND status = 'skipped')
+                    """, arguments: [runId, runId])
         }
     }
 
@@ -105,16 +113,23 @@ extension RunStore {
             let keys = try String.fetchAll(db, sql: sql, arguments: arguments)
             for key in keys {
                 // Every output still staged: only deliveries are left to do.
-                let staged = try String?.fetchAll(db, sql: "SELECT stagedPath FROM output WHERE runId = ? AND itemKey = ?",
-                                                  arguments: [runId, key])
-                let keepsOutput = !staged.isEmpty && staged.allSatisfy { $0.map { FileManager.default.fileExists(atPath: $0) } ?? false }
-                try db.execute(sql: "UPDATE item SET status = ?, reason = NULL, message = NULL, httpStatus = NULL WHERE runId = ? AND key = ?",
-                               arguments: [keepsOutput ? "processed" : "pending", runId, key])
+                let staged = try String?.fetchAll(
+                    db, sql: "SELECT stagedPath FROM output WHERE runId = ? AND itemKey = ?",
+                    arguments: [runId, key])
+                let keepsOutput =
+                    !staged.isEmpty && staged.allSatisfy { $0.map { FileManager.default.fileExists(atPath: $0) } ?? false }
+                try db.execute(
+                    sql:
+                        "UPDATE item SET status = ?, reason = NULL, message = NULL, httpStatus = NULL WHERE runId = ? AND key = ?",
+                    arguments: [keepsOutput ? "processed" : "pending", runId, key])
                 if !keepsOutput {
-                    try db.execute(sql: "UPDATE output SET stagedPath = NULL WHERE runId = ? AND itemKey = ?", arguments: [runId, key])
+                    try db.execute(
+                        sql: "UPDATE output SET stagedPath = NULL WHERE runId = ? AND itemKey = ?", arguments: [runId, key])
                 }
-                try db.execute(sql: "UPDATE delivery SET status = 'pending', message = NULL WHERE runId = ? AND itemKey = ? AND status = 'failed'",
-                               arguments: [runId, key])
+                try db.execute(
+                    sql:
+                        "UPDATE delivery SET status = 'pending', message = NULL WHERE runId = ? AND itemKey = ? AND status = 'failed'",
+                    arguments: [runId, key])
             }
             return keys.count
         }
@@ -139,8 +154,9 @@ extension RunStore {
         configuration.readonly = true
         // `*`: a file made before incremental runs has no `baseline` column (read as nil).
         guard let queue = try? DatabaseQueue(path: path, configuration: configuration),
-              let row = try? queue.read({ try Row.fetchOne($0, sql: "SELECT * FROM run ORDER BY id DESC LIMIT 1") }),
-              let state = RunRecord.State(rawValue: row["state"]) else { return nil }
+            let row = try? queue.read({ try Row.fetchOne($0, sql: "SELECT * FROM run ORDER BY id DESC LIMIT 1") }),
+            let state = RunRecord.State(rawValue: row["state"])
+        else { return nil }
         return (row["pipelinePath"], state, row["baseline"])
     }
 }

@@ -62,8 +62,10 @@ extension RunStore {
         """
 
     /// Adds `n` to one counter (made at 0 when missing), when `when` holds.
-    private static func add(_ run: String, _ kind: String, _ name: String, _ status: String, _ n: String,
-                            when condition: String = "true") -> String {
+    private static func add(
+        _ run: String, _ kind: String, _ name: String, _ status: String, _ n: String,
+        when condition: String = "true"
+    ) -> String {
         """
         INSERT INTO tally (runId, kind, name, status, n) SELECT \(run), \(kind), \(name), \(status), \(n) WHERE \(condition)
             ON CONFLICT (runId, kind, name, status) DO UPDATE SET n = n + excluded.n
@@ -107,8 +109,10 @@ extension RunStore {
     /// The nonzero counters of one kind of a run: (name, status, n).
     func tally(runId: Int64, kind: String) throws -> [(name: String, status: String, n: Int)] {
         try database.read { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT name, status, n FROM tally WHERE runId = ? AND kind = ? AND n != 0"),
-                             arguments: [runId, kind]).map { ($0["name"], $0["status"], $0["n"]) }
+            try Row.fetchAll(
+                db.cachedStatement(sql: "SELECT name, status, n FROM tally WHERE runId = ? AND kind = ? AND n != 0"),
+                arguments: [runId, kind]
+            ).map { ($0["name"], $0["status"], $0["n"]) }
         }
     }
 }

@@ -26,9 +26,10 @@ public final class RunStore: @unchecked Sendable {
                 throw StoreError("cannot open state file \(path): \(error)")
             }
             guard (try? database.read { try Self.migrator.hasCompletedMigrations($0) }) == true else {
-                throw StoreError("state file \(path) was written by an earlier imgpipe: its runs do not record what each "
-                                 + "source was, so there is nothing to compare with (`imgpipe run --incremental` upgrades "
-                                 + "it and makes everything once)")
+                throw StoreError(
+                    "state file \(path) was written by an earlier imgpipe: its runs do not record what each "
+                        + "source was, so there is nothing to compare with (`imgpipe run --incremental` upgrades "
+                        + "it and makes everything once)")
             }
             return
         }
@@ -51,80 +52,83 @@ public final class RunStore: @unchecked Sendable {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE run (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    pipelinePath TEXT NOT NULL,
-                    pipelineName TEXT NOT NULL,
-                    document TEXT NOT NULL,
-                    fingerprint TEXT NOT NULL,
-                    sinks TEXT NOT NULL,
-                    state TEXT NOT NULL,
-                    feedComplete INTEGER NOT NULL DEFAULT 0,
-                    itemLimit INTEGER,
-                    workDirectory TEXT NOT NULL,
-                    startedAt DOUBLE NOT NULL,
-                    finishedAt DOUBLE,
-                    elapsed DOUBLE NOT NULL DEFAULT 0
-                );
-                CREATE TABLE item (
-                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
-                    seq INTEGER NOT NULL,
-                    key TEXT NOT NULL,
-                    location TEXT NOT NULL,
-                    metadata TEXT,
-                    status TEXT NOT NULL CHECK (status IN ('pending', 'fetched', 'processed', 'done', 'failed')),
-                    attempts INTEGER NOT NULL DEFAULT 0,
-                    reason TEXT,
-                    message TEXT,
-                    httpStatus INTEGER,
-                    spoolPath TEXT,
-                    stagedPath TEXT,
-                    outputName TEXT,
-                    outputHash TEXT,
-                    outputBytes INTEGER,
-                    width INTEGER,
-                    height INTEGER,
-                    updatedAt DOUBLE NOT NULL,
-                    PRIMARY KEY (runId, key)
-                );
-                CREATE UNIQUE INDEX item_seq ON item(runId, seq);
-                CREATE INDEX item_status ON item(runId, status, seq);
-                CREATE UNIQUE INDEX item_output ON item(runId, outputName) WHERE outputName IS NOT NULL;
-                CREATE TABLE delivery (
-                    runId INTEGER NOT NULL,
-                    itemKey TEXT NOT NULL,
-                    sink TEXT NOT NULL,
-                    status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
-                    attempts INTEGER NOT NULL DEFAULT 0,
-                    httpStatus INTEGER,
-                    remoteURL TEXT,
-                    message TEXT,
-                    updatedAt DOUBLE NOT NULL,
-                    PRIMARY KEY (runId, itemKey, sink),
-                    FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
-                );
-                CREATE INDEX delivery_status ON delivery(runId, sink, status);
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE run (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        pipelinePath TEXT NOT NULL,
+                        pipelineName TEXT NOT NULL,
+                        document TEXT NOT NULL,
+                        fingerprint TEXT NOT NULL,
+                        sinks TEXT NOT NULL,
+                        state TEXT NOT NULL,
+                        feedComplete INTEGER NOT NULL DEFAULT 0,
+                        itemLimit INTEGER,
+                        workDirectory TEXT NOT NULL,
+                        startedAt DOUBLE NOT NULL,
+                        finishedAt DOUBLE,
+                        elapsed DOUBLE NOT NULL DEFAULT 0
+                    );
+                    CREATE TABLE item (
+                        runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                        seq INTEGER NOT NULL,
+                        key TEXT NOT NULL,
+                        location TEXT NOT NULL,
+                        metadata TEXT,
+                        status TEXT NOT NULL CHECK (status IN ('pending', 'fetched', 'processed', 'done', 'failed')),
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        reason TEXT,
+                        message TEXT,
+                        httpStatus INTEGER,
+                        spoolPath TEXT,
+                        stagedPath TEXT,
+                        outputName TEXT,
+                        outputHash TEXT,
+                        outputBytes INTEGER,
+                        width INTEGER,
+                        height INTEGER,
+                        updatedAt DOUBLE NOT NULL,
+                        PRIMARY KEY (runId, key)
+                    );
+                    CREATE UNIQUE INDEX item_seq ON item(runId, seq);
+                    CREATE INDEX item_status ON item(runId, status, seq);
+                    CREATE UNIQUE INDEX item_output ON item(runId, outputName) WHERE outputName IS NOT NULL;
+                    CREATE TABLE delivery (
+                        runId INTEGER NOT NULL,
+                        itemKey TEXT NOT NULL,
+                        sink TEXT NOT NULL,
+                        status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        httpStatus INTEGER,
+                        remoteURL TEXT,
+                        message TEXT,
+                        updatedAt DOUBLE NOT NULL,
+                        PRIMARY KEY (runId, itemKey, sink),
+                        FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
+                    );
+                    CREATE INDEX delivery_status ON delivery(runId, sink, status);
+                    """)
         }
         migrator.registerMigration("v2: names and tiers of remote items") { db in
-            try db.execute(sql: """
-                ALTER TABLE item ADD COLUMN nameKey TEXT;
-                ALTER TABLE item ADD COLUMN nameStem TEXT;
-                ALTER TABLE item ADD COLUMN tier TEXT;
-                """)
+            try db.execute(
+                sql: """
+                    ALTER TABLE item ADD COLUMN nameKey TEXT;
+                    ALTER TABLE item ADD COLUMN nameStem TEXT;
+                    ALTER TABLE item ADD COLUMN tier TEXT;
+                    """)
         }
         migrator.registerMigration("v3: run UUIDs") { db in
             // Idempotency keys are made from a run's UUID: the integer id starts at 1 in
             // every state file, so two state files (or a deleted and recreated one) would
             // send the same keys. Runs made before this get a random UUID of their own.
-            try db.execute(sql: """
-                ALTER TABLE run ADD COLUMN uuid TEXT;
-                UPDATE run SET uuid = lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' ||
-                    substr(hex(randomblob(2)), 2) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) ||
-                    substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)));
-                CREATE UNIQUE INDEX run_uuid ON run(uuid);
-                """)
+            try db.execute(
+                sql: """
+                    ALTER TABLE run ADD COLUMN uuid TEXT;
+                    UPDATE run SET uuid = lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' ||
+                        substr(hex(randomblob(2)), 2) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) ||
+                        substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)));
+                    CREATE UNIQUE INDEX run_uuid ON run(uuid);
+                    """)
         }
         migrator.registerMigration("v4: skipped items") { db in
             // SQLite cannot change a CHECK constraint in place: the item table is made anew
@@ -134,12 +138,17 @@ public final class RunStore: @unchecked Sendable {
             // away nor left dangling. A skipped item keeps its reason (`opt-out`, `robots`,
             // `too-small`, `aspect`, `format`) in `reason`, as a failed one does.
             let statuses = "('pending', 'fetched', 'processed', 'done', 'failed')"
-            guard let definition = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'item'"),
-                  definition.contains(statuses), definition.hasPrefix("CREATE TABLE item (") else {
+            guard
+                let definition = try String.fetchOne(
+                    db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'item'"),
+                definition.contains(statuses), definition.hasPrefix("CREATE TABLE item (")
+            else {
                 throw StoreError("state file: the item table is not the one imgpipe made; cannot add the skipped status")
             }
-            let indexes = try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'item' AND sql IS NOT NULL")
-            let renewed = definition
+            let indexes = try String.fetchAll(
+                db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'item' AND sql IS NOT NULL")
+            let renewed =
+                definition
                 .replacingOccurrences(of: "CREATE TABLE item (", with: "CREATE TABLE item_v4 (")
                 .replacingOccurrences(of: statuses, with: "('pending', 'fetched', 'processed', 'done', 'skipped', 'failed')")
             try db.execute(sql: renewed)
@@ -151,51 +160,52 @@ public final class RunStore: @unchecked Sendable {
             // the staged file, the claimed name (unique in the run, across outputs) and what
             // was made. A delivery is of one output to one sink. Rows of earlier runs become
             // the output `default`, which is the id of a pipeline's only output.
-            try db.execute(sql: """
-                CREATE TABLE output (
-                    runId INTEGER NOT NULL,
-                    itemKey TEXT NOT NULL,
-                    output TEXT NOT NULL,
-                    name TEXT,
-                    stagedPath TEXT,
-                    hash TEXT,
-                    bytes INTEGER,
-                    width INTEGER,
-                    height INTEGER,
-                    PRIMARY KEY (runId, itemKey, output),
-                    FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
-                );
-                CREATE UNIQUE INDEX output_name ON output(runId, name) WHERE name IS NOT NULL;
-                INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height)
-                    SELECT runId, key, 'default', outputName, stagedPath, outputHash, outputBytes, width, height FROM item
-                    WHERE outputName IS NOT NULL OR stagedPath IS NOT NULL OR outputHash IS NOT NULL;
-                DROP INDEX item_output;
-                ALTER TABLE item DROP COLUMN outputName;
-                ALTER TABLE item DROP COLUMN stagedPath;
-                ALTER TABLE item DROP COLUMN outputHash;
-                ALTER TABLE item DROP COLUMN outputBytes;
-                ALTER TABLE item DROP COLUMN width;
-                ALTER TABLE item DROP COLUMN height;
-                CREATE TABLE delivery_v5 (
-                    runId INTEGER NOT NULL,
-                    itemKey TEXT NOT NULL,
-                    output TEXT NOT NULL,
-                    sink TEXT NOT NULL,
-                    status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
-                    attempts INTEGER NOT NULL DEFAULT 0,
-                    httpStatus INTEGER,
-                    remoteURL TEXT,
-                    message TEXT,
-                    updatedAt DOUBLE NOT NULL,
-                    PRIMARY KEY (runId, itemKey, output, sink),
-                    FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
-                );
-                INSERT INTO delivery_v5 (runId, itemKey, output, sink, status, attempts, httpStatus, remoteURL, message, updatedAt)
-                    SELECT runId, itemKey, 'default', sink, status, attempts, httpStatus, remoteURL, message, updatedAt FROM delivery;
-                DROP TABLE delivery;
-                ALTER TABLE delivery_v5 RENAME TO delivery;
-                CREATE INDEX delivery_status ON delivery(runId, sink, status);
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE output (
+                        runId INTEGER NOT NULL,
+                        itemKey TEXT NOT NULL,
+                        output TEXT NOT NULL,
+                        name TEXT,
+                        stagedPath TEXT,
+                        hash TEXT,
+                        bytes INTEGER,
+                        width INTEGER,
+                        height INTEGER,
+                        PRIMARY KEY (runId, itemKey, output),
+                        FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
+                    );
+                    CREATE UNIQUE INDEX output_name ON output(runId, name) WHERE name IS NOT NULL;
+                    INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height)
+                        SELECT runId, key, 'default', outputName, stagedPath, outputHash, outputBytes, width, height FROM item
+                        WHERE outputName IS NOT NULL OR stagedPath IS NOT NULL OR outputHash IS NOT NULL;
+                    DROP INDEX item_output;
+                    ALTER TABLE item DROP COLUMN outputName;
+                    ALTER TABLE item DROP COLUMN stagedPath;
+                    ALTER TABLE item DROP COLUMN outputHash;
+                    ALTER TABLE item DROP COLUMN outputBytes;
+                    ALTER TABLE item DROP COLUMN width;
+                    ALTER TABLE item DROP COLUMN height;
+                    CREATE TABLE delivery_v5 (
+                        runId INTEGER NOT NULL,
+                        itemKey TEXT NOT NULL,
+                        output TEXT NOT NULL,
+                        sink TEXT NOT NULL,
+                        status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        httpStatus INTEGER,
+                        remoteURL TEXT,
+                        message TEXT,
+                        updatedAt DOUBLE NOT NULL,
+                        PRIMARY KEY (runId, itemKey, output, sink),
+                        FOREIGN KEY (runId, itemKey) REFERENCES item(runId, key) ON DELETE CASCADE
+                    );
+                    INSERT INTO delivery_v5 (runId, itemKey, output, sink, status, attempts, httpStatus, remoteURL, message, updatedAt)
+                        SELECT runId, itemKey, 'default', sink, status, attempts, httpStatus, remoteURL, message, updatedAt FROM delivery;
+                    DROP TABLE delivery;
+                    ALTER TABLE delivery_v5 RENAME TO delivery;
+                    CREATE INDEX delivery_status ON delivery(runId, sink, status);
+                    """)
         }
         migrator.registerMigration("v6: what each item's source was") { db in
             // `SourceStamp`, recorded when an item is processed: `plan` and `run --incremental`
@@ -203,15 +213,16 @@ public final class RunStore: @unchecked Sendable {
             // none: their items count as changed. An incremental run keeps the run it compares
             // with (`baseline`, so that its resume compares with it too) and how many items
             // it carried over (`carried`, left out of the time per item `plan` estimates).
-            try db.execute(sql: """
-                ALTER TABLE item ADD COLUMN sourceSize INTEGER;
-                ALTER TABLE item ADD COLUMN sourceModified DOUBLE;
-                ALTER TABLE item ADD COLUMN sourceHash TEXT;
-                ALTER TABLE item ADD COLUMN sourceVersion TEXT;
-                ALTER TABLE run ADD COLUMN baseline INTEGER;
-                ALTER TABLE run ADD COLUMN carried INTEGER NOT NULL DEFAULT 0;
-                CREATE INDEX delivery_remote ON delivery(sink, remoteURL);
-                """)
+            try db.execute(
+                sql: """
+                    ALTER TABLE item ADD COLUMN sourceSize INTEGER;
+                    ALTER TABLE item ADD COLUMN sourceModified DOUBLE;
+                    ALTER TABLE item ADD COLUMN sourceHash TEXT;
+                    ALTER TABLE item ADD COLUMN sourceVersion TEXT;
+                    ALTER TABLE run ADD COLUMN baseline INTEGER;
+                    ALTER TABLE run ADD COLUMN carried INTEGER NOT NULL DEFAULT 0;
+                    CREATE INDEX delivery_remote ON delivery(sink, remoteURL);
+                    """)
         }
         migrator.registerMigration("v7: counters and the place index") { db in
             try db.execute(sql: Self.tallySchema)
@@ -219,10 +230,11 @@ public final class RunStore: @unchecked Sendable {
             // the deliveries of one run to one place here. On (sink, remoteURL) alone SQLite
             // preferred `delivery_status` (three equal columns to two) and walked every
             // delivery of the run for each item (`plan` grew with the square of the items).
-            try db.execute(sql: """
-                DROP INDEX delivery_remote;
-                CREATE INDEX delivery_place ON delivery(sink, remoteURL, runId, status);
-                """)
+            try db.execute(
+                sql: """
+                    DROP INDEX delivery_remote;
+                    CREATE INDEX delivery_place ON delivery(sink, remoteURL, runId, status);
+                    """)
         }
         return migrator
     }

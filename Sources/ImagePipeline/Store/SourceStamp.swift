@@ -42,8 +42,10 @@ public struct SourceStamp: Sendable, Equatable {
     /// The value of `field` in an item's metadata (a JSON object), as text: a string as it
     /// is, a number or a boolean as JSON writes it; nil when absent or null.
     public static func version(in metadata: String?, field: String?) -> String? {
-        guard let field, let metadata, let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any],
-              let value = object[field], !(value is NSNull) else { return nil }
+        guard let field, let metadata,
+            let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any],
+            let value = object[field], !(value is NSNull)
+        else { return nil }
         if let text = value as? String { return text }
         return (try? JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .sortedKeys]))
             .map { String(decoding: $0, as: UTF8.self) }

@@ -9,8 +9,9 @@ public enum StoreChange: Sendable {
     /// the input was (for change-aware runs).
     case processed(key: String, outputs: [StagedOutput], source: SourceStamp? = nil)
     /// One sink has one output; the item is done when every delivery is.
-    case delivered(key: String, output: String = OutputSpec.defaultID, sink: String, remoteURL: String?, httpStatus: Int?,
-                   attempts: Int = 1)
+    case delivered(
+        key: String, output: String = OutputSpec.defaultID, sink: String, remoteURL: String?, httpStatus: Int?,
+        attempts: Int = 1)
     /// One sink refused one output for good: the item fails with reason `upload`.
     case deliveryFailed(key: String, output: String = OutputSpec.defaultID, sink: String, failure: ItemFailure, attempts: Int)
     /// The item failed before delivery.
@@ -71,14 +72,19 @@ public struct NewItem: Sendable, Equatable {
     }
 
     /// An item of a pipeline with one output.
-    public init(key: String, seq: Int, location: String, metadata: String?, outputName: String?, sinks: [String],
-                nameKey: String? = nil, nameStem: String? = nil, tier: Tier? = nil) {
-        self.init(key: key, seq: seq, location: location, metadata: metadata,
-                  outputs: [NewOutput(name: outputName, sinks: sinks)], nameKey: nameKey, nameStem: nameStem, tier: tier)
+    public init(
+        key: String, seq: Int, location: String, metadata: String?, outputName: String?, sinks: [String],
+        nameKey: String? = nil, nameStem: String? = nil, tier: Tier? = nil
+    ) {
+        self.init(
+            key: key, seq: seq, location: location, metadata: metadata,
+            outputs: [NewOutput(name: outputName, sinks: sinks)], nameKey: nameKey, nameStem: nameStem, tier: tier)
     }
 
-    public init(key: String, seq: Int, location: String, metadata: String?, outputs: [NewOutput],
-                nameKey: String? = nil, nameStem: String? = nil, tier: Tier? = nil) {
+    public init(
+        key: String, seq: Int, location: String, metadata: String?, outputs: [NewOutput],
+        nameKey: String? = nil, nameStem: String? = nil, tier: Tier? = nil
+    ) {
         self.key = key
         self.seq = seq
         self.location = location
@@ -101,8 +107,10 @@ public struct StagedOutput: Sendable, Equatable {
     public let width: Int
     public let height: Int
 
-    public init(id: String = OutputSpec.defaultID, path: String, name: String, sha256: String, bytes: Int, width: Int,
-                height: Int) {
+    public init(
+        id: String = OutputSpec.defaultID, path: String, name: String, sha256: String, bytes: Int, width: Int,
+        height: Int
+    ) {
         self.id = id
         self.path = path
         self.name = name

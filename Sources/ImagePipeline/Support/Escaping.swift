@@ -38,13 +38,14 @@ extension Unicode.Scalar {
     /// A control character other than tab (C0, DEL, C1), or a bidirectional embedding,
     /// override or isolate, which reorder what a terminal shows.
     fileprivate var isUnprintable: Bool {
-        (value < 0x20 && value != 0x09) || (0x7F ... 0x9F).contains(value)
-            || (0x202A ... 0x202E).contains(value) || (0x2066 ... 0x2069).contains(value)
+        (value < 0x20 && value != 0x09) || (0x7F...0x9F).contains(value)
+            || (0x202A...0x202E).contains(value) || (0x2066...0x2069).contains(value)
     }
 }
 
 extension CharacterSet {
     /// RFC 3986's unreserved characters: letters, digits and `-._~` (what percent-encoding
     /// for S3 signatures, and the URL forms of a secret, leave alone).
-    static let rfc3986Unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
+    static let rfc3986Unreserved = CharacterSet(
+        charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
 }

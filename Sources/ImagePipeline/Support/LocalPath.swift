@@ -13,7 +13,9 @@ enum LocalPath {
         if let text = String(validating: path, as: UTF8.self), !text.hasPrefix(urlPrefix) { return text }
         var url = Array(urlPrefix.utf8)
         for byte in path {
-            if PercentEscapes.isUnreserved(byte) || byte == UInt8(ascii: "/") { url.append(byte) } else {
+            if PercentEscapes.isUnreserved(byte) || byte == UInt8(ascii: "/") {
+                url.append(byte)
+            } else {
                 url += PercentEscapes.escape(byte)
             }
         }
@@ -62,7 +64,7 @@ enum LocalPath {
             if got < 0, errno == EINTR { continue }
             if got < 0 { return nil }
             if got == 0 { return data }
-            data.append(contentsOf: block[0 ..< got])
+            data.append(contentsOf: block[0..<got])
         }
     }
 
@@ -78,7 +80,8 @@ enum LocalPath {
             let lead = bytes[index]
             let length = lead < 0x80 ? 1 : lead >> 5 == 0b110 ? 2 : lead >> 4 == 0b1110 ? 3 : lead >> 3 == 0b11110 ? 4 : 0
             if length > 0, lead != UInt8(ascii: "\\"), index + length <= bytes.count,
-               let scalar = String(validating: bytes[index ..< index + length], as: UTF8.self) {
+                let scalar = String(validating: bytes[index..<index + length], as: UTF8.self)
+            {
                 text += scalar
                 index += length
             } else {
@@ -90,6 +93,6 @@ enum LocalPath {
     }
 }
 
-private extension String {
-    func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }

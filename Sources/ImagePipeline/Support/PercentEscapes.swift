@@ -5,7 +5,8 @@ enum PercentEscapes {
     /// digits) does not start there.
     static func byte(at index: Int, in bytes: [UInt8]) -> UInt8? {
         guard index + 2 < bytes.count, bytes[index] == UInt8(ascii: "%"),
-              let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) else { return nil }
+            let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2])
+        else { return nil }
         return high << 4 | low
     }
 
@@ -18,8 +19,8 @@ enum PercentEscapes {
     /// Letters, digits and `-._~` (RFC 3986): an escape of one of them stands for itself.
     static func isUnreserved(_ byte: UInt8) -> Bool {
         switch byte {
-        case UInt8(ascii: "a") ... UInt8(ascii: "z"), UInt8(ascii: "A") ... UInt8(ascii: "Z"),
-             UInt8(ascii: "0") ... UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
             true
         default:
             false
@@ -39,7 +40,8 @@ enum PercentEscapes {
         var inFragment = false
         for (index, value) in bytes.enumerated() {
             let isHash = value == UInt8(ascii: "#")
-            let kept = isUnreserved(value) || (reserved.contains(value) && !(inFragment && isHash))
+            let kept =
+                isUnreserved(value) || (reserved.contains(value) && !(inFragment && isHash))
                 || byte(at: index, in: bytes) != nil
             if isHash { inFragment = true }
             if kept { out.append(value) } else { out += escape(value) }
@@ -68,9 +70,9 @@ enum PercentEscapes {
 
     private static func hexValue(_ byte: UInt8) -> UInt8? {
         switch byte {
-        case UInt8(ascii: "0") ... UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a") ... UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A") ... UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
         default: nil
         }
     }

@@ -11,7 +11,7 @@ public enum Spelling {
 
     /// Levenshtein distance.
     static func distance(_ a: [Character], _ b: [Character]) -> Int {
-        var previous = Array(0 ... b.count)
+        var previous = Array(0...b.count)
         for (i, ca) in a.enumerated() {
             var current = [i + 1]
             for (j, cb) in b.enumerated() {

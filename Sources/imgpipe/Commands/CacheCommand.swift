@@ -50,8 +50,9 @@ struct CacheCommand: ParsableCommand {
             }
             return Console.out("cleared \(Console.display(directory)): \(entries) entries, \(Self.megabytes(bytes)) freed")
         }
-        Console.out("cache \(Console.display(directory)): \(entries) entries, \(Self.megabytes(bytes))"
-                    + (bound.map { " of at most \(Self.megabytes($0))" } ?? ""))
+        Console.out(
+            "cache \(Console.display(directory)): \(entries) entries, \(Self.megabytes(bytes))"
+                + (bound.map { " of at most \(Self.megabytes($0))" } ?? ""))
     }
 
     static func megabytes(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1_048_576) }

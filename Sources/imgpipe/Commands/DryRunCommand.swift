@@ -15,16 +15,21 @@ struct DryRunCommand: ParsableCommand {
             """
     )
 
-    @Argument(help: ArgumentHelp("The pipeline file (JSON); give a second one to compare the two on the same samples.",
-                                 valueName: "pipeline"),
-              completion: .file(extensions: ["json"]))
+    @Argument(
+        help: ArgumentHelp(
+            "The pipeline file (JSON); give a second one to compare the two on the same samples.",
+            valueName: "pipeline"),
+        completion: .file(extensions: ["json"]))
     var pipelines: [String]
 
-    @Option(help: "Folder of sample images (default: the pipeline's own directory source, else samples/, else its feed).",
-            completion: .directory)
+    @Option(
+        help: "Folder of sample images (default: the pipeline's own directory source, else samples/, else its feed).",
+        completion: .directory)
     var samples: String?
 
-    @Flag(help: "Preview the first items of the pipeline's own source (--limit, 12 by default), downloading those of a remote feed.")
+    @Flag(
+        help: "Preview the first items of the pipeline's own source (--limit, 12 by default), downloading those of a remote feed."
+    )
     var feed = false
 
     @Option(help: "Where previews go (default: preview/<pipeline name>/, or preview/<A>-vs-<B>/).", completion: .directory)
@@ -37,7 +42,9 @@ struct DryRunCommand: ParsableCommand {
     var json = false
 
     func validate() throws {
-        if pipelines.count > 2 { throw ValidationError("dry-run takes one pipeline file, or two to compare; got \(pipelines.count)") }
+        if pipelines.count > 2 {
+            throw ValidationError("dry-run takes one pipeline file, or two to compare; got \(pipelines.count)")
+        }
         if let limit, limit < 1 { throw ValidationError("--limit must be a positive integer, got \(limit)") }
         if feed, samples != nil { throw ValidationError("--samples and --feed cannot be used together") }
     }
@@ -53,18 +60,22 @@ struct DryRunCommand: ParsableCommand {
         // Previews written over the samples would replace the originals (and be scored
         // against themselves). A previews folder inside the samples folder is fine: it is
         // never listed.
-        if case let .folder(folder) = source {
+        if case .folder(let folder) = source {
             let (samplesPath, outPath) = (Console.realPath(folder), Console.realPath(outFolder))
             if samplesPath == outPath || samplesPath.hasPrefix(outPath + "/") {
-                throw CommandError.usage("--out \(Console.display(outFolder)) would hold the samples folder \(Console.display(folder)), "
-                                         + "and previews would overwrite the originals: give another --out")
+                throw CommandError.usage(
+                    "--out \(Console.display(outFolder)) would hold the samples folder \(Console.display(folder)), "
+                        + "and previews would overwrite the originals: give another --out")
             }
         }
-        let dryRun = DryRun(spec: specs[0], other: specs.count > 1 ? specs[1] : nil, samples: source,
-                            outputDirectory: outFolder, limit: limit, environment: environment, logger: logging.logger(),
-                            notice: { Console.note($0) })
+        let dryRun = DryRun(
+            spec: specs[0], other: specs.count > 1 ? specs[1] : nil, samples: source,
+            outputDirectory: outFolder, limit: limit, environment: environment, logger: logging.logger(),
+            notice: { Console.note($0) })
         let labels = dryRun.columnLabels
-        let table = labels.count == 1 ? Table.single : specs.count == 2 && labels == ["A", "B"] ? Table.comparison : Table.columns(labels)
+        let table =
+            labels.count == 1
+            ? Table.single : specs.count == 2 && labels == ["A", "B"] ? Table.comparison : Table.columns(labels)
         let results: [[DryRunRow]]
         // The header goes out with the first sample: a feed that cannot be listed is then an
         // error alone on the terminal, not under an empty table.
@@ -89,12 +100,15 @@ struct DryRunCommand: ParsableCommand {
                 Console.json(results.map { Comparison(key: $0[0].key, a: $0[0], b: $0[1]) })
             } else {
                 // Several outputs: each sample's rows by column (`w320`, or `A w320` when compared).
-                Console.json(results.map { rows in Columns(key: rows[0].key, columns: Dictionary(uniqueKeysWithValues: zip(labels, rows))) })
+                Console.json(
+                    results.map { rows in Columns(key: rows[0].key, columns: Dictionary(uniqueKeysWithValues: zip(labels, rows)))
+                    })
             }
         } else {
             let failed = results.filter { rows in rows.contains { $0.failure != nil } }.count
-            Console.out("\(results.count - failed) sample(s) previewed in \(Console.display(outFolder))"
-                        + (failed > 0 ? ", \(failed) sample(s) failed" : ""))
+            Console.out(
+                "\(results.count - failed) sample(s) previewed in \(Console.display(outFolder))"
+                    + (failed > 0 ? ", \(failed) sample(s) failed" : ""))
             Console.out("contact sheet: \(Console.display(dryRun.indexPath))")
         }
         if results.contains(where: { rows in rows.contains { $0.failure != nil } }) { throw Exit.failedItems }
@@ -105,7 +119,8 @@ struct DryRunCommand: ParsableCommand {
     /// error naming the folder.
     private func sampleSource(_ spec: PipelineSpec, environment: Environment) throws -> DryRunSamples {
         if feed { return .feed }
-        let folder = samples.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        let folder =
+            samples.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
             ?? DryRun.defaultSamples(for: spec, environment: environment)
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory), isDirectory.boolValue {
@@ -113,10 +128,14 @@ struct DryRunCommand: ParsableCommand {
         }
         if samples == nil, spec.source.remote != nil {
             let count = limit ?? DryRunSamples.feedLimit
-            Console.note("no samples folder (\(Console.display(folder))); previewing the first \(count) item(s) of the pipeline's \(spec.source.typeName) source")
+            Console.note(
+                "no samples folder (\(Console.display(folder))); previewing the first \(count) item(s) of the pipeline's \(spec.source.typeName) source"
+            )
             return .feed
         }
-        throw CommandError.usage("samples folder \(Console.display(folder)) does not exist (give one with --samples, or preview the pipeline's own source with --feed)")
+        throw CommandError.usage(
+            "samples folder \(Console.display(folder)) does not exist (give one with --samples, or preview the pipeline's own source with --feed)"
+        )
     }
 
     /// One sample of a comparison, as `--json` prints it.
@@ -138,28 +157,38 @@ struct Table: Sendable {
     let columns: [(title: String, width: Int)]
     let cells: @Sendable ([DryRunRow]) -> [String]
 
-    static let single = Table(columns: [("sample", 34), ("input", 12), ("output", 14), ("bytes", 20), ("ssim", 8), ("ms", 8)]) { rows in
+    static let single = Table(columns: [("sample", 34), ("input", 12), ("output", 14), ("bytes", 20), ("ssim", 8), ("ms", 8)]) {
+        rows in
         let row = rows[0]
-        return [row.key, input(row), row.failure ?? output(row),
-                row.outputBytes.map { "\(row.inputBytes) → \($0)" } ?? "\(row.inputBytes)", ssim(row), milliseconds(row)]
+        return [
+            row.key, input(row), row.failure ?? output(row),
+            row.outputBytes.map { "\(row.inputBytes) → \($0)" } ?? "\(row.inputBytes)", ssim(row), milliseconds(row),
+        ]
     }
 
-    static let comparison = Table(columns: [("sample", 34), ("input", 12), ("bytes", 10),
-                                            ("A output", 14), ("A bytes", 10), ("A ssim", 8), ("A ms", 8),
-                                            ("B output", 14), ("B bytes", 10), ("B ssim", 8), ("B ms", 8)]) { rows in
-        [rows[0].key, input(rows[0]), "\(rows[0].inputBytes)"] + rows.flatMap { row in
-            [row.failure ?? output(row), row.outputBytes.map(String.init) ?? "-", ssim(row), milliseconds(row)]
-        }
+    static let comparison = Table(columns: [
+        ("sample", 34), ("input", 12), ("bytes", 10),
+        ("A output", 14), ("A bytes", 10), ("A ssim", 8), ("A ms", 8),
+        ("B output", 14), ("B bytes", 10), ("B ssim", 8), ("B ms", 8),
+    ]) { rows in
+        [rows[0].key, input(rows[0]), "\(rows[0].inputBytes)"]
+            + rows.flatMap { row in
+                [row.failure ?? output(row), row.outputBytes.map(String.init) ?? "-", ssim(row), milliseconds(row)]
+            }
     }
 
     /// One group of columns per output (and pipeline), named by `labels`.
     static func columns(_ labels: [String]) -> Table {
-        Table(columns: [("sample", 34), ("input", 12), ("bytes", 10)] + labels.flatMap { label in
-            [("\(label) output", 14), ("\(label) bytes", 10), ("\(label) ssim", 8)]
-        } + [("ms", 8)]) { rows in
-            [rows[0].key, input(rows[0]), "\(rows[0].inputBytes)"] + rows.flatMap { row in
-                [row.failure ?? output(row), row.outputBytes.map(String.init) ?? "-", ssim(row)]
-            } + [milliseconds(rows[0])]
+        Table(
+            columns: [("sample", 34), ("input", 12), ("bytes", 10)]
+                + labels.flatMap { label in
+                    [("\(label) output", 14), ("\(label) bytes", 10), ("\(label) ssim", 8)]
+                } + [("ms", 8)]
+        ) { rows in
+            [rows[0].key, input(rows[0]), "\(rows[0].inputBytes)"]
+                + rows.flatMap { row in
+                    [row.failure ?? output(row), row.outputBytes.map(String.init) ?? "-", ssim(row)]
+                } + [milliseconds(rows[0])]
         }
     }
 

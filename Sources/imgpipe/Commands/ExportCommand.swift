@@ -24,8 +24,9 @@ struct ExportCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Only items with this status: done, failed or skipped.", valueName: "status"))
     var only: String?
 
-    @Option(name: [.customShort("o"), .customLong("output")], help: "Write to this file instead of standard output.",
-            completion: .file())
+    @Option(
+        name: [.customShort("o"), .customLong("output")], help: "Write to this file instead of standard output.",
+        completion: .file())
     var output: String?
 
     func validate() throws {
@@ -35,21 +36,24 @@ struct ExportCommand: ParsableCommand {
     }
 
     func run() throws {
-        if case let .postgres(url)? = options.stateLocation { return try exportShared(url: url) }
+        if case .postgres(let url)? = options.stateLocation { return try exportShared(url: url) }
         let stateFile = try options.stateFile()
         guard FileManager.default.fileExists(atPath: stateFile) else {
-            throw CommandError.usage("\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): nothing to export")
+            throw CommandError.usage(
+                "\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): nothing to export")
         }
         try StateFiles.refuseEmpty(stateFile)
         let environment = Environment()
         try writeRecords(environment: environment) { sink in
             let store = try RunStore(path: stateFile)
-            let run = try runNumber.map { number -> RunRecord in
-                guard let found = try store.run(id: number) else {
-                    throw CommandError.usage("state file \(Console.display(stateFile)) has no run #\(number) (see imgpipe status --runs)")
-                }
-                return found
-            } ?? store.latestRun()
+            let run =
+                try runNumber.map { number -> RunRecord in
+                    guard let found = try store.run(id: number) else {
+                        throw CommandError.usage(
+                            "state file \(Console.display(stateFile)) has no run #\(number) (see imgpipe status --runs)")
+                    }
+                    return found
+                } ?? store.latestRun()
             guard let run else { throw CommandError.usage("state file \(Console.display(stateFile)) has no runs") }
             let outputs = RunStore.outputIDs(ofDocument: run.document)
             if let header = format.header(sinks: run.sinks, outputs: outputs) { sink.write(header) }
@@ -68,7 +72,8 @@ struct ExportCommand: ParsableCommand {
         try writeRecords(environment: environment, masking: { StateLocation.masking(in: $0, url: url) }) { sink in
             let connection = try PostgresConnection(url: url)
             guard let run = try SharedExport.run(at: connection, pipelineName: spec.name, runNumber: runNumber) else {
-                throw CommandError.usage("\(place) has no run" + (runNumber.map { " #\($0)" } ?? "") + " of pipeline \(spec.name)")
+                throw CommandError.usage(
+                    "\(place) has no run" + (runNumber.map { " #\($0)" } ?? "") + " of pipeline \(spec.name)")
             }
             let sinks = spec.sinks.map(\.name)
             let outputs = spec.outputs.map(\.id)
@@ -81,8 +86,10 @@ struct ExportCommand: ParsableCommand {
 
     /// Runs `body` with standard output, or with `-o` a `.partial` file renamed into place
     /// once `body` is done (removed when it fails): the file appears whole or not at all.
-    private func writeRecords(environment: Environment, masking: (String) -> String = { $0 },
-                              _ body: (OutputStream) throws -> Void) throws {
+    private func writeRecords(
+        environment: Environment, masking: (String) -> String = { $0 },
+        _ body: (OutputStream) throws -> Void
+    ) throws {
         let partial = output.map { $0 + ".partial" }
         do {
             let sink = try OutputStream(path: partial)
@@ -111,7 +118,8 @@ private final class OutputStream {
 
     init(path: String?) throws {
         if let path {
-            guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path) else {
+            guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path)
+            else {
                 throw CommandError.failure("cannot write \(path): \(String(cString: strerror(errno)))")
             }
             self.handle = handle

@@ -24,7 +24,8 @@ struct InitCommand: ParsableCommand {
         // would create the file it points at, wherever that is.
         var info = stat()
         if !force, lstat(pipeline, &info) == 0 {
-            let what = (info.st_mode & S_IFMT) == S_IFLNK && !FileManager.default.fileExists(atPath: pipeline)
+            let what =
+                (info.st_mode & S_IFMT) == S_IFLNK && !FileManager.default.fileExists(atPath: pipeline)
                 ? "is a symbolic link to a file that does not exist" : "exists"
             throw CommandError.usage("\(pipeline) \(what); give another name or --force to replace it")
         }
@@ -85,7 +86,9 @@ struct InitCommand: ParsableCommand {
         let temporary = url.deletingLastPathComponent()
             .appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString.prefix(8)).tmp").path
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw CocoaError(.fileWriteNoPermission, userInfo: [NSLocalizedDescriptionKey: String(cString: strerror(errno))]) }
+        guard fd >= 0 else {
+            throw CocoaError(.fileWriteNoPermission, userInfo: [NSLocalizedDescriptionKey: String(cString: strerror(errno))])
+        }
         let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         do {
             try handle.write(contentsOf: data)

@@ -34,23 +34,29 @@ struct PlanCommand: ParsableCommand {
         do {
             // No state file yet: everything is new (and none is made by planning).
             let store = FileManager.default.fileExists(atPath: stateFile) ? try RunStore(path: stateFile, readOnly: true) : nil
-            plan = try ChangePlan.make(pipeline: pipeline, store: store,
-                                       scratch: NSTemporaryDirectory() + "/imgpipe-plan-\(getpid())-\(UUID().uuidString.prefix(8))")
+            plan = try ChangePlan.make(
+                pipeline: pipeline, store: store,
+                scratch: NSTemporaryDirectory() + "/imgpipe-plan-\(getpid())-\(UUID().uuidString.prefix(8))")
         } catch {
             throw CommandError.failure(environment.redact(String(describing: error)))
         }
         if json { return Console.json(plan) }
-        Console.out(plan.baseline.map { "compared with run #\($0) of \(Console.display(stateFile))" }
-                    ?? "no finished run in \(Console.display(stateFile)): every item is new")
-        Console.out("items: \(plan.new) new, \(plan.changed) changed, \(plan.unchanged) unchanged, \(plan.gone) gone from the feed")
+        Console.out(
+            plan.baseline.map { "compared with run #\($0) of \(Console.display(stateFile))" }
+                ?? "no finished run in \(Console.display(stateFile)): every item is new")
+        Console.out(
+            "items: \(plan.new) new, \(plan.changed) changed, \(plan.unchanged) unchanged, \(plan.gone) gone from the feed")
         for (id, output) in plan.outputs.sorted(by: { $0.key < $1.key }) {
-            Console.out("output \(id): \(output.redo) to make" + (output.reasons.isEmpty ? "" : " (\(output.reasons.joined(separator: "; ")))"))
+            Console.out(
+                "output \(id): \(output.redo) to make"
+                    + (output.reasons.isEmpty ? "" : " (\(output.reasons.joined(separator: "; ")))"))
         }
         Console.out(String(format: "estimated time: %.1f s", plan.estimatedSeconds))
         let work = plan.outputs.values.contains { $0.redo > 0 } || plan.gone > 0
         if let unfinished = plan.unfinishedRun {
-            Console.out("run #\(unfinished) is unfinished: continue it with `imgpipe resume \(options.pipeline)`, or start over "
-                        + "from this plan with `imgpipe run \(options.pipeline) --incremental --new`")
+            Console.out(
+                "run #\(unfinished) is unfinished: continue it with `imgpipe resume \(options.pipeline)`, or start over "
+                    + "from this plan with `imgpipe run \(options.pipeline) --incremental --new`")
         } else {
             Console.out(work ? "next: `imgpipe run \(options.pipeline) --incremental`" : "nothing to do")
         }

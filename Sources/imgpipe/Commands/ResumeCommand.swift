@@ -25,6 +25,7 @@ struct ResumeCommand: ParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() throws {
-        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json).perform(.resume(retryFailed: retryFailed, refreshFeed: refreshFeed))
+        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json).perform(
+            .resume(retryFailed: retryFailed, refreshFeed: refreshFeed))
     }
 }

@@ -22,9 +22,11 @@ struct RunCommand: ParsableCommand {
     @Flag(help: "Abandon an unfinished run in the state file and start a new one.")
     var new = false
 
-    @Flag(help: ArgumentHelp("Compare with the last finished run and make only what changed (see `imgpipe plan`).",
-                             discussion: "Unchanged outputs keep their files and deliveries; a folder sink with "
-                                 + "\"prune\": true removes the files of items gone from the feed."))
+    @Flag(
+        help: ArgumentHelp(
+            "Compare with the last finished run and make only what changed (see `imgpipe plan`).",
+            discussion: "Unchanged outputs keep their files and deliveries; a folder sink with "
+                + "\"prune\": true removes the files of items gone from the feed."))
     var incremental = false
 
     @OptionGroup var output: OutputOptions

@@ -15,7 +15,10 @@ struct StatusCommand: ParsableCommand {
     @Argument(help: "The pipeline file; its default state file is read.", completion: .file(extensions: ["json"]))
     var pipeline: String?
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite here, or beside the pipeline file), or a postgres:// URL of a shared run. Also IMGPIPE_STATE.", completion: .file(extensions: ["sqlite"]))
+    @Option(
+        help:
+            "The state file (default: .imgpipe/<pipeline file stem>.sqlite here, or beside the pipeline file), or a postgres:// URL of a shared run. Also IMGPIPE_STATE.",
+        completion: .file(extensions: ["sqlite"]))
     var state: String?
 
     @Option(name: .customLong("run"), help: ArgumentHelp("Show run number N instead of the latest.", valueName: "N"))
@@ -28,7 +31,7 @@ struct StatusCommand: ParsableCommand {
     var json = false
 
     func run() throws {
-        if let given = StateFiles.explicit(state), case let .postgres(url) = StateLocation(given) {
+        if let given = StateFiles.explicit(state), case .postgres(let url) = StateLocation(given) {
             return try sharedStatus(url: url)
         }
         let stateFile = try locateStateFile()
@@ -46,8 +49,9 @@ struct StatusCommand: ParsableCommand {
             throw CommandError.usage(String(describing: error))
         }
         guard let report else {
-            throw CommandError.usage(runNumber.map { "state file \(Console.display(stateFile)) has no run #\($0) (see --runs)" }
-                                     ?? "state file \(Console.display(stateFile)) has no runs")
+            throw CommandError.usage(
+                runNumber.map { "state file \(Console.display(stateFile)) has no run #\($0) (see --runs)" }
+                    ?? "state file \(Console.display(stateFile)) has no runs")
         }
         if json {
             Console.json(report)
@@ -71,8 +75,9 @@ struct StatusCommand: ParsableCommand {
         case 1:
             return URL(fileURLWithPath: folder + "/" + found[0]).standardizedFileURL.path
         default:
-            throw CommandError.usage("several state files in .imgpipe/ (" + found.joined(separator: ", ")
-                                     + "); give the pipeline file or --state")
+            throw CommandError.usage(
+                "several state files in .imgpipe/ (" + found.joined(separator: ", ")
+                    + "); give the pipeline file or --state")
         }
     }
 
@@ -85,9 +90,10 @@ struct StatusCommand: ParsableCommand {
         let formatter = ISO8601DateFormatter()
         for record in all {
             let counts = try store.counts(runId: record.id)
-            Console.out("run #\(record.id): \(record.state.rawValue), started \(formatter.string(from: record.startedAt)), "
-                        + "\(counts.done) done, \(counts.skipped) skipped, \(counts.failed) failed, "
-                        + "\(counts.unfinished) pending of \(counts.total)")
+            Console.out(
+                "run #\(record.id): \(record.state.rawValue), started \(formatter.string(from: record.startedAt)), "
+                    + "\(counts.done) done, \(counts.skipped) skipped, \(counts.failed) failed, "
+                    + "\(counts.unfinished) pending of \(counts.total)")
         }
     }
 
@@ -108,41 +114,53 @@ struct StatusCommand: ParsableCommand {
     }
 
     func print(_ report: StatusReport) {
-        Console.out("run #\(report.run) (\(report.name)): \(report.state), started \(report.startedAt)"
-                    + (report.finishedAt.map { ", finished \($0)" } ?? ""))
-        Console.out("items: \(report.total) total" + (report.feedComplete ? "" : " listed so far (the feed is not listed to its end)")
-                    + ", \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
-                    + "\(report.pending) pending"
-                    + (report.pending > 0 ? " (\(report.fetched) fetched, \(report.processed) processed)" : ""))
+        Console.out(
+            "run #\(report.run) (\(report.name)): \(report.state), started \(report.startedAt)"
+                + (report.finishedAt.map { ", finished \($0)" } ?? ""))
+        Console.out(
+            "items: \(report.total) total" + (report.feedComplete ? "" : " listed so far (the feed is not listed to its end)")
+                + ", \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
+                + "\(report.pending) pending"
+                + (report.pending > 0 ? " (\(report.fetched) fetched, \(report.processed) processed)" : ""))
         // With several outputs, a sink's counts are deliveries (an item and an output each).
         let several = report.outputs.count > 1
         for (name, counts) in report.sinks.sorted(by: { $0.key < $1.key }) {
-            Console.out("sink \(name): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending"
-                        + (several ? " deliveries" : ""))
+            Console.out(
+                "sink \(name): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending"
+                    + (several ? " deliveries" : ""))
         }
         if several {
             for (id, output) in report.outputs.sorted(by: { $0.key < $1.key }) {
                 let counts = output.deliveries
-                Console.out("output \(id) (\(output.format)): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending deliveries")
+                Console.out(
+                    "output \(id) (\(output.format)): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending deliveries"
+                )
             }
         }
         if !report.tiers.isEmpty {
-            Console.out("served from: " + report.tiers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-                .joined(separator: ", "))
+            Console.out(
+                "served from: "
+                    + report.tiers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                    .joined(separator: ", "))
         }
         Console.out(String(format: "throughput: %.1f items/s over %.1f s of running", report.itemsPerSecond, report.elapsed))
         if !report.failuresByReason.isEmpty {
-            Console.out("failures by reason: " + report.failuresByReason.sorted { $0.key < $1.key }
-                .map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+            Console.out(
+                "failures by reason: "
+                    + report.failuresByReason.sorted { $0.key < $1.key }
+                    .map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             for failure in report.failures.prefix(50) {
-                Console.out("  \(failure.key.printable): \(failure.reason): \(failure.message.printable)"
-                            + (failure.attempts > 1 ? " (\(failure.attempts) attempts)" : ""))
+                Console.out(
+                    "  \(failure.key.printable): \(failure.reason): \(failure.message.printable)"
+                        + (failure.attempts > 1 ? " (\(failure.attempts) attempts)" : ""))
             }
             if report.failures.count > 50 { Console.out("  … \(report.failed - 50) more (use --json)") }
         }
         if !report.skipsByReason.isEmpty {
-            Console.out("skips by reason: " + report.skipsByReason.sorted { $0.key < $1.key }
-                .map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+            Console.out(
+                "skips by reason: "
+                    + report.skipsByReason.sorted { $0.key < $1.key }
+                    .map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             for skip in report.skips.prefix(50) {
                 Console.out("  \(skip.key.printable): \(skip.reason): \(skip.message.printable)")
             }
@@ -157,11 +175,13 @@ struct StatusCommand: ParsableCommand {
         var steps: [String] = []
         switch report.state {
         case "running", "interrupted":
-            steps.append("next: continue it with `imgpipe resume \(pipelineFile)\(stateOption)`"
-                         + (report.failed > 0 ? " (add --retry-failed to try the failed items again)" : ""))
+            steps.append(
+                "next: continue it with `imgpipe resume \(pipelineFile)\(stateOption)`"
+                    + (report.failed > 0 ? " (add --retry-failed to try the failed items again)" : ""))
         case "finished" where report.failed > 0:
-            steps.append("next: try the \(report.failed) failed item(s) again with "
-                         + "`imgpipe resume \(pipelineFile)\(stateOption) --retry-failed`")
+            steps.append(
+                "next: try the \(report.failed) failed item(s) again with "
+                    + "`imgpipe resume \(pipelineFile)\(stateOption) --retry-failed`")
         case "abandoned":
             steps.append("this run was replaced by a newer one (`imgpipe status --runs\(stateOption)` lists them)")
         default:
@@ -177,7 +197,9 @@ struct StatusCommand: ParsableCommand {
         guard let spec = try? PipelineSpec.load(path: pipelineFile) else { return [] }
         let environment = Environment()
         return spec.sinks.compactMap { sink in
-            guard case let .directory(name, path, _) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
+            guard case .directory(let name, let path, _) = sink, let expanded = try? path.expanded(in: environment) else {
+                return nil
+            }
             // A `${NAME}` in the path is masked, as in everything imgpipe prints.
             return "outputs: \(environment.redact(Console.display(spec.resolvePath(expanded))))/ (sink \(name))"
         }
@@ -202,37 +224,49 @@ struct StatusCommand: ParsableCommand {
             throw CommandError.usage(StateLocation.masking(in: String(describing: error), url: url))
         }
         guard let status else {
-            throw CommandError.usage("\(place) has no run" + (runNumber.map { " #\($0)" } ?? "") + (name.map { " of pipeline \($0)" } ?? "")
-                                     + (runNumber != nil ? " (see --runs)" : ""))
+            throw CommandError.usage(
+                "\(place) has no run" + (runNumber.map { " #\($0)" } ?? "") + (name.map { " of pipeline \($0)" } ?? "")
+                    + (runNumber != nil ? " (see --runs)" : ""))
         }
         if json { return Console.json(status) }
-        Console.out("run #\(status.run) of \(status.name) in \(place): \(status.state)"
-                    + (status.feedComplete ? "" : " (feed still being listed: \(status.pagesListed) pages so far)"))
-        Console.out("  \(status.done) done, \(status.skipped) skipped, \(status.failed) failed, \(status.pending) pending of \(status.total)")
+        Console.out(
+            "run #\(status.run) of \(status.name) in \(place): \(status.state)"
+                + (status.feedComplete ? "" : " (feed still being listed: \(status.pagesListed) pages so far)"))
+        Console.out(
+            "  \(status.done) done, \(status.skipped) skipped, \(status.failed) failed, \(status.pending) pending of \(status.total)"
+        )
         let several = status.outputs.count > 1
         for (sink, counts) in status.sinks.sorted(by: { $0.key < $1.key }) {
-            Console.out("  sink \(sink): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending"
-                        + (several ? " deliveries" : ""))
+            Console.out(
+                "  sink \(sink): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending"
+                    + (several ? " deliveries" : ""))
         }
         if !status.tiers.isEmpty {
-            Console.out("  served from: " + status.tiers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-                .joined(separator: ", "))
+            Console.out(
+                "  served from: "
+                    + status.tiers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                    .joined(separator: ", "))
         }
         if !status.failuresByReason.isEmpty {
-            Console.out("  failures: " + status.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-                .joined(separator: ", "))
+            Console.out(
+                "  failures: "
+                    + status.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                    .joined(separator: ", "))
         }
         if !status.skipsByReason.isEmpty {
-            Console.out("  skipped: " + status.skipsByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-                .joined(separator: ", "))
+            Console.out(
+                "  skipped: "
+                    + status.skipsByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                    .joined(separator: ", "))
         }
         for failure in status.failures.prefix(20) {
             Console.out("  failed: \(failure.key): \(failure.reason): \(failure.message)")
         }
         Console.out("  chunks: \(status.chunks.pending) pending, \(status.chunks.leased) leased, \(status.chunks.done) done")
         for worker in status.workers {
-            Console.out("  worker \(worker.name): last heartbeat \(Int(worker.lastHeartbeatSecondsAgo.rounded())) s ago, "
-                        + "\(worker.itemsDone) items ended (done, failed or skipped), \(worker.chunksHeld) chunks held")
+            Console.out(
+                "  worker \(worker.name): last heartbeat \(Int(worker.lastHeartbeatSecondsAgo.rounded())) s ago, "
+                    + "\(worker.itemsDone) items ended (done, failed or skipped), \(worker.chunksHeld) chunks held")
         }
     }
 }

@@ -21,8 +21,9 @@ struct ThumbnailCommand: ParsableCommand {
             """
     )
 
-    @Argument(help: "A folder of images, or a URL list (.txt, .csv, .jsonl, optionally .gz).",
-              completion: .file())
+    @Argument(
+        help: "A folder of images, or a URL list (.txt, .csv, .jsonl, optionally .gz).",
+        completion: .file())
     var input: String
 
     @Option(help: ArgumentHelp("Fit inside this box, aspect kept (WxH, or N for a square).", valueName: "WxH"))
@@ -40,9 +41,11 @@ struct ThumbnailCommand: ParsableCommand {
     @Option(help: "Encoder quality, 1-100 (the format's default otherwise).")
     var quality: Int?
 
-    @Option(help: ArgumentHelp("Output file names, as output.name: {stem}, {name}, {key}, {ext}, {index}, {hash}… "
-                               + "(default {stem}.{ext}: a URL's path below its host, a file's path in the folder).",
-                               valueName: "TEMPLATE"))
+    @Option(
+        help: ArgumentHelp(
+            "Output file names, as output.name: {stem}, {name}, {key}, {ext}, {index}, {hash}… "
+                + "(default {stem}.{ext}: a URL's path below its host, a file's path in the folder).",
+            valueName: "TEMPLATE"))
     var name: String?
 
     @Flag(help: "Print the equivalent pipeline file instead of running.")
@@ -54,13 +57,14 @@ struct ThumbnailCommand: ParsableCommand {
 
     func validate() throws {
         if fit != nil, fill != nil { throw ValidationError("give --fit or --fill, not both") }
-        if let quality, !(1 ... 100).contains(quality) { throw ValidationError("--quality must be from 1 to 100, got \(quality)") }
+        if let quality, !(1...100).contains(quality) { throw ValidationError("--quality must be from 1 to 100, got \(quality)") }
     }
 
     func run() throws {
         let box = try Self.box(fill ?? fit ?? "400x400", flag: fill != nil ? "--fill" : "--fit", bothSides: fill != nil)
         for (flag, path) in [("DIR", input), ("--to", to), ("--name", name ?? "")] where path.contains("${") {
-            throw CommandError.usage("\(flag) \(path): a path with ${ cannot be put in a pipeline file (it would read an environment variable)")
+            throw CommandError.usage(
+                "\(flag) \(path): a path with ${ cannot be put in a pipeline file (it would read an environment variable)")
         }
         var isDirectory: ObjCBool = false
         // Before anything is written (the saved pipeline file would be left for nothing).
@@ -68,16 +72,19 @@ struct ThumbnailCommand: ParsableCommand {
             throw CommandError.usage("\(input): no such folder or URL list")
         }
         if !isDirectory.boolValue, !Self.isURLList(input) {
-            throw CommandError.usage("\(input) is a file: thumbnail takes a folder of images or a URL list (.txt, .csv, .jsonl, or .gz of one)")
+            throw CommandError.usage(
+                "\(input) is a file: thumbnail takes a folder of images or a URL list (.txt, .csv, .jsonl, or .gz of one)")
         }
         // Absolute paths: the pipeline runs (and the printed one may be saved) anywhere.
         let absolute = { (path: String) in URL(fileURLWithPath: path).standardizedFileURL.path }
         let text = pipeline(box: box, input: absolute(input), output: absolute(to))
         // Checked before anything is written: a fault names the flag, not a JSON path.
         do {
-            _ = try PipelineSpec.decode(text: text, baseDirectory: FileManager.default.currentDirectoryPath, defaultName: "thumbnail")
+            _ = try PipelineSpec.decode(
+                text: text, baseDirectory: FileManager.default.currentDirectoryPath, defaultName: "thumbnail")
         } catch let error as SpecError {
-            let flag = ["output.quality": "--quality", "output.format": "--format", "output.name": "--name"][error.path] ?? error.path
+            let flag =
+                ["output.quality": "--quality", "output.format": "--format", "output.name": "--name"][error.path] ?? error.path
             throw CommandError.usage("\(flag): \(error.message)")
         }
         if printPipeline {
@@ -102,7 +109,9 @@ struct ThumbnailCommand: ParsableCommand {
 
     /// The pipeline file the flags stand for, with `input` and `output` as given.
     func pipeline(box: (width: Int?, height: Int?), input: String, output: String) -> String {
-        let source = Self.isURLList(input) ? #"{ "type": "url-list", "path": \#(quote(input)) }"#
+        let source =
+            Self.isURLList(input)
+            ? #"{ "type": "url-list", "path": \#(quote(input)) }"#
             : #"{ "type": "directory", "path": \#(quote(input)) }"#
         let op = fill != nil ? "fill" : "fit"
         let sides = [box.width.map { #""width": \#($0)"# }, box.height.map { #""height": \#($0)"# }].compactMap { $0 }
@@ -135,7 +144,9 @@ struct ThumbnailCommand: ParsableCommand {
             if valid, sides[0] != nil || sides[1] != nil { return (sides[0], sides[1]) }
         default: break
         }
-        let forms = bothSides ? "WIDTHxHEIGHT or a single size, such as 400x300 or 256"
+        let forms =
+            bothSides
+            ? "WIDTHxHEIGHT or a single size, such as 400x300 or 256"
             : "WIDTHxHEIGHT, a single size, or one side (400x, x300)"
         throw CommandError.usage("\(flag) expects \(forms); got \(JSONValue.string(text).serialized())")
     }

@@ -39,10 +39,13 @@ struct ValidateCommand: ParsableCommand {
         }
         guard faults.isEmpty else { throw CommandError.usage(faults.joined(separator: "\nerror: ")) }
         let sinks = spec.sinks.map { "\($0.name) (\($0.typeName))" }.joined(separator: ", ")
-        Console.out("\(pipeline): valid — \(spec.source.typeName) source, \(spec.filters.count) filter(s)"
-                    + (spec.filters.isEmpty ? "" : " [\(spec.filters.map(\.op).joined(separator: " → "))]")
-                    + ", " + (spec.outputs.count == 1 ? "\(spec.output.format.rawValue) output"
-                        : "outputs: " + spec.outputs.map { "\($0.id) (\($0.format.rawValue))" }.joined(separator: ", "))
-                    + ", sinks: \(sinks)")
+        Console.out(
+            "\(pipeline): valid — \(spec.source.typeName) source, \(spec.filters.count) filter(s)"
+                + (spec.filters.isEmpty ? "" : " [\(spec.filters.map(\.op).joined(separator: " → "))]")
+                + ", "
+                + (spec.outputs.count == 1
+                    ? "\(spec.output.format.rawValue) output"
+                    : "outputs: " + spec.outputs.map { "\($0.id) (\($0.format.rawValue))" }.joined(separator: ", "))
+                + ", sinks: \(sinks)")
     }
 }

@@ -31,13 +31,16 @@ struct WorkCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Seconds between heartbeats (less than the lease).", valueName: "SECONDS"))
     var heartbeat: Double = 10
 
-    @Flag(help: "Start a new run when the latest has finished (an unfinished run is joined). Give it to one worker, not in a Job every pod repeats.")
+    @Flag(
+        help:
+            "Start a new run when the latest has finished (an unfinished run is joined). Give it to one worker, not in a Job every pod repeats."
+    )
     var new = false
 
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
-        guard (1 ... 1_000_000).contains(chunkSize) else {
+        guard (1...1_000_000).contains(chunkSize) else {
             throw ValidationError("--chunk-size must be from 1 to 1000000, got \(chunkSize)")
         }
         guard lease >= 1, lease <= 86_400 else { throw ValidationError("--lease must be from 1 to 86400 seconds, got \(lease)") }
@@ -47,15 +50,18 @@ struct WorkCommand: ParsableCommand {
     }
 
     func run() throws {
-        guard case let .postgres(url)? = options.stateLocation else {
-            throw CommandError.usage("imgpipe work shares a run through PostgreSQL: give --state postgres://user:password@host:port/database "
-                                     + "(or set IMGPIPE_STATE)")
+        guard case .postgres(let url)? = options.stateLocation else {
+            throw CommandError.usage(
+                "imgpipe work shares a run through PostgreSQL: give --state postgres://user:password@host:port/database "
+                    + "(or set IMGPIPE_STATE)")
         }
         var settings = SharedWorker.Options()
         settings.chunkSize = chunkSize
         settings.leaseSeconds = lease
         settings.heartbeatSeconds = heartbeat
         settings.joining = new ? .workOrAfterFinished : .work
-        try SharedSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json, url: url, settings: settings).perform()
+        try SharedSession(
+            options: options, workers: workerOptions, quiet: output.quiet, json: output.json, url: url, settings: settings
+        ).perform()
     }
 }

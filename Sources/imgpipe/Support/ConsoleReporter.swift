@@ -100,7 +100,10 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
     }
 
     private func clearLine() {
-        if lineShown { write("\r\u{1B}[K"); lineShown = false }
+        if lineShown {
+            write("\r\u{1B}[K")
+            lineShown = false
+        }
     }
 
     private func write(_ text: String) {

@@ -10,8 +10,10 @@ struct LogOptions: ParsableArguments {
     @Flag(name: [.customShort("v"), .long], help: "Log retries, slow items and feed pages to standard error (--log-level info).")
     var verbose = false
 
-    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical (default: $IMGPIPE_LOG, else warning).",
-                               valueName: "level"))
+    @Option(
+        help: ArgumentHelp(
+            "Log level: trace, debug, info, notice, warning, error, critical (default: $IMGPIPE_LOG, else warning).",
+            valueName: "level"))
     var logLevel: String?
 
     func validate() throws {
@@ -25,7 +27,8 @@ struct LogOptions: ParsableArguments {
     /// too, as `status`): a misspelt level is never silently the default.
     static func refuseMisspeltVariable(_ environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         guard let variable = environment["IMGPIPE_LOG"], !variable.isEmpty,
-              Logger.Level(rawValue: variable.lowercased()) == nil else { return }
+            Logger.Level(rawValue: variable.lowercased()) == nil
+        else { return }
         let levels = Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")
         throw CommandError.usage("IMGPIPE_LOG must be one of \(levels), got \(variable)")
     }
@@ -33,7 +36,8 @@ struct LogOptions: ParsableArguments {
     /// The logger the library is given (the process-wide handler is set up in `main`).
     func logger(environment: [String: String] = ProcessInfo.processInfo.environment) -> Logger {
         var logger = Logger(label: "imgpipe")
-        logger.logLevel = logLevel.flatMap(Logger.Level.init(rawValue:))
+        logger.logLevel =
+            logLevel.flatMap(Logger.Level.init(rawValue:))
             ?? (verbose ? .info : nil)
             ?? environment["IMGPIPE_LOG"].flatMap { Logger.Level(rawValue: $0.lowercased()) }
             ?? .warning
@@ -50,8 +54,9 @@ struct LogOptions: ParsableArguments {
 /// `-j`/`--workers`: the pipeline's `limits.workers` for this command only (it does not
 /// change outputs, so a run may be resumed with another value).
 struct WorkerOptions: ParsableArguments {
-    @Option(name: [.customShort("j", allowingJoined: true), .long], parsing: .unconditional,
-            help: "Pixel workers for this command (overrides limits.workers; 0 = one per core).")
+    @Option(
+        name: [.customShort("j", allowingJoined: true), .long], parsing: .unconditional,
+        help: "Pixel workers for this command (overrides limits.workers; 0 = one per core).")
     var workers: Int?
 
     func validate() throws {

@@ -7,8 +7,10 @@ struct PipelineOptions: ParsableArguments {
     @Argument(help: "The pipeline file (JSON).", completion: .file(extensions: ["json"]))
     var pipeline: String
 
-    @Option(help: "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory, or beside the pipeline file when it is there), or a postgres:// URL (work, run, resume, status, export). Also IMGPIPE_STATE.",
-            completion: .file(extensions: ["sqlite"]))
+    @Option(
+        help:
+            "The state file (default: .imgpipe/<pipeline file stem>.sqlite in the current directory, or beside the pipeline file when it is there), or a postgres:// URL (work, run, resume, status, export). Also IMGPIPE_STATE.",
+        completion: .file(extensions: ["sqlite"]))
     var state: String?
 
     @OptionGroup var logging: LogOptions
@@ -32,12 +34,15 @@ struct PipelineOptions: ParsableArguments {
     }
 
     /// Builds the pipeline for a run (expands `${…}`, resolves paths), exiting 2 on error.
-    func build(_ spec: PipelineSpec, environment: Environment,
-               notice: @escaping @Sendable (String) -> Void) throws -> BuiltPipeline {
+    func build(
+        _ spec: PipelineSpec, environment: Environment,
+        notice: @escaping @Sendable (String) -> Void
+    ) throws -> BuiltPipeline {
         do {
-            return try BuiltPipeline.build(spec, path: pipeline, environment: environment, tuning: Imgpipe.tuning,
-                                           logger: logging.logger(),
-                                           notice: notice)
+            return try BuiltPipeline.build(
+                spec, path: pipeline, environment: environment, tuning: Imgpipe.tuning,
+                logger: logging.logger(),
+                notice: notice)
         } catch {
             throw CommandError.usage("\(pipeline): \(environment.redact(String(describing: error)))")
         }
@@ -69,10 +74,11 @@ enum StateFiles {
     /// take either, and look at the URL before they get here).
     static func sqlite(_ option: String?) throws -> String? {
         guard let given = explicit(option) else { return nil }
-        if case let .postgres(url) = StateLocation(given) {
-            throw CommandError.usage("\(StateLocation.postgres(url: url).displayed): this command needs a SQLite state file; "
-                                     + "a run shared through PostgreSQL is taken by `imgpipe work`, `run`, `resume`, `status` "
-                                     + "and `export`")
+        if case .postgres(let url) = StateLocation(given) {
+            throw CommandError.usage(
+                "\(StateLocation.postgres(url: url).displayed): this command needs a SQLite state file; "
+                    + "a run shared through PostgreSQL is taken by `imgpipe work`, `run`, `resume`, `status` "
+                    + "and `export`")
         }
         return given
     }
@@ -90,9 +96,10 @@ enum StateFiles {
             others.append((place, owner))
         }
         let (place, owner) = others[0]
-        throw CommandError.usage("state file \(Console.display(place)) holds the runs of \(Console.display(owner)), "
-                                 + "not of \(pipeline); run this from \(pipeline)'s folder, or give it a state file "
-                                 + "of its own with --state")
+        throw CommandError.usage(
+            "state file \(Console.display(place)) holds the runs of \(Console.display(owner)), "
+                + "not of \(pipeline); run this from \(pipeline)'s folder, or give it a state file "
+                + "of its own with --state")
     }
 
     /// The pipeline file of the latest run in `stateFile` (nil when it has none or cannot be read).

@@ -16,9 +16,9 @@ struct ProgressLine {
 
     var total: String {
         switch progress.total {
-        case let .exact(count): "\(count)"
-        case let .estimate(count): "~\(count)"
-        case let .atLeast(count): "\(count)+"
+        case .exact(let count): "\(count)"
+        case .estimate(let count): "~\(count)"
+        case .atLeast(let count): "\(count)+"
         }
     }
 

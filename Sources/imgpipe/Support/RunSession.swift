@@ -14,10 +14,11 @@ struct RunSession {
     var incremental = false
 
     func perform(_ mode: RunMode) throws {
-        if case let .postgres(url)? = options.stateLocation {
+        if case .postgres(let url)? = options.stateLocation {
             if incremental {
-                throw CommandError.usage("--incremental takes a state file, not a PostgreSQL state (a shared run does not "
-                                         + "compare with an earlier one yet)")
+                throw CommandError.usage(
+                    "--incremental takes a state file, not a PostgreSQL state (a shared run does not "
+                        + "compare with an earlier one yet)")
             }
             return try performShared(mode, url: url)
         }
@@ -27,7 +28,8 @@ struct RunSession {
         // in an incremental run, and in the resume of one.
         var resumesIncremental = false
         if case .resume = mode, let latest = RunStore.peekLatestRun(at: try options.stateFile()),
-           latest.state == .running || latest.state == .interrupted {
+            latest.state == .running || latest.state == .interrupted
+        {
             resumesIncremental = latest.baseline != nil
         }
         if incremental || resumesIncremental { spec.revalidateCache() }
@@ -38,14 +40,16 @@ struct RunSession {
         // Only `run` starts a state file: resuming where there is none is a mistake of
         // folder or name, and an empty state file left behind would hide it.
         if case .resume = mode, !FileManager.default.fileExists(atPath: stateFile) {
-            throw CommandError.usage("\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): "
-                                     + "nothing to resume; start a run with `imgpipe run \(options.pipeline)`")
+            throw CommandError.usage(
+                "\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): "
+                    + "nothing to resume; start a run with `imgpipe run \(options.pipeline)`")
         }
         let store: RunStore
         let lock: StateLock
         do {
-            try FileManager.default.createDirectory(atPath: (stateFile as NSString).deletingLastPathComponent,
-                                                    withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: (stateFile as NSString).deletingLastPathComponent,
+                withIntermediateDirectories: true)
             lock = try StateLock(stateFile: stateFile)
             store = try RunStore(path: stateFile)
         } catch {
@@ -54,8 +58,9 @@ struct RunSession {
         // A resumed run that was left `running` was killed (or crashed): the moment a state
         // file is most likely to be damaged, so it is checked before anything is added.
         if case .resume = mode, (try? store.latestRun())??.state == .running, let damage = store.damage() {
-            throw CommandError.usage("state file \(stateFile) is damaged (\(damage)): it cannot be resumed; "
-                                     + "start over with `imgpipe run \(options.pipeline) --new --state <another file>`")
+            throw CommandError.usage(
+                "state file \(stateFile) is damaged (\(damage)): it cannot be resumed; "
+                    + "start over with `imgpipe run \(options.pipeline) --new --state <another file>`")
         }
         let logger = options.logging.logger()
         var runnerOptions = PipelineRunner.Options()
@@ -69,9 +74,10 @@ struct RunSession {
         }
         if incremental || baselineID != nil {
             do {
-                runnerOptions.changes = try ChangeDetector(store: store, pipeline: pipeline,
-                                                           scratch: RunStore.workRoot(ofStateFile: stateFile) + "/compare",
-                                                           baselineID: baselineID, current: current)
+                runnerOptions.changes = try ChangeDetector(
+                    store: store, pipeline: pipeline,
+                    scratch: RunStore.workRoot(ofStateFile: stateFile) + "/compare",
+                    baselineID: baselineID, current: current)
             } catch {
                 throw CommandError.failure(environment.redact(String(describing: error)))
             }
@@ -84,7 +90,8 @@ struct RunSession {
         let trap = SignalTrap.stoppingWork(
             reporter: reporter, notice: "interrupted: finishing the items in flight (a second Ctrl-C stops at once)", grace: 2,
             stopped: "stopped at once; the state is saved, and the items that were in flight are redone by "
-                + "`imgpipe resume \(options.pipeline)`") { runner.interrupt(now: $0) }
+                + "`imgpipe resume \(options.pipeline)`"
+        ) { runner.interrupt(now: $0) }
         defer { trap.cancel() }
 
         let summary: RunSummary
@@ -137,9 +144,11 @@ struct RunSession {
     private func prune(summary: RunSummary, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
         if let run = try? store.run(id: summary.run), let partial = store.partialListing(of: run) {
             if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
-                reporter.info(summary.total == 0 ? "nothing pruned: \(partial)"
-                                    : "nothing pruned: this run did not list the whole feed (\(partial)), "
-                                    + "so the items it did not list are not gone from it")
+                reporter.info(
+                    summary.total == 0
+                        ? "nothing pruned: \(partial)"
+                        : "nothing pruned: this run did not list the whole feed (\(partial)), "
+                            + "so the items it did not list are not gone from it")
             }
             return
         }
@@ -157,9 +166,9 @@ struct RunSession {
     private func performShared(_ mode: RunMode, url: String) throws {
         var settings = SharedWorker.Options()
         switch mode {
-        case let .fresh(limit, replace):
+        case .fresh(let limit, let replace):
             settings.joining = .fresh(replace: replace, limit: limit)
-        case let .resume(retryFailed, refreshFeed):
+        case .resume(let retryFailed, let refreshFeed):
             settings.joining = .resume(retryFailed: retryFailed, refreshFeed: refreshFeed)
         }
         try SharedSession(options: options, workers: workers, quiet: quiet, json: json, url: url, settings: settings).perform()
@@ -174,8 +183,9 @@ struct RunSession {
         var text = "run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, \(summary.failed) failed"
         if summary.pending > 0 { text += ", \(summary.pending) pending" }
         text += " of \(summary.total)" + (summary.feedComplete ? "" : " listed so far")
-        text += String(format: " (%d this session in %.1f s, %.1f items/s)", summary.processed, summary.elapsed,
-                       summary.itemsPerSecond)
+        text += String(
+            format: " (%d this session in %.1f s, %.1f items/s)", summary.processed, summary.elapsed,
+            summary.itemsPerSecond)
         Console.out(text)
         if !summary.failuresByReason.isEmpty {
             let reasons = summary.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
@@ -186,9 +196,10 @@ struct RunSession {
             Console.out("skipped: " + reasons.joined(separator: ", ") + " (details: imgpipe status \(pipeline))")
         }
         if let listingError = summary.listingError {
-            Console.out("the feed could not be listed to its end (\(listingError)); "
-                        + (summary.total > 0 ? "the items listed were run. " : "no item was listed. ")
-                        + "Continue later with: imgpipe resume \(pipeline)")
+            Console.out(
+                "the feed could not be listed to its end (\(listingError)); "
+                    + (summary.total > 0 ? "the items listed were run. " : "no item was listed. ")
+                    + "Continue later with: imgpipe resume \(pipeline)")
         }
         if summary.interrupted || summary.pending > 0 {
             var resume = "imgpipe resume \(pipeline)"

@@ -20,8 +20,10 @@ struct SharedSession {
         var settings = settings
         settings.runner.pixelHelper = Imgpipe.pixelHelper
         settings.onStuck = { message in
-            Console.exitNow(1, reporter: reporter, saying: "error: \(message); a call to the database still hangs, so the "
-                            + "process exits here (its leases run out and other workers take its chunks)")
+            Console.exitNow(
+                1, reporter: reporter,
+                saying: "error: \(message); a call to the database still hangs, so the "
+                    + "process exits here (its leases run out and other workers take its chunks)")
         }
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
         let stem = URL(fileURLWithPath: options.pipeline).deletingPathExtension().lastPathComponent
@@ -29,25 +31,29 @@ struct SharedSession {
         // Kept for the life of the process (`WorkerJournal`).
         let journal: (path: String, lock: StateLock)
         do {
-            journal = try WorkerJournal.claim(folder: ".imgpipe/\(stem).workers",
-                                              base: "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())")
+            journal = try WorkerJournal.claim(
+                folder: ".imgpipe/\(stem).workers",
+                base: "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())")
         } catch {
             throw CommandError.usage("cannot make this worker's journal: \(error)")
         }
         defer { withExtendedLifetime(journal.lock) {} }
         do {
-            worker = try SharedWorker(pipeline: pipeline, url: url, journalPath: journal.path, reporter: reporter,
-                                      logger: options.logging.logger(), options: settings)
+            worker = try SharedWorker(
+                pipeline: pipeline, url: url, journalPath: journal.path, reporter: reporter,
+                logger: options.logging.logger(), options: settings)
         } catch let SharedRun.SharedRunError.runFinished(id) {
-            unlink(journal.path) // made empty by the claim; nothing was written to it
+            unlink(journal.path)  // made empty by the claim; nothing was written to it
             // Nothing to do is not a failure: a worker restarted after the others finished
             // (a Kubernetes pod, a Slurm requeue) ends as they did, 0, or 1 with failed items.
             let status = try? SharedStatus.latest(at: url, pipelineName: spec.name)
             let failed = status?.failed ?? 0
             if !quiet && !json {
-                Console.out("run #\(id) already finished" + (status.map { ": \($0.done) done, \($0.skipped) skipped, \($0.failed) failed" } ?? "")
-                            + "; nothing to do (`imgpipe work --new` starts another run"
-                            + (failed > 0 ? "; `imgpipe resume --retry-failed` tries the failed items again)" : ")"))
+                Console.out(
+                    "run #\(id) already finished"
+                        + (status.map { ": \($0.done) done, \($0.skipped) skipped, \($0.failed) failed" } ?? "")
+                        + "; nothing to do (`imgpipe work --new` starts another run"
+                        + (failed > 0 ? "; `imgpipe resume --retry-failed` tries the failed items again)" : ")"))
             }
             if failed > 0 { throw Exit.failedItems }
             return
@@ -57,12 +63,14 @@ struct SharedSession {
             throw CommandError.usage(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
         if worker.run.failedOutOfReach > 0 {
-            reporter.notice("\(worker.run.failedOutOfReach) failed item(s) are in chunks other workers are still working on "
-                            + "and were left as they are; once the run has finished, `imgpipe resume --retry-failed` tries them again")
+            reporter.notice(
+                "\(worker.run.failedOutOfReach) failed item(s) are in chunks other workers are still working on "
+                    + "and were left as they are; once the run has finished, `imgpipe resume --retry-failed` tries them again")
         }
         let trap = SignalTrap.stoppingWork(
             reporter: reporter, notice: "interrupted: no new claims; finishing the items in flight, then handing the rest back",
-            grace: 5, stopped: "stopped at once; the leases this worker held expire and other workers take them") {
+            grace: 5, stopped: "stopped at once; the leases this worker held expire and other workers take them"
+        ) {
             worker.interrupt(now: $0)
         }
         defer { trap.cancel() }
@@ -76,17 +84,20 @@ struct SharedSession {
         if json {
             Console.json(summary)
         } else if !quiet {
-            Console.out("worker \(summary.worker) of run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, "
-                        + "\(summary.failed) failed here")
-            Console.out("run #\(summary.run): \(summary.runDone) done, \(summary.runSkipped) skipped, \(summary.runFailed) failed, "
-                        + "\(summary.runPending) pending of \(summary.total)" + (summary.finished ? " (finished)" : ""))
+            Console.out(
+                "worker \(summary.worker) of run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, "
+                    + "\(summary.failed) failed here")
+            Console.out(
+                "run #\(summary.run): \(summary.runDone) done, \(summary.runSkipped) skipped, \(summary.runFailed) failed, "
+                    + "\(summary.runPending) pending of \(summary.total)" + (summary.finished ? " (finished)" : ""))
             if let listingError = summary.listingError { Console.out("the feed could not be listed to its end: \(listingError)") }
         }
         if summary.interrupted { throw Exit.interrupted }
         if !summary.finished {
             // Never 0 while the run has work left: a Job must not complete over it.
-            throw CommandError.failure("run #\(summary.run) is not finished (\(summary.runPending) items pending); "
-                                       + "run `imgpipe work` again to go on")
+            throw CommandError.failure(
+                "run #\(summary.run) is not finished (\(summary.runPending) items pending); "
+                    + "run `imgpipe work` again to go on")
         }
         if summary.runFailed > 0 || summary.listingError != nil { throw Exit.failedItems }
     }

@@ -29,7 +29,12 @@ final class SignalTrap: @unchecked Sendable {
 private final class Counter: @unchecked Sendable {
     private let lock = NSLock()
     private var value = 0
-    func next() -> Int { lock.withLock { value += 1; return value } }
+    func next() -> Int {
+        lock.withLock {
+            value += 1
+            return value
+        }
+    }
 }
 
 extension SignalTrap {
@@ -37,8 +42,10 @@ extension SignalTrap {
     /// for a graceful stop (`interrupt(false)`); a second asks to stop at once
     /// (`interrupt(true)`) and, `grace` seconds later whatever is still running, exits 130
     /// saying `stopped`.
-    static func stoppingWork(reporter: ConsoleReporter, notice: String, grace: Double, stopped: String,
-                             interrupt: @escaping @Sendable (_ now: Bool) -> Void) -> SignalTrap {
+    static func stoppingWork(
+        reporter: ConsoleReporter, notice: String, grace: Double, stopped: String,
+        interrupt: @escaping @Sendable (_ now: Bool) -> Void
+    ) -> SignalTrap {
         SignalTrap(
             onSignal: {
                 reporter.notice(notice)
