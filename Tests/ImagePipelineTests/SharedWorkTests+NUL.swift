@@ -29,7 +29,7 @@ extension SharedWorkTests {
             result.stderr.contains("1 entry left out, with a NUL character in the key or the image URL: [0]"), "\(result.stderr)")
         let keys = try database().execute("SELECT key FROM imgpipe_item ORDER BY key").all.map { $0["key"] ?? "" }
         #expect(keys == ["a"])
-        #expect(work.files(under: "out") == ["a.png"])
+        #expect(work.files(under: "out") == ["images/a.png"])
         #expect(!server.requests.contains { $0.path == "/images/ab.jpg" })
     }
 }

@@ -237,7 +237,7 @@ struct SpoolFilesTests {
             try work.write(
                 """
                 {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": \(cache)},
-                 "output": {"format": "png", "name": "{stem}.{ext}"},
+                 "output": {"format": "png", "name": "{name}.{ext}"},
                  "sink": {"type": "directory", "path": "out"}, "limits": {"downloads": 1, "workers": 1}}
                 """, to: "pipe.json")
             let run = try ImgpipeBinary.run(["run", "pipe.json", "--new", "--quiet"], in: work.path)
