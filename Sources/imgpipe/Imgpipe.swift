@@ -55,7 +55,7 @@ struct Imgpipe: ParsableCommand {
         LogOptions.bootstrap()
         do {
             try refuseUnknownCommand(Array(CommandLine.arguments.dropFirst()))
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(retryFailedWithValue(Array(CommandLine.arguments.dropFirst())))
             try LogOptions.refuseMisspeltVariable()
             try command.run()
         } catch let error as CommandError {
@@ -70,6 +70,18 @@ struct Imgpipe: ParsableCommand {
             if message.hasPrefix("Error: ") { message = "error: " + message.dropFirst(7) }
             if !message.isEmpty { FileHandle.standardError.write(Data((message + "\n").utf8)) }
             Foundation.exit(code.rawValue == 64 ? 2 : code.rawValue)
+        }
+    }
+
+    /// `resume --retry-failed=REASON,…` as `--retry-failed --retry-failed-reasons REASON,…`:
+    /// ArgumentParser has no option whose value may be left out, and a bare `--retry-failed`
+    /// keeps meaning every failed item.
+    static func retryFailedWithValue(_ arguments: [String]) -> [String] {
+        guard arguments.first == "resume" else { return arguments }
+        let prefix = "--retry-failed="
+        return arguments.flatMap { argument in
+            argument.hasPrefix(prefix)
+                ? ["--retry-failed", "--retry-failed-reasons", String(argument.dropFirst(prefix.count))] : [argument]
         }
     }
 

@@ -141,8 +141,9 @@ public final class SharedRun: @unchecked Sendable {
         /// back to pending, reopening a finished run that has failures. `refreshFeed`
         /// (`--refresh-feed`) lists the feed again from its start, adding only the items the
         /// run does not have (a finished run is reopened for it; a listing that fails leaves
-        /// the run as complete as it was).
-        case resume(retryFailed: Bool, refreshFeed: Bool = false)
+        /// the run as complete as it was). `retryReasons` (`--retry-failed=REASON,…`) puts
+        /// back only the failed items of these reasons.
+        case resume(retryFailed: Bool, refreshFeed: Bool = false, retryReasons: Set<FailureReason>? = nil)
     }
 
     /// Makes the tables if needed, then takes part in a run of `pipelineName` as `joining`
@@ -182,9 +183,9 @@ public final class SharedRun: @unchecked Sendable {
                 """, [pipelineName]
             ).first
             var unfinished = latest.flatMap { $0["state"] == "finished" ? nil : $0 }
-            if case .resume(retryFailed: true, _) = joining, let latest {
+            if case .resume(retryFailed: true, _, let reasons) = joining, let latest {
                 let id = latest.int("id") ?? 0
-                if try Self.requeueFailed(runId: id, on: connection) > 0 { unfinished = latest }
+                if try Self.requeueFailed(runId: id, reasons: reasons, on: connection) > 0 { unfinished = latest }
                 outOfReach = Int(
                     try connection.execute(
                         """
@@ -193,7 +194,7 @@ public final class SharedRun: @unchecked Sendable {
                         """, [String(id)]
                     ).first?.int("n") ?? 0)
             }
-            if case .resume(_, refreshFeed: true) = joining, let latest {
+            if case .resume(_, refreshFeed: true, _) = joining, let latest {
                 // Listed again from the start; `refreshing` remembers that the feed was
                 // complete, for a listing that fails.
                 try connection.execute(
@@ -257,14 +258,19 @@ public final class SharedRun: @unchecked Sendable {
 
     /// Puts the failed items of the run's finished chunks back to pending (their chunks
     /// pending again, their counters down) and reopens the run; returns how many. Items of
-    /// chunks still pending or leased are left: a worker may be ending them now.
-    static func requeueFailed(runId: Int64, on connection: PostgresConnection) throws -> Int {
+    /// chunks still pending or leased are left: a worker may be ending them now. With
+    /// `reasons`, only the failed items of these reasons.
+    static func requeueFailed(
+        runId: Int64, reasons: Set<FailureReason>? = nil, on connection: PostgresConnection
+    ) throws -> Int {
         let run = String(runId)
+        // The names are the enum's own (`download`, …): written into the statement as they are.
+        let only = reasons.map { " AND reason IN (" + $0.map { "'\($0.rawValue)'" }.sorted().joined(separator: ", ") + ")" } ?? ""
         let requeued = try connection.execute(
             """
             WITH requeued AS (
                 UPDATE imgpipe_item SET status = 'pending', reason = NULL, message = NULL, detail = NULL, tally = NULL
-                WHERE run_id = $1 AND status = 'failed'
+                WHERE run_id = $1 AND status = 'failed'\(only)
                   AND chunk IN (SELECT id FROM imgpipe_chunk WHERE run_id = $1 AND state = 'done')
                 RETURNING chunk, seq
             ), per AS (SELECT chunk, count(*) AS n FROM requeued GROUP BY chunk)

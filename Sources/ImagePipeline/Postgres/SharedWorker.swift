@@ -184,7 +184,7 @@ public final class SharedWorker: @unchecked Sendable {
         if let failure { throw failure }
 
         // A refresh this session asked for, which failed (in any worker's lister): said, exit 1.
-        if case .resume(_, refreshFeed: true) = options.joining, let failed = try? threads.recorderRun.refreshError() {
+        if case .resume(_, refreshFeed: true, _) = options.joining, let failed = try? threads.recorderRun.refreshError() {
             listingError.withLock { $0 = $0 ?? "the feed could not be listed again: " + failed }
         }
         let finished = try threads.recorderRun.markFinished()

@@ -37,6 +37,7 @@ public enum RunMode: Sendable {
     case fresh(limit: Int?, replaceUnfinished: Bool)
     /// Continue the latest unfinished run; `retryFailed` also tries its failed items again
     /// (and reopens a finished run that has failures); `refreshFeed` lists the feed again
-    /// and adds only the items the run does not have yet.
-    case resume(retryFailed: Bool, refreshFeed: Bool = false)
+    /// and adds only the items the run does not have yet. `retryReasons` (with
+    /// `retryFailed`) tries again only the failed items of these reasons.
+    case resume(retryFailed: Bool, refreshFeed: Bool = false, retryReasons: Set<FailureReason>? = nil)
 }

@@ -71,7 +71,7 @@ extension RunStore {
                 baseline: identity.baseline)
             return RunStart(run: run, resuming: false, refreshing: false, notices: [])
 
-        case .resume(let retryFailed, let refreshFeed):
+        case .resume(let retryFailed, let refreshFeed, let reasons):
             guard var run = latest else {
                 throw RunError.nothingToResume(stateFile: path, pipeline: identity.displayPath)
             }
@@ -100,8 +100,12 @@ extension RunStore {
             // Skipped items of a state file written before skips gave their names up.
             try freeSkippedItemsNames(runId: run.id)
             if retryFailed {
-                let requeued = try requeueFailed(runId: run.id)
-                if requeued > 0 { start.notices.append("retrying \(requeued) failed item(s) of run #\(run.id)") }
+                let requeued = try requeueFailed(runId: run.id, reasons: reasons)
+                if requeued > 0 {
+                    start.notices.append(
+                        "retrying \(requeued) failed item(s) of run #\(run.id)"
+                            + (reasons.map { " (" + $0.map(\.rawValue).sorted().joined(separator: ", ") + ")" } ?? ""))
+                }
             } else {
                 // Items whose host did not answer were set aside, not tried: a resume tries them.
                 let requeued = try requeueFailed(runId: run.id, onlyUnreachable: true)

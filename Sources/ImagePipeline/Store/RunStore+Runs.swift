@@ -99,9 +99,12 @@ extension RunStore {
     /// (reason `download`, message `host unreachable: …`), which a plain `resume` retries.
     ///
     /// With `key`, only that item (a shared run's worker whose recorded failure the run put
-    /// back to pending).
+    /// back to pending). With `reasons`, only the failed items of these reasons
+    /// (`resume --retry-failed=REASON,…`).
     @discardableResult
-    public func requeueFailed(runId: Int64, onlyUnreachable: Bool = false, key only: String? = nil) throws -> Int {
+    public func requeueFailed(
+        runId: Int64, onlyUnreachable: Bool = false, key only: String? = nil, reasons: Set<FailureReason>? = nil
+    ) throws -> Int {
         try write { db in
             var sql = "SELECT key FROM item WHERE runId = ? AND status = 'failed'"
             var arguments: StatementArguments = [runId]
@@ -109,6 +112,11 @@ extension RunStore {
             if let only {
                 sql += " AND key = ?"
                 _ = arguments.append(contentsOf: [only])
+            }
+            if let reasons {
+                let names = reasons.map(\.rawValue).sorted()
+                sql += " AND reason IN (" + names.map { _ in "?" }.joined(separator: ", ") + ")"
+                _ = arguments.append(contentsOf: StatementArguments(names))
             }
             let keys = try String.fetchAll(db, sql: sql, arguments: arguments)
             for key in keys {

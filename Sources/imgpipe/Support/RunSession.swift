@@ -168,8 +168,8 @@ struct RunSession {
         switch mode {
         case .fresh(let limit, let replace):
             settings.joining = .fresh(replace: replace, limit: limit)
-        case .resume(let retryFailed, let refreshFeed):
-            settings.joining = .resume(retryFailed: retryFailed, refreshFeed: refreshFeed)
+        case .resume(let retryFailed, let refreshFeed, let reasons):
+            settings.joining = .resume(retryFailed: retryFailed, refreshFeed: refreshFeed, retryReasons: reasons)
         }
         try SharedSession(options: options, workers: workers, quiet: quiet, json: json, url: url, settings: settings).perform()
     }
