@@ -394,7 +394,9 @@ struct CommandLineTests {
         #expect(latest.status == 0, "stderr: \(latest.stderr)")
         #expect(latest.stdout.contains("run #2") && latest.stdout.contains("1 done, 0 skipped, 1 failed"))
         #expect(
-            latest.stdout.contains("next: try the 1 failed item(s) again with `imgpipe resume pipe.json --retry-failed`"),
+            latest.stdout.contains(
+                "  decode (1, e.g. b.jpg): remove or replace the file: it is not an image imgpipe reads, "
+                    + "then `imgpipe resume pipe.json --retry-failed=decode`"),
             "stdout: \(latest.stdout)")
         #expect(latest.stdout.contains("outputs: out/ (sink directory-0)"), "stdout: \(latest.stdout)")
         let runs = try imgpipe("status", "--runs")

@@ -88,6 +88,68 @@ struct FirstDayTests {
         #expect(!text.contains("s3cr3t-value"), "a secret was shown: \(text)")
     }
 
+    // MARK: - Advice that fits the failure
+
+    /// After a 404, a page that is not an image, an image over `limits.maxPixels`, a name
+    /// clash and a server error, `status` advises a retry only for the server error (naming
+    /// the reasons to retry) and names the fix for the others, which would fail again as
+    /// they are. `resume --retry-failed=download` tries again only the downloads; an
+    /// unknown reason is a usage error naming the valid ones.
+    @Test func statusAdvisesARetryOnlyForFailuresThatMayPass() throws {
+        try ImageFixtures.pngHeaderOnly(at: work.url("big.png"), width: 6000, height: 4000)
+        let big = try Data(contentsOf: URL(fileURLWithPath: work.url("big.png")))
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { request in
+            switch request.path {
+            case "/a/photo.jpg", "/b/photo.jpg", "/ok.jpg": .bytes(jpeg)
+            case "/big.png": .bytes(big, type: "image/png")
+            case "/page.jpg": .json("<html>Not Found</html>")
+            case "/busy.jpg": .status(503)
+            default: .status(404)
+            }
+        }
+        let paths = ["/ok.jpg", "/a/photo.jpg", "/b/photo.jpg", "/big.png", "/page.jpg", "/busy.jpg", "/gone.jpg"]
+        try work.write(paths.map { server.baseURL + $0 }.joined(separator: "\n") + "\n", to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "output": {"format": "jpeg", "name": "{name}.jpg"}, "limits": {"maxPixels": 1000000, "workers": 1},
+             "sink": {"type": "directory", "path": "out"}, "retry": {"attempts": 1}}
+            """, to: "pipe.json")
+        #expect(try imgpipe("run", "pipe.json").status == 1)
+        let status = try imgpipe("status", "pipe.json")
+        let text = status.stdout
+        #expect(status.status == 0 && text.contains("5 failed"), "\(text)")
+        #expect(!text.contains("--retry-failed`"), "a retry of every failure was advised: \(text)")
+        #expect(
+            text.contains(
+                "next: 1 failed item(s) may pass on another try (network, server, timeout); try them again with "
+                    + "`imgpipe resume pipe.json --retry-failed=download` (it also tries 1 that will fail again)"),
+            "\(text)")
+        #expect(text.contains("4 failed item(s) will fail again as they are"), "\(text)")
+        #expect(
+            text.contains("raise `limits.maxPixels` to 24000000, then `imgpipe resume pipe.json --retry-failed=limit`"), "\(text)"
+        )
+        #expect(text.contains("change `output.name`"), "\(text)")
+        #expect(text.contains("remove the item from the feed or correct its URL"), "\(text)")
+        #expect(text.contains("remove the item or correct its URL: it serves no image"), "\(text)")
+
+        let unknown = try imgpipe("resume", "pipe.json", "--retry-failed=download,timeout")
+        #expect(unknown.status == 2, "\(unknown.stderr)")
+        #expect(
+            unknown.stderr.contains(
+                "unknown failure reason \"timeout\" (valid: download, decode, limit, process, encode, upload, io)"),
+            "\(unknown.stderr)")
+        let asked = server.requests.count
+        let retried = try imgpipe("resume", "pipe.json", "--retry-failed=download")
+        #expect(retried.status == 1)
+        #expect(retried.stderr.contains("retrying 2 failed item(s) of run #1 (download)"), "\(retried.stderr)")
+        #expect(server.requests.dropFirst(asked).map(\.path).sorted() == ["/busy.jpg", "/gone.jpg"])
+        // A bare --retry-failed still tries every failed item.
+        let every = try imgpipe("resume", "pipe.json", "--retry-failed")
+        #expect(every.stderr.contains("retrying 5 failed item(s) of run #1"), "\(every.stderr)")
+    }
+
     // MARK: - 2. Default names never collide
 
     /// Files of one name in several folders of a host (`…/101/main.jpg`, `…/102/main.jpg`)

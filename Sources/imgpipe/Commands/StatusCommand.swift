@@ -175,13 +175,25 @@ struct StatusCommand: ParsableCommand {
         var steps: [String] = []
         switch report.state {
         case "running", "interrupted":
+            let retry = Self.retryReasons(report.failures)
             steps.append(
                 "next: continue it with `imgpipe resume \(pipelineFile)\(stateOption)`"
-                    + (report.failed > 0 ? " (add --retry-failed to try the failed items again)" : ""))
+                    + (retry.isEmpty
+                        ? ""
+                        : " (add --retry-failed=\(retry.joined(separator: ",")) to try again the failed items that may pass)"))
+            steps += fixes(report.failures, pipelineFile: pipelineFile, stateOption: stateOption)
         case "finished" where report.failed > 0:
-            steps.append(
-                "next: try the \(report.failed) failed item(s) again with "
-                    + "`imgpipe resume \(pipelineFile)\(stateOption) --retry-failed`")
+            let retry = Self.retryReasons(report.failures)
+            if !retry.isEmpty {
+                let advised = report.failures.map { ($0, Self.advice($0)) }
+                let passing = advised.filter { $0.1.outlook == .mayPass }.count
+                let caught = advised.filter { retry.contains($0.0.reason) && $0.1.outlook == .permanent }.count
+                steps.append(
+                    "next: \(passing) failed item(s) may pass on another try (network, server, timeout); try them again with "
+                        + "`imgpipe resume \(pipelineFile)\(stateOption) --retry-failed=\(retry.joined(separator: ","))`"
+                        + (caught > 0 ? " (it also tries \(caught) that will fail again)" : ""))
+            }
+            steps += fixes(report.failures, pipelineFile: pipelineFile, stateOption: stateOption)
         case "abandoned":
             steps.append("this run was replaced by a newer one (`imgpipe status --runs\(stateOption)` lists them)")
         default:
@@ -189,6 +201,55 @@ struct StatusCommand: ParsableCommand {
         }
         steps += outputFolders(of: report.pipeline)
         return steps
+    }
+
+    static func advice(_ failure: FailureRecord) -> FailureAdvice {
+        FailureAdvice.of(reason: failure.reason, message: failure.message, httpStatus: failure.httpStatus)
+    }
+
+    /// The reasons of the failures that may pass on another try, sorted.
+    static func retryReasons(_ failures: [FailureRecord]) -> [String] {
+        Set(failures.filter { advice($0).outlook == .mayPass }.map(\.reason)).sorted()
+    }
+
+    /// For the failures that would fail again as they are: what to change, per cause, and
+    /// the command that tries them again after.
+    func fixes(_ failures: [FailureRecord], pipelineFile: String, stateOption: String) -> [String] {
+        var causes: [String] = []
+        var byCause: [String: [(FailureRecord, FailureAdvice)]] = [:]
+        for failure in failures {
+            let advice = Self.advice(failure)
+            guard advice.outlook == .permanent else { continue }
+            if byCause[advice.cause] == nil { causes.append(advice.cause) }
+            byCause[advice.cause, default: []].append((failure, advice))
+        }
+        guard !causes.isEmpty else { return [] }
+        let count = byCause.values.reduce(0) { $0 + $1.count }
+        var lines = ["\(count) failed item(s) will fail again as they are (retrying them does not help); to fix:"]
+        let resume = "imgpipe resume \(pipelineFile)\(stateOption) --retry-failed="
+        for cause in causes {
+            let group = byCause[cause] ?? []
+            guard let (first, advice) = group.first else { continue }
+            var fix = advice.fix ?? ""
+            var then = "`\(resume)\(first.reason)`"
+            switch cause {
+            case "max-pixels":
+                if let most = group.compactMap({ FailureAdvice.pixels(in: $0.0.message) }).max() {
+                    fix = "raise `limits.maxPixels` to \(most)"
+                }
+            case "max-bytes":
+                if let most = group.compactMap({ FailureAdvice.bytes(in: $0.0.message) }).max() {
+                    fix = "raise `limits.maxBytes` to \(most)"
+                }
+            case "name-clash":
+                // The output's name is part of what a resume keeps: a new run takes it.
+                then = "a new run: `imgpipe run \(pipelineFile)\(stateOption)`"
+            default: break
+            }
+            lines.append(
+                "  \(first.reason) (\(group.count), e.g. \(first.key.printable)): \(fix), then \(then)")
+        }
+        return lines
     }
 
     /// Where the pipeline's directory sinks write, as paths from here (nothing when the
