@@ -14,6 +14,16 @@ struct DirectorySafetyTests {
 
     init() throws { work = try TemporaryDirectory("imgpipe-dirsafe") }
 
+    /// `count` copies of one 16×16 JPEG, `folder/p0001.jpg` and on.
+    func smallJPEGs(_ count: Int, in folder: String) throws {
+        let fixture = work.url("fixture.jpg")
+        if !FileManager.default.fileExists(atPath: fixture) { try ImageFixtures.jpeg(at: fixture, width: 16, height: 16) }
+        try work.folder(folder)
+        for index in 1...count {
+            try FileManager.default.copyItem(atPath: fixture, toPath: work.url(String(format: "\(folder)/p%04d.jpg", index)))
+        }
+    }
+
     /// Writes `pipe.json` reading `in/` and writing `out/`, outputs named `name`.
     func pipeline(name: String? = nil) throws {
         let named = name.map { #", "name": "\#($0)""# } ?? ""
@@ -156,12 +166,7 @@ struct DirectorySafetyTests {
     @Test func aSinkFolderSwappedForALinkToTheSourceNeverWritesThere() throws {
         try pipeline(name: "sub/{stem}.jpg")
         let count = 300
-        try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
-        try work.folder("in")
-        for index in 1...count {
-            try FileManager.default.copyItem(
-                atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
-        }
+        try smallJPEGs(count, in: "in")
         let originals = try Dictionary(
             uniqueKeysWithValues: FileManager.default.contentsOfDirectory(atPath: work.url("in")).map {
                 ($0, SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: work.url("in/" + $0)))).description)
@@ -235,12 +240,7 @@ struct DirectorySafetyTests {
     @Test func theSinksOwnFolderSwappedForALinkSendsNothingElsewhere() throws {
         try pipeline()
         let count = 200
-        try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
-        try work.folder("in")
-        for index in 1...count {
-            try FileManager.default.copyItem(
-                atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
-        }
+        try smallJPEGs(count, in: "in")
         try work.folder("out")
         try work.folder("elsewhere")
         try FileManager.default.createSymbolicLink(atPath: work.url("outlink"), withDestinationPath: work.url("elsewhere"))
@@ -275,22 +275,13 @@ struct DirectorySafetyTests {
              "output": {"format": "jpeg", "name": "sub/{stem}.jpg"}, "sink": {"type": "directory", "path": "out", "prune": true}}
             """, to: "pipe.json")
         let count = 300
-        try ImageFixtures.jpeg(at: work.url("fixture.jpg"), width: 16, height: 16)
-        try work.folder("in")
-        for index in 1...count {
-            try FileManager.default.copyItem(
-                atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "in/p%04d.jpg", index)))
-        }
+        try smallJPEGs(count, in: "in")
         #expect(try ImgpipeBinary.run(["run", "pipe.json"], in: work.path).status == 0)
         // Half the sources go: the next incremental run prunes their outputs.
         for index in stride(from: 1, through: count, by: 2) {
             try FileManager.default.removeItem(atPath: work.url(String(format: "in/p%04d.jpg", index)))
         }
-        try work.folder("victim")
-        for index in 1...count {
-            try FileManager.default.copyItem(
-                atPath: work.url("fixture.jpg"), toPath: work.url(String(format: "victim/p%04d.jpg", index)))
-        }
+        try smallJPEGs(count, in: "victim")
         try FileManager.default.createSymbolicLink(atPath: work.url("out/swap"), withDestinationPath: work.url("victim"))
         let out = open(work.url("out"), O_RDONLY | O_DIRECTORY)
         try #require(out >= 0)
