@@ -79,53 +79,95 @@ extension CommandLineTests {
             limits: #"{"timeout": 5, "workers": 1}"#)
     }
 
-    /// A skipped item makes nothing, so it takes no output name from another: `a.jpg`, whose
-    /// name `a.gif` (listed before it) held, is made after all once `a.gif` is skipped.
-    @Test func aSkippedItemLeavesItsOutputNameToTheNextItem() throws {
+    /// `a.gif` (listed first) and `a.jpg` both want `a.jpg`: the JPEG gets a name of its
+    /// own at once (`NameTemplate.uniqueStem`), and keeps it when the GIF is then skipped.
+    @Test func aSkippedItemsNameNeverCostsAnotherItsOutput() throws {
         try gifAndJPEGOfOneName("a", slowFirst: true)
 
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect(result.stderr.contains("a.jpg: taken up again"), "stderr: \(result.stderr)")
-        #expect(work.files(under: "out") == ["0-slow.jpg", "a.jpg"])
-        let made = try ImageFixtures.decode(work.url("out/a.jpg"))
+        let unique = "a-" + sha256Hex("a.jpg").prefix(8) + ".jpg"
+        #expect(work.files(under: "out") == ["0-slow.jpg", unique])
+        let made = try ImageFixtures.decode(work.url("out/\(unique)"))
         #expect((made.width, made.height) == (32, 16), "the JPEG's own pixels, not the GIF's")
         let report = try status()
         #expect(report.failures.isEmpty && report.done == 2)
         #expect(report.skips.map(\.key) == ["a.gif"])
     }
 
-    /// The notice of an item taken up again names it with its line feeds escaped: a key
+    /// A JSON feed of a GIF and a JPEG whose output name is one file (`same.jpg`), keyed
+    /// with line feeds. The GIF's picture is sent only once the state file records that the
+    /// JPEG failed for the name; the GIF is then skipped and gives the name up, and the JPEG
+    /// is taken up again and made: the notice names it with its line feeds escaped, so a key
     /// cannot forge a line of imgpipe's own.
-    @Test func theTakenUpAgainNoticeEscapesTheKeys() throws {
-        try gifAndJPEGOfOneName("x\nFORGED: all done", slowFirst: true)
+    @Test func aSkippedItemLeavesANameNoStemChangesToTheItemThatFailedForIt() throws {
+        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 300), to: work.url("files/a.gif"))
+        try ImageFixtures.jpeg(at: work.url("files/a.jpg"), width: 400, height: 200)
+        let gif = try Data(contentsOf: URL(fileURLWithPath: work.url("files/a.gif")))
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: work.url("files/a.jpg")))
+        let state = work.url(".imgpipe/pipe.sqlite")
+        let jpegKey = "x\nFORGED: all done.jpg"
+        @Sendable func jpegFailed() -> Bool {
+            guard FileManager.default.fileExists(atPath: state), let queue = try? DatabaseQueue(path: state) else { return false }
+            let status = try? queue.read { db in
+                try String.fetchOne(db, sql: "SELECT status FROM item WHERE key = ?", arguments: [jpegKey])
+            }
+            return status == "failed"
+        }
+        let base = Mutex("")
+        let server = try TestHTTPServer { request in
+            switch request.path {
+            case "/feed.json":
+                return .json(
+                    #"[{"url": "\#(base.withLock { $0 })/a.gif", "id": "x\nFORGED: all done.gif"}, {"url": "\#(base.withLock { $0 })/a.jpg", "id": "x\nFORGED: all done.jpg"}]"#
+                )
+            case "/a.gif":
+                let deadline = Date().addingTimeInterval(60)
+                while !jpegFailed(), Date() < deadline { usleep(20_000) }
+                return .bytes(gif, type: "image/gif")
+            case "/a.jpg": return .bytes(jpeg, type: "image/jpeg")
+            default: return .status(404)
+            }
+        }
+        base.withLock { $0 = server.baseURL }
+        try acceptPipeline(
+            source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "keyField": "id", "cache": false}"#,
+            extra: #", "accept": {"formats": ["jpeg"]}, "output": {"format": "jpeg", "name": "same.jpg"}"#)
         let result = try imgpipe("run", "pipe.json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
         #expect(result.stderr.contains("x\\u{A}FORGED: all done.jpg: taken up again"), "stderr: \(result.stderr)")
         #expect(!result.stderr.split(separator: "\n").contains { $0.hasPrefix("FORGED") }, "stderr: \(result.stderr)")
+        #expect(work.files(under: "out") == ["same.jpg"])
+        let made = try ImageFixtures.decode(work.url("out/same.jpg"))
+        #expect((made.width, made.height) == (32, 16), "the JPEG's own pixels, not the GIF's")
     }
 
     /// A state file of an imgpipe that kept a skipped item's names: a resume frees them, so
     /// `--retry-failed` makes the item that failed for one.
     @Test func aResumeFreesTheNamesSkippedItemsOfAnOlderImgpipeKept() throws {
-        try gifAndJPEGOfOneName("a")
+        let folder = try work.folder("in")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 300, height: 300), to: folder + "/a.gif")
+        try ImageFixtures.jpeg(at: folder + "/a.jpg", width: 400, height: 200)
+        try acceptPipeline(
+            source: #"{"type": "directory", "path": "in"}"#,
+            extra: #", "accept": {"formats": ["jpeg"]}, "output": {"format": "jpeg", "name": "same.jpg"}"#)
         #expect(try imgpipe("run", "pipe.json").status == 0)
         // As the older imgpipe left it: the name still a.gif's, a.jpg failed for it.
         let queue = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite"))
         try queue.write { db in
             try db.execute(sql: "UPDATE output SET name = NULL WHERE itemKey = 'a.jpg'")
-            try db.execute(sql: "UPDATE output SET name = 'a.jpg' WHERE itemKey = 'a.gif'")
+            try db.execute(sql: "UPDATE output SET name = 'same.jpg' WHERE itemKey = 'a.gif'")
             try db.execute(
                 sql: """
-                    UPDATE item SET status = 'failed', reason = 'encode', message = 'output name "a.jpg" is already used by item "a.gif"'
+                    UPDATE item SET status = 'failed', reason = 'encode', message = 'output name "same.jpg" is already used by item "a.gif"'
                     WHERE key = 'a.jpg'
                     """)
             try db.execute(sql: "UPDATE delivery SET status = 'pending' WHERE itemKey = 'a.jpg'")
         }
-        try FileManager.default.removeItem(atPath: work.url("out/a.jpg"))
+        try FileManager.default.removeItem(atPath: work.url("out/same.jpg"))
         let retried = try imgpipe("resume", "pipe.json", "--retry-failed")
         #expect(retried.status == 0, "stderr: \(retried.stderr)")
-        #expect(work.files(under: "out") == ["a.jpg"])
+        #expect(work.files(under: "out") == ["same.jpg"])
         #expect(try status().done == 1)
     }
 

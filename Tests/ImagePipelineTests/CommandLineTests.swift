@@ -104,21 +104,35 @@ struct CommandLineTests {
         #expect(work.files(under: "out") == ["a.jpg", "b.jpg"])
     }
 
-    @Test func twoItemsWithOneOutputNameFailTheSecond() throws {
+    /// `photo.jpg` and `photo.png` both want `photo.jpg`: the first in feed order keeps it,
+    /// the second gets its own (the stem and 8 hex digits of its key's SHA-256); a name that
+    /// no stem changes (`"name": "same.jpg"`) still fails the second item, naming the first.
+    @Test func twoItemsWithOneOutputNameGetTwoNames() throws {
         try pipeline()
         try ImageFixtures.jpeg(at: work.url("in/photo.jpg"), width: 64, height: 64)
-        try ImageFixtures.rgbaPNG(at: work.url("in/photo.png"), width: 64, height: 64)
+        try ImageFixtures.rgbaPNG(at: work.url("in/photo.png"), width: 64, height: 48)
         let result = try imgpipe("run", "pipe.json")
-        #expect(result.status == 1)
-        #expect(result.stderr.contains("photo.png"))
-        #expect(work.files(under: "out") == ["photo.jpg"])
-        let failures = try status().failures
-        #expect(failures.count == 1)
-        #expect(failures.first?.key == "photo.png")
-        #expect(failures.first?.message.contains("already used by item \"photo.jpg\"") == true)
-        // The surviving file is the first item's: opaque quadrants, not a flattened PNG.
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let unique = "photo-" + sha256Hex("photo.png").prefix(8) + ".jpg"
+        #expect(work.files(under: "out") == [unique, "photo.jpg"].sorted())
+        // The plain name holds the first item's picture (opaque quadrants, 64x64), the other
+        // the PNG's (64x48, flattened).
         let kept = try ImageFixtures.decode(work.url("out/photo.jpg"))
-        #expect(kept[5, 5][0] > 180 && kept[5, 5][1] < 90)
+        #expect(kept[5, 5][0] > 180 && kept[5, 5][1] < 90 && kept.height == 64)
+        #expect(try ImageFixtures.decode(work.url("out/\(unique)")).height == 48)
+        let exported = try imgpipe("export", "pipe.json", "--format", "jsonl").jsonLines()
+        let names = exported.compactMap { (($0["outputs"] as? [String: Any])?["default"] as? [String: Any])?["name"] as? String }
+        #expect(names.sorted() == [unique, "photo.jpg"].sorted(), "\(exported)")
+        // Again with `run --new`: the same names, from the same items.
+        #expect(try imgpipe("run", "pipe.json", "--new").status == 0)
+        #expect(try ImageFixtures.decode(work.url("out/\(unique)")).height == 48)
+
+        try pipeline(output: #"{"format": "jpeg", "name": "same.jpg"}"#)
+        let fixed = try imgpipe("run", "pipe.json", "--new")
+        #expect(fixed.status == 1)
+        let failures = try status().failures
+        #expect(failures.map(\.key) == ["photo.png"])
+        #expect(failures.first?.message.contains("output name \"same.jpg\" is already used by item \"photo.jpg\"") == true)
     }
 
     @Test func mixedGoodAndHostileFilesExitOneWithAReasonEach() throws {
@@ -838,26 +852,46 @@ struct CommandLineTests {
     }
 
     /// A dry-run previews what the run would list (`"recursive": false` keeps subfolders
-    /// out), and two samples that would get the same output name do not share a preview:
-    /// the later fails as its item would in a run.
+    /// out) and names its previews as the run names its outputs: `a.png` gets a name of
+    /// its own beside `a.jpg`'s, and with a name no stem changes the later sample fails as
+    /// its item would in a run, never writing over the first's preview.
     @Test func aDryRunListsAsTheRunWouldAndNeverWritesOverAPreview() throws {
         try ImageFixtures.jpeg(at: work.url("src/a.jpg"), width: 64, height: 48)
         try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: work.url("src/a.png"))
         try ImageFixtures.jpeg(at: work.url("src/sub/b.jpg"), width: 64, height: 48)
-        try work.write(
-            """
-            {"version": 1, "source": {"type": "directory", "path": "src", "recursive": false},
-             "filters": [{"op": "fit", "width": 32, "height": 32}], "sink": {"type": "directory", "path": "out"}}
-            """, to: "p.json")
+        func write(name: String?) throws {
+            let output = name.map { #", "output": {"format": "jpeg", "name": "\#($0)"}"# } ?? ""
+            try work.write(
+                """
+                {"version": 1, "source": {"type": "directory", "path": "src", "recursive": false},
+                 "filters": [{"op": "fit", "width": 32, "height": 32}]\(output), "sink": {"type": "directory", "path": "out"}}
+                """, to: "p.json")
+        }
+        try write(name: nil)
+        let unique = "a-" + sha256Hex("a.png").prefix(8) + ".jpg"
         let preview = try imgpipe("dry-run", "p.json", "--json")
-        #expect(preview.status == 1, "stderr: \(preview.stderr)")
+        #expect(preview.status == 0, "stderr: \(preview.stderr)")
         #expect(!preview.stdout.contains("sub/b.jpg") && !preview.stderr.contains("sub/b.jpg"), "stdout: \(preview.stdout)")
-        #expect(preview.stdout.contains(#"output name \"a.jpg\" is already used by item \"a.jpg\""#), "stdout: \(preview.stdout)")
-        let made = try ImageFixtures.decode(work.url("preview/p/a.jpg"))
+        var made = try ImageFixtures.decode(work.url("preview/p/a.jpg"))
         #expect((made.width, made.height) == (32, 24), "a.jpg's own preview, not a.png's")
+        made = try ImageFixtures.decode(work.url("preview/p/\(unique)"))
+        #expect((made.width, made.height) == (32, 32), "a.png's preview")
         let run = try imgpipe("run", "p.json")
-        #expect(run.status == 1 && run.stderr.contains("output name \"a.jpg\" is already used by item \"a.jpg\""))
-        #expect(work.files(under: "out") == ["a.jpg"])
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        #expect(work.files(under: "out") == [unique, "a.jpg"].sorted())
+
+        try write(name: "{name}-x.jpg")
+        try FileManager.default.removeItem(atPath: work.url("preview"))
+        let clash = try imgpipe("dry-run", "p.json", "--json")
+        let second = "a-" + sha256Hex("a.png").prefix(8) + "-x.jpg"
+        #expect(clash.status == 0 && work.files(under: "preview/p").contains(second), "stdout: \(clash.stdout)")
+        try write(name: "same.jpg")
+        try FileManager.default.removeItem(atPath: work.url("preview"))
+        let fixed = try imgpipe("dry-run", "p.json", "--json")
+        #expect(fixed.status == 1, "stderr: \(fixed.stderr)")
+        #expect(fixed.stdout.contains(#"output name \"same.jpg\" is already used by item \"a.jpg\""#), "stdout: \(fixed.stdout)")
+        made = try ImageFixtures.decode(work.url("preview/p/same.jpg"))
+        #expect((made.width, made.height) == (32, 24), "a.jpg's own preview, not a.png's")
     }
 
     /// A step that makes a picture over `limits.maxPixels` fails the item as `limit` before

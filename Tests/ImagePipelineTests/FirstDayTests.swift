@@ -105,10 +105,14 @@ struct FirstDayTests {
             case "/big.png": .bytes(big, type: "image/png")
             case "/page.jpg": .json("<html>Not Found</html>")
             case "/busy.jpg": .status(503)
+            case let path where path.hasPrefix("/c/photo-"): .bytes(jpeg)
             default: .status(404)
             }
         }
-        let paths = ["/ok.jpg", "/a/photo.jpg", "/b/photo.jpg", "/big.png", "/page.jpg", "/busy.jpg", "/gone.jpg"]
+        // `b/photo.jpg` finds `photo.jpg` taken by `a/photo.jpg` and the name of its own
+        // (`NameTemplate.uniqueStem`) taken by `c/…`, listed before it: a name clash.
+        let own = "/c/photo-" + sha256Hex(server.baseURL + "/b/photo.jpg").prefix(8) + ".jpg"
+        let paths = ["/ok.jpg", "/a/photo.jpg", own, "/b/photo.jpg", "/big.png", "/page.jpg", "/busy.jpg", "/gone.jpg"]
         try work.write(paths.map { server.baseURL + $0 }.joined(separator: "\n") + "\n", to: "urls.txt")
         try work.write(
             """

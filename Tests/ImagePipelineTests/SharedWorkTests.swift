@@ -203,6 +203,38 @@ final class SharedWorkTests: @unchecked Sendable {
             "\(byKey.sorted { $0.key < $1.key }.prefix(4))")
     }
 
+    /// Three `main.jpg` in three folders, named `{name}.{ext}` by two workers: the first in
+    /// feed order keeps `main.jpg` and the others get names of their own (the stem and 8 hex
+    /// digits of their key's SHA-256), claimed run-wide, so that no item fails.
+    @Test func itemsThatWantOneNameGetNamesOfTheirOwnOnEveryWorker() throws {
+        for (index, folder) in ["a", "b", "c"].enumerated() {
+            try ImageFixtures.jpeg(at: work.url("in/\(folder)/main.jpg"), width: 64, height: 40 + index * 4)
+        }
+        try images(9)
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 64, "height": 64}],
+             "output": {"format": "png", "name": "{name}.png"},
+             "sink": {"type": "directory", "path": "out"}, "limits": {"workers": 1}}
+            """, to: "pipe.json")
+        let workers = try (0..<2).map { _ in
+            try ImgpipeBinary.launch(["work", "pipe.json", "--state", url, "--chunk-size", "1"], in: work.path)
+        }
+        for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stdout)\(result.stderr)") }
+        let report = try status()
+        #expect(report["done"] as? Int == 12 && report["failed"] as? Int == 0, "\(report)")
+        let expected = ["a/main.jpg": "main.png"].merging(
+            ["b/main.jpg", "c/main.jpg"].map { ($0, "main-" + sha256Hex($0).prefix(8) + ".png") }
+        ) { a, _ in a }
+        for (key, name) in expected {
+            let made = try ImageFixtures.decode(work.url("out/\(name)"))
+            #expect(
+                made.height == 40 + ["a/main.jpg", "b/main.jpg", "c/main.jpg"].firstIndex(of: key)! * 4, "\(name) holds \(key)")
+        }
+        #expect(work.files(under: "out").count == 12)
+    }
+
     @Test func killNineMidUploadAnotherWorkerFinishesAndEachItemIsStoredOnce() throws {
         let server = try UploadServer(mode: .slow(0.25))
         try images(24)

@@ -191,6 +191,21 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
         return SafePath.relative(out)
     }
 
+    /// The stem an item's names are made from when a name made from `stem` is held by
+    /// another item of the run: `stem` and the first 8 hex digits of the SHA-256 of the
+    /// item's key (`photos/dup` → `photos/dup-3c9a0b1e`). The key is unique in the run, so
+    /// two items that want one name get two; the first in feed order keeps the plain name.
+    public static func uniqueStem(_ stem: String, key: String) -> String {
+        stem + "-" + sha256Hex(key).prefix(8)
+    }
+
+    /// `stem` as the feed gave it: without the suffix `uniqueStem` adds, if it has it.
+    /// What `{stem}` is in an item's text (captions), whichever names the item got.
+    public static func plainStem(_ stem: String, key: String) -> String {
+        let suffix = "-" + sha256Hex(key).prefix(8)
+        return stem.count > suffix.count && stem.hasSuffix(suffix) ? String(stem.dropLast(suffix.count)) : stem
+    }
+
     /// The last `/`-separated part of `path` that is not empty (`a/b/` → `b`).
     static func lastComponent(of path: String) -> String {
         path.split(separator: "/").last.map(String.init) ?? path

@@ -117,7 +117,18 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
                 asked.append(claim)
             }
         }
-        return try taken.merging(ask(asked)) { first, _ in first }
+        taken.merge(try ask(asked)) { first, _ in first }
+        // An item one of whose names another key holds takes the names of its unique stem
+        // (`NewItem.uniqueStem`), claimed now: the journal's insert gives them to it.
+        var unique: [(name: String, key: String)] = []
+        for change in changes {
+            guard case .insert(let item) = change,
+                item.outputs.contains(where: { $0.name.flatMap { taken[$0] }.map { $0 != item.key } == true })
+            else { continue }
+            unique += item.outputs.compactMap { $0.uniqueName.map { ($0, item.key) } }
+        }
+        guard !unique.isEmpty else { return taken }
+        return taken.merging(try ask(unique)) { first, _ in first }
     }
 
     /// Claims `wanted` in the database and remembers the names now this worker's.

@@ -309,9 +309,18 @@ public struct DryRun: Sendable {
             }
         }
         return zip(spec.outputs, images).map { output, image in
-            let fileName = output.fileName(key: item.nameKey, stem: item.nameStem, index: index, made: image)
-            let name = folder + fileName
+            var fileName = output.fileName(key: item.nameKey, stem: item.nameStem, index: index, made: image)
+            var name = folder + fileName
             var row: DryRunRow
+            if claimed[name].map({ $0 != item.key }) == true, !output.name.dependsOnOutput {
+                // As a run does: the name made from the item's unique stem.
+                let unique = output.fileName(
+                    key: item.nameKey, stem: NameTemplate.uniqueStem(item.nameStem, key: item.key), index: index, made: image)
+                if claimed[folder + unique] == nil {
+                    fileName = unique
+                    name = folder + unique
+                }
+            }
             if let owner = claimed[name], owner != item.key {
                 row = DryRunRow(
                     key: item.key, inputWidth: image.inputWidth, inputHeight: image.inputHeight,

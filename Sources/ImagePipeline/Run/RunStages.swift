@@ -257,23 +257,29 @@ final class RunStages: Sendable {
 
         func admit(_ item: FeedItem, seq itemSeq: Int, carried: NewItem.Carried?) {
             let tier: Tier? = !item.isLocal ? nil : item.fromFallback ? .fallback : .local
+            // Names from the item's stem, and from a stem of its own should another item hold one.
+            let uniqueStem = NameTemplate.uniqueStem(item.nameStem, key: item.key)
             let outputs = zip(spec.outputs, takers).map { output, sinks in
-                NewOutput(
-                    id: output.id, name: output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: itemSeq),
-                    sinks: sinks)
+                let name = output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: itemSeq)
+                var new = NewOutput(id: output.id, name: name, sinks: sinks)
+                let unique = output.fileNameBeforeMaking(key: item.nameKey, stem: uniqueStem, index: itemSeq)
+                if unique != name { new.uniqueName = unique }
+                return new
             }
             var new = NewItem(
                 key: item.key, seq: itemSeq, location: environment.recorded(item.location), metadata: item.metadata,
                 outputs: outputs, nameKey: item.nameKey, nameStem: item.nameStem, tier: tier)
+            new.uniqueStem = uniqueStem
             new.carried = carried
             let change = StoreChange.insert(new)
             writer.submit(change) { [self] outcome in
                 switch outcome {
-                case .applied, .revived:  // (only a skip revives)
+                case .applied, .revived, .renamed:  // (only a skip revives)
                     state.withLock { $0.inserted() }
                     var job = Job(key: item.key, seq: itemSeq, location: item.location, metadata: item.metadata)
                     job.nameKey = item.nameKey
                     job.nameStem = item.nameStem
+                    if case .renamed(let stem) = outcome { job.nameStem = stem }
                     job.tier = tier
                     start(job, at: .pending)
                 case .failed(let failure):
@@ -532,7 +538,9 @@ final class RunStages: Sendable {
             let began = DispatchTime.now()
             let result = Result { () throws(ItemFailure) -> ProcessOutcome? in
                 try context.pixels.processOrSkip(
-                    input, fields: ItemFields(key: job.key, stem: job.nameStem, metadata: job.metadata))
+                    input,
+                    fields: ItemFields(
+                        key: job.key, stem: NameTemplate.plainStem(job.nameStem, key: job.key), metadata: job.metadata))
             }
             budget.release(need)
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9

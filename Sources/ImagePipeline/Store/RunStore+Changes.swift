@@ -89,15 +89,36 @@ extension RunStore {
                 return .existing(seq: row["seq"], status: ItemStatus(rawValue: row["status"]) ?? .pending)
             }
             var failure: ItemFailure?
-            let names = item.outputs.compactMap(\.name)
-            if let name = Dictionary(grouping: names, by: { $0 }).first(where: { $0.value.count > 1 })?.key {
+            var outputNames = item.outputs.map(\.name)
+            var nameStem = item.nameStem
+            let names = outputNames.compactMap { $0 }
+            let ownClash = Dictionary(grouping: names, by: { $0 }).first(where: { $0.value.count > 1 })?.key
+            if let name = ownClash {
                 // Two of the item's own outputs would overwrite each other: the item fails,
                 // and none of its names is claimed.
                 failure = ItemFailure(.encode, "two outputs of the item are both named \"\(name)\"")
             }
-            for name in names where failure == nil {
-                if let owner = try held[name].flatMap({ $0 == item.key ? nil : $0 }) ?? nameOwner(name, runId: runId, db: db) {
-                    failure = Self.nameTaken(name, by: owner)
+            func firstTaken(_ names: [String]) throws -> ItemFailure? {
+                for name in names {
+                    if let owner = try held[name].flatMap({ $0 == item.key ? nil : $0 }) ?? nameOwner(name, runId: runId, db: db)
+                    {
+                        return Self.nameTaken(name, by: owner)
+                    }
+                }
+                return nil
+            }
+            if failure == nil { failure = try firstTaken(names) }
+            // A name held by another item: the names made from the item's unique stem instead, when
+            // each of its named outputs has one and none of those is held either.
+            if failure != nil, ownClash == nil, let stem = item.uniqueStem,
+                item.outputs.allSatisfy({ $0.name == nil || $0.uniqueName != nil })
+            {
+                let uniques = item.outputs.map { $0.name == nil ? nil : $0.uniqueName }
+                let named = uniques.compactMap { $0 }
+                if Set(named).count == named.count, try firstTaken(named) == nil {
+                    failure = nil
+                    outputNames = uniques
+                    nameStem = stem
                 }
             }
             try db.cachedStatement(
@@ -108,11 +129,11 @@ extension RunStore {
             ).execute(arguments: [
                 runId, item.seq, item.key, item.location, item.metadata,
                 failure == nil ? "pending" : "failed", failure?.reason.rawValue, failure?.message,
-                item.nameKey, item.nameStem, item.tier?.rawValue, time,
+                item.nameKey, nameStem, item.tier?.rawValue, time,
             ])
-            for output in item.outputs {
+            for (output, name) in zip(item.outputs, outputNames) {
                 try db.cachedStatement(sql: "INSERT INTO output (runId, itemKey, output, name) VALUES (?, ?, ?, ?)")
-                    .execute(arguments: [runId, item.key, output.id, failure == nil ? output.name : nil])
+                    .execute(arguments: [runId, item.key, output.id, failure == nil ? name : nil])
                 for sink in output.sinks {
                     try db.cachedStatement(
                         sql: """
@@ -122,10 +143,10 @@ extension RunStore {
                 }
             }
             if let failure { return .failed(failure) }
-            if let carried = item.carried {
-                return try carry(item.key, carried, runId: runId, time: time, db: db) ? .completed : .applied
+            if let carried = item.carried, try carry(item.key, carried, runId: runId, time: time, db: db) {
+                return .completed
             }
-            return .applied
+            return nameStem == item.nameStem ? .applied : .renamed(stem: nameStem)
 
         case .fetched(let key, let spoolPath, let tier):
             try db.cachedStatement(

@@ -31,6 +31,9 @@ public struct NewOutput: Sendable, Equatable {
     public let id: String
     public let name: String?
     public let sinks: [String]
+    /// The name made from the item's `NewItem.uniqueStem`, taken instead of `name` when
+    /// another item holds that.
+    public var uniqueName: String?
 
     public init(id: String = OutputSpec.defaultID, name: String?, sinks: [String]) {
         self.id = id
@@ -51,6 +54,10 @@ public struct NewItem: Sendable, Equatable {
     public let nameStem: String
     /// Known at listing for items of a fallback source.
     public let tier: Tier?
+    /// The stem the item's names are made from when one made from `nameStem` is held by
+    /// another item (`NameTemplate.uniqueStem`): the store then gives it the outputs'
+    /// `NewOutput.uniqueName` names and records this stem (`ChangeOutcome.renamed`).
+    public var uniqueStem: String?
     /// `run --incremental`: outputs whose name, what was made and done deliveries are
     /// copied from the previous run instead of being made again (the item's source is the
     /// one that run processed).
@@ -134,4 +141,7 @@ public enum ChangeOutcome: Sendable, Equatable {
     /// one of those names was taken, were put back to `pending` (in feed order, the first
     /// for each name): the runner takes them up again.
     case revived([String])
+    /// `insert` found a name of the item held by another and gave the item the names made
+    /// from its unique stem, this one, instead.
+    case renamed(stem: String)
 }
