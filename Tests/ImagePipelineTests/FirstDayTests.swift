@@ -262,4 +262,33 @@ struct FirstDayTests {
         let told = try imgpipe("run", "feed.json", "--new")
         #expect(told.status == 0 && told.stderr.contains("duplicate key") && told.stderr.contains("left out"), "\(told.stderr)")
     }
+
+    // MARK: - 5. Colours on a terminal, never elsewhere
+
+    /// On a terminal, `failed:`, the summary's failed count and `error:` are painted red;
+    /// with `NO_COLOR` set (to anything but empty), in a pipe, or for text from a feed
+    /// (here, a file name holding an escape sequence), nothing is.
+    @Test(.enabled(if: ImgpipeBinary.canRunOnTerminal, "needs util-linux script"))
+    func coloursOnlyOnATerminalAndNeverWithNoColour() throws {
+        try work.write("not an image", to: "in/bad\u{1B}[32m.jpg")
+        try jpeg.write(to: URL(fileURLWithPath: work.url("in/good.jpg")))
+        let red = "\u{1B}[1;31m"
+        let painted = try ImgpipeBinary.runOnTerminal(
+            ["thumbnail", "in", "--fit", "16x16", "--to", "out"], in: work.path, environment: ["NO_COLOR": ""])
+        #expect(painted.status == 1, "\(painted.output)")
+        #expect(
+            painted.output.contains(red + "failed:\u{1B}[0m bad\\u{1B}[32m.jpg: decode"), "\(painted.output.debugDescription)")
+        #expect(painted.output.contains(", \(red)1 failed\u{1B}[0m of 2"), "\(painted.output.debugDescription)")
+        #expect(!painted.output.contains("\u{1B}[32m"), "the file name's escape is shown, not sent")
+        let error = try ImgpipeBinary.runOnTerminal(["run", "missing.json"], in: work.path, environment: ["NO_COLOR": ""])
+        #expect(error.status == 2 && error.output.contains(red + "error:\u{1B}[0m "), "\(error.output.debugDescription)")
+
+        let plain = try ImgpipeBinary.runOnTerminal(
+            ["thumbnail", "in", "--fit", "16x16", "--to", "out2"], in: work.path, environment: ["NO_COLOR": "1"])
+        #expect(plain.status == 1 && plain.output.contains("failed: bad"), "\(plain.output.debugDescription)")
+        #expect(!plain.output.contains("\u{1B}[1;"), "\(plain.output.debugDescription)")
+        let piped = try imgpipe("thumbnail", "in", "--fit", "16x16", "--to", "out3")
+        #expect(piped.status == 1 && piped.stderr.contains("failed: bad"), "\(piped.stderr)")
+        #expect(!(piped.stdout + piped.stderr).contains("\u{1B}"), "\(piped.stderr.debugDescription)")
+    }
 }

@@ -17,6 +17,8 @@ import ImagePipeline
 final class ConsoleReporter: RunReporter, @unchecked Sendable {
     private let quiet: Bool
     private let live: Bool
+    /// Whether `failed:` is painted (`TerminalStyle`).
+    private let painted: Bool
     private let environment: Environment
     private let lock = NSLock()
     /// Plain lines start one interval in: a short run prints only its summary.
@@ -35,6 +37,7 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         self.quiet = quiet
         self.environment = environment
         live = isatty(STDERR_FILENO) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
+        painted = TerminalStyle.onStandardError
         plainInterval = Double(ProcessInfo.processInfo.environment["IMGPIPE_PROGRESS_INTERVAL"] ?? "") ?? 5
         if live && !quiet {
             LiveLine.owned { [weak self] write in
@@ -69,7 +72,8 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         lock.withLock {
             failuresShown += 1
             if failuresShown <= maxFailuresShown {
-                line("failed: \(Environment.shown(key).printable): \(environment.redact(failure.description).printable)")
+                let label = TerminalStyle.paint("failed:", .red, when: painted)
+                line("\(Environment.shown(key).printable): \(environment.redact(failure.description).printable)", label: label)
             } else if failuresShown == maxFailuresShown + 1 {
                 line("(more failures: see `imgpipe status`)")
             }
@@ -94,9 +98,10 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         LiveLine.released()
     }
 
-    private func line(_ text: String) {
+    /// `text` made printable, after `label` (imgpipe's own, which may be painted).
+    private func line(_ text: String, label: String? = nil) {
         clearLine()
-        write(text.printableLines + "\n")
+        write((label.map { $0 + " " } ?? "") + text.printableLines + "\n")
     }
 
     private func clearLine() {

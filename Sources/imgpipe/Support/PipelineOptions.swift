@@ -140,7 +140,8 @@ enum StateFiles {
 /// Writing to the terminal.
 enum Console {
     static func error(_ message: String) {
-        FileHandle.standardError.write(Data("error: \(message.printableLines)\n".utf8))
+        let label = TerminalStyle.paint("error:", .red, when: TerminalStyle.onStandardError)
+        FileHandle.standardError.write(Data("\(label) \(message.printableLines)\n".utf8))
     }
 
     static func note(_ message: String) {
@@ -148,7 +149,8 @@ enum Console {
     }
 
     static func warning(_ message: String) {
-        FileHandle.standardError.write(Data("warning: \(message.printableLines)\n".utf8))
+        let label = TerminalStyle.paint("warning:", .yellow, when: TerminalStyle.onStandardError)
+        FileHandle.standardError.write(Data("\(label) \(message.printableLines)\n".utf8))
     }
 
     /// Ends the live line, prints `message` on standard error and exits at once with `code`
@@ -163,6 +165,16 @@ enum Console {
     /// shown as escapes: text from a feed never drives the terminal.
     static func out(_ message: String) {
         FileHandle.standardOutput.write(Data((message.printableLines + "\n").utf8))
+    }
+
+    /// A line on standard output made of parts, each made printable and then painted in its
+    /// colour, if any, when standard output is a terminal that takes colour.
+    static func out(parts: [(text: String, colour: TerminalStyle.Colour?)]) {
+        let line = parts.map { part in
+            part.colour.map { TerminalStyle.paint(part.text.printableLines, $0, when: TerminalStyle.onStandardOutput) }
+                ?? part.text.printableLines
+        }
+        FileHandle.standardOutput.write(Data((line.joined() + "\n").utf8))
     }
 
     static func json<T: Encodable>(_ value: T) {

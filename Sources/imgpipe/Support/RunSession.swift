@@ -180,13 +180,15 @@ struct RunSession {
             return
         }
         guard !quiet else { return }
-        var text = "run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, \(summary.failed) failed"
-        if summary.pending > 0 { text += ", \(summary.pending) pending" }
-        text += " of \(summary.total)" + (summary.feedComplete ? "" : " listed so far")
-        text += String(
+        var rest = summary.pending > 0 ? ", \(summary.pending) pending" : ""
+        rest += " of \(summary.total)" + (summary.feedComplete ? "" : " listed so far")
+        rest += String(
             format: " (%d this session in %.1f s, %.1f items/s)", summary.processed, summary.elapsed,
             summary.itemsPerSecond)
-        Console.out(text)
+        Console.out(parts: [
+            ("run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, ", nil),
+            ("\(summary.failed) failed", summary.failed > 0 ? .red : nil), (rest, nil),
+        ])
         if !summary.failuresByReason.isEmpty {
             let reasons = summary.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
             Console.out("failures: " + reasons.joined(separator: ", ") + " (details: imgpipe status \(pipeline))")
