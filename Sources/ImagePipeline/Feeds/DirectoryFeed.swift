@@ -28,19 +28,35 @@ public struct DirectoryFeed: Feed {
     }
 
     public func list(_ body: (FeedItem) throws -> Bool) throws {
+        try list(after: [], body)
+    }
+
+    /// Counts the files first (`countFiles`), then lists them.
+    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        try list(after: nil, expecting: expect, body)
+    }
+
+    /// Counts the files (all of them: the run's total), then lists those after `cursor`'s
+    /// key in listing order, folders before it never opened: a resumed listing of a
+    /// million files starts at once. A file added before the cursor since is not listed (a
+    /// refresh, `resume --refresh-feed`, lists from the start).
+    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool)
+        throws
+    {
+        expect(.counted(countFiles()))
+        let path = cursor.map { LocalPath.unescaped($0.key).split(separator: UInt8(ascii: "/")).map(Array.init) } ?? []
+        try list(after: path, body)
+    }
+
+    /// Lists the files after the file at `path` (its key's components; none: every file).
+    private func list(after path: [[UInt8]], _ body: (FeedItem) throws -> Bool) throws {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
             throw FeedError("source directory \(root) does not exist or is not a directory")
         }
         var unread = UnreadFolders(root: root)
-        guard try walk(Array(root.utf8), relative: [], unread: &unread, body) else { return }
+        guard try walk(Array(root.utf8), relative: [], after: path[...], unread: &unread, body) else { return }
         if let error = unread.error { throw error }
-    }
-
-    /// Counts the files first (`countFiles`), then lists them.
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        expect(.counted(countFiles()))
-        try list(body)
     }
 
     /// How many files `list` would list, by the same rules (`entries(of:)`), counted without
@@ -147,9 +163,12 @@ public struct DirectoryFeed: Feed {
 
     /// Returns false when `body` asked to stop. The key is the relative path with bytes
     /// that are not valid UTF-8 written `\xE9` (`LocalPath.escaped`); the location is the
-    /// file's exact bytes (`LocalPath.location`).
+    /// file's exact bytes (`LocalPath.location`). With `after` (the rest of a resumed
+    /// listing's last path below this folder), entries before it are passed over unopened,
+    /// the folder on it is walked after the rest of it, and the file it names is not listed
+    /// again.
     private func walk(
-        _ directory: [UInt8], relative: [UInt8], unread: inout UnreadFolders,
+        _ directory: [UInt8], relative: [UInt8], after: ArraySlice<[UInt8]> = [], unread: inout UnreadFolders,
         _ body: (FeedItem) throws -> Bool
     ) throws -> Bool {
         let entries: [Entry]
@@ -161,10 +180,21 @@ public struct DirectoryFeed: Feed {
             return true
         }
         for entry in entries {
+            var rest: ArraySlice<[UInt8]> = []
+            if let first = after.first {
+                if entry.name.lexicographicallyPrecedes(first) { continue }
+                if entry.name == first {
+                    switch entry.kind {
+                    case .image where after.count == 1: continue
+                    case .folder where after.count > 1: rest = after.dropFirst()
+                    default: break
+                    }
+                }
+            }
             let key = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
             switch entry.kind {
             case .folder:
-                if try !walk(entry.path, relative: key, unread: &unread, body) { return false }
+                if try !walk(entry.path, relative: key, after: rest, unread: &unread, body) { return false }
             case .image:
                 if try !body(FeedItem(key: LocalPath.escaped(key), location: LocalPath.location(entry.path))) { return false }
             }

@@ -80,6 +80,7 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     }
     func lastSeq(runId: Int64) throws -> Int { try journal.lastSeq(runId: runId) }
     func lastKey(runId: Int64) throws -> String? { try journal.lastKey(runId: runId) }
+    func markListingCut(runId: Int64, _ cut: Bool) throws { try journal.markListingCut(runId: runId, cut) }
     func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] { try journal.stagedOutputs(runId: runId, key: key) }
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)] {
         try journal.pendingDeliveries(runId: runId, key: key)

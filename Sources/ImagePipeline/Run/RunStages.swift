@@ -237,8 +237,9 @@ final class RunStages: Sendable {
         var cursor: FeedCursor?
         do {
             seq = try context.store.lastSeq(runId: context.runId)
-            // A listing cut short continues after its last item (a refresh looks at everything).
-            if seq > 0, !context.refreshing {
+            // A listing cut short continues after its last item (a refresh looks at everything,
+            // and so does a listing that an error cut: what it could not read comes before).
+            if seq > 0, !context.refreshing, !context.run.listingCut {
                 cursor = try context.store.lastKey(runId: context.runId).map {
                     FeedCursor(key: environment.restored($0), listed: seq)
                 }
@@ -358,6 +359,7 @@ final class RunStages: Sendable {
         } catch {
             let message = environment.redact(String(describing: error))
             state.withLock { $0.listingFailed(message) }
+            try? context.store.markListingCut(runId: context.runId, true)
             context.reporter.notice("cannot list the feed: \(message)")
             // A failed refresh leaves the run as complete as it was.
             if context.refreshing { completeFeed() }
@@ -366,6 +368,7 @@ final class RunStages: Sendable {
 
     /// Through the writer, so that it is committed after every insert before it.
     private func completeFeed() {
+        if context.run.listingCut { try? context.store.markListingCut(runId: context.runId, false) }
         writer.submit(.feedComplete) { _ in }
         state.withLock { $0.markFeedComplete() }
     }

@@ -40,6 +40,8 @@ public protocol RunStateStore: AnyObject, Sendable {
     func lastSeq(runId: Int64) throws -> Int
     /// The key of the run's last listed item.
     func lastKey(runId: Int64) throws -> String?
+    /// Records whether the run's listing ended with an error (`RunRecord.listingCut`).
+    func markListingCut(runId: Int64, _ cut: Bool) throws
     func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput]
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)]
 

@@ -30,6 +30,9 @@ public struct RunRecord: Sendable, Equatable, Decodable, FetchableRecord {
     public let sinks: [String]
     public var state: State
     public var feedComplete: Bool
+    /// The run's listing last ended with an error (a folder it could not read): the next
+    /// resume lists the feed from its start, not after its last item (`RunStore.markListingCut`).
+    public var listingCut: Bool
     public let itemLimit: Int?
     public let workDirectory: String
     public let startedAt: Date

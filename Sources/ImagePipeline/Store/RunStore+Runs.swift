@@ -79,6 +79,14 @@ extension RunStore {
         }
     }
 
+    /// Records that the run's listing ended with an error (or, `false`, that a listing
+    /// reached the end since): items before its last one may never have been listed.
+    public func markListingCut(runId: Int64, _ cut: Bool) throws {
+        try write { db in
+            try db.execute(sql: "UPDATE run SET listingCut = ? WHERE id = ?", arguments: [cut, runId])
+        }
+    }
+
     /// Frees the output names skipped items still hold (imgpipe before 2026-11-25 kept
     /// them): a failed item retried, or an item listed anew, may take them.
     func freeSkippedItemsNames(runId: Int64) throws {

@@ -236,6 +236,9 @@ public final class RunStore: @unchecked Sendable {
                     CREATE INDEX delivery_place ON delivery(sink, remoteURL, runId, status);
                     """)
         }
+        migrator.registerMigration("v8: listings cut short by an error") { db in
+            try db.execute(sql: "ALTER TABLE run ADD COLUMN listingCut INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 }

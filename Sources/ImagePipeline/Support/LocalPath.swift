@@ -93,6 +93,29 @@ enum LocalPath {
     }
 }
 
+extension LocalPath {
+    /// The bytes `escaped` made `text` from: a text with no backslash is its UTF-8 (a name
+    /// that needs no escape has none), else each `\xNN` is the byte it names.
+    static func unescaped(_ text: String) -> [UInt8] {
+        let utf8 = Array(text.utf8)
+        guard utf8.contains(UInt8(ascii: "\\")) else { return utf8 }
+        var bytes: [UInt8] = []
+        var index = 0
+        while index < utf8.count {
+            if utf8[index] == UInt8(ascii: "\\"), index + 3 < utf8.count, utf8[index + 1] == UInt8(ascii: "x"),
+                let byte = UInt8(String(decoding: utf8[index + 2...index + 3], as: UTF8.self), radix: 16)
+            {
+                bytes.append(byte)
+                index += 4
+            } else {
+                bytes.append(utf8[index])
+                index += 1
+            }
+        }
+        return bytes
+    }
+}
+
 extension String {
     fileprivate func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }
