@@ -26,18 +26,24 @@ enum LocalPath {
     static func bytes(_ location: String) -> [UInt8] {
         guard location.hasPrefix(urlPrefix) else { return Array(location.utf8) }
         let url = Array(location.utf8.dropFirst(urlPrefix.utf8.count))
-        var path: [UInt8] = []
+        return replacingEscapes(in: url, length: 3) { PercentEscapes.byte(at: $0, in: $1) }
+    }
+
+    /// `text` with each escape of `length` bytes that `byte` reads at an index turned into
+    /// the byte it stands for; other bytes as they are.
+    private static func replacingEscapes(in text: [UInt8], length: Int, _ byte: (Int, [UInt8]) -> UInt8?) -> [UInt8] {
+        var bytes: [UInt8] = []
         var index = 0
-        while index < url.count {
-            if let byte = PercentEscapes.byte(at: index, in: url) {
-                path.append(byte)
-                index += 3
+        while index < text.count {
+            if let escaped = byte(index, text) {
+                bytes.append(escaped)
+                index += length
             } else {
-                path.append(url[index])
+                bytes.append(text[index])
                 index += 1
             }
         }
-        return path
+        return bytes
     }
 
     /// Calls `body` with the NUL-terminated path `location` stands for (for `open`, `stat`).
@@ -99,20 +105,12 @@ extension LocalPath {
     static func unescaped(_ text: String) -> [UInt8] {
         let utf8 = Array(text.utf8)
         guard utf8.contains(UInt8(ascii: "\\")) else { return utf8 }
-        var bytes: [UInt8] = []
-        var index = 0
-        while index < utf8.count {
-            if utf8[index] == UInt8(ascii: "\\"), index + 3 < utf8.count, utf8[index + 1] == UInt8(ascii: "x"),
-                let byte = UInt8(String(decoding: utf8[index + 2...index + 3], as: UTF8.self), radix: 16)
-            {
-                bytes.append(byte)
-                index += 4
-            } else {
-                bytes.append(utf8[index])
-                index += 1
+        return replacingEscapes(in: utf8, length: 4) { index, text in
+            guard text[index] == UInt8(ascii: "\\"), index + 3 < text.count, text[index + 1] == UInt8(ascii: "x") else {
+                return nil
             }
+            return UInt8(String(decoding: text[index + 2...index + 3], as: UTF8.self), radix: 16)
         }
-        return bytes
     }
 }
 
