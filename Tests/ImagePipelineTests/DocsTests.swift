@@ -2,8 +2,8 @@ import Foundation
 import ImagePipelineTesting
 import Testing
 
-/// The documentation kept true to the tree: links that lead somewhere, and an architecture
-/// document whose names are the code's.
+/// The documentation kept true to the tree: links that lead somewhere, pipelines that
+/// validate, and an architecture document whose names are the code's.
 ///
 /// Links: every relative Markdown link (`[text](target)`, outside code) of README.md,
 /// ARCHITECTURE.md, bench/RESULTS.md, samples/README.md and docs/**/*.md must name a file
@@ -156,6 +156,43 @@ struct DocsTests {
         #expect(broken.count == 2, "\(broken)")
         #expect(broken.contains { $0.contains("nowhere.md") })
         #expect(broken.contains { $0.contains("#no-such-heading") })
+    }
+
+    // MARK: - pipelines in the docs
+
+    /// Every pipeline file the README and docs/ show (a ```json block with a `"version"`),
+    /// with the page it is on.
+    static func documentedPipelines() throws -> [(page: String, text: String)] {
+        var found: [(String, String)] = []
+        for page in try markdownPages() where page == "README.md" || page.hasPrefix("docs/") {
+            let text = try String(contentsOfFile: root + "/" + page, encoding: .utf8)
+            for block in captures(#"(?s)```json\n(.*?)```"#, in: text) where block.contains("\"version\"") {
+                found.append((page, block))
+            }
+        }
+        return found
+    }
+
+    /// Each one passes `imgpipe validate` as written, beside a `photos/` folder (and one a
+    /// level up, for the reference's `../photos`). Host names are swapped for 127.0.0.1
+    /// (validate makes no request, but nothing here may leave loopback).
+    @Test func everyDocumentedPipelineIsValid() throws {
+        let pipelines = try Self.documentedPipelines()
+        #expect(pipelines.count >= 4, "found \(pipelines.count) pipelines in the docs")
+        let work = try TemporaryDirectory()
+        let folder = try work.folder("job")
+        for photos in [work.url("photos"), folder + "/photos"] {
+            try FileManager.default.createDirectory(atPath: photos, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: Self.root + "/samples/rocket.jpg", toPath: photos + "/rocket.jpg")
+        }
+        for (index, pipeline) in pipelines.enumerated() {
+            let text = Self.replacing(
+                #"(https?://)[A-Za-z0-9.-]+\.(com|example|internal)(:[0-9]+)?"#, in: pipeline.text, with: "$1127.0.0.1")
+            let file = "pipeline-\(index).json"
+            try text.write(toFile: folder + "/" + file, atomically: true, encoding: .utf8)
+            let result = try ImgpipeBinary.run(["validate", file], in: folder)
+            #expect(result.status == 0, "\(pipeline.page), pipeline \(index): \(result.stderr)")
+        }
     }
 
     // MARK: - ARCHITECTURE.md's names
