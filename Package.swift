@@ -28,7 +28,8 @@ let package = Package(
         // with callbacks that can stop a transfer at once (limits, deadlines).
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         // libpq, PostgreSQL's client, for the shared-state backend: blocking calls on the
-        // store's own threads fit the Dispatch design and add no build time (see README).
+        // store's own threads fit the Dispatch design and add no build time (see ARCHITECTURE.md,
+        // "A run shared through PostgreSQL").
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         // A lock around liborc's code memory, which liborc 0.4.33 (Debian 12's) hands out
         // without one: `orc_program_compile` and `orc_program_free` defined here interpose

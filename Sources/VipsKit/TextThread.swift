@@ -11,11 +11,8 @@ import Foundation
 /// ended could free it beside another render. Here Pango only ever runs on this thread, so
 /// whatever it keeps per thread is made once and never freed while the process runs.
 ///
-/// That alone did not stop the SIGFPE inside GLib seen five times in the tests: a core showed
-/// one of the threads Pango 1.50 starts to match each new font pattern, ending, look up the
-/// font map's hash of pattern sets to remove one, while this thread was clearing that font
-/// map (as libvips' `vips_text` makes it do at every change of resolution). `CPangoGuard`
-/// runs those matches on this thread as well.
+/// Pango 1.50's own font-matching threads race with this one (Sources/CPangoGuard/PangoGuard.c
+/// tells how); `CPangoGuard` runs those matches on this thread as well.
 final class TextThread: @unchecked Sendable {
     // @unchecked because `jobs` and `ran` are guarded by `condition`.
     static let shared = TextThread()

@@ -15,15 +15,10 @@ import CVips
 ///   as cores, which is faster than libvips' own threading for small images;
 /// - untrusted loaders (SVG, PDF, ImageMagick, matrix, …) blocked;
 /// - libvips warnings silenced: failures reach the caller as errors instead;
-/// - liborc's run-time compiled vector code on only behind imgpipe's lock: liborc 0.4.33
-///   (Debian 12's) hands out and frees its code memory without a lock, so images that
-///   build or free their vector programs at once corrupt it (SIGSEGV inside liborc with 2
-///   workers; sharp's users saw the same, lovell/sharp#3677; fixed in liborc 0.4.34).
-///   `Sources/COrcGuard` puts both calls under one lock. `bench/orc-race.c` shows the race
-///   and the fix with liborc alone: 8 or 2 threads compiling, running and freeing programs
-///   crash or compute wrong sums every time without the lock, and never with it
-///   (`VipsRuntimeTests` runs the same under the lock). When the lock is not in force
-///   (`vectorCompileGuarded` false), or `VIPS_NOVECTOR` is set, the vector code stays off.
+/// - liborc's run-time compiled vector code on only behind imgpipe's lock around liborc's
+///   code memory (Debian 12's liborc 0.4.33 races there; the story is in
+///   Sources/COrcGuard/OrcGuard.c). When the lock is not in force (`vectorCompileGuarded`
+///   false), or `VIPS_NOVECTOR` is set, the vector code stays off.
 ///   `setVectorEnabled(false)` turns it off, for comparisons.
 public enum VipsRuntime {
     private static let setUpResult: Result<Void, VipsError> = {

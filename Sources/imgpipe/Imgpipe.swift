@@ -3,7 +3,7 @@ import Foundation
 import ImagePipeline
 import VipsKit
 
-/// Exit codes (README, "Commands"): 0 every item done or skipped; 1 finished with failed items; 2
+/// Exit codes (docs/cli.md, "Exit codes"): 0 every item done or skipped; 1 finished with failed items; 2
 /// usage or invalid pipeline; 130 interrupted (state saved).
 enum Exit {
     static let failedItems = ExitCode(1)

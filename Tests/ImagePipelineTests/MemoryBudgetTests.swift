@@ -119,7 +119,7 @@ struct MemoryBudgetTests {
     /// The four decoders that held most in the security issue, each alone on one worker:
     /// the helper's peak, less an idle helper's, is within the estimate the run made (read
     /// from its `limit` failure under a 16 MB budget), and the figures are printed for the
-    /// README.
+    /// table of docs/limits.md ("Memory").
     enum Heavy: String, CaseIterable, CustomTestStringConvertible {
         case sixteenBitInterlacedPNG, eightBitInterlacedPNG, progressiveJPEG, floatTIFF
         var testDescription: String { rawValue }

@@ -171,7 +171,7 @@ public struct RemoteFetcher: Sendable {
         }
         if let robots, let origin = RobotsPolicy.origin(of: url) {
             // A redirect within the host is checked against the same robots.txt before it
-            // is followed (one to another host is not: README, "Being a polite client").
+            // is followed (one to another host is not: docs/polite.md, "robots.txt").
             request.refuseRedirect = { target in
                 guard RobotsPolicy.origin(of: target) == origin,
                     case .refused(let skip) = robots.verdict(for: target)

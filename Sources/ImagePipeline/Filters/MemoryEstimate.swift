@@ -8,7 +8,7 @@ import Foundation
 /// baseline JPEG or a plain PNG, which `vips_thumbnail` shrinks while loading — and the
 /// pictures the chain keeps whole: the common result of several outputs, and the picture
 /// of each output whose encoder takes it whole (WebP, AVIF, GIF). Measured on libvips 8.14
-/// (README, "Memory"): a 95 MP 16-bit RGBA interlaced PNG fitted to 1024 peaked at its
+/// (docs/limits.md, "Memory"): a 95 MP 16-bit RGBA interlaced PNG fitted to 1024 peaked at its
 /// picture and 2048 rows of it in its helper, a progressive JPEG at its coefficients.
 public struct MemoryEstimate: Sendable, Equatable {
     public let bytes: Int

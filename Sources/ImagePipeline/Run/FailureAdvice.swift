@@ -1,7 +1,7 @@
 import Foundation
 
 /// Whether a failed item may pass when tried again as it is, and if not, what would make it
-/// pass: the advice `status` gives and README's table of failure reasons holds.
+/// pass: the advice `status` gives and the table of docs/failures.md holds.
 public struct FailureAdvice: Sendable, Equatable {
     /// `mayPass`: the cause can go away by itself (the network, a server error, a timeout, a
     /// host that did not answer, a full disk); `permanent`: the same input fails the same

@@ -8,7 +8,7 @@ struct ExportCommand: ParsableCommand {
         abstract: "Write one record per item of a run: status, failure, metadata, outputs and deliveries.",
         discussion: """
             JSON Lines by default (one object per item, in feed order), or CSV with fixed \
-            columns (see the README). Streamed: memory stays flat however many items the run \
+            columns (see docs/export.md). Streamed: memory stays flat however many items the run \
             has. The latest run unless --run N. With -o the file appears whole or not at all.
             """
     )
