@@ -131,9 +131,17 @@ enum StateFiles {
         return ((file ?? candidates(pipeline: pipeline)[0]) as NSString).deletingLastPathComponent
     }
 
-    /// The places looked at, in order, without repeats.
+    /// The places looked at, in order, without repeats. A pipeline file kept in a folder
+    /// named `.imgpipe` (as `thumbnail` keeps the pipelines it makes) has its state file
+    /// beside it, wherever the command is run from.
     static func candidates(pipeline: String?) -> [String] {
         let stem = pipeline.map { URL(fileURLWithPath: $0).deletingPathExtension().lastPathComponent } ?? "imgpipe"
+        if let pipeline {
+            let folder = URL(fileURLWithPath: pipeline).standardizedFileURL.deletingLastPathComponent()
+            if folder.lastPathComponent == ".imgpipe" {
+                return [folder.appendingPathComponent("\(stem).sqlite").standardizedFileURL.path]
+            }
+        }
         var places = [URL(fileURLWithPath: ".imgpipe/\(stem).sqlite").standardizedFileURL.path]
         if let pipeline {
             let beside = URL(fileURLWithPath: pipeline).deletingLastPathComponent()
