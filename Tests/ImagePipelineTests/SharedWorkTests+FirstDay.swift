@@ -36,4 +36,53 @@ extension SharedWorkTests {
             #expect(totals.allSatisfy { $0 == "12" || $0.hasSuffix("+") }, "\(lines)")
         }
     }
+
+    /// `status`, `resume` and `export` given no state say where the pipeline's shared run
+    /// is, without its password, from the pipeline's folder and from another; the note
+    /// holds no password either. A state file older than the shared run is shown with a
+    /// note that a later run is in PostgreSQL.
+    @Test func commandsGivenNoStateSayWhereTheSharedRunIs() throws {
+        try folderPipeline(3)
+        let worked = try ImgpipeBinary.run(["work", "pipe.json", "--state", url], in: work.path)
+        #expect(worked.status == 0, "\(worked.stderr)")
+        let place = url.replacingOccurrences(of: ":\(cluster.password)@", with: "@")
+        #expect(place != url)
+
+        try work.folder("sub")
+        let unset = ["IMGPIPE_STATE": ""]
+        for (command, folder, pipeline) in [
+            ("status", work.path, "pipe.json"), ("status", work.url("sub"), "../pipe.json"),
+            ("resume", work.path, "pipe.json"), ("export", work.path, "pipe.json"),
+        ] {
+            let result = try ImgpipeBinary.run([command, pipeline], in: folder, environment: unset)
+            #expect(result.status == 2, "\(command): \(result.stderr)")
+            #expect(result.stderr.contains("this pipeline's run is in PostgreSQL at \(place)"), "\(command): \(result.stderr)")
+            #expect(!result.stderr.contains(cluster.password) && !result.stderr.contains("nothing has run yet"))
+        }
+        #expect(!FileManager.default.fileExists(atPath: work.url("sub/.imgpipe")), "a command given no state made a folder")
+        let noted = try String(contentsOfFile: work.url(".imgpipe/pipe.postgres"), encoding: .utf8)
+        #expect(!noted.contains(cluster.password) && noted.contains(place), "\(noted)")
+
+        // A run on a state file, then the shared run again: status shows the state file's
+        // run, and says a later one is in PostgreSQL.
+        #expect(try ImgpipeBinary.run(["run", "pipe.json"], in: work.path, environment: unset).status == 0)
+        #expect(try ImgpipeBinary.run(["work", "pipe.json", "--new", "--state", url], in: work.path).status == 0)
+        let older = try ImgpipeBinary.run(["status", "pipe.json"], in: work.path, environment: unset)
+        #expect(older.status == 0 && older.stdout.contains("run #1"), "\(older.stdout)\(older.stderr)")
+        #expect(older.stderr.contains("a later run of this pipeline is in PostgreSQL at \(place)"), "\(older.stderr)")
+    }
+
+    /// What the note keeps: the location with no password in any form, the rest as written.
+    @Test func aLocationWithoutItsPasswordKeepsTheRest() {
+        let cases = [
+            ("postgres://ann:p%40ss:w0rd@db.example:5432/imgpipe", "postgres://ann@db.example:5432/imgpipe"),
+            ("postgres://ann@db/x", "postgres://ann@db/x"),
+            ("postgresql://db/x?user=ann&password=hunter2&sslmode=require", "postgresql://db/x?user=ann&sslmode=require"),
+            ("postgres://db/x?sslpassword=K3y", "postgres://db/x"),
+            ("host=db.example dbname=imgpipe user=ann password=hunter2", "host=db.example dbname=imgpipe user=ann"),
+            ("host=db password = S3cr3tPw user=ann", "host=db user=ann"),
+            (#"host=db password='secret \' pass' user=ann sslpassword=K3yPassw0rd"#, "host=db user=ann"),
+        ]
+        for (given, kept) in cases { #expect(StateLocation(given).withoutPassword == kept, "\(given)") }
+    }
 }
