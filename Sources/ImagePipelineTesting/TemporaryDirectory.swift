@@ -48,4 +48,16 @@ public final class TemporaryDirectory: Sendable {
         }
         return result.sorted()
     }
+
+    /// The inode and modification time of each file below `relative`, by relative path:
+    /// a file imgpipe wrote again (to a new file renamed into place) has another.
+    public func stamps(under relative: String) -> [String: String] {
+        var stamps: [String: String] = [:]
+        for name in files(under: relative) {
+            var info = stat()
+            guard stat(url(relative + "/" + name), &info) == 0 else { continue }
+            stamps[name] = "\(info.st_ino) \(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
+        }
+        return stamps
+    }
 }

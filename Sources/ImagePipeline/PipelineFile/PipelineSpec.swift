@@ -26,6 +26,11 @@ public struct PipelineSpec: Sendable {
     public var baseDirectory: String
     /// The document as written (no `${…}` expanded), for the state file.
     public var document: JSONValue
+    /// The folder of the run's state (a SQLite state file's folder), set by the command
+    /// that runs the pipeline, not by the file: a cache without a `path` lives in `cache`
+    /// there, so that a run from another folder finds the cache beside the state it finds.
+    /// Nil: `.imgpipe` in the current directory.
+    public var stateFolder: String?
 
     /// The first output (the only one of a pipeline with `"output"`).
     public var output: OutputSpec { outputs[0] }
@@ -173,7 +178,7 @@ extension RemoteOptions {
 
 /// `cache`: `true` (the default), `false`, or `{ "path", "revalidate", "maxSize" }`.
 public struct CacheSpec: Sendable, Equatable {
-    /// nil: `.imgpipe/cache` in the current directory.
+    /// nil: `cache` beside the state file (`defaultDirectory(stateFolder:)`).
     public var path: EnvString?
     public var revalidate = false
     /// Read, never written (`plan`): nothing stored, nothing evicted, no use recorded.
@@ -185,13 +190,17 @@ public struct CacheSpec: Sendable, Equatable {
     /// every feed ever fetched.
     public static let defaultMaxSize = 1 << 30
 
-    /// `.imgpipe/cache` in the current directory, where a cache without a `path` lives.
-    public static var defaultDirectory: String { URL(fileURLWithPath: ".imgpipe/cache").standardizedFileURL.path }
+    /// Where a cache without a `path` lives: `cache` in the folder of the state file
+    /// (`stateFolder`), else `.imgpipe/cache` in the current directory.
+    public static func defaultDirectory(stateFolder: String? = nil) -> String {
+        URL(fileURLWithPath: stateFolder ?? ".imgpipe").appendingPathComponent("cache").standardizedFileURL.path
+    }
 
     /// The folder of this cache: its `path` expanded and resolved against the pipeline
-    /// file's folder, else the default.
+    /// file's folder, else `cache` beside the pipeline's state.
     public func directory(in spec: PipelineSpec, environment: Environment) throws -> String {
-        try path.map { spec.resolvePath(try $0.expanded(in: environment)) } ?? Self.defaultDirectory
+        try path.map { spec.resolvePath(try $0.expanded(in: environment)) }
+            ?? Self.defaultDirectory(stateFolder: spec.stateFolder)
     }
 
     public init(path: EnvString? = nil, revalidate: Bool = false, maxSize: Int? = CacheSpec.defaultMaxSize) {

@@ -154,12 +154,14 @@ public final class SharedWorker: @unchecked Sendable {
             shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
             environment: pipeline.environment, store: store, patience: options.leaseSeconds)
         let local = pipeline.replacingFeed(chunkFeed)
+        let progress = SharedProgress(runId: run.runId)
         let localRunner = PipelineRunner(
-            pipeline: local, store: store, reporter: reporter, logger: logger, options: runnerOptions)
+            pipeline: local, store: store, reporter: SharedProgressReporter(base: reporter, shared: progress), logger: logger,
+            options: runnerOptions)
         runner.withLock { $0 = localRunner }
         if stopping.isCancelled { localRunner.interrupt(now: stopping.isAborted) }
 
-        let threads = try startThreads(store: store)
+        let threads = try startThreads(store: store, progress: progress)
         var summary: RunSummary?
         var failure: Error?
         do {
@@ -191,6 +193,9 @@ public final class SharedWorker: @unchecked Sendable {
         // Read after the marking: a run reopened meanwhile (a retry of its failed items) is
         // said with the items it has pending now.
         let counts = try threads.recorderRun.counts()
+        // The last progress line is the run's as this worker leaves it.
+        progress.record(counts)
+        if let last = progress.current { reporter.progress(last) }
         // Abandoned after this worker's last heartbeat looked (it ended its items first):
         // said as the heartbeat would have said it, not as a run left unfinished.
         if !finished, try threads.recorderRun.state() == "abandoned" { throw Self.abandonedError(run.runId) }
@@ -226,7 +231,7 @@ public final class SharedWorker: @unchecked Sendable {
         let recorderRun: SharedRun
     }
 
-    private func startThreads(store: SharedStateStore) throws -> Threads {
+    private func startThreads(store: SharedStateStore, progress: SharedProgress) throws -> Threads {
         let heartbeatRun = try run.sibling()
         let recorderRun = try run.sibling()
         let listerRun = try run.sibling()
@@ -293,6 +298,8 @@ public final class SharedWorker: @unchecked Sendable {
         let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1) { [self] in
             do {
                 try store.flush(using: recorderRun)
+                // The run's counts for the progress line, read with the ends just written.
+                if progress.isDue, let counts = try? recorderRun.counts() { progress.record(counts) }
             } catch {
                 logger.warning(
                     "recording failed (kept for the next try): \(pipeline.environment.redact(String(describing: error)))")

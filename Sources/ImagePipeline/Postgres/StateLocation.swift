@@ -33,6 +33,35 @@ public enum StateLocation: Sendable, Equatable {
         }
     }
 
+    /// Where the state is, with no password at all (not even masked): a PostgreSQL URL
+    /// without the `:password` of its user part and without `password=` or `sslpassword=`
+    /// (in its query, or as words of a key=value string). What is kept on disk to say
+    /// where a shared run is.
+    public var withoutPassword: String {
+        guard case .postgres(let url) = self else { return displayed }
+        var text = url
+        if let password = Self.userPassword(in: text) {
+            text.removeSubrange(text.index(before: password.lowerBound)..<password.upperBound)
+        }
+        let isPassword = { (part: Substring) in
+            let lower = part.lowercased()
+            return lower.hasPrefix("password=") || lower.hasPrefix("sslpassword=")
+        }
+        if !text.contains("://") {
+            for range in Self.keyValuePasswords(in: text).reversed() {
+                // The whole word: back from the value to the start of its key.
+                let key = text[..<range.lowerBound].range(of: #"(?i)(ssl)?password\s*=\s*$"#, options: .regularExpression)
+                text.removeSubrange((key?.lowerBound ?? range.lowerBound)..<range.upperBound)
+            }
+            return text.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
+        }
+        if let query = text.firstIndex(of: "?") {
+            let kept = text[text.index(after: query)...].split(separator: "&").filter { !isPassword($0) }
+            text = String(text[..<query]) + (kept.isEmpty ? "" : "?" + kept.joined(separator: "&"))
+        }
+        return text
+    }
+
     /// `text` with `url`'s password (as it appears in the URL) replaced by `***`, for an
     /// error message that might quote it.
     /// (A password shorter than 4 characters is masked in the URL but not elsewhere in the

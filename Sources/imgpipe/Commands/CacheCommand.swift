@@ -7,8 +7,9 @@ struct CacheCommand: ParsableCommand {
         commandName: "cache",
         abstract: "Show the download cache (entries, bytes, bound) or clear it.",
         discussion: """
-            The cache is the pipeline's `source.cache.path`, else .imgpipe/cache in the current \
-            directory. It is bounded by `source.cache.maxSize` (1 GiB unless set): the least \
+            The cache is the pipeline's `source.cache.path`, else `cache` beside the pipeline's \
+            state file (.imgpipe/cache in the current directory, or beside the pipeline file when \
+            its state file is there); without a pipeline file, .imgpipe/cache. It is bounded by `source.cache.maxSize` (1 GiB unless set): the least \
             recently used entries go first.
             """
     )
@@ -16,14 +17,20 @@ struct CacheCommand: ParsableCommand {
     @Argument(help: "The pipeline file whose cache to show (default: .imgpipe/cache).", completion: .file(extensions: ["json"]))
     var pipeline: String?
 
+    @Option(
+        help: "The pipeline's state file, whose folder holds its cache (as for run). Also IMGPIPE_STATE.",
+        completion: .file(extensions: ["sqlite"]))
+    var state: String?
+
     @Flag(help: "Remove every cached entry.")
     var clear = false
 
     func run() throws {
-        var directory = CacheSpec.defaultDirectory
+        var directory = CacheSpec.defaultDirectory()
         var bound: Int? = CacheSpec.defaultMaxSize
         if let pipeline {
-            let spec = try PipelineOptions.loadSpec(pipeline)
+            var spec = try PipelineOptions.loadSpec(pipeline)
+            spec.stateFolder = StateFiles.folder(explicit: StateFiles.explicit(state), pipeline: pipeline)
             guard let cache = spec.source.remote?.cache else {
                 return Console.out("\(pipeline): its source keeps no cache")
             }

@@ -52,7 +52,12 @@ struct DryRunCommand: ParsableCommand {
     @OptionGroup var logging: LogOptions
 
     func run() throws {
-        let specs = try pipelines.map(PipelineOptions.loadSpec)
+        // A dry-run of the feed reads and fills the cache the pipeline's runs use, beside its state.
+        let specs = try pipelines.map { path in
+            var spec = try PipelineOptions.loadSpec(path)
+            spec.stateFolder = StateFiles.folder(explicit: StateFiles.explicit(nil), pipeline: path)
+            return spec
+        }
         let environment = Environment()
         let source = try sampleSource(specs[0], environment: environment)
         let name = specs.map { SafeName.component($0.name) }.joined(separator: "-vs-")

@@ -39,6 +39,11 @@ struct ExportCommand: ParsableCommand {
         if case .postgres(let url)? = options.stateLocation { return try exportShared(url: url) }
         let stateFile = try options.stateFile()
         guard FileManager.default.fileExists(atPath: stateFile) else {
+            if StateFiles.explicit(options.state) == nil,
+                let shared = SharedStateNote.message(pipeline: options.pipeline, doing: "to export it")
+            {
+                throw CommandError.usage("\(StateFiles.missing(explicit: nil, pipeline: options.pipeline)); \(shared)")
+            }
             throw CommandError.usage(
                 "\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): nothing to export")
         }

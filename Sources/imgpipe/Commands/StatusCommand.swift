@@ -35,10 +35,20 @@ struct StatusCommand: ParsableCommand {
             return try sharedStatus(url: url)
         }
         let stateFile = try locateStateFile()
+        // Given no state, a run of this pipeline in PostgreSQL is told of.
+        let shared = StateFiles.explicit(state) == nil ? pipeline.flatMap { SharedStateNote.find(pipeline: $0) } : nil
         guard FileManager.default.fileExists(atPath: stateFile) else {
-            throw CommandError.usage("\(StateFiles.missing(explicit: state, pipeline: pipeline)): nothing has run yet")
+            let missing = StateFiles.missing(explicit: state, pipeline: pipeline)
+            if let shared { throw CommandError.usage("\(missing); " + SharedStateNote.told(shared.state, doing: "to see it")) }
+            throw CommandError.usage("\(missing): nothing has run yet")
         }
         try StateFiles.refuseEmpty(stateFile)
+        let written = (try? FileManager.default.attributesOfItem(atPath: stateFile))?[.modificationDate] as? Date
+        if let shared, let written, shared.noted > written {
+            Console.note(
+                "a later run of this pipeline is in PostgreSQL at \(shared.state); set IMGPIPE_STATE to that, "
+                    + "with its password, to see it (below: the run of \(Console.display(stateFile)))")
+        }
         let store: RunStore
         let report: StatusReport?
         do {

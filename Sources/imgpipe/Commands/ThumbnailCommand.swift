@@ -7,9 +7,16 @@ import ImagePipeline
 /// The flags make a pipeline (autorotate, then fit or fill, then the output), which
 /// `--print-pipeline` prints instead of running, ready to be saved and edited. To run it,
 /// the same pipeline is written with absolute paths to `.imgpipe/thumbnail-<hash>.json`
-/// (the hash is of the pipeline, so each set of flags has its own file and state file)
-/// and run like `imgpipe run` would; the same command again continues an interrupted
-/// run of it, or else starts a new one. `imgpipe status` and `resume` take that file.
+/// beside the output folder (in the folder that holds it; the hash is of the pipeline, so
+/// each set of flags has its own file and state file) and run like `imgpipe run` would,
+/// its state file beside it. The same command again, from any folder, continues an
+/// interrupted run of it, or else makes only what is new or changed since its last run
+/// (`run --incremental`); `--new` makes everything again. `imgpipe status` and `resume`
+/// take that file.
+///
+/// Not inside the output folder: a name made from a feed (`--name {key}`) may be any
+/// path below the sink's folder, the state file, the cache and staged files included,
+/// and the output folder is what gets published or copied on.
 struct ThumbnailCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "thumbnail",
@@ -51,6 +58,9 @@ struct ThumbnailCommand: ParsableCommand {
     @Flag(help: "Print the equivalent pipeline file instead of running.")
     var printPipeline = false
 
+    @Flag(help: "Make every thumbnail again, not only those of new or changed images.")
+    var new = false
+
     @OptionGroup var workerOptions: WorkerOptions
 
     @OptionGroup var output: OutputOptions
@@ -77,7 +87,8 @@ struct ThumbnailCommand: ParsableCommand {
         }
         // Absolute paths: the pipeline runs (and the printed one may be saved) anywhere.
         let absolute = { (path: String) in URL(fileURLWithPath: path).standardizedFileURL.path }
-        let text = pipeline(box: box, input: absolute(input), output: absolute(to))
+        let outputFolder = absolute(to)
+        let text = pipeline(box: box, input: absolute(input), output: outputFolder)
         // Checked before anything is written: a fault names the flag, not a JSON path.
         do {
             _ = try PipelineSpec.decode(
@@ -91,18 +102,54 @@ struct ThumbnailCommand: ParsableCommand {
             Console.out(text)
             return
         }
-        let file = ".imgpipe/thumbnail-\(sha256Hex(text).prefix(16)).json"
-        do {
-            try FileManager.default.createDirectory(atPath: ".imgpipe", withIntermediateDirectories: true)
-            try Data(text.utf8).write(to: URL(fileURLWithPath: file))
-        } catch {
-            throw CommandError.failure("cannot write \(file): \(error.localizedDescription)")
-        }
-        let options = try PipelineOptions.parse([file])
+        let name = "thumbnail-\(sha256Hex(text).prefix(16)).json"
+        let file = try save(text, as: name, besideOutput: outputFolder)
+        let options = try PipelineOptions.parse(["--", Console.display(file)])
         let latest = RunStore.peekLatestRun(at: try options.stateFile())?.state
-        let unfinished = latest == .running || latest == .interrupted
-        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json)
-            .perform(unfinished ? .resume(retryFailed: false) : .fresh(limit: nil, replaceUnfinished: false))
+        let mode: RunMode
+        var incremental = false
+        if new {
+            mode = .fresh(limit: nil, replaceUnfinished: true)
+        } else if latest == .running || latest == .interrupted {
+            mode = .resume(retryFailed: false)
+        } else {
+            // A run of these flags has finished: compare with it.
+            incremental = latest != nil
+            mode = .fresh(limit: nil, replaceUnfinished: false)
+        }
+        if incremental, !output.quiet, !output.json {
+            Console.note("making only what is new or changed since the last run of this command (--new makes everything again)")
+        }
+        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json, incremental: incremental)
+            .perform(mode)
+    }
+
+    /// Writes the pipeline to `.imgpipe/NAME` in the folder that holds `outputFolder` (made
+    /// when missing); when that folder cannot be written, to `.imgpipe/NAME` in the current
+    /// directory, as before, saying so. Returns the file's absolute path.
+    private func save(_ text: String, as name: String, besideOutput outputFolder: String) throws -> String {
+        let beside = URL(fileURLWithPath: (outputFolder as NSString).deletingLastPathComponent)
+            .appendingPathComponent(".imgpipe").standardizedFileURL.path
+        let here = URL(fileURLWithPath: ".imgpipe").standardizedFileURL.path
+        var failure: Error?
+        for folder in beside == here ? [here] : [beside, here] {
+            let file = folder + "/" + name
+            do {
+                try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+                try Data(text.utf8).write(to: URL(fileURLWithPath: file), options: .atomic)
+            } catch {
+                failure = failure ?? error
+                continue
+            }
+            if folder != beside {
+                Console.note(
+                    "cannot keep this command's state beside \(Console.display(outputFolder)) (\(failure?.localizedDescription ?? "")): "
+                        + "it is kept in \(Console.display(folder)), where only a run from this folder finds it")
+            }
+            return file
+        }
+        throw CommandError.failure(
+            "cannot write \(Console.display(beside + "/" + name)): \(failure?.localizedDescription ?? "unknown error")")
     }
 
     static func isURLList(_ path: String) -> Bool { URLListFeed.format(ofName: path) != nil }

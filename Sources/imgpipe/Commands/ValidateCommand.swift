@@ -26,7 +26,8 @@ struct ValidateCommand: ParsableCommand {
     var strict = false
 
     func run() throws {
-        let spec = try PipelineOptions.loadSpec(pipeline)
+        var spec = try PipelineOptions.loadSpec(pipeline)
+        spec.stateFolder = StateFiles.folder(explicit: StateFiles.explicit(nil), pipeline: pipeline)
         let environment = Environment()
         var faults: [String] = []
         for fault in BuiltPipeline.check(spec, path: pipeline, environment: environment) {

@@ -21,8 +21,13 @@ struct PipelineOptions: ParsableArguments {
     /// The state file to use; refuses one that holds another pipeline's runs.
     func stateFile() throws -> String { try StateFiles.path(explicit: StateFiles.sqlite(state), pipeline: pipeline) }
 
-    /// Loads and validates the pipeline file, reporting a fault and exiting 2.
-    func loadSpec() throws -> PipelineSpec { try Self.loadSpec(pipeline) }
+    /// Loads and validates the pipeline file, reporting a fault and exiting 2; its state
+    /// folder (where a cache without a `path` lives) is the state's.
+    func loadSpec() throws -> PipelineSpec {
+        var spec = try Self.loadSpec(pipeline)
+        spec.stateFolder = StateFiles.folder(explicit: StateFiles.explicit(state), pipeline: pipeline)
+        return spec
+    }
 
     /// Loads and validates `path`, reporting a fault (`file: path: message`) and exiting 2.
     static func loadSpec(_ path: String) throws -> PipelineSpec {
@@ -111,9 +116,32 @@ enum StateFiles {
         Console.realPath(a) == Console.realPath(b)
     }
 
-    /// The places looked at, in order, without repeats.
+    /// The folder of a pipeline's state, where its cache lives when the file names no
+    /// `path` for it: the folder of the SQLite state file (the explicit one, else the
+    /// default one `path` finds). For a state in PostgreSQL, the folder where the default
+    /// state file would be.
+    static func folder(explicit: String?, pipeline: String?) -> String {
+        var file: String?
+        if let explicit, case .sqlite = StateLocation(explicit) {
+            file = URL(fileURLWithPath: explicit).standardizedFileURL.path
+        } else {
+            // A state file of another pipeline here is refused by the command later, naming it.
+            file = try? path(explicit: nil, pipeline: pipeline)
+        }
+        return ((file ?? candidates(pipeline: pipeline)[0]) as NSString).deletingLastPathComponent
+    }
+
+    /// The places looked at, in order, without repeats. A pipeline file kept in a folder
+    /// named `.imgpipe` (as `thumbnail` keeps the pipelines it makes) has its state file
+    /// beside it, wherever the command is run from.
     static func candidates(pipeline: String?) -> [String] {
         let stem = pipeline.map { URL(fileURLWithPath: $0).deletingPathExtension().lastPathComponent } ?? "imgpipe"
+        if let pipeline {
+            let folder = URL(fileURLWithPath: pipeline).standardizedFileURL.deletingLastPathComponent()
+            if folder.lastPathComponent == ".imgpipe" {
+                return [folder.appendingPathComponent("\(stem).sqlite").standardizedFileURL.path]
+            }
+        }
         var places = [URL(fileURLWithPath: ".imgpipe/\(stem).sqlite").standardizedFileURL.path]
         if let pipeline {
             let beside = URL(fileURLWithPath: pipeline).deletingLastPathComponent()

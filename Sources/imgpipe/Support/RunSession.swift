@@ -40,6 +40,11 @@ struct RunSession {
         // Only `run` starts a state file: resuming where there is none is a mistake of
         // folder or name, and an empty state file left behind would hide it.
         if case .resume = mode, !FileManager.default.fileExists(atPath: stateFile) {
+            if StateFiles.explicit(options.state) == nil,
+                let shared = SharedStateNote.message(pipeline: options.pipeline, doing: "to resume it")
+            {
+                throw CommandError.usage("\(StateFiles.missing(explicit: nil, pipeline: options.pipeline)); \(shared)")
+            }
             throw CommandError.usage(
                 "\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): "
                     + "nothing to resume; start a run with `imgpipe run \(options.pipeline)`")

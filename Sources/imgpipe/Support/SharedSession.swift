@@ -62,6 +62,8 @@ struct SharedSession {
             // libpq's messages name the host and user, never the password; masked anyway.
             throw CommandError.usage(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
+        // Joined: `status` and the others, given no state, can now say where this run is.
+        SharedStateNote.remember(url, pipeline: options.pipeline)
         if worker.run.failedOutOfReach > 0 {
             reporter.notice(
                 "\(worker.run.failedOutOfReach) failed item(s) are in chunks other workers are still working on "
