@@ -801,18 +801,31 @@ struct RemoteFeedTests {
     }
 
     /// A JSON feed whose every entry lacks an image URL is most likely read with the wrong
-    /// `urlField`: the listing fails (exit 1) naming it, instead of an empty run that looks done.
+    /// `urlField`: the listing fails naming it, instead of an empty run that looks done. A
+    /// feed of which no item could be listed is the pipeline's fault: exit 2 with the fix,
+    /// and no unfinished run is kept to block the next `run`.
     @Test func aJSONFeedWithNoImageURLAtAllIsAListingError() throws {
+        let field = Mutex("image")
         let server = try server { request in
-            request.path == "/feed.json" ? .json(#"[{"image": "a.jpg"}, {"image": "b.jpg"}]"#) : nil
+            let name = field.withLock { $0 }
+            return request.path == "/feed.json" ? .json(#"[{"\#(name)": "a.jpg"}, {"\#(name)": "b.jpg"}]"#) : nil
         }
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
         let result = try imgpipe("run", "pipe.json")
-        #expect(result.status == 1, "stderr: \(result.stderr)")
+        #expect(result.status == 2, "stderr: \(result.stderr)")
         #expect(
             (result.stdout + result.stderr).contains(#"has 2 entries and none with a "url" string (is urlField right?)"#),
             "\(result.stdout) \(result.stderr)")
-        #expect(result.stdout.contains("no item was listed. Continue later with: imgpipe resume pipe.json"), "\(result.stdout)")
+        #expect(
+            result.stderr.contains(
+                "error: no item could be listed, so there is nothing to resume: check the pipeline's source "
+                    + "(json-feed: its path or URL, and that its server answers), then run it again with `imgpipe run pipe.json`"),
+            "\(result.stderr)")
+        // Fixed, the same command runs: no unfinished run stands in its way.
+        field.withLock { $0 = "url" }
+        let again = try imgpipe("run", "pipe.json")
+        #expect(!again.stderr.contains("unfinished run"), "\(again.stderr)")
+        #expect(again.stdout.contains("run #2:"), "\(again.stdout)")
     }
 
     @Test func flickrBuildsTheImageURLWhenTheSizeIsMissing() throws {

@@ -113,6 +113,15 @@ struct RunSession {
         if let problem = lock.problem() ?? stateFileProblem(store, lock: lock) {
             throw CommandError.failure(problem)
         }
+        // A feed that could not be listed at all is the pipeline's fault (or its server's),
+        // and the run holds nothing to resume: it is abandoned, so the next `run` starts anew.
+        if summary.listingError != nil, summary.total == 0, !summary.interrupted {
+            try? store.setState(.abandoned, runId: summary.run)
+            throw CommandError.usage(
+                "no item could be listed, so there is nothing to resume: check the pipeline's source "
+                    + "(\(pipeline.spec.source.typeName): its path or URL, and that its server answers), "
+                    + "then run it again with `imgpipe run \(options.pipeline)`")
+        }
         if runnerOptions.changes != nil, !summary.interrupted {
             prune(summary: summary, store: store, pipeline: pipeline, reporter: reporter)
         }
