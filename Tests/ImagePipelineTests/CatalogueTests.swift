@@ -137,7 +137,8 @@ struct CatalogueTests {
         return attributes
     }
 
-    /// Every data line of a printed table starts each column where the header starts it.
+    /// Every data line of a printed table starts each column where the header starts it
+    /// (or leaves it blank: the later lines of a sample's block).
     func expectAligned(_ lines: [String], columns: [String], sourceLocation: SourceLocation = #_sourceLocation) {
         guard let header = lines.first(where: { $0.hasPrefix("sample ") }) else {
             Issue.record("no table header in \(lines)", sourceLocation: sourceLocation)
@@ -153,7 +154,8 @@ struct CatalogueTests {
             let characters = Array(row)
             for start in starts.dropFirst() {
                 #expect(
-                    characters.count > start && characters[start - 1] == " " && characters[start] != " ",
+                    characters.count > start && characters[start - 1] == " "
+                        && (characters[start] != " " || characters[start - 2] == " "),
                     "column at \(start) misaligned in \(row)", sourceLocation: sourceLocation)
             }
         }
@@ -208,8 +210,9 @@ struct CatalogueTests {
         #expect(!dom.contains(#"data-ok="false""#))
     }
 
-    /// Two pipelines on the same samples: one row per sample with A's and B's bytes and
-    /// SSIM; B's `fill` to a square changes the geometry, so non-square samples get no score.
+    /// Two pipelines on the same samples: a block per sample with a line for A and one for
+    /// B, each with its bytes and SSIM; B's `fill` to a square changes the geometry, so
+    /// non-square samples get no score.
     @Test func twoPipelinesSideBySideInChromium() throws {
         try makeSheetSamples()
         try work.write(
@@ -221,23 +224,21 @@ struct CatalogueTests {
         let run = try imgpipe("dry-run", "sheet.json", "square.json", "--out", "compare")
         #expect(run.status == 0, "stderr: \(run.stderr)")
         let lines = run.stdout.split(separator: "\n").map(String.init)
-        expectAligned(
-            lines,
-            columns: [
-                "sample", "input", "bytes", "A output", "A bytes", "A ssim", "A ms",
-                "B output", "B bytes", "B ssim", "B ms",
-            ])
+        expectAligned(lines, columns: ["sample", "input", "out", "output", "bytes", "ssim", "ms"])
         let header = try #require(lines.first)
-        let photo = try #require(lines.first { $0.hasPrefix("photo.tif ") })
-        func cell(_ title: String) -> String {
+        #expect(lines.allSatisfy { $0.count <= 110 }, "a terminal's width: \(run.stdout)")
+        let photoA = try #require(lines.firstIndex { $0.hasPrefix("photo.tif ") })
+        func cell(_ title: String, _ line: String) -> String {
             let start = header.distance(from: header.startIndex, to: header.range(of: title)!.lowerBound)
-            return String(photo.dropFirst(start).prefix { $0 != " " })
+            return String(line.dropFirst(start).prefix { $0 != " " })
         }
-        #expect(cell("A output") == "100×50" && cell("B output") == "80×80")
-        #expect(Double(cell("A ssim")).map { $0 > 0 && $0 <= 1 } == true, "A is a resampled source: \(photo)")
-        #expect(cell("B ssim") == "-", "B crops: no score: \(photo)")
-        let cmyk = try #require(lines.first { $0.hasPrefix("cmyk.jpg ") })
-        #expect(!cmyk.contains(" - "), "a square sample filled to a square is scored: \(cmyk)")
+        let (a, b) = (lines[photoA], lines[photoA + 1])
+        #expect(cell("out", a) == "A" && cell("out", b) == "B" && b.hasPrefix("   "), "\(a)\n\(b)")
+        #expect(cell("output", a) == "100×50" && cell("output", b) == "80×80")
+        #expect(Double(cell("ssim", a)).map { $0 > 0 && $0 <= 1 } == true, "A is a resampled source: \(a)")
+        #expect(cell("ssim", b) == "-", "B crops: no score: \(b)")
+        let cmyk = try #require(lines.firstIndex { $0.hasPrefix("cmyk.jpg ") })
+        #expect(!lines[cmyk + 1].contains(" - "), "a square sample filled to a square is scored: \(lines[cmyk + 1])")
         #expect(lines.last == "contact sheet: compare/index.html")
         #expect(work.files(under: "compare").contains("a/photo.tif") && work.files(under: "compare").contains("b/photo.jpg"))
 
@@ -266,7 +267,7 @@ struct CatalogueTests {
             {"version": 1, "source": {"type": "directory", "path": "many"},
              "filters": [{"op": "fit", "width": 45}], "sink": {"type": "directory", "path": "out"}}
             """, to: "many.json")
-        let run = try imgpipe("dry-run", "many.json", "--out", "grid")
+        let run = try imgpipe("dry-run", "many.json", "--out", "grid", "--all")
         #expect(run.status == 1, "a failed sample exits 1: \(run.stderr)")
         #expect(run.stdout.contains("13 sample(s) previewed in grid, 1 sample(s) failed"), "stdout: \(run.stdout)")
         let html = try String(contentsOfFile: work.url("grid/index.html"), encoding: .utf8)

@@ -79,6 +79,7 @@ public struct DryRun: Sendable {
     public let other: PipelineSpec?
     public let samples: DryRunSamples
     public let outputDirectory: String
+    /// How many samples to take, spread across the source (`SampleSpread`); nil for all.
     public let limit: Int?
     /// Where `${NAME}` in filter strings (captions, text) and remote sources is read from.
     public let environment: Environment
@@ -118,9 +119,12 @@ public struct DryRun: Sendable {
     public var indexPath: String { URL(fileURLWithPath: outputDirectory).appendingPathComponent("index.html").path }
 
     /// Processes each sample in order, one at a time (so times are comparable), by each
-    /// pipeline, calling `onSample` with its rows (one per pipeline) as each finishes, then
-    /// writes `index.html` (`ContactSheet`). Returns every sample's rows in listing order.
-    public func execute(onSample: ([DryRunRow]) -> Void = { _ in }) throws -> [[DryRunRow]] {
+    /// pipeline, calling `onSelected` once the sample is chosen (not with `limit` nil) and
+    /// `onSample` with its rows (one per pipeline) as each finishes, then writes
+    /// `index.html` (`ContactSheet`). Returns every sample's rows in listing order.
+    public func execute(
+        onSelected: (DryRunSelection) -> Void = { _ in }, onSample: ([DryRunRow]) -> Void = { _ in }
+    ) throws -> [[DryRunRow]] {
         let pipelines = [spec] + (other.map { [$0] } ?? [])
         let folders = other == nil ? [""] : ["a/", "b/"]
         // The checks `run` makes of its filters (variables, watermarks, output sizes), before
@@ -145,9 +149,8 @@ public struct DryRun: Sendable {
         var claimed = pipelines.map { _ in [String: String]() }
         var index = 0
         try samples.list(
-            spec: spec, environment: environment, limit: limit, downloads: outputDirectory + "/source",
-            previews: outputDirectory,
-            logger: logger, notice: notice
+            spec: spec, environment: environment, count: limit, downloads: outputDirectory + "/source",
+            previews: outputDirectory, logger: logger, notice: notice, selected: onSelected
         ) { sample in
             index += 1
             guard let path = sample.path else {
@@ -179,9 +182,8 @@ public struct DryRun: Sendable {
             return true
         }
         VipsRuntime.endThreadWork()
-        let owners = pipelines.enumerated().flatMap { index, spec in spec.outputs.map { _ in index } }
         let sheet = ContactSheet(
-            titles: pipelines.map(\.name), labels: columnLabels, owners: owners,
+            titles: pipelines.map(\.name), labels: columnLabels, owners: columnOwners,
             chains: pipelines.flatMap { spec in spec.outputs.map { (spec.filters + $0.filters).map(\.op) } },
             samples: results)
         try Data(sheet.html.utf8).write(to: URL(fileURLWithPath: indexPath), options: .atomic)
@@ -197,6 +199,11 @@ public struct DryRun: Sendable {
         return zip(["A", "B"], pipelines).flatMap { letter, pipeline in
             pipeline.outputs.count == 1 ? [letter] : pipeline.outputs.map { "\(letter) \($0.id)" }
         }
+    }
+
+    /// The pipeline of each column of results: 0 for the first, 1 for the one compared.
+    public var columnOwners: [Int] {
+        ([spec] + (other.map { [$0] } ?? [])).enumerated().flatMap { index, spec in spec.outputs.map { _ in index } }
     }
 
     /// What the contact sheet shows of one sample's input, shared by every pipeline's row:
