@@ -2,6 +2,7 @@ import Foundation
 import ImagePipeline
 import ImagePipelineTesting
 import Testing
+import VipsKit
 
 /// The registry, `imgpipe filters`, `imgpipe schema`, the example pipelines and the
 /// dry-run contact sheet agree with each other and with the code.
@@ -126,6 +127,26 @@ struct CatalogueTests {
         let dom = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         return dom
+    }
+
+    /// The page at `path` as headless Chromium draws it in a 1400×1000 window, decoded.
+    func screenshot(_ path: String) throws -> Pixels {
+        let browser = try #require(
+            ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first { FileManager.default.isExecutableFile(atPath: $0) },
+            "Debian's chromium is needed (make deps installs it)")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: browser)
+        process.arguments = [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+            "--user-data-dir=" + work.url("chromium-profile"), "--virtual-time-budget=10000",
+            "--window-size=1400,1000", "--force-device-scale-factor=1", "--screenshot=" + work.url("screenshot.png"),
+            URL(fileURLWithPath: work.url(path)).absoluteString,
+        ]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        return try ImageFixtures.decode(work.url("screenshot.png"))
     }
 
     /// The attributes of the `<body>` tag of a page.
@@ -281,5 +302,100 @@ struct CatalogueTests {
         let body = bodyAttributes(try chromium("grid/index.html"))
         #expect(body["data-total"] == "78" && body["data-rendered"] == "78", "13 × 6 pictures: \(body)")
         #expect(body["data-sliders"] == "13" && body["data-summary-samples"] == "14")
+    }
+
+    // MARK: panoramas, failures, the before crop (a user's first day, round two)
+
+    /// A 4000×200 panorama was drawn 360×18 (before), 92×5 (its 1024×51 output) and 18×18
+    /// (a 200×200 square of it): slivers and specks. Every picture keeps a short side of at
+    /// least 48 pixels on screen; measured in the rendered page, the before picture is at
+    /// least 48 pixels high.
+    @Test func aPanoramaIsNotASliver() throws {
+        let green: ImageFixtures.RGB = (30, 200, 40)
+        let bytes = (0..<(4000 * 200 * 3)).map { $0 % 3 == 0 ? green.0 : $0 % 3 == 1 ? green.1 : green.2 }
+        try ImageFixtures.write(
+            try VipsImage.fromPixels(bytes, width: 4000, height: 200, bands: 3).labelled(.srgb), to: work.url("wide/pano.png"))
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "wide"},
+             "outputs": [{"id": "fit", "filters": [{"op": "fit", "width": 1024, "height": 1024}]},
+                         {"id": "square", "filters": [{"op": "fill", "width": 200, "height": 200}]}],
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "wide.json")
+        let run = try imgpipe("dry-run", "wide.json", "--out", "wide preview")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        let html = try String(contentsOfFile: work.url("wide preview/index.html"), encoding: .utf8)
+        let drawn = html.matches(of: /<img src="[^"]*" width="(\d+)" height="(\d+)"/).map { (Int($0.1)!, Int($0.2)!) }
+        #expect(drawn.count == 3, "before and two outputs: \(drawn)")
+        #expect(drawn.allSatisfy { min($0.0, $0.1) >= 48 }, "\(drawn)")
+
+        let page = try screenshot("wide preview/index.html")
+        func isGreen(_ x: Int, _ y: Int) -> Bool {
+            let pixel = page[x, y]
+            return pixel[1] > 150 && pixel[0] < 100 && pixel[2] < 100
+        }
+        let top = try #require(
+            (0..<page.height).lazy.compactMap { y in (0..<page.width).first { isGreen($0, y) }.map { (x: $0, y: y) } }.first,
+            "no panorama on the page")
+        let height = (top.y..<page.height).prefix { isGreen(top.x + 20, $0) }.count
+        #expect(height >= 48, "the before picture is \(height) pixels high on screen")
+    }
+
+    /// A sample that cannot be decoded fails each of three outputs for the same reason:
+    /// the sheet and the table say so once, not three times.
+    @Test func aFailureIsShownOncePerSample() throws {
+        try ImageFixtures.jpeg(at: work.url("three/good.jpg"), width: 90, height: 60)
+        try work.write("not an image", to: "three/broken.jpg")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "three"},
+             "outputs": [{"id": "s", "filters": [{"op": "fit", "width": 20}]}, {"id": "m", "filters": [{"op": "fit", "width": 40}]},
+                         {"id": "l", "filters": [{"op": "fit", "width": 60}]}],
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "three.json")
+        let json = try imgpipe("dry-run", "three.json", "--out", "three preview", "--json")
+        #expect(json.status == 1, "stderr: \(json.stderr)")
+        let rows = try #require(JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+        let broken = try #require(rows.first { $0["key"] as? String == "broken.jpg" }?["columns"] as? [String: [String: Any]])
+        let messages = Set(broken.values.compactMap { $0["failure"] as? String })
+        #expect(broken.count == 3 && messages.count == 1, "\(broken)")
+        let message = try #require(messages.first)
+        let html = try String(contentsOfFile: work.url("three preview/index.html"), encoding: .utf8)
+        let card = try #require(html.range(of: #"id="sample-broken.jpg""#)).upperBound
+        let cardEnd = try #require(html[card...].range(of: "</section>")).lowerBound
+        let cardText = String(html[card..<cardEnd])
+        #expect(cardText.components(separatedBy: message).count - 1 == 1, "in the card: \(cardText)")
+        #expect(html.components(separatedBy: message).count - 1 == 2, "once in the summary, once in the card")
+
+        let text = try imgpipe("dry-run", "three.json", "--out", "three preview")
+        #expect(text.stdout.components(separatedBy: message).count - 1 == 1, "stdout: \(text.stdout)")
+    }
+
+    /// The 100 % crops showed the centre of the input beside the centre of an output cut
+    /// from its left (`fill` with `gravity: west`): other parts of the picture. The input
+    /// is red in its left third and blue elsewhere (its centre is all blue; halves would
+    /// meet in the centre and hide the fault); the output is red. The before crop now shows
+    /// the whole input: red and blue.
+    @Test func theBeforeCropShowsThePartTheOutputsShow() throws {
+        let (red, blue) = (ImageFixtures.red, ImageFixtures.blue)
+        let row = (0..<3000).flatMap { x in x < 1000 ? [red.0, red.1, red.2] : [blue.0, blue.1, blue.2] }
+        let bytes = Array(repeating: row, count: 1000).flatMap { $0 }
+        try ImageFixtures.write(
+            try VipsImage.fromPixels(bytes, width: 3000, height: 1000, bands: 3).labelled(.srgb), to: work.url("thirds/t.png"))
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "thirds"},
+             "filters": [{"op": "fill", "width": 300, "height": 300, "gravity": "west"}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "thirds.json")
+        let run = try imgpipe("dry-run", "thirds.json", "--out", "thirds preview")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        let output = try ImageFixtures.decode(work.url("thirds preview/t.jpg"))
+        #expect(output.mean(band: 0) > 180 && output.mean(band: 2) < 80, "the output is the red left")
+        let crop = try ImageFixtures.decode(work.url("thirds preview/crop/t.png.png"))
+        let columns = (0..<crop.width).map { crop[$0, crop.height / 2] }
+        #expect(columns.contains { $0[0] > 180 && $0[2] < 80 }, "the before crop has the red the output shows")
+        #expect(columns.contains { $0[2] > 180 && $0[0] < 80 }, "and the blue rest")
+        let html = try String(contentsOfFile: work.url("thirds preview/index.html"), encoding: .utf8)
+        #expect(html.contains("before, whole"), "the crop is said to be the whole input")
     }
 }
