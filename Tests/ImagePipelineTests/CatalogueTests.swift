@@ -2,6 +2,7 @@ import Foundation
 import ImagePipeline
 import ImagePipelineTesting
 import Testing
+import VipsKit
 
 /// The registry, `imgpipe filters`, `imgpipe schema`, the example pipelines and the
 /// dry-run contact sheet agree with each other and with the code.
@@ -128,6 +129,26 @@ struct CatalogueTests {
         return dom
     }
 
+    /// The page at `path` as headless Chromium draws it in a 1400×1000 window, decoded.
+    func screenshot(_ path: String) throws -> Pixels {
+        let browser = try #require(
+            ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first { FileManager.default.isExecutableFile(atPath: $0) },
+            "Debian's chromium is needed (make deps installs it)")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: browser)
+        process.arguments = [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+            "--user-data-dir=" + work.url("chromium-profile"), "--virtual-time-budget=10000",
+            "--window-size=1400,1000", "--force-device-scale-factor=1", "--screenshot=" + work.url("screenshot.png"),
+            URL(fileURLWithPath: work.url(path)).absoluteString,
+        ]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        return try ImageFixtures.decode(work.url("screenshot.png"))
+    }
+
     /// The attributes of the `<body>` tag of a page.
     func bodyAttributes(_ dom: String) -> [String: String] {
         guard let open = dom.range(of: "<body"), let close = dom[open.upperBound...].range(of: ">") else { return [:] }
@@ -137,7 +158,8 @@ struct CatalogueTests {
         return attributes
     }
 
-    /// Every data line of a printed table starts each column where the header starts it.
+    /// Every data line of a printed table starts each column where the header starts it
+    /// (or leaves it blank: the later lines of a sample's block).
     func expectAligned(_ lines: [String], columns: [String], sourceLocation: SourceLocation = #_sourceLocation) {
         guard let header = lines.first(where: { $0.hasPrefix("sample ") }) else {
             Issue.record("no table header in \(lines)", sourceLocation: sourceLocation)
@@ -153,7 +175,8 @@ struct CatalogueTests {
             let characters = Array(row)
             for start in starts.dropFirst() {
                 #expect(
-                    characters.count > start && characters[start - 1] == " " && characters[start] != " ",
+                    characters.count > start && characters[start - 1] == " "
+                        && (characters[start] != " " || characters[start - 2] == " "),
                     "column at \(start) misaligned in \(row)", sourceLocation: sourceLocation)
             }
         }
@@ -208,8 +231,9 @@ struct CatalogueTests {
         #expect(!dom.contains(#"data-ok="false""#))
     }
 
-    /// Two pipelines on the same samples: one row per sample with A's and B's bytes and
-    /// SSIM; B's `fill` to a square changes the geometry, so non-square samples get no score.
+    /// Two pipelines on the same samples: a block per sample with a line for A and one for
+    /// B, each with its bytes and SSIM; B's `fill` to a square changes the geometry, so
+    /// non-square samples get no score.
     @Test func twoPipelinesSideBySideInChromium() throws {
         try makeSheetSamples()
         try work.write(
@@ -221,23 +245,21 @@ struct CatalogueTests {
         let run = try imgpipe("dry-run", "sheet.json", "square.json", "--out", "compare")
         #expect(run.status == 0, "stderr: \(run.stderr)")
         let lines = run.stdout.split(separator: "\n").map(String.init)
-        expectAligned(
-            lines,
-            columns: [
-                "sample", "input", "bytes", "A output", "A bytes", "A ssim", "A ms",
-                "B output", "B bytes", "B ssim", "B ms",
-            ])
+        expectAligned(lines, columns: ["sample", "input", "out", "output", "bytes", "ssim", "ms"])
         let header = try #require(lines.first)
-        let photo = try #require(lines.first { $0.hasPrefix("photo.tif ") })
-        func cell(_ title: String) -> String {
+        #expect(lines.allSatisfy { $0.count <= 110 }, "a terminal's width: \(run.stdout)")
+        let photoA = try #require(lines.firstIndex { $0.hasPrefix("photo.tif ") })
+        func cell(_ title: String, _ line: String) -> String {
             let start = header.distance(from: header.startIndex, to: header.range(of: title)!.lowerBound)
-            return String(photo.dropFirst(start).prefix { $0 != " " })
+            return String(line.dropFirst(start).prefix { $0 != " " })
         }
-        #expect(cell("A output") == "100×50" && cell("B output") == "80×80")
-        #expect(Double(cell("A ssim")).map { $0 > 0 && $0 <= 1 } == true, "A is a resampled source: \(photo)")
-        #expect(cell("B ssim") == "-", "B crops: no score: \(photo)")
-        let cmyk = try #require(lines.first { $0.hasPrefix("cmyk.jpg ") })
-        #expect(!cmyk.contains(" - "), "a square sample filled to a square is scored: \(cmyk)")
+        let (a, b) = (lines[photoA], lines[photoA + 1])
+        #expect(cell("out", a) == "A" && cell("out", b) == "B" && b.hasPrefix("   "), "\(a)\n\(b)")
+        #expect(cell("output", a) == "100×50" && cell("output", b) == "80×80")
+        #expect(Double(cell("ssim", a)).map { $0 > 0 && $0 <= 1 } == true, "A is a resampled source: \(a)")
+        #expect(cell("ssim", b) == "-", "B crops: no score: \(b)")
+        let cmyk = try #require(lines.firstIndex { $0.hasPrefix("cmyk.jpg ") })
+        #expect(!lines[cmyk + 1].contains(" - "), "a square sample filled to a square is scored: \(lines[cmyk + 1])")
         #expect(lines.last == "contact sheet: compare/index.html")
         #expect(work.files(under: "compare").contains("a/photo.tif") && work.files(under: "compare").contains("b/photo.jpg"))
 
@@ -266,7 +288,7 @@ struct CatalogueTests {
             {"version": 1, "source": {"type": "directory", "path": "many"},
              "filters": [{"op": "fit", "width": 45}], "sink": {"type": "directory", "path": "out"}}
             """, to: "many.json")
-        let run = try imgpipe("dry-run", "many.json", "--out", "grid")
+        let run = try imgpipe("dry-run", "many.json", "--out", "grid", "--all")
         #expect(run.status == 1, "a failed sample exits 1: \(run.stderr)")
         #expect(run.stdout.contains("13 sample(s) previewed in grid, 1 sample(s) failed"), "stdout: \(run.stdout)")
         let html = try String(contentsOfFile: work.url("grid/index.html"), encoding: .utf8)
@@ -280,5 +302,100 @@ struct CatalogueTests {
         let body = bodyAttributes(try chromium("grid/index.html"))
         #expect(body["data-total"] == "78" && body["data-rendered"] == "78", "13 × 6 pictures: \(body)")
         #expect(body["data-sliders"] == "13" && body["data-summary-samples"] == "14")
+    }
+
+    // MARK: panoramas, failures, the before crop (a user's first day, round two)
+
+    /// A 4000×200 panorama was drawn 360×18 (before), 92×5 (its 1024×51 output) and 18×18
+    /// (a 200×200 square of it): slivers and specks. Every picture keeps a short side of at
+    /// least 48 pixels on screen; measured in the rendered page, the before picture is at
+    /// least 48 pixels high.
+    @Test func aPanoramaIsNotASliver() throws {
+        let green: ImageFixtures.RGB = (30, 200, 40)
+        let bytes = (0..<(4000 * 200 * 3)).map { $0 % 3 == 0 ? green.0 : $0 % 3 == 1 ? green.1 : green.2 }
+        try ImageFixtures.write(
+            try VipsImage.fromPixels(bytes, width: 4000, height: 200, bands: 3).labelled(.srgb), to: work.url("wide/pano.png"))
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "wide"},
+             "outputs": [{"id": "fit", "filters": [{"op": "fit", "width": 1024, "height": 1024}]},
+                         {"id": "square", "filters": [{"op": "fill", "width": 200, "height": 200}]}],
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "wide.json")
+        let run = try imgpipe("dry-run", "wide.json", "--out", "wide preview")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        let html = try String(contentsOfFile: work.url("wide preview/index.html"), encoding: .utf8)
+        let drawn = html.matches(of: /<img src="[^"]*" width="(\d+)" height="(\d+)"/).map { (Int($0.1)!, Int($0.2)!) }
+        #expect(drawn.count == 3, "before and two outputs: \(drawn)")
+        #expect(drawn.allSatisfy { min($0.0, $0.1) >= 48 }, "\(drawn)")
+
+        let page = try screenshot("wide preview/index.html")
+        func isGreen(_ x: Int, _ y: Int) -> Bool {
+            let pixel = page[x, y]
+            return pixel[1] > 150 && pixel[0] < 100 && pixel[2] < 100
+        }
+        let top = try #require(
+            (0..<page.height).lazy.compactMap { y in (0..<page.width).first { isGreen($0, y) }.map { (x: $0, y: y) } }.first,
+            "no panorama on the page")
+        let height = (top.y..<page.height).prefix { isGreen(top.x + 20, $0) }.count
+        #expect(height >= 48, "the before picture is \(height) pixels high on screen")
+    }
+
+    /// A sample that cannot be decoded fails each of three outputs for the same reason:
+    /// the sheet and the table say so once, not three times.
+    @Test func aFailureIsShownOncePerSample() throws {
+        try ImageFixtures.jpeg(at: work.url("three/good.jpg"), width: 90, height: 60)
+        try work.write("not an image", to: "three/broken.jpg")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "three"},
+             "outputs": [{"id": "s", "filters": [{"op": "fit", "width": 20}]}, {"id": "m", "filters": [{"op": "fit", "width": 40}]},
+                         {"id": "l", "filters": [{"op": "fit", "width": 60}]}],
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "three.json")
+        let json = try imgpipe("dry-run", "three.json", "--out", "three preview", "--json")
+        #expect(json.status == 1, "stderr: \(json.stderr)")
+        let rows = try #require(JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+        let broken = try #require(rows.first { $0["key"] as? String == "broken.jpg" }?["columns"] as? [String: [String: Any]])
+        let messages = Set(broken.values.compactMap { $0["failure"] as? String })
+        #expect(broken.count == 3 && messages.count == 1, "\(broken)")
+        let message = try #require(messages.first)
+        let html = try String(contentsOfFile: work.url("three preview/index.html"), encoding: .utf8)
+        let card = try #require(html.range(of: #"id="sample-broken.jpg""#)).upperBound
+        let cardEnd = try #require(html[card...].range(of: "</section>")).lowerBound
+        let cardText = String(html[card..<cardEnd])
+        #expect(cardText.components(separatedBy: message).count - 1 == 1, "in the card: \(cardText)")
+        #expect(html.components(separatedBy: message).count - 1 == 2, "once in the summary, once in the card")
+
+        let text = try imgpipe("dry-run", "three.json", "--out", "three preview")
+        #expect(text.stdout.components(separatedBy: message).count - 1 == 1, "stdout: \(text.stdout)")
+    }
+
+    /// The 100 % crops showed the centre of the input beside the centre of an output cut
+    /// from its left (`fill` with `gravity: west`): other parts of the picture. The input
+    /// is red in its left third and blue elsewhere (its centre is all blue; halves would
+    /// meet in the centre and hide the fault); the output is red. The before crop now shows
+    /// the whole input: red and blue.
+    @Test func theBeforeCropShowsThePartTheOutputsShow() throws {
+        let (red, blue) = (ImageFixtures.red, ImageFixtures.blue)
+        let row = (0..<3000).flatMap { x in x < 1000 ? [red.0, red.1, red.2] : [blue.0, blue.1, blue.2] }
+        let bytes = Array(repeating: row, count: 1000).flatMap { $0 }
+        try ImageFixtures.write(
+            try VipsImage.fromPixels(bytes, width: 3000, height: 1000, bands: 3).labelled(.srgb), to: work.url("thirds/t.png"))
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "thirds"},
+             "filters": [{"op": "fill", "width": 300, "height": 300, "gravity": "west"}], "sink": {"type": "directory", "path": "out"}}
+            """, to: "thirds.json")
+        let run = try imgpipe("dry-run", "thirds.json", "--out", "thirds preview")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        let output = try ImageFixtures.decode(work.url("thirds preview/t.jpg"))
+        #expect(output.mean(band: 0) > 180 && output.mean(band: 2) < 80, "the output is the red left")
+        let crop = try ImageFixtures.decode(work.url("thirds preview/crop/t.png.png"))
+        let columns = (0..<crop.width).map { crop[$0, crop.height / 2] }
+        #expect(columns.contains { $0[0] > 180 && $0[2] < 80 }, "the before crop has the red the output shows")
+        #expect(columns.contains { $0[2] > 180 && $0[0] < 80 }, "and the blue rest")
+        let html = try String(contentsOfFile: work.url("thirds preview/index.html"), encoding: .utf8)
+        #expect(html.contains("before, whole"), "the crop is said to be the whole input")
     }
 }

@@ -2,9 +2,9 @@ import Foundation
 import ImagePipelineTesting
 import Testing
 
-/// `dry-run` of a pipeline's own source: a remote feed's first items downloaded through
-/// the pipeline's cache, a directory source's first files, and the errors of a local-only
-/// pipeline without samples. The built binary against a loopback server.
+/// `dry-run` of a pipeline's own source: a sample spread across a folder or a remote
+/// feed's first items, downloaded through the pipeline's cache, and the errors of a
+/// local-only pipeline without samples. The built binary against a loopback server.
 @Suite("Dry-run of a feed", .serialized)
 struct DryRunFeedTests {
     let work: TemporaryDirectory
@@ -50,7 +50,7 @@ struct DryRunFeedTests {
         server.requests.filter { $0.path.hasPrefix("/images/") }.count
     }
 
-    @Test func previewsTheFirstItemsOfARemoteFeedThenReadsThemFromTheCache() throws {
+    @Test func previewsItemsOfARemoteFeedThenReadsThemFromTheCache() throws {
         let server = try feedServer(count: 5)
         defer { server.stop() }
         try pipeline(feed: server.baseURL + "/feed.json")
@@ -58,17 +58,19 @@ struct DryRunFeedTests {
         // No samples/ folder: the pipeline's own feed is previewed.
         let first = try imgpipe("dry-run", "pipe.json", "--limit", "3", "--out", "first")
         #expect(first.status == 0, "stderr: \(first.stderr)")
-        #expect(first.stderr.contains("previewing the first 3 item(s) of the pipeline's json-feed source"), "\(first.stderr)")
+        #expect(first.stderr.contains("previewing items of the pipeline's json-feed source"), "\(first.stderr)")
+        #expect(first.stdout.contains("previewing 3 of 5 images"), "\(first.stdout)")
         #expect(imageRequests(server) == 3 && server.requests(to: "/feed.json").count == 1)
+        // Three of five, spread: the first, the middle and the last.
         let previews = work.files(under: "first")
-        for number in 1...3 {
+        for number in [1, 3, 5] {
             #expect(
                 previews.contains("images/photo-\(number).jpg") && previews.contains("source/\(number)-photo-\(number).jpg"),
                 "\(previews)")
             let preview = try ImageFixtures.decode(work.url("first/images/photo-\(number).jpg"))
             #expect((preview.width, preview.height) == (60, 40))
         }
-        #expect(!previews.contains("images/photo-4.jpg"))
+        #expect(!previews.contains("images/photo-2.jpg") && !previews.contains("images/photo-4.jpg"))
         #expect(first.stdout.contains("120×80") && first.stdout.contains("60×40"))
         #expect(first.stdout.contains("contact sheet: first/index.html"))
         let html = try String(contentsOfFile: work.url("first/index.html"), encoding: .utf8)
@@ -79,7 +81,7 @@ struct DryRunFeedTests {
         #expect(second.status == 0, "stderr: \(second.stderr)")
         #expect(imageRequests(server) == 3, "the cached images were downloaded again")
         #expect(server.requests(to: "/feed.json").count == 1)
-        #expect(work.files(under: "second").contains("images/photo-3.jpg"))
+        #expect(work.files(under: "second").contains("images/photo-5.jpg"))
 
         // No state: nothing but the cache was written outside the preview folders.
         #expect(!work.files().contains { $0.hasSuffix(".sqlite") }, "\(work.files())")
@@ -94,13 +96,29 @@ struct DryRunFeedTests {
         let result = try imgpipe("dry-run", "pipe.json", "--feed", "--out", "preview")
         #expect(result.status == 1, "a failed sample exits 1: \(result.stderr)")
         let photos = Set(server.requests.map(\.path).filter { $0.hasPrefix("/images/") })
-        #expect(photos == Set((1...12).map { "/images/photo-\($0).jpg" }))
+        #expect(photos.count == 12 && photos.contains("/images/photo-2.jpg") && photos.contains("/images/photo-15.jpg"))
         let row = try #require(result.stdout.split(separator: "\n").first { $0.contains("/photo-2.jpg ") })
         #expect(row.contains("download: HTTP 404"), "\(row)")
         #expect(result.stdout.contains("11 sample(s) previewed in preview, 1 sample(s) failed"))
     }
 
-    @Test func aDirectorySourceGivesItsFirstFiles() throws {
+    /// A long remote feed is not listed whole: the sample is spread over its first 200
+    /// items, and only the 12 taken are downloaded.
+    @Test func aLongFeedIsSampledAcrossItsFirstItems() throws {
+        let server = try feedServer(count: 300)
+        defer { server.stop() }
+        try pipeline(feed: server.baseURL + "/feed.json", cache: "false")
+        let result = try imgpipe("dry-run", "pipe.json", "--feed", "--out", "preview")
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let numbers = server.requests.map(\.path).filter { $0.hasPrefix("/images/photo-") }
+            .compactMap { Int($0.dropFirst("/images/photo-".count).dropLast(".jpg".count)) }
+        #expect(numbers.count == 12 && Set(numbers).count == 12, "\(numbers)")
+        #expect(numbers.allSatisfy { $0 <= 200 } && numbers.contains { $0 > 180 } && numbers.contains { $0 < 20 }, "\(numbers)")
+        #expect(result.stdout.contains("previewing 12 of the first 200 items listed"), "\(result.stdout)")
+        #expect(result.stdout.contains("--limit N takes N, --all every one"))
+    }
+
+    @Test func aDirectorySourceGivesASpreadOfItsFiles() throws {
         for name in ["a", "b", "c"] { try ImageFixtures.jpeg(at: work.url("in/\(name).jpg"), width: 80, height: 80) }
         try work.write(
             """
@@ -109,7 +127,7 @@ struct DryRunFeedTests {
             """, to: "local.json")
         let result = try imgpipe("dry-run", "local.json", "--feed", "--limit", "2", "--out", "preview")
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect(work.files(under: "preview").filter { !$0.contains("/") } == ["a.jpg", "b.jpg", "index.html"])
+        #expect(work.files(under: "preview").filter { !$0.contains("/") } == ["a.jpg", "c.jpg", "index.html"])
     }
 
     @Test func aLocalPipelineWithoutSamplesNamesTheFolder() throws {

@@ -8,10 +8,14 @@ import Foundation
 ///   saved, mean SSIM, and the median and mean time per image; one line per pipeline.
 /// - One card per sample: the before picture and each output at the same display scale
 ///   (each output is drawn at the before picture's scale factor, so a 2× downscale looks
-///   half the size), each a link to the full-size file; a wipe slider (an
-///   `<input type=range>` over a stacked pair: before and after, or A and B when two
-///   pipelines are compared); the 100 % crops (the centre of the input and of each output
-///   at natural pixel size, 256×256 at most); and the time of each step.
+///   half the size), each a link to the full-size file, except that a panorama (a picture
+///   at least `panorama` times as long as it is wide) keeps a short side of
+///   `minimumShortSide` (`drawnSize`); a wipe slider (an `<input type=range>` over a
+///   stacked pair: before and after, or A and B when two pipelines are compared); the
+///   100 % crops (the centre of the input and of each output at natural pixel size,
+///   256×256 at most; the whole input instead when an output is cut to another shape, as
+///   its centre is then another part of the picture); each failure once; and the time of
+///   each step.
 /// - More than `compactThreshold` samples: a compact grid of smaller cards.
 ///
 /// After loading, the page counts what rendered into `body` attributes the tests read
@@ -37,6 +41,48 @@ struct ContactSheet {
     var box: Double { compact ? 160 : 360 }
     /// The side of a 100 % crop window, in CSS pixels.
     var cropSide: Int { compact ? 128 : 256 }
+    /// How many times longer than wide a picture is to count as a panorama.
+    static let panorama = 4.0
+    /// The short side a panorama is drawn with at least (unless it is smaller itself), in
+    /// CSS pixels: fitted by its long side it would be a sliver (4000×200 in 360 is 18 high).
+    var minimumShortSide: Double { compact ? 48 : 72 }
+    /// The longest side a panorama is drawn with; its card spans the compact grid's row.
+    static let panoramaSide = 1080.0
+
+    /// The size a `width`×`height` picture is drawn at with the card's `scale`: scaled,
+    /// except a panorama whose short side would fall under `minimumShortSide`, drawn larger
+    /// (never larger than itself, its long side at most `panoramaSide`).
+    func drawnSize(_ width: Int, _ height: Int, scale: Double) -> (Int, Int) {
+        let factor = drawnScale(width, height, scale: scale)
+        return (max(1, Int((Double(width) * factor).rounded())), max(1, Int((Double(height) * factor).rounded())))
+    }
+
+    /// The factor `drawnSize` draws a `width`×`height` picture with.
+    func drawnScale(_ width: Int, _ height: Int, scale: Double) -> Double {
+        let (short, long) = (Double(max(1, min(width, height))), Double(max(1, width, height)))
+        guard long / short >= Self.panorama, short * scale < minimumShortSide else { return scale }
+        return max(scale, min(1, minimumShortSide / short, Self.panoramaSide / long))
+    }
+
+    /// A sample's failures, each once: a pipeline whose outputs all failed alike (a source
+    /// that cannot be decoded fails every output) gives one, named by the pipeline (nil
+    /// with one pipeline, `A` or `B` when two are compared); any other failure is named
+    /// by its column (nil when there is one column).
+    func failures(_ rows: [DryRunRow]) -> [(label: String?, message: String)] {
+        var out: [(label: String?, message: String)] = []
+        for owner in titles.indices {
+            let columns = owners.indices.filter { owners[$0] == owner }
+            let messages = columns.map { rows[$0].failure }
+            if columns.count > 1, let first = messages.first ?? nil, messages.allSatisfy({ $0 == first }) {
+                out.append((titles.count == 1 ? nil : ["A", "B"][owner], first))
+                continue
+            }
+            for column in columns {
+                if let failure = rows[column].failure { out.append((labels.count == 1 ? nil : labels[column], failure)) }
+            }
+        }
+        return out
+    }
 
     var html: String {
         let failed = samples.filter { rows in rows.contains { $0.failure != nil } }
@@ -72,9 +118,7 @@ struct ContactSheet {
         if !failed.isEmpty {
             out += "<ul class=\"failures\">\n"
             for rows in failed {
-                let reasons = rows.enumerated().compactMap { index, row in
-                    row.failure.map { (labels.count == 1 ? "" : labels[index] + ": ") + $0 }
-                }
+                let reasons = failures(rows).map { ($0.label.map { $0 + ": " } ?? "") + $0.message }
                 out +=
                     "<li><a href=\"#\(anchor(rows[0].key))\">\(escape(rows[0].key))</a>: \(escape(reasons.joined(separator: "; ")))</li>\n"
             }
@@ -115,26 +159,33 @@ struct ContactSheet {
     private func card(_ rows: [DryRunRow], number: Int) -> String {
         let first = rows[0]
         let failed = rows.contains { $0.failure != nil }
-        var out =
-            "<section class=\"sample\(failed ? " has-failure" : "")\" id=\"\(anchor(first.key))\"><h2>\(escape(first.key))</h2>\n"
-        // One scale for every picture of the card: the before picture's.
+        // One scale for every picture of the card: the before picture's (as a panorama is
+        // drawn, when it is one: a square output of it would be a speck otherwise).
         let scale = first.uprightWidth.flatMap { width in
-            first.uprightHeight.map { height in min(1, box / Double(max(width, height, 1))) }
+            first.uprightHeight.map { height in
+                drawnScale(width, height, scale: min(1, box / Double(max(width, height, 1))))
+            }
         }
         func size(_ width: Int?, _ height: Int?) -> (Int, Int)? {
             guard let scale, let width, let height else { return nil }
-            return (max(1, Int((Double(width) * scale).rounded())), max(1, Int((Double(height) * scale).rounded())))
+            return drawnSize(width, height, scale: scale)
         }
+        // A panorama drawn wider than the box takes the whole row of the compact grid.
+        let wide = size(first.uprightWidth, first.uprightHeight).map { Double(max($0.0, $0.1)) > box } ?? false
+        var out =
+            "<section class=\"sample\(failed ? " has-failure" : "")\(wide ? " wide" : "")\" id=\"\(anchor(first.key))\">"
+            + "<h2>\(escape(first.key))</h2>\n"
         out += "<div class=\"pair\">\n"
         if let before = first.before {
             out += figure(
                 src: before, link: first.source ?? before, size: size(first.uprightWidth, first.uprightHeight),
                 caption: "before: \(dimensions(first.uprightWidth, first.uprightHeight)), \(bytes(first.inputBytes))")
         }
-        for (index, row) in rows.enumerated() {
-            if let failure = row.failure {
-                out += "<p class=\"failed\">\(labels[index]) failed: \(escape(failure))</p>\n"
-            } else if let display = row.display ?? row.output {
+        for failure in failures(rows) {
+            out += "<p class=\"failed\">\(failure.label.map { escape($0) + " " } ?? "")failed: \(escape(failure.message))</p>\n"
+        }
+        for (index, row) in rows.enumerated() where row.failure == nil {
+            if let display = row.display ?? row.output {
                 var caption = "\(labels[index]): \(dimensions(row.outputWidth, row.outputHeight)), \(bytes(row.outputBytes ?? 0))"
                 caption +=
                     " (\(saving(row.inputBytes, row.outputBytes ?? 0))), SSIM \(row.ssim.map { String(format: "%.4f", $0) } ?? "n/a")"
@@ -185,7 +236,18 @@ struct ContactSheet {
     /// not scaled: `object-fit: none`) at natural pixel size.
     private func crops(_ rows: [DryRunRow]) -> String {
         var figures: [String] = []
-        if let crop = rows[0].crop, let width = rows[0].uprightWidth, let height = rows[0].uprightHeight {
+        if let crop = rows[0].crop, let width = rows[0].uprightWidth, let height = rows[0].uprightHeight,
+            rows[0].cropIsWhole == true
+        {
+            // An output cut to another shape: the whole input, fitted in the crop window.
+            let scale = min(1, Double(cropSide) / Double(max(width, height, 1)))
+            let style =
+                "width: \(max(1, Int((Double(width) * scale).rounded())))px; "
+                + "height: \(max(1, Int((Double(height) * scale).rounded())))px; object-fit: contain"
+            figures.append(
+                "<figure><img class=\"crop whole\" style=\"\(style)\" src=\"\(encoded(crop))\" alt=\"before, whole\"><figcaption>before, whole (the outputs are cut from it)</figcaption></figure>"
+            )
+        } else if let crop = rows[0].crop, let width = rows[0].uprightWidth, let height = rows[0].uprightHeight {
             let style = "width: \(min(width, cropSide))px; height: \(min(height, cropSide))px"
             figures.append(
                 "<figure><img class=\"crop\" style=\"\(style)\" src=\"\(encoded(crop))\" alt=\"before, 100 %\"><figcaption>before, 100 %</figcaption></figure>"
@@ -273,6 +335,7 @@ struct ContactSheet {
         .failed { color: #b00020; font-weight: 600; } .has-failure { border-left: 4px solid #b00020; }
         body.compact .samples { display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr)); gap: 12px; }
         body.compact .sample { margin: 0; padding: 8px 10px; } body.compact .sample h2 { font-size: 13px; }
+        body.compact .sample.wide { grid-column: 1 / -1; }
         body.compact .pair img:not([width]) { max-width: 160px; max-height: 160px; } body.compact figcaption { max-width: 200px; }
         </style></head>
 

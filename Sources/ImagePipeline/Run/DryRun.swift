@@ -30,8 +30,12 @@ public struct DryRunRow: Sendable, Codable {
     /// The full-size input, relative to the output folder (a link from the contact sheet).
     public var source: String?
     /// The centre of the input at its natural pixel size (at most 256×256), relative to
-    /// the output folder.
+    /// the output folder; or, when `cropIsWhole`, the whole input fitted in 256×256.
     public var crop: String?
+    /// True when an output of the sample is not the whole input (a `fill`, `crop` or
+    /// `pad` changed its shape): the centres of input and output are then other parts of
+    /// the picture, so the input's crop shows all of it instead of its centre.
+    public var cropIsWhole: Bool?
     /// SSIM of the output against the source resampled to the output's size; nil when the
     /// geometry differs (see `SourceSimilarity`) or the sample failed.
     public var ssim: Double?
@@ -79,6 +83,7 @@ public struct DryRun: Sendable {
     public let other: PipelineSpec?
     public let samples: DryRunSamples
     public let outputDirectory: String
+    /// How many samples to take, spread across the source (`SampleSpread`); nil for all.
     public let limit: Int?
     /// Where `${NAME}` in filter strings (captions, text) and remote sources is read from.
     public let environment: Environment
@@ -118,9 +123,12 @@ public struct DryRun: Sendable {
     public var indexPath: String { URL(fileURLWithPath: outputDirectory).appendingPathComponent("index.html").path }
 
     /// Processes each sample in order, one at a time (so times are comparable), by each
-    /// pipeline, calling `onSample` with its rows (one per pipeline) as each finishes, then
-    /// writes `index.html` (`ContactSheet`). Returns every sample's rows in listing order.
-    public func execute(onSample: ([DryRunRow]) -> Void = { _ in }) throws -> [[DryRunRow]] {
+    /// pipeline, calling `onSelected` once the sample is chosen (not with `limit` nil) and
+    /// `onSample` with its rows (one per pipeline) as each finishes, then writes
+    /// `index.html` (`ContactSheet`). Returns every sample's rows in listing order.
+    public func execute(
+        onSelected: (DryRunSelection) -> Void = { _ in }, onSample: ([DryRunRow]) -> Void = { _ in }
+    ) throws -> [[DryRunRow]] {
         let pipelines = [spec] + (other.map { [$0] } ?? [])
         let folders = other == nil ? [""] : ["a/", "b/"]
         // The checks `run` makes of its filters (variables, watermarks, output sizes), before
@@ -145,9 +153,8 @@ public struct DryRun: Sendable {
         var claimed = pipelines.map { _ in [String: String]() }
         var index = 0
         try samples.list(
-            spec: spec, environment: environment, limit: limit, downloads: outputDirectory + "/source",
-            previews: outputDirectory,
-            logger: logger, notice: notice
+            spec: spec, environment: environment, count: limit, downloads: outputDirectory + "/source",
+            previews: outputDirectory, logger: logger, notice: notice, selected: onSelected
         ) { sample in
             index += 1
             guard let path = sample.path else {
@@ -156,14 +163,13 @@ public struct DryRun: Sendable {
                 onSample(rows)
                 return true
             }
-            let source = SourcePictures(self, sample: sample, path: path)
+            var source = SourcePictures(self, sample: sample, path: path)
             var rows: [DryRunRow] = []
             for (number, pipeline) in pipelines.enumerated() {
                 let made = preview(
                     sample.item, path: path, index: index, spec: pipeline, processor: processors[number],
                     folder: folders[number], claimed: &claimed[number])
                 for (outputIndex, var row) in made.enumerated() {
-                    source.describe(&row)
                     if let output = row.output {
                         let plan = chains[number].1[outputIndex]
                         row.display = displayPicture(output, format: plan.spec.format)
@@ -174,14 +180,15 @@ public struct DryRun: Sendable {
                     rows.append(row)
                 }
             }
+            source.makeCrop(self, sample: sample, path: path, rows: rows)
+            for index in rows.indices { source.describe(&rows[index]) }
             results.append(rows)
             onSample(rows)
             return true
         }
         VipsRuntime.endThreadWork()
-        let owners = pipelines.enumerated().flatMap { index, spec in spec.outputs.map { _ in index } }
         let sheet = ContactSheet(
-            titles: pipelines.map(\.name), labels: columnLabels, owners: owners,
+            titles: pipelines.map(\.name), labels: columnLabels, owners: columnOwners,
             chains: pipelines.flatMap { spec in spec.outputs.map { (spec.filters + $0.filters).map(\.op) } },
             samples: results)
         try Data(sheet.html.utf8).write(to: URL(fileURLWithPath: indexPath), options: .atomic)
@@ -199,11 +206,17 @@ public struct DryRun: Sendable {
         }
     }
 
+    /// The pipeline of each column of results: 0 for the first, 1 for the one compared.
+    public var columnOwners: [Int] {
+        ([spec] + (other.map { [$0] } ?? [])).enumerated().flatMap { index, spec in spec.outputs.map { _ in index } }
+    }
+
     /// What the contact sheet shows of one sample's input, shared by every pipeline's row:
     /// its upright size, a viewable before picture, its 100 % crop and a link to the file.
     private struct SourcePictures {
         var before: String?
         var crop: String?
+        var cropIsWhole = false
         var link: String
         var upright: (width: Int, height: Int)?
 
@@ -215,25 +228,30 @@ public struct DryRun: Sendable {
             before = dryRun.picture(
                 of: path, filters: [.autorotate, .fit(width: 1024, height: 1024, enlarge: false)],
                 format: format, name: "before/" + sample.fileKey + "." + format.fileExtension)
-            if let upright {
-                let width = min(upright.width, 256)
-                let height = min(upright.height, 256)
-                crop = dryRun.picture(
-                    of: path,
-                    filters: [
-                        .autorotate,
-                        .cropRect(
-                            x: (upright.width - width) / 2,
-                            y: (upright.height - height) / 2,
-                            width: width, height: height),
-                    ],
-                    format: .png, name: "crop/" + sample.fileKey + ".png")
+        }
+
+        /// The 100 % crop: the centre of the input, unless an output shows another part of
+        /// it (its shape is not the input's), when the crop is the whole input, small.
+        mutating func makeCrop(_ dryRun: DryRun, sample: DryRunSamples.Sample, path: String, rows: [DryRunRow]) {
+            guard let upright else { return }
+            cropIsWhole = rows.contains { row in
+                guard let width = row.outputWidth, let height = row.outputHeight else { return false }
+                return !SourceSimilarity.sameAspect(source: upright, output: (width, height))
             }
+            let width = min(upright.width, 256)
+            let height = min(upright.height, 256)
+            let region: FilterStep =
+                cropIsWhole
+                ? .fit(width: 256, height: 256, enlarge: false)
+                : .cropRect(x: (upright.width - width) / 2, y: (upright.height - height) / 2, width: width, height: height)
+            crop = dryRun.picture(
+                of: path, filters: [.autorotate, region], format: .png, name: "crop/" + sample.fileKey + ".png")
         }
 
         func describe(_ row: inout DryRunRow) {
             row.before = before
             row.crop = crop
+            row.cropIsWhole = cropIsWhole ? true : nil
             row.source = link
             row.uprightWidth = upright?.width
             row.uprightHeight = upright?.height

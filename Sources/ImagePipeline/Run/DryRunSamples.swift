@@ -11,9 +11,14 @@ public enum DryRunSamples: Sendable, Equatable {
     /// `source/` of the output folder.
     case feed
 
-    /// How many samples a dry-run of a feed takes when no `--limit` is given: a remote feed
-    /// may list millions.
-    public static let feedLimit = 12
+    /// How many samples a dry-run takes when neither `--limit` nor `--all` is given: a
+    /// folder may hold thousands of images, a remote feed millions.
+    public static let sampleSize = 12
+
+    /// How many entries of a remote feed a sample of `count` is spread over: its first 200,
+    /// or 10 × `count` when that is more. A remote feed is listed page by page only that far
+    /// (it may be endless); a folder is listed whole (no network, and `stat` is cheap).
+    public static func window(for count: Int) -> Int { max(200, 10 * count) }
 
     /// Whether samples from `folder` come from its subfolders too: as the pipeline's own
     /// directory source lists them when it is that source's folder (`"recursive": false`
@@ -38,26 +43,28 @@ public enum DryRunSamples: Sendable, Equatable {
         var fileKey: String { item.isLocal ? SafePath.relative(item.key) : item.nameKey }
     }
 
-    /// Calls `body` with the first `limit` samples in order (all of a folder when nil;
-    /// `feedLimit` of a feed), until `body` returns false. A remote item that cannot be
-    /// downloaded is passed with its failure; a feed that cannot be listed throws.
+    /// Calls `body` with `count` samples spread across the listing (`SampleSpread`), in
+    /// listing order, or with every entry as it is listed when `count` is nil, until `body`
+    /// returns false; `selected` hears what was taken of what before the first sample. A
+    /// folder (or a directory source) is listed whole; a remote feed only up to its first
+    /// `window(for: count)` entries. A remote item that cannot be downloaded is passed with
+    /// its failure; a feed that cannot be listed throws.
     /// The previews' folder (`previews`) and the pipeline's sink folders are never listed,
     /// even when they lie inside the samples folder: a dry-run never reads what it or the
     /// pipeline wrote.
     func list(
-        spec: PipelineSpec, environment: Environment, limit: Int?, downloads: String, previews: String, logger: Logger,
-        notice: @escaping @Sendable (String) -> Void, _ body: (Sample) throws -> Bool
+        spec: PipelineSpec, environment: Environment, count: Int?, downloads: String, previews: String, logger: Logger,
+        notice: @escaping @Sendable (String) -> Void, selected: (DryRunSelection) -> Void,
+        _ body: (Sample) throws -> Bool
     ) throws {
         let feed: any Feed
         var fetcher: RemoteFetcher?
-        var limit = limit
         switch self {
         case .folder(let path):
             feed = DirectoryFeed(
                 root: path, recursive: Self.listsSubfolders(path, spec: spec, environment: environment),
                 excluding: [previews] + BuiltPipeline.sinkFolders(spec, environment: environment))
         case .feed:
-            limit = limit ?? Self.feedLimit
             fetcher = try BuiltPipeline.makeFetcher(
                 spec, environment: environment, cancellation: CancellationFlag(),
                 logger: logger)
@@ -65,10 +72,8 @@ public enum DryRunSamples: Sendable, Equatable {
                 spec.source, spec: spec, environment: environment, fetcher: fetcher,
                 excluding: [previews], notice: notice)
         }
-        var index = 0
-        try feed.list { listed in
-            if let limit, index >= limit { return false }
-            index += 1
+        // `position` counts from 1 in listing order: it numbers a remote sample's download.
+        func each(_ position: Int, _ listed: FeedItem) throws -> Bool {
             guard !listed.isLocal else { return try body(Sample(item: listed, path: listed.location, failure: nil)) }
             // Keys and names reach the table and the contact sheet: `${…}` values put back as
             // references, as the runner records them.
@@ -77,7 +82,7 @@ public enum DryRunSamples: Sendable, Equatable {
                 return try body(Sample(item: item, path: nil, failure: "download: a URL item in a local source"))
             }
             let downloaded = Result { () throws(ItemFailure) -> Download in
-                try Self.download(item, number: index, into: downloads, fetcher: fetcher)
+                try Self.download(item, number: position, into: downloads, fetcher: fetcher)
             }
             switch downloaded {
             case .success(.file(let path)): return try body(Sample(item: item, path: path, failure: nil))
@@ -87,6 +92,39 @@ public enum DryRunSamples: Sendable, Equatable {
             case .failure(let failure): return try body(Sample(item: item, path: nil, failure: failure.description))
             }
         }
+        guard let count else {
+            var position = 0
+            try feed.list { listed in
+                position += 1
+                return try each(position, listed)
+            }
+            return
+        }
+        let window = self == .feed && spec.source.remote != nil ? Self.window(for: count) : nil
+        var listed: [FeedItem] = []
+        try feed.list { item in
+            listed.append(item)
+            return window.map { listed.count < $0 } ?? true
+        }
+        let entries = listed.map(Self.entry)
+        let positions = SampleSpread.pick(entries, count: count)
+        selected(
+            DryRunSelection(
+                taken: positions.count, listed: listed.count, window: listed.count == window ? window : nil,
+                folders: Set(positions.map { entries[$0].folder }).count,
+                formats: Set(positions.map { entries[$0].format }).count))
+        for position in positions {
+            if try !each(position + 1, listed[position]) { break }
+        }
+    }
+
+    /// What the spread looks at of a listed item: a local file's relative path and bytes,
+    /// a remote item's URL.
+    private static func entry(_ item: FeedItem) -> SampleSpread.Entry {
+        guard item.isLocal else { return SampleSpread.Entry(path: item.location, size: nil) }
+        var info = stat()
+        let size = LocalPath.withCPath(item.location) { stat($0, &info) } == 0 ? Int(info.st_size) : nil
+        return SampleSpread.Entry(path: item.key, size: size)
     }
 
     /// A sample's download: a file, or the reason the source's server (robots.txt,
@@ -135,4 +173,18 @@ public enum DryRunSamples: Sendable, Equatable {
         }
         return .file(path)
     }
+}
+
+/// What a dry-run took of its source: `taken` samples of the `listed` entries, from
+/// `folders` folders and `formats` formats; `window` is set when the listing stopped
+/// there (a remote feed's first entries), so `listed` is not the whole feed.
+public struct DryRunSelection: Sendable, Equatable {
+    public let taken: Int
+    public let listed: Int
+    public let window: Int?
+    public let folders: Int
+    public let formats: Int
+
+    /// Whether the sample is less than the whole source.
+    public var isPartial: Bool { taken < listed || window != nil }
 }

@@ -9,9 +9,10 @@ struct DryRunCommand: ParsableCommand {
         discussion: """
             With two pipeline files, both run on the same samples and the contact sheet shows them side by \
             side, with bytes and SSIM against the source per image. Samples come from --samples, else the \
-            pipeline's own directory source, else samples/, else (or with --feed) the first items of the \
-            pipeline's own source feed: the network is used only to preview a remote feed's items, through \
-            the pipeline's download cache when it has one.
+            pipeline's own directory source, else samples/, else (or with --feed) the pipeline's own source \
+            feed: the network is used only to preview a remote feed's items, through the pipeline's download \
+            cache when it has one. 12 samples are taken (--limit N for N, --all for every one), spread across \
+            folders, formats and sizes; from a remote feed, across its first 200 items (10 × N for more).
             """
     )
 
@@ -28,15 +29,18 @@ struct DryRunCommand: ParsableCommand {
     var samples: String?
 
     @Flag(
-        help: "Preview the first items of the pipeline's own source (--limit, 12 by default), downloading those of a remote feed."
+        help: "Preview items of the pipeline's own source, downloading those of a remote feed."
     )
     var feed = false
 
     @Option(help: "Where previews go (default: preview/<pipeline name>/, or preview/<A>-vs-<B>/).", completion: .directory)
     var out: String?
 
-    @Option(parsing: .unconditional, help: "Use at most this many samples.")
+    @Option(parsing: .unconditional, help: "Take this many samples, spread across the source (default: 12).")
     var limit: Int?
+
+    @Flag(help: "Take every image of the folder (every item of the feed).")
+    var all = false
 
     @Flag(help: "Print the table as JSON.")
     var json = false
@@ -47,6 +51,7 @@ struct DryRunCommand: ParsableCommand {
         }
         if let limit, limit < 1 { throw ValidationError("--limit must be a positive integer, got \(limit)") }
         if feed, samples != nil { throw ValidationError("--samples and --feed cannot be used together") }
+        if all, limit != nil { throw ValidationError("--limit and --all cannot be used together") }
     }
 
     @OptionGroup var logging: LogOptions
@@ -75,22 +80,26 @@ struct DryRunCommand: ParsableCommand {
         }
         let dryRun = DryRun(
             spec: specs[0], other: specs.count > 1 ? specs[1] : nil, samples: source,
-            outputDirectory: outFolder, limit: limit, environment: environment, logger: logging.logger(),
+            outputDirectory: outFolder, limit: all ? nil : limit ?? DryRunSamples.sampleSize, environment: environment,
+            logger: logging.logger(),
             notice: { Console.note($0) })
         let labels = dryRun.columnLabels
-        let table =
-            labels.count == 1
-            ? Table.single : specs.count == 2 && labels == ["A", "B"] ? Table.comparison : Table.columns(labels)
+        let table = labels.count == 1 ? Table.single : Table.blocks(labels, owners: dryRun.columnOwners)
         let results: [[DryRunRow]]
         // The header goes out with the first sample: a feed that cannot be listed is then an
         // error alone on the terminal, not under an empty table.
         var headed = json
         do {
-            results = try dryRun.execute { rows in
-                if !headed { Console.out(table.header) }
-                headed = true
-                if !json { Console.out(table.line(rows)) }
-            }
+            results = try dryRun.execute(
+                onSelected: { selection in
+                    guard selection.isPartial else { return }
+                    if json { Console.note(Self.describe(selection)) } else { Console.out(Self.describe(selection)) }
+                },
+                onSample: { rows in
+                    if !headed { Console.out(table.header) }
+                    headed = true
+                    if !json { Console.out(table.lines(rows)) }
+                })
         } catch let error as DryRunError {
             throw CommandError.usage("\(pipelines[error.pipeline]): \(environment.redact(String(describing: error.fault)))")
         } catch let error as SpecError {
@@ -132,15 +141,23 @@ struct DryRunCommand: ParsableCommand {
             return .folder(folder)
         }
         if samples == nil, spec.source.remote != nil {
-            let count = limit ?? DryRunSamples.feedLimit
             Console.note(
-                "no samples folder (\(Console.display(folder))); previewing the first \(count) item(s) of the pipeline's \(spec.source.typeName) source"
+                "no samples folder (\(Console.display(folder))); previewing items of the pipeline's \(spec.source.typeName) source"
             )
             return .feed
         }
         throw CommandError.usage(
             "samples folder \(Console.display(folder)) does not exist (give one with --samples, or preview the pipeline's own source with --feed)"
         )
+    }
+
+    /// What was taken of what, and how to take more: `previewing 12 of 304 images, spread
+    /// over 5 folders and 3 formats; --limit N takes N, --all every one`.
+    static func describe(_ selection: DryRunSelection) -> String {
+        func counted(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }
+        let of = selection.window.map { "the first \($0) items listed" } ?? counted(selection.listed, "image")
+        return "previewing \(selection.taken) of \(of), spread over \(counted(selection.folders, "folder")) and "
+            + "\(counted(selection.formats, "format")); --limit N takes N, --all every one"
     }
 
     /// One sample of a comparison, as `--json` prints it.
@@ -157,49 +174,56 @@ struct DryRunCommand: ParsableCommand {
     }
 }
 
-/// The printed table: a header, then one line per sample as it finishes.
+/// The printed table: a header, then the lines of each sample as it finishes: one line
+/// with one pipeline's one output, else a block with a line per output (`out`), the sample's
+/// key and input size on the first. Either stays about 100 characters wide however many
+/// outputs and pipelines there are; `--json` has every field.
 struct Table: Sendable {
     let columns: [(title: String, width: Int)]
-    let cells: @Sendable ([DryRunRow]) -> [String]
+    let cells: @Sendable ([DryRunRow]) -> [[String]]
 
     static let single = Table(columns: [("sample", 34), ("input", 12), ("output", 14), ("bytes", 20), ("ssim", 8), ("ms", 8)]) {
         rows in
         let row = rows[0]
-        return [
-            row.key, input(row), row.failure ?? output(row),
-            row.outputBytes.map { "\(row.inputBytes) → \($0)" } ?? "\(row.inputBytes)", ssim(row), milliseconds(row),
-        ]
+        return [[row.key, input(row), row.failure ?? output(row), bytes(row), ssim(row), milliseconds(row)]]
     }
 
-    static let comparison = Table(columns: [
-        ("sample", 34), ("input", 12), ("bytes", 10),
-        ("A output", 14), ("A bytes", 10), ("A ssim", 8), ("A ms", 8),
-        ("B output", 14), ("B bytes", 10), ("B ssim", 8), ("B ms", 8),
-    ]) { rows in
-        [rows[0].key, input(rows[0]), "\(rows[0].inputBytes)"]
-            + rows.flatMap { row in
-                [row.failure ?? output(row), row.outputBytes.map(String.init) ?? "-", ssim(row), milliseconds(row)]
-            }
-    }
-
-    /// One group of columns per output (and pipeline), named by `labels`.
-    static func columns(_ labels: [String]) -> Table {
-        Table(
-            columns: [("sample", 34), ("input", 12), ("bytes", 10)]
-                + labels.flatMap { label in
-                    [("\(label) output", 14), ("\(label) bytes", 10), ("\(label) ssim", 8)]
-                } + [("ms", 8)]
+    /// A line per column of results (`labels`, each of the pipeline `owners` names), except
+    /// that a pipeline whose outputs all failed for one reason has one line for them all,
+    /// named by its letter (`A`, `B`), or `all` when there is one pipeline.
+    static func blocks(_ labels: [String], owners: [Int]) -> Table {
+        let width = max(5, labels.map(\.count).max() ?? 0) + 2
+        return Table(
+            columns: [("sample", 34), ("input", 12), ("out", width), ("output", 14), ("bytes", 20), ("ssim", 8), ("ms", 8)]
         ) { rows in
-            [rows[0].key, input(rows[0]), "\(rows[0].inputBytes)"]
-                + rows.flatMap { row in
-                    [row.failure ?? output(row), row.outputBytes.map(String.init) ?? "-", ssim(row)]
-                } + [milliseconds(rows[0])]
+            var lines: [[String]] = []
+            let pipelines = (owners.max() ?? 0) + 1
+            for owner in 0..<pipelines {
+                let columns = owners.indices.filter { owners[$0] == owner }
+                let failures = Set(columns.map { rows[$0].failure })
+                if columns.count > 1, failures.count == 1, let failure = failures.first ?? nil {
+                    let row = rows[columns[0]]
+                    lines.append([
+                        "", "", pipelines == 1 ? "all" : ["A", "B"][owner], failure, bytes(row), "-", milliseconds(row),
+                    ])
+                    continue
+                }
+                for column in columns {
+                    let row = rows[column]
+                    lines.append(["", "", labels[column], row.failure ?? output(row), bytes(row), ssim(row), milliseconds(row)])
+                }
+            }
+            lines[0][0] = rows[0].key
+            lines[0][1] = input(rows[0])
+            return lines
         }
     }
 
     var header: String { Self.row(columns.map(\.title), widths: columns.map(\.width)) }
 
-    func line(_ rows: [DryRunRow]) -> String { Self.row(cells(rows), widths: columns.map(\.width)) }
+    func lines(_ rows: [DryRunRow]) -> String {
+        cells(rows).map { Self.row($0, widths: columns.map(\.width)) }.joined(separator: "\n")
+    }
 
     /// Cells padded to their column's width (the last one is not padded); a longer cell
     /// is followed by one space.
@@ -217,6 +241,11 @@ struct Table: Sendable {
 
     private static func output(_ row: DryRunRow) -> String {
         row.outputWidth.map { "\($0)×\(row.outputHeight ?? 0)" } ?? "-"
+    }
+
+    /// `before → after`, or the input's bytes alone when there is no output.
+    private static func bytes(_ row: DryRunRow) -> String {
+        row.outputBytes.map { "\(row.inputBytes) → \($0)" } ?? "\(row.inputBytes)"
     }
 
     private static func ssim(_ row: DryRunRow) -> String {
