@@ -670,4 +670,36 @@ struct IncrementalTests {
         #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
         #expect(imageRequests().map(\.path) == [])
     }
+
+    /// Items that failed last time are not "changed sources": `plan` counts them under a
+    /// heading of their own and says what `run --incremental` does with them (tries each
+    /// again from the start, as the runs below show: the file still broken fails again, the
+    /// file replaced is made).
+    @Test func planCountsItemsThatFailedLastTimeApartFromChangedSources() throws {
+        for index in 1...3 { try photo("p\(index)", seed: index) }
+        try work.write("not a picture", to: "in/broken.jpg")
+        try pipeline(quality: 80)
+        #expect(try imgpipe("run", "pipe.json").status == 1)
+
+        let text = try imgpipe("plan", "pipe.json")
+        #expect(text.status == 0, "\(text.stderr)")
+        #expect(text.stdout.contains("items: 0 new, 0 changed, 3 unchanged, 0 gone from the feed"), "\(text.stdout)")
+        #expect(
+            text.stdout.contains(
+                "failed last time: 1 (run --incremental tries them again from the start, whatever their source; "
+                    + "1 of them failed for a cause that does not pass by itself"), "\(text.stdout)")
+        #expect(text.stdout.contains("output web: 1 to make (1 item(s) that failed last time)"), "\(text.stdout)")
+        let json = try plan()
+        #expect(
+            json["changed"] as? Int == 0 && json["failedLastTime"] as? Int == 1 && json["failedLastTimeForGood"] as? Int == 1
+                && json["unchanged"] as? Int == 3, "\(json)")
+
+        let again = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(again.status == 1 && again.stdout.contains("1 failed"), "tried again, and failed again: \(again.stdout)")
+        try photo("broken", seed: 9)
+        #expect(try plan()["failedLastTime"] as? Int == 1)
+        let fixed = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(fixed.status == 0, "\(fixed.stdout)\(fixed.stderr)")
+        #expect(snapshot("out")["broken-web.jpg"] != nil && snapshot("out")["broken-thumb.png"] != nil)
+    }
 }
