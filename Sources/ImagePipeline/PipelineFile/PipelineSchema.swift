@@ -179,6 +179,10 @@ public enum PipelineSchema {
     static let string = JSONValue.object([("type", .string("string"))])
     static let nonEmpty = JSONValue.object([("type", .string("string")), ("minLength", integer(1))])
     static let boolean = JSONValue.object([("type", .string("boolean"))])
+    /// An RFC 6901 JSON Pointer: empty, or `/` and tokens in which `~` is only `~0` or `~1`.
+    static let jsonPointer = JSONValue.object([
+        ("type", .string("string")), ("pattern", .string("^(/([^~/]|~[01])*)*$")),
+    ])
     static func constant(_ value: String) -> JSONValue { .object([("const", .string(value))]) }
 
     /// Every source type; remote ones take `cache` and (at the top level) `fallback`.
@@ -198,7 +202,7 @@ public enum PipelineSchema {
             object(
                 [
                     ("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty),
-                    ("maxPageBytes", maxPageBytes),
+                    ("items", jsonPointer), ("next", jsonPointer), ("maxPageBytes", maxPageBytes),
                 ] + remote,
                 required: ["type", "url"]),
             object(

@@ -208,11 +208,14 @@ extension SourceSpec {
             let object = try keys(["path"])
             self = .urlList(path: try object.required("path") { try EnvString($0) }, remote: try RemoteOptions(object))
         case "json-feed":
-            let object = try keys(["url", "urlField", "keyField", "maxPageBytes"])
+            let object = try keys(["url", "urlField", "keyField", "items", "next", "maxPageBytes"])
             self = .jsonFeed(
                 url: try object.required("url") { try EnvString($0) },
                 urlField: try object.optional("urlField", default: "url") { try $0.nonEmptyString() },
                 keyField: try object.optional("keyField") { try $0.nonEmptyString() },
+                shape: JSONFeedShape(
+                    items: try object.optional("items") { try $0.jsonPointer() },
+                    next: try object.optional("next") { try $0.jsonPointer() }),
                 remote: try RemoteOptions(object))
         case "nasa-images":
             let object = try keys(["query", "endpoint", "mediaType", "maxItems", "maxPageBytes"])

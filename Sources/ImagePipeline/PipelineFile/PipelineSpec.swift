@@ -57,8 +57,8 @@ public struct PipelineSpec: Sendable {
         }
         switch source {
         case .urlList(let path, let remote): source = .urlList(path: path, remote: changed(remote))
-        case .jsonFeed(let url, let urlField, let keyField, let remote):
-            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, remote: changed(remote))
+        case .jsonFeed(let url, let urlField, let keyField, let shape, let remote):
+            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, shape: shape, remote: changed(remote))
         case .nasaImages(let query, let endpoint, let mediaType, let maxItems, let remote):
             source = .nasaImages(
                 query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: changed(remote))
@@ -85,8 +85,8 @@ public indirect enum SourceSpec: Sendable, Equatable {
     case directory(path: EnvString, recursive: Bool)
     /// A local file of URLs (`.txt`, `.csv`, `.jsonl`, optionally `.gz`).
     case urlList(path: EnvString, remote: RemoteOptions)
-    /// A JSON array of objects with an image URL each.
-    case jsonFeed(url: EnvString, urlField: String, keyField: String?, remote: RemoteOptions)
+    /// A JSON array of objects with an image URL each, on one page or on pages linked by `next`.
+    case jsonFeed(url: EnvString, urlField: String, keyField: String?, shape: JSONFeedShape, remote: RemoteOptions)
     /// NASA's image search, paged by `next` links.
     case nasaImages(query: EnvString, endpoint: EnvString, mediaType: String, maxItems: Int?, remote: RemoteOptions)
     /// Flickr search, page by page.
@@ -111,10 +111,22 @@ public indirect enum SourceSpec: Sendable, Equatable {
     public var remote: RemoteOptions? {
         switch self {
         case .directory: nil
-        case .urlList(_, let remote), .jsonFeed(_, _, _, let remote), .nasaImages(_, _, _, _, let remote),
+        case .urlList(_, let remote), .jsonFeed(_, _, _, _, let remote), .nasaImages(_, _, _, _, let remote),
             .flickrSearch(_, _, _, _, _, _, let remote), .s3(_, _, _, let remote):
             remote
         }
+    }
+}
+
+/// Where a `json-feed` page holds its entries and the next page's URL: JSON Pointers into
+/// the page (`items`, `next`), nil for the plain shape (the page is the array, and the only one).
+public struct JSONFeedShape: Sendable, Equatable {
+    public var items: JSONPointer?
+    public var next: JSONPointer?
+
+    public init(items: JSONPointer? = nil, next: JSONPointer? = nil) {
+        self.items = items
+        self.next = next
     }
 }
 

@@ -422,8 +422,10 @@ public struct BuiltPipeline: Sendable {
                     path: pathValue.path, message: "URL list \(environment.redact(file)) does not exist or cannot be read")
             }
             feed = URLListFeed(path: file)
-        case .jsonFeed(let url, let urlField, let keyField, _):
-            feed = JSONFeed(url: try web(url), urlField: urlField, keyField: keyField, pages: fetcher!, notice: told)
+        case .jsonFeed(let url, let urlField, let keyField, let shape, _):
+            feed = JSONFeed(
+                url: try web(url), urlField: urlField, keyField: keyField, items: shape.items, next: shape.next,
+                pages: fetcher!, notice: told)
         case .nasaImages(let query, let endpoint, let mediaType, let maxItems, _):
             feed = NASAImagesFeed(
                 query: try query.expanded(in: environment), endpoint: try web(endpoint),
