@@ -16,6 +16,8 @@ public struct PipelineSpec: Sendable {
     /// The outputs a sink takes, by sink name, when it names them (`"outputs": [ids]`);
     /// a sink not here takes every output.
     public var sinkOutputs: [String: [String]] = [:]
+    /// The sinks whose requests are not paced (`"pacing": "off"`), by name.
+    public var unpacedSinks: Set<String> = []
     public var limits: Limits
     public var retry: RetryPolicy
     /// Sent as `User-Agent` with every request (feed pages, images, robots.txt, uploads).
@@ -150,6 +152,9 @@ public struct RemoteOptions: Sendable, Equatable {
     /// APIs): a page is held in memory whole while it is parsed. Not `limits.maxBytes`,
     /// which bounds each image.
     public var maxPageBytes = RemoteOptions.defaultMaxPageBytes
+    /// False with `"pacing": "off"`: the source's requests (feed pages, robots.txt, images)
+    /// wait for no host's turn, and a 429 or 503 they get slows no host down (`HostPacing`).
+    public var paced = true
 
     /// 64 MiB: some hundred thousand entries of a typical feed.
     public static let defaultMaxPageBytes = 64 << 20

@@ -31,6 +31,11 @@ struct SpecNode {
         }
     }
 
+    /// `"pacing"` of a source or sink: `"on"` (true) or `"off"` (false).
+    func pacing() throws -> Bool {
+        try choice(["on", "off"]) == "on"
+    }
+
     func bool() throws -> Bool {
         guard case .bool(let flag) = value else { throw expected("true or false") }
         return flag
