@@ -51,6 +51,10 @@ struct CatalogueTests {
             #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "directory", "path": "o"}, "filters": [{"op": "blur", "sigma": 500}]}"#,
             #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "directory", "path": "o"}, "colour": 1}"#,
             #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "s3", "bucket": "b-1", "secretAccessKey": "written-out"}}"#,
+            #"{"version": 1, "source": {"type": "json-feed", "url": "http://127.0.0.1:9/api", "items": "data/items"}, "sink": {"type": "directory", "path": "o"}}"#,
+            #"{"version": 1, "source": {"type": "json-feed", "url": "http://127.0.0.1:9/api", "next": "/links/~2"}, "sink": {"type": "directory", "path": "o"}}"#,
+            #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "http", "url": "http://127.0.0.1:9/{stem}", "pacing": "slow"}}"#,
+            #"{"version": 1, "source": {"type": "directory", "path": "x"}, "sink": {"type": "directory", "path": "o", "pacing": "off"}}"#,
         ]
         for (index, text) in bad.enumerated() { try work.write(text, to: "bad-\(index).json") }
         // S3 as a sink (AWS, with everything the sink takes) and as a source (an S3-compatible endpoint).
@@ -68,6 +72,15 @@ struct CatalogueTests {
                                       "pathStyle": true, "pageSize": 500, "maxItems": 1000, "cache": false},
              "sink": {"type": "directory", "path": "o"}}
             """, to: "s3-minio.json")
+        // A feed shaped like an API (its items and next page found by JSON Pointers), and
+        // the user's own servers asked without pacing.
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "json-feed", "url": "http://127.0.0.1:9/api", "items": "/data/a~1b~0c/0",
+                                      "next": "/links/next", "pacing": "off"},
+             "sinks": [{"type": "http", "url": "http://127.0.0.1:9/up/{stem}", "pacing": "off"},
+                       {"type": "upload", "endpoint": "http://127.0.0.1:9/ticket", "pacing": "on"}]}
+            """, to: "shaped.json")
         let script = """
             import glob, json, sys
             import jsonschema
@@ -81,7 +94,7 @@ struct CatalogueTests {
         try work.write(script, to: "check.py")
         // `imgpipe init`'s starting file, with its `//` comment keys, is a valid pipeline too.
         #expect(try imgpipe("init", "starter.json").status == 0)
-        let examples = Self.examples + ["starter.json", "s3-aws.json", "s3-minio.json"]
+        let examples = Self.examples + ["starter.json", "s3-aws.json", "s3-minio.json", "shaped.json"]
         #expect(Self.examples.count >= 4, "the files of pipelines/")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")

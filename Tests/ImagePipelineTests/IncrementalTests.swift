@@ -523,10 +523,11 @@ struct IncrementalTests {
         for index in 1...7 { #expect(after["n\(index).png"]?.inode == before["n\(index).png"]?.inode, "n\(index).png") }
     }
 
-    /// A remote feed: with `versionField` the feed's field decides (no image is asked for
-    /// to plan, and only the changed one is fetched again); without it, the cache's ETag is
-    /// sent and a 304 says unchanged.
-    @Test func remoteItemsAreComparedByTheirVersionFieldOrTheirETag() throws {
+    /// Four photos `n1`…`n4` at version 1, and a server of a feed of them (`/feed.json`, each
+    /// entry's `updated` its version) and of their images (`/images/<name>.jpg`, with an ETag
+    /// of name and version, and a 304 to it). An image is replaced by giving it a new version
+    /// and other bytes in `images`.
+    func versionedFeed() throws -> (images: Mutex<[String: (version: Int, data: Data)]>, server: TestHTTPServer) {
         let images = Mutex<[String: (version: Int, data: Data)]>([:])
         for index in 1...4 {
             let path = work.url("src/n\(index).jpg")
@@ -548,6 +549,14 @@ struct IncrementalTests {
             if request.headers["if-none-match"] == tag { return .status(304) }
             return .bytes(image.data, headers: [("ETag", tag)])
         }
+        return (images, server)
+    }
+
+    /// A remote feed: with `versionField` the feed's field decides (no image is asked for
+    /// to plan, and only the changed one is fetched again); without it, the cache's ETag is
+    /// sent and a 304 says unchanged.
+    @Test func remoteItemsAreComparedByTheirVersionFieldOrTheirETag() throws {
+        let (images, server) = try versionedFeed()
         func imageRequests() -> Int { server.requests.count { $0.path.hasPrefix("/images/") } }
         for (file, source) in [
             ("byfield.json", #""versionField": "updated", "cache": false"#), ("byetag.json", #""cache": true"#),
@@ -607,5 +616,90 @@ struct IncrementalTests {
         let after = snapshot("byfield.json-out")
         #expect(after["n2.png"]?.data != before["n2.png"]?.data)
         for name in ["n1.png", "n3.png", "n4.png"] { #expect(after[name]?.inode == before[name]?.inode, "\(name)") }
+    }
+
+    /// A `versionField` named after the first run (the user's case, with the cache on): the
+    /// first incremental run has no versions to compare and asks for each image once (a
+    /// conditional request), and records the versions with what it carries over; from then
+    /// on an unchanged version costs no request at all (it cost one per item, run after run),
+    /// and a changed one fetches that image alone.
+    @Test func aVersionFieldNamedLaterSparesEveryRequestAfterOneRun() throws {
+        let (images, server) = try versionedFeed()
+        func write(versionField: String) throws {
+            try work.write(
+                """
+                {"version": 1, "source": {"type": "json-feed", "url": "\(server.baseURL)/feed.json"\(versionField)},
+                 "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{name}.png"},
+                 "sink": {"type": "directory", "path": "out"}}
+                """, to: "pipe.json")
+        }
+        var seen = 0
+        /// The image requests since the last call.
+        func imageRequests() -> [TestHTTPServer.Request] {
+            let all = server.requests.filter { $0.path.hasPrefix("/images/") }
+            defer { seen = all.count }
+            return Array(all.dropFirst(seen))
+        }
+        try write(versionField: "")
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        #expect(imageRequests().count == 4)
+        let before = snapshot("out")
+
+        try write(versionField: #", "versionField": "updated""#)
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        let compared = imageRequests()
+        #expect(compared.count == 4 && compared.allSatisfy { $0.headers["if-none-match"] != nil }, "no versions yet: the bytes")
+        for index in 2...3 {
+            let run = try imgpipe("run", "pipe.json", "--incremental")
+            #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+            #expect(imageRequests().map(\.path) == [], "run \(index): the versions decided, no image asked for")
+        }
+        #expect(try imgpipe("plan", "pipe.json").stdout.contains("4 unchanged"))
+        #expect(imageRequests().map(\.path) == [], "plan asked for no image either")
+        #expect(snapshot("out").mapValues(\.inode) == before.mapValues(\.inode), "nothing was made again")
+
+        // n3 is replaced: a new version in the feed, other bytes, a new ETag.
+        let replacement = work.url("src/n3-new.jpg")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: 33), to: replacement)
+        images.withLock { $0["n3"] = (2, try! Data(contentsOf: URL(fileURLWithPath: replacement))) }
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        #expect(imageRequests().map(\.path) == ["/images/n3.jpg"], "only the changed image was fetched")
+        let after = snapshot("out")
+        #expect(after["n3.png"]?.data != before["n3.png"]?.data)
+        for name in ["n1.png", "n2.png", "n4.png"] { #expect(after[name]?.inode == before[name]?.inode, "\(name)") }
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
+        #expect(imageRequests().map(\.path) == [])
+    }
+
+    /// Items that failed last time are not "changed sources": `plan` counts them under a
+    /// heading of their own and says what `run --incremental` does with them (tries each
+    /// again from the start, as the runs below show: the file still broken fails again, the
+    /// file replaced is made).
+    @Test func planCountsItemsThatFailedLastTimeApartFromChangedSources() throws {
+        for index in 1...3 { try photo("p\(index)", seed: index) }
+        try work.write("not a picture", to: "in/broken.jpg")
+        try pipeline(quality: 80)
+        #expect(try imgpipe("run", "pipe.json").status == 1)
+
+        let text = try imgpipe("plan", "pipe.json")
+        #expect(text.status == 0, "\(text.stderr)")
+        #expect(text.stdout.contains("items: 0 new, 0 changed, 3 unchanged, 0 gone from the feed"), "\(text.stdout)")
+        #expect(
+            text.stdout.contains(
+                "failed last time: 1 (run --incremental tries them again from the start, whatever their source; "
+                    + "1 of them failed for a cause that does not pass by itself"), "\(text.stdout)")
+        #expect(text.stdout.contains("output web: 1 to make (1 item(s) that failed last time)"), "\(text.stdout)")
+        let json = try plan()
+        #expect(
+            json["changed"] as? Int == 0 && json["failedLastTime"] as? Int == 1 && json["failedLastTimeForGood"] as? Int == 1
+                && json["unchanged"] as? Int == 3, "\(json)")
+
+        let again = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(again.status == 1 && again.stdout.contains("1 failed"), "tried again, and failed again: \(again.stdout)")
+        try photo("broken", seed: 9)
+        #expect(try plan()["failedLastTime"] as? Int == 1)
+        let fixed = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(fixed.status == 0, "\(fixed.stdout)\(fixed.stderr)")
+        #expect(snapshot("out")["broken-web.jpg"] != nil && snapshot("out")["broken-thumb.png"] != nil)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import ImagePipelineTesting
 import Testing
 
@@ -109,6 +110,55 @@ extension RemoteFeedTests {
         // 503 was read (unheld: dozens).
         let held = puts.filter { (0..<1.9).contains($0.receivedAt.timeIntervalSince(when)) }
         #expect(held.count <= 2, "uploads during the host's Retry-After: \(held.map(\.path))")
+    }
+
+    /// The items of the state file at `path` (read while a run writes it) that are processed.
+    static func processedItems(in path: String) -> Int {
+        var configuration = Configuration()
+        configuration.readonly = true
+        let count = try? DatabaseQueue(path: path, configuration: configuration).read {
+            try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM item WHERE status = 'processed'")
+        }
+        return (count ?? nil) ?? 0
+    }
+
+    /// The user's own server, with `"pacing": "off"`: its 503 and Retry-After put off only
+    /// the request that got them; the other items' uploads go on meanwhile, and no host is
+    /// slowed down. The 503 is answered once every item waits for the one upload thread, so
+    /// only pacing could hold the next upload back: the check is a count of uploads during
+    /// the Retry-After (held, none arrive then), and a lower bound on the refused one's retry.
+    @Test func aSinkWithPacingOffPutsOffOnlyTheRequestThatGotA503() throws {
+        let refused = Mutex<Date?>(nil)
+        let answered = Mutex(false)
+        let state = work.url(".imgpipe/pipe.sqlite")
+        let server = try taggedServer { request in
+            guard request.method == "PUT" else { return nil }
+            let first = answered.withLock { was in
+                defer { was = true }
+                return !was
+            }
+            guard first else { return nil }
+            let deadline = Date().addingTimeInterval(20)
+            while Date() < deadline, Self.processedItems(in: state) < 5 { usleep(20_000) }
+            refused.withLock { $0 = Date() }
+            return .status(503, headers: [("Retry-After", "3")])
+        }
+        try writeURLList(server.baseURL, (1...5).map { "/img/\($0).jpg" })
+        try pacedPipeline(
+            limits: #"{"timeout": 30, "uploads": 1}"#,
+            sinks: #"{"type": "http", "url": "\#(server.baseURL)/upload/{stem}", "pacing": "off"}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("5 done, 0 skipped, 0 failed of 5"), "\(result.stdout)")
+        #expect(!result.stderr.contains("answered HTTP 503"), "no host was slowed down: \(result.stderr)")
+        let when = try #require(refused.withLock { $0 })
+        let puts = server.requests.filter { $0.method == "PUT" }
+        let first = try #require(puts.first)
+        #expect(Set(puts.map(\.path)).count == 5 && puts.count == 6, "each item delivered, the refused one twice")
+        let during = puts.filter { (0..<3).contains($0.receivedAt.timeIntervalSince(when)) }
+        #expect(!during.isEmpty && !during.contains { $0.path == first.path }, "uploads during the Retry-After")
+        let retried = try #require(puts.dropFirst().first { $0.path == first.path })
+        #expect(retried.receivedAt.timeIntervalSince(when) >= 2.9, "the refused upload waited out its Retry-After")
     }
 }
 

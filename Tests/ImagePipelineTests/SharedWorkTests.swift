@@ -429,8 +429,8 @@ final class SharedWorkTests: @unchecked Sendable {
 
     /// A NASA-images-like API on loopback: `pages` pages of 4 items, each page linking the
     /// next; the first request of `stallPage` is answered after `stall` seconds. Images are
-    /// small JPEGs.
-    func pagedFeed(pages: Int, stallPage: Int = 0, stall: Double = 0) throws -> TestHTTPServer {
+    /// small JPEGs. `jsonFeed`: the pages are a `json-feed`'s, `{"items": […], "next": URL}`.
+    func pagedFeed(pages: Int, stallPage: Int = 0, stall: Double = 0, jsonFeed: Bool = false) throws -> TestHTTPServer {
         let path = work.url("fixture.jpg")
         try ImageFixtures.jpeg(at: path, width: 64, height: 48)
         let jpeg = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -440,11 +440,18 @@ final class SharedWorkTests: @unchecked Sendable {
             guard request.path == "/search" else { return .status(404) }
             let page = Int(request.query["page"] ?? "1") ?? 1
             let host = "http://\(request.headers["host"]!)"
-            let items = (1...4).map { n in
-                #"{"data": [{"nasa_id": "p\#(page)-\#(n)"}], "links": [{"href": "\#(host)/images/p\#(page)-\#(n).jpg", "rel": "preview"}]}"#
+            var response: TestHTTPServer.Response
+            if jsonFeed {
+                let items = (1...4).map { n in #"{"id": "p\#(page)-\#(n)", "url": "\#(host)/images/p\#(page)-\#(n).jpg"}"# }
+                let next = page < pages ? #""/search?page=\#(page + 1)""# : "null"
+                response = .json(#"{"items": [\#(items.joined(separator: ","))], "next": \#(next)}"#)
+            } else {
+                let items = (1...4).map { n in
+                    #"{"data": [{"nasa_id": "p\#(page)-\#(n)"}], "links": [{"href": "\#(host)/images/p\#(page)-\#(n).jpg", "rel": "preview"}]}"#
+                }
+                let next = page < pages ? #", "links": [{"rel": "next", "href": "\#(host)/search?page=\#(page + 1)"}]"# : ""
+                response = .json(#"{"collection": {"items": [\#(items.joined(separator: ","))]\#(next)}}"#)
             }
-            let next = page < pages ? #", "links": [{"rel": "next", "href": "\#(host)/search?page=\#(page + 1)"}]"# : ""
-            var response = TestHTTPServer.Response.json(#"{"collection": {"items": [\#(items.joined(separator: ","))]\#(next)}}"#)
             if page == stallPage,
                 stalled.withLock({ was in
                     defer { was = true }
@@ -455,9 +462,13 @@ final class SharedWorkTests: @unchecked Sendable {
             }
             return response
         }
+        let source =
+            jsonFeed
+            ? #"{"type": "json-feed", "url": "\#(server.baseURL)/search", "items": "/items", "next": "/next", "keyField": "id", "cache": false}"#
+            : #"{"type": "nasa-images", "query": "moon", "endpoint": "\#(server.baseURL)", "cache": false}"#
         try work.write(
             """
-            {"version": 1, "source": {"type": "nasa-images", "query": "moon", "endpoint": "\(server.baseURL)", "cache": false},
+            {"version": 1, "source": \(source),
              "filters": [{"op": "fit", "width": 16, "height": 16}],
              "output": {"format": "png", "name": "{key}.png"},
              "sink": {"type": "directory", "path": "out"}}
@@ -482,9 +493,11 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(work.files(under: "out").count == 200)
     }
 
-    @Test func aListerKilledMidFeedIsReplacedAndTheListingGoesOnFromItsCursor() throws {
+    /// The same of a NASA search and of a `json-feed` paged by `next`.
+    @Test(arguments: [false, true])
+    func aListerKilledMidFeedIsReplacedAndTheListingGoesOnFromItsCursor(jsonFeed: Bool) throws {
         // Page 12 takes 30 s to answer: the first lister is killed while it waits for it.
-        let server = try pagedFeed(pages: 20, stallPage: 12, stall: 30)
+        let server = try pagedFeed(pages: 20, stallPage: 12, stall: 30, jsonFeed: jsonFeed)
         let first = try worker(["--heartbeat", "0.5", "--lease", "2"])
         waitUntil { server.requests(to: "/search").contains { $0.query["page"] == "12" } }
         let lister = try database().execute("SELECT lister FROM imgpipe_run").first?["lister"]

@@ -7,63 +7,6 @@ public protocol PageSource: Sendable {
 
 extension RemoteFetcher: PageSource {}
 
-/// `json-feed`: one JSON array of objects, each with the image URL in `urlField`; the key
-/// is `keyField`'s value, else the URL; the other fields are kept as metadata. An entry
-/// with no URL string (or that is no object) is left out with a notice.
-public struct JSONFeed: Feed {
-    public let url: String
-    public let urlField: String
-    public let keyField: String?
-    public let pages: any PageSource
-    /// Told of the entries left out (`LeftOutEntries`).
-    public var notice: @Sendable (String) -> Void = { _ in }
-
-    /// The count is exact: the one page holds every item (those without a URL are not counted).
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        let (data, _) = try pages.page(url)
-        guard let items = try ThirdPartyJSON.decode(JSONValue.self, from: data, what: "the feed at \(url)").arrayValue else {
-            throw FeedError("the feed at \(url) is not a JSON array of objects")
-        }
-        let images = items.map(image(of:))
-        let keys = zip(items, images).map { item, image in image.map { keyField.flatMap { item[$0]?.stringValue } ?? $0 } }
-        let withNUL = zip(keys, images).map { key, image in FeedItem.holdsNUL(key, image) }
-        expect(.counted(zip(images, withNUL).count { $0 != nil && !$1 }))
-        let page = "the feed at \(url)"
-        var leftOut = LeftOutEntries(
-            page: page, noun: ("entry", "entries"), reason: "with no \(JSONValue.quote(urlField)) string")
-        var cut = LeftOutEntries.withNUL(page: page)
-        defer {
-            leftOut.tell(notice)
-            cut.tell(notice)
-        }
-        // Entries, none with an image URL: a misnamed `urlField`, most likely, not an empty feed.
-        if !items.isEmpty, images.allSatisfy({ $0 == nil }) {
-            throw FeedError(
-                "the feed at \(url) has \(items.count) entries and none with a \(JSONValue.quote(urlField)) string "
-                    + "(is urlField right?)")
-        }
-        for (index, (item, (image, key))) in zip(items, zip(images, keys)).enumerated() {
-            guard case .object(let members) = item, let image, let key else {
-                leftOut.add(index)
-                continue
-            }
-            guard !withNUL[index] else {
-                cut.add(index)
-                continue
-            }
-            let metadata = JSONValue.object(members.filter { $0.key != urlField }).serialized()
-            if try !body(FeedItem(key: key, url: image, stem: FeedItem.stem(ofURL: image), metadata: metadata)) { return }
-        }
-    }
-
-    /// The image URL of an element that is an object with one (a string, not empty); nil
-    /// for anything else.
-    private func image(of item: JSONValue) -> String? {
-        guard case .object = item, let image = item[urlField]?.string, !image.isEmpty else { return nil }
-        return image
-    }
-}
-
 /// `nasa-images`: NASA's image search (Collection+JSON), page by page along the `next`
 /// links (until `PagingWatch` stops them); key `data[0].nasa_id`, image
 /// `links[rel=preview].href`. An item with neither is left out with a notice.

@@ -132,7 +132,7 @@ public enum PipelineSchema {
                                             ("fields", ref("strings")),
                                             ("fileField", nonEmpty), ("originalField", nonEmpty),
                                             ("allowHosts", .object([("type", .string("array")), ("items", nonEmpty)])),
-                                            ("outputs", ref("outputIDs")),
+                                            ("outputs", ref("outputIDs")), ("pacing", pacing),
                                         ],
                                         required: ["type", "endpoint"]),
                                     object(
@@ -140,6 +140,7 @@ public enum PipelineSchema {
                                             ("type", constant("http")), ("name", nonEmpty), ("url", string),
                                             ("method", .object([("enum", strings(["PUT", "POST"]))])), ("fileField", nonEmpty),
                                             ("headers", ref("strings")), ("outputs", ref("outputIDs")),
+                                            ("pacing", pacing),
                                         ], required: ["type", "url"]),
                                     object(
                                         [("type", constant("s3")), ("name", nonEmpty)] + s3Location + [
@@ -147,7 +148,7 @@ public enum PipelineSchema {
                                             ("storageClass", .object([("enum", strings(S3SinkOptions.storageClasses))])),
                                             ("metadata", ref("strings")), ("multipartThreshold", integerSchema(1...5 << 30)),
                                             ("partSize", integerSchema(S3SinkOptions.minimumPartSize...5 << 30)),
-                                            ("outputs", ref("outputIDs")),
+                                            ("outputs", ref("outputIDs")), ("pacing", pacing),
                                         ], required: ["type", "bucket"]),
                                 ])
                             )
@@ -179,6 +180,12 @@ public enum PipelineSchema {
     static let string = JSONValue.object([("type", .string("string"))])
     static let nonEmpty = JSONValue.object([("type", .string("string")), ("minLength", integer(1))])
     static let boolean = JSONValue.object([("type", .string("boolean"))])
+    /// `"pacing"` of a source or sink.
+    static let pacing = JSONValue.object([("enum", strings(["on", "off"]))])
+    /// An RFC 6901 JSON Pointer: empty, or `/` and tokens in which `~` is only `~0` or `~1`.
+    static let jsonPointer = JSONValue.object([
+        ("type", .string("string")), ("pattern", .string("^(/([^~/]|~[01])*)*$")),
+    ])
     static func constant(_ value: String) -> JSONValue { .object([("const", .string(value))]) }
 
     /// Every source type; remote ones take `cache` and (at the top level) `fallback`.
@@ -187,7 +194,7 @@ public enum PipelineSchema {
         if fallback {
             remote += [
                 ("fallback", ref("sourceWithoutFallback")), ("respectOptOut", boolean), ("robots", boolean),
-                ("versionField", nonEmpty),
+                ("versionField", nonEmpty), ("pacing", pacing),
             ]
         }
         let maxItems = integerSchema(1...Int.max)
@@ -198,7 +205,7 @@ public enum PipelineSchema {
             object(
                 [
                     ("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty),
-                    ("maxPageBytes", maxPageBytes),
+                    ("items", jsonPointer), ("next", jsonPointer), ("maxPageBytes", maxPageBytes),
                 ] + remote,
                 required: ["type", "url"]),
             object(
@@ -219,7 +226,7 @@ public enum PipelineSchema {
                     object(
                         [("type", constant("s3"))] + s3Location + [
                             ("pageSize", integerSchema(1...1000)), ("maxItems", maxItems),
-                            ("cache", ref("cache")), ("fallback", ref("sourceWithoutFallback")),
+                            ("cache", ref("cache")), ("fallback", ref("sourceWithoutFallback")), ("pacing", pacing),
                         ], required: ["type", "bucket"])
                 ] : [])
     }

@@ -68,11 +68,14 @@ extension PipelineSpec {
         }
         var sinks: [SinkSpec] = []
         var sinkOutputs: [String: [String]] = [:]
+        var unpacedSinks: Set<String> = []
         for (index, node) in sinkNodes.enumerated() {
             let (rest, chosen) = try takeSinkOutputs(node, ids: outputs.map(\.id))
-            let sink = try SinkSpec(node: rest, index: index)
+            let (sinkNode, paced) = try takeSinkPacing(rest)
+            let sink = try SinkSpec(node: sinkNode, index: index)
             sinks.append(sink)
             if let chosen { sinkOutputs[sink.name] = chosen }
+            if !paced { unpacedSinks.insert(sink.name) }
             // Each output of an item is its own request or object: the URL or key must tell
             // them apart.
             let several = (chosen?.count ?? outputs.count) > 1
@@ -115,7 +118,8 @@ extension PipelineSpec {
         let accept = try root.optional("accept", default: AcceptRules()) { try AcceptRules(node: $0) }
         return PipelineSpec(
             version: version, name: name, source: source, filters: filters, outputs: outputs,
-            sinks: sinks, sinkOutputs: sinkOutputs, limits: limits, retry: retry, userAgent: userAgent,
+            sinks: sinks, sinkOutputs: sinkOutputs, unpacedSinks: unpacedSinks, limits: limits, retry: retry,
+            userAgent: userAgent,
             accept: accept, baseDirectory: baseDirectory, document: document)
     }
 
@@ -159,6 +163,21 @@ extension PipelineSpec {
         return outputs
     }
 
+    /// A sink's `"pacing"` (`"on"`, the default, or `"off"`), taken out of its node like
+    /// `"outputs"`: true when the sink's requests are paced. A folder sink sends none.
+    static func takeSinkPacing(_ node: SpecNode) throws -> (SpecNode, Bool) {
+        guard case .object(var members) = node.value, let index = members.firstIndex(where: { $0.key == "pacing" }) else {
+            return (node, true)
+        }
+        let pacingNode = SpecNode(value: members[index].value, path: node.path.appending("pacing"))
+        if (try? SpecObject.type(of: node)) == "directory" {
+            throw pacingNode.fail("a directory sink sends no requests to pace; leave \"pacing\" out")
+        }
+        let paced = try pacingNode.pacing()
+        members.remove(at: index)
+        return (SpecNode(value: .object(members), path: node.path), paced)
+    }
+
     /// A sink's `"outputs"` (ids of outputs it takes), taken out of its node so that the
     /// sink's own decoding never sees it.
     static func takeSinkOutputs(_ node: SpecNode, ids: [String]) throws -> (SpecNode, [String]?) {
@@ -189,7 +208,7 @@ extension SourceSpec {
     static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search", "s3"]
     /// Keys of a remote source at the top level; a fallback takes only `cache` (the
     /// others are the whole source's).
-    static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots", "versionField"]
+    static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots", "versionField", "pacing"]
 
     /// A fallback source may not have a fallback of its own (`allowFallback` false).
     init(node: SpecNode, allowFallback: Bool = true) throws {
@@ -208,11 +227,14 @@ extension SourceSpec {
             let object = try keys(["path"])
             self = .urlList(path: try object.required("path") { try EnvString($0) }, remote: try RemoteOptions(object))
         case "json-feed":
-            let object = try keys(["url", "urlField", "keyField", "maxPageBytes"])
+            let object = try keys(["url", "urlField", "keyField", "items", "next", "maxPageBytes"])
             self = .jsonFeed(
                 url: try object.required("url") { try EnvString($0) },
                 urlField: try object.optional("urlField", default: "url") { try $0.nonEmptyString() },
                 keyField: try object.optional("keyField") { try $0.nonEmptyString() },
+                shape: JSONFeedShape(
+                    items: try object.optional("items") { try $0.jsonPointer() },
+                    next: try object.optional("next") { try $0.jsonPointer() }),
                 remote: try RemoteOptions(object))
         case "nasa-images":
             let object = try keys(["query", "endpoint", "mediaType", "maxItems", "maxPageBytes"])
@@ -254,7 +276,8 @@ extension SourceSpec {
             }
             // robots.txt and X-Robots-Tag are for other people's web servers, not a bucket
             // read with its owner's keys.
-            let object = try node.object(allowing: ["type"] + S3Spec.keys + ["pageSize", "maxItems", "cache", "fallback"])
+            let object = try node.object(
+                allowing: ["type"] + S3Spec.keys + ["pageSize", "maxItems", "cache", "fallback", "pacing"])
             var remote = try RemoteOptions(object)
             remote.respectOptOut = false
             self = .s3(
@@ -290,6 +313,7 @@ extension RemoteOptions {
         respectOptOut = try object.optional("respectOptOut", default: true) { try $0.bool() }
         robots = try object.optional("robots", default: false) { try $0.bool() }
         versionField = try object.optional("versionField") { try $0.nonEmptyString() }
+        paced = try object.optional("pacing", default: true) { try $0.pacing() }
         // Only the sources that read feed pages allow the key (`SourceSpec.init`).
         maxPageBytes = try object.optional("maxPageBytes", default: RemoteOptions.defaultMaxPageBytes) {
             try $0.integer(in: 1...RemoteOptions.largestMaxPageBytes)

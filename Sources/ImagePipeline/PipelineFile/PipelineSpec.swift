@@ -16,6 +16,8 @@ public struct PipelineSpec: Sendable {
     /// The outputs a sink takes, by sink name, when it names them (`"outputs": [ids]`);
     /// a sink not here takes every output.
     public var sinkOutputs: [String: [String]] = [:]
+    /// The sinks whose requests are not paced (`"pacing": "off"`), by name.
+    public var unpacedSinks: Set<String> = []
     public var limits: Limits
     public var retry: RetryPolicy
     /// Sent as `User-Agent` with every request (feed pages, images, robots.txt, uploads).
@@ -62,8 +64,8 @@ public struct PipelineSpec: Sendable {
         }
         switch source {
         case .urlList(let path, let remote): source = .urlList(path: path, remote: changed(remote))
-        case .jsonFeed(let url, let urlField, let keyField, let remote):
-            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, remote: changed(remote))
+        case .jsonFeed(let url, let urlField, let keyField, let shape, let remote):
+            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, shape: shape, remote: changed(remote))
         case .nasaImages(let query, let endpoint, let mediaType, let maxItems, let remote):
             source = .nasaImages(
                 query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: changed(remote))
@@ -90,8 +92,8 @@ public indirect enum SourceSpec: Sendable, Equatable {
     case directory(path: EnvString, recursive: Bool)
     /// A local file of URLs (`.txt`, `.csv`, `.jsonl`, optionally `.gz`).
     case urlList(path: EnvString, remote: RemoteOptions)
-    /// A JSON array of objects with an image URL each.
-    case jsonFeed(url: EnvString, urlField: String, keyField: String?, remote: RemoteOptions)
+    /// A JSON array of objects with an image URL each, on one page or on pages linked by `next`.
+    case jsonFeed(url: EnvString, urlField: String, keyField: String?, shape: JSONFeedShape, remote: RemoteOptions)
     /// NASA's image search, paged by `next` links.
     case nasaImages(query: EnvString, endpoint: EnvString, mediaType: String, maxItems: Int?, remote: RemoteOptions)
     /// Flickr search, page by page.
@@ -116,10 +118,22 @@ public indirect enum SourceSpec: Sendable, Equatable {
     public var remote: RemoteOptions? {
         switch self {
         case .directory: nil
-        case .urlList(_, let remote), .jsonFeed(_, _, _, let remote), .nasaImages(_, _, _, _, let remote),
+        case .urlList(_, let remote), .jsonFeed(_, _, _, _, let remote), .nasaImages(_, _, _, _, let remote),
             .flickrSearch(_, _, _, _, _, _, let remote), .s3(_, _, _, let remote):
             remote
         }
+    }
+}
+
+/// Where a `json-feed` page holds its entries and the next page's URL: JSON Pointers into
+/// the page (`items`, `next`), nil for the plain shape (the page is the array, and the only one).
+public struct JSONFeedShape: Sendable, Equatable {
+    public var items: JSONPointer?
+    public var next: JSONPointer?
+
+    public init(items: JSONPointer? = nil, next: JSONPointer? = nil) {
+        self.items = items
+        self.next = next
     }
 }
 
@@ -143,6 +157,9 @@ public struct RemoteOptions: Sendable, Equatable {
     /// APIs): a page is held in memory whole while it is parsed. Not `limits.maxBytes`,
     /// which bounds each image.
     public var maxPageBytes = RemoteOptions.defaultMaxPageBytes
+    /// False with `"pacing": "off"`: the source's requests (feed pages, robots.txt, images)
+    /// wait for no host's turn, and a 429 or 503 they get slows no host down (`HostPacing`).
+    public var paced = true
 
     /// 64 MiB: some hundred thousand entries of a typical feed.
     public static let defaultMaxPageBytes = 64 << 20

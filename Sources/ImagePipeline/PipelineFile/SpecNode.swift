@@ -22,6 +22,20 @@ struct SpecNode {
         return text
     }
 
+    /// An RFC 6901 JSON Pointer (`"/data/items"`; `~1` for `/` and `~0` for `~` in a name).
+    func jsonPointer() throws -> JSONPointer {
+        guard case .string(let text) = value else { throw expected("a JSON Pointer such as \"/data/items\"") }
+        switch JSONPointer.parse(text) {
+        case .success(let pointer): return pointer
+        case .failure(let error): throw fail("\(value.quoted) is not a JSON Pointer: \(error)")
+        }
+    }
+
+    /// `"pacing"` of a source or sink: `"on"` (true) or `"off"` (false).
+    func pacing() throws -> Bool {
+        try choice(["on", "off"]) == "on"
+    }
+
     func bool() throws -> Bool {
         guard case .bool(let flag) = value else { throw expected("true or false") }
         return flag

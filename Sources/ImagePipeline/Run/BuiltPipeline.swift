@@ -94,13 +94,16 @@ public struct BuiltPipeline: Sendable {
                 : try attempt {
                     try makeFeed(spec.source, spec: spec, environment: environment, fetcher: fetcher, notice: notice)
                 }
-            var uploadClient: HTTPClient?
-            func uploads() -> HTTPClient {
-                if let uploadClient { return uploadClient }
+            var uploadClients: [Bool: HTTPClient] = [:]
+            /// The client of a sink's requests: paced with the run's other requests, or not
+            /// at all for a sink with `"pacing": "off"` (its 429s and 503s slow nobody down).
+            func uploads(_ sink: String) -> HTTPClient {
+                let paced = !spec.unpacedSinks.contains(sink)
+                if let client = uploadClients[paced] { return client }
                 let client = HTTPClient(
                     timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
-                    pacing: pacing)
-                uploadClient = client
+                    pacing: paced ? pacing : nil)
+                uploadClients[paced] = client
                 return client
             }
             var sinks: [any Sink] = []
@@ -119,7 +122,7 @@ public struct BuiltPipeline: Sendable {
                             name: name, endpoint: url, fields: fields,
                             fieldsHoldSecrets: fieldValues.contains { $0.value.hasReferences },
                             allowHosts: allowHosts, fileField: fileField, originalField: originalField,
-                            client: uploads(), retry: spec.retry)
+                            client: uploads(name), retry: spec.retry)
                     case .http(let name, let urlValue, let method, let fileField, let headerValues):
                         let template = try urlValue.expanded(in: environment)
                         guard template.lowercased().hasPrefix("http://") || template.lowercased().hasPrefix("https://") else {
@@ -139,9 +142,9 @@ public struct BuiltPipeline: Sendable {
                         }
                         return HTTPSink(
                             name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
-                            client: uploads(), retry: spec.retry)
+                            client: uploads(name), retry: spec.retry)
                     case .s3(let name, let location, let options):
-                        let client = try location.client(in: environment, http: uploads())
+                        let client = try location.client(in: environment, http: uploads(name))
                         let metadata = try options.metadata.map { ($0.name, try $0.value.expanded(in: environment)) }
                         for (index, (_, value)) in metadata.enumerated()
                         where !value.isS3MetadataValue {
@@ -375,7 +378,7 @@ public struct BuiltPipeline: Sendable {
         }
         let client = HTTPClient(
             timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
-            pacing: pacing ?? makePacing(spec, logger: logger))
+            pacing: remote.paced ? pacing ?? makePacing(spec, logger: logger) : nil)
         var fetcher = RemoteFetcher(
             client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,
@@ -422,8 +425,10 @@ public struct BuiltPipeline: Sendable {
                     path: pathValue.path, message: "URL list \(environment.redact(file)) does not exist or cannot be read")
             }
             feed = URLListFeed(path: file)
-        case .jsonFeed(let url, let urlField, let keyField, _):
-            feed = JSONFeed(url: try web(url), urlField: urlField, keyField: keyField, pages: fetcher!, notice: told)
+        case .jsonFeed(let url, let urlField, let keyField, let shape, _):
+            feed = JSONFeed(
+                url: try web(url), urlField: urlField, keyField: keyField, items: shape.items, next: shape.next,
+                pages: fetcher!, notice: told)
         case .nasaImages(let query, let endpoint, let mediaType, let maxItems, _):
             feed = NASAImagesFeed(
                 query: try query.expanded(in: environment), endpoint: try web(endpoint),

@@ -20,7 +20,9 @@ import Foundation
 ///   (`versionField`) and both runs have it; else its image is fetched again (a conditional
 ///   request when the cache has its ETag or Last-Modified: a 304 is unchanged) and the
 ///   SHA-256 of the bytes decides.
-/// - An item that did not end `done` in the previous run is done again, whatever its source.
+/// - An item that did not end `done` in the previous run is done again, whatever its source:
+///   one that failed or was skipped there is told apart from a changed source (`plan`
+///   counts it on its own).
 /// - An output is made again for one item when what the previous run delivered of it is no
 ///   longer there as delivered: a folder sink's file missing or of another size, or any
 ///   sink's location delivered to since by a later run with other bytes (an incremental
@@ -34,6 +36,11 @@ public final class ChangeDetector: Sendable {
         case changed
         /// In it, done, from the same bytes.
         case unchanged
+        /// In it, failed there: tried again from the start (fetched or read anew, its
+        /// attempts counted afresh), its source not compared.
+        case failed
+        /// In it, skipped there (robots.txt, an opt-out, the accept rules): tried again the same way.
+        case skipped
     }
 
     public struct Verdict: Sendable {
@@ -44,6 +51,8 @@ public final class ChangeDetector: Sendable {
         public let renamed: [String]
         /// Of those, the ones made again because what was delivered is no longer there as it was.
         public var replaced: [String] = []
+        /// For an item that failed in the previous run: whether that failure may pass.
+        public var lastFailure: FailureAdvice?
     }
 
     /// The run compared with.
@@ -154,8 +163,12 @@ public final class ChangeDetector: Sendable {
     /// run numbers `index` (`{index}` in names).
     public func classify(_ item: FeedItem, index: Int) -> Verdict {
         let recorded = try? store.sourceStamp(runId: baseline.id, key: item.key)
-        let source = compare(item, recorded: recorded)
-        guard source == .unchanged else { return Verdict(source: source, remake: outputs.map(\.id), renamed: []) }
+        let source = compare(item, recorded: recorded.map { ($0.status, $0.stamp) })
+        guard source == .unchanged else {
+            var verdict = Verdict(source: source, remake: outputs.map(\.id), renamed: [])
+            verdict.lastFailure = recorded?.failure
+            return verdict
+        }
         var remake: [String] = []
         var renamed: [String] = []
         var replaced: [String] = []
@@ -197,10 +210,10 @@ public final class ChangeDetector: Sendable {
                 sink: file.sink, location: file.location, hash: file.hash)) == false
     }
 
-    private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?, names: [String: String])?)
-        -> Source
-    {
+    private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?)?) -> Source {
         guard let recorded else { return .new }
+        if recorded.status == .failed { return .failed }
+        if recorded.status == .skipped { return .skipped }
         guard recorded.status == .done, let stamp = recorded.stamp else { return .changed }
         if item.isLocal {
             guard let info = SourceStamp.fileInfo(item.location) else { return .changed }

@@ -18,6 +18,14 @@ public struct ChangePlan: Sendable, Codable {
     /// Items of the previous run the feed no longer lists.
     public let gone: Int
     public let unchanged: Int
+    /// Items that failed in the compared run: `run --incremental` tries each again from the
+    /// start (fetched or read anew, every output made), whatever its source. Not `changed`.
+    public let failedLastTime: Int
+    /// Of those, the ones whose failure does not pass by itself (`FailureAdvice.Outlook`):
+    /// tried again as they are, they fail again.
+    public let failedLastTimeForGood: Int
+    /// Items skipped in the compared run, tried again the same way.
+    public let skippedLastTime: Int
     public let outputs: [String: OutputPlan]
     /// The previous run's seconds per item, times the items with an output to make.
     public let estimatedSeconds: Double
@@ -40,6 +48,7 @@ public struct ChangePlan: Sendable, Codable {
         var renamed: [String: Int] = [:]
         var replaced: [String: Int] = [:]
         var working = 0
+        var forGood = 0
         var listed = Set<String>()
         try pipeline.feed.list(after: nil, expecting: { _ in }) { found in
             let item = found.withoutSecrets(environment)
@@ -54,6 +63,7 @@ public struct ChangePlan: Sendable, Codable {
                     index: listed.count)
                 ?? ChangeDetector.Verdict(source: .new, remake: ids, renamed: [])
             counts[verdict.source, default: 0] += 1
+            if verdict.lastFailure?.outlook == .permanent { forGood += 1 }
             let made = Set(verdict.remake).union(resent)
             for id in made { redo[id, default: 0] += 1 }
             for id in verdict.renamed { renamed[id, default: 0] += 1 }
@@ -73,6 +83,8 @@ public struct ChangePlan: Sendable, Codable {
         }
         let new = counts[.new] ?? 0
         let changed = counts[.changed] ?? 0
+        let failed = counts[.failed] ?? 0
+        let skipped = counts[.skipped] ?? 0
         var outputs: [String: OutputPlan] = [:]
         for output in pipeline.spec.outputs {
             var reasons: [String] = []
@@ -82,6 +94,8 @@ public struct ChangePlan: Sendable, Codable {
             }
             if new > 0 { reasons.append("\(new) new item(s)") }
             if changed > 0 { reasons.append("\(changed) changed source(s)") }
+            if failed > 0 { reasons.append("\(failed) item(s) that failed last time") }
+            if skipped > 0 { reasons.append("\(skipped) item(s) skipped last time") }
             if let count = renamed[output.id] { reasons.append("\(count) item(s) named otherwise") }
             if let count = replaced[output.id] {
                 reasons.append("\(count) file(s) delivered then changed, removed or written over since")
@@ -90,7 +104,8 @@ public struct ChangePlan: Sendable, Codable {
         }
         return ChangePlan(
             baseline: detector?.baseline.id, new: new, changed: changed, gone: gone,
-            unchanged: counts[.unchanged] ?? 0, outputs: outputs,
+            unchanged: counts[.unchanged] ?? 0, failedLastTime: failed, failedLastTimeForGood: forGood,
+            skippedLastTime: skipped, outputs: outputs,
             estimatedSeconds: ((try store.map { try secondsPerItem(in: $0) } ?? 0) * Double(working) * 100).rounded() / 100,
             unfinishedRun: try store?.latestRun().flatMap { $0.isUnfinished ? $0.id : nil })
     }

@@ -346,7 +346,9 @@ final class RunStages: Sendable {
                     let verdict = changes.classify(listed, index: itemSeq)
                     let kept = spec.outputs.map(\.id).filter { !verdict.remake.contains($0) }
                     if verdict.source == .unchanged, !kept.isEmpty {
-                        carried = NewItem.Carried(run: changes.baseline.id, outputs: kept, sinks: changes.unchangedSinks)
+                        carried = NewItem.Carried(
+                            run: changes.baseline.id, outputs: kept, sinks: changes.unchangedSinks,
+                            version: SourceStamp.version(in: item.metadata, field: spec.source.remote?.versionField))
                     }
                 }
                 guard acquireSlot() else { return false }

@@ -279,7 +279,7 @@ extension RunStore {
 
     /// Copies outputs of an item from an earlier run (`run --incremental`): the name, what
     /// was made, the deliveries done then to the sinks `carried` names, and what its source
-    /// was. An output is not copied when this run names it otherwise (a template whose name
+    /// was (with the feed's version of it now, when it has one). An output is not copied when this run names it otherwise (a template whose name
     /// is known before making, `{index}` after items before it left the feed), nor when its
     /// name is another item's in this run: it is made again. Returns true when the item has
     /// nothing left to deliver: done (and counted in the run's `carried`).
@@ -317,10 +317,11 @@ extension RunStore {
         try db.cachedStatement(
             sql: """
                 UPDATE item SET (sourceSize, sourceModified, sourceHash, sourceVersion, tier) =
-                    (SELECT sourceSize, sourceModified, sourceHash, sourceVersion, tier FROM item WHERE runId = ? AND key = ?)
+                    (SELECT sourceSize, sourceModified, sourceHash, COALESCE(?, sourceVersion), tier FROM item
+                     WHERE runId = ? AND key = ?)
                 WHERE runId = ? AND key = ?
                 """
-        ).execute(arguments: [carried.run, key, runId, key])
+        ).execute(arguments: [carried.version, carried.run, key, runId, key])
         try db.cachedStatement(
             sql: """
                 UPDATE item SET status = 'done', updatedAt = ?

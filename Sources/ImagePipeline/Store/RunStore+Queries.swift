@@ -199,17 +199,18 @@ extension RunStore {
 
 extension RunStore {
     /// An item's status in run `runId`, what its source was when it was processed (nil
-    /// stamp: never processed, or recorded before stamps were) and its outputs' names by id;
-    /// nil when the run has no such item.
+    /// stamp: never processed, or recorded before stamps were), its outputs' names by id and,
+    /// for a failed item, the advice on its failure; nil when the run has no such item.
     public func sourceStamp(runId: Int64, key: String) throws -> (
-        status: ItemStatus, stamp: SourceStamp?, names: [String: String]
+        status: ItemStatus, stamp: SourceStamp?, names: [String: String], failure: FailureAdvice?
     )? {
         try hotRead { db in
             guard
                 let row = try Row.fetchOne(
                     db.cachedStatement(
                         sql: """
-                            SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion FROM item WHERE runId = ? AND key = ?
+                            SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion, reason, message, httpStatus
+                            FROM item WHERE runId = ? AND key = ?
                             """), arguments: [runId, key])
             else { return nil }
             let status = try row.decodeEnum(ItemStatus.self, forColumn: "status")
@@ -226,7 +227,11 @@ extension RunStore {
             {
                 if let name: String = output["name"] { names[output["output"]] = name }
             }
-            return (status, stamp, names)
+            var failure: FailureAdvice?
+            if status == .failed, let reason: String = row["reason"] {
+                failure = FailureAdvice.of(reason: reason, message: row["message"] ?? "", httpStatus: row["httpStatus"])
+            }
+            return (status, stamp, names, failure)
         }
     }
 }

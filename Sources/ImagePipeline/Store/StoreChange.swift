@@ -70,11 +70,16 @@ public struct NewItem: Sendable, Equatable {
         /// The sinks whose deliveries are copied (those the pipeline file did not change);
         /// the others' stay pending, and the item is made and delivered to them.
         public let sinks: [String]
+        /// The item's `versionField` value in the feed now, recorded with the source it
+        /// carries: the previous run may have none (the field was named since), and without
+        /// it every later run would compare the image's bytes again, a request an item.
+        public var version: String?
 
-        public init(run: Int64, outputs: [String], sinks: [String]) {
+        public init(run: Int64, outputs: [String], sinks: [String], version: String? = nil) {
             self.run = run
             self.outputs = outputs
             self.sinks = sinks
+            self.version = version
         }
     }
 

@@ -9,7 +9,8 @@ struct PlanCommand: ParsableCommand {
         discussion: """
             Lists the feed and compares it, and the pipeline file, with the last finished run \
             of the state file: items new to the feed, items whose source changed, items gone \
-            from it, unchanged items, and for each output how many items it must make again \
+            from it, unchanged items, items that failed or were skipped last time (tried again \
+            from the start), and for each output how many items it must make again \
             and why, with an estimate of the time from the previous run. Nothing is processed, \
             written or delivered; a remote image is fetched again to compare it unless the \
             source names a `versionField` (a conditional request when the cache has it).
@@ -46,6 +47,19 @@ struct PlanCommand: ParsableCommand {
                 ?? "no finished run in \(Console.display(stateFile)): every item is new")
         Console.out(
             "items: \(plan.new) new, \(plan.changed) changed, \(plan.unchanged) unchanged, \(plan.gone) gone from the feed")
+        if plan.failedLastTime > 0 {
+            let forGood =
+                plan.failedLastTimeForGood == 0
+                ? ""
+                : "; \(plan.failedLastTimeForGood) of them failed for a cause that does not pass by itself and fail "
+                    + "again unless it is fixed (imgpipe status names the fix)"
+            Console.out(
+                "failed last time: \(plan.failedLastTime) (run --incremental tries them again from the start, "
+                    + "whatever their source\(forGood))")
+        }
+        if plan.skippedLastTime > 0 {
+            Console.out("skipped last time: \(plan.skippedLastTime) (run --incremental tries them again from the start)")
+        }
         for (id, output) in plan.outputs.sorted(by: { $0.key < $1.key }) {
             Console.out(
                 "output \(id): \(output.redo) to make"
