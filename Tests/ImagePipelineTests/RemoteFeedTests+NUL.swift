@@ -78,8 +78,9 @@ extension RemoteFeedTests {
             """#, to: "list.jsonl")
         try pipeline(source: #"{"type": "url-list", "path": "list.jsonl", "cache": false}"#, name: "list.json")
         let list = try imgpipe("run", "list.json")
-        #expect(list.status == 1, "stderr: \(list.stderr)")
+        // Its first line ends the listing: no item could be listed (exit 2, nothing kept).
+        #expect(list.status == 2, "stderr: \(list.stderr)")
         #expect(list.stderr.contains("list.jsonl:1: a NUL character in the URL or the key"), "\(list.stderr)")
-        #expect(try status("list.json").done == 0)
+        #expect(!server.requests.contains { $0.path == "/images/a.jpg" })
     }
 }

@@ -29,7 +29,7 @@ extension RemoteFeedTests {
         let limits = #"{"timeout": 30, "maxBytes": 1048576}"#
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/large.json", "cache": false}"#, limits: limits)
         let refused = try imgpipe("run", "pipe.json")
-        #expect(refused.status == 1, "stderr: \(refused.stderr)")
+        #expect(refused.status == 2, "stderr: \(refused.stderr)")
         #expect(refused.stderr.contains("is over source.maxPageBytes (67108864)"), "\(refused.stderr)")
         #expect(!refused.stderr.contains("limits.maxBytes"), "\(refused.stderr)")
 
@@ -45,7 +45,7 @@ extension RemoteFeedTests {
         try pipeline(
             source: #"{"type": "json-feed", "url": "\#(server.baseURL)/small.json", "cache": false, "maxPageBytes": 1000}"#)
         let small = try imgpipe("run", "pipe.json", "--new")
-        #expect(small.status == 1 && small.stderr.contains("is over source.maxPageBytes (1000"), "\(small.stderr)")
+        #expect(small.status == 2 && small.stderr.contains("is over source.maxPageBytes (1000"), "\(small.stderr)")
 
         // Checked like any setting: a positive integer, and only where pages are read.
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/small.json", "maxPageBytes": 0}"#)

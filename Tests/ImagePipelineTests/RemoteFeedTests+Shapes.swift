@@ -28,10 +28,10 @@ extension RemoteFeedTests {
         // Without the pointer, the object is refused, and the message says what to write.
         try pipeline(source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", "cache": false}"#)
         let plain = try imgpipe("run", "pipe.json", "--new")
-        #expect(plain.status == 1)
+        #expect(plain.status == 2, "no item could be listed: the pipeline's fault")
         #expect(
-            plain.stdout.contains("is not a JSON array of objects") && plain.stdout.contains(#"name it with "items""#),
-            "\(plain.stdout)")
+            plain.stderr.contains("is not a JSON array of objects") && plain.stderr.contains(#"name it with "items""#),
+            "\(plain.stderr)")
     }
 
     @Test func anEscapedPointerReachesNamesWithSlashAndTilde() throws {
@@ -154,9 +154,10 @@ extension RemoteFeedTests {
                 source: #"{"type": "json-feed", "url": "\#(server.baseURL)/feed.json", \#(shape), "cache": false}"#,
                 retry: #"{"attempts": 1}"#)
             let result = try imgpipe("run", "pipe.json", "--new")
-            // A feed that cannot be read, as a page that is no array: a listing error.
-            #expect(result.status == 1, "\(shape): \(result.stdout) \(result.stderr)")
-            #expect(result.stdout.contains("the feed at \(server.baseURL)/feed.json \(message)"), "\(shape): \(result.stdout)")
+            // A feed that cannot be read, as a page that is no array: a listing error, of
+            // which no item was listed (exit 2: fix the pipeline).
+            #expect(result.status == 2, "\(shape): \(result.stdout) \(result.stderr)")
+            #expect(result.stderr.contains("the feed at \(server.baseURL)/feed.json \(message)"), "\(shape): \(result.stderr)")
         }
     }
 }

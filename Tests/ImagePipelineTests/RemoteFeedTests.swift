@@ -84,13 +84,16 @@ struct RemoteFeedTests {
                 held.stall = 30
                 return held
             }
-            if request.path.hasPrefix("/images/m"), response == nil {
+            if request.path.hasPrefix("/images/m") || request.path.hasPrefix("/images/a-"), response == nil {
                 response = .bytes(jpeg)
                 response?.stall = 0.5
             }
             return response
         }
-        let names = ["a.gif"] + (0..<8).map { "m\($0).jpg" } + ["a.jpg"]
+        // `a-<hash>.jpg` holds the name a.jpg would get when "a.jpg" is taken
+        // (`NameTemplate.uniqueStem`), so that a.jpg fails for the name.
+        let own = "a-" + sha256Hex(server.baseURL + "/images/a.jpg").prefix(8) + ".jpg"
+        let names = ["a.gif"] + (0..<8).map { "m\($0).jpg" } + [own, "a.jpg"]
         try work.write(names.map { "\(server.baseURL)/images/\($0)" }.joined(separator: "\n"), to: "list.txt")
         try work.write(
             """
@@ -121,7 +124,7 @@ struct RemoteFeedTests {
         #expect(fetches == 1, "a.jpg was asked for \(fetches) times")
         let report = try status()
         #expect(
-            report.state == "finished" && report.done == 9 && report.skipped == 1 && report.pending == 0 && report.failed == 0,
+            report.state == "finished" && report.done == 10 && report.skipped == 1 && report.pending == 0 && report.failed == 0,
             "\(report.state): \(report.done) done, \(report.skipped) skipped, \(report.pending) pending, \(report.failed) failed")
     }
 
@@ -146,7 +149,10 @@ struct RemoteFeedTests {
             response.stall = 1.5
             return response
         }
-        try work.write(["a.gif", "a.jpg"].map { "\(server.baseURL)/images/\($0)" }.joined(separator: "\n"), to: "list.txt")
+        // `a-<hash>.jpg` holds the name a.jpg would get when "a.jpg" is taken, so that a.jpg
+        // fails for the name (`NameTemplate.uniqueStem`).
+        let own = "a-" + sha256Hex(server.baseURL + "/images/a.jpg").prefix(8) + ".jpg"
+        try work.write(["a.gif", own, "a.jpg"].map { "\(server.baseURL)/images/\($0)" }.joined(separator: "\n"), to: "list.txt")
         try work.write(
             """
             {"version": 1, "source": {"type": "url-list", "path": "list.txt"}, "accept": {"formats": ["jpeg"]},
@@ -157,9 +163,9 @@ struct RemoteFeedTests {
         let retried = try imgpipe("resume", "pipe.json", "--retry-failed")
         #expect(retried.status == 0, "stdout: \(retried.stdout) stderr: \(retried.stderr)")
         #expect(retried.stderr.contains("a.jpg: taken up again"), "stderr: \(retried.stderr)")
-        #expect(work.files(under: "out") == ["images/a.jpg"])
+        #expect(work.files(under: "out") == ["images/\(own)", "images/a.jpg"])
         let report = try status()
-        #expect(report.done == 1 && report.skipped == 1 && report.pending == 0, "\(report.done) done, \(report.pending) pending")
+        #expect(report.done == 2 && report.skipped == 1 && report.pending == 0, "\(report.done) done, \(report.pending) pending")
     }
 
     /// A URL without a host (`http://`) fails at once, final: no retry can give it one (it
@@ -370,7 +376,7 @@ struct RemoteFeedTests {
                 source: #"{"type": "json-feed", "url": "\#(server.baseURL)/\#(page)", "cache": false}"#,
                 retry: #"{"attempts": 1}"#)
             let result = try imgpipe("run", "pipe.json", "--new")
-            #expect(result.status == 1, "\(page): \(result.stdout)")
+            #expect(result.status == 2, "\(page): \(result.stdout)")
             #expect((result.stdout + result.stderr).contains(message), "\(page): \(result.stdout) \(result.stderr)")
         }
     }
