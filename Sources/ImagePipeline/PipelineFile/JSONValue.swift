@@ -36,20 +36,35 @@ public enum JSONValue: Sendable, Equatable {
 
     /// Compact JSON text with keys in their written order.
     public func serialized(sortedKeys: Bool = false) -> String {
+        var out = ""
+        serialize(into: &out, sortedKeys: sortedKeys)
+        return out
+    }
+
+    /// `serialized`, appended to `out`: one string grows, none is made per value.
+    public func serialize(into out: inout String, sortedKeys: Bool = false) {
         switch self {
-        case .null: return "null"
-        case .bool(let value): return value ? "true" : "false"
+        case .null: out += "null"
+        case .bool(let value): out += value ? "true" : "false"
         case .number(let value, let isInteger):
-            if isInteger, abs(value) < 1e15 { return String(Int64(value)) }
-            return String(value)
-        case .string(let value): return JSONValue.quote(value)
+            if isInteger, abs(value) < 1e15 { out += String(Int64(value)) } else { out += String(value) }
+        case .string(let value): JSONValue.quote(value, into: &out)
         case .array(let items):
-            return "[" + items.map { $0.serialized(sortedKeys: sortedKeys) }.joined(separator: ",") + "]"
+            out += "["
+            for (index, item) in items.enumerated() {
+                if index > 0 { out += "," }
+                item.serialize(into: &out, sortedKeys: sortedKeys)
+            }
+            out += "]"
         case .object(let members):
-            let ordered = sortedKeys ? members.sorted { $0.key < $1.key } : members
-            return "{"
-                + ordered.map { JSONValue.quote($0.key) + ":" + $0.value.serialized(sortedKeys: sortedKeys) }
-                .joined(separator: ",") + "}"
+            out += "{"
+            for (index, member) in (sortedKeys ? members.sorted { $0.key < $1.key } : members).enumerated() {
+                if index > 0 { out += "," }
+                JSONValue.quote(member.key, into: &out)
+                out += ":"
+                member.value.serialize(into: &out, sortedKeys: sortedKeys)
+            }
+            out += "}"
         }
     }
 
@@ -70,21 +85,39 @@ public enum JSONValue: Sendable, Equatable {
     }
 
     static func quote(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case let c where c.value < 0x20:
-                out +=
-                    "\\u" + String(repeating: "0", count: 4 - String(c.value, radix: 16).count)
-                    + String(c.value, radix: 16)
-            default: out.unicodeScalars.append(scalar)
+        var out = ""
+        quote(text, into: &out)
+        return out
+    }
+
+    /// `text` as a JSON string appended to `out`. Text with nothing to escape (most keys,
+    /// names and URLs) is appended whole; otherwise byte by byte, each multi-byte letter
+    /// copied as it is.
+    static func quote(_ text: String, into out: inout String) {
+        out += "\""
+        defer { out += "\"" }
+        func special(_ byte: UInt8) -> Bool { byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") }
+        let needsEscape =
+            text.utf8.withContiguousStorageIfAvailable { $0.contains(where: special) } ?? text.utf8.contains(where: special)
+        guard needsEscape else {
+            out += text
+            return
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count + 8)
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+            case UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            case UInt8(ascii: "\n"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case UInt8(ascii: "\r"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+            case UInt8(ascii: "\t"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            case ..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            default: bytes.append(byte)
             }
         }
-        return out + "\""
+        out += String(decoding: bytes, as: UTF8.self)
     }
 }
