@@ -30,13 +30,13 @@ digest() { (cd "$1" && sha256sum -- * | sort -k2) > "$2"; }
 pipeline ref 1
 pipeline stress "$WORKERS"
 rm -rf "$WORK/out-orc-ref" "$WORK/state-orc"
-IMGPIPE_VIPS_VECTOR=1 "$BIN" run "$WORK/orc-ref.json" --state "$WORK/state-orc/ref.sqlite" --quiet \
+"$BIN" run "$WORK/orc-ref.json" --state "$WORK/state-orc/ref.sqlite" --quiet \
   || { echo "reference run failed" >&2; exit 2; }
 digest "$WORK/out-orc-ref" "$WORK/orc-ref.sha"
 crashes=0 wrong=0
 for round in $(seq 1 "$ROUNDS"); do
   rm -rf "$WORK/out-orc-stress" "$WORK/state-orc/stress.sqlite"*
-  IMGPIPE_VIPS_VECTOR=1 "$BIN" run "$WORK/orc-stress.json" --state "$WORK/state-orc/stress.sqlite" --quiet \
+  "$BIN" run "$WORK/orc-stress.json" --state "$WORK/state-orc/stress.sqlite" --quiet \
     >"$WORK/orc-stdout.txt" 2>"$WORK/orc-stderr.txt"
   status=$?
   if [ "$status" -ne 0 ]; then

@@ -3,12 +3,10 @@
 # (fit 320, 640 and 1280, in FORMAT: jpeg by default, or webp/avif, quality 80) against the three one-output pipelines it replaces, on
 # the same N images of the web corpus (default 300), release build, RUNS (3) alternating
 # rounds. Prints the medians and the ratio of the 3-output run to the sum of the three
-# single runs of the same round (goal: ≤ 0.6), in the form of bench/RESULTS.md. The
-# three-output run is also timed with its outputs encoded one after another on the worker
-# (IMGPIPE_ENCODE_AHEAD=0), as before encodes were handed off, and with every resample left
-# to libvips (IMGPIPE_OWN_RESAMPLE=0), as before imgpipe halved and reduced an item's smaller
-# outputs with its own vector code (Sources/CResample; a JPEG is not decoded a second time at
-# 1/2 scale either way, as it was before that). A run's previous outputs are
+# single runs of the same round (goal: ≤ 0.6), in the form of bench/RESULTS.md. (Earlier
+# versions also timed the three-output run encoded one after another and with every resample
+# left to libvips; both lost, and their switches are gone: RESULTS.md has the figures.)
+# A run's previous outputs are
 # moved aside (`aside` in bench/lib.sh), not deleted, and deleted at the end: deleting the
 # 300 files of the three-output run just before it charged it 10 % of its CPU in
 # ext4_create (perf), the single runs (100 files) a third of that per file. Not a test.
@@ -39,17 +37,15 @@ cat > "$WORK/out-three.json" <<JSON
 JSON
 SAMPLES=$WORK/outputs-samples.txt
 : > "$SAMPLES"
-one_run() { # kind (320, 640, 1280, three, inturn or libvips), side, binary
-  local config=$1 ahead=1 own=1
-  [ "$1" = inturn ] && config=three ahead=0
-  [ "$1" = libvips ] && config=three own=0
+one_run() { # kind (320, 640, 1280 or three), side, binary
+  local config=$1
   aside "$WORK/out-single-$config" "$WORK/out-three" "$WORK/state-out-$1"
-  IMGPIPE_ENCODE_AHEAD=$ahead IMGPIPE_OWN_RESAMPLE=$own timed "$1" "$SAMPLES" "$3" run "$WORK/out-$config.json" --state "$WORK/state-out-$1/s.sqlite" --quiet
+  timed "$1" "$SAMPLES" "$3" run "$WORK/out-$config.json" --state "$WORK/state-out-$1/s.sqlite" --quiet
   if [ "$config" = three ] && [ "$(count_files "$WORK/out-three")" -ne $((N * 3)) ]; then
     echo "3-output run made $(count_files "$WORK/out-three") files" >&2; exit 1
   fi
 }
-alternate head "320 640 1280 three inturn libvips" one_run
+alternate head "320 640 1280 three" one_run
 clear_aside
 python3 - "$SAMPLES" "$RUNS" "$N" "$FORMAT" <<'PY'
 import statistics, sys
@@ -58,18 +54,13 @@ rows = [line.split() for line in open(path)]
 by = {}
 for label, wall, rss in rows: by.setdefault(label, []).append((float(wall), int(rss)))
 ratios = [by["three"][i][0] / (by["320"][i][0] + by["640"][i][0] + by["1280"][i][0]) for i in range(runs)]
-inturn = [by["inturn"][i][0] / (by["320"][i][0] + by["640"][i][0] + by["1280"][i][0]) for i in range(runs)]
-libvips = [by["libvips"][i][0] / (by["320"][i][0] + by["640"][i][0] + by["1280"][i][0]) for i in range(runs)]
 med = lambda k: statistics.median(w for w, _ in by[k])
 rss = lambda k: max(r for _, r in by[k]) // 1024
 print(f"### Several outputs: {n} web-sized JPEGs → fit 320, 640, 1280 ({fmt} q80), local folder\n")
 print("| run | wall (s), median | peak RSS (MB) |\n|---|---|---|")
 for k, name in [("320", "one output: fit 320"), ("640", "one output: fit 640"), ("1280", "one output: fit 1280"),
-                ("three", "three outputs in one pipeline"), ("inturn", "the same, encoded one after another (IMGPIPE_ENCODE_AHEAD=0)"),
-                ("libvips", "the same, every resample by libvips (IMGPIPE_OWN_RESAMPLE=0)")]:
+                ("three", "three outputs in one pipeline")]:
     print(f"| {name} | {med(k):.2f} | {rss(k)} |")
 print(f"\nThree outputs vs the sum of the three single runs of the same round: "
       + ", ".join(f"{r:.3f}" for r in ratios) + f" (median {statistics.median(ratios):.3f}; goal ≤ 0.6).")
-print("Encoded one after another: " + ", ".join(f"{r:.3f}" for r in inturn) + f" (median {statistics.median(inturn):.3f}).")
-print("Every resample by libvips: " + ", ".join(f"{r:.3f}" for r in libvips) + f" (median {statistics.median(libvips):.3f}).")
 PY

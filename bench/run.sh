@@ -15,8 +15,8 @@
 #     20k again from bench/server.py), and the time of `imgpipe resume` on the finished
 #     20k-item run; items/s against the floor of the same small images, vipsthumbnail on 2
 #     processes over 2000 local copies, measured just before and just after each run.
-#   Vector off: work A again with IMGPIPE_VIPS_VECTOR=0 (liborc's vector code off; it is on
-#     by default, as in vipsthumbnail).
+#   Vector off: work A again with VIPS_NOVECTOR=1 (libvips' own switch: liborc's vector code
+#     off; it is on by default, as in vipsthumbnail).
 #   Slow origin: bench/slow-origin.sh (96 one-second answers, downloads 16, uploads 8).
 #   Issue 13's targets are checked against the runs of this same session (report.py).
 #
@@ -71,7 +71,7 @@ for run in $(seq 1 "$RUNS"); do
   timed "A vipsthumbnail" "$SAMPLES" sh -c "ls '$WEB'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/out-vips/%s.jpg[Q=85,strip]'"
   check "$WORK/out-vips" 1000
   aside "$WORK/out-a" "$WORK/state-a"
-  timed "A imgpipe scalar" "$SAMPLES" env IMGPIPE_VIPS_VECTOR=0 "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet
+  timed "A imgpipe scalar" "$SAMPLES" env VIPS_NOVECTOR=1 "$BIN" run "$WORK/a.json" --state "$WORK/state-a/a.sqlite" --quiet
   check "$WORK/out-a" 1000
   if [ -z "${SKIP_PEERS:-}" ]; then
     aside "$WORK/out-magick"; mkdir -p "$WORK/out-magick"

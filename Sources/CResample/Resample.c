@@ -15,10 +15,6 @@ enum {
     MAX_POINTS = 2000,
 };
 
-static int own_resampling = 1;
-void rs_set_enabled(int enabled) { own_resampling = enabled != 0; }
-int rs_enabled(void) { return own_resampling; }
-
 // The number of points of libvips' lanczos3 mask for a reduction by `shrink`.
 static int lanczos3_points(double shrink) { return 2 * (int)rint(3 * shrink) + 1; }
 

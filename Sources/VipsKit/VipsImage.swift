@@ -1,4 +1,3 @@
-import CResample
 import CVips
 
 /// One libvips image. Owns its reference and drops it in `deinit`.
@@ -46,7 +45,7 @@ public final class VipsImage: @unchecked Sendable {
         _ operation: String, width: Int, height: Int,
         _ fill: (UnsafePointer<UInt8>, Int, UnsafeMutablePointer<UInt8>, Int) -> Int32
     ) throws -> VipsImage? {
-        guard rs_enabled() != 0, ip_uchar_in_memory(pointer) != 0 else { return nil }
+        guard ip_uchar_in_memory(pointer) != 0 else { return nil }
         guard let out = ip_new_like(pointer, Int32(width), Int32(height)) else {
             throw VipsError.take(operation, context: summary)
         }

@@ -1,6 +1,5 @@
 import COrcGuard
 import CPangoGuard
-import CResample
 import CVips
 
 #if canImport(Glibc)
@@ -19,7 +18,6 @@ import CVips
 ///   code memory (Debian 12's liborc 0.4.33 races there; the story is in
 ///   Sources/COrcGuard/OrcGuard.c). When the lock is not in force (`vectorCompileGuarded`
 ///   false), or `VIPS_NOVECTOR` is set, the vector code stays off.
-///   `setVectorEnabled(false)` turns it off, for comparisons.
 public enum VipsRuntime {
     private static let setUpResult: Result<Void, VipsError> = {
         setenv("VIPS_WARNING", "0", 0)
@@ -40,26 +38,6 @@ public enum VipsRuntime {
     /// Initialises libvips once; later calls return the first call's result.
     public static func setUp() throws {
         try setUpResult.get()
-    }
-
-    /// Sets libvips' worker threads per image (default 1). Tuning knob for benchmarks.
-    public static func setThreadsPerImage(_ count: Int) {
-        guard case .success = setUpResult else { return }
-        vips_concurrency_set(Int32(max(1, count)))
-    }
-
-    /// Turns liborc's vector code off, or back on when its lock is in force (see above).
-    /// Tuning knob.
-    public static func setVectorEnabled(_ enabled: Bool) {
-        guard case .success = setUpResult else { return }
-        ip_set_vector_enabled(enabled && vectorCompileGuarded ? 1 : 0)
-    }
-
-    /// Leaves every resample to libvips (`false`), instead of halving and reducing 8-bit
-    /// pictures in memory with imgpipe's own vector code (`Sources/CResample`, the
-    /// default). Tuning knob, for comparisons; call before any work.
-    public static func setOwnResampling(_ enabled: Bool) {
-        rs_set_enabled(enabled ? 1 : 0)
     }
 
     /// Whether libvips uses liborc's vector code.

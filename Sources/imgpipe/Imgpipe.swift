@@ -15,9 +15,6 @@ enum Exit {
 struct Imgpipe: ParsableCommand {
     static let version = ImgpipeIdentity.version
 
-    /// Benchmark knobs from the environment (`IMGPIPE_FUSE`, `IMGPIPE_VIPS_THREADS`).
-    static let tuning = Tuning(environment: ProcessInfo.processInfo.environment)
-
     static let configuration = CommandConfiguration(
         commandName: "imgpipe",
         abstract: "Run batch image pipelines: a feed of images, a chain of libvips filters, and sinks.",
@@ -33,9 +30,10 @@ struct Imgpipe: ParsableCommand {
     )
 
     /// Where `run`, `resume` and `work` make items' pixels: in helper processes of this
-    /// binary (`PixelHelper`), unless `IMGPIPE_PIXEL_HELPERS=0` (`tuning`) keeps them on the
-    /// pixel workers' threads in this process.
-    static let pixelHelper: PixelHelperLaunch? = tuning.pixelHelpers ? .thisExecutable : nil
+    /// binary (`PixelHelper`), unless `IMGPIPE_PIXEL_HELPERS=0` keeps them on the pixel
+    /// workers' threads in this process (one process to debug or profile; docs/performance.md).
+    static let pixelHelper: PixelHelperLaunch? =
+        ProcessInfo.processInfo.environment["IMGPIPE_PIXEL_HELPERS"] == "0" ? nil : .thisExecutable
 
     /// Parses and runs, mapping argument errors to exit code 2 rather than 64.
     static func main() {
@@ -44,13 +42,10 @@ struct Imgpipe: ParsableCommand {
         if ProcessInfo.processInfo.environment["MALLOC_ARENA_MAX"] == nil {
             VipsRuntime.limitMallocArenas(2)
         }
-        if tuning.threadsPerImage != 1 { VipsRuntime.setThreadsPerImage(tuning.threadsPerImage) }
-        if !tuning.vectorCode { VipsRuntime.setVectorEnabled(false) }
-        if !tuning.ownResampling { VipsRuntime.setOwnResampling(false) }
         // A run's pixel helper (started with the run's process id), set up as the run is.
         let arguments = CommandLine.arguments
         if arguments.count == 3, arguments[1] == PixelHelper.argument, let parent = pid_t(arguments[2]) {
-            PixelHelper.serve(parent: parent, tuning: tuning)
+            PixelHelper.serve(parent: parent)
         }
         LogOptions.bootstrap()
         do {

@@ -156,6 +156,36 @@ struct OutputsTests {
         }
     }
 
+    /// One path per decision (issue 34): the switches of settled experiments (an unfused
+    /// `fit`, libvips threads, outputs encoded in turn, libvips' resamples, another commit
+    /// gap, liborc off) are gone, so setting them changes no byte of any output.
+    @Test func theSwitchesOfSettledExperimentsChooseNoOtherPath() throws {
+        for (name, folder) in [("pipe.json", "out"), ("switched.json", "switched")] {
+            try work.write(
+                """
+                {"version": 1, "source": {"type": "directory", "path": "in"},
+                 "outputs": [{"id": "w640", "filters": [{"op": "fit", "width": 640, "height": 640}]},
+                             {"id": "w320", "filters": [{"op": "fit", "width": 320, "height": 320}]}],
+                 "sink": {"type": "directory", "path": "\(folder)"}}
+                """, to: name)
+        }
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let switched = try ImgpipeBinary.run(
+            ["run", "switched.json"], in: work.path,
+            environment: [
+                "IMGPIPE_FUSE": "0", "IMGPIPE_VIPS_THREADS": "2", "IMGPIPE_ENCODE_AHEAD": "0",
+                "IMGPIPE_OWN_RESAMPLE": "0", "IMGPIPE_COMMIT_GAP_MS": "0", "IMGPIPE_VIPS_VECTOR": "0",
+            ])
+        #expect(switched.status == 0, "\(switched.stderr)")
+        let made = work.files(under: "out")
+        #expect(made.count == Self.sizes.count * 2 && made == work.files(under: "switched"))
+        for file in made {
+            #expect(
+                FileManager.default.contents(atPath: work.url("out/" + file))
+                    == FileManager.default.contents(atPath: work.url("switched/" + file)), "\(file) differs")
+        }
+    }
+
     @Test func killNineWithSeveralOutputsAndSinksThenResumeDeliversEachPairOnce() throws {
         let server = try UploadServer(mode: .slow(0.2))
         for index in 5...16 {

@@ -33,9 +33,4 @@ int rs_reduced_length(int length, double shrink);
 /// (gap 2) starts a pass by 4× or more with a box shrink, which this does not do.
 int rs_reduces_as_libvips(int width, int height, double hshrink, double vshrink);
 
-/// Whether VipsKit uses these (1, the default) or leaves every resample to libvips (0): a
-/// process-wide switch for comparisons (`IMGPIPE_OWN_RESAMPLE=0`), set before any work.
-void rs_set_enabled(int enabled);
-int rs_enabled(void);
-
 #endif

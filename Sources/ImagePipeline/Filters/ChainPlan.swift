@@ -24,13 +24,7 @@ struct ChainPlan: Sendable, Equatable {
         return thumbnail.autorotate ? "autorotate+" + box : box
     }
 
-    /// `fuse: false` runs every step on its own (for benchmarking the fusion).
-    init(_ filters: [FilterStep], fuse: Bool = true) {
-        guard fuse else {
-            thumbnail = nil
-            steps = filters
-            return
-        }
+    init(_ filters: [FilterStep]) {
         var rest = filters[...]
         var autorotate = false
         if rest.first == .autorotate, rest.count > 1 {

@@ -1,38 +1,6 @@
 import Foundation
 import VipsKit
 
-/// Knobs for benchmarks, not part of the pipeline file: the command line reads them from
-/// `IMGPIPE_FUSE` (`0` runs a leading autorotate/fit/fill step by step instead of as one
-/// `vips_thumbnail`), `IMGPIPE_VIPS_THREADS` (libvips threads per image, default 1) and
-/// `IMGPIPE_VIPS_VECTOR` (`0` turns liborc's vector code off; see `VipsRuntime`); the
-/// last two are process-wide, so the command line applies them through `VipsRuntime`.
-/// `IMGPIPE_ENCODE_AHEAD=0` encodes an item's several outputs one after the other on its
-/// worker instead of handing all but the last to `ImageProcessor.encoders`;
-/// `IMGPIPE_OWN_RESAMPLE=0` leaves the halving and lanczos3 reduction of 8-bit pictures in
-/// memory (an item's smaller outputs) to libvips instead of imgpipe's own vector code
-/// (process-wide, through `VipsRuntime`). `IMGPIPE_PIXEL_HELPERS=0` makes the pixels of the
-/// command line's runs on the pixel workers' threads instead of in helper processes
-/// (`PixelHelper`).
-public struct Tuning: Sendable {
-    public var fuseLeadingGeometry = true
-    public var threadsPerImage = 1
-    public var vectorCode = true
-    public var encodeAhead = true
-    public var ownResampling = true
-    public var pixelHelpers = true
-
-    public init() {}
-
-    public init(environment: [String: String]) {
-        fuseLeadingGeometry = environment["IMGPIPE_FUSE"] != "0"
-        threadsPerImage = environment["IMGPIPE_VIPS_THREADS"].flatMap(Int.init).map { max(1, $0) } ?? 1
-        vectorCode = !["0", "false", "off", "no"].contains(environment["IMGPIPE_VIPS_VECTOR"]?.lowercased() ?? "")
-        encodeAhead = environment["IMGPIPE_ENCODE_AHEAD"] != "0"
-        ownResampling = environment["IMGPIPE_OWN_RESAMPLE"] != "0"
-        pixelHelpers = environment["IMGPIPE_PIXEL_HELPERS"] != "0"
-    }
-}
-
 /// What a pipeline item is read from.
 public enum ImageInput: Sendable {
     case file(String)
@@ -115,8 +83,6 @@ public struct ImageProcessor: Sendable {
     /// Checked by `processOrSkip` before any pixel is decoded.
     public let accept: AcceptRules
     let context: FilterContext
-    /// Whether all outputs but the last are encoded on `encoders` (`Tuning.encodeAhead`).
-    let encodeAhead: Bool
 
     /// Encodes an item's outputs but its last, while the item's worker makes the next one,
     /// when one of its threads is free (else the worker encodes the output itself): as
@@ -132,30 +98,29 @@ public struct ImageProcessor: Sendable {
     /// `baseDirectory` is the pipeline file's folder (watermark paths are relative to it).
     public init(
         filters: [FilterStep], output: OutputSpec, limits: Limits, baseDirectory: String = "/",
-        tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()
+        accept: AcceptRules = AcceptRules()
     ) {
         self.init(
             filters: filters, outputs: [OutputPlan(output)], limits: limits, baseDirectory: baseDirectory,
-            tuning: tuning, accept: accept)
+            accept: accept)
     }
 
     public init(
         filters: [FilterStep], outputs: [OutputPlan], limits: Limits, baseDirectory: String = "/",
-        tuning: Tuning = Tuning(), accept: AcceptRules = AcceptRules()
+        accept: AcceptRules = AcceptRules()
     ) {
         precondition(!outputs.isEmpty, "a pipeline has at least one output")
-        let fuse = tuning.fuseLeadingGeometry
         if outputs.count == 1 {
             // One output: its steps simply follow the common ones (one chain, fused as usual).
-            plan = ChainPlan(filters + outputs[0].filters, fuse: fuse)
+            plan = ChainPlan(filters + outputs[0].filters)
             outputSteps = [[]]
             sharedLoad = nil
-        } else if filters.isEmpty, fuse, let shared = SharedLoad(outputs.map { ChainPlan($0.filters) }) {
-            plan = ChainPlan([], fuse: fuse)
+        } else if filters.isEmpty, let shared = SharedLoad(outputs.map { ChainPlan($0.filters) }) {
+            plan = ChainPlan([])
             outputSteps = shared.steps
             sharedLoad = shared
         } else {
-            plan = ChainPlan(filters, fuse: fuse)
+            plan = ChainPlan(filters)
             outputSteps = outputs.map(\.filters)
             sharedLoad = nil
         }
@@ -173,7 +138,6 @@ public struct ImageProcessor: Sendable {
         self.limits = limits
         self.accept = accept
         context = FilterContext(baseDirectory: baseDirectory)
-        encodeAhead = tuning.encodeAhead
     }
 
     /// `process`, with the `accept` rules checked first: from the bytes (size, format by
@@ -369,7 +333,7 @@ public struct ImageProcessor: Sendable {
                 // Encoded on `encoders` while this worker makes the next output, when one of
                 // its threads is free (with more workers than cores, often none is: the
                 // worker encodes it itself, as it would have to wait for it anyway).
-                if encodeAhead, timing == nil, index != order.last, encodings.start(index, on: Self.encoders, encode) {
+                if timing == nil, index != order.last, encodings.start(index, on: Self.encoders, encode) {
                     continue
                 }
                 let result = Result(catching: encode)

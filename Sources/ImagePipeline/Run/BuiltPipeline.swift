@@ -28,12 +28,12 @@ public struct BuiltPipeline: Sendable {
     /// path of the value (an unset variable, a source directory that does not exist).
     /// `notice` receives what the feed has to say while listing (e.g. falling back).
     public static func build(
-        _ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning = Tuning(),
+        _ spec: PipelineSpec, path: String, environment: Environment,
         logger: Logger = Logger(label: "imgpipe"),
         notice: @escaping @Sendable (String) -> Void = { _ in }
     ) throws -> BuiltPipeline {
         var assembly = Assembly(collecting: false)
-        return try assembly.build(spec, path: path, environment: environment, tuning: tuning, logger: logger, notice: notice)
+        return try assembly.build(spec, path: path, environment: environment, logger: logger, notice: notice)
     }
 
     /// Every check `build` makes before a run, all of them rather than the first fault, and
@@ -43,7 +43,7 @@ public struct BuiltPipeline: Sendable {
     public static func check(_ spec: PipelineSpec, path: String, environment: Environment) -> [Error] {
         var assembly = Assembly(collecting: true)
         _ = try? assembly.build(
-            spec, path: path, environment: environment, tuning: Tuning(),
+            spec, path: path, environment: environment,
             logger: Logger(label: "imgpipe"), notice: { _ in })
         return assembly.faults
     }
@@ -65,7 +65,7 @@ public struct BuiltPipeline: Sendable {
         }
 
         mutating func build(
-            _ spec: PipelineSpec, path: String, environment: Environment, tuning: Tuning,
+            _ spec: PipelineSpec, path: String, environment: Environment,
             logger: Logger, notice: @escaping @Sendable (String) -> Void
         ) throws -> BuiltPipeline {
             let cancellation = CancellationFlag()
@@ -189,7 +189,7 @@ public struct BuiltPipeline: Sendable {
             guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
             let processor = ImageProcessor(
                 filters: filters.map(\.step), outputs: outputs, limits: spec.limits,
-                baseDirectory: spec.baseDirectory, tuning: tuning, accept: spec.accept)
+                baseDirectory: spec.baseDirectory, accept: spec.accept)
             return BuiltPipeline(
                 spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
                 sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)

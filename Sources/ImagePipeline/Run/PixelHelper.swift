@@ -29,9 +29,8 @@ public enum PixelHelper {
     public static let processName = "imgpipe-pixels"
 
     /// Serves the run that started this process on standard input (a socket), until it
-    /// closes it. `parent` is the run's process id; `tuning` is the run's (both read it from
-    /// the same environment).
-    public static func serve(parent: pid_t, tuning: Tuning) -> Never {
+    /// closes it. `parent` is the run's process id.
+    public static func serve(parent: pid_t) -> Never {
         guard ip_die_with_parent(parent) == 0 else { exit(0) }
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
@@ -42,7 +41,7 @@ public enum PixelHelper {
         guard let first = PixelWire.read(socket) else { exit(0) }
         let processor: ImageProcessor
         do {
-            processor = try makeProcessor(first.header, document: first.payload, tuning: tuning)
+            processor = try makeProcessor(first.header, document: first.payload)
             try VipsRuntime.setUp()
         } catch {
             _ = PixelWire.write(socket, header: PixelMessage.refusal(String(describing: error)))
@@ -74,7 +73,7 @@ public enum PixelHelper {
     /// The processor of the pipeline in a configuration frame, built as `BuiltPipeline`
     /// builds the run's, with the `${…}` values the frame holds (the helper's own
     /// environment has none of the run's).
-    static func makeProcessor(_ header: [UInt8], document: Data, tuning: Tuning) throws -> ImageProcessor {
+    static func makeProcessor(_ header: [UInt8], document: Data) throws -> ImageProcessor {
         var fields = WireReader(header)
         let baseDirectory = try fields.string()
         let name = try fields.string()
@@ -90,8 +89,7 @@ public enum PixelHelper {
         return ImageProcessor(
             filters: try BuiltPipeline.checkedFilters(spec, environment: environment),
             outputs: try BuiltPipeline.checkedOutputs(spec, environment: environment),
-            limits: spec.limits, baseDirectory: spec.baseDirectory,
-            tuning: tuning, accept: spec.accept)
+            limits: spec.limits, baseDirectory: spec.baseDirectory, accept: spec.accept)
     }
 }
 

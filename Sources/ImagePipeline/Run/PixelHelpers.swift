@@ -18,7 +18,7 @@ public struct PixelHelperLaunch: Sendable {
     }
 
     /// The environment a helper starts with: only what the pixels read (locale, fonts,
-    /// temporary files, libvips', GLib's and malloc's settings, the tuning knobs), never the
+    /// temporary files, libvips', GLib's and malloc's settings), never the
     /// run's secrets. A helper decodes hostile files; whatever the run read from its
     /// environment for headers, tokens, credentials or the state's URL stays out of its
     /// `/proc/PID/environ`. The `${…}` values its filters need come in its configuration.
@@ -30,8 +30,6 @@ public struct PixelHelperLaunch: Sendable {
 
     static let keptNames: Set<String> = [
         "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "MALLOC_ARENA_MAX",
-        "IMGPIPE_FUSE", "IMGPIPE_VIPS_THREADS", "IMGPIPE_VIPS_VECTOR", "IMGPIPE_ENCODE_AHEAD",
-        "IMGPIPE_OWN_RESAMPLE", "IMGPIPE_PIXEL_HELPERS",
     ]
     static let keptPrefixes = ["LC_", "VIPS_", "G_", "FONTCONFIG_", "FC_", "XDG_"]
 

@@ -7,9 +7,8 @@ import Foundation
 /// hands an item on only from that completion, so every transition is durable before
 /// the next stage starts.
 ///
-/// While `linger` says so, commits are spaced at least `commitGap` apart (5 ms;
-/// `IMGPIPE_COMMIT_GAP_MS` sets it, and 0 commits as soon as the last commit ended): what
-/// comes in meanwhile waits and goes into the next commit together. A run of 200 images a
+/// While `linger` says so, commits are spaced at least `commitGap` apart (5 ms): what comes
+/// in meanwhile waits and goes into the next commit together. A run of 200 images a
 /// second makes some 700 changes a second; committed one by one, each is a transaction of its
 /// own that writes the same few pages of the WAL again and wakes this queue again
 /// (bench/RESULTS.md, ninth session: work A wrote 30 % fewer WAL pages). Each of an item's
@@ -40,14 +39,9 @@ final class StoreWriter: @unchecked Sendable {
     /// Whether a commit may wait for `commitGap` now.
     private let linger: @Sendable () -> Bool
 
-    /// 5 ms, or `IMGPIPE_COMMIT_GAP_MS` (a tuning knob for benchmarks: 0 to 1000; a value
-    /// that is not a number is passed over).
-    static let defaultCommitGap: Double = {
-        guard let text = ProcessInfo.processInfo.environment["IMGPIPE_COMMIT_GAP_MS"], let ms = Double(text), ms.isFinite else {
-            return 0.005
-        }
-        return min(max(ms, 0), 1000) / 1000
-    }()
+    /// 5 ms: past it, fewer commits saved little and added to each item's time in flight
+    /// (bench/RESULTS.md, ninth session).
+    static let defaultCommitGap: Double = 0.005
 
     private let redact: @Sendable (String) -> String
 

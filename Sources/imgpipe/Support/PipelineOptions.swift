@@ -45,9 +45,7 @@ struct PipelineOptions: ParsableArguments {
     ) throws -> BuiltPipeline {
         do {
             return try BuiltPipeline.build(
-                spec, path: pipeline, environment: environment, tuning: Imgpipe.tuning,
-                logger: logging.logger(),
-                notice: notice)
+                spec, path: pipeline, environment: environment, logger: logging.logger(), notice: notice)
         } catch {
             throw CommandError.usage("\(pipeline): \(environment.redact(String(describing: error)))")
         }
