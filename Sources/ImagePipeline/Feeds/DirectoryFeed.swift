@@ -27,23 +27,14 @@ public struct DirectoryFeed: Feed {
         excluded = Set(folders.map { URL(fileURLWithPath: $0).standardizedFileURL.path })
     }
 
-    public func list(_ body: (FeedItem) throws -> Bool) throws {
-        try list(after: [], body)
-    }
-
-    /// Counts the files first (`countFiles`), then lists them.
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        try list(after: nil, expecting: expect, body)
-    }
-
-    /// Counts the files (all of them: the run's total), then lists those after `cursor`'s
-    /// key in listing order, folders before it never opened: a resumed listing of a
-    /// million files starts at once. A file added before the cursor since is not listed (a
-    /// refresh, `resume --refresh-feed`, lists from the start).
-    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool)
+    /// Counts the files when asked to (all of them: the run's total; `countFiles`), then
+    /// lists those after `cursor`'s key in listing order, folders before it never opened: a
+    /// resumed listing of a million files starts at once. A file added before the cursor
+    /// since is not listed (a refresh, `resume --refresh-feed`, lists from the start).
+    public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
         throws
     {
-        expect(.counted(countFiles()))
+        expect?(.counted(countFiles()))
         let path = cursor.map { LocalPath.unescaped($0.key).split(separator: UInt8(ascii: "/")).map(Array.init) } ?? []
         try list(after: path, body)
     }

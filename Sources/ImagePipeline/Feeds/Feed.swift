@@ -155,24 +155,23 @@ public struct FeedItem: Sendable, Equatable {
     }
 }
 
-/// A source of items, listed lazily in a stable order.
+/// A source of items, listed lazily in a stable order. A feed implements one method,
+/// `list(after:expecting:_:)`; `list(_:)` and `list(expecting:_:)` are that method's
+/// plain uses.
 public protocol Feed: Sendable {
-    /// Calls `body` with each item in order until the feed ends or `body` returns false.
-    /// Throws `FeedError` when the feed cannot be listed at all.
-    func list(_ body: (FeedItem) throws -> Bool) throws
-
-    /// `list`, also telling `expect` how many items the feed expects to list, as soon as
-    /// that is cheap to know: before the first item for a local folder or file, with the
-    /// first page for a remote source. `expect` may be called again (a fallback source
-    /// takes over) or never (the source does not say). Progress lines use it for their
-    /// total; nothing else depends on it.
-    func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws
-
-    /// `list(expecting:_:)` of a resumed listing: `cursor` is where an earlier, interrupted
-    /// listing of the run stopped. A feed that can start after it (an S3 listing's
-    /// `start-after`: keys come in order) does, and lists no page twice; the others list
-    /// from the start, and the runner passes over the items it has.
-    func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws
+    /// Calls `body` with each item in order until the feed ends or `body` returns false;
+    /// throws `FeedError` when the feed cannot be listed at all.
+    ///
+    /// `cursor` is where an earlier, interrupted listing of the run stopped: a feed that
+    /// can start after it (a folder walked in order, an S3 listing's `start-after`, a paged
+    /// API's page) does, and lists nothing twice; the others list from the start, and the
+    /// runner passes over the items it has. `expect`, when given, is told how many items
+    /// the feed expects to list, as soon as that is cheap to know: before the first item
+    /// for a local folder or file, with the first page for a remote source. It may be
+    /// called again (a fallback source takes over) or never (the source does not say);
+    /// progress lines use it for their total, and nothing else depends on it. Without it a
+    /// local feed counts nothing.
+    func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool) throws
 }
 
 /// Where a resumed listing starts: after the item `key`, the run having recorded `listed`
@@ -191,22 +190,15 @@ public struct FeedCursor: Sendable, Equatable, Codable {
     }
 }
 
-/// `list(_:)` and `list(expecting:_:)` are written in terms of each other, so a feed
-/// implements at least one of the two (with neither, listing never ends): a remote feed
-/// learns its count while listing and implements `list(expecting:_:)` only; a local one
-/// implements both, so that listing alone costs no count. A feed that implements
-/// `list(after:…)` implements `list(expecting:_:)` too, as `list(after: nil, …)`.
 extension Feed {
+    /// Every item, from the start, counting nothing.
     public func list(_ body: (FeedItem) throws -> Bool) throws {
-        try list(expecting: { _ in }, body)
+        try list(after: nil, expecting: nil, body)
     }
 
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        try list(body)
-    }
-
-    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        try list(expecting: expect, body)
+    /// Every item, from the start, telling `expect` how many there will be.
+    public func list(expecting expect: @escaping (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+        try list(after: nil, expecting: expect, body)
     }
 }
 

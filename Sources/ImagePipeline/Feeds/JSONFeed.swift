@@ -21,16 +21,12 @@ public struct JSONFeed: Feed {
     /// Told of the entries left out (`LeftOutEntries`).
     public var notice: @Sendable (String) -> Void = { _ in }
 
-    /// The count is exact for a feed of one page (the one page holds every item; those
-    /// without a URL are not counted); a paged feed does not say how many it holds.
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        try list(after: nil, expecting: expect, body)
-    }
-
     /// A paged feed, given a cursor with a page, starts at that page and passes over its
     /// entries up to the cursor's key (all of them are listed when the key is not there any
     /// more); a feed of one page lists from its start (the runner passes over what it has).
-    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+    public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
+        throws
+    {
         let resumeAt = next == nil ? nil : cursor?.page
         var address = resumeAt ?? url
         var passing = resumeAt == nil ? nil : cursor?.key
@@ -46,7 +42,7 @@ public struct JSONFeed: Feed {
             let onePage = read.count == 1 && resumeAt == nil && following == nil
             let listing = try list(
                 entries, of: address, first: read.count == 1, passing: passing, watch: &watch,
-                expect: { if onePage { expect($0) } }, body)
+                expect: { if onePage { expect?($0) } }, body)
             guard listing, let following else { return }
             if let earlier = read[following] {
                 throw FeedError(

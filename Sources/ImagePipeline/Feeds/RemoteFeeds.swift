@@ -19,15 +19,11 @@ public struct NASAImagesFeed: Feed {
     /// Told of the items left out (`LeftOutEntries`).
     public var notice: @Sendable (String) -> Void = { _ in }
 
-    /// The count is an estimate: the first page's `collection.metadata.total_hits`
-    /// (capped by `maxItems`); items without a preview are not listed.
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        try list(after: nil, expecting: expect, body)
-    }
-
     /// A cursor with a page starts at that page and passes over its items up to the
     /// cursor's key (all of them are listed when the key is not there any more).
-    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+    public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
+        throws
+    {
         var components = URLComponents(string: endpoint.hasSuffix("/") ? endpoint + "search" : endpoint + "/search")
         components?.queryItems = [URLQueryItem(name: "q", value: query), URLQueryItem(name: "media_type", value: mediaType)]
         var next = cursor?.page ?? components?.url?.absoluteString
@@ -46,7 +42,7 @@ public struct NASAImagesFeed: Feed {
             let onPage = items.compactMap { $0.value?.data?.elements.first?.nasaID?.stringValue }
             if let key = passing, !onPage.contains(key) { passing = nil }
             if seenPages.count == 1, let hits = collection.metadata?.value?.totalHits?.stringValue.flatMap({ Int($0) }) {
-                expect(.reported(hits, maxItems: maxItems))
+                expect?(.reported(hits, maxItems: maxItems))
             }
             var leftOut = LeftOutEntries(
                 page: "the NASA page \(page)", noun: ("item", "items"),
@@ -168,14 +164,11 @@ public struct FlickrSearchFeed: Feed {
         self.notice = notice
     }
 
-    /// The count is an estimate: the first page's `photos.total` (capped by `maxItems`).
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        try list(after: nil, expecting: expect, body)
-    }
-
     /// A cursor with a page number starts at that page and passes over its photos up to
     /// the cursor's key (all of them are listed when the key is not there any more).
-    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+    public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
+        throws
+    {
         let resumeAt = cursor?.page.flatMap { Int($0) }
         var page = resumeAt ?? 1
         var pageCount = page
@@ -200,7 +193,7 @@ public struct FlickrSearchFeed: Feed {
             }
             pageCount = Int(photos.pages?.stringValue ?? "1") ?? 1
             if page == 1, let total = photos.total?.stringValue.flatMap({ Int($0) }) {
-                expect(.reported(total, maxItems: maxItems))
+                expect?(.reported(total, maxItems: maxItems))
             }
             let onPage = photos.photo?.elements ?? []
             if let key = passing, !onPage.contains(where: { $0.value?["id"]?.stringValue == key }) { passing = nil }
@@ -272,13 +265,10 @@ public struct FallbackFeed: Feed {
     public let fallback: any Feed
     public let onFallback: @Sendable (String) -> Void
 
-    /// The count of the source that lists: the primary's, else the fallback's.
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        try list(after: nil, expecting: expect, body)
-    }
-
     /// The primary starts after `cursor`; a fallback lists from its start.
-    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+    public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
+        throws
+    {
         var listedAny = false
         do {
             try primary.list(after: cursor, expecting: expect) { item in
@@ -287,7 +277,7 @@ public struct FallbackFeed: Feed {
             }
         } catch let error as FeedError where !listedAny {
             onFallback("\(error); using the fallback source")
-            try fallback.list(expecting: expect) { item in try body(item.asFallback()) }
+            try fallback.list(after: nil, expecting: expect) { item in try body(item.asFallback()) }
         }
     }
 }

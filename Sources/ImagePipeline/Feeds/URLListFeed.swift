@@ -8,7 +8,16 @@ import Foundation
 public struct URLListFeed: Feed {
     public let path: String
 
-    public func list(_ body: (FeedItem) throws -> Bool) throws {
+    /// Counts the lines first when asked to (`countItems`), then lists them from the start
+    /// (a resumed run passes over the items it has).
+    public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
+        throws
+    {
+        if let expect, let count = countItems() { expect(.counted(count)) }
+        try lines(body)
+    }
+
+    private func lines(_ body: (FeedItem) throws -> Bool) throws {
         guard FileManager.default.isReadableFile(atPath: path) else { throw FeedError("cannot read URL list \(path)") }
         guard let lines = ListFileLines(path: path) else { throw FeedError("cannot open URL list \(path)") }
         let format = self.format
@@ -75,12 +84,6 @@ public struct URLListFeed: Feed {
             let itemKey = (key?.isEmpty == false ? key : nil) ?? url
             if try !body(FeedItem(key: itemKey, url: url, stem: FeedItem.stem(ofURL: url), metadata: nil)) { return }
         }
-    }
-
-    /// Counts the lines first (`countItems`), then lists them.
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        if let count = countItems() { expect(.counted(count)) }
-        try list(body)
     }
 
     /// How many items `list` would list, read ahead without parsing a line: the lines that

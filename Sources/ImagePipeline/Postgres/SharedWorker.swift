@@ -570,7 +570,9 @@ final class ChunkFeed: Feed, @unchecked Sendable {
         self.patience = patience
     }
 
-    func list(_ body: (FeedItem) throws -> Bool) throws {
+    /// The chunks' items, claimed one chunk at a time (no cursor: the shared run's own
+    /// lister keeps one; no count: the shared run's counters are the total).
+    func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool) throws {
         // Nothing to claim: look again soon (the lister is writing the first page), then
         // less and less often, up to four times a second (the end of the run is noticed
         // within a quarter of a second; the question is a sum over the chunk rows).

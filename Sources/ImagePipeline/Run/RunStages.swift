@@ -320,7 +320,7 @@ final class RunStages: Sendable {
         var seenThisPass: Set<String> = []
         do {
             // The feed's count, when it gives one, makes the total of progress lines.
-            try pipeline.feed.list(after: cursor, expecting: { count in state.withLock { $0.expect(count) } }) { listed in
+            try pipeline.feed.list(after: cursor, expecting: { [self] count in state.withLock { $0.expect(count) } }) { listed in
                 if isCancelled { return false }
                 // No expanded `${…}` value is recorded: keys and names carry the reference.
                 let item = listed.withoutSecrets(environment)

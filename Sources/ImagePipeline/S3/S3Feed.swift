@@ -26,11 +26,9 @@ public struct S3Feed: Feed {
     /// key is checked as every feed's is, not trusted to the parser.
     var notice: @Sendable (String) -> Void = { _ in }
 
-    public func list(expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
-        try list(after: nil, expecting: expect, body)
-    }
-
-    public func list(after cursor: FeedCursor?, expecting expect: (FeedCount) -> Void, _ body: (FeedItem) throws -> Bool) throws {
+    public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
+        throws
+    {
         var token: String?
         // `maxItems` counts what the run listed before it was interrupted too.
         var count = cursor?.listed ?? 0
