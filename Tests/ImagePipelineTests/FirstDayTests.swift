@@ -205,6 +205,50 @@ struct FirstDayTests {
                 == ["/put/shop/101/main.jpg", "/put/shop/102/main.jpg"])
     }
 
+    /// An item named apart (`dup.png` beside `dup.jpg`) keeps its name of its own on a
+    /// re-run: it is carried over like any unchanged item, not made again (a reviewer saw
+    /// `dup-….jpg` rewritten on every re-run, and `plan` call it "named otherwise").
+    @Test func aNameOfItsOwnIsKeptOnReRuns() throws {
+        try work.folder("photos")
+        try jpeg.write(to: URL(fileURLWithPath: work.url("photos/dup.jpg")))
+        try ImageFixtures.rgbaPNG(at: work.url("photos/dup.png"), width: 64, height: 48)
+        let first = try imgpipe("thumbnail", "photos", "--fit", "20x20", "--to", "thumbs")
+        #expect(first.status == 0, "\(first.stderr)")
+        let own = "dup-" + sha256Hex("dup.png").prefix(8) + ".jpg"
+        #expect(work.files(under: "thumbs") == [own, "dup.jpg"])
+        let before = work.stamps(under: "thumbs")
+        let again = try imgpipe("thumbnail", "photos", "--fit", "20x20", "--to", "thumbs")
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(work.stamps(under: "thumbs") == before, "a thumbnail was made again")
+        let saved = try #require(work.files(under: ".imgpipe").first { $0.hasPrefix("thumbnail-") && $0.hasSuffix(".json") })
+        let plan = try imgpipe("plan", ".imgpipe/" + saved)
+        #expect(plan.status == 0 && !plan.stdout.contains("named otherwise"), "\(plan.stdout)")
+
+        // A new `dup.gif`, listed before both, does not take the name `dup.jpg` kept: it
+        // gets one of its own, and the others' files stay as they were.
+        try ImageFixtures.write(try ImageFixtures.photo(width: 30, height: 10), to: work.url("photos/dup.gif"))
+        let added = try imgpipe("thumbnail", "photos", "--fit", "20x20", "--to", "thumbs")
+        #expect(added.status == 0, "\(added.stderr)")
+        let gif = "dup-" + sha256Hex("dup.gif").prefix(8) + ".jpg"
+        #expect(work.files(under: "thumbs") == [own, gif, "dup.jpg"].sorted())
+        #expect(work.stamps(under: "thumbs").filter { $0.key != gif } == before, "a kept name moved")
+        #expect(try ImageFixtures.decode(work.url("thumbs/\(gif)")).height == 7)
+    }
+
+    /// An address imgpipe never fetches (`ftp:`) fails for good: `status` names the fix and
+    /// advises no retry, and the message names the URL once.
+    @Test func anAddressThatIsNotHTTPIsAdvisedAsPermanent() throws {
+        try work.write("ftp://127.0.0.1/a.jpg\n", to: "urls.txt")
+        let run = try imgpipe("thumbnail", "urls.txt", "--to", "out")
+        #expect(run.status == 1, "\(run.stderr)")
+        #expect(run.stderr.contains("only http and https URLs are fetched, got ftp://127.0.0.1/a.jpg"), "\(run.stderr)")
+        #expect(!run.stderr.contains("asking for"), "\(run.stderr)")
+        let saved = try #require(work.files(under: ".imgpipe").first { $0.hasPrefix("thumbnail-") && $0.hasSuffix(".json") })
+        let status = try imgpipe("status", ".imgpipe/" + saved)
+        #expect(status.stdout.contains("correct the item's address in the feed"), "\(status.stdout)")
+        #expect(!status.stdout.contains("may pass on another try"), "\(status.stdout)")
+    }
+
     // MARK: - 3. `$$` is a literal dollar
 
     /// `"$${meta.price}"` is `$` and the item's price: the caption drawn is the one a

@@ -214,7 +214,9 @@ public struct RemoteFetcher: Sendable {
                 return .retry(after: error.retryDelay(attempt: attempt, backoff: backoff))
             }
             if let cached, let served = fromCache(cached, at: destination) { return served }
-            let asked = error.kind == .io || error.kind == .tooLarge ? "" : ", asking for \(shown(url, address))"
+            // The URL asked for, unless the message already names it.
+            let named = error.kind == .io || error.kind == .tooLarge || error.message.contains(url.absoluteString)
+            let asked = named ? "" : ", asking for \(shown(url, address))"
             throw ItemFailure(
                 error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,
                 error.message + asked + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)

@@ -177,7 +177,11 @@ public final class ChangeDetector: Sendable {
             if outputReasons[output.id] != nil {
                 remake.append(output.id)
             } else if let name = output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: index),
-                name != recorded?.names[output.id]
+                name != recorded?.names[output.id],
+                // Nor the name of its own the item got when that one was taken.
+                output.fileNameBeforeMaking(
+                    key: item.nameKey, stem: NameTemplate.uniqueStem(item.nameStem, key: item.key), index: index)
+                    != recorded?.names[output.id]
             {
                 remake.append(output.id)
                 renamed.append(output.id)

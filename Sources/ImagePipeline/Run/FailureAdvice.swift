@@ -31,6 +31,7 @@ public struct FailureAdvice: Sendable, Equatable {
             if message.hasPrefix(HostHealth.hostUnreachable) { return FailureAdvice(.mayPass, "host-unreachable") }
             if let status = httpStatus { return http(status) }
             if message.hasPrefix("not a URL") || message.hasPrefix("a URL item in a local source")
+                || message.hasPrefix("only http and https URLs are fetched") || message.hasPrefix("a URL without a host")
                 || message.hasPrefix("not an object of the source's bucket") || message.contains("is not a regular file")
             {
                 return FailureAdvice(.permanent, "bad-address", fix: "correct the item's address in the feed")

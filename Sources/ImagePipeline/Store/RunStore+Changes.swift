@@ -19,8 +19,12 @@ extension RunStore {
     ) throws -> [ChangeOutcome] {
         let time = now.timeIntervalSince1970
         return try write { db in
-            try changes.map { change in
-                let outcome = try apply(change, runId: runId, time: time, held: held, db: db)
+            // The run a re-run compares with: the names its items had stay theirs.
+            let inserts = changes.contains { if case .insert = $0 { true } else { false } }
+            let baseline =
+                inserts ? try Int64.fetchOne(db, sql: "SELECT baseline FROM run WHERE id = ?", arguments: [runId]) : nil
+            return try changes.map { change in
+                let outcome = try apply(change, runId: runId, time: time, held: held, baseline: baseline, db: db)
                 guard skipsGiveNamesUp, case .skipped(let key, _) = change else { return outcome }
                 return try giveNamesUp(of: key, runId: runId, time: time, db: db)
             }
@@ -77,7 +81,9 @@ extension RunStore {
         return revived.isEmpty ? .applied : .revived(revived)
     }
 
-    private func apply(_ change: StoreChange, runId: Int64, time: Double, held: [String: String], db: Database) throws
+    private func apply(
+        _ change: StoreChange, runId: Int64, time: Double, held: [String: String], baseline: Int64?, db: Database
+    ) throws
         -> ChangeOutcome
     {
         switch change {
@@ -98,21 +104,25 @@ extension RunStore {
                 // and none of its names is claimed.
                 failure = ItemFailure(.encode, "two outputs of the item are both named \"\(name)\"")
             }
-            func firstTaken(_ names: [String]) throws -> ItemFailure? {
+            // A name is taken when another item of the run holds it; and, for an item that has
+            // names of its own to take instead, when another held it in the run a re-run
+            // compares with (`run --incremental`): an item new in the feed and listed first
+            // does not take the name an item kept until then.
+            let canTakeOthers = item.uniqueStem != nil && item.outputs.allSatisfy { $0.name == nil || $0.uniqueName != nil }
+            func firstTaken(_ names: [String], reserved: Int64? = nil) throws -> ItemFailure? {
                 for name in names {
                     if let owner = try held[name].flatMap({ $0 == item.key ? nil : $0 }) ?? nameOwner(name, runId: runId, db: db)
+                        ?? reserved.flatMap({ try nameOwner(name, runId: $0, db: db) }).flatMap({ $0 == item.key ? nil : $0 })
                     {
                         return Self.nameTaken(name, by: owner)
                     }
                 }
                 return nil
             }
-            if failure == nil { failure = try firstTaken(names) }
+            if failure == nil { failure = try firstTaken(names, reserved: canTakeOthers ? baseline : nil) }
             // A name held by another item: the names made from the item's unique stem instead, when
             // each of its named outputs has one and none of those is held either.
-            if failure != nil, ownClash == nil, let stem = item.uniqueStem,
-                item.outputs.allSatisfy({ $0.name == nil || $0.uniqueName != nil })
-            {
+            if failure != nil, ownClash == nil, canTakeOthers, let stem = item.uniqueStem {
                 let uniques = item.outputs.map { $0.name == nil ? nil : $0.uniqueName }
                 let named = uniques.compactMap { $0 }
                 if Set(named).count == named.count, try firstTaken(named) == nil {
