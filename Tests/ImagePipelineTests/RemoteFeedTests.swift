@@ -827,6 +827,8 @@ struct RemoteFeedTests {
                 "error: no item could be listed, so there is nothing to resume: check the pipeline's source "
                     + "(json-feed: its path or URL, and that its server answers), then run it again with `imgpipe run pipe.json`"),
             "\(result.stderr)")
+        let shown = try imgpipe("status", "pipe.json")
+        #expect(shown.status == 2 && shown.stderr.contains("run #1 was abandoned"), "\(shown.stderr)")
         // Fixed, the same command runs: no unfinished run stands in its way.
         field.withLock { $0 = "url" }
         let again = try imgpipe("run", "pipe.json")

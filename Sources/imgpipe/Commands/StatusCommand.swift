@@ -59,9 +59,14 @@ struct StatusCommand: ParsableCommand {
             throw CommandError.usage(String(describing: error))
         }
         guard let report else {
+            // Only abandoned runs (`run --new`, a feed that listed nothing): say so.
+            let abandoned = (try? store.runs().first).flatMap { $0 }.map {
+                "state file \(Console.display(stateFile)) has no run to show: run #\($0.id) was abandoned "
+                    + "(started anew with --new, or its feed listed no item); see --runs"
+            }
             throw CommandError.usage(
                 runNumber.map { "state file \(Console.display(stateFile)) has no run #\($0) (see --runs)" }
-                    ?? "state file \(Console.display(stateFile)) has no runs")
+                    ?? abandoned ?? "state file \(Console.display(stateFile)) has no runs")
         }
         if json {
             Console.json(report)
