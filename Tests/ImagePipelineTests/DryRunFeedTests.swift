@@ -116,6 +116,10 @@ struct DryRunFeedTests {
         #expect(numbers.allSatisfy { $0 <= 200 } && numbers.contains { $0 > 180 } && numbers.contains { $0 < 20 }, "\(numbers)")
         #expect(result.stdout.contains("previewing 12 of the first 200 items listed"), "\(result.stdout)")
         #expect(result.stdout.contains("--limit N takes N, --all every one"))
+        // Keys longer than the sample column (URLs) are shortened in their middle, so the
+        // columns stay in line.
+        let rows = result.stdout.split(separator: "\n").filter { $0.hasPrefix("http://") }
+        #expect(rows.count == 12 && rows.allSatisfy { $0.contains("…") && $0.count <= 100 }, "\(result.stdout)")
     }
 
     @Test func aDirectorySourceGivesASpreadOfItsFiles() throws {

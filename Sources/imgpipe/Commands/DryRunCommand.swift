@@ -226,10 +226,15 @@ struct Table: Sendable {
     }
 
     /// Cells padded to their column's width (the last one is not padded); a longer cell
-    /// is followed by one space.
+    /// is followed by one space, except a sample's key, which is shortened in its middle
+    /// (`http://127.0.0.1:8080/…/main.jpg`): its start and its file name tell it apart.
     static func row(_ cells: [String], widths: [Int]) -> String {
         zip(cells, widths).enumerated().map { index, pair in
-            let (cell, width) = (pair.0.printable, pair.1)
+            var (cell, width) = (pair.0.printable, pair.1)
+            if index == 0, cell.count >= width, width > 8 {
+                let head = (width - 2) / 2
+                cell = cell.prefix(head) + "…" + cell.suffix(width - 2 - head)
+            }
             if index == cells.count - 1 { return cell }
             return cell.count >= width ? cell + " " : cell + String(repeating: " ", count: width - cell.count)
         }.joined()
