@@ -247,6 +247,9 @@ struct FirstDayTests {
         let status = try imgpipe("status", ".imgpipe/" + saved)
         #expect(status.stdout.contains("correct the item's address in the feed"), "\(status.stdout)")
         #expect(!status.stdout.contains("may pass on another try"), "\(status.stdout)")
+        // A retry of a reason no item failed for says so, rather than to add the flag given.
+        let none = try imgpipe("resume", ".imgpipe/" + saved, "--retry-failed=decode")
+        #expect(none.stderr.contains("(none failed for decode given to --retry-failed)"), "\(none.stderr)")
     }
 
     // MARK: - 3. `$$` is a literal dollar

@@ -128,7 +128,13 @@ extension RunStore {
                     start.notices.append(
                         "run #\(run.id) already finished: \(counts.done) done, "
                             + (counts.skipped > 0 ? "\(counts.skipped) skipped, " : "") + "\(counts.failed) failed"
-                            + (counts.failed > 0 ? " (add --retry-failed to try the failed ones again)" : ""))
+                            + (counts.failed == 0
+                                ? ""
+                                : retryFailed
+                                    ? " (none failed for "
+                                        + (reasons.map { $0.map(\.rawValue).sorted().joined(separator: ", ") } ?? "a reason")
+                                        + " given to --retry-failed)"
+                                    : " (add --retry-failed to try the failed ones again)"))
                     start.run = run
                     return start
                 }
