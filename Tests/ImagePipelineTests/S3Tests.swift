@@ -311,7 +311,9 @@ struct S3Tests {
         let result = try imgpipe(
             ["run", "pipe.json"],
             environment: ["AWS_ACCESS_KEY_ID": server.accessKeyId, "AWS_SECRET_ACCESS_KEY": "not-the-secret"])
-        #expect(result.status == 1, "stderr: \(result.stderr)")
+        // No item could be listed: the pipeline's fault (exit 2), no run kept to resume.
+        #expect(result.status == 2, "stderr: \(result.stderr)")
         #expect(result.stderr.contains("ListObjectsV2") && result.stderr.contains("SignatureDoesNotMatch"), "\(result.stderr)")
+        #expect(result.stderr.contains("no item could be listed, so there is nothing to resume"), "\(result.stderr)")
     }
 }
