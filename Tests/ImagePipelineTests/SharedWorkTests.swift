@@ -203,12 +203,14 @@ final class SharedWorkTests: @unchecked Sendable {
             "\(byKey.sorted { $0.key < $1.key }.prefix(4))")
     }
 
-    /// Three `main.jpg` in three folders, named `{name}.{ext}` by two workers: the first in
-    /// feed order keeps `main.jpg` and the others get names of their own (the stem and 8 hex
-    /// digits of their key's SHA-256), claimed run-wide, so that no item fails.
+    /// Three `main.jpg` in three folders, named `{name}.{ext}` by two workers: the first to
+    /// claim `main.png` keeps it (chunks are claimed in feed order, but two workers race
+    /// for them) and the others get names of their own (the stem and 8 hex digits of their
+    /// key's SHA-256), claimed run-wide, so that no item fails and no file is written over.
     @Test func itemsThatWantOneNameGetNamesOfTheirOwnOnEveryWorker() throws {
-        for (index, folder) in ["a", "b", "c"].enumerated() {
-            try ImageFixtures.jpeg(at: work.url("in/\(folder)/main.jpg"), width: 64, height: 40 + index * 4)
+        let keys = ["a/main.jpg", "b/main.jpg", "c/main.jpg"]
+        for (index, key) in keys.enumerated() {
+            try ImageFixtures.jpeg(at: work.url("in/" + key), width: 64, height: 40 + index * 4)
         }
         try images(9)
         try work.write(
@@ -224,13 +226,19 @@ final class SharedWorkTests: @unchecked Sendable {
         for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stdout)\(result.stderr)") }
         let report = try status()
         #expect(report["done"] as? Int == 12 && report["failed"] as? Int == 0, "\(report)")
-        let expected = ["a/main.jpg": "main.png"].merging(
-            ["b/main.jpg", "c/main.jpg"].map { ($0, "main-" + sha256Hex($0).prefix(8) + ".png") }
-        ) { a, _ in a }
-        for (key, name) in expected {
-            let made = try ImageFixtures.decode(work.url("out/\(name)"))
-            #expect(
-                made.height == 40 + ["a/main.jpg", "b/main.jpg", "c/main.jpg"].firstIndex(of: key)! * 4, "\(name) holds \(key)")
+        let records = try shared(["export", "pipe.json"]).jsonLines()
+        var names: [String: String] = [:]
+        for record in records {
+            guard let key = record["key"] as? String, keys.contains(key),
+                let name = ((record["outputs"] as? [String: Any])?["default"] as? [String: Any])?["name"] as? String
+            else { continue }
+            names[key] = name
+        }
+        #expect(Set(names.values).count == 3 && names.values.filter { $0 == "main.png" }.count == 1, "\(names)")
+        for (index, key) in keys.enumerated() {
+            let name = try #require(names[key])
+            #expect(name == "main.png" || name == "main-" + sha256Hex(key).prefix(8) + ".png", "\(key): \(name)")
+            #expect(try ImageFixtures.decode(work.url("out/\(name)")).height == 40 + index * 4, "\(name) holds \(key)")
         }
         #expect(work.files(under: "out").count == 12)
     }
