@@ -9,7 +9,6 @@ enum TerminalStyle {
     enum Colour: String {
         case red = "31"
         case yellow = "33"
-        case green = "32"
     }
 
     /// Whether standard error takes colour.
