@@ -78,7 +78,7 @@ do {
 
     var statusTimes: [Double] = []
     for _ in 0..<5 {
-        statusTimes.append(try seconds { _ = try SharedStatus.latest(at: url, pipelineName: "scaleout") })
+        statusTimes.append(try seconds { _ = try StatusReport.shared(at: url, pipelineName: "scaleout") })
     }
     let counts = try lister.counts()
     let median = statusTimes.sorted()[statusTimes.count / 2]

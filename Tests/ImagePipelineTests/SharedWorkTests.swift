@@ -626,7 +626,8 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect((report["startedAt"] as? String)?.hasSuffix("Z") == true && report["finishedAt"] is String)
         #expect((report["itemsPerSecond"] as? Double ?? 0) > 0)
         let text = try shared(["status", "pipe.json"])
-        #expect(text.stdout.contains("failures: decode 1") && text.stdout.contains("failed: bad.jpg: decode:"), "\(text.stdout)")
+        #expect(
+            text.stdout.contains("failures by reason: decode 1") && text.stdout.contains("  bad.jpg: decode:"), "\(text.stdout)")
         let failed = try shared(["export", "pipe.json", "--only", "failed"])
         #expect(try failed.jsonLines().map { $0["key"] as? String } == ["bad.jpg"])
         // A worker started after the end exits as the run ended: 1, failed items.

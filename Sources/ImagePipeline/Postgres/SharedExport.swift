@@ -66,33 +66,44 @@ struct SharedItemDetail: Codable {
 }
 
 /// `imgpipe export --state postgres://…`: the records of a shared run, read from the
-/// database in feed order a thousand at a time (by sequence number: memory stays flat).
-public enum SharedExport {
-    /// The run `runNumber` of `pipelineName`, else its latest; nil when there is none.
-    public static func run(at connection: PostgresConnection, pipelineName: String, runNumber: Int64?) throws -> Int64? {
-        guard try SharedRunSchema.present(on: connection) else { return nil }
-        return try connection.execute(
-            """
-            SELECT id FROM imgpipe_run WHERE pipeline_name = $1 AND ($2::bigint IS NULL OR id = $2::bigint)
-            ORDER BY id DESC LIMIT 1
-            """, [pipelineName, runNumber.map(String.init)]
-        ).first?.int("id")
+/// database in feed order a thousand at a time (by sequence number: memory stays flat),
+/// with the sinks and outputs the pipeline file names.
+public struct SharedExport: ExportSource {
+    let connection: PostgresConnection
+    let pipelineName: String
+    let sinks: [String]
+    let outputs: [String]
+
+    public init(connection: PostgresConnection, pipeline spec: PipelineSpec) {
+        self.connection = connection
+        pipelineName = spec.name
+        sinks = spec.sinks.map(\.name)
+        outputs = spec.outputs.map(\.id)
     }
 
-    public static func records(
-        at connection: PostgresConnection, runId: Int64, only: ItemStatus?,
-        _ body: (ExportRecord) throws -> Void
-    ) throws {
+    public func exportedRun(number: Int64?) throws -> ExportedRun? {
+        guard try SharedRunSchema.present(on: connection),
+            let id = try connection.execute(
+                """
+                SELECT id FROM imgpipe_run WHERE pipeline_name = $1 AND ($2::bigint IS NULL OR id = $2::bigint)
+                ORDER BY id DESC LIMIT 1
+                """, [pipelineName, number.map(String.init)]
+            ).first?.int("id")
+        else { return nil }
+        return ExportedRun(id: id, sinks: sinks, outputs: outputs)
+    }
+
+    public func exportRecords(of run: ExportedRun, only: ItemStatus?, _ body: (ExportRecord) throws -> Void) throws {
         var after: Int64 = -1
         while true {
             let rows = try connection.execute(
                 """
                 SELECT seq, key, location, status, reason, message, attempts, metadata, detail FROM imgpipe_item
                 WHERE run_id = $1 AND seq > $2 AND ($3::text IS NULL OR status = $3) ORDER BY seq LIMIT 1000
-                """, [String(runId), String(after), only?.rawValue]
+                """, [String(run.id), String(after), only?.rawValue]
             ).all
             guard let last = rows.last else { return }
-            for row in rows { try body(record(row)) }
+            for row in rows { try body(Self.record(row)) }
             after = last.int("seq") ?? after
         }
     }

@@ -1,6 +1,8 @@
 import Foundation
 
-/// What `imgpipe status` shows about the latest run of a state file.
+/// What `imgpipe status` shows about a run: of a state file (`latest(in:)`, `run(_:in:)`)
+/// or shared in PostgreSQL (`shared(at:…)`, which sets the four last fields; a state file's
+/// report leaves them out of its JSON).
 public struct StatusReport: Sendable, Codable {
     public let run: Int64
     public let state: String
@@ -36,6 +38,29 @@ public struct StatusReport: Sendable, Codable {
     public let elapsed: Double
     /// Finished items per second of running time.
     public let itemsPerSecond: Double
+    /// A shared run's UUID.
+    public var uuid: String? = nil
+    /// Pages of a shared run's feed recorded so far.
+    public var pagesListed: Int? = nil
+    /// A shared run's chunks by state.
+    public var chunks: Chunks? = nil
+    /// A shared run's workers, by name.
+    public var workers: [Worker]? = nil
+
+    /// One worker of a shared run.
+    public struct Worker: Sendable, Codable {
+        public let name: String
+        public let lastHeartbeatSecondsAgo: Double
+        public let itemsDone: Int
+        public let chunksHeld: Int
+    }
+
+    /// A shared run's chunks by state.
+    public struct Chunks: Sendable, Codable {
+        public let pending: Int
+        public let leased: Int
+        public let done: Int
+    }
 
     /// Reads the latest run of `store`; nil when it has none.
     public static func latest(in store: RunStore, failureLimit: Int = 1000) throws -> StatusReport? {

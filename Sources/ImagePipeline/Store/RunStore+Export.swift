@@ -181,3 +181,38 @@ private final class PeekingCursor {
         return row
     }
 }
+
+/// A run as `imgpipe export` writes it: its number, and the sinks and outputs that name
+/// the CSV columns.
+public struct ExportedRun: Sendable {
+    public let id: Int64
+    public let sinks: [String]
+    public let outputs: [String]
+
+    public init(id: Int64, sinks: [String], outputs: [String]) {
+        self.id = id
+        self.sinks = sinks
+        self.outputs = outputs
+    }
+}
+
+/// Where `imgpipe export` reads a run's records: a state file (`RunStore`) or a run shared
+/// through PostgreSQL (`SharedExport`). The command has one path over either.
+public protocol ExportSource {
+    /// Run number `number`, else the latest; nil when there is none.
+    func exportedRun(number: Int64?) throws -> ExportedRun?
+    /// Calls `body` with each item of `run` in feed order (only those with status `only`,
+    /// when given), in constant memory.
+    func exportRecords(of run: ExportedRun, only: ItemStatus?, _ body: (ExportRecord) throws -> Void) throws
+}
+
+extension RunStore: ExportSource {
+    public func exportedRun(number: Int64?) throws -> ExportedRun? {
+        guard let run = try number.map({ try self.run(id: $0) }) ?? latestRun() else { return nil }
+        return ExportedRun(id: run.id, sinks: run.sinks, outputs: Self.outputIDs(ofDocument: run.document))
+    }
+
+    public func exportRecords(of run: ExportedRun, only: ItemStatus?, _ body: (ExportRecord) throws -> Void) throws {
+        try exportRecords(runId: run.id, only: only, body)
+    }
+}

@@ -48,23 +48,12 @@ struct ExportCommand: ParsableCommand {
                 "\(StateFiles.missing(explicit: options.state, pipeline: options.pipeline)): nothing to export")
         }
         try StateFiles.refuseEmpty(stateFile)
-        let environment = Environment()
-        try writeRecords(environment: environment) { sink in
-            let store = try RunStore(path: stateFile)
-            let run =
-                try runNumber.map { number -> RunRecord in
-                    guard let found = try store.run(id: number) else {
-                        throw CommandError.usage(
-                            "state file \(Console.display(stateFile)) has no run #\(number) (see imgpipe status --runs)")
-                    }
-                    return found
-                } ?? store.latestRun()
-            guard let run else { throw CommandError.usage("state file \(Console.display(stateFile)) has no runs") }
-            let outputs = RunStore.outputIDs(ofDocument: run.document)
-            if let header = format.header(sinks: run.sinks, outputs: outputs) { sink.write(header) }
-            try store.exportRecords(runId: run.id, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
-                sink.write(format.line(record, sinks: run.sinks, outputs: outputs, redact: environment.redact))
-            }
+        let place = "state file \(Console.display(stateFile))"
+        try export(masking: { $0 }) {
+            (
+                try RunStore(path: stateFile),
+                { number in number.map { "\(place) has no run #\($0) (see imgpipe status --runs)" } ?? "\(place) has no runs" }
+            )
         }
     }
 
@@ -72,19 +61,31 @@ struct ExportCommand: ParsableCommand {
     /// deliveries each worker copied there; sinks and outputs named by the pipeline file.
     private func exportShared(url: String) throws {
         let spec = try options.loadSpec()
+        try export(masking: { StateLocation.masking(in: $0, url: url) }) {
+            (
+                SharedExport(connection: try PostgresConnection(url: url), pipeline: spec),
+                { number in
+                    StateLocation.postgres(url: url).displayed + " has no run" + (number.map { " #\($0)" } ?? "")
+                        + " of pipeline \(spec.name)"
+                }
+            )
+        }
+    }
+
+    /// The one path of both: the run asked for (or the latest) from `open`'s source, its
+    /// CSV header, and each record as a line. `open` also gives the message for a run the
+    /// source does not have (nil: the latest).
+    private func export(
+        masking: @escaping (String) -> String,
+        open: () throws -> (source: any ExportSource, missing: (Int64?) -> String)
+    ) throws {
         let environment = Environment()
-        let place = StateLocation.postgres(url: url).displayed
-        try writeRecords(environment: environment, masking: { StateLocation.masking(in: $0, url: url) }) { sink in
-            let connection = try PostgresConnection(url: url)
-            guard let run = try SharedExport.run(at: connection, pipelineName: spec.name, runNumber: runNumber) else {
-                throw CommandError.usage(
-                    "\(place) has no run" + (runNumber.map { " #\($0)" } ?? "") + " of pipeline \(spec.name)")
-            }
-            let sinks = spec.sinks.map(\.name)
-            let outputs = spec.outputs.map(\.id)
-            if let header = format.header(sinks: sinks, outputs: outputs) { sink.write(header) }
-            try SharedExport.records(at: connection, runId: run, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
-                sink.write(format.line(record, sinks: sinks, outputs: outputs, redact: environment.redact))
+        try writeRecords(environment: environment, masking: masking) { sink in
+            let (source, missing) = try open()
+            guard let run = try source.exportedRun(number: runNumber) else { throw CommandError.usage(missing(runNumber)) }
+            if let header = format.header(sinks: run.sinks, outputs: run.outputs) { sink.write(header) }
+            try source.exportRecords(of: run, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
+                sink.write(format.line(record, sinks: run.sinks, outputs: run.outputs, redact: environment.redact))
             }
         }
     }

@@ -128,15 +128,26 @@ struct StatusCommand: ParsableCommand {
         }
     }
 
-    func print(_ report: StatusReport) {
+    /// The report as lines, for a state file's run and a shared run alike (`place`: where
+    /// a shared run's database is, password masked; a shared run adds its chunks and workers).
+    func print(_ report: StatusReport, place: String? = nil) {
         Console.out(
-            "run #\(report.run) (\(report.name)): \(report.state), started \(report.startedAt)"
+            "run #\(report.run) (\(report.name))" + (place.map { " in \($0)" } ?? "")
+                + ": \(report.state), started \(report.startedAt)"
                 + (report.finishedAt.map { ", finished \($0)" } ?? ""))
+        let listing =
+            report.feedComplete
+            ? ""
+            : " listed so far (the feed is not listed to its end"
+                + (report.pagesListed.map { ": \($0) pages so far" } ?? "") + ")"
+        // A shared run's items are pending until a worker ends them: the stages between are
+        // that worker's own.
+        let stages =
+            report.pending > 0 && report.workers == nil ? " (\(report.fetched) fetched, \(report.processed) processed)" : ""
         Console.out(
-            "items: \(report.total) total" + (report.feedComplete ? "" : " listed so far (the feed is not listed to its end)")
+            "items: \(report.total) total" + listing
                 + ", \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
-                + "\(report.pending) pending"
-                + (report.pending > 0 ? " (\(report.fetched) fetched, \(report.processed) processed)" : ""))
+                + "\(report.pending) pending" + stages)
         // With several outputs, a sink's counts are deliveries (an item and an output each).
         let several = report.outputs.count > 1
         for (name, counts) in report.sinks.sorted(by: { $0.key < $1.key }) {
@@ -180,6 +191,14 @@ struct StatusCommand: ParsableCommand {
                 Console.out("  \(skip.key.printable): \(skip.reason): \(skip.message.printable)")
             }
             if report.skips.count > 50 { Console.out("  … \(report.skipped - 50) more (use --json)") }
+        }
+        if let chunks = report.chunks {
+            Console.out("chunks: \(chunks.pending) pending, \(chunks.leased) leased, \(chunks.done) done")
+        }
+        for worker in report.workers ?? [] {
+            Console.out(
+                "worker \(worker.name.printable): last heartbeat \(Int(worker.lastHeartbeatSecondsAgo.rounded())) s ago, "
+                    + "\(worker.itemsDone) items ended (done, failed or skipped), \(worker.chunksHeld) chunks held")
         }
     }
 
@@ -285,17 +304,17 @@ struct StatusCommand: ParsableCommand {
     private func sharedStatus(url: String) throws {
         let spec = try pipeline.map { try PipelineOptions.loadSpec($0) }
         let name = spec?.name
-        let known = spec.flatMap { spec in pipeline.map { SharedStatus.Pipeline(spec, path: $0) } }
+        let known = spec.flatMap { spec in pipeline.map { StatusReport.SharedPipeline(spec, path: $0) } }
         let place = StateLocation.postgres(url: url).displayed
-        let status: SharedStatus?
+        let status: StatusReport?
         do {
             if runs {
-                for run in try SharedStatus.runs(at: url, pipelineName: name) {
+                for run in try StatusReport.sharedRuns(at: url, pipelineName: name) {
                     Console.out("run #\(run.run) of \(run.pipeline): \(run.state), started \(run.startedAt)")
                 }
                 return
             }
-            status = try SharedStatus.latest(at: url, pipelineName: name, runNumber: runNumber, pipeline: known)
+            status = try StatusReport.shared(at: url, pipelineName: name, runNumber: runNumber, pipeline: known)
         } catch {
             throw CommandError.usage(StateLocation.masking(in: String(describing: error), url: url))
         }
@@ -305,44 +324,6 @@ struct StatusCommand: ParsableCommand {
                     + (runNumber != nil ? " (see --runs)" : ""))
         }
         if json { return Console.json(status) }
-        Console.out(
-            "run #\(status.run) of \(status.name) in \(place): \(status.state)"
-                + (status.feedComplete ? "" : " (feed still being listed: \(status.pagesListed) pages so far)"))
-        Console.out(
-            "  \(status.done) done, \(status.skipped) skipped, \(status.failed) failed, \(status.pending) pending of \(status.total)"
-        )
-        let several = status.outputs.count > 1
-        for (sink, counts) in status.sinks.sorted(by: { $0.key < $1.key }) {
-            Console.out(
-                "  sink \(sink): \(counts.done) done, \(counts.failed) failed, \(counts.pending) pending"
-                    + (several ? " deliveries" : ""))
-        }
-        if !status.tiers.isEmpty {
-            Console.out(
-                "  served from: "
-                    + status.tiers.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-                    .joined(separator: ", "))
-        }
-        if !status.failuresByReason.isEmpty {
-            Console.out(
-                "  failures: "
-                    + status.failuresByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-                    .joined(separator: ", "))
-        }
-        if !status.skipsByReason.isEmpty {
-            Console.out(
-                "  skipped: "
-                    + status.skipsByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
-                    .joined(separator: ", "))
-        }
-        for failure in status.failures.prefix(20) {
-            Console.out("  failed: \(failure.key): \(failure.reason): \(failure.message)")
-        }
-        Console.out("  chunks: \(status.chunks.pending) pending, \(status.chunks.leased) leased, \(status.chunks.done) done")
-        for worker in status.workers {
-            Console.out(
-                "  worker \(worker.name): last heartbeat \(Int(worker.lastHeartbeatSecondsAgo.rounded())) s ago, "
-                    + "\(worker.itemsDone) items ended (done, failed or skipped), \(worker.chunksHeld) chunks held")
-        }
+        print(status, place: place)
     }
 }

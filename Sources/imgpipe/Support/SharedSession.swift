@@ -46,7 +46,7 @@ struct SharedSession {
             unlink(journal.path)  // made empty by the claim; nothing was written to it
             // Nothing to do is not a failure: a worker restarted after the others finished
             // (a Kubernetes pod, a Slurm requeue) ends as they did, 0, or 1 with failed items.
-            let status = try? SharedStatus.latest(at: url, pipelineName: spec.name)
+            let status = try? StatusReport.shared(at: url, pipelineName: spec.name)
             let failed = status?.failed ?? 0
             if !quiet && !json {
                 Console.out(
