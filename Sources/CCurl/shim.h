@@ -44,6 +44,20 @@ static inline CURLcode ip_curl_set_progress_function(CURL *handle, ip_curl_progr
     return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, function);
 }
 
+typedef curl_socket_t (*ip_curl_socket_fn)(void *context, curlsocktype purpose, struct curl_sockaddr *address);
+
+/// The function that opens each socket libcurl connects with, after name resolution: where
+/// `AddressPolicy` refuses an address before any packet is sent to it.
+static inline CURLcode ip_curl_set_opensocket_function(CURL *handle, ip_curl_socket_fn function) {
+    return curl_easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, function);
+}
+
+/// The address of a `curl_sockaddr`'s `addr` (as long as `addrlen` says: room for an IPv6
+/// address, which `struct sockaddr` has not).
+static inline const void *ip_curl_sockaddr_address(const struct curl_sockaddr *address) {
+    return &address->addr;
+}
+
 static inline CURLcode ip_curl_get_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }

@@ -87,6 +87,7 @@ public final class TestHTTPServer: @unchecked Sendable {
     private let handler: Handler
     private let lock = NSLock()
     private var recorded: [Request] = []
+    private var accepted = 0
     private var stopped = false
 
     /// The loopback address it listens on (`127.0.0.1` unless another was asked for: a
@@ -132,6 +133,9 @@ public final class TestHTTPServer: @unchecked Sendable {
 
     public func requests(to path: String) -> [Request] { requests.filter { $0.path == path } }
 
+    /// Connections accepted so far (with or without a request on them).
+    public var connections: Int { lock.withLock { accepted } }
+
     public func stop() {
         let wasRunning = lock.withLock { () -> Bool in
             defer { stopped = true }
@@ -151,6 +155,7 @@ public final class TestHTTPServer: @unchecked Sendable {
                 if errno == EINTR { continue }
                 return
             }
+            lock.withLock { accepted += 1 }
             // A thread per connection: a handler that stalls must not hold up the others
             // (Dispatch's pool is only a few threads wide on a 2-core machine).
             let worker = Thread { [self] in serve(client) }

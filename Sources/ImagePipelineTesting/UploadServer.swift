@@ -44,6 +44,8 @@ public final class UploadServer: @unchecked Sendable {
     }
 
     public var baseURL: String { server.baseURL }
+    /// Connections accepted so far.
+    public var connections: Int { server.connections }
     public var mode: Mode {
         get { lock.withLock { currentMode } }
         set { lock.withLock { currentMode = newValue } }

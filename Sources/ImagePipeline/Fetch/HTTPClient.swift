@@ -124,7 +124,7 @@ public struct HTTPRequest: Sendable {
 
 /// Why one exchange failed.
 public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
-    public enum Kind: Sendable { case network, timeout, truncated, status, tooLarge, redirects, scheme, cancelled, io }
+    public enum Kind: Sendable { case network, timeout, truncated, status, tooLarge, redirects, scheme, cancelled, io, blocked }
     public let kind: Kind
     public let message: String
     public let status: Int?
@@ -137,7 +137,7 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
         switch kind {
         case .network, .timeout, .truncated, .io: true
         case .status: status.map(Self.isRetryable(status:)) ?? false
-        case .tooLarge, .redirects, .scheme, .cancelled: false
+        case .tooLarge, .redirects, .scheme, .cancelled, .blocked: false
         }
     }
 
@@ -191,6 +191,8 @@ public final class HTTPClient: @unchecked Sendable {
     let cancellation: CancellationFlag?
     /// Per-host request rate and back-off; nil paces nothing.
     public let pacing: HostPacing?
+    /// The addresses it may connect to (checked as each connection opens).
+    public let addresses: AddressPolicy
     private let lock = NSLock()
     private var idle: [UnsafeMutableRawPointer] = []
 
@@ -198,9 +200,11 @@ public final class HTTPClient: @unchecked Sendable {
 
     public init(
         timeout: Double, cancellation: CancellationFlag? = nil,
-        userAgent: String = ImgpipeIdentity.defaultUserAgent, pacing: HostPacing? = nil
+        userAgent: String = ImgpipeIdentity.defaultUserAgent, pacing: HostPacing? = nil,
+        addresses: AddressPolicy = .open
     ) {
         _ = Self.globalSetUp
+        self.addresses = addresses
         self.timeout = timeout
         self.userAgent = userAgent
         self.cancellation = cancellation
@@ -242,6 +246,7 @@ public final class HTTPClient: @unchecked Sendable {
         let transfer = Transfer(
             maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline,
             cancellation: cancellation, refuseBody: request.refuseBody)
+        transfer.addresses = addresses
         if request.isRead, let refuseRedirect = request.refuseRedirect {
             transfer.refuseRedirect = refuseRedirect
             transfer.location = request.url.absoluteString
@@ -420,6 +425,13 @@ public final class HTTPClient: @unchecked Sendable {
                 return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().checkDeadline() ? 0 : 1
             })
         _ = ip_curl_set_pointer(handle, CURLOPT_XFERINFODATA, context)
+        _ = ip_curl_set_opensocket_function(
+            handle,
+            { context, _, address in
+                guard let context, let address else { return -1 }
+                return Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue().openSocket(address)
+            })
+        _ = ip_curl_set_pointer(handle, CURLOPT_OPENSOCKETDATA, context)
 
         switch request.method {
         case "GET": _ = ip_curl_set_long(handle, CURLOPT_HTTPGET, 1)
@@ -452,6 +464,11 @@ public final class HTTPClient: @unchecked Sendable {
         let host = request.url.host ?? "server"
         let detail = transfer.errorText.isEmpty ? String(cString: curl_easy_strerror(code)) : transfer.errorText
         let response = status > 0 ? status : nil
+        if code == CURLE_COULDNT_CONNECT, let blocked = transfer.blocked {
+            // Every address of the host (or of a redirect's) was refused: nothing was sent.
+            return HTTPFailure(
+                kind: .blocked, message: "\(host): not connecting: \(blocked)", status: response, retryAfter: nil)
+        }
         switch code {
         case CURLE_OPERATION_TIMEDOUT:
             return HTTPFailure(kind: .timeout, message: "\(host): timed out (\(detail))", status: response, retryAfter: nil)
@@ -538,6 +555,10 @@ private final class Transfer {
     var atResponseStart = true
     var failure: HTTPFailure?
     var errorText = ""
+    /// The addresses the transfer may connect to, and why the last address tried was
+    /// refused (nil once one is allowed).
+    var addresses = AddressPolicy.open
+    var blocked: String?
 
     init(
         maxBytes: Int, named name: String, deadline: Double, cancellation: CancellationFlag?,
@@ -549,6 +570,32 @@ private final class Transfer {
         maxBytesName = name
         deadlineSeconds = deadline
         self.deadline = DispatchTime.now().uptimeNanoseconds + UInt64(deadline * 1_000_000_000)
+    }
+
+    /// libcurl's socket for one address it is about to connect to, or -1 (`CURL_SOCKET_BAD`)
+    /// when the policy refuses the address: libcurl tries the host's next address, if any.
+    /// Sockets are made close-on-exec: the pixel helpers this process starts hold none.
+    func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
+        let family = address.pointee.family
+        let raw = ip_curl_sockaddr_address(address)
+        var ip: IPAddress?
+        if family == AF_INET, address.pointee.addrlen >= MemoryLayout<sockaddr_in>.size, let raw {
+            var v4 = raw.load(as: sockaddr_in.self).sin_addr
+            ip = IPAddress(bytes: withUnsafeBytes(of: &v4) { Array($0) })
+        } else if family == AF_INET6, address.pointee.addrlen >= MemoryLayout<sockaddr_in6>.size, let raw {
+            var v6 = raw.load(as: sockaddr_in6.self).sin6_addr
+            ip = IPAddress(bytes: withUnsafeBytes(of: &v6) { Array($0) })
+        }
+        guard let ip else {
+            blocked = "an address of family \(family), which imgpipe does not connect to"
+            return -1
+        }
+        if let refusal = addresses.refusal(of: ip) {
+            blocked = refusal
+            return -1
+        }
+        blocked = nil
+        return socket(family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
     }
 
     /// A block of the body; returning less than `count` stops the transfer.

@@ -213,12 +213,13 @@ public struct RemoteFetcher: Sendable {
             if error.retryable, attempt < attempts {
                 return .retry(after: error.retryDelay(attempt: attempt, backoff: backoff))
             }
-            if let cached, let served = fromCache(cached, at: destination) { return served }
+            // A copy made before the address was refused is not served in its place.
+            if error.kind != .blocked, let cached, let served = fromCache(cached, at: destination) { return served }
             // The URL asked for, unless the message already names it.
             let named = error.kind == .io || error.kind == .tooLarge || error.message.contains(url.absoluteString)
             let asked = named ? "" : ", asking for \(shown(url, address))"
             throw ItemFailure(
-                error.kind == .tooLarge ? .limit : error.kind == .io ? .io : .download,
+                error.kind == .tooLarge ? .limit : error.kind == .io ? .io : error.kind == .blocked ? .blockedAddress : .download,
                 error.message + asked + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: error.status)
         }
         if let refusal = result.redirectRefused {

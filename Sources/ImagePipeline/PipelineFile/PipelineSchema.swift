@@ -85,6 +85,33 @@ public enum PipelineSchema {
                             ),
                         ])
                     ),
+                    (
+                        "network",
+                        object([
+                            (
+                                "deny",
+                                .object([
+                                    ("type", .string("array")),
+                                    (
+                                        "items",
+                                        .object([
+                                            (
+                                                "anyOf",
+                                                .array([
+                                                    .object([
+                                                        ("enum", strings(AddressPolicy.AddressClass.allCases.map(\.rawValue)))
+                                                    ]),
+                                                    addressRange,
+                                                ])
+                                            )
+                                        ])
+                                    ),
+                                    ("default", strings(AddressPolicy.defaultDeny.sorted().map(\.rawValue))),
+                                ])
+                            ),
+                            ("allow", .object([("type", .string("array")), ("items", addressRange)])),
+                        ])
+                    ),
                 ])
             ),
             (
@@ -182,6 +209,10 @@ public enum PipelineSchema {
     static let boolean = JSONValue.object([("type", .string("boolean"))])
     /// `"pacing"` of a source or sink.
     static let pacing = JSONValue.object([("enum", strings(["on", "off"]))])
+    /// An address or CIDR block, IPv4 or IPv6 (checked as such when the file is read).
+    static let addressRange = JSONValue.object([
+        ("type", .string("string")), ("pattern", .string("^[0-9A-Fa-f.:]+(/[0-9]{1,3})?$")),
+    ])
     /// An RFC 6901 JSON Pointer: empty, or `/` and tokens in which `~` is only `~0` or `~1`.
     static let jsonPointer = JSONValue.object([
         ("type", .string("string")), ("pattern", .string("^(/([^~/]|~[01])*)*$")),

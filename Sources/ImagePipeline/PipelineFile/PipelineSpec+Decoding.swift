@@ -3,7 +3,7 @@ import Foundation
 extension PipelineSpec {
     static let topLevelKeys = [
         "version", "name", "source", "filters", "output", "outputs", "sink", "sinks", "limits", "retry",
-        "userAgent", "accept",
+        "userAgent", "accept", "network",
     ]
 
     /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
@@ -116,11 +116,14 @@ extension PipelineSpec {
             return text
         }
         let accept = try root.optional("accept", default: AcceptRules()) { try AcceptRules(node: $0) }
-        return PipelineSpec(
+        let network = try root.optional("network", default: AddressPolicy()) { try AddressPolicy(node: $0) }
+        var spec = PipelineSpec(
             version: version, name: name, source: source, filters: filters, outputs: outputs,
             sinks: sinks, sinkOutputs: sinkOutputs, unpacedSinks: unpacedSinks, limits: limits, retry: retry,
             userAgent: userAgent,
             accept: accept, baseDirectory: baseDirectory, document: document)
+        spec.network = network
+        return spec
     }
 
     /// `"output"` (one output, id `default` unless it names one) or `"outputs"` (a list of

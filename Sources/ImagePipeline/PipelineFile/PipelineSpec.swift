@@ -24,6 +24,8 @@ public struct PipelineSpec: Sendable {
     public var userAgent: String = ImgpipeIdentity.defaultUserAgent
     /// Which inputs are processed; the others are skipped.
     public var accept = AcceptRules()
+    /// The addresses requests may connect to (`"network"`).
+    public var network = AddressPolicy()
     /// The absolute directory of the pipeline file; relative paths start here.
     public var baseDirectory: String
     /// The document as written (no `${…}` expanded), for the state file.

@@ -102,7 +102,7 @@ public struct BuiltPipeline: Sendable {
                 if let client = uploadClients[paced] { return client }
                 let client = HTTPClient(
                     timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
-                    pacing: paced ? pacing : nil)
+                    pacing: paced ? pacing : nil, addresses: spec.network)
                 uploadClients[paced] = client
                 return client
             }
@@ -378,7 +378,7 @@ public struct BuiltPipeline: Sendable {
         }
         let client = HTTPClient(
             timeout: spec.limits.timeout, cancellation: cancellation, userAgent: spec.userAgent,
-            pacing: remote.paced ? pacing ?? makePacing(spec, logger: logger) : nil)
+            pacing: remote.paced ? pacing ?? makePacing(spec, logger: logger) : nil, addresses: spec.network)
         var fetcher = RemoteFetcher(
             client: client, cache: cache, revalidate: revalidate, attempts: spec.retry.attempts,
             backoff: spec.retry.backoff, maxBytes: spec.limits.maxBytes,

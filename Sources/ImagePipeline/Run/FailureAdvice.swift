@@ -73,6 +73,11 @@ public struct FailureAdvice: Sendable, Equatable {
             return FailureAdvice(.mayPass, "sink")
         case .io:
             return FailureAdvice(.mayPass, "io")
+        case .blockedAddress:
+            return FailureAdvice(
+                .permanent, "blocked-address",
+                fix: "remove the item from the feed, or, when the address is one of yours, let it through with "
+                    + "`network.allow`")
         case nil:
             return FailureAdvice(.mayPass, reason)
         }

@@ -15,6 +15,9 @@ public enum FailureReason: String, Sendable, CaseIterable, Codable {
     /// A local file could not be written (a full disk, a read-only folder): retried like a
     /// download, and again by `resume --retry-failed`.
     case io
+    /// The address a URL (an item's, a redirect's, an upload's) resolved to is one the
+    /// pipeline's `network` policy refuses: no connection was opened (`AddressPolicy`).
+    case blockedAddress = "blocked-address"
 }
 
 /// Why one item failed.

@@ -109,7 +109,9 @@ extension HTTPFailure {
     /// The answer of a sink to this failure on attempt `attempt` of `retry.attempts`: try
     /// again later if it may pass and attempts remain, else fail with reason `upload`.
     func deliveryAttempt(_ attempt: Int, retry: RetryPolicy) throws(DeliveryFailure) -> DeliveryAttempt {
-        let failure = ItemFailure(.upload, message + (attempt > 1 ? " (after \(attempt) attempts)" : ""), httpStatus: status)
+        let failure = ItemFailure(
+            kind == .blocked ? .blockedAddress : .upload, message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
+            httpStatus: status)
         guard retryable, attempt < retry.attempts else { throw DeliveryFailure(failure, attempts: attempt) }
         return .retry(after: retryDelay(attempt: attempt, backoff: retry.backoff), failure)
     }

@@ -240,13 +240,15 @@ extension RunStore {
                     db.cachedStatement(sql: "SELECT COUNT(*) FROM output WHERE runId = ? AND itemKey = ?"),
                     arguments: [runId, key]) ?? 1
             let message = (several > 1 ? "sink \(sink), output \(output): " : "sink \(sink): ") + failure.message
+            // A refused address is said as such; any other delivery failure is the sink's.
+            let reason: FailureReason = failure.reason == .blockedAddress ? .blockedAddress : .upload
             try db.cachedStatement(
                 sql: """
                     UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, updatedAt = ?
                     WHERE runId = ? AND key = ?
                     """
-            ).execute(arguments: [FailureReason.upload.rawValue, message, failure.httpStatus, time, runId, key])
-            return .failed(ItemFailure(.upload, message, httpStatus: failure.httpStatus))
+            ).execute(arguments: [reason.rawValue, message, failure.httpStatus, time, runId, key])
+            return .failed(ItemFailure(reason, message, httpStatus: failure.httpStatus))
 
         case .failed(let key, let failure, let attempts):
             try markFailed(key: key, failure: failure, attempts: attempts, runId: runId, time: time, db: db)
