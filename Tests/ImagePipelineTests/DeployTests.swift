@@ -122,66 +122,101 @@ struct DeployTests {
     /// The Job's container, run as written: `imgpipe` is the built binary and the pipeline
     /// file is one written here; every other argument is passed as it stands, in a folder
     /// standing for the working directory, with the manifest's environment variables (the
-    /// one from the `imgpipe-state` Secret set to a test database's URL). The run must end
-    /// 0 with every item delivered, and `imgpipe status` must show the run done.
-    @Test func theJobsContainerRunsAsWrittenAndFinishesTheRun() throws {
-        let manifest = try Self.manifest()
-        var argv = manifest.argv
-        try #require(argv.first == "imgpipe", "the container runs \(argv.first ?? "nothing"), not imgpipe")
-        argv[0] = ImgpipeBinary.path
-        let pipelineArgument = try Self.pipelineArgument(of: manifest)
+    /// one from the `imgpipe-state` Secret set to a test database's URL).
+    struct JobContainer {
+        let workingDir: TemporaryDirectory
+        /// The ConfigMap's mount (kept: the folder goes with its last reference).
+        let mount: TemporaryDirectory
+        let pipeline: String
+        let pipelineName: String
+        let url: String
+        let cluster: PostgresCluster
+        let argv: [String]
+        let environment: [String: String]
 
-        // Two folders standing for the pod's: the working directory (the work volume) and
-        // the ConfigMap's mount, which holds the pipeline under the manifest's file name.
-        let workingDir = try TemporaryDirectory("imgpipe-deploy-work")
-        let mount = try TemporaryDirectory("imgpipe-deploy-pipelines")
-        for index in 1...6 {
-            try ImageFixtures.jpeg(at: workingDir.url(String(format: "in/photo-%02d.jpg", index)), width: 64, height: 48)
-        }
-        // Absolute paths, as the example ConfigMap's: a pipeline's relative paths start
-        // at its own folder, which in the pod is the read-only ConfigMap.
-        let pipelineName = (pipelineArgument.path as NSString).lastPathComponent
-        let pipeline = try mount.write(
-            """
-            {"version": 1, "source": {"type": "directory", "path": "\(workingDir.url("in"))"},
-             "filters": [{"op": "fit", "width": 32, "height": 32}],
-             "output": {"format": "jpeg", "quality": 80, "name": "{stem}.jpg"},
-             "sinks": [{"type": "directory", "path": "\(workingDir.url("out"))"}]}
-            """, to: pipelineName)
-        argv[pipelineArgument.index] = pipeline
+        /// Sets the container up with `good` photos, and `corrupt` files that are not
+        /// images, in the work volume's `in/`.
+        init(good: Int, corrupt: Int = 0) throws {
+            let manifest = try DeployTests.manifest()
+            var argv = manifest.argv
+            try #require(argv.first == "imgpipe", "the container runs \(argv.first ?? "nothing"), not imgpipe")
+            argv[0] = ImgpipeBinary.path
+            let pipelineArgument = try DeployTests.pipelineArgument(of: manifest)
 
-        let cluster = try PostgresCluster.start()
-        let url = try cluster.makeDatabase()
-        defer { cluster.dropDatabase(url) }
-        var environment: [String: String] = [:]
-        for variable in manifest.env {
-            if variable.secret == "imgpipe-state/url" {
-                environment[variable.name] = url
-            } else if let value = variable.value {
-                environment[variable.name] = value
-            } else {
-                Issue.record("\(variable.name) comes from \(variable.from): give this test a stand-in for it")
+            // Two folders standing for the pod's: the working directory (the work volume) and
+            // the ConfigMap's mount, which holds the pipeline under the manifest's file name.
+            workingDir = try TemporaryDirectory("imgpipe-deploy-work")
+            mount = try TemporaryDirectory("imgpipe-deploy-pipelines")
+            for index in 1...good {
+                try ImageFixtures.jpeg(at: workingDir.url(String(format: "in/photo-%02d.jpg", index)), width: 64, height: 48)
             }
-        }
-        try #require(
-            manifest.env.contains { $0.secret == "imgpipe-state/url" },
-            "no environment variable of the Job comes from the imgpipe-state Secret's url: \(manifest.env.map(\.name))")
+            for index in 0..<corrupt {
+                try workingDir.write("not a photo \(index)", to: String(format: "in/corrupt-%02d.jpg", index))
+            }
+            // Absolute paths, as the example ConfigMap's: a pipeline's relative paths start
+            // at its own folder, which in the pod is the read-only ConfigMap.
+            pipelineName = (pipelineArgument.path as NSString).lastPathComponent
+            pipeline = try mount.write(
+                """
+                {"version": 1, "source": {"type": "directory", "path": "\(workingDir.url("in"))"},
+                 "filters": [{"op": "fit", "width": 32, "height": 32}],
+                 "output": {"format": "jpeg", "quality": 80, "name": "{stem}.jpg"},
+                 "sinks": [{"type": "directory", "path": "\(workingDir.url("out"))"}]}
+                """, to: pipelineName)
+            argv[pipelineArgument.index] = pipeline
+            self.argv = argv
 
-        let run = try ImgpipeBinary.launch(
-            executable: argv[0], Array(argv.dropFirst()), in: workingDir.path,
-            environment: environment
-        ).wait()
+            cluster = try PostgresCluster.start()
+            url = try cluster.makeDatabase()
+            var environment: [String: String] = [:]
+            for variable in manifest.env {
+                if variable.secret == "imgpipe-state/url" {
+                    environment[variable.name] = url
+                } else if let value = variable.value {
+                    environment[variable.name] = value
+                } else {
+                    Issue.record("\(variable.name) comes from \(variable.from): give this test a stand-in for it")
+                }
+            }
+            self.environment = environment
+            try #require(
+                manifest.env.contains { $0.secret == "imgpipe-state/url" },
+                "no environment variable of the Job comes from the imgpipe-state Secret's url: \(manifest.env.map(\.name))")
+        }
+
+        /// The container's process, to its end (a pod's start, or its restart).
+        func run() throws -> CommandResult {
+            try ImgpipeBinary.launch(
+                executable: argv[0], Array(argv.dropFirst()), in: workingDir.path, environment: environment
+            ).wait()
+        }
+
+        /// `imgpipe status` of the run, with `extra` arguments.
+        func status(_ extra: String...) throws -> CommandResult {
+            try ImgpipeBinary.run(["status", pipeline, "--state", url] + extra, in: workingDir.path)
+        }
+
+        func drop() { cluster.dropDatabase(url) }
+    }
+
+    /// The container run as written must end 0 with every item delivered, and `imgpipe
+    /// status` must show the run done.
+    @Test func theJobsContainerRunsAsWrittenAndFinishesTheRun() throws {
+        let job = try JobContainer(good: 6)
+        defer { job.drop() }
+        let run = try job.run()
         // Required: the checks below only repeat this failure when the run did not happen.
-        try #require(run.status == 0, "\(argv.dropFirst().joined(separator: " ")) exited \(run.status): \(run.stderr)")
-        #expect(!run.stdout.contains(cluster.password) && !run.stderr.contains(cluster.password), "the password was printed")
-        let outputs = workingDir.files(under: "out").filter { !$0.hasPrefix(".") }
+        try #require(run.status == 0, "\(job.argv.dropFirst().joined(separator: " ")) exited \(run.status): \(run.stderr)")
+        #expect(
+            !run.stdout.contains(job.cluster.password) && !run.stderr.contains(job.cluster.password), "the password was printed")
+        let outputs = job.workingDir.files(under: "out").filter { !$0.hasPrefix(".") }
         #expect(outputs.count == 6, "outputs: \(outputs)")
         // The journal went to the working directory (the pod mounts an emptyDir there).
         #expect(
             FileManager.default.fileExists(
-                atPath: workingDir.url(".imgpipe/\((pipelineName as NSString).deletingPathExtension).workers")))
+                atPath: job.workingDir.url(".imgpipe/\((job.pipelineName as NSString).deletingPathExtension).workers")))
 
-        let status = try ImgpipeBinary.run(["status", pipeline, "--state", url, "--json"], in: workingDir.path)
+        let status = try job.status("--json", "--exit-code")
         #expect(status.status == 0, "\(status.stderr)")
         let report = try #require(
             try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any],
@@ -189,6 +224,26 @@ struct DeployTests {
         #expect(report["done"] as? Int == 6, "\(report)")
         #expect(report["failed"] as? Int == 0 && report["pending"] as? Int == 0, "\(report)")
         #expect(report["state"] as? String == "finished", "\(report)")
+    }
+
+    /// A batch with a few corrupt photos is a completed batch: the container, run as the
+    /// Job writes it, exits 0 (the Job completes instead of restarting pods up to its
+    /// `backoffLimit`), and so does a pod restarted after the run ended; `status` still
+    /// tells of the failure, and `status --exit-code` exits 1 for it.
+    @Test func aBatchWithCorruptPhotosCompletesTheJobAndStatusStillFails() throws {
+        let job = try JobContainer(good: 4, corrupt: 2)
+        defer { job.drop() }
+        let run = try job.run()
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        #expect(job.workingDir.files(under: "out").filter { !$0.hasPrefix(".") }.count == 4)
+        let again = try job.run()
+        #expect(again.status == 0 && again.stdout.contains("already finished"), "\(again.stdout)\(again.stderr)")
+
+        let status = try job.status("--exit-code")
+        #expect(status.status == 1, "\(status.stdout)\(status.stderr)")
+        #expect(status.stdout.contains("failures by reason: decode 2"), "\(status.stdout)")
+        let report = try job.status("--json").decoded(StatusReport.self)
+        #expect(report.failed == 2 && report.done == 4 && report.state == "finished")
     }
 
     /// The example pipeline of the ConfigMap is a valid pipeline, and it is the file the

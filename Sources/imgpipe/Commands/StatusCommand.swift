@@ -30,6 +30,12 @@ struct StatusCommand: ParsableCommand {
     @Flag(help: "Print one JSON object.")
     var json = false
 
+    @Flag(
+        help:
+            "Exit as the run would: 0 when every item is done or skipped, 1 when some failed or are not finished yet (for scripts and a Job's follow-up check)."
+    )
+    var exitCode = false
+
     func run() throws {
         if let given = StateFiles.explicit(state), case .postgres(let url) = StateLocation(given) {
             return try sharedStatus(url: url)
@@ -70,10 +76,18 @@ struct StatusCommand: ParsableCommand {
         }
         if json {
             Console.json(report)
-            return
+        } else {
+            print(report)
+            for line in nextSteps(report, stateFile: stateFile) { Console.out(line) }
         }
-        print(report)
-        for line in nextSteps(report, stateFile: stateFile) { Console.out(line) }
+        try exitAsTheRun(report)
+    }
+
+    /// With `--exit-code`: 1 when the run has failed or unfinished items (its feed not listed
+    /// to its end counts as unfinished).
+    func exitAsTheRun(_ report: StatusReport) throws {
+        guard exitCode else { return }
+        if report.failed > 0 || report.pending > 0 || !report.feedComplete { throw Exit.failedItems }
     }
 
     /// The explicit state file, the pipeline's default one, or the only one in `.imgpipe/`.
@@ -323,7 +337,7 @@ struct StatusCommand: ParsableCommand {
                 "\(place) has no run" + (runNumber.map { " #\($0)" } ?? "") + (name.map { " of pipeline \($0)" } ?? "")
                     + (runNumber != nil ? " (see --runs)" : ""))
         }
-        if json { return Console.json(status) }
-        print(status, place: place)
+        if json { Console.json(status) } else { print(status, place: place) }
+        try exitAsTheRun(status)
     }
 }

@@ -37,6 +37,12 @@ struct WorkCommand: ParsableCommand {
     )
     var new = false
 
+    @Flag(
+        help:
+            "Exit 0, not 1, when the run finished with failed items: the batch is complete (a Kubernetes Job completes instead of restarting pods). `imgpipe status --exit-code` still exits 1 for it."
+    )
+    var completeWithFailures = false
+
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -60,8 +66,9 @@ struct WorkCommand: ParsableCommand {
         settings.leaseSeconds = lease
         settings.heartbeatSeconds = heartbeat
         settings.joining = new ? .workOrAfterFinished : .work
-        try SharedSession(
-            options: options, workers: workerOptions, quiet: output.quiet, json: output.json, url: url, settings: settings
-        ).perform()
+        var session = SharedSession(
+            options: options, workers: workerOptions, quiet: output.quiet, json: output.json, url: url, settings: settings)
+        session.completeWithFailures = completeWithFailures
+        try session.perform()
     }
 }

@@ -11,6 +11,10 @@ struct SharedSession {
     let json: Bool
     let url: String
     let settings: SharedWorker.Options
+    /// A run that finished with failed items ends this process 0, not 1 (`work
+    /// --complete-with-failures`): a batch system's job completes; `status --exit-code`
+    /// still says 1.
+    var completeWithFailures = false
 
     func perform() throws {
         var spec = try options.loadSpec()
@@ -55,7 +59,7 @@ struct SharedSession {
                         + "; nothing to do (`imgpipe work --new` starts another run"
                         + (failed > 0 ? "; `imgpipe resume --retry-failed` tries the failed items again)" : ")"))
             }
-            if failed > 0 { throw Exit.failedItems }
+            if failed > 0, !completeWithFailures { throw Exit.failedItems }
             return
         } catch {
             unlink(journal.path)
@@ -101,6 +105,6 @@ struct SharedSession {
                 "run #\(summary.run) is not finished (\(summary.runPending) items pending); "
                     + "run `imgpipe work` again to go on")
         }
-        if summary.runFailed > 0 || summary.listingError != nil { throw Exit.failedItems }
+        if summary.runFailed > 0 && !completeWithFailures || summary.listingError != nil { throw Exit.failedItems }
     }
 }
