@@ -19,8 +19,8 @@ struct AddressGuardTests {
         jpeg = try Data(contentsOf: URL(fileURLWithPath: path))
     }
 
-    func imgpipe(_ arguments: String...) throws -> CommandResult {
-        try ImgpipeBinary.run(arguments, in: work.path)
+    func imgpipe(_ arguments: String..., environment: [String: String] = [:]) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments, in: work.path, environment: environment)
     }
 
     // MARK: - the classifier, on literal addresses
@@ -32,12 +32,15 @@ struct AddressGuardTests {
         ("169.254.1.1", ["link-local"]), ("169.254.169.254", ["link-local", "metadata"]),
         ("169.254.170.2", ["link-local", "metadata"]), ("100.100.100.200", ["metadata", "private"]),
         ("fe80::1", ["link-local"]), ("fd00::1", ["private"]), ("fec0::1", ["private"]),
-        ("fd00:ec2::254", ["metadata", "private"]),
+        ("fd00:ec2::254", ["metadata", "private"]), ("fd00:ec2::23", ["metadata", "private"]),
+        ("168.63.129.16", ["metadata"]), ("192.0.0.192", ["metadata", "private"]), ("198.18.0.1", ["private"]),
+        ("240.0.0.1", ["private"]), ("64:ff9b:1:a9fe:a9:fe00::", ["link-local", "metadata"]),
         // IPv6 forms that carry an IPv4 address are judged by it.
         ("::ffff:169.254.169.254", ["link-local", "metadata"]), ("::ffff:127.0.0.1", ["loopback"]),
         ("::ffff:10.0.0.1", ["private"]), ("::169.254.169.254", ["link-local", "metadata"]),
         ("::ffff:0:127.0.0.1", ["loopback"]), ("64:ff9b::a9fe:a9fe", ["link-local", "metadata"]),
-        ("64:ff9b::7f00:1", ["loopback"]), ("64:ff9b:1::a00:1", ["private"]), ("2002:a9fe:a9fe::1", ["link-local", "metadata"]),
+        ("64:ff9b::7f00:1", ["loopback"]), ("64:ff9b:1:a00:0:100::", ["private"]),
+        ("2002:a9fe:a9fe::1", ["link-local", "metadata"]),
         ("8.8.8.8", []), ("93.184.216.34", []), ("2001:db8::1", []), ("2606:4700::1111", []),
     ])
     func eachAddressIsInItsClasses(_ address: String, _ classes: [String]) throws {
@@ -66,9 +69,21 @@ struct AddressGuardTests {
         #expect(policy.refusal(of: IPAddress("203.0.114.9")!) == nil)
         #expect(AddressRange("fd00::/8")!.contains(IPAddress("fdab::1")!))
         #expect(!AddressRange("fd00::/8")!.contains(IPAddress("fe00::1")!))
-        for bad in ["10.0.0.0/33", "fe80::/129", "10.0.0.0/", "example.com", "10.0.0.0/8/8", ""] {
+        for bad in ["10.0.0.0/33", "fe80::/129", "10.0.0.0/", "example.com", "10.0.0.0/8/8", "", "10.0.0.0/-0", "10.0.0.0/+8"] {
             #expect(AddressRange(bad) == nil, "\(bad)")
         }
+    }
+
+    /// `deny` adds to what is always denied: a list of ranges alone does not open the
+    /// metadata service, and only its own address in `allow` does (a wider range does not).
+    @Test func metadataStaysDeniedUnlessItsOwnAddressIsAllowed() throws {
+        let ranges = AddressPolicy(deny: [], denyRanges: [AddressRange("10.0.0.0/8")!])
+        #expect(ranges.refusal(of: IPAddress("169.254.169.254")!) != nil)
+        let wide = AddressPolicy(allowRanges: [AddressRange("169.254.0.0/16")!])
+        #expect(wide.refusal(of: IPAddress("169.254.169.254")!)?.contains("metadata") == true)
+        #expect(wide.refusal(of: IPAddress("169.254.1.2")!) == nil)
+        let exact = AddressPolicy(allowRanges: [AddressRange("169.254.169.254")!])
+        #expect(exact.refusal(of: IPAddress("169.254.169.254")!) == nil)
     }
 
     // MARK: - the built binary
@@ -117,6 +132,46 @@ struct AddressGuardTests {
         let status = try imgpipe("status", "pipe.json", "--json").decoded(StatusReport.self)
         #expect(status.done == 1 && status.failuresByReason == ["blocked-address": 1], "\(status.failures)")
         #expect(status.failures.first?.message.contains("127.0.0.2 is a loopback address") == true, "\(status.failures)")
+    }
+
+    /// A proxy in the environment is not used: through it, every connection would be the
+    /// proxy's and the target's address never judged. The proxy sees nothing, and the
+    /// item on a denied address still fails as `blocked-address`.
+    @Test func aProxyInTheEnvironmentDoesNotCarryADeniedRequest() throws {
+        let jpeg = self.jpeg
+        let target = try TestHTTPServer(host: "127.0.0.2") { _ in .bytes(jpeg) }
+        let proxy = try TestHTTPServer { _ in .bytes(jpeg) }
+        try work.write("\(target.baseURL)/a.jpg\n", to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "network": {"deny": ["127.0.0.2/32"]}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "pipe.json")
+        let run = try imgpipe(
+            "run", "pipe.json",
+            environment: ["http_proxy": proxy.baseURL, "HTTPS_PROXY": proxy.baseURL, "ALL_PROXY": proxy.baseURL])
+        #expect(run.status == 1, "\(run.stdout)\(run.stderr)")
+        #expect(proxy.connections == 0 && target.connections == 0)
+        let status = try imgpipe("status", "pipe.json", "--json").decoded(StatusReport.self)
+        #expect(status.failuresByReason == ["blocked-address": 1], "\(status.failures)")
+    }
+
+    /// With `"robots": true`, a host on a denied address is not a robots.txt that could not
+    /// be read (a skip): its item fails as `blocked-address`, and the run exits 1.
+    @Test func aDeniedHostIsNotARobotsSkip() throws {
+        let jpeg = self.jpeg
+        let server = try TestHTTPServer { _ in .bytes(jpeg) }
+        try work.write("\(server.baseURL)/a.jpg\n", to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false, "robots": true},
+             "network": {"deny": ["loopback"]}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "pipe.json")
+        let run = try imgpipe("run", "pipe.json")
+        #expect(run.status == 1, "\(run.stdout)\(run.stderr)")
+        #expect(server.connections == 0)
+        let status = try imgpipe("status", "pipe.json", "--json").decoded(StatusReport.self)
+        #expect(status.failuresByReason == ["blocked-address": 1] && status.skipped == 0, "\(status.skips)")
     }
 
     /// A sink's URL on a denied address: the item fails as `blocked-address` and the

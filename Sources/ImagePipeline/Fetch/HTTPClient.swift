@@ -201,7 +201,7 @@ public final class HTTPClient: @unchecked Sendable {
     public init(
         timeout: Double, cancellation: CancellationFlag? = nil,
         userAgent: String = ImgpipeIdentity.defaultUserAgent, pacing: HostPacing? = nil,
-        addresses: AddressPolicy = .open
+        addresses: AddressPolicy = AddressPolicy()
     ) {
         _ = Self.globalSetUp
         self.addresses = addresses
@@ -380,6 +380,10 @@ public final class HTTPClient: @unchecked Sendable {
         _ = ip_curl_set_long(handle, CURLOPT_PATH_AS_IS, request.pathAsIs ? 1 : 0)
         _ = ip_curl_set_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
         _ = ip_curl_set_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        // No proxy from the environment (`http_proxy`, `ALL_PROXY`, …): through one, every
+        // socket would be the proxy's, and `AddressPolicy` would never see the address a
+        // feed names.
+        _ = ip_curl_set_string(handle, CURLOPT_PROXY, "")
         // Redirects are followed for reads only: a redirected upload would be re-sent as a
         // GET (or a PUT without its body), and its headers (an API key) to another host.
         _ = ip_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, request.isRead ? 1 : 0)
@@ -464,7 +468,7 @@ public final class HTTPClient: @unchecked Sendable {
         let host = request.url.host ?? "server"
         let detail = transfer.errorText.isEmpty ? String(cString: curl_easy_strerror(code)) : transfer.errorText
         let response = status > 0 ? status : nil
-        if code == CURLE_COULDNT_CONNECT, let blocked = transfer.blocked {
+        if code == CURLE_COULDNT_CONNECT, let blocked = transfer.blocked, !transfer.connectedInHop {
             // Every address of the host (or of a redirect's) was refused: nothing was sent.
             return HTTPFailure(
                 kind: .blocked, message: "\(host): not connecting: \(blocked)", status: response, retryAfter: nil)
@@ -559,6 +563,9 @@ private final class Transfer {
     /// refused (nil once one is allowed).
     var addresses = AddressPolicy.open
     var blocked: String?
+    /// A socket was opened since the last response began (for this request, or for the
+    /// redirect being followed): a failure to connect is then not the policy's doing alone.
+    var connectedInHop = false
 
     init(
         maxBytes: Int, named name: String, deadline: Double, cancellation: CancellationFlag?,
@@ -594,7 +601,7 @@ private final class Transfer {
             blocked = refusal
             return -1
         }
-        blocked = nil
+        connectedInHop = true
         return socket(family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
     }
 
@@ -663,6 +670,9 @@ private final class Transfer {
         let startsResponse = atResponseStart
         atResponseStart = ends
         if startsResponse, line.starts(with: "HTTP/".utf8) {
+            // A redirect's target, if one is followed, is a new hop: its addresses are judged anew.
+            connectedInHop = false
+            blocked = nil
             headers = [:]
             headerValues = [:]
             firstLocation = nil

@@ -95,7 +95,10 @@ public struct RemoteFetcher: Sendable {
             _ = try? cache?.storePage(url: address, data: body, etag: result.etag, lastModified: result.lastModified)
             return (body, .remote)
         } catch {
-            if let cached, let data = cache?.page(at: cached) { return (data, .cache) }
+            // A copy of a page whose address is now refused is not served in its place.
+            if (error as? HTTPFailure)?.kind != .blocked, let cached, let data = cache?.page(at: cached) {
+                return (data, .cache)
+            }
             throw FeedError("cannot fetch \(address): \(error)")
         }
     }

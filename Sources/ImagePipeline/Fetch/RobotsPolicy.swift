@@ -98,6 +98,9 @@ public final class RobotsPolicy: @unchecked Sendable {
             }
         } catch {
             if error.kind == .cancelled || cancellation?.isCancelled == true { return .interrupted }
+            // The host's address is one the pipeline refuses: its images are too, and each
+            // fails as `blocked-address` (a skip for robots would hide it).
+            if error.kind == .blocked { return .rules(.allowAll) }
             return .unreadable(error.message)
         }
     }

@@ -106,7 +106,9 @@ public final class SharedWorker: @unchecked Sendable {
     /// that did not record these (`recordedSince`) is not compared on them.
     /// Fingerprint keys added after the first shared runs: a run without them was made by
     /// an older imgpipe, and is joined on what it recorded.
-    public static let recordedSince: Set<String> = ["source", "accept", "sinks", "limits.maxBytes", "limits.maxPixels"]
+    public static let recordedSince: Set<String> = [
+        "source", "accept", "sinks", "limits.maxBytes", "limits.maxPixels", "network",
+    ]
 
     public static func fingerprint(of spec: PipelineSpec) -> [String: String] {
         let document = spec.document
@@ -123,6 +125,8 @@ public final class SharedWorker: @unchecked Sendable {
             "source": canonical(withoutLocal(document["source"])), "accept": canonical(document["accept"]),
             "sinks": canonical(.array(sinks)),
             "limits.maxBytes": String(spec.limits.maxBytes), "limits.maxPixels": String(spec.limits.maxPixels),
+            // Which addresses may be reached: an item refused on one machine is not fetched on another.
+            "network": canonical(document["network"]),
         ]) { $1 }
     }
 
