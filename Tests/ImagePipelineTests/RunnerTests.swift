@@ -343,7 +343,7 @@ struct RunnerTests {
     // MARK: - whole sessions
 
     /// A sink that keeps the bytes it is given; it refuses (and asks for retries) as told.
-    final class MemorySink: Sink {
+    final class MemorySink: OutputSink {
         let name: String
         let retriesBeforeSuccess: Int
         let refused: Set<String>
