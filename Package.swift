@@ -85,10 +85,17 @@ let package = Package(
             name: "ImagePipelineTesting",
             dependencies: ["ImagePipeline", "VipsKit"]
         ),
+        // A run whose sink is `MemoryBatchSink` (in ImagePipelineTesting), for the tests of
+        // the batching sink contract under kill -9: a test program, not a product.
+        .executableTarget(
+            name: "imgpipe-batchtest",
+            dependencies: ["ImagePipeline", "ImagePipelineTesting", .product(name: "Logging", package: "swift-log")]
+        ),
         .testTarget(
             name: "ImagePipelineTests",
             dependencies: [
-                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe", "COrcStress", "CProcess", "CBeneath",
+                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe", "imgpipe-batchtest", "COrcStress", "CProcess",
+                "CBeneath",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

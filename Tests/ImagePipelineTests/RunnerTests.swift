@@ -207,12 +207,18 @@ struct RunnerTests {
         return (store, run, commits)
     }
 
-    @Test func theWriterGathersTheChangesOfItsCommitGapIntoOneCommit() throws {
+    /// A writer over a state file counting its commits, its first change (`k0`) committed.
+    private func writerAfterItsFirstCommit(gap: Double) throws -> (RunStore, RunRecord, CommitCounter, StoreWriter) {
         let (store, run, commits) = try storeCountingCommits()
-        let writer = StoreWriter(store: store, runId: run.id, commitGap: 2) { error in Issue.record("write failed: \(error)") }
+        let writer = StoreWriter(store: store, runId: run.id, commitGap: gap) { error in Issue.record("write failed: \(error)") }
         let first = DispatchSemaphore(value: 0)
         writer.submit(insertion(0)) { _ in first.signal() }
         #expect(first.wait(timeout: .now() + 30) == .success)
+        return (store, run, commits, writer)
+    }
+
+    @Test func theWriterGathersTheChangesOfItsCommitGapIntoOneCommit() throws {
+        let (store, run, commits, writer) = try writerAfterItsFirstCommit(gap: 2)
         // The first commit has just ended: the next one starts 2 s after it, with all of these.
         let applied = Mutex(0)
         for index in 1...100 {
@@ -224,6 +230,20 @@ struct RunnerTests {
         #expect(commits.count == 2, "one commit for the first change, one for the hundred after it")
         #expect(applied.withLock { $0 } == 100)
         #expect(try store.counts(runId: run.id).total == 101)
+    }
+
+    /// A group (a committed batch's deliveries) goes into one commit whole, even one larger
+    /// than the writer's batch of changes: a kill leaves all of it written, or none.
+    @Test func theWriterNeverSplitsAGroupOfChanges() throws {
+        let (store, run, commits, writer) = try writerAfterItsFirstCommit(gap: 0)
+        let outcomes = Mutex<[ChangeOutcome]>([])
+        writer.submit((1...1500).map(insertion)) { group in
+            let visible = (try? store.counts(runId: run.id).total) ?? 0
+            outcomes.withLock { $0 = visible == 1501 ? group : [] }
+        }
+        writer.drain()
+        #expect(commits.count == 2, "the group of 1500 went in one commit")
+        #expect(outcomes.withLock { $0 }.count == 1500 && outcomes.withLock { $0 }.allSatisfy { $0 == .applied })
     }
 
     @Test func theWriterCommitsAtOnceWhileItMayNotLingerAndHoldsChangesWhileItMay() throws {
@@ -323,7 +343,7 @@ struct RunnerTests {
     // MARK: - whole sessions
 
     /// A sink that keeps the bytes it is given; it refuses (and asks for retries) as told.
-    final class MemorySink: Sink {
+    final class MemorySink: OutputSink {
         let name: String
         let retriesBeforeSuccess: Int
         let refused: Set<String>

@@ -24,6 +24,14 @@ public struct BuiltPipeline: Sendable {
             environment: environment, cancellation: cancellation)
     }
 
+    /// This pipeline with other sinks in place of its own (a program that embeds the runner
+    /// and delivers somewhere of its own); everything else is the same.
+    public func replacingSinks(_ sinks: [any Sink]) -> BuiltPipeline {
+        BuiltPipeline(
+            spec: spec, path: path, feed: feed, fetcher: fetcher, sinks: sinks, processor: processor,
+            environment: environment, cancellation: cancellation)
+    }
+
     /// Expands and resolves everything the run needs; errors are `SpecError`s naming the
     /// path of the value (an unset variable, a source directory that does not exist).
     /// `notice` receives what the feed has to say while listing (e.g. falling back).

@@ -24,9 +24,12 @@ final class RunStages: Sendable {
     private let producerEnded = DispatchSemaphore(value: 0)
     /// Retries waiting on a timer, with what to do instead if the run is interrupted.
     private let retryTimers = Mutex<(next: UInt64, pending: [UInt64: @Sendable () -> Void])>((0, [:]))
+    /// What each sink holds in its open batch, by sink name.
+    private let batches: [String: OpenBatch]
 
     init(_ context: RunContext) throws {
         self.context = context
+        batches = context.sinks.mapValues(OpenBatch.init)
         let counts = try context.store.counts(runId: context.runId)
         state = Mutex(
             RunState(
@@ -111,6 +114,9 @@ final class RunStages: Sendable {
             context.reporter.notice("some work did not stop within 30 s of the interruption; its items stay unfinished")
         }
         timer.cancel()
+        // What the sinks hold is committed before the run's state is written (or dropped,
+        // when the run stops at once): an item is never recorded delivered before its batch.
+        endBatches(commit: !state.withLock { $0.aborted })
         writer.drain()
         context.stopExecutors()
         context.spool.clear()
@@ -651,9 +657,12 @@ final class RunStages: Sendable {
         return outputs
     }
 
-    /// Hands a staged output to every sink that does not have it yet. Each sink's delivery
-    /// goes on by itself (its retries on a timer); the item is settled when every one has
-    /// ended: done, failed, or left pending because the run is stopping.
+    /// Hands a staged output to every sink that does not have it yet (a `BatchItem` per
+    /// output, or one per sink with all the outputs it takes when it takes items whole).
+    /// Each sink's delivery goes on by itself (its retries on a timer); a sink may hold the
+    /// item in its open batch, and the item, its staged outputs kept, gives its slot back
+    /// until the batch commits. The item is settled when every delivery has ended: done,
+    /// failed, or left pending because the run is stopping.
     private func deliver(_ job: Job) {
         context.deliverers.submit { [self] in
             // Queued when the run was interrupted: left `processed`, resume delivers it.
@@ -680,6 +689,7 @@ final class RunStages: Sendable {
             }
             guard !pending.isEmpty else { return releaseSlot() }
             let settlement = Settlement(job: job, remaining: pending.count)
+            var items: [(sink: any Sink, deliveries: [Delivery])] = []
             for (outputID, sinkName) in pending {
                 guard let sink = context.sinks[sinkName], let output = staged[outputID],
                     let spec = pipeline.spec.outputs.first(where: { $0.id == outputID })
@@ -687,8 +697,8 @@ final class RunStages: Sendable {
                     let what = context.sinks[sinkName] == nil ? "sink \(sinkName)" : "output \(outputID)"
                     let failure = ItemFailure(.upload, "\(what) is no longer in the pipeline")
                     record(
-                        .deliveryFailed(key: job.key, output: outputID, sink: sinkName, failure: failure, attempts: 1), settlement
-                    )
+                        [.deliveryFailed(key: job.key, output: outputID, sink: sinkName, failure: failure, attempts: 1)],
+                        settlement)
                     continue
                 }
                 let delivery = Delivery(
@@ -696,73 +706,154 @@ final class RunStages: Sendable {
                     width: output.width, height: output.height, stagedPath: output.path, name: output.name, format: spec.format,
                     origin: pipeline.environment.recorded(job.location), nameKey: job.nameKey,
                     nameStem: job.nameStem, sha256: output.sha256, index: job.seq)
-                attempt(delivery, to: sink, number: 1, settlement)
+                // A sink that takes items whole gets all of the item's outputs it takes at once.
+                if sink.takesWholeItems, let index = items.firstIndex(where: { $0.sink.name == sinkName }) {
+                    items[index].deliveries.append(delivery)
+                } else {
+                    items.append((sink, [delivery]))
+                }
+            }
+            for (sink, deliveries) in items {
+                let item = BatchItem(key: job.key, metadata: job.metadata, caption: nil, deliveries: deliveries)
+                attempt(item, to: sink, number: 1, settlement)
             }
         }
     }
 
     /// One attempt at one sink, on a deliverer thread.
-    private func attempt(_ delivery: Delivery, to sink: any Sink, number: Int, _ settlement: Settlement) {
-        switch context.store.deliveryGate(key: delivery.key) {
+    private func attempt(_ item: BatchItem, to sink: any Sink, number: Int, _ settlement: Settlement) {
+        switch context.store.deliveryGate(key: item.key) {
         case .go: break
         case .wait:
-            return attemptLater(0.1, delivery, to: sink, number: number, settlement)
+            return attemptLater(0.1, item, to: sink, number: number, settlement)
         case .drop:
             // Another worker's now: left pending here (the item gives its slot back).
-            return record(nil, settlement)
+            return leavePending(item, settlement)
         }
-        let outcome: DeliveryAttempt
+        // Every sink of the session has its `OpenBatch` (made from the same dictionary).
+        guard let batch = batches[sink.name] else { return leavePending(item, settlement) }
+        let outcome: Acceptance
         do throws(DeliveryFailure) {
-            outcome = try sink.deliver(delivery, attempt: number)
+            outcome = try batch.accept(
+                item, attempt: number, settlement,
+                onHold: { [self] in
+                    // Held until the batch commits: the item's slot goes to the next one.
+                    if settlement.setAside() { perform(state.withLock { $0.setAside() }) }
+                }, record: { entries, commit in record(entries, commit, to: batch.sink) })
         } catch {
-            if pipeline.cancellation.isAborted { return record(nil, settlement) }
+            if pipeline.cancellation.isAborted { return leavePending(item, settlement) }
             return record(
-                .deliveryFailed(
-                    key: delivery.key, output: delivery.output, sink: sink.name, failure: error.failure,
-                    attempts: error.attempts), settlement)
+                item.deliveries.map {
+                    .deliveryFailed(
+                        key: $0.key, output: $0.output, sink: sink.name, failure: error.failure, attempts: error.attempts)
+                }, settlement)
         }
         switch outcome {
         case .delivered(let receipt):
-            record(
-                .delivered(
-                    key: delivery.key, output: delivery.output, sink: sink.name, remoteURL: receipt.remoteURL,
-                    httpStatus: receipt.httpStatus, attempts: receipt.attempts), settlement)
+            record(delivered(item, to: sink, receipt), settlement)
+        case .held:
+            break  // recorded when its batch commits
         case .retry(let delay, let failure):
             // The run is stopping: the delivery stays pending for resume.
-            guard !isCancelled else { return record(nil, settlement) }
+            guard !isCancelled else { return leavePending(item, settlement) }
             context.logger.info(
                 "delivery will be retried",
                 metadata: [
-                    "item": "\(delivery.key)", "stage": "sink", "sink": "\(sink.name)", "attempt": "\(number)",
+                    "item": "\(item.key)", "stage": "sink", "sink": "\(sink.name)", "attempt": "\(number)",
                     "delay": "\(delay)", "error": "\(pipeline.environment.redact(failure.message))",
                 ])
-            attemptLater(delay, delivery, to: sink, number: number + 1, settlement)
+            attemptLater(delay, item, to: sink, number: number + 1, settlement)
+        }
+    }
+
+    private func delivered(_ item: BatchItem, to sink: any Sink, _ receipt: DeliveryReceipt) -> [StoreChange] {
+        item.deliveries.map {
+            .delivered(
+                key: $0.key, output: $0.output, sink: sink.name, remoteURL: receipt.remoteURL,
+                httpStatus: receipt.httpStatus, attempts: receipt.attempts)
+        }
+    }
+
+    /// Records the deliveries of a committed batch's items in one transaction: a kill
+    /// before it lands leaves every item of the batch to be delivered again.
+    private func record(_ entries: [OpenBatch.Entry], _ commit: OpenBatch.Commit, to sink: any Sink) {
+        var changes: [StoreChange] = []
+        var recorded: [(settlement: Settlement, count: Int)] = []
+        for entry in entries {
+            let item = entry.item
+            switch commit {
+            case .delivered(let receipts):
+                guard let receipt = receipts[item.key] else {
+                    // No receipt: not delivered, left for resume.
+                    leavePending(item, entry.settlement)
+                    continue
+                }
+                changes += delivered(item, to: sink, receipt)
+            case .failed(let failure):
+                changes += item.deliveries.map {
+                    .deliveryFailed(
+                        key: $0.key, output: $0.output, sink: sink.name, failure: failure.failure,
+                        attempts: failure.attempts)
+                }
+            }
+            recorded.append((entry.settlement, item.deliveries.count))
+        }
+        let settlements = recorded
+        writer.submit(changes) { [self] outcomes in
+            var rest = outcomes[...]
+            for (settlement, count) in settlements {
+                for outcome in rest.prefix(count) {
+                    if let verdict = settlement.add(outcome) { settle(settlement, verdict) }
+                }
+                rest = rest.dropFirst(count)
+            }
+        }
+    }
+
+    /// At the end of a session: commits what every sink holds, or drops it (its items stay
+    /// undelivered, for resume).
+    private func endBatches(commit committing: Bool) {
+        for batch in batches.values {
+            if committing {
+                batch.commit { entries, commit in record(entries, commit, to: batch.sink) }
+            } else {
+                for entry in batch.discard() { leavePending(entry.item, entry.settlement) }
+            }
         }
     }
 
     /// Attempt `number` at one sink after `delay` seconds, on a deliverer thread; left
     /// pending when the run is interrupted meanwhile.
-    private func attemptLater(_ delay: Double, _ delivery: Delivery, to sink: any Sink, number: Int, _ settlement: Settlement) {
-        later(delay, ifInterrupted: { [self] in record(nil, settlement) }) { [self] in
+    private func attemptLater(_ delay: Double, _ item: BatchItem, to sink: any Sink, number: Int, _ settlement: Settlement) {
+        later(delay, ifInterrupted: { [self] in leavePending(item, settlement) }) { [self] in
             context.deliverers.submit { [self] in
-                guard !isCancelled else { return record(nil, settlement) }
-                attempt(delivery, to: sink, number: number, settlement)
+                guard !isCancelled else { return leavePending(item, settlement) }
+                attempt(item, to: sink, number: number, settlement)
             }
         }
     }
 
-    /// Records one sink's end (nil: left pending) and settles the item after the last.
-    private func record(_ change: StoreChange?, _ settlement: Settlement) {
-        guard let change else {
-            if let verdict = settlement.add(nil) { settle(settlement.job, verdict) }
-            return
-        }
-        writer.submit(change) { [self] outcome in
-            if let verdict = settlement.add(outcome) { settle(settlement.job, verdict) }
+    /// Leaves one sink's deliveries of an item pending (for resume).
+    private func leavePending(_ item: BatchItem, _ settlement: Settlement) {
+        for _ in item.deliveries {
+            if let verdict = settlement.add(nil) { settle(settlement, verdict) }
         }
     }
 
-    private func settle(_ job: Job, _ verdict: Settlement.Verdict) {
+    /// Records one sink's end of some of an item's deliveries, in one transaction, and
+    /// settles the item after the last.
+    private func record(_ changes: [StoreChange], _ settlement: Settlement) {
+        writer.submit(changes) { [self] outcomes in
+            for outcome in outcomes {
+                if let verdict = settlement.add(outcome) { settle(settlement, verdict) }
+            }
+        }
+    }
+
+    private func settle(_ settlement: Settlement, _ verdict: Settlement.Verdict) {
+        let job = settlement.job
+        // Held in a batch: the item takes a slot again for its end to give back.
+        if settlement.wasSetAside { state.withLock { $0.takeUpSetAside() } }
         switch verdict {
         case .failed(let failure):
             finish(job, failure: failure)
@@ -848,11 +939,23 @@ final class Settlement: Sendable {
 
     let job: RunStages.Job
     private let outcomes: Mutex<(remaining: Int, failure: ItemFailure?, completed: Bool)>
+    private let heldInBatch = Mutex(false)
 
     init(job: RunStages.Job, remaining: Int) {
         self.job = job
         outcomes = Mutex((remaining, nil, false))
     }
+
+    /// Marks the item held in a sink's open batch; true the first time (the item gives its
+    /// slot back once, however many sinks hold it).
+    func setAside() -> Bool {
+        heldInBatch.withLock { held in
+            defer { held = true }
+            return !held
+        }
+    }
+
+    var wasSetAside: Bool { heldInBatch.withLock { $0 } }
 
     /// One delivery's end (nil: left pending); the verdict once every delivery has ended.
     func add(_ outcome: ChangeOutcome?) -> Verdict? {

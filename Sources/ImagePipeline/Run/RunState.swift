@@ -11,6 +11,8 @@ struct RunState: Sendable {
     /// when it is finished or set aside.
     let capacity: Int
     private(set) var inFlight = 0
+    /// Items held in sinks' open batches, which gave their slot back (`setAside`).
+    private(set) var heldInBatches = 0
     private(set) var counts: ItemCounts
     private(set) var finishedThisSession = 0
     /// Items of this run, counted against `--limit`: those recorded before this session
@@ -78,6 +80,22 @@ struct RunState: Sendable {
     mutating func release() -> ReleaseAction {
         inFlight -= 1
         return checkDone()
+    }
+
+    /// An item is held in a sink's open batch (`Sink.accept`): it gives its slot back
+    /// without a verdict, and ends when the batch commits. The session is over when the
+    /// producer has finished and no item holds a slot: the runner then commits what the
+    /// sinks hold before it writes the run's state.
+    mutating func setAside() -> ReleaseAction {
+        heldInBatches += 1
+        return release()
+    }
+
+    /// An item set aside comes to its end (its batch committed, failed or was dropped): it
+    /// holds a slot again, which its end gives back.
+    mutating func takeUpSetAside() {
+        heldInBatches -= 1
+        inFlight += 1
     }
 
     /// An item reached `done` (no failure) or `failed`, and gives its slot back.

@@ -23,12 +23,14 @@ import Foundation
 // only touched on `queue`.
 final class StoreWriter: @unchecked Sendable {
     typealias Completion = @Sendable (ChangeOutcome) -> Void
+    typealias GroupCompletion = @Sendable ([ChangeOutcome]) -> Void
 
     private let store: any RunStateStore
     private let runId: Int64
     private let queue = DispatchQueue(label: "imgpipe.store-writer", qos: .userInitiated)
     private let lock = NSLock()
-    private var pending: [(StoreChange, Completion)] = []
+    /// Changes waiting, in groups that each go into one transaction whole.
+    private var pending: [(changes: [StoreChange], completion: GroupCompletion)] = []
     private var scheduled = false
     private let maxBatch = 1000
     private let onError: @Sendable (any Error) -> Void
@@ -81,9 +83,17 @@ final class StoreWriter: @unchecked Sendable {
     }
 
     func submit(_ change: StoreChange, completion: @escaping Completion) {
-        let change = redacted(change)
+        submit([change]) { outcomes in completion(outcomes[0]) }
+    }
+
+    /// Queues `changes` to be written in one transaction, all or none of them (a batch's
+    /// deliveries: a kill leaves every one of them undone, or none); `completion` gets
+    /// their outcomes in order.
+    func submit(_ changes: [StoreChange], completion: @escaping GroupCompletion) {
+        guard !changes.isEmpty else { return completion([]) }
+        let changes = changes.map(redacted)
         let schedule: Bool = lock.withLock {
-            pending.append((change, completion))
+            pending.append((changes, completion))
             if scheduled { return false }
             scheduled = true
             return true
@@ -112,22 +122,29 @@ final class StoreWriter: @unchecked Sendable {
                 usleep(useconds_t(min(commitGap - since, 5_000_000) / 1000))
             }
             // Only this queue takes from `pending`: it holds what it held, and what came since.
-            let batch: [(StoreChange, Completion)] = lock.withLock {
-                let taken = Array(pending.prefix(maxBatch))
+            // Whole groups, up to `maxBatch` changes (a larger group goes alone).
+            let batch: [(changes: [StoreChange], completion: GroupCompletion)] = lock.withLock {
+                var count = 0
+                let taken = pending.prefix { group in
+                    defer { count += group.changes.count }
+                    return count == 0 || count + group.changes.count <= maxBatch
+                }
                 pending.removeFirst(taken.count)
-                return taken
+                return Array(taken)
             }
-            let outcomes: [ChangeOutcome]
+            let changes = batch.flatMap(\.changes)
+            var outcomes: ArraySlice<ChangeOutcome>
             do {
-                outcomes = try store.apply(batch.map(\.0), runId: runId)
+                outcomes = try store.apply(changes, runId: runId)[...]
             } catch {
                 onError(error)
                 let failure = ItemFailure(.io, "cannot write the state file: \(error)")
-                outcomes = Array(repeating: .failed(failure), count: batch.count)
+                outcomes = Array(repeating: .failed(failure), count: changes.count)[...]
             }
             lastCommit = DispatchTime.now().uptimeNanoseconds
-            for (entry, outcome) in zip(batch, outcomes) {
-                entry.1(outcome)
+            for group in batch {
+                group.completion(Array(outcomes.prefix(group.changes.count)))
+                outcomes = outcomes.dropFirst(group.changes.count)
             }
         }
     }

@@ -16,7 +16,7 @@ import Foundation
 /// state file's work folder before it is started and removed when it is completed or
 /// aborted; `prepare` aborts what the journal still holds (an entry killed before S3
 /// answered with its id is found by listing the uploads of its key).
-public final class S3Sink: Sink {
+public final class S3Sink: OutputSink {
     public let name: String
     let client: S3Client
     /// The prefix, ending with `/` unless empty.

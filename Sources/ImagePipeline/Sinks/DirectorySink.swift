@@ -7,7 +7,7 @@ import Foundation
 /// time without following symbolic links (`SinkFolder`): a folder on the way that is a
 /// link, or becomes one mid-run, fails the item. A file of the same name left by an
 /// earlier run is replaced.
-public struct DirectorySink: Sink {
+public struct DirectorySink: OutputSink {
     public let name: String
     public let root: String
     /// `root` with the symbolic links it holds when the sink is made resolved (a sink may

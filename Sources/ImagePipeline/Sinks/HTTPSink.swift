@@ -3,7 +3,7 @@ import Foundation
 /// `http`: one request per item and output to a URL made from a template (`{key}`,
 /// `{stem}`, `{name}`, `{ext}`, `{hash}`, `{output}`, each percent-encoded, `/` kept): `PUT` with the file as the body, or `POST` as
 /// `multipart/form-data` with the file under `fileField`. 2xx is success.
-public struct HTTPSink: Sink {
+public struct HTTPSink: OutputSink {
     public let name: String
     let urlTemplate: String
     let method: String

@@ -10,7 +10,7 @@ import Foundation
 /// the second step goes only to the endpoint's own host or to a host in `allowHosts`, and
 /// never from https down to plain http; anywhere else the delivery fails, naming the host,
 /// and the fields are sent nowhere.
-public struct UploadSink: Sink {
+public struct UploadSink: OutputSink {
     public let name: String
     public let endpoint: URL
     /// Expanded values (may hold secrets: never printed).
