@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import Synchronization
 
 /// A throwaway PostgreSQL cluster on loopback for the tests: `initdb` into a temporary
 /// folder (as the `postgres` user when the tests run as root: initdb refuses root), then

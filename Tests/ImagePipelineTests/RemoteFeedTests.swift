@@ -73,7 +73,7 @@ struct RemoteFeedTests {
         let gifPath = work.url("a-source.gif")
         try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: gifPath)
         let gif = try Data(contentsOf: URL(fileURLWithPath: gifPath))
-        let resuming = Mutex(false)
+        let resuming = LockedBox(false)
         let jpeg = self.jpeg
         let server = try self.server { request in
             guard request.path.hasPrefix("/images/") else { return nil }
@@ -135,7 +135,7 @@ struct RemoteFeedTests {
         let gifPath = work.url("a-source.gif")
         try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: gifPath)
         let gif = try Data(contentsOf: URL(fileURLWithPath: gifPath))
-        let asked = Mutex(0)
+        let asked = LockedBox(0)
         let server = try self.server { request in
             guard request.path == "/images/a.gif" else { return nil }
             // Refused the first time (the item fails), slow after: a.jpg fails again first.
@@ -552,7 +552,7 @@ struct RemoteFeedTests {
     /// `limits.downloads` requests at once, then `limits.uploads`.
     @Test func slowOriginsSeeTheConfiguredWidthAtOnce() throws {
         // `atFirst`: how many were in flight together when the first answer went out.
-        let gauge = Mutex((now: 0, most: 0, mostPuts: 0, puts: 0, atFirst: 0, atFirstPut: 0))
+        let gauge = LockedBox((now: 0, most: 0, mostPuts: 0, puts: 0, atFirst: 0, atFirstPut: 0))
         let jpeg = self.jpeg
         let server = try TestHTTPServer { request in
             let put = request.method == "PUT"
@@ -643,7 +643,7 @@ struct RemoteFeedTests {
     /// Logging is off by default, and `--verbose` or `IMGPIPE_LOG` turns on the events an
     /// operator needs, with their item, stage, attempt and host, on standard error.
     @Test func retriesAndFeedPagesAreLoggedWhenAsked() throws {
-        let failedOnce = Mutex<Set<String>>([])
+        let failedOnce = LockedBox<Set<String>>([])
         let server = try server { request in
             if request.path == "/feed.json" { return .json(self.feedJSON("http://\(request.headers["host"]!)", count: 2)) }
             if request.path == "/images/photo-1.jpg", failedOnce.withLock({ $0.insert(request.path).inserted }) {
@@ -811,7 +811,7 @@ struct RemoteFeedTests {
     /// feed of which no item could be listed is the pipeline's fault: exit 2 with the fix,
     /// and no unfinished run is kept to block the next `run`.
     @Test func aJSONFeedWithNoImageURLAtAllIsAListingError() throws {
-        let field = Mutex("image")
+        let field = LockedBox("image")
         let server = try server { request in
             let name = field.withLock { $0 }
             return request.path == "/feed.json" ? .json(#"[{"\#(name)": "a.jpg"}, {"\#(name)": "b.jpg"}]"#) : nil

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// One worker's part of a run shared through PostgreSQL, as its runner sees it: the
 /// second `RunStateStore` (the first is the state file, `RunStore`).

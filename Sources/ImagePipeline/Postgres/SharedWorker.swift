@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import VipsKit
 
 /// `imgpipe work`: one worker of a run shared through PostgreSQL.
@@ -69,7 +70,7 @@ public final class SharedWorker: @unchecked Sendable {
     private let stopping = CancellationFlag()
     private let runner = Mutex<PipelineRunner?>(nil)
     private let lostDatabase = Mutex<String?>(nil)
-    private let listingError = Mutex<String?>(nil)
+    private let listingError = LockedBox<String?>(nil)
 
     /// Joins (or creates) the shared run of `pipeline`. `journalPath` is this worker's own
     /// local state file (made anew, removed after a clean end).
@@ -239,7 +240,7 @@ public final class SharedWorker: @unchecked Sendable {
         ledger.renewed(at: Date())
         // When the heartbeat now under way started, and when the heartbeats began failing
         // in a row (nil: the last one landed).
-        let attempt = Mutex<(started: Date?, failingSince: Date?)>((nil, nil))
+        let attempt = LockedBox<(started: Date?, failingSince: Date?)>((nil, nil))
         let heartbeat = LoopThread(name: "imgpipe.heartbeat", every: options.heartbeatSeconds) { [self] in
             do {
                 // Only chunks claimed before the renewal can be missing from its answer.
@@ -272,7 +273,7 @@ public final class SharedWorker: @unchecked Sendable {
         // stopped answering: once no heartbeat has landed for a lease while heartbeats were
         // failing, or one call has hung for a lease, stop at once. (A process that was only
         // paused, SIGSTOP, has neither: its next heartbeat finds which leases it lost.)
-        let fired = Mutex<Date?>(nil)
+        let fired = LockedBox<Date?>(nil)
         let watchdog = LoopThread(name: "imgpipe.watchdog", every: 0.25) { [self] in
             let now = Date()
             let (started, failingSince) = attempt.withLock { $0 }
@@ -552,13 +553,13 @@ final class ChunkFeed: Feed, @unchecked Sendable {
     private let shared: SharedRun
     private let ledger: ChunkLedger
     private let stopping: CancellationFlag
-    private let listingError: Mutex<String?>
+    private let listingError: LockedBox<String?>
     private let environment: Environment
     private let store: SharedStateStore
     private let patience: Double
 
     init(
-        shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>,
+        shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: LockedBox<String?>,
         environment: Environment, store: SharedStateStore, patience: Double
     ) {
         self.environment = environment

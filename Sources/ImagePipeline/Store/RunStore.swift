@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 
 /// The state file: one SQLite database (WAL mode) holding runs, their items and each
 /// item's delivery to each sink. Opened once per process; every write goes through
