@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// The single writer of a run's state changes. Changes are queued from any thread and
 /// committed in batches (group commit: everything queued while one transaction runs goes
@@ -19,23 +20,23 @@ import Foundation
 /// reviewer measured 2000 small URLs with one download, one worker and one upload 40–57 %
 /// slower when commits always waited). The condition is asked again every 5 ms of a longer
 /// wait.
-// @unchecked because `pending` and `scheduled` are guarded by `lock`, and `lastCommit` is
-// only touched on `queue`.
-final class StoreWriter: @unchecked Sendable {
+final class StoreWriter: Sendable {
     typealias Completion = @Sendable (ChangeOutcome) -> Void
 
     private let store: any RunStateStore
     private let runId: Int64
     private let queue = DispatchQueue(label: "imgpipe.store-writer", qos: .userInitiated)
-    private let lock = NSLock()
-    private var pending: [(StoreChange, Completion)] = []
-    private var scheduled = false
+    private struct State {
+        var pending: [(StoreChange, Completion)] = []
+        var scheduled = false
+        /// When the last commit ended (uptime nanoseconds; 0: none yet). Set on `queue` only.
+        var lastCommit: UInt64 = 0
+    }
+    private let state = Mutex(State())
     private let maxBatch = 1000
     private let onError: @Sendable (any Error) -> Void
     /// The least time from the end of one commit to the start of the next, in nanoseconds.
     private let commitGap: UInt64
-    /// When the last commit ended (uptime nanoseconds; 0: none yet).
-    private var lastCommit: UInt64 = 0
     /// Whether a commit may wait for `commitGap` now.
     private let linger: @Sendable () -> Bool
 
@@ -82,10 +83,10 @@ final class StoreWriter: @unchecked Sendable {
 
     func submit(_ change: StoreChange, completion: @escaping Completion) {
         let change = redacted(change)
-        let schedule: Bool = lock.withLock {
-            pending.append((change, completion))
-            if scheduled { return false }
-            scheduled = true
+        let schedule: Bool = state.withLock { state in
+            state.pending.append((change, completion))
+            if state.scheduled { return false }
+            state.scheduled = true
             return true
         }
         if schedule { queue.async { self.flush() } }
@@ -94,27 +95,27 @@ final class StoreWriter: @unchecked Sendable {
     /// Waits until everything submitted so far is written.
     func drain() {
         queue.sync {}
-        while lock.withLock({ !pending.isEmpty || scheduled }) {
+        while state.withLock({ !$0.pending.isEmpty || $0.scheduled }) {
             queue.sync {}
         }
     }
 
     private func flush() {
         while true {
-            let idle: Bool = lock.withLock {
-                if pending.isEmpty { scheduled = false }
-                return pending.isEmpty
+            let idle: Bool = state.withLock { state in
+                if state.pending.isEmpty { state.scheduled = false }
+                return state.pending.isEmpty
             }
             if idle { return }
             while true {
-                let since = DispatchTime.now().uptimeNanoseconds - lastCommit
+                let since = DispatchTime.now().uptimeNanoseconds - state.withLock { $0.lastCommit }
                 guard since < commitGap, linger() else { break }
                 usleep(useconds_t(min(commitGap - since, 5_000_000) / 1000))
             }
             // Only this queue takes from `pending`: it holds what it held, and what came since.
-            let batch: [(StoreChange, Completion)] = lock.withLock {
-                let taken = Array(pending.prefix(maxBatch))
-                pending.removeFirst(taken.count)
+            let batch: [(StoreChange, Completion)] = state.withLock { state in
+                let taken = Array(state.pending.prefix(maxBatch))
+                state.pending.removeFirst(taken.count)
                 return taken
             }
             let outcomes: [ChangeOutcome]
@@ -125,7 +126,8 @@ final class StoreWriter: @unchecked Sendable {
                 let failure = ItemFailure(.io, "cannot write the state file: \(error)")
                 outcomes = Array(repeating: .failed(failure), count: batch.count)
             }
-            lastCommit = DispatchTime.now().uptimeNanoseconds
+            let ended = DispatchTime.now().uptimeNanoseconds
+            state.withLock { $0.lastCommit = ended }
             for (entry, outcome) in zip(batch, outcomes) {
                 entry.1(outcome)
             }
