@@ -21,8 +21,7 @@ import VipsKit
 ///
 /// Every delivery carries the shared run's UUID in its idempotency key, so an item
 /// redone by another worker after this one died mid-upload is sent with the same key.
-public final class SharedWorker: @unchecked Sendable {
-    // @unchecked: mutable state is in Mutexes; the rest is set once in init.
+public final class SharedWorker: Sendable {
     public struct Options: Sendable {
         /// Items per chunk (a run keeps the size it was created with).
         public var chunkSize = 500
@@ -396,8 +395,7 @@ public struct SharedWorkerError: Error, CustomStringConvertible {
 
 /// A thread that runs `body` every `interval` seconds until stopped (then once more is
 /// not promised: `stop` waits for a body under way to end).
-final class LoopThread: @unchecked Sendable {
-    // @unchecked: `stopped` is a semaphore; `thread` is set once.
+final class LoopThread: Sendable {
     private let stopped = DispatchSemaphore(value: 0)
     private let ended = DispatchSemaphore(value: 0)
 
@@ -548,8 +546,8 @@ final class ChunkLedger: Sendable {
 /// is recorded from there, not given to the runner again (which would pass over it as a
 /// key it has, and never end it); one still under way there ends under the new lease.
 /// A database error is tried again for up to `patience` seconds before listing fails.
-final class ChunkFeed: Feed, @unchecked Sendable {
-    // @unchecked: `shared` (its connection) is used only by the producer thread that lists.
+final class ChunkFeed: Feed, Sendable {
+    // `shared` (its connection) is used only by the producer thread that lists.
     private let shared: SharedRun
     private let ledger: ChunkLedger
     private let stopping: CancellationFlag
