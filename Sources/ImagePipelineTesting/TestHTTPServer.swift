@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -8,8 +9,7 @@ import Foundation
 /// A small HTTP/1.1 server on 127.0.0.1 for tests, on plain sockets so that it can
 /// misbehave on purpose: cut a body short, stall, lie about lengths. One request per
 /// connection (`Connection: close`).
-// @unchecked because mutable state is guarded by `lock`.
-public final class TestHTTPServer: @unchecked Sendable {
+public final class TestHTTPServer: Sendable {
     public struct Request: Sendable {
         public let method: String
         /// Path and query, as sent (`/search?q=moon`).
@@ -85,9 +85,7 @@ public final class TestHTTPServer: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
     private let handler: Handler
-    private let lock = NSLock()
-    private var recorded: [Request] = []
-    private var stopped = false
+    private let state = Mutex((recorded: [Request](), stopped: false))
 
     /// The loopback address it listens on (`127.0.0.1` unless another was asked for: a
     /// second address stands for another host, e.g. one a hostile feed names).
@@ -128,14 +126,14 @@ public final class TestHTTPServer: @unchecked Sendable {
     public var baseURL: String { "http://\(host):\(port)" }
 
     /// Every request received so far.
-    public var requests: [Request] { lock.withLock { recorded } }
+    public var requests: [Request] { state.withLock { $0.recorded } }
 
     public func requests(to path: String) -> [Request] { requests.filter { $0.path == path } }
 
     public func stop() {
-        let wasRunning = lock.withLock { () -> Bool in
-            defer { stopped = true }
-            return !stopped
+        let wasRunning = state.withLock { state in
+            defer { state.stopped = true }
+            return !state.stopped
         }
         if wasRunning {
             shutdown(listener, Int32(SHUT_RDWR))
@@ -147,7 +145,7 @@ public final class TestHTTPServer: @unchecked Sendable {
         while true {
             let client = accept(listener, nil, nil)
             if client < 0 {
-                if lock.withLock({ stopped }) { return }
+                if state.withLock({ $0.stopped }) { return }
                 if errno == EINTR { continue }
                 return
             }
@@ -164,7 +162,7 @@ public final class TestHTTPServer: @unchecked Sendable {
         var noSigPipe: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &noSigPipe, socklen_t(MemoryLayout<Int32>.size))
         guard let request = readRequest(fd) else { return }
-        lock.withLock { recorded.append(request) }
+        state.withLock { $0.recorded.append(request) }
         let response = handler(request)
         var head = "HTTP/1.1 \(response.status) \(Self.reason(response.status))\r\n"
         var hasLength = false

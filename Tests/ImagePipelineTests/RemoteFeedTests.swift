@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
+import Synchronization
 import Testing
 
 /// Remote sources end to end: the built binary against a real HTTP server on loopback.
@@ -1187,17 +1188,15 @@ struct RemoteFeedTests {
 }
 
 /// Thread-safe counters keyed by name, for server handlers.
-final class Counter: @unchecked Sendable {
-    // @unchecked: every access is guarded by `lock`.
-    private let lock = NSLock()
-    private var values: [String: Int] = [:]
+final class Counter: Sendable {
+    private let values = Mutex<[String: Int]>([:])
 
     func next(_ name: String) -> Int {
-        lock.withLock {
+        values.withLock { values in
             values[name, default: 0] += 1
             return values[name]!
         }
     }
-    func count(_ name: String) -> Int { lock.withLock { values[name] ?? 0 } }
-    func set(_ name: String, _ value: Int) { lock.withLock { values[name] = value } }
+    func count(_ name: String) -> Int { values.withLock { $0[name] ?? 0 } }
+    func set(_ name: String, _ value: Int) { values.withLock { $0[name] = value } }
 }
