@@ -3,7 +3,8 @@ import PackageDescription
 
 let package = Package(
     name: "imgpipe",
-    platforms: [.macOS(.v13)],
+    // macOS 15: the first with `Synchronization.Mutex` (Linux, where imgpipe runs, has it always).
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "imgpipe", targets: ["imgpipe"]),
         .library(name: "ImagePipeline", targets: ["ImagePipeline"]),

@@ -68,8 +68,7 @@ public enum ImgpipeBinary {
 }
 
 /// A started `imgpipe` process.
-public struct RunningCommand: @unchecked Sendable {
-    // @unchecked: Process is used from the test's thread only.
+public struct RunningCommand: Sendable {
     public let process: Process
     let stdoutPath: String
     let stderrPath: String

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import ImagePipeline
 
 /// A sink that batches: it holds the items it is handed in memory and commits each batch

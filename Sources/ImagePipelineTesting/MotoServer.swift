@@ -10,8 +10,8 @@ import Foundation
 /// signed with anything but that key and its secret is refused (`SignatureDoesNotMatch`,
 /// `InvalidAccessKeyId`). Everything the tests read back goes through boto3, an
 /// independent client, with the same key.
-public final class MotoServer: @unchecked Sendable {
-    // @unchecked: the process is started in `init` and only terminated in `deinit`.
+public final class MotoServer: Sendable {
+    /// Started in `init`, terminated in `deinit`.
     private let process: Process
     public let endpoint: String
     public let accessKeyId: String

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import Synchronization
 
 /// A throwaway PostgreSQL cluster on loopback for the tests: `initdb` into a temporary
 /// folder (as the `postgres` user when the tests run as root: initdb refuses root), then
@@ -9,16 +10,14 @@ import ImagePipeline
 ///
 /// Nothing is skipped: a machine without PostgreSQL's server fails the tests that need it,
 /// with the command that installs it (`make deps`).
-public final class PostgresCluster: @unchecked Sendable {
-    // @unchecked: every field is set once in init; `databaseCounter` is guarded by `lock`.
+public final class PostgresCluster: Sendable {
     public let port: Int
     public let user = "imgpipe"
     /// A real password: the cluster checks it (scram-sha-256 over TCP).
     public let password = "s3cret-Pass"
     private let folder: String
     private let binaries: String
-    private let lock = NSLock()
-    private var databaseCounter = 0
+    private let databaseCounter = Mutex(0)
 
     public static let shared: Result<PostgresCluster, Error> = Result { try PostgresCluster() }
 
@@ -54,9 +53,9 @@ public final class PostgresCluster: @unchecked Sendable {
     /// A new, empty database on this cluster; its URL (password included). Dropped by
     /// `dropDatabase`, or with the cluster at exit.
     public func makeDatabase() throws -> String {
-        let name = lock.withLock { () -> String in
-            databaseCounter += 1
-            return "t\(databaseCounter)_\(UUID().uuidString.prefix(8).lowercased())"
+        let name = databaseCounter.withLock { counter in
+            counter += 1
+            return "t\(counter)_\(UUID().uuidString.prefix(8).lowercased())"
         }
         let admin = try PostgresConnection(url: url(database: "postgres"))
         try admin.execute("CREATE DATABASE \(name)")

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -8,8 +9,7 @@ import Foundation
 /// A small HTTP/1.1 server on 127.0.0.1 for tests, on plain sockets so that it can
 /// misbehave on purpose: cut a body short, stall, lie about lengths. One request per
 /// connection (`Connection: close`).
-// @unchecked because mutable state is guarded by `lock`.
-public final class TestHTTPServer: @unchecked Sendable {
+public final class TestHTTPServer: Sendable {
     public struct Request: Sendable {
         public let method: String
         /// Path and query, as sent (`/search?q=moon`).
@@ -85,10 +85,7 @@ public final class TestHTTPServer: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
     private let handler: Handler
-    private let lock = NSLock()
-    private var recorded: [Request] = []
-    private var accepted = 0
-    private var stopped = false
+    private let state = Mutex((recorded: [Request](), accepted: 0, stopped: false))
 
     /// The loopback address it listens on (`127.0.0.1` unless another was asked for: a
     /// second address stands for another host, e.g. one a hostile feed names).
@@ -129,17 +126,17 @@ public final class TestHTTPServer: @unchecked Sendable {
     public var baseURL: String { "http://\(host):\(port)" }
 
     /// Every request received so far.
-    public var requests: [Request] { lock.withLock { recorded } }
+    public var requests: [Request] { state.withLock { $0.recorded } }
 
     public func requests(to path: String) -> [Request] { requests.filter { $0.path == path } }
 
     /// Connections accepted so far (with or without a request on them).
-    public var connections: Int { lock.withLock { accepted } }
+    public var connections: Int { state.withLock { $0.accepted } }
 
     public func stop() {
-        let wasRunning = lock.withLock { () -> Bool in
-            defer { stopped = true }
-            return !stopped
+        let wasRunning = state.withLock { state in
+            defer { state.stopped = true }
+            return !state.stopped
         }
         if wasRunning {
             shutdown(listener, Int32(SHUT_RDWR))
@@ -151,11 +148,11 @@ public final class TestHTTPServer: @unchecked Sendable {
         while true {
             let client = accept(listener, nil, nil)
             if client < 0 {
-                if lock.withLock({ stopped }) { return }
+                if state.withLock({ $0.stopped }) { return }
                 if errno == EINTR { continue }
                 return
             }
-            lock.withLock { accepted += 1 }
+            state.withLock { $0.accepted += 1 }
             // A thread per connection: a handler that stalls must not hold up the others
             // (Dispatch's pool is only a few threads wide on a 2-core machine).
             let worker = Thread { [self] in serve(client) }
@@ -169,7 +166,7 @@ public final class TestHTTPServer: @unchecked Sendable {
         var noSigPipe: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &noSigPipe, socklen_t(MemoryLayout<Int32>.size))
         guard let request = readRequest(fd) else { return }
-        lock.withLock { recorded.append(request) }
+        state.withLock { $0.recorded.append(request) }
         let response = handler(request)
         var head = "HTTP/1.1 \(response.status) \(Self.reason(response.status))\r\n"
         var hasLength = false

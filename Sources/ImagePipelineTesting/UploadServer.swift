@@ -1,4 +1,5 @@
 import Foundation
+import ImagePipeline
 
 /// A loopback server that speaks both upload contracts and honours `Idempotency-Key`:
 ///
@@ -9,8 +10,7 @@ import Foundation
 ///
 /// A request whose `Idempotency-Key` was already stored is answered as the first one was,
 /// and nothing is stored again. `mode` makes it refuse, fail now and then, or slow down.
-// @unchecked because mutable state is guarded by `lock`.
-public final class UploadServer: @unchecked Sendable {
+public final class UploadServer: Sendable {
     public struct Upload: Sendable {
         public let key: String?
         public let path: String
@@ -30,56 +30,62 @@ public final class UploadServer: @unchecked Sendable {
         case slow(Double)
     }
 
-    private let lock = NSLock()
-    private var stored: [Upload] = []
-    private var byKey: [String: String] = [:]
-    private var tokens: [String: Bool] = [:]
-    private var attempts: [String: Int] = [:]
-    private var currentMode: Mode
-    public private(set) var server: TestHTTPServer!
+    private struct State {
+        var stored: [Upload] = []
+        var byKey: [String: String] = [:]
+        var tokens: [String: Bool] = [:]
+        var attempts: [String: Int] = [:]
+        var mode: Mode
+    }
+    /// Shared with the server's handler, which runs on the server's threads.
+    private let state: LockedBox<State>
+    public let server: TestHTTPServer
 
     public init(mode: Mode = .normal) throws {
-        currentMode = mode
-        server = try TestHTTPServer { [unowned self] request in self.handle(request) }
+        let state = LockedBox(State(mode: mode))
+        self.state = state
+        server = try TestHTTPServer { request in Self.handle(request, state) }
     }
 
     public var baseURL: String { server.baseURL }
     /// Connections accepted so far.
     public var connections: Int { server.connections }
     public var mode: Mode {
-        get { lock.withLock { currentMode } }
-        set { lock.withLock { currentMode = newValue } }
+        get { state.withLock { $0.mode } }
+        set { state.withLock { $0.mode = newValue } }
     }
 
     /// Every upload stored (a replay with a known key is not stored again).
-    public var uploads: [Upload] { lock.withLock { stored } }
+    public var uploads: [Upload] { state.withLock { $0.stored } }
 
     public func stop() { server.stop() }
 
-    private func handle(_ request: TestHTTPServer.Request) -> TestHTTPServer.Response {
+    private static func handle(_ request: TestHTTPServer.Request, _ state: LockedBox<State>) -> TestHTTPServer.Response {
         let base = "http://\(request.headers["host"] ?? "127.0.0.1")"
         if request.method == "GET", request.path == "/upload" {
             let token = UUID().uuidString
-            lock.withLock { tokens[token] = false }
+            state.withLock { $0.tokens[token] = false }
             return .json(#"{"url": "\#(base)/once/\#(token)"}"#)
         }
         if request.method == "POST", request.path.hasPrefix("/once/") {
             let token = String(request.path.dropFirst("/once/".count))
-            let known = lock.withLock { () -> Bool? in
-                guard let used = tokens[token] else { return nil }
-                tokens[token] = true
+            let known = state.withLock { state -> Bool? in
+                guard let used = state.tokens[token] else { return nil }
+                state.tokens[token] = true
                 return used
             }
             guard known == false else { return .status(410) }
-            return store(request, base: base)
+            return store(request, base: base, state)
         }
         if request.path.hasPrefix("/put/"), request.method == "PUT" || request.method == "POST" {
-            return store(request, base: base)
+            return store(request, base: base, state)
         }
         return .status(404)
     }
 
-    private func store(_ request: TestHTTPServer.Request, base: String) -> TestHTTPServer.Response {
+    private static func store(
+        _ request: TestHTTPServer.Request, base: String, _ state: LockedBox<State>
+    ) -> TestHTTPServer.Response {
         let key = request.headers["idempotency-key"]
         var fields: [String: String] = [:]
         var file: FormPart?
@@ -91,26 +97,26 @@ public final class UploadServer: @unchecked Sendable {
             guard file != nil else { return .status(400) }
         }
         let identity = file?.filename ?? request.path
-        let mode = lock.withLock { () -> Mode in
-            attempts[identity, default: 0] += 1
-            return currentMode
+        let mode = state.withLock { state -> Mode in
+            state.attempts[identity, default: 0] += 1
+            return state.mode
         }
         switch mode {
         case .refuse(let status): return .status(status)
         case .flaky(let failures):
-            if lock.withLock({ attempts[identity]! }) <= failures { return .status(503) }
+            if state.withLock({ $0.attempts[identity]! }) <= failures { return .status(503) }
         case .slow(let seconds): Thread.sleep(forTimeInterval: seconds)
         case .normal: break
         }
-        let answer = lock.withLock { () -> String in
-            if let key, let earlier = byKey[key] { return earlier }
-            let id = String(stored.count + 1)
-            stored.append(
+        let answer = state.withLock { state -> String in
+            if let key, let earlier = state.byKey[key] { return earlier }
+            let id = String(state.stored.count + 1)
+            state.stored.append(
                 Upload(
                     key: key, path: request.path, fields: fields, filename: file?.filename,
                     contentType: file?.contentType ?? request.headers["content-type"], data: file?.data ?? request.body))
             let url = "\(base)/files/\(id)"
-            if let key { byKey[key] = url }
+            if let key { state.byKey[key] = url }
             return url
         }
         return .json(#"{"url": "\#(answer)"}"#, status: 201)

@@ -14,7 +14,8 @@ import Foundation
 /// Pango 1.50's own font-matching threads race with this one (Sources/CPangoGuard/PangoGuard.c
 /// tells how); `CPangoGuard` runs those matches on this thread as well.
 final class TextThread: @unchecked Sendable {
-    // @unchecked because `jobs` and `ran` are guarded by `condition`.
+    // @unchecked because `jobs` and `ran` are guarded by `condition` (the thread waits on it
+    // for work: `Mutex` has no wait).
     static let shared = TextThread()
 
     private let condition = NSCondition()

@@ -44,9 +44,9 @@ do {
         }
     }
 
-    let claims = Mutex(0)
-    let transitions = Mutex(0)
-    let failures = Mutex<[String]>([])
+    let claims = LockedBox(0)
+    let transitions = LockedBox(0)
+    let failures = LockedBox<[String]>([])
     let working = try seconds {
         let runs = try (0..<workers).map { index in
             try SharedRun(

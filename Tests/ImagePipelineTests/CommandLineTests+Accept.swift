@@ -114,7 +114,7 @@ extension CommandLineTests {
             }
             return status == "failed"
         }
-        let base = Mutex("")
+        let base = LockedBox("")
         let server = try TestHTTPServer { request in
             switch request.path {
             case "/feed.json":

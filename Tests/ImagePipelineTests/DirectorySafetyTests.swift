@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
+import Synchronization
 import Testing
 
 /// A directory source and a directory sink against what a stranger can put in a folder:
@@ -304,12 +305,10 @@ struct DirectorySafetyTests {
 }
 
 /// The swapping thread's count, and the test's word to stop.
-// @unchecked because `state` is guarded by `lock`.
-private final class Swapping: @unchecked Sendable {
-    private let lock = NSLock()
-    private var state = (stopped: false, swaps: 0)
-    var stopped: Bool { lock.withLock { state.stopped } }
-    var swaps: Int { lock.withLock { state.swaps } }
-    func stop() { lock.withLock { state.stopped = true } }
-    func swapped() { lock.withLock { state.swaps += 1 } }
+private final class Swapping: Sendable {
+    private let state = Mutex((stopped: false, swaps: 0))
+    var stopped: Bool { state.withLock { $0.stopped } }
+    var swaps: Int { state.withLock { $0.swaps } }
+    func stop() { state.withLock { $0.stopped = true } }
+    func swapped() { state.withLock { $0.swaps += 1 } }
 }

@@ -35,7 +35,7 @@ struct FeedTextTests {
     }
 
     /// The host a hostile entry names: fails every image while `failing` is set.
-    func otherHost(failing: Mutex<Bool>) throws -> TestHTTPServer {
+    func otherHost(failing: LockedBox<Bool>) throws -> TestHTTPServer {
         let jpeg = jpeg
         return try TestHTTPServer(host: "127.0.0.2") { _ in
             failing.withLock { $0 } ? .status(500) : .bytes(jpeg)
@@ -88,7 +88,7 @@ struct FeedTextTests {
     /// Listed, recorded, failed; retried from the state file: the recorded locations are
     /// read back as the feed wrote them.
     @Test func aRetryFromTheStateFileSendsTheFeedsTextNotTheSecret() throws {
-        let failing = Mutex(true)
+        let failing = LockedBox(true)
         let other = try otherHost(failing: failing)
         let feed = try feedServer { Self.entries(other.baseURL) }
         try pipeline(feed)
@@ -104,7 +104,7 @@ struct FeedTextTests {
 
     /// A feed page read back from the cache by `run --new` is the page the feed sent.
     @Test func aCachedFeedPageIsReadBackAsTheFeedSentIt() throws {
-        let failing = Mutex(true)
+        let failing = LockedBox(true)
         let other = try otherHost(failing: failing)
         let feed = try feedServer { Self.entries(other.baseURL) }
         try pipeline(feed, cache: true)
@@ -151,7 +151,7 @@ extension FeedTextTests {
     /// What is shown of a key or a location is the feed's text, not its recorded form
     /// (`k$` was exported and reported as `k$$`, `${X}` as `$${X}`).
     @Test func keysAndLocationsAreShownAsTheFeedWroteThem() throws {
-        let failing = Mutex(true)
+        let failing = LockedBox(true)
         let other = try otherHost(failing: failing)
         let feed = try feedServer {
             #"[{"id": "k$", "url": "\#(other.baseURL)/a.jpg?k=${FEED_TOKEN}"}, {"id": "m$${X}", "url": "\#(other.baseURL)/b.jpg?k=$"}]"#
@@ -189,7 +189,7 @@ final class SharedFeedTextTests: @unchecked Sendable {
     deinit { cluster.dropDatabase(url) }
 
     @Test func aSharedRunFetchesTheFeedsTextNotTheSecret() throws {
-        let other = try feedText.otherHost(failing: Mutex(false))
+        let other = try feedText.otherHost(failing: LockedBox(false))
         let feed = try feedText.feedServer { FeedTextTests.entries(other.baseURL) }
         try feedText.pipeline(feed)
         let result = try feedText.imgpipe(["work", "pipe.json"], state: url)

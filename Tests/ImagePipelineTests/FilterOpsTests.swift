@@ -280,8 +280,8 @@ struct FilterOpsTests {
     /// carry Pango objects that its release frees outside the text lock (a CI run crashed
     /// with SIGFPE inside GLib while text was drawn; this path is one candidate).
     @Test func textMasksReleasedWhileOthersRenderDoNotCrash() throws {
-        let held = Mutex<[VipsImage]>([])
-        let rendered = Mutex(0)
+        let held = LockedBox<[VipsImage]>([])
+        let rendered = LockedBox(0)
         DispatchQueue.concurrentPerform(iterations: 300) { index in
             // As a pixel worker's job ends: libvips' state of this Dispatch thread freed here,
             // not whenever the thread happens to exit.
@@ -304,8 +304,8 @@ struct FilterOpsTests {
 
     @Test func textRendersFromManyThreadsAtOnce() throws {
         let fonts = ["DejaVu Sans Bold", "DejaVu Sans", "DejaVu Serif", "DejaVu Sans Mono", "Sans 20", "No Such Font"]
-        let masks = Mutex([Int: [[UInt8]]]())
-        let failures = Mutex(0)
+        let masks = LockedBox([Int: [[UInt8]]]())
+        let failures = LockedBox(0)
         DispatchQueue.concurrentPerform(iterations: 60) { index in
             defer { VipsRuntime.endThreadWork() }
             do {

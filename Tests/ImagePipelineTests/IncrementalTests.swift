@@ -466,13 +466,13 @@ struct IncrementalTests {
     /// as the run did: through a conditional request, not the cache's copy (the pipeline's
     /// cache does not revalidate by itself).
     @Test func theResumeOfAnIncrementalRunAsksTheServerAgain() throws {
-        let images = Mutex<[String: (version: Int, data: Data)]>([:])
+        let images = LockedBox<[String: (version: Int, data: Data)]>([:])
         for index in 1...8 {
             let path = work.url("src/n\(index).jpg")
             try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: index), to: path)
             images.withLock { $0["n\(index)"] = (1, try! Data(contentsOf: URL(fileURLWithPath: path))) }
         }
-        let slow = Mutex(0.0)
+        let slow = LockedBox(0.0)
         let server = try TestHTTPServer { request in
             let host = "http://\(request.headers["host"]!)"
             if request.path == "/feed.json" {
@@ -527,8 +527,8 @@ struct IncrementalTests {
     /// entry's `updated` its version) and of their images (`/images/<name>.jpg`, with an ETag
     /// of name and version, and a 304 to it). An image is replaced by giving it a new version
     /// and other bytes in `images`.
-    func versionedFeed() throws -> (images: Mutex<[String: (version: Int, data: Data)]>, server: TestHTTPServer) {
-        let images = Mutex<[String: (version: Int, data: Data)]>([:])
+    func versionedFeed() throws -> (images: LockedBox<[String: (version: Int, data: Data)]>, server: TestHTTPServer) {
+        let images = LockedBox<[String: (version: Int, data: Data)]>([:])
         for index in 1...4 {
             let path = work.url("src/n\(index).jpg")
             try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: index), to: path)

@@ -341,7 +341,7 @@ struct MemoryBudgetTests {
     @Test func admissionWaitsForReleaseInOrder() throws {
         let budget = MemoryBudget(bytes: 1000)
         #expect(budget.admit(600, unless: { false }))
-        let order = Mutex<[String]>([])
+        let order = LockedBox<[String]>([])
         let done = DispatchGroup()
         for (name, need, delay) in [("large", 700, 0.0), ("small", 100, 0.2)] {
             done.enter()

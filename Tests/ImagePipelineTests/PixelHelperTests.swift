@@ -234,7 +234,7 @@ struct PixelHelperTests {
 
     /// Log lines as given, for the warnings a session logs.
     struct CapturedLog: LogHandler {
-        let lines: Mutex<[String]>
+        let lines: LockedBox<[String]>
         var metadata: Logger.Metadata = [:]
         var logLevel: Logger.Level = .warning
         subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -251,7 +251,7 @@ struct PixelHelperTests {
     func session(_ launch: PixelHelperLaunch) throws -> (RunSummary, [String]) {
         let spec = try PipelineSpec.load(path: work.url("pipe.json"))
         let pipeline = try BuiltPipeline.build(spec, path: work.url("pipe.json"), environment: Environment([:]))
-        let lines = Mutex<[String]>([])
+        let lines = LockedBox<[String]>([])
         let logger = Logger(label: "test") { _ in CapturedLog(lines: lines) }
         var options = PipelineRunner.Options()
         options.pixelHelper = launch

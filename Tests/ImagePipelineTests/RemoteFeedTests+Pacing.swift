@@ -54,7 +54,7 @@ extension RemoteFeedTests {
     }
 
     @Test func aRetryAfterHoldsTheWholeHostAndItsAnswerSlowsItDown() throws {
-        let refused = Mutex<Date?>(nil)
+        let refused = LockedBox<Date?>(nil)
         let slow = slowImage()
         let server = try taggedServer { request in
             guard request.path == "/img/3.jpg" else { return request.path.hasSuffix(".jpg") ? slow : nil }
@@ -84,7 +84,7 @@ extension RemoteFeedTests {
     }
 
     @Test func anOverloadedSinkHostIsHeldForItsRetryAfter() throws {
-        let refused = Mutex<Date?>(nil)
+        let refused = LockedBox<Date?>(nil)
         let server = try taggedServer { request in
             guard request.method == "PUT" else { return nil }
             return refused.withLock { when in
@@ -128,8 +128,8 @@ extension RemoteFeedTests {
     /// only pacing could hold the next upload back: the check is a count of uploads during
     /// the Retry-After (held, none arrive then), and a lower bound on the refused one's retry.
     @Test func aSinkWithPacingOffPutsOffOnlyTheRequestThatGotA503() throws {
-        let refused = Mutex<Date?>(nil)
-        let answered = Mutex(false)
+        let refused = LockedBox<Date?>(nil)
+        let answered = LockedBox(false)
         let state = work.url(".imgpipe/pipe.sqlite")
         let server = try taggedServer { request in
             guard request.method == "PUT" else { return nil }

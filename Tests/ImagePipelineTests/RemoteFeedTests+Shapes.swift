@@ -78,7 +78,7 @@ extension RemoteFeedTests {
     /// passes over its items up to the cursor's key; each item says the page it came from.
     @Test func aPagedFeedResumesAtTheCursorsPage() throws {
         struct Pages: PageSource {
-            let asked = Mutex<[String]>([])
+            let asked = LockedBox<[String]>([])
             func page(_ url: String) throws -> (Data, Tier) {
                 asked.withLock { $0.append(url) }
                 let number = Int(url.split(separator: "=").last ?? "") ?? 0

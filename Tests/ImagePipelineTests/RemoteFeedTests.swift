@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
+import Synchronization
 import Testing
 
 /// Remote sources end to end: the built binary against a real HTTP server on loopback.
@@ -73,7 +74,7 @@ struct RemoteFeedTests {
         let gifPath = work.url("a-source.gif")
         try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: gifPath)
         let gif = try Data(contentsOf: URL(fileURLWithPath: gifPath))
-        let resuming = Mutex(false)
+        let resuming = LockedBox(false)
         let jpeg = self.jpeg
         let server = try self.server { request in
             guard request.path.hasPrefix("/images/") else { return nil }
@@ -135,7 +136,7 @@ struct RemoteFeedTests {
         let gifPath = work.url("a-source.gif")
         try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 40), to: gifPath)
         let gif = try Data(contentsOf: URL(fileURLWithPath: gifPath))
-        let asked = Mutex(0)
+        let asked = LockedBox(0)
         let server = try self.server { request in
             guard request.path == "/images/a.gif" else { return nil }
             // Refused the first time (the item fails), slow after: a.jpg fails again first.
@@ -552,7 +553,7 @@ struct RemoteFeedTests {
     /// `limits.downloads` requests at once, then `limits.uploads`.
     @Test func slowOriginsSeeTheConfiguredWidthAtOnce() throws {
         // `atFirst`: how many were in flight together when the first answer went out.
-        let gauge = Mutex((now: 0, most: 0, mostPuts: 0, puts: 0, atFirst: 0, atFirstPut: 0))
+        let gauge = LockedBox((now: 0, most: 0, mostPuts: 0, puts: 0, atFirst: 0, atFirstPut: 0))
         let jpeg = self.jpeg
         let server = try TestHTTPServer { request in
             let put = request.method == "PUT"
@@ -643,7 +644,7 @@ struct RemoteFeedTests {
     /// Logging is off by default, and `--verbose` or `IMGPIPE_LOG` turns on the events an
     /// operator needs, with their item, stage, attempt and host, on standard error.
     @Test func retriesAndFeedPagesAreLoggedWhenAsked() throws {
-        let failedOnce = Mutex<Set<String>>([])
+        let failedOnce = LockedBox<Set<String>>([])
         let server = try server { request in
             if request.path == "/feed.json" { return .json(self.feedJSON("http://\(request.headers["host"]!)", count: 2)) }
             if request.path == "/images/photo-1.jpg", failedOnce.withLock({ $0.insert(request.path).inserted }) {
@@ -811,7 +812,7 @@ struct RemoteFeedTests {
     /// feed of which no item could be listed is the pipeline's fault: exit 2 with the fix,
     /// and no unfinished run is kept to block the next `run`.
     @Test func aJSONFeedWithNoImageURLAtAllIsAListingError() throws {
-        let field = Mutex("image")
+        let field = LockedBox("image")
         let server = try server { request in
             let name = field.withLock { $0 }
             return request.path == "/feed.json" ? .json(#"[{"\#(name)": "a.jpg"}, {"\#(name)": "b.jpg"}]"#) : nil
@@ -1187,17 +1188,15 @@ struct RemoteFeedTests {
 }
 
 /// Thread-safe counters keyed by name, for server handlers.
-final class Counter: @unchecked Sendable {
-    // @unchecked: every access is guarded by `lock`.
-    private let lock = NSLock()
-    private var values: [String: Int] = [:]
+final class Counter: Sendable {
+    private let values = Mutex<[String: Int]>([:])
 
     func next(_ name: String) -> Int {
-        lock.withLock {
+        values.withLock { values in
             values[name, default: 0] += 1
             return values[name]!
         }
     }
-    func count(_ name: String) -> Int { lock.withLock { values[name] ?? 0 } }
-    func set(_ name: String, _ value: Int) { lock.withLock { values[name] = value } }
+    func count(_ name: String) -> Int { values.withLock { $0[name] ?? 0 } }
+    func set(_ name: String, _ value: Int) { values.withLock { $0[name] = value } }
 }

@@ -60,7 +60,7 @@ struct RunnerTests {
 
     @Test func anExecutorRunsEveryJobAndNeverMoreThanItsWidth() {
         let executor = BoundedExecutor(label: "test", width: 3)
-        let counters = Mutex((running: 0, most: 0, done: 0))
+        let counters = LockedBox((running: 0, most: 0, done: 0))
         let group = DispatchGroup()
         for _ in 0..<40 {
             group.enter()
@@ -123,7 +123,7 @@ struct RunnerTests {
     @Test func anExecutorsThreadsCarryTheirStagesName() {
         let executor = BoundedExecutor(label: "imgpipe.test", width: 4)
         defer { executor.shutdown() }
-        let names = Mutex<Set<String>>([])
+        let names = LockedBox<Set<String>>([])
         let gate = DispatchSemaphore(value: 0)
         let started = DispatchSemaphore(value: 0)
         // Four jobs at once hold the four threads.
@@ -172,7 +172,7 @@ struct RunnerTests {
         let store = try RunStore(path: work.url("state.sqlite"))
         let run = try store.begin(.fresh(limit: nil, replaceUnfinished: false), identity()).run
         let writer = StoreWriter(store: store, runId: run.id) { error in Issue.record("write failed: \(error)") }
-        let seen = Mutex<[Int: ChangeOutcome]>([:])
+        let seen = LockedBox<[Int: ChangeOutcome]>([:])
         DispatchQueue.concurrentPerform(iterations: 300) { index in
             writer.submit(insertion(index)) { outcome in
                 // Committed before the completion: another connection already sees the row.
@@ -220,7 +220,7 @@ struct RunnerTests {
     @Test func theWriterGathersTheChangesOfItsCommitGapIntoOneCommit() throws {
         let (store, run, commits, writer) = try writerAfterItsFirstCommit(gap: 2)
         // The first commit has just ended: the next one starts 2 s after it, with all of these.
-        let applied = Mutex(0)
+        let applied = LockedBox(0)
         for index in 1...100 {
             writer.submit(insertion(index)) { outcome in
                 if outcome == .applied, (try? store.item(runId: run.id, key: "k\(index)")) != nil { applied.withLock { $0 += 1 } }
@@ -236,7 +236,7 @@ struct RunnerTests {
     /// than the writer's batch of changes: a kill leaves all of it written, or none.
     @Test func theWriterNeverSplitsAGroupOfChanges() throws {
         let (store, run, commits, writer) = try writerAfterItsFirstCommit(gap: 0)
-        let outcomes = Mutex<[ChangeOutcome]>([])
+        let outcomes = LockedBox<[ChangeOutcome]>([])
         writer.submit((1...1500).map(insertion)) { group in
             let visible = (try? store.counts(runId: run.id).total) ?? 0
             outcomes.withLock { $0 = visible == 1501 ? group : [] }
@@ -248,7 +248,7 @@ struct RunnerTests {
 
     @Test func theWriterCommitsAtOnceWhileItMayNotLingerAndHoldsChangesWhileItMay() throws {
         let (store, run, commits) = try storeCountingCommits()
-        let lingering = Mutex(false)
+        let lingering = LockedBox(false)
         let writer = StoreWriter(store: store, runId: run.id, commitGap: 600, linger: { lingering.withLock { $0 } }) { error in
             Issue.record("write failed: \(error)")
         }
@@ -262,7 +262,7 @@ struct RunnerTests {
         #expect(commits.count == 10)
         // While it may linger, changes wait for the gap; once it may not, they go in one commit.
         lingering.withLock { $0 = true }
-        let applied = Mutex(0)
+        let applied = LockedBox(0)
         for index in 10..<60 { writer.submit(insertion(index)) { _ in applied.withLock { $0 += 1 } } }
         usleep(100_000)
         #expect(applied.withLock { $0 } == 0 && commits.count == 10, "held while lingering")
@@ -347,8 +347,8 @@ struct RunnerTests {
         let name: String
         let retriesBeforeSuccess: Int
         let refused: Set<String>
-        let received = Mutex<[String: Data]>([:])
-        let attempts = Mutex<[String: Int]>([:])
+        let received = LockedBox<[String: Data]>([:])
+        let attempts = LockedBox<[String: Int]>([:])
 
         init(name: String = "memory", retriesBeforeSuccess: Int = 0, refused: Set<String> = []) {
             self.name = name
@@ -463,8 +463,8 @@ struct HostHealthTests {
 }
 
 /// Counts the commits of a database that change something.
-private final class CommitCounter: TransactionObserver, @unchecked Sendable {
-    private let commits = Mutex(0)
+private final class CommitCounter: TransactionObserver, Sendable {
+    private let commits = LockedBox(0)
     var count: Int { commits.withLock { $0 } }
     func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { true }
     func databaseDidChange(with event: DatabaseEvent) {}

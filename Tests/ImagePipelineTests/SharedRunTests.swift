@@ -119,8 +119,8 @@ final class SharedRunTests: @unchecked Sendable {
     // MARK: - joining a run
 
     @Test func workersRacingToStartTheRunMakeExactlyOne() throws {
-        let ids = Mutex<[Int64]>([])
-        let errors = Mutex<[String]>([])
+        let ids = LockedBox<[Int64]>([])
+        let errors = LockedBox<[String]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { index in
             do {
                 let run = try worker("w\(index)")
@@ -169,11 +169,11 @@ final class SharedRunTests: @unchecked Sendable {
         let lister = try worker("lister", chunkSize: 1)
         #expect(try list(10_000, by: lister) == 10_000)
         #expect(try lister.counts().chunksPending == 10_000)
-        let claimed = Mutex<[SharedRun.Chunk]>([])
-        let failures = Mutex<[String]>([])
+        let claimed = LockedBox<[SharedRun.Chunk]>([])
+        let failures = LockedBox<[String]>([])
         // Eight threads of their own (not `concurrentPerform`, which runs as many at once as
         // there are cores): each connects, then all start claiming together.
-        let connected = Mutex(0)
+        let connected = LockedBox(0)
         let finished = DispatchGroup()
         for index in 0..<8 {
             finished.enter()
@@ -360,7 +360,7 @@ final class SharedRunTests: @unchecked Sendable {
         let other = try PostgresConnection(url: url)
         try other.execute("BEGIN")
         for (sql, parameters) in statements { try other.execute(sql, parameters) }
-        let answer = Mutex<Bool?>(nil)
+        let answer = LockedBox<Bool?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread {
             answer.withLock { $0 = try? run.markFinished() }
@@ -519,9 +519,8 @@ final class SharedRunTests: @unchecked Sendable {
     // MARK: - paged feeds resume at the cursor's page
 
     /// Flickr-like pages of 3 photos, 3 pages; remembers which pages were asked for.
-    final class FlickrPages: PageSource, @unchecked Sendable {
-        // @unchecked: `asked` is a Mutex.
-        let asked = Mutex<[Int]>([])
+    final class FlickrPages: PageSource, Sendable {
+        let asked = LockedBox<[Int]>([])
 
         func page(_ url: String) throws -> (Data, Tier) {
             let number = Int(URLComponents(string: url)?.queryItems?.first { $0.name == "page" }?.value ?? "1") ?? 1

@@ -442,7 +442,7 @@ final class SharedWorkTests: @unchecked Sendable {
         let path = work.url("fixture.jpg")
         try ImageFixtures.jpeg(at: path, width: 64, height: 48)
         let jpeg = try Data(contentsOf: URL(fileURLWithPath: path))
-        let stalled = Mutex(false)
+        let stalled = LockedBox(false)
         let server = try TestHTTPServer { request in
             if request.path.hasPrefix("/images/") { return .bytes(jpeg) }
             guard request.path == "/search" else { return .status(404) }

@@ -174,7 +174,7 @@ struct SpoolFilesTests {
             bodies["\(index)"] = try Data(contentsOf: URL(fileURLWithPath: path))
         }
         let served = bodies
-        let asked = Mutex<[String: Int]>([:])
+        let asked = LockedBox<[String: Int]>([:])
         let server = try TestHTTPServer { request in
             // /<kind>/<item>/<source>.png
             let parts = request.path.split(separator: "/").map(String.init)

@@ -230,7 +230,7 @@ struct UploadSinkTests {
     /// Ctrl-C while a delivery waits for a `Retry-After: 60`: the run stops at once, the
     /// delivery stays pending, and resume delivers it.
     @Test func anInterruptDoesNotWaitForARetryTimer() throws {
-        let busy = Mutex(true)
+        let busy = LockedBox(true)
         let server = try TestHTTPServer { _ in
             busy.withLock { $0 } ? .status(503, headers: [("Retry-After", "60")]) : .json("{}", status: 201)
         }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A disk cache of HTTP bodies (images and feed pages), keyed by the SHA-256 of the URL
 /// in its recorded form (`Environment.recorded`): a URL that holds a `${…}` value (an API key) is keyed and
@@ -7,8 +8,7 @@ import Foundation
 /// ETag, Last-Modified, size, the answer's `X-Robots-Tag` lines), both written to a temporary name and renamed. A hit touches the
 /// body's modification time; when the cache grows past `maxSize` bytes, the least
 /// recently used entries go first.
-// @unchecked because `size` is guarded by `lock`; files are replaced atomically.
-public final class DiskCache: @unchecked Sendable {
+public final class DiskCache: Sendable {
     public struct Entry: Sendable, Codable {
         public let url: String
         public let etag: String?
@@ -34,8 +34,8 @@ public final class DiskCache: @unchecked Sendable {
     /// Text as it may be written to disk (`Environment.recorded`), and back.
     private let recorded: @Sendable (String) -> String
     private let restored: @Sendable (String) -> String
-    private let lock = NSLock()
-    private var size: Int?
+    /// Total bytes of cached bodies, once counted.
+    private let size = Mutex<Int?>(nil)
     /// Read and never written (`plan`): `store` keeps nothing, `entry` records no use, and
     /// downloads go to the system's temporary folder instead of the cache's.
     public let readOnly: Bool
@@ -122,7 +122,7 @@ public final class DiskCache: @unchecked Sendable {
         try JSONEncoder().encode(entry).write(to: URL(fileURLWithPath: temporary))
         rename(temporary, meta)
         entry.path = body
-        lock.withLock { if size != nil { size! += bytes - previous } }
+        size.withLock { size in if size != nil { size! += bytes - previous } }
         evictIfNeeded()
         return entry
     }
@@ -156,7 +156,7 @@ public final class DiskCache: @unchecked Sendable {
 
     /// Total bytes of cached bodies.
     public func totalSize() -> Int {
-        lock.withLock {
+        size.withLock { size in
             if let size { return size }
             let computed = bodies().reduce(0) { $0 + $1.bytes }
             size = computed
@@ -186,7 +186,7 @@ public final class DiskCache: @unchecked Sendable {
 
     /// Removes every entry (and partial downloads); the folder stays.
     public func clear() throws {
-        try lock.withLock {
+        try size.withLock { size in
             for name in try FileManager.default.contentsOfDirectory(atPath: directory) {
                 try FileManager.default.removeItem(atPath: directory + "/" + name)
             }
@@ -197,7 +197,7 @@ public final class DiskCache: @unchecked Sendable {
     /// Removes least recently used entries until the cache fits `maxSize`.
     public func evictIfNeeded() {
         guard let maxSize, totalSize() > maxSize else { return }
-        lock.withLock {
+        size.withLock { size in
             var total = bodies().reduce(0) { $0 + $1.bytes }
             for body in bodies().sorted(by: { $0.used < $1.used }) where total > maxSize {
                 unlink(body.path)

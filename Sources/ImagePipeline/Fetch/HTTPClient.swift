@@ -173,7 +173,8 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
 ///   sent, and an answer of 429 or 503 slows its whole host down (`HostPacing`).
 ///
 /// Easy handles are kept in a pool and reused, so connections to a host are kept alive.
-// @unchecked because the pool is guarded by `lock`; a handle is used by one thread at a time.
+// @unchecked because the pool holds libcurl handles (raw pointers, which `Mutex` cannot take
+// in from a caller), guarded by `lock`; a handle is used by one thread at a time.
 public final class HTTPClient: @unchecked Sendable {
     public static let maxRedirects = 5
     /// libcurl's receive buffer for downloads to a file, in bytes (one per pooled handle).

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Which hosts answer. After `threshold` connection-level failures in a row (no answer at
 /// all: a name that does not resolve, a refused connection, a connect or idle timeout) a

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// How fast each host is asked: `limits.rate` requests per second per host (with a burst of
 /// `limits.burst`), and slower for a while after the host says it is overloaded.

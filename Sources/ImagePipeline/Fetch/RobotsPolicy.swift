@@ -10,7 +10,8 @@ import Foundation
 /// - a 429, a 5xx or a host that cannot be reached (after the pipeline's retries) makes
 ///   the file unreadable, and every item of that host is skipped: not knowing the rules is
 ///   not permission.
-// @unchecked because `files` and `loading` are guarded by `condition`.
+// @unchecked because `files` and `loading` are guarded by `condition` (a host's other items
+// wait on it while one thread fetches its robots.txt: `Mutex` has no wait).
 public final class RobotsPolicy: @unchecked Sendable {
     /// What one host's robots.txt came to.
     enum File: Sendable {

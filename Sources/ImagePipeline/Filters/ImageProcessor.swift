@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VipsKit
 
 /// What a pipeline item is read from.
@@ -569,17 +570,18 @@ public struct ImageProcessor: Sendable {
 }
 
 /// An item's encoded outputs as they come in, some from `ImageProcessor.encoders`.
-// @unchecked because `results` and `started` are guarded by `lock`.
-private final class EncodedOutputs: @unchecked Sendable {
-    private let lock = NSLock()
+private final class EncodedOutputs: Sendable {
+    private struct State {
+        var results: [Result<ProcessedImage, ItemFailure>?]
+        /// Outputs in the order they were made, which decides whose failure is reported.
+        var started: [Int] = []
+        /// Outputs whose bytes are another's: (from, to, id).
+        var copies: [(from: Int, to: Int, id: String)] = []
+    }
+    private let state: Mutex<State>
     private let group = DispatchGroup()
-    private var results: [Result<ProcessedImage, ItemFailure>?]
-    /// Outputs in the order they were made, which decides whose failure is reported.
-    private var started: [Int] = []
-    /// Outputs whose bytes are another's: (from, to, id).
-    private var copies: [(from: Int, to: Int, id: String)] = []
 
-    init(count: Int) { results = Array(repeating: nil, count: count) }
+    init(count: Int) { state = Mutex(State(results: Array(repeating: nil, count: count))) }
 
     /// Runs `encode` for output `index` on `executor` if one of its threads is free;
     /// returns false, doing nothing, if none is.
@@ -589,23 +591,23 @@ private final class EncodedOutputs: @unchecked Sendable {
         group.enter()
         let queued = executor.submitIfIdle { [self] in
             let result = Result(catching: encode)
-            lock.withLock { results[index] = result }
+            state.withLock { $0.results[index] = result }
             group.leave()
         }
-        if queued { lock.withLock { started.append(index) } } else { group.leave() }
+        if queued { state.withLock { $0.started.append(index) } } else { group.leave() }
         return queued
     }
 
     func set(_ index: Int, _ result: Result<ProcessedImage, ItemFailure>) {
-        lock.withLock {
-            started.append(index)
-            results[index] = result
+        state.withLock { state in
+            state.started.append(index)
+            state.results[index] = result
         }
     }
 
     /// Output `index` is output `from`'s bytes, under its own id.
     func copy(_ from: Int, to index: Int, id: String) {
-        lock.withLock { copies.append((from, index, id)) }
+        state.withLock { $0.copies.append((from, index, id)) }
     }
 
     /// Waits for every encode started.
@@ -614,8 +616,8 @@ private final class EncodedOutputs: @unchecked Sendable {
     /// The failure of the earliest output made that failed, once every encode has ended.
     func firstFailure() -> ItemFailure? {
         wait()
-        return lock.withLock {
-            for index in started { if case .failure(let failure)? = results[index] { return failure } }
+        return state.withLock { state in
+            for index in state.started { if case .failure(let failure)? = state.results[index] { return failure } }
             return nil
         }
     }
@@ -623,14 +625,14 @@ private final class EncodedOutputs: @unchecked Sendable {
     /// Every output, in the pipeline's order; the first failure (in the order made) instead.
     func all() throws(ItemFailure) -> [ProcessedImage] {
         if let failure = firstFailure() { throw failure }
-        return lock.withLock {
-            for copy in copies {
-                if case .success(var image)? = results[copy.from] {
+        return state.withLock { state in
+            for copy in state.copies {
+                if case .success(var image)? = state.results[copy.from] {
                     image.output = copy.id
-                    results[copy.to] = .success(image)
+                    state.results[copy.to] = .success(image)
                 }
             }
-            return results.compactMap { try? $0?.get() }
+            return state.results.compactMap { try? $0?.get() }
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The environment `${NAME}` references are read from, and the secrets that came from it.
 ///
@@ -8,15 +9,17 @@ import Foundation
 /// `redact(_:)` replaces each form with `***` in text bound for a log, the state file or
 /// an error message; `recorded(_:)` puts the `${NAME}` reference back instead (and escapes
 /// every other `${`), for what is written to disk and read again; `restored(_:)` reverses it.
-// @unchecked because the set of secrets is guarded by `lock`.
-public final class Environment: @unchecked Sendable {
+public final class Environment: Sendable {
     private let variables: [String: String]
-    private let lock = NSLock()
-    /// Every form of every value read, longest first, with the reference that stands for it.
-    private var forms: [(text: String, reference: String)] = []
-    private var known: Set<String> = []
-    /// The forms of each value read (`forms(of:)`, the value itself first), by name.
-    private var encodings: [String: [String]] = [:]
+    /// The secrets read so far.
+    private struct Secrets {
+        /// Every form of every value read, longest first, with the reference that stands for it.
+        var forms: [(text: String, reference: String)] = []
+        var known: Set<String> = []
+        /// The forms of each value read (`forms(of:)`, the value itself first), by name.
+        var encodings: [String: [String]] = [:]
+    }
+    private let secrets = Mutex(Secrets())
 
     /// Values shorter than this are not masked (they would mask ordinary text).
     static let shortestSecret = 3
@@ -28,14 +31,14 @@ public final class Environment: @unchecked Sendable {
     public func value(of name: String) -> String? {
         guard let value = variables[name] else { return nil }
         if value.count >= Self.shortestSecret {
-            lock.withLock {
-                guard known.insert(name + "\u{0}" + value).inserted else { return }
+            secrets.withLock { secrets in
+                guard secrets.known.insert(name + "\u{0}" + value).inserted else { return }
                 let all = Self.forms(of: value)
-                encodings[name] = all
-                for (index, form) in all.enumerated() where !forms.contains(where: { $0.text == form }) {
-                    forms.append((form, index == 0 ? "${\(name)}" : "${\(name):\(index)}"))
+                secrets.encodings[name] = all
+                for (index, form) in all.enumerated() where !secrets.forms.contains(where: { $0.text == form }) {
+                    secrets.forms.append((form, index == 0 ? "${\(name)}" : "${\(name):\(index)}"))
                 }
-                forms.sort { $0.text.utf8.count > $1.text.utf8.count }
+                secrets.forms.sort { $0.text.utf8.count > $1.text.utf8.count }
             }
         }
         return value
@@ -65,7 +68,7 @@ public final class Environment: @unchecked Sendable {
     /// `$${AWS_SECRET_ACCESS_KEY}`, which `restored` turns back into the same literal text,
     /// never into the value. Only what this run replaced is ever expanded again.
     public func recorded(_ text: String) -> String {
-        let known = lock.withLock { forms }
+        let known = secrets.withLock { $0.forms }
         return Self.recording(Substring(text), forms: known[...])
     }
 
@@ -75,7 +78,7 @@ public final class Environment: @unchecked Sendable {
     /// is (it can only have come from a recording by another process with other secrets).
     public func restored(_ recorded: String) -> String {
         guard recorded.contains("$") else { return recorded }
-        let known = lock.withLock { encodings }
+        let known = secrets.withLock { $0.encodings }
         var out = ""
         var rest = Substring(recorded)
         while let dollar = rest.firstIndex(of: "$") {
@@ -150,7 +153,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     private func replacing(in text: String, with replacement: (String) -> String) -> String {
-        let known = lock.withLock { forms }
+        let known = secrets.withLock { $0.forms }
         var out = text
         for form in known where out.contains(form.text) {
             out = out.replacingOccurrences(of: form.text, with: replacement(form.reference))

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A shared run's progress as each of its workers shows it: the whole run's counts, read
 /// from the chunks' counters (the items every worker ended, and the items listed so far:

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// One worker's part of a run shared through PostgreSQL, as its runner sees it: the
 /// second `RunStateStore` (the first is the state file, `RunStore`).
@@ -17,13 +18,12 @@ import Foundation
 ///
 /// The runner cannot tell it from the state file: `apply` answers with the same outcomes.
 /// Messages come in redacted: the run's `StoreWriter` masks every change before `apply`.
-final class SharedStateStore: RunStateStore, @unchecked Sendable {
-    // @unchecked: the mutable state is in Mutexes; `names` (its connection) is used under
-    // `namesLock`.
+final class SharedStateStore: RunStateStore, Sendable {
     /// The worker's journal: this machine's part of each item.
     let journal: RunStore
     private let ledger: ChunkLedger
-    private let names: SharedRun
+    /// Used by the writer (`apply`) and the producer (`claimAhead`): one at a time.
+    private let names: Mutex<SharedRun>
     private let queue = Mutex<[(chunk: SharedRun.Chunk, key: String, outcome: SharedRun.Outcome)]>([])
     /// The journal's run and its outputs' formats, read once.
     private let local = Mutex<(run: Int64, formats: [String: String])?>(nil)
@@ -36,8 +36,6 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     private let refused = Mutex<[String: String]>([:])
     /// The pipeline's outputs, whose names known before making are claimed ahead, a chunk at a time.
     private let outputs: [OutputSpec]
-    /// `names` is used by the writer (`apply`) and the producer (`claimAhead`): one at a time.
-    private let namesLock = NSLock()
     /// Items whose failure this worker wrote to the shared database. Given this worker again
     /// as pending, such an item was put back by `resume --retry-failed`: it is tried again,
     /// not failed again from the journal (`knownHere`).
@@ -48,7 +46,7 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
         self.outputs = outputs
         self.journal = journal
         self.ledger = ledger
-        self.names = names
+        self.names = Mutex(names)
     }
 
     // MARK: - RunStateStore
@@ -135,7 +133,7 @@ final class SharedStateStore: RunStateStore, @unchecked Sendable {
     /// Claims `wanted` in the database and remembers the names now this worker's.
     private func ask(_ wanted: [(name: String, key: String)]) throws -> [String: String] {
         guard !wanted.isEmpty else { return [:] }
-        let taken = try namesLock.withLock { try names.claimNames(wanted) }
+        let taken = try names.withLock { try $0.claimNames(wanted) }
         claimed.withLock { set in
             if set.count > 100_000 { set.removeAll() }
             for claim in wanted where taken[claim.name] == nil { set.insert(claim.name + "\u{0}" + claim.key) }

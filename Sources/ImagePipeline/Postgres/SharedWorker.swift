@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import VipsKit
 
 /// `imgpipe work`: one worker of a run shared through PostgreSQL.
@@ -20,8 +21,7 @@ import VipsKit
 ///
 /// Every delivery carries the shared run's UUID in its idempotency key, so an item
 /// redone by another worker after this one died mid-upload is sent with the same key.
-public final class SharedWorker: @unchecked Sendable {
-    // @unchecked: mutable state is in Mutexes; the rest is set once in init.
+public final class SharedWorker: Sendable {
     public struct Options: Sendable {
         /// Items per chunk (a run keeps the size it was created with).
         public var chunkSize = 500
@@ -69,7 +69,7 @@ public final class SharedWorker: @unchecked Sendable {
     private let stopping = CancellationFlag()
     private let runner = Mutex<PipelineRunner?>(nil)
     private let lostDatabase = Mutex<String?>(nil)
-    private let listingError = Mutex<String?>(nil)
+    private let listingError = LockedBox<String?>(nil)
 
     /// Joins (or creates) the shared run of `pipeline`. `journalPath` is this worker's own
     /// local state file (made anew, removed after a clean end).
@@ -243,7 +243,7 @@ public final class SharedWorker: @unchecked Sendable {
         ledger.renewed(at: Date())
         // When the heartbeat now under way started, and when the heartbeats began failing
         // in a row (nil: the last one landed).
-        let attempt = Mutex<(started: Date?, failingSince: Date?)>((nil, nil))
+        let attempt = LockedBox<(started: Date?, failingSince: Date?)>((nil, nil))
         let heartbeat = LoopThread(name: "imgpipe.heartbeat", every: options.heartbeatSeconds) { [self] in
             do {
                 // Only chunks claimed before the renewal can be missing from its answer.
@@ -276,7 +276,7 @@ public final class SharedWorker: @unchecked Sendable {
         // stopped answering: once no heartbeat has landed for a lease while heartbeats were
         // failing, or one call has hung for a lease, stop at once. (A process that was only
         // paused, SIGSTOP, has neither: its next heartbeat finds which leases it lost.)
-        let fired = Mutex<Date?>(nil)
+        let fired = LockedBox<Date?>(nil)
         let watchdog = LoopThread(name: "imgpipe.watchdog", every: 0.25) { [self] in
             let now = Date()
             let (started, failingSince) = attempt.withLock { $0 }
@@ -399,8 +399,7 @@ public struct SharedWorkerError: Error, CustomStringConvertible {
 
 /// A thread that runs `body` every `interval` seconds until stopped (then once more is
 /// not promised: `stop` waits for a body under way to end).
-final class LoopThread: @unchecked Sendable {
-    // @unchecked: `stopped` is a semaphore; `thread` is set once.
+final class LoopThread: Sendable {
     private let stopped = DispatchSemaphore(value: 0)
     private let ended = DispatchSemaphore(value: 0)
 
@@ -551,18 +550,18 @@ final class ChunkLedger: Sendable {
 /// is recorded from there, not given to the runner again (which would pass over it as a
 /// key it has, and never end it); one still under way there ends under the new lease.
 /// A database error is tried again for up to `patience` seconds before listing fails.
-final class ChunkFeed: Feed, @unchecked Sendable {
-    // @unchecked: `shared` (its connection) is used only by the producer thread that lists.
+final class ChunkFeed: Feed, Sendable {
+    // `shared` (its connection) is used only by the producer thread that lists.
     private let shared: SharedRun
     private let ledger: ChunkLedger
     private let stopping: CancellationFlag
-    private let listingError: Mutex<String?>
+    private let listingError: LockedBox<String?>
     private let environment: Environment
     private let store: SharedStateStore
     private let patience: Double
 
     init(
-        shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: Mutex<String?>,
+        shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: LockedBox<String?>,
         environment: Environment, store: SharedStateStore, patience: Double
     ) {
         self.environment = environment

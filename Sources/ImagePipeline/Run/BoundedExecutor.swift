@@ -7,7 +7,8 @@ import Foundation
 /// decoding), and libdispatch grows a queue's threads by about one a second while its jobs
 /// block, so a stage 16 wide would take 15 s to reach its width. These threads are all
 /// there from the first job. `shutdown` ends them once the session is over.
-// @unchecked because `waiting`, `head`, `idle` and `stopped` are guarded by `condition`.
+// @unchecked because `waiting`, `head`, `idle` and `stopped` are guarded by `condition`
+// (idle threads wait on it: `Mutex` has no wait).
 final class BoundedExecutor: @unchecked Sendable {
     typealias Job = @Sendable () -> Void
 

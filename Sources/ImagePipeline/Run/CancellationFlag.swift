@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Set when a run is interrupted (retry loops stop waiting), and aborted when in-flight
 /// work is abandoned (a second Ctrl-C, or the grace period over: transfers stop at once).
 public final class CancellationFlag: Sendable {

@@ -7,7 +7,8 @@ import Foundation
 /// Admission is first come, first served: a large item is not passed over for ever by
 /// smaller ones; those behind it wait too. An item alone always fits (one over the whole
 /// budget is failed before it asks, `limit`), so the budget never deadlocks.
-// @unchecked because `inUse`, `queue` and `next` are guarded by `condition`.
+// @unchecked because `inUse`, `queue` and `next` are guarded by `condition` (an item waits
+// on it for its turn: `Mutex` has no wait).
 final class MemoryBudget: @unchecked Sendable {
     /// The budget in bytes.
     let bytes: Int

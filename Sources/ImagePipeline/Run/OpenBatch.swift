@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The items one sink holds in its open batch, each with the settlement of its item, so
 /// that the runner can record them when the batch commits.

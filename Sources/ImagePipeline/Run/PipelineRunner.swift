@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import Synchronization
 import VipsKit
 
 /// Runs a built pipeline over its feed, recording every transition in the state file.

@@ -1,6 +1,7 @@
 import CProcess
 import Foundation
 import Logging
+import Synchronization
 
 /// How a run starts its pixel helpers (`PixelHelper`): an executable that serves when given
 /// `arguments` and then the run's process id.
@@ -84,8 +85,7 @@ enum PixelWork: Sendable {
 /// started or starting, and the items they had are left for resume. Only the thread that
 /// talks to a helper closes its socket and reaps it (`busy`); `shutdown` kills such a one
 /// and reaps the idle ones.
-// @unchecked because `helpers`, `busy`, `starting`, `stopped` and `unavailable` are guarded by `lock`.
-final class PixelHelpers: @unchecked Sendable {
+final class PixelHelpers: Sendable {
     private let launch: PixelHelperLaunch
     /// The first frame to a helper: the pipeline, in the payload (a pipeline file of any
     /// size fits), with the `${…}` values its filters and outputs use in the header.
@@ -97,16 +97,18 @@ final class PixelHelpers: @unchecked Sendable {
     private let cancellation: CancellationFlag
     private let logger: Logger
     private let redact: @Sendable (String) -> String
-    private let lock = NSLock()
-    /// Each pixels thread's helper.
-    private var helpers: [pthread_t: Helper] = [:]
-    /// The helpers whose thread is talking to them: only that thread closes their socket.
-    private var busy: Set<pid_t> = []
-    /// Helpers started and not yet ready (nor reaped).
-    private var starting: Set<pid_t> = []
-    private var stopped = false
-    /// Why helpers cannot start in this session, once one could not.
-    private var unavailable: String?
+    private struct State {
+        /// Each pixels thread's helper.
+        var helpers: [pthread_t: Helper] = [:]
+        /// The helpers whose thread is talking to them: only that thread closes their socket.
+        var busy: Set<pid_t> = []
+        /// Helpers started and not yet ready (nor reaped).
+        var starting: Set<pid_t> = []
+        var stopped = false
+        /// Why helpers cannot start in this session, once one could not.
+        var unavailable: String?
+    }
+    private let state = Mutex(State())
 
     /// A started helper: its process and the run's end of its socket.
     struct Helper {
@@ -205,8 +207,8 @@ final class PixelHelpers: @unchecked Sendable {
     /// `cancellation` is aborted, which keeps new helpers from starting (checked under the
     /// same lock as these kills, so a helper is either killed here or never kept).
     func abort() {
-        lock.withLock {
-            for pid in helpers.values.map(\.pid) + starting { Glibc.kill(pid, SIGKILL) }
+        state.withLock { state in
+            for pid in state.helpers.values.map(\.pid) + state.starting { Glibc.kill(pid, SIGKILL) }
         }
     }
 
@@ -214,16 +216,16 @@ final class PixelHelpers: @unchecked Sendable {
     /// (after an abort, or a session that failed) is killed, and its thread, which owns its
     /// socket, reaps it and leaves its item for resume.
     func shutdown() {
-        let idle = lock.withLock {
-            stopped = true
-            for pid in starting { Glibc.kill(pid, SIGKILL) }
+        let idle = state.withLock { state in
+            state.stopped = true
+            for pid in state.starting { Glibc.kill(pid, SIGKILL) }
             var idle: [Helper] = []
-            for (thread, helper) in helpers {
-                if busy.contains(helper.pid) {
+            for (thread, helper) in state.helpers {
+                if state.busy.contains(helper.pid) {
                     Glibc.kill(helper.pid, SIGKILL)
                 } else {
                     idle.append(helper)
-                    helpers[thread] = nil
+                    state.helpers[thread] = nil
                 }
             }
             return idle
@@ -234,19 +236,19 @@ final class PixelHelpers: @unchecked Sendable {
     /// The run stops at once, or the session is over: no new helper, and an item whose
     /// helper ended is left for resume.
     private var isStopping: Bool {
-        cancellation.isAborted || lock.withLock { stopped }
+        cancellation.isAborted || state.withLock { $0.stopped }
     }
 
     /// This thread's helper, started if need be.
     private func assignment() throws(Ended) -> Assignment {
         let thread = pthread_self()
-        let known: Assignment? = lock.withLock {
-            if cancellation.isAborted || stopped { return .leave }
-            if let helper = helpers[thread] {
-                busy.insert(helper.pid)
+        let known: Assignment? = state.withLock { state in
+            if cancellation.isAborted || state.stopped { return .leave }
+            if let helper = state.helpers[thread] {
+                state.busy.insert(helper.pid)
                 return .helper(helper)
             }
-            return unavailable == nil ? nil : .inProcess
+            return state.unavailable == nil ? nil : .inProcess
         }
         if let known { return known }
         let helper: Helper
@@ -258,9 +260,9 @@ final class PixelHelpers: @unchecked Sendable {
             case .ended(let ended): throw ended
             case .cannotStart(let why): reason = why
             }
-            let first = lock.withLock {
-                defer { unavailable = unavailable ?? reason }
-                return unavailable == nil
+            let first = state.withLock { state in
+                defer { state.unavailable = state.unavailable ?? reason }
+                return state.unavailable == nil
             }
             if first {
                 logger.warning(
@@ -269,10 +271,10 @@ final class PixelHelpers: @unchecked Sendable {
             }
             return .inProcess
         }
-        let kept = lock.withLock {
-            guard !cancellation.isAborted, !stopped else { return false }
-            helpers[thread] = helper
-            busy.insert(helper.pid)
+        let kept = state.withLock { state in
+            guard !cancellation.isAborted, !state.stopped else { return false }
+            state.helpers[thread] = helper
+            state.busy.insert(helper.pid)
             return true
         }
         guard kept else {
@@ -305,19 +307,19 @@ final class PixelHelpers: @unchecked Sendable {
 
     /// The helper answered; after `shutdown` it goes at once.
     private func release(_ helper: Helper) {
-        let late = lock.withLock {
-            busy.remove(helper.pid)
-            guard stopped else { return false }
-            helpers[pthread_self()] = nil
+        let late = state.withLock { state in
+            state.busy.remove(helper.pid)
+            guard state.stopped else { return false }
+            state.helpers[pthread_self()] = nil
             return true
         }
         if late { retire(helper) }
     }
 
     private func forget(_ helper: Helper) {
-        lock.withLock {
-            busy.remove(helper.pid)
-            helpers[pthread_self()] = nil
+        state.withLock { state in
+            state.busy.remove(helper.pid)
+            state.helpers[pthread_self()] = nil
         }
     }
 
@@ -346,11 +348,11 @@ final class PixelHelpers: @unchecked Sendable {
         }
         let helper = Helper(pid: pid, socket: pair[0])
         // Until it is ready, `abort` and `shutdown` find it here; it leaves before it is reaped.
-        lock.withLock {
-            starting.insert(pid)
-            if cancellation.isAborted || stopped { Glibc.kill(pid, SIGKILL) }
+        state.withLock { state in
+            state.starting.insert(pid)
+            if cancellation.isAborted || state.stopped { Glibc.kill(pid, SIGKILL) }
         }
-        let settle = { [self] in lock.withLock { _ = starting.remove(pid) } }
+        let settle = { [self] in state.withLock { _ = $0.starting.remove(pid) } }
         guard PixelWire.write(helper.socket, header: configuration.header, payload: [configuration.payload]),
             let frame = PixelWire.read(helper.socket)
         else {

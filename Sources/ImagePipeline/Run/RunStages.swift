@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import Synchronization
 import VipsKit
 
 /// One session of a run: the producer that lists the feed and admits items, and the stages

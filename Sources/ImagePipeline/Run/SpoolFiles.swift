@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The spool folder's files, reused: a download goes into the file of an item already
 /// done (renamed, and written over), not into a new one, while there is such a file.

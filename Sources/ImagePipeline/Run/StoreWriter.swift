@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// The single writer of a run's state changes. Changes are queued from any thread and
 /// committed in batches (group commit: everything queued while one transaction runs goes
@@ -19,25 +20,25 @@ import Foundation
 /// reviewer measured 2000 small URLs with one download, one worker and one upload 40–57 %
 /// slower when commits always waited). The condition is asked again every 5 ms of a longer
 /// wait.
-// @unchecked because `pending` and `scheduled` are guarded by `lock`, and `lastCommit` is
-// only touched on `queue`.
-final class StoreWriter: @unchecked Sendable {
+final class StoreWriter: Sendable {
     typealias Completion = @Sendable (ChangeOutcome) -> Void
     typealias GroupCompletion = @Sendable ([ChangeOutcome]) -> Void
 
     private let store: any RunStateStore
     private let runId: Int64
     private let queue = DispatchQueue(label: "imgpipe.store-writer", qos: .userInitiated)
-    private let lock = NSLock()
-    /// Changes waiting, in groups that each go into one transaction whole.
-    private var pending: [(changes: [StoreChange], completion: GroupCompletion)] = []
-    private var scheduled = false
+    private struct State {
+        /// Changes waiting, in groups that each go into one transaction whole.
+        var pending: [(changes: [StoreChange], completion: GroupCompletion)] = []
+        var scheduled = false
+        /// When the last commit ended (uptime nanoseconds; 0: none yet). Set on `queue` only.
+        var lastCommit: UInt64 = 0
+    }
+    private let state = Mutex(State())
     private let maxBatch = 1000
     private let onError: @Sendable (any Error) -> Void
     /// The least time from the end of one commit to the start of the next, in nanoseconds.
     private let commitGap: UInt64
-    /// When the last commit ended (uptime nanoseconds; 0: none yet).
-    private var lastCommit: UInt64 = 0
     /// Whether a commit may wait for `commitGap` now.
     private let linger: @Sendable () -> Bool
 
@@ -92,10 +93,10 @@ final class StoreWriter: @unchecked Sendable {
     func submit(_ changes: [StoreChange], completion: @escaping GroupCompletion) {
         guard !changes.isEmpty else { return completion([]) }
         let changes = changes.map(redacted)
-        let schedule: Bool = lock.withLock {
-            pending.append((changes, completion))
-            if scheduled { return false }
-            scheduled = true
+        let schedule: Bool = state.withLock { state in
+            state.pending.append((changes, completion))
+            if state.scheduled { return false }
+            state.scheduled = true
             return true
         }
         if schedule { queue.async { self.flush() } }
@@ -104,32 +105,32 @@ final class StoreWriter: @unchecked Sendable {
     /// Waits until everything submitted so far is written.
     func drain() {
         queue.sync {}
-        while lock.withLock({ !pending.isEmpty || scheduled }) {
+        while state.withLock({ !$0.pending.isEmpty || $0.scheduled }) {
             queue.sync {}
         }
     }
 
     private func flush() {
         while true {
-            let idle: Bool = lock.withLock {
-                if pending.isEmpty { scheduled = false }
-                return pending.isEmpty
+            let idle: Bool = state.withLock { state in
+                if state.pending.isEmpty { state.scheduled = false }
+                return state.pending.isEmpty
             }
             if idle { return }
             while true {
-                let since = DispatchTime.now().uptimeNanoseconds - lastCommit
+                let since = DispatchTime.now().uptimeNanoseconds - state.withLock { $0.lastCommit }
                 guard since < commitGap, linger() else { break }
                 usleep(useconds_t(min(commitGap - since, 5_000_000) / 1000))
             }
             // Only this queue takes from `pending`: it holds what it held, and what came since.
             // Whole groups, up to `maxBatch` changes (a larger group goes alone).
-            let batch: [(changes: [StoreChange], completion: GroupCompletion)] = lock.withLock {
+            let batch: [(changes: [StoreChange], completion: GroupCompletion)] = state.withLock { state in
                 var count = 0
-                let taken = pending.prefix { group in
+                let taken = state.pending.prefix { group in
                     defer { count += group.changes.count }
                     return count == 0 || count + group.changes.count <= maxBatch
                 }
-                pending.removeFirst(taken.count)
+                state.pending.removeFirst(taken.count)
                 return Array(taken)
             }
             let changes = batch.flatMap(\.changes)
@@ -141,7 +142,8 @@ final class StoreWriter: @unchecked Sendable {
                 let failure = ItemFailure(.io, "cannot write the state file: \(error)")
                 outcomes = Array(repeating: .failed(failure), count: changes.count)[...]
             }
-            lastCommit = DispatchTime.now().uptimeNanoseconds
+            let ended = DispatchTime.now().uptimeNanoseconds
+            state.withLock { $0.lastCommit = ended }
             for group in batch {
                 group.completion(Array(outcomes.prefix(group.changes.count)))
                 outcomes = outcomes.dropFirst(group.changes.count)

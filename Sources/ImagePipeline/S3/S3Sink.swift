@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// `s3`: each output becomes one object, `prefix` + the `key` template (default: the
 /// output's name), with its `Content-Type`, `Content-MD5`, storage class and metadata

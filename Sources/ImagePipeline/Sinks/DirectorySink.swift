@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Writes outputs below a directory. Each file appears whole: it is linked (or, across
 /// file systems, copied) to a temporary name in `.imgpipe-partial/` inside the directory,
@@ -180,17 +181,15 @@ extension DirectorySink {
 }
 
 /// Folders a sink has already created and checked (so that each is checked once).
-// @unchecked because `folders` is guarded by `lock`.
-final class FolderCache: @unchecked Sendable {
-    private let lock = NSLock()
-    private var folders: Set<String> = []
+final class FolderCache: Sendable {
+    private let folders = Mutex<Set<String>>([])
 
-    func contains(_ folder: String) -> Bool { lock.withLock { folders.contains(folder) } }
-    func insert(_ folder: String) { lock.withLock { _ = folders.insert(folder) } }
-    func removeAll() { lock.withLock { folders.removeAll() } }
+    func contains(_ folder: String) -> Bool { folders.withLock { $0.contains(folder) } }
+    func insert(_ folder: String) { folders.withLock { _ = $0.insert(folder) } }
+    func removeAll() { folders.withLock { $0.removeAll() } }
 
     /// True when a folder checked before is gone.
     func anyMissing() -> Bool {
-        lock.withLock { folders.contains { !FileManager.default.fileExists(atPath: $0) } }
+        folders.withLock { $0.contains { !FileManager.default.fileExists(atPath: $0) } }
     }
 }

@@ -1,11 +1,11 @@
 import Foundation
 import GRDB
+import Synchronization
 
 /// The state file: one SQLite database (WAL mode) holding runs, their items and each
 /// item's delivery to each sink. Opened once per process; every write goes through
 /// `apply(_:)` in batches (see `StoreWriter`).
-// @unchecked because DatabaseQueue serialises all access itself.
-public final class RunStore: @unchecked Sendable {
+public final class RunStore: Sendable {
     let database: DatabaseQueue
     public let path: String
     /// The main file's size and modification time after this process's last write, and

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import Synchronization
 
 /// Progress and failures on standard error; with `--quiet`, errors and warnings only
 /// (`RunReporter.notice`: entries of a feed left out are told, since nothing else tells
@@ -13,21 +14,22 @@ import ImagePipeline
 /// left above what follows. Otherwise (piped, CI) a plain `progress: …` line every
 /// `IMGPIPE_PROGRESS_INTERVAL` seconds (5 by default), with no control characters. A session
 /// reports once more as it ends, so a last line (when one is due) shows where it stopped.
-// @unchecked because mutable state is guarded by `lock`.
-final class ConsoleReporter: RunReporter, @unchecked Sendable {
+final class ConsoleReporter: RunReporter, Sendable {
     private let quiet: Bool
     private let live: Bool
     /// Whether `failed:` is painted (`TerminalStyle`).
     private let painted: Bool
     private let environment: Environment
-    private let lock = NSLock()
-    /// Plain lines start one interval in: a short run prints only its summary.
-    private var lastPlain = Date()
-    private var lastDrawn: Date?
-    private var lineShown = false
-    /// Set by `endLine`: a late report (the session's timer racing its end) draws nothing.
-    private var ended = false
-    private var failuresShown = 0
+    private struct State {
+        /// Plain lines start one interval in: a short run prints only its summary.
+        var lastPlain = Date()
+        var lastDrawn: Date?
+        var lineShown = false
+        /// Set by `endLine`: a late report (the session's timer racing its end) draws nothing.
+        var ended = false
+        var failuresShown = 0
+    }
+    private let state = Mutex(State())
     private let maxFailuresShown = 20
     private let plainInterval: Double
     /// Redraws of the live line are at least this far apart.
@@ -42,8 +44,8 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
         if live && !quiet {
             LiveLine.owned { [weak self] write in
                 guard let self else { return write() }
-                lock.withLock {
-                    clearLine()
+                state.withLock { state in
+                    clearLine(&state)
                     write()
                 }
             }
@@ -52,16 +54,16 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
 
     func progress(_ progress: RunProgress) {
         guard !quiet else { return }
-        lock.withLock {
-            guard !ended else { return }
+        state.withLock { state in
+            guard !state.ended else { return }
             let now = Date()
             if live {
-                if let lastDrawn, now.timeIntervalSince(lastDrawn) < redrawInterval { return }
-                lastDrawn = now
+                if let lastDrawn = state.lastDrawn, now.timeIntervalSince(lastDrawn) < redrawInterval { return }
+                state.lastDrawn = now
                 write("\r" + ProgressLine(progress).fitted(columns: Self.columns()) + "\u{1B}[K")
-                lineShown = true
-            } else if now.timeIntervalSince(lastPlain) >= plainInterval {
-                lastPlain = now
+                state.lineShown = true
+            } else if now.timeIntervalSince(state.lastPlain) >= plainInterval {
+                state.lastPlain = now
                 write("progress: " + ProgressLine(progress).text + "\n")
             }
         }
@@ -69,19 +71,21 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
 
     func itemFailed(key: String, failure: ItemFailure) {
         guard !quiet else { return }
-        lock.withLock {
-            failuresShown += 1
-            if failuresShown <= maxFailuresShown {
+        state.withLock { state in
+            state.failuresShown += 1
+            if state.failuresShown <= maxFailuresShown {
                 let label = TerminalStyle.paint("failed:", .red, when: painted)
-                line("\(Environment.shown(key).printable): \(environment.redact(failure.description).printable)", label: label)
-            } else if failuresShown == maxFailuresShown + 1 {
-                line("(more failures: see `imgpipe status`)")
+                line(
+                    &state, "\(Environment.shown(key).printable): \(environment.redact(failure.description).printable)",
+                    label: label)
+            } else if state.failuresShown == maxFailuresShown + 1 {
+                line(&state, "(more failures: see `imgpipe status`)")
             }
         }
     }
 
     func notice(_ message: String) {
-        lock.withLock { line(environment.redact(message)) }
+        state.withLock { line(&$0, environment.redact(message)) }
     }
 
     func info(_ message: String) {
@@ -91,23 +95,23 @@ final class ConsoleReporter: RunReporter, @unchecked Sendable {
 
     /// Clears the live line for good, before the summary (or an error) is printed.
     func endLine() {
-        lock.withLock {
-            clearLine()
-            ended = true
+        state.withLock { state in
+            clearLine(&state)
+            state.ended = true
         }
         LiveLine.released()
     }
 
     /// `text` made printable, after `label` (imgpipe's own, which may be painted).
-    private func line(_ text: String, label: String? = nil) {
-        clearLine()
+    private func line(_ state: inout State, _ text: String, label: String? = nil) {
+        clearLine(&state)
         write((label.map { $0 + " " } ?? "") + text.printableLines + "\n")
     }
 
-    private func clearLine() {
-        if lineShown {
+    private func clearLine(_ state: inout State) {
+        if state.lineShown {
             write("\r\u{1B}[K")
-            lineShown = false
+            state.lineShown = false
         }
     }
 

@@ -1,38 +1,35 @@
 import Dispatch
 import Foundation
+import ImagePipeline
+import Synchronization
 
 /// Turns SIGINT and SIGTERM into a call, instead of killing the process. A second signal
 /// calls `onRepeat`.
-// @unchecked because `sources` is set once in init and only cancelled afterwards.
-final class SignalTrap: @unchecked Sendable {
-    private let sources: [any DispatchSourceSignal]
+final class SignalTrap: Sendable {
+    /// Set once in init and only cancelled afterwards (dispatch sources are not `Sendable`).
+    private let sources: Mutex<[any DispatchSourceSignal]>
 
     init(onSignal: @escaping @Sendable () -> Void, onRepeat: @escaping @Sendable () -> Void) {
-        let count = Counter()
-        sources = [SIGINT, SIGTERM].map { number in
+        let count = LockedBox(0)
+        let sources = [SIGINT, SIGTERM].map { number in
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler {
-                if count.next() == 1 { onSignal() } else { onRepeat() }
+                let seen = count.withLock { count in
+                    count += 1
+                    return count
+                }
+                if seen == 1 { onSignal() } else { onRepeat() }
             }
             source.resume()
             return source
         }
+        self.sources = Mutex(sources)
     }
 
     func cancel() {
-        for source in sources { source.cancel() }
-    }
-}
-
-// @unchecked because `value` is guarded by `lock`.
-private final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = 0
-    func next() -> Int {
-        lock.withLock {
-            value += 1
-            return value
+        sources.withLock { sources in
+            for source in sources { source.cancel() }
         }
     }
 }
