@@ -1,6 +1,6 @@
 import Foundation
-import Synchronization
 import ImagePipeline
+import Synchronization
 
 /// A sink that batches: it holds the items it is handed in memory and commits each batch
 /// as one JSON file, `batch-N.json` in `folder` (N counting the batches already there),
