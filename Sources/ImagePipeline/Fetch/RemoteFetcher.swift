@@ -42,6 +42,9 @@ public struct RemoteFetcher: Sendable {
     let agent: String
     /// Which hosts answer: a dead host's items fail at once instead of one by one.
     public let hosts = HostHealth()
+    /// Hosts that opted out of so many images that the others are not asked for (with
+    /// `respectOptOut`).
+    public var optOutHosts = HostOptOuts(after: RemoteOptions.defaultOptOutHostAfter)
     /// The bucket of an `s3` source: its items' `s3://bucket/key` addresses are fetched
     /// with a GET signed when it is sent, and cached under the address (no signature).
     public var objects: S3Client?
@@ -156,8 +159,10 @@ public struct RemoteFetcher: Sendable {
         // The run is stopping: asked again (and given back for resume) like a retry.
         case .undecided: return .retry(after: 0)
         }
+        // A host that opted out of image after image is not asked for this one.
+        if respectOptOut, let skip = optOutHosts.skip(HostHealth.key(of: url)) { return .skipped(skip) }
         let cached = cache?.entry(for: address)
-        if let cached, !revalidate, let served = fromCache(cached, at: destination) { return served }
+        if let cached, !revalidate, let served = fromCache(cached, at: destination, url: url) { return served }
         let temporary = cache?.temporaryFile() ?? reused ?? destination + Self.partialSuffix
         let result: HTTPResult
         var request = HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes)
@@ -186,7 +191,7 @@ public struct RemoteFetcher: Sendable {
         // the client's pacing counts it.
         let host = HostHealth.key(of: request.url)
         if case .refuse(let message) = hosts.admit(host) {
-            if let cached, let served = fromCache(cached, at: destination) { return served }
+            if let cached, let served = fromCache(cached, at: destination, url: url) { return served }
             throw ItemFailure(.download, message)
         }
         if let pacing = client.pacing {
@@ -217,7 +222,7 @@ public struct RemoteFetcher: Sendable {
                 return .retry(after: error.retryDelay(attempt: attempt, backoff: backoff))
             }
             // A copy made before the address was refused is not served in its place.
-            if error.kind != .blocked, let cached, let served = fromCache(cached, at: destination) { return served }
+            if error.kind != .blocked, let cached, let served = fromCache(cached, at: destination, url: url) { return served }
             // The URL asked for, unless the message already names it.
             let named = error.kind == .io || error.kind == .tooLarge || error.message.contains(url.absoluteString)
             let asked = named ? "" : ", asking for \(shown(url, address))"
@@ -231,21 +236,21 @@ public struct RemoteFetcher: Sendable {
         }
         let robotsTag = result.headerValues["x-robots-tag"]
         // Only an answer with the image speaks for it: error pages often carry `noindex`.
-        if (200...299).contains(result.status), let skip = optOut(robotsTag) {
+        if (200...299).contains(result.status), let skip = optOut(robotsTag, from: url) {
             unlink(temporary)
             return .skipped(skip)
         }
         if result.status == 304, var cached {
             // A 304 may restate the header; if it does not, the lines kept with the copy hold.
             if let robotsTag { cached.robotsTag = robotsTag }
-            if let served = fromCache(cached, at: destination) {
+            if let served = fromCache(cached, at: destination, url: url) {
                 unlink(temporary)
                 return served
             }
         }
         guard (200...299).contains(result.status) else {
             unlink(temporary)
-            if let cached, let served = fromCache(cached, at: destination) { return served }
+            if let cached, let served = fromCache(cached, at: destination, url: url) { return served }
             throw ItemFailure(.download, "HTTP \(result.status) from \(shown(url, address))", httpStatus: result.status)
         }
         let head = Array(
@@ -305,9 +310,16 @@ public struct RemoteFetcher: Sendable {
         return ItemSkip(.optOut, "X-Robots-Tag: \(found.line)")
     }
 
+    /// `optOut(lines)`, counted against the host of `url` (`optOutHosts`).
+    private func optOut(_ lines: [String]?, from url: URL) -> ItemSkip? {
+        guard let skip = optOut(lines) else { return nil }
+        optOutHosts.sighted(HostHealth.key(of: url), line: String(skip.message.dropFirst("X-Robots-Tag: ".count)))
+        return skip
+    }
+
     /// A cached copy at `destination`, or its skip; nil when it cannot be placed.
-    private func fromCache(_ cached: DiskCache.Entry, at destination: String) -> ImageFetch? {
-        if let skip = optOut(cached.robotsTag) { return .skipped(skip) }
+    private func fromCache(_ cached: DiskCache.Entry, at destination: String, url: URL) -> ImageFetch? {
+        if let skip = optOut(cached.robotsTag, from: url) { return .skipped(skip) }
         return Self.place(cached.path, at: destination) ? .fetched(.cache, body: nil) : nil
     }
 

@@ -5,7 +5,7 @@ import Foundation
 /// the directives after it on the same line, up to the next name.
 public enum RobotsTag {
     /// Directives that opt an image out of imgpipe's use.
-    public static let optOutDirectives: Set<String> = ["noai", "noimageai", "none", "noindex"]
+    public static let optOutDirectives: Set<String> = ["noai", "noimageai", "noml", "none", "noindex"]
     /// Directives whose own value follows a colon (not a crawler's name).
     static let directivesWithValues: Set<String> = [
         "unavailable_after", "max-snippet", "max-image-preview",

@@ -145,9 +145,12 @@ public struct RemoteOptions: Sendable, Equatable {
     public var cache: CacheSpec?
     /// Listed instead when this source cannot be listed.
     public var fallback: SourceSpec?
-    /// Skip an image answered with an opt-out `X-Robots-Tag` (`noai`, `noimageai`, `none`,
-    /// `noindex`). Applies to the fallback's items too.
+    /// Skip an image answered with an opt-out `X-Robots-Tag` (`noai`, `noimageai`, `noml`,
+    /// `none`, `noindex`). Applies to the fallback's items too.
     public var respectOptOut = true
+    /// With `respectOptOut`: after this many opt-out answers from one host, its other
+    /// images are skipped without a request (`host-opt-out`); 0 never (`optOutHostAfter`).
+    public var optOutHostAfter = RemoteOptions.defaultOptOutHostAfter
     /// Read each host's robots.txt and skip the images it disallows. Applies to the
     /// fallback's items too.
     public var robots = false
@@ -163,6 +166,8 @@ public struct RemoteOptions: Sendable, Equatable {
     /// wait for no host's turn, and a 429 or 503 they get slows no host down (`HostPacing`).
     public var paced = true
 
+    /// Three: once could be one image's rights, three in a run is the host's policy.
+    public static let defaultOptOutHostAfter = 3
     /// 64 MiB: some hundred thousand entries of a typical feed.
     public static let defaultMaxPageBytes = 64 << 20
     /// 4 GiB: what a page may be set to at most (parsed, it takes several times that).

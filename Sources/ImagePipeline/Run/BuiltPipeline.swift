@@ -393,6 +393,7 @@ public struct BuiltPipeline: Sendable {
             respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
             redact: environment.redact)
         fetcher.maxPageBytes = remote.maxPageBytes
+        fetcher.optOutHosts = HostOptOuts(after: remote.optOutHostAfter)
         if case .s3(let location, _, _, _) = spec.source {
             fetcher.objects = try location.client(in: environment, http: client)
         }

@@ -1,7 +1,10 @@
 /// Why an item was skipped, as recorded in the state file and shown by `status`.
 public enum SkipReason: String, Sendable, CaseIterable, Codable {
-    /// The server's `X-Robots-Tag` opts the image out (`noai`, `noimageai`, `none`, `noindex`).
+    /// The server's `X-Robots-Tag` opts the image out (`noai`, `noimageai`, `noml`, `none`,
+    /// `noindex`).
     case optOut = "opt-out"
+    /// The image's host opted out of others so often (`HostOptOuts`) that it was not asked.
+    case hostOptOut = "host-opt-out"
     /// The host's robots.txt disallows the image for imgpipe's User-Agent, or could not be read.
     case robots
     /// Under `accept.minWidth`, `accept.minHeight` or `accept.minBytes`.
