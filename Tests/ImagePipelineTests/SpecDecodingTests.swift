@@ -202,10 +202,11 @@ struct SpecDecodingTests {
             #"{"version": 1, \#(source), "sink": {"type": "s3", "bucket": "acme-thumbs"\#(fields)}}"#
         }
         let spec = try decode(sink(#", "prefix": "thumbs", "storageClass": "standard_ia", "metadata": {"project": "demo"}"#))
-        guard case .s3(let name, let location, let options) = spec.sinks[0] else {
+        guard let s3 = spec.sinks[0].parameters as? S3SinkParameters else {
             Issue.record("not an s3 sink")
             return
         }
+        let (name, location, options) = (spec.sinks[0].name, s3.location, s3.options)
         #expect(name == "s3-0" && location.bucket.raw == "acme-thumbs" && location.prefix?.raw == "thumbs")
         #expect(location.region == nil && location.pathStyle == nil && location.secretAccessKey == nil)
         #expect(options.storageClass == "STANDARD_IA" && options.key == nil)

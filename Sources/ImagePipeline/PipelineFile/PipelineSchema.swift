@@ -113,47 +113,7 @@ public enum PipelineSchema {
                         ])
                     ),
                     ("strings", .object([("type", .string("object")), ("additionalProperties", string)])),
-                    (
-                        "sink",
-                        .object([
-                            (
-                                "oneOf",
-                                .array([
-                                    object(
-                                        [
-                                            ("type", constant("directory")), ("name", nonEmpty), ("path", string),
-                                            ("prune", boolean),
-                                            ("outputs", ref("outputIDs")),
-                                        ],
-                                        required: ["type", "path"]),
-                                    object(
-                                        [
-                                            ("type", constant("upload")), ("name", nonEmpty), ("endpoint", string),
-                                            ("fields", ref("strings")),
-                                            ("fileField", nonEmpty), ("originalField", nonEmpty),
-                                            ("allowHosts", .object([("type", .string("array")), ("items", nonEmpty)])),
-                                            ("outputs", ref("outputIDs")), ("pacing", pacing),
-                                        ],
-                                        required: ["type", "endpoint"]),
-                                    object(
-                                        [
-                                            ("type", constant("http")), ("name", nonEmpty), ("url", string),
-                                            ("method", .object([("enum", strings(["PUT", "POST"]))])), ("fileField", nonEmpty),
-                                            ("headers", ref("strings")), ("outputs", ref("outputIDs")),
-                                            ("pacing", pacing),
-                                        ], required: ["type", "url"]),
-                                    object(
-                                        [("type", constant("s3")), ("name", nonEmpty)] + s3Location + [
-                                            ("key", nonEmpty),
-                                            ("storageClass", .object([("enum", strings(S3SinkOptions.storageClasses))])),
-                                            ("metadata", ref("strings")), ("multipartThreshold", integerSchema(1...5 << 30)),
-                                            ("partSize", integerSchema(S3SinkOptions.minimumPartSize...5 << 30)),
-                                            ("outputs", ref("outputIDs")), ("pacing", pacing),
-                                        ], required: ["type", "bucket"]),
-                                ])
-                            )
-                        ])
-                    ),
+                    ("sink", .object([("oneOf", .array(SinkRegistry.standard.kinds.map { $0.schema }))])),
                     ("outputID", .object([("type", .string("string")), ("pattern", .string("^[a-z0-9-]+$"))])),
                     ("outputIDs", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("outputID"))])),
                     (

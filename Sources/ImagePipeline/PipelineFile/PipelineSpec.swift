@@ -233,61 +233,26 @@ public struct NamedValue: Sendable, Equatable {
     public let value: EnvString
 }
 
-/// Where outputs go. Each sink has a name, unique in the pipeline (default: its type and
-/// index, e.g. `upload-1`).
-public enum SinkSpec: Sendable, Equatable {
-    /// `prune`: an incremental run removes from the folder the files of items gone from
-    /// the feed and of names no longer made (nothing else ever deletes).
-    case directory(name: String, path: EnvString, prune: Bool = false)
-    /// The two-step upload: `GET endpoint` → `{"url": U}` → `POST U` (multipart).
-    /// `allowHosts`: hosts besides the endpoint's that the second step may go to with
-    /// fields that hold a `${…}` value.
-    case upload(
-        name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String,
-        allowHosts: [String])
-    /// One request per item to a URL template: `PUT` (raw body) or `POST` (multipart).
-    case http(name: String, url: EnvString, method: String, fileField: String, headers: [NamedValue])
-    /// One object per output in a bucket (`PutObject`, or a multipart upload when large).
-    case s3(name: String, location: S3Spec, options: S3SinkOptions)
+/// Where outputs go: a sink of one of the kinds in `SinkRegistry`, with its name, unique in
+/// the pipeline (default: its type and index, e.g. `upload-1`).
+public struct SinkSpec: Sendable, Equatable {
+    public let name: String
+    /// The entry's own keys, decoded by its kind.
+    public let parameters: any SinkParameters
 
-    public var name: String {
-        switch self {
-        case .directory(let name, _, _), .upload(let name, _, _, _, _, _), .http(let name, _, _, _, _), .s3(let name, _, _): name
-        }
+    public init(name: String, parameters: any SinkParameters) {
+        self.name = name
+        self.parameters = parameters
     }
 
-    public var typeName: String {
-        switch self {
-        case .directory: "directory"
-        case .upload: "upload"
-        case .http: "http"
-        case .s3: "s3"
-        }
+    public var typeName: String { type(of: parameters).typeName }
+
+    /// The folder the sink writes into, as written (nil: it writes no folder).
+    public var folder: EnvString? { parameters.folder }
+
+    public static func == (lhs: SinkSpec, rhs: SinkSpec) -> Bool {
+        lhs.name == rhs.name && lhs.parameters.isEqual(rhs.parameters)
     }
-}
-
-/// What an `s3` sink does besides where it writes.
-public struct S3SinkOptions: Sendable, Equatable {
-    /// The object's name below the prefix (a `NameTemplate`: `{key}`, `{stem}`, `{ext}`,
-    /// `{index}`, `{hash}`, `{output}`, `{width}`, `{height}`); nil: the output's name.
-    public var key: NameTemplate?
-    /// `x-amz-storage-class`; nil: the bucket's default (`STANDARD`).
-    public var storageClass: String?
-    /// `x-amz-meta-<name>` headers.
-    public var metadata: [NamedValue] = []
-    /// Outputs of this many bytes or more go up as a multipart upload.
-    public var multipartThreshold = 16 << 20
-    /// The size of each part but the last.
-    public var partSize = 8 << 20
-
-    public static let storageClasses = [
-        "STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
-        "GLACIER", "GLACIER_IR", "DEEP_ARCHIVE", "EXPRESS_ONEZONE",
-    ]
-    /// S3's smallest part (but the last): 5 MiB.
-    public static let minimumPartSize = 5 << 20
-
-    public init() {}
 }
 
 /// Concurrency and safety limits.
