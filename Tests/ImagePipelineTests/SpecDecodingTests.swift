@@ -231,10 +231,11 @@ struct SpecDecodingTests {
         let s3Source = try decode(
             #"{"version": 1, "source": {"type": "s3", "bucket": "photos", "endpoint": "http://127.0.0.1:9000", "pageSize": 50}, "sink": {"type": "directory", "path": "out"}}"#
         )
-        guard case .s3(_, let pageSize, let maxItems, let remote) = s3Source.source else {
+        guard let s3 = s3Source.source.parameters as? S3SourceParameters else {
             Issue.record("not an s3 source")
             return
         }
+        let (pageSize, maxItems, remote) = (s3.pageSize, s3.maxItems, s3.remoteOptions)
         #expect(pageSize == 50 && maxItems == nil && remote.cache != nil && !remote.respectOptOut && !remote.robots)
         #expect(
             error(

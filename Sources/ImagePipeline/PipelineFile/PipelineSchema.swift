@@ -148,48 +148,13 @@ public enum PipelineSchema {
     ])
     static func constant(_ value: String) -> JSONValue { .object([("const", .string(value))]) }
 
-    /// Every source type; remote ones take `cache` and (at the top level) `fallback`.
+    /// Every source kind as a whole source, or those that can be a fallback (`fallback` false).
     static func sourceSchemas(fallback: Bool) -> [JSONValue] {
-        var remote: [(key: String, value: JSONValue)] = [("cache", ref("cache"))]
-        if fallback {
-            remote += [
-                ("fallback", ref("sourceWithoutFallback")), ("respectOptOut", boolean), ("robots", boolean),
-                ("versionField", nonEmpty), ("pacing", pacing),
-            ]
-        }
-        let maxItems = integerSchema(1...Int.max)
-        let maxPageBytes = integerSchema(1...RemoteOptions.largestMaxPageBytes)
-        return [
-            object([("type", constant("directory")), ("path", string), ("recursive", boolean)], required: ["type", "path"]),
-            object([("type", constant("url-list")), ("path", string)] + remote, required: ["type", "path"]),
-            object(
-                [
-                    ("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty),
-                    ("items", jsonPointer), ("next", jsonPointer), ("maxPageBytes", maxPageBytes),
-                ] + remote,
-                required: ["type", "url"]),
-            object(
-                [
-                    ("type", constant("nasa-images")), ("query", string), ("endpoint", string), ("mediaType", nonEmpty),
-                    ("maxItems", maxItems), ("maxPageBytes", maxPageBytes),
-                ] + remote, required: ["type", "query"]),
-            object(
-                [
-                    ("type", constant("flickr-search")), ("text", string), ("apiKey", string), ("endpoint", string),
-                    ("perPage", integerSchema(1...500)), ("maxItems", maxItems), ("maxPageBytes", maxPageBytes),
-                    ("size", .object([("type", .string("string")), ("pattern", .string("^url_"))])),
-                ] + remote,
-                required: ["type", "text", "apiKey"]),
-        ]
-            + (fallback
-                ? [
-                    object(
-                        [("type", constant("s3"))] + s3Location + [
-                            ("pageSize", integerSchema(1...1000)), ("maxItems", maxItems),
-                            ("cache", ref("cache")), ("fallback", ref("sourceWithoutFallback")), ("pacing", pacing),
-                        ], required: ["type", "bucket"])
-                ] : [])
+        SourceRegistry.standard.kinds.filter { fallback || $0.fallbackRefusal == nil }.map { $0.schema(fallback: fallback) }
     }
+
+    /// `maxPageBytes` of a source that reads feed pages.
+    static let maxPageBytes = integerSchema(1...RemoteOptions.largestMaxPageBytes)
 
     /// Where a bucket is and how to sign in; credentials are `${NAME}` references only.
     static let s3Location: [(key: String, value: JSONValue)] = [

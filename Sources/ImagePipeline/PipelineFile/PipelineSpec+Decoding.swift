@@ -195,89 +195,20 @@ extension PipelineSpec {
 }
 
 extension SourceSpec {
-    static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search", "s3"]
-    /// Keys of a remote source at the top level; a fallback takes only `cache` (the
-    /// others are the whole source's).
-    static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots", "versionField", "pacing"]
-
     /// A fallback source may not have a fallback of its own (`allowFallback` false).
-    init(node: SpecNode, allowFallback: Bool = true) throws {
+    init(node: SpecNode, allowFallback: Bool = true, registry: SourceRegistry = .standard) throws {
         guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
         let type = try SpecObject.type(of: node)
-        func keys(_ own: [String]) throws -> SpecObject {
-            try node.object(allowing: ["type"] + own + (allowFallback ? SourceSpec.remoteKeys : ["cache"]))
-        }
-        switch type {
-        case "directory":
-            let object = try node.object(allowing: ["type", "path", "recursive"])
-            self = .directory(
-                path: try object.required("path") { try EnvString($0) },
-                recursive: try object.optional("recursive", default: true) { try $0.bool() })
-        case "url-list":
-            let object = try keys(["path"])
-            self = .urlList(path: try object.required("path") { try EnvString($0) }, remote: try RemoteOptions(object))
-        case "json-feed":
-            let object = try keys(["url", "urlField", "keyField", "items", "next", "maxPageBytes"])
-            self = .jsonFeed(
-                url: try object.required("url") { try EnvString($0) },
-                urlField: try object.optional("urlField", default: "url") { try $0.nonEmptyString() },
-                keyField: try object.optional("keyField") { try $0.nonEmptyString() },
-                shape: JSONFeedShape(
-                    items: try object.optional("items") { try $0.jsonPointer() },
-                    next: try object.optional("next") { try $0.jsonPointer() }),
-                remote: try RemoteOptions(object))
-        case "nasa-images":
-            let object = try keys(["query", "endpoint", "mediaType", "maxItems", "maxPageBytes"])
-            self = .nasaImages(
-                query: try object.required("query") { try EnvString($0) },
-                endpoint: try object.optional(
-                    "endpoint",
-                    default: EnvString(
-                        raw: "https://images-api.nasa.gov",
-                        path: object.path.appending("endpoint").description)
-                ) { try EnvString($0) },
-                mediaType: try object.optional("mediaType", default: "image") { try $0.nonEmptyString() },
-                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) },
-                remote: try RemoteOptions(object))
-        case "flickr-search":
-            let object = try keys(["text", "apiKey", "endpoint", "perPage", "maxItems", "size", "maxPageBytes"])
-            self = .flickrSearch(
-                text: try object.required("text") { try EnvString($0) },
-                apiKey: try object.required("apiKey") { try EnvString($0) },
-                endpoint: try object.optional(
-                    "endpoint",
-                    default: EnvString(
-                        raw: "https://api.flickr.com/services/rest/",
-                        path: object.path.appending("endpoint").description)
-                ) { try EnvString($0) },
-                perPage: try object.optional("perPage", default: 100) { try $0.integer(in: 1...500) },
-                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) },
-                size: try object.optional("size", default: "url_l") { node in
-                    let size = try node.nonEmptyString()
-                    guard size.hasPrefix("url_") else { throw node.expected("a Flickr size extra such as \"url_l\"") }
-                    return size
-                },
-                remote: try RemoteOptions(object))
-        case "s3":
-            guard allowFallback else {
-                throw SpecError(
-                    path: node.path.appending("type").description,
-                    message: "an s3 source cannot be a fallback (a fallback is a local folder or list)")
-            }
-            // robots.txt and X-Robots-Tag are for other people's web servers, not a bucket
-            // read with its owner's keys.
-            let object = try node.object(
-                allowing: ["type"] + S3Spec.keys + ["pageSize", "maxItems", "cache", "fallback", "pacing"])
-            var remote = try RemoteOptions(object)
-            remote.respectOptOut = false
-            self = .s3(
-                try S3Spec(object), pageSize: try object.optional("pageSize", default: 1000) { try $0.integer(in: 1...1000) },
-                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) }, remote: remote)
-        default:
+        guard let kind = registry.kind(named: type) else {
             throw SpecError(
                 path: node.path.appending("type").description,
-                message: "expected one of \(SourceSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
+                message: "expected one of \(registry.typeNames.joined(separator: ", ")), got \(JSONValue.quote(type))")
         }
+        if !allowFallback, let refusal = kind.fallbackRefusal {
+            throw SpecError(path: node.path.appending("type").description, message: refusal)
+        }
+        let keys = kind.properties + kind.remoteProperties(fallback: allowFallback)
+        parameters = try kind.init(try node.object(allowing: ["type"] + keys.map(\.key)))
     }
 }
 
@@ -304,7 +235,7 @@ extension RemoteOptions {
         robots = try object.optional("robots", default: false) { try $0.bool() }
         versionField = try object.optional("versionField") { try $0.nonEmptyString() }
         paced = try object.optional("pacing", default: true) { try $0.pacing() }
-        // Only the sources that read feed pages allow the key (`SourceSpec.init`).
+        // Only the sources that read feed pages allow the key (their `properties`).
         maxPageBytes = try object.optional("maxPageBytes", default: RemoteOptions.defaultMaxPageBytes) {
             try $0.integer(in: 1...RemoteOptions.largestMaxPageBytes)
         }

@@ -59,24 +59,10 @@ public struct PipelineSpec: Sendable {
     /// serving what it holds: `plan` and `run --incremental` compare images as they are now.
     /// `readOnly` (`plan`): the cache is read and never written.
     public mutating func revalidateCache(readOnly: Bool = false) {
-        func changed(_ remote: RemoteOptions) -> RemoteOptions {
-            readOnly ? remote.revalidating.readingCacheOnly : remote.revalidating
-        }
-        switch source {
-        case .urlList(let path, let remote): source = .urlList(path: path, remote: changed(remote))
-        case .jsonFeed(let url, let urlField, let keyField, let shape, let remote):
-            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, shape: shape, remote: changed(remote))
-        case .nasaImages(let query, let endpoint, let mediaType, let maxItems, let remote):
-            source = .nasaImages(
-                query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: changed(remote))
-        case .flickrSearch(let text, let apiKey, let endpoint, let perPage, let maxItems, let size, let remote):
-            source = .flickrSearch(
-                text: text, apiKey: apiKey, endpoint: endpoint, perPage: perPage, maxItems: maxItems,
-                size: size, remote: changed(remote))
-        case .s3(let location, let pageSize, let maxItems, let remote):
-            source = .s3(location, pageSize: pageSize, maxItems: maxItems, remote: changed(remote))
-        case .directory: break
-        }
+        guard var remote = source.parameters as? any RemoteSourceParameters else { return }
+        let options = remote.remoteOptions.revalidating
+        remote.remoteOptions = readOnly ? options.readingCacheOnly : options
+        source = SourceSpec(parameters: remote)
     }
 
     /// `path` (already expanded) made absolute against the pipeline file's directory.
@@ -86,54 +72,22 @@ public struct PipelineSpec: Sendable {
     }
 }
 
-/// Where items come from.
-public indirect enum SourceSpec: Sendable, Equatable {
-    /// Every image file below `path` (recursively unless `recursive` is false).
-    case directory(path: EnvString, recursive: Bool)
-    /// A local file of URLs (`.txt`, `.csv`, `.jsonl`, optionally `.gz`).
-    case urlList(path: EnvString, remote: RemoteOptions)
-    /// A JSON array of objects with an image URL each, on one page or on pages linked by `next`.
-    case jsonFeed(url: EnvString, urlField: String, keyField: String?, shape: JSONFeedShape, remote: RemoteOptions)
-    /// NASA's image search, paged by `next` links.
-    case nasaImages(query: EnvString, endpoint: EnvString, mediaType: String, maxItems: Int?, remote: RemoteOptions)
-    /// Flickr search, page by page.
-    case flickrSearch(
-        text: EnvString, apiKey: EnvString, endpoint: EnvString, perPage: Int, maxItems: Int?,
-        size: String, remote: RemoteOptions)
-    /// The objects of a bucket under a prefix, listed with ListObjectsV2 `pageSize` keys a page.
-    case s3(S3Spec, pageSize: Int, maxItems: Int?, remote: RemoteOptions)
+/// Where items come from: a source of one of the kinds in `SourceRegistry`.
+public struct SourceSpec: Sendable, Equatable {
+    /// The entry, decoded by its kind.
+    public let parameters: any SourceParameters
 
-    public var typeName: String {
-        switch self {
-        case .directory: "directory"
-        case .urlList: "url-list"
-        case .jsonFeed: "json-feed"
-        case .nasaImages: "nasa-images"
-        case .flickrSearch: "flickr-search"
-        case .s3: "s3"
-        }
+    public init(parameters: any SourceParameters) {
+        self.parameters = parameters
     }
 
-    /// `cache` and `fallback` of a remote source; nil for a directory.
-    public var remote: RemoteOptions? {
-        switch self {
-        case .directory: nil
-        case .urlList(_, let remote), .jsonFeed(_, _, _, _, let remote), .nasaImages(_, _, _, _, let remote),
-            .flickrSearch(_, _, _, _, _, _, let remote), .s3(_, _, _, let remote):
-            remote
-        }
-    }
-}
+    public var typeName: String { type(of: parameters).typeName }
 
-/// Where a `json-feed` page holds its entries and the next page's URL: JSON Pointers into
-/// the page (`items`, `next`), nil for the plain shape (the page is the array, and the only one).
-public struct JSONFeedShape: Sendable, Equatable {
-    public var items: JSONPointer?
-    public var next: JSONPointer?
+    /// `cache` and `fallback` of a remote source; nil for a local one.
+    public var remote: RemoteOptions? { (parameters as? any RemoteSourceParameters)?.remoteOptions }
 
-    public init(items: JSONPointer? = nil, next: JSONPointer? = nil) {
-        self.items = items
-        self.next = next
+    public static func == (lhs: SourceSpec, rhs: SourceSpec) -> Bool {
+        lhs.parameters.isEqual(rhs.parameters)
     }
 }
 

@@ -14,7 +14,7 @@ extension BuiltPipeline {
         var inside: [String] = []
         var source: SourceSpec? = spec.source
         while let current = source {
-            if case .directory(let pathValue, _) = current, let expanded = try? pathValue.expanded(in: environment) {
+            if let pathValue = current.parameters.localFolder?.path, let expanded = try? pathValue.expanded(in: environment) {
                 let folder = spec.resolvePath(expanded).realPath
                 if folder == sink {
                     throw SpecError(

@@ -296,9 +296,7 @@ public struct BuiltPipeline: Sendable {
             respectOptOut: remote.respectOptOut, robots: remote.robots, logger: logger,
             redact: environment.redact)
         fetcher.maxPageBytes = remote.maxPageBytes
-        if case .s3(let location, _, _, _) = spec.source {
-            fetcher.objects = try location.client(in: environment, http: client)
-        }
+        fetcher.objects = try spec.source.parameters.objectClient(in: environment, http: client)
         return fetcher
     }
 
@@ -317,48 +315,9 @@ public struct BuiltPipeline: Sendable {
         _ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
         excluding: [String] = [], notice: @escaping @Sendable (String) -> Void
     ) throws -> any Feed {
-        let feed: any Feed
-        func web(_ value: EnvString) throws -> String { try value.expandedWebURL(in: environment).absoluteString }
         let told: @Sendable (String) -> Void = { message in notice(environment.redact(message)) }
-        switch source {
-        case .directory(let pathValue, let recursive):
-            let root = spec.resolvePath(try pathValue.expanded(in: environment))
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
-                throw SpecError(path: pathValue.path, message: "directory \(environment.redact(root)) does not exist")
-            }
-            return DirectoryFeed(
-                root: root, recursive: recursive, excluding: sinkFolders(spec, environment: environment) + excluding)
-        case .urlList(let pathValue, _):
-            let file = spec.resolvePath(try pathValue.expanded(in: environment))
-            guard FileManager.default.isReadableFile(atPath: file) else {
-                throw SpecError(
-                    path: pathValue.path, message: "URL list \(environment.redact(file)) does not exist or cannot be read")
-            }
-            feed = URLListFeed(path: file)
-        case .jsonFeed(let url, let urlField, let keyField, let shape, _):
-            feed = JSONFeed(
-                url: try web(url), urlField: urlField, keyField: keyField, items: shape.items, next: shape.next,
-                pages: fetcher!, notice: told)
-        case .nasaImages(let query, let endpoint, let mediaType, let maxItems, _):
-            feed = NASAImagesFeed(
-                query: try query.expanded(in: environment), endpoint: try web(endpoint),
-                mediaType: mediaType, maxItems: maxItems, pages: fetcher!, notice: told)
-        case .flickrSearch(let text, let apiKey, let endpoint, let perPage, let maxItems, let size, _):
-            feed = FlickrSearchFeed(
-                text: try text.expanded(in: environment), apiKey: try apiKey.expanded(in: environment),
-                endpoint: try web(endpoint), perPage: perPage, maxItems: maxItems,
-                size: size, pages: fetcher!, notice: told)
-        case .s3(let location, let pageSize, let maxItems, _):
-            guard let client = fetcher?.objects else { throw SpecError(path: location.path, message: "no S3 client") }
-            let cancellation = fetcher?.client.cancellation
-            feed = S3Feed(
-                client: client, folder: try location.folder(in: environment), pageSize: pageSize, maxItems: maxItems,
-                retry: RetryLoop(
-                    attempts: spec.retry.attempts, backoff: spec.retry.backoff,
-                    isCancelled: { cancellation?.isCancelled ?? false }),
-                logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact, notice: told)
-        }
+        let feed = try source.parameters.makeFeed(
+            FeedContext(spec: spec, environment: environment, fetcher: fetcher, excluding: excluding, notice: told))
         guard let fallback = source.remote?.fallback else { return feed }
         let fallbackFeed = try makeFeed(
             fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,
