@@ -156,7 +156,8 @@ public enum PipelineSchema {
     /// `maxPageBytes` of a source that reads feed pages.
     static let maxPageBytes = integerSchema(1...RemoteOptions.largestMaxPageBytes)
 
-    /// Where a bucket is and how to sign in; credentials are `${NAME}` references only.
+    /// Where a bucket is and how to sign in (the keys `S3Spec` reads, in the order an
+    /// unknown key's message lists them); credentials are `${NAME}` references only.
     static let s3Location: [(key: String, value: JSONValue)] = [
         ("bucket", nonEmpty), ("prefix", string),
         ("region", .object([("type", .string("string")), ("pattern", .string("^[A-Za-z0-9-]+$"))])),
