@@ -88,6 +88,39 @@ extension RemoteFeedTests {
         #expect(imageRequests(server).sorted() == ["/img/a.jpg", "/img/a.jpg", "/img/b.jpg", "/img/c.jpg", "/img/d.jpg"])
     }
 
+    /// A host that opts out image after image (3 answers, `optOutHostAfter`'s default) is
+    /// not asked for its others: they are skipped as `host-opt-out`, naming the host, with no
+    /// request. Another host is not held to it, and `noml` opts an image out as `noai` does.
+    @Test func aHostThatOptsOutAgainAndAgainIsNotAskedForItsOtherImages() throws {
+        let tags = Dictionary(uniqueKeysWithValues: (1...6).map { ("/img/\($0).jpg", ["noai"]) })
+        let server = try taggedServer(tags: tags)
+        let other = try TestHTTPServer(host: "127.0.0.2") { [jpeg] request in
+            .bytes(jpeg, headers: request.path == "/ml.jpg" ? [("X-Robots-Tag", "noml")] : [])
+        }
+        try work.write(
+            ((1...6).map { "\(server.baseURL)/img/\($0).jpg" } + ["\(other.baseURL)/ml.jpg", "\(other.baseURL)/fine.jpg"])
+                .joined(separator: "\n") + "\n", to: "urls.txt")
+        // One download at a time: the answers come in feed order.
+        try politePipeline(
+            source: #"{"type": "url-list", "path": "urls.txt", "cache": false}"#, limits: #"{"timeout": 5, "downloads": 1}"#)
+        let result = try imgpipe("run", "pipe.json")
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(imageRequests(server) == ["/img/1.jpg", "/img/2.jpg", "/img/3.jpg"])
+        let report = try status()
+        #expect(report.skipsByReason == ["opt-out": 4, "host-opt-out": 3], "\(report.skips)")
+        #expect(report.done == 1)
+        let held = report.skips.filter { $0.reason == "host-opt-out" }
+        #expect(held.allSatisfy { $0.message.contains("\(server.baseURL) opted 3 of its images out") }, "\(held)")
+        #expect(report.skips.contains { $0.key.hasSuffix("/ml.jpg") && $0.message == "X-Robots-Tag: noml" })
+
+        // 0 turns it off: every image is asked for.
+        try politePipeline(
+            source: #"{"type": "url-list", "path": "urls.txt", "cache": false, "optOutHostAfter": 0}"#,
+            limits: #"{"timeout": 5, "downloads": 1}"#)
+        #expect(try imgpipe("run", "pipe.json", "--new").status == 0)
+        #expect(imageRequests(server).count == 3 + 6)
+    }
+
     @Test func theBodyOfAnOptedOutImageIsNotDownloaded() throws {
         // 1 GiB as fast as the client reads: downloading it would fail on limits.maxBytes.
         let server = try taggedServer { request in

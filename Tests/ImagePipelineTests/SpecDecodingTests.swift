@@ -202,10 +202,11 @@ struct SpecDecodingTests {
             #"{"version": 1, \#(source), "sink": {"type": "s3", "bucket": "acme-thumbs"\#(fields)}}"#
         }
         let spec = try decode(sink(#", "prefix": "thumbs", "storageClass": "standard_ia", "metadata": {"project": "demo"}"#))
-        guard case .s3(let name, let location, let options) = spec.sinks[0] else {
+        guard let s3 = spec.sinks[0].parameters as? S3SinkParameters else {
             Issue.record("not an s3 sink")
             return
         }
+        let (name, location, options) = (spec.sinks[0].name, s3.location, s3.options)
         #expect(name == "s3-0" && location.bucket.raw == "acme-thumbs" && location.prefix?.raw == "thumbs")
         #expect(location.region == nil && location.pathStyle == nil && location.secretAccessKey == nil)
         #expect(options.storageClass == "STANDARD_IA" && options.key == nil)
@@ -230,10 +231,11 @@ struct SpecDecodingTests {
         let s3Source = try decode(
             #"{"version": 1, "source": {"type": "s3", "bucket": "photos", "endpoint": "http://127.0.0.1:9000", "pageSize": 50}, "sink": {"type": "directory", "path": "out"}}"#
         )
-        guard case .s3(_, let pageSize, let maxItems, let remote) = s3Source.source else {
+        guard let s3 = s3Source.source.parameters as? S3SourceParameters else {
             Issue.record("not an s3 source")
             return
         }
+        let (pageSize, maxItems, remote) = (s3.pageSize, s3.maxItems, s3.remoteOptions)
         #expect(pageSize == 50 && maxItems == nil && remote.cache != nil && !remote.respectOptOut && !remote.robots)
         #expect(
             error(

@@ -140,47 +140,7 @@ public enum PipelineSchema {
                         ])
                     ),
                     ("strings", .object([("type", .string("object")), ("additionalProperties", string)])),
-                    (
-                        "sink",
-                        .object([
-                            (
-                                "oneOf",
-                                .array([
-                                    object(
-                                        [
-                                            ("type", constant("directory")), ("name", nonEmpty), ("path", string),
-                                            ("prune", boolean),
-                                            ("outputs", ref("outputIDs")),
-                                        ],
-                                        required: ["type", "path"]),
-                                    object(
-                                        [
-                                            ("type", constant("upload")), ("name", nonEmpty), ("endpoint", string),
-                                            ("fields", ref("strings")),
-                                            ("fileField", nonEmpty), ("originalField", nonEmpty),
-                                            ("allowHosts", .object([("type", .string("array")), ("items", nonEmpty)])),
-                                            ("outputs", ref("outputIDs")), ("pacing", pacing),
-                                        ],
-                                        required: ["type", "endpoint"]),
-                                    object(
-                                        [
-                                            ("type", constant("http")), ("name", nonEmpty), ("url", string),
-                                            ("method", .object([("enum", strings(["PUT", "POST"]))])), ("fileField", nonEmpty),
-                                            ("headers", ref("strings")), ("outputs", ref("outputIDs")),
-                                            ("pacing", pacing),
-                                        ], required: ["type", "url"]),
-                                    object(
-                                        [("type", constant("s3")), ("name", nonEmpty)] + s3Location + [
-                                            ("key", nonEmpty),
-                                            ("storageClass", .object([("enum", strings(S3SinkOptions.storageClasses))])),
-                                            ("metadata", ref("strings")), ("multipartThreshold", integerSchema(1...5 << 30)),
-                                            ("partSize", integerSchema(S3SinkOptions.minimumPartSize...5 << 30)),
-                                            ("outputs", ref("outputIDs")), ("pacing", pacing),
-                                        ], required: ["type", "bucket"]),
-                                ])
-                            )
-                        ])
-                    ),
+                    ("sink", .object([("oneOf", .array(SinkRegistry.standard.kinds.map { $0.schema }))])),
                     ("outputID", .object([("type", .string("string")), ("pattern", .string("^[a-z0-9-]+$"))])),
                     ("outputIDs", .object([("type", .string("array")), ("minItems", integer(1)), ("items", ref("outputID"))])),
                     (
@@ -219,50 +179,16 @@ public enum PipelineSchema {
     ])
     static func constant(_ value: String) -> JSONValue { .object([("const", .string(value))]) }
 
-    /// Every source type; remote ones take `cache` and (at the top level) `fallback`.
+    /// Every source kind as a whole source, or those that can be a fallback (`fallback` false).
     static func sourceSchemas(fallback: Bool) -> [JSONValue] {
-        var remote: [(key: String, value: JSONValue)] = [("cache", ref("cache"))]
-        if fallback {
-            remote += [
-                ("fallback", ref("sourceWithoutFallback")), ("respectOptOut", boolean), ("robots", boolean),
-                ("versionField", nonEmpty), ("pacing", pacing),
-            ]
-        }
-        let maxItems = integerSchema(1...Int.max)
-        let maxPageBytes = integerSchema(1...RemoteOptions.largestMaxPageBytes)
-        return [
-            object([("type", constant("directory")), ("path", string), ("recursive", boolean)], required: ["type", "path"]),
-            object([("type", constant("url-list")), ("path", string)] + remote, required: ["type", "path"]),
-            object(
-                [
-                    ("type", constant("json-feed")), ("url", string), ("urlField", nonEmpty), ("keyField", nonEmpty),
-                    ("items", jsonPointer), ("next", jsonPointer), ("maxPageBytes", maxPageBytes),
-                ] + remote,
-                required: ["type", "url"]),
-            object(
-                [
-                    ("type", constant("nasa-images")), ("query", string), ("endpoint", string), ("mediaType", nonEmpty),
-                    ("maxItems", maxItems), ("maxPageBytes", maxPageBytes),
-                ] + remote, required: ["type", "query"]),
-            object(
-                [
-                    ("type", constant("flickr-search")), ("text", string), ("apiKey", string), ("endpoint", string),
-                    ("perPage", integerSchema(1...500)), ("maxItems", maxItems), ("maxPageBytes", maxPageBytes),
-                    ("size", .object([("type", .string("string")), ("pattern", .string("^url_"))])),
-                ] + remote,
-                required: ["type", "text", "apiKey"]),
-        ]
-            + (fallback
-                ? [
-                    object(
-                        [("type", constant("s3"))] + s3Location + [
-                            ("pageSize", integerSchema(1...1000)), ("maxItems", maxItems),
-                            ("cache", ref("cache")), ("fallback", ref("sourceWithoutFallback")), ("pacing", pacing),
-                        ], required: ["type", "bucket"])
-                ] : [])
+        SourceRegistry.standard.kinds.filter { fallback || $0.fallbackRefusal == nil }.map { $0.schema(fallback: fallback) }
     }
 
-    /// Where a bucket is and how to sign in; credentials are `${NAME}` references only.
+    /// `maxPageBytes` of a source that reads feed pages.
+    static let maxPageBytes = integerSchema(1...RemoteOptions.largestMaxPageBytes)
+
+    /// Where a bucket is and how to sign in (the keys `S3Spec` reads, in the order an
+    /// unknown key's message lists them); credentials are `${NAME}` references only.
     static let s3Location: [(key: String, value: JSONValue)] = [
         ("bucket", nonEmpty), ("prefix", string),
         ("region", .object([("type", .string("string")), ("pattern", .string("^[A-Za-z0-9-]+$"))])),

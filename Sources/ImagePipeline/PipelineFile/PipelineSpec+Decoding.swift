@@ -78,19 +78,7 @@ extension PipelineSpec {
             if !paced { unpacedSinks.insert(sink.name) }
             // Each output of an item is its own request or object: the URL or key must tell
             // them apart.
-            let several = (chosen?.count ?? outputs.count) > 1
-            if case .http(_, let url, _, _, _) = sink, several, !url.raw.contains("{output}") {
-                throw SpecError(
-                    path: url.path,
-                    message: "this sink takes several outputs: put {output} in its URL, "
-                        + "or give the sink \"outputs\": [one id]")
-            }
-            if case .s3(_, _, let options) = sink, several, let key = options.key, !key.uses("output") {
-                throw SpecError(
-                    path: node.path.appending("key").description,
-                    message: "this sink takes several outputs: put {output} in its key template, "
-                        + "or give the sink \"outputs\": [one id]")
-            }
+            if (chosen?.count ?? outputs.count) > 1 { try sink.parameters.checkSeveralOutputs(entry: node) }
         }
         guard !sinks.isEmpty else {
             throw SpecError(
@@ -173,8 +161,10 @@ extension PipelineSpec {
             return (node, true)
         }
         let pacingNode = SpecNode(value: members[index].value, path: node.path.appending("pacing"))
-        if (try? SpecObject.type(of: node)) == "directory" {
-            throw pacingNode.fail("a directory sink sends no requests to pace; leave \"pacing\" out")
+        if let type = try? SpecObject.type(of: node), let kind = SinkRegistry.standard.kind(named: type),
+            !kind.sendsRequests
+        {
+            throw pacingNode.fail("a \(type) sink sends no requests to pace; leave \"pacing\" out")
         }
         let paced = try pacingNode.pacing()
         members.remove(at: index)
@@ -208,89 +198,20 @@ extension PipelineSpec {
 }
 
 extension SourceSpec {
-    static let types = ["directory", "url-list", "json-feed", "nasa-images", "flickr-search", "s3"]
-    /// Keys of a remote source at the top level; a fallback takes only `cache` (the
-    /// others are the whole source's).
-    static let remoteKeys = ["cache", "fallback", "respectOptOut", "robots", "versionField", "pacing"]
-
     /// A fallback source may not have a fallback of its own (`allowFallback` false).
-    init(node: SpecNode, allowFallback: Bool = true) throws {
+    init(node: SpecNode, allowFallback: Bool = true, registry: SourceRegistry = .standard) throws {
         guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
         let type = try SpecObject.type(of: node)
-        func keys(_ own: [String]) throws -> SpecObject {
-            try node.object(allowing: ["type"] + own + (allowFallback ? SourceSpec.remoteKeys : ["cache"]))
-        }
-        switch type {
-        case "directory":
-            let object = try node.object(allowing: ["type", "path", "recursive"])
-            self = .directory(
-                path: try object.required("path") { try EnvString($0) },
-                recursive: try object.optional("recursive", default: true) { try $0.bool() })
-        case "url-list":
-            let object = try keys(["path"])
-            self = .urlList(path: try object.required("path") { try EnvString($0) }, remote: try RemoteOptions(object))
-        case "json-feed":
-            let object = try keys(["url", "urlField", "keyField", "items", "next", "maxPageBytes"])
-            self = .jsonFeed(
-                url: try object.required("url") { try EnvString($0) },
-                urlField: try object.optional("urlField", default: "url") { try $0.nonEmptyString() },
-                keyField: try object.optional("keyField") { try $0.nonEmptyString() },
-                shape: JSONFeedShape(
-                    items: try object.optional("items") { try $0.jsonPointer() },
-                    next: try object.optional("next") { try $0.jsonPointer() }),
-                remote: try RemoteOptions(object))
-        case "nasa-images":
-            let object = try keys(["query", "endpoint", "mediaType", "maxItems", "maxPageBytes"])
-            self = .nasaImages(
-                query: try object.required("query") { try EnvString($0) },
-                endpoint: try object.optional(
-                    "endpoint",
-                    default: EnvString(
-                        raw: "https://images-api.nasa.gov",
-                        path: object.path.appending("endpoint").description)
-                ) { try EnvString($0) },
-                mediaType: try object.optional("mediaType", default: "image") { try $0.nonEmptyString() },
-                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) },
-                remote: try RemoteOptions(object))
-        case "flickr-search":
-            let object = try keys(["text", "apiKey", "endpoint", "perPage", "maxItems", "size", "maxPageBytes"])
-            self = .flickrSearch(
-                text: try object.required("text") { try EnvString($0) },
-                apiKey: try object.required("apiKey") { try EnvString($0) },
-                endpoint: try object.optional(
-                    "endpoint",
-                    default: EnvString(
-                        raw: "https://api.flickr.com/services/rest/",
-                        path: object.path.appending("endpoint").description)
-                ) { try EnvString($0) },
-                perPage: try object.optional("perPage", default: 100) { try $0.integer(in: 1...500) },
-                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) },
-                size: try object.optional("size", default: "url_l") { node in
-                    let size = try node.nonEmptyString()
-                    guard size.hasPrefix("url_") else { throw node.expected("a Flickr size extra such as \"url_l\"") }
-                    return size
-                },
-                remote: try RemoteOptions(object))
-        case "s3":
-            guard allowFallback else {
-                throw SpecError(
-                    path: node.path.appending("type").description,
-                    message: "an s3 source cannot be a fallback (a fallback is a local folder or list)")
-            }
-            // robots.txt and X-Robots-Tag are for other people's web servers, not a bucket
-            // read with its owner's keys.
-            let object = try node.object(
-                allowing: ["type"] + S3Spec.keys + ["pageSize", "maxItems", "cache", "fallback", "pacing"])
-            var remote = try RemoteOptions(object)
-            remote.respectOptOut = false
-            self = .s3(
-                try S3Spec(object), pageSize: try object.optional("pageSize", default: 1000) { try $0.integer(in: 1...1000) },
-                maxItems: try object.optional("maxItems") { try $0.integer(in: 1...Int.max) }, remote: remote)
-        default:
+        guard let kind = registry.kind(named: type) else {
             throw SpecError(
                 path: node.path.appending("type").description,
-                message: "expected one of \(SourceSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
+                message: "expected one of \(registry.typeNames.joined(separator: ", ")), got \(JSONValue.quote(type))")
         }
+        if !allowFallback, let refusal = kind.fallbackRefusal {
+            throw SpecError(path: node.path.appending("type").description, message: refusal)
+        }
+        let keys = kind.properties + kind.remoteProperties(fallback: allowFallback)
+        parameters = try kind.init(try node.object(allowing: ["type"] + keys.map(\.key)))
     }
 }
 
@@ -314,10 +235,13 @@ extension RemoteOptions {
         }
         fallback = try object.optional("fallback") { try SourceSpec(node: $0, allowFallback: false) }
         respectOptOut = try object.optional("respectOptOut", default: true) { try $0.bool() }
+        optOutHostAfter = try object.optional("optOutHostAfter", default: RemoteOptions.defaultOptOutHostAfter) {
+            try $0.integer(in: 0...1_000_000)
+        }
         robots = try object.optional("robots", default: false) { try $0.bool() }
         versionField = try object.optional("versionField") { try $0.nonEmptyString() }
         paced = try object.optional("pacing", default: true) { try $0.pacing() }
-        // Only the sources that read feed pages allow the key (`SourceSpec.init`).
+        // Only the sources that read feed pages allow the key (their `properties`).
         maxPageBytes = try object.optional("maxPageBytes", default: RemoteOptions.defaultMaxPageBytes) {
             try $0.integer(in: 1...RemoteOptions.largestMaxPageBytes)
         }
@@ -325,117 +249,48 @@ extension RemoteOptions {
 }
 
 extension SinkSpec {
-    /// The headers of an `http` sink's request that imgpipe sets, by name in lower case,
-    /// with why.
-    static let setHeaders = [
-        "idempotency-key": "the run's key for each delivery",
-        "content-type": "from the output's format, or the multipart form",
-        "content-length": "from the body",
-        "transfer-encoding": "from the body",
-        "host": "from the url",
-        "user-agent": "from the pipeline's userAgent",
-        "expect": "no 100-continue round trip",
-    ]
-
-    static let types = ["directory", "upload", "http", "s3"]
-
-    init(node: SpecNode, index: Int) throws {
+    init(node: SpecNode, index: Int, registry: SinkRegistry = .standard) throws {
         guard case .object = node.value else { throw node.expected("an object with a \"type\"") }
         let type = try SpecObject.type(of: node)
-        func name(_ object: SpecObject) throws -> String {
-            try object.optional("name", default: "\(type)-\(index)") { try $0.nonEmptyString() }
-        }
-        /// Form fields or headers: names are free, but a `//…` key is a comment here too,
-        /// and a header is a token with a value on one line (no header can smuggle another).
-        /// `reserved` are the headers imgpipe sets itself (compared without case), which a
-        /// second line of the same name would contradict; a name given twice in two cases
-        /// is refused as well (both lines would be sent).
-        func named(_ node: SpecNode, headers: Bool = false, reserved: [String: String] = [:]) throws -> [NamedValue] {
-            guard case .object(let members) = node.value else { throw node.expected("an object of strings") }
-            var seen: [String: String] = [:]
-            return try members.filter { !$0.key.hasPrefix("//") }.map { member in
-                let valueNode = SpecNode(value: member.value, path: node.path.appending(member.key))
-                if headers {
-                    let token = CharacterSet(
-                        charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-                    guard !member.key.isEmpty, member.key.unicodeScalars.allSatisfy(token.contains) else {
-                        throw valueNode.fail("not a header name (letters, digits and !#$%&'*+-.^_`|~ only)")
-                    }
-                    if try !valueNode.string().isOneHeaderLine {
-                        throw valueNode.fail("a header value is one line: no CR, LF or NUL")
-                    }
-                    if let why = reserved[member.key.lowercased()] {
-                        throw valueNode.fail("imgpipe sets \(member.key) itself (\(why)); leave it out")
-                    }
-                    if let earlier = seen.updateValue(member.key, forKey: member.key.lowercased()) {
-                        throw valueNode.fail("the header \(earlier) is given twice (header names are compared without case)")
-                    }
-                }
-                return NamedValue(name: member.key, value: try EnvString(valueNode))
-            }
-        }
-        switch type {
-        case "directory":
-            let object = try node.object(allowing: ["type", "name", "path", "prune"])
-            self = .directory(
-                name: try name(object), path: try object.required("path") { try EnvString($0) },
-                prune: try object.optional("prune", default: false) { try $0.bool() })
-        case "upload":
-            let object = try node.object(allowing: [
-                "type", "name", "endpoint", "fields", "fileField", "originalField", "allowHosts",
-            ])
-            self = .upload(
-                name: try name(object), endpoint: try object.required("endpoint") { try EnvString($0) },
-                fields: try object.optional("fields", default: []) { try named($0) },
-                fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
-                originalField: try object.optional("originalField", default: "original") { try $0.nonEmptyString() },
-                allowHosts: try object.optional("allowHosts", default: []) { node in
-                    try node.array().map { try $0.nonEmptyString() }
-                })
-        case "http":
-            let object = try node.object(allowing: ["type", "name", "url", "method", "fileField", "headers"])
-            let url = try object.required("url") { node in
-                let value = try EnvString(node)
-                var rest = value.raw.replacingOccurrences(of: "${", with: "")
-                for field in ["{key}", "{stem}", "{name}", "{ext}", "{hash}", "{output}"] {
-                    rest = rest.replacingOccurrences(of: field, with: "")
-                }
-                if let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
-                    throw node.fail(
-                        "unknown field \(rest[open ... close]); expected {key}, {stem}, {name}, {ext}, {hash} or {output}")
-                }
-                return value
-            }
-            self = .http(
-                name: try name(object), url: url,
-                method: try object.optional("method", default: "PUT") { try $0.choice(["PUT", "POST"]) },
-                fileField: try object.optional("fileField", default: "file") { try $0.nonEmptyString() },
-                headers: try object.optional("headers", default: []) { try named($0, headers: true, reserved: Self.setHeaders) })
-        case "s3":
-            let object = try node.object(
-                allowing: ["type", "name"] + S3Spec.keys
-                    + ["key", "storageClass", "metadata", "multipartThreshold", "partSize"])
-            var options = S3SinkOptions()
-            options.key = try object.optional("key") { try NameTemplate($0) }
-            options.storageClass = try object.optional("storageClass") { try $0.choice(S3SinkOptions.storageClasses) }
-            options.metadata = try object.optional("metadata", default: []) { node in
-                let list = try named(node, headers: true)
-                for item in list where !item.value.hasReferences && !item.value.raw.isS3MetadataValue {
-                    throw SpecError(path: item.value.path, message: "S3 metadata values are ASCII on one line")
-                }
-                return list
-            }
-            options.multipartThreshold = try object.optional("multipartThreshold", default: options.multipartThreshold) {
-                try $0.integer(in: 1...5 << 30)
-            }
-            options.partSize = try object.optional("partSize", default: options.partSize) {
-                try $0.integer(in: S3SinkOptions.minimumPartSize...5 << 30)
-            }
-            self = .s3(name: try name(object), location: try S3Spec(object), options: options)
-        default:
+        guard let kind = registry.kind(named: type) else {
             throw SpecError(
                 path: node.path.appending("type").description,
-                message: "expected one of \(SinkSpec.types.joined(separator: ", ")), got \(JSONValue.quote(type))")
+                message: "expected one of \(registry.typeNames.joined(separator: ", ")), got \(JSONValue.quote(type))")
+        }
+        let object = try node.object(allowing: ["type", "name"] + kind.properties.map(\.key))
+        name = try object.optional("name", default: "\(type)-\(index)") { try $0.nonEmptyString() }
+        parameters = try kind.init(object)
+    }
+}
+
+extension SpecNode {
+    /// Form fields or headers: names are free, but a `//…` key is a comment here too,
+    /// and a header is a token with a value on one line (no header can smuggle another).
+    /// `reserved` are the headers imgpipe sets itself (compared without case), which a
+    /// second line of the same name would contradict; a name given twice in two cases
+    /// is refused as well (both lines would be sent).
+    func namedValues(headers: Bool = false, reserved: [String: String] = [:]) throws -> [NamedValue] {
+        guard case .object(let members) = value else { throw expected("an object of strings") }
+        var seen: [String: String] = [:]
+        return try members.filter { !$0.key.hasPrefix("//") }.map { member in
+            let valueNode = SpecNode(value: member.value, path: path.appending(member.key))
+            if headers {
+                let token = CharacterSet(
+                    charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+                guard !member.key.isEmpty, member.key.unicodeScalars.allSatisfy(token.contains) else {
+                    throw valueNode.fail("not a header name (letters, digits and !#$%&'*+-.^_`|~ only)")
+                }
+                if try !valueNode.string().isOneHeaderLine {
+                    throw valueNode.fail("a header value is one line: no CR, LF or NUL")
+                }
+                if let why = reserved[member.key.lowercased()] {
+                    throw valueNode.fail("imgpipe sets \(member.key) itself (\(why)); leave it out")
+                }
+                if let earlier = seen.updateValue(member.key, forKey: member.key.lowercased()) {
+                    throw valueNode.fail("the header \(earlier) is given twice (header names are compared without case)")
+                }
+            }
+            return NamedValue(name: member.key, value: try EnvString(valueNode))
         }
     }
 }

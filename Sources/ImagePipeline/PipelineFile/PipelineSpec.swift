@@ -61,24 +61,10 @@ public struct PipelineSpec: Sendable {
     /// serving what it holds: `plan` and `run --incremental` compare images as they are now.
     /// `readOnly` (`plan`): the cache is read and never written.
     public mutating func revalidateCache(readOnly: Bool = false) {
-        func changed(_ remote: RemoteOptions) -> RemoteOptions {
-            readOnly ? remote.revalidating.readingCacheOnly : remote.revalidating
-        }
-        switch source {
-        case .urlList(let path, let remote): source = .urlList(path: path, remote: changed(remote))
-        case .jsonFeed(let url, let urlField, let keyField, let shape, let remote):
-            source = .jsonFeed(url: url, urlField: urlField, keyField: keyField, shape: shape, remote: changed(remote))
-        case .nasaImages(let query, let endpoint, let mediaType, let maxItems, let remote):
-            source = .nasaImages(
-                query: query, endpoint: endpoint, mediaType: mediaType, maxItems: maxItems, remote: changed(remote))
-        case .flickrSearch(let text, let apiKey, let endpoint, let perPage, let maxItems, let size, let remote):
-            source = .flickrSearch(
-                text: text, apiKey: apiKey, endpoint: endpoint, perPage: perPage, maxItems: maxItems,
-                size: size, remote: changed(remote))
-        case .s3(let location, let pageSize, let maxItems, let remote):
-            source = .s3(location, pageSize: pageSize, maxItems: maxItems, remote: changed(remote))
-        case .directory: break
-        }
+        guard var remote = source.parameters as? any RemoteSourceParameters else { return }
+        let options = remote.remoteOptions.revalidating
+        remote.remoteOptions = readOnly ? options.readingCacheOnly : options
+        source = SourceSpec(parameters: remote)
     }
 
     /// `path` (already expanded) made absolute against the pipeline file's directory.
@@ -88,54 +74,22 @@ public struct PipelineSpec: Sendable {
     }
 }
 
-/// Where items come from.
-public indirect enum SourceSpec: Sendable, Equatable {
-    /// Every image file below `path` (recursively unless `recursive` is false).
-    case directory(path: EnvString, recursive: Bool)
-    /// A local file of URLs (`.txt`, `.csv`, `.jsonl`, optionally `.gz`).
-    case urlList(path: EnvString, remote: RemoteOptions)
-    /// A JSON array of objects with an image URL each, on one page or on pages linked by `next`.
-    case jsonFeed(url: EnvString, urlField: String, keyField: String?, shape: JSONFeedShape, remote: RemoteOptions)
-    /// NASA's image search, paged by `next` links.
-    case nasaImages(query: EnvString, endpoint: EnvString, mediaType: String, maxItems: Int?, remote: RemoteOptions)
-    /// Flickr search, page by page.
-    case flickrSearch(
-        text: EnvString, apiKey: EnvString, endpoint: EnvString, perPage: Int, maxItems: Int?,
-        size: String, remote: RemoteOptions)
-    /// The objects of a bucket under a prefix, listed with ListObjectsV2 `pageSize` keys a page.
-    case s3(S3Spec, pageSize: Int, maxItems: Int?, remote: RemoteOptions)
+/// Where items come from: a source of one of the kinds in `SourceRegistry`.
+public struct SourceSpec: Sendable, Equatable {
+    /// The entry, decoded by its kind.
+    public let parameters: any SourceParameters
 
-    public var typeName: String {
-        switch self {
-        case .directory: "directory"
-        case .urlList: "url-list"
-        case .jsonFeed: "json-feed"
-        case .nasaImages: "nasa-images"
-        case .flickrSearch: "flickr-search"
-        case .s3: "s3"
-        }
+    public init(parameters: any SourceParameters) {
+        self.parameters = parameters
     }
 
-    /// `cache` and `fallback` of a remote source; nil for a directory.
-    public var remote: RemoteOptions? {
-        switch self {
-        case .directory: nil
-        case .urlList(_, let remote), .jsonFeed(_, _, _, _, let remote), .nasaImages(_, _, _, _, let remote),
-            .flickrSearch(_, _, _, _, _, _, let remote), .s3(_, _, _, let remote):
-            remote
-        }
-    }
-}
+    public var typeName: String { type(of: parameters).typeName }
 
-/// Where a `json-feed` page holds its entries and the next page's URL: JSON Pointers into
-/// the page (`items`, `next`), nil for the plain shape (the page is the array, and the only one).
-public struct JSONFeedShape: Sendable, Equatable {
-    public var items: JSONPointer?
-    public var next: JSONPointer?
+    /// `cache` and `fallback` of a remote source; nil for a local one.
+    public var remote: RemoteOptions? { (parameters as? any RemoteSourceParameters)?.remoteOptions }
 
-    public init(items: JSONPointer? = nil, next: JSONPointer? = nil) {
-        self.items = items
-        self.next = next
+    public static func == (lhs: SourceSpec, rhs: SourceSpec) -> Bool {
+        lhs.parameters.isEqual(rhs.parameters)
     }
 }
 
@@ -240,61 +194,26 @@ public struct NamedValue: Sendable, Equatable {
     public let value: EnvString
 }
 
-/// Where outputs go. Each sink has a name, unique in the pipeline (default: its type and
-/// index, e.g. `upload-1`).
-public enum SinkSpec: Sendable, Equatable {
-    /// `prune`: an incremental run removes from the folder the files of items gone from
-    /// the feed and of names no longer made (nothing else ever deletes).
-    case directory(name: String, path: EnvString, prune: Bool = false)
-    /// The two-step upload: `GET endpoint` → `{"url": U}` → `POST U` (multipart).
-    /// `allowHosts`: hosts besides the endpoint's that the second step may go to with
-    /// fields that hold a `${…}` value.
-    case upload(
-        name: String, endpoint: EnvString, fields: [NamedValue], fileField: String, originalField: String,
-        allowHosts: [String])
-    /// One request per item to a URL template: `PUT` (raw body) or `POST` (multipart).
-    case http(name: String, url: EnvString, method: String, fileField: String, headers: [NamedValue])
-    /// One object per output in a bucket (`PutObject`, or a multipart upload when large).
-    case s3(name: String, location: S3Spec, options: S3SinkOptions)
+/// Where outputs go: a sink of one of the kinds in `SinkRegistry`, with its name, unique in
+/// the pipeline (default: its type and index, e.g. `upload-1`).
+public struct SinkSpec: Sendable, Equatable {
+    public let name: String
+    /// The entry's own keys, decoded by its kind.
+    public let parameters: any SinkParameters
 
-    public var name: String {
-        switch self {
-        case .directory(let name, _, _), .upload(let name, _, _, _, _, _), .http(let name, _, _, _, _), .s3(let name, _, _): name
-        }
+    public init(name: String, parameters: any SinkParameters) {
+        self.name = name
+        self.parameters = parameters
     }
 
-    public var typeName: String {
-        switch self {
-        case .directory: "directory"
-        case .upload: "upload"
-        case .http: "http"
-        case .s3: "s3"
-        }
+    public var typeName: String { type(of: parameters).typeName }
+
+    /// The folder the sink writes into, as written (nil: it writes no folder).
+    public var folder: EnvString? { parameters.folder }
+
+    public static func == (lhs: SinkSpec, rhs: SinkSpec) -> Bool {
+        lhs.name == rhs.name && lhs.parameters.isEqual(rhs.parameters)
     }
-}
-
-/// What an `s3` sink does besides where it writes.
-public struct S3SinkOptions: Sendable, Equatable {
-    /// The object's name below the prefix (a `NameTemplate`: `{key}`, `{stem}`, `{ext}`,
-    /// `{index}`, `{hash}`, `{output}`, `{width}`, `{height}`); nil: the output's name.
-    public var key: NameTemplate?
-    /// `x-amz-storage-class`; nil: the bucket's default (`STANDARD`).
-    public var storageClass: String?
-    /// `x-amz-meta-<name>` headers.
-    public var metadata: [NamedValue] = []
-    /// Outputs of this many bytes or more go up as a multipart upload.
-    public var multipartThreshold = 16 << 20
-    /// The size of each part but the last.
-    public var partSize = 8 << 20
-
-    public static let storageClasses = [
-        "STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
-        "GLACIER", "GLACIER_IR", "DEEP_ARCHIVE", "EXPRESS_ONEZONE",
-    ]
-    /// S3's smallest part (but the last): 5 MiB.
-    public static let minimumPartSize = 5 << 20
-
-    public init() {}
 }
 
 /// Concurrency and safety limits.

@@ -21,7 +21,6 @@ public struct S3Spec: Sendable, Equatable {
     /// The JSON path of the sink or source (for messages about what it does not spell out).
     public var path: String
 
-    static let keys = ["bucket", "prefix", "region", "endpoint", "pathStyle", "accessKeyId", "secretAccessKey", "sessionToken"]
     public static let defaultRegion = "us-east-1"
 
     init(_ object: SpecObject) throws {

@@ -1,6 +1,7 @@
 /// A value of the pipeline document together with its path, with typed readers whose
-/// errors name that path and what was expected.
-struct SpecNode {
+/// errors name that path and what was expected. Public only so that the kinds of sources
+/// and sinks, which read their entries with it, can be public types.
+public struct SpecNode {
     let value: JSONValue
     let path: JSONPath
 
@@ -115,7 +116,7 @@ struct SpecNode {
 }
 
 /// The members of one JSON object, read by key.
-struct SpecObject {
+public struct SpecObject {
     let node: SpecNode
     let members: [(key: String, value: JSONValue)]
 

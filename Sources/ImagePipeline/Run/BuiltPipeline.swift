@@ -80,7 +80,7 @@ public struct BuiltPipeline: Sendable {
             // A check reads the cache's path (for its variables) but creates no folder.
             if let cache = spec.source.remote?.cache {
                 _ = try attempt {
-                    try Self.checkFolder(
+                    try BuiltPipeline.checkFolder(
                         try cache.directory(in: spec, environment: environment),
                         at: cache.path?.path ?? "source.cache", what: "cache folder")
                 }
@@ -117,52 +117,8 @@ public struct BuiltPipeline: Sendable {
             var sinks: [any Sink] = []
             for sink in spec.sinks {
                 let built: (any Sink)? = try attempt {
-                    switch sink {
-                    case .directory(let name, let pathValue, let prune):
-                        let root = spec.resolvePath(try pathValue.expanded(in: environment))
-                        try Self.checkFolder(root, at: pathValue.path, what: "sink folder")
-                        let sources = try Self.checkNotSource(root, at: pathValue.path, spec: spec, environment: environment)
-                        return DirectorySink(name: name, root: root, prune: prune, sourceFolders: sources)
-                    case .upload(let name, let endpointValue, let fieldValues, let fileField, let originalField, let allowHosts):
-                        let url = try endpointValue.expandedWebURL(in: environment)
-                        let fields = try fieldValues.map { ($0.name, try $0.value.expanded(in: environment)) }
-                        return UploadSink(
-                            name: name, endpoint: url, fields: fields,
-                            fieldsHoldSecrets: fieldValues.contains { $0.value.hasReferences },
-                            allowHosts: allowHosts, fileField: fileField, originalField: originalField,
-                            client: uploads(name), retry: spec.retry)
-                    case .http(let name, let urlValue, let method, let fileField, let headerValues):
-                        let template = try urlValue.expanded(in: environment)
-                        guard template.lowercased().hasPrefix("http://") || template.lowercased().hasPrefix("https://") else {
-                            throw SpecError(
-                                path: urlValue.path,
-                                message: "expected an http(s) URL template, got \(JSONValue.quote(environment.redact(template)))")
-                        }
-                        var headers: [String: String] = [:]
-                        for header in headerValues {
-                            let value = try header.value.expanded(in: environment)
-                            guard value.isOneHeaderLine else {
-                                throw SpecError(
-                                    path: header.value.path,
-                                    message: "a header value is one line: the value read has a CR, LF or NUL")
-                            }
-                            headers[header.name] = value
-                        }
-                        return HTTPSink(
-                            name: name, urlTemplate: template, method: method, fileField: fileField, headers: headers,
-                            client: uploads(name), retry: spec.retry)
-                    case .s3(let name, let location, let options):
-                        let client = try location.client(in: environment, http: uploads(name))
-                        let metadata = try options.metadata.map { ($0.name, try $0.value.expanded(in: environment)) }
-                        for (index, (_, value)) in metadata.enumerated()
-                        where !value.isS3MetadataValue {
-                            throw SpecError(
-                                path: options.metadata[index].value.path, message: "S3 metadata values are ASCII on one line")
-                        }
-                        return S3Sink(
-                            name: name, client: client, folder: try location.folder(in: environment), options: options,
-                            metadata: metadata, retry: spec.retry)
-                    }
+                    try sink.parameters.make(
+                        SinkContext(name: sink.name, spec: spec, environment: environment, client: { uploads(sink.name) }))
                 }
                 if let built { sinks.append(built) }
             }
@@ -271,51 +227,6 @@ public struct BuiltPipeline: Sendable {
                 throw SpecError(path: "\(path).image", message: "watermark image \(resolved) cannot be decoded: \(error)")
             }
         }
-
-        /// A directory sink must not be a directory source's folder (the primary's or a
-        /// fallback's, symbolic links followed): each output would replace the image it was
-        /// made from, under the same name, and the originals would be lost. Returns the
-        /// source folders inside the sink's (real paths), which its outputs must not enter.
-        static func checkNotSource(
-            _ sinkRoot: String, at jsonPath: String, spec: PipelineSpec,
-            environment: Environment
-        ) throws -> [String] {
-            let sink = sinkRoot.realPath
-            var inside: [String] = []
-            var source: SourceSpec? = spec.source
-            while let current = source {
-                if case .directory(let pathValue, _) = current, let expanded = try? pathValue.expanded(in: environment) {
-                    let folder = spec.resolvePath(expanded).realPath
-                    if folder == sink {
-                        throw SpecError(
-                            path: jsonPath,
-                            message: "sink folder \(environment.redact(sinkRoot)) is the source folder "
-                                + "(\(pathValue.path)): its outputs would replace the images they are made from; "
-                                + "write them to another folder")
-                    }
-                    if folder.hasPrefix(sink + "/") { inside.append(folder) }
-                }
-                source = current.remote?.fallback
-            }
-            return inside
-        }
-
-        /// A folder imgpipe will write into must be a folder wherever it already exists:
-        /// a file in its place (or in place of a folder above it) is the pipeline's fault.
-        static func checkFolder(_ path: String, at jsonPath: String, what: String) throws {
-            var url = URL(fileURLWithPath: path).standardizedFileURL
-            while url.path != "/" {
-                var isDirectory: ObjCBool = false
-                if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) {
-                    guard isDirectory.boolValue else {
-                        throw SpecError(
-                            path: jsonPath, message: "\(what) \(path) cannot be made: \(url.path) is a file, not a folder")
-                    }
-                    return
-                }
-                url.deleteLastPathComponent()
-            }
-        }
     }
 
     /// The filter chain with `${NAME}` expanded, each watermark image checked as a run
@@ -394,9 +305,7 @@ public struct BuiltPipeline: Sendable {
             redact: environment.redact)
         fetcher.maxPageBytes = remote.maxPageBytes
         fetcher.optOutHosts = HostOptOuts(after: remote.optOutHostAfter)
-        if case .s3(let location, _, _, _) = spec.source {
-            fetcher.objects = try location.client(in: environment, http: client)
-        }
+        fetcher.objects = try spec.source.parameters.objectClient(in: environment, http: client)
         return fetcher
     }
 
@@ -405,7 +314,7 @@ public struct BuiltPipeline: Sendable {
     /// every run.
     static func sinkFolders(_ spec: PipelineSpec, environment: Environment) -> [String] {
         spec.sinks.compactMap { sink -> String? in
-            guard case .directory(_, let path, _) = sink, let expanded = try? path.expanded(in: environment) else { return nil }
+            guard let path = sink.folder, let expanded = try? path.expanded(in: environment) else { return nil }
             return spec.resolvePath(expanded)
         }
     }
@@ -415,48 +324,9 @@ public struct BuiltPipeline: Sendable {
         _ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
         excluding: [String] = [], notice: @escaping @Sendable (String) -> Void
     ) throws -> any Feed {
-        let feed: any Feed
-        func web(_ value: EnvString) throws -> String { try value.expandedWebURL(in: environment).absoluteString }
         let told: @Sendable (String) -> Void = { message in notice(environment.redact(message)) }
-        switch source {
-        case .directory(let pathValue, let recursive):
-            let root = spec.resolvePath(try pathValue.expanded(in: environment))
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
-                throw SpecError(path: pathValue.path, message: "directory \(environment.redact(root)) does not exist")
-            }
-            return DirectoryFeed(
-                root: root, recursive: recursive, excluding: sinkFolders(spec, environment: environment) + excluding)
-        case .urlList(let pathValue, _):
-            let file = spec.resolvePath(try pathValue.expanded(in: environment))
-            guard FileManager.default.isReadableFile(atPath: file) else {
-                throw SpecError(
-                    path: pathValue.path, message: "URL list \(environment.redact(file)) does not exist or cannot be read")
-            }
-            feed = URLListFeed(path: file)
-        case .jsonFeed(let url, let urlField, let keyField, let shape, _):
-            feed = JSONFeed(
-                url: try web(url), urlField: urlField, keyField: keyField, items: shape.items, next: shape.next,
-                pages: fetcher!, notice: told)
-        case .nasaImages(let query, let endpoint, let mediaType, let maxItems, _):
-            feed = NASAImagesFeed(
-                query: try query.expanded(in: environment), endpoint: try web(endpoint),
-                mediaType: mediaType, maxItems: maxItems, pages: fetcher!, notice: told)
-        case .flickrSearch(let text, let apiKey, let endpoint, let perPage, let maxItems, let size, _):
-            feed = FlickrSearchFeed(
-                text: try text.expanded(in: environment), apiKey: try apiKey.expanded(in: environment),
-                endpoint: try web(endpoint), perPage: perPage, maxItems: maxItems,
-                size: size, pages: fetcher!, notice: told)
-        case .s3(let location, let pageSize, let maxItems, _):
-            guard let client = fetcher?.objects else { throw SpecError(path: location.path, message: "no S3 client") }
-            let cancellation = fetcher?.client.cancellation
-            feed = S3Feed(
-                client: client, folder: try location.folder(in: environment), pageSize: pageSize, maxItems: maxItems,
-                retry: RetryLoop(
-                    attempts: spec.retry.attempts, backoff: spec.retry.backoff,
-                    isCancelled: { cancellation?.isCancelled ?? false }),
-                logger: fetcher?.logger ?? Logger(label: "imgpipe"), redact: environment.redact, notice: told)
-        }
+        let feed = try source.parameters.makeFeed(
+            FeedContext(spec: spec, environment: environment, fetcher: fetcher, excluding: excluding, notice: told))
         guard let fallback = source.remote?.fallback else { return feed }
         let fallbackFeed = try makeFeed(
             fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,

@@ -138,13 +138,13 @@ public final class ChangeDetector: Sendable {
         var unchanged: [String] = []
         for sink in spec.sinks {
             if let old = before?.sinks.first(where: { $0.name == sink.name }) {
-                // `prune` says what to remove, not where to deliver: turning it on or off keeps
-                // what the sink was given.
+                // Where it delivers, by its kind (`SinkParameters.deliversLike`: a folder's
+                // `prune` says what to remove, not where to deliver).
                 // Its outputs as a set: their order is not where anything goes. An output it
                 // takes now and did not is made for every item anyway when it is new (or
                 // newly defined); an older output newly sent to it needs every item again.
                 let added = Set(spec.outputs(of: sink.name)).subtracting(before?.outputs(of: sink.name) ?? [])
-                if old.ignoringPrune != sink.ignoringPrune || !added.allSatisfy({ reasons[$0] != nil }) {
+                if !sink.parameters.deliversLike(old.parameters) || !added.allSatisfy({ reasons[$0] != nil }) {
                     sinkReasons[sink.name] = "sink \"\(sink.name)\" changed"
                 } else if let before = targetsBefore?[sink.name], let now = targetsNow[sink.name], before != now {
                     sinkReasons[sink.name] = "sink \"\(sink.name)\" goes elsewhere (a ${…} in it has another value)"
@@ -245,13 +245,5 @@ public final class ChangeDetector: Sendable {
             }
         }
         return nil
-    }
-}
-
-extension SinkSpec {
-    /// The sink with `prune` off (a folder sink), for comparing where outputs go.
-    var ignoringPrune: SinkSpec {
-        if case .directory(let name, let path, _) = self { return .directory(name: name, path: path, prune: false) }
-        return self
     }
 }

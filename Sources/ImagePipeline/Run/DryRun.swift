@@ -109,7 +109,7 @@ public struct DryRun: Sendable {
     /// The samples folder a dry-run uses when none is given: the pipeline's own directory
     /// source when it has one and it exists, else `samples/` in the current directory.
     public static func defaultSamples(for spec: PipelineSpec, environment: Environment) -> String {
-        if case .directory(let path, _) = spec.source, let expanded = try? path.expanded(in: environment) {
+        if let path = spec.source.parameters.localFolder?.path, let expanded = try? path.expanded(in: environment) {
             let resolved = spec.resolvePath(expanded)
             var isDirectory: ObjCBool = false
             if FileManager.default.fileExists(atPath: resolved, isDirectory: &isDirectory), isDirectory.boolValue {

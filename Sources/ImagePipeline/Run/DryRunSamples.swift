@@ -24,10 +24,9 @@ public enum DryRunSamples: Sendable, Equatable {
     /// directory source lists them when it is that source's folder (`"recursive": false`
     /// previews only what the run would list), else yes.
     static func listsSubfolders(_ folder: String, spec: PipelineSpec, environment: Environment) -> Bool {
-        guard case .directory(let pathValue, let recursive) = spec.source,
-            let expanded = try? pathValue.expanded(in: environment)
+        guard let local = spec.source.parameters.localFolder, let expanded = try? local.path.expanded(in: environment)
         else { return true }
-        return spec.resolvePath(expanded).realPath == folder.realPath ? recursive : true
+        return spec.resolvePath(expanded).realPath == folder.realPath ? local.recursive : true
     }
 
     /// One sample, as a local file ready for the filter chain, or why it could not be had.

@@ -306,11 +306,11 @@ struct StatusCommand: ParsableCommand {
         guard let spec = try? PipelineSpec.load(path: pipelineFile) else { return [] }
         let environment = Environment()
         return spec.sinks.compactMap { sink in
-            guard case .directory(let name, let path, _) = sink, let expanded = try? path.expanded(in: environment) else {
+            guard let path = sink.folder, let expanded = try? path.expanded(in: environment) else {
                 return nil
             }
             // A `${NAME}` in the path is masked, as in everything imgpipe prints.
-            return "outputs: \(environment.redact(Console.display(spec.resolvePath(expanded))))/ (sink \(name))"
+            return "outputs: \(environment.redact(Console.display(spec.resolvePath(expanded))))/ (sink \(sink.name))"
         }
     }
 
