@@ -142,7 +142,8 @@ struct FirstDayTests {
         #expect(unknown.status == 2, "\(unknown.stderr)")
         #expect(
             unknown.stderr.contains(
-                "unknown failure reason \"timeout\" (valid: download, decode, limit, process, encode, upload, io)"),
+                "unknown failure reason \"timeout\" (valid: download, decode, limit, process, encode, upload, io, blocked-address)"
+            ),
             "\(unknown.stderr)")
         let asked = server.requests.count
         let retried = try imgpipe("resume", "pipe.json", "--retry-failed=download")
