@@ -776,7 +776,9 @@ final class RunStages: Sendable {
     }
 
     /// Records the deliveries of a committed batch's items in one transaction: a kill
-    /// before it lands leaves every item of the batch to be delivered again.
+    /// before it lands leaves every item of the batch to be delivered again. Returns once
+    /// the transaction has landed: called under the batch's lock, so the sink's next batch
+    /// is not committed before this one is recorded (a kill then repeats one batch at most).
     private func record(_ entries: [OpenBatch.Entry], _ commit: OpenBatch.Commit, to sink: any Sink) {
         var changes: [StoreChange] = []
         var recorded: [(settlement: Settlement, count: Int)] = []
@@ -790,6 +792,10 @@ final class RunStages: Sendable {
                     continue
                 }
                 changes += delivered(item, to: sink, receipt)
+            case .failed where pipeline.cancellation.isAborted:
+                // Cut short by the run's stop, not refused: left for resume, not failed.
+                leavePending(item, entry.settlement)
+                continue
             case .failed(let failure):
                 changes += item.deliveries.map {
                     .deliveryFailed(
@@ -800,7 +806,9 @@ final class RunStages: Sendable {
             recorded.append((entry.settlement, item.deliveries.count))
         }
         let settlements = recorded
+        let landed = DispatchSemaphore(value: 0)
         writer.submit(changes) { [self] outcomes in
+            landed.signal()
             var rest = outcomes[...]
             for (settlement, count) in settlements {
                 for outcome in rest.prefix(count) {
@@ -809,6 +817,7 @@ final class RunStages: Sendable {
                 rest = rest.dropFirst(count)
             }
         }
+        landed.wait()
     }
 
     /// At the end of a session: commits what every sink holds, or drops it (its items stay
