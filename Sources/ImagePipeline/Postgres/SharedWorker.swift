@@ -154,9 +154,11 @@ public final class SharedWorker: Sendable {
             outputs: pipeline.spec.outputs)
         var runnerOptions = options.runner
         runnerOptions.runUUID = run.uuid
+        let flush = BatchFlush()
+        runnerOptions.batchFlush = flush
         let chunkFeed = ChunkFeed(
             shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
-            environment: pipeline.environment, store: store, patience: options.leaseSeconds)
+            environment: pipeline.environment, store: store, patience: options.leaseSeconds, flush: flush)
         let local = pipeline.replacingFeed(chunkFeed)
         let progress = SharedProgress(runId: run.runId)
         let localRunner = PipelineRunner(
@@ -559,11 +561,14 @@ final class ChunkFeed: Feed, Sendable {
     private let environment: Environment
     private let store: SharedStateStore
     private let patience: Double
+    /// Commits the session's open batches while this waits for chunks to end.
+    private let flush: BatchFlush
 
     init(
         shared: SharedRun, ledger: ChunkLedger, stopping: CancellationFlag, listingError: LockedBox<String?>,
-        environment: Environment, store: SharedStateStore, patience: Double
+        environment: Environment, store: SharedStateStore, patience: Double, flush: BatchFlush
     ) {
+        self.flush = flush
         self.environment = environment
         self.shared = shared
         self.ledger = ledger
@@ -603,6 +608,9 @@ final class ChunkFeed: Feed, Sendable {
             let state = try patiently { try shared.ending() }
             let listed = state.feedComplete || listingError.withLock({ $0 }) != nil
             if listed && !state.chunksOpen { return }
+            // Nothing to claim: what this worker's sinks hold is committed, or its own chunks,
+            // their items held in a batch that is not full, would never end.
+            flush.flush()
             try patiently { _ = try shared.rescueExpired() }
             Thread.sleep(forTimeInterval: pause)
             pause = min(pause * 2, 0.25)

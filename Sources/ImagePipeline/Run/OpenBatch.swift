@@ -78,3 +78,22 @@ final class OpenBatch: Sendable {
         }
     }
 }
+
+/// How a feed that waits for work to end elsewhere (a shared run's chunks) has the runner
+/// commit what its sinks hold (`PipelineRunner.Options.batchFlush`): a worker whose last
+/// items sit in a batch that is not full would otherwise wait for its own chunks forever.
+public final class BatchFlush: Sendable {
+    private let action = Mutex<(@Sendable () -> Void)?>(nil)
+
+    public init() {}
+
+    /// What `flush` does: the running session's commit of its open batches (nil: nothing).
+    func register(_ body: (@Sendable () -> Void)?) {
+        action.withLock { $0 = body }
+    }
+
+    /// Commits every sink's open batch, if a session is running; nothing held, nothing done.
+    public func flush() {
+        action.withLock { $0 }?()
+    }
+}

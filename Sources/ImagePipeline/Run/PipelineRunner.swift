@@ -26,6 +26,8 @@ public final class PipelineRunner: Sendable {
         /// Items' pixels are made in helper processes started this way (`PixelHelper`), one
         /// per pixel worker; nil: on the workers' own threads, in this process.
         public var pixelHelper: PixelHelperLaunch?
+        /// Lets the feed have the session commit its sinks' open batches (`BatchFlush`).
+        public var batchFlush: BatchFlush?
         public init() {}
     }
 

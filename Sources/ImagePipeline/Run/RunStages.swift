@@ -55,6 +55,7 @@ final class RunStages: Sendable {
     // MARK: - the session
 
     func drive() throws -> RunSummary {
+        context.options.batchFlush?.register { [weak self] in self?.commitOpenBatches() }
         let run = context.run
         let store = context.store
         let started = Date()
@@ -820,9 +821,18 @@ final class RunStages: Sendable {
         landed.wait()
     }
 
+    /// Commits what every sink holds now (a feed with nothing more to give this session for
+    /// a while: `BatchFlush`).
+    private func commitOpenBatches() {
+        for batch in batches.values {
+            batch.commit { entries, commit in record(entries, commit, to: batch.sink) }
+        }
+    }
+
     /// At the end of a session: commits what every sink holds, or drops it (its items stay
     /// undelivered, for resume).
     private func endBatches(commit committing: Bool) {
+        context.options.batchFlush?.register(nil)
         for batch in batches.values {
             if committing {
                 batch.commit { entries, commit in record(entries, commit, to: batch.sink) }
