@@ -6,8 +6,6 @@
 public protocol SourceParameters: Sendable, Equatable {
     /// The `type` of the entry, e.g. `"url-list"`.
     static var typeName: String { get }
-    /// What the kind lists, in a line (for the docs).
-    static var summary: String { get }
     /// The kind's own keys with their JSON Schema, in the order an unknown key's message
     /// lists them (`type` is every source's).
     static var properties: [(key: String, value: JSONValue)] { get }

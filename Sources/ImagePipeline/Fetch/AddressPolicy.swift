@@ -48,14 +48,6 @@ public struct AddressPolicy: Sendable, Equatable {
         self.allowRanges = allowRanges
     }
 
-    /// Every connection allowed: only a transfer's state before its client sets the
-    /// client's policy.
-    static let open: AddressPolicy = {
-        var policy = AddressPolicy()
-        policy.deny = []
-        return policy
-    }()
-
     /// Why `address` is refused ("169.254.169.254 is a metadata address"), or nil.
     public func refusal(of address: IPAddress) -> String? {
         let classes = address.classes
@@ -77,10 +69,12 @@ public struct AddressPolicy: Sendable, Equatable {
 /// `::ffff:a.b.c.d`).
 public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
     public let bytes: [UInt8]
+    /// `::ffff:0:0/96`, before an IPv4 address in its IPv6 form.
+    static let mappedPrefix: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF]
 
     public init?(bytes: [UInt8]) {
         switch bytes.count {
-        case 4: self.bytes = [UInt8](repeating: 0, count: 10) + [0xFF, 0xFF] + bytes
+        case 4: self.bytes = Self.mappedPrefix + bytes
         case 16: self.bytes = bytes
         default: return nil
         }
@@ -105,7 +99,7 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
     /// 6to4 one (`2002::/16`, the IPv4 address in its bytes 2 to 5).
     public var ipv4: [UInt8]? {
         let head = bytes.prefix(12)
-        if head.elementsEqual([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF]) { return Array(bytes.suffix(4)) }
+        if head.elementsEqual(Self.mappedPrefix) { return Array(bytes.suffix(4)) }
         if head.elementsEqual([0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0]) { return Array(bytes.suffix(4)) }
         if head.elementsEqual([0, 0x64, 0xFF, 0x9B, 0, 0, 0, 0, 0, 0, 0, 0]) { return Array(bytes.suffix(4)) }
         // The local-use prefix is a /48: the IPv4 address is in bytes 6–7 and 9–10 (RFC 6052).
@@ -151,7 +145,7 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String {
-        if bytes.prefix(12).elementsEqual([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF]) {
+        if bytes.prefix(12).elementsEqual(Self.mappedPrefix) {
             return bytes.suffix(4).map(String.init).joined(separator: ".")
         }
         var address = in6_addr()

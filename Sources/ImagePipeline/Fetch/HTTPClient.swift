@@ -246,8 +246,7 @@ public final class HTTPClient: @unchecked Sendable {
         defer { returnHandle(handle) }
         let transfer = Transfer(
             maxBytes: request.maxBytes, named: request.maxBytesName, deadline: transferDeadline,
-            cancellation: cancellation, refuseBody: request.refuseBody)
-        transfer.addresses = addresses
+            cancellation: cancellation, refuseBody: request.refuseBody, addresses: addresses)
         if request.isRead, let refuseRedirect = request.refuseRedirect {
             transfer.refuseRedirect = refuseRedirect
             transfer.location = request.url.absoluteString
@@ -560,9 +559,9 @@ private final class Transfer {
     var atResponseStart = true
     var failure: HTTPFailure?
     var errorText = ""
-    /// The addresses the transfer may connect to, and why the last address tried was
-    /// refused (nil once one is allowed).
-    var addresses = AddressPolicy.open
+    /// The addresses the transfer may connect to.
+    let addresses: AddressPolicy
+    /// Why the last address refused since the last response began was refused.
     var blocked: String?
     /// A socket was opened since the last response began (for this request, or for the
     /// redirect being followed): a failure to connect is then not the policy's doing alone.
@@ -570,8 +569,9 @@ private final class Transfer {
 
     init(
         maxBytes: Int, named name: String, deadline: Double, cancellation: CancellationFlag?,
-        refuseBody: (@Sendable (HTTPResult) -> Bool)?
+        refuseBody: (@Sendable (HTTPResult) -> Bool)?, addresses: AddressPolicy
     ) {
+        self.addresses = addresses
         self.cancellation = cancellation
         self.refuseBody = refuseBody
         self.maxBytes = maxBytes

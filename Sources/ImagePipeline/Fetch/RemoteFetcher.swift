@@ -160,9 +160,10 @@ public struct RemoteFetcher: Sendable {
         case .undecided: return .retry(after: 0)
         }
         // A host that opted out of image after image is not asked for this one.
-        if respectOptOut, let skip = optOutHosts.skip(HostHealth.key(of: url)) { return .skipped(skip) }
+        let origin = HostHealth.key(of: url)
+        if respectOptOut, let skip = optOutHosts.skip(origin) { return .skipped(skip) }
         let cached = cache?.entry(for: address)
-        if let cached, !revalidate, let served = fromCache(cached, at: destination, url: url) { return served }
+        if let cached, !revalidate, let served = fromCache(cached, at: destination, origin: origin) { return served }
         let temporary = cache?.temporaryFile() ?? reused ?? destination + Self.partialSuffix
         let result: HTTPResult
         var request = HTTPRequest(url: url, headers: conditionalHeaders(cached), destination: temporary, maxBytes: maxBytes)
@@ -191,7 +192,7 @@ public struct RemoteFetcher: Sendable {
         // the client's pacing counts it.
         let host = HostHealth.key(of: request.url)
         if case .refuse(let message) = hosts.admit(host) {
-            if let cached, let served = fromCache(cached, at: destination, url: url) { return served }
+            if let cached, let served = fromCache(cached, at: destination, origin: origin) { return served }
             throw ItemFailure(.download, message)
         }
         if let pacing = client.pacing {
@@ -222,7 +223,9 @@ public struct RemoteFetcher: Sendable {
                 return .retry(after: error.retryDelay(attempt: attempt, backoff: backoff))
             }
             // A copy made before the address was refused is not served in its place.
-            if error.kind != .blocked, let cached, let served = fromCache(cached, at: destination, url: url) { return served }
+            if error.kind != .blocked, let cached, let served = fromCache(cached, at: destination, origin: origin) {
+                return served
+            }
             // The URL asked for, unless the message already names it.
             let named = error.kind == .io || error.kind == .tooLarge || error.message.contains(url.absoluteString)
             let asked = named ? "" : ", asking for \(shown(url, address))"
@@ -236,21 +239,21 @@ public struct RemoteFetcher: Sendable {
         }
         let robotsTag = result.headerValues["x-robots-tag"]
         // Only an answer with the image speaks for it: error pages often carry `noindex`.
-        if (200...299).contains(result.status), let skip = optOut(robotsTag, from: url) {
+        if (200...299).contains(result.status), let skip = optOut(robotsTag, at: origin) {
             unlink(temporary)
             return .skipped(skip)
         }
         if result.status == 304, var cached {
             // A 304 may restate the header; if it does not, the lines kept with the copy hold.
             if let robotsTag { cached.robotsTag = robotsTag }
-            if let served = fromCache(cached, at: destination, url: url) {
+            if let served = fromCache(cached, at: destination, origin: origin) {
                 unlink(temporary)
                 return served
             }
         }
         guard (200...299).contains(result.status) else {
             unlink(temporary)
-            if let cached, let served = fromCache(cached, at: destination, url: url) { return served }
+            if let cached, let served = fromCache(cached, at: destination, origin: origin) { return served }
             throw ItemFailure(.download, "HTTP \(result.status) from \(shown(url, address))", httpStatus: result.status)
         }
         let head = Array(
@@ -306,20 +309,25 @@ public struct RemoteFetcher: Sendable {
 
     /// The skip an opt-out `X-Robots-Tag` calls for, when `respectOptOut` is on.
     func optOut(_ lines: [String]?) -> ItemSkip? {
-        guard respectOptOut, let lines, let found = RobotsTag.optOut(in: lines, agent: agent) else { return nil }
-        return ItemSkip(.optOut, "X-Robots-Tag: \(found.line)")
+        optOutLine(lines).map { ItemSkip(.optOut, "X-Robots-Tag: \($0)") }
     }
 
-    /// `optOut(lines)`, counted against the host of `url` (`optOutHosts`).
-    private func optOut(_ lines: [String]?, from url: URL) -> ItemSkip? {
-        guard let skip = optOut(lines) else { return nil }
-        optOutHosts.sighted(HostHealth.key(of: url), line: String(skip.message.dropFirst("X-Robots-Tag: ".count)))
-        return skip
+    /// The `X-Robots-Tag` line that opts an image out, when `respectOptOut` heeds one.
+    private func optOutLine(_ lines: [String]?) -> String? {
+        guard respectOptOut, let lines else { return nil }
+        return RobotsTag.optOut(in: lines, agent: agent)?.line
+    }
+
+    /// `optOut(lines)`, counted against the image's host, `origin` (`optOutHosts`).
+    private func optOut(_ lines: [String]?, at origin: String) -> ItemSkip? {
+        guard let line = optOutLine(lines) else { return nil }
+        optOutHosts.sighted(origin, line: line)
+        return ItemSkip(.optOut, "X-Robots-Tag: \(line)")
     }
 
     /// A cached copy at `destination`, or its skip; nil when it cannot be placed.
-    private func fromCache(_ cached: DiskCache.Entry, at destination: String, url: URL) -> ImageFetch? {
-        if let skip = optOut(cached.robotsTag, from: url) { return .skipped(skip) }
+    private func fromCache(_ cached: DiskCache.Entry, at destination: String, origin: String) -> ImageFetch? {
+        if let skip = optOut(cached.robotsTag, at: origin) { return .skipped(skip) }
         return Self.place(cached.path, at: destination) ? .fetched(.cache, body: nil) : nil
     }
 

@@ -833,13 +833,13 @@ final class RunStages: Sendable {
     /// undelivered, for resume).
     private func endBatches(commit committing: Bool) {
         context.options.batchFlush?.register(nil)
-        for batch in batches.values {
-            if committing {
-                batch.commit { entries, commit in record(entries, commit, to: batch.sink) }
-            } else {
+        guard committing else {
+            for batch in batches.values {
                 for entry in batch.discard() { leavePending(entry.item, entry.settlement) }
             }
+            return
         }
+        commitOpenBatches()
     }
 
     /// Attempt `number` at one sink after `delay` seconds, on a deliverer thread; left

@@ -6,8 +6,6 @@
 public protocol SinkParameters: Sendable, Equatable {
     /// The `type` of the entry, e.g. `"directory"`.
     static var typeName: String { get }
-    /// What the kind does, in a line (for the docs).
-    static var summary: String { get }
     /// The kind's own keys with their JSON Schema, in the order an unknown key's message
     /// lists them; `type`, `name`, `outputs` and `pacing` are every sink's.
     static var properties: [(key: String, value: JSONValue)] { get }

@@ -240,8 +240,8 @@ extension RunStore {
                     db.cachedStatement(sql: "SELECT COUNT(*) FROM output WHERE runId = ? AND itemKey = ?"),
                     arguments: [runId, key]) ?? 1
             let message = (several > 1 ? "sink \(sink), output \(output): " : "sink \(sink): ") + failure.message
-            // A refused address is said as such; any other delivery failure is the sink's.
-            let reason: FailureReason = failure.reason == .blockedAddress ? .blockedAddress : .upload
+            // The sink's reason: `upload`, or `blocked-address` for a target the policy refused.
+            let reason = failure.reason
             try db.cachedStatement(
                 sql: """
                     UPDATE item SET status = 'failed', reason = ?, message = ?, httpStatus = ?, updatedAt = ?

@@ -4,7 +4,6 @@ import Foundation
 /// false).
 public struct DirectorySourceParameters: SourceParameters {
     public static let typeName = "directory"
-    public static let summary = "every image file below a folder"
     public static let properties: [(key: String, value: JSONValue)] = [
         ("path", PipelineSchema.string), ("recursive", PipelineSchema.boolean),
     ]

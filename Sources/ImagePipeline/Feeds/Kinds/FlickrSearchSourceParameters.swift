@@ -1,7 +1,6 @@
 /// `"type": "flickr-search"`: Flickr search, page by page.
 public struct FlickrSearchSourceParameters: RemoteSourceParameters {
     public static let typeName = "flickr-search"
-    public static let summary = "the photos Flickr's search finds for a text"
     public static let properties: [(key: String, value: JSONValue)] = [
         ("text", PipelineSchema.string), ("apiKey", PipelineSchema.string), ("endpoint", PipelineSchema.string),
         ("perPage", PipelineSchema.integerSchema(1...500)), ("maxItems", PipelineSchema.integerSchema(1...Int.max)),

@@ -2,7 +2,6 @@
 /// pages linked by `next`.
 public struct JSONFeedSourceParameters: RemoteSourceParameters {
     public static let typeName = "json-feed"
-    public static let summary = "the objects of a JSON array with an image URL each, on one page or several"
     public static let properties: [(key: String, value: JSONValue)] = [
         ("url", PipelineSchema.string), ("urlField", PipelineSchema.nonEmpty), ("keyField", PipelineSchema.nonEmpty),
         ("items", PipelineSchema.jsonPointer), ("next", PipelineSchema.jsonPointer),

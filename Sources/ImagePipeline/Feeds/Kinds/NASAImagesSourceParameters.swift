@@ -1,7 +1,6 @@
 /// `"type": "nasa-images"`: NASA's image search, paged by `next` links.
 public struct NASAImagesSourceParameters: RemoteSourceParameters {
     public static let typeName = "nasa-images"
-    public static let summary = "the images NASA's image search finds for a query"
     public static let properties: [(key: String, value: JSONValue)] = [
         ("query", PipelineSchema.string), ("endpoint", PipelineSchema.string), ("mediaType", PipelineSchema.nonEmpty),
         ("maxItems", PipelineSchema.integerSchema(1...Int.max)), ("maxPageBytes", PipelineSchema.maxPageBytes),

@@ -4,7 +4,6 @@ import Logging
 /// `pageSize` keys a page.
 public struct S3SourceParameters: RemoteSourceParameters {
     public static let typeName = "s3"
-    public static let summary = "the image objects of a bucket below a prefix"
     public static let properties: [(key: String, value: JSONValue)] =
         PipelineSchema.s3Location + [
             ("pageSize", PipelineSchema.integerSchema(1...1000)), ("maxItems", PipelineSchema.integerSchema(1...Int.max)),

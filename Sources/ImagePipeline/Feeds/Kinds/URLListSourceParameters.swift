@@ -3,7 +3,6 @@ import Foundation
 /// `"type": "url-list"`: a local file of URLs (`.txt`, `.csv`, `.jsonl`, optionally `.gz`).
 public struct URLListSourceParameters: RemoteSourceParameters {
     public static let typeName = "url-list"
-    public static let summary = "the image URLs of a local file (.txt, .csv, .jsonl, optionally gzipped)"
     public static let properties: [(key: String, value: JSONValue)] = [("path", PipelineSchema.string)]
     public static let required = ["path"]
 

@@ -1,7 +1,6 @@
 /// `"type": "directory"`: each output written below `path` under its template name.
 public struct DirectorySinkParameters: SinkParameters {
     public static let typeName = "directory"
-    public static let summary = "writes each output below a folder under its template name"
     public static let properties: [(key: String, value: JSONValue)] = [
         ("path", PipelineSchema.string), ("prune", PipelineSchema.boolean),
     ]

@@ -2,7 +2,6 @@
 /// `POST` (multipart).
 public struct HTTPSinkParameters: SinkParameters {
     public static let typeName = "http"
-    public static let summary = "sends each output to a URL template, PUT as it is or POST as a form"
     public static let properties: [(key: String, value: JSONValue)] = [
         ("url", PipelineSchema.string), ("method", .object([("enum", PipelineSchema.strings(["PUT", "POST"]))])),
         ("fileField", PipelineSchema.nonEmpty), ("headers", PipelineSchema.ref("strings")),

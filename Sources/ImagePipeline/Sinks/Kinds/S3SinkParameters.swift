@@ -2,7 +2,6 @@
 /// when large).
 public struct S3SinkParameters: SinkParameters {
     public static let typeName = "s3"
-    public static let summary = "puts each output in a bucket as an object, in parts when large"
     public static let properties: [(key: String, value: JSONValue)] =
         PipelineSchema.s3Location + [
             ("key", PipelineSchema.nonEmpty),

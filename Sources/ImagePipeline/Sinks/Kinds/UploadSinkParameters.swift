@@ -4,7 +4,6 @@ import Foundation
 /// (multipart).
 public struct UploadSinkParameters: SinkParameters {
     public static let typeName = "upload"
-    public static let summary = "asks an endpoint for a one-shot URL, then posts each output there as a form"
     public static let properties: [(key: String, value: JSONValue)] = [
         ("endpoint", PipelineSchema.string), ("fields", PipelineSchema.ref("strings")),
         ("fileField", PipelineSchema.nonEmpty), ("originalField", PipelineSchema.nonEmpty),
