@@ -1,10 +1,11 @@
 // imgpipe-scaleout: the shared-run store alone, for bench/scaleout.sh (not a test).
 //
-//   imgpipe-scaleout URL ITEMS WORKERS CHUNK
+//   imgpipe-scaleout URL ITEMS WORKERS CHUNK [share|whole]
 //
 // On an empty database: one lister records ITEMS items in pages of CHUNK (one
 // transaction each, as `imgpipe work` lists); then WORKERS threads, each with its own
-// connection and no pixel work, claim chunks, read their items, record every item done in
+// connection and no pixel work, claim chunks (`share`, the default: as `imgpipe work`
+// claims, cut to the work left; `whole`: each chunk as listed), read their items, record every item done in
 // one fenced transaction per chunk (with the counters `status` reads: sink, output, tier)
 // and complete the chunk, as workers do; then `status`
 // is read five times. Prints one JSON object: lister items/s, claims/s, item
@@ -13,10 +14,13 @@ import Foundation
 import ImagePipeline
 
 let arguments = CommandLine.arguments
-guard arguments.count == 5, let items = Int(arguments[2]), let workers = Int(arguments[3]), let chunk = Int(arguments[4]) else {
-    FileHandle.standardError.write(Data("usage: imgpipe-scaleout URL ITEMS WORKERS CHUNK\n".utf8))
+guard arguments.count == 5 || arguments.count == 6, let items = Int(arguments[2]), let workers = Int(arguments[3]),
+    let chunk = Int(arguments[4]), ["share", "whole"].contains(arguments.count == 6 ? arguments[5] : "share")
+else {
+    FileHandle.standardError.write(Data("usage: imgpipe-scaleout URL ITEMS WORKERS CHUNK [share|whole]\n".utf8))
     exit(2)
 }
+let whole = arguments.count == 6 && arguments[5] == "whole"
 let url = arguments[1]
 /// What a real worker adds to `status`'s counters for a done item of one output and one sink.
 let tally = ["tier/remote": 1, "sink/out/done": 1, "output/default/done": 1]
@@ -58,7 +62,7 @@ do {
             let thread = Thread {
                 defer { done.signal() }
                 do {
-                    while let claimed = try run.claim(1).first {
+                    while let claimed = try whole ? run.claim(1).first : run.claimShare() {
                         let pending = try run.items(of: claimed)
                         let written = try run.record(pending.map { .init(seq: $0.seq, status: .done, tally: tally) }, in: claimed)
                         try run.complete(claimed)
@@ -84,7 +88,8 @@ do {
     let median = statusTimes.sorted()[statusTimes.count / 2]
     print(
         """
-        {"items": \(items), "workers": \(workers), "chunk": \(chunk), "done": \(counts.done), \
+        {"items": \(items), "workers": \(workers), "chunk": \(chunk), "claim": "\(whole ? "whole" : "share")", \
+        "done": \(counts.done), "claims": \(claims.withLock { $0 }), \
         "listerItemsPerSecond": \(Int(Double(items) / listing)), "claimsPerSecond": \(Int(Double(claims.withLock { $0 }) / working)), \
         "transitionsPerSecond": \(Int(Double(transitions.withLock { $0 }) / working)), "statusSeconds": \(String(format: "%.3f", median))}
         """)

@@ -222,6 +222,89 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(plan.contains("Limit"), "\(plan)")
     }
 
+    // MARK: - claims sized to the work left
+
+    /// Two workers of equal speed over 600 items in chunks of 500: each claims again when it
+    /// has done what it holds (a clock counts one tick per item). Whole chunks gave one 500
+    /// and the other 100; claims cut to the work left end them together.
+    @Test func twoWorkersOverSixHundredItemsInChunksOfFiveHundredFinishTogether() throws {
+        let lister = try worker("a", chunkSize: 500)
+        #expect(try list(600, by: lister) == 600)
+        let workers = [lister, try worker("b", chunkSize: 500)]
+        var free = [0, 0]
+        var done = [0, 0]
+        var seen: [Int64: Int64] = [:]  // seq → the chunk it was claimed in
+        var claims: [[Int]] = [[], []]
+        while true {
+            let next = free[0] <= free[1] ? 0 : 1
+            guard let chunk = try workers[next].claimShare() else { break }
+            let items = try workers[next].items(of: chunk)
+            #expect(items.count == chunk.items && items.first?.seq == chunk.firstSeq && items.last?.seq == chunk.lastSeq)
+            for item in items {
+                #expect(seen.updateValue(chunk.id, forKey: item.seq) == nil, "item \(item.seq) was claimed twice")
+            }
+            try workers[next].record(items.map { .init(seq: $0.seq, status: .done) }, in: chunk)
+            #expect(try workers[next].complete(chunk))
+            free[next] += items.count
+            done[next] += items.count
+            claims[next].append(items.count)
+        }
+        #expect(seen.count == 600 && Set(seen.keys) == Set(0..<600))
+        #expect(claims[0].first == 150, "the first claim is 600 / (2 × 2 workers): \(claims)")
+        #expect(abs(done[0] - done[1]) <= SharedRun.smallestShare, "\(done), claims \(claims)")
+        #expect(max(free[0], free[1]) <= 300 + SharedRun.smallestShare, "\(free)")
+        // The rows agree with the claims: each item in the chunk it was claimed in, each
+        // chunk's counters its own items', and the run's counts whole.
+        let rows = try lister.connection.execute("SELECT seq, chunk FROM imgpipe_item WHERE run_id = $1", [String(lister.runId)])
+        for row in rows.all { #expect(seen[row.int("seq") ?? -1] == row.int("chunk")) }
+        let chunks = try lister.connection.execute(
+            """
+            SELECT c.id, c.items, c.done, c.first_seq, c.last_seq, count(i.seq) AS n, min(i.seq) AS lo, max(i.seq) AS hi
+            FROM imgpipe_chunk c JOIN imgpipe_item i ON i.run_id = c.run_id AND i.chunk = c.id
+            WHERE c.run_id = $1 GROUP BY c.run_id, c.id
+            """, [String(lister.runId)])
+        #expect(chunks.count == claims.joined().count)
+        for chunk in chunks.all {
+            #expect(chunk.int("items") == chunk.int("n") && chunk.int("done") == chunk.int("n"))
+            #expect(chunk.int("first_seq") == chunk.int("lo") && chunk.int("last_seq") == chunk.int("hi"))
+        }
+        let counts = try lister.counts()
+        #expect(counts.items == 600 && counts.done == 600 && counts.chunksDone == chunks.count && counts.chunksPending == 0)
+    }
+
+    /// A chunk given back half done and cut by the next claim: both parts keep the counters
+    /// and tallies of their own items, so `status` stays whole.
+    @Test func aChunkGivenBackHalfDoneIsCutWithItsCountersAndTalliesOnEachSide() throws {
+        let a = try worker("a", chunkSize: 100)
+        #expect(try list(100, by: a) == 100)
+        let whole = try #require(try a.claim().first)
+        let ended: [SharedRun.Outcome] =
+            (0..<6).map { .init(seq: Int64($0), status: .done, tally: ["sink/out/done": 1]) }
+            + [.init(seq: 50, status: .failed, reason: "decode", message: "bad", tally: ["sink/out/failed": 1])]
+        #expect(try a.record(ended, in: whole) == 7)
+        try a.handBack(whole)
+        // One live worker: its share is half of the 93 items left, 47; the 47th pending
+        // item is seq 53 (0-5 and 50 have ended), so the claimed part is 0...53.
+        let part = try #require(try a.claimShare())
+        #expect(part.id != whole.id && part.firstSeq == 0 && part.lastSeq == 53 && part.items == 54, "\(part)")
+        #expect(try a.items(of: part).count == 47)
+        let rows = try a.connection.execute(
+            "SELECT id, state, items, done, failed, first_seq, tally::text AS tally FROM imgpipe_chunk ORDER BY id")
+        let byId = Dictionary(uniqueKeysWithValues: rows.all.map { ($0.int("id") ?? -1, $0) })
+        let rest = try #require(byId[whole.id])
+        #expect(rest["state"] == "pending" && rest.int("items") == 46 && rest.int("first_seq") == 54)
+        #expect(rest.int("done") == 0 && rest.int("failed") == 0 && rest["tally"] == "{}")
+        let head = try #require(byId[part.id])
+        #expect(head["state"] == "leased" && head.int("done") == 6 && head.int("failed") == 1)
+        #expect(head["tally"] == #"{"sink/out/done": 6, "sink/out/failed": 1}"#)
+        let counts = try a.counts()
+        #expect(counts.items == 100 && counts.done == 6 && counts.failed == 1 && counts.pending == 93)
+        // The old lease wrote nothing more: the chunk it named is pending under no lease.
+        #expect(throws: SharedRun.SharedRunError.leaseLost(chunk: whole.id)) {
+            try a.record([.init(seq: 60, status: .done)], in: whole)
+        }
+    }
+
     // MARK: - leases and fencing
 
     @Test func aWorkerPausedPastItsLeaseHasItsLateWritesRefused() throws {

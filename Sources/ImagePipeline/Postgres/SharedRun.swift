@@ -322,10 +322,115 @@ public final class SharedRun: @unchecked Sendable {
     // MARK: - claims and leases
 
     /// Claims up to `count` pending chunks (oldest first), each under a new lease token.
+    /// Whole chunks, as listed: `claimShare` is the worker's claim, sized to the work left.
     public func claim(_ count: Int = 1) throws -> [Chunk] {
         // Not replayed after a lost connection: the first claim may have committed, and a
         // second would lease a chunk this worker never hears of.
         try connection.execute(Self.claimSQL(count), [run, worker, lease], idempotent: false).all.map(Self.chunk)
+    }
+
+    /// The fewest items a claim is cut down to (`claimShare`): below this, a claim's round
+    /// trips would cost more than the imbalance they save.
+    public static let smallestShare = 8
+
+    /// Claims the oldest pending chunk, or its first part when the chunk holds more than this
+    /// worker's share of the work left: the items not claimed yet divided by twice the live
+    /// workers (those whose heartbeat is younger than a lease), never fewer than
+    /// `smallestShare`. The rest stays pending under the chunk's own number, so the next
+    /// claim takes up where this one stopped; the part claimed becomes a chunk of its own.
+    ///
+    /// Without it, chunks of 500 gave the tail of a run to whoever claimed last: two workers
+    /// over 600 items did 500 and 100. Cut to the work left, claims shrink as the run nears
+    /// its end and the workers finish together. The work left is summed over the first
+    /// `2 × workers + 1` pending chunks only (a bound on the question's cost at any size):
+    /// past that many full chunks, no claim is cut.
+    ///
+    /// One transaction: the chunk's row is locked first, then the run's (for the new chunk's
+    /// number), then the items moved; the lister takes the run's row before any item, so
+    /// the two never wait on each other in a cycle.
+    public func claimShare() throws -> Chunk? {
+        try connection.transaction { () -> Chunk? in
+            guard
+                let picked = try connection.execute(
+                    """
+                    WITH picked AS (
+                        SELECT id, items - done - failed - skipped AS open FROM imgpipe_chunk
+                        WHERE run_id = $1 AND state = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                    SELECT p.id, p.open,
+                        (SELECT count(*) FROM imgpipe_worker w
+                         WHERE w.run_id = $1 AND w.heartbeat_at > now() - make_interval(secs => $2::double precision)) AS workers
+                    FROM picked p
+                    """, [run, lease]
+                ).first, let id = picked.int("id")
+            else { return nil }
+            let open = Int(picked.int("open") ?? 0)
+            let workers = max(1, Int(picked.int("workers") ?? 1))
+            let left = try connection.execute(
+                """
+                SELECT coalesce(sum(items - done - failed - skipped), 0) AS left FROM (
+                    SELECT items, done, failed, skipped FROM imgpipe_chunk
+                    WHERE run_id = $1 AND state = 'pending' ORDER BY id LIMIT $2::bigint) s
+                """, [run, String(2 * workers + 1)]
+            ).first?.int("left")
+            let share = Self.share(ofLeft: Int(left ?? 0), workers: workers)
+            if open > share, let part = try split(chunk: id, after: share) { return part }
+            return try connection.execute(
+                """
+                UPDATE imgpipe_chunk SET state = 'leased', owner = $3, token = nextval('imgpipe_lease_token'),
+                    lease_expires = now() + make_interval(secs => $4::double precision)
+                WHERE run_id = $1 AND id = $2
+                RETURNING id, token, first_seq, last_seq, items
+                """, [run, String(id), worker, lease]
+            ).first.map(Self.chunk)
+        }
+    }
+
+    /// A worker's share of `left` items not claimed yet, among `workers` live workers.
+    static func share(ofLeft left: Int, workers: Int) -> Int {
+        let even = (left + 2 * workers - 1) / (2 * workers)
+        return max(smallestShare, even)
+    }
+
+    /// Within `claimShare`'s transaction, the chunk `id` locked: its first `share` pending
+    /// items (and any ended item among them) become a new chunk, leased to this worker; the
+    /// rest stays chunk `id`, pending. Both chunks' counters and tallies are made anew from
+    /// their items (a chunk given back half done has ended items on either side).
+    private func split(chunk id: Int64, after share: Int) throws -> Chunk? {
+        guard
+            let cut = try connection.execute(
+                """
+                SELECT seq FROM imgpipe_item WHERE run_id = $1 AND chunk = $2 AND status = 'pending'
+                ORDER BY seq OFFSET $3::bigint LIMIT 1
+                """, [run, String(id), String(share - 1)]
+            ).first?.int("seq"),
+            let head = try connection.execute(
+                "UPDATE imgpipe_run SET next_chunk = next_chunk + 1 WHERE id = $1 RETURNING next_chunk - 1 AS id", [run]
+            ).first?.int("id")
+        else { return nil }
+        try connection.execute(
+            "UPDATE imgpipe_item SET chunk = $3 WHERE run_id = $1 AND chunk = $2 AND seq <= $4",
+            [run, String(id), String(head), String(cut)])
+        let counted = """
+            first_seq = m.first, last_seq = m.last, items = m.n, done = m.done, failed = m.failed, skipped = m.skipped,
+            tally = \(SharedRunSchema.chunkTally())
+            FROM (SELECT min(seq) AS first, max(seq) AS last, count(*) AS n, count(*) FILTER (WHERE status = 'done') AS done,
+                         count(*) FILTER (WHERE status = 'failed') AS failed,
+                         count(*) FILTER (WHERE status = 'skipped') AS skipped
+                  FROM imgpipe_item WHERE run_id = $1 AND chunk = $2) m
+            """
+        try connection.execute("UPDATE imgpipe_chunk c SET \(counted) WHERE c.run_id = $1 AND c.id = $2", [run, String(id)])
+        try connection.execute(
+            """
+            INSERT INTO imgpipe_chunk (run_id, id, first_seq, last_seq, items, state, owner, token, lease_expires)
+            VALUES ($1, $2, 0, 0, 0, 'leased', $3, nextval('imgpipe_lease_token'),
+                    now() + make_interval(secs => $4::double precision))
+            """, [run, String(head), worker, lease])
+        return try connection.execute(
+            """
+            UPDATE imgpipe_chunk c SET \(counted) WHERE c.run_id = $1 AND c.id = $2
+            RETURNING c.id, c.token, c.first_seq, c.last_seq, c.items
+            """, [run, String(head)]
+        ).first.map(Self.chunk)
     }
 
     /// The claim statement, with `count` written into the SQL as a literal.

@@ -585,14 +585,18 @@ final class ChunkFeed: Feed, Sendable {
         // less and less often, up to four times a second (the end of the run is noticed
         // within a quarter of a second; the question is a sum over the chunk rows).
         var pause = 0.02
-        var claimedBefore: Set<Int64> = []
+        // The items of every chunk this worker claimed, as ranges of feed positions (a chunk
+        // claimed again may come back cut in two: its number says less than its items do).
+        var claimedBefore: [ClosedRange<Int64>] = []
         while !stopping.isCancelled {
-            if let chunk = try patiently({ try shared.claim(1).first }) {
+            if let chunk = try patiently({ try shared.claimShare() }) {
                 pause = 0.02
                 let items = try patiently { try shared.items(of: chunk) }
                 ledger.add(chunk, items: items)
-                // Only a chunk this worker held before can have items in its journal.
-                let again = !claimedBefore.insert(chunk.id).inserted
+                // Only items this worker held before can be in its journal.
+                let range = chunk.firstSeq...max(chunk.firstSeq, chunk.lastSeq)
+                let again = claimedBefore.contains { $0.overlaps(range) }
+                claimedBefore.append(range)
                 let ready = items.map { $0.numbered(environment) }
                 store.claimAhead(ready)
                 for item in ready {
