@@ -305,6 +305,38 @@ final class SharedRunTests: @unchecked Sendable {
         }
     }
 
+    /// A worker paused past its lease, its chunk cut by another's claim, then the rest of
+    /// it claimed back here under the same number: the items the other worker took must
+    /// stay lost to this one (their deliveries dropped), or both would deliver them.
+    @Test func aChunkCutWhileItsHolderWasPausedIsLostToItForTheItemsTheOtherTook() throws {
+        let w = try worker("w", chunkSize: 20, lease: 1)
+        #expect(try list(20, by: w) == 20)
+        let ledger = ChunkLedger(leaseSeconds: 1)
+        let first = try #require(try w.claim().first)
+        ledger.add(first, items: try w.items(of: first))
+        Thread.sleep(forTimeInterval: 1.2)  // paused past its lease
+        let v = try worker("v", chunkSize: 20, lease: 60)
+        #expect(try v.rescueExpired() == [first.id])
+        let head = try #require(try v.claimShare())
+        #expect(head.id != first.id && head.firstSeq == 0 && head.lastSeq == 7, "two live workers: a share of 8")
+        // w wakes and claims the rest of its old chunk, which kept its number.
+        let rest = try #require(try w.claim().first)
+        #expect(rest.id == first.id && rest.token != first.token && rest.firstSeq == 8)
+        ledger.add(rest, items: try w.items(of: rest))
+        // Its heartbeat: the old claim is not renewed (the chunk is held under the new one).
+        let before = ledger.unfinished()
+        let held = try w.heartbeat(tokens: before.map(\.token))
+        #expect(held == [rest.id: rest.token])
+        let lost = before.filter { held[$0.id] != $0.token }
+        #expect(lost.map(\.token) == [first.token])
+        #expect(lost.allSatisfy { ledger.markLost($0) }, "the old claim is known, and lost")
+        ledger.renewed(at: Date())
+        #expect(ledger.deliveryGate("k0") == .drop, "k0 is v's now")
+        #expect(ledger.deliveryGate("k7") == .drop)
+        #expect(ledger.deliveryGate("k8") == .go, "k8 is w's again, under the new claim")
+        #expect(ledger.unfinished().map(\.token) == [rest.token])
+    }
+
     // MARK: - leases and fencing
 
     @Test func aWorkerPausedPastItsLeaseHasItsLateWritesRefused() throws {

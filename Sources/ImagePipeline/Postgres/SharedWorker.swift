@@ -421,7 +421,10 @@ final class LoopThread: Sendable {
 }
 
 /// The chunks this worker holds, the key → sequence number of each item it was given, and
-/// how many of each chunk's items have ended.
+/// how many of each chunk's items have ended. Claims are kept by their lease token, not
+/// their chunk's number: a chunk taken from this worker can be cut by another's claim and
+/// its rest claimed here again under the same number, and the items of the old claim that
+/// are not in the new one (now another worker's) must still be known as lost.
 final class ChunkLedger: Sendable {
     private struct Held {
         var chunk: SharedRun.Chunk
@@ -435,7 +438,7 @@ final class ChunkLedger: Sendable {
 
     /// The chunks held, each item's place, and the items whose deliveries were dropped (their
     /// chunk lost) and not taken back since.
-    private let state = Mutex<(chunks: [Int64: Held], items: [String: (chunk: Int64, seq: Int64)], dropped: Set<String>)>(
+    private let state = Mutex<(chunks: [Int64: Held], items: [String: (token: Int64, seq: Int64)], dropped: Set<String>)>(
         ([:], [:], []))
     /// When the last heartbeat that renewed the leases began: each lease held then runs at
     /// least a lease from there.
@@ -461,7 +464,7 @@ final class ChunkLedger: Sendable {
     func deliveryGate(_ key: String) -> DeliveryGate {
         let stale = Date().timeIntervalSince(lastRenewal) > freshFor
         return state.withLock { state in
-            guard let place = state.items[key], let held = state.chunks[place.chunk] else { return .go }
+            guard let place = state.items[key], let held = state.chunks[place.token] else { return .go }
             if held.lost {
                 state.dropped.insert(key)
                 return .drop
@@ -482,23 +485,23 @@ final class ChunkLedger: Sendable {
 
     func add(_ chunk: SharedRun.Chunk, items: [SharedRun.Item]) {
         state.withLock { state in
-            state.chunks[chunk.id] = Held(chunk: chunk, given: items.count)
-            for item in items { state.items[item.key] = (chunk.id, item.seq) }
+            state.chunks[chunk.token] = Held(chunk: chunk, given: items.count)
+            for item in items { state.items[item.key] = (chunk.token, item.seq) }
         }
     }
 
     func allGiven(_ chunk: SharedRun.Chunk) {
-        state.withLock { $0.chunks[chunk.id]?.allGiven = true }
+        state.withLock { $0.chunks[chunk.token]?.allGiven = true }
     }
 
     /// The chunk and sequence number of an item whose end is to be recorded; nil when it is
     /// not one of this worker's, or its end was already taken under this claim.
     func end(_ key: String) -> (chunk: SharedRun.Chunk, seq: Int64)? {
         state.withLock { state in
-            guard let place = state.items[key], var held = state.chunks[place.chunk],
+            guard let place = state.items[key], var held = state.chunks[place.token],
                 held.ended.insert(key).inserted
             else { return nil }
-            state.chunks[place.chunk] = held
+            state.chunks[place.token] = held
             return (held.chunk, place.seq)
         }
     }
@@ -511,18 +514,18 @@ final class ChunkLedger: Sendable {
     /// Counts `count` ends of the items of `chunk`'s claim; returns the chunk when all have ended.
     func settled(_ count: Int, of chunk: SharedRun.Chunk) -> SharedRun.Chunk? {
         state.withLock { state in
-            guard var held = state.chunks[chunk.id], held.chunk.token == chunk.token else { return nil }
+            guard var held = state.chunks[chunk.token] else { return nil }
             held.settled += count
-            state.chunks[chunk.id] = held
+            state.chunks[chunk.token] = held
             return held.allGiven && held.settled >= held.given && !held.lost ? held.chunk : nil
         }
     }
 
     func finished(_ chunk: SharedRun.Chunk) {
         state.withLock { state in
-            guard state.chunks[chunk.id]?.chunk.token == chunk.token else { return }
-            state.chunks[chunk.id] = nil
-            state.items = state.items.filter { $0.value.chunk != chunk.id }
+            guard state.chunks[chunk.token] != nil else { return }
+            state.chunks[chunk.token] = nil
+            state.items = state.items.filter { $0.value.token != chunk.token }
         }
     }
 
@@ -530,8 +533,8 @@ final class ChunkLedger: Sendable {
     @discardableResult
     func markLost(_ chunk: SharedRun.Chunk) -> Bool {
         state.withLock { state in
-            guard state.chunks[chunk.id]?.chunk.token == chunk.token else { return false }
-            state.chunks[chunk.id]?.lost = true
+            guard state.chunks[chunk.token] != nil else { return false }
+            state.chunks[chunk.token]?.lost = true
             return true
         }
     }
