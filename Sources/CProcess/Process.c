@@ -7,7 +7,10 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+int ip_socket_pair(int pair[2]) { return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair); }
 
 int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], int socket, pid_t *pid) {
     posix_spawn_file_actions_t actions;

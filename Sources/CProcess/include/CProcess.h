@@ -7,6 +7,9 @@
 /// no other descriptor of this process past standard error (glibc's
 /// `posix_spawn_file_actions_addclosefrom_np`, which Swift does not see), and no signal
 /// blocked. Returns 0 and sets `pid`, or an errno value.
+// A connected pair of Unix stream sockets, both closed on exec: 0, or -1 with errno set.
+int ip_socket_pair(int pair[2]);
+
 int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], int socket, pid_t *pid);
 
 /// For a pixel helper (`PixelHelper.serve`), first thing: asks the kernel for SIGKILL when

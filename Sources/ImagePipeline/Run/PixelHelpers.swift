@@ -330,7 +330,9 @@ final class PixelHelpers: Sendable {
     /// means no helper can start.
     private func start() throws(StartFailure) -> Helper {
         var pair: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+        // In C: which module Swift finds glibc's `SOCK_*` names in depends on the build (a
+        // release build found them in none).
+        guard ip_socket_pair(&pair) == 0 else {
             throw .ended(Ended(description: "could not start (socketpair: \(String(cString: strerror(errno))))"))
         }
         // The helper's end is its standard input; no other descriptor of the run goes with it.
