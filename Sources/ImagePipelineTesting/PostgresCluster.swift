@@ -10,6 +10,11 @@ import Synchronization
 ///
 /// Nothing is skipped: a machine without PostgreSQL's server fails the tests that need it,
 /// with the command that installs it (`make deps`).
+///
+/// A test that reaches the server from elsewhere (a worker in a network namespace of its
+/// own) starts a cluster of its own with `dedicated(alsoOn:clients:)`: it listens on
+/// another local address too, takes password logins from that subnet, and is stopped by
+/// `stop()`.
 public final class PostgresCluster: Sendable {
     public let port: Int
     public let user = "imgpipe"
@@ -23,7 +28,14 @@ public final class PostgresCluster: Sendable {
 
     public static func start() throws -> PostgresCluster { try shared.get() }
 
-    private init() throws {
+    /// A cluster of the caller's own, on 127.0.0.1 and on `address` (a local address, e.g.
+    /// the host's end of a veth pair), which lets in password logins from `clients` (a
+    /// CIDR range) besides loopback (`url(database:host:)` names that address).
+    public static func dedicated(alsoOn address: String, clients: String) throws -> PostgresCluster {
+        try PostgresCluster(alsoOn: address, clients: clients)
+    }
+
+    private init(alsoOn address: String? = nil, clients: String? = nil) throws {
         guard let bin = Self.serverBinaries() else {
             throw ClusterError("PostgreSQL's server (initdb, postgres) is not installed: `make deps` installs it")
         }
@@ -37,18 +49,35 @@ public final class PostgresCluster: Sendable {
             "\(binaries)/initdb", "-D", folder + "/data", "-U", user, "--pwfile=\(passwordFile)",
             "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--locale=C.UTF-8",
         ])
+        if let clients {
+            let rules = try FileHandle(forWritingTo: URL(fileURLWithPath: folder + "/data/pg_hba.conf"))
+            try rules.seekToEnd()
+            try rules.write(contentsOf: Data("host all all \(clients) scram-sha-256\n".utf8))
+            try rules.close()
+        }
         // A port free now: bound by a RefusingPort, read back, let go when it is freed.
         port = try RefusingPort().port
         try Self.asServerUser([
             "\(binaries)/pg_ctl", "-D", folder + "/data", "-l", folder + "/server.log", "-w", "-t", "60",
             "-o",
-            "-h 127.0.0.1 -p \(port) -k \(folder) -c fsync=off -c synchronous_commit=off "
+            "-h 127.0.0.1\(address.map { "," + $0 } ?? "") -p \(port) -k \(folder) -c fsync=off -c synchronous_commit=off "
                 + "-c full_page_writes=off -c max_connections=200", "start",
         ])
-        let stopCommand = "\(binaries)/pg_ctl -D \(folder)/data -m immediate stop"
-        Self.atExit.withLock { $0.append((getuid() == 0 ? "runuser -u postgres -- " : "") + stopCommand + "; rm -rf \(folder)") }
-        atexit { PostgresCluster.runAtExit() }
+        let first = Self.atExit.withLock { commands in
+            commands.append(stopCommand)
+            return commands.count == 1
+        }
+        if first { atexit { PostgresCluster.runAtExit() } }
     }
+
+    /// Stops the server and removes its folder (the shared cluster is stopped at exit).
+    private var stopCommand: String {
+        (getuid() == 0 ? "runuser -u postgres -- " : "") + "\(binaries)/pg_ctl -D \(folder)/data -m immediate stop; "
+            + "rm -rf \(folder)"
+    }
+
+    /// Stops a dedicated cluster now (and at exit, where nothing is left to do).
+    public func stop() { _ = try? Self.shell(["sh", "-c", stopCommand + " >/dev/null 2>&1"]) }
 
     /// A new, empty database on this cluster; its URL (password included). Dropped by
     /// `dropDatabase`, or with the cluster at exit.
@@ -71,8 +100,9 @@ public final class PostgresCluster: Sendable {
         admin.close()
     }
 
-    public func url(database: String) -> String {
-        "postgres://\(user):\(password)@127.0.0.1:\(port)/\(database)"
+    /// A database's URL on 127.0.0.1, or on another address the cluster listens on.
+    public func url(database: String, host: String = "127.0.0.1") -> String {
+        "postgres://\(user):\(password)@\(host):\(port)/\(database)"
     }
 
     // MARK: - processes

@@ -19,6 +19,8 @@ public final class TestHTTPServer: Sendable {
         public let body: Data
         /// When the request had been read.
         public var receivedAt = Date()
+        /// The client's IPv4 address (which host sent it, when several reach the server).
+        public var peer = ""
 
         public var path: String { String(target.split(separator: "?", maxSplits: 1).first ?? "") }
 
@@ -91,7 +93,8 @@ public final class TestHTTPServer: Sendable {
     /// second address stands for another host, e.g. one a hostile feed names).
     public let host: String
 
-    /// Binds to a free port of `host` (a loopback address) and starts serving.
+    /// Binds to a free port of `host` (a loopback address, or another local one) and starts
+    /// serving.
     public init(host: String = "127.0.0.1", handler: @escaping Handler) throws {
         self.host = host
         self.handler = handler
@@ -146,7 +149,11 @@ public final class TestHTTPServer: Sendable {
 
     private func acceptLoop() {
         while true {
-            let client = accept(listener, nil, nil)
+            var address = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let client = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { accept(listener, $0, &length) }
+            }
             if client < 0 {
                 if state.withLock({ $0.stopped }) { return }
                 if errno == EINTR { continue }
@@ -155,17 +162,19 @@ public final class TestHTTPServer: Sendable {
             state.withLock { $0.accepted += 1 }
             // A thread per connection: a handler that stalls must not hold up the others
             // (Dispatch's pool is only a few threads wide on a 2-core machine).
-            let worker = Thread { [self] in serve(client) }
+            let peer = String(cString: inet_ntoa(address.sin_addr))
+            let worker = Thread { [self] in serve(client, from: peer) }
             worker.stackSize = 1 << 20
             worker.start()
         }
     }
 
-    private func serve(_ fd: Int32) {
+    private func serve(_ fd: Int32, from peer: String) {
         defer { close(fd) }
         var noSigPipe: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &noSigPipe, socklen_t(MemoryLayout<Int32>.size))
-        guard let request = readRequest(fd) else { return }
+        guard var request = readRequest(fd) else { return }
+        request.peer = peer
         state.withLock { $0.recorded.append(request) }
         let response = handler(request)
         var head = "HTTP/1.1 \(response.status) \(Self.reason(response.status))\r\n"

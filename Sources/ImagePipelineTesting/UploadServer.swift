@@ -41,10 +41,11 @@ public final class UploadServer: Sendable {
     private let state: LockedBox<State>
     public let server: TestHTTPServer
 
-    public init(mode: Mode = .normal) throws {
+    /// Listens on a free port of `host` (127.0.0.1, or another local address).
+    public init(mode: Mode = .normal, host: String = "127.0.0.1") throws {
         let state = LockedBox(State(mode: mode))
         self.state = state
-        server = try TestHTTPServer { request in Self.handle(request, state) }
+        server = try TestHTTPServer(host: host) { request in Self.handle(request, state) }
     }
 
     public var baseURL: String { server.baseURL }

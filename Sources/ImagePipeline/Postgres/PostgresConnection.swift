@@ -1,5 +1,6 @@
 import CPostgres
 import Foundation
+import Synchronization
 
 /// A failure from PostgreSQL or from reaching it, with the server's SQLSTATE when it gave one.
 public struct PostgresError: Error, CustomStringConvertible, Sendable {
@@ -48,12 +49,19 @@ public struct PostgresRow: Sendable {
 /// Every session sets `idle_in_transaction_session_timeout`, so a client stalled inside a
 /// transaction (stopped, partitioned) cannot hold row locks for longer than that; nothing
 /// here holds a transaction open across a network call of its own.
+///
+/// `abandon()` is the one call another thread may make: it cuts short the call under way
+/// (its socket shut down) and makes every later one fail at once, without reconnecting.
 // @unchecked: libpq's handle is used by one thread at a time (callers own a connection).
 public final class PostgresConnection: @unchecked Sendable {
     /// The connection string as given (a `postgres://` URL); never printed: see `StateLocation`.
     let url: String
     private var handle: OpaquePointer?
     let idleInTransactionTimeout: Int
+    /// The open connection's socket (-1 between connections) and whether it was abandoned:
+    /// the only state another thread touches (`abandon()`), so a socket is never shut down
+    /// after libpq closed it (its number may be another file's by then).
+    private let shared = Mutex<(socket: Int32, abandoned: Bool)>((-1, false))
     /// Reconnect attempts before a lost connection is reported (back-off 0.2 s doubling to 2 s).
     let reconnectAttempts = 6
 
@@ -68,8 +76,35 @@ public final class PostgresConnection: @unchecked Sendable {
     deinit { if let handle { PQfinish(handle) } }
 
     public func close() {
-        if let handle { PQfinish(handle) }
+        if let handle { finish(handle) }
         handle = nil
+    }
+
+    private func finish(_ connection: OpaquePointer) {
+        shared.withLock { $0.socket = -1 }
+        PQfinish(connection)
+    }
+
+    /// Gives this connection up, from any thread: a call under way on it fails now, as a
+    /// lost connection (its socket is shut down, so libpq's wait ends at once instead of at
+    /// TCP's timeouts), and every later call fails without trying to connect again. For a
+    /// worker that stopped because the database was out of reach for a lease: without it,
+    /// a call into a cut network waited for `tcp_user_timeout`, then for six reconnects of
+    /// up to `connect_timeout` each, and only the hard stop (`SharedWorker.Options.onStuck`)
+    /// ended the process.
+    public func abandon() {
+        shared.withLock { state in
+            state.abandoned = true
+            if state.socket >= 0 { _ = shutdown(state.socket, Int32(SHUT_RDWR)) }
+        }
+    }
+
+    static let givenUp = PostgresError(sqlState: nil, message: "connection given up: the database was out of reach")
+
+    private func checkAbandoned() throws {
+        if shared.withLock({ $0.abandoned }) {
+            throw Self.givenUp
+        }
     }
 
     /// Added to every connection (the URL's own settings come first and these override
@@ -81,7 +116,9 @@ public final class PostgresConnection: @unchecked Sendable {
     ]
 
     private func connect() throws {
-        if let handle { PQfinish(handle) }
+        if let handle { finish(handle) }
+        handle = nil
+        try checkAbandoned()
         // `dbname` first with expand_dbname = 1: the URL is read as the whole connection string.
         let pairs = [("dbname", url)] + Self.timeouts
         let keywords = pairs.map { strdup($0.0) } + [nil]
@@ -97,6 +134,11 @@ public final class PostgresConnection: @unchecked Sendable {
             let text = connection.map { String(cString: PQerrorMessage($0)) } ?? "out of memory"
             throw PostgresError(sqlState: nil, message: text.trimmingCharacters(in: .whitespacesAndNewlines))
         }
+        let published = shared.withLock { state in
+            if !state.abandoned { state.socket = PQsocket(connection) }
+            return !state.abandoned
+        }
+        guard published else { throw Self.givenUp }
         // Notices (NOTICE: relation already exists, …) are not printed to standard error.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         _ = try run("SET idle_in_transaction_session_timeout = \(idleInTransactionTimeout * 1000)", [])
@@ -119,6 +161,7 @@ public final class PostgresConnection: @unchecked Sendable {
         var last: Error = PostgresError(sqlState: nil, message: "connection lost")
         for _ in 0..<reconnectAttempts {
             do { return try connect() } catch { last = error }
+            try checkAbandoned()
             Thread.sleep(forTimeInterval: delay)
             delay = min(delay * 2, longest)
         }
@@ -130,6 +173,7 @@ public final class PostgresConnection: @unchecked Sendable {
     /// connection when `idempotent` (the default: the store's single statements are).
     @discardableResult
     public func execute(_ sql: String, _ parameters: [String?] = [], idempotent: Bool = true) throws -> PostgresRows {
+        try checkAbandoned()
         if handle == nil || PQstatus(handle) != CONNECTION_OK { try reconnect() }
         do {
             return try run(sql, parameters)
@@ -173,6 +217,7 @@ public final class PostgresConnection: @unchecked Sendable {
             PQexecParams(handle, sql, Int32(parameters.count), nil, values, nil, nil, 0)
         }
         guard let result else {
+            try checkAbandoned()
             throw PostgresError(sqlState: nil, message: String(cString: PQerrorMessage(handle)))
         }
         defer { PQclear(result) }
@@ -191,8 +236,10 @@ public final class PostgresConnection: @unchecked Sendable {
         default:
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
-            // A connection that broke mid-statement reports a fatal error without a SQLSTATE.
+            // A connection that broke mid-statement reports a fatal error without a SQLSTATE;
+            // one given up says so, not libpq's guess ("the server terminated abnormally").
             let lost = PQstatus(handle) != CONNECTION_OK
+            if lost { try checkAbandoned() }
             throw PostgresError(sqlState: lost ? nil : state, message: message)
         }
     }

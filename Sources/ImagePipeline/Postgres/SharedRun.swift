@@ -28,6 +28,8 @@ public final class SharedRun: @unchecked Sendable {
     public let chunkSize: Int
     /// The run's `--limit`: the lister lists at most this many items.
     public let itemLimit: Int?
+    /// This connection and its siblings', for `abandonConnections()`.
+    private let family: PostgresConnectionFamily
     /// With `resume --retry-failed`: failed items left as they are because their chunk is
     /// still being worked on (only the failed items of finished chunks are put back).
     public private(set) var failedOutOfReach = 0
@@ -156,6 +158,7 @@ public final class SharedRun: @unchecked Sendable {
         chunkSize: Int = 500, leaseSeconds: Double = 60, worker: String? = nil, joining: Joining = .work
     ) throws {
         self.connection = connection
+        family = PostgresConnectionFamily(connection)
         self.leaseSeconds = leaseSeconds
         // host:pid and a nonce: a container restarted in place is pid 1 on the same host
         // again, and must not renew (or write under) the leases of the process it replaces.
@@ -290,6 +293,8 @@ public final class SharedRun: @unchecked Sendable {
 
     private init(sibling of: SharedRun, connection: PostgresConnection) {
         self.connection = connection
+        family = of.family
+        family.add(connection)
         runId = of.runId
         uuid = of.uuid
         worker = of.worker
@@ -306,6 +311,10 @@ public final class SharedRun: @unchecked Sendable {
                 url: connection.url,
                 idleInTransactionTimeoutSeconds: connection.idleInTransactionTimeout))
     }
+
+    /// Gives up this worker's connections, this one and its siblings' (from any thread): the
+    /// calls under way on them fail now, and every later one at once (`PostgresConnection.abandon`).
+    public func abandonConnections() { family.abandon() }
 
     private var run: String { String(runId) }
 

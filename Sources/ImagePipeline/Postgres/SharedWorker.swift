@@ -15,7 +15,8 @@ import VipsKit
 ///   feed into the database page by page (one transaction per page with its cursor);
 /// - the heartbeat renews the leases every `heartbeat` seconds and rescues expired ones
 ///   (any worker's); when it has failed for longer than a lease, the worker stops at once
-///   (no new upload starts) and exits with an error;
+///   (no new upload starts), gives up its connections (the calls under way end) and exits
+///   with an error;
 /// - the recorder writes the items' ends every 0.1 s and completes chunks
 ///   (`SharedStateStore.flush`).
 ///
@@ -28,9 +29,10 @@ public final class SharedWorker: Sendable {
         public var leaseSeconds: Double = 60
         public var heartbeatSeconds: Double = 10
         /// Called when the database stopped answering (a call hung, or heartbeats failed, for
-        /// a lease) and the worker has still not ended 10 s after being stopped: a libpq call
-        /// to a server that hangs without closing its connection cannot be cut short, so the
-        /// command line exits the process here (its leases run out; nothing is lost).
+        /// a lease) and the worker has still not ended 10 s after being stopped and giving
+        /// up its connections (which ends their calls under way): the last resort for a call
+        /// that still does not return, so the command line exits the process here (its
+        /// leases run out; nothing is lost).
         public var onStuck: (@Sendable (String) -> Void)?
         /// Which run to take part in (`work`, `work --new`, `run`, `resume`).
         public var joining = SharedRun.Joining.work
@@ -300,6 +302,10 @@ public final class SharedWorker: Sendable {
             }
             fired.withLock { $0 = now }
             interrupt(now: true)
+            // Nothing more is to be written: the calls under way (into a cut network, they
+            // would wait for TCP's timeouts, then reconnect) end now, and the worker exits
+            // through its ordinary end.
+            run.abandonConnections()
         }
         let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1) { [self] in
             do {
