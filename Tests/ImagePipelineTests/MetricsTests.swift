@@ -195,7 +195,7 @@ final class MetricsTests: @unchecked Sendable {
         #expect(images.requests.isEmpty)
         #expect(!FileManager.default.fileExists(atPath: work.url(".imgpipe/pipe.sqlite")))
 
-        for bad in ["0", "host:", "70000", "::1:80", "a:b"] {
+        for bad in ["0", "host:", "70000", "::1:80", "a:b", "imgpipe.example:9464"] {
             let refused = try ImgpipeBinary.run(["run", "pipe.json", "--metrics", bad], in: work.path)
             #expect(refused.status == 2, "\(bad)")
             #expect(refused.stderr.contains("--metrics \(bad)"), "\(bad): \(refused.stderr)")

@@ -6,7 +6,8 @@ import Synchronization
 #endif
 
 /// The address `--metrics` names: `HOST:PORT`, `[IPv6]:PORT`, or a bare `PORT` / `:PORT`,
-/// which is 127.0.0.1 (loopback unless a host is named).
+/// which is 127.0.0.1 (loopback unless a host is named). HOST is an IP address, or
+/// `localhost` (127.0.0.1): no name is looked up.
 public struct MetricsAddress: Sendable, Equatable, CustomStringConvertible {
     public let host: String
     public let port: UInt16
@@ -36,7 +37,7 @@ public struct MetricsAddress: Sendable, Equatable, CustomStringConvertible {
         guard !host.isEmpty, !host.contains(":") || text.hasPrefix("[") else {
             throw MetricsEndpointError("--metrics \(text): expected HOST:PORT (an IPv6 address in brackets: [::1]:PORT)")
         }
-        self.init(host: host, port: port)
+        self.init(host: host == "localhost" ? "127.0.0.1" : host, port: port)
     }
 
     public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
@@ -65,12 +66,12 @@ public final class MetricsEndpoint: Sendable {
         self.metrics = metrics
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_NUMERICSERV
+        hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST
         var found: UnsafeMutablePointer<addrinfo>?
         let looked = getaddrinfo(address.host, String(address.port), &hints, &found)
         guard looked == 0, let info = found else {
             throw MetricsEndpointError(
-                "--metrics \(address): cannot resolve \(address.host): \(String(cString: gai_strerror(looked)))")
+                "--metrics \(address): \(address.host) is not an IP address (\(String(cString: gai_strerror(looked))))")
         }
         defer { freeaddrinfo(found) }
         let fd = Glibc.socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)

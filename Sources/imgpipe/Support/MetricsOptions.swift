@@ -8,13 +8,13 @@ struct MetricsOptions: ParsableArguments {
     @Option(
         help: ArgumentHelp(
             "Serve Prometheus metrics at http://HOST:PORT/metrics while the command runs "
-                + "(a bare PORT or :PORT is 127.0.0.1:PORT).",
+                + "(HOST an IP address; a bare PORT or :PORT is 127.0.0.1:PORT).",
             valueName: "[HOST:]PORT"))
     var metrics: String?
 
     @Option(
         help: ArgumentHelp(
-            "Seconds the metrics endpoint keeps answering after the run has ended, for a last scrape (default 0).",
+            "Seconds the metrics endpoint keeps answering after the run has ended, for a last scrape.",
             valueName: "SECONDS"))
     var metricsLinger: Double = 0
 
