@@ -120,7 +120,8 @@ struct DeployTests {
     }
 
     /// The Job's container, run as written: `imgpipe` is the built binary and the pipeline
-    /// file is one written here; every other argument is passed as it stands, in a folder
+    /// file is one written here, `--metrics` listens on a free loopback port (the pod's is
+    /// its own); every other argument is passed as it stands, in a folder
     /// standing for the working directory, with the manifest's environment variables (the
     /// one from the `imgpipe-state` Secret set to a test database's URL).
     struct JobContainer {
@@ -164,6 +165,10 @@ struct DeployTests {
                  "sinks": [{"type": "directory", "path": "\(workingDir.url("out"))"}]}
                 """, to: pipelineName)
             argv[pipelineArgument.index] = pipeline
+            // The pod's metrics port, on this machine's loopback and a port of its own.
+            if let metrics = argv.firstIndex(of: "--metrics"), metrics + 1 < argv.count {
+                argv[metrics + 1] = "127.0.0.1:\(try MetricsTests.freePort())"
+            }
             self.argv = argv
 
             cluster = try PostgresCluster.start()

@@ -116,10 +116,13 @@ struct PixelHelperTests {
     static func isAtWork(_ helper: pid_t) -> Bool { (ChildProcesses.cpuSeconds(of: helper) ?? 0) >= atWork }
 
     /// kill -9 of the helper at work: the item goes to a new helper and is made; nothing fails.
+    /// `--metrics` counts the restart.
     @Test func aHelperKilledAtWorkIsReplacedAndItsItemMade() throws {
         try inputs(slow: 1, small: 3)
         try pipeline(workers: 1)
-        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        let port = try MetricsTests.freePort()
+        let running = try ImgpipeBinary.launch(
+            ["run", "pipe.json", "--metrics", "\(port)", "--metrics-linger", "5"], in: work.path)
         var killed: pid_t?
         helpers(
             of: running, until: { _ in killed != nil },
@@ -129,6 +132,8 @@ struct PixelHelperTests {
                     killed = helper
                 }
             })
+        let end = MetricsTests.poll(port: port) { $0.value("imgpipe_session_active") == 0 }
+        #expect(end?.value("imgpipe_pixel_helper_restarts_total") == 1, "\(end?.text ?? "no scrape")")
         let result = running.wait()
         #expect(killed != nil)
         #expect(result.status == 0, "stderr: \(result.stderr)")

@@ -69,6 +69,11 @@ public final class HostHealth: Sendable {
         }
     }
 
+    /// Hosts whose breaker is open (tripped, or letting one probe through), for `--metrics`.
+    public func openBreakers() -> Int {
+        hosts.withLock { all in all.values.filter { $0.trippedUntil != nil }.count }
+    }
+
     /// The key of a URL's host: its origin (scheme, host and port, as robots.txt scopes it).
     static func key(of url: URL) -> String {
         RobotsPolicy.origin(of: url) ?? url.absoluteString

@@ -133,6 +133,20 @@ public final class HostPacing: Sendable {
         }
     }
 
+    /// Each host asked so far: the rate in force (nil: unlimited), whether back-offs slowed
+    /// it, whether a `Retry-After` holds it now (for `--metrics`).
+    public func snapshot(now: Date = Date()) -> [(host: String, rate: Double?, slowed: Bool, held: Bool)] {
+        let time = now.timeIntervalSinceReferenceDate
+        return hosts.withLock { all in
+            all.keys.sorted().map { host in
+                var state = all[host] ?? Host()
+                recover(&state, at: time)
+                all[host] = state
+                return (host, state.slowed ?? rate, state.slowed != nil, state.pausedUntil > time)
+            }
+        }
+    }
+
     /// Steps a slowed host's rate back up, a quarter per quiet `recoveryStep`.
     private func recover(_ state: inout Host, at time: Double) {
         guard var slowed = state.slowed else { return }

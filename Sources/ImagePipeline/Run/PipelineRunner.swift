@@ -28,6 +28,8 @@ public final class PipelineRunner: Sendable {
         public var pixelHelper: PixelHelperLaunch?
         /// Lets the feed have the session commit its sinks' open batches (`BatchFlush`).
         public var batchFlush: BatchFlush?
+        /// What the session counts for `--metrics` (nil: nothing is counted).
+        public var metrics: RunMetrics?
         public init() {}
     }
 
@@ -44,7 +46,7 @@ public final class PipelineRunner: Sendable {
     ) {
         self.pipeline = pipeline
         self.store = store
-        self.reporter = reporter
+        self.reporter = options.metrics.map { MetricsReporter(base: reporter, metrics: $0) } ?? reporter
         self.logger = logger
         self.options = options
     }
@@ -76,6 +78,7 @@ public final class PipelineRunner: Sendable {
         // The executors' threads start with the context: whatever way this returns (a run
         // already finished, a work folder that cannot be made), they are let go.
         defer { context.stopExecutors() }
+        if let metrics = options.metrics { context.instrument(metrics) }
         let stages = try RunStages(context)
         active.withLock { $0 = stages }
         defer { active.withLock { $0 = nil } }
@@ -156,7 +159,8 @@ struct RunContext: Sendable {
                 .helpers(
                     PixelHelpers(
                         launch: $0, spec: pipeline.spec, environment: pipeline.environment, fallback: pipeline.processor,
-                        cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact))
+                        cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact,
+                        metrics: options.metrics))
             } ?? .inProcess(pipeline.processor)
         // Commits wait for company only while every pixel thread has four items queued behind
         // the one it works on: the stage that sets the pace then has more work in hand than a
@@ -171,6 +175,29 @@ struct RunContext: Sendable {
     }
 
     var runId: Int64 { run.id }
+
+    /// What `metrics` counts at each scrape: queue depths and the hosts held back.
+    func instrument(_ metrics: RunMetrics) {
+        metrics.identify(run: run.id)
+        metrics.sessionActive(true)
+        let queues = [("fetch", fetchers), ("pixels", workers), ("deliver", deliverers)]
+        let pacing = pipeline.fetcher?.client.pacing
+        let health = pipeline.fetcher?.hosts
+        metrics.sample {
+            var samples = queues.map { RunMetrics.Sample("imgpipe_queue_depth", Double($0.1.backlog), labels: [("stage", $0.0)]) }
+            let hosts = pacing?.snapshot() ?? []
+            for host in hosts {
+                if let rate = host.rate {
+                    samples.append(
+                        RunMetrics.Sample("imgpipe_host_rate_requests_per_second", rate, labels: [("host", host.host)]))
+                }
+            }
+            samples.append(RunMetrics.Sample("imgpipe_hosts_slowed", Double(hosts.filter(\.slowed).count)))
+            samples.append(RunMetrics.Sample("imgpipe_hosts_held", Double(hosts.filter(\.held).count)))
+            samples.append(RunMetrics.Sample("imgpipe_host_breakers_open", Double(health?.openBreakers() ?? 0)))
+            return samples
+        }
+    }
 
     /// Lets the stages' threads end once their queues are empty, and the pixel helpers
     /// once they are idle (safe to call again).

@@ -97,6 +97,7 @@ final class PixelHelpers: Sendable {
     private let cancellation: CancellationFlag
     private let logger: Logger
     private let redact: @Sendable (String) -> String
+    private let metrics: RunMetrics?
     private struct State {
         /// Each pixels thread's helper.
         var helpers: [pthread_t: Helper] = [:]
@@ -140,7 +141,8 @@ final class PixelHelpers: Sendable {
 
     init(
         launch: PixelHelperLaunch, spec: PipelineSpec, environment: Environment, fallback: ImageProcessor,
-        cancellation: CancellationFlag, logger: Logger, redact: @escaping @Sendable (String) -> String
+        cancellation: CancellationFlag, logger: Logger, redact: @escaping @Sendable (String) -> String,
+        metrics: RunMetrics? = nil
     ) {
         self.launch = launch
         configuration = PixelMessage.configuration(spec, environment: environment)
@@ -153,6 +155,7 @@ final class PixelHelpers: Sendable {
         self.cancellation = cancellation
         self.logger = logger
         self.redact = redact
+        self.metrics = metrics
     }
 
     func processOrSkip(_ input: ImageInput, fields: ItemFields) throws(ItemFailure) -> ProcessOutcome? {
@@ -297,11 +300,13 @@ final class PixelHelpers: Sendable {
             }
             forget(helper)
             retire(helper)
+            metrics?.pixelHelperEnded()
             throw Ended(description: end)
         }
         // Forgotten before it is reaped: `abort` kills only helpers not yet reaped, so never
         // a process that took a reaped helper's pid.
         forget(helper)
+        if !cancellation.isAborted { metrics?.pixelHelperEnded() }
         throw bury(helper)
     }
 

@@ -40,6 +40,7 @@ final class RunStages: Sendable {
 
     private var pipeline: BuiltPipeline { context.pipeline }
     private var writer: StoreWriter { context.writer }
+    private var metrics: RunMetrics? { context.options.metrics }
     private var isCancelled: Bool { state.withLock { $0.isCancelled } }
 
     func interrupt(now: Bool) {
@@ -483,12 +484,20 @@ final class RunStages: Sendable {
             let spool = context.spoolDirectory + "/\(job.seq)"
             // A file of an ended item for the download to write over, under its own name.
             let reused = fetcher.writesBeside ? context.spool.take() : nil
+            let began = DispatchTime.now().uptimeNanoseconds
             let outcome = Result { () throws(ItemFailure) -> RemoteFetcher.ImageFetch in
                 try fetcher.image(job.location, to: spool, attempt: attempt, reserved: reserved, writingOver: reused)
             }
             // A download that did not end in its file (a skip, a retry, a failure) gives it
             // back now (unless the fetcher deleted it), before this item's next attempt.
             if case .success(.fetched) = outcome {} else if let reused { context.spool.recycle(reused) }
+            if let metrics {
+                metrics.timed(.fetch, since: began)
+                if case .success(.fetched(.remote, let kept)) = outcome {
+                    var info = stat()
+                    metrics.downloaded(bytes: kept?.count ?? (stat(spool, &info) == 0 ? Int(info.st_size) : 0))
+                }
+            }
             let tier: Tier
             let body: Data?
             switch outcome {
@@ -504,6 +513,7 @@ final class RunStages: Sendable {
                         "item": "\(job.key)", "stage": "fetch", "attempt": "\(attempt)",
                         "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)",
                     ])
+                metrics?.retrying("fetch")
                 return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
                     fetch(job, attempt: attempt + 1)
                 }
@@ -557,6 +567,7 @@ final class RunStages: Sendable {
             }
             budget.release(need)
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - began.uptimeNanoseconds) / 1e9
+            metrics?.timed(.pixels, since: began.uptimeNanoseconds)
             if seconds > context.options.slowItem {
                 context.logger.warning(
                     "slow item",
@@ -599,6 +610,7 @@ final class RunStages: Sendable {
                         metadata: [
                             "item": "\(job.key)", "stage": "stage", "attempt": "\(attempt)", "error": "\(error)",
                         ])
+                    metrics?.retrying("stage")
                     return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
                         try? FileManager.default.createDirectory(
                             atPath: context.stagedDirectory, withIntermediateDirectories: true)
@@ -610,6 +622,7 @@ final class RunStages: Sendable {
                     job, ItemFailure(.io, "cannot stage the output in \(context.stagedDirectory): \(error)\(attempts)"),
                     attempts: attempt)
             }
+            metrics?.wrote(bytes: outputs.reduce(0) { $0 + $1.bytes })
             var processed = job
             processed.outputs = outputs
             let next = processed
@@ -735,6 +748,8 @@ final class RunStages: Sendable {
         // Every sink of the session has its `OpenBatch` (made from the same dictionary).
         guard let batch = batches[sink.name] else { return leavePending(item, settlement) }
         let outcome: Acceptance
+        let began = DispatchTime.now().uptimeNanoseconds
+        defer { metrics?.timed(.deliver, since: began) }
         do throws(DeliveryFailure) {
             outcome = try batch.accept(
                 item, attempt: number, settlement,
@@ -764,6 +779,7 @@ final class RunStages: Sendable {
                     "item": "\(item.key)", "stage": "sink", "sink": "\(sink.name)", "attempt": "\(number)",
                     "delay": "\(delay)", "error": "\(pipeline.environment.redact(failure.message))",
                 ])
+            metrics?.retrying("deliver")
             attemptLater(delay, item, to: sink, number: number + 1, settlement)
         }
     }
@@ -807,6 +823,7 @@ final class RunStages: Sendable {
             recorded.append((entry.settlement, item.deliveries.count))
         }
         let settlements = recorded
+        metrics?.recording(changes)
         let landed = DispatchSemaphore(value: 0)
         writer.submit(changes) { [self] outcomes in
             landed.signal()
@@ -863,6 +880,7 @@ final class RunStages: Sendable {
     /// Records one sink's end of some of an item's deliveries, in one transaction, and
     /// settles the item after the last.
     private func record(_ changes: [StoreChange], _ settlement: Settlement) {
+        metrics?.recording(changes)
         writer.submit(changes) { [self] outcomes in
             for outcome in outcomes {
                 if let verdict = settlement.add(outcome) { settle(settlement, verdict) }

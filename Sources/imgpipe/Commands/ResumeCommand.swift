@@ -34,10 +34,13 @@ struct ResumeCommand: ParsableCommand {
 
     @OptionGroup var output: OutputOptions
 
+    @OptionGroup var metrics: MetricsOptions
+
     func run() throws {
         let reasons = try retryFailedReasons.map(Self.reasons)
-        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json).perform(
-            .resume(retryFailed: retryFailed || reasons != nil, refreshFeed: refreshFeed, retryReasons: reasons))
+        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json, metrics: metrics)
+            .perform(
+                .resume(retryFailed: retryFailed || reasons != nil, refreshFeed: refreshFeed, retryReasons: reasons))
     }
 
     /// `download,decode` as reasons; an unknown or missing name is a usage error naming the

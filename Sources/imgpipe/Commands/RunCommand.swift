@@ -31,12 +31,16 @@ struct RunCommand: ParsableCommand {
 
     @OptionGroup var output: OutputOptions
 
+    @OptionGroup var metrics: MetricsOptions
+
     func validate() throws {
         if let limit, limit < 1 { throw ValidationError("--limit must be a positive integer, got \(limit)") }
     }
 
     func run() throws {
-        try RunSession(options: options, workers: workerOptions, quiet: output.quiet, json: output.json, incremental: incremental)
-            .perform(.fresh(limit: limit, replaceUnfinished: new))
+        try RunSession(
+            options: options, workers: workerOptions, quiet: output.quiet, json: output.json, incremental: incremental,
+            metrics: metrics
+        ).perform(.fresh(limit: limit, replaceUnfinished: new))
     }
 }

@@ -45,6 +45,8 @@ struct WorkCommand: ParsableCommand {
 
     @OptionGroup var output: OutputOptions
 
+    @OptionGroup var metrics: MetricsOptions
+
     func validate() throws {
         guard (1...1_000_000).contains(chunkSize) else {
             throw ValidationError("--chunk-size must be from 1 to 1000000, got \(chunkSize)")
@@ -69,6 +71,7 @@ struct WorkCommand: ParsableCommand {
         var session = SharedSession(
             options: options, workers: workerOptions, quiet: output.quiet, json: output.json, url: url, settings: settings)
         session.completeWithFailures = completeWithFailures
+        session.metrics = metrics
         try session.perform()
     }
 }

@@ -12,6 +12,8 @@ struct RunSession {
     let json: Bool
     /// `run --incremental`: compare with the last finished run, carry over what did not change.
     var incremental = false
+    /// `--metrics`, where the command takes it.
+    var metrics: MetricsOptions?
 
     func perform(_ mode: RunMode) throws {
         if case .postgres(let url)? = options.stateLocation {
@@ -36,6 +38,9 @@ struct RunSession {
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
+        let serving = try metrics?.start(pipeline: spec.name)
+        var ran = false
+        defer { serving?.finish(ran: ran) }
         let stateFile = try options.stateFile()
         // Only `run` starts a state file: resuming where there is none is a mistake of
         // folder or name, and an empty state file left behind would hide it.
@@ -70,6 +75,7 @@ struct RunSession {
         let logger = options.logging.logger()
         var runnerOptions = PipelineRunner.Options()
         runnerOptions.pixelHelper = Imgpipe.pixelHelper
+        runnerOptions.metrics = serving?.metrics
         // An incremental run, and the resume of one, compare with the run it started from.
         var baselineID: Int64?
         var current: Int64?
@@ -104,6 +110,7 @@ struct RunSession {
             // Whatever comes next (the summary, an error) starts on a clean line.
             defer { reporter.endLine() }
             summary = try runner.execute(mode)
+            ran = true
         } catch let error as RunError {
             throw CommandError.usage(environment.redact(error.description))
         } catch {
@@ -185,7 +192,9 @@ struct RunSession {
         case .resume(let retryFailed, let refreshFeed, let reasons):
             settings.joining = .resume(retryFailed: retryFailed, refreshFeed: refreshFeed, retryReasons: reasons)
         }
-        try SharedSession(options: options, workers: workers, quiet: quiet, json: json, url: url, settings: settings).perform()
+        var session = SharedSession(options: options, workers: workers, quiet: quiet, json: json, url: url, settings: settings)
+        session.metrics = metrics
+        try session.perform()
     }
 
     private func report(_ summary: RunSummary, pipeline: String) {

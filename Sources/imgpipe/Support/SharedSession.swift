@@ -15,6 +15,8 @@ struct SharedSession {
     /// --complete-with-failures`): a batch system's job completes; `status --exit-code`
     /// still says 1.
     var completeWithFailures = false
+    /// `--metrics`, where the command takes it.
+    var metrics: MetricsOptions?
 
     func perform() throws {
         var spec = try options.loadSpec()
@@ -30,6 +32,10 @@ struct SharedSession {
                     + "process exits here (its leases run out and other workers take its chunks)")
         }
         let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
+        let serving = try metrics?.start(pipeline: spec.name)
+        var ran = false
+        defer { serving?.finish(ran: ran) }
+        settings.runner.metrics = serving?.metrics
         let stem = URL(fileURLWithPath: options.pipeline).deletingPathExtension().lastPathComponent
         let worker: SharedWorker
         // Kept for the life of the process (`WorkerJournal`).
@@ -66,6 +72,7 @@ struct SharedSession {
             // libpq's messages name the host and user, never the password; masked anyway.
             throw CommandError.usage(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
+        serving?.metrics.identify(run: worker.run.runId, worker: worker.run.worker)
         // Joined: `status` and the others, given no state, can now say where this run is.
         SharedStateNote.remember(url, pipeline: options.pipeline)
         if worker.run.failedOutOfReach > 0 {
@@ -84,6 +91,7 @@ struct SharedSession {
         do {
             defer { reporter.endLine() }
             summary = try worker.execute()
+            ran = true
         } catch {
             throw CommandError.failure(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
