@@ -8,9 +8,12 @@ import Testing
 /// container is run as the manifest writes it (command, arguments, working directory,
 /// environment) with the built binary against a real PostgreSQL database, so a flag the
 /// CLI does not know, a renamed environment variable or a changed exit code fails here
-/// rather than in a cluster. The Slurm script is checked with `bash -n` and run with bash
-/// as one array task would run it (there is no Slurm here); the Dockerfile cannot be built
-/// here (no Docker daemon) and is checked as text.
+/// rather than in a cluster. The Slurm script is checked with `bash -n`, run with bash as
+/// one array task would run it (its state-file checks, work folder and exit codes, on any
+/// machine), and submitted with `sbatch` as a 3-task array to a real one-node Slurm the
+/// test starts itself (`SlurmCluster`, in `DeployTests+Slurm.swift`; root and Debian's
+/// `slurm-wlm` and `munge` needed, else skipped), one task cancelled with SIGTERM while it
+/// works; the Dockerfile cannot be built here (no Docker daemon) and is checked as text.
 ///
 /// The manifest is read with PyYAML (`yaml.safe_load_all`), which `make deps` brings in
 /// with moto (moto → responses → PyYAML).
