@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # come with `make test` (TEST_DEB_PACKAGES, and moto from PyPI).
 DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev libpq-dev pkg-config \
 	fonts-dejavu-core
-TEST_DEB_PACKAGES := postgresql chromium
+TEST_DEB_PACKAGES := postgresql chromium slurm-wlm munge
 BIN := .build/debug/imgpipe
 PREFIX ?= /usr/local
 MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
@@ -29,12 +29,14 @@ deps:
 	fi
 
 # What the tests add, again only when missing: PostgreSQL's server (the shared-state tests
-# start a throwaway cluster of their own) and Chromium (the contact-sheet test) from
-# Debian; from PyPI Python's jsonschema (the schema test), and moto's S3 server with boto3
+# start a throwaway cluster of their own), Chromium (the contact-sheet test) and Slurm with
+# munge (the Slurm script's test starts a one-node cluster of its own) from Debian; from PyPI Python's jsonschema (the schema test), and moto's S3 server with boto3
 # (the S3 tests run against it and read back through boto3).
 test-deps: deps
-	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v chromium >/dev/null; then \
-	  echo "test-deps: postgresql, chromium present"; \
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v chromium >/dev/null \
+	    && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null \
+	    && [ -x /usr/sbin/munged ]; then \
+	  echo "test-deps: postgresql, chromium, slurm, munge present"; \
 	else \
 	  echo "test-deps: installing $(TEST_DEB_PACKAGES)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(TEST_DEB_PACKAGES); \

@@ -8,9 +8,12 @@ import Testing
 /// container is run as the manifest writes it (command, arguments, working directory,
 /// environment) with the built binary against a real PostgreSQL database, so a flag the
 /// CLI does not know, a renamed environment variable or a changed exit code fails here
-/// rather than in a cluster. The Slurm script is checked with `bash -n` and run as one
-/// array task with a pass-through `srun` (there is no Slurm here); the Dockerfile cannot
-/// be built here (no Docker daemon) and is checked as text.
+/// rather than in a cluster. The Slurm script is checked with `bash -n`, run with bash as
+/// one array task would run it (its state-file checks, work folder and exit codes, on any
+/// machine), and submitted with `sbatch` as a 3-task array to a real one-node Slurm the
+/// test starts itself (`SlurmCluster`, in `DeployTests+Slurm.swift`; root and Debian's
+/// `slurm-wlm` and `munge` needed, else skipped), one task cancelled with SIGTERM while it
+/// works; the Dockerfile cannot be built here (no Docker daemon) and is checked as text.
 ///
 /// The manifest is read with PyYAML (`yaml.safe_load_all`), which `make deps` brings in
 /// with moto (moto → responses → PyYAML).
@@ -297,13 +300,12 @@ struct DeployTests {
         #expect(text.contains("#SBATCH --array="))
     }
 
-    /// The Slurm script run as one array task would run it, with a pass-through `srun`
-    /// (there is no Slurm here): it takes the URL from a private file (and refuses one
-    /// others may read), works in its task's folder and passes imgpipe's exit code on.
+    /// The Slurm script run with bash as one array task would run it, Slurm's variables
+    /// set by hand: it takes the URL from a private file (and refuses one others may read),
+    /// works in its task's folder and ends with imgpipe's exit code.
     @Test func theSlurmScriptRunsOneWorkerToTheEnd() throws {
         let home = try TemporaryDirectory("imgpipe-deploy-slurm")
-        let srun = try home.write("#!/bin/sh\nexec \"$@\"\n", to: "bin/srun")
-        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: srun)
+        try home.folder("bin")
         try FileManager.default.createSymbolicLink(atPath: home.url("bin/imgpipe"), withDestinationPath: ImgpipeBinary.path)
         for index in 1...6 {
             try ImageFixtures.jpeg(at: home.url(String(format: "job/in/photo-%02d.jpg", index)), width: 64, height: 48)

@@ -23,11 +23,11 @@ struct MakefileTests {
     @Test func theDemoInstallsNoTestServer() throws {
         let demo = try dryRun("demo")
         #expect(demo.contains("libvips-dev") && demo.contains("fonts-dejavu-core"))
-        for testOnly in ["postgresql", "chromium", "moto"] {
+        for testOnly in ["postgresql", "chromium", "slurm-wlm", "munge", "moto"] {
             #expect(!demo.contains(testOnly), "make demo would install \(testOnly)")
         }
         let test = try dryRun("test")
-        for needed in ["libvips-dev", "postgresql", "chromium", "moto"] {
+        for needed in ["libvips-dev", "postgresql", "chromium", "slurm-wlm", "munge", "moto"] {
             #expect(test.contains(needed), "make test would not install \(needed)")
         }
     }
