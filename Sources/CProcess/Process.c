@@ -1,5 +1,5 @@
-// How a run starts its pixel helpers, and what a helper asks of the kernel before it
-// serves (PixelHelpers.swift, PixelHelper.swift).
+// How a run starts its pixel helpers, what a helper asks of the kernel before it serves,
+// and the sockets made in C (PixelHelpers.swift, PixelHelper.swift, MetricsEndpoint.swift).
 #define _GNU_SOURCE
 #include "CProcess.h"
 
@@ -11,6 +11,10 @@
 #include <unistd.h>
 
 int ip_socket_pair(int pair[2]) { return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair); }
+
+int ip_stream_socket(int family) { return socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0); }
+
+int ip_stream_socket_type(void) { return SOCK_STREAM; }
 
 int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], int socket, pid_t *pid) {
     posix_spawn_file_actions_t actions;

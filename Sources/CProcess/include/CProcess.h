@@ -7,8 +7,14 @@
 /// no other descriptor of this process past standard error (glibc's
 /// `posix_spawn_file_actions_addclosefrom_np`, which Swift does not see), and no signal
 /// blocked. Returns 0 and sets `pid`, or an errno value.
+// Sockets made in C: which Clang module Swift finds glibc's `SOCK_*` names in depends on
+// the build, and a release build found them in none.
 // A connected pair of Unix stream sockets, both closed on exec: 0, or -1 with errno set.
 int ip_socket_pair(int pair[2]);
+// A stream socket of `family`, closed on exec: its descriptor, or -1 with errno set.
+int ip_stream_socket(int family);
+// SOCK_STREAM, for `addrinfo.ai_socktype`.
+int ip_stream_socket_type(void);
 
 int ip_spawn_helper(const char *path, char *const argv[], char *const envp[], int socket, pid_t *pid);
 

@@ -1,3 +1,4 @@
+import CProcess
 import Foundation
 import Synchronization
 
@@ -65,7 +66,7 @@ public final class MetricsEndpoint: Sendable {
         self.address = address
         self.metrics = metrics
         var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_socktype = ip_stream_socket_type()
         hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST
         var found: UnsafeMutablePointer<addrinfo>?
         let looked = getaddrinfo(address.host, String(address.port), &hints, &found)
@@ -74,7 +75,7 @@ public final class MetricsEndpoint: Sendable {
                 "--metrics \(address): \(address.host) is not an IP address (\(String(cString: gai_strerror(looked))))")
         }
         defer { freeaddrinfo(found) }
-        let fd = Glibc.socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = ip_stream_socket(info.pointee.ai_family)
         guard fd >= 0 else { throw MetricsEndpointError("--metrics \(address): socket: \(String(cString: strerror(errno)))") }
         var on: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
