@@ -3,11 +3,14 @@
 #   bench/scaleout.sh            # ITEMS=1000000 KS="1 2 4 8" IMAGES=600 RUNS=3 (KS="": no store part)
 # 1. The store alone (imgpipe-scaleout): a lister records ITEMS items in pages of 500, then
 #    K simulated workers (threads, a connection each, no pixel work) claim every chunk and
-#    record every item done; lister items/s, claims/s, item transitions/s, and the median
+#    record every item done, once with claims cut to the work left (as `imgpipe work`
+#    claims) and once with whole chunks (the claim before, as a baseline in the same run); lister items/s, claims/s, item transitions/s, and the median
 #    time of `status` at ITEMS items. A local server with fsync and synchronous_commit on.
 # 2. The real pipeline on IMAGES web-sized JPEGs (fit 256, JPEG q85, a folder sink): one
 #    process with 2 pixel workers (`run -j 2`) against two `work -j 1` processes sharing a
-#    run, alternating, RUNS rounds: medians and their ratio (the cost of coordination).
+#    run with the default chunks of 500, alternating, RUNS rounds: medians and their ratio
+#    (the cost of coordination, and of the tail: 600 items are one chunk of 500 and one of
+#    100, which claims cut to the work left share out).
 # 3. Four `work` processes, one killed with kill -9 a second in: wall time, and that every
 #    image is done once.
 set -euo pipefail
@@ -43,8 +46,10 @@ fresh_db() {
 
 echo "scaleout: the store alone, $ITEMS items"
 for k in $KS; do
-  fresh_db
-  "$SCALEOUT" "$URL" "$ITEMS" "$k" 500 | tee -a "$OUT/store.jsonl"
+  for claim in whole share; do
+    fresh_db
+    "$SCALEOUT" "$URL" "$ITEMS" "$k" 500 "$claim" | tee -a "$OUT/store.jsonl"
+  done
 done
 
 echo "scaleout: the real pipeline, $IMAGES images"
@@ -66,7 +71,7 @@ one_process() {
 two_workers() {
   rm -rf "$OUT/out" "$OUT/.imgpipe"; fresh_db
   local start end; start=$(date +%s.%N)
-  (cd "$OUT" && { "$BINABS" work pipe.json --state "$URL" -j 1 --quiet --chunk-size 25 & "$BINABS" work pipe.json --state "$URL" -j 1 --quiet --chunk-size 25 & wait; })
+  (cd "$OUT" && { "$BINABS" work pipe.json --state "$URL" -j 1 --quiet & "$BINABS" work pipe.json --state "$URL" -j 1 --quiet & wait; })
   end=$(date +%s.%N); echo "two $(echo "$end - $start" | bc)" >> "$OUT/pipeline.txt"
   [ "$(count_files "$OUT/out")" -eq "$IMAGES" ] || { echo "two workers wrote $(count_files "$OUT/out") files" >&2; exit 1; }
 }
@@ -90,11 +95,11 @@ print(f"\n### Shared runs (bench/scaleout.sh)\n")
 import os
 if os.path.exists(f"{out}/store.jsonl"):
     print(f"Store alone, {items:,} items, chunks of 500, fsync on:\n")
-    print("| workers | lister items/s | claims/s | item transitions/s | status at {:,} items |".format(items))
-    print("|---|---|---|---|---|")
+    print("| workers | claim | lister items/s | claims made | claims/s | item transitions/s | status at {:,} items |".format(items))
+    print("|---|---|---|---|---|---|---|")
     for line in open(f"{out}/store.jsonl"):
         r = json.loads(line)
-        print(f"| {r['workers']} | {r['listerItemsPerSecond']:,} | {r['claimsPerSecond']:,} | {r['transitionsPerSecond']:,} | {r['statusSeconds']} s |")
+        print(f"| {r['workers']} | {r.get('claim', 'whole')} | {r['listerItemsPerSecond']:,} | {r.get('claims', '')} | {r['claimsPerSecond']:,} | {r['transitionsPerSecond']:,} | {r['statusSeconds']} s |")
 times = {"one": [], "two": []}
 for line in open(f"{out}/pipeline.txt"):
     kind, seconds = line.split()

@@ -21,6 +21,9 @@ else {
     exit(2)
 }
 let whole = arguments.count == 6 && arguments[5] == "whole"
+/// Long: nothing here renews a lease (no heartbeat), and a loaded machine once listed 1M
+/// items for longer than a minute. Workers stay live for a claim's share as long.
+let leaseLength = 3600.0
 let url = arguments[1]
 /// What a real worker adds to `status`'s counters for a done item of one output and one sink.
 let tally = ["tier/remote": 1, "sink/out/done": 1, "output/default/done": 1]
@@ -34,7 +37,7 @@ func seconds(_ body: () throws -> Void) rethrows -> Double {
 do {
     let lister = try SharedRun(
         connection: PostgresConnection(url: url), pipelineName: "scaleout",
-        fingerprint: ["filters": "[]"], chunkSize: chunk, leaseSeconds: 60, worker: "lister")
+        fingerprint: ["filters": "[]"], chunkSize: chunk, leaseSeconds: leaseLength, worker: "lister")
     guard let lease = try lister.acquireLister() else { throw SharedWorkerError("the lister's lease is held") }
     let listing = try seconds {
         var next = 0
@@ -55,7 +58,7 @@ do {
         let runs = try (0..<workers).map { index in
             try SharedRun(
                 connection: PostgresConnection(url: url), pipelineName: "scaleout", fingerprint: ["filters": "[]"],
-                chunkSize: chunk, leaseSeconds: 60, worker: "worker-\(index)")
+                chunkSize: chunk, leaseSeconds: leaseLength, worker: "worker-\(index)")
         }
         let threads = runs.map { run in
             let done = DispatchSemaphore(value: 0)
