@@ -184,6 +184,38 @@ final class MetricsTests: @unchecked Sendable {
         #expect(Self.listening(port: port) == "127.0.0.1")
     }
 
+    /// A client that trickles its request a byte at a time is dropped at the endpoint's
+    /// deadline (one for the whole request, not one per read): it holds neither the next
+    /// scrape nor the command's end (`stop`) for longer.
+    @Test func aClientThatTricklesItsRequestIsDroppedAtTheDeadline() throws {
+        let port = try Self.freePort()
+        let endpoint = try MetricsEndpoint(
+            address: MetricsAddress(host: "127.0.0.1", port: UInt16(port)), metrics: RunMetrics(pipeline: "trickle"))
+        let slow = try #require(Self.opened(port: port))
+        defer { close(slow) }
+        // A byte every 0.3 s for up to 12 s, never the blank line: how long the server kept it.
+        let started = Date()
+        var kept = 0.0
+        for byte in Array("GET /metrics HTTP/1.1\r\nX-Slow: ".utf8) + Array(repeating: UInt8(ascii: "a"), count: 40) {
+            var one = byte
+            if send(slow, &one, 1, Int32(MSG_NOSIGNAL)) != 1 { break }
+            var probe = pollfd(fd: slow, events: Int16(POLLIN), revents: 0)
+            // Readable with nothing to read: the server closed its end.
+            if Glibc.poll(&probe, 1, 300) > 0 { break }
+            kept = Date().timeIntervalSince(started)
+        }
+        #expect(kept < MetricsEndpoint.clientSeconds + 2, "the trickling client was kept \(kept) s")
+        #expect(Self.get(port: port, path: "/metrics")?.status == 200, "the next scrape is answered")
+        // A second trickler, then the end: `stop` does not wait for it to finish.
+        let second = try #require(Self.opened(port: port))
+        defer { close(second) }
+        _ = send(second, "GET /met", 8, Int32(MSG_NOSIGNAL))
+        usleep(200_000)
+        let stopping = Date()
+        endpoint.stop()
+        #expect(Date().timeIntervalSince(stopping) < MetricsEndpoint.clientSeconds + 2)
+    }
+
     /// A port already taken is a usage error (exit 2) naming the address, before any run.
     @Test func aPortInUseIsRefusedAtStart() throws {
         let (images, sink) = try servers()
@@ -328,6 +360,26 @@ final class MetricsTests: @unchecked Sendable {
             usleep(50_000)
         }
         return nil
+    }
+
+    /// A socket connected to 127.0.0.1:`port`, nil when nothing answers.
+    static func opened(port: Int) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
     }
 
     /// `GET path` on 127.0.0.1:`port`: the status and body, nil when nothing answers.

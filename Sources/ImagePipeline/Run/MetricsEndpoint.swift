@@ -109,39 +109,62 @@ public final class MetricsEndpoint: Sendable {
         while !stopped.withLock({ $0 }) {
             guard poll(&poller, 1, 100) > 0 else { continue }
             let client = accept(socket, nil, nil)
-            guard client >= 0 else { continue }
+            guard client >= 0 else {
+                // Out of descriptors (or a client gone before its accept): not a busy loop.
+                usleep(50_000)
+                continue
+            }
+            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
             answer(client)
             close(client)
         }
     }
 
+    /// How long one client has, from its accept to the end of the answer: the server answers
+    /// one client at a time, so a client that trickles its request (a byte a second) must not
+    /// hold the next scrape, or the command's end (`stop` waits for the thread), longer.
+    static let clientSeconds = 2.0
+
     private func answer(_ client: Int32) {
-        var timeout = timeval(tv_sec: 2, tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(Self.clientSeconds * 1e9)
+        /// Milliseconds left before the deadline (0: none).
+        func left() -> Int32 {
+            let now = DispatchTime.now().uptimeNanoseconds
+            return now >= deadline ? 0 : Int32((deadline - now) / 1_000_000)
+        }
+        var timeout = timeval(tv_sec: Int(Self.clientSeconds), tv_usec: 0)
         setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        // The request line and headers: up to 8 KiB, to the blank line.
+        // The request line and headers: up to 8 KiB, to the blank line, within the deadline.
         var request: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1024)
+        var waiting = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
         while request.count < 8192 {
-            let got = chunk.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
+            let wait = left()
+            guard wait > 0, poll(&waiting, 1, wait) > 0 else { return }
+            let got = chunk.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
             if got <= 0 { break }
             request += chunk[0..<got]
             if request.count >= 4, request.suffix(4) == [13, 10, 13, 10] || request.suffix(2) == [10, 10] { break }
         }
         let line = String(decoding: request.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self).split(separator: " ")
-        guard line.count >= 2 else { return respond(client, 400, "Bad Request", "a request line: GET /metrics HTTP/1.1\n") }
+        guard line.count >= 2 else {
+            return respond(client, 400, "Bad Request", "a request line: GET /metrics HTTP/1.1\n", deadline: deadline)
+        }
         let path = line[1].split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0]
-        guard path == "/metrics" else { return respond(client, 404, "Not Found", "only /metrics is served here\n") }
+        guard path == "/metrics" else {
+            return respond(client, 404, "Not Found", "only /metrics is served here\n", deadline: deadline)
+        }
         guard line[0] == "GET" || line[0] == "HEAD" else {
-            return respond(client, 405, "Method Not Allowed", "GET /metrics\n", extra: "Allow: GET, HEAD\r\n")
+            return respond(client, 405, "Method Not Allowed", "GET /metrics\n", extra: "Allow: GET, HEAD\r\n", deadline: deadline)
         }
         respond(
-            client, 200, "OK", metrics.exposition(), type: "text/plain; version=0.0.4; charset=utf-8", head: line[0] == "HEAD")
+            client, 200, "OK", metrics.exposition(), type: "text/plain; version=0.0.4; charset=utf-8", head: line[0] == "HEAD",
+            deadline: deadline)
     }
 
     private func respond(
         _ client: Int32, _ status: Int, _ reason: String, _ body: String, type: String = "text/plain; charset=utf-8",
-        extra: String = "", head: Bool = false
+        extra: String = "", head: Bool = false, deadline: UInt64
     ) {
         let bytes = Array(body.utf8)
         let header =
@@ -152,7 +175,8 @@ public final class MetricsEndpoint: Sendable {
         var sent = 0
         while sent < out.count {
             let wrote = out[sent...].withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if wrote <= 0 { return }
+            // A client that does not read is left at the deadline (SO_SNDTIMEO ends each send).
+            if wrote <= 0 || DispatchTime.now().uptimeNanoseconds >= deadline { return }
             sent += wrote
         }
     }
