@@ -135,7 +135,10 @@ final class NetworkCutTests: @unchecked Sendable {
         #expect(stopped.result.stderr.contains("no heartbeat reached the database"), "\(stopped.result.stderr)")
         #expect(!stopped.result.stderr.contains("still hangs"), "\(stopped.result.stderr)")
         #expect(!stopped.result.stderr.contains(cluster.password))
-        #expect(took < lease + 8, "the cut-off worker exited \(took) s after the cut")
+        // Under 10 s, the connections' `tcp_user_timeout`: a hung call ended by the kernel's
+        // timeout (the sockets not shut down) would exit at about 10–11 s, and pass a looser
+        // bound. The working path exits about 1 s after the lease.
+        #expect(took < lease + 5, "the cut-off worker exited \(took) s after the cut")
         for other in others {
             let (result, _) = end(other, within: 180, "a worker outside the namespace")
             #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")

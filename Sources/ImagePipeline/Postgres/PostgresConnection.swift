@@ -58,9 +58,11 @@ public final class PostgresConnection: @unchecked Sendable {
     let url: String
     private var handle: OpaquePointer?
     let idleInTransactionTimeout: Int
-    /// The open connection's socket (-1 between connections) and whether it was abandoned:
-    /// the only state another thread touches (`abandon()`), so a socket is never shut down
-    /// after libpq closed it (its number may be another file's by then).
+    /// A duplicate of the open connection's socket (-1 between connections) and whether the
+    /// connection was abandoned: the only state another thread touches (`abandon()`). A
+    /// duplicate, closed only here, because libpq closes its own descriptor whenever a read
+    /// fails: the number kept could by then be another file's, and shutting it down would
+    /// cut an unrelated socket. Shutting the duplicate down ends the connection all the same.
     private let shared = Mutex<(socket: Int32, abandoned: Bool)>((-1, false))
     /// Reconnect attempts before a lost connection is reported (back-off 0.2 s doubling to 2 s).
     let reconnectAttempts = 6
@@ -73,7 +75,7 @@ public final class PostgresConnection: @unchecked Sendable {
         try connect()
     }
 
-    deinit { if let handle { PQfinish(handle) } }
+    deinit { if let handle { finish(handle) } }
 
     public func close() {
         if let handle { finish(handle) }
@@ -81,7 +83,10 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     private func finish(_ connection: OpaquePointer) {
-        shared.withLock { $0.socket = -1 }
+        shared.withLock { state in
+            if state.socket >= 0 { Glibc.close(state.socket) }
+            state.socket = -1
+        }
         PQfinish(connection)
     }
 
@@ -135,7 +140,7 @@ public final class PostgresConnection: @unchecked Sendable {
             throw PostgresError(sqlState: nil, message: text.trimmingCharacters(in: .whitespacesAndNewlines))
         }
         let published = shared.withLock { state in
-            if !state.abandoned { state.socket = PQsocket(connection) }
+            if !state.abandoned { state.socket = fcntl(PQsocket(connection), F_DUPFD_CLOEXEC, 0) }
             return !state.abandoned
         }
         guard published else { throw Self.givenUp }
