@@ -123,6 +123,37 @@ final class MetricsTests: @unchecked Sendable {
         #expect(Self.get(port: port, path: "/metrics") == nil, "the endpoint must close with the process")
     }
 
+    /// `run --incremental` with nothing changed: every item carried over whole. Its
+    /// deliveries (copied from the earlier run) are counted as `status` counts them.
+    @Test func anIncrementalRunCountsTheDeliveriesItCarries() throws {
+        for index in 0..<3 { try ImageFixtures.jpeg(at: work.url("in/\(index).jpg"), width: 64, height: 48) }
+        try work.write(
+            """
+            {"version": 1, "name": "carried", "source": {"type": "directory", "path": "in"},
+             "outputs": [{"id": "small", "format": "jpeg", "name": "s/{stem}.jpg", "filters": [{"op": "fit", "width": 32, "height": 32}]},
+                         {"id": "big", "format": "png", "name": "b/{stem}.png"}],
+             "sinks": [{"type": "directory", "path": "out"}, {"type": "directory", "path": "copy", "outputs": ["small"]}]}
+            """, to: "carried.json")
+        let first = try ImgpipeBinary.run(["run", "carried.json", "--quiet"], in: work.path)
+        #expect(first.status == 0, "\(first.stderr)")
+        let port = try Self.freePort()
+        let again = try ImgpipeBinary.launch(
+            ["run", "carried.json", "--incremental", "--quiet", "--metrics", "\(port)", "--metrics-linger", "5"], in: work.path)
+        let end = try #require(Self.poll(port: port) { $0.value("imgpipe_session_active") == 0 }, "no scrape after the run")
+        let result = again.wait()
+        #expect(result.status == 0, "\(result.stderr)")
+        let status = try ImgpipeBinary.run(["status", "carried.json", "--json"], in: work.path).decoded(StatusReport.self)
+        #expect(status.done == 3, "\(status)")
+        #expect(end.value("imgpipe_items_total", ["status": "done"]) == 3)
+        #expect(status.sinks.count == 2)
+        for (name, counts) in status.sinks {
+            let delivered = end.value("imgpipe_deliveries_total", ["sink": name, "outcome": "delivered"]) ?? 0
+            #expect(delivered == Double(counts.done), "\(name): \(counts)")
+        }
+        // Two outputs to the first sink, one to the second, for each of three items.
+        #expect(end.sum("imgpipe_deliveries_total") == 9)
+    }
+
     /// A host that answered 503 with `Retry-After` shows as held and slowed while the hold
     /// lasts, with the rate it is asked at; the download is counted as a retry. A host that
     /// refuses every connection trips its breaker.

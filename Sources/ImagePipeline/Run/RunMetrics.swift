@@ -93,6 +93,12 @@ public final class RunMetrics: Sendable {
         }
     }
 
+    /// The deliveries of an item `run --incremental` carried over whole, one per sink name
+    /// given (every delivery row of such an item is done: the earlier run's, copied).
+    func carried(deliveriesTo sinks: [String]) {
+        for sink in sinks { count("imgpipe_deliveries_total", [("sink", sink), ("outcome", "delivered")]) }
+    }
+
     /// Bytes of an image downloaded (not read from the cache).
     func downloaded(bytes: Int) { count("imgpipe_downloaded_bytes_total", by: bytes) }
 

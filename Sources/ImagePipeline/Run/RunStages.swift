@@ -318,6 +318,7 @@ final class RunStages: Sendable {
                 case .completed:
                     // Carried over whole from the previous run (`--incremental`): done.
                     state.withLock { $0.inserted() }
+                    metrics?.carried(deliveriesTo: takers.flatMap { $0 })
                     context.reporter.itemSettled(key: item.key, outcome: .done)
                     perform(state.withLock { $0.finish(failed: false) })
                 }
