@@ -55,7 +55,7 @@ final class MetricsTests: @unchecked Sendable {
             switch request.path {
             case "/put/refused.jpg": .status(403)
             // Holds the run long enough for a scrape while it goes on.
-            case "/put/slow.jpg": TestHTTPServer.Response(status: 200, body: Data("ok".utf8), stall: 4)
+            case "/put/slow.jpg": TestHTTPServer.Response(status: 200, body: Data("ok".utf8), stall: 8)
             default: .status(200)
             }
         }
@@ -202,8 +202,15 @@ final class MetricsTests: @unchecked Sendable {
         let (images, sink) = try servers()
         try pipeline(images: images, sink: sink)
         let port = try Self.freePort()
-        let run = try ImgpipeBinary.launch(["run", "pipe.json", "--metrics", ":\(port)", "--quiet"], in: work.path)
-        defer { _ = run.wait() }
+        // Lingering, so that the endpoint is still there for the checks below however soon
+        // the run ends (a loaded machine once finished it before the last one); ended by the
+        // test, not waited for.
+        let run = try ImgpipeBinary.launch(
+            ["run", "pipe.json", "--metrics", ":\(port)", "--metrics-linger", "120", "--quiet"], in: work.path)
+        defer {
+            run.signal(SIGKILL)
+            _ = run.wait()
+        }
         var answer: (status: Int, body: String)?
         let deadline = Date().addingTimeInterval(10)
         while answer == nil, Date() < deadline {
