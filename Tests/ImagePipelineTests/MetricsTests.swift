@@ -459,7 +459,13 @@ final class MetricsTests: @unchecked Sendable {
 
     /// The IPv4 address a socket listening on `port` is bound to, from /proc/net/tcp.
     static func listening(port: Int) -> String? {
-        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return nil }
+        // Read to the end: `String(contentsOfFile:)` stops after the first 4 KiB of a /proc
+        // file, and a loaded machine lists more sockets than that before this one.
+        guard let handle = FileHandle(forReadingAtPath: "/proc/net/tcp"), let data = try? handle.readToEnd() else {
+            return nil
+        }
+        try? handle.close()
+        let table = String(decoding: data, as: UTF8.self)
         for line in table.split(separator: "\n").dropFirst() {
             let fields = line.split(separator: " ")
             guard fields.count > 3, fields[3] == "0A" else { continue }
