@@ -61,6 +61,16 @@ public enum ImageFixtures {
         try write(image, to: path)
     }
 
+    /// `count` JPEGs of quadrants in `folder`, named `PREFIX001.jpg` and on (three digits
+    /// at least, so that a listing's order is the numbers' order).
+    public static func jpegs(
+        _ count: Int, in folder: String, prefix: String = "img-", width: Int = 64, height: Int = 48
+    ) throws {
+        for index in 1...count {
+            try jpeg(at: folder + "/" + prefix + String(format: "%03d.jpg", index), width: width, height: height)
+        }
+    }
+
     /// A CMYK JPEG (no ICC profile): a flat colour given in CMYK ink percentages 0…255.
     public static func cmykJPEG(at path: String, width: Int, height: Int, ink: (UInt8, UInt8, UInt8, UInt8)) throws {
         var bytes = [UInt8](repeating: 0, count: width * height * 4)

@@ -28,9 +28,7 @@ extension DeployTests {
             server = try UploadServer(mode: .slow(0.2))
             try home.folder("bin")
             try FileManager.default.createSymbolicLink(atPath: home.url("bin/imgpipe"), withDestinationPath: ImgpipeBinary.path)
-            for index in 1...count {
-                try ImageFixtures.jpeg(at: home.url(String(format: "job/in/photo-%03d.jpg", index)), width: 64, height: 48)
-            }
+            try ImageFixtures.jpegs(count, in: home.url("job/in"), prefix: "photo-")
             try home.write(
                 """
                 {"version": 1, "source": {"type": "directory", "path": "in"},

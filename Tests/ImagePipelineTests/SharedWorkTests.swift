@@ -24,9 +24,7 @@ final class SharedWorkTests: @unchecked Sendable {
     deinit { cluster.dropDatabase(url) }
 
     func images(_ count: Int) throws {
-        for index in 1...count {
-            try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: 64, height: 48)
-        }
+        try ImageFixtures.jpegs(count, in: work.url("in"))
     }
 
     /// A directory source, a folder sink and an upload sink on `server`.

@@ -15,9 +15,7 @@ struct StateIntegrityTests {
     init() throws { work = try TemporaryDirectory("imgpipe-integrity") }
 
     func images(_ count: Int, width: Int = 200, height: Int = 150) throws {
-        for index in 1...count {
-            try ImageFixtures.jpeg(at: work.url(String(format: "in/img-%03d.jpg", index)), width: width, height: height)
-        }
+        try ImageFixtures.jpegs(count, in: work.url("in"), width: width, height: height)
     }
 
     func pipeline(
