@@ -364,23 +364,21 @@ public final class SharedRun: @unchecked Sendable {
                     """
                     WITH picked AS (
                         SELECT id, items - done - failed - skipped AS open FROM imgpipe_chunk
-                        WHERE run_id = $1 AND state = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-                    SELECT p.id, p.open,
-                        (SELECT count(*) FROM imgpipe_worker w
-                         WHERE w.run_id = $1 AND w.heartbeat_at > now() - make_interval(secs => $2::double precision)) AS workers
-                    FROM picked p
+                        WHERE run_id = $1 AND state = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED),
+                    live AS (
+                        SELECT greatest(1, count(*)) AS workers FROM imgpipe_worker w
+                        WHERE w.run_id = $1 AND w.heartbeat_at > now() - make_interval(secs => $2::double precision))
+                    SELECT p.id, p.open, live.workers,
+                        (SELECT coalesce(sum(items - done - failed - skipped), 0) FROM (
+                            SELECT items, done, failed, skipped FROM imgpipe_chunk
+                            WHERE run_id = $1 AND state = 'pending' ORDER BY id LIMIT 2 * live.workers + 1) s) AS left
+                    FROM picked p, live
                     """, [run, lease]
                 ).first, let id = picked.int("id")
             else { return nil }
             let open = Int(picked.int("open") ?? 0)
             let workers = max(1, Int(picked.int("workers") ?? 1))
-            let left = try connection.execute(
-                """
-                SELECT coalesce(sum(items - done - failed - skipped), 0) AS left FROM (
-                    SELECT items, done, failed, skipped FROM imgpipe_chunk
-                    WHERE run_id = $1 AND state = 'pending' ORDER BY id LIMIT $2::bigint) s
-                """, [run, String(2 * workers + 1)]
-            ).first?.int("left")
+            let left = picked.int("left")
             let share = Self.share(ofLeft: Int(left ?? 0), workers: workers)
             if open > share, let part = try split(chunk: id, after: share) { return part }
             return try connection.execute(
