@@ -592,7 +592,7 @@ final class ChunkFeed: Feed, Sendable {
     func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool) throws {
         // Nothing to claim: look again soon (the lister is writing the first page), then
         // less and less often, up to four times a second (the end of the run is noticed
-        // within a quarter of a second; the question is a sum over the chunk rows).
+        // within a quarter of a second; `SharedRun.ending` is two index lookups).
         var pause = 0.02
         // The items of every chunk this worker claimed, as ranges of feed positions (a chunk
         // claimed again may come back cut in two: its number says less than its items do).
