@@ -60,10 +60,12 @@ extension RunStore {
         var arguments: StatementArguments = [runId]
         if let only { _ = arguments.append(contentsOf: [only.rawValue]) }
         if let key { _ = arguments.append(contentsOf: [key]) }
-        try database.read { db in
-            let items = try Row.fetchCursor(db, sql: sql.items, arguments: arguments)
-            let outputs = try PeekingCursor(Row.fetchCursor(db, sql: sql.outputs, arguments: arguments))
-            let deliveries = try PeekingCursor(Row.fetchCursor(db, sql: sql.deliveries, arguments: arguments))
+        // One item's record is a worker's hot path (each item it ends): no `database.read`,
+        // whose pragmas would make SQLite compile the writer's statements again (`hotRead`).
+        func walk(_ db: Database) throws {
+            let items = try Row.fetchCursor(db.cachedStatement(sql: sql.items), arguments: arguments)
+            let outputs = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.outputs), arguments: arguments))
+            let deliveries = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.deliveries), arguments: arguments))
             while let row = try items.next() {
                 let seq: Int64 = row[0]
                 var made: [(order: Int64, id: String, output: ExportRecord.Output)] = []
@@ -109,6 +111,7 @@ extension RunStore {
                         outputs: made.map { ($0.id, $0.output) }, deliveries: bySink))
             }
         }
+        if key == nil { try database.read(walk) } else { try hotRead(walk) }
     }
 
     /// The three statements of `exportRecords`, each led by the item's `seq` and ordered by

@@ -177,7 +177,7 @@ extension RunStore {
     /// prepared statement after a flag pragma, so each item's read made SQLite compile the
     /// writer's cached statements again (callgrind, 500 small items: `sqlite3Reprepare`
     /// 1.9 % of all instructions, and two pragmas prepared per item).
-    private func hotRead<T>(_ body: (Database) throws -> T) throws -> T {
+    func hotRead<T>(_ body: (Database) throws -> T) throws -> T {
         try database.unsafeRead(body)
     }
 
