@@ -44,6 +44,20 @@ final class SharedRunTests: @unchecked Sendable {
         return Dictionary(uniqueKeysWithValues: rows.all.map { ($0["key"]!, $0["status"]!) })
     }
 
+    /// The array literals every fenced write sends come back from the server as written:
+    /// quotes, backslashes, commas, braces, spaces, `NULL` as text, the empty string, and
+    /// letters beyond ASCII; a nil is SQL's NULL.
+    @Test func textArraysReachTheServerAsWritten() throws {
+        let values: [String?] = [
+            "plain", #"a "quoted" word"#, #"back\slash\"#, "a,b {c} d", "NULL", "", nil, "Zürich 東京 🙂", #"\""#,
+        ]
+        let rows = try PostgresConnection(url: url).execute(
+            "SELECT v, v IS NULL AS missing FROM unnest($1::text[]) WITH ORDINALITY AS t(v, n) ORDER BY n",
+            [postgresTextArray(values)])
+        #expect(rows.all.map { $0["missing"] == "t" ? nil : $0["v"] } == values)
+        #expect(postgresTextArray([]) == "{}")
+    }
+
     // MARK: - the state URL
 
     @Test func aPostgresURLIsSharedStateAndItsPasswordIsNeverShown() {

@@ -183,10 +183,28 @@ enum SharedRunSchema {
 }
 
 /// A PostgreSQL text-format array literal of `values` (`{"a","b\"c"}`), for `$n::text[]`.
+/// Each item's end writes several of these (a worker's hot path): a value without a quote
+/// or a backslash, the usual one, is appended whole. (Foundation's `replacingOccurrences`,
+/// twice per value, was about half of what a worker's bookkeeping added to `run`'s over
+/// 200 items: callgrind, 205 M instructions.)
 func postgresTextArray(_ values: [String?]) -> String {
-    "{"
-        + values.map { value -> String in
-            guard let value else { return "NULL" }
-            return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-        }.joined(separator: ",") + "}"
+    var text = "{"
+    for (index, value) in values.enumerated() {
+        if index > 0 { text += "," }
+        guard let value else {
+            text += "NULL"
+            continue
+        }
+        text += "\""
+        if value.utf8.contains(where: { $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "\"") }) {
+            for scalar in value.unicodeScalars {
+                if scalar == "\\" || scalar == "\"" { text.unicodeScalars.append("\\") }
+                text.unicodeScalars.append(scalar)
+            }
+        } else {
+            text += value
+        }
+        text += "\""
+    }
+    return text + "}"
 }
