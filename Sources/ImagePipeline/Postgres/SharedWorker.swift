@@ -156,6 +156,7 @@ public final class SharedWorker: Sendable {
             outputs: pipeline.spec.outputs)
         var runnerOptions = options.runner
         runnerOptions.runUUID = run.uuid
+        runnerOptions.warmPixelHelpers = true
         let flush = BatchFlush()
         runnerOptions.batchFlush = flush
         let chunkFeed = ChunkFeed(
@@ -307,7 +308,9 @@ public final class SharedWorker: Sendable {
             // through its ordinary end.
             run.abandonConnections()
         }
-        let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1) { [self] in
+        // Every 0.1 s, and at once when a claim's last item has ended: the end of a chunk,
+        // and of the run, is written without waiting for the next round.
+        let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1, wake: ledger.claimEnded) { [self] in
             do {
                 try store.flush(using: recorderRun)
                 // The run's counts for the progress line, read with the ends just written.
@@ -406,14 +409,23 @@ public struct SharedWorkerError: Error, CustomStringConvertible {
 }
 
 /// A thread that runs `body` every `interval` seconds until stopped (then once more is
-/// not promised: `stop` waits for a body under way to end).
+/// not promised: `stop` waits for a body under way to end), and at once each time `wake`
+/// is signalled.
 final class LoopThread: Sendable {
-    private let stopped = DispatchSemaphore(value: 0)
+    private let wake: DispatchSemaphore
+    private let stopped = LockedBox(false)
     private let ended = DispatchSemaphore(value: 0)
 
-    init(name: String, every interval: Double, _ body: @escaping @Sendable () -> Void) {
+    init(
+        name: String, every interval: Double, wake: DispatchSemaphore = DispatchSemaphore(value: 0),
+        _ body: @escaping @Sendable () -> Void
+    ) {
+        self.wake = wake
         let thread = Thread { [stopped, ended] in
-            repeat { body() } while stopped.wait(timeout: .now() + interval) == .timedOut
+            repeat {
+                body()
+                _ = wake.wait(timeout: .now() + interval)
+            } while !stopped.withLock({ $0 })
             ended.signal()
         }
         thread.name = name
@@ -421,7 +433,8 @@ final class LoopThread: Sendable {
     }
 
     func stop() {
-        stopped.signal()
+        stopped.withLock { $0 = true }
+        wake.signal()
         ended.wait()
     }
 }
@@ -454,6 +467,11 @@ final class ChunkLedger: Sendable {
     /// stopped, SIGSTOP, longer than that waits for its next heartbeat to learn which
     /// leases it still holds).
     let freshFor: Double
+
+    /// Signalled when the last item of a claim has ended (for the recorder: `end`).
+    let claimEnded = DispatchSemaphore(value: 0)
+    /// Signalled when a chunk is finished (for the feed waiting for the run's end).
+    let chunkFinished = DispatchSemaphore(value: 0)
 
     init(leaseSeconds: Double = 60) { freshFor = leaseSeconds * 0.75 }
 
@@ -497,19 +515,26 @@ final class ChunkLedger: Sendable {
     }
 
     func allGiven(_ chunk: SharedRun.Chunk) {
-        state.withLock { $0.chunks[chunk.token]?.allGiven = true }
+        let over = state.withLock { state in
+            state.chunks[chunk.token]?.allGiven = true
+            return state.chunks[chunk.token].map { $0.ended.count >= $0.given } ?? false
+        }
+        if over { claimEnded.signal() }
     }
 
     /// The chunk and sequence number of an item whose end is to be recorded; nil when it is
-    /// not one of this worker's, or its end was already taken under this claim.
+    /// not one of this worker's, or its end was already taken under this claim. The last
+    /// end of a claim all given signals `claimEnded`.
     func end(_ key: String) -> (chunk: SharedRun.Chunk, seq: Int64)? {
-        state.withLock { state in
+        let (place, last) = state.withLock { state -> ((chunk: SharedRun.Chunk, seq: Int64)?, Bool) in
             guard let place = state.items[key], var held = state.chunks[place.token],
                 held.ended.insert(key).inserted
-            else { return nil }
+            else { return (nil, false) }
             state.chunks[place.token] = held
-            return (held.chunk, place.seq)
+            return ((held.chunk, place.seq), held.allGiven && held.ended.count >= held.given)
         }
+        if last { claimEnded.signal() }
+        return place
     }
 
     // Each call below names a claim (the chunk and its lease token) and changes nothing
@@ -533,6 +558,7 @@ final class ChunkLedger: Sendable {
             state.chunks[chunk.token] = nil
             state.items = state.items.filter { $0.value.token != chunk.token }
         }
+        chunkFinished.signal()
     }
 
     /// Marks `chunk`'s claim lost; false when it is not held (any more) under that claim.
@@ -591,8 +617,9 @@ final class ChunkFeed: Feed, Sendable {
     /// lister keeps one; no count: the shared run's counters are the total).
     func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool) throws {
         // Nothing to claim: look again soon (the lister is writing the first page), then
-        // less and less often, up to four times a second (the end of the run is noticed
-        // within a quarter of a second; `SharedRun.ending` is two index lookups).
+        // less and less often, up to ten times a second (the end of the run is noticed
+        // within a tenth of a second; `SharedRun.ending` is two index lookups), and at once
+        // when one of this worker's chunks is finished.
         var pause = 0.02
         // The items of every chunk this worker claimed, as ranges of feed positions (a chunk
         // claimed again may come back cut in two: its number says less than its items do).
@@ -625,8 +652,8 @@ final class ChunkFeed: Feed, Sendable {
             // their items held in a batch that is not full, would never end.
             flush.flush()
             try patiently { _ = try shared.rescueExpired() }
-            Thread.sleep(forTimeInterval: pause)
-            pause = min(pause * 2, 0.25)
+            _ = ledger.chunkFinished.wait(timeout: .now() + pause)
+            pause = min(pause * 2, 0.1)
         }
     }
 
