@@ -62,6 +62,11 @@ enum PixelWork: Sendable {
         if case .helpers(let helpers) = self { helpers.shutdown() }
     }
 
+    /// Starts this thread's helper ahead of its first item (`PixelHelpers.warm`).
+    func warm() {
+        if case .helpers(let helpers) = self { helpers.warm() }
+    }
+
     func abort() {
         if case .helpers(let helpers) = self { helpers.abort() }
     }
@@ -204,6 +209,14 @@ final class PixelHelpers: Sendable {
                 throw ItemFailure(.process, "its pixel helper \(ends[0]); a second one \(ends[1])")
             }
         }
+    }
+
+    /// Starts this thread's helper if it has none, as its first item would. A helper that
+    /// cannot start says so as it would then (and the items are made on the threads); one
+    /// killed as it starts is started again by the first item.
+    func warm() {
+        guard case .helper(let helper)? = try? assignment() else { return }
+        release(helper)
     }
 
     /// Kills every helper at once; their items are left for resume. Called once the run's

@@ -73,6 +73,9 @@ final class RunStages: Sendable {
             throw StageError("cannot make the run's work folder \(run.workDirectory): \(error.localizedDescription)")
         }
         sweepPartialFiles()
+        if context.options.warmPixelHelpers {
+            for _ in 0..<context.workers.width { context.workers.submit { [context] in context.pixels.warm() } }
+        }
         context.logger.debug(
             "session started",
             metadata: [
