@@ -100,13 +100,16 @@ if os.path.exists(f"{out}/store.jsonl"):
     for line in open(f"{out}/store.jsonl"):
         r = json.loads(line)
         print(f"| {r['workers']} | {r.get('claim', 'whole')} | {r['listerItemsPerSecond']:,} | {r.get('claims', '')} | {r['claimsPerSecond']:,} | {r['transitionsPerSecond']:,} | {r['statusSeconds']} s |")
-times = {"one": [], "two": []}
-for line in open(f"{out}/pipeline.txt"):
-    kind, seconds = line.split()
-    times[kind].append(float(seconds))
-one, two = statistics.median(times["one"]), statistics.median(times["two"])
-print(f"\nReal pipeline, {images} images: 1 process × 2 pixel workers {one:.2f} s, "
-      f"2 `work` processes × 1 pixel worker {two:.2f} s: ratio {two / one:.2f} (goal ≤ 1.15); medians of {len(times['one'])}.")
+if os.path.exists(f"{out}/pipeline.txt"):  # RUNS=0 leaves the pipeline part out
+    times = {"one": [], "two": []}
+    for line in open(f"{out}/pipeline.txt"):
+        kind, seconds = line.split()
+        times[kind].append(float(seconds))
+    one, two = statistics.median(times["one"]), statistics.median(times["two"])
+    rounds = ", ".join(f"{b / a:.2f}" for a, b in zip(times["one"], times["two"]))
+    print(f"\nReal pipeline, {images} images: 1 process × 2 pixel workers {one:.2f} s, "
+          f"2 `work` processes × 1 pixel worker {two:.2f} s: ratio {two / one:.2f} (goal ≤ 1.15); "
+          f"medians of {len(times['one'])} (rounds {rounds}).")
 wall, done, files = open(f"{out}/killed.txt").read().split()[1:]
 print(f"Four workers, one killed with kill -9 after 1 s: {float(wall):.2f} s, {done} of {images} items done, {files} files.")
 PY
