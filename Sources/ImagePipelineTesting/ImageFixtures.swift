@@ -61,8 +61,8 @@ public enum ImageFixtures {
         try write(image, to: path)
     }
 
-    /// `count` JPEGs of quadrants in `folder`, named `PREFIX001.jpg` and on (three digits
-    /// at least, so that a listing's order is the numbers' order).
+    /// `count` (at least 1) JPEGs of quadrants in `folder`, named `PREFIX001.jpg` and on:
+    /// three digits, so that up to 999 a listing's order is the numbers' order.
     public static func jpegs(
         _ count: Int, in folder: String, prefix: String = "img-", width: Int = 64, height: Int = 48
     ) throws {

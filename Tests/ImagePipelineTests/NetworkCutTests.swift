@@ -140,9 +140,10 @@ final class NetworkCutTests: @unchecked Sendable {
         #expect(report["done"] as? Int == count && report["failed"] as? Int == 0 && report["state"] as? String == "finished")
         let chunks = try database.execute("SELECT id, state FROM imgpipe_chunk").all
         #expect(chunks.count == count / 4 && chunks.allSatisfy { $0["state"] == "done" })
-        // (The link stays down until the cut-off worker has exited, so nothing it sends after
-        // the rescue can arrive: that its late writes are refused once they do is
-        // `SharedRunTests.aWorkerPausedPastItsLeaseHasItsLateWritesRefused`.)
+        // (The link stays down until the cut-off worker has exited: what reaches the server
+        // from it after the rescue is TCP retransmitting, after the restore, what it had
+        // sent before, which no check here can tell from a late write. That late writes are
+        // refused is `SharedRunTests.aWorkerPausedPastItsLeaseHasItsLateWritesRefused`.)
         let workers = try database.execute("SELECT name, items_done FROM imgpipe_worker").all
         #expect(workers.compactMap { $0.int("items_done") }.reduce(0, +) == Int64(count), "each item recorded once: \(workers)")
 

@@ -567,6 +567,60 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(ledger.unfinished().isEmpty)
     }
 
+    /// The recorder is woken when a claim's last end is in its queue, not when the end is
+    /// taken (a flush woken then would not find it), and when the claim is all given after
+    /// its ends were queued; the claimer is woken once per chunk this worker finishes, and
+    /// not for a claim it no longer holds.
+    @Test func theRecorderAndTheClaimerAreWokenWhenTheirWorkIsThere() {
+        let ledger = ChunkLedger()
+        func pending(_ semaphore: DispatchSemaphore) -> Int {
+            var count = 0
+            while semaphore.wait(timeout: .now()) == .success { count += 1 }
+            return count
+        }
+        let chunk = SharedRun.Chunk(id: 1, token: 20, firstSeq: 0, lastSeq: 1, items: 2)
+        ledger.add(chunk, items: (0..<2).map { SharedRun.Item(seq: Int64($0), item: FeedItem(key: "a\($0)", location: "x")) })
+        ledger.allGiven(chunk)
+        #expect(ledger.end("a0")?.chunk == chunk)
+        ledger.queued(chunk)
+        #expect(ledger.end("a1")?.chunk == chunk)
+        #expect(pending(ledger.claimEnded) == 0, "the last end is taken, not yet queued")
+        ledger.queued(chunk)
+        #expect(pending(ledger.claimEnded) == 1)
+        // Ends queued before the claim was all given (a short chunk, fast items).
+        let quick = SharedRun.Chunk(id: 2, token: 21, firstSeq: 2, lastSeq: 2, items: 1)
+        ledger.add(quick, items: [SharedRun.Item(seq: 2, item: FeedItem(key: "b", location: "x"))])
+        _ = ledger.end("b")
+        ledger.queued(quick)
+        #expect(pending(ledger.claimEnded) == 0)
+        ledger.allGiven(quick)
+        #expect(pending(ledger.claimEnded) == 1)
+        ledger.finished(chunk)
+        ledger.finished(chunk)
+        ledger.finished(quick)
+        #expect(pending(ledger.chunkFinished) == 2, "once per chunk held")
+    }
+
+    /// A `LoopThread` runs its body at once when woken, and never again after `stop`
+    /// returns, however many wake-ups are still pending.
+    @Test func aLoopThreadRunsWhenWokenAndNotAfterItStopped() {
+        let wake = DispatchSemaphore(value: 0)
+        let runs = LockedBox(0)
+        let ran = DispatchSemaphore(value: 0)
+        let loop = LoopThread(name: "test.loop", every: 3600, wake: wake) {
+            runs.withLock { $0 += 1 }
+            ran.signal()
+        }
+        #expect(ran.wait(timeout: .now() + 30) == .success, "the first round runs at start")
+        wake.signal()
+        #expect(ran.wait(timeout: .now() + 30) == .success, "a wake-up runs a round long before the hour")
+        for _ in 0..<5 { wake.signal() }
+        loop.stop()
+        let atStop = runs.withLock { $0 }
+        Thread.sleep(forTimeInterval: 0.2)
+        #expect(runs.withLock { $0 } == atStop, "no round after stop returned")
+    }
+
     @Test func aRetryOfFailedItemsSaysWhichItLeftBecauseTheirChunkIsStillWorkedOn() throws {
         // One chunk done with a failed item, one still leased with a failed item recorded:
         // `resume --retry-failed` puts back the first and says how many it left.

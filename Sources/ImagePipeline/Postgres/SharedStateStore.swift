@@ -229,6 +229,7 @@ final class SharedStateStore: RunStateStore, Sendable {
             recorded = .init(seq: place.seq, status: .skipped, reason: skip.reason.rawValue, message: skip.message)
         }
         queue.withLock { $0.append((place.chunk, key, recorded)) }
+        ledger.queued(place.chunk)
     }
 
     /// Writes the queued ends, chunk by chunk, and marks done the chunks whose items have

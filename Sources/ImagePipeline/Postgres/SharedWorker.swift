@@ -451,8 +451,10 @@ final class ChunkLedger: Sendable {
         var settled = 0
         var allGiven = false
         var lost = false
-        /// Items whose end was queued under this claim.
+        /// Items whose end was taken under this claim (`end`).
         var ended: Set<String> = []
+        /// Of those, the ones the store has queued for the recorder (`queued`).
+        var queued = 0
     }
 
     /// The chunks held, each item's place, and the items whose deliveries were dropped (their
@@ -517,24 +519,34 @@ final class ChunkLedger: Sendable {
     func allGiven(_ chunk: SharedRun.Chunk) {
         let over = state.withLock { state in
             state.chunks[chunk.token]?.allGiven = true
-            return state.chunks[chunk.token].map { $0.ended.count >= $0.given } ?? false
+            return state.chunks[chunk.token].map { $0.queued >= $0.given } ?? false
         }
         if over { claimEnded.signal() }
     }
 
     /// The chunk and sequence number of an item whose end is to be recorded; nil when it is
-    /// not one of this worker's, or its end was already taken under this claim. The last
-    /// end of a claim all given signals `claimEnded`.
+    /// not one of this worker's, or its end was already taken under this claim.
     func end(_ key: String) -> (chunk: SharedRun.Chunk, seq: Int64)? {
-        let (place, last) = state.withLock { state -> ((chunk: SharedRun.Chunk, seq: Int64)?, Bool) in
+        state.withLock { state in
             guard let place = state.items[key], var held = state.chunks[place.token],
                 held.ended.insert(key).inserted
-            else { return (nil, false) }
+            else { return nil }
             state.chunks[place.token] = held
-            return ((held.chunk, place.seq), held.allGiven && held.ended.count >= held.given)
+            return (held.chunk, place.seq)
         }
-        if last { claimEnded.signal() }
-        return place
+    }
+
+    /// An end `end` gave is now in the recorder's queue: when it is the last of a claim
+    /// all given, `claimEnded` wakes the recorder (after the queueing, so that the flush it
+    /// wakes finds the end there).
+    func queued(_ chunk: SharedRun.Chunk) {
+        let over = state.withLock { state in
+            guard var held = state.chunks[chunk.token] else { return false }
+            held.queued += 1
+            state.chunks[chunk.token] = held
+            return held.allGiven && held.queued >= held.given
+        }
+        if over { claimEnded.signal() }
     }
 
     // Each call below names a claim (the chunk and its lease token) and changes nothing
@@ -553,12 +565,13 @@ final class ChunkLedger: Sendable {
     }
 
     func finished(_ chunk: SharedRun.Chunk) {
-        state.withLock { state in
-            guard state.chunks[chunk.token] != nil else { return }
+        let held = state.withLock { state in
+            guard state.chunks[chunk.token] != nil else { return false }
             state.chunks[chunk.token] = nil
             state.items = state.items.filter { $0.value.token != chunk.token }
+            return true
         }
-        chunkFinished.signal()
+        if held { chunkFinished.signal() }
     }
 
     /// Marks `chunk`'s claim lost; false when it is not held (any more) under that claim.
@@ -617,9 +630,10 @@ final class ChunkFeed: Feed, Sendable {
     /// lister keeps one; no count: the shared run's counters are the total).
     func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool) throws {
         // Nothing to claim: look again soon (the lister is writing the first page), then
-        // less and less often, up to ten times a second (the end of the run is noticed
-        // within a tenth of a second; `SharedRun.ending` is two index lookups), and at once
-        // when one of this worker's chunks is finished.
+        // less and less often: four times a second while the feed is being listed, ten
+        // once it is listed to its end (the end of the run is then noticed within a tenth
+        // of a second; `SharedRun.ending` is two index lookups), and at once when one of
+        // this worker's chunks is finished.
         var pause = 0.02
         // The items of every chunk this worker claimed, as ranges of feed positions (a chunk
         // claimed again may come back cut in two: its number says less than its items do).
@@ -645,6 +659,8 @@ final class ChunkFeed: Feed, Sendable {
             // The end: the feed listed and every chunk done, this worker's own included (its
             // items are still being worked on while this waits; a chunk of its own whose
             // lease it lost meanwhile is rescued here and claimed again).
+            // Signals of chunks finished while this worker was busy say nothing now.
+            while ledger.chunkFinished.wait(timeout: .now()) == .success {}
             let state = try patiently { try shared.ending() }
             let listed = state.feedComplete || listingError.withLock({ $0 }) != nil
             if listed && !state.chunksOpen { return }
@@ -653,7 +669,7 @@ final class ChunkFeed: Feed, Sendable {
             flush.flush()
             try patiently { _ = try shared.rescueExpired() }
             _ = ledger.chunkFinished.wait(timeout: .now() + pause)
-            pause = min(pause * 2, 0.1)
+            pause = min(pause * 2, state.feedComplete ? 0.1 : 0.25)
         }
     }
 

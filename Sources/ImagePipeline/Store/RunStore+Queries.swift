@@ -171,8 +171,10 @@ extension RunStore {
         }
     }
 
-    /// A one-statement read made once per item (or more): one SELECT, which SQLite runs
-    /// in a read transaction of its own, from a cached statement. Not `database.read`:
+    /// A read made once per item (or more), from cached statements: one SELECT runs in a
+    /// read transaction of its own; several stepped together (`exportRecords(key:)`) share
+    /// the one SQLite opens for the first, and the queue lets no write in between (the
+    /// file is this process's alone). Not `database.read`:
     /// GRDB brackets that with `PRAGMA query_only = 1` and `= 0`, and SQLite expires every
     /// prepared statement after a flag pragma, so each item's read made SQLite compile the
     /// writer's cached statements again (callgrind, 500 small items: `sqlite3Reprepare`
