@@ -308,7 +308,7 @@ public final class SharedWorker: Sendable {
             // through its ordinary end.
             run.abandonConnections()
         }
-        // Every 0.1 s, and at once when a claim's last item has ended: the end of a chunk,
+        // Every 0.1 s, and at once when a claim's last end is queued: the end of a chunk,
         // and of the run, is written without waiting for the next round.
         let recorderThread = LoopThread(name: "imgpipe.recorder", every: 0.1, wake: ledger.claimEnded) { [self] in
             do {
@@ -470,7 +470,8 @@ final class ChunkLedger: Sendable {
     /// leases it still holds).
     let freshFor: Double
 
-    /// Signalled when the last item of a claim has ended (for the recorder: `end`).
+    /// Signalled when a claim all given has every end in the recorder's queue (`queued`,
+    /// `allGiven`).
     let claimEnded = DispatchSemaphore(value: 0)
     /// Signalled when a chunk is finished (for the feed waiting for the run's end).
     let chunkFinished = DispatchSemaphore(value: 0)
@@ -584,6 +585,15 @@ final class ChunkLedger: Sendable {
         }
     }
 
+    /// `ask` (the claimer's question for the run's end), after forgetting the finish
+    /// signals that came while the claimer was busy: each would otherwise wake one wait,
+    /// and the claimer would ask again at once as many times. A chunk finished after this
+    /// signals after it, so the wait that follows `ask` still wakes for it.
+    func freshly<T>(_ ask: () throws -> T) rethrows -> T {
+        while chunkFinished.wait(timeout: .now()) == .success {}
+        return try ask()
+    }
+
     /// Chunks held and not finished (lost ones left out: they are not this worker's).
     func unfinished() -> [SharedRun.Chunk] {
         state.withLock { $0.chunks.values.filter { !$0.lost }.map(\.chunk) }
@@ -659,9 +669,7 @@ final class ChunkFeed: Feed, Sendable {
             // The end: the feed listed and every chunk done, this worker's own included (its
             // items are still being worked on while this waits; a chunk of its own whose
             // lease it lost meanwhile is rescued here and claimed again).
-            // Signals of chunks finished while this worker was busy say nothing now.
-            while ledger.chunkFinished.wait(timeout: .now()) == .success {}
-            let state = try patiently { try shared.ending() }
+            let state = try ledger.freshly { try patiently { try shared.ending() } }
             let listed = state.feedComplete || listingError.withLock({ $0 }) != nil
             if listed && !state.chunksOpen { return }
             // Nothing to claim: what this worker's sinks hold is committed, or its own chunks,
@@ -669,7 +677,7 @@ final class ChunkFeed: Feed, Sendable {
             flush.flush()
             try patiently { _ = try shared.rescueExpired() }
             _ = ledger.chunkFinished.wait(timeout: .now() + pause)
-            pause = min(pause * 2, state.feedComplete ? 0.1 : 0.25)
+            pause = min(pause * 2, listed ? 0.1 : 0.25)
         }
     }
 

@@ -28,7 +28,7 @@ public final class PipelineRunner: Sendable {
         public var pixelHelper: PixelHelperLaunch?
         /// Each pixel worker starts its helper as the session starts, not for its first item:
         /// set by `SharedWorker` (`work`, and `run` or `resume` on a PostgreSQL state), where
-        /// a helper's start, about 0.2 s, then overlaps the join and the first claim. Off
+        /// a helper's start, about 0.2 s, then overlaps the first claim. Off
         /// for a state file, where a re-run with nothing to make would start them for nothing.
         public var warmPixelHelpers = false
         /// Lets the feed have the session commit its sinks' open batches (`BatchFlush`).
