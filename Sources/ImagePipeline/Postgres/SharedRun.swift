@@ -352,7 +352,9 @@ public final class SharedRun: @unchecked Sendable {
     /// over 600 items did 500 and 100. Cut to the work left, claims shrink as the run nears
     /// its end and the workers finish together. The work left is summed over the first
     /// `2 × workers + 1` pending chunks only (a bound on the question's cost at any size):
-    /// past that many full chunks, no claim is cut.
+    /// past that many full chunks, no claim is cut. They are read from the chunk picked on:
+    /// the pending index's entries before it are chunks claimed long ago, whose dead
+    /// entries a scan from the start would step over again on every claim.
     ///
     /// One transaction: the chunk's row is locked first, then the run's (for the new chunk's
     /// number), then the items moved; the lister takes the run's row before any item, so
@@ -371,7 +373,8 @@ public final class SharedRun: @unchecked Sendable {
                     SELECT p.id, p.open, live.workers,
                         (SELECT coalesce(sum(items - done - failed - skipped), 0) FROM (
                             SELECT items, done, failed, skipped FROM imgpipe_chunk
-                            WHERE run_id = $1 AND state = 'pending' ORDER BY id LIMIT 2 * live.workers + 1) s) AS left
+                            WHERE run_id = $1 AND state = 'pending' AND id >= p.id
+                            ORDER BY id LIMIT 2 * live.workers + 1) s) AS left
                     FROM picked p, live
                     """, [run, lease]
                 ).first, let id = picked.int("id")
