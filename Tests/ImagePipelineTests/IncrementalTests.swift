@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import ImagePipeline
 import ImagePipelineTesting
 import Testing
@@ -167,6 +168,101 @@ struct IncrementalTests {
         try FileManager.default.moveItem(atPath: work.url("in-away"), toPath: work.url("in"))
         let back = try plan()
         #expect(back["new"] as? Int == 0 && back["unchanged"] as? Int == 5 && back["changed"] as? Int == 1, "\(back)")
+    }
+
+    /// A re-run that changes nothing takes the earlier run's rows over instead of copying
+    /// them (issue 40: the state doubled with each one): the file keeps its rows, and its
+    /// pages but for each run's own record, the newest run holds every item, and export and status say what they said. A
+    /// run of `--limit` items that took some over is no loss to the runs after it: `plan`
+    /// and the next re-run find those items where they went, and make none of them again.
+    @Test func aRerunThatChangesNothingAddsNothingToTheStateFile() throws {
+        for index in 1...24 { try photo(String(format: "p%02d", index), seed: index, width: 64, height: 48) }
+        try pipeline(quality: 85)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let state = work.url(".imgpipe/pipe.sqlite")
+        func rows() throws -> [Int] {
+            try DatabaseQueue(path: state).read { db in
+                try ["item", "output", "delivery"].map { try Int.fetchOne(db, sql: "SELECT count(*) FROM \($0)") ?? -1 }
+                    + [Int.fetchOne(db, sql: "PRAGMA page_count") ?? -1]
+            }
+        }
+        let first = try rows()
+        #expect(Array(first.prefix(3)) == [24, 48, 96])
+        let files = snapshot("out")
+        for _ in 1...2 {
+            let rerun = try imgpipe("run", "pipe.json", "--incremental")
+            #expect(rerun.status == 0, "\(rerun.stderr)")
+        }
+        // Each run adds its own record (the pipeline document, its counters), nothing per item.
+        let again = try rows()
+        #expect(
+            Array(again.prefix(3)) == Array(first.prefix(3)) && again[3] - first[3] <= 2,
+            "rows and pages after two re-runs that changed nothing: \(again), before \(first)")
+        #expect(snapshot("out").mapValues(\.inode) == files.mapValues(\.inode))
+        try exportAgreesWithDisk(items: 24, folders: ["out", "archive"])
+        func status(_ arguments: String...) throws -> [String: Any] {
+            let result = try ImgpipeBinary.run(["status", "pipe.json", "--json"] + arguments, in: work.path)
+            return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        }
+        let latest = try status()
+        #expect(latest["run"] as? Int == 3 && latest["done"] as? Int == 24, "\(latest)")
+        let handedOn = try status("--run", "1")
+        #expect(handedOn["done"] as? Int == 0, "run 1 holds no item now: \(handedOn)")
+
+        // Ten items taken over by a run of `--limit 10`, which is not compared with.
+        #expect(try imgpipe("run", "pipe.json", "--incremental", "--limit", "10").status == 0)
+        let planned = try plan()
+        #expect(
+            planned["unchanged"] as? Int == 24 && planned["new"] as? Int == 0 && planned["gone"] as? Int == 0
+                && redo(planned, "web") == 0, "\(planned)")
+        try FileManager.default.removeItem(atPath: work.url("in/p24.jpg"))
+        let gone = try plan()
+        #expect(gone["unchanged"] as? Int == 23 && gone["gone"] as? Int == 1, "\(gone)")
+        let whole = try imgpipe("run", "pipe.json", "--incremental", "--json")
+        #expect(whole.status == 0, "\(whole.stderr)")
+        #expect(snapshot("archive").mapValues(\.inode).filter { $0.key.hasPrefix("p24") }.count == 2)
+        #expect(
+            snapshot("out").mapValues(\.inode) == files.mapValues(\.inode).filter { !$0.key.hasPrefix("p24") },
+            "nothing made again; p24's files pruned")
+        try exportAgreesWithDisk(items: 23, folders: ["out", "archive"])
+        let rowsNow = try rows()
+        #expect(Array(rowsNow.prefix(3)) == [24, 48, 96], "p24's rows stay with the run it was last in: \(rowsNow)")
+        // Every run's counters followed its items and deliveries as they moved.
+        let disagreements = try DatabaseQueue(path: state).read { db in
+            try Int.fetchOne(
+                db,
+                sql: """
+                    SELECT count(*) FROM (SELECT runId, 'item' AS kind, '' AS name, status, count(*) AS n FROM item
+                                          GROUP BY runId, status
+                                          UNION ALL SELECT runId, 'sink', sink, status, count(*) FROM delivery
+                                          GROUP BY runId, sink, status) r
+                    FULL OUTER JOIN (SELECT * FROM tally WHERE kind IN ('item', 'sink') AND n != 0) t
+                        USING (runId, kind, name, status)
+                    WHERE r.n IS NOT t.n
+                    """)
+        }
+        #expect(disagreements == 0)
+    }
+
+    /// A state file of the imgpipe before (no `carriedFrom`): `plan`, which writes nothing,
+    /// says how to bring it up to date instead of saying its runs record no sources.
+    @Test func planNamesTheUpgradeOfAStateFileOfTheImgpipeBefore() throws {
+        for index in 1...3 { try photo("p\(index)", seed: index, width: 64, height: 48) }
+        try pipeline(quality: 85)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite")).write { db in
+            try db.execute(
+                sql: """
+                    DELETE FROM grdb_migrations WHERE identifier LIKE 'v9:%';
+                    DROP TRIGGER tally_item_delete; DROP TRIGGER tally_delivery_moved;
+                    ALTER TABLE item DROP COLUMN carriedFrom;
+                    """)
+        }
+        let refused = try imgpipe("plan", "pipe.json")
+        #expect(refused.status != 0 && refused.stderr.contains("reading it once with `imgpipe status`"), "\(refused.stderr)")
+        #expect(try imgpipe("status", "pipe.json").status == 0)
+        let planned = try plan()
+        #expect(planned["unchanged"] as? Int == 3, "\(planned)")
     }
 
     /// What the first attack on `--incremental` found, each kept from coming back: a sink

@@ -53,6 +53,8 @@ public final class ChangeDetector: Sendable {
         public var replaced: [String] = []
         /// For an item that failed in the previous run: whether that failure may pass.
         public var lastFailure: FailureAdvice?
+        /// The run that holds the item's record: the baseline, or one of its `heirs`.
+        public var holder: Int64?
     }
 
     /// The run compared with.
@@ -72,6 +74,10 @@ public final class ChangeDetector: Sendable {
     /// newest when this detector was made, not the run it works for.
     private let newestRun: Int64
     private let currentRun: Int64?
+    /// Later runs compared with the baseline, other than the current one: one abandoned,
+    /// or one of `--limit N`, may have taken over some of its items whole
+    /// (`RunStore.handOn`), which are looked for there when the baseline has them no more.
+    public let heirs: [Int64]
     /// The folder sinks' roots by name: a file a folder sink was given is looked for under
     /// its recorded name there (its recorded location hides any `${…}` value as `***`).
     private let folders: [String: String]
@@ -92,6 +98,7 @@ public final class ChangeDetector: Sendable {
         self.baseline = baseline
         newestRun = runs.map(\.id).max() ?? baseline.id
         currentRun = current
+        heirs = runs.filter { $0.baseline == baseline.id && $0.id != current }.map(\.id).sorted()
         self.store = store
         fetcher = pipeline.fetcher
         versionField = pipeline.spec.source.remote?.versionField
@@ -162,7 +169,12 @@ public final class ChangeDetector: Sendable {
     /// The verdict on one item of the feed (as listed, its location as fetched), which this
     /// run numbers `index` (`{index}` in names).
     public func classify(_ item: FeedItem, index: Int) -> Verdict {
-        let recorded = try? store.sourceStamp(runId: baseline.id, key: item.key)
+        var holder = baseline.id
+        var recorded = try? store.sourceStamp(runId: baseline.id, key: item.key)
+        for heir in heirs where recorded == nil {
+            recorded = try? store.sourceStamp(runId: heir, key: item.key, carriedFrom: baseline.id)
+            holder = heir
+        }
         let source = compare(item, recorded: recorded.map { ($0.status, $0.stamp) })
         guard source == .unchanged else {
             var verdict = Verdict(source: source, remake: outputs.map(\.id), renamed: [])
@@ -172,7 +184,7 @@ public final class ChangeDetector: Sendable {
         var remake: [String] = []
         var renamed: [String] = []
         var replaced: [String] = []
-        let delivered = (try? store.deliveredFiles(runId: baseline.id, key: item.key)) ?? []
+        let delivered = (try? store.deliveredFiles(runId: holder, key: item.key)) ?? []
         for output in outputs {
             if outputReasons[output.id] != nil {
                 remake.append(output.id)
@@ -195,6 +207,7 @@ public final class ChangeDetector: Sendable {
         }
         var verdict = Verdict(source: source, remake: remake, renamed: renamed)
         verdict.replaced = replaced
+        verdict.holder = holder
         return verdict
     }
 

@@ -72,13 +72,16 @@ public struct ChangePlan: Sendable, Codable {
             return true
         }
         var gone = 0
-        if let store, let baseline = detector?.baseline {
-            var after = 0
-            while true {
-                let page = try store.keys(runId: baseline.id, after: after, limit: 1000)
-                guard let last = page.last else { break }
-                gone += page.count { !listed.contains($0.key) }
-                after = last.seq
+        if let store, let detector {
+            // The baseline's items, and those later runs took over from it.
+            for (run, carriedFrom) in [(detector.baseline.id, nil)] + detector.heirs.map({ ($0, detector.baseline.id) }) {
+                var after = 0
+                while true {
+                    let page = try store.keys(runId: run, after: after, limit: 1000, carriedFrom: carriedFrom)
+                    guard let last = page.last else { break }
+                    gone += page.count { !listed.contains($0.key) }
+                    after = last.seq
+                }
             }
         }
         let new = counts[.new] ?? 0

@@ -361,7 +361,8 @@ final class RunStages: Sendable {
                     if verdict.source == .unchanged, !kept.isEmpty {
                         carried = NewItem.Carried(
                             run: changes.baseline.id, outputs: kept, sinks: changes.unchangedSinks,
-                            version: SourceStamp.version(in: item.metadata, field: spec.source.remote?.versionField))
+                            version: SourceStamp.version(in: item.metadata, field: spec.source.remote?.versionField),
+                            holder: verdict.holder)
                     }
                 }
                 guard acquireSlot() else { return false }

@@ -94,6 +94,9 @@ extension RunStore {
             {
                 return .existing(seq: row["seq"], status: ItemStatus(rawValue: row["status"]) ?? .pending)
             }
+            if let carried = item.carried, try handOn(item, carried, runId: runId, time: time, held: held, db: db) {
+                return .completed
+            }
             var failure: ItemFailure?
             var outputNames = item.outputs.map(\.name)
             var nameStem = item.nameStem
@@ -289,6 +292,73 @@ extension RunStore {
         try clearStaged(key: key, runId: runId, db: db)
     }
 
+    /// `run --incremental`: takes over the rows of an item carried whole (every output
+    /// kept, each done there for the same sinks as now, under the same names) from the run
+    /// that holds them, instead of copying them: the item, its outputs and deliveries change
+    /// run, with what the listing says of the item now. A re-run that changes nothing adds
+    /// nothing to the file; the run compared with no longer lists the item (`status --run`
+    /// and `export --run` of it leave it out), and `carriedFrom` says which run that was.
+    /// Returns false, changing nothing, for an item that is not carried whole: `carry`
+    /// copies what can be kept of it.
+    private func handOn(
+        _ item: NewItem, _ carried: NewItem.Carried, runId: Int64, time: Double, held: [String: String], db: Database
+    ) throws -> Bool {
+        let wanted = Dictionary(item.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        guard wanted.count == item.outputs.count, Set(carried.outputs) == Set(wanted.keys),
+            item.outputs.allSatisfy({ $0.sinks.allSatisfy(carried.sinks.contains) })
+        else { return false }
+        let holder = carried.holder
+        // One row per (output, sink) the holder has of the item (sink NULL for an output that
+        // went to none), with the item's status and stem and who in this run holds the name.
+        let rows = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT i.status, i.nameStem, o.output, o.name, d.sink, d.status AS delivered,
+                        (SELECT x.itemKey FROM output x WHERE x.runId = ? AND x.name = o.name) AS owner
+                    FROM item i JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
+                    LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
+                    WHERE i.runId = ? AND i.key = ?
+                    """), arguments: [runId, holder, item.key])
+        var kept: [String: Set<String>] = [:]
+        for row in rows {
+            guard row["status"] == ItemStatus.done.rawValue, row["nameStem"] == item.nameStem,
+                let new = wanted[row["output"]], (row["owner"] as String?) == nil
+            else { return false }
+            let name: String? = row["name"]
+            if let want = new.name, want != name { return false }
+            if let name, let owner = held[name], owner != item.key { return false }
+            var sinks = kept[new.id, default: []]
+            if let sink: String = row["sink"] {
+                guard row["delivered"] == "done" else { return false }
+                sinks.insert(sink)
+            }
+            kept[new.id] = sinks
+        }
+        guard kept.count == wanted.count, item.outputs.allSatisfy({ kept[$0.id] == Set($0.sinks) }) else { return false }
+        // The item's row anew in this run, its outputs and deliveries moved under it, and the
+        // old row (nothing refers to it now) deleted: no foreign key is ever left dangling.
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO item (runId, seq, key, location, metadata, status, attempts, nameKey, nameStem, tier,
+                    sourceSize, sourceModified, sourceHash, sourceVersion, carriedFrom, updatedAt)
+                SELECT ?, ?, key, ?, ?, 'done', 0, ?, nameStem, tier,
+                    sourceSize, sourceModified, sourceHash, COALESCE(?, sourceVersion), ?, ?
+                FROM item WHERE runId = ? AND key = ?
+                """
+        ).execute(arguments: [
+            runId, item.seq, item.location, item.metadata, item.nameKey, carried.version, carried.run, time,
+            holder, item.key,
+        ])
+        try db.cachedStatement(sql: "UPDATE output SET runId = ? WHERE runId = ? AND itemKey = ?")
+            .execute(arguments: [runId, holder, item.key])
+        try db.cachedStatement(
+            sql: "UPDATE delivery SET runId = ?, attempts = 0, updatedAt = ? WHERE runId = ? AND itemKey = ?"
+        ).execute(arguments: [runId, time, holder, item.key])
+        try db.cachedStatement(sql: "DELETE FROM item WHERE runId = ? AND key = ?").execute(arguments: [holder, item.key])
+        try db.cachedStatement(sql: "UPDATE run SET carried = carried + 1 WHERE id = ?").execute(arguments: [runId])
+        return true
+    }
+
     /// Copies outputs of an item from an earlier run (`run --incremental`): the name, what
     /// was made, the deliveries done then to the sinks `carried` names, and what its source
     /// was (with the feed's version of it now, when it has one). An output is not copied when this run names it otherwise (a template whose name
@@ -302,7 +372,7 @@ extension RunStore {
                     db.cachedStatement(
                         sql: """
                             SELECT name, hash, bytes, width, height FROM output WHERE runId = ? AND itemKey = ? AND output = ?
-                            """), arguments: [carried.run, key, output])
+                            """), arguments: [carried.holder, key, output])
             else { continue }
             let name: String? = made["name"]
             let wanted = try String.fetchOne(
@@ -323,7 +393,7 @@ extension RunStore {
                               WHERE runId = ? AND itemKey = ? AND output = ? AND sink = ? AND status = 'done') AS b
                         WHERE delivery.runId = ? AND delivery.itemKey = ? AND delivery.output = ? AND delivery.sink = ?
                         """
-                ).execute(arguments: [time, carried.run, key, output, sink, runId, key, output, sink])
+                ).execute(arguments: [time, carried.holder, key, output, sink, runId, key, output, sink])
             }
         }
         try db.cachedStatement(
@@ -333,7 +403,7 @@ extension RunStore {
                      WHERE runId = ? AND key = ?)
                 WHERE runId = ? AND key = ?
                 """
-        ).execute(arguments: [carried.version, carried.run, key, runId, key])
+        ).execute(arguments: [carried.version, carried.holder, key, runId, key])
         try db.cachedStatement(
             sql: """
                 UPDATE item SET status = 'done', updatedAt = ?

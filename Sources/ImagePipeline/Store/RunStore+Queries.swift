@@ -203,7 +203,9 @@ extension RunStore {
     /// An item's status in run `runId`, what its source was when it was processed (nil
     /// stamp: never processed, or recorded before stamps were), its outputs' names by id and,
     /// for a failed item, the advice on its failure; nil when the run has no such item.
-    public func sourceStamp(runId: Int64, key: String) throws -> (
+    ///
+    /// With `carriedFrom`, only an item run `runId` took over whole from that run.
+    public func sourceStamp(runId: Int64, key: String, carriedFrom: Int64? = nil) throws -> (
         status: ItemStatus, stamp: SourceStamp?, names: [String: String], failure: FailureAdvice?
     )? {
         try hotRead { db in
@@ -212,8 +214,8 @@ extension RunStore {
                     db.cachedStatement(
                         sql: """
                             SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion, reason, message, httpStatus
-                            FROM item WHERE runId = ? AND key = ?
-                            """), arguments: [runId, key])
+                            FROM item WHERE runId = ? AND key = ? AND (? IS NULL OR carriedFrom = ?)
+                            """), arguments: [runId, key, carriedFrom, carriedFrom])
             else { return nil }
             let status = try row.decodeEnum(ItemStatus.self, forColumn: "status")
             let hash: String? = row["sourceHash"]
@@ -300,11 +302,16 @@ extension RunStore {
 
     /// The keys of run `runId` after sequence number `seq` in feed order, at most `limit`,
     /// with their sequence numbers (for paging through a large run in constant memory).
-    public func keys(runId: Int64, after seq: Int, limit: Int) throws -> [(seq: Int, key: String)] {
+    /// With `carriedFrom`, only the items run `runId` took over whole from that run.
+    public func keys(runId: Int64, after seq: Int, limit: Int, carriedFrom: Int64? = nil) throws -> [(seq: Int, key: String)] {
         try database.read { db in
             try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT seq, key FROM item WHERE runId = ? AND seq > ? ORDER BY seq LIMIT ?"),
-                arguments: [runId, seq, limit]
+                db.cachedStatement(
+                    sql: """
+                        SELECT seq, key FROM item WHERE runId = ? AND seq > ? AND (? IS NULL OR carriedFrom = ?)
+                        ORDER BY seq LIMIT ?
+                        """),
+                arguments: [runId, seq, carriedFrom, carriedFrom, limit]
             ).map { ($0["seq"], $0["key"]) }
         }
     }

@@ -13,8 +13,9 @@ import GRDB
 ///   `deliveryCounts` always has.
 ///
 /// The triggers cover every insert and every change of `item.status`, `item.tier` and
-/// `delivery.status`; imgpipe deletes no item or delivery row. A count may reach 0 and
-/// stay as a row: readers leave those out.
+/// `delivery.status`, an item's deletion and a delivery's change of run (`handOnTriggers`);
+/// imgpipe deletes no delivery row, and an item's row only when another run takes it over.
+/// A count may reach 0 and stay as a row: readers leave those out.
 extension RunStore {
     static let tallySchema = """
         CREATE TABLE tally (
@@ -59,6 +60,23 @@ extension RunStore {
         INSERT INTO tally SELECT runId, 'tier', tier, '', count(*) FROM item WHERE tier IS NOT NULL GROUP BY runId, tier;
         \(backfill("sink"));
         \(backfill("output"));
+        """
+
+    /// The counters follow an item, and each of its deliveries, from one run to another
+    /// (`RunStore.handOn`): the item is inserted anew (counted by its insert trigger) and its
+    /// old row deleted, its deliveries change run; each is taken from the old run's counters.
+    static let handOnTriggers = """
+        CREATE TRIGGER tally_item_delete AFTER DELETE ON item BEGIN
+            \(add("OLD.runId", "'item'", "''", "OLD.status", "-1"));
+            \(add("OLD.runId", "'tier'", "OLD.tier", "''", "-1", when: "OLD.tier IS NOT NULL"));
+        END;
+
+        CREATE TRIGGER tally_delivery_moved AFTER UPDATE OF runId ON delivery WHEN OLD.runId != NEW.runId BEGIN
+            \(add("OLD.runId", "'sink'", "OLD.sink", "OLD.status", "-1", when: "OLD.status != 'pending'"));
+            \(add("OLD.runId", "'output'", "OLD.output", "OLD.status", "-1", when: "OLD.status != 'pending'"));
+            \(add("NEW.runId", "'sink'", "NEW.sink", "NEW.status", "1", when: "NEW.status != 'pending'"));
+            \(add("NEW.runId", "'output'", "NEW.output", "NEW.status", "1", when: "NEW.status != 'pending'"));
+        END;
         """
 
     /// Adds `n` to one counter (made at 0 when missing), when `when` holds.

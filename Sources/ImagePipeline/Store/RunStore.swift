@@ -25,11 +25,17 @@ public final class RunStore: Sendable {
             } catch {
                 throw StoreError("cannot open state file \(path): \(error)")
             }
-            guard (try? database.read { try Self.migrator.hasCompletedMigrations($0) }) == true else {
+            let applied = (try? database.read { try Self.migrator.appliedIdentifiers($0) }) ?? []
+            guard applied.contains(where: { $0.hasPrefix("v6:") }) else {
                 throw StoreError(
                     "state file \(path) was written by an earlier imgpipe: its runs do not record what each "
                         + "source was, so there is nothing to compare with (`imgpipe run --incremental` upgrades "
                         + "it and makes everything once)")
+            }
+            guard (try? database.read { try Self.migrator.hasCompletedMigrations($0) }) == true else {
+                throw StoreError(
+                    "state file \(path) was written by an earlier imgpipe; reading it once with `imgpipe status` "
+                        + "brings it up to date (this command writes nothing, so it does not)")
             }
             return
         }
@@ -238,6 +244,15 @@ public final class RunStore: Sendable {
         }
         migrator.registerMigration("v8: listings cut short by an error") { db in
             try db.execute(sql: "ALTER TABLE run ADD COLUMN listingCut INTEGER NOT NULL DEFAULT 0")
+        }
+        migrator.registerMigration("v9: items handed on whole") { db in
+            // An incremental run takes over the rows of an item it carries whole (the item,
+            // its outputs and deliveries change run; `RunStore.handOn`) instead of copying
+            // them: a re-run that changes nothing adds nothing to the file. `carriedFrom` is
+            // the run the item was compared with, so that a run compared with it again (the
+            // incremental run abandoned, or one of `--limit N`) finds it where it went.
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN carriedFrom INTEGER")
+            try db.execute(sql: Self.handOnTriggers)
         }
         return migrator
     }

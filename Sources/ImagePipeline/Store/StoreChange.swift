@@ -64,8 +64,11 @@ public struct NewItem: Sendable, Equatable {
     public var carried: Carried?
 
     public struct Carried: Sendable, Equatable {
-        /// The run they are copied from.
+        /// The run compared with.
         public let run: Int64
+        /// The run that holds the item's rows: `run`, or a later one that took them over
+        /// (`RunStore.handOn`) and was abandoned or listed part of the feed.
+        public var holder: Int64
         public let outputs: [String]
         /// The sinks whose deliveries are copied (those the pipeline file did not change);
         /// the others' stay pending, and the item is made and delivered to them.
@@ -75,8 +78,9 @@ public struct NewItem: Sendable, Equatable {
         /// it every later run would compare the image's bytes again, a request an item.
         public var version: String?
 
-        public init(run: Int64, outputs: [String], sinks: [String], version: String? = nil) {
+        public init(run: Int64, outputs: [String], sinks: [String], version: String? = nil, holder: Int64? = nil) {
             self.run = run
+            self.holder = holder ?? run
             self.outputs = outputs
             self.sinks = sinks
             self.version = version
