@@ -380,7 +380,8 @@ public final class SharedRun: @unchecked Sendable {
                 ).first, let id = picked.int("id")
             else { return nil }
             let open = Int(picked.int("open") ?? 0)
-            let workers = max(1, Int(picked.int("workers") ?? 1))
+            // At least 1: `greatest` above counts this worker even before its first heartbeat.
+            let workers = Int(picked.int("workers") ?? 1)
             let left = picked.int("left")
             let share = Self.share(ofLeft: Int(left ?? 0), workers: workers)
             if open > share, let part = try split(chunk: id, after: share) { return part }
