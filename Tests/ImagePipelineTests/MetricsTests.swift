@@ -55,7 +55,7 @@ final class MetricsTests: @unchecked Sendable {
             switch request.path {
             case "/put/refused.jpg": .status(403)
             // Holds the run long enough for a scrape while it goes on.
-            case "/put/slow.jpg": TestHTTPServer.Response(status: 200, body: Data("ok".utf8), stall: 8)
+            case "/put/slow.jpg": TestHTTPServer.Response(status: 200, body: Data("ok".utf8), stall: 4)
             default: .status(200)
             }
         }
