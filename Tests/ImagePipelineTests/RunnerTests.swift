@@ -273,6 +273,32 @@ struct RunnerTests {
         #expect(try store.counts(runId: run.id).total == 60)
     }
 
+    /// Inserts of items `run --incremental` carries over wait for company though the writer
+    /// may not linger: the listing reads the state between two of them, so each commit found
+    /// one queued and a re-run that changed nothing wrote 47 pages per item.
+    @Test func theWriterHoldsCarriedInsertsForCompanyWhateverLingerSays() throws {
+        let (store, run, commits) = try storeCountingCommits()
+        let writer = StoreWriter(store: store, runId: run.id, commitGap: 600, linger: { false }) { error in
+            Issue.record("write failed: \(error)")
+        }
+        let first = DispatchSemaphore(value: 0)
+        writer.submit(insertion(0)) { _ in first.signal() }
+        #expect(first.wait(timeout: .now() + 30) == .success)
+        let applied = LockedBox(0)
+        for index in 1...50 {
+            guard case .insert(var item) = insertion(index) else { continue }
+            item.carried = NewItem.Carried(run: run.id + 1, outputs: [OutputSpec.defaultID], sinks: ["out"])
+            writer.submit(.insert(item)) { _ in applied.withLock { $0 += 1 } }
+        }
+        usleep(100_000)
+        #expect(applied.withLock { $0 } == 0 && commits.count == 1, "carried inserts held for the gap")
+        // Any other change goes at once, and takes them with it.
+        writer.submit(insertion(51)) { _ in applied.withLock { $0 += 1 } }
+        writer.drain()
+        #expect(applied.withLock { $0 } == 51 && commits.count == 2)
+        #expect(try store.counts(runId: run.id).total == 52)
+    }
+
     // MARK: - run and resume policy, against a database alone
 
     func identity(filters: String = "fit") -> RunIdentity {

@@ -167,9 +167,14 @@ final class RunStages: Sendable {
     // MARK: - slots
 
     /// Blocks until a slot is free; false when the run was interrupted meanwhile.
-    private func acquireSlot() -> Bool {
+    /// How many items carried over whole (`run --incremental`) may be in flight past the
+    /// slots: each is done once its insert is written, and the writer commits them in
+    /// batches (`StoreWriter`) of up to this many instead of a few slots' worth.
+    static let carriedAhead = 1000
+
+    private func acquireSlot(beyond: Int = 0) -> Bool {
         while true {
-            switch state.withLock({ $0.admit() }) {
+            switch state.withLock({ $0.admit(beyond: beyond) }) {
             case .start: return true
             case .stop: return false
             case .wait: _ = slotFreed.wait(timeout: .now() + 0.1)
@@ -365,7 +370,13 @@ final class RunStages: Sendable {
                             holder: verdict.holder)
                     }
                 }
-                guard acquireSlot() else { return false }
+                // An item kept whole needs no stage: it may go past the slots.
+                let whole =
+                    carried.map { carried in
+                        carried.outputs.count == spec.outputs.count
+                            && takers.allSatisfy { $0.allSatisfy(carried.sinks.contains) }
+                    } ?? false
+                guard acquireSlot(beyond: whole ? Self.carriedAhead : 0) else { return false }
                 seq = itemSeq
                 state.withLock { $0.listed() }
                 admit(item, seq: seq, carried: carried)

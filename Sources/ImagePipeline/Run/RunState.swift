@@ -63,9 +63,11 @@ struct RunState: Sendable {
         case stop
     }
 
-    mutating func admit() -> AdmitAction {
+    /// With `beyond`, that many slots past `capacity` may be taken (an item that needs no
+    /// stage, done once its insert is written: `RunStages.carriedAhead`).
+    mutating func admit(beyond: Int = 0) -> AdmitAction {
         if isCancelled { return .stop }
-        guard inFlight < capacity else { return .wait }
+        guard inFlight < capacity + beyond else { return .wait }
         inFlight += 1
         return .start
     }

@@ -19,7 +19,10 @@ import Synchronization
 /// waits for, `linger` is false, and every commit goes as soon as the last one ended (a
 /// reviewer measured 2000 small URLs with one download, one worker and one upload 40–57 %
 /// slower when commits always waited). The condition is asked again every 5 ms of a longer
-/// wait.
+/// wait. Inserts of items `run --incremental` carries over wait whatever `linger` says:
+/// nothing but the listing waits on them, and it goes on meanwhile. Committed one by one
+/// (the listing reads the state between two, so each commit found one item queued), a
+/// re-run that changed nothing wrote 47 pages per item.
 final class StoreWriter: Sendable {
     typealias Completion = @Sendable (ChangeOutcome) -> Void
     typealias GroupCompletion = @Sendable ([ChangeOutcome]) -> Void
@@ -118,8 +121,11 @@ final class StoreWriter: Sendable {
             }
             if idle { return }
             while true {
-                let since = DispatchTime.now().uptimeNanoseconds - state.withLock { $0.lastCommit }
-                guard since < commitGap, linger() else { break }
+                let (last, carriedOnly) = state.withLock { state in
+                    (state.lastCommit, state.pending.allSatisfy { $0.changes.allSatisfy(\.isCarriedInsert) })
+                }
+                let since = DispatchTime.now().uptimeNanoseconds - last
+                guard since < commitGap, carriedOnly || linger() else { break }
                 usleep(useconds_t(min(commitGap - since, 5_000_000) / 1000))
             }
             // Only this queue takes from `pending`: it holds what it held, and what came since.

@@ -25,6 +25,13 @@ public enum StoreChange: Sendable {
     case feedComplete
 }
 
+extension StoreChange {
+    /// The insert of an item `run --incremental` carries over (`NewItem.carried`).
+    var isCarriedInsert: Bool {
+        if case .insert(let item) = self { item.carried != nil } else { false }
+    }
+}
+
 /// One output of a newly listed item: its name when known before processing, and the
 /// sinks that take it.
 public struct NewOutput: Sendable, Equatable {
