@@ -88,6 +88,7 @@ public final class TestHTTPServer: Sendable {
     private let listener: Int32
     private let handler: Handler
     private let state = Mutex((recorded: [Request](), accepted: 0, stopped: false))
+    private let acceptEnded = DispatchSemaphore(value: 0)
 
     /// The loopback address it listens on (`127.0.0.1` unless another was asked for: a
     /// second address stands for another host, e.g. one a hostile feed names).
@@ -119,7 +120,10 @@ public final class TestHTTPServer: Sendable {
         }
         port = Int(UInt16(bigEndian: address.sin_port))
         listener = fd
-        let thread = Thread { [self] in acceptLoop() }
+        let thread = Thread { [self] in
+            acceptLoop()
+            acceptEnded.signal()
+        }
         thread.name = "test-http.accept"
         thread.start()
     }
@@ -142,7 +146,11 @@ public final class TestHTTPServer: Sendable {
             return !state.stopped
         }
         if wasRunning {
+            // Closed only once the accept thread is out: closed under it, the descriptor's
+            // number could be reused (the next test's listener, on a loaded machine) before
+            // the thread first calls `accept`, which would then take that socket's clients.
             shutdown(listener, Int32(SHUT_RDWR))
+            acceptEnded.wait()
             close(listener)
         }
     }
