@@ -60,8 +60,7 @@ extension RunStore {
         var arguments: StatementArguments = [runId]
         if let only { _ = arguments.append(contentsOf: [only.rawValue]) }
         if let key { _ = arguments.append(contentsOf: [key]) }
-        // One item's record is a worker's hot path (each item it ends): no `database.read`,
-        // whose pragmas would make SQLite compile the writer's statements again (`hotRead`).
+        // One item's record is a worker's hot path (each item it ends): cached statements only.
         func walk(_ db: Database) throws {
             let items = try Row.fetchCursor(db.cachedStatement(sql: sql.items), arguments: arguments)
             let outputs = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.outputs), arguments: arguments))
@@ -111,7 +110,7 @@ extension RunStore {
                         outputs: made.map { ($0.id, $0.output) }, deliveries: bySink))
             }
         }
-        if key == nil { try database.read(walk) } else { try hotRead(walk) }
+        try read(walk)
     }
 
     /// The three statements of `exportRecords`, each led by the item's `seq` and ordered by

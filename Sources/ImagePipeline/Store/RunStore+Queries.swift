@@ -49,7 +49,7 @@ extension RunStore {
 
     /// Failed items in feed order (at most `limit`).
     public func failures(runId: Int64, limit: Int = Int.max) throws -> [FailureRecord] {
-        try database.read { db in
+        try read { db in
             try Row.fetchAll(
                 db,
                 sql: """
@@ -69,7 +69,7 @@ extension RunStore {
 
     /// Skipped items in feed order (at most `limit`).
     public func skips(runId: Int64, limit: Int = Int.max) throws -> [SkipRecord] {
-        try database.read { db in
+        try read { db in
             try Row.fetchAll(
                 db,
                 sql: """
@@ -101,7 +101,7 @@ extension RunStore {
 
     /// Items of one status counted by their `reason` (`unknown` for a row without one).
     private func reasonCounts(runId: Int64, status: ItemStatus, unknown: String) throws -> [String: Int] {
-        try database.read { db in
+        try read { db in
             var result: [String: Int] = [:]
             for row in try Row.fetchAll(
                 db, sql: "SELECT reason, COUNT(*) AS n FROM item WHERE runId = ? AND status = ? GROUP BY reason",
@@ -115,7 +115,7 @@ extension RunStore {
 
     /// Up to `limit` unfinished items (pending, fetched, processed) after `seq`, in feed order.
     public func unfinishedItems(runId: Int64, after seq: Int, limit: Int) throws -> [ItemRecord] {
-        try database.read { db in
+        try read { db in
             try Row.fetchAll(
                 db,
                 sql: """
@@ -128,7 +128,7 @@ extension RunStore {
 
     /// One item, or nil.
     public func item(runId: Int64, key: String) throws -> ItemRecord? {
-        try hotRead { db in
+        try read { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE runId = ? AND key = ?"), arguments: [runId, key])
                 .map { try ItemRecord(row: $0) }
         }
@@ -136,7 +136,7 @@ extension RunStore {
 
     /// Every item of a run in feed order (for tests and small runs).
     public func items(runId: Int64) throws -> [ItemRecord] {
-        try database.read { db in
+        try read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM item WHERE runId = ? ORDER BY seq", arguments: [runId])
                 .map { try ItemRecord(row: $0) }
         }
@@ -144,7 +144,7 @@ extension RunStore {
 
     /// The (output, sink) deliveries of an item still to be made.
     public func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)] {
-        try hotRead { db in
+        try read { db in
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
@@ -156,7 +156,7 @@ extension RunStore {
 
     /// An item's staged outputs (those with a staged file recorded), by output id.
     public func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] {
-        try hotRead { db in
+        try read { db in
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
@@ -171,21 +171,21 @@ extension RunStore {
         }
     }
 
-    /// A read made once per item (or more), from cached statements: one SELECT runs in a
-    /// read transaction of its own; several stepped together (`exportRecords(key:)`) share
-    /// the one SQLite opens for the first, and the queue lets no write in between (the
-    /// file is this process's alone). Not `database.read`:
-    /// GRDB brackets that with `PRAGMA query_only = 1` and `= 0`, and SQLite expires every
-    /// prepared statement after a flag pragma, so each item's read made SQLite compile the
-    /// writer's cached statements again (callgrind, 500 small items: `sqlite3Reprepare`
-    /// 1.9 % of all instructions, and two pragmas prepared per item).
-    func hotRead<T>(_ body: (Database) throws -> T) throws -> T {
+    /// Every read of the state file, from cached statements: each SELECT is a read
+    /// transaction of its own, and statements stepped together (`exportRecords`' three)
+    /// share the one SQLite opens for the first. Not `database.read`: GRDB brackets that with
+    /// `PRAGMA query_only = 1` and `= 0`, and SQLite expires every prepared statement after a
+    /// flag pragma, so a read between two writes made SQLite compile the writer's cached
+    /// statements again (callgrind, 500 small items: `sqlite3Reprepare` 1.9 % of all
+    /// instructions, and two pragmas prepared per item). The queue lets no write of this
+    /// process in while it runs, and a connection opened read-only (`plan`) writes nothing.
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
         try database.unsafeRead(body)
     }
 
     /// The highest `seq` of a run, or 0.
     public func lastSeq(runId: Int64) throws -> Int {
-        try database.read { db in
+        try read { db in
             try Int.fetchOne(db, sql: "SELECT MAX(seq) FROM item WHERE runId = ?", arguments: [runId]) ?? 0
         }
     }
@@ -193,7 +193,7 @@ extension RunStore {
     /// The key of the item listed last in a run (the highest `seq`): where a resumed
     /// listing starts after.
     public func lastKey(runId: Int64) throws -> String? {
-        try database.read { db in
+        try read { db in
             try String.fetchOne(db, sql: "SELECT key FROM item WHERE runId = ? ORDER BY seq DESC LIMIT 1", arguments: [runId])
         }
     }
@@ -208,7 +208,7 @@ extension RunStore {
     public func sourceStamp(runId: Int64, key: String, carriedFrom: Int64? = nil) throws -> (
         status: ItemStatus, stamp: SourceStamp?, names: [String: String], failure: FailureAdvice?
     )? {
-        try hotRead { db in
+        try read { db in
             guard
                 let row = try Row.fetchOne(
                     db.cachedStatement(
@@ -253,7 +253,7 @@ extension RunStore {
 
     /// The deliveries of item `key` that run `runId` recorded done, with a location.
     public func deliveredFiles(runId: Int64, key: String) throws -> [DeliveredFile] {
-        try hotRead { db in
+        try read { db in
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
@@ -278,7 +278,7 @@ extension RunStore {
         runId: Int64, upTo: Int64, excluding: Int64?, key: String,
         sink: String, location: String, hash: String?
     ) throws -> Bool {
-        try hotRead { db in
+        try read { db in
             try Bool.fetchOne(
                 db.cachedStatement(sql: Self.deliveredOtherwiseSinceSQL),
                 arguments: [
@@ -304,7 +304,7 @@ extension RunStore {
     /// with their sequence numbers (for paging through a large run in constant memory).
     /// With `carriedFrom`, only the items run `runId` took over whole from that run.
     public func keys(runId: Int64, after seq: Int, limit: Int, carriedFrom: Int64? = nil) throws -> [(seq: Int, key: String)] {
-        try database.read { db in
+        try read { db in
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
@@ -322,7 +322,7 @@ extension RunStore {
     /// this run has and neither finished nor skipped (a failed or unfinished item keeps its
     /// files: it may make them yet). A skipped item's files go, like a gone item's.
     public func prunable(after runId: Int64, sink: String) throws -> [String] {
-        try database.read { db in
+        try read { db in
             try String.fetchAll(
                 db,
                 sql: """

@@ -126,7 +126,7 @@ extension RunStore {
 
     /// The nonzero counters of one kind of a run: (name, status, n).
     func tally(runId: Int64, kind: String) throws -> [(name: String, status: String, n: Int)] {
-        try database.read { db in
+        try read { db in
             try Row.fetchAll(
                 db.cachedStatement(sql: "SELECT name, status, n FROM tally WHERE runId = ? AND kind = ? AND n != 0"),
                 arguments: [runId, kind]
