@@ -235,13 +235,53 @@ struct IncrementalTests {
                     SELECT count(*) FROM (SELECT runId, 'item' AS kind, '' AS name, status, count(*) AS n FROM item
                                           GROUP BY runId, status
                                           UNION ALL SELECT runId, 'sink', sink, status, count(*) FROM delivery
-                                          GROUP BY runId, sink, status) r
-                    FULL OUTER JOIN (SELECT * FROM tally WHERE kind IN ('item', 'sink') AND n != 0) t
+                                          GROUP BY runId, sink, status
+                                          UNION ALL SELECT runId, 'output', output, status, count(*) FROM delivery
+                                          GROUP BY runId, output, status
+                                          UNION ALL SELECT runId, 'tier', tier, '', count(*) FROM item
+                                          WHERE tier IS NOT NULL GROUP BY runId, tier) r
+                    FULL OUTER JOIN (SELECT * FROM tally WHERE kind IN ('item', 'sink', 'output', 'tier') AND n != 0) t
                         USING (runId, kind, name, status)
                     WHERE r.n IS NOT t.n
                     """)
         }
         #expect(disagreements == 0)
+    }
+
+    /// What a review of the take-over found: a run whose items were all taken over (by a run
+    /// of `--limit`) is still the one compared with, and the time per item `plan` estimates
+    /// counts them; a name an item taken over holds stays reserved for it, though the run
+    /// compared with no longer has its rows; and an item named from a stem of its own (its
+    /// name was another's) is taken over too.
+    @Test func itemsTakenOverKeepTheirRunsNamesAndEstimates() throws {
+        try photo("p", seed: 1, width: 64, height: 48)
+        try photo("q", seed: 2, width: 64, height: 48)
+        try ImageFixtures.write(try ImageFixtures.photo(width: 64, height: 48, seed: 3), to: work.url("in/q.png"))
+        try pipeline(quality: 85)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let files = snapshot("out")
+        #expect(files.count == 6, "q.png named from a stem of its own: \(files.keys.sorted())")
+        // Every item taken over by a run of `--limit 100`.
+        #expect(try imgpipe("run", "pipe.json", "--incremental", "--limit", "100").status == 0)
+        try photo("q", seed: 5, width: 64, height: 48)
+        let planned = try plan()
+        #expect(
+            planned["baseline"] as? Int == 1 && planned["unchanged"] as? Int == 2 && planned["changed"] as? Int == 1
+                && planned["new"] as? Int == 0 && (planned["estimatedSeconds"] as? Double ?? 0) > 0, "\(planned)")
+        // A new item listed before p.jpg, of the same stem: p-web.jpg is still p.jpg's.
+        try ImageFixtures.write(try ImageFixtures.photo(width: 64, height: 48, seed: 4), to: work.url("in/p.jpeg"))
+        let rerun = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(rerun.status == 0, "\(rerun.stderr)")
+        let after = snapshot("out")
+        #expect(after.count == 8)
+        for (name, file) in files where !["q-web.jpg", "q-thumb.png"].contains(name) {
+            #expect(after[name]?.inode == file.inode, "\(name) kept as it was")
+        }
+        try exportAgreesWithDisk(items: 4, folders: ["out", "archive"])
+        let left = try DatabaseQueue(path: work.url(".imgpipe/pipe.sqlite")).read { db in
+            try String.fetchAll(db, sql: "SELECT key FROM item WHERE runId != 3")
+        }
+        #expect(left == ["q.jpg"], "every item but the changed one taken over each time, q.png's too")
     }
 
     /// A state file of the imgpipe before (no `carriedFrom`): `plan`, which writes nothing,
@@ -255,7 +295,7 @@ struct IncrementalTests {
                 sql: """
                     DELETE FROM grdb_migrations WHERE identifier LIKE 'v9:%';
                     DROP TRIGGER tally_item_delete; DROP TRIGGER tally_delivery_moved;
-                    ALTER TABLE item DROP COLUMN carriedFrom;
+                    ALTER TABLE item DROP COLUMN carriedFrom; ALTER TABLE run DROP COLUMN handedOn;
                     """)
         }
         let refused = try imgpipe("plan", "pipe.json")

@@ -380,7 +380,7 @@ public final class SharedRun: @unchecked Sendable {
                 ).first, let id = picked.int("id")
             else { return nil }
             let open = Int(picked.int("open") ?? 0)
-            // At least 1: `greatest` above counts this worker even before its first heartbeat.
+            // At least 1: `greatest` above floors the count of live workers.
             let workers = Int(picked.int("workers") ?? 1)
             let left = picked.int("left")
             let share = Self.share(ofLeft: Int(left ?? 0), workers: workers)

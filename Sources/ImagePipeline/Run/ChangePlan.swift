@@ -118,7 +118,8 @@ public struct ChangePlan: Sendable, Codable {
     static func secondsPerItem(in store: RunStore) throws -> Double {
         for run in try store.runs() where run.state == .finished {
             let counts = try store.counts(runId: run.id)
-            let made = counts.done + counts.failed + counts.skipped - run.carried
+            // Items later runs took over were listed here all the same.
+            let made = counts.done + counts.failed + counts.skipped + run.handedOn - run.carried
             if made > 0 { return run.elapsed / Double(made) }
         }
         return 0

@@ -371,11 +371,7 @@ final class RunStages: Sendable {
                     }
                 }
                 // An item kept whole needs no stage: it may go past the slots.
-                let whole =
-                    carried.map { carried in
-                        carried.outputs.count == spec.outputs.count
-                            && takers.allSatisfy { $0.allSatisfy(carried.sinks.contains) }
-                    } ?? false
+                let whole = carried?.keepsWhole(outputs: spec.outputs.map(\.id), takers: takers) ?? false
                 guard acquireSlot(beyond: whole ? Self.carriedAhead : 0) else { return false }
                 seq = itemSeq
                 state.withLock { $0.listed() }

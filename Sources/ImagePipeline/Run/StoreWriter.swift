@@ -19,7 +19,7 @@ import Synchronization
 /// waits for, `linger` is false, and every commit goes as soon as the last one ended (a
 /// reviewer measured 2000 small URLs with one download, one worker and one upload 40–57 %
 /// slower when commits always waited). The condition is asked again every 5 ms of a longer
-/// wait. Inserts of items `run --incremental` carries over wait whatever `linger` says:
+/// wait. Inserts of items `run --incremental` carries over whole wait whatever `linger` says:
 /// nothing but the listing waits on them, and it goes on meanwhile. Committed one by one
 /// (the listing reads the state between two, so each commit found one item queued), a
 /// re-run that changed nothing wrote 47 pages per item.

@@ -23,8 +23,14 @@ extension RunStore {
             let inserts = changes.contains { if case .insert = $0 { true } else { false } }
             let baseline =
                 inserts ? try Int64.fetchOne(db, sql: "SELECT baseline FROM run WHERE id = ?", arguments: [runId]) : nil
+            // And those that later runs compared with it took over (`handOn`): still its.
+            let heirs =
+                try baseline.map {
+                    try Int64.fetchAll(db, sql: "SELECT id FROM run WHERE baseline = ? AND id != ?", arguments: [$0, runId])
+                } ?? []
             return try changes.map { change in
-                let outcome = try apply(change, runId: runId, time: time, held: held, baseline: baseline, db: db)
+                let outcome = try apply(
+                    change, runId: runId, time: time, held: held, baseline: baseline.map { ($0, heirs) }, db: db)
                 guard skipsGiveNamesUp, case .skipped(let key, _) = change else { return outcome }
                 return try giveNamesUp(of: key, runId: runId, time: time, db: db)
             }
@@ -82,7 +88,8 @@ extension RunStore {
     }
 
     private func apply(
-        _ change: StoreChange, runId: Int64, time: Double, held: [String: String], baseline: Int64?, db: Database
+        _ change: StoreChange, runId: Int64, time: Double, held: [String: String],
+        baseline: (run: Int64, heirs: [Int64])?, db: Database
     ) throws
         -> ChangeOutcome
     {
@@ -112,10 +119,11 @@ extension RunStore {
             // compares with (`run --incremental`): an item new in the feed and listed first
             // does not take the name an item kept until then.
             let canTakeOthers = item.uniqueStem != nil && item.outputs.allSatisfy { $0.name == nil || $0.uniqueName != nil }
-            func firstTaken(_ names: [String], reserved: Int64? = nil) throws -> ItemFailure? {
+            func firstTaken(_ names: [String], reserved: (run: Int64, heirs: [Int64])? = nil) throws -> ItemFailure? {
                 for name in names {
                     if let owner = try held[name].flatMap({ $0 == item.key ? nil : $0 }) ?? nameOwner(name, runId: runId, db: db)
-                        ?? reserved.flatMap({ try nameOwner(name, runId: $0, db: db) }).flatMap({ $0 == item.key ? nil : $0 })
+                        ?? reserved.flatMap({ try reservedOwner(name, baseline: $0.run, heirs: $0.heirs, db: db) })
+                        .flatMap({ $0 == item.key ? nil : $0 })
                     {
                         return Self.nameTaken(name, by: owner)
                     }
@@ -304,9 +312,7 @@ extension RunStore {
         _ item: NewItem, _ carried: NewItem.Carried, runId: Int64, time: Double, held: [String: String], db: Database
     ) throws -> Bool {
         let wanted = Dictionary(item.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        guard wanted.count == item.outputs.count, Set(carried.outputs) == Set(wanted.keys),
-            item.outputs.allSatisfy({ $0.sinks.allSatisfy(carried.sinks.contains) })
-        else { return false }
+        guard wanted.count == item.outputs.count, item.isCarriedWhole else { return false }
         let holder = carried.holder
         // One row per (output, sink) the holder has of the item (sink NULL for an output that
         // went to none), with the item's status and stem and who in this run holds the name.
@@ -321,11 +327,14 @@ extension RunStore {
                     """), arguments: [runId, holder, item.key])
         var kept: [String: Set<String>] = [:]
         for row in rows {
-            guard row["status"] == ItemStatus.done.rawValue, row["nameStem"] == item.nameStem,
+            // Named from the item's stem, or from its own one (`uniqueStem`) when another held a name.
+            let stem: String? = row["nameStem"]
+            let unique = stem != item.nameStem && stem != nil && stem == item.uniqueStem
+            guard row["status"] == ItemStatus.done.rawValue, stem == item.nameStem || unique,
                 let new = wanted[row["output"]], (row["owner"] as String?) == nil
             else { return false }
             let name: String? = row["name"]
-            if let want = new.name, want != name { return false }
+            if let want = unique ? new.uniqueName ?? new.name : new.name, want != name { return false }
             if let name, let owner = held[name], owner != item.key { return false }
             var sinks = kept[new.id, default: []]
             if let sink: String = row["sink"] {
@@ -356,6 +365,7 @@ extension RunStore {
         ).execute(arguments: [runId, time, holder, item.key])
         try db.cachedStatement(sql: "DELETE FROM item WHERE runId = ? AND key = ?").execute(arguments: [holder, item.key])
         try db.cachedStatement(sql: "UPDATE run SET carried = carried + 1 WHERE id = ?").execute(arguments: [runId])
+        try db.cachedStatement(sql: "UPDATE run SET handedOn = handedOn + 1 WHERE id = ?").execute(arguments: [holder])
         return true
     }
 
@@ -426,6 +436,24 @@ extension RunStore {
     /// The failure of an item whose output name another item holds.
     static func nameTaken(_ name: String, by owner: String) -> ItemFailure {
         ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
+    }
+
+    /// The item of run `baseline` that holds `name`, in that run or in a later one that took
+    /// it over (`heirs`, compared with the same run).
+    private func reservedOwner(_ name: String, baseline: Int64, heirs: [Int64], db: Database) throws -> String? {
+        if let owner = try nameOwner(name, runId: baseline, db: db) { return owner }
+        for heir in heirs {
+            if let owner = try String.fetchOne(
+                db.cachedStatement(
+                    sql: """
+                        SELECT o.itemKey FROM output o JOIN item i ON i.runId = o.runId AND i.key = o.itemKey
+                        WHERE o.runId = ? AND o.name = ? AND i.carriedFrom = ?
+                        """), arguments: [heir, name, baseline])
+            {
+                return owner
+            }
+        }
+        return nil
     }
 
     private func nameOwner(_ name: String, runId: Int64, db: Database) throws -> String? {

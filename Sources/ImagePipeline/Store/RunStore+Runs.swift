@@ -4,14 +4,14 @@ import GRDB
 extension RunStore {
     /// The newest run that was not replaced, if any.
     public func latestRun() throws -> RunRecord? {
-        try database.read { db in
+        try read { db in
             try RunRecord.fetchOne(db, sql: "SELECT * FROM run WHERE state != 'abandoned' ORDER BY id DESC LIMIT 1")
         }
     }
 
     /// Every run of the state file, the newest first.
     public func runs() throws -> [RunRecord] {
-        try database.read { db in try RunRecord.fetchAll(db, sql: "SELECT * FROM run ORDER BY id DESC") }
+        try read { db in try RunRecord.fetchAll(db, sql: "SELECT * FROM run ORDER BY id DESC") }
     }
 
     /// Why run `run` did not list the whole feed, or nil when it did: run with `--limit N`,
@@ -19,13 +19,13 @@ extension RunStore {
     /// folder not mounted). Such a run knows only part of the feed: items it did not list
     /// are neither gone (pruning) nor new (as the run a re-run compares with).
     public func partialListing(of run: RunRecord) -> String? {
-        if (try? counts(runId: run.id).total) ?? 0 == 0 { return "the feed listed no item at all" }
+        if (try? counts(runId: run.id).total) ?? 0 == 0, run.handedOn == 0 { return "the feed listed no item at all" }
         if let limit = run.itemLimit { return "--limit \(limit)" }
         return run.feedComplete ? nil : "its listing did not reach the end"
     }
 
     public func run(id: Int64) throws -> RunRecord? {
-        try database.read { db in
+        try read { db in
             try RunRecord.fetchOne(db, sql: "SELECT * FROM run WHERE id = ?", arguments: [id])
         }
     }

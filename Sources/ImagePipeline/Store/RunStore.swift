@@ -25,14 +25,14 @@ public final class RunStore: Sendable {
             } catch {
                 throw StoreError("cannot open state file \(path): \(error)")
             }
-            let applied = (try? database.read { try Self.migrator.appliedIdentifiers($0) }) ?? []
+            let applied = (try? read { try Self.migrator.appliedIdentifiers($0) }) ?? []
             guard applied.contains(where: { $0.hasPrefix("v6:") }) else {
                 throw StoreError(
                     "state file \(path) was written by an earlier imgpipe: its runs do not record what each "
                         + "source was, so there is nothing to compare with (`imgpipe run --incremental` upgrades "
                         + "it and makes everything once)")
             }
-            guard (try? database.read { try Self.migrator.hasCompletedMigrations($0) }) == true else {
+            guard (try? read { try Self.migrator.hasCompletedMigrations($0) }) == true else {
                 throw StoreError(
                     "state file \(path) was written by an earlier imgpipe; reading it once with `imgpipe status` "
                         + "brings it up to date (this command writes nothing, so it does not)")
@@ -250,8 +250,10 @@ public final class RunStore: Sendable {
             // its outputs and deliveries change run; `RunStore.handOn`) instead of copying
             // them: a re-run that changes nothing adds nothing to the file. `carriedFrom` is
             // the run the item was compared with, so that a run compared with it again (the
-            // incremental run abandoned, or one of `--limit N`) finds it where it went.
+            // incremental run abandoned, or one of `--limit N`) finds it where it went; a
+            // run's `handedOn` counts the items taken from it, which it listed all the same.
             try db.execute(sql: "ALTER TABLE item ADD COLUMN carriedFrom INTEGER")
+            try db.execute(sql: "ALTER TABLE run ADD COLUMN handedOn INTEGER NOT NULL DEFAULT 0")
             try db.execute(sql: Self.handOnTriggers)
         }
         return migrator

@@ -26,9 +26,25 @@ public enum StoreChange: Sendable {
 }
 
 extension StoreChange {
-    /// The insert of an item `run --incremental` carries over (`NewItem.carried`).
+    /// The insert of an item `run --incremental` carries over whole (`NewItem.isCarriedWhole`).
     var isCarriedInsert: Bool {
-        if case .insert(let item) = self { item.carried != nil } else { false }
+        if case .insert(let item) = self { item.isCarriedWhole } else { false }
+    }
+}
+
+extension NewItem {
+    /// Whether `carried` keeps every output, for every sink that takes it: the item needs
+    /// no stage (unless its rows can be neither taken over nor copied, which is rare).
+    public var isCarriedWhole: Bool {
+        carried?.keepsWhole(outputs: outputs.map(\.id), takers: outputs.map(\.sinks)) ?? false
+    }
+}
+
+extension NewItem.Carried {
+    /// Whether it keeps each of `outputs` for every sink that takes it (`takers`, one list
+    /// per output).
+    public func keepsWhole(outputs ids: [String], takers: [[String]]) -> Bool {
+        Set(outputs) == Set(ids) && takers.allSatisfy { $0.allSatisfy(sinks.contains) }
     }
 }
 
