@@ -23,14 +23,8 @@ extension RunStore {
             let inserts = changes.contains { if case .insert = $0 { true } else { false } }
             let baseline =
                 inserts ? try Int64.fetchOne(db, sql: "SELECT baseline FROM run WHERE id = ?", arguments: [runId]) : nil
-            // And those that later runs compared with it took over (`handOn`): still its.
-            let heirs =
-                try baseline.map {
-                    try Int64.fetchAll(db, sql: "SELECT id FROM run WHERE baseline = ? AND id != ?", arguments: [$0, runId])
-                } ?? []
             return try changes.map { change in
-                let outcome = try apply(
-                    change, runId: runId, time: time, held: held, baseline: baseline.map { ($0, heirs) }, db: db)
+                let outcome = try apply(change, runId: runId, time: time, held: held, baseline: baseline, db: db)
                 guard skipsGiveNamesUp, case .skipped(let key, _) = change else { return outcome }
                 return try giveNamesUp(of: key, runId: runId, time: time, db: db)
             }
@@ -88,8 +82,7 @@ extension RunStore {
     }
 
     private func apply(
-        _ change: StoreChange, runId: Int64, time: Double, held: [String: String],
-        baseline: (run: Int64, heirs: [Int64])?, db: Database
+        _ change: StoreChange, runId: Int64, time: Double, held: [String: String], baseline: Int64?, db: Database
     ) throws
         -> ChangeOutcome
     {
@@ -119,10 +112,10 @@ extension RunStore {
             // compares with (`run --incremental`): an item new in the feed and listed first
             // does not take the name an item kept until then.
             let canTakeOthers = item.uniqueStem != nil && item.outputs.allSatisfy { $0.name == nil || $0.uniqueName != nil }
-            func firstTaken(_ names: [String], reserved: (run: Int64, heirs: [Int64])? = nil) throws -> ItemFailure? {
+            func firstTaken(_ names: [String], reserved: Int64? = nil) throws -> ItemFailure? {
                 for name in names {
                     if let owner = try held[name].flatMap({ $0 == item.key ? nil : $0 }) ?? nameOwner(name, runId: runId, db: db)
-                        ?? reserved.flatMap({ try reservedOwner(name, baseline: $0.run, heirs: $0.heirs, db: db) })
+                        ?? reserved.flatMap({ try reservedOwner(name, baseline: $0, runId: runId, db: db) })
                         .flatMap({ $0 == item.key ? nil : $0 })
                     {
                         return Self.nameTaken(name, by: owner)
@@ -438,22 +431,20 @@ extension RunStore {
         ItemFailure(.encode, "output name \"\(name)\" is already used by item \"\(owner)\"")
     }
 
-    /// The item of run `baseline` that holds `name`, in that run or in a later one that took
-    /// it over (`heirs`, compared with the same run).
-    private func reservedOwner(_ name: String, baseline: Int64, heirs: [Int64], db: Database) throws -> String? {
-        if let owner = try nameOwner(name, runId: baseline, db: db) { return owner }
-        for heir in heirs {
-            if let owner = try String.fetchOne(
-                db.cachedStatement(
-                    sql: """
-                        SELECT o.itemKey FROM output o JOIN item i ON i.runId = o.runId AND i.key = o.itemKey
-                        WHERE o.runId = ? AND o.name = ? AND i.carriedFrom = ?
-                        """), arguments: [heir, name, baseline])
-            {
-                return owner
-            }
-        }
-        return nil
+    /// The item of run `baseline` that holds `name`: in that run, or in a later one compared
+    /// with it too (other than `runId`) that took the item over (`handOn`).
+    private func reservedOwner(_ name: String, baseline: Int64, runId: Int64, db: Database) throws -> String? {
+        try String.fetchOne(
+            db.cachedStatement(
+                sql: """
+                    SELECT itemKey FROM output WHERE runId = ?1 AND name = ?2
+                    UNION ALL
+                    SELECT o.itemKey FROM run r
+                    JOIN output o ON o.runId = r.id AND o.name = ?2
+                    JOIN item i ON i.runId = o.runId AND i.key = o.itemKey AND i.carriedFrom = ?1
+                    WHERE r.baseline = ?1 AND r.id != ?3
+                    LIMIT 1
+                    """), arguments: [baseline, name, runId])
     }
 
     private func nameOwner(_ name: String, runId: Int64, db: Database) throws -> String? {
