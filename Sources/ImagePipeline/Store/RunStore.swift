@@ -25,14 +25,15 @@ public final class RunStore: Sendable {
             } catch {
                 throw StoreError("cannot open state file \(path): \(error)")
             }
-            let applied = (try? read { try Self.migrator.appliedIdentifiers($0) }) ?? []
+            let migrator = Self.migrator
+            let applied = (try? read { try migrator.appliedIdentifiers($0) }) ?? []
             guard applied.contains(where: { $0.hasPrefix("v6:") }) else {
                 throw StoreError(
                     "state file \(path) was written by an earlier imgpipe: its runs do not record what each "
                         + "source was, so there is nothing to compare with (`imgpipe run --incremental` upgrades "
                         + "it and makes everything once)")
             }
-            guard (try? read { try Self.migrator.hasCompletedMigrations($0) }) == true else {
+            guard applied.isSuperset(of: migrator.migrations) else {
                 throw StoreError(
                     "state file \(path) was written by an earlier imgpipe; reading it once with `imgpipe status` "
                         + "brings it up to date (this command writes nothing, so it does not)")
