@@ -104,7 +104,8 @@ public final class Environment: Sendable {
     /// `${NAME}` (no value is expanded). For keys and locations in `status`, `export` and
     /// messages: a feed's key `k$` is shown `k$`, not as it is stored.
     public static func shown(_ recorded: String) -> String {
-        guard recorded.contains("$$") else { return recorded }
+        // A byte scan first: most keys and locations have no `$` at all.
+        guard recorded.utf8.contains(UInt8(ascii: "$")), recorded.contains("$$") else { return recorded }
         var out = ""
         var rest = Substring(recorded)
         while let dollar = rest.firstIndex(of: "$") {

@@ -91,33 +91,50 @@ public enum JSONValue: Sendable, Equatable {
     }
 
     /// `text` as a JSON string appended to `out`. Text with nothing to escape (most keys,
-    /// names and URLs) is appended whole; otherwise byte by byte, each multi-byte letter
-    /// copied as it is.
+    /// names and URLs) is appended whole; otherwise it goes through the byte writer below.
     static func quote(_ text: String, into out: inout String) {
-        out += "\""
-        defer { out += "\"" }
         func special(_ byte: UInt8) -> Bool { byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") }
         let needsEscape =
             text.utf8.withContiguousStorageIfAvailable { $0.contains(where: special) } ?? text.utf8.contains(where: special)
         guard needsEscape else {
+            out += "\""
             out += text
+            out += "\""
             return
         }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(text.utf8.count + 8)
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
-            case UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
-            case UInt8(ascii: "\n"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
-            case UInt8(ascii: "\r"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
-            case UInt8(ascii: "\t"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-            case ..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
-            default: bytes.append(byte)
-            }
-        }
+        quote(text, into: &bytes)
         out += String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// `text` as a JSON string appended to `out` as UTF-8: runs of bytes with nothing to
+    /// escape are copied whole, each multi-byte letter as it is.
+    static func quote(_ text: String, into out: inout [UInt8]) {
+        var text = text
+        out.append(UInt8(ascii: "\""))
+        text.withUTF8 { utf8 in
+            var start = 0
+            var index = 0
+            while index < utf8.count {
+                let byte = utf8[index]
+                index += 1
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start..<index - 1]))
+                start = index
+                switch byte {
+                case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+                case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+                case UInt8(ascii: "\n"): out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+                case UInt8(ascii: "\r"): out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+                case UInt8(ascii: "\t"): out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+                default:
+                    let hex = Array("0123456789abcdef".utf8)
+                    out += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+                }
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start...]))
+        }
+        out.append(UInt8(ascii: "\""))
     }
 }

@@ -42,43 +42,51 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     }
 
     private func jsonLine(_ record: ExportRecord, redact: (String) -> String) -> String {
-        func text(_ value: String?) -> JSONValue { value.map { .string(redact($0)) } ?? .null }
-        func number(_ value: Int?) -> JSONValue { value.map { .number(Double($0), isInteger: true) } ?? .null }
-        let metadata: JSONValue = record.metadata.flatMap { JSONValue.lenient(redact($0)) } ?? .null
-        let outputs = JSONValue.object(
-            record.outputs.map { id, output in
-                (
-                    id,
-                    .object([
-                        ("name", .string(output.name)), ("format", .string(output.format)), ("width", number(output.width)),
-                        ("height", number(output.height)), ("bytes", number(output.bytes)), ("sha256", text(output.sha256)),
-                    ])
-                )
-            })
-        let deliveries = JSONValue.object(
-            record.deliveries.map { sink, byOutput in
-                (
-                    sink,
-                    .object(
-                        byOutput.map { id, delivery in
-                            (
-                                id,
-                                .object([
-                                    ("status", .string(delivery.status)), ("remoteURL", text(delivery.remoteURL)),
-                                    ("httpStatus", number(delivery.httpStatus)), ("attempts", number(delivery.attempts)),
-                                    ("message", text(delivery.message)),
-                                ])
-                            )
-                        })
-                )
-            })
-        return JSONValue.object([
-            ("key", .string(redact(Environment.shown(record.key)))),
-            ("location", .string(redact(Environment.shown(record.location)))),
-            ("status", .string(record.status)), ("reason", text(record.reason)), ("message", text(record.message)),
-            ("attempts", number(record.attempts)), ("tier", text(record.tier)), ("metadata", metadata),
-            ("outputs", outputs), ("deliveries", deliveries),
-        ]).serialized()
+        var json = JSONBytes()
+        json.open()
+        json.member("key", redact(Environment.shown(record.key)))
+        json.member("location", redact(Environment.shown(record.location)))
+        json.member("status", record.status)
+        json.member("reason", record.reason.map(redact))
+        json.member("message", record.message.map(redact))
+        json.member("attempts", int: record.attempts)
+        json.member("tier", record.tier.map(redact))
+        json.key("metadata")
+        if let metadata = record.metadata.flatMap({ JSONValue.lenient(redact($0)) }) { json.value(metadata) } else { json.null() }
+        json.key("outputs")
+        json.open()
+        for (id, output) in record.outputs {
+            json.key(id)
+            json.open()
+            json.member("name", output.name)
+            json.member("format", output.format)
+            json.member("width", int: output.width)
+            json.member("height", int: output.height)
+            json.member("bytes", int: output.bytes)
+            json.member("sha256", output.sha256.map(redact))
+            json.close()
+        }
+        json.close()
+        json.key("deliveries")
+        json.open()
+        for (sink, byOutput) in record.deliveries {
+            json.key(sink)
+            json.open()
+            for (id, delivery) in byOutput {
+                json.key(id)
+                json.open()
+                json.member("status", delivery.status)
+                json.member("remoteURL", delivery.remoteURL.map(redact))
+                json.member("httpStatus", int: delivery.httpStatus)
+                json.member("attempts", int: delivery.attempts)
+                json.member("message", delivery.message.map(redact))
+                json.close()
+            }
+            json.close()
+        }
+        json.close()
+        json.close()
+        return json.text
     }
 
     private func csvLine(_ record: ExportRecord, sinks: [String], outputs: [String], redact: (String) -> String) -> String {

@@ -63,33 +63,28 @@ extension RunStore {
         // One item's record is a worker's hot path (each item it ends): cached statements only.
         func walk(_ db: Database) throws {
             let items = try Row.fetchCursor(db.cachedStatement(sql: sql.items), arguments: arguments)
-            let outputs = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.outputs), arguments: arguments))
-            let deliveries = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.deliveries), arguments: arguments))
+            // Each row decoded as it is read (no row copied), Optionals without the generic path.
+            let outputs = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.outputs), arguments: arguments)) { row in
+                let id: String = row[2]
+                let output = ExportRecord.Output(
+                    name: row.optional(3) ?? "", format: formats[id] ?? "jpeg", width: row.optional(6),
+                    height: row.optional(7), bytes: row.optional(5), sha256: row.optional(4))
+                return (row[0], (order: row[1] as Int64, id: id, output: output))
+            }
+            let deliveries = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.deliveries), arguments: arguments)) {
+                row in
+                let delivery = ExportRecord.Delivery(
+                    status: row[3], remoteURL: row.optional(4), httpStatus: row.optional(5), attempts: row[6],
+                    message: row.optional(7))
+                return (row[0], (sink: row[2] as String, output: row[1] as String, delivery: delivery))
+            }
             while let row = try items.next() {
                 let seq: Int64 = row[0]
                 var made: [(order: Int64, id: String, output: ExportRecord.Output)] = []
-                while let output = try outputs.next(whereSeq: seq) {
-                    let id: String = output[2]
-                    made.append(
-                        (
-                            output[1], id,
-                            ExportRecord.Output(
-                                name: output[3] ?? "", format: formats[id] ?? "jpeg",
-                                width: output[6], height: output[7], bytes: output[5],
-                                sha256: output[4])
-                        ))
-                }
+                while let output = try outputs.next(whereSeq: seq) { made.append(output) }
                 made.sort { $0.order < $1.order }
                 var sent: [(sink: String, output: String, delivery: ExportRecord.Delivery)] = []
-                while let delivery = try deliveries.next(whereSeq: seq) {
-                    sent.append(
-                        (
-                            delivery[2], delivery[1],
-                            ExportRecord.Delivery(
-                                status: delivery[3], remoteURL: delivery[4], httpStatus: delivery[5],
-                                attempts: delivery[6], message: delivery[7])
-                        ))
-                }
+                while let delivery = try deliveries.next(whereSeq: seq) { sent.append(delivery) }
                 // A skipped item's sinks were never asked for it (its delivery rows, made when
                 // it was listed, stay pending): it has none, as `status` counts it in none.
                 let status: String = row[3]
@@ -105,8 +100,8 @@ extension RunStore {
                 }
                 try body(
                     ExportRecord(
-                        key: row[1], location: row[2], status: status, reason: row[4], message: row[5],
-                        attempts: row[6], tier: row[7], metadata: row[8],
+                        key: row[1], location: row[2], status: status, reason: row.optional(4), message: row.optional(5),
+                        attempts: row[6], tier: row.optional(7), metadata: row.optional(8),
                         outputs: made.map { ($0.id, $0.output) }, deliveries: bySink))
             }
         }
@@ -158,29 +153,40 @@ extension RunStore {
     }
 }
 
-/// A cursor of rows led by an item's `seq`, read one row ahead, so that the rows of one
-/// item can be taken and the first of the next left for it.
-private final class PeekingCursor {
+/// A cursor of rows led by an item's `seq`, each decoded as it is read and kept one ahead,
+/// so that the rows of one item can be taken and the first of the next left for it.
+private final class PeekingCursor<Element> {
     private let rows: RowCursor
-    private var ahead: Row?
+    private let decode: (Row) throws -> (seq: Int64, element: Element)
+    private var ahead: (seq: Int64, element: Element)?
     private var started = false
 
-    init(_ rows: RowCursor) { self.rows = rows }
+    init(_ rows: RowCursor, decode: @escaping (Row) throws -> (seq: Int64, element: Element)) {
+        self.rows = rows
+        self.decode = decode
+    }
 
     /// The next row when it belongs to item `seq`, else nil (and the row is kept).
-    func next(whereSeq seq: Int64) throws -> Row? {
+    func next(whereSeq seq: Int64) throws -> Element? {
         if !started {
             started = true
-            ahead = try rows.next()?.copy()
+            ahead = try rows.next().map(decode)
         }
         // Rows are in `seq` order and come from the same items as the item rows: one behind
         // `seq` cannot be, and is passed over rather than trusted.
-        while let row = ahead, (row[0] as Int64) < seq { ahead = try rows.next()?.copy() }
-        guard let row = ahead else { return nil }
-        let rowSeq: Int64 = row[0]
-        guard rowSeq == seq else { return nil }
-        ahead = try rows.next()?.copy()
-        return row
+        while let row = ahead, row.seq < seq { ahead = try rows.next().map(decode) }
+        guard let row = ahead, row.seq == seq else { return nil }
+        ahead = try rows.next().map(decode)
+        return row.element
+    }
+}
+
+extension Row {
+    /// The value at `index`, nil for NULL: as `self[index] as Value?`, without the generic
+    /// metadata lookup that costs as much as the read itself on a hot path.
+    @inline(__always)
+    func optional<Value: DatabaseValueConvertible & StatementColumnConvertible>(_ index: Int) -> Value? {
+        hasNull(atIndex: index) ? nil : (self[index] as Value)
     }
 }
 

@@ -1,0 +1,90 @@
+import Foundation
+import Testing
+
+@testable import ImagePipeline
+
+/// The JSON Lines record `imgpipe export` writes, byte for byte: written straight into bytes
+/// (`JSONBytes`), it must be the text the tree of values (`JSONValue`) gives, escapes and all.
+@Suite("Export format")
+struct ExportFormatTests {
+    /// Text that needs every kind of escape, letters of several bytes, and a `$$` (a recorded `$`).
+    static let awkward = [
+        "plain.jpg", "", "quote\"d", "back\\slash", "line\nbreak\r\n", "tab\tbell\u{07}nul\u{00}unit\u{1F}",
+        "é, 東京, 😀", "k$$1", "\"\\\n",
+    ]
+
+    static func record(_ text: String) -> ExportRecord {
+        ExportRecord(
+            key: text, location: "/in/" + text, status: "done", reason: text.isEmpty ? nil : text, message: text,
+            attempts: 2, tier: "local", metadata: #"{"title": "\u00e9 \"x\"", "n": 3, "list": [1, null, true]}"#,
+            outputs: [
+                ("small", .init(name: text + ".jpg", format: "jpeg", width: 10, height: nil, bytes: 300, sha256: text)),
+                ("big", .init(name: "b", format: "webp", width: nil, height: 20, bytes: nil, sha256: nil)),
+            ],
+            deliveries: [
+                ("disk", [("small", .init(status: "done", remoteURL: text, httpStatus: nil, attempts: 1, message: nil))]),
+                ("web", [("big", .init(status: "failed", remoteURL: nil, httpStatus: 503, attempts: 3, message: text))]),
+            ])
+    }
+
+    /// The record as the tree of values writes it (what `export` wrote before `JSONBytes`).
+    static func reference(_ record: ExportRecord, redact: (String) -> String) -> String {
+        func text(_ value: String?) -> JSONValue { value.map { .string(redact($0)) } ?? .null }
+        func number(_ value: Int?) -> JSONValue { value.map { .number(Double($0), isInteger: true) } ?? .null }
+        let outputs = record.outputs.map { id, output -> (key: String, value: JSONValue) in
+            (
+                id,
+                .object([
+                    ("name", .string(output.name)), ("format", .string(output.format)), ("width", number(output.width)),
+                    ("height", number(output.height)), ("bytes", number(output.bytes)), ("sha256", text(output.sha256)),
+                ])
+            )
+        }
+        let deliveries = record.deliveries.map { sink, byOutput -> (key: String, value: JSONValue) in
+            (
+                sink,
+                .object(
+                    byOutput.map { id, delivery in
+                        (
+                            id,
+                            .object([
+                                ("status", .string(delivery.status)), ("remoteURL", text(delivery.remoteURL)),
+                                ("httpStatus", number(delivery.httpStatus)), ("attempts", number(delivery.attempts)),
+                                ("message", text(delivery.message)),
+                            ])
+                        )
+                    })
+            )
+        }
+        return JSONValue.object([
+            ("key", .string(redact(Environment.shown(record.key)))),
+            ("location", .string(redact(Environment.shown(record.location)))),
+            ("status", .string(record.status)), ("reason", text(record.reason)), ("message", text(record.message)),
+            ("attempts", number(record.attempts)), ("tier", text(record.tier)),
+            ("metadata", record.metadata.flatMap { JSONValue.lenient(redact($0)) } ?? .null),
+            ("outputs", .object(outputs)), ("deliveries", .object(deliveries)),
+        ]).serialized()
+    }
+
+    @Test(arguments: awkward)
+    func aLineIsTheTextTheTreeOfValuesGives(_ text: String) throws {
+        let record = Self.record(text)
+        let redact = { (value: String) in value.replacingOccurrences(of: "東京", with: "***") }
+        let line = ExportFormat.jsonl.line(record, sinks: ["disk", "web"], redact: redact)
+        #expect(line == Self.reference(record, redact: redact))
+        // And JSON that a reader gives back as written: the key as shown, `$$` read as `$`.
+        let parsed = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(parsed["key"] as? String == redact(Environment.shown(text)))
+        #expect(parsed["message"] as? String == redact(text))
+        #expect(!line.contains("\n"), "one record, one line")
+    }
+
+    @Test(arguments: awkward)
+    func bothQuotesAgree(_ text: String) {
+        var bytes: [UInt8] = []
+        JSONValue.quote(text, into: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == JSONValue.quote(text))
+        let read = try? JSONSerialization.jsonObject(with: Data(bytes), options: .fragmentsAllowed) as? String
+        #expect(read == text)
+    }
+}
