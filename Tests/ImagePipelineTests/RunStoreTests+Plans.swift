@@ -73,6 +73,76 @@ extension RunStoreTests {
         #expect(!lines.contains { $0.contains("delivery_status") }, "\(lines)")
     }
 
+    @Test func aTakeOverMovesEachTableThroughTheKeysTaken() throws {
+        _ = try filledStore(300)
+        try store.database.write { try $0.execute(sql: HandOn.table) }
+        let insert = try plan(HandOn.insertItems)
+        #expect(insert.contains("SEARCH h USING INDEX sqlite_autoindex_handOn_1 (holder=?)"), "\(insert)")
+        #expect(insert.contains("SEARCH i USING INDEX sqlite_autoindex_item_1 (runId=? AND key=?)"), "\(insert)")
+        let outputs = try plan(HandOn.moveOutputs)
+        #expect(
+            outputs.contains("SEARCH output USING COVERING INDEX sqlite_autoindex_output_1 (runId=? AND itemKey=?)"),
+            "\(outputs)")
+        let deliveries = try plan(HandOn.moveDeliveries)
+        #expect(
+            deliveries.contains("SEARCH delivery USING COVERING INDEX sqlite_autoindex_delivery_1 (runId=? AND itemKey=?)"),
+            "\(deliveries)")
+        let delete = try plan(HandOn.deleteItems)
+        #expect(delete.contains("SEARCH item USING COVERING INDEX sqlite_autoindex_item_1 (runId=? AND key=?)"), "\(delete)")
+        for lines in [insert, outputs, deliveries, delete] {
+            #expect(searchesOnly(lines), "\(lines)")
+        }
+    }
+
+    /// Items taken over whole are moved together at the end of their batch, or before any
+    /// other change: a later change of the batch sees them moved, as it would have one by one.
+    @Test func aBatchTakesItemsOverAsIfOneByOne() throws {
+        let runs = try filledStore(5)
+        let run = try newRun(sinks: ["a", "b"])
+        func carried(_ key: String, _ seq: Int) -> StoreChange {
+            var item = NewItem(
+                key: key, seq: seq, location: "/in/\(key)", metadata: nil, outputName: "\(key).jpg", sinks: ["a", "b"])
+            item.carried = NewItem.Carried(run: runs[1].id, outputs: [OutputSpec.defaultID], sinks: ["a", "b"])
+            return .insert(item)
+        }
+        let outcomes = try store.apply(
+            [
+                carried("k1", 1),
+                carried("k1", 2),  // the feed repeats a key
+                carried("k3", 3),
+                item("n3", 4, name: "k3.jpg", sinks: ["a", "b"]),  // a new item wants the name k3 keeps
+                carried("k4", 5),
+            ], runId: run.id)
+        #expect(outcomes.count == 5)
+        #expect(outcomes[0] == .completed && outcomes[2] == .completed && outcomes[4] == .completed, "\(outcomes)")
+        #expect(outcomes[1] == .existing(seq: 1, status: .done), "\(outcomes)")
+        guard case .failed(let failure) = outcomes[3] else {
+            Issue.record("the name k3 keeps was given to a new item: \(outcomes[3])")
+            return
+        }
+        #expect(failure.message.contains("k3.jpg"), "\(failure.message)")
+        let rows = try store.database.read { db in
+            try Row.fetchAll(db, sql: "SELECT runId, key, seq, status, carriedFrom FROM item ORDER BY runId, seq")
+                .map {
+                    "\($0["runId"] as Int64) \($0["key"] as String) \($0["seq"] as Int) \($0["status"] as String) \($0["carriedFrom"] as Int64? ?? 0)"
+                }
+        }
+        let (first, second) = (runs[0].id, runs[1].id)
+        #expect(
+            rows.filter { !$0.hasPrefix("\(first) ") } == [
+                "\(second) k2 2 done 0", "\(second) k5 5 done 0",
+                "\(run.id) k1 1 done \(second)", "\(run.id) k3 3 done \(second)", "\(run.id) n3 4 failed 0",
+                "\(run.id) k4 5 done \(second)",
+            ], "\(rows)")
+        let names = try store.database.read { db in
+            try String?.fetchAll(db, sql: "SELECT name FROM output WHERE runId = ? ORDER BY name", arguments: [run.id])
+                .compactMap { $0 }
+        }
+        #expect(names == ["k1.jpg", "k3.jpg", "k4.jpg"])
+        #expect(try store.run(id: run.id)?.carried == 3 && store.run(id: second)?.handedOn == 3)
+        for id in [first, second, run.id] { try check(id) }
+    }
+
     @Test func countsReadTheRunsCountersNotItsRows() throws {
         _ = try filledStore(300)
         let lines = try plan("SELECT name, status, n FROM tally WHERE runId = ? AND kind = ? AND n != 0")

@@ -43,7 +43,7 @@ public struct RunRecord: Sendable, Equatable, Decodable, FetchableRecord {
     public let baseline: Int64?
     /// Items an incremental run carried over from `baseline` without a stage.
     public let carried: Int
-    /// Items a later incremental run took over from this one (`RunStore.handOn`): this run
+    /// Items a later incremental run took over from this one (`HandOn`): this run
     /// listed (and made or carried) them, and no longer holds their rows.
     public let handedOn: Int
 

@@ -23,11 +23,31 @@ extension RunStore {
             let inserts = changes.contains { if case .insert = $0 { true } else { false } }
             let baseline =
                 inserts ? try Int64.fetchOne(db, sql: "SELECT baseline FROM run WHERE id = ?", arguments: [runId]) : nil
-            return try changes.map { change in
+            // Items taken over whole are checked one by one and moved together (`HandOn`):
+            // before any other change, so that every change sees the file as if each had been
+            // moved in its turn.
+            var handOn = HandOn()
+            var outcomes: [ChangeOutcome] = []
+            outcomes.reserveCapacity(changes.count)
+            for change in changes {
+                if case .insert(let item) = change, let carried = item.carried {
+                    if handOn.overlaps(item) { try handOn.move(runId: runId, time: time, db: db) }
+                    if try handOn.canTake(item, carried, runId: runId, held: held, db: db) {
+                        handOn.add(item, carried)
+                        outcomes.append(.completed)
+                        continue
+                    }
+                }
+                try handOn.move(runId: runId, time: time, db: db)
                 let outcome = try apply(change, runId: runId, time: time, held: held, baseline: baseline, db: db)
-                guard skipsGiveNamesUp, case .skipped(let key, _) = change else { return outcome }
-                return try giveNamesUp(of: key, runId: runId, time: time, db: db)
+                guard skipsGiveNamesUp, case .skipped(let key, _) = change else {
+                    outcomes.append(outcome)
+                    continue
+                }
+                outcomes.append(try giveNamesUp(of: key, runId: runId, time: time, db: db))
             }
+            try handOn.move(runId: runId, time: time, db: db)
+            return outcomes
         }
     }
 
@@ -93,9 +113,6 @@ extension RunStore {
                 arguments: [runId, item.key])
             {
                 return .existing(seq: row["seq"], status: ItemStatus(rawValue: row["status"]) ?? .pending)
-            }
-            if let carried = item.carried, try handOn(item, carried, runId: runId, time: time, held: held, db: db) {
-                return .completed
             }
             var failure: ItemFailure?
             var outputNames = item.outputs.map(\.name)
@@ -293,75 +310,6 @@ extension RunStore {
         try clearStaged(key: key, runId: runId, db: db)
     }
 
-    /// `run --incremental`: takes over the rows of an item carried whole (every output
-    /// kept, each done there for the same sinks as now, under the same names) from the run
-    /// that holds them, instead of copying them: the item, its outputs and deliveries change
-    /// run, with what the listing says of the item now. A re-run that changes nothing adds
-    /// nothing to the file; the run compared with no longer lists the item (`status --run`
-    /// and `export --run` of it leave it out), and `carriedFrom` says which run that was.
-    /// Returns false, changing nothing, for an item that is not carried whole: `carry`
-    /// copies what can be kept of it.
-    private func handOn(
-        _ item: NewItem, _ carried: NewItem.Carried, runId: Int64, time: Double, held: [String: String], db: Database
-    ) throws -> Bool {
-        let wanted = Dictionary(item.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        guard wanted.count == item.outputs.count, item.isCarriedWhole else { return false }
-        let holder = carried.holder
-        // One row per (output, sink) the holder has of the item (sink NULL for an output that
-        // went to none), with the item's status and stem and who in this run holds the name.
-        let rows = try Row.fetchAll(
-            db.cachedStatement(
-                sql: """
-                    SELECT i.status, i.nameStem, o.output, o.name, d.sink, d.status AS delivered,
-                        (SELECT x.itemKey FROM output x WHERE x.runId = ? AND x.name = o.name) AS owner
-                    FROM item i JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
-                    LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
-                    WHERE i.runId = ? AND i.key = ?
-                    """), arguments: [runId, holder, item.key])
-        var kept: [String: Set<String>] = [:]
-        for row in rows {
-            // Named from the item's stem, or from its own one (`uniqueStem`) when another held a name.
-            let stem: String? = row["nameStem"]
-            let unique = stem != item.nameStem && stem != nil && stem == item.uniqueStem
-            guard row["status"] == ItemStatus.done.rawValue, stem == item.nameStem || unique,
-                let new = wanted[row["output"]], (row["owner"] as String?) == nil
-            else { return false }
-            let name: String? = row["name"]
-            if let want = unique ? new.uniqueName ?? new.name : new.name, want != name { return false }
-            if let name, let owner = held[name], owner != item.key { return false }
-            var sinks = kept[new.id, default: []]
-            if let sink: String = row["sink"] {
-                guard row["delivered"] == "done" else { return false }
-                sinks.insert(sink)
-            }
-            kept[new.id] = sinks
-        }
-        guard kept.count == wanted.count, item.outputs.allSatisfy({ kept[$0.id] == Set($0.sinks) }) else { return false }
-        // The item's row anew in this run, its outputs and deliveries moved under it, and the
-        // old row (nothing refers to it now) deleted: no foreign key is ever left dangling.
-        try db.cachedStatement(
-            sql: """
-                INSERT INTO item (runId, seq, key, location, metadata, status, attempts, nameKey, nameStem, tier,
-                    sourceSize, sourceModified, sourceHash, sourceVersion, carriedFrom, updatedAt)
-                SELECT ?, ?, key, ?, ?, 'done', 0, ?, nameStem, tier,
-                    sourceSize, sourceModified, sourceHash, COALESCE(?, sourceVersion), ?, ?
-                FROM item WHERE runId = ? AND key = ?
-                """
-        ).execute(arguments: [
-            runId, item.seq, item.location, item.metadata, item.nameKey, carried.version, carried.run, time,
-            holder, item.key,
-        ])
-        try db.cachedStatement(sql: "UPDATE output SET runId = ? WHERE runId = ? AND itemKey = ?")
-            .execute(arguments: [runId, holder, item.key])
-        try db.cachedStatement(
-            sql: "UPDATE delivery SET runId = ?, attempts = 0, updatedAt = ? WHERE runId = ? AND itemKey = ?"
-        ).execute(arguments: [runId, time, holder, item.key])
-        try db.cachedStatement(sql: "DELETE FROM item WHERE runId = ? AND key = ?").execute(arguments: [holder, item.key])
-        try db.cachedStatement(sql: "UPDATE run SET carried = carried + 1 WHERE id = ?").execute(arguments: [runId])
-        try db.cachedStatement(sql: "UPDATE run SET handedOn = handedOn + 1 WHERE id = ?").execute(arguments: [holder])
-        return true
-    }
-
     /// Copies outputs of an item from an earlier run (`run --incremental`): the name, what
     /// was made, the deliveries done then to the sinks `carried` names, and what its source
     /// was (with the feed's version of it now, when it has one). An output is not copied when this run names it otherwise (a template whose name
@@ -432,7 +380,7 @@ extension RunStore {
     }
 
     /// The item of run `baseline` that holds `name`: in that run, or in a later one compared
-    /// with it too (other than `runId`) that took the item over (`handOn`).
+    /// with it too (other than `runId`) that took the item over (`HandOn`).
     private func reservedOwner(_ name: String, baseline: Int64, runId: Int64, db: Database) throws -> String? {
         try String.fetchOne(
             db.cachedStatement(
@@ -452,4 +400,158 @@ extension RunStore {
             db.cachedStatement(sql: "SELECT itemKey FROM output WHERE runId = ? AND name = ?"),
             arguments: [runId, name])
     }
+}
+
+/// `run --incremental`'s take-over of items carried whole (every output kept, each done
+/// there for the same sinks as now, under the same names) from the run that holds their
+/// rows, instead of copying them: the item, its outputs and deliveries change run, with what
+/// the listing says of the item now. A re-run that changes nothing adds nothing to the
+/// file; the run compared with no longer lists the item (`status --run` and `export --run`
+/// of it leave it out), and `carriedFrom` says which run that was.
+///
+/// Each item is checked on its own (`canTake`) and the batch's items are moved together
+/// (`move`): five statements for a batch instead of five for each item. An item that cannot
+/// be taken over is copied (`RunStore.carry`) after the items before it have moved.
+struct HandOn {
+    private struct Taken {
+        let item: NewItem
+        let carried: NewItem.Carried
+    }
+
+    private var taken: [Taken] = []
+    private var keys: Set<String> = []
+    /// The names the items taken hold, and those they want: an item of the same batch that
+    /// wants one of them waits until they have moved.
+    private var names: Set<String> = []
+
+    /// Whether `item` has a key or a name of an item taken and not moved yet (the names an
+    /// item taken holds are those it wants).
+    func overlaps(_ item: NewItem) -> Bool {
+        !taken.isEmpty
+            && (keys.contains(item.key)
+                || item.outputs.contains { output in
+                    [output.name, output.uniqueName].contains { $0.map(names.contains) ?? false }
+                })
+    }
+
+    /// Whether the rows of `item` can be taken over whole (nothing is changed): the run has
+    /// no item of its key yet, and the holder has it done, each output under the name this
+    /// run gives it (from its stem, or from its own stem when another held a name) and
+    /// delivered to the same sinks as now, no name held by another item of this run. Asked
+    /// when `overlaps` is false: the items taken before it have moved when it shares a key or
+    /// a name with one of them.
+    func canTake(
+        _ item: NewItem, _ carried: NewItem.Carried, runId: Int64, held: [String: String], db: Database
+    ) throws -> Bool {
+        let wanted = Dictionary(item.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        guard wanted.count == item.outputs.count, item.isCarriedWhole else { return false }
+        guard
+            try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT 1 FROM item WHERE runId = ? AND key = ?"), arguments: [runId, item.key]) == nil
+        else { return false }
+        // One row per (output, sink) the holder has of the item (sink NULL for an output that
+        // went to none), with the item's status and stem and who in this run holds the name.
+        let rows = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT i.status, i.nameStem, o.output, o.name, d.sink, d.status AS delivered,
+                        (SELECT x.itemKey FROM output x WHERE x.runId = ? AND x.name = o.name) AS owner
+                    FROM item i JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
+                    LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
+                    WHERE i.runId = ? AND i.key = ?
+                    """), arguments: [runId, carried.holder, item.key])
+        var kept: [String: Set<String>] = [:]
+        for row in rows {
+            // Named from the item's stem, or from its own one (`uniqueStem`) when another held a name.
+            let stem: String? = row["nameStem"]
+            let unique = stem != item.nameStem && stem != nil && stem == item.uniqueStem
+            guard row["status"] == ItemStatus.done.rawValue, stem == item.nameStem || unique,
+                let new = wanted[row["output"]], (row["owner"] as String?) == nil
+            else { return false }
+            let name: String? = row["name"]
+            if let want = unique ? new.uniqueName ?? new.name : new.name, want != name { return false }
+            if let name, let owner = held[name], owner != item.key { return false }
+            var sinks = kept[new.id, default: []]
+            if let sink: String = row["sink"] {
+                guard row["delivered"] == "done" else { return false }
+                sinks.insert(sink)
+            }
+            kept[new.id] = sinks
+        }
+        return kept.count == wanted.count && item.outputs.allSatisfy { kept[$0.id] == Set($0.sinks) }
+    }
+
+    /// Adds an item `canTake` said yes to.
+    mutating func add(_ item: NewItem, _ carried: NewItem.Carried) {
+        taken.append(Taken(item: item, carried: carried))
+        keys.insert(item.key)
+        for output in item.outputs {
+            if let name = output.name { names.insert(name) }
+            if let name = output.uniqueName { names.insert(name) }
+        }
+    }
+
+    /// Moves the items taken into run `runId`, from each holder: the item's row anew in this
+    /// run, its outputs and deliveries moved under it, and the old row (nothing refers to it
+    /// now) deleted, so that no foreign key is ever left dangling; each run's counts follow.
+    mutating func move(runId: Int64, time: Double, db: Database) throws {
+        guard !taken.isEmpty else { return }
+        defer {
+            taken = []
+            keys = []
+            names = []
+        }
+        try db.execute(sql: Self.table)
+        try db.execute(sql: "DELETE FROM temp.handOn")
+        let add = try db.cachedStatement(sql: "INSERT INTO temp.handOn VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        var holders: [Int64: Int] = [:]
+        for entry in taken {
+            let item = entry.item
+            try add.execute(arguments: [
+                entry.carried.holder, item.key, item.seq, item.location, item.metadata, item.nameKey,
+                entry.carried.version, entry.carried.run,
+            ])
+            holders[entry.carried.holder, default: 0] += 1
+        }
+        for (holder, count) in holders.sorted(by: { $0.key < $1.key }) {
+            try db.cachedStatement(sql: Self.insertItems).execute(arguments: [runId, time, holder])
+            try db.cachedStatement(sql: Self.moveOutputs).execute(arguments: [runId, holder, holder])
+            try db.cachedStatement(sql: Self.moveDeliveries).execute(arguments: [runId, time, holder, holder])
+            try db.cachedStatement(sql: Self.deleteItems).execute(arguments: [holder, holder])
+            try db.cachedStatement(sql: "UPDATE run SET handedOn = handedOn + ? WHERE id = ?").execute(arguments: [count, holder])
+        }
+        try db.cachedStatement(sql: "UPDATE run SET carried = carried + ? WHERE id = ?").execute(arguments: [taken.count, runId])
+    }
+
+    /// The items of a batch taken over (one connection's own table, emptied for each batch).
+    static let table = """
+        CREATE TEMP TABLE IF NOT EXISTS handOn (
+            holder INTEGER NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, location TEXT NOT NULL,
+            metadata TEXT, nameKey TEXT, version TEXT, carriedFrom INTEGER NOT NULL, PRIMARY KEY (holder, key))
+        """
+
+    /// `move`'s statements for one holder, each finding its rows by primary key from the
+    /// keys taken (`RunStoreTests+Plans` checks their plans). Arguments: the run, the time,
+    /// the holder.
+    static let insertItems = """
+        INSERT INTO item (runId, seq, key, location, metadata, status, attempts, nameKey, nameStem, tier,
+            sourceSize, sourceModified, sourceHash, sourceVersion, carriedFrom, updatedAt)
+        SELECT ?, h.seq, i.key, h.location, h.metadata, 'done', 0, h.nameKey, i.nameStem, i.tier,
+            i.sourceSize, i.sourceModified, i.sourceHash, COALESCE(h.version, i.sourceVersion), h.carriedFrom, ?
+        FROM temp.handOn h CROSS JOIN item i ON i.runId = h.holder AND i.key = h.key
+        WHERE h.holder = ?
+        """
+    /// Arguments: the run, the holder, the holder.
+    static let moveOutputs = """
+        UPDATE output SET runId = ? WHERE runId = ? AND itemKey IN (SELECT key FROM temp.handOn WHERE holder = ?)
+        """
+    /// Arguments: the run, the time, the holder, the holder.
+    static let moveDeliveries = """
+        UPDATE delivery SET runId = ?, attempts = 0, updatedAt = ?
+        WHERE runId = ? AND itemKey IN (SELECT key FROM temp.handOn WHERE holder = ?)
+        """
+    /// Arguments: the holder, the holder.
+    static let deleteItems = """
+        DELETE FROM item WHERE runId = ? AND key IN (SELECT key FROM temp.handOn WHERE holder = ?)
+        """
 }

@@ -63,7 +63,7 @@ extension RunStore {
         """
 
     /// The counters follow an item, and each of its deliveries, from one run to another
-    /// (`RunStore.handOn`): the item is inserted anew (counted by its insert trigger) and its
+    /// (`HandOn`): the item is inserted anew (counted by its insert trigger) and its
     /// old row deleted, its deliveries change run; each is taken from the old run's counters.
     static let handOnTriggers = """
         CREATE TRIGGER tally_item_delete AFTER DELETE ON item BEGIN

@@ -248,7 +248,7 @@ public final class RunStore: Sendable {
         }
         migrator.registerMigration("v9: items handed on whole") { db in
             // An incremental run takes over the rows of an item it carries whole (the item,
-            // its outputs and deliveries change run; `RunStore.handOn`) instead of copying
+            // its outputs and deliveries change run; `HandOn`) instead of copying
             // them: a re-run that changes nothing adds nothing to the file. `carriedFrom` is
             // the run the item was compared with, so that a run compared with it again (the
             // incremental run abandoned, or one of `--limit N`) finds it where it went; a

@@ -90,7 +90,7 @@ public struct NewItem: Sendable, Equatable {
         /// The run compared with.
         public let run: Int64
         /// The run that holds the item's rows: `run`, or a later one that took them over
-        /// (`RunStore.handOn`) and was abandoned or listed part of the feed.
+        /// (`HandOn`) and was abandoned or listed part of the feed.
         public var holder: Int64
         public let outputs: [String]
         /// The sinks whose deliveries are copied (those the pipeline file did not change);
