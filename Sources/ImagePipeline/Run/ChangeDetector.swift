@@ -74,9 +74,12 @@ public final class ChangeDetector: Sendable {
     /// newest when this detector was made, not the run it works for.
     private let newestRun: Int64
     private let currentRun: Int64?
+    /// Whether there is such a run at all: a re-run of the latest run has none, and then
+    /// nothing is asked of the file for each delivered file.
+    private let laterRuns: Bool
     /// Later runs compared with the baseline, other than the current one: one abandoned,
     /// or one of `--limit N`, may have taken over some of its items whole
-    /// (`RunStore.handOn`), which are looked for there when the baseline has them no more.
+    /// (`HandOn`), which are looked for there when the baseline has them no more.
     public let heirs: [Int64]
     /// The folder sinks' roots by name: a file a folder sink was given is looked for under
     /// its recorded name there (its recorded location hides any `${…}` value as `***`).
@@ -98,6 +101,7 @@ public final class ChangeDetector: Sendable {
         self.baseline = baseline
         newestRun = runs.map(\.id).max() ?? baseline.id
         currentRun = current
+        laterRuns = runs.contains { $0.id > baseline.id && $0.id != current }
         heirs = runs.filter { $0.baseline == baseline.id && $0.id != current }.map(\.id).sorted()
         self.store = store
         fetcher = pipeline.fetcher
@@ -170,9 +174,9 @@ public final class ChangeDetector: Sendable {
     /// run numbers `index` (`{index}` in names).
     public func classify(_ item: FeedItem, index: Int) -> Verdict {
         var holder = baseline.id
-        var recorded = try? store.sourceStamp(runId: baseline.id, key: item.key)
+        var recorded = try? store.comparedItem(runId: baseline.id, key: item.key)
         for heir in heirs where recorded == nil {
-            recorded = try? store.sourceStamp(runId: heir, key: item.key, carriedFrom: baseline.id)
+            recorded = try? store.comparedItem(runId: heir, key: item.key, carriedFrom: baseline.id)
             holder = heir
         }
         let source = compare(item, recorded: recorded.map { ($0.status, $0.stamp) })
@@ -184,7 +188,7 @@ public final class ChangeDetector: Sendable {
         var remake: [String] = []
         var renamed: [String] = []
         var replaced: [String] = []
-        let delivered = (try? store.deliveredFiles(runId: holder, key: item.key)) ?? []
+        let delivered = recorded?.delivered ?? []
         for output in outputs {
             if outputReasons[output.id] != nil {
                 remake.append(output.id)
@@ -221,8 +225,8 @@ public final class ChangeDetector: Sendable {
             guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
             if let bytes = file.bytes, Int(info.st_size) != bytes { return false }
         }
-        return
-            (try? store.deliveredOtherwiseSince(
+        return !laterRuns
+            || (try? store.deliveredOtherwiseSince(
                 runId: baseline.id, upTo: newestRun, excluding: currentRun, key: key,
                 sink: file.sink, location: file.location, hash: file.hash)) == false
     }

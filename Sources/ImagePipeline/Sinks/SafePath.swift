@@ -10,6 +10,7 @@ enum SafePath {
     /// `.` components, no empty components, no NUL or control characters, each component
     /// at most 255 bytes. Never empty.
     static func relative(_ name: String) -> String {
+        if isRelative(name) { return name }
         var components: [String] = []
         for raw in name.split(separator: "/", omittingEmptySubsequences: true) {
             var component = String(
@@ -23,5 +24,26 @@ enum SafePath {
             components.append(component)
         }
         return components.isEmpty ? "_" : components.joined(separator: "/")
+    }
+
+    /// Whether `relative` would give `name` back as it is (most names): no control
+    /// character, no empty, `.` or `..` component, none longer than 255 bytes. One pass over
+    /// the bytes, where `relative` builds each component anew.
+    private static func isRelative(_ name: String) -> Bool {
+        var length = 0
+        var dots = 0
+        func componentEnds() -> Bool { length > 0 && length <= 255 && !(dots == length && dots <= 2) }
+        for byte in name.utf8 {
+            if byte == UInt8(ascii: "/") {
+                guard componentEnds() else { return false }
+                length = 0
+                dots = 0
+                continue
+            }
+            if byte < 0x20 || byte == 0x7F { return false }
+            length += 1
+            if byte == UInt8(ascii: ".") { dots += 1 }
+        }
+        return componentEnds()
     }
 }

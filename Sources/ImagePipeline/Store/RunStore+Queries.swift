@@ -200,14 +200,34 @@ extension RunStore {
 }
 
 extension RunStore {
-    /// An item's status in run `runId`, what its source was when it was processed (nil
-    /// stamp: never processed, or recorded before stamps were), its outputs' names by id and,
-    /// for a failed item, the advice on its failure; nil when the run has no such item.
-    ///
-    /// With `carriedFrom`, only an item run `runId` took over whole from that run.
-    public func sourceStamp(runId: Int64, key: String, carriedFrom: Int64? = nil) throws -> (
-        status: ItemStatus, stamp: SourceStamp?, names: [String: String], failure: FailureAdvice?
-    )? {
+    /// One delivery of an item's output that a run recorded done, with what it delivered.
+    public struct DeliveredFile: Sendable {
+        public let output: String
+        public let sink: String
+        /// Where it went (a folder sink's file path, an object's or upload's URL).
+        public let location: String
+        public let bytes: Int?
+        public let hash: String?
+    }
+
+    /// What run `runId` recorded of item `key`, for a re-run to compare with.
+    public struct ComparedItem: Sendable {
+        public let status: ItemStatus
+        /// What its source was when it was processed (nil: never processed, or recorded
+        /// before stamps were).
+        public let stamp: SourceStamp?
+        /// Its outputs' names by id.
+        public let names: [String: String]
+        /// For a failed item, the advice on its failure.
+        public let failure: FailureAdvice?
+        /// Its deliveries recorded done, with a location.
+        public let delivered: [DeliveredFile]
+    }
+
+    /// What run `runId` recorded of item `key` (two statements, both on primary keys); nil
+    /// when the run has no such item. With `carriedFrom`, only an item run `runId` took over
+    /// whole from that run.
+    public func comparedItem(runId: Int64, key: String, carriedFrom: Int64? = nil) throws -> ComparedItem? {
         try read { db in
             guard
                 let row = try Row.fetchOne(
@@ -225,46 +245,30 @@ extension RunStore {
                     version: row["sourceVersion"])
             }
             var names: [String: String] = [:]
+            var delivered: [DeliveredFile] = []
+            // Each output, with each of its deliveries done to a location (or none).
             for output in try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT output, name FROM output WHERE runId = ? AND itemKey = ?"),
-                arguments: [runId, key])
+                db.cachedStatement(
+                    sql: """
+                        SELECT o.output, o.name, o.bytes, o.hash, d.sink, d.remoteURL FROM output o
+                        LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
+                            AND d.status = 'done' AND d.remoteURL IS NOT NULL
+                        WHERE o.runId = ? AND o.itemKey = ?
+                        """), arguments: [runId, key])
             {
-                if let name: String = output["name"] { names[output["output"]] = name }
+                let id: String = output[0]
+                if let name: String = output.optional(1) { names[id] = name }
+                if let sink: String = output.optional(4), let location: String = output.optional(5) {
+                    delivered.append(
+                        DeliveredFile(
+                            output: id, sink: sink, location: location, bytes: output.optional(2), hash: output.optional(3)))
+                }
             }
             var failure: FailureAdvice?
             if status == .failed, let reason: String = row["reason"] {
                 failure = FailureAdvice.of(reason: reason, message: row["message"] ?? "", httpStatus: row["httpStatus"])
             }
-            return (status, stamp, names, failure)
-        }
-    }
-}
-
-extension RunStore {
-    /// One delivery of an item's output that a run recorded done, with what it delivered.
-    public struct DeliveredFile: Sendable {
-        public let output: String
-        public let sink: String
-        /// Where it went (a folder sink's file path, an object's or upload's URL).
-        public let location: String
-        public let bytes: Int?
-        public let hash: String?
-    }
-
-    /// The deliveries of item `key` that run `runId` recorded done, with a location.
-    public func deliveredFiles(runId: Int64, key: String) throws -> [DeliveredFile] {
-        try read { db in
-            try Row.fetchAll(
-                db.cachedStatement(
-                    sql: """
-                        SELECT d.output, d.sink, d.remoteURL, o.bytes, o.hash FROM delivery d
-                        LEFT JOIN output o ON o.runId = d.runId AND o.itemKey = d.itemKey AND o.output = d.output
-                        WHERE d.runId = ? AND d.itemKey = ? AND d.status = 'done' AND d.remoteURL IS NOT NULL
-                        """), arguments: [runId, key]
-            ).map {
-                DeliveredFile(
-                    output: $0["output"], sink: $0["sink"], location: $0["remoteURL"], bytes: $0["bytes"], hash: $0["hash"])
-            }
+            return ComparedItem(status: status, stamp: stamp, names: names, failure: failure, delivered: delivered)
         }
     }
 
