@@ -263,6 +263,17 @@ struct IncrementalTests {
         #expect(files.count == 6, "q.png named from a stem of its own: \(files.keys.sorted())")
         // Every item taken over by a run of `--limit 100`.
         #expect(try imgpipe("run", "pipe.json", "--incremental", "--limit", "100").status == 0)
+        // The run emptied says where its items went, and still counts them in its speed.
+        let runs = try imgpipe("status", "pipe.json", "--runs")
+        #expect(
+            runs.stdout.contains("run #1: finished") && runs.stdout.contains("of 0, 3 handed on to a later run"), "\(runs.stdout)"
+        )
+        let first = try imgpipe("status", "pipe.json", "--run", "1")
+        #expect(first.stdout.contains("handed on: 3 item(s) kept whole by a later `run --incremental`"), "\(first.stdout)")
+        let report = try #require(
+            try JSONSerialization.jsonObject(with: Data(imgpipe("status", "pipe.json", "--run", "1", "--json").stdout.utf8))
+                as? [String: Any])
+        #expect(report["handedOn"] as? Int == 3 && (report["itemsPerSecond"] as? Double ?? 0) > 0, "\(report)")
         try photo("q", seed: 5, width: 64, height: 48)
         let planned = try plan()
         #expect(

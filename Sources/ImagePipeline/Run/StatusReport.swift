@@ -34,6 +34,9 @@ public struct StatusReport: Sendable, Codable {
     public let tiers: [String: Int]
     public let startedAt: String
     public let finishedAt: String?
+    /// Items a later `run --incremental` took over whole from this run (`HandOn`): this run
+    /// made them, and counts them no more; nil when there are none.
+    public var handedOn: Int? = nil
     /// Seconds spent running, over every session.
     public let elapsed: Double
     /// Finished items per second of running time.
@@ -85,8 +88,9 @@ public struct StatusReport: Sendable, Codable {
             outputs[id] = OutputCounts(format: formats[id] ?? OutputFormat.jpeg.rawValue, deliveries: counts)
         }
         let formatter = ISO8601DateFormatter()
-        let finishedItems = counts.done + counts.skipped + counts.failed
-        return StatusReport(
+        // Items handed on were finished here: they count in the time per item.
+        let finishedItems = counts.done + counts.skipped + counts.failed + run.handedOn
+        var report = StatusReport(
             run: run.id, state: run.state.rawValue, pipeline: run.pipelinePath, name: run.pipelineName,
             total: counts.total, feedComplete: run.feedComplete, done: counts.done, skipped: counts.skipped,
             failed: counts.failed, pending: counts.unfinished,
@@ -98,6 +102,8 @@ public struct StatusReport: Sendable, Codable {
             tiers: try store.tierCounts(runId: run.id),
             startedAt: formatter.string(from: run.startedAt), finishedAt: run.finishedAt.map(formatter.string(from:)),
             elapsed: run.elapsed, itemsPerSecond: run.elapsed > 0 ? Double(finishedItems) / run.elapsed : 0)
+        if run.handedOn > 0 { report.handedOn = run.handedOn }
+        return report
     }
 }
 

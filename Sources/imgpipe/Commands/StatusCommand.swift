@@ -122,7 +122,8 @@ struct StatusCommand: ParsableCommand {
             Console.out(
                 "run #\(record.id): \(record.state.rawValue), started \(formatter.string(from: record.startedAt)), "
                     + "\(counts.done) done, \(counts.skipped) skipped, \(counts.failed) failed, "
-                    + "\(counts.unfinished) pending of \(counts.total)")
+                    + "\(counts.unfinished) pending of \(counts.total)"
+                    + (record.handedOn > 0 ? ", \(record.handedOn) handed on to a later run" : ""))
         }
     }
 
@@ -162,6 +163,9 @@ struct StatusCommand: ParsableCommand {
             "items: \(report.total) total" + listing
                 + ", \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
                 + "\(report.pending) pending" + stages)
+        if let handedOn = report.handedOn {
+            Console.out("handed on: \(handedOn) item(s) kept whole by a later `run --incremental`, which counts them now")
+        }
         // With several outputs, a sink's counts are deliveries (an item and an output each).
         let several = report.outputs.count > 1
         for (name, counts) in report.sinks.sorted(by: { $0.key < $1.key }) {
