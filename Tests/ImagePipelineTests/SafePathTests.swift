@@ -12,8 +12,27 @@ struct SafePathTests {
         ("a\u{01}b\u{7F}", "a_b_"), ("tab\there/x", "tab_here/x"),
         (String(repeating: "x", count: 300) + ".jpg", String(repeating: "x", count: 251) + ".jpg"),
         (String(repeating: "y", count: 255), String(repeating: "y", count: 255)),
+        // A `/` and a combining mark after it are one Character, but two things to the
+        // file system: `..` and `/` must be seen at the byte.
+        ("../\u{301}x.jpg", "_/\u{301}x.jpg"), ("/\u{301}etc/x", "\u{301}etc/x"), ("a/./\u{301}", "a/\u{301}"),
+        (
+            String(repeating: "x", count: 200) + "/\u{301}" + String(repeating: "y", count: 300),
+            String(repeating: "x", count: 200) + "/" + String(repeating: "y", count: 255)
+        ),
     ])
     func aNameIsMadeRelative(_ name: String, _ expected: String) {
         #expect(SafePath.relative(name) == expected)
+    }
+}
+
+/// Folders made from a feed's URL paths split where the file system will: at each `/`.
+@Suite("Safe folders")
+struct SafeFoldersTests {
+    @Test(arguments: [
+        ("shop/101/main", "shop/101/main"), ("./\u{301}x", "\u{301}x"), ("../\u{301}x/y", "\u{301}x/y"),
+        ("a/.hidden/b", "a/hidden/b"), ("", "_"),
+    ])
+    func aURLPathBecomesFolders(_ path: String, _ expected: String) {
+        #expect(FeedItem.safeFolders(path) == expected)
     }
 }

@@ -116,10 +116,12 @@ public struct FeedItem: Sendable, Equatable {
     /// parts are dropped, each part is at most 200 characters; never empty. (`SafePath`
     /// makes the rendered name safe again, whatever a template adds.)
     static func safeFolders(_ text: String) -> String {
-        let parts = text.precomposedStringWithCanonicalMapping.split(separator: "/").compactMap { part -> String? in
+        // Split at each `/` scalar: a `/` and a combining mark after it are one Character.
+        let scalars = text.precomposedStringWithCanonicalMapping.unicodeScalars
+        let parts = scalars.split(separator: "/").compactMap { part -> String? in
             var out = String(
                 String.UnicodeScalarView(
-                    part.unicodeScalars.map { scalar in
+                    part.map { scalar in
                         scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || (0x202A...0x202E).contains(scalar.value)
                             || (0x2066...0x2069).contains(scalar.value) || scalar == "\\" ? "_" : scalar
                     }))

@@ -12,18 +12,23 @@ enum SafePath {
     static func relative(_ name: String) -> String {
         if isRelative(name) { return name }
         var components: [String] = []
-        for raw in name.split(separator: "/", omittingEmptySubsequences: true) {
+        // Split at each `/` byte, never at Characters: a `/` followed by a combining mark is
+        // one Character, and `../\u{301}x` split so would keep a `..` the file system sees.
+        for raw in Self.components(of: name) {
             var component = String(
-                String.UnicodeScalarView(
-                    raw.unicodeScalars.map { scalar in
-                        scalar.value < 0x20 || scalar.value == 0x7F ? "_" : scalar
-                    }))
+                decoding: raw.map { byte in byte < 0x20 || byte == 0x7F ? UInt8(ascii: "_") : byte }, as: UTF8.self)
             if component == "." { continue }
             if component == ".." { component = "_" }
             while component.utf8.count > 255 { component.removeFirst() }
             components.append(component)
         }
         return components.isEmpty ? "_" : components.joined(separator: "/")
+    }
+
+    /// The components of a relative path as the file system reads it: split at each `/`
+    /// byte, empty ones left out.
+    static func components(of path: String) -> [Substring.UTF8View.SubSequence] {
+        Substring(path).utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true)
     }
 
     /// Whether `relative` would give `name` back as it is (most names): no control

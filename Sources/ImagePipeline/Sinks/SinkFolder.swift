@@ -52,7 +52,7 @@ final class SinkFolder {
         var descriptor = ip_open_beneath(self.descriptor, relative, O_RDONLY | O_DIRECTORY)
         if descriptor < 0, [ENOSYS, EPERM, EAGAIN, E2BIG].contains(errno) {
             descriptor = dup(self.descriptor)
-            for component in relative.split(separator: "/").map(String.init) where descriptor >= 0 {
+            for component in SafePath.components(of: relative).map { String(decoding: $0, as: UTF8.self) } where descriptor >= 0 {
                 let next = openat(descriptor, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 close(descriptor)
                 descriptor = next
@@ -83,7 +83,7 @@ final class SinkFolder {
     private func walk(_ relative: String) throws(ItemFailure) -> SinkFolder {
         var current = self
         var walked = ""
-        for component in relative.split(separator: "/").map(String.init) {
+        for component in SafePath.components(of: relative).map { String(decoding: $0, as: UTF8.self) } {
             walked += (walked.isEmpty ? "" : "/") + component
             var descriptor = openat(current.descriptor, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             if descriptor < 0, errno == ENOENT {
