@@ -445,27 +445,25 @@ struct HandOn {
     ) throws -> Bool {
         let wanted = Dictionary(item.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         guard wanted.count == item.outputs.count, item.isCarriedWhole else { return false }
-        guard
-            try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT 1 FROM item WHERE runId = ? AND key = ?"), arguments: [runId, item.key]) == nil
-        else { return false }
         // One row per (output, sink) the holder has of the item (sink NULL for an output that
-        // went to none), with the item's status and stem and who in this run holds the name.
+        // went to none), with the item's status and stem, who in this run holds the name, and
+        // whether this run has an item of the key already.
         let rows = try Row.fetchAll(
             db.cachedStatement(
                 sql: """
                     SELECT i.status, i.nameStem, o.output, o.name, d.sink, d.status AS delivered,
-                        (SELECT x.itemKey FROM output x WHERE x.runId = ? AND x.name = o.name) AS owner
+                        (SELECT x.itemKey FROM output x WHERE x.runId = ? AND x.name = o.name) AS owner,
+                        EXISTS (SELECT 1 FROM item y WHERE y.runId = ? AND y.key = i.key) AS present
                     FROM item i JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
                     LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
                     WHERE i.runId = ? AND i.key = ?
-                    """), arguments: [runId, carried.holder, item.key])
+                    """), arguments: [runId, runId, carried.holder, item.key])
         var kept: [String: Set<String>] = [:]
         for row in rows {
             // Named from the item's stem, or from its own one (`uniqueStem`) when another held a name.
             let stem: String? = row["nameStem"]
             let unique = stem != item.nameStem && stem != nil && stem == item.uniqueStem
-            guard row["status"] == ItemStatus.done.rawValue, stem == item.nameStem || unique,
+            guard !(row["present"] as Bool), row["status"] == ItemStatus.done.rawValue, stem == item.nameStem || unique,
                 let new = wanted[row["output"]], (row["owner"] as String?) == nil
             else { return false }
             let name: String? = row["name"]
@@ -501,8 +499,7 @@ struct HandOn {
             keys = []
             names = []
         }
-        try db.execute(sql: Self.table)
-        try db.execute(sql: "DELETE FROM temp.handOn")
+        try db.cachedStatement(sql: "DELETE FROM temp.handOn").execute()
         let add = try db.cachedStatement(sql: "INSERT INTO temp.handOn VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
         var holders: [Int64: Int] = [:]
         for entry in taken {
@@ -523,7 +520,8 @@ struct HandOn {
         try db.cachedStatement(sql: "UPDATE run SET carried = carried + ? WHERE id = ?").execute(arguments: [taken.count, runId])
     }
 
-    /// The items of a batch taken over (one connection's own table, emptied for each batch).
+    /// The items of a batch taken over: the connection's own table, made when the store
+    /// opens the file for writing (`RunStore.init`) and emptied for each batch.
     static let table = """
         CREATE TEMP TABLE IF NOT EXISTS handOn (
             holder INTEGER NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, location TEXT NOT NULL,

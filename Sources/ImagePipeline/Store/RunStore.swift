@@ -47,6 +47,9 @@ public final class RunStore: Sendable {
         configuration.busyMode = .timeout(5)
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            // Made once, outside any transaction: made in a batch, it would empty GRDB's
+            // statement caches each time (any CREATE does), and a rollback would drop it.
+            try db.execute(sql: HandOn.table)
         }
         do {
             database = try DatabaseQueue(path: path, configuration: configuration)
