@@ -73,6 +73,16 @@ extension RunStoreTests {
         #expect(!lines.contains { $0.contains("delivery_status") }, "\(lines)")
     }
 
+    @Test func aComparedItemIsReadThroughItsPrimaryKeys() throws {
+        _ = try filledStore(300)
+        let lines = try plan(RunStore.comparedItemSQL)
+        #expect(lines.first == "SEARCH i USING INDEX sqlite_autoindex_item_1 (runId=? AND key=?)", "\(lines)")
+        #expect(lines.contains { $0.hasPrefix("SEARCH o USING") && $0.contains("sqlite_autoindex_output_1") }, "\(lines)")
+        #expect(
+            lines.contains { $0.hasPrefix("SEARCH d USING") && $0.contains("sqlite_autoindex_delivery_1") }, "\(lines)")
+        #expect(searchesOnly(lines), "\(lines)")
+    }
+
     @Test func aTakeOverMovesEachTableThroughTheKeysTaken() throws {
         _ = try filledStore(300)
         try store.database.write { try $0.execute(sql: HandOn.table) }

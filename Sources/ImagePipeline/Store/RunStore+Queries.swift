@@ -224,53 +224,58 @@ extension RunStore {
         public let delivered: [DeliveredFile]
     }
 
-    /// What run `runId` recorded of item `key` (two statements, both on primary keys); nil
-    /// when the run has no such item. With `carriedFrom`, only an item run `runId` took over
-    /// whole from that run.
+    /// What run `runId` recorded of item `key`, in one statement on primary keys (a row for
+    /// each output and delivery done); nil when the run has no such item. With
+    /// `carriedFrom`, only an item run `runId` took over whole from that run.
     public func comparedItem(runId: Int64, key: String, carriedFrom: Int64? = nil) throws -> ComparedItem? {
         try read { db in
-            guard
-                let row = try Row.fetchOne(
-                    db.cachedStatement(
-                        sql: """
-                            SELECT status, sourceSize, sourceModified, sourceHash, sourceVersion, reason, message, httpStatus
-                            FROM item WHERE runId = ? AND key = ? AND (? IS NULL OR carriedFrom = ?)
-                            """), arguments: [runId, key, carriedFrom, carriedFrom])
-            else { return nil }
-            let status = try row.decodeEnum(ItemStatus.self, forColumn: "status")
-            let hash: String? = row["sourceHash"]
-            let stamp = hash.map {
-                SourceStamp(
-                    size: row["sourceSize"], modified: row["sourceModified"], sha256: $0,
-                    version: row["sourceVersion"])
+            // Columns by position, NULL-able ones through `Row.optional`: this is asked once
+            // for each item of the feed.
+            let rows = try Row.fetchCursor(
+                db.cachedStatement(sql: Self.comparedItemSQL), arguments: [runId, key, carriedFrom, carriedFrom])
+            guard let row = try rows.next() else { return nil }
+            let rawStatus: String = row[0]
+            guard let status = ItemStatus(rawValue: rawStatus) else {
+                throw StoreError("state file: column status holds \(JSONValue.quote(rawStatus)), not a known ItemStatus")
+            }
+            let stamp = (row.optional(3) as String?).map {
+                SourceStamp(size: row.optional(1), modified: row.optional(2), sha256: $0, version: row.optional(4))
+            }
+            var failure: FailureAdvice?
+            if status == .failed, let reason: String = row.optional(5) {
+                failure = FailureAdvice.of(reason: reason, message: row.optional(6) ?? "", httpStatus: row.optional(7))
             }
             var names: [String: String] = [:]
             var delivered: [DeliveredFile] = []
-            // Each output, with each of its deliveries done to a location (or none).
-            for output in try Row.fetchAll(
-                db.cachedStatement(
-                    sql: """
-                        SELECT o.output, o.name, o.bytes, o.hash, d.sink, d.remoteURL FROM output o
-                        LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
-                            AND d.status = 'done' AND d.remoteURL IS NOT NULL
-                        WHERE o.runId = ? AND o.itemKey = ?
-                        """), arguments: [runId, key])
-            {
-                let id: String = output[0]
-                if let name: String = output.optional(1) { names[id] = name }
-                if let sink: String = output.optional(4), let location: String = output.optional(5) {
-                    delivered.append(
-                        DeliveredFile(
-                            output: id, sink: sink, location: location, bytes: output.optional(2), hash: output.optional(3)))
+            var next: Row? = row
+            while let output = next {
+                if let id: String = output.optional(8) {
+                    if let name: String = output.optional(9) { names[id] = name }
+                    if let sink: String = output.optional(12), let location: String = output.optional(13) {
+                        delivered.append(
+                            DeliveredFile(
+                                output: id, sink: sink, location: location, bytes: output.optional(10),
+                                hash: output.optional(11)))
+                    }
                 }
-            }
-            var failure: FailureAdvice?
-            if status == .failed, let reason: String = row["reason"] {
-                failure = FailureAdvice.of(reason: reason, message: row["message"] ?? "", httpStatus: row["httpStatus"])
+                next = try rows.next()
             }
             return ComparedItem(status: status, stamp: stamp, names: names, failure: failure, delivered: delivered)
         }
     }
+
+    /// `comparedItem`'s statement: the item, each of its outputs (none: one row of NULLs),
+    /// each output's deliveries done to a location. Arguments: the run, the key, then
+    /// `carriedFrom` twice.
+    static let comparedItemSQL = """
+        SELECT i.status, i.sourceSize, i.sourceModified, i.sourceHash, i.sourceVersion, i.reason, i.message,
+            i.httpStatus, o.output, o.name, o.bytes, o.hash, d.sink, d.remoteURL
+        FROM item i
+        LEFT JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
+        LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
+            AND d.status = 'done' AND d.remoteURL IS NOT NULL
+        WHERE i.runId = ? AND i.key = ? AND (? IS NULL OR i.carriedFrom = ?)
+        """
 
     /// Whether a run after `runId` and up to `upTo` (one abandoned or unfinished since, an
     /// incremental run killed and started over), other than `excluding`, recorded a delivery
