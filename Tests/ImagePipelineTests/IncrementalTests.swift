@@ -295,6 +295,30 @@ struct IncrementalTests {
         #expect(left == ["q.jpg"], "every item but the changed one taken over each time, q.png's too")
     }
 
+    /// The detector reads the compared run ahead in key order while keys come in rising
+    /// order: a folder listed by name crosses that order (`a/…` is listed before `a-b…`,
+    /// whose bytes come first), and items changed, added and deleted fall inside and
+    /// between the windows. Each is still told apart.
+    @Test func itemsListedAcrossTheStateFilesKeyOrderAreComparedRight() throws {
+        for index in 1...12 {
+            try photo(String(format: "a/x%02d", index), seed: index, width: 64, height: 48)
+            try photo(String(format: "a-b%02d", index), seed: 100 + index, width: 64, height: 48)
+        }
+        try pipeline(quality: 85)
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        for name in ["a/x03", "a/x11", "a-b02", "a-b12"] { try photo(name, seed: 500 + name.count, width: 64, height: 48) }
+        for name in ["a/x06", "a-b07"] { try FileManager.default.removeItem(atPath: work.url("in/\(name).jpg")) }
+        for name in ["a/x06b", "a-b00", "a0"] { try photo(name, seed: 900 + name.count, width: 64, height: 48) }
+        let planned = try plan()
+        #expect(
+            planned["unchanged"] as? Int == 18 && planned["changed"] as? Int == 4 && planned["new"] as? Int == 3
+                && planned["gone"] as? Int == 2, "\(planned)")
+        let rerun = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(rerun.status == 0, "\(rerun.stderr)")
+        try exportAgreesWithDisk(items: 25, folders: ["out", "archive"])
+        #expect(try plan()["unchanged"] as? Int == 25)
+    }
+
     /// A state file of the imgpipe before (no `carriedFrom`): `plan`, which writes nothing,
     /// says how to bring it up to date instead of saying its runs record no sources.
     @Test func planNamesTheUpgradeOfAStateFileOfTheImgpipeBefore() throws {

@@ -75,12 +75,34 @@ extension RunStoreTests {
 
     @Test func aComparedItemIsReadThroughItsPrimaryKeys() throws {
         _ = try filledStore(300)
-        let lines = try plan(RunStore.comparedItemSQL)
-        #expect(lines.first == "SEARCH i USING INDEX sqlite_autoindex_item_1 (runId=? AND key=?)", "\(lines)")
+        let lines = try plan(RunStore.comparedItemsSQL)
+        #expect(lines.contains { $0.contains("USING INDEX sqlite_autoindex_item_1 (runId=? AND key>?)") }, "\(lines)")
         #expect(lines.contains { $0.hasPrefix("SEARCH o USING") && $0.contains("sqlite_autoindex_output_1") }, "\(lines)")
         #expect(
             lines.contains { $0.hasPrefix("SEARCH d USING") && $0.contains("sqlite_autoindex_delivery_1") }, "\(lines)")
-        #expect(searchesOnly(lines), "\(lines)")
+        // `SCAN i` walks the window the subquery read (at most its limit of rows), no table.
+        #expect(lines.contains("SCAN i") && searchesOnly(lines.filter { $0 != "SCAN i" }), "\(lines)")
+    }
+
+    /// A window of items from a key on: exactly the run's items from it, in key order, up to
+    /// the last one read (none when the run's end came first).
+    @Test func aWindowOfComparedItemsHoldsEveryItemFromItsKeyToItsLast() throws {
+        let runs = try filledStore(5)
+        let middle = try store.comparedItems(runId: runs[1].id, from: "k2", limit: 2)
+        #expect(Set(middle.items.keys) == ["k2", "k3"] && middle.last == "k3")
+        let k2 = try #require(middle.items["k2"])
+        #expect(k2.status == .done && k2.names == ["default": "k2.jpg"])
+        #expect(Set(k2.delivered.map(\.sink)) == ["a", "b"] && k2.delivered.allSatisfy { $0.hash == "ab" && $0.bytes == 10 })
+        #expect(Set(k2.delivered.map(\.location)) == ["/out/k2.jpg", "https://x/k2"])
+        let end = try store.comparedItems(runId: runs[1].id, from: "k4", limit: 5)
+        #expect(Set(end.items.keys) == ["k4", "k5"] && end.last == nil)
+        let before = try store.comparedItems(runId: runs[1].id, from: "k0", limit: 1)
+        #expect(Set(before.items.keys) == ["k1"] && before.last == "k1")
+        #expect(try store.comparedItem(runId: runs[1].id, key: "k0") == nil)
+        #expect(try store.comparedItem(runId: runs[1].id, key: "k3")?.names == ["default": "k3.jpg"])
+        // Only items taken over from run 99: none.
+        let carried = try store.comparedItems(runId: runs[1].id, from: "", limit: 10, carriedFrom: 99)
+        #expect(carried.items.isEmpty && carried.last == nil)
     }
 
     @Test func aTakeOverMovesEachTableThroughTheKeysTaken() throws {

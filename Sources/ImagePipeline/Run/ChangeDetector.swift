@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Compares a pipeline and its feed with a finished run of a state file (the latest, or
 /// the one an incremental run being resumed compares with), for `plan` and
@@ -84,6 +85,27 @@ public final class ChangeDetector: Sendable {
     /// The folder sinks' roots by name: a file a folder sink was given is looked for under
     /// its recorded name there (its recorded location hides any `${…}` value as `***`).
     private let folders: [String: String]
+    /// Items of the runs compared with, read ahead in key order while keys come in rising
+    /// order (a folder listed by name): one statement for `readAhead` items instead of one
+    /// for each. By run.
+    private let windows = Mutex<[Int64: Window]>([:])
+    static let readAhead = 256
+
+    private struct Window {
+        var items: [String: RunStore.ComparedItem] = [:]
+        /// Every item of the run from `first` to `last` (to the end when `last` is nil) is
+        /// in `items`; nothing is when `first` is nil.
+        var first: String?
+        var last: String?
+        /// The last key looked for outside the window, and how many in a row rose.
+        var previous: String?
+        var rising = 0
+
+        func covers(_ key: String) -> Bool {
+            guard let first, !key.utf8.lexicographicallyPrecedes(first.utf8) else { return false }
+            return last.map { !$0.utf8.lexicographicallyPrecedes(key.utf8) } ?? true
+        }
+    }
 
     /// Compares with run `baselineID` when given, else with the latest finished run; nil
     /// when there is none (every item is then new).
@@ -174,9 +196,9 @@ public final class ChangeDetector: Sendable {
     /// run numbers `index` (`{index}` in names).
     public func classify(_ item: FeedItem, index: Int) -> Verdict {
         var holder = baseline.id
-        var recorded = try? store.comparedItem(runId: baseline.id, key: item.key)
+        var recorded = record(of: item.key, in: baseline.id)
         for heir in heirs where recorded == nil {
-            recorded = try? store.comparedItem(runId: heir, key: item.key, carriedFrom: baseline.id)
+            recorded = record(of: item.key, in: heir, carriedFrom: baseline.id)
             holder = heir
         }
         let source = compare(item, recorded: recorded.map { ($0.status, $0.stamp) })
@@ -213,6 +235,30 @@ public final class ChangeDetector: Sendable {
         verdict.replaced = replaced
         verdict.holder = holder
         return verdict
+    }
+
+    /// What run `runId` recorded of item `key` (`RunStore.comparedItem`), from the window
+    /// read ahead when it covers the key. Keys are ordered by their bytes, as the state
+    /// file's primary key orders them. Each item's record is read before the item is taken
+    /// over (`HandOn`), and a later item's is not changed meanwhile.
+    private func record(of key: String, in runId: Int64, carriedFrom: Int64? = nil) -> RunStore.ComparedItem? {
+        windows.withLock { windows in
+            var window = windows[runId, default: Window()]
+            defer { windows[runId] = window }
+            if window.covers(key) { return window.items[key] }
+            let rising = window.previous.map { $0.utf8.lexicographicallyPrecedes(key.utf8) } ?? false
+            window.rising = rising ? window.rising + 1 : 0
+            window.previous = key
+            // Keys in another order (a URL list) are read one by one: a window would be read
+            // for one item of it.
+            guard window.rising >= 4 else { return try? store.comparedItem(runId: runId, key: key, carriedFrom: carriedFrom) }
+            guard let read = try? store.comparedItems(runId: runId, from: key, limit: Self.readAhead, carriedFrom: carriedFrom)
+            else { return nil }
+            window.items = read.items
+            window.first = key
+            window.last = read.last
+            return read.items[key]
+        }
     }
 
     /// Whether what the compared run delivered is still where it went, as it was: a folder

@@ -224,57 +224,76 @@ extension RunStore {
         public let delivered: [DeliveredFile]
     }
 
-    /// What run `runId` recorded of item `key`, in one statement on primary keys (a row for
-    /// each output and delivery done); nil when the run has no such item. With
+    /// What run `runId` recorded of item `key`; nil when the run has no such item. With
     /// `carriedFrom`, only an item run `runId` took over whole from that run.
     public func comparedItem(runId: Int64, key: String, carriedFrom: Int64? = nil) throws -> ComparedItem? {
+        try comparedItems(runId: runId, from: key, limit: 1, carriedFrom: carriedFrom).items[key]
+    }
+
+    /// What run `runId` recorded of its first `limit` items in key order from `key` on
+    /// (`carriedFrom` as in `comparedItem`), in one statement on primary keys, and the last
+    /// key read: every item of the run from `key` to it (to the end when fewer than `limit`
+    /// came) is in `items`. Keys are ordered by their bytes, as SQLite orders them.
+    public func comparedItems(
+        runId: Int64, from key: String, limit: Int, carriedFrom: Int64? = nil
+    ) throws -> (items: [String: ComparedItem], last: String?) {
         try read { db in
-            // Columns by position, NULL-able ones through `Row.optional`: this is asked once
-            // for each item of the feed.
+            struct Reading {
+                var item: ComparedItem
+                var names: [String: String] = [:]
+                var delivered: [DeliveredFile] = []
+            }
+            var readings: [String: Reading] = [:]
+            var last: String?
+            // Columns by position, NULL-able ones through `Row.optional`: this is read for
+            // each item of the feed. A row for each output and delivery done.
             let rows = try Row.fetchCursor(
-                db.cachedStatement(sql: Self.comparedItemSQL), arguments: [runId, key, carriedFrom, carriedFrom])
-            guard let row = try rows.next() else { return nil }
-            let rawStatus: String = row[0]
-            guard let status = ItemStatus(rawValue: rawStatus) else {
-                throw StoreError("state file: column status holds \(JSONValue.quote(rawStatus)), not a known ItemStatus")
-            }
-            let stamp = (row.optional(3) as String?).map {
-                SourceStamp(size: row.optional(1), modified: row.optional(2), sha256: $0, version: row.optional(4))
-            }
-            var failure: FailureAdvice?
-            if status == .failed, let reason: String = row.optional(5) {
-                failure = FailureAdvice.of(reason: reason, message: row.optional(6) ?? "", httpStatus: row.optional(7))
-            }
-            var names: [String: String] = [:]
-            var delivered: [DeliveredFile] = []
-            var next: Row? = row
-            while let output = next {
-                if let id: String = output.optional(8) {
-                    if let name: String = output.optional(9) { names[id] = name }
-                    if let sink: String = output.optional(12), let location: String = output.optional(13) {
-                        delivered.append(
-                            DeliveredFile(
-                                output: id, sink: sink, location: location, bytes: output.optional(10),
-                                hash: output.optional(11)))
+                db.cachedStatement(sql: Self.comparedItemsSQL), arguments: [runId, key, carriedFrom, carriedFrom, limit])
+            while let row = try rows.next() {
+                let key: String = row[0]
+                if readings[key] == nil {
+                    let rawStatus: String = row[1]
+                    guard let status = ItemStatus(rawValue: rawStatus) else {
+                        throw StoreError("state file: column status holds \(JSONValue.quote(rawStatus)), not a known ItemStatus")
                     }
+                    let stamp = (row.optional(4) as String?).map {
+                        SourceStamp(size: row.optional(2), modified: row.optional(3), sha256: $0, version: row.optional(5))
+                    }
+                    var failure: FailureAdvice?
+                    if status == .failed, let reason: String = row.optional(6) {
+                        failure = FailureAdvice.of(reason: reason, message: row.optional(7) ?? "", httpStatus: row.optional(8))
+                    }
+                    readings[key] = Reading(
+                        item: ComparedItem(status: status, stamp: stamp, names: [:], failure: failure, delivered: []))
+                    if last.map({ $0.utf8.lexicographicallyPrecedes(key.utf8) }) ?? true { last = key }
                 }
-                next = try rows.next()
+                guard let id: String = row.optional(9) else { continue }
+                if let name: String = row.optional(10) { readings[key]?.names[id] = name }
+                if let sink: String = row.optional(13), let location: String = row.optional(14) {
+                    readings[key]?.delivered.append(
+                        DeliveredFile(output: id, sink: sink, location: location, bytes: row.optional(11), hash: row.optional(12))
+                    )
+                }
             }
-            return ComparedItem(status: status, stamp: stamp, names: names, failure: failure, delivered: delivered)
+            let items = readings.mapValues { reading in
+                ComparedItem(
+                    status: reading.item.status, stamp: reading.item.stamp, names: reading.names,
+                    failure: reading.item.failure, delivered: reading.delivered)
+            }
+            return (items, readings.count < limit ? nil : last)
         }
     }
 
-    /// `comparedItem`'s statement: the item, each of its outputs (none: one row of NULLs),
-    /// each output's deliveries done to a location. Arguments: the run, the key, then
-    /// `carriedFrom` twice.
-    static let comparedItemSQL = """
-        SELECT i.status, i.sourceSize, i.sourceModified, i.sourceHash, i.sourceVersion, i.reason, i.message,
+    /// `comparedItems`' statement: the items from a key on (by the primary key, in its
+    /// order), each of their outputs (none: one row of NULLs), each output's deliveries done
+    /// to a location. Arguments: the run, the key, `carriedFrom` twice, the limit.
+    static let comparedItemsSQL = """
+        SELECT i.key, i.status, i.sourceSize, i.sourceModified, i.sourceHash, i.sourceVersion, i.reason, i.message,
             i.httpStatus, o.output, o.name, o.bytes, o.hash, d.sink, d.remoteURL
-        FROM item i
+        FROM (SELECT * FROM item WHERE runId = ? AND key >= ? AND (? IS NULL OR carriedFrom = ?) ORDER BY key LIMIT ?) i
         LEFT JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
         LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
             AND d.status = 'done' AND d.remoteURL IS NOT NULL
-        WHERE i.runId = ? AND i.key = ? AND (? IS NULL OR i.carriedFrom = ?)
         """
 
     /// Whether a run after `runId` and up to `upTo` (one abandoned or unfinished since, an
