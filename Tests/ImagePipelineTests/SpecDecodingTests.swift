@@ -146,6 +146,8 @@ struct SpecDecodingTests {
         #expect(error("{\(Self.minimal), \"filters\": [{\"op\": \"fit\", \"width\": 2.5}]}")?.path == "filters[0].width")
         #expect(error("{\(Self.minimal), \"output\": {\"name\": \"{stem}-{size}.{ext}\"}}")?.path == "output.name")
         #expect(error("{\(Self.minimal), \"output\": {\"name\": \"../{stem}.{ext}\"}}")?.path == "output.name")
+        // A `/` and a combining mark after it are one Character: `..` is still seen.
+        #expect(error("{\(Self.minimal), \"output\": {\"name\": \"a/../\u{301}{stem}.{ext}\"}}")?.path == "output.name")
     }
 
     @Test func sinkIsOneSinkAndNotBothForms() throws {

@@ -155,7 +155,9 @@ public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
         }
         if text.hasPrefix("/") { throw node.fail("must be relative to the sink's directory, got \(JSONValue.quote(text))") }
         for part in parts {
-            if case .literal(let literal) = part, literal.split(separator: "/").contains("..") {
+            if case .literal(let literal) = part,
+                SafePath.components(of: literal).contains(where: { $0.elementsEqual("..".utf8) })
+            {
                 throw node.fail("must not contain \"..\", got \(JSONValue.quote(text))")
             }
         }

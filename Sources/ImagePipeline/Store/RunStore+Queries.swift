@@ -227,30 +227,44 @@ extension RunStore {
     /// What run `runId` recorded of item `key`; nil when the run has no such item. With
     /// `carriedFrom`, only an item run `runId` took over whole from that run.
     public func comparedItem(runId: Int64, key: String, carriedFrom: Int64? = nil) throws -> ComparedItem? {
-        try comparedItems(runId: runId, from: key, limit: 1, carriedFrom: carriedFrom).items[key]
+        try comparedItems(runId: runId, from: key, limit: 1, carriedFrom: carriedFrom).item(key)
+    }
+
+    /// Items of a run read together in key order (`comparedItems`), by their keys' bytes:
+    /// the state file tells keys apart by their bytes, where Swift's `String` takes two
+    /// spellings of `é` (precomposed, decomposed) for one key.
+    public struct ComparedWindow: Sendable {
+        let items: [[UInt8]: ComparedItem]
+        /// The greatest key read, as stored; nil when the run's end came first.
+        public let last: [UInt8]?
+
+        public func item(_ key: String) -> ComparedItem? { items[Self.bytes(of: key)] }
+
+        /// A key's bytes as the state file has them: up to a NUL, where GRDB ends the text
+        /// it binds.
+        public static func bytes(of key: String) -> [UInt8] { Array(key.utf8.prefix { $0 != 0 }) }
     }
 
     /// What run `runId` recorded of its first `limit` items in key order from `key` on
-    /// (`carriedFrom` as in `comparedItem`), in one statement on primary keys, and the last
-    /// key read: every item of the run from `key` to it (to the end when fewer than `limit`
-    /// came) is in `items`. Keys are ordered by their bytes, as SQLite orders them.
-    public func comparedItems(
-        runId: Int64, from key: String, limit: Int, carriedFrom: Int64? = nil
-    ) throws -> (items: [String: ComparedItem], last: String?) {
+    /// (`carriedFrom` as in `comparedItem`), in one statement on primary keys: every item of
+    /// the run from `key` to the window's `last` (to the end when it is nil) is in it. Keys
+    /// are ordered and told apart by their bytes, as SQLite does.
+    public func comparedItems(runId: Int64, from key: String, limit: Int, carriedFrom: Int64? = nil) throws -> ComparedWindow {
         try read { db in
             struct Reading {
                 var item: ComparedItem
                 var names: [String: String] = [:]
                 var delivered: [DeliveredFile] = []
             }
-            var readings: [String: Reading] = [:]
-            var last: String?
+            var readings: [[UInt8]: Reading] = [:]
+            var last: [UInt8]?
             // Columns by position, NULL-able ones through `Row.optional`: this is read for
-            // each item of the feed. A row for each output and delivery done.
+            // each item of the feed. A row for each output and delivery done. The key as
+            // stored (its bytes, not a decoded `String`).
             let rows = try Row.fetchCursor(
                 db.cachedStatement(sql: Self.comparedItemsSQL), arguments: [runId, key, carriedFrom, carriedFrom, limit])
             while let row = try rows.next() {
-                let key: String = row[0]
+                let key = [UInt8](row[0] as Data)
                 if readings[key] == nil {
                     let rawStatus: String = row[1]
                     guard let status = ItemStatus(rawValue: rawStatus) else {
@@ -265,7 +279,7 @@ extension RunStore {
                     }
                     readings[key] = Reading(
                         item: ComparedItem(status: status, stamp: stamp, names: [:], failure: failure, delivered: []))
-                    if last.map({ $0.utf8.lexicographicallyPrecedes(key.utf8) }) ?? true { last = key }
+                    if last.map({ $0.lexicographicallyPrecedes(key) }) ?? true { last = key }
                 }
                 guard let id: String = row.optional(9) else { continue }
                 if let name: String = row.optional(10) { readings[key]?.names[id] = name }
@@ -280,7 +294,7 @@ extension RunStore {
                     status: reading.item.status, stamp: reading.item.stamp, names: reading.names,
                     failure: reading.item.failure, delivered: reading.delivered)
             }
-            return (items, readings.count < limit ? nil : last)
+            return ComparedWindow(items: items, last: readings.count < limit ? nil : last)
         }
     }
 
