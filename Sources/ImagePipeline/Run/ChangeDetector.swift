@@ -87,8 +87,14 @@ public final class ChangeDetector: Sendable {
     private let folders: [String: String]
     /// Items of the runs compared with, read ahead in key order while keys come in rising
     /// order (a folder listed by name): one statement for `readAhead` items instead of one
-    /// for each. By run.
-    private let windows = Mutex<[Int64: Window]>([:])
+    /// for each. By run and `carriedFrom`.
+    private let windows = Mutex<[WindowKey: Window]>([:])
+
+    /// A window holds the items of one run read with one `carriedFrom`.
+    private struct WindowKey: Hashable {
+        let run: Int64
+        let carriedFrom: Int64?
+    }
     static let readAhead = 256
 
     private struct Window {
@@ -242,15 +248,16 @@ public final class ChangeDetector: Sendable {
     /// over (`HandOn`), and a later item's is not changed meanwhile.
     private func record(of key: String, in runId: Int64, carriedFrom: Int64? = nil) -> RunStore.ComparedItem? {
         windows.withLock { windows in
-            var window = windows[runId, default: Window()]
-            defer { windows[runId] = window }
+            let id = WindowKey(run: runId, carriedFrom: carriedFrom)
+            var window = windows[id, default: Window()]
+            defer { windows[id] = window }
             let bytes = RunStore.ComparedWindow.bytes(of: key)
             if window.covers(bytes) { return window.read.item(key) }
             let rising = window.previous.map { $0.lexicographicallyPrecedes(bytes) } ?? false
             window.rising = rising ? window.rising + 1 : 0
             window.previous = bytes
             // Keys in another order (a URL list) are read one by one: a window would be read
-            // for one item of it. Eight rising in a row happen there about once in 40,000.
+            // for one item of it. Eight rises in a row (nine keys) happen there about once in 360,000.
             guard window.rising >= 8 else { return try? store.comparedItem(runId: runId, key: key, carriedFrom: carriedFrom) }
             guard let read = try? store.comparedItems(runId: runId, from: key, limit: Self.readAhead, carriedFrom: carriedFrom)
             else { return nil }
