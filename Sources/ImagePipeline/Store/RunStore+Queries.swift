@@ -217,11 +217,11 @@ extension RunStore {
         /// before stamps were).
         public let stamp: SourceStamp?
         /// Its outputs' names by id.
-        public let names: [String: String]
+        public internal(set) var names: [String: String]
         /// For a failed item, the advice on its failure.
         public let failure: FailureAdvice?
         /// Its deliveries recorded done, with a location.
-        public let delivered: [DeliveredFile]
+        public internal(set) var delivered: [DeliveredFile]
     }
 
     /// What run `runId` recorded of item `key`; nil when the run has no such item. With
@@ -251,12 +251,7 @@ extension RunStore {
     /// are ordered and told apart by their bytes, as SQLite does.
     public func comparedItems(runId: Int64, from key: String, limit: Int, carriedFrom: Int64? = nil) throws -> ComparedWindow {
         try read { db in
-            struct Reading {
-                var item: ComparedItem
-                var names: [String: String] = [:]
-                var delivered: [DeliveredFile] = []
-            }
-            var readings: [[UInt8]: Reading] = [:]
+            var items: [[UInt8]: ComparedItem] = [:]
             var last: [UInt8]?
             // Columns by position, NULL-able ones through `Row.optional`: this is read for
             // each item of the feed. A row for each output and delivery done. The key as
@@ -265,7 +260,7 @@ extension RunStore {
                 db.cachedStatement(sql: Self.comparedItemsSQL), arguments: [runId, key, carriedFrom, carriedFrom, limit])
             while let row = try rows.next() {
                 let key = [UInt8](row[0] as Data)
-                if readings[key] == nil {
+                if items[key] == nil {
                     let rawStatus: String = row[1]
                     guard let status = ItemStatus(rawValue: rawStatus) else {
                         throw StoreError("state file: column status holds \(JSONValue.quote(rawStatus)), not a known ItemStatus")
@@ -277,24 +272,18 @@ extension RunStore {
                     if status == .failed, let reason: String = row.optional(6) {
                         failure = FailureAdvice.of(reason: reason, message: row.optional(7) ?? "", httpStatus: row.optional(8))
                     }
-                    readings[key] = Reading(
-                        item: ComparedItem(status: status, stamp: stamp, names: [:], failure: failure, delivered: []))
+                    items[key] = ComparedItem(status: status, stamp: stamp, names: [:], failure: failure, delivered: [])
                     if last.map({ $0.lexicographicallyPrecedes(key) }) ?? true { last = key }
                 }
                 guard let id: String = row.optional(9) else { continue }
-                if let name: String = row.optional(10) { readings[key]?.names[id] = name }
+                if let name: String = row.optional(10) { items[key]?.names[id] = name }
                 if let sink: String = row.optional(13), let location: String = row.optional(14) {
-                    readings[key]?.delivered.append(
+                    items[key]?.delivered.append(
                         DeliveredFile(output: id, sink: sink, location: location, bytes: row.optional(11), hash: row.optional(12))
                     )
                 }
             }
-            let items = readings.mapValues { reading in
-                ComparedItem(
-                    status: reading.item.status, stamp: reading.item.stamp, names: reading.names,
-                    failure: reading.item.failure, delivered: reading.delivered)
-            }
-            return ComparedWindow(items: items, last: readings.count < limit ? nil : last)
+            return ComparedWindow(items: items, last: items.count < limit ? nil : last)
         }
     }
 
