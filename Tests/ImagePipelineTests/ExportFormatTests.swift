@@ -80,11 +80,25 @@ struct ExportFormatTests {
     }
 
     @Test(arguments: awkward)
-    func bothQuotesAgree(_ text: String) {
+    func aQuotedTextReadsBackAsWritten(_ text: String) {
         var bytes: [UInt8] = []
         JSONValue.quote(text, into: &bytes)
-        #expect(String(decoding: bytes, as: UTF8.self) == JSONValue.quote(text))
         let read = try? JSONSerialization.jsonObject(with: Data(bytes), options: .fragmentsAllowed) as? String
         #expect(read == text)
+    }
+
+    @Test(arguments: [
+        ("plain", #""plain""#), ("say \"hi\"", #""say \"hi\"""#), (#"C:\dir"#, #""C:\\dir""#),
+        ("a\nb\rc\td", #""a\nb\rc\td""#), ("\u{01}\u{1f}", #""\u0001\u001f""#), ("東京 é", #""東京 é""#),
+    ])
+    func aQuoteWritesJSONsEscapes(_ text: String, _ expected: String) {
+        #expect(JSONValue.quote(text) == expected)
+    }
+
+    @Test(arguments: [(0, "0"), (7, "7"), (-42, "-42"), (Int64.max, "9223372036854775807"), (Int64.min, "-9223372036854775808")])
+    func aDecimalIsWrittenDigitByDigit(_ value: Int64, _ expected: String) {
+        var bytes = Array("x=".utf8)
+        JSONValue.decimal(value, into: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == "x=" + expected)
     }
 }

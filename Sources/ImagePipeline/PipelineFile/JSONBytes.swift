@@ -51,17 +51,15 @@ struct JSONBytes {
     /// An integer, or `null` for nil.
     mutating func int(_ value: Int?) {
         guard let value else { return null() }
-        bytes.append(contentsOf: String(value).utf8)
+        JSONValue.decimal(Int64(value), into: &bytes)
     }
 
     mutating func null() {
         bytes.append(contentsOf: [UInt8(ascii: "n"), UInt8(ascii: "u"), UInt8(ascii: "l"), UInt8(ascii: "l")])
     }
 
-    /// A value already serialized.
+    /// A value as compact JSON (`JSONValue.serialize`).
     mutating func value(_ value: JSONValue) {
-        var text = ""
-        value.serialize(into: &text)
-        bytes.append(contentsOf: text.utf8)
+        value.serialize(into: &bytes)
     }
 }

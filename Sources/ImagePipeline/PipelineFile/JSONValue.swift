@@ -36,36 +36,49 @@ public enum JSONValue: Sendable, Equatable {
 
     /// Compact JSON text with keys in their written order.
     public func serialized(sortedKeys: Bool = false) -> String {
-        var out = ""
+        var out: [UInt8] = []
         serialize(into: &out, sortedKeys: sortedKeys)
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
-    /// `serialized`, appended to `out`: one string grows, none is made per value.
-    public func serialize(into out: inout String, sortedKeys: Bool = false) {
+    /// `serialized` as UTF-8 appended to `out`: one buffer grows, nothing is made per value.
+    public func serialize(into out: inout [UInt8], sortedKeys: Bool = false) {
         switch self {
-        case .null: out += "null"
-        case .bool(let value): out += value ? "true" : "false"
+        case .null: out += "null".utf8
+        case .bool(let value): out += (value ? "true" : "false").utf8
         case .number(let value, let isInteger):
-            if isInteger, abs(value) < 1e15 { out += String(Int64(value)) } else { out += String(value) }
+            if isInteger, abs(value) < 1e15 { Self.decimal(Int64(value), into: &out) } else { out += String(value).utf8 }
         case .string(let value): JSONValue.quote(value, into: &out)
         case .array(let items):
-            out += "["
+            out.append(UInt8(ascii: "["))
             for (index, item) in items.enumerated() {
-                if index > 0 { out += "," }
+                if index > 0 { out.append(UInt8(ascii: ",")) }
                 item.serialize(into: &out, sortedKeys: sortedKeys)
             }
-            out += "]"
+            out.append(UInt8(ascii: "]"))
         case .object(let members):
-            out += "{"
+            out.append(UInt8(ascii: "{"))
             for (index, member) in (sortedKeys ? members.sorted { $0.key < $1.key } : members).enumerated() {
-                if index > 0 { out += "," }
+                if index > 0 { out.append(UInt8(ascii: ",")) }
                 JSONValue.quote(member.key, into: &out)
-                out += ":"
+                out.append(UInt8(ascii: ":"))
                 member.value.serialize(into: &out, sortedKeys: sortedKeys)
             }
-            out += "}"
+            out.append(UInt8(ascii: "}"))
         }
+    }
+
+    /// `value` in decimal digits appended to `out`, without a `String` made for it.
+    static func decimal(_ value: Int64, into out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        // The magnitude as unsigned: `Int64.min` has no positive twin.
+        var rest = value.magnitude
+        let start = out.count
+        repeat {
+            out.append(UInt8(ascii: "0") + UInt8(rest % 10))
+            rest /= 10
+        } while rest > 0
+        out[start...].reverse()
     }
 
     /// The value with every `//…` key (a comment) left out, at any depth: a comment
@@ -84,28 +97,12 @@ public enum JSONValue: Sendable, Equatable {
         return members.first { $0.key == key }?.value
     }
 
+    /// `text` as a JSON string.
     static func quote(_ text: String) -> String {
-        var out = ""
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count + 2)
         quote(text, into: &out)
-        return out
-    }
-
-    /// `text` as a JSON string appended to `out`. Text with nothing to escape (most keys,
-    /// names and URLs) is appended whole; otherwise it goes through the byte writer below.
-    static func quote(_ text: String, into out: inout String) {
-        func special(_ byte: UInt8) -> Bool { byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") }
-        let needsEscape =
-            text.utf8.withContiguousStorageIfAvailable { $0.contains(where: special) } ?? text.utf8.contains(where: special)
-        guard needsEscape else {
-            out += "\""
-            out += text
-            out += "\""
-            return
-        }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(text.utf8.count + 8)
-        quote(text, into: &bytes)
-        out += String(decoding: bytes, as: UTF8.self)
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// `text` as a JSON string appended to `out` as UTF-8: runs of bytes with nothing to
