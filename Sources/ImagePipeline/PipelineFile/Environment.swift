@@ -104,8 +104,13 @@ public final class Environment: Sendable {
     /// `${NAME}` (no value is expanded). For keys and locations in `status`, `export` and
     /// messages: a feed's key `k$` is shown `k$`, not as it is stored.
     public static func shown(_ recorded: String) -> String {
-        // A byte scan first: most keys and locations have no `$` at all.
-        guard recorded.utf8.contains(UInt8(ascii: "$")), recorded.contains("$$") else { return recorded }
+        // A byte scan first: most keys and locations have no `$$` at all. Two `$` bytes side
+        // by side are needed for two `$` letters side by side (the loop below reads letters,
+        // as `escapingDollars` wrote them: a `$` with a combining mark is another letter).
+        let dollar = UInt8(ascii: "$")
+        guard zip(recorded.utf8, recorded.utf8.dropFirst()).contains(where: { $0 == dollar && $1 == dollar }) else {
+            return recorded
+        }
         var out = ""
         var rest = Substring(recorded)
         while let dollar = rest.firstIndex(of: "$") {
