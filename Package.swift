@@ -7,7 +7,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "imgpipe", targets: ["imgpipe"]),
-        .library(name: "ImagePipeline", targets: ["ImagePipeline"]),
+        .library(name: "ImagePipeline", targets: ["ImagePipeline", "PipelineKit"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -56,15 +56,31 @@ let package = Package(
         .target(name: "CBeneath"),
         // The only module that imports CVips (and COrcGuard, CPangoGuard, CResample).
         .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CPangoGuard", "CResample"]),
+        // The layers, each a target, so that the compiler keeps them apart: the lower may not
+        // import the upper.
+        // PipelineKit: what a pipeline is made of. The pipeline file and its checks, filters
+        // and pixel work (through VipsKit), items' verdicts, and the transports: feeds, HTTP
+        // fetching, S3, sinks. No run, no state.
         .target(
-            name: "ImagePipeline",
+            name: "PipelineKit",
             dependencies: [
                 "VipsKit",
                 "CZlib",
                 "CCurl",
+                "CBeneath",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // ImagePipeline: a run. Its state (the state file, the shared PostgreSQL store), the
+        // stages, pixel helpers, dry-run, status and export, over PipelineKit's parts.
+        .target(
+            name: "ImagePipeline",
+            dependencies: [
+                "PipelineKit",
+                "VipsKit",
                 "CPostgres",
                 "CProcess",
-                "CBeneath",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -76,30 +92,34 @@ let package = Package(
             name: "imgpipe",
             dependencies: [
                 "ImagePipeline",
+                "PipelineKit",
                 "VipsKit",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // The shared-run store alone under simulated workers, for bench/scaleout.sh.
-        .executableTarget(name: "imgpipe-scaleout", dependencies: ["ImagePipeline"]),
+        .executableTarget(name: "imgpipe-scaleout", dependencies: ["ImagePipeline", "PipelineKit"]),
         // The fuzz target (`make fuzz` builds it with -sanitize=fuzzer -DFUZZING); an
         // ordinary build makes a replayer of saved inputs.
-        .executableTarget(name: "imgpipe-fuzz", dependencies: ["ImagePipeline", "VipsKit"]),
+        .executableTarget(name: "imgpipe-fuzz", dependencies: ["ImagePipeline", "PipelineKit", "VipsKit"]),
         .target(
             name: "ImagePipelineTesting",
-            dependencies: ["ImagePipeline", "VipsKit"]
+            dependencies: ["ImagePipeline", "PipelineKit", "VipsKit"]
         ),
         // A run whose sink is `MemoryBatchSink` (in ImagePipelineTesting), for the tests of
         // the batching sink contract under kill -9: a test program, not a product.
         .executableTarget(
             name: "imgpipe-batchtest",
-            dependencies: ["ImagePipeline", "ImagePipelineTesting", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "ImagePipeline", "PipelineKit", "ImagePipelineTesting", .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "ImagePipelineTests",
             dependencies: [
-                "ImagePipeline", "ImagePipelineTesting", "VipsKit", "imgpipe", "imgpipe-batchtest", "COrcStress", "CProcess",
+                "ImagePipeline", "PipelineKit", "ImagePipelineTesting", "VipsKit", "imgpipe", "imgpipe-batchtest", "COrcStress",
+                "CProcess",
                 "CBeneath",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]

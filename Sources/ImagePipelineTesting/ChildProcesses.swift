@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// A process's children as `/proc` shows them: what a run's pixel helpers are seen by.
 public enum ChildProcesses {

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// Damaged copies of good files, each modelled on a way real attacks and real transfers
 /// break images. They work on bytes, so any fixture can be damaged.

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// Large pictures (tens of megapixels) for the memory tests, written without holding them:
 /// black, so they compress to a few hundred kilobytes, and made in seconds.

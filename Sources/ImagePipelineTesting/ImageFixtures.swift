@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 import VipsKit
 
 /// Test images made on the spot, so tests assert against what the pixels must be rather

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 extension ImgpipeBinary {
     /// util-linux `script`, which runs a command on a pseudo-terminal of its own.

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// What a finished command printed and how it ended.
 public struct CommandResult: Sendable {

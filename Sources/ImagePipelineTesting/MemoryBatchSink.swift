@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 import Synchronization
 
 /// A sink that batches: it holds the items it is handed in memory and commits each batch

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// A real S3-compatible server on loopback for the tests: moto's server mode
 /// (`python3 -m moto.server`, from PyPI's `moto[server]`, which `make deps` installs) on a

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// One part of a `multipart/form-data` body.
 public struct FormPart: Sendable, Equatable {

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// A network namespace joined to this machine by a veth pair of its own, for a test that
 /// runs a process as if on another machine and then cuts the wire to it.

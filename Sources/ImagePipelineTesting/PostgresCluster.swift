@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 import Synchronization
 
 /// A throwaway PostgreSQL cluster on loopback for the tests: `initdb` into a temporary

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// How a watched command ended.
 public struct WatchedResult: Sendable {

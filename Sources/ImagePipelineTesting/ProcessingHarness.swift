@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 import VipsKit
 
 /// Runs filter chains through `ImageProcessor` and decodes what comes out.

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 #if canImport(Glibc)
     import Glibc

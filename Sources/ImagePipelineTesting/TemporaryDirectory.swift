@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// A fresh folder under the system temp directory, removed when this value is freed.
 public final class TemporaryDirectory: Sendable {

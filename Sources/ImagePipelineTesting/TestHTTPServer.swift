@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import PipelineKit
 import Synchronization
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// A loopback server that speaks both upload contracts and honours `Idempotency-Key`:
 ///

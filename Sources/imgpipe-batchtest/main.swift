@@ -2,6 +2,7 @@ import Foundation
 import ImagePipeline
 import ImagePipelineTesting
 import Logging
+import PipelineKit
 
 // A run of a pipeline file whose one sink is replaced by a `MemoryBatchSink`, so that
 // the batching sink contract can be tested end to end in a process of its own (killed,

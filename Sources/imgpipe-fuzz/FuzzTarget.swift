@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 import VipsKit
 
 /// The decode-and-check path as a fuzz target: any bytes through `ImageProcessor` with a

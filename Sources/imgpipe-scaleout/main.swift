@@ -12,6 +12,7 @@
 // transitions/s, the median status time.
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 let arguments = CommandLine.arguments
 guard arguments.count == 5 || arguments.count == 6, let items = Int(arguments[2]), let workers = Int(arguments[3]),

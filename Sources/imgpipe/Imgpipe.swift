@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ImagePipeline
+import PipelineKit
 import VipsKit
 
 /// Exit codes (docs/cli.md, "Exit codes"): 0 every item done or skipped; 1 finished with failed items; 2

@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The address guard (`"network"`, `AddressPolicy`): which class each address is in, and on
 /// the built binary that a refused address gets no connection, whether an item's URL, a

@@ -4,6 +4,7 @@ import Logging
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// A batching sink in a worker of a shared run (PostgreSQL), in this process.
 extension BatchingSinkTests {

@@ -4,6 +4,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The batching sink contract (`Sink.accept`/`commit`), end to end: `imgpipe-batchtest`
 /// runs a pipeline whose sink is a `MemoryBatchSink`, which commits each batch of three

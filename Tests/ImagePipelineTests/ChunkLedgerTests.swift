@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// A worker's bookkeeping of its claims (`ChunkLedger`) and its loop threads (`LoopThread`),
 /// without a database.

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// `accept` rules and the new pipeline keys, through the built binary.

@@ -1,6 +1,7 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// Failures of a filter on an item name the filter, through the built binary.

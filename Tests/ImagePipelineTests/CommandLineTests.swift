@@ -1,6 +1,7 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// The built `imgpipe` binary, end to end: exit codes, messages, files, state.

@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The Slurm script submitted with `sbatch` to a real one-node Slurm (`SlurmCluster`: munged,
 /// slurmctld and slurmd started by the test on free loopback ports, everything in one

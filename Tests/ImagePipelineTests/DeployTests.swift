@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The files of `deploy/` kept in step with the command line: the Kubernetes Job's
 /// container is run as the manifest writes it (command, arguments, working directory,

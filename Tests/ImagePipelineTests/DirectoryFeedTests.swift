@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// A directory source's listing resumed after a cursor (issue 40, point 5): it starts
 /// after the cursor's file, in listing order, without listing what came before.

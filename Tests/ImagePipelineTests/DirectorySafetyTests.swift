@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Synchronization
 import Testing
 

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 import Testing
 
 /// The tables of source and sink kinds in the docs name the kinds of the registries, in

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// The documentation kept true to the tree: links that lead somewhere, pipelines that
@@ -364,7 +365,8 @@ struct DocsTests {
             else { continue }
             let folder = String(text[folderRange])
             let names = captures(#"`([^`]+)`"#, in: String(text[listRange]))
-            let folders = resolve(folder).filter { $0.hasPrefix("Sources/ImagePipeline/") }
+            // A folder of the two pipeline targets (`Sources/PipelineKit/Feeds/`, `Sources/ImagePipeline/Run/`).
+            let folders = resolve(folder).filter { $0.hasPrefix("Sources/PipelineKit/") || $0.hasPrefix("Sources/ImagePipeline/") }
             guard let path = folders.first else { continue }
             let files = codeFiles.filter { $0.hasPrefix(path + "/") }
             if names.allSatisfy({ $0.hasSuffix(".swift") }) {
@@ -411,7 +413,7 @@ struct DocsTests {
         let made = """
             `Type\(absent)` and `PipelineSpec.\(absent)Member` in `Run/\(absent)File.swift`; \
             `\(absent)Function()`; `RunStages` (in `Sinks/Sink.swift`); `Support/` (`Hex.swift`).
-            | `CZlib` | system library | — (imported only by `ImagePipeline`, in `Feeds/URLListFeed.swift`) |
+            | `CZlib` | system library | — (imported only by `PipelineKit`, in `Feeds/URLListFeed.swift`) |
             Fine: `PipelineSpec`, `RunStages.drive`, `acquireSlot()`, `Sources/CVips/shim.h`, `limits.memory`, `run --new`.
             """
         let problems = Self.architectureProblems(made)

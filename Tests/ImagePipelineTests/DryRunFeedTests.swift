@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// `dry-run` of a pipeline's own source: a sample spread across a folder or a remote

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// `dry-run` of a folder takes a small sample spread across it (sub-folders, formats,

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 import Testing
 
 /// `${…}` values: masked in every form, and recorded as references that give back exactly

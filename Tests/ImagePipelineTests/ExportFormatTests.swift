@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The JSON Lines record `imgpipe export` writes, byte for byte: written straight into bytes
 /// (`JSONBytes`), it must be the text the tree of values (`JSONValue`) gives, escapes and all.

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// `imgpipe export`: one record per item, checked against the files and uploads the run

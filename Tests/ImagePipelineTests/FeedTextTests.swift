@@ -1,6 +1,7 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// A feed's text is data: an entry whose URL holds `${FEED_TOKEN}` (the name of a value

@@ -1,6 +1,7 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 import VipsKit
 

@@ -1,6 +1,7 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// What a new user met on their first day ("user's first day" issue), each end to end on

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 extension IncrementalTests {

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 import Testing
 
 /// What each `make` target would install, as `make -n` prints it: the first command a new

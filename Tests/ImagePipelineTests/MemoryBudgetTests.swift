@@ -4,6 +4,7 @@ import Testing
 import VipsKit
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// `limits.memory`: items' pixel work admitted against a run-wide budget by an estimate
 /// read from the header, measured on the built binary with its pixel helpers (large

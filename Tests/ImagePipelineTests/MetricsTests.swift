@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 #if canImport(Glibc)
     import Glibc

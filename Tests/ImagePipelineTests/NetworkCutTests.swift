@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// A real network cut under a shared run (issue 39, point 5): one `imgpipe work` runs in a
 /// network namespace of its own and reaches both the PostgreSQL database and the upload

@@ -5,6 +5,7 @@ import Testing
 import VipsKit
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// Several outputs per item (`"outputs"`), with the built binary: geometry and formats on
 /// decoded files, sinks that take some outputs, status and export, `kill -9` then resume.

@@ -5,6 +5,7 @@ import Logging
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The command line's runs make pixels in helper processes (`PixelHelper`): the same bytes
 /// as on threads, and a helper's end (kill -9, a crash) costs an item at most, never the run;

@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 @testable import imgpipe
 
 /// Progress lines: what each feed counts ahead, the total the run state makes of it, and

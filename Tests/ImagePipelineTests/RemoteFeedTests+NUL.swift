@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// Entries whose key or URL holds a NUL character, which no store keeps whole.

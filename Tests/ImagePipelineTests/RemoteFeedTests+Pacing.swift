@@ -4,6 +4,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// `limits.rate` and the back-off after 429/503, with the built binary against a loopback
 /// server that notes when each request arrived. The checks are lower bounds on spacing,

@@ -1,6 +1,7 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 /// How large a feed page may be: a limit of its own, named as such.

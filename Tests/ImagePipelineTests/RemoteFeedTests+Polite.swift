@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// Skipped items of remote sources: `X-Robots-Tag` opt-outs, robots.txt and the configured
 /// User-Agent, with the built binary against the loopback server of `RemoteFeedTests`.

@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// `json-feed` shaped like real APIs: the entries inside an object (`items`, a JSON Pointer)
 /// and pages linked by a URL in each page (`next`), with the built binary against a loopback

@@ -1,4 +1,5 @@
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 @testable import VipsKit

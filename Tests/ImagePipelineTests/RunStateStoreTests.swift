@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The run-store contract (`RunStateStore`) on both of its implementations: the state file
 /// (`RunStore`, SQLite) and a worker's part of a shared run (`SharedStateStore`, on a real

@@ -4,6 +4,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The state file of the version before `skipped` (migration v3), opened by this one.
 extension RunStoreTests {

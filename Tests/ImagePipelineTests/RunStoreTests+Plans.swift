@@ -4,6 +4,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The plans of the state file's hot queries (as `SharedRunTests` checks the shared run's
 /// claim): each names the index it must use, so that a later schema change cannot bring

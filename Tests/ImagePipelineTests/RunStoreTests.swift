@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
+import PipelineKit
 import Testing
 
 @Suite("Run store")

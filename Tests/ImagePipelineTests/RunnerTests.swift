@@ -7,6 +7,7 @@ import Testing
 import VipsKit
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The runner in-process: its state machine without threads, the run/resume policy
 /// against a database alone, and whole sessions with a temporary store, a sink that keeps

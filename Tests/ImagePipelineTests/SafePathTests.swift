@@ -1,6 +1,7 @@
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// Names from a feed made safe below a sink's folder: what needs no change comes back as it
 /// is (the common case, taken on a fast path), and everything else is mended as before.

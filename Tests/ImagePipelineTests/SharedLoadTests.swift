@@ -4,6 +4,7 @@ import Testing
 import VipsKit
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// How several outputs of one item are made from one load: a derived output, halved and
 /// reduced from a larger output, still comes out as the output made on its own (which

@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The PostgreSQL shared-run core (`SharedRun`) on a real server: a throwaway cluster this
 /// test process starts on loopback (`PostgresCluster`), one database per test. Nothing is

@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// Shared runs as a new user met them ("first day, round two", point 12).
 extension SharedWorkTests {

@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// Feed entries with a NUL character, through a shared run.
 extension SharedWorkTests {

@@ -4,6 +4,7 @@ import Testing
 import VipsKit
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// `imgpipe work` with the built binary: several worker processes on one PostgreSQL
 /// database (a throwaway cluster on loopback, one database per test) and a real upload

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The SigV4 signer against published vectors, never against its own output.
 ///

@@ -4,6 +4,7 @@ import Testing
 import VipsKit
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// The spool folder's files reused from one download to the next (`SpoolFiles`), and the
 /// HTTP client writing over a file already there: on real files, a real loopback server

@@ -5,6 +5,7 @@ import Testing
 import VipsKit
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// Upload and HTTP sinks end to end, against a loopback server that parses multipart
 /// bodies and honours `Idempotency-Key`.

@@ -1,3 +1,4 @@
+import PipelineKit
 import Testing
 import VipsKit
 

@@ -1,6 +1,7 @@
 import COrcStress
 import Dispatch
 import Foundation
+import PipelineKit
 import Synchronization
 import Testing
 

@@ -3,6 +3,7 @@ import ImagePipelineTesting
 import Testing
 
 @testable import ImagePipeline
+@testable import PipelineKit
 
 /// Where a shared-run worker keeps its journal (`WorkerJournal`): a dead worker's journal is
 /// swept, a live one's never (locked, or written lately by an imgpipe that did not lock), a

@@ -1,5 +1,6 @@
 import CPostgres
 import Foundation
+import PipelineKit
 import Synchronization
 
 /// A failure from PostgreSQL or from reaching it, with the server's SQLSTATE when it gave one.

@@ -1,3 +1,4 @@
+import PipelineKit
 import Synchronization
 
 /// A worker's connections (one per thread, `SharedRun.sibling()`), given up together:

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// What a shared run keeps of an item beyond its status, as JSON in `imgpipe_item.detail`:
 /// the tier that served it, its outputs and its deliveries, copied by the worker that

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 import Synchronization
 
 /// A shared run's progress as each of its workers shows it: the whole run's counts, read

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// One worker's view of a run shared through PostgreSQL: joining (or creating) the run,
 /// listing the feed under the lister's lease, claiming chunks of consecutive items under

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// The tables of runs shared through PostgreSQL (`--state postgres://…`), made on first use.
 ///

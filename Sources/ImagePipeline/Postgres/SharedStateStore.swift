@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 import Synchronization
 
 /// One worker's part of a run shared through PostgreSQL, as its runner sees it: the

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// `imgpipe status` of a shared run: the run row, the chunks' counters, the workers, in the
 /// same report as a state file's run (`StatusReport`), with `uuid`, `pagesListed`, `chunks`

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PipelineKit
 import Synchronization
 import VipsKit
 

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// Where a run's state lives: `--state` (or `IMGPIPE_STATE`) is a PostgreSQL URL
 /// (`postgres://` or `postgresql://`, the shared-state backend) or anything else, a SQLite

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// Where a worker of a shared run keeps its journal (its local state file): `<base>.sqlite`
 /// in the pipeline's workers folder, `<base>` being `<host>-<pid>`, locked (`StateLock`)

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PipelineKit
 import VipsKit
 
 /// A pipeline ready to run: `${…}` expanded, paths resolved, feed, fetcher and sinks built.
@@ -80,7 +81,7 @@ public struct BuiltPipeline: Sendable {
             // A check reads the cache's path (for its variables) but creates no folder.
             if let cache = spec.source.remote?.cache {
                 _ = try attempt {
-                    try BuiltPipeline.checkFolder(
+                    try PipelineSpec.checkFolder(
                         try cache.directory(in: spec, environment: environment),
                         at: cache.path?.path ?? "source.cache", what: "cache folder")
                 }
@@ -309,16 +310,6 @@ public struct BuiltPipeline: Sendable {
         return fetcher
     }
 
-    /// The folders of the directory sinks: a sink folder inside the source folder holds
-    /// this pipeline's outputs, and listing them would make outputs of outputs, more with
-    /// every run.
-    static func sinkFolders(_ spec: PipelineSpec, environment: Environment) -> [String] {
-        spec.sinks.compactMap { sink -> String? in
-            guard let path = sink.folder, let expanded = try? path.expanded(in: environment) else { return nil }
-            return spec.resolvePath(expanded)
-        }
-    }
-
     /// `excluding`: folders a directory source must not list besides its directory sinks'.
     static func makeFeed(
         _ source: SourceSpec, spec: PipelineSpec, environment: Environment, fetcher: RemoteFetcher?,
@@ -332,19 +323,6 @@ public struct BuiltPipeline: Sendable {
             fallback, spec: spec, environment: environment, fetcher: fetcher, excluding: excluding,
             notice: notice)
         return FallbackFeed(primary: feed, fallback: fallbackFeed, onFallback: told)
-    }
-}
-
-extension EnvString {
-    /// The value expanded, as an http(s) URL with a host (feeds and upload endpoints):
-    /// anything else is the pipeline's fault, named with its path.
-    func expandedWebURL(in environment: Environment) throws -> URL {
-        let address = try expanded(in: environment)
-        guard let url = URL(webAddress: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil
-        else {
-            throw SpecError(path: path, message: "expected an http(s) URL, got \(JSONValue.quote(environment.redact(address)))")
-        }
-        return url
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 import Synchronization
 
 /// Compares a pipeline and its feed with a finished run of a state file (the latest, or

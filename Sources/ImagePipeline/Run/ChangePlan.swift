@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// `imgpipe plan`: what `run --incremental` would do, found without doing any of it. The
 /// feed is listed and each item compared with the last finished run (`ChangeDetector`);

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// The dry-run's `index.html`: one self-contained file that opens from disk (inline CSS and
 /// JS, no external resources; pictures referenced relative to it).

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PipelineKit
 import VipsKit
 
 /// One sample's result in a dry-run, for one pipeline.

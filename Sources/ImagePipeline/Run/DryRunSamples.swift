@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PipelineKit
 
 /// Where a dry-run's samples come from.
 public enum DryRunSamples: Sendable, Equatable {
@@ -62,7 +63,7 @@ public enum DryRunSamples: Sendable, Equatable {
         case .folder(let path):
             feed = DirectoryFeed(
                 root: path, recursive: Self.listsSubfolders(path, spec: spec, environment: environment),
-                excluding: [previews] + BuiltPipeline.sinkFolders(spec, environment: environment))
+                excluding: [previews] + spec.sinkFolders(environment: environment))
         case .feed:
             fetcher = try BuiltPipeline.makeFetcher(
                 spec, environment: environment, cancellation: CancellationFlag(),

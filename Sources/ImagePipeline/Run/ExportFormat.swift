@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// How `imgpipe export` writes records: one JSON object per line, or CSV.
 ///

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// A local file that could not be written.
 struct StageError: Error, CustomStringConvertible {

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// The run-wide memory budget (`limits.memory`) that items' pixel work is admitted against,
 /// by their `MemoryEstimate`: an item whose estimate does not fit beside those admitted

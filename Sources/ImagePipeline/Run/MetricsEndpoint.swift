@@ -1,5 +1,6 @@
 import CProcess
 import Foundation
+import PipelineKit
 import Synchronization
 
 #if canImport(Glibc)

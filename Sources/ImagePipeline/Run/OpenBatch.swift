@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 import Synchronization
 
 /// The items one sink holds in its open batch, each with the settlement of its item, so

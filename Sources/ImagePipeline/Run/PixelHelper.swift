@@ -1,5 +1,6 @@
 import CProcess
 import Foundation
+import PipelineKit
 import VipsKit
 
 /// The pixel helper: a process of the imgpipe binary that makes items' pixels for a run

@@ -1,6 +1,7 @@
 import CProcess
 import Foundation
 import Logging
+import PipelineKit
 import Synchronization
 
 /// How a run starts its pixel helpers (`PixelHelper`): an executable that serves when given

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// The frames between a run and its pixel helpers (`PixelHelpers`, `PixelHelper`), on a Unix
 /// stream socket: a header's length (4 bytes) and the payload's (8 bytes), little-endian,

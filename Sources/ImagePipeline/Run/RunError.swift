@@ -1,3 +1,5 @@
+import PipelineKit
+
 /// Why a run could not start. The command line maps these to exit code 2.
 public enum RunError: Error, Sendable, CustomStringConvertible {
     case unfinishedRun(id: Int64, stateFile: String, pipeline: String)

@@ -1,5 +1,6 @@
 import Foundation
 import Metrics
+import PipelineKit
 import Prometheus
 import Synchronization
 

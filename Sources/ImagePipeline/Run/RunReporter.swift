@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// A moment of a run, for progress lines.
 public struct RunProgress: Sendable {

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import PipelineKit
 import Synchronization
 import VipsKit
 

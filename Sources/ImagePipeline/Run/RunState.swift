@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// What changes while a run session goes on: how many items hold a slot, the counts shown
 /// by progress lines, whether the producer has finished, whether the run was interrupted.

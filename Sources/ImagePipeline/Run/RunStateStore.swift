@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// Where the runner keeps a run's state: everything `PipelineRunner` and `RunStages` read
 /// and write goes through this protocol, and nothing else of a store is visible to them.

@@ -1,3 +1,5 @@
+import PipelineKit
+
 /// Which few entries of a listing a dry-run previews: a sample spread across the folders,
 /// the formats and the sizes of the feed, rather than its first entries in byte order
 /// (which are often one folder, one camera, one day).

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 import VipsKit
 
 /// How like its source an output is: SSIM of the output against the source resampled to

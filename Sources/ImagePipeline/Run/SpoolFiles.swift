@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 import Synchronization
 
 /// The spool folder's files, reused: a download goes into the file of an item already

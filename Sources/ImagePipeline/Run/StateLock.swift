@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// An exclusive lock on a state file for the life of the process, so that two imgpipe
 /// processes never work on the same runs at once.

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// What `imgpipe status` shows about a run: of a state file (`latest(in:)`, `run(_:in:)`)
 /// or shared in PostgreSQL (`shared(at:…)`, which sets the four last fields; a state file's

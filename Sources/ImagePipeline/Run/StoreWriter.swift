@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import PipelineKit
 import Synchronization
 
 /// The single writer of a run's state changes. Changes are queued from any thread and

@@ -1,4 +1,5 @@
 import GRDB
+import PipelineKit
 
 extension Row {
     /// The value at `index`, nil for NULL: as `self[index] as Value?`, without the generic

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PipelineKit
 
 /// One run of a pipeline, as stored: read through GRDB's Codable records, so a row that
 /// does not decode (an unknown state, a fingerprint that is not JSON) is an error naming

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// What a run is made of, as the store records it.
 public struct RunIdentity: Sendable {

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PipelineKit
 
 extension RunStore {
     /// Writes a batch of changes in one transaction and says what became of each.

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PipelineKit
 
 /// One item of a run as `imgpipe export` hands it over: what it was, how it ended, what
 /// came out and where it went.

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PipelineKit
 
 extension RunStore {
     /// Items of a run by status, from the run's counters (`RunStore+Tally.swift`).

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PipelineKit
 
 extension RunStore {
     /// The newest run that was not replaced, if any.

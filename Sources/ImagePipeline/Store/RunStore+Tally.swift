@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PipelineKit
 
 /// Per-run counters, kept by triggers with every state change (as a shared run keeps
 /// its chunks' counters), so that `status`, `resume` of a finished run and `plan`'s

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PipelineKit
 import Synchronization
 
 /// The state file: one SQLite database (WAL mode) holding runs, their items and each

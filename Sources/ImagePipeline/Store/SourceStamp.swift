@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// What an item's source was when the item was processed, recorded with it so that a later
 /// run can tell whether it changed (`ChangeDetector`): a local file's size and modification

@@ -1,3 +1,5 @@
+import PipelineKit
+
 /// One state change of an item, written by `RunStore.apply(_:)`.
 public enum StoreChange: Sendable {
     /// A newly listed item: pending, with a pending delivery per (output, sink). Output

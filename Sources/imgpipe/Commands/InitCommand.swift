@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 struct InitCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ImagePipeline
+import PipelineKit
 
 struct RunCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ImagePipeline
+import PipelineKit
 
 struct SchemaCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// `imgpipe thumbnail DIR --fit 400x400 --to out/`: a run without writing a pipeline file.
 ///

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// `imgpipe work`: the command every machine of a shared run runs, the same on all of them.
 struct WorkCommand: ParsableCommand {

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 import Synchronization
 
 /// Progress and failures on standard error; with `--quiet`, errors and warnings only

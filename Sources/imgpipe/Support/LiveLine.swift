@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PipelineKit
 import Synchronization
 
 /// The terminal's live progress line, seen from output that does not go through the

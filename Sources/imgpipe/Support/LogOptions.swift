@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import ImagePipeline
 import Logging
+import PipelineKit
 
 /// `--log-level` / `--verbose`, and `IMGPIPE_LOG`: what the library logs (retries and
 /// their reasons, slow items, feed pages, sessions) goes to standard error, each event with

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// `--metrics` and `--metrics-linger`, for the commands that work on items (`run`,
 /// `resume`, `work`).

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// The pipeline file argument and `--state`, shared by the commands that take them.
 struct PipelineOptions: ParsableArguments {

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// The words of one progress report — `67/1000 done, 0 failed, 24.1 items/s, ETA 38s` —
 /// and, for a terminal, the same after a bar, fitted to its width.

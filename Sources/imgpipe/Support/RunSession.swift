@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import ImagePipeline
 import Logging
+import PipelineKit
 
 /// What `run` and `resume` share: open the state file, trap signals, run, report, map the
 /// result to an exit code.

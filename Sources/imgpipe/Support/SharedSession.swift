@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// What `work`, and `run` and `resume` given a PostgreSQL state, share: join (or start) the
 /// shared run, trap signals, work until nothing is left, report, map the end to an exit code.

@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipeline
+import PipelineKit
 
 /// Where a pipeline's run shared through PostgreSQL is, noted where its state file would
 /// be (`.imgpipe/<stem>.postgres`, beside `<stem>.sqlite`) when a run or a worker starts on

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import ImagePipeline
+import PipelineKit
 import Synchronization
 
 /// Turns SIGINT and SIGTERM into a call, instead of killing the process. A second signal

@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// Colour on a terminal: a few words imgpipe writes itself (`error:`, `warning:`,
 /// `failed:`, a summary's failed count) in red or yellow, the rest as it is. Only when
