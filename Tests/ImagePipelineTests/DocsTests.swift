@@ -366,7 +366,9 @@ struct DocsTests {
             let folder = String(text[folderRange])
             let names = captures(#"`([^`]+)`"#, in: String(text[listRange]))
             // A folder of the two pipeline targets (`Sources/PipelineKit/Feeds/`, `Sources/ImagePipeline/Run/`).
-            let folders = resolve(folder).filter { $0.hasPrefix("Sources/PipelineKit/") || $0.hasPrefix("Sources/ImagePipeline/") }
+            let folders = resolve(folder).filter {
+                $0.hasPrefix("Sources/PipelineKit/") || $0.hasPrefix("Sources/ImagePipeline/")
+            }
             guard let path = folders.first else { continue }
             let files = codeFiles.filter { $0.hasPrefix(path + "/") }
             if names.allSatisfy({ $0.hasSuffix(".swift") }) {

@@ -108,9 +108,16 @@ public final class Environment: Sendable {
         // by side are needed for two `$` letters side by side (the loop below reads letters,
         // as `escapingDollars` wrote them: a `$` with a combining mark is another letter).
         let dollar = UInt8(ascii: "$")
-        guard zip(recorded.utf8, recorded.utf8.dropFirst()).contains(where: { $0 == dollar && $1 == dollar }) else {
-            return recorded
+        var previous: UInt8 = 0
+        var pair = false
+        for byte in recorded.utf8 {
+            if byte == dollar, previous == dollar {
+                pair = true
+                break
+            }
+            previous = byte
         }
+        guard pair else { return recorded }
         var out = ""
         var rest = Substring(recorded)
         while let dollar = rest.firstIndex(of: "$") {
