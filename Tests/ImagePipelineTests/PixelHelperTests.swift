@@ -253,9 +253,12 @@ struct PixelHelperTests {
     }
 
     /// One session of `pipe.json` (workers 2) in this process, its helpers started as `launch`
-    /// says; the summary and what was logged.
-    func session(_ launch: PixelHelperLaunch) throws -> (RunSummary, [String]) {
-        let spec = try PipelineSpec.load(path: work.url("pipe.json"))
+    /// says, its spec changed by `change` after it is read; the summary and what was logged.
+    func session(
+        _ launch: PixelHelperLaunch, change: (inout PipelineSpec) -> Void = { _ in }
+    ) throws -> (RunSummary, [String]) {
+        var spec = try PipelineSpec.load(path: work.url("pipe.json"))
+        change(&spec)
         let pipeline = try BuiltPipeline.build(spec, path: work.url("pipe.json"), environment: Environment([:]))
         let lines = LockedBox<[String]>([])
         let logger = Logger(label: "test") { _ in CapturedLog(lines: lines) }
@@ -318,6 +321,66 @@ struct PixelHelperTests {
             let made = try ImageFixtures.decode(work.url("out/" + name))
             #expect(made.width == 256, "\(name): \(made.width)×\(made.height)")
         }
+    }
+
+    /// A helper makes the processor the run made, not one of its own from the pipeline
+    /// file: with the spec changed after it was read (the output's quality), the helpers'
+    /// bytes are the run's processor's, not the file's.
+    @Test func aHelperMakesTheRunsProcessorNotOneOfTheFiles() throws {
+        try inputs(slow: 0, small: 3)
+        try pipeline(workers: 2)
+        let change = { (spec: inout PipelineSpec) in spec.outputs[0].quality = 20 }
+        let (summary, lines) = try session(
+            PixelHelperLaunch(executable: ImgpipeBinary.path, arguments: [PixelHelper.argument]), change: change)
+        #expect(summary.done == 3 && summary.failed == 0 && lines.isEmpty, "\(summary) \(lines)")
+        var spec = try PipelineSpec.load(path: work.url("pipe.json"))
+        change(&spec)
+        let processor = try BuiltPipeline.build(spec, path: work.url("pipe.json"), environment: Environment([:])).processor
+        let asWritten = try BuiltPipeline.build(
+            try PipelineSpec.load(path: work.url("pipe.json")), path: work.url("pipe.json"), environment: Environment([:])
+        ).processor
+        for index in 0..<3 {
+            let input = ImageInput.file(work.url("in/z-\(index).jpg"))
+            let fields = ItemFields(key: "z-\(index).jpg", stem: "z-\(index)", metadata: nil)
+            let made = FileManager.default.contents(atPath: work.url("out/z-\(index).jpg"))
+            #expect(made == (try processor.process(input, fields: fields).data), "z-\(index).jpg")
+            #expect(made != (try asWritten.process(input, fields: fields).data), "z-\(index).jpg is the file's quality")
+        }
+    }
+
+    /// The settings a helper is sent come back as the run's: every kind of filter step, several
+    /// outputs with their own steps, limits and `accept`.
+    @Test func processorSettingsRoundTripThroughTheirJSON() throws {
+        try inputs(slow: 0)
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "autorotate"}, {"op": "crop", "aspect": "4:3", "gravity": "attention"},
+               {"op": "adjust", "brightness": 0.1, "contrast": 1.2}, {"op": "rotate", "angle": 12.5, "background": "#ff000080"},
+               {"op": "pad", "top": 2, "right": 3, "bottom": 4, "left": 5, "color": "#00ff00"},
+               {"op": "caption", "top": "a \\"quoted\\" ${LABEL}", "bottom": "{stem}"},
+               {"op": "text", "text": "東京", "gravity": "south-east", "opacity": 0.5}, {"op": "sharpen", "sigma": 1.5}],
+             "outputs": [
+               {"id": "small", "format": "webp", "quality": 70, "filters": [{"op": "fit", "width": 64, "height": 64}]},
+               {"id": "big", "format": "png", "name": "{key}-{width}x{height}.{ext}", "filters": [{"op": "fill", "width": 300, "height": 200}]}],
+             "accept": {"minWidth": 10, "formats": ["jpeg", "png"]},
+             "limits": {"maxPixels": 1000000, "timeout": 12.5},
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "all.json")
+        let spec = try PipelineSpec.load(path: work.url("all.json"))
+        let settings = try BuiltPipeline.build(
+            spec, path: work.url("all.json"), environment: Environment(["LABEL": "label"])
+        ).processor.settings
+        #expect(settings.filters.count == 8 && settings.outputs.count == 2)
+        let (_, payload) = PixelMessage.configuration(settings)
+        let read = try PixelHelper.makeProcessor(payload).settings
+        #expect(read == settings)
+        #expect(read.outputs[1].spec.name.raw == "{key}-{width}x{height}.{ext}")
+        guard case .caption(let caption) = read.filters[5] else {
+            Issue.record("not a caption: \(read.filters[5])")
+            return
+        }
+        #expect(caption.top == "a \"quoted\" label", "the value the run expanded")
     }
 
     // MARK: - the wire

@@ -164,7 +164,7 @@ struct RunContext: Sendable {
             options.pixelHelper.map {
                 .helpers(
                     PixelHelpers(
-                        launch: $0, spec: pipeline.spec, environment: pipeline.environment, fallback: pipeline.processor,
+                        launch: $0, fallback: pipeline.processor,
                         cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact,
                         metrics: options.metrics))
             } ?? .inProcess(pipeline.processor)

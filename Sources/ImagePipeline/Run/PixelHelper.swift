@@ -13,10 +13,11 @@ import VipsKit
 /// decoder also ends the helper, not the run: the item goes to a new helper, and fails
 /// (naming the signal) if that one ends too (`PixelHelpers`).
 ///
-/// It reads the pipeline (`PixelMessage.configuration`) and builds its processor as the run
-/// did: the document as the run read it, `${…}` expanded from the values the run sent (its
-/// own environment holds none of the run's secrets), the watermarks checked again. Then each request is an item (its file's path, or its bytes)
-/// and each answer its outcome: the encoded outputs, a skip, or a failure. It writes no file.
+/// It is sent the run's processor as the run made it (`ProcessorSettings`: the filters
+/// with their `${…}` values expanded, the watermarks checked) and makes the same one; its
+/// own environment holds none of the run's secrets. Then each request is an item (its
+/// file's path, or its bytes) and each answer its outcome: the encoded outputs, a skip, or
+/// a failure. It writes no file.
 /// It ends when the run closes its socket, and with the run: SIGKILL when the thread that
 /// started it ends (`PR_SET_PDEATHSIG`), so not even kill -9 of the run leaves it behind.
 /// SIGINT and SIGTERM are the run's to handle (a terminal's Ctrl-C reaches the whole
@@ -42,7 +43,7 @@ public enum PixelHelper {
         guard let first = PixelWire.read(socket) else { exit(0) }
         let processor: ImageProcessor
         do {
-            processor = try makeProcessor(first.header, document: first.payload)
+            processor = try makeProcessor(first.payload)
             try VipsRuntime.setUp()
         } catch {
             _ = PixelWire.write(socket, header: PixelMessage.refusal(String(describing: error)))
@@ -71,26 +72,9 @@ public enum PixelHelper {
         exit(0)
     }
 
-    /// The processor of the pipeline in a configuration frame, built as `BuiltPipeline`
-    /// builds the run's, with the `${…}` values the frame holds (the helper's own
-    /// environment has none of the run's).
-    static func makeProcessor(_ header: [UInt8], document: Data) throws -> ImageProcessor {
-        var fields = WireReader(header)
-        let baseDirectory = try fields.string()
-        let name = try fields.string()
-        var variables: [String: String] = [:]
-        for _ in 0..<max(0, try fields.int()) {
-            let variable = try fields.string()
-            variables[variable] = try fields.string()
-        }
-        let spec = try PipelineSpec.decode(
-            text: String(decoding: document, as: UTF8.self), baseDirectory: baseDirectory,
-            defaultName: name)
-        let environment = Environment(variables)
-        return ImageProcessor(
-            filters: try BuiltPipeline.checkedFilters(spec, environment: environment),
-            outputs: try BuiltPipeline.checkedOutputs(spec, environment: environment),
-            limits: spec.limits, baseDirectory: spec.baseDirectory, accept: spec.accept)
+    /// The processor of a configuration frame's payload: the run's, as `ProcessorSettings`.
+    static func makeProcessor(_ payload: Data) throws -> ImageProcessor {
+        ImageProcessor(try JSONDecoder().decode(ProcessorSettings.self, from: payload))
     }
 }
 
@@ -105,41 +89,12 @@ enum PixelMessage {
         case ready
     }
 
-    /// The first frame to a helper: the pipeline as the run read it (the payload), and in
-    /// the header where it was read from and the values of the variables its filters and
-    /// outputs refer to (set ones only: an unset one fails in the helper as in the run).
-    static func configuration(_ spec: PipelineSpec, environment: Environment) -> (header: [UInt8], payload: Data) {
-        var fields = WireFields()
-        fields.put(spec.baseDirectory)
-        fields.put(spec.name)
-        let values = referencedVariables(spec).compactMap { name in environment.value(of: name).map { (name, $0) } }
-        fields.put(values.count)
-        for (name, value) in values {
-            fields.put(name)
-            fields.put(value)
-        }
-        return (fields.bytes, Data(spec.document.serialized().utf8))
-    }
-
-    /// The names in `${NAME}` references of the pipeline's filters and outputs: what a
-    /// helper may expand.
-    static func referencedVariables(_ spec: PipelineSpec) -> [String] {
-        let text = ["filters", "output", "outputs"].compactMap { spec.document[$0]?.serialized() }.joined(separator: " ")
-        var names: Set<String> = []
-        var rest = Substring(text)
-        while let dollar = rest.firstIndex(of: "$") {
-            rest = rest[rest.index(after: dollar)...]
-            // `$$` is a literal `$` (`$${X}` names no variable): passed over whole.
-            if rest.first == "$" {
-                rest = rest.dropFirst()
-                continue
-            }
-            guard rest.first == "{" else { continue }
-            rest = rest.dropFirst()
-            let name = rest.prefix { $0 == "_" || $0.isASCIILetter || $0.isASCIIDigit }
-            if !name.isEmpty, rest.dropFirst(name.count).first == "}" { names.insert(String(name)) }
-        }
-        return names.sorted()
+    /// The first frame to a helper: the run's processor (`ProcessorSettings`) as JSON, the
+    /// payload; the header is empty.
+    static func configuration(_ settings: ProcessorSettings) -> (header: [UInt8], payload: Data) {
+        // Every value of the settings is a finite number, a string or a flag: nothing the
+        // encoder refuses.
+        (WireFields().bytes, (try? JSONEncoder().encode(settings)) ?? Data())
     }
 
     static var ready: [UInt8] {

@@ -146,12 +146,12 @@ final class PixelHelpers: Sendable {
     }
 
     init(
-        launch: PixelHelperLaunch, spec: PipelineSpec, environment: Environment, fallback: ImageProcessor,
+        launch: PixelHelperLaunch, fallback: ImageProcessor,
         cancellation: CancellationFlag, logger: Logger, redact: @escaping @Sendable (String) -> String,
         metrics: RunMetrics? = nil
     ) {
         self.launch = launch
-        configuration = PixelMessage.configuration(spec, environment: environment)
+        configuration = PixelMessage.configuration(fallback.settings)
         helperEnvironment = PixelHelperLaunch.helperEnvironment(ProcessInfo.processInfo.environment)
         // A helper runs as the same user: were the run dumpable, a helper taken over by a
         // hostile file could read the run's environment and memory (its secrets) through

@@ -1,5 +1,5 @@
 /// A colour from a pipeline file: `#rgb`, `#rrggbb` or `#rrggbbaa` (alpha 255 = opaque).
-public struct Colour: Sendable, Equatable, CustomStringConvertible {
+public struct Colour: Sendable, Equatable, Codable, CustomStringConvertible {
     public var red: Double
     public var green: Double
     public var blue: Double

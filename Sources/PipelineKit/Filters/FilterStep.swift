@@ -1,6 +1,6 @@
 /// Where a crop or an overlay sits: a compass point, the centre, or (for crops) what
 /// libvips finds most interesting (`attention`: skin, saturation, edges; `entropy`: detail).
-public enum Gravity: String, Sendable, CaseIterable {
+public enum Gravity: String, Sendable, CaseIterable, Codable {
     case centre
     case north
     case northEast = "north-east"
@@ -45,7 +45,7 @@ public enum Gravity: String, Sendable, CaseIterable {
 
 /// `adjust`'s parameters (Core Image-style colour controls). Identity values: brightness 0,
 /// contrast 1, saturation 1, exposure 0, gamma 1, hue 0.
-public struct Adjustments: Sendable, Equatable {
+public struct Adjustments: Sendable, Equatable, Codable {
     /// −1…1, added to every channel (1 = +255).
     public var brightness = 0.0
     /// 0…4, stretch around mid-grey.
@@ -73,7 +73,7 @@ public struct Adjustments: Sendable, Equatable {
 }
 
 /// `caption`'s parameters: meme-style outlined text in the top and bottom bands.
-public struct Caption: Sendable, Equatable {
+public struct Caption: Sendable, Equatable, Codable {
     public var top: String?
     public var bottom: String?
     public var font: String
@@ -99,7 +99,7 @@ public struct Caption: Sendable, Equatable {
 }
 
 /// `text`'s parameters: one block of text placed by gravity.
-public struct TextOverlay: Sendable, Equatable {
+public struct TextOverlay: Sendable, Equatable, Codable {
     public var text: String
     public var gravity: Gravity
     public var margin: Int
@@ -121,7 +121,7 @@ public struct TextOverlay: Sendable, Equatable {
 }
 
 /// `watermark`'s parameters.
-public struct Watermark: Sendable, Equatable {
+public struct Watermark: Sendable, Equatable, Codable {
     /// As written; relative paths are relative to the pipeline file.
     public var image: String
     public var gravity: Gravity
@@ -142,7 +142,7 @@ public struct Watermark: Sendable, Equatable {
 }
 
 /// One validated filter operation, ready to run.
-public enum FilterStep: Sendable, Equatable {
+public enum FilterStep: Sendable, Equatable, Codable {
     case autorotate
     /// Fit inside the box (a missing side is unbounded), aspect kept, never enlarged unless asked.
     case fit(width: Int?, height: Int?, enlarge: Bool)

@@ -1,7 +1,7 @@
 import VipsKit
 
 /// An input format, recognised by its magic bytes (never by file name or Content-Type).
-public enum ImageFormat: String, Sendable, CaseIterable {
+public enum ImageFormat: String, Sendable, CaseIterable, Codable {
     case jpeg, png, gif, webp, tiff, heif, avif
 
     /// How strict libvips' loader is for this format, for the header, the fused

@@ -51,7 +51,7 @@ public enum ProcessOutcome: Sendable {
 
 /// One output as the processor makes it: its spec and its own filter steps, which run
 /// after the common ones.
-public struct OutputPlan: Sendable {
+public struct OutputPlan: Sendable, Equatable, Codable {
     public let spec: OutputSpec
     public let filters: [FilterStep]
     /// Where the output is written in the pipeline file (`output`, `outputs[1]`), which a
@@ -63,6 +63,28 @@ public struct OutputPlan: Sendable {
         self.spec = spec
         self.filters = filters
         self.path = path
+    }
+}
+
+/// What an `ImageProcessor` is made of, resolved: the common filter steps and each
+/// output's with their `${…}` expanded and their watermarks checked
+/// (`BuiltPipeline.checkedFilters`), the limits, the folder watermark paths are relative to,
+/// and the `accept` rules. A run sends its processor's to each pixel helper
+/// (`PixelMessage.configuration`), which makes the same processor from it: nothing is
+/// decoded, expanded or checked twice.
+public struct ProcessorSettings: Sendable, Equatable, Codable {
+    public let filters: [FilterStep]
+    public let outputs: [OutputPlan]
+    public let limits: Limits
+    public let baseDirectory: String
+    public let accept: AcceptRules
+
+    public init(filters: [FilterStep], outputs: [OutputPlan], limits: Limits, baseDirectory: String, accept: AcceptRules) {
+        self.filters = filters
+        self.outputs = outputs
+        self.limits = limits
+        self.baseDirectory = baseDirectory
+        self.accept = accept
     }
 }
 
@@ -83,6 +105,8 @@ public struct OutputPlan: Sendable {
 /// picture, no steps of their own, the same encoding: two widths above a small input's
 /// own) are encoded once.
 public struct ImageProcessor: Sendable {
+    /// What it was made from: a pixel helper makes the same processor from it.
+    public let settings: ProcessorSettings
     package let plan: ChainPlan
     /// Every output, in the pipeline's order.
     public let outputs: [OutputPlan]
@@ -126,6 +150,13 @@ public struct ImageProcessor: Sendable {
         filters: [FilterStep], outputs: [OutputPlan], limits: Limits, baseDirectory: String = "/",
         accept: AcceptRules = AcceptRules()
     ) {
+        self.init(
+            ProcessorSettings(filters: filters, outputs: outputs, limits: limits, baseDirectory: baseDirectory, accept: accept))
+    }
+
+    public init(_ settings: ProcessorSettings) {
+        let (filters, outputs, baseDirectory) = (settings.filters, settings.outputs, settings.baseDirectory)
+        self.settings = settings
         precondition(!outputs.isEmpty, "a pipeline has at least one output")
         if outputs.count == 1 {
             // One output: its steps simply follow the common ones (one chain, fused as usual).
@@ -152,8 +183,8 @@ public struct ImageProcessor: Sendable {
         outputStepPaths =
             outputs.count == 1 ? [[]] : zip(outputSteps, own).map { steps, paths in Array(paths.suffix(steps.count)) }
         self.outputs = outputs
-        self.limits = limits
-        self.accept = accept
+        limits = settings.limits
+        accept = settings.accept
         context = FilterContext(baseDirectory: baseDirectory)
     }
 

@@ -6,7 +6,7 @@ import Foundation
 /// Width and height are the picture as it is shown: a header whose EXIF orientation turns
 /// it (5 to 8) has its width and height swapped first, so `minWidth` means the same for a
 /// portrait photo stored sideways as for one stored upright.
-public struct AcceptRules: Sendable, Equatable {
+public struct AcceptRules: Sendable, Equatable, Codable {
     public var minWidth: Int?
     public var minHeight: Int?
     /// The long side over the short side at most (3 lets a 3:1 panorama through).

@@ -1,5 +1,5 @@
 /// An output file format.
-public enum OutputFormat: String, Sendable, CaseIterable {
+public enum OutputFormat: String, Sendable, CaseIterable, Codable {
     case jpeg, png, webp, avif, tiff, gif
 
     /// The file extension written for `{ext}`.
@@ -32,7 +32,7 @@ public enum OutputFormat: String, Sendable, CaseIterable {
 
 /// One output of each item: its own filters (after the pipeline's common ones), how it is
 /// encoded and how it is named. A pipeline has one (`"output"`) or several (`"outputs"`).
-public struct OutputSpec: Sendable, Equatable {
+public struct OutputSpec: Sendable, Equatable, Codable {
     /// The id of a pipeline's only output when it has no id of its own.
     public static let defaultID = "default"
     /// Unique in the pipeline, `[a-z0-9-]+`; `{output}` in names.
@@ -85,14 +85,14 @@ extension OutputSpec {
 /// - `{hash}`: the first 16 hex digits of the SHA-256 of the output bytes;
 /// - `{output}`: the output's id;
 /// - `{width}`, `{height}`: the output's size in pixels.
-public struct NameTemplate: Sendable, Equatable, CustomStringConvertible {
+public struct NameTemplate: Sendable, Equatable, Codable, CustomStringConvertible {
     public static let fields = ["key", "stem", "name", "ext", "index", "hash", "output", "width", "height"]
     public static let standard = NameTemplate(parts: [.field("stem"), .literal("."), .field("ext")], raw: "{stem}.{ext}")
     /// The default of each output of a pipeline with several.
     public static let standardOfSeveral = NameTemplate(
         parts: [.field("stem"), .literal("-"), .field("output"), .literal("."), .field("ext")], raw: "{stem}-{output}.{ext}")
 
-    package enum Part: Equatable, Sendable {
+    package enum Part: Equatable, Sendable, Codable {
         case literal(String)
         case field(String)
     }

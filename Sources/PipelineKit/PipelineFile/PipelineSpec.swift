@@ -217,7 +217,7 @@ public struct SinkSpec: Sendable, Equatable {
 }
 
 /// Concurrency and safety limits.
-public struct Limits: Sendable, Equatable {
+public struct Limits: Sendable, Equatable, Codable {
     /// Concurrent downloads.
     public var downloads = 16
     /// Pixel workers; 0 means one per core.
