@@ -348,8 +348,10 @@ struct PixelHelperTests {
         }
     }
 
-    /// The settings a helper is sent come back as the run's: every kind of filter step, several
-    /// outputs with their own steps, limits and `accept`.
+    /// The settings a helper is sent come back as the run's: most kinds of filter step, several
+    /// outputs with their own steps, limits (an infinite timeout, as a program may set) and
+    /// `accept`; a filter's arguments as written (`1.0` keeps its fraction, which `==` of
+    /// `JSONValue` does not look at).
     @Test func processorSettingsRoundTripThroughTheirJSON() throws {
         try inputs(slow: 0)
         try work.write(
@@ -361,20 +363,28 @@ struct PixelHelperTests {
                {"op": "caption", "top": "a \\"quoted\\" ${LABEL}", "bottom": "{stem}"},
                {"op": "text", "text": "東京", "gravity": "south-east", "opacity": 0.5}, {"op": "sharpen", "sigma": 1.5}],
              "outputs": [
-               {"id": "small", "format": "webp", "quality": 70, "filters": [{"op": "fit", "width": 64, "height": 64}]},
+               {"id": "small", "format": "webp", "quality": 70, "filters": [{"op": "fit", "width": 64, "height": 64}, {"op": "sharpen", "sigma": 2.0}]},
                {"id": "big", "format": "png", "name": "{key}-{width}x{height}.{ext}", "filters": [{"op": "fill", "width": 300, "height": 200}]}],
              "accept": {"minWidth": 10, "formats": ["jpeg", "png"]},
              "limits": {"maxPixels": 1000000, "timeout": 12.5},
              "sink": {"type": "directory", "path": "out"}}
             """, to: "all.json")
-        let spec = try PipelineSpec.load(path: work.url("all.json"))
+        var spec = try PipelineSpec.load(path: work.url("all.json"))
+        spec.limits.timeout = .infinity
         let settings = try BuiltPipeline.build(
             spec, path: work.url("all.json"), environment: Environment(["LABEL": "label"])
         ).processor.settings
         #expect(settings.filters.count == 8 && settings.outputs.count == 2)
-        let (_, payload) = PixelMessage.configuration(settings)
+        let (_, payload) = try PixelMessage.configuration(settings)
         let read = try PixelHelper.makeProcessor(payload).settings
         #expect(read == settings)
+        #expect(read.limits.timeout == .infinity && read.limits.maxPixels == 1_000_000)
+        func written(_ spec: FilterSpec) -> String {
+            JSONValue.object(spec.arguments.sorted { $0.key < $1.key }.map { (key: $0.key, value: $0.value) }).serialized()
+        }
+        let arguments = settings.outputs.flatMap(\.spec.filters).map(written)
+        #expect(read.outputs.flatMap(\.spec.filters).map(written) == arguments)
+        #expect(arguments.contains { $0.contains(".0") }, "no argument with a fraction: \(arguments)")
         #expect(read.outputs[1].spec.name.raw == "{key}-{width}x{height}.{ext}")
         guard case .caption(let caption) = read.filters[5] else {
             Issue.record("not a caption: \(read.filters[5])")
@@ -421,9 +431,9 @@ struct PixelHelperTests {
     }
 }
 
-/// What a helper is given: the pipeline and the values its filters use, not the run's
-/// environment (it decodes hostile files: `/proc/PID/environ` must hold no secret), and a
-/// pipeline file of any size (it used to ride in a frame's header, capped at 64 MiB).
+/// What a helper is given: the run's processor with the values its filters use, not the
+/// run's environment (it decodes hostile files: `/proc/PID/environ` must hold no secret);
+/// and a pipeline file of any size makes its pixels in helpers.
 @Suite("Pixel helpers hold no secret", .serialized)
 struct PixelHelperEnvironmentTests {
     let work: TemporaryDirectory
@@ -541,7 +551,7 @@ struct PixelHelperEnvironmentTests {
         return probe.terminationStatus == 0
     }()
 
-    @Test func aPipelineFileOverTheOldHeaderCapStillMakesItsPixelsInHelpers() throws {
+    @Test func aPipelineFileOfAnySizeMakesItsPixelsInHelpers() throws {
         let filler = String(repeating: "x", count: (64 << 20) + 1024)
         try work.write(
             """

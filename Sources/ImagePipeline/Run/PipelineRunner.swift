@@ -71,12 +71,15 @@ public final class PipelineRunner: Sendable {
         // prepared (a read-only folder) must not leave a `running` run behind.
         let identity = identity
         for sink in pipeline.sinks { try sink.prepare(workRoot: identity.workRoot) }
+        // What the pixel helpers are sent, made before a run exists: settings that cannot be
+        // sent are the command's failure.
+        let helperConfiguration = try options.pixelHelper.map { _ in try PixelMessage.configuration(pipeline.processor.settings) }
         let start = try store.begin(mode, identity)
         for notice in start.notices { reporter.notice(notice) }
         try VipsRuntime.setUp()
         let context = RunContext(
             start: start, pipeline: pipeline, store: store, reporter: reporter, logger: logger,
-            options: options
+            options: options, helperConfiguration: helperConfiguration
         ) { [weak self] error in
             self?.reporter.notice("cannot write the state file: \(error); stopping")
             self?.interrupt()
@@ -139,7 +142,8 @@ struct RunContext: Sendable {
 
     init(
         start: RunStart, pipeline: BuiltPipeline, store: any RunStateStore, reporter: any RunReporter, logger: Logger,
-        options: PipelineRunner.Options, onWriteError: @escaping @Sendable (any Error) -> Void
+        options: PipelineRunner.Options, helperConfiguration: (header: [UInt8], payload: Data)?,
+        onWriteError: @escaping @Sendable (any Error) -> Void
     ) {
         run = start.run
         resuming = start.resuming
@@ -160,14 +164,15 @@ struct RunContext: Sendable {
         }
         self.workers = workers
         memory = MemoryBudget(bytes: limits.memoryBytes)
-        pixels =
-            options.pixelHelper.map {
-                .helpers(
-                    PixelHelpers(
-                        launch: $0, fallback: pipeline.processor,
-                        cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact,
-                        metrics: options.metrics))
-            } ?? .inProcess(pipeline.processor)
+        if let launch = options.pixelHelper, let helperConfiguration {
+            pixels = .helpers(
+                PixelHelpers(
+                    launch: launch, configuration: helperConfiguration, fallback: pipeline.processor,
+                    cancellation: pipeline.cancellation, logger: logger, redact: pipeline.environment.redact,
+                    metrics: options.metrics))
+        } else {
+            pixels = .inProcess(pipeline.processor)
+        }
         // Commits wait for company only while every pixel thread has four items queued behind
         // the one it works on: the stage that sets the pace then has more work in hand than a
         // wait lasts, and the wait costs no throughput (`StoreWriter`).

@@ -74,7 +74,9 @@ public enum PixelHelper {
 
     /// The processor of a configuration frame's payload: the run's, as `ProcessorSettings`.
     static func makeProcessor(_ payload: Data) throws -> ImageProcessor {
-        ImageProcessor(try JSONDecoder().decode(ProcessorSettings.self, from: payload))
+        let decoder = JSONDecoder()
+        decoder.nonConformingFloatDecodingStrategy = PixelMessage.nonFinite.decoding
+        return ImageProcessor(try decoder.decode(ProcessorSettings.self, from: payload))
     }
 }
 
@@ -90,12 +92,23 @@ enum PixelMessage {
     }
 
     /// The first frame to a helper: the run's processor (`ProcessorSettings`) as JSON, the
-    /// payload; the header is empty.
-    static func configuration(_ settings: ProcessorSettings) -> (header: [UInt8], payload: Data) {
-        // Every value of the settings is a finite number, a string or a flag: nothing the
-        // encoder refuses.
-        (WireFields().bytes, (try? JSONEncoder().encode(settings)) ?? Data())
+    /// payload; the header is empty. Made before the run starts (`PipelineRunner.execute`):
+    /// settings that cannot be sent fail the command, never leave the pixels to the run's
+    /// own process.
+    static func configuration(_ settings: ProcessorSettings) throws -> (header: [UInt8], payload: Data) {
+        let encoder = JSONEncoder()
+        encoder.nonConformingFloatEncodingStrategy = nonFinite.encoding
+        return (WireFields().bytes, try encoder.encode(settings))
     }
+
+    /// Numbers JSON has no text for, as a program may set them (`limits.timeout` infinite):
+    /// written as these strings, read back as the numbers.
+    static let nonFinite = (
+        encoding: JSONEncoder.NonConformingFloatEncodingStrategy.convertToString(
+            positiveInfinity: "+inf", negativeInfinity: "-inf", nan: "nan"),
+        decoding: JSONDecoder.NonConformingFloatDecodingStrategy.convertFromString(
+            positiveInfinity: "+inf", negativeInfinity: "-inf", nan: "nan")
+    )
 
     static var ready: [UInt8] {
         var fields = WireFields()

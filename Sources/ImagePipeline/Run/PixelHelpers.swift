@@ -93,8 +93,7 @@ enum PixelWork: Sendable {
 /// and reaps the idle ones.
 final class PixelHelpers: Sendable {
     private let launch: PixelHelperLaunch
-    /// The first frame to a helper: the pipeline, in the payload (a pipeline file of any
-    /// size fits), with the `${…}` values its filters and outputs use in the header.
+    /// The first frame to a helper: the run's processor (`PixelMessage.configuration`).
     private let configuration: (header: [UInt8], payload: Data)
     /// `NAME=value` lines: the environment a helper starts with.
     private let helperEnvironment: [String]
@@ -146,12 +145,12 @@ final class PixelHelpers: Sendable {
     }
 
     init(
-        launch: PixelHelperLaunch, fallback: ImageProcessor,
+        launch: PixelHelperLaunch, configuration: (header: [UInt8], payload: Data), fallback: ImageProcessor,
         cancellation: CancellationFlag, logger: Logger, redact: @escaping @Sendable (String) -> String,
         metrics: RunMetrics? = nil
     ) {
         self.launch = launch
-        configuration = PixelMessage.configuration(fallback.settings)
+        self.configuration = configuration
         helperEnvironment = PixelHelperLaunch.helperEnvironment(ProcessInfo.processInfo.environment)
         // A helper runs as the same user: were the run dumpable, a helper taken over by a
         // hostile file could read the run's environment and memory (its secrets) through

@@ -67,11 +67,10 @@ public struct OutputPlan: Sendable, Equatable, Codable {
 }
 
 /// What an `ImageProcessor` is made of, resolved: the common filter steps and each
-/// output's with their `${…}` expanded and their watermarks checked
-/// (`BuiltPipeline.checkedFilters`), the limits, the folder watermark paths are relative to,
-/// and the `accept` rules. A run sends its processor's to each pixel helper
-/// (`PixelMessage.configuration`), which makes the same processor from it: nothing is
-/// decoded, expanded or checked twice.
+/// output's with their `${…}` expanded and their watermarks checked, the limits, the
+/// folder watermark paths are relative to, and the `accept` rules. Codable, so that another
+/// process can make the same processor from it: nothing is decoded, expanded or checked
+/// twice.
 public struct ProcessorSettings: Sendable, Equatable, Codable {
     public let filters: [FilterStep]
     public let outputs: [OutputPlan]
