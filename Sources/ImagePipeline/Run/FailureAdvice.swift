@@ -1,4 +1,5 @@
 import Foundation
+import PipelineKit
 
 /// Whether a failed item may pass when tried again as it is, and if not, what would make it
 /// pass: the advice `status` gives and the table of docs/failures.md holds.
@@ -18,7 +19,7 @@ public struct FailureAdvice: Sendable, Equatable {
     /// What to change for a permanent failure; nil for one that may pass.
     public let fix: String?
 
-    package init(_ outlook: Outlook, _ cause: String, fix: String? = nil) {
+    init(_ outlook: Outlook, _ cause: String, fix: String? = nil) {
         self.outlook = outlook
         self.cause = cause
         self.fix = fix
@@ -84,7 +85,7 @@ public struct FailureAdvice: Sendable, Equatable {
     }
 
     /// A download answered with `status`: 404 and 410 stay; a server error, 408 and 429 may pass.
-    package static func http(_ status: Int) -> FailureAdvice {
+    static func http(_ status: Int) -> FailureAdvice {
         switch status {
         case 404, 410:
             return FailureAdvice(.permanent, "not-found", fix: "remove the item from the feed or correct its URL")
