@@ -1,9 +1,10 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// The registry, `imgpipe filters`, `imgpipe schema`, the example pipelines and the
 /// dry-run contact sheet agree with each other and with the code.

@@ -2,8 +2,9 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// `accept` rules and the new pipeline keys, through the built binary.
 extension CommandLineTests {

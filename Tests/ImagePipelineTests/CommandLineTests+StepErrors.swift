@@ -1,8 +1,9 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// Failures of a filter on an item name the filter, through the built binary.
 extension CommandLineTests {

@@ -1,8 +1,9 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// The built `imgpipe` binary, end to end: exit codes, messages, files, state.
 @Suite("imgpipe command line", .serialized)

@@ -3,9 +3,10 @@ import Crypto
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Synchronization
 import Testing
+
+@testable import PipelineKit
 
 /// A directory source and a directory sink against what a stranger can put in a folder:
 /// names that are not UTF-8, folders that cannot be read, a sink's folder swapped for a

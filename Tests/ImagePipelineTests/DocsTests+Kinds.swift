@@ -1,7 +1,8 @@
 import Foundation
 import ImagePipeline
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// The tables of source and sink kinds in the docs name the kinds of the registries, in
 /// their order: a kind added to a registry needs its row, and a row needs its kind.

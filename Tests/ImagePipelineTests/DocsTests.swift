@@ -1,7 +1,8 @@
 import Foundation
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// The documentation kept true to the tree: links that lead somewhere, pipelines that
 /// validate, and an architecture document whose names are the code's.

@@ -1,7 +1,8 @@
 import Foundation
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// `dry-run` of a pipeline's own source: a sample spread across a folder or a remote
 /// feed's first items, downloaded through the pipeline's cache, and the errors of a

@@ -1,7 +1,8 @@
 import Foundation
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// `dry-run` of a folder takes a small sample spread across it (sub-folders, formats,
 /// sizes), the same on each dry-run, says how to take more, and prints a table that fits

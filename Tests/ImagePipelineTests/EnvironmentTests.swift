@@ -1,7 +1,8 @@
 import Foundation
 import ImagePipeline
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// `${…}` values: masked in every form, and recorded as references that give back exactly
 /// the text they replaced.

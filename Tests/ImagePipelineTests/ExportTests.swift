@@ -2,8 +2,9 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// `imgpipe export`: one record per item, checked against the files and uploads the run
 /// actually made.

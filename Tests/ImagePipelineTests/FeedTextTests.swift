@@ -1,8 +1,9 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// A feed's text is data: an entry whose URL holds `${FEED_TOKEN}` (the name of a value
 /// the run itself read, here its feed's token) is fetched with that text as it stands,

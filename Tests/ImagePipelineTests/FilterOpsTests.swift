@@ -1,9 +1,10 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// Each op, judged by what it does to decoded pixels.
 @Suite("Filter ops")

@@ -1,8 +1,9 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// What a new user met on their first day ("user's first day" issue), each end to end on
 /// the built binary: the bytes a loopback server received, the files written, the exit

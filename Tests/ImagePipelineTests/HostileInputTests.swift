@@ -1,9 +1,10 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// Damaged and malicious inputs: each fails its item as `decode` (never a half-grey
 /// output), through the processor and through the built binary, within bounded memory.

@@ -1,9 +1,10 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// Filters and output preparation, checked on decoded pixels.
 @Suite("Image processing")

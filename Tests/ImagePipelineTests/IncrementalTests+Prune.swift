@@ -1,7 +1,8 @@
 import Foundation
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 extension IncrementalTests {
     /// A folder sink compared by where it delivers (`SinkParameters.deliversLike`): turning

@@ -2,9 +2,10 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// `imgpipe plan` and `run --incremental` with the built binary, on real files: after
 /// editing one output's quality, replacing two sources, touching one, adding and deleting

@@ -1,6 +1,7 @@
 import Foundation
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// What each `make` target would install, as `make -n` prints it: the first command a new
 /// user runs installs what the demo needs and nothing more; servers and tools that only the

@@ -1,9 +1,10 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// Hundreds of deterministic mutants of good files, run through the built binary in one
 /// `imgpipe run`: no crash, no hang, bounded memory, every item accounted for, no output

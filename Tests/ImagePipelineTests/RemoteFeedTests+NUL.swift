@@ -2,8 +2,9 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// Entries whose key or URL holds a NUL character, which no store keeps whole.
 extension RemoteFeedTests {

@@ -1,8 +1,9 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 /// How large a feed page may be: a limit of its own, named as such.
 extension RemoteFeedTests {

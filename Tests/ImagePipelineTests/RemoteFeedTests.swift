@@ -2,9 +2,10 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Synchronization
 import Testing
+
+@testable import PipelineKit
 
 /// Remote sources end to end: the built binary against a real HTTP server on loopback.
 @Suite("Remote feeds", .serialized)

@@ -1,7 +1,7 @@
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 
+@testable import PipelineKit
 @testable import VipsKit
 
 /// imgpipe's own halving and lanczos3 reduction of 8-bit pictures in memory (CResample:

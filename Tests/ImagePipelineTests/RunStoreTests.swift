@@ -2,8 +2,9 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 @Suite("Run store")
 struct RunStoreTests {

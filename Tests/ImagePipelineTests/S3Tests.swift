@@ -2,9 +2,10 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// The `s3` sink and source end to end: the built binary against moto's S3 server on
 /// loopback, with signatures checked, and every object read back by boto3. moto is

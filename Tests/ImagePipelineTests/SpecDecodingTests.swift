@@ -1,8 +1,9 @@
 import Foundation
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
+
+@testable import PipelineKit
 
 @Suite("Pipeline file decoding")
 struct SpecDecodingTests {

@@ -1,8 +1,9 @@
 import Foundation
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// `VipsImage.structuralSimilarity(to:)` judged on pixels: identical pictures, flat
 /// pictures (where SSIM has a closed form), damaged copies and JPEG qualities.

@@ -2,9 +2,10 @@ import Foundation
 import GRDB
 import ImagePipeline
 import ImagePipelineTesting
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// The state file and the folders a run writes, attacked while a run goes on: the same
 /// state file reached by another path, a state file deleted, a read-only sink, a full

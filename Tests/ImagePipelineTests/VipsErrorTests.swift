@@ -1,6 +1,7 @@
-import PipelineKit
 import Testing
 import VipsKit
+
+@testable import PipelineKit
 
 /// libvips failures are classified once, by the whole domain each error line starts with.
 @Suite("libvips error kinds")

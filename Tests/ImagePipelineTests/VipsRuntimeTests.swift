@@ -1,10 +1,10 @@
 import COrcStress
 import Dispatch
 import Foundation
-import PipelineKit
 import Synchronization
 import Testing
 
+@testable import PipelineKit
 @testable import VipsKit
 
 @Suite("libvips runtime")

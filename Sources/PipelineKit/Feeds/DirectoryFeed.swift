@@ -144,7 +144,7 @@ public struct DirectoryFeed: Feed {
     }
 
     /// An entry's name as bytes, read the same way.
-    package static func nameBytes(of entry: UnsafePointer<dirent>) -> [UInt8] {
+    static func nameBytes(of entry: UnsafePointer<dirent>) -> [UInt8] {
         let name = (UnsafeRawPointer(entry) + nameOffset).assumingMemoryBound(to: UInt8.self)
         return Array(UnsafeBufferPointer(start: name, count: strlen(UnsafeRawPointer(name).assumingMemoryBound(to: CChar.self))))
     }

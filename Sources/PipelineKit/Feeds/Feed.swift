@@ -50,7 +50,7 @@ public struct FeedItem: Sendable, Equatable {
     }
 
     /// This item as listed by a fallback source.
-    package func asFallback() -> FeedItem {
+    func asFallback() -> FeedItem {
         FeedItem(
             key: key, location: location, metadata: metadata, nameKey: nameKey, nameStem: nameStem,
             fromFallback: true, isLocal: isLocal)
@@ -115,7 +115,7 @@ public struct FeedItem: Sendable, Equatable {
     /// overrides become `_`, a part loses its leading dots (no hidden files, no `..`), empty
     /// parts are dropped, each part is at most 200 characters; never empty. (`SafePath`
     /// makes the rendered name safe again, whatever a template adds.)
-    package static func safeFolders(_ text: String) -> String {
+    static func safeFolders(_ text: String) -> String {
         // Split at each `/` scalar: a `/` and a combining mark after it are one Character.
         let scalars = text.precomposedStringWithCanonicalMapping.unicodeScalars
         let parts = scalars.split(separator: "/").compactMap { part -> String? in
@@ -135,7 +135,7 @@ public struct FeedItem: Sendable, Equatable {
     /// Whether any of `texts` holds a NUL character: such an entry is left out when listed
     /// (`LeftOutEntries.withNUL`), since no store keeps the text whole (a SQLite text ends at
     /// a NUL, a PostgreSQL text holds none).
-    package static func holdsNUL(_ texts: String?...) -> Bool {
+    static func holdsNUL(_ texts: String?...) -> Bool {
         texts.contains { $0?.utf8.contains(0) == true }
     }
 

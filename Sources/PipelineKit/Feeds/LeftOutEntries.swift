@@ -1,32 +1,32 @@
 /// The entries of one feed page that are left out for want of a key or an image URL: they
 /// are told in one notice for the page, naming it and their indices in it (from 0), so that
 /// nothing leaves a feed without a word and a page of thousands makes one line.
-package struct LeftOutEntries {
+struct LeftOutEntries {
     /// The page, as the notice names it: `the feed at https://…`.
-    package let page: String
+    let page: String
     /// The entries' noun, singular and plural: `entry`, `entries`.
-    package let noun: (one: String, many: String)
+    let noun: (one: String, many: String)
     /// Why they are left out: `with no "url" string`.
-    package let reason: String
+    let reason: String
     private var indices: [Int] = []
     private var count = 0
 
     /// The indices a notice names; the others are counted.
-    package static let named = 10
+    static let named = 10
 
-    package init(page: String, noun: (one: String, many: String), reason: String) {
+    init(page: String, noun: (one: String, many: String), reason: String) {
         self.page = page
         self.noun = noun
         self.reason = reason
     }
 
-    package mutating func add(_ index: Int) {
+    mutating func add(_ index: Int) {
         count += 1
         if indices.count < Self.named { indices.append(index) }
     }
 
     /// Gives the notice to `notice`, when any entry was left out.
-    package func tell(_ notice: (String) -> Void) {
+    func tell(_ notice: (String) -> Void) {
         guard count > 0 else { return }
         let named = indices.map { "[\($0)]" }.joined(separator: ", ") + (count > indices.count ? ", …" : "")
         notice("\(page): \(count) \(count == 1 ? noun.one : noun.many) left out, \(reason): \(named)")
@@ -38,7 +38,7 @@ extension LeftOutEntries {
     /// `\u0000` in a feed's JSON): SQLite's text ends at a NUL and PostgreSQL's holds none,
     /// so such a key would be stored cut short (`a\u0000b` as `a`, then the feed's own `a`
     /// taken for a duplicate of it) or changed, and the two stores would disagree.
-    package static func withNUL(page: String, noun: (one: String, many: String) = ("entry", "entries")) -> LeftOutEntries {
+    static func withNUL(page: String, noun: (one: String, many: String) = ("entry", "entries")) -> LeftOutEntries {
         LeftOutEntries(page: page, noun: noun, reason: "with a NUL character in the key or the image URL")
     }
 }

@@ -6,19 +6,19 @@ import Foundation
 /// never split: one longer than `maxLineBytes` is reported as too long, read no further
 /// than that, and the reader goes on after its line feed. A UTF-8 byte order mark at the
 /// start of the file (as some editors save one) is not part of the first line.
-package final class ListFileLines {
+final class ListFileLines {
     /// The longest line read: far more than any URL or `.jsonl` entry of a sane list, and
     /// a bound on the memory a hostile list can take.
-    package static let maxLineBytes = 1 << 20
+    static let maxLineBytes = 1 << 20
 
-    package enum Line {
+    enum Line {
         /// The line's bytes, without its line feed.
         case bytes([UInt8])
         /// A line of more than `maxLineBytes` bytes.
         case tooLong
     }
 
-    package let path: String
+    let path: String
     private let file: gzFile
     private var block = [UInt8](repeating: 0, count: 1 << 16)
     private var start = 0
@@ -30,7 +30,7 @@ package final class ListFileLines {
     private var damage: String?
 
     /// Nil when the file cannot be opened.
-    package init?(path: String) {
+    init?(path: String) {
         guard let file = gzopen(path, "rb") else { return nil }
         self.path = path
         self.file = file
@@ -40,7 +40,7 @@ package final class ListFileLines {
 
     /// The next line, nil at the end of the file. Throws what zlib said (`damage`) when the
     /// file is cut short or damaged, where the first line it spoils would start.
-    package func next() throws -> Line? {
+    func next() throws -> Line? {
         defer { atStart = false }
         var line: [UInt8] = []
         var tooLong = false
@@ -78,8 +78,8 @@ package final class ListFileLines {
     }
 
     /// zlib's complaint about a damaged file (the file's own path taken off the front).
-    package struct DamagedList: Error {
-        package let reason: String
+    struct DamagedList: Error {
+        let reason: String
     }
 
     /// Reads the next block; a read that meets damage ends the file after what it gave.

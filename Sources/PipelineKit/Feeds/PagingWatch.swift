@@ -5,9 +5,9 @@
 /// `fruitlessPages` in a row that list no item (new ids left out for want of an image count
 /// as progress, but not for ever); the listing then counts as complete (the server has given
 /// what it has), and the feed says so in a notice.
-package struct PagingWatch {
-    package static let idlePages = 5
-    package static let fruitlessPages = 100
+struct PagingWatch {
+    static let idlePages = 5
+    static let fruitlessPages = 100
 
     /// The hashes of the ids seen: 8 bytes an id, not the ids. A collision can only make a
     /// new id look seen for this count, never leave an item out.
@@ -18,15 +18,15 @@ package struct PagingWatch {
     private var fruitless = 0
 
     /// Notes an id the page holds, listed or left out.
-    package mutating func seeing(_ id: String) {
+    mutating func seeing(_ id: String) {
         if seen.insert(id.hashValue).inserted { newOnPage = true }
     }
 
     /// Notes that the page listed an item.
-    package mutating func listed() { listedOnPage = true }
+    mutating func listed() { listedOnPage = true }
 
     /// At the end of a page: false when paging must stop here.
-    package mutating func pageEnds() -> Bool {
+    mutating func pageEnds() -> Bool {
         idle = newOnPage ? 0 : idle + 1
         fruitless = listedOnPage ? 0 : fruitless + 1
         newOnPage = false
@@ -35,7 +35,7 @@ package struct PagingWatch {
     }
 
     /// The notice of a listing stopped at `page`.
-    package func stopped(at page: String) -> String {
+    func stopped(at page: String) -> String {
         idle >= Self.idlePages
             ? "\(page): \(Self.idlePages) pages in a row listed no new item; stopped paging (the listing counts as complete)"
             : "\(page): \(Self.fruitlessPages) pages in a row listed nothing (their ids had no image); stopped paging "

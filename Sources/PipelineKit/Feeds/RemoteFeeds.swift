@@ -94,34 +94,34 @@ public struct NASAImagesFeed: Feed {
     }
 
     /// A Collection+JSON answer, as far as it is read; what has another shape reads as missing.
-    package struct Page: Decodable {
-        package let collection: Collection?
+    struct Page: Decodable {
+        let collection: Collection?
 
-        package struct Collection: Decodable {
+        struct Collection: Decodable {
             /// One element for each of the page's, nil where it is no item (so that a notice
             /// names the page's own indices).
-            package let items: LenientArray<Lenient<Item>>?
-            package let links: LenientArray<Link>?
-            package let metadata: Lenient<Metadata>?
+            let items: LenientArray<Lenient<Item>>?
+            let links: LenientArray<Link>?
+            let metadata: Lenient<Metadata>?
         }
 
-        package struct Metadata: Decodable {
-            package let totalHits: JSONValue?
+        struct Metadata: Decodable {
+            let totalHits: JSONValue?
 
-            package enum CodingKeys: String, CodingKey {
+            enum CodingKeys: String, CodingKey {
                 case totalHits = "total_hits"
             }
         }
 
-        package struct Item: Decodable {
+        struct Item: Decodable {
             package let data: LenientArray<Datum>?
             package let links: LenientArray<Link>?
         }
 
-        package struct Datum: Decodable {
-            package let nasaID, title, dateCreated, description, keywords: JSONValue?
+        struct Datum: Decodable {
+            let nasaID, title, dateCreated, description, keywords: JSONValue?
 
-            package enum CodingKeys: String, CodingKey {
+            enum CodingKeys: String, CodingKey {
                 case nasaID = "nasa_id"
                 case title
                 case dateCreated = "date_created"
@@ -129,8 +129,8 @@ public struct NASAImagesFeed: Feed {
             }
         }
 
-        package struct Link: Decodable {
-            package let rel, href: JSONValue?
+        struct Link: Decodable {
+            let rel, href: JSONValue?
         }
     }
 }
@@ -246,14 +246,14 @@ public struct FlickrSearchFeed: Feed {
 
     /// A `flickr.photos.search` answer; `pages` and `total` may be numbers or strings, and a photo is
     /// read by member name because the name of its image field (`size`) is configured.
-    package struct Answer: Decodable {
-        package let stat, message: JSONValue?
-        package let photos: Lenient<Photos>?
+    struct Answer: Decodable {
+        let stat, message: JSONValue?
+        let photos: Lenient<Photos>?
 
-        package struct Photos: Decodable {
-            package let pages, total: JSONValue?
+        struct Photos: Decodable {
+            let pages, total: JSONValue?
             /// One element for each of the page's, nil where it is no object.
-            package let photo: LenientArray<Lenient<[String: JSONValue]>>?
+            let photo: LenientArray<Lenient<[String: JSONValue]>>?
         }
     }
 }

@@ -42,7 +42,7 @@ extension SourceParameters {
     public func objectClient(in environment: Environment, http: HTTPClient) throws -> S3Client? { nil }
 
     /// Whether `other` is of this kind and equal to this.
-    package func isEqual(_ other: any SourceParameters) -> Bool { (other as? Self) == self }
+    func isEqual(_ other: any SourceParameters) -> Bool { (other as? Self) == self }
 
     /// The entry's JSON Schema, as a whole source or as a fallback.
     package static func schema(fallback: Bool) -> JSONValue {
@@ -88,7 +88,7 @@ public struct FeedContext {
     }
 
     /// `value` expanded, as an http(s) URL with a host.
-    package func webURL(_ value: EnvString) throws -> String {
+    func webURL(_ value: EnvString) throws -> String {
         try value.expandedWebURL(in: environment).absoluteString
     }
 

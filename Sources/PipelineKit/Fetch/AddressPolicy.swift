@@ -70,7 +70,7 @@ public struct AddressPolicy: Sendable, Equatable {
 public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
     public let bytes: [UInt8]
     /// `::ffff:0:0/96`, before an IPv4 address in its IPv6 form.
-    package static let mappedPrefix: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF]
+    static let mappedPrefix: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF]
 
     public init?(bytes: [UInt8]) {
         switch bytes.count {
@@ -126,7 +126,7 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
         return found
     }
 
-    package static func classes(ofIPv4 v4: [UInt8]) -> Set<AddressPolicy.AddressClass> {
+    static func classes(ofIPv4 v4: [UInt8]) -> Set<AddressPolicy.AddressClass> {
         var found: Set<AddressPolicy.AddressClass> = []
         if v4[0] == 127 || v4[0] == 0 { found.insert(.loopback) }
         if v4[0] == 10 || v4[0] == 172 && v4[1] & 0xF0 == 16 || v4[0] == 192 && v4[1] == 168
@@ -160,9 +160,9 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
 public struct AddressRange: Sendable, Equatable, CustomStringConvertible {
     package let base: IPAddress
     /// Leading bits of the 16-byte form that must match.
-    package let bits: Int
+    let bits: Int
     /// Written as an IPv4 range.
-    package let isV4: Bool
+    let isV4: Bool
     public let description: String
 
     public init?(_ text: String) {
@@ -180,7 +180,7 @@ public struct AddressRange: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// One address (a /32 or /128, or written without a prefix).
-    package var isSingleAddress: Bool { bits == 128 }
+    var isSingleAddress: Bool { bits == 128 }
 
     /// Whether `address` is in the range. An IPv4 range also holds the IPv4 address an IPv6
     /// one carries (`IPAddress.ipv4`).

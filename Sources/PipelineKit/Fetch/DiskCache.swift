@@ -26,7 +26,7 @@ public final class DiskCache: Sendable {
         /// Where the body is.
         public var path: String = ""
 
-        package enum CodingKeys: String, CodingKey { case url, etag, lastModified, bytes, robotsTag, recordedPage }
+        enum CodingKeys: String, CodingKey { case url, etag, lastModified, bytes, robotsTag, recordedPage }
     }
 
     public let directory: String

@@ -82,7 +82,7 @@ public struct HTTPRequest: Sendable {
     public var url: URL
     public var method = "GET"
     /// GET or HEAD: a read, which carries no body and may follow redirects.
-    package var isRead: Bool { method == "GET" || method == "HEAD" }
+    var isRead: Bool { method == "GET" || method == "HEAD" }
     public var headers: [String: String] = [:]
     public var body: Data?
     /// Where the body goes; nil keeps it in memory.
@@ -178,7 +178,7 @@ public struct HTTPFailure: Error, Sendable, CustomStringConvertible {
 public final class HTTPClient: @unchecked Sendable {
     public static let maxRedirects = 5
     /// libcurl's receive buffer for downloads to a file, in bytes (one per pooled handle).
-    package static let receiveBuffer = 256 << 10
+    static let receiveBuffer = 256 << 10
 
     /// The `User-Agent` of every request this client makes.
     public let userAgent: String
@@ -348,7 +348,7 @@ public final class HTTPClient: @unchecked Sendable {
     }
 
     /// `Retry-After` as seconds: a number, or an HTTP date.
-    package static func retryAfterSeconds(_ value: String) -> Double? {
+    static func retryAfterSeconds(_ value: String) -> Double? {
         if let seconds = Double(value.trimmingCharacters(in: .whitespaces)) { return max(0, seconds) }
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")

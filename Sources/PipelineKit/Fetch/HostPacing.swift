@@ -27,7 +27,7 @@ public final class HostPacing: Sendable {
     public static let maxPause = 300.0
     public let recoveryStep: Double
     /// Told (once per change) when a host is slowed down: a line for the log.
-    package let onSlowDown: (@Sendable (String) -> Void)?
+    let onSlowDown: (@Sendable (String) -> Void)?
 
     private struct Host {
         /// The theoretical arrival time of the next request (GCRA), seconds since the

@@ -39,7 +39,7 @@ public struct RemoteFetcher: Sendable {
     /// The hosts' robots.txt, when the source has `"robots": true`.
     public let robots: RobotsPolicy?
     /// The User-Agent's product token, which `X-Robots-Tag` lines may be addressed to.
-    package let agent: String
+    let agent: String
     /// Which hosts answer: a dead host's items fail at once instead of one by one.
     public let hosts = HostHealth()
     /// Hosts that opted out of so many images that the others are not asked for (with
@@ -129,7 +129,7 @@ public struct RemoteFetcher: Sendable {
 
     /// Waits shorter than this are slept through on the download thread; longer ones are
     /// handed back to the runner (`ImageFetch.later`).
-    package static let longestInlineWait = 0.05
+    static let longestInlineWait = 0.05
 
     /// One attempt at an image: downloads it to `destination` (or links it from the cache)
     /// and says which tier served it, or asks to be tried again later (the caller waits
@@ -308,7 +308,7 @@ public struct RemoteFetcher: Sendable {
     public var writesBeside: Bool { cache == nil }
 
     /// The skip an opt-out `X-Robots-Tag` calls for, when `respectOptOut` is on.
-    package func optOut(_ lines: [String]?) -> ItemSkip? {
+    func optOut(_ lines: [String]?) -> ItemSkip? {
         optOutLine(lines).map { ItemSkip(.optOut, "X-Robots-Tag: \($0)") }
     }
 

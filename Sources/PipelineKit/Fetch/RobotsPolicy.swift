@@ -14,7 +14,7 @@ import Foundation
 // wait on it while one thread fetches its robots.txt: `Mutex` has no wait).
 public final class RobotsPolicy: @unchecked Sendable {
     /// What one host's robots.txt came to.
-    package enum File: Sendable {
+    enum File: Sendable {
         case rules(RobotsRules)
         case unreadable(String)
         /// The run stopped while it was being fetched: no verdict, and not kept.
@@ -30,7 +30,7 @@ public final class RobotsPolicy: @unchecked Sendable {
     }
 
     package let client: HTTPClient
-    package let agent: String
+    let agent: String
     package let attempts: Int
     package let backoff: Double
     /// Bytes of robots.txt read at most (RFC 9309 asks crawlers to read at least 500 KiB).
@@ -118,7 +118,7 @@ public final class RobotsPolicy: @unchecked Sendable {
 
     /// The part of a URL robots.txt rules are matched against: its path and query as the
     /// request names them (`RobotsRules.requestPath`: no `.` or `..` segments).
-    package static func pathAndQuery(of url: URL) -> String {
+    static func pathAndQuery(of url: URL) -> String {
         let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
         var path = components?.percentEncodedPath ?? url.path
         if path.isEmpty { path = "/" }

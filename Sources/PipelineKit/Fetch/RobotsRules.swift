@@ -17,7 +17,7 @@ public struct RobotsRules: Sendable, Equatable {
         /// As written in the file.
         public let pattern: String
         /// `pattern` in the form rules and paths are compared in.
-        package let matched: [UInt8]
+        let matched: [UInt8]
 
         package init(allow: Bool, pattern: String) {
             self.allow = allow

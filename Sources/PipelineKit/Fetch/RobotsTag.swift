@@ -7,7 +7,7 @@ public enum RobotsTag {
     /// Directives that opt an image out of imgpipe's use.
     public static let optOutDirectives: Set<String> = ["noai", "noimageai", "noml", "none", "noindex"]
     /// Directives whose own value follows a colon (not a crawler's name).
-    package static let directivesWithValues: Set<String> = [
+    static let directivesWithValues: Set<String> = [
         "unavailable_after", "max-snippet", "max-image-preview",
         "max-video-preview",
     ]

@@ -2,29 +2,29 @@ import VipsKit
 
 /// How a filter chain runs: a leading `autorotate`/`fit`/`fill` becomes one shrink-on-load
 /// `vips_thumbnail` call, and the rest run one by one on its result.
-package struct ChainPlan: Sendable, Equatable {
+struct ChainPlan: Sendable, Equatable {
     /// The resize done while loading, when the chain starts with `fit` or `fill`
     /// (optionally after `autorotate`).
-    package struct Thumbnail: Sendable, Equatable {
-        package enum Box: Sendable, Equatable {
+    struct Thumbnail: Sendable, Equatable {
+        enum Box: Sendable, Equatable {
             case fit(width: Int?, height: Int?, enlarge: Bool)
             case fill(width: Int, height: Int, gravity: Gravity)
         }
-        package var autorotate: Bool
-        package var box: Box
+        var autorotate: Bool
+        var box: Box
     }
 
-    package var thumbnail: Thumbnail?
-    package var steps: [FilterStep]
+    var thumbnail: Thumbnail?
+    var steps: [FilterStep]
 
     /// The ops the thumbnail step stands for, e.g. `autorotate+fit`.
-    package var thumbnailLabel: String {
+    var thumbnailLabel: String {
         guard let thumbnail else { return "" }
         let box = if case .fit = thumbnail.box { "fit" } else { "fill" }
         return thumbnail.autorotate ? "autorotate+" + box : box
     }
 
-    package init(_ filters: [FilterStep]) {
+    init(_ filters: [FilterStep]) {
         var rest = filters[...]
         var autorotate = false
         if rest.first == .autorotate, rest.count > 1 {
@@ -50,10 +50,9 @@ package struct ChainPlan: Sendable, Equatable {
 }
 
 /// Sizes for `fit` and `fill`, shared by the fused and the step-by-step paths.
-package enum BoxGeometry {
+enum BoxGeometry {
     /// The size that fits inside the box, aspect kept (a missing side is unbounded).
-    package static func fit(width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool) -> (width: Int, height: Int)
-    {
+    static func fit(width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool) -> (width: Int, height: Int) {
         var scale = Double.infinity
         if let w = box.width { scale = min(scale, Double(w) / Double(width)) }
         if let h = box.height { scale = min(scale, Double(h) / Double(height)) }
@@ -70,7 +69,7 @@ package enum BoxGeometry {
     /// resize), to ⌊w/k⌋×⌊h/k⌋, and fits that picture (1500×1000 into a height of 3: 4×3
     /// from 187×125, 5×3 from the input). Anything else (an enlargement; other formats,
     /// whose loaders shrink by their own rules): `fit`.
-    package static func thumbnailFit(
+    static func thumbnailFit(
         width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool,
         jpeg: Bool
     ) -> (width: Int, height: Int) {
@@ -100,7 +99,7 @@ package enum BoxGeometry {
     }
 
     /// The smallest size, aspect kept, that covers the box (each side at least the box's).
-    package static func cover(width: Int, height: Int, box: (width: Int, height: Int)) -> (width: Int, height: Int) {
+    static func cover(width: Int, height: Int, box: (width: Int, height: Int)) -> (width: Int, height: Int) {
         let scale = max(Double(box.width) / Double(width), Double(box.height) / Double(height))
         return (
             max(box.width, Int((Double(width) * scale).rounded())),
@@ -114,15 +113,15 @@ package enum BoxGeometry {
 /// the size the largest output needs, and each output's own `fit`/`fill` is a plain resize
 /// (`resize`) from the closest larger picture already made, followed by the rest of its
 /// steps (`steps`).
-package struct SharedLoad: Sendable {
-    package let autorotate: Bool
+struct SharedLoad: Sendable {
+    let autorotate: Bool
     /// Each output's leading `fit` or `fill`.
-    package let boxes: [ChainPlan.Thumbnail.Box]
+    let boxes: [ChainPlan.Thumbnail.Box]
     /// Each output's steps after its resize.
-    package let steps: [[FilterStep]]
+    let steps: [[FilterStep]]
 
     /// nil when some output does not start with `fit`/`fill`, or they differ in `autorotate`.
-    package init?(_ plans: [ChainPlan]) {
+    init?(_ plans: [ChainPlan]) {
         let thumbnails = plans.compactMap(\.thumbnail)
         guard thumbnails.count == plans.count, let first = thumbnails.first,
             thumbnails.allSatisfy({ $0.autorotate == first.autorotate })
@@ -133,7 +132,7 @@ package struct SharedLoad: Sendable {
     }
 
     /// The op output `index`'s resize stands for (`fit` or `fill`), for timings.
-    package func label(of index: Int) -> String {
+    func label(of index: Int) -> String {
         if case .fit = boxes[index] { return "fit" }
         return "fill"
     }
@@ -153,7 +152,7 @@ package struct SharedLoad: Sendable {
     /// as libvips' own shrink-on-load does: on a grid of 4-px lines, 1601 or 803 px wide,
     /// the smaller outputs came out closer to the output made alone than with `shrunk`,
     /// whose last block takes the odd row or column: SSIM 0.77–0.98 against 0.71–0.90.)
-    package func resize(_ source: VipsImage, to size: (width: Int, height: Int), for index: Int) throws -> VipsImage {
+    func resize(_ source: VipsImage, to size: (width: Int, height: Int), for index: Int) throws -> VipsImage {
         let original = source
         var source = source
         var whole = min(source.width / max(1, size.width), source.height / max(1, size.height))
@@ -172,7 +171,7 @@ package struct SharedLoad: Sendable {
     }
 
     /// Whether output `index`'s resize keeps the whole picture (a `fit`; a `fill` crops).
-    package func keepsWholePicture(_ index: Int) -> Bool {
+    func keepsWholePicture(_ index: Int) -> Bool {
         if case .fit = boxes[index] { return true }
         return false
     }
@@ -180,7 +179,7 @@ package struct SharedLoad: Sendable {
     /// The size each output's own `fit` or `fill` resizes an input of `size` (as shown) and
     /// `format` to (a fill: before its crop): the size the output alone would have, reckoned
     /// as its own `vips_thumbnail` does for the formats `BoxGeometry.thumbnailFit` knows.
-    package func targets(from size: (width: Int, height: Int), format: ImageFormat) -> [(width: Int, height: Int)] {
+    func targets(from size: (width: Int, height: Int), format: ImageFormat) -> [(width: Int, height: Int)] {
         boxes.map { box in
             switch box {
             case .fit(let w, let h, let enlarge) where format == .jpeg || format == .png || format == .gif:
@@ -200,7 +199,7 @@ package struct SharedLoad: Sendable {
     /// resize does nothing). Otherwise a fit into the largest size any output needs, never
     /// larger than the input, with 2 pixels to spare, so that each output's own resize
     /// comes out at the size it would have on its own.
-    package func thumbnail(for size: (width: Int, height: Int), targets: [(width: Int, height: Int)]) -> ChainPlan.Thumbnail {
+    func thumbnail(for size: (width: Int, height: Int), targets: [(width: Int, height: Int)]) -> ChainPlan.Thumbnail {
         // What each output needs of the input: its target, never more than the input.
         let needs = targets.map { (width: min($0.width, size.width), height: min($0.height, size.height)) }
         for (index, box) in boxes.enumerated() {

@@ -10,7 +10,7 @@ public struct FilterCatalogueEntry: Sendable, Encodable {
         public let required: Bool
         public let description: String
 
-        package enum CodingKeys: String, CodingKey {
+        enum CodingKeys: String, CodingKey {
             case name, type, minimum, maximum, values, required, description
             case defaultValue = "default"
         }

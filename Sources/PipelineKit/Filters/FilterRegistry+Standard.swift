@@ -16,13 +16,13 @@ private func integer(
 }
 
 extension FilterRegistry {
-    package static let defaultFont = "DejaVu Sans Bold"
+    static let defaultFont = "DejaVu Sans Bold"
     /// A size in pixels: up to 100000 (past every encoder's largest side; libvips' own
     /// checks of larger values print GLib warnings before failing).
     package static let pixels = 1...100_000
     /// A font size in pixels: Pango draws the whole text at once (not tile by tile, as libvips
     /// does the rest), so its size bounds the memory a caption takes.
-    package static let fontPixels = 1...1000
+    static let fontPixels = 1...1000
 
     /// Every op imgpipe knows: the one list behind validation, the runner, `imgpipe filters`
     /// and `imgpipe schema`.
@@ -152,7 +152,7 @@ extension FilterRegistry {
         },
     ]
 
-    package static let colourOps: [FilterDefinition] = [
+    static let colourOps: [FilterDefinition] = [
         FilterDefinition(
             name: "adjust", summary: "Colour controls: brightness, contrast, saturation, exposure, gamma, hue.",
             parameters: [
@@ -219,7 +219,7 @@ extension FilterRegistry {
         },
     ]
 
-    package static let effects: [FilterDefinition] = [
+    static let effects: [FilterDefinition] = [
         FilterDefinition(
             name: "blur", summary: "Gaussian blur.",
             parameters: [P("sigma", .number(0.3...100), required: true, "blur radius (standard deviation, pixels)")]
@@ -251,7 +251,7 @@ extension FilterRegistry {
         },
     ]
 
-    package static let overlays: [FilterDefinition] = [
+    static let overlays: [FilterDefinition] = [
         FilterDefinition(
             name: "caption", summary: "Meme caption: outlined text wrapped and fitted in the top and/or bottom band.",
             parameters: [

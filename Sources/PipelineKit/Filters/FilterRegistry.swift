@@ -11,7 +11,7 @@ public enum ParameterType: Sendable, Equatable {
     case aspect
 
     /// What an error says was expected.
-    package var expectation: String {
+    var expectation: String {
         switch self {
         case .integer(let range): SpecNode.describe(range)
         case .number(let range): "a number from \(SpecNode.format(range.lowerBound)) to \(SpecNode.format(range.upperBound))"
@@ -118,7 +118,7 @@ public struct FilterArguments: Sendable {
         string(name).flatMap(Colour.init(hex:))
     }
 
-    package func gravity(_ name: String) -> Gravity {
+    func gravity(_ name: String) -> Gravity {
         string(name).flatMap(Gravity.init(name:)) ?? .centre
     }
 

@@ -2,41 +2,41 @@ import Foundation
 import VipsKit
 
 /// What a step may need besides the image.
-package struct FilterContext: Sendable {
+struct FilterContext: Sendable {
     /// The pipeline file's folder, for relative paths (watermark images).
-    package let baseDirectory: String
+    let baseDirectory: String
     /// The item being processed, for `{meta.…}` in text filters (nil: texts as written).
-    package var fields: ItemFields?
+    var fields: ItemFields?
 
-    package func resolve(_ path: String) -> String {
+    func resolve(_ path: String) -> String {
         path.hasPrefix("/") ? path : URL(fileURLWithPath: baseDirectory).appendingPathComponent(path).standardizedFileURL.path
     }
 }
 
 /// A filter that cannot run on this particular image (e.g. a crop outside it).
-package struct FilterError: Error, CustomStringConvertible {
-    package let description: String
-    package init(_ description: String) { self.description = description }
+struct FilterError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }
 
 /// A step that failed on an item: where the pipeline file has it (`filters[1]`,
 /// `outputs[0].filters[2]`), its op, the size of the picture it was given and why, e.g.
 /// `filters[1] text on a 20×13 picture: embed: bad dimensions`. libvips' own text names its
 /// operation, not the filter, and one filter makes several operations.
-package struct StepFailure: Error, CustomStringConvertible {
-    package let path: String
-    package let op: String
-    package let width: Int
-    package let height: Int
-    package let cause: any Error
+struct StepFailure: Error, CustomStringConvertible {
+    let path: String
+    let op: String
+    let width: Int
+    let height: Int
+    let cause: any Error
 
-    package var description: String {
+    var description: String {
         let why = (cause as? VipsError)?.message ?? String(describing: cause)
         return "\(path) \(op) on a \(width)×\(height) picture: \(why)"
     }
 
     /// What failed under `error`: the step's own failure, or `error` itself.
-    package static func cause(of error: any Error) -> any Error {
+    static func cause(of error: any Error) -> any Error {
         (error as? StepFailure)?.cause ?? error
     }
 }
@@ -77,7 +77,7 @@ extension FilterStep {
 
     /// Runs this step. Pixels are computed later, when the output is encoded, except
     /// where a step must read the image more than once (it then computes it into memory).
-    package func apply(to image: VipsImage, context: FilterContext) throws -> VipsImage {
+    func apply(to image: VipsImage, context: FilterContext) throws -> VipsImage {
         switch self {
         case .autorotate:
             guard image.orientation != 1 else { return image }
@@ -169,7 +169,7 @@ extension FilterStep {
 
 extension BoxGeometry {
     /// `resize`'s output size.
-    package static func resize(width: Int, height: Int, to box: (width: Int?, height: Int?), scale: Double?) -> (
+    static func resize(width: Int, height: Int, to box: (width: Int?, height: Int?), scale: Double?) -> (
         width: Int, height: Int
     ) {
         if let scale {
@@ -187,14 +187,14 @@ extension BoxGeometry {
 extension VipsImage {
     /// Resamples to exactly `size` (aspect given by the caller); `ownCode` lets an 8-bit
     /// picture in memory be reduced by imgpipe's own vector code (`reducedInMemory`).
-    package func resizedExactly(to size: (width: Int, height: Int), ownCode: Bool = false) throws -> VipsImage {
+    func resizedExactly(to size: (width: Int, height: Int), ownCode: Bool = false) throws -> VipsImage {
         guard size.width != width || size.height != height else { return self }
         let (h, v) = (Double(size.width) / Double(width), Double(size.height) / Double(height))
         return ownCode ? try reducedInMemory(horizontal: h, vertical: v) : try resized(horizontal: h, vertical: v)
     }
 
     /// Crops to `size` around `gravity`; an image already that size is returned as is.
-    package func cropped(to size: (width: Int, height: Int), gravity: Gravity) throws -> VipsImage {
+    func cropped(to size: (width: Int, height: Int), gravity: Gravity) throws -> VipsImage {
         let w = min(size.width, width)
         let h = min(size.height, height)
         guard w != width || h != height else { return self }
@@ -208,14 +208,14 @@ extension VipsImage {
     }
 
     /// 8-bit greyscale stays greyscale; anything else becomes 8-bit sRGB. Alpha is kept.
-    package func workingCopy() throws -> VipsImage {
+    func workingCopy() throws -> VipsImage {
         isGrey && !isCMYK ? try toGrey() : try toSRGB()
     }
 
     /// Applies `body` to the colour bands only, keeping alpha as it was.
     /// The result keeps this image's colour space label (operations such as `ifthenelse`
     /// and `bandjoin` may lose it, and with it the alpha band's meaning).
-    package func mappingColour(_ body: (VipsImage) throws -> VipsImage) throws -> VipsImage {
+    func mappingColour(_ body: (VipsImage) throws -> VipsImage) throws -> VipsImage {
         let space = colourSpace
         let result: VipsImage
         if hasAlpha {
@@ -255,7 +255,7 @@ extension VipsImage {
             background: image.fill(colour))
     }
 
-    package func rotatedClockwise(_ degrees: Double, background: Colour) throws -> VipsImage {
+    func rotatedClockwise(_ degrees: Double, background: Colour) throws -> VipsImage {
         var turn = degrees.truncatingRemainder(dividingBy: 360)
         if turn < 0 { turn += 360 }
         switch turn {
@@ -269,7 +269,7 @@ extension VipsImage {
         }
     }
 
-    package func roundingCorners(radius: Int) throws -> VipsImage {
+    func roundingCorners(radius: Int) throws -> VipsImage {
         let image = try workingCopy()
         let (w, h) = (image.width, image.height)
         let r = max(0, min(radius, w / 2, h / 2))

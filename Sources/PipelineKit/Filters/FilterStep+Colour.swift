@@ -4,7 +4,7 @@ import VipsKit
 extension VipsImage {
     /// Core Image-style colour controls, in this order: exposure (linear light),
     /// brightness and contrast, saturation and hue (in LCh), gamma.
-    package func adjusted(_ a: Adjustments) throws -> VipsImage {
+    func adjusted(_ a: Adjustments) throws -> VipsImage {
         try workingCopy().mappingColour { colour in
             var image = colour
             if a.exposure != 0 {
@@ -28,13 +28,13 @@ extension VipsImage {
     }
 
     /// The classic sepia matrix, mixed with the identity by `intensity`.
-    package func sepia(intensity t: Double) throws -> VipsImage {
+    func sepia(intensity t: Double) throws -> VipsImage {
         let sepia = [[0.393, 0.769, 0.189], [0.349, 0.686, 0.168], [0.272, 0.534, 0.131]]
         return try toSRGB().mappingColour { try $0.recombined(Self.mix(sepia, t)) }
     }
 
     /// Luminance coloured by `colour`, mixed with the original by `intensity`.
-    package func tinted(_ colour: Colour, intensity t: Double) throws -> VipsImage {
+    func tinted(_ colour: Colour, intensity t: Double) throws -> VipsImage {
         let luma = [0.2126, 0.7152, 0.0722]
         let tint = [colour.red, colour.green, colour.blue].map { channel in luma.map { $0 * channel / 255 } }
         return try toSRGB().mappingColour { try $0.recombined(Self.mix(tint, t)) }
@@ -42,7 +42,7 @@ extension VipsImage {
 
     /// Multiplies by a smooth mask: 1 inside the untouched centre, falling to
     /// 1 − intensity at the corners. The mask is computed small and scaled up.
-    package func vignetted(intensity: Double, radius: Double) throws -> VipsImage {
+    func vignetted(intensity: Double, radius: Double) throws -> VipsImage {
         let image = try workingCopy()
         let side = 64
         let start = min(radius, 2) / 2
@@ -64,7 +64,7 @@ extension VipsImage {
     }
 
     /// Stretches luminance so the 1st percentile becomes 0 and the 99th becomes 255.
-    package func normalized() throws -> VipsImage {
+    func normalized() throws -> VipsImage {
         let image = try workingCopy().materialized()
         let luminance = image.hasAlpha ? try image.toGrey().extractBands(0) : try image.toGrey()
         let low = Double(try luminance.percentile(1))
@@ -75,7 +75,7 @@ extension VipsImage {
     }
 
     /// `(1 − t) · I + t · matrix`.
-    package static func mix(_ matrix: [[Double]], _ t: Double) -> [[Double]] {
+    static func mix(_ matrix: [[Double]], _ t: Double) -> [[Double]] {
         matrix.enumerated().map { row, values in
             values.enumerated().map { column, value in (row == column ? 1 - t : 0) + t * value }
         }

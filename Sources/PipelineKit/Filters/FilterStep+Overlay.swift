@@ -5,7 +5,7 @@ extension VipsImage {
     /// Meme captions: each text is wrapped and fitted (or set at `size`) inside a band of
     /// 22 % of the height at the top or bottom, centred, filled with `colour` and outlined
     /// with `strokeColour`. Only those bands change.
-    package func captioned(_ caption: Caption) throws -> VipsImage {
+    func captioned(_ caption: Caption) throws -> VipsImage {
         let image = try toSRGB()
         let (w, h) = (image.width, image.height)
         let stroke = caption.strokeWidth ?? max(1, Int((Double(min(w, h)) / 150).rounded()))
@@ -31,7 +31,7 @@ extension VipsImage {
     }
 
     /// One block of text, placed by gravity, `margin` from the edges.
-    package func withText(_ overlay: TextOverlay) throws -> VipsImage {
+    func withText(_ overlay: TextOverlay) throws -> VipsImage {
         let image = try toSRGB()
         let size = overlay.size ?? max(8, image.height / 20)
         let mask = try VipsImage.text(
@@ -57,7 +57,7 @@ extension VipsImage {
     }
 
     /// Paints `colour` through a text mask placed at (x, y), optionally outlined first.
-    package func painting(
+    func painting(
         _ mask: VipsImage, x: Int, y: Int, colour: Colour, outline: Colour?, outlineWidth: Int,
         opacity: Double
     ) throws -> VipsImage {
@@ -101,7 +101,7 @@ extension VipsImage {
 
     /// An image composited over this one: scaled to `scale` of the width, its alpha
     /// multiplied by `opacity`, placed by gravity or tiled.
-    package func watermarked(_ watermark: Watermark, path: String) throws -> VipsImage {
+    func watermarked(_ watermark: Watermark, path: String) throws -> VipsImage {
         let image = try toSRGB()
         let targetWidth = max(1, Int((Double(image.width) * watermark.scale).rounded()))
         var mark = try VipsImage.thumbnail(path: path, width: targetWidth, height: 10_000_000, size: .both, autorotate: true)
@@ -127,5 +127,5 @@ extension VipsImage {
     }
 
     /// Text for libvips' Pango renderer, with markup characters escaped.
-    package static func markup(_ text: String) -> String { text.xmlEscaped }
+    static func markup(_ text: String) -> String { text.xmlEscaped }
 }

@@ -18,7 +18,7 @@ public enum ImageFormat: String, Sendable, CaseIterable, Codable {
     ///   `.error` (libpng "not enough image data", gif "unexpected end", libtiff read
     ///   errors), and `.warning` caught none that `.error` missed: it would only add the
     ///   risk of failing good files on those libraries' harmless warnings.
-    package var failOn: FailOn { self == .jpeg ? .warning : .error }
+    var failOn: FailOn { self == .jpeg ? .warning : .error }
 
     /// What the first bytes of a file say it is.
     package enum Sniffed: Equatable {

@@ -9,9 +9,9 @@ import Foundation
 /// load, and whether the decoder must hold the whole picture (an interlaced PNG, a
 /// progressive JPEG's coefficients, GIF, WebP, HEIF/AVIF, a TIFF strip or tile row). The
 /// file's structure is checked later, in the pixel stage (`ImageStructure`).
-package struct ImageHeader: Sendable, Equatable {
+struct ImageHeader: Sendable, Equatable {
     /// How the decoder holds the picture while it decodes.
-    package enum Holding: Sendable, Equatable {
+    enum Holding: Sendable, Equatable {
         /// A few rows at a time (a baseline JPEG, a non-interlaced PNG).
         case rows
         /// The whole picture at `bytes` (an interlaced PNG, a progressive JPEG's DCT
@@ -21,24 +21,24 @@ package struct ImageHeader: Sendable, Equatable {
         case band(bytes: Int)
     }
 
-    package let format: ImageFormat
-    package let width: Int
-    package let height: Int
+    let format: ImageFormat
+    let width: Int
+    let height: Int
     /// Bands as libvips loads them (a palette PNG with transparency: 4).
-    package let bands: Int
-    package let bytesPerSample: Int
-    package let holding: Holding
+    let bands: Int
+    let bytesPerSample: Int
+    let holding: Holding
     /// How a person would name it: `16-bit RGBA interlaced PNG`.
-    package let kind: String
+    let kind: String
     /// A lossy WebP scales while decoding (`vips_thumbnail`'s shrink-on-load) and holds
     /// the picture at its load size; a lossless one also holds the whole input (libwebp's
     /// VP8L decoder keeps width × height 32-bit pixels).
-    package var scalesOnLoad = false
+    var scalesOnLoad = false
 
-    package var pixels: Int { product(width, height) }
+    var pixels: Int { product(width, height) }
 
     /// What reading a header came to.
-    package enum Reading: Sendable, Equatable {
+    enum Reading: Sendable, Equatable {
         case header(ImageHeader)
         /// Not a format imgpipe decodes (it fails on its first bytes, before any decoding).
         case notAnImage
@@ -48,7 +48,7 @@ package struct ImageHeader: Sendable, Equatable {
 
     /// Reads the header of the file at `path` (a few small reads: the first bytes, the
     /// chunks or segments before the picture's header, a TIFF's first directory).
-    package static func read(path: String) -> Reading {
+    static func read(path: String) -> Reading {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { return .notAnImage }
         defer { close(descriptor) }
@@ -63,7 +63,7 @@ package struct ImageHeader: Sendable, Equatable {
     }
 
     /// The header of bytes in memory.
-    package static func read(data: Data) -> Reading {
+    static func read(data: Data) -> Reading {
         parse(
             HeaderBytes(size: data.count) { offset, count in
                 guard offset < data.count else { return [] }
@@ -74,9 +74,9 @@ package struct ImageHeader: Sendable, Equatable {
 
     /// The longest side read: libvips (8.14) opens nothing over 10,000,000 pixels a side, and
     /// larger declared sides would only risk overflow in the estimate.
-    package static let maxSide = 1 << 24
+    static let maxSide = 1 << 24
 
-    package static func parse(_ bytes: HeaderBytes) -> Reading {
+    static func parse(_ bytes: HeaderBytes) -> Reading {
         guard case .accepted(let format) = ImageFormat.sniff(bytes.at(0, 64)) else { return .notAnImage }
         let header: ImageHeader?
         switch format {
@@ -91,7 +91,7 @@ package struct ImageHeader: Sendable, Equatable {
         return .header(header)
     }
 
-    package static func colourName(_ bands: Int) -> String {
+    static func colourName(_ bands: Int) -> String {
         switch bands {
         case 1: "grey"
         case 2: "grey+alpha"
@@ -254,7 +254,7 @@ package struct ImageHeader: Sendable, Equatable {
     }
 
     /// How far into a GIF its first image descriptor is looked for.
-    package static let gifWalk = 16 << 20
+    static let gifWalk = 16 << 20
 
     // MARK: WebP
 
@@ -410,27 +410,27 @@ package struct ImageHeader: Sendable, Equatable {
 }
 
 /// Random access to the first bytes of an input, in a file or in memory.
-package struct HeaderBytes {
-    package let size: Int
+struct HeaderBytes {
+    let size: Int
     /// Up to `count` bytes at `offset` (fewer at the end).
-    package let read: (_ offset: Int, _ count: Int) -> [UInt8]
+    let read: (_ offset: Int, _ count: Int) -> [UInt8]
 
-    package init(size: Int, read: @escaping (_ offset: Int, _ count: Int) -> [UInt8]) {
+    init(size: Int, read: @escaping (_ offset: Int, _ count: Int) -> [UInt8]) {
         self.size = size
         self.read = read
     }
 
-    package func at(_ offset: Int, _ count: Int) -> [UInt8] {
+    func at(_ offset: Int, _ count: Int) -> [UInt8] {
         guard offset >= 0, count > 0, offset < size else { return [] }
         return read(offset, min(count, size - offset, 1 << 20))
     }
 
-    package func be16(_ raw: [UInt8], _ at: Int) -> Int { Int(raw[at]) << 8 | Int(raw[at + 1]) }
-    package func le16(_ raw: [UInt8], _ at: Int) -> Int { Int(raw[at]) | Int(raw[at + 1]) << 8 }
-    package func be32(_ raw: [UInt8], _ at: Int) -> Int { be16(raw, at) << 16 | be16(raw, at + 2) }
+    func be16(_ raw: [UInt8], _ at: Int) -> Int { Int(raw[at]) << 8 | Int(raw[at + 1]) }
+    func le16(_ raw: [UInt8], _ at: Int) -> Int { Int(raw[at]) | Int(raw[at + 1]) << 8 }
+    func be32(_ raw: [UInt8], _ at: Int) -> Int { be16(raw, at) << 16 | be16(raw, at + 2) }
 
     /// The type of the first RIFF chunk from `offset` on that is one of `types`.
-    package func firstChunk(of types: Set<String>, from offset: Int) -> String? {
+    func firstChunk(of types: Set<String>, from offset: Int) -> String? {
         var offset = offset
         for _ in 0..<64 {
             let head = at(offset, 8)
@@ -446,15 +446,15 @@ package struct HeaderBytes {
 
 /// Bytes one at a time from `HeaderBytes`, read in chunks of 64 KiB (one `pread` each), for
 /// walks over many small blocks (a GIF's sub-blocks).
-package struct ChunkedBytes {
-    package let bytes: HeaderBytes
+struct ChunkedBytes {
+    let bytes: HeaderBytes
     private var start = 0
     private var chunk: [UInt8] = []
 
-    package init(_ bytes: HeaderBytes) { self.bytes = bytes }
+    init(_ bytes: HeaderBytes) { self.bytes = bytes }
 
     /// The byte at `offset`; nil past the end.
-    package mutating func byte(at offset: Int) -> UInt8? {
+    mutating func byte(at offset: Int) -> UInt8? {
         if offset < start || offset >= start + chunk.count {
             start = offset
             chunk = bytes.at(offset, 1 << 16)

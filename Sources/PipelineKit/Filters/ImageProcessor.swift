@@ -106,23 +106,23 @@ public struct ProcessorSettings: Sendable, Equatable, Codable {
 public struct ImageProcessor: Sendable {
     /// What it was made from: a pixel helper makes the same processor from it.
     public let settings: ProcessorSettings
-    package let plan: ChainPlan
+    let plan: ChainPlan
     /// Every output, in the pipeline's order.
     public let outputs: [OutputPlan]
     /// Each output's steps as they run after the common chain (after a shared load: after
     /// the output's own resize).
-    package let outputSteps: [[FilterStep]]
+    let outputSteps: [[FilterStep]]
     /// Where each of `plan.steps` is written in the pipeline file (`filters[1]`,
     /// `outputs[0].filters[2]`), for the failures of its step.
-    package let planPaths: [String]
+    let planPaths: [String]
     /// The same for each of `outputSteps`.
-    package let outputStepPaths: [[String]]
+    let outputStepPaths: [[String]]
     /// The shrink-on-load shared by every output, when the chain allows it.
-    package let sharedLoad: SharedLoad?
+    let sharedLoad: SharedLoad?
     public let limits: Limits
     /// Checked by `processOrSkip` before any pixel is decoded.
     public let accept: AcceptRules
-    package let context: FilterContext
+    let context: FilterContext
 
     /// Encodes an item's outputs but its last, while the item's worker makes the next one,
     /// when one of its threads is free (else the worker encodes the output itself): as
@@ -131,7 +131,7 @@ public struct ImageProcessor: Sendable {
     /// item the outputs are independent once made; encoding one alongside the next keeps
     /// both cores busy where a worker alone would leave gaps (libvips hands each picture
     /// to its own thread and back). `bench/outputs.sh` measured it in RESULTS.md.
-    package static let encoders = BoundedExecutor(label: "imgpipe.encode", width: ProcessInfo.processInfo.activeProcessorCount) {
+    static let encoders = BoundedExecutor(label: "imgpipe.encode", width: ProcessInfo.processInfo.activeProcessorCount) {
         VipsRuntime.endThreadWork()
     }
 
@@ -542,7 +542,7 @@ public struct ImageProcessor: Sendable {
     /// The largest side JPEG (libjpeg's 65500) and GIF (65535) hold: a larger picture fails
     /// as `encode`, named, before the encoder is asked (libjpeg's own refusal read as damage
     /// in a JPEG input, `decode`). WebP's encoder says "too large" itself, as `encode`.
-    package static func checkEncodable(_ image: VipsImage, as format: OutputFormat, output: String?) throws {
+    static func checkEncodable(_ image: VipsImage, as format: OutputFormat, output: String?) throws {
         let largest: Int? =
             switch format {
             case .jpeg: 65500
@@ -556,7 +556,7 @@ public struct ImageProcessor: Sendable {
                 + "\(image.width)×\(image.height)" + (output.map { " (output \($0))" } ?? ""))
     }
 
-    package func prepareForOutput(_ image: VipsImage, colourManaged: Bool, format: OutputFormat) throws -> VipsImage {
+    func prepareForOutput(_ image: VipsImage, colourManaged: Bool, format: OutputFormat) throws -> VipsImage {
         var prepared =
             image.isGrey && !image.isCMYK
             ? try image.toGrey()
@@ -585,7 +585,7 @@ public struct ImageProcessor: Sendable {
     /// encoder. The error text usually names the loader (`VipsError.kind`), but libvips'
     /// error buffer is shared by every thread and another worker may have taken the text:
     /// then the input alone is decoded once more, in full, and only its own failure counts.
-    package func inputDamage(_ error: any Error, data: Data, format: ImageFormat) -> String? {
+    func inputDamage(_ error: any Error, data: Data, format: ImageFormat) -> String? {
         if Self.isDecodeError(error) { return Self.text(error) }
         do {
             _ = try VipsImage.open(data: data, failOn: format.failOn).materialized()
@@ -597,7 +597,7 @@ public struct ImageProcessor: Sendable {
 
     /// A libvips failure that came from a loader (pixels are computed late, so a damaged
     /// input can fail in a filter or in the encoder); classified once, in VipsKit.
-    package static func isDecodeError(_ error: any Error) -> Bool {
+    static func isDecodeError(_ error: any Error) -> Bool {
         (error as? VipsError)?.kind == .decode
     }
 

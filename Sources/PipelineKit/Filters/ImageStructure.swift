@@ -9,9 +9,9 @@ import Foundation
 /// A size that cannot fit in the file is corruption, so the item fails as `decode` at once
 /// with the format, what is wrong and the offset. Only structure is checked here; pixel
 /// data is the decoders' job (with `fail_on` set so that their warnings fail too).
-package enum ImageStructure {
+enum ImageStructure {
     /// Throws `ItemFailure(.decode, …)` when the container does not hold together.
-    package static func check(_ data: Data, format: ImageFormat) throws(ItemFailure) {
+    static func check(_ data: Data, format: ImageFormat) throws(ItemFailure) {
         let problem: Malformed? = data.withUnsafeBytes { raw -> ImageStructure.Malformed? in
             let walker = Walker(bytes: raw)
             do throws(ImageStructure.Malformed) {
@@ -33,7 +33,7 @@ package enum ImageStructure {
         }
     }
 
-    package struct Malformed: Error {
+    struct Malformed: Error {
         package let what: String
         package let offset: Int
     }

@@ -22,7 +22,7 @@ public struct ItemFields: Sendable {
     }
 
     /// True when `text` refers to a field, so that filling it can be skipped otherwise.
-    package static func mentionsFields(_ text: String) -> Bool {
+    static func mentionsFields(_ text: String) -> Bool {
         text.contains("{key}") || text.contains("{stem}") || text.contains("{meta.")
     }
 

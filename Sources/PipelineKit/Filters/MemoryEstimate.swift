@@ -19,9 +19,9 @@ public struct MemoryEstimate: Sendable, Equatable {
     public var megabytes: Int { Int((Double(bytes) / 1_048_576).rounded()) }
 
     /// Codec state, encoders' buffers and the chain's regions: what any item holds.
-    package static let perItem = 16 << 20
+    static let perItem = 16 << 20
     /// Rows of the loaded picture held by a sequential pipeline's caches.
-    package static let cachedRows = 2048
+    static let cachedRows = 2048
 }
 
 extension ImageProcessor {
@@ -58,7 +58,7 @@ extension ImageProcessor {
     }
 
     /// The estimate for an input with this header, as this processor's chain will make it.
-    package func memoryEstimate(_ header: ImageHeader) -> MemoryEstimate {
+    func memoryEstimate(_ header: ImageHeader) -> MemoryEstimate {
         let size = (width: header.width, height: header.height)
         // The picture the chain works on after the load: the shrink-on-load's size when the
         // chain starts with a fit or fill (the largest output's, for a shared load), else
@@ -115,7 +115,7 @@ extension ImageProcessor {
     /// step computed is held until then (what follows it is made from it). A 16000 × 16000
     /// baseline JPEG rotated by 90 (no shrink-on-load) peaked at 818 MB in its helper, where
     /// the decoder's rows alone came to 110 MB.
-    package func wholePictures(_ header: ImageHeader, loaded: (width: Int, height: Int)) -> Int {
+    func wholePictures(_ header: ImageHeader, loaded: (width: Int, height: Int)) -> Int {
         var common = ChainWalk(size: loaded, bands: header.bands, sample: header.bytesPerSample)
         common.run(plan.steps)
         var most = common.most
@@ -141,17 +141,17 @@ extension ImageProcessor {
 
 /// A chain's steps followed by the size, bands and bytes per sample of their picture (from
 /// the filters alone, before any pixel), and what they compute whole into memory.
-package struct ChainWalk {
-    package var size: (width: Int, height: Int)
-    package var bands: Int
+struct ChainWalk {
+    var size: (width: Int, height: Int)
+    var bands: Int
     /// Bytes per sample as loaded: kept (a step that makes it 8-bit is not counted down).
-    package let sample: Int
+    let sample: Int
     /// The picture the last step computed whole, held while what is made from it is.
-    package private(set) var held = 0
+    private(set) var held = 0
     /// The most held at once.
-    package private(set) var most = 0
+    private(set) var most = 0
 
-    package init(size: (width: Int, height: Int), bands: Int, sample: Int) {
+    init(size: (width: Int, height: Int), bands: Int, sample: Int) {
         self.size = size
         self.bands = bands
         self.sample = sample
@@ -175,11 +175,11 @@ package struct ChainWalk {
     /// Sides kept within 2^30 (a step over `maxPixels` fails before computing anything).
     private static func side(_ length: Int) -> Int { min(max(1, length), 1 << 30) }
 
-    package mutating func run(_ steps: [FilterStep]) {
+    mutating func run(_ steps: [FilterStep]) {
         for step in steps { apply(step) }
     }
 
-    package mutating func apply(_ step: FilterStep) {
+    mutating func apply(_ step: FilterStep) {
         let (width, height) = size
         switch step {
         case .autorotate:

@@ -34,7 +34,7 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// True when `expanded(in:)` may give other text than `raw`: a `${NAME}`, or a `$$`.
-    package static func needsExpansion(_ text: String) -> Bool { text.contains("${") || text.contains("$$") }
+    static func needsExpansion(_ text: String) -> Bool { text.contains("${") || text.contains("$$") }
 
     /// The text with every `${NAME}` replaced; a variable that is not set is an error
     /// naming it and where it is used. Values that came from the environment are registered
@@ -104,20 +104,20 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// The names of the variables `text` refers to (`$${X}` refers to none).
-    package static func referencedNames(in text: String) -> [String] {
+    static func referencedNames(in text: String) -> [String] {
         ((try? parts(of: text, path: "")) ?? []).compactMap { if case .variable(let name) = $0 { name } else { nil } }
     }
 }
 
 extension Character {
-    package var isASCIILetter: Bool { ("a"..."z").contains(self) || ("A"..."Z").contains(self) }
-    package var isASCIIDigit: Bool { ("0"..."9").contains(self) }
+    var isASCIILetter: Bool { ("a"..."z").contains(self) || ("A"..."Z").contains(self) }
+    var isASCIIDigit: Bool { ("0"..."9").contains(self) }
 }
 
 extension EnvString {
     /// The value expanded, as an http(s) URL with a host (feeds and upload endpoints):
     /// anything else is the pipeline's fault, named with its path.
-    package func expandedWebURL(in environment: Environment) throws -> URL {
+    func expandedWebURL(in environment: Environment) throws -> URL {
         let address = try expanded(in: environment)
         guard let url = URL(webAddress: address), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil
         else {

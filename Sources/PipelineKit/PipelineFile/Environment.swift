@@ -22,7 +22,7 @@ public final class Environment: Sendable {
     private let secrets = Mutex(Secrets())
 
     /// Values shorter than this are not masked (they would mask ordinary text).
-    package static let shortestSecret = 3
+    static let shortestSecret = 3
 
     public init(_ variables: [String: String] = ProcessInfo.processInfo.environment) {
         self.variables = variables

@@ -41,7 +41,7 @@ package struct JSONParser {
         return try parser.parseDocument()
     }
 
-    package mutating func parseDocument() throws -> JSONValue {
+    mutating func parseDocument() throws -> JSONValue {
         if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { index = 3 }
         skipWhitespace()
         let value = try parseValue()

@@ -7,7 +7,7 @@ import Foundation
 /// linear in the key count.
 extension JSONValue: Decodable {
     /// Deeper nesting than this is refused, so that decoding cannot exhaust a thread's stack.
-    package static let maxDecodingDepth = 128
+    static let maxDecodingDepth = 128
 
     /// Any JSON value. An object's keys come out sorted: the decoder does not keep their order.
     public init(from decoder: any Decoder) throws {
@@ -50,7 +50,7 @@ extension JSONValue: Decodable {
     }
 
     /// A text value: a string, or a number written as text (`12`, `1.5`); else nil.
-    package var stringValue: String? {
+    var stringValue: String? {
         switch self {
         case .string(let text): text
         case .number(let value, let isInteger): isInteger ? String(Int64(value)) : String(value)
@@ -72,33 +72,33 @@ extension JSONValue: Decodable {
 }
 
 /// Any key of a JSON object.
-package struct AnyKey: CodingKey {
-    package let stringValue: String
-    package var intValue: Int? { nil }
-    package init(stringValue: String) { self.stringValue = stringValue }
-    package init?(intValue: Int) { nil }
+struct AnyKey: CodingKey {
+    let stringValue: String
+    var intValue: Int? { nil }
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
 }
 
 /// A value that reads as nil when it has another shape than `T`, so that one odd field or
 /// element of a server's answer does not fail the whole answer.
-package struct Lenient<T: Decodable>: Decodable {
-    package let value: T?
-    package init(from decoder: any Decoder) throws { value = try? T(from: decoder) }
+struct Lenient<T: Decodable>: Decodable {
+    let value: T?
+    init(from decoder: any Decoder) throws { value = try? T(from: decoder) }
 }
 
 /// The elements of an array that read as `T`; empty when the value is not an array.
-package struct LenientArray<T: Decodable>: Decodable {
-    package let elements: [T]
-    package init(from decoder: any Decoder) throws {
+struct LenientArray<T: Decodable>: Decodable {
+    let elements: [T]
+    init(from decoder: any Decoder) throws {
         elements = (try? [Lenient<T>](from: decoder))?.compactMap(\.value) ?? []
     }
 }
 
-package enum ThirdPartyJSON {
+enum ThirdPartyJSON {
     /// `data` decoded as `T`; a syntax error (or a shape `T` refuses) is a `FeedError`
     /// "`what` is not valid JSON". Foundation on Linux says no more than that about a syntax
     /// error (no position), so only a refused shape gets an explanation.
-    package static func decode<T: Decodable>(_ type: T.Type, from data: Data, what: String) throws -> T {
+    static func decode<T: Decodable>(_ type: T.Type, from data: Data, what: String) throws -> T {
         do {
             return try JSONDecoder().decode(type, from: data)
         } catch DecodingError.dataCorrupted {

@@ -113,7 +113,7 @@ public struct NameTemplate: Sendable, Equatable, Codable, CustomStringConvertibl
     /// same name (`{stem}.jpg` and `{stem}.{ext}` for JPEG). Names with `{output}`,
     /// `{hash}`, `{width}` or `{height}` are told apart (or not) per item when the outputs
     /// are made: two outputs of one item named alike fail the item, naming the name.
-    package func mayEqual(_ other: NameTemplate, _ format: OutputFormat, _ otherFormat: OutputFormat) -> Bool {
+    func mayEqual(_ other: NameTemplate, _ format: OutputFormat, _ otherFormat: OutputFormat) -> Bool {
         let perItem = ["output", "hash", "width", "height"]
         if perItem.contains(where: { uses($0) || other.uses($0) }) { return false }
         if raw == other.raw { return !(uses("ext") && format.fileExtension != otherFormat.fileExtension) }

@@ -7,7 +7,7 @@ public enum PipelineSchema {
     }
 
     /// Every closed object also takes `//…` keys, which the decoder reads as comments.
-    package static func allowingComments(_ value: JSONValue) -> JSONValue {
+    static func allowingComments(_ value: JSONValue) -> JSONValue {
         switch value {
         case .array(let items):
             return .array(items.map(allowingComments))
@@ -165,22 +165,22 @@ public enum PipelineSchema {
     }
 
     package static let string = JSONValue.object([("type", .string("string"))])
-    package static let nonEmpty = JSONValue.object([("type", .string("string")), ("minLength", integer(1))])
+    static let nonEmpty = JSONValue.object([("type", .string("string")), ("minLength", integer(1))])
     package static let boolean = JSONValue.object([("type", .string("boolean"))])
     /// `"pacing"` of a source or sink.
     package static let pacing = JSONValue.object([("enum", strings(["on", "off"]))])
     /// An address or CIDR block, IPv4 or IPv6 (checked as such when the file is read).
-    package static let addressRange = JSONValue.object([
+    static let addressRange = JSONValue.object([
         ("type", .string("string")), ("pattern", .string("^[0-9A-Fa-f.:]+(/[0-9]{1,3})?$")),
     ])
     /// An RFC 6901 JSON Pointer: empty, or `/` and tokens in which `~` is only `~0` or `~1`.
-    package static let jsonPointer = JSONValue.object([
+    static let jsonPointer = JSONValue.object([
         ("type", .string("string")), ("pattern", .string("^(/([^~/]|~[01])*)*$")),
     ])
     package static func constant(_ value: String) -> JSONValue { .object([("const", .string(value))]) }
 
     /// Every source kind as a whole source, or those that can be a fallback (`fallback` false).
-    package static func sourceSchemas(fallback: Bool) -> [JSONValue] {
+    static func sourceSchemas(fallback: Bool) -> [JSONValue] {
         SourceRegistry.standard.kinds.filter { fallback || $0.fallbackRefusal == nil }.map { $0.schema(fallback: fallback) }
     }
 
@@ -189,7 +189,7 @@ public enum PipelineSchema {
 
     /// Where a bucket is and how to sign in (the keys `S3Spec` reads, in the order an
     /// unknown key's message lists them); credentials are `${NAME}` references only.
-    package static let s3Location: [(key: String, value: JSONValue)] = [
+    static let s3Location: [(key: String, value: JSONValue)] = [
         ("bucket", nonEmpty), ("prefix", string),
         ("region", .object([("type", .string("string")), ("pattern", .string("^[A-Za-z0-9-]+$"))])),
         ("endpoint", string), ("pathStyle", boolean),
@@ -199,7 +199,7 @@ public enum PipelineSchema {
         ("type", .string("string")), ("pattern", .string("^\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}$")),
     ])
 
-    package static func filterSchema(_ definition: FilterDefinition) -> JSONValue {
+    static func filterSchema(_ definition: FilterDefinition) -> JSONValue {
         var properties: [(key: String, value: JSONValue)] = [
             ("op", .object([("const", .string(definition.name)), ("description", .string(definition.summary))]))
         ]
@@ -235,13 +235,13 @@ public enum PipelineSchema {
         return .object(members)
     }
 
-    package static func integerSchema(_ range: ClosedRange<Int>) -> JSONValue {
+    static func integerSchema(_ range: ClosedRange<Int>) -> JSONValue {
         var schema: [(key: String, value: JSONValue)] = [("type", .string("integer")), ("minimum", integer(range.lowerBound))]
         if range.upperBound != Int.max { schema.append(("maximum", integer(range.upperBound))) }
         return .object(schema)
     }
 
-    package static func numberSchema(_ range: ClosedRange<Double>) -> JSONValue {
+    static func numberSchema(_ range: ClosedRange<Double>) -> JSONValue {
         .object([
             ("type", .string("number")), ("minimum", .number(range.lowerBound, isInteger: false)),
             ("maximum", .number(range.upperBound, isInteger: false)),
@@ -253,7 +253,7 @@ public enum PipelineSchema {
         return []
     }
 
-    package static func ref(_ name: String) -> JSONValue { .object([("$ref", .string("#/$defs/\(name)"))]) }
+    static func ref(_ name: String) -> JSONValue { .object([("$ref", .string("#/$defs/\(name)"))]) }
     package static func integer(_ value: Int) -> JSONValue { .number(Double(value), isInteger: true) }
     package static func strings(_ values: [String]) -> JSONValue { .array(values.map(JSONValue.string)) }
 }

@@ -1,7 +1,7 @@
 import Foundation
 
 extension PipelineSpec {
-    package static let topLevelKeys = [
+    static let topLevelKeys = [
         "version", "name", "source", "filters", "output", "outputs", "sink", "sinks", "limits", "retry",
         "userAgent", "accept", "network",
     ]
@@ -117,7 +117,7 @@ extension PipelineSpec {
     /// `"output"` (one output, id `default` unless it names one) or `"outputs"` (a list of
     /// one or more, each with an id when there are several, ids unique, names that cannot
     /// be the same for two outputs).
-    package static func decodeOutputs(_ root: SpecObject, registry: FilterRegistry) throws -> [OutputSpec] {
+    static func decodeOutputs(_ root: SpecObject, registry: FilterRegistry) throws -> [OutputSpec] {
         if root.has("output"), root.has("outputs") {
             throw SpecError(path: "outputs", message: "give either \"output\" (one output) or \"outputs\" (a list), not both")
         }
@@ -156,7 +156,7 @@ extension PipelineSpec {
 
     /// A sink's `"pacing"` (`"on"`, the default, or `"off"`), taken out of its node like
     /// `"outputs"`: true when the sink's requests are paced. A folder sink sends none.
-    package static func takeSinkPacing(_ node: SpecNode) throws -> (SpecNode, Bool) {
+    static func takeSinkPacing(_ node: SpecNode) throws -> (SpecNode, Bool) {
         guard case .object(var members) = node.value, let index = members.firstIndex(where: { $0.key == "pacing" }) else {
             return (node, true)
         }
@@ -173,7 +173,7 @@ extension PipelineSpec {
 
     /// A sink's `"outputs"` (ids of outputs it takes), taken out of its node so that the
     /// sink's own decoding never sees it.
-    package static func takeSinkOutputs(_ node: SpecNode, ids: [String]) throws -> (SpecNode, [String]?) {
+    static func takeSinkOutputs(_ node: SpecNode, ids: [String]) throws -> (SpecNode, [String]?) {
         guard case .object(let members) = node.value, let index = members.firstIndex(where: { $0.key == "outputs" }) else {
             return (node, nil)
         }
@@ -269,7 +269,7 @@ extension SpecNode {
     /// `reserved` are the headers imgpipe sets itself (compared without case), which a
     /// second line of the same name would contradict; a name given twice in two cases
     /// is refused as well (both lines would be sent).
-    package func namedValues(headers: Bool = false, reserved: [String: String] = [:]) throws -> [NamedValue] {
+    func namedValues(headers: Bool = false, reserved: [String: String] = [:]) throws -> [NamedValue] {
         guard case .object(let members) = value else { throw expected("an object of strings") }
         var seen: [String: String] = [:]
         return try members.filter { !$0.key.hasPrefix("//") }.map { member in
@@ -297,7 +297,7 @@ extension SpecNode {
 
 extension OutputSpec {
     /// An output id: lower-case letters, digits and `-`.
-    package static func isValidID(_ id: String) -> Bool {
+    static func isValidID(_ id: String) -> Bool {
         !id.isEmpty && id.utf8.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
     }
 
@@ -369,7 +369,7 @@ extension Limits {
 }
 
 extension AcceptRules {
-    package static let formatNames = ImageFormat.allCases.map(\.rawValue)
+    static let formatNames = ImageFormat.allCases.map(\.rawValue)
 
     package init(node: SpecNode) throws {
         let object = try node.object(allowing: ["minWidth", "minHeight", "maxAspect", "minBytes", "formats"])
@@ -411,11 +411,11 @@ extension SpecObject {
 extension String {
     /// Whether S3 takes this as an `x-amz-meta-…` value: ASCII on one line. Checked as
     /// written and after `${…}`.
-    package var isS3MetadataValue: Bool { allSatisfy { $0.isASCII && !$0.isNewline } }
+    var isS3MetadataValue: Bool { allSatisfy { $0.isASCII && !$0.isNewline } }
 
     /// Whether this can be a header value as it is: no CR, LF or NUL, which would end the
     /// header (and start another) or the request. Checked as written and after `${…}`.
-    package var isOneHeaderLine: Bool {
+    var isOneHeaderLine: Bool {
         !unicodeScalars.contains { $0 == "\r" || $0 == "\n" || $0 == "\0" }
     }
 }

@@ -16,7 +16,7 @@ extension PipelineSpec {
     /// fallback's, symbolic links followed): each output would replace the image it was
     /// made from, under the same name, and the originals would be lost. Returns the
     /// source folders inside the sink's (real paths), which its outputs must not enter.
-    package func checkNotSource(_ sinkRoot: String, at jsonPath: String, environment: Environment) throws -> [String] {
+    func checkNotSource(_ sinkRoot: String, at jsonPath: String, environment: Environment) throws -> [String] {
         let sink = sinkRoot.realPath
         var inside: [String] = []
         var source: SourceSpec? = self.source

@@ -140,14 +140,14 @@ public struct RemoteOptions: Sendable, Equatable {
 
 extension RemoteOptions {
     /// These options with the cache (if any) revalidating.
-    package var revalidating: RemoteOptions {
+    var revalidating: RemoteOptions {
         var copy = self
         copy.cache?.revalidate = true
         return copy
     }
 
     /// These options with the cache (if any) read and never written.
-    package var readingCacheOnly: RemoteOptions {
+    var readingCacheOnly: RemoteOptions {
         var copy = self
         copy.cache?.readOnly = true
         return copy
@@ -252,7 +252,7 @@ public struct Limits: Sendable, Equatable, Codable {
         return Self.defaultMemoryBytes
     }
 
-    package static let defaultMemoryBytes = (MachineMemory.available() ?? 4 << 30) / 2
+    static let defaultMemoryBytes = (MachineMemory.available() ?? 4 << 30) / 2
 
     /// `workers`, with 0 replaced by the number of cores.
     public var effectiveWorkers: Int {

@@ -62,7 +62,7 @@ public struct S3Spec: Sendable, Equatable {
     /// What is wrong with a bucket name by S3's rules (3 to 63 characters: lower-case
     /// letters, digits, `.` and `-`, starting and ending with a letter or digit, no `..`, not
     /// an IP address); nil when nothing is.
-    package static func bucketProblem(_ name: String) -> String? {
+    static func bucketProblem(_ name: String) -> String? {
         let allowed = name.allSatisfy { ("a"..."z").contains($0) || $0.isASCIIDigit || $0 == "." || $0 == "-" }
         let ends = [name.first, name.last].allSatisfy { $0.map { ("a"..."z").contains($0) || $0.isASCIIDigit } ?? false }
         let isAddress = name.split(separator: ".").count == 4 && name.split(separator: ".").allSatisfy { Int($0) != nil }

@@ -18,13 +18,13 @@ public struct SpecNode {
         return text
     }
 
-    package func nonEmptyString() throws -> String {
+    func nonEmptyString() throws -> String {
         guard case .string(let text) = value, !text.isEmpty else { throw expected("a non-empty string") }
         return text
     }
 
     /// An RFC 6901 JSON Pointer (`"/data/items"`; `~1` for `/` and `~0` for `~` in a name).
-    package func jsonPointer() throws -> JSONPointer {
+    func jsonPointer() throws -> JSONPointer {
         guard case .string(let text) = value else { throw expected("a JSON Pointer such as \"/data/items\"") }
         switch JSONPointer.parse(text) {
         case .success(let pointer): return pointer
@@ -59,17 +59,17 @@ public struct SpecNode {
     }
 
     /// Other spellings users type for a choice: accepted as the name they stand for.
-    package static let aliases = [
+    static let aliases = [
         "center": "centre", "jpg": "jpeg", "tif": "tiff", "northwest": "north-west",
         "northeast": "north-east", "southwest": "south-west", "southeast": "south-east",
     ]
 
     /// The choices with the aliases that stand for one of them (for the JSON Schema).
-    package static func withAliases(_ options: [String]) -> [String] {
+    static func withAliases(_ options: [String]) -> [String] {
         options + aliases.keys.sorted().filter { aliases[$0].map(options.contains) == true }
     }
 
-    package func choice(_ options: [String]) throws -> String {
+    func choice(_ options: [String]) throws -> String {
         guard case .string(let text) = value else { throw expected("one of " + options.joined(separator: ", ")) }
         if options.contains(text) { return text }
         if let name = Self.aliases[text.lowercased()] ?? options.first(where: { $0.lowercased() == text.lowercased() }),

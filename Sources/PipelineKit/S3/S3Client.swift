@@ -20,7 +20,7 @@ public struct S3Client: Sendable {
     /// Scheme, host and port (and a path prefix, rarely) of the service.
     public let endpoint: URL
     public let pathStyle: Bool
-    package let signer: SigV4Signer
+    let signer: SigV4Signer
     package let http: HTTPClient
 
     public init(
@@ -134,7 +134,7 @@ public struct S3Client: Sendable {
     }
 
     /// `S3 PutObject s3://b/k: SignatureDoesNotMatch (HTTP 403): The request signature …`.
-    package static func failure(
+    static func failure(
         _ operation: String, _ what: String, status: Int, error: S3XML?,
         retryAfter: Double?
     ) -> HTTPFailure {
@@ -154,7 +154,7 @@ public struct S3Client: Sendable {
 
     /// `PutObject` with `Content-MD5` (S3 refuses a body that does not match it) and the
     /// object's headers; the ETag answered must be the body's MD5.
-    package func putObject(key: String, data: Data, headers: [String: String]) throws(HTTPFailure) {
+    func putObject(key: String, data: Data, headers: [String: String]) throws(HTTPFailure) {
         var headers = headers
         let md5 = Data(Insecure.MD5.hash(data: data))
         headers["Content-MD5"] = md5.base64EncodedString()
@@ -163,7 +163,7 @@ public struct S3Client: Sendable {
     }
 
     /// Starts a multipart upload; its upload id.
-    package func createMultipartUpload(key: String, headers: [String: String]) throws(HTTPFailure) -> String {
+    func createMultipartUpload(key: String, headers: [String: String]) throws(HTTPFailure) -> String {
         let result = try send(
             "CreateMultipartUpload", address(of: key), method: "POST", key: key,
             query: [("uploads", "")], headers: headers)
@@ -179,11 +179,11 @@ public struct S3Client: Sendable {
     /// was checked against.
     package struct Part: Sendable {
         package let etag: String
-        package let md5: Data
+        let md5: Data
     }
 
     /// One part (numbered from 1) with its `Content-MD5`; its ETag is checked against the MD5.
-    package func uploadPart(key: String, uploadId: String, number: Int, data: Data) throws(HTTPFailure) -> Part {
+    func uploadPart(key: String, uploadId: String, number: Int, data: Data) throws(HTTPFailure) -> Part {
         let md5 = Data(Insecure.MD5.hash(data: data))
         let what = "\(address(of: key)) part \(number)"
         let result = try send(
@@ -198,7 +198,7 @@ public struct S3Client: Sendable {
     /// Joins the parts, in order. The object's ETag must be the MD5 of the parts' MD5s
     /// followed by `-` and the number of parts. S3 may answer 200 with an error document
     /// here (the completion failed after the headers went out): that is a failure too.
-    package func completeMultipartUpload(key: String, uploadId: String, parts: [Part]) throws(HTTPFailure) {
+    func completeMultipartUpload(key: String, uploadId: String, parts: [Part]) throws(HTTPFailure) {
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
         for (index, part) in parts.enumerated() {
             xml += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\"\(part.etag.xmlEscaped)\"</ETag></Part>"
@@ -220,7 +220,7 @@ public struct S3Client: Sendable {
 
     /// Abandons a multipart upload and frees its parts; one already gone (`NoSuchUpload`,
     /// 404) counts as abandoned.
-    package func abortMultipartUpload(key: String, uploadId: String) throws(HTTPFailure) {
+    func abortMultipartUpload(key: String, uploadId: String) throws(HTTPFailure) {
         do throws(HTTPFailure) {
             _ = try send("AbortMultipartUpload", address(of: key), method: "DELETE", key: key, query: [("uploadId", uploadId)])
         } catch  where error.status == 404 {
@@ -303,11 +303,11 @@ public struct S3Client: Sendable {
 
     /// A key as `encoding-type=url` writes it: `%XX` escapes, and `+` for a space (as an
     /// HTML form; a `+` of the key is `%2B`). Nil when it does not decode to UTF-8.
-    package static func urlDecoded(_ text: String) -> String? {
+    static func urlDecoded(_ text: String) -> String? {
         text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
     }
 
-    package static func unquoted(_ etag: String?) -> String {
+    static func unquoted(_ etag: String?) -> String {
         (etag ?? "").trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased()
     }
 

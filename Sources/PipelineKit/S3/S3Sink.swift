@@ -91,7 +91,7 @@ public final class S3Sink: OutputSink {
     }
 
     /// The object's key: the prefix and the `key` template (or the output's name).
-    package func objectKey(_ delivery: Delivery) -> String {
+    func objectKey(_ delivery: Delivery) -> String {
         let name =
             options.key?.render(
                 key: delivery.nameKey, stem: delivery.nameStem, index: delivery.index,

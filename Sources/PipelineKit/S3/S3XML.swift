@@ -7,22 +7,22 @@ import Foundation
 /// An XML document from S3 (a listing, an upload's id, an error), read into a small tree of
 /// elements: names without namespace prefixes, each element's text and children in order.
 /// External entities and DTDs are not resolved.
-package struct S3XML: Sendable {
-    package let name: String
-    package var text = ""
-    package var children: [S3XML] = []
+struct S3XML: Sendable {
+    let name: String
+    var text = ""
+    var children: [S3XML] = []
 
     /// The first child named `name`.
-    package subscript(_ name: String) -> S3XML? { children.first { $0.name == name } }
+    subscript(_ name: String) -> S3XML? { children.first { $0.name == name } }
 
     /// Every child named `name`.
-    package func all(_ name: String) -> [S3XML] { children.filter { $0.name == name } }
+    func all(_ name: String) -> [S3XML] { children.filter { $0.name == name } }
 
     /// The text of the first child named `name`.
-    package func value(_ name: String) -> String? { self[name]?.text }
+    func value(_ name: String) -> String? { self[name]?.text }
 
     /// The root element, or nil when `data` is not well-formed XML.
-    package static func parse(_ data: Data) -> S3XML? {
+    static func parse(_ data: Data) -> S3XML? {
         let parser = XMLParser(data: data)
         let builder = Builder()
         parser.delegate = builder

@@ -95,7 +95,7 @@ public struct SigV4Signer: Sendable {
     }
 
     /// `20150830T123600Z`.
-    package static func timestamp(_ date: Date) -> String {
+    static func timestamp(_ date: Date) -> String {
         let parts = Calendar.utc.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
         return String(
             format: "%04d%02d%02dT%02d%02d%02dZ", parts.year ?? 0, parts.month ?? 0, parts.day ?? 0,
@@ -105,7 +105,7 @@ public struct SigV4Signer: Sendable {
     /// The path with each segment percent-encoded (unreserved characters and `/` kept).
     /// For S3 a segment is decoded first, so a path already encoded for the request line
     /// is encoded exactly once; the generic rule encodes what it is given.
-    package func canonicalURI(_ path: String) -> String {
+    func canonicalURI(_ path: String) -> String {
         guard !path.isEmpty else { return "/" }
         return path.split(separator: "/", omittingEmptySubsequences: false).map { segment in
             let raw = encodesPathTwice ? String(segment) : (segment.removingPercentEncoding ?? String(segment))
@@ -115,7 +115,7 @@ public struct SigV4Signer: Sendable {
 
     /// Every name and value decoded, then encoded as RFC 3986 unreserved, sorted by name
     /// then value; a name without `=` has an empty value.
-    package static func canonicalQuery(_ query: String) -> String {
+    static func canonicalQuery(_ query: String) -> String {
         guard !query.isEmpty else { return "" }
         let pairs = query.split(separator: "&").map { pair -> (String, String) in
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
@@ -133,7 +133,7 @@ public struct SigV4Signer: Sendable {
     }
 
     /// Leading and trailing spaces removed, runs of spaces made one.
-    package static func trimmed(_ value: String) -> String {
+    static func trimmed(_ value: String) -> String {
         value.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
             .trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -141,7 +141,7 @@ public struct SigV4Signer: Sendable {
 
 extension Calendar {
     /// The Gregorian calendar in UTC (signature dates).
-    package static let utc: Calendar = {
+    static let utc: Calendar = {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC")!
         return calendar

@@ -14,15 +14,15 @@ public struct DirectorySink: OutputSink {
     /// `root` with the symbolic links it holds when the sink is made resolved (a sink may
     /// be a link to a folder elsewhere): each write opens this path without following a
     /// link at its end, so the sink's folder swapped for a link later is not followed.
-    package let resolvedRoot: String
+    let resolvedRoot: String
     /// Whether `prune` removes files (`"prune": true`).
     public let prunes: Bool
-    package static let partialFolder = ".imgpipe-partial"
+    static let partialFolder = ".imgpipe-partial"
     private let folders = FolderCache()
     /// Source folders inside this one (symbolic links resolved): an output name that leads
     /// into one (`in/{stem}.jpg` in a sink `.` over a source `in`) would write over the
     /// originals, and is refused.
-    package let sourceFolders: [String]
+    let sourceFolders: [String]
 
     public init(name: String, root: String, prune: Bool = false, sourceFolders: [String] = []) {
         self.name = name
@@ -57,9 +57,9 @@ public struct DirectorySink: OutputSink {
     /// Temporary files of this process: `.imgpipe-partial/<host>-<pid>/`, so that two
     /// imgpipe processes delivering into one folder never touch each other's files, also
     /// when they run on different machines sharing it (or in containers, each its pid 1).
-    package var partialDirectory: String { root + "/" + Self.partialFolder + "/" + Self.processFolder }
+    var partialDirectory: String { root + "/" + Self.partialFolder + "/" + Self.processFolder }
 
-    package static let processFolder = "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())"
+    static let processFolder = "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())"
 
     /// Creates the directory and removes temporary files killed processes left behind.
     public func prepare(workRoot: String) throws {
@@ -171,7 +171,7 @@ public struct DirectorySink: OutputSink {
 
 extension DirectorySink {
     /// Fails the delivery of `relative` when `folder` is, or is inside, a source folder.
-    package func refuseSourceFolder(_ folder: String, relative: String) throws(ItemFailure) {
+    func refuseSourceFolder(_ folder: String, relative: String) throws(ItemFailure) {
         guard let source = sourceFolders.first(where: { folder == $0 || folder.hasPrefix($0 + "/") }) else { return }
         throw ItemFailure(
             .upload,
@@ -181,15 +181,15 @@ extension DirectorySink {
 }
 
 /// Folders a sink has already created and checked (so that each is checked once).
-package final class FolderCache: Sendable {
+final class FolderCache: Sendable {
     private let folders = Mutex<Set<String>>([])
 
-    package func contains(_ folder: String) -> Bool { folders.withLock { $0.contains(folder) } }
-    package func insert(_ folder: String) { folders.withLock { _ = $0.insert(folder) } }
-    package func removeAll() { folders.withLock { $0.removeAll() } }
+    func contains(_ folder: String) -> Bool { folders.withLock { $0.contains(folder) } }
+    func insert(_ folder: String) { folders.withLock { _ = $0.insert(folder) } }
+    func removeAll() { folders.withLock { $0.removeAll() } }
 
     /// True when a folder checked before is gone.
-    package func anyMissing() -> Bool {
+    func anyMissing() -> Bool {
         folders.withLock { $0.contains { !FileManager.default.fileExists(atPath: $0) } }
     }
 }

@@ -5,9 +5,9 @@ import Foundation
 /// `multipart/form-data` with the file under `fileField`. 2xx is success.
 public struct HTTPSink: OutputSink {
     public let name: String
-    package let urlTemplate: String
+    let urlTemplate: String
     package let method: String
-    package let fileField: String
+    let fileField: String
     package let headers: [String: String]
     package let client: HTTPClient
     package let retry: RetryPolicy
@@ -16,7 +16,7 @@ public struct HTTPSink: OutputSink {
     /// name's `/` stays a path separator (`{stem}` of `shop/101/main.jpg` is
     /// `…/shop/101/main`), its parts made safe as a directory sink's are (`SafePath`: no
     /// `..`, which the client would resolve, nor control characters).
-    package static func render(_ template: String, _ delivery: Delivery) -> String {
+    static func render(_ template: String, _ delivery: Delivery) -> String {
         let allowed = CharacterSet.urlPathAllowed.subtracting(CharacterSet(charactersIn: "?#"))
         func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
         func path(_ text: String) -> String { encode(SafePath.relative(text)) }

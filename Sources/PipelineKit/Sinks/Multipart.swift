@@ -1,14 +1,14 @@
 import Foundation
 
 /// A `multipart/form-data` body (RFC 7578): text fields, then one file.
-package struct Multipart {
-    package let boundary = "imgpipe-" + UUID().uuidString
-    package var fields: [(name: String, value: String)] = []
-    package var file: (field: String, filename: String, contentType: String, data: Data)?
+struct Multipart {
+    let boundary = "imgpipe-" + UUID().uuidString
+    var fields: [(name: String, value: String)] = []
+    var file: (field: String, filename: String, contentType: String, data: Data)?
 
-    package var contentType: String { "multipart/form-data; boundary=\(boundary)" }
+    var contentType: String { "multipart/form-data; boundary=\(boundary)" }
 
-    package var body: Data {
+    var body: Data {
         var out = Data()
         func line(_ text: String) { out.append(Data((text + "\r\n").utf8)) }
         for field in fields {
@@ -31,7 +31,7 @@ package struct Multipart {
     }
 
     /// Escapes `"`, CR and LF for a quoted header parameter.
-    package static func quoted(_ text: String) -> String {
+    static func quoted(_ text: String) -> String {
         text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "%22")
             .replacingOccurrences(of: "\r", with: "%0D").replacingOccurrences(of: "\n", with: "%0A")
     }

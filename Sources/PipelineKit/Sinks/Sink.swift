@@ -207,7 +207,7 @@ public struct SinkError: Error, Sendable, CustomStringConvertible {
 extension HTTPFailure {
     /// The answer of a sink to this failure on attempt `attempt` of `retry.attempts`: try
     /// again later if it may pass and attempts remain, else fail with reason `upload`.
-    package func deliveryAttempt(_ attempt: Int, retry: RetryPolicy) throws(DeliveryFailure) -> DeliveryAttempt {
+    func deliveryAttempt(_ attempt: Int, retry: RetryPolicy) throws(DeliveryFailure) -> DeliveryAttempt {
         let failure = ItemFailure(
             kind == .blocked ? .blockedAddress : .upload, message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
             httpStatus: status)

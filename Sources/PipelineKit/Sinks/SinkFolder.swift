@@ -7,10 +7,10 @@ import Foundation
 /// following any symbolic link (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`),
 /// or, where the kernel has no `openat2`, a component at a time with `O_NOFOLLOW`, each
 /// folder held open while the next is opened in it.
-package final class SinkFolder {
-    package let descriptor: Int32
+final class SinkFolder {
+    let descriptor: Int32
     /// The folder's path when it was opened, for messages.
-    package let path: String
+    let path: String
 
     private init(descriptor: Int32, path: String) {
         self.descriptor = descriptor
@@ -23,7 +23,7 @@ package final class SinkFolder {
     /// was made already resolved (`DirectorySink.resolvedRoot`): its last component is not
     /// followed, so a folder swapped for a link mid-run (outputs sent elsewhere) fails the
     /// item; a folder removed mid-run is made again, as a user would.
-    package static func root(_ path: String) throws(ItemFailure) -> SinkFolder {
+    static func root(_ path: String) throws(ItemFailure) -> SinkFolder {
         let flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
         var descriptor = open(path, flags)
         if descriptor < 0, errno == ENOENT {
@@ -47,7 +47,7 @@ package final class SinkFolder {
 
     /// The folder `relative` below this one when it exists and is reached without following
     /// a link; nil otherwise (nothing is made).
-    package func existingFolder(_ relative: String) -> SinkFolder? {
+    func existingFolder(_ relative: String) -> SinkFolder? {
         guard !relative.isEmpty else { return self }
         var descriptor = ip_open_beneath(self.descriptor, relative, O_RDONLY | O_DIRECTORY)
         if descriptor < 0, [ENOSYS, EPERM, EAGAIN, E2BIG].contains(errno) {
@@ -63,7 +63,7 @@ package final class SinkFolder {
 
     /// The folder `relative` (components made safe by `SafePath`) below this one, made when
     /// missing. A symbolic link on the way, or at the end, is not followed: the item fails.
-    package func folder(_ relative: String) throws(ItemFailure) -> SinkFolder {
+    func folder(_ relative: String) throws(ItemFailure) -> SinkFolder {
         guard !relative.isEmpty else { return self }
         let descriptor = ip_open_beneath(self.descriptor, relative, O_RDONLY | O_DIRECTORY)
         if descriptor >= 0 { return SinkFolder(descriptor: descriptor, path: path + "/" + relative) }
@@ -114,7 +114,7 @@ package final class SinkFolder {
 
     /// Where the folder is now, its links resolved (`/proc/self/fd`), whatever its path
     /// has become meanwhile; nil when that cannot be read.
-    package var realPath: String? {
+    var realPath: String? {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let count = readlink("/proc/self/fd/\(descriptor)", &buffer, buffer.count - 1)
         guard count > 0 else { return nil }

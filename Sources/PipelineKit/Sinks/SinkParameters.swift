@@ -35,7 +35,7 @@ extension SinkParameters {
     public func deliversLike(_ other: any SinkParameters) -> Bool { isEqual(other) }
 
     /// Whether `other` is of this kind and equal to this.
-    package func isEqual(_ other: any SinkParameters) -> Bool { (other as? Self) == self }
+    func isEqual(_ other: any SinkParameters) -> Bool { (other as? Self) == self }
 
     /// The entry's JSON Schema: the kind's keys between the ones every sink takes.
     package static var schema: JSONValue {

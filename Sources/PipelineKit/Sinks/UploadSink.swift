@@ -16,12 +16,12 @@ public struct UploadSink: OutputSink {
     /// Expanded values (may hold secrets: never printed).
     package let fields: [(String, String)]
     /// True when a field's value came from `${…}`.
-    package let fieldsHoldSecrets: Bool
+    let fieldsHoldSecrets: Bool
     /// Hosts besides the endpoint's that may receive the fields (`*`: any host). Never over
     /// plain http when the endpoint is https, whatever the list says.
-    package let allowHosts: [String]
-    package let fileField: String
-    package let originalField: String
+    let allowHosts: [String]
+    let fileField: String
+    let originalField: String
     package let client: HTTPClient
     package let retry: RetryPolicy
 
@@ -113,7 +113,7 @@ public struct UploadSink: OutputSink {
 
     /// A server's answer to an upload is a JSON object: one over 16 MiB is cut (a hostile
     /// server cannot fill memory through it).
-    package static let maxAnswerBytes = 16 << 20
+    static let maxAnswerBytes = 16 << 20
 
     /// The `url` member of a JSON object body, read leniently (`JSONValue+Decodable.swift`):
     /// a server's duplicate key is not a failed upload. Only a string is a URL: `{"url": 5}`

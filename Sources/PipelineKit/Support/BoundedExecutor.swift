@@ -54,7 +54,7 @@ package final class BoundedExecutor: @unchecked Sendable {
 
     /// Queues `job` only when a thread is free to run it at once; false otherwise (busy,
     /// or shut down), and the caller runs it itself.
-    package func submitIfIdle(_ job: @escaping Job) -> Bool {
+    func submitIfIdle(_ job: @escaping Job) -> Bool {
         condition.lock()
         defer { condition.unlock() }
         guard !stopped, waiting.count - head < idle else { return false }

@@ -46,6 +46,6 @@ extension Unicode.Scalar {
 extension CharacterSet {
     /// RFC 3986's unreserved characters: letters, digits and `-._~` (what percent-encoding
     /// for S3 signatures, and the URL forms of a secret, leave alone).
-    package static let rfc3986Unreserved = CharacterSet(
+    static let rfc3986Unreserved = CharacterSet(
         charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
 }

@@ -102,7 +102,7 @@ package enum LocalPath {
 extension LocalPath {
     /// The bytes `escaped` made `text` from: a text with no backslash is its UTF-8 (a name
     /// that needs no escape has none), else each `\xNN` is the byte it names.
-    package static func unescaped(_ text: String) -> [UInt8] {
+    static func unescaped(_ text: String) -> [UInt8] {
         let utf8 = Array(text.utf8)
         guard utf8.contains(UInt8(ascii: "\\")) else { return utf8 }
         return replacingEscapes(in: utf8, length: 4) { index, text in

@@ -3,9 +3,9 @@ import Foundation
 /// The memory this process may use: the machine's (`MemTotal` in `/proc/meminfo`), or the
 /// control group's limit when that is lower (cgroup v2 `memory.max`, v1
 /// `memory.limit_in_bytes`), as a container sees it.
-package enum MachineMemory {
+enum MachineMemory {
     /// In bytes; nil when neither can be read.
-    package static func available() -> Int? {
+    static func available() -> Int? {
         var limits: [Int] = []
         if let meminfo = try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8),
             let line = meminfo.split(separator: "\n").first(where: { $0.hasPrefix("MemTotal:") }),

@@ -1,9 +1,9 @@
 /// `%XX` escapes read and written byte by byte, for text compared or sent as it is written
 /// (robots.txt rules and the paths they are matched with, a URL an upload endpoint answers).
-package enum PercentEscapes {
+enum PercentEscapes {
     /// The byte the escape that starts at `index` stands for, or nil when `%XX` (two hex
     /// digits) does not start there.
-    package static func byte(at index: Int, in bytes: [UInt8]) -> UInt8? {
+    static func byte(at index: Int, in bytes: [UInt8]) -> UInt8? {
         guard index + 2 < bytes.count, bytes[index] == UInt8(ascii: "%"),
             let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2])
         else { return nil }
@@ -11,13 +11,13 @@ package enum PercentEscapes {
     }
 
     /// `byte` as an escape, with upper-case hex digits.
-    package static func escape(_ byte: UInt8) -> [UInt8] {
+    static func escape(_ byte: UInt8) -> [UInt8] {
         let digits = Array("0123456789ABCDEF".utf8)
         return [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]]
     }
 
     /// Letters, digits and `-._~` (RFC 3986): an escape of one of them stands for itself.
-    package static func isUnreserved(_ byte: UInt8) -> Bool {
+    static func isUnreserved(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
@@ -32,7 +32,7 @@ package enum PercentEscapes {
     /// Escapes already there are kept as written (`%20` stays `%20`, `%2F` stays `%2F`).
     /// `[` and `]` (which only an IP-literal host may hold) and a second `#` are encoded too:
     /// Foundation, given any of these, encodes every `%` of the text again.
-    package static func encodingWhatAURLCannotHold(_ text: String) -> String {
+    static func encodingWhatAURLCannotHold(_ text: String) -> String {
         let reserved = Set(":/?#@!$&'()*+,;=".utf8)
         let bytes = Array(text.utf8)
         var out: [UInt8] = []
@@ -52,7 +52,7 @@ package enum PercentEscapes {
     /// A URL's path with its escapes decoded, for a file name: `%2F` (which is not a folder)
     /// and escapes of control characters stay as written; a path whose escapes do not
     /// decode to UTF-8 is kept as written.
-    package static func decodedPath(_ path: String) -> String {
+    static func decodedPath(_ path: String) -> String {
         let bytes = Array(path.utf8)
         var out: [UInt8] = []
         var index = 0

@@ -25,7 +25,7 @@ extension URL {
     }
 
     /// What follows `scheme://` when `text` starts with one (`http://`, `s3://`), else nil.
-    package static func afterScheme(_ text: String) -> Substring? {
+    static func afterScheme(_ text: String) -> Substring? {
         guard let colon = text.firstIndex(of: ":"), let first = text.first, first.isASCIILetter,
             text[..<colon].allSatisfy({ $0.isASCIILetter || $0.isASCIIDigit || $0 == "+" || $0 == "-" || $0 == "." }),
             text[colon...].hasPrefix("://")

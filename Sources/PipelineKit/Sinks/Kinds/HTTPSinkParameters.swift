@@ -9,7 +9,7 @@ public struct HTTPSinkParameters: SinkParameters {
     public static let required = ["url"]
 
     /// The headers of the request that imgpipe sets, by name in lower case, with why.
-    package static let setHeaders = [
+    static let setHeaders = [
         "idempotency-key": "the run's key for each delivery",
         "content-type": "from the output's format, or the multipart form",
         "content-length": "from the body",
@@ -19,7 +19,7 @@ public struct HTTPSinkParameters: SinkParameters {
         "expect": "no 100-continue round trip",
     ]
     /// The fields the URL template may hold.
-    package static let urlFields = ["{key}", "{stem}", "{name}", "{ext}", "{hash}", "{output}"]
+    static let urlFields = ["{key}", "{stem}", "{name}", "{ext}", "{hash}", "{output}"]
 
     public var url: EnvString
     public var method: String
