@@ -255,7 +255,7 @@ public final class HTTPClient: @unchecked Sendable {
         if let destination = request.destination {
             transfer.keepLimit = max(0, request.keepInMemory)
             transfer.keeping = transfer.keepLimit > 0
-            // Not O_TRUNC: a file there (a spool file reused, `SpoolFiles`) is written over
+            // Not O_TRUNC: a file there (a spool file reused) is written over
             // and, when it was longer, cut to the body's length after the transfer. ext4
             // writes a file emptied by a truncation to disk as soon as it is closed (its
             // `auto_da_alloc`), which a spool file that lives for seconds never needs.

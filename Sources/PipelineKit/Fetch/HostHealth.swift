@@ -7,7 +7,7 @@ import Synchronization
 /// that starts with `hostUnreachable`, instead of each waiting out its timeouts and
 /// retries. After `pause` seconds one request is let through as a probe: an answer of any
 /// kind (even a 404) closes the breaker, another connection failure trips it again.
-/// `resume` tries such items again (`RunStore.begin`).
+/// `resume` tries such items again.
 public final class HostHealth: Sendable {
     /// The start of the message of an item set aside because its host was tripped.
     public static let hostUnreachable = "host unreachable"

@@ -20,7 +20,7 @@ public struct ProcessedImage: Sendable {
     public let inputFormat: ImageFormat
     /// Lower-case hex SHA-256 of `data`.
     public let sha256: String
-    /// The input as read: its size and the SHA-256 of its bytes (what `SourceStamp` records).
+    /// The input as read: its size and the SHA-256 of its bytes (what a run records of its source).
     public let inputBytes: Int
     public let inputSHA256: String
 

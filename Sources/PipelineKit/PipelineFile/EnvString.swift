@@ -24,7 +24,7 @@ public struct EnvString: Sendable, Equatable, CustomStringConvertible {
     public var description: String { raw }
 
     /// The same text is the same value wherever in the file it was read: a sink written as
-    /// `"sink"` or as the only entry of `"sinks"` has not changed (`ChangeDetector`).
+    /// `"sink"` or as the only entry of `"sinks"` has not changed for a re-run.
     public static func == (lhs: EnvString, rhs: EnvString) -> Bool { lhs.raw == rhs.raw }
 
     /// True when the text refers to at least one variable (`$${X}` is the text `${X}`).
