@@ -114,8 +114,8 @@ public struct NASAImagesFeed: Feed {
         }
 
         struct Item: Decodable {
-            package let data: LenientArray<Datum>?
-            package let links: LenientArray<Link>?
+            let data: LenientArray<Datum>?
+            let links: LenientArray<Link>?
         }
 
         struct Datum: Decodable {

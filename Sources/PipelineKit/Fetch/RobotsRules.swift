@@ -124,7 +124,7 @@ public struct RobotsRules: Sendable, Equatable {
     /// character (letters, digits, `-._~`) decoded, other `%XX` with upper-case hex
     /// digits, and bytes outside printable ASCII (and a `%` that starts no escape)
     /// percent-encoded.
-    package static func comparable(_ text: String) -> [UInt8] {
+    static func comparable(_ text: String) -> [UInt8] {
         let bytes = Array(text.utf8)
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)

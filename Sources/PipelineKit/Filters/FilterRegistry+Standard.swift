@@ -28,7 +28,7 @@ extension FilterRegistry {
     /// and `imgpipe schema`.
     public static let standard = FilterRegistry(definitions: geometry + colourOps + effects + overlays)
 
-    package static let geometry: [FilterDefinition] = [
+    static let geometry: [FilterDefinition] = [
         FilterDefinition(
             name: "autorotate", summary: "Turn the image upright from its EXIF orientation tag, and drop the tag.",
             parameters: []

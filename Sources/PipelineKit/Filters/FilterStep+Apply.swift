@@ -241,14 +241,14 @@ extension VipsImage {
 
     /// A working copy that can hold `colour`: sRGB unless both are grey, with alpha when
     /// the colour is not opaque.
-    package func canvas(for colour: Colour) throws -> VipsImage {
+    func canvas(for colour: Colour) throws -> VipsImage {
         let isGreyColour = colour.red == colour.green && colour.green == colour.blue
         var image = isGrey && isGreyColour && !isCMYK ? try toGrey() : try toSRGB()
         if !colour.isOpaque, !image.hasAlpha { image = try image.appendingBand(255) }
         return image
     }
 
-    package func padded(top: Int, right: Int, bottom: Int, left: Int, colour: Colour) throws -> VipsImage {
+    func padded(top: Int, right: Int, bottom: Int, left: Int, colour: Colour) throws -> VipsImage {
         let image = try canvas(for: colour)
         return try image.embedded(
             x: left, y: top, width: image.width + left + right, height: image.height + top + bottom,

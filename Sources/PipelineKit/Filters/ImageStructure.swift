@@ -34,8 +34,8 @@ enum ImageStructure {
     }
 
     struct Malformed: Error {
-        package let what: String
-        package let offset: Int
+        let what: String
+        let offset: Int
     }
 }
 

@@ -177,7 +177,7 @@ public enum PipelineSchema {
     static let jsonPointer = JSONValue.object([
         ("type", .string("string")), ("pattern", .string("^(/([^~/]|~[01])*)*$")),
     ])
-    package static func constant(_ value: String) -> JSONValue { .object([("const", .string(value))]) }
+    static func constant(_ value: String) -> JSONValue { .object([("const", .string(value))]) }
 
     /// Every source kind as a whole source, or those that can be a fallback (`fallback` false).
     static func sourceSchemas(fallback: Bool) -> [JSONValue] {
@@ -195,7 +195,7 @@ public enum PipelineSchema {
         ("endpoint", string), ("pathStyle", boolean),
         ("accessKeyId", reference), ("secretAccessKey", reference), ("sessionToken", reference),
     ]
-    package static let reference = JSONValue.object([
+    static let reference = JSONValue.object([
         ("type", .string("string")), ("pattern", .string("^\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}$")),
     ])
 
@@ -255,5 +255,5 @@ public enum PipelineSchema {
 
     static func ref(_ name: String) -> JSONValue { .object([("$ref", .string("#/$defs/\(name)"))]) }
     package static func integer(_ value: Int) -> JSONValue { .number(Double(value), isInteger: true) }
-    package static func strings(_ values: [String]) -> JSONValue { .array(values.map(JSONValue.string)) }
+    static func strings(_ values: [String]) -> JSONValue { .array(values.map(JSONValue.string)) }
 }

@@ -177,8 +177,8 @@ public struct S3Client: Sendable {
 
     /// An uploaded part: its ETag (which S3 sends back in the completion) and the MD5 it
     /// was checked against.
-    package struct Part: Sendable {
-        package let etag: String
+    struct Part: Sendable {
+        let etag: String
         let md5: Data
     }
 

@@ -78,7 +78,7 @@ package enum LocalPath {
     /// shown, or used as a key, that says which bytes it has. In a name that needs an escape
     /// or holds a backslash, a backslash is written `\x5C`, so that no two names give the
     /// same text (a file named `caf\xE9.jpg` in letters and a Latin-1 `café.jpg`).
-    package static func escaped(_ bytes: [UInt8]) -> String {
+    static func escaped(_ bytes: [UInt8]) -> String {
         if !bytes.contains(UInt8(ascii: "\\")), let text = String(validating: bytes, as: UTF8.self) { return text }
         var text = ""
         var index = 0
