@@ -121,6 +121,7 @@ let package = Package(
                 "CProcess",
                 "CBeneath",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
     ],

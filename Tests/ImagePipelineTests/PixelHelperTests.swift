@@ -375,7 +375,7 @@ struct PixelHelperTests {
             spec, path: work.url("all.json"), environment: Environment(["LABEL": "label"])
         ).processor.settings
         #expect(settings.filters.count == 8 && settings.outputs.count == 2)
-        let (_, payload) = try PixelMessage.configuration(settings)
+        let payload = try PixelMessage.configuration(settings)
         let read = try PixelHelper.makeProcessor(payload).settings
         #expect(read == settings)
         #expect(read.limits.timeout == .infinity && read.limits.maxPixels == 1_000_000)

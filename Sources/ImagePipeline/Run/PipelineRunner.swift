@@ -71,8 +71,8 @@ public final class PipelineRunner: Sendable {
         // prepared (a read-only folder) must not leave a `running` run behind.
         let identity = identity
         for sink in pipeline.sinks { try sink.prepare(workRoot: identity.workRoot) }
-        // What the pixel helpers are sent, made before a run exists: settings that cannot be
-        // sent are the command's failure.
+        // What the pixel helpers are sent, made before a state file's run exists: settings
+        // that cannot be sent fail the session, never leave the pixels to this process.
         let helperConfiguration = try options.pixelHelper.map { _ in try PixelMessage.configuration(pipeline.processor.settings) }
         let start = try store.begin(mode, identity)
         for notice in start.notices { reporter.notice(notice) }
@@ -142,7 +142,7 @@ struct RunContext: Sendable {
 
     init(
         start: RunStart, pipeline: BuiltPipeline, store: any RunStateStore, reporter: any RunReporter, logger: Logger,
-        options: PipelineRunner.Options, helperConfiguration: (header: [UInt8], payload: Data)?,
+        options: PipelineRunner.Options, helperConfiguration: Data?,
         onWriteError: @escaping @Sendable (any Error) -> Void
     ) {
         run = start.run

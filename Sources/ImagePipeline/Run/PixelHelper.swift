@@ -91,14 +91,14 @@ enum PixelMessage {
         case ready
     }
 
-    /// The first frame to a helper: the run's processor (`ProcessorSettings`) as JSON, the
-    /// payload; the header is empty. Made before the run starts (`PipelineRunner.execute`):
-    /// settings that cannot be sent fail the command, never leave the pixels to the run's
-    /// own process.
-    static func configuration(_ settings: ProcessorSettings) throws -> (header: [UInt8], payload: Data) {
+    /// The first frame's payload to a helper (its header is empty): the run's processor
+    /// (`ProcessorSettings`) as JSON. Made as a session starts (`PipelineRunner.execute`):
+    /// settings that cannot be sent fail the session, never leave the pixels to the run's own
+    /// process.
+    static func configuration(_ settings: ProcessorSettings) throws -> Data {
         let encoder = JSONEncoder()
         encoder.nonConformingFloatEncodingStrategy = nonFinite.encoding
-        return (WireFields().bytes, try encoder.encode(settings))
+        return try encoder.encode(settings)
     }
 
     /// Numbers JSON has no text for, as a program may set them (`limits.timeout` infinite):

@@ -83,7 +83,7 @@ enum PixelWork: Sendable {
 /// helper once: a second end fails the item (`process`), naming both ends. The failure is
 /// final like any pixel failure; `resume --retry-failed` tries the item again. A helper that
 /// cannot start at all (the executable cannot be run, it exits or crashes before it is
-/// ready, it refuses the pipeline) is no fault of the item: the session makes its pixels on
+/// ready, it refuses the run's processor) is no fault of the item: the session makes its pixels on
 /// the workers' own threads instead, with one warning, as it would without helpers, but
 /// never an item whose helper already ended (it fails).
 ///
@@ -94,7 +94,7 @@ enum PixelWork: Sendable {
 final class PixelHelpers: Sendable {
     private let launch: PixelHelperLaunch
     /// The first frame to a helper: the run's processor (`PixelMessage.configuration`).
-    private let configuration: (header: [UInt8], payload: Data)
+    private let configuration: Data
     /// `NAME=value` lines: the environment a helper starts with.
     private let helperEnvironment: [String]
     /// The run's own processor, for when helpers cannot start.
@@ -145,7 +145,7 @@ final class PixelHelpers: Sendable {
     }
 
     init(
-        launch: PixelHelperLaunch, configuration: (header: [UInt8], payload: Data), fallback: ImageProcessor,
+        launch: PixelHelperLaunch, configuration: Data, fallback: ImageProcessor,
         cancellation: CancellationFlag, logger: Logger, redact: @escaping @Sendable (String) -> String,
         metrics: RunMetrics? = nil
     ) {
@@ -341,10 +341,10 @@ final class PixelHelpers: Sendable {
         }
     }
 
-    /// Starts a helper on a socket pair and hands it the pipeline. Killed as it starts
+    /// Starts a helper on a socket pair and hands it the run's processor. Killed as it starts
     /// (SIGKILL: the OOM killer, a kill -9, `abort`) is an end, as at work, and so is a
     /// shortage the next item may not meet (descriptors, processes, memory); anything else
-    /// (it cannot be run, it exits or crashes before it is ready, it refuses the pipeline)
+    /// (it cannot be run, it exits or crashes before it is ready, it refuses the processor)
     /// means no helper can start.
     private func start() throws(StartFailure) -> Helper {
         var pair: [Int32] = [-1, -1]
@@ -373,7 +373,7 @@ final class PixelHelpers: Sendable {
             if cancellation.isAborted || state.stopped { Glibc.kill(pid, SIGKILL) }
         }
         let settle = { [self] in state.withLock { _ = $0.starting.remove(pid) } }
-        guard PixelWire.write(helper.socket, header: configuration.header, payload: [configuration.payload]),
+        guard PixelWire.write(helper.socket, header: [], payload: [configuration]),
             let frame = PixelWire.read(helper.socket)
         else {
             settle()
@@ -386,7 +386,7 @@ final class PixelHelpers: Sendable {
             return helper
         case .refused(let message):
             retire(helper)
-            throw .cannotStart("it refused the pipeline: \(message)")
+            throw .cannotStart("it refused the run's processor: \(message)")
         default:
             retire(helper)
             throw .cannotStart("it answered what cannot be read")
