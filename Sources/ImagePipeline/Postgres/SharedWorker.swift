@@ -283,8 +283,20 @@ public final class SharedWorker: Sendable {
         // failing, or one call has hung for a lease, stop at once. (A process that was only
         // paused, SIGSTOP, has neither: its next heartbeat finds which leases it lost.)
         let fired = LockedBox<Date?>(nil)
+        let lastTick = LockedBox(Date())
         let watchdog = LoopThread(name: "imgpipe.watchdog", every: 0.25) { [self] in
             let now = Date()
+            // Time this process did not run (a SIGSTOP, a suspended host) is no call's hang:
+            // a heartbeat under way when it stopped is timed again from now, and finds on
+            // waking which leases were lost. (Before, one stopped mid-call was taken for a
+            // hung call on waking, and the worker gave its database up.)
+            let previous = lastTick.withLock { tick in
+                defer { tick = now }
+                return tick
+            }
+            if now.timeIntervalSince(previous) > 1 {
+                attempt.withLock { $0.started = $0.started == nil ? nil : now }
+            }
             let (started, failingSince) = attempt.withLock { $0 }
             let silent = now.timeIntervalSince(ledger.lastRenewal) > options.leaseSeconds
             let hung = started.map { now.timeIntervalSince($0) > options.leaseSeconds } ?? false
