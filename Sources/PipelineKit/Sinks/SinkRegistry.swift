@@ -7,6 +7,7 @@ public struct SinkRegistry: Sendable {
         UploadSinkParameters.self,
         HTTPSinkParameters.self,
         S3SinkParameters.self,
+        WebDatasetSinkParameters.self,
     ])
 
     public var typeNames: [String] { kinds.map { $0.typeName } }

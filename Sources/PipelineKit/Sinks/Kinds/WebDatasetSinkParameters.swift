@@ -1,0 +1,35 @@
+/// `"type": "webdataset"`: items written into WebDataset tar shards of `samplesPerShard`
+/// samples in the folder `path` (`WebDatasetSink`).
+public struct WebDatasetSinkParameters: SinkParameters {
+    public static let typeName = "webdataset"
+    public static let properties: [(key: String, value: JSONValue)] = [
+        ("path", PipelineSchema.string), ("samplesPerShard", PipelineSchema.integerSchema(1...1_000_000)),
+    ]
+    public static let required = ["path"]
+    public static let sendsRequests = false
+
+    public var path: EnvString
+    public var samplesPerShard: Int
+
+    public init(_ object: SpecObject) throws {
+        path = try object.required("path") { try EnvString($0) }
+        samplesPerShard = try object.optional("samplesPerShard", default: 10_000) { try $0.integer(in: 1...1_000_000) }
+    }
+
+    public func make(_ context: SinkContext) throws -> any Sink {
+        let root = context.spec.resolvePath(try path.expanded(in: context.environment))
+        try PipelineSpec.checkFolder(root, at: path.path, what: "sink folder")
+        _ = try context.spec.checkNotSource(root, at: path.path, environment: context.environment)
+        return WebDatasetSink(
+            name: context.name, root: root, samplesPerShard: samplesPerShard,
+            namesOutputs: context.spec.outputs(of: context.name).count > 1)
+    }
+
+    public var folder: EnvString? { path }
+
+    /// Shards are only ever added to: a change of `samplesPerShard` shapes the shards to
+    /// come, and delivers nothing again.
+    public func deliversLike(_ other: any SinkParameters) -> Bool {
+        (other as? Self)?.path == path
+    }
+}

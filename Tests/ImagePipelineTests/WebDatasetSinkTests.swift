@@ -1,0 +1,331 @@
+import Crypto
+import Foundation
+import GRDB
+import ImagePipelineTesting
+import Synchronization
+import Testing
+
+@testable import ImagePipeline
+@testable import PipelineKit
+
+/// The `webdataset` sink: shards read back by Python's `tarfile` (an independent reader),
+/// their members checked against the state file, a kill -9 with a shard open, and the
+/// journal that keeps a shard published just before a kill from being written twice.
+@Suite("WebDataset sink", .serialized)
+struct WebDatasetSinkTests {
+    let work: TemporaryDirectory
+
+    init() throws {
+        work = try TemporaryDirectory("imgpipe-webdataset")
+    }
+
+    func imgpipe(_ arguments: String...) throws -> CommandResult {
+        try ImgpipeBinary.run(arguments, in: work.path)
+    }
+
+    /// One member of a shard as `tarfile` reads it.
+    struct Member: Decodable, Equatable {
+        let name: String
+        let size: Int
+        let sha256: String
+        let text: String?
+    }
+
+    /// Every shard in `folder` (by file name) with its members in archive order, read by
+    /// Python's `tarfile`; the text of `.json` and `.txt` members comes along.
+    func shards(in folder: String) throws -> [String: [Member]] {
+        try work.write(
+            """
+            import hashlib, json, os, sys, tarfile
+            folder = sys.argv[1]
+            out = {}
+            for name in sorted(os.listdir(folder)):
+                if not name.endswith(".tar") or name.startswith("."):
+                    continue
+                members = []
+                with tarfile.open(os.path.join(folder, name)) as tar:
+                    for info in tar:
+                        data = tar.extractfile(info).read()
+                        text = data.decode() if info.name.endswith((".json", ".txt")) else None
+                        members.append({"name": info.name, "size": info.size,
+                                        "sha256": hashlib.sha256(data).hexdigest(), "text": text})
+                out[name] = members
+            print(json.dumps(out))
+            """, to: "read_shards.py")
+        let read = try ImgpipeBinary.launch(
+            executable: "/usr/bin/env", ["python3", "read_shards.py", folder], in: work.path
+        ).wait()
+        try #require(read.status == 0, "python3 could not read the shards: \(read.stderr)")
+        return try JSONDecoder().decode([String: [Member]].self, from: Data(read.stdout.utf8))
+    }
+
+    /// The keys of the samples of a shard, in order, from its `.json` members.
+    func sampleKeys(of members: [Member]) throws -> [String] {
+        try members.filter { $0.name.hasSuffix(".json") }.map { member in
+            let record = try #require(
+                try JSONSerialization.jsonObject(with: Data((member.text ?? "").utf8)) as? [String: Any])
+            return try #require(record["key"] as? String)
+        }
+    }
+
+    func rows(_ sql: String) throws -> [Row] {
+        try DatabaseQueue(path: work.url("state.sqlite")).read { try Row.fetchAll($0, sql: sql) }
+    }
+
+    // MARK: - names and archives
+
+    @Test func sampleKeysHoldNoDotAndNeverMeet() {
+        #expect(WebDatasetSink.sampleKey("cat.jpg") == "cat~2Ejpg")
+        #expect(WebDatasetSink.sampleKey("a/b_c-d") == "a~2Fb_c-d")
+        #expect(WebDatasetSink.sampleKey("~") == "~7E")
+        #expect(WebDatasetSink.sampleKey("é") == "~C3~A9")
+        let keys = [
+            "cat.jpg", "cat_jpg", "cat~2Ejpg", "", ".", "~", "a/b", "a~2Fb",
+            String(repeating: "x", count: 200), String(repeating: "x", count: 200) + "y",
+            String(repeating: ".", count: 90), String(repeating: ".", count: 91),
+        ]
+        let made = keys.map(WebDatasetSink.sampleKey)
+        #expect(Set(made).count == keys.count, "\(made)")
+        for key in made {
+            #expect(!key.contains(".") && !key.contains("/") && !key.isEmpty && key.utf8.count <= 120, "\(key)")
+        }
+    }
+
+    /// Names over ustar's 100 bytes (and not ASCII) go whole through a pax header, sizes and
+    /// contents exact, as Python's `tarfile` reads them.
+    @Test func aTarOfLongNamesReadsBackWhole() throws {
+        let members: [(String, [UInt8])] = [
+            ("short.txt", Array("hello".utf8)),
+            (String(repeating: "n", count: 150) + ".json", Array("{}".utf8)),
+            ("été.txt", []),
+            ("block.bin", [UInt8](repeating: 7, count: 512)),
+        ]
+        var archive: [UInt8] = []
+        for (name, data) in members {
+            archive += TarFormat.header(name: name, size: data.count, modified: 1_700_000_000)
+            archive += data + TarFormat.padding(data.count)
+        }
+        archive += TarFormat.end
+        _ = try work.folder("tars")
+        try Data(archive).write(to: URL(fileURLWithPath: work.url("tars/00000.tar")))
+        let read = try #require(try shards(in: work.url("tars"))["00000.tar"])
+        #expect(read.map(\.name) == members.map(\.0))
+        #expect(read.map(\.size) == members.map(\.1.count))
+        #expect(read.map(\.sha256) == members.map { SHA256.hash(data: Data($0.1)).hex })
+    }
+
+    // MARK: - the built binary
+
+    /// Seven items in shards of three: `00000.tar` to `00002.tar` (3, 3, 1 samples), each
+    /// sample's members together (`KEY.jpg` then `KEY.json`), the image the output the state
+    /// file recorded, each item in exactly one shard, stats beside each shard, nothing
+    /// temporary left.
+    @Test func aRunWritesWholeNumberedShards() throws {
+        let keys = (1...7).map { "img-\($0).jpg" }
+        for (index, key) in keys.enumerated() {
+            try ImageFixtures.jpeg(at: work.url("in/" + key), width: 64 + index, height: 48)
+        }
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 32, "height": 32}],
+             "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 3}}
+            """, to: "pipe.json")
+        let run = try imgpipe("run", "pipe.json", "--state", "state.sqlite")
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+
+        let shards = try shards(in: work.url("shards"))
+        #expect(shards.keys.sorted() == ["00000.tar", "00001.tar", "00002.tar"])
+        #expect(shards.mapValues { $0.count } == ["00000.tar": 6, "00001.tar": 6, "00002.tar": 2])
+        var seen: [String] = []
+        let outputs = try Dictionary(
+            uniqueKeysWithValues: rows("SELECT itemKey, hash FROM output").map { ($0["itemKey"] as String, $0["hash"] as String) }
+        )
+        for (name, members) in shards {
+            let shardKeys = try sampleKeys(of: members)
+            seen += shardKeys
+            for (index, key) in shardKeys.enumerated() {
+                let sample = WebDatasetSink.sampleKey(key)
+                let image = members[2 * index]
+                let record = members[2 * index + 1]
+                #expect(image.name == sample + ".jpg" && record.name == sample + ".json", "\(name): \(image.name)")
+                #expect(image.sha256 == outputs[key], "\(name): \(key) is not the output recorded")
+                let json = try #require(
+                    try JSONSerialization.jsonObject(with: Data((record.text ?? "").utf8)) as? [String: Any])
+                #expect((json["width"] as? Int) == 32 && (json["height"] as? Int) ?? 0 > 0, "\(json)")
+                #expect((json["url"] as? String)?.hasSuffix("in/" + key) == true, "\(json)")
+            }
+            let stats = try #require(
+                try JSONSerialization.jsonObject(
+                    with: Data(contentsOf: URL(fileURLWithPath: work.url("shards/" + String(name.dropLast(4)) + "_stats.json"))))
+                    as? [String: Any])
+            #expect(stats["samples"] as? Int == shardKeys.count, "\(stats)")
+        }
+        #expect(seen.sorted() == keys, "each item in exactly one shard")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
+        // Each delivery names the shard that holds it.
+        for row in try rows("SELECT itemKey, status, remoteURL FROM delivery") {
+            let key: String = row["itemKey"]
+            let shard = try #require(try shards.first { try sampleKeys(of: $0.value).contains(key) }?.key)
+            #expect(row["status"] == "done" && (row["remoteURL"] as String).hasSuffix("shards/" + shard), "\(row)")
+        }
+    }
+
+    /// A kill -9 with a shard open (two items held, the feed's last two held back by the
+    /// server): the first shard stays whole, the open one is lost, and `resume` writes its
+    /// items again into whole shards numbered on from 1, each item once.
+    @Test func aShardOpenAtAKillIsWrittenAgainOnResume() throws {
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
+        let released = Mutex(false)
+        let server = try TestHTTPServer { request in
+            // The last two wait until the test lets them go.
+            if request.path == "/6.jpg" || request.path == "/7.jpg" {
+                while !released.withLock({ $0 }) { usleep(10_000) }
+            }
+            return .bytes(jpeg)
+        }
+        defer { released.withLock { $0 = true } }
+        let keys = (1...7).map { "\($0).jpg" }
+        try work.write(keys.map { "\(server.baseURL)/\($0)\n" }.joined(), to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}],
+             "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 3},
+             "retry": {"attempts": 1}, "limits": {"timeout": 120}}
+            """, to: "pipe.json")
+        let running = try ImgpipeBinary.launch(["run", "pipe.json", "--state", "state.sqlite"], in: work.path)
+        defer { if running.process.isRunning { running.signal(SIGKILL) } }
+
+        // Wait for shard 0 recorded and two items held in the open shard.
+        let deadline = Date().addingTimeInterval(120)
+        var settled = false
+        while Date() < deadline, running.process.isRunning, !settled {
+            // The state file may be locked for a moment (the run opening it): looked at again.
+            let states = (try? rows("SELECT status, count(*) AS n FROM item GROUP BY status")) ?? []
+            let counts = Dictionary(uniqueKeysWithValues: states.map { ($0["status"] as String, $0["n"] as Int) })
+            settled = counts["done"] == 3 && counts["processed"] == 2
+            if !settled { usleep(20_000) }
+        }
+        try #require(settled, "the run did not reach one shard done and two items held")
+        let partials = try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter {
+            $0.hasPrefix(WebDatasetSink.partialPrefix)
+        }
+        #expect(partials.count == 1, "the open shard is written under a temporary name")
+        running.signal(SIGKILL)
+        #expect(running.wait().status != 0)
+        #expect(try shards(in: work.url("shards")).keys.sorted() == ["00000.tar"])
+
+        released.withLock { $0 = true }
+        let resumed = try imgpipe("resume", "pipe.json", "--state", "state.sqlite")
+        #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+        let shards = try shards(in: work.url("shards"))
+        #expect(shards.keys.sorted() == ["00000.tar", "00001.tar", "00002.tar"])
+        let all = try shards.values.flatMap { try sampleKeys(of: $0) }
+        let done = try rows("SELECT key FROM item WHERE status = 'done'").map { $0["key"] as String }
+        #expect(all.count == 7 && Set(all) == Set(done) && done.count == 7, "each item once: \(all)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
+    }
+
+    func makeJPEG() throws -> String {
+        let path = work.url("source.jpg")
+        try ImageFixtures.jpeg(at: path, width: 40, height: 30)
+        return path
+    }
+
+    // MARK: - the journal, in process
+
+    /// Items of one item each, staged as files, for a sink handed them directly.
+    func items(_ keys: [String], run: String = "run-a") throws -> [BatchItem] {
+        let source = try makeJPEG()
+        let size = try Data(contentsOf: URL(fileURLWithPath: source))
+        return keys.map { key in
+            let delivery = Delivery(
+                runId: 1, runUUID: run, key: key, width: 40, height: 30, stagedPath: source, name: key, format: .jpeg,
+                origin: "in/" + key, nameKey: key, nameStem: key, sha256: SHA256.hash(data: size).hex, index: 0)
+            return BatchItem(key: key, metadata: #"{"n": 1}"#, caption: "a caption of \(key)", deliveries: [delivery])
+        }
+    }
+
+    func sink() -> WebDatasetSink {
+        WebDatasetSink(name: "shards", root: work.url("shards"), samplesPerShard: 10, namesOutputs: false)
+    }
+
+    /// A process killed after it published a shard and before the runner recorded it: the
+    /// next session's sink reads its journal and answers those items delivered, without a
+    /// second copy; once a session finishes, the journal is gone and nothing is answered so.
+    @Test func aShardPublishedBeforeItsRecordIsNotWrittenTwice() throws {
+        let workRoot = work.url("work")
+        let first = sink()
+        try first.prepare(workRoot: workRoot)
+        for item in try items(["a", "b"]) {
+            #expect(try first.accept(item, attempt: 1) == .held(full: false))
+        }
+        let receipts = try first.commit()
+        #expect(receipts.keys.sorted() == ["a", "b"])
+        // Killed here: no finish, nothing recorded.
+
+        let second = sink()
+        try second.prepare(workRoot: workRoot)
+        for item in try items(["a", "b"]) {
+            guard case .delivered = try second.accept(item, attempt: 1) else {
+                Issue.record("\(item.key) was written again")
+                continue
+            }
+        }
+        // Another run's items of the same keys are not the journal's.
+        #expect(try second.accept(try items(["a"], run: "run-b")[0], attempt: 1) == .held(full: false))
+        #expect(try second.accept(try items(["c"])[0], attempt: 1) == .held(full: false))
+        _ = try second.commit()
+        second.finish()
+        let shards = try shards(in: work.url("shards"))
+        #expect(try shards.mapValues { try sampleKeys(of: $0) } == ["00000.tar": ["a", "b"], "00001.tar": ["a", "c"]])
+        // The caption and the feed's metadata travel with the sample.
+        let members = try #require(shards["00000.tar"])
+        #expect(members.map(\.name) == ["a.jpg", "a.txt", "a.json", "b.jpg", "b.txt", "b.json"])
+        #expect(members[1].text == "a caption of a")
+        #expect(members[2].text?.contains(#""meta":{"n":1}"#) == true, "\(members[2].text ?? "")")
+
+        let third = sink()
+        try third.prepare(workRoot: workRoot)
+        #expect(try third.accept(try items(["a"])[0], attempt: 1) == .held(full: false))
+        third.discard()
+    }
+
+    /// A process killed after it wrote the journal and before the link: the shard was never
+    /// published, so the next session removes it and takes its items again.
+    @Test func aShardNeverPublishedIsRemovedAndItsItemsTakenAgain() throws {
+        let workRoot = work.url("work")
+        let first = sink()
+        try first.prepare(workRoot: workRoot)
+        for item in try items(["a", "b"]) { _ = try first.accept(item, attempt: 1) }
+        let partial = try #require(
+            try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).first {
+                $0.hasPrefix(WebDatasetSink.partialPrefix)
+            })
+        try work.write(#"{"run": "run-a", "partial": "\#(partial)", "keys": ["a", "b"]}"#, to: "work/webdataset-shards.journal")
+
+        let second = sink()
+        try second.prepare(workRoot: workRoot)
+        #expect(!FileManager.default.fileExists(atPath: work.url("shards/" + partial)))
+        #expect(!FileManager.default.fileExists(atPath: work.url("work/webdataset-shards.journal")))
+        for item in try items(["a", "b"]) {
+            #expect(try second.accept(item, attempt: 1) == .held(full: false))
+        }
+        _ = try second.commit()
+        #expect(try shards(in: work.url("shards")).mapValues { try sampleKeys(of: $0) } == ["00000.tar": ["a", "b"]])
+    }
+
+    /// `samplesPerShard` is checked where the file says it.
+    @Test func aShardSizeOutOfRangeIsRefusedWithItsPath() throws {
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 0}}
+            """, to: "pipe.json")
+        _ = try work.folder("in")
+        let result = try imgpipe("validate", "pipe.json")
+        #expect(result.status == 2, "\(result.stdout)\(result.stderr)")
+        #expect(result.stderr.contains("sink.samplesPerShard"), "\(result.stderr)")
+    }
+}
