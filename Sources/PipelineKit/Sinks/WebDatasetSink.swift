@@ -264,7 +264,7 @@ public final class WebDatasetSink: Sink {
             ("samples", PipelineSchema.integer(shard.keys.count)), ("bytes", PipelineSchema.integer(size)),
             ("outputBytes", PipelineSchema.integer(shard.outputBytes)), ("seconds", .number(seconds, isInteger: false)),
             ("firstKey", .string(shard.keys.first ?? "")), ("lastKey", .string(shard.keys.last ?? "")),
-            ("run", .string(shard.firstRun)),
+            ("run", .string(shard.firstRun)), ("writer", .string(Self.processPart)),
         ])
         return Array((value.serialized() + "\n").utf8)
     }

@@ -1,0 +1,57 @@
+import Foundation
+import ImagePipelineTesting
+import Testing
+
+@testable import ImagePipeline
+@testable import PipelineKit
+
+/// Two `work` processes of one shared run (PostgreSQL) writing shards into one folder.
+extension WebDatasetSinkTests {
+    /// Each worker commits its own shards (a full one, or what it holds when it finds
+    /// nothing to claim), and the numbers they take make one sequence from 00000 without a
+    /// gap; every item is in exactly one shard, and every shard reads whole.
+    @Test func twoWorkersWriteOneSequenceOfShards() throws {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.makeDatabase()
+        defer { cluster.dropDatabase(url) }
+        // Each image takes 0.2 s to arrive, one at a time per worker: both workers have
+        // items to claim for seconds.
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
+        let server = try TestHTTPServer { _ in
+            var response = TestHTTPServer.Response.bytes(jpeg)
+            response.stall = 0.2
+            return response
+        }
+        let names = (1...20).map { String(format: "img-%02d.jpg", $0) }
+        try work.write(names.map { "\(server.baseURL)/\($0)\n" }.joined(), to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "filters": [{"op": "fit", "width": 24, "height": 24}], "limits": {"downloads": 1},
+             "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 3}}
+            """, to: "pipe.json")
+        let workers = try (0..<2).map { _ in
+            try ImgpipeBinary.launch(["work", "pipe.json", "--state", url, "--chunk-size", "2", "-j", "1"], in: work.path)
+        }
+        for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stderr)") }
+
+        let shards = try shards(in: work.url("shards"))
+        let numbers = shards.keys.compactMap { Int($0.dropLast(4)) }.sorted()
+        #expect(!numbers.isEmpty && numbers == Array(0..<numbers.count), "\(shards.keys.sorted())")
+        let all = try shards.values.flatMap { try sampleKeys(of: $0) }
+        let done = try ImgpipeBinary.run(["export", "pipe.json", "--state", url, "--format", "jsonl"], in: work.path)
+        #expect(done.stdout.split(separator: "\n").count == 20, "\(done.stderr)")
+        #expect(all.count == 20 && Set(all).count == 20, "each item in exactly one shard: \(all.sorted())")
+        #expect(shards.values.allSatisfy { $0.count <= 6 }, "at most three samples a shard")
+        // Both workers took numbers from the one sequence.
+        let writers = try Set(
+            numbers.map { number in
+                let stats = try Data(
+                    contentsOf: URL(fileURLWithPath: work.url("shards/" + String(format: "%05d_stats.json", number))))
+                let object = try #require(try JSONSerialization.jsonObject(with: stats) as? [String: Any])
+                return try #require(object["writer"] as? String)
+            })
+        #expect(writers.count == 2, "\(writers)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
+    }
+}
