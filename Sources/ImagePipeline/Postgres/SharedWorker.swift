@@ -247,17 +247,24 @@ public final class SharedWorker: Sendable {
         let listerRun = try run.sibling()
         // The watchdog and the delivery gate read the same renewal time (`ChunkLedger`).
         ledger.renewed(at: Date())
-        // When the heartbeat now under way started, and when the heartbeats began failing
-        // in a row (nil: the last one landed).
-        let attempt = LockedBox<(started: Date?, failingSince: Date?)>((nil, nil))
+        // The heartbeat call under way (each takes the next number; nil between calls), the
+        // number the next one takes, and when the heartbeats began failing in a row (nil: the
+        // last one landed).
+        let attempt = LockedBox<(call: Int?, next: Int, failingSince: Date?)>((nil, 0, nil))
         let heartbeat = LoopThread(name: "imgpipe.heartbeat", every: options.heartbeatSeconds) { [self] in
             do {
                 // Only chunks claimed before the renewal can be missing from its answer.
                 let before = ledger.unfinished()
                 let started = Date()
-                attempt.withLock { $0.started = started }
+                attempt.withLock {
+                    $0.call = $0.next
+                    $0.next += 1
+                }
                 let held = try heartbeatRun.heartbeat(tokens: before.map(\.token))
-                attempt.withLock { $0 = (nil, nil) }
+                attempt.withLock {
+                    $0.call = nil
+                    $0.failingSince = nil
+                }
                 // (A chunk finished while the heartbeat was under way is missing from its
                 // answer too: it is no longer held, and nothing is said.)
                 for lost in before where held[lost.id] != lost.token && ledger.markLost(lost) {
@@ -274,7 +281,10 @@ public final class SharedWorker: Sendable {
                 let rescued = try heartbeatRun.rescueExpired()
                 if !rescued.isEmpty { logger.info("rescued expired leases", metadata: ["chunks": "\(rescued)"]) }
             } catch {
-                attempt.withLock { $0 = (nil, $0.failingSince ?? Date()) }
+                attempt.withLock {
+                    $0.call = nil
+                    $0.failingSince = $0.failingSince ?? Date()
+                }
                 logger.warning("heartbeat failed: \(pipeline.environment.redact(String(describing: error)))")
             }
         }
@@ -283,23 +293,15 @@ public final class SharedWorker: Sendable {
         // failing, or one call has hung for a lease, stop at once. (A process that was only
         // paused, SIGSTOP, has neither: its next heartbeat finds which leases it lost.)
         let fired = LockedBox<Date?>(nil)
-        let lastTick = LockedBox(Date())
+        // Counted in time the process ran (`HeartbeatWatch`): a pause is no call's hang.
+        let watch = LockedBox(HeartbeatWatch(lease: options.leaseSeconds))
         let watchdog = LoopThread(name: "imgpipe.watchdog", every: 0.25) { [self] in
             let now = Date()
-            // Time this process did not run (a SIGSTOP, a suspended host) is no call's hang:
-            // a heartbeat under way when it stopped is timed again from now, and finds on
-            // waking which leases were lost. (Before, one stopped mid-call was taken for a
-            // hung call on waking, and the worker gave its database up.)
-            let previous = lastTick.withLock { tick in
-                defer { tick = now }
-                return tick
+            let (call, failingSince) = attempt.withLock { ($0.call, $0.failingSince) }
+            let renewal = ledger.lastRenewal
+            let stop = watch.withLock {
+                $0.tick(now: now, call: call, renewal: renewal, failing: failingSince != nil)
             }
-            if now.timeIntervalSince(previous) > 1 {
-                attempt.withLock { $0.started = $0.started == nil ? nil : now }
-            }
-            let (started, failingSince) = attempt.withLock { $0 }
-            let silent = now.timeIntervalSince(ledger.lastRenewal) > options.leaseSeconds
-            let hung = started.map { now.timeIntervalSince($0) > options.leaseSeconds } ?? false
             if let lost = lostDatabase.withLock({ $0 }) {
                 // Stopped, yet still not ended: a call is hung in libpq.
                 if let firedAt = fired.withLock({ $0 }), now.timeIntervalSince(firedAt) > 10, !ended.withLock({ $0 }) {
@@ -308,7 +310,7 @@ public final class SharedWorker: Sendable {
                 }
                 return
             }
-            guard (silent && failingSince != nil) || hung else { return }
+            guard stop else { return }
             lostDatabase.withLock {
                 $0 =
                     "no heartbeat reached the database for \(Int(options.leaseSeconds)) s "
