@@ -91,3 +91,26 @@ struct DryRunSampleTests {
         #expect(large.contains("×") && large.contains(" → "), "size and bytes of the output: \(large)")
     }
 }
+
+extension DryRunSampleTests {
+    /// A dry-run makes the run's own processor, with every check `run` makes: a text the
+    /// chain puts wholly outside every picture is the pipeline's fault (exit 2, naming its
+    /// path), as `validate` and `run` say, not a preview of each sample failing. (Before,
+    /// dry-run made its own processor without that check and previewed the samples.)
+    @Test func aDryRunRefusesWhatARunRefuses() throws {
+        try ImageFixtures.jpeg(at: work.url("in/a.jpg"), width: 40, height: 30)
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 20, "height": 20},
+                         {"op": "text", "text": "hello", "gravity": "south-east", "margin": 30}],
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "outside.json")
+        let validated = try imgpipe("validate", "outside.json")
+        #expect(validated.status == 2 && validated.stderr.contains("filters[1]"), "\(validated.stderr)")
+        let dry = try imgpipe("dry-run", "outside.json", "--out", "preview")
+        #expect(dry.status == 2, "\(dry.stdout)\(dry.stderr)")
+        #expect(dry.stderr.contains("filters[1]") && dry.stderr.contains("wholly outside"), "\(dry.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.url("preview/index.html")))
+    }
+}

@@ -123,6 +123,18 @@ public struct BuiltPipeline: Sendable {
                 }
                 if let built { sinks.append(built) }
             }
+            let processor = try processor(spec, environment: environment)
+            guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
+            return BuiltPipeline(
+                spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
+                sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
+        }
+
+        /// The run's image processor: each filter expanded and checked (variables, watermark
+        /// images, output sizes), the sizes the chain makes checked without an image
+        /// (`SizeBound`), every output with its own filters. When collecting, a fault is
+        /// noted and the part left out.
+        mutating func processor(_ spec: PipelineSpec, environment: Environment) throws -> ImageProcessor {
             var filters: [(step: FilterStep, path: String)] = []
             for (index, filter) in spec.filters.enumerated() {
                 let at = "filters[\(index)]"
@@ -151,13 +163,9 @@ public struct BuiltPipeline: Sendable {
                         output, filters: steps.map(\.step),
                         path: BuiltPipeline.path(ofOutput: outputIndex, in: spec)))
             }
-            guard let feed, faults.isEmpty else { throw faults.first ?? SpecError(path: "source", message: "not built") }
-            let processor = ImageProcessor(
+            return ImageProcessor(
                 filters: filters.map(\.step), outputs: outputs, limits: spec.limits,
                 baseDirectory: spec.baseDirectory, accept: spec.accept)
-            return BuiltPipeline(
-                spec: spec, path: URL(fileURLWithPath: path).standardizedFileURL.path, feed: feed, fetcher: fetcher,
-                sinks: sinks, processor: processor, environment: environment, cancellation: cancellation)
         }
 
         /// A step that sets both sides of its result must stay within `limits.maxPixels`,
@@ -230,23 +238,13 @@ public struct BuiltPipeline: Sendable {
         }
     }
 
-    /// The filter chain with `${NAME}` expanded, each watermark image checked as a run
-    /// checks it: what a dry-run needs before any sample (a missing watermark is the
-    /// pipeline's fault, named with its path, not a failure of every sample).
-    public static func checkedFilters(_ spec: PipelineSpec, environment: Environment) throws -> [FilterStep] {
-        try spec.filters.enumerated().map { try checkedFilter(spec, $1, at: "filters[\($0)]", environment: environment) }
-    }
-
-    /// Every output with its own filters expanded and checked.
-    public static func checkedOutputs(_ spec: PipelineSpec, environment: Environment) throws -> [OutputPlan] {
-        try spec.outputs.enumerated().map { outputIndex, output in
-            OutputPlan(
-                output,
-                filters: try output.filters.enumerated().map { index, filter in
-                    try checkedFilter(
-                        spec, filter, at: path(ofFilter: index, ofOutput: outputIndex, in: spec), environment: environment)
-                }, path: path(ofOutput: outputIndex, in: spec))
-        }
+    /// The processor a run of `spec` would have, with every check `build` makes of its
+    /// filters and outputs (variables, watermark images, sizes): what a dry-run needs before
+    /// any sample (a missing watermark is the pipeline's fault, named with its path, not a
+    /// failure of every sample).
+    public static func processor(for spec: PipelineSpec, environment: Environment) throws -> ImageProcessor {
+        var assembly = Assembly(collecting: false)
+        return try assembly.processor(spec, environment: environment)
     }
 
     /// Where an output's filter is written: `output.filters[i]` or `outputs[j].filters[i]`.

@@ -132,22 +132,16 @@ public struct DryRun: Sendable {
     ) throws -> [[DryRunRow]] {
         let pipelines = [spec] + (other.map { [$0] } ?? [])
         let folders = other == nil ? [""] : ["a/", "b/"]
-        // The checks `run` makes of its filters (variables, watermarks, output sizes), before
-        // any sample, naming which pipeline is at fault.
-        let chains = try pipelines.enumerated().map { index, spec in
+        // The run's own processor, with the checks `run` makes of its filters (variables,
+        // watermarks, output sizes) before any sample, naming which pipeline is at fault.
+        let processors = try pipelines.enumerated().map { index, spec in
             do {
-                return (
-                    try BuiltPipeline.checkedFilters(spec, environment: environment),
-                    try BuiltPipeline.checkedOutputs(spec, environment: environment)
-                )
+                return try BuiltPipeline.processor(for: spec, environment: environment)
             } catch {
                 throw DryRunError(pipeline: index, fault: error)
             }
         }
         try FileManager.default.createDirectory(atPath: outputDirectory, withIntermediateDirectories: true)
-        let processors = zip(pipelines, chains).map { spec, chain in
-            ImageProcessor(filters: chain.0, outputs: chain.1, limits: spec.limits, baseDirectory: spec.baseDirectory)
-        }
         var results: [[DryRunRow]] = []
         // Each pipeline's preview names, as a run claims output names: a later sample whose
         // name is taken fails as its item would, instead of writing over the first's preview.
@@ -172,11 +166,12 @@ public struct DryRun: Sendable {
                     folder: folders[number], claimed: &claimed[number])
                 for (outputIndex, var row) in made.enumerated() {
                     if let output = row.output {
-                        let plan = chains[number].1[outputIndex]
+                        let settings = processors[number].settings
+                        let plan = settings.outputs[outputIndex]
                         row.display = displayPicture(output, format: plan.spec.format)
                         row.ssim = SourceSimilarity.score(
                             output: url(output).path, source: path,
-                            autorotate: (chains[number].0 + plan.filters).contains(.autorotate))
+                            autorotate: (settings.filters + plan.filters).contains(.autorotate))
                     }
                     rows.append(row)
                 }
