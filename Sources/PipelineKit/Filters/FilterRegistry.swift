@@ -190,31 +190,3 @@ public struct FilterSpec: Sendable, Equatable {
     /// Every parameter's value, defaults included.
     public let arguments: [String: JSONValue]
 }
-
-/// The arguments travel as one JSON text, as the pipeline file's parser reads it: a
-/// `JSONValue` through Foundation's coders would lose whether `2.0` was written with a
-/// fraction.
-extension FilterSpec: Codable {
-    private enum CodingKeys: String, CodingKey {
-        case op, step, arguments
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        op = try container.decode(String.self, forKey: .op)
-        step = try container.decode(FilterStep.self, forKey: .step)
-        let text = try container.decode(String.self, forKey: .arguments)
-        guard case .object(let members) = try JSONParser.parse(text) else {
-            throw DecodingError.dataCorruptedError(forKey: .arguments, in: container, debugDescription: "not a JSON object")
-        }
-        arguments = Dictionary(members, uniquingKeysWith: { first, _ in first })
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(op, forKey: .op)
-        try container.encode(step, forKey: .step)
-        let members = arguments.sorted { $0.key < $1.key }.map { (key: $0.key, value: $0.value) }
-        try container.encode(JSONValue.object(members).serialized(), forKey: .arguments)
-    }
-}

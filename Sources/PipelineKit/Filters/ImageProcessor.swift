@@ -59,7 +59,11 @@ public struct OutputPlan: Sendable, Equatable, Codable {
     /// else `outputs[i]`.
     public let path: String?
 
+    /// The spec's own filters as the file wrote them are left out of `spec`: the plan holds
+    /// them expanded and checked, as `filters`, and a helper process is sent only those.
     public init(_ spec: OutputSpec, filters: [FilterStep] = [], path: String? = nil) {
+        var spec = spec
+        spec.filters = []
         self.spec = spec
         self.filters = filters
         self.path = path

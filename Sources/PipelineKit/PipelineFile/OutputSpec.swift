@@ -55,6 +55,11 @@ public struct OutputSpec: Sendable, Equatable, Codable {
     public var name = NameTemplate.standard
 
     public init() {}
+
+    /// `filters` is not coded: a processor's outputs carry theirs expanded (`OutputPlan`).
+    private enum CodingKeys: String, CodingKey {
+        case id, format, quality, strip, progressive, compression, lossless, effort, name
+    }
 }
 
 extension OutputSpec {
