@@ -87,7 +87,7 @@ struct WebDatasetSinkTests {
         let made = keys.map(WebDatasetSink.sampleKey)
         #expect(Set(made).count == keys.count, "\(made)")
         for key in made {
-            #expect(!key.contains(".") && !key.contains("/") && !key.isEmpty && key.utf8.count <= 120, "\(key)")
+            #expect(!key.contains(".") && !key.contains("/") && !key.isEmpty && key.utf8.count <= 90, "\(key)")
         }
     }
 
@@ -292,21 +292,31 @@ struct WebDatasetSinkTests {
         third.discard()
     }
 
-    /// A process killed after it wrote the journal and before the link: the shard was never
-    /// published, so the next session removes it and takes its items again.
-    @Test func aShardNeverPublishedIsRemovedAndItsItemsTakenAgain() throws {
-        let workRoot = work.url("work")
+    /// A sink killed in its commit after it wrote the journal and before the link: it holds
+    /// `a` and `b` in its partial shard, and the journal names that file as a commit does.
+    func killedBeforeItsLink() throws -> (sink: WebDatasetSink, partial: String) {
         let first = sink()
-        try first.prepare(workRoot: workRoot)
+        try first.prepare(workRoot: work.url("work"))
         for item in try items(["a", "b"]) { _ = try first.accept(item, attempt: 1) }
         let partial = try #require(
             try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).first {
-                $0.hasPrefix(WebDatasetSink.partialPrefix)
+                $0.hasPrefix(WebDatasetSink.partialPrefix) && $0.hasSuffix(".tar")
             })
-        try work.write(#"{"run": "run-a", "partial": "\#(partial)", "keys": ["a", "b"]}"#, to: "work/webdataset-shards.journal")
+        var info = stat()
+        try #require(lstat(work.url("shards/" + partial), &info) == 0)
+        let entry =
+            #"{"run": "run-a", "partial": "\#(partial)", "device": "\#(info.st_dev)", "inode": "\#(info.st_ino)", "#
+            + #""size": "\#(info.st_size)", "keys": ["a", "b"]}"#
+        try work.write(#"{"entries": [\#(entry)]}"#, to: "work/webdataset-shards.journal")
+        return (first, partial)
+    }
 
+    /// A process killed after it wrote the journal and before the link: the shard was never
+    /// published, so the next session removes it and takes its items again.
+    @Test func aShardNeverPublishedIsRemovedAndItsItemsTakenAgain() throws {
+        let (_, partial) = try killedBeforeItsLink()
         let second = sink()
-        try second.prepare(workRoot: workRoot)
+        try second.prepare(workRoot: work.url("work"))
         #expect(!FileManager.default.fileExists(atPath: work.url("shards/" + partial)))
         #expect(!FileManager.default.fileExists(atPath: work.url("work/webdataset-shards.journal")))
         for item in try items(["a", "b"]) {
@@ -314,6 +324,92 @@ struct WebDatasetSinkTests {
         }
         _ = try second.commit()
         #expect(try shards(in: work.url("shards")).mapValues { try sampleKeys(of: $0) } == ["00000.tar": ["a", "b"]])
+    }
+
+    /// The same, but the partial shard was removed meanwhile (another process swept it):
+    /// its items are not taken for delivered, though no file says otherwise.
+    @Test func aShardSweptBeforeItsLinkIsNotTakenForPublished() throws {
+        let (first, partial) = try killedBeforeItsLink()
+        first.discard()
+        #expect(!FileManager.default.fileExists(atPath: work.url("shards/" + partial)))
+
+        let second = sink()
+        try second.prepare(workRoot: work.url("work"))
+        #expect(try second.accept(try items(["a"])[0], attempt: 1) == .held(full: false))
+        second.discard()
+    }
+
+    /// Killed twice in the window between a link and its record: the first shard's items
+    /// not yet answered, and the second shard's, are both still known to the third session;
+    /// a session that ends normally forgets only the items it answered.
+    @Test func theJournalKeepsWhatNoEndedSessionAnswered() throws {
+        let workRoot = work.url("work")
+        let first = sink()
+        try first.prepare(workRoot: workRoot)
+        for item in try items(["a", "b"]) { _ = try first.accept(item, attempt: 1) }
+        _ = try first.commit()  // 00000.tar: a, b; killed before the record
+
+        let second = sink()
+        try second.prepare(workRoot: workRoot)
+        guard case .delivered = try second.accept(try items(["a"])[0], attempt: 1) else {
+            Issue.record("a was written again")
+            return
+        }
+        #expect(try second.accept(try items(["c"])[0], attempt: 1) == .held(full: false))
+        _ = try second.commit()  // 00001.tar: c; killed again before the record
+
+        let third = sink()
+        try third.prepare(workRoot: workRoot)
+        for key in ["b", "c"] {
+            guard case .delivered(let receipt) = try third.accept(try items([key])[0], attempt: 1) else {
+                Issue.record("\(key) was written again")
+                continue
+            }
+            #expect(receipt.remoteURL == work.url("shards/" + (key == "b" ? "00000.tar" : "00001.tar")))
+        }
+        third.finish()  // ended normally: b and c recorded; a was answered in a session that did not end
+
+        let fourth = sink()
+        try fourth.prepare(workRoot: workRoot)
+        guard case .delivered = try fourth.accept(try items(["a"])[0], attempt: 1) else {
+            Issue.record("a, answered only in a session that was killed, was forgotten")
+            return
+        }
+        #expect(try fourth.accept(try items(["b"])[0], attempt: 1) == .held(full: false))
+        fourth.discard()
+        fourth.finish()
+        #expect(!FileManager.default.fileExists(atPath: work.url("work/webdataset-shards.journal")))
+        #expect(
+            try shards(in: work.url("shards")).mapValues { try sampleKeys(of: $0) } == [
+                "00000.tar": ["a", "b"], "00001.tar": ["c"],
+            ])
+    }
+
+    /// Two `webdataset` sinks on one folder would write each sample twice: refused.
+    @Test func twoShardSinksOnOneFolderAreRefused() throws {
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "sinks": [{"type": "webdataset", "path": "shards"}, {"type": "webdataset", "path": "./shards/"}]}
+            """, to: "pipe.json")
+        _ = try work.folder("in")
+        let result = try imgpipe("validate", "pipe.json")
+        #expect(result.status == 2, "\(result.stdout)\(result.stderr)")
+        #expect(result.stderr.contains("each sample would be written twice"), "\(result.stderr)")
+    }
+
+    /// A member whose name needs a pax header keeps its extension in its ustar name, for
+    /// readers that know no pax: `KEY.jpg` and `KEY.json` stay apart there too.
+    @Test func aLongNamesUstarFallbackKeepsItsExtension() {
+        let stem = String(repeating: "k", count: 120)
+        func ustarName(_ name: String) -> String {
+            let header = TarFormat.header(name: name, size: 1, modified: 0)
+            // The pax header, its record (under 512 bytes), then the ustar header.
+            let field = header[1024..<1124].prefix { $0 != 0 }
+            return String(decoding: field, as: UTF8.self)
+        }
+        #expect(ustarName(stem + ".jpg").hasSuffix(".jpg") && ustarName(stem + ".json").hasSuffix(".json"))
+        #expect(ustarName(stem + ".jpg").utf8.count == 100)
     }
 
     /// `samplesPerShard` is checked where the file says it.

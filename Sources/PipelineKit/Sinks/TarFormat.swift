@@ -24,9 +24,13 @@ enum TarFormat {
             name: Array("././@PaxHeader".utf8), size: record.count, modified: modified, type: UInt8(ascii: "x"))
         out += record
         out += padding(record.count)
-        // The ustar name of a member with a pax path is for readers that know no pax: a cut,
-        // in ASCII.
-        let fallback = utf8.prefix(100).map { $0 < 0x80 ? $0 : UInt8(ascii: "_") }
+        // The ustar name of a member with a pax path is for readers that know no pax: in
+        // ASCII, cut before the extensions of its last part (from its first dot), which stay,
+        // so that `KEY.jpg` and `KEY.json` stay apart.
+        let ascii = utf8.map { $0 < 0x80 ? $0 : UInt8(ascii: "_") }
+        let lastPart = (ascii.lastIndex(of: UInt8(ascii: "/")) ?? -1) + 1
+        let tail = ascii[lastPart...].firstIndex(of: UInt8(ascii: ".")).map { Array(ascii[$0...]) } ?? []
+        let fallback = tail.count < 100 ? Array(ascii.prefix(100 - tail.count)) + tail : Array(ascii.prefix(100))
         out += block(name: fallback, size: size, modified: modified, type: UInt8(ascii: "0"))
         return out
     }

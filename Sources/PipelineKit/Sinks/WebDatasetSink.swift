@@ -30,8 +30,10 @@ public final class WebDatasetSink: Sink {
     /// The shard being written.
     private struct OpenShard {
         let descriptor: Int32
-        /// Its temporary name in the folder.
+        /// Its temporary name in the folder, and its file's device and inode.
         let partial: String
+        let device: UInt64
+        let inode: UInt64
         let opened: Date
         var size = 0
         var keys: [String] = []
@@ -43,11 +45,8 @@ public final class WebDatasetSink: Sink {
         var open: OpenShard?
         /// The number the next commit tries first.
         var next = 0
-        /// The journal's path (set by `prepare`).
-        var journal: String?
-        /// Items of a shard published before the process that wrote it recorded it, with
-        /// the run they were of and where they went.
-        var published: (run: String, keys: Set<String>, shard: String)?
+        /// The journal (set by `prepare`).
+        var journal: ShardJournal?
     }
 
     private let state = Mutex(State())
@@ -66,8 +65,9 @@ public final class WebDatasetSink: Sink {
     /// The item's key as a WebDataset key: WebDataset splits a member's name at the first
     /// dot of its last component, so a key holds none. Letters, digits, `-` and `_` stay;
     /// every other byte becomes `~XX` (its hex), `~` included, so two keys never meet. A
-    /// result over 120 bytes is cut to 80 and ends in `~h` and 24 hex digits of the key's
-    /// SHA-256 (no escape makes `~h`).
+    /// result over 90 bytes is cut to 60 and ends in `~h` and 24 hex digits of the key's
+    /// SHA-256 (no escape makes `~h`): a member's name then fits ustar's 100 bytes, for
+    /// readers that know no pax header.
     public static func sampleKey(_ key: String) -> String {
         var out = ""
         for byte in key.utf8 {
@@ -80,8 +80,8 @@ public final class WebDatasetSink: Sink {
             }
         }
         if out.isEmpty { return "~h" + SHA256.hash(data: Data()).prefix(12).hex }
-        guard out.utf8.count > 120 else { return out }
-        var cut = String(out.prefix(80))
+        guard out.utf8.count > 90 else { return out }
+        var cut = String(out.prefix(60))
         // An escape cut in two is dropped whole.
         if let tilde = cut.suffix(2).lastIndex(of: "~") { cut = String(cut[..<tilde]) }
         return cut + "~h" + SHA256.hash(data: Data(key.utf8)).prefix(12).hex
@@ -109,33 +109,51 @@ public final class WebDatasetSink: Sink {
         } catch {
             throw SinkError("sink \(name): cannot make folder \(root): \(error.localizedDescription)")
         }
-        let journal = workRoot + "/webdataset-" + FeedItem.safeName(name) + ".journal"
-        let published = try settle(journal: journal)
+        let path = workRoot + "/webdataset-" + FeedItem.safeName(name) + ".journal"
+        let journal: ShardJournal
+        do {
+            journal = try ShardJournal.load(path: path, root: root)
+            try journal.save()
+        } catch {
+            throw SinkError("sink \(name): \(error)")
+        }
         sweepPartials()
         let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
         let next = (names.compactMap(Self.shardNumber).max() ?? -1) + 1
         state.withLock { state in
             state.journal = journal
             state.next = next
-            state.published = published
         }
     }
 
     public func accept(_ item: BatchItem, attempt: Int) throws(DeliveryFailure) -> Acceptance {
         let run = item.deliveries.first?.runUUID ?? ""
-        if let published = state.withLock({ $0.published }), published.run == run, published.keys.contains(item.key) {
-            return .delivered(DeliveryReceipt(remoteURL: published.shard))
+        // In a shard a killed process published: delivered already.
+        if let shard = state.withLock({ $0.journal?.answer(run: run, key: item.key) }) {
+            return .delivered(DeliveryReceipt(remoteURL: shard))
         }
-        let (bytes, outputBytes) = try sample(item)
+        let (bytes, outputBytes) = try sample(item, attempt: attempt)
         return try state.withLock { state throws(DeliveryFailure) -> Acceptance in
-            if state.open == nil { state.open = try openShard() }
-            guard var shard = state.open else { return .retry(after: 0, ItemFailure(.upload, "no shard open")) }
+            var shard: OpenShard
+            if let open = state.open {
+                shard = open
+            } else {
+                shard = try openShard()
+            }
             if shard.keys.isEmpty { shard.firstRun = run }
             do throws(ItemFailure) {
-                try write(bytes, to: shard.descriptor, at: shard.size)
+                try ShardFiles.write(bytes, to: shard.descriptor, at: shard.size, naming: root + "/" + shard.partial)
             } catch {
-                // What was written of the sample is cut off: the shard holds whole samples.
-                _ = ftruncate(shard.descriptor, off_t(shard.size))
+                if shard.keys.isEmpty {
+                    // Nothing held: no shard stays open.
+                    close(shard.descriptor)
+                    unlink(root + "/" + shard.partial)
+                    state.open = nil
+                } else {
+                    // What was written of the sample is cut off: the shard holds whole samples.
+                    _ = ftruncate(shard.descriptor, off_t(shard.size))
+                    state.open = shard
+                }
                 throw DeliveryFailure(error, attempts: attempt)
             }
             shard.size += bytes.count
@@ -152,41 +170,40 @@ public final class WebDatasetSink: Sink {
             state.open = nil
             let partialPath = root + "/" + shard.partial
             let statsPath = partialPath + ".stats.json"
-            var committed = false
+            var published = false
             defer {
                 close(shard.descriptor)
-                if !committed {
+                if !published {
                     unlink(partialPath)
                     unlink(statsPath)
                 }
             }
             do throws(ItemFailure) {
-                try write(TarFormat.end, to: shard.descriptor, at: shard.size)
+                let size = shard.size + TarFormat.end.count
+                try ShardFiles.write(TarFormat.end, to: shard.descriptor, at: shard.size, naming: partialPath)
                 guard fsync(shard.descriptor) == 0 else { throw ItemFailure(.upload, "cannot flush \(partialPath): \(CError())") }
-                try writeFile(statsPath, stats(of: shard, size: shard.size + TarFormat.end.count))
-                if let journal = state.journal {
-                    let entry = JSONValue.object([
-                        ("run", .string(shard.firstRun)), ("partial", .string(shard.partial)),
-                        ("keys", .array(shard.keys.map { .string($0) })),
-                    ])
-                    try writeFile(journal + ".tmp", Array(entry.serialized().utf8), sync: true)
-                    guard rename(journal + ".tmp", journal) == 0 else {
-                        throw ItemFailure(.upload, "cannot write \(journal): \(CError())")
-                    }
-                }
+                try ShardFiles.write(statsPath, stats(of: shard, size: size))
+                // The batch before this one is recorded (the runner records a batch before it
+                // commits the next): this shard's entry takes its place.
+                state.journal?.own = ShardJournal.Entry(
+                    run: shard.firstRun, partial: shard.partial, device: shard.device, inode: shard.inode, size: size,
+                    keys: shard.keys)
+                try state.journal?.save()
                 // The first free number, taken by a link that fails if the name exists.
                 var number = state.next
                 while link(partialPath, root + "/" + Self.shardName(number)) != 0 {
                     guard errno == EEXIST else {
-                        throw ItemFailure(.upload, "cannot publish shard \(Self.shardName(number)) in \(root): \(CError())")
+                        throw ItemFailure(.upload, "cannot publish \(partialPath) as \(Self.shardName(number)): \(CError())")
                     }
                     number += 1
                 }
-                committed = true
+                published = true
                 state.next = number + 1
-                syncFolder()
+                ShardFiles.syncFolder(root)
                 let shardPath = root + "/" + Self.shardName(number)
-                rename(statsPath, root + "/" + String(Self.shardName(number).dropLast(4)) + "_stats.json")
+                if rename(statsPath, root + "/" + String(Self.shardName(number).dropLast(4)) + "_stats.json") != 0 {
+                    unlink(statsPath)
+                }
                 unlink(partialPath)
                 return Dictionary(shard.keys.map { ($0, DeliveryReceipt(remoteURL: shardPath)) }, uniquingKeysWith: { a, _ in a })
             } catch {
@@ -204,19 +221,24 @@ public final class WebDatasetSink: Sink {
         }
     }
 
-    /// Every batch this session committed is recorded by now: the journal has told what it
-    /// had to.
+    /// Every item this session committed or answered from the journal is recorded by now:
+    /// their entries go. (An open shard left, which the runner commits or discards before,
+    /// would be one whose every write failed: removed.)
     public func finish() {
         state.withLock { state in
-            if let journal = state.journal { unlink(journal) }
-            state.published = nil
+            if let shard = state.open {
+                close(shard.descriptor)
+                unlink(root + "/" + shard.partial)
+                state.open = nil
+            }
+            try? state.journal?.endSession()
         }
     }
 
     // MARK: - samples
 
     /// The tar members of one sample, and the bytes of its outputs.
-    private func sample(_ item: BatchItem) throws(DeliveryFailure) -> (bytes: [UInt8], outputBytes: Int) {
+    private func sample(_ item: BatchItem, attempt: Int) throws(DeliveryFailure) -> (bytes: [UInt8], outputBytes: Int) {
         let key = Self.sampleKey(item.key)
         let modified = Int(Date().timeIntervalSince1970)
         var bytes: [UInt8] = []
@@ -224,7 +246,13 @@ public final class WebDatasetSink: Sink {
         var outputBytes = 0
         for delivery in item.deliveries {
             guard let data = FileManager.default.contents(atPath: delivery.stagedPath) else {
-                throw DeliveryFailure(ItemFailure(.upload, "cannot read the staged output \(delivery.stagedPath)"))
+                throw DeliveryFailure(
+                    ItemFailure(.upload, "cannot read the staged output \(delivery.stagedPath)"), attempts: attempt)
+            }
+            guard data.count <= TarFormat.maxSize else {
+                throw DeliveryFailure(
+                    ItemFailure(.upload, "output \(delivery.output) is \(data.count) bytes: a tar member holds less than 8 GiB"),
+                    attempts: attempt)
             }
             let member = key + (namesOutputs ? "." + delivery.output : "") + "." + delivery.format.fileExtension
             append(member, Array(data), to: &bytes, modified: modified)
@@ -271,99 +299,52 @@ public final class WebDatasetSink: Sink {
 
     // MARK: - files
 
+    /// A new temporary shard, locked. Another process's sweep may take a file between its
+    /// making and its lock, so the lock is checked to hold the file at that name.
     private func openShard() throws(DeliveryFailure) -> OpenShard {
-        let partial = Self.partialPrefix + Self.processPart + "-" + UUID().uuidString + ".tar"
-        let descriptor = open(root + "/" + partial, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else {
-            throw DeliveryFailure(ItemFailure(.upload, "cannot write a shard in \(root): \(CError())"))
-        }
-        // Held while the shard is open: another process's sweep leaves it alone.
-        _ = flock(descriptor, LOCK_EX)
-        return OpenShard(descriptor: descriptor, partial: partial, opened: Date())
-    }
-
-    private func write(_ bytes: [UInt8], to descriptor: Int32, at offset: Int) throws(ItemFailure) {
-        var done = 0
-        while done < bytes.count {
-            let wrote = bytes.withUnsafeBytes {
-                pwrite(descriptor, $0.baseAddress! + done, bytes.count - done, off_t(offset + done))
+        for _ in 0..<5 {
+            let partial = Self.partialPrefix + Self.processPart + "-" + UUID().uuidString + ".tar"
+            let path = root + "/" + partial
+            let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+            guard descriptor >= 0 else {
+                throw DeliveryFailure(ItemFailure(.upload, "cannot make \(path): \(CError())"))
             }
-            if wrote < 0, errno == EINTR { continue }
-            guard wrote > 0 else { throw ItemFailure(.upload, "cannot write a shard in \(root): \(CError())") }
-            done += wrote
-        }
-    }
-
-    private func writeFile(_ path: String, _ bytes: [UInt8], sync: Bool = false) throws(ItemFailure) {
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else { throw ItemFailure(.upload, "cannot write \(path): \(CError())") }
-        defer { close(descriptor) }
-        try write(bytes, to: descriptor, at: 0)
-        if sync, fsync(descriptor) != 0 { throw ItemFailure(.upload, "cannot flush \(path): \(CError())") }
-    }
-
-    private func syncFolder() {
-        let folder = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard folder >= 0 else { return }
-        _ = fsync(folder)
-        close(folder)
-    }
-
-    /// Reads the journal a killed process left: the shard it was committing is published
-    /// (its temporary name gone, or linked twice) or not (linked once: it is removed, and its
-    /// items are written again). Returns the published shard's items.
-    private func settle(journal: String) throws -> (run: String, keys: Set<String>, shard: String)? {
-        guard let data = FileManager.default.contents(atPath: journal) else { return nil }
-        guard let value = try? JSONParser.parse(bytes: Array(data)), case .object(let members) = value,
-            let run = members.first(where: { $0.key == "run" })?.value.stringValue,
-            let partial = members.first(where: { $0.key == "partial" })?.value.stringValue,
-            partial.hasPrefix(Self.partialPrefix), !partial.contains("/"),
-            case .array(let keys) = members.first(where: { $0.key == "keys" })?.value
-        else {
-            throw SinkError("sink \(name): the journal \(journal) cannot be read; remove it to go on")
-        }
-        let partialPath = root + "/" + partial
-        var info = stat()
-        var shard = root
-        if lstat(partialPath, &info) == 0 {
-            guard info.st_nlink >= 2 else {
-                // Never published: its items are undelivered, and go into a new shard.
-                unlink(partialPath)
-                unlink(partialPath + ".stats.json")
-                unlink(journal)
-                return nil
-            }
-            // Published, and the process died before it tidied up.
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
-            for name in names where Self.shardNumber(name) != nil {
-                var other = stat()
-                guard lstat(root + "/" + name, &other) == 0, other.st_ino == info.st_ino, other.st_dev == info.st_dev
-                else { continue }
-                shard = root + "/" + name
-                rename(partialPath + ".stats.json", root + "/" + String(name.dropLast(4)) + "_stats.json")
-            }
-            unlink(partialPath)
-        }
-        return (run, Set(keys.compactMap(\.stringValue)), shard)
-    }
-
-    /// Removes temporary shards of processes of this machine that are gone (or of this
-    /// process, from an earlier run), and any whose lock can be taken.
-    private func sweepPartials() {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
-        let thisHost = FeedItem.safeName(ProcessInfo.processInfo.hostName) + "-"
-        for name in names where name.hasPrefix(Self.partialPrefix + thisHost) {
-            let path = root + "/" + name
-            // A shard's stats file, not yet renamed, goes with its shard.
-            if name.hasSuffix(".stats.json") {
-                let shard = root + "/" + String(name.dropLast(".stats.json".count))
-                if !FileManager.default.fileExists(atPath: shard) { unlink(path) }
+            var held = stat()
+            var named = stat()
+            guard flock(descriptor, LOCK_EX) == 0, fstat(descriptor, &held) == 0, lstat(path, &named) == 0,
+                held.st_ino == named.st_ino, held.st_dev == named.st_dev
+            else {
+                close(descriptor)
                 continue
             }
+            return OpenShard(
+                descriptor: descriptor, partial: partial, device: UInt64(held.st_dev), inode: UInt64(held.st_ino),
+                opened: Date())
+        }
+        throw DeliveryFailure(ItemFailure(.upload, "cannot keep a temporary shard in \(root): another process removes them"))
+    }
+
+    /// Removes temporary shards of this machine whose lock can be taken (their process is
+    /// gone, or closed them), then stats files whose shard is gone.
+    private func sweepPartials() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        let thisHost = Self.partialPrefix + FeedItem.safeName(ProcessInfo.processInfo.hostName) + "-"
+        let mine = names.filter { $0.hasPrefix(thisHost) }
+        for name in mine where name.hasSuffix(".tar") {
+            let path = root + "/" + name
             let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
             guard descriptor >= 0 else { continue }
             defer { close(descriptor) }
-            if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
+            var held = stat()
+            var named = stat()
+            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, fstat(descriptor, &held) == 0, lstat(path, &named) == 0,
+                held.st_ino == named.st_ino
+            else { continue }
+            unlink(path)
+        }
+        for name in mine where name.hasSuffix(".stats.json") {
+            let shard = root + "/" + String(name.dropLast(".stats.json".count))
+            if !FileManager.default.fileExists(atPath: shard) { unlink(root + "/" + name) }
         }
     }
 }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// `"type": "webdataset"`: items written into WebDataset tar shards of `samplesPerShard`
 /// samples in the folder `path` (`WebDatasetSink`).
 public struct WebDatasetSinkParameters: SinkParameters {
@@ -20,6 +22,16 @@ public struct WebDatasetSinkParameters: SinkParameters {
         let root = context.spec.resolvePath(try path.expanded(in: context.environment))
         try PipelineSpec.checkFolder(root, at: path.path, what: "sink folder")
         _ = try context.spec.checkNotSource(root, at: path.path, environment: context.environment)
+        // Two such sinks on one folder would write every sample twice.
+        for other in context.spec.sinks where other.name != context.name {
+            guard let parameters = other.parameters as? Self,
+                let folder = try? context.spec.resolvePath(parameters.path.expanded(in: context.environment)),
+                URL(fileURLWithPath: folder).standardizedFileURL.path == URL(fileURLWithPath: root).standardizedFileURL.path
+            else { continue }
+            throw SpecError(
+                path: path.path,
+                message: "sink \(other.name) writes shards into \(folder) too: each sample would be written twice")
+        }
         return WebDatasetSink(
             name: context.name, root: root, samplesPerShard: samplesPerShard,
             namesOutputs: context.spec.outputs(of: context.name).count > 1)
