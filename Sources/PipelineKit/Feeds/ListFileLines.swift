@@ -82,6 +82,19 @@ final class ListFileLines {
         let reason: String
     }
 
+    /// The next line, counted in `number` (the line's, from 1). A gzip file cut short (or
+    /// damaged) is an error where it stops, not a shorter list: the lines before it are
+    /// given, not the partial one, and the error names the file and the line.
+    func next(counting number: inout Int) throws -> Line? {
+        do {
+            guard let line = try next() else { return nil }
+            number += 1
+            return line
+        } catch let damage as DamagedList {
+            throw FeedError("\(path):\(number + 1): \(damage.reason) (the gzip file is cut short or damaged)")
+        }
+    }
+
     /// Reads the next block; a read that meets damage ends the file after what it gave.
     private func fill() {
         start = 0

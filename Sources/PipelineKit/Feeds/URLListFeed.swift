@@ -23,17 +23,7 @@ public struct URLListFeed: Feed {
         let format = self.format
         var header: [String]?
         var lineNumber = 0
-        while true {
-            // A gzip file cut short (or damaged) is an error where it stops, not a shorter
-            // list: the lines before it are listed, not the partial one.
-            let next: ListFileLines.Line?
-            do {
-                next = try lines.next()
-            } catch let damage as ListFileLines.DamagedList {
-                throw FeedError("\(path):\(lineNumber + 1): \(damage.reason) (the gzip file is cut short or damaged)")
-            }
-            guard let next else { break }
-            lineNumber += 1
+        while let next = try lines.next(counting: &lineNumber) {
             // Refused, not repaired nor split: a part of a line, or a line cut at a NUL or
             // with a byte replaced, would make another URL or key.
             guard case .bytes(let bytes) = next else {
