@@ -74,6 +74,10 @@ public struct FailureAdvice: Sendable, Equatable {
             return FailureAdvice(.mayPass, "sink")
         case .io:
             return FailureAdvice(.mayPass, "io")
+        case .hashMismatch:
+            return FailureAdvice(
+                .permanent, "hash-mismatch",
+                fix: "the server sends other bytes than the table's SHA-256 says: correct the table's hash or URL")
         case .blockedAddress:
             return FailureAdvice(
                 .permanent, "blocked-address",

@@ -602,6 +602,15 @@ final class RunStages: Sendable {
             case .success(.processed(let processed)?):
                 images = processed
             }
+            // The SHA-256 a table gives is checked against the bytes the processor read.
+            if let expected = spec.source.expectedSHA256(of: job.metadata), let read = images.first?.inputSHA256,
+                read != expected
+            {
+                return fail(
+                    job,
+                    ItemFailure(.hashMismatch, "the downloaded bytes have SHA-256 \(read); the table says \(expected)"),
+                    attempts: 1)
+            }
             let outputs: [StagedOutput]
             do {
                 do {
@@ -742,7 +751,9 @@ final class RunStages: Sendable {
                 }
             }
             for (sink, deliveries) in items {
-                let item = BatchItem(key: job.key, metadata: job.metadata, caption: nil, deliveries: deliveries)
+                let item = BatchItem(
+                    key: job.key, metadata: job.metadata, caption: pipeline.spec.source.caption(of: job.metadata),
+                    deliveries: deliveries)
                 attempt(item, to: sink, number: 1, settlement)
             }
         }

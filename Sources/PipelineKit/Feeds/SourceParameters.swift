@@ -27,6 +27,11 @@ public protocol SourceParameters: Sendable, Equatable {
     var localFolder: (path: EnvString, recursive: Bool)? { get }
     /// The client that fetches its items from a bucket (nil: they are fetched by URL).
     func objectClient(in environment: Environment, http: HTTPClient) throws -> S3Client?
+    /// The member of an item's metadata that holds its caption (nil: items have none).
+    var captionField: String? { get }
+    /// The member of an item's metadata that holds the SHA-256 its bytes must have (nil:
+    /// none is expected).
+    var sha256Field: String? { get }
 }
 
 /// A source that lists or fetches over the network: it takes `cache`, `fallback` and the
@@ -40,6 +45,8 @@ extension SourceParameters {
     public static var fallbackRefusal: String? { nil }
     public var localFolder: (path: EnvString, recursive: Bool)? { nil }
     public func objectClient(in environment: Environment, http: HTTPClient) throws -> S3Client? { nil }
+    public var captionField: String? { nil }
+    public var sha256Field: String? { nil }
 
     /// Whether `other` is of this kind and equal to this.
     func isEqual(_ other: any SourceParameters) -> Bool { (other as? Self) == self }

@@ -5,6 +5,7 @@ public struct SourceRegistry: Sendable {
     public static let standard = SourceRegistry(kinds: [
         DirectorySourceParameters.self,
         URLListSourceParameters.self,
+        TableSourceParameters.self,
         JSONFeedSourceParameters.self,
         NASAImagesSourceParameters.self,
         FlickrSearchSourceParameters.self,

@@ -18,6 +18,9 @@ public enum FailureReason: String, Sendable, CaseIterable, Codable {
     /// The address a URL (an item's, a redirect's, an upload's) resolved to is one the
     /// pipeline's `network` policy refuses: no connection was opened (`AddressPolicy`).
     case blockedAddress = "blocked-address"
+    /// The input's bytes do not have the SHA-256 its source gave (a table's `sha256`
+    /// column): never retried.
+    case hashMismatch = "hash-mismatch"
 }
 
 /// Why one item failed.

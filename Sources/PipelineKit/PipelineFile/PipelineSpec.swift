@@ -93,6 +93,27 @@ public struct SourceSpec: Sendable, Equatable {
     }
 }
 
+extension SourceSpec {
+    /// The caption an item's metadata holds in the source's `captionField` (a string or a
+    /// number), nil when the source names none or the item has none.
+    public func caption(of metadata: String?) -> String? {
+        field(parameters.captionField, of: metadata)
+    }
+
+    /// The SHA-256 an item's bytes must have, from the source's `sha256Field`, in lower case
+    /// (nil: none expected). A value that is not 64 hex digits is given as it is, and so
+    /// matches no input.
+    public func expectedSHA256(of metadata: String?) -> String? {
+        field(parameters.sha256Field, of: metadata).map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            .flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    private func field(_ name: String?, of metadata: String?) -> String? {
+        guard let name, let metadata, let value = try? JSONParser.parse(metadata) else { return nil }
+        return value[name]?.stringValue
+    }
+}
+
 /// What every remote source takes besides its own fields.
 public struct RemoteOptions: Sendable, Equatable {
     /// nil when `"cache": false`.
