@@ -99,7 +99,7 @@ public struct BatchItem: Sendable {
     public let key: String
     /// The feed's metadata for the item (a JSON object's text), if it gave any.
     public let metadata: String?
-    /// The item's caption, when its source gives one (no source does yet: nil).
+    /// The item's caption, when its source names a field for one (`SourceParameters.captionField`).
     public let caption: String?
     /// The outputs, each with its staged file. A sink that takes items whole
     /// (`Sink.takesWholeItems`) gets every output it takes at once; any other gets one.
