@@ -549,6 +549,14 @@ struct PixelHelperEnvironmentTests {
         return probe.terminationStatus == 0
     }()
 
+    /// A configuration with no output (never sent by a run) is refused with an error, where
+    /// the processor's precondition used to trap the helper.
+    @Test func aConfigurationWithoutOutputsIsRefused() throws {
+        let empty = ProcessorSettings(filters: [], outputs: [], limits: Limits(), baseDirectory: "/", accept: AcceptRules())
+        let payload = try PixelMessage.configuration(empty)
+        #expect(throws: DecodingError.self) { try PixelHelper.makeProcessor(payload) }
+    }
+
     /// The helper is sent the run's processor, not the pipeline file: a file with a 64 MiB
     /// comment (more than a helper's message may hold) still has its pixels made in helpers.
     @Test func aHugePipelineFileStillMakesItsPixelsInHelpers() throws {

@@ -76,7 +76,12 @@ public enum PixelHelper {
     static func makeProcessor(_ payload: Data) throws -> ImageProcessor {
         let decoder = JSONDecoder()
         decoder.nonConformingFloatDecodingStrategy = PixelMessage.nonFinite.decoding
-        return ImageProcessor(try decoder.decode(ProcessorSettings.self, from: payload))
+        let settings = try decoder.decode(ProcessorSettings.self, from: payload)
+        // What the run sends always has an output; anything else is refused, not trapped on.
+        guard !settings.outputs.isEmpty else {
+            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "a processor with no output"))
+        }
+        return ImageProcessor(settings)
     }
 }
 
