@@ -118,6 +118,33 @@ struct TableSourceTests {
         #expect(members["id-a.json"]?.contains(#""license":"cc-by""#) == true)
     }
 
+    /// `{caption}` in a caption filter draws the row's caption: two rows of one picture,
+    /// one with a caption and one with none, come out the same above the bottom band and
+    /// different in it (an empty caption line is not drawn).
+    @Test func captionTextDrawsTheRowsCaption() throws {
+        let base = server.baseURL
+        try writeTable(
+            "urls.csv", [["url", "id", "text"], ["\(base)/a.jpg", "one", "HELLO THERE"], ["\(base)/a.jpg?again", "two", ""]])
+        try work.write(
+            """
+            {"version": 1,
+             "source": {"type": "table", "path": "urls.csv", "columns": {"url": "url", "key": "id", "caption": "text"},
+                        "cache": false},
+             "filters": [{"op": "resize", "width": 200, "height": 150}, {"op": "caption", "bottom": "{caption}"}],
+             "output": {"format": "png", "name": "{key}.png"},
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "pipe.json")
+        let run = try imgpipe("run", "pipe.json", "--state", "state.sqlite")
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        let one = try ImageFixtures.decode(work.url("out/one.png"))
+        let two = try ImageFixtures.decode(work.url("out/two.png"))
+        try #require(one.width == 200 && one.height == 150 && two.width == 200 && two.height == 150)
+        let band = (150 * 70 / 100) * 200 * one.bands
+        #expect(one.samples[..<band] == two.samples[..<band], "above the caption's band, the pictures are the same")
+        let differing = zip(one.samples[band...], two.samples[band...]).filter { abs(Int($0) - Int($1)) > 32 }.count
+        #expect(differing > (one.samples.count - band) / 100, "the caption is drawn in the band: \(differing) samples differ")
+    }
+
     /// A TSV without a key column: keys are row numbers; a JSONL table reads its objects.
     @Test func tsvAndJSONLTablesAreRead() throws {
         let base = server.baseURL

@@ -164,8 +164,9 @@ public struct BuiltPipeline: Sendable {
                         path: BuiltPipeline.path(ofOutput: outputIndex, in: spec)))
             }
             return ImageProcessor(
-                filters: filters.map(\.step), outputs: outputs, limits: spec.limits,
-                baseDirectory: spec.baseDirectory, accept: spec.accept)
+                ProcessorSettings(
+                    filters: filters.map(\.step), outputs: outputs, limits: spec.limits, baseDirectory: spec.baseDirectory,
+                    accept: spec.accept, captionField: spec.source.parameters.captionField))
         }
 
         /// A step that sets both sides of its result must stay within `limits.maxPixels`,

@@ -81,13 +81,20 @@ public struct ProcessorSettings: Sendable, Equatable, Codable {
     public let limits: Limits
     public let baseDirectory: String
     public let accept: AcceptRules
+    /// The member of an item's metadata `{caption}` in a text reads (the source's
+    /// `captionField`; nil: `{caption}` is empty).
+    public var captionField: String?
 
-    public init(filters: [FilterStep], outputs: [OutputPlan], limits: Limits, baseDirectory: String, accept: AcceptRules) {
+    public init(
+        filters: [FilterStep], outputs: [OutputPlan], limits: Limits, baseDirectory: String, accept: AcceptRules,
+        captionField: String? = nil
+    ) {
         self.filters = filters
         self.outputs = outputs
         self.limits = limits
         self.baseDirectory = baseDirectory
         self.accept = accept
+        self.captionField = captionField
     }
 }
 
@@ -232,6 +239,7 @@ public struct ImageProcessor: Sendable {
     ) throws(ItemFailure) -> ProcessOutcome {
         var context = self.context
         context.fields = fields
+        context.fields?.captionField = settings.captionField
         // Files are read into memory (within limits.maxBytes) and decoded from there: libvips
         // then picks its loader from the bytes in memory instead of opening the file once
         // per loader it tries.

@@ -1,5 +1,6 @@
 /// What the text of a `caption` or `text` filter may say of the item it is drawn on:
-/// `{key}` (the item's key), `{stem}` (the stem of its output name) and `{meta.NAME}`, a
+/// `{key}` (the item's key), `{stem}` (the stem of its output name), `{caption}` (the
+/// item's caption, from the metadata member its source names) and `{meta.NAME}`, a
 /// field of the metadata its feed listed with it (`{meta.title}` for NASA and Flickr
 /// items; any field of a JSON feed's entry besides the image URL, such as `{meta.created}`;
 /// `{meta.a.b}` reaches into nested objects).
@@ -13,6 +14,8 @@ public struct ItemFields: Sendable {
     /// The metadata as stored, read only when a text asks for a `{meta.…}` field: most
     /// chains draw no text, and every item passes through here.
     package let metadata: String?
+    /// The member of `metadata` that `{caption}` reads (set by the processor).
+    package var captionField: String?
 
     /// `metadata` is the JSON object the feed listed (nil for local files or a URL list).
     public init(key: String, stem: String, metadata: String?) {
@@ -23,7 +26,7 @@ public struct ItemFields: Sendable {
 
     /// True when `text` refers to a field, so that filling it can be skipped otherwise.
     static func mentionsFields(_ text: String) -> Bool {
-        text.contains("{key}") || text.contains("{stem}") || text.contains("{meta.")
+        text.contains("{key}") || text.contains("{stem}") || text.contains("{meta.") || text.contains("{caption}")
     }
 
     /// `text` with every `{key}`, `{stem}` and `{meta.…}` replaced.
@@ -50,6 +53,9 @@ public struct ItemFields: Sendable {
         switch name {
         case "key": return key
         case "stem": return stem
+        case "caption":
+            guard let captionField else { return "" }
+            return metadata.flatMap(JSONValue.lenient)?[captionField]?.stringValue ?? ""
         default:
             guard name.hasPrefix("meta."), name.count > 5 else { return nil }
             var node = metadata.flatMap(JSONValue.lenient)
