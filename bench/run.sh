@@ -137,6 +137,9 @@ sed 's/^/O /' "$WORK/slow-samples.txt" >> "$SAMPLES"
 SCALE_SAMPLES="$WORK/scale-samples.txt" bench/scale.sh >/dev/null
 cat "$WORK/scale-samples.txt" >> "$SAMPLES"
 
+# WebDataset shards against a folder, the same images: bench/shards.sh prints its own lines.
+ROUNDS=$RUNS bench/shards.sh | tee "$WORK/shards.txt"
+
 clear_aside
 python3 bench/report.py "$SAMPLES" "$RUNS" "$SCALE" "$(cpu_name)" "$(pkg-config --modversion vips)" > bench/RESULTS.md.new
 python3 - <<'PY'
