@@ -143,11 +143,13 @@ ROUNDS=$RUNS bench/shards.sh | tee "$WORK/shards.txt"
 clear_aside
 python3 bench/report.py "$SAMPLES" "$RUNS" "$SCALE" "$(cpu_name)" "$(pkg-config --modversion vips)" > bench/RESULTS.md.new
 python3 - <<'PY'
-# Keep the hand-written tuning log (everything from "## Tuning log") below the new table.
-import os
+# Keep what is written by hand below the new table: every section with a date in its heading
+# and the tuning log, from the first of them on.
+import os, re
 new = open("bench/RESULTS.md.new").read()
 old = open("bench/RESULTS.md").read() if os.path.exists("bench/RESULTS.md") else ""
-log = old[old.index("## Tuning log"):] if "## Tuning log" in old else ""
+kept = re.search(r"^## (Tuning log|.*\d{4}-\d{2}-\d{2})", old, re.M)
+log = old[kept.start():] if kept else ""
 open("bench/RESULTS.md", "w").write(new + ("\n" + log if log else ""))
 os.remove("bench/RESULTS.md.new")
 PY
