@@ -1,97 +1,123 @@
+import Crypto
 import Foundation
 
 /// What a `WebDatasetSink` writes down before it publishes a shard, in the state file's work
-/// folder: the shard's temporary name, its file's device, inode and size, and its items'
+/// folder: the shard's temporary name, its size and the SHA-256 of its bytes, and its items'
 /// keys. A process killed after the link and before the runner recorded those items leaves
-/// an entry the next session reads (`load`): a numbered shard that is that very file (same
-/// device, inode and size) means the items are in it, and the sink answers them delivered
-/// instead of writing them again; no such shard means it was never published, and its
-/// items go into a new one.
+/// an entry the next session reads (`load`): a numbered shard with that size and digest
+/// means the items are in it, and the sink answers them delivered instead of writing them
+/// again; no such shard means it was never published, and its items go into a new one. (A
+/// file's device and inode would say it faster, but a remount changes the one and a
+/// removed file's inode is given to the next.)
 ///
-/// An inherited entry stays until every one of its items has been answered in a session
-/// that ended normally (`endSession`: the runner has recorded them by then); the session's
-/// own entry, for the shard it is publishing, is replaced at the next commit (the runner
-/// records a batch before it commits the next) and dropped at the end.
+/// Two files: the session's own entry, for the shard it is publishing, alone in `.open`
+/// (rewritten at each commit: the runner records a batch before it commits the next), and
+/// the entries inherited from killed sessions in the journal itself, written when a session
+/// starts and ends. An inherited entry goes when a session that ends normally has answered
+/// all of its items, or when a session ends that delivered items of another run (a run is
+/// resumed or replaced, never both): its items are not handed to the sink again.
 struct ShardJournal {
     struct Entry: Equatable {
         let run: String
         let partial: String
-        let device: UInt64
-        let inode: UInt64
         let size: Int
+        let sha256: String
         var keys: [String]
         /// The numbered shard it was found published as (inherited entries only).
         var shard: String?
     }
 
     let path: String
-    /// Published shards a killed process did not see recorded, with their keys not yet
+    private var openPath: String { path + ".open" }
+    /// Published shards killed sessions did not see recorded, with their keys not yet
     /// answered in an ended session.
     private(set) var inherited: [Entry] = []
     /// `run NUL key` → the inherited entry holding it.
     private var lookup: [String: Int] = [:]
-    /// Inherited items answered delivered in this session (`run NUL key`).
+    /// Inherited items answered delivered in this session (`run NUL key`), and the runs
+    /// of the items this session was handed.
     private var answered: Set<String> = []
-    /// The entry of the shard this session is publishing.
-    var own: Entry?
+    private var runs: Set<String> = []
 
     init(path: String) { self.path = path }
 
-    /// The journal at `path`, settled against the shards in `root` (nothing there: empty).
+    /// The journal at `path` and its `.open` entry, settled against the shards in `root`,
+    /// and written back as what is left.
     static func load(path: String, root: String) throws -> ShardJournal {
         var journal = ShardJournal(path: path)
-        guard let data = FileManager.default.contents(atPath: path) else { return journal }
-        guard let value = try? JSONParser.parse(bytes: Array(data)), let entries = value["entries"]?.arrayValue
-        else {
-            throw SinkError(
-                "the journal \(path) cannot be read; remove it to go on (the last shard's items may be written twice)")
-        }
         var written: [Entry] = []
-        for entry in entries {
-            // Device and inode are written as text: a JSON number holds 53 bits.
-            guard let run = entry["run"]?.string, let partial = entry["partial"]?.string,
-                partial.hasPrefix(WebDatasetSink.partialPrefix), !partial.contains("/"),
-                let device = entry["device"]?.string.flatMap({ UInt64($0) }),
-                let inode = entry["inode"]?.string.flatMap({ UInt64($0) }),
-                let size = entry["size"]?.string.flatMap({ Int($0) }), let keys = entry["keys"]?.arrayValue
-            else {
-                throw SinkError("the journal \(path) holds an entry it cannot read; remove it to go on")
-            }
-            written.append(
-                Entry(
-                    run: run, partial: partial, device: device, inode: inode, size: size,
-                    keys: keys.compactMap(\.string)))
+        for file in [path, journal.openPath] {
+            guard let data = FileManager.default.contents(atPath: file) else { continue }
+            written += try entries(in: data, file: file)
         }
         journal.inherited = settle(written, root: root)
         journal.index()
+        do {
+            try journal.saveInherited()
+        } catch {
+            throw SinkError("cannot write \(path): \(error)")
+        }
+        unlink(journal.openPath)
         return journal
     }
 
-    /// The entries whose shard is published, each with its shard; the partial file of any
-    /// other is removed (if it is still there) and the entry dropped.
+    private static func entries(in data: Data, file: String) throws -> [Entry] {
+        guard let value = try? JSONParser.parse(bytes: Array(data)), let entries = value["entries"]?.arrayValue else {
+            throw SinkError(
+                "the journal \(file) cannot be read; remove it to go on (the last shard's items may be written twice)")
+        }
+        return try entries.map { entry in
+            guard let run = entry["run"]?.string, let partial = entry["partial"]?.string,
+                partial.hasPrefix(WebDatasetSink.partialPrefix), !partial.contains("/"),
+                let size = entry["size"]?.string.flatMap({ Int($0) }), let sha256 = entry["sha256"]?.string,
+                let keys = entry["keys"]?.arrayValue
+            else {
+                throw SinkError("the journal \(file) holds an entry it cannot read; remove it to go on")
+            }
+            return Entry(run: run, partial: partial, size: size, sha256: sha256, keys: keys.compactMap(\.string))
+        }
+    }
+
+    /// The entries whose shard is published, each with its shard; the temporary files of
+    /// every entry are removed, and stats a published shard lacks are written from the entry.
     private static func settle(_ entries: [Entry], root: String) -> [Entry] {
         guard !entries.isEmpty else { return [] }
-        var shards: [String: String] = [:]
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
-        for name in names where WebDatasetSink.shardNumber(name) != nil {
+        // Newest first: a shard published just before a kill has one of the last numbers.
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [])
+            .compactMap { name in WebDatasetSink.shardNumber(name).map { (name, $0) } }
+            .sorted { $0.1 > $1.1 }.map(\.0)
+        var sizes: [String: Int] = [:]
+        for name in names {
             var info = stat()
-            guard lstat(root + "/" + name, &info) == 0 else { continue }
-            shards["\(info.st_dev) \(info.st_ino) \(info.st_size)"] = name
+            if lstat(root + "/" + name, &info) == 0 { sizes[name] = Int(info.st_size) }
         }
+        var digests: [String: String] = [:]
         var published: [Entry] = []
         for var entry in entries {
             let partial = root + "/" + entry.partial
-            guard let name = shards["\(entry.device) \(entry.inode) \(entry.size)"] else {
+            let match = names.first { name in
+                guard sizes[name] == entry.size else { return false }
+                if digests[name] == nil { digests[name] = ShardFiles.sha256(of: root + "/" + name) ?? "" }
+                return digests[name] == entry.sha256
+            }
+            guard let name = match else {
                 // Never published (killed before the link, or the link failed): whatever is
                 // left of it goes, and its items are written again.
-                var info = stat()
-                if lstat(partial, &info) == 0, UInt64(info.st_ino) == entry.inode { unlink(partial) }
+                unlink(partial)
                 unlink(partial + ".stats.json")
                 continue
             }
-            // Published, and maybe not tidied up: its stats go into place, its temporary name.
-            let number = String(name.dropLast(4))
-            if rename(partial + ".stats.json", root + "/" + number + "_stats.json") != 0 { unlink(partial + ".stats.json") }
+            // Published, and maybe not tidied up: its stats go into place (or are written
+            // from the entry, if another process swept them), its temporary name goes.
+            let stats = root + "/" + String(name.dropLast(4)) + "_stats.json"
+            if rename(partial + ".stats.json", stats) != 0, !FileManager.default.fileExists(atPath: stats) {
+                let value = JSONValue.object([
+                    ("samples", PipelineSchema.integer(entry.keys.count)), ("bytes", PipelineSchema.integer(entry.size)),
+                    ("firstKey", .string(entry.keys.first ?? "")), ("lastKey", .string(entry.keys.last ?? "")),
+                    ("run", .string(entry.run)), ("recovered", .bool(true)),
+                ])
+                try? ShardFiles.write(stats, Array((value.serialized() + "\n").utf8))
+            }
             unlink(partial)
             entry.shard = root + "/" + name
             published.append(entry)
@@ -108,20 +134,44 @@ struct ShardJournal {
 
     /// The shard an inherited entry says holds the item, which is then taken as answered.
     mutating func answer(run: String, key: String) -> String? {
+        runs.insert(run)
         let id = run + "\u{0}" + key
         guard let index = lookup[id] else { return nil }
         answered.insert(id)
         return inherited[index].shard
     }
 
-    /// The inherited entries and the session's own, written under a temporary name, flushed
-    /// and renamed into place (the folder flushed too); nothing to say: no file.
-    func save() throws(ItemFailure) {
-        let entries = inherited + (own.map { [$0] } ?? [])
-        guard !entries.isEmpty else {
+    /// Writes the entry of the shard this session is about to publish (the one before it
+    /// is recorded by now), flushed.
+    func saveOpen(_ entry: Entry) throws(ItemFailure) {
+        try Self.save([entry], to: openPath)
+    }
+
+    /// The session ended, every item it answered or committed recorded: those entries go,
+    /// and those of runs other than the ones it was handed items of.
+    mutating func endSession() throws(ItemFailure) {
+        inherited = inherited.compactMap { entry in
+            guard runs.isEmpty || runs.contains(entry.run) else { return nil }
+            var entry = entry
+            entry.keys.removeAll { answered.contains(entry.run + "\u{0}" + $0) }
+            return entry.keys.isEmpty ? nil : entry
+        }
+        answered = []
+        runs = []
+        index()
+        try saveInherited()
+        unlink(openPath)
+    }
+
+    private func saveInherited() throws(ItemFailure) {
+        guard !inherited.isEmpty else {
             unlink(path)
             return
         }
+        try Self.save(inherited, to: path)
+    }
+
+    private static func save(_ entries: [Entry], to path: String) throws(ItemFailure) {
         let value = JSONValue.object([
             (
                 "entries",
@@ -129,8 +179,8 @@ struct ShardJournal {
                     entries.map { entry in
                         .object([
                             ("run", .string(entry.run)), ("partial", .string(entry.partial)),
-                            ("device", .string(String(entry.device))), ("inode", .string(String(entry.inode))),
-                            ("size", .string(String(entry.size))), ("keys", .array(entry.keys.map { .string($0) })),
+                            ("size", .string(String(entry.size))), ("sha256", .string(entry.sha256)),
+                            ("keys", .array(entry.keys.map { .string($0) })),
                         ])
                     })
             )
@@ -138,19 +188,6 @@ struct ShardJournal {
         try ShardFiles.write(path + ".tmp", Array(value.serialized().utf8), sync: true)
         guard rename(path + ".tmp", path) == 0 else { throw ItemFailure(.upload, "cannot write \(path): \(CError())") }
         ShardFiles.syncFolder((path as NSString).deletingLastPathComponent)
-    }
-
-    /// The session ended, every item it answered or committed recorded: those entries go.
-    mutating func endSession() throws(ItemFailure) {
-        own = nil
-        inherited = inherited.compactMap { entry in
-            var entry = entry
-            entry.keys.removeAll { answered.contains(entry.run + "\u{0}" + $0) }
-            return entry.keys.isEmpty ? nil : entry
-        }
-        answered = []
-        index()
-        try save()
     }
 }
 
@@ -176,6 +213,15 @@ enum ShardFiles {
         defer { close(descriptor) }
         try write(bytes, to: descriptor, at: 0, naming: path)
         if sync, fsync(descriptor) != 0 { throw ItemFailure(.upload, "cannot flush \(path): \(CError())") }
+    }
+
+    /// The SHA-256 of a file's bytes, read a MiB at a time; nil when it cannot be read.
+    static func sha256(of path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        while let chunk = try? handle.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(data: chunk) }
+        return hasher.finalize().hex
     }
 
     /// Flushes a folder's entries (a rename or link in it) to disk.

@@ -23,6 +23,8 @@ public final class WebDatasetSink: Sink {
     public let samplesPerShard: Int
     /// Whether member names carry the output's id (the sink takes several outputs).
     let namesOutputs: Bool
+    /// The bytes a sample key may take (`sampleKey`).
+    let keyRoom: Int
 
     static let partialPrefix = ".imgpipe-shard-"
     private static let processPart = "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())"
@@ -30,10 +32,10 @@ public final class WebDatasetSink: Sink {
     /// The shard being written.
     private struct OpenShard {
         let descriptor: Int32
-        /// Its temporary name in the folder, and its file's device and inode.
+        /// Its temporary name in the folder.
         let partial: String
-        let device: UInt64
-        let inode: UInt64
+        /// The SHA-256 of what is written so far (the journal's fingerprint of the shard).
+        var digest = SHA256()
         let opened: Date
         var size = 0
         var keys: [String] = []
@@ -53,11 +55,15 @@ public final class WebDatasetSink: Sink {
 
     public var takesWholeItems: Bool { true }
 
-    public init(name: String, root: String, samplesPerShard: Int, namesOutputs: Bool) {
+    /// `outputs`: the ids of the outputs the sink takes.
+    public init(name: String, root: String, samplesPerShard: Int, outputs: [String]) {
         self.name = name
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         self.samplesPerShard = max(1, samplesPerShard)
-        self.namesOutputs = namesOutputs
+        namesOutputs = outputs.count > 1
+        // ustar's 100 bytes of name, less the longest extension and its dot (`.json`, `.webp`)
+        // and, with several outputs, the longest id and its dot.
+        keyRoom = 95 - (namesOutputs ? 1 + (outputs.map(\.utf8.count).max() ?? 0) : 0)
     }
 
     // MARK: - names
@@ -65,10 +71,10 @@ public final class WebDatasetSink: Sink {
     /// The item's key as a WebDataset key: WebDataset splits a member's name at the first
     /// dot of its last component, so a key holds none. Letters, digits, `-` and `_` stay;
     /// every other byte becomes `~XX` (its hex), `~` included, so two keys never meet. A
-    /// result over 90 bytes is cut to 60 and ends in `~h` and 24 hex digits of the key's
-    /// SHA-256 (no escape makes `~h`): a member's name then fits ustar's 100 bytes, for
-    /// readers that know no pax header.
-    public static func sampleKey(_ key: String) -> String {
+    /// result longer than `room` is cut and ends in `~h` and 24 hex digits of the key's
+    /// SHA-256 (no escape makes `~h`), `room` bytes in all (at least 34): a member's name then
+    /// fits ustar's 100 bytes, for readers that know no pax header.
+    public static func sampleKey(_ key: String, room: Int = 95) -> String {
         var out = ""
         for byte in key.utf8 {
             switch byte {
@@ -80,8 +86,8 @@ public final class WebDatasetSink: Sink {
             }
         }
         if out.isEmpty { return "~h" + SHA256.hash(data: Data()).prefix(12).hex }
-        guard out.utf8.count > 90 else { return out }
-        var cut = String(out.prefix(60))
+        guard out.utf8.count > room else { return out }
+        var cut = String(out.prefix(max(8, room - 26)))
         // An escape cut in two is dropped whole.
         if let tilde = cut.suffix(2).lastIndex(of: "~") { cut = String(cut[..<tilde]) }
         return cut + "~h" + SHA256.hash(data: Data(key.utf8)).prefix(12).hex
@@ -113,7 +119,6 @@ public final class WebDatasetSink: Sink {
         let journal: ShardJournal
         do {
             journal = try ShardJournal.load(path: path, root: root)
-            try journal.save()
         } catch {
             throw SinkError("sink \(name): \(error)")
         }
@@ -143,6 +148,7 @@ public final class WebDatasetSink: Sink {
             if shard.keys.isEmpty { shard.firstRun = run }
             do throws(ItemFailure) {
                 try ShardFiles.write(bytes, to: shard.descriptor, at: shard.size, naming: root + "/" + shard.partial)
+                shard.digest.update(data: bytes)
             } catch {
                 if shard.keys.isEmpty {
                     // Nothing held: no shard stays open.
@@ -185,10 +191,12 @@ public final class WebDatasetSink: Sink {
                 try ShardFiles.write(statsPath, stats(of: shard, size: size))
                 // The batch before this one is recorded (the runner records a batch before it
                 // commits the next): this shard's entry takes its place.
-                state.journal?.own = ShardJournal.Entry(
-                    run: shard.firstRun, partial: shard.partial, device: shard.device, inode: shard.inode, size: size,
-                    keys: shard.keys)
-                try state.journal?.save()
+                var digest = shard.digest
+                digest.update(data: TarFormat.end)
+                try state.journal?.saveOpen(
+                    ShardJournal.Entry(
+                        run: shard.firstRun, partial: shard.partial, size: size, sha256: digest.finalize().hex,
+                        keys: shard.keys))
                 // The first free number, taken by a link that fails if the name exists.
                 var number = state.next
                 while link(partialPath, root + "/" + Self.shardName(number)) != 0 {
@@ -239,7 +247,7 @@ public final class WebDatasetSink: Sink {
 
     /// The tar members of one sample, and the bytes of its outputs.
     private func sample(_ item: BatchItem, attempt: Int) throws(DeliveryFailure) -> (bytes: [UInt8], outputBytes: Int) {
-        let key = Self.sampleKey(item.key)
+        let key = Self.sampleKey(item.key, room: keyRoom)
         let modified = Int(Date().timeIntervalSince1970)
         var bytes: [UInt8] = []
         var outputs: [JSONValue] = []
@@ -318,8 +326,7 @@ public final class WebDatasetSink: Sink {
                 continue
             }
             return OpenShard(
-                descriptor: descriptor, partial: partial, device: UInt64(held.st_dev), inode: UInt64(held.st_ino),
-                opened: Date())
+                descriptor: descriptor, partial: partial, opened: Date())
         }
         throw DeliveryFailure(ItemFailure(.upload, "cannot keep a temporary shard in \(root): another process removes them"))
     }

@@ -24,9 +24,11 @@ public struct WebDatasetSinkParameters: SinkParameters {
         _ = try context.spec.checkNotSource(root, at: path.path, environment: context.environment)
         // Two such sinks on one folder would write every sample twice.
         for other in context.spec.sinks where other.name != context.name {
+            // Compared with symbolic links resolved: a link to the folder is the folder.
             guard let parameters = other.parameters as? Self,
                 let folder = try? context.spec.resolvePath(parameters.path.expanded(in: context.environment)),
-                URL(fileURLWithPath: folder).standardizedFileURL.path == URL(fileURLWithPath: root).standardizedFileURL.path
+                URL(fileURLWithPath: folder).resolvingSymlinksInPath().path
+                    == URL(fileURLWithPath: root).resolvingSymlinksInPath().path
             else { continue }
             throw SpecError(
                 path: path.path,
@@ -34,7 +36,7 @@ public struct WebDatasetSinkParameters: SinkParameters {
         }
         return WebDatasetSink(
             name: context.name, root: root, samplesPerShard: samplesPerShard,
-            namesOutputs: context.spec.outputs(of: context.name).count > 1)
+            outputs: context.spec.outputs(of: context.name))
     }
 
     public var folder: EnvString? { path }
