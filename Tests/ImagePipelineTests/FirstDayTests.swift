@@ -144,7 +144,7 @@ struct FirstDayTests {
         #expect(unknown.status == 2, "\(unknown.stderr)")
         #expect(
             unknown.stderr.contains(
-                "unknown failure reason \"timeout\" (valid: download, decode, limit, process, encode, upload, io, blocked-address)"
+                "unknown failure reason \"timeout\" (valid: download, decode, limit, process, encode, upload, io, blocked-address, hash-mismatch)"
             ),
             "\(unknown.stderr)")
         let asked = server.requests.count
