@@ -422,27 +422,54 @@ struct WebDatasetSinkTests {
             ])
     }
 
-    /// Two `webdataset` sinks on one folder would write each sample twice: refused.
+    /// Two `webdataset` sinks on one folder would write each sample twice: refused, however
+    /// the folder is written (a spelling, a symbolic link to it, or to a folder above it not
+    /// made yet).
     @Test func twoShardSinksOnOneFolderAreRefused() throws {
+        _ = try work.folder("in")
+        _ = try work.folder("shards")
+        _ = try work.folder("real")
+        try FileManager.default.createSymbolicLink(atPath: work.url("alias"), withDestinationPath: "shards")
+        try FileManager.default.createSymbolicLink(atPath: work.url("above"), withDestinationPath: "real")
+        for (first, second) in [("shards", "./shards/"), ("shards", "alias"), ("real/new", "above/new")] {
+            try work.write(
+                """
+                {"version": 1, "source": {"type": "directory", "path": "in"},
+                 "sinks": [{"type": "webdataset", "path": "\(first)"}, {"type": "webdataset", "path": "\(second)"}]}
+                """, to: "pipe.json")
+            let result = try imgpipe("validate", "pipe.json")
+            #expect(result.status == 2, "\(second): \(result.stdout)\(result.stderr)")
+            #expect(result.stderr.contains("each sample would be written twice"), "\(second): \(result.stderr)")
+        }
+    }
+
+    /// An output id that would push member names past ustar's 100 bytes is refused.
+    @Test func aLongOutputIdIsRefusedForSeveralOutputs() throws {
+        let long = String(repeating: "o", count: 41)
         try work.write(
             """
             {"version": 1, "source": {"type": "directory", "path": "in"},
-             "sinks": [{"type": "webdataset", "path": "shards"}, {"type": "webdataset", "path": "./shards/"}]}
+             "outputs": [{"id": "small"}, {"id": "\(long)", "format": "png"}],
+             "sink": {"type": "webdataset", "path": "shards"}}
             """, to: "pipe.json")
         _ = try work.folder("in")
         let result = try imgpipe("validate", "pipe.json")
-        #expect(result.status == 2, "\(result.stdout)\(result.stderr)")
-        #expect(result.stderr.contains("each sample would be written twice"), "\(result.stderr)")
-        // A symbolic link to the folder is the folder.
-        _ = try work.folder("shards")
-        try FileManager.default.createSymbolicLink(atPath: work.url("alias"), withDestinationPath: "shards")
-        try work.write(
-            """
-            {"version": 1, "source": {"type": "directory", "path": "in"},
-             "sinks": [{"type": "webdataset", "path": "shards"}, {"type": "webdataset", "path": "alias"}]}
-            """, to: "linked.json")
-        let linked = try imgpipe("validate", "linked.json")
-        #expect(linked.status == 2 && linked.stderr.contains("written twice"), "\(linked.stderr)")
+        #expect(result.status == 2 && result.stderr.contains("may be at most 40 bytes"), "\(result.stderr)")
+    }
+
+    /// A shard the journal must check that cannot be read stops the sink with the journal
+    /// kept, instead of taking the shard for unpublished and writing its items again.
+    @Test func aShardThatCannotBeReadKeepsTheJournal() throws {
+        _ = try work.folder("shards/00000.tar")  // a folder: opened, but not read
+        var info = stat()
+        try #require(lstat(work.url("shards/00000.tar"), &info) == 0)
+        let entry =
+            #"{"run": "run-a", "partial": ".imgpipe-shard-gone.tar", "size": "\#(info.st_size)", "#
+            + #""sha256": "00", "keys": ["a"]}"#
+        try work.write(#"{"entries": [\#(entry)]}"#, to: "work/webdataset-shards.journal.open")
+        let sink = sink()
+        #expect(throws: SinkError.self) { try sink.prepare(workRoot: work.url("work")) }
+        #expect(FileManager.default.fileExists(atPath: work.url("work/webdataset-shards.journal.open")))
     }
 
     /// A member whose name needs a pax header keeps its extension in its ustar name, for

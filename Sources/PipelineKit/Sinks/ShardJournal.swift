@@ -50,7 +50,7 @@ struct ShardJournal {
             guard let data = FileManager.default.contents(atPath: file) else { continue }
             written += try entries(in: data, file: file)
         }
-        journal.inherited = settle(written, root: root)
+        journal.inherited = try settle(written, root: root)
         journal.index()
         do {
             try journal.saveInherited()
@@ -72,15 +72,19 @@ struct ShardJournal {
                 let size = entry["size"]?.string.flatMap({ Int($0) }), let sha256 = entry["sha256"]?.string,
                 let keys = entry["keys"]?.arrayValue
             else {
-                throw SinkError("the journal \(file) holds an entry it cannot read; remove it to go on")
+                throw SinkError(
+                    "the journal \(file) holds an entry it cannot read (written by another version of imgpipe?); "
+                        + "remove it to go on: the items of the shard it names may then be written twice")
             }
-            return Entry(run: run, partial: partial, size: size, sha256: sha256, keys: keys.compactMap(\.string))
+            return Entry(
+                run: run, partial: partial, size: size, sha256: sha256, keys: keys.compactMap(\.string),
+                shard: entry["shard"]?.string.flatMap { WebDatasetSink.shardNumber($0) == nil ? nil : $0 })
         }
     }
 
     /// The entries whose shard is published, each with its shard; the temporary files of
     /// every entry are removed, and stats a published shard lacks are written from the entry.
-    private static func settle(_ entries: [Entry], root: String) -> [Entry] {
+    private static func settle(_ entries: [Entry], root: String) throws -> [Entry] {
         guard !entries.isEmpty else { return [] }
         // Newest first: a shard published just before a kill has one of the last numbers.
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [])
@@ -95,10 +99,20 @@ struct ShardJournal {
         var published: [Entry] = []
         for var entry in entries {
             let partial = root + "/" + entry.partial
-            let match = names.first { name in
-                guard sizes[name] == entry.size else { return false }
-                if digests[name] == nil { digests[name] = ShardFiles.sha256(of: root + "/" + name) ?? "" }
-                return digests[name] == entry.sha256
+            // Found before (an entry a session started with): its shard, if still that size.
+            // Else the shards of its size, by digest; one that cannot be read stops the
+            // sink, the journal kept, rather than write its items again.
+            var match = entry.shard.map { ($0 as NSString).lastPathComponent }.flatMap { sizes[$0] == entry.size ? $0 : nil }
+            for name in names where match == nil && sizes[name] == entry.size {
+                if digests[name] == nil {
+                    do {
+                        digests[name] = try ShardFiles.sha256(of: root + "/" + name)
+                    } catch {
+                        throw SinkError(
+                            "cannot read \(root)/\(name) to settle the journal's entry of \(entry.partial): \(error)")
+                    }
+                }
+                if digests[name] == entry.sha256 { match = name }
             }
             guard let name = match else {
                 // Never published (killed before the link, or the link failed): whatever is
@@ -177,11 +191,12 @@ struct ShardJournal {
                 "entries",
                 .array(
                     entries.map { entry in
-                        .object([
-                            ("run", .string(entry.run)), ("partial", .string(entry.partial)),
-                            ("size", .string(String(entry.size))), ("sha256", .string(entry.sha256)),
-                            ("keys", .array(entry.keys.map { .string($0) })),
-                        ])
+                        .object(
+                            [
+                                ("run", .string(entry.run)), ("partial", .string(entry.partial)),
+                                ("size", .string(String(entry.size))), ("sha256", .string(entry.sha256)),
+                                ("keys", .array(entry.keys.map { .string($0) })),
+                            ] + (entry.shard.map { [("shard", JSONValue.string(($0 as NSString).lastPathComponent))] } ?? []))
                     })
             )
         ])
@@ -215,12 +230,12 @@ enum ShardFiles {
         if sync, fsync(descriptor) != 0 { throw ItemFailure(.upload, "cannot flush \(path): \(CError())") }
     }
 
-    /// The SHA-256 of a file's bytes, read a MiB at a time; nil when it cannot be read.
-    static func sha256(of path: String) -> String? {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+    /// The SHA-256 of a file's bytes, read a MiB at a time; throws when it cannot be read.
+    static func sha256(of path: String) throws -> String {
+        let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
         defer { try? handle.close() }
         var hasher = SHA256()
-        while let chunk = try? handle.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(data: chunk) }
+        while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(data: chunk) }
         return hasher.finalize().hex
     }
 

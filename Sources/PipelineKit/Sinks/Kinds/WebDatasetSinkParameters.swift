@@ -24,19 +24,28 @@ public struct WebDatasetSinkParameters: SinkParameters {
         _ = try context.spec.checkNotSource(root, at: path.path, environment: context.environment)
         // Two such sinks on one folder would write every sample twice.
         for other in context.spec.sinks where other.name != context.name {
-            // Compared with symbolic links resolved: a link to the folder is the folder.
+            // Compared with symbolic links resolved, also on the way to a folder not made yet:
+            // a link to the folder (or to a folder above it) is the folder.
             guard let parameters = other.parameters as? Self,
                 let folder = try? context.spec.resolvePath(parameters.path.expanded(in: context.environment)),
-                URL(fileURLWithPath: folder).resolvingSymlinksInPath().path
-                    == URL(fileURLWithPath: root).resolvingSymlinksInPath().path
+                folder.realPath == root.realPath
             else { continue }
             throw SpecError(
                 path: path.path,
                 message: "sink \(other.name) writes shards into \(folder) too: each sample would be written twice")
         }
+        // Member names hold the output's id when the sink takes several: an id long enough to
+        // push them past ustar's 100 bytes would need pax headers some readers do not know.
+        let outputs = context.spec.outputs(of: context.name)
+        if outputs.count > 1, let long = outputs.first(where: { $0.utf8.count > 40 }) {
+            throw SpecError(
+                path: path.path,
+                message: "output id \"\(long)\" is \(long.utf8.count) bytes: member names of a webdataset sink "
+                    + "that takes several outputs hold the id, which may be at most 40 bytes")
+        }
         return WebDatasetSink(
             name: context.name, root: root, samplesPerShard: samplesPerShard,
-            outputs: context.spec.outputs(of: context.name))
+            outputs: outputs)
     }
 
     public var folder: EnvString? { path }
