@@ -82,6 +82,28 @@ final class ListFileLines {
         let reason: String
     }
 
+    /// How many lines of the file at `path` are not blank (nor, `skippingComments`, `#`
+    /// comments), read ahead without parsing one: a line too long counts as one, and a
+    /// damaged file is counted up to where it is damaged (listing it says where). Nil when
+    /// the file cannot be opened.
+    static func count(_ path: String, skippingComments: Bool) -> Int? {
+        guard let reader = ListFileLines(path: path) else { return nil }
+        var lines = 0
+        while let line = try? reader.next() {
+            guard case .bytes(let bytes) = line else {
+                lines += 1
+                continue
+            }
+            // The first byte that is not ASCII white space.
+            guard let first = bytes.first(where: { !blank.contains($0) }) else { continue }
+            if skippingComments, first == UInt8(ascii: "#") { continue }
+            lines += 1
+        }
+        return lines
+    }
+
+    private static let blank = Set(" \t\n\r\u{0B}\u{0C}".utf8)
+
     /// The next line, counted in `number` (the line's, from 1). A gzip file cut short (or
     /// damaged) is an error where it stops, not a shorter list: the lines before it are
     /// given, not the partial one, and the error names the file and the line.

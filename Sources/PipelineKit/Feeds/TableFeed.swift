@@ -131,17 +131,7 @@ public struct TableFeed: Feed {
 
     /// How many rows `list` would list: the lines that are not blank, less a header.
     public func countItems() -> Int? {
-        guard let reader = ListFileLines(path: path) else { return nil }
-        var lines = 0
-        while let line = try? reader.next() {
-            guard case .bytes(let bytes) = line else {
-                lines += 1
-                continue
-            }
-            if bytes.contains(where: { !Self.blank.contains($0) }) { lines += 1 }
-        }
+        guard let lines = ListFileLines.count(path, skippingComments: false) else { return nil }
         return format == .jsonl ? lines : max(0, lines - 1)
     }
-
-    private static let blank = Set(" \t\n\r\u{0B}\u{0C}".utf8)
 }

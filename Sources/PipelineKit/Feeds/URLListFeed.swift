@@ -81,24 +81,9 @@ public struct URLListFeed: Feed {
     /// that turns out to have no URL is counted all the same (listing stops at it). Nil
     /// when the file cannot be opened.
     public func countItems() -> Int? {
-        guard let reader = ListFileLines(path: path) else { return nil }
-        let format = self.format
-        var lines = 0
-        // A damaged file is counted up to where it is damaged (listing it says where).
-        while let line = try? reader.next() {
-            // The first byte that is not ASCII white space; a line too long counts as one.
-            guard case .bytes(let bytes) = line else {
-                lines += 1
-                continue
-            }
-            guard let first = bytes.first(where: { !Self.blank.contains($0) }) else { continue }
-            if format == "txt", first == UInt8(ascii: "#") { continue }
-            lines += 1
-        }
+        guard let lines = ListFileLines.count(path, skippingComments: format == "txt") else { return nil }
         return format == "csv" ? max(0, lines - 1) : lines
     }
-
-    private static let blank = Set(" \t\n\r\u{0B}\u{0C}".utf8)
 
     /// `csv`, `jsonl` or `txt`, by the file's name (a `.gz` suffix aside).
     private var format: String { Self.format(ofName: path) ?? "txt" }

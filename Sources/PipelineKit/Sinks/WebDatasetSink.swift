@@ -82,7 +82,7 @@ public final class WebDatasetSink: Sink {
                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
                 out.unicodeScalars.append(Unicode.Scalar(byte))
             default:
-                out += "~" + String(byte, radix: 16, uppercase: true).leftPadded(to: 2)
+                out += String(format: "~%02X", byte)
             }
         }
         if out.isEmpty { return "~h" + SHA256.hash(data: Data()).prefix(12).hex }
@@ -94,7 +94,7 @@ public final class WebDatasetSink: Sink {
     }
 
     /// `00000.tar`, … (five digits at least).
-    static func shardName(_ number: Int) -> String { String(number).leftPadded(to: 5) + ".tar" }
+    static func shardName(_ number: Int) -> String { String(format: "%05d.tar", number) }
 
     /// The number of a shard's file name, nil for any other name.
     static func shardNumber(_ fileName: String) -> Int? {
@@ -353,12 +353,5 @@ public final class WebDatasetSink: Sink {
             let shard = root + "/" + String(name.dropLast(".stats.json".count))
             if !FileManager.default.fileExists(atPath: shard) { unlink(root + "/" + name) }
         }
-    }
-}
-
-extension String {
-    /// The string with `0`s before it up to `width` characters.
-    fileprivate func leftPadded(to width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }
