@@ -7,8 +7,8 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # What building and running imgpipe needs (`make demo`); the test-only servers and tools
 # come with `make test` (TEST_DEB_PACKAGES, and moto from PyPI).
-DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev libpq-dev pkg-config \
-	fonts-dejavu-core
+DEB_PACKAGES := libvips-dev libvips-tools libsqlite3-dev libcurl4-openssl-dev zlib1g-dev libpq-dev libsnappy-dev \
+	libzstd-dev pkg-config fonts-dejavu-core
 TEST_DEB_PACKAGES := postgresql chromium slurm-wlm munge
 BIN := .build/debug/imgpipe
 PREFIX ?= /usr/local
@@ -17,10 +17,10 @@ MAN_PAGE := .build/plugins/GenerateManual/outputs/imgpipe/imgpipe.1
 .PHONY: deps test-deps build release man install demo lint test fuzz bench bench-scaleout bench-deps clean
 
 # What imgpipe needs, installed only when something is missing: the libraries (found with
-# pkg-config: libvips, SQLite, libcurl, zlib, libpq), vipsthumbnail and the DejaVu fonts
-# captions use. No server, no browser: `make demo` asks for nothing more.
+# pkg-config: libvips, SQLite, libcurl, zlib, libpq, and libsnappy and libzstd for Parquet),
+# vipsthumbnail and the DejaVu fonts captions use. No server, no browser: `make demo` asks for nothing more.
 deps:
-	@if pkg-config --exists vips sqlite3 libcurl zlib libpq && command -v vipsthumbnail >/dev/null \
+	@if pkg-config --exists vips sqlite3 libcurl zlib libpq snappy libzstd && command -v vipsthumbnail >/dev/null \
 	    && [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf ]; then \
 	  echo "deps: libvips $$(pkg-config --modversion vips), sqlite $$(pkg-config --modversion sqlite3), curl $$(pkg-config --modversion libcurl), libpq $$(pkg-config --modversion libpq), fonts present"; \
 	else \
@@ -31,7 +31,8 @@ deps:
 # What the tests add, again only when missing: PostgreSQL's server (the shared-state tests
 # start a throwaway cluster of their own), Chromium (the contact-sheet test) and Slurm with
 # munge (the Slurm script's test starts a one-node cluster of its own) from Debian; from PyPI Python's jsonschema (the schema test), and moto's S3 server with boto3
-# (the S3 tests run against it and read back through boto3).
+# (the S3 tests run against it and read back through boto3), and pyarrow and DuckDB (Parquet
+# files are checked against both).
 test-deps: deps
 	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v chromium >/dev/null \
 	    && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null \
@@ -45,6 +46,8 @@ test-deps: deps
 	  || python3 -m pip install -q --break-system-packages jsonschema
 	@python3 -c 'import moto.server, flask, boto3, yaml' 2>/dev/null || python3 -m pip install -q 'moto[server]' boto3 pyyaml \
 	  || python3 -m pip install -q --break-system-packages 'moto[server]' boto3 pyyaml
+	@python3 -c 'import pyarrow, duckdb' 2>/dev/null || python3 -m pip install -q pyarrow duckdb \
+	  || python3 -m pip install -q --break-system-packages pyarrow duckdb
 
 # Quiet: only errors are printed (the packages imgpipe depends on compile with warnings of
 # their own; imgpipe's own code has none).

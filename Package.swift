@@ -27,6 +27,9 @@ let package = Package(
         ),
         // zlib's gzip reader, for `.gz` URL lists.
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        // libsnappy and libzstd, for the pages of Parquet files (read and written).
+        .systemLibrary(name: "CSnappy", pkgConfig: "snappy", providers: [.apt(["libsnappy-dev"])]),
+        .systemLibrary(name: "CZstd", pkgConfig: "libzstd", providers: [.apt(["libzstd-dev"])]),
         // libcurl's easy API, for HTTP: a blocking call per transfer on the caller's thread,
         // with callbacks that can stop a transfer at once (limits, deadlines).
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
@@ -56,6 +59,9 @@ let package = Package(
         .target(name: "CBeneath"),
         // The only module that imports CVips (and COrcGuard, CPangoGuard, CResample).
         .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CPangoGuard", "CResample"]),
+        // Parquet files of flat tables, read and written (Debian has no Parquet library): the
+        // table source's `.parquet`, `export --format parquet`, the shards' manifests.
+        .target(name: "ParquetKit", dependencies: ["CSnappy", "CZstd", "CZlib"]),
         // The layers, each a target, so that the compiler keeps them apart: the lower may not
         // import the upper.
         // PipelineKit: what a pipeline is made of. The pipeline file and its checks, filters
@@ -65,6 +71,7 @@ let package = Package(
             name: "PipelineKit",
             dependencies: [
                 "VipsKit",
+                "ParquetKit",
                 "CZlib",
                 "CCurl",
                 "CBeneath",
@@ -117,7 +124,8 @@ let package = Package(
         .testTarget(
             name: "ImagePipelineTests",
             dependencies: [
-                "ImagePipeline", "PipelineKit", "ImagePipelineTesting", "VipsKit", "imgpipe", "imgpipe-batchtest", "COrcStress",
+                "ImagePipeline", "PipelineKit", "ParquetKit", "ImagePipelineTesting", "VipsKit", "imgpipe", "imgpipe-batchtest",
+                "COrcStress",
                 "CProcess",
                 "CBeneath",
                 .product(name: "GRDB", package: "GRDB.swift"),
