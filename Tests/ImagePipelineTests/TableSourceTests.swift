@@ -175,15 +175,17 @@ struct TableSourceTests {
         }
     }
 
-    /// What a table cannot be is said at once: a Parquet file (not read yet), a header
-    /// without a named column.
+    /// What a table cannot be is said at once: a file of another kind, a header without a
+    /// named column.
     @Test func aTableThatCannotBeReadSaysWhy() throws {
-        try work.write("x", to: "urls.parquet")
+        try work.write("x", to: "urls.xlsx")
         try work.write(
-            #"{"version": 1, "source": {"type": "table", "path": "urls.parquet", "columns": {"url": "URL"}}, "sink": {"type": "directory", "path": "out"}}"#,
-            to: "parquet.json")
-        let parquet = try imgpipe("validate", "parquet.json")
-        #expect(parquet.status == 2 && parquet.stderr.contains("Parquet tables are not read yet"), "\(parquet.stderr)")
+            #"{"version": 1, "source": {"type": "table", "path": "urls.xlsx", "columns": {"url": "URL"}}, "sink": {"type": "directory", "path": "out"}}"#,
+            to: "xlsx.json")
+        let xlsx = try imgpipe("validate", "xlsx.json")
+        #expect(
+            xlsx.status == 2 && xlsx.stderr.contains("a table is a .csv, .tsv, .jsonl or .parquet file (optionally .gz)"),
+            "\(xlsx.stderr)")
 
         try writeTable("urls.csv", [["link", "id"], ["\(server.baseURL)/a.jpg", "1"]])
         try work.write(
@@ -192,5 +194,120 @@ struct TableSourceTests {
         let header = try imgpipe("run", "header.json", "--state", "state.sqlite")
         #expect(header.status != 0)
         #expect(header.stderr.contains(#"the header has no column "URL" (it has: "link", "id")"#), "\(header.stderr)")
+    }
+
+    // MARK: - Parquet
+
+    /// Writes a Parquet table with pyarrow: `columns` is Python source for the table's
+    /// dictionary of arrays; gzipped when the name ends in `.gz`.
+    func writeParquet(_ name: String, _ columns: String, rowGroupSize: Int = 1000) throws {
+        try work.write(
+            """
+            import gzip, io, sys, pyarrow as pa, pyarrow.parquet as pq
+            table = pa.table(\(columns))
+            out = io.BytesIO()
+            pq.write_table(table, out, row_group_size=\(rowGroupSize))
+            data = out.getvalue()
+            open(sys.argv[1], "wb").write(gzip.compress(data) if sys.argv[1].endswith(".gz") else data)
+            """, to: "write_parquet.py")
+        let wrote = try ImgpipeBinary.launch(executable: "/usr/bin/env", ["python3", "write_parquet.py", name], in: work.path)
+            .wait()
+        try #require(wrote.status == 0, "pyarrow could not write the table (make test-deps installs it): \(wrote.stderr)")
+    }
+
+    /// A pyarrow table, plain and gzipped: integer keys, a null caption, a SHA-256 stored as
+    /// 32 binary bytes (read as its hex digest and checked), kept columns of two types; a
+    /// null URL is left out naming its row; the shard's members carry caption and metadata.
+    @Test(arguments: ["urls.parquet", "urls.parquet.gz"])
+    func aParquetTableFeedsItemsCaptionsAndHashes(table: String) throws {
+        let base = server.baseURL
+        let hex = { (path: String) in "bytes.fromhex('\(self.sha256(path))')" }
+        try writeParquet(
+            table,
+            """
+            {"URL": ["\(base)/a.jpg", "\(base)/b.jpg", None, "\(base)/d.jpg"],
+             "uid": pa.array([1001, 1002, 1003, 1004], pa.int64()),
+             "TEXT": ["a cat, \\"quoted\\"", None, "no url", "wrong hash"],
+             "sha256": pa.array([\(hex("/a.jpg")), None, None, \(hex("/a.jpg"))], pa.binary(32)),
+             "license": ["cc-by", "cc0", "cc0", "cc-by"], "WIDTH": pa.array([40, 41, 42, 43], pa.int32())}
+            """)
+        try work.write(
+            """
+            {"version": 1,
+             "source": {"type": "table", "path": "\(table)",
+                        "columns": {"url": "URL", "key": "uid", "caption": "TEXT", "sha256": "sha256"},
+                        "keep": ["license", "WIDTH"], "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}],
+             "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 10}}
+            """, to: "pipe.json")
+        let run = try imgpipe("run", "pipe.json", "--state", "state.sqlite")
+        #expect(run.status == 1, "\(run.stdout)\(run.stderr)")
+        #expect(
+            run.stderr.contains("\(table): 1 row left out, with no http(s) URL in column \"URL\", at rows: [3]"), "\(run.stderr)")
+        let items = try rows("SELECT key, status, reason, message, metadata FROM item ORDER BY seq")
+        #expect(items.map { $0["key"] as String } == ["1001", "1002", "1004"])
+        #expect(items.map { $0["status"] as String } == ["done", "done", "failed"])
+        #expect(items.last?["reason"] == "hash-mismatch")
+        let message: String = items.last?["message"] ?? ""
+        #expect(message.contains(sha256("/d.jpg")) && message.contains(sha256("/a.jpg")), "\(message)")
+        let metadata = try #require(
+            try JSONSerialization.jsonObject(with: Data((items[0]["metadata"] as String).utf8)) as? [String: Any])
+        #expect(metadata["TEXT"] as? String == "a cat, \"quoted\"" && metadata["sha256"] as? String == sha256("/a.jpg"))
+        #expect(metadata["license"] as? String == "cc-by" && metadata["WIDTH"] as? Int == 40, "\(metadata)")
+        let second = try #require(
+            try JSONSerialization.jsonObject(with: Data((items[1]["metadata"] as String).utf8)) as? [String: Any])
+        #expect(second["TEXT"] is NSNull && second["WIDTH"] as? Int == 41, "\(second)")
+        try FileManager.default.removeItem(atPath: work.url("shards"))
+        try FileManager.default.removeItem(atPath: work.url("state.sqlite"))
+    }
+
+    /// A damaged Parquet table stops the listing with the file and the byte named.
+    @Test func aDamagedParquetTableNamesFileAndByte() throws {
+        try writeParquet("good.parquet", #"{"url": ["\#(server.baseURL)/a.jpg"]}"#)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: work.url("good.parquet")))
+        bytes[bytes.count - 6] = 0x7F  // a footer length past the file's size
+        try bytes.write(to: URL(fileURLWithPath: work.url("bad.parquet")))
+        try work.write(
+            #"{"version": 1, "source": {"type": "table", "path": "bad.parquet", "columns": {"url": "url"}}, "sink": {"type": "directory", "path": "out"}}"#,
+            to: "bad.json")
+        let run = try imgpipe("run", "bad.json", "--state", "state.sqlite")
+        #expect(run.status != 0)
+        #expect(
+            run.stderr.contains("bad.parquet: at byte \(bytes.count - 8): a footer length of"), "\(run.stdout)\(run.stderr)")
+        try work.write(
+            #"{"version": 1, "source": {"type": "table", "path": "good.parquet", "columns": {"url": "link"}}, "sink": {"type": "directory", "path": "out"}}"#,
+            to: "column.json")
+        let column = try imgpipe("run", "column.json", "--state", "column.sqlite")
+        #expect(
+            column.status != 0 && column.stderr.contains(#"the table has no column "link" (it has: "url")"#), "\(column.stderr)")
+    }
+
+    /// A resumed listing starts after its cursor's key: in a Parquet table at the key's row
+    /// (found from the key column, or the row number itself), in a text table after the
+    /// key's line; a key the table no longer has lists from the start.
+    @Test func aResumedListingStartsAfterItsCursor() throws {
+        try writeParquet(
+            "many.parquet", #"{"u": [f"https://e.org/{i}.jpg" for i in range(1, 2501)], "k": [f"k{i}" for i in range(1, 2501)]}"#)
+        try writeTable("few.csv", [["u", "k"]] + (1...5).map { ["https://e.org/\($0).jpg", "k\($0)"] })
+        func keys(_ table: String, key: Bool, after cursor: String?) throws -> [String] {
+            let feed = TableFeed(
+                path: work.url(table), format: try #require(TableFeed.Format(fileName: table)),
+                columns: TableColumns(url: "u", key: key ? "k" : nil), keep: [], notice: { _ in })
+            var listed: [String] = []
+            try feed.list(after: cursor.map { FeedCursor(key: $0, listed: 0) }, expecting: nil) {
+                listed.append($0.key)
+                return true
+            }
+            return listed
+        }
+        let keyed = try keys("many.parquet", key: true, after: "k1500")
+        #expect(keyed.count == 1000 && keyed.first == "k1501" && keyed.last == "k2500")
+        let numbered = try keys("many.parquet", key: false, after: "2000")
+        #expect(numbered.count == 500 && numbered.first == "2001")
+        #expect(try keys("many.parquet", key: true, after: "gone").count == 2500)
+        #expect(try keys("many.parquet", key: true, after: nil).first == "k1")
+        #expect(try keys("few.csv", key: true, after: "k3") == ["k4", "k5"])
+        #expect(try keys("few.csv", key: false, after: "4") == ["5"])
+        #expect(try keys("few.csv", key: true, after: "gone") == ["k1", "k2", "k3", "k4", "k5"])
     }
 }

@@ -1,16 +1,17 @@
 import Foundation
+import ParquetKit
 
 /// `table`: the rows of a table of image URLs, read line by line (gzip or plain): `.csv`
 /// (RFC 4180 quoting, a header), `.tsv` (tab-separated, a header) or `.jsonl` (an object a
-/// line). Each row's URL, key, caption and SHA-256 come from the columns `columns` names;
+/// line); or a row group at a time: `.parquet` (TableFeed+Parquet.swift). Each row's URL, key, caption and SHA-256 come from the columns `columns` names;
 /// the item's metadata is an object of the caption, SHA-256 and `keep` columns by their own
 /// names (`{meta.NAME}`), as the table wrote them. Without a key column the key is the row's
 /// number (from 1). A row whose URL is missing or not an http(s) URL, whose key is empty, or
 /// that cannot be read (not UTF-8, a NUL, not a JSON object, longer than 1 MiB) is left out,
-/// and one notice at the end names the file, how many rows and their line numbers.
+/// and one notice at the end names the file, how many rows and their line (or row) numbers.
 public struct TableFeed: Feed {
     public enum Format: Sendable, Equatable {
-        case csv, tsv, jsonl
+        case csv, tsv, jsonl, parquet
 
         /// The format a file name says (`.gz` aside), nil for any other.
         public init?(fileName: String) {
@@ -22,6 +23,8 @@ public struct TableFeed: Feed {
                 self = .tsv
             } else if name.hasSuffix(".jsonl") || name.hasSuffix(".ndjson") {
                 self = .jsonl
+            } else if name.hasSuffix(".parquet") {
+                self = .parquet
             } else {
                 return nil
             }
@@ -43,33 +46,111 @@ public struct TableFeed: Feed {
         return names
     }
 
+    /// The columns the listing reads: the URL's, the key's, then the metadata's.
+    var neededColumns: [String] {
+        var names = [columns.url]
+        for name in [columns.key].compactMap({ $0 }) + metadataColumns where !names.contains(name) { names.append(name) }
+        return names
+    }
+
+    /// A row as read: its cells by column name (nil when the row cannot be read), and where
+    /// it is: its line (CSV, TSV, JSON Lines) or its row number from 1 (Parquet).
+    struct Row {
+        let cells: [String: JSONValue]?
+        let at: Int
+    }
+
+    /// Lists the rows in order. After `cursor` (a resumed run), the rows up to the cursor's
+    /// key are passed over, not listed: a Parquet table starts at the row group that holds
+    /// it (found from the key column alone, or from the row number when the key is one), a
+    /// text table reads its lines up to it. A key the table no longer holds means the table
+    /// changed: the listing starts from the first row, and the runner passes over the items
+    /// it has.
     public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
         throws
     {
         if let expect, let count = countItems() { expect(.counted(count)) }
-        guard let lines = ListFileLines(path: path) else { throw FeedError("cannot open table \(path)") }
         let page = "table \(path)"
-        var unreadable = LeftOutEntries(page: page, noun: ("row", "rows"), reason: "that cannot be read, at lines")
+        let unit = format == .parquet ? "rows" : "lines"
+        var unreadable = LeftOutEntries(page: page, noun: ("row", "rows"), reason: "that cannot be read, at \(unit)")
         var noURL = LeftOutEntries(
-            page: page, noun: ("row", "rows"), reason: "with no http(s) URL in column \"\(columns.url)\", at lines")
+            page: page, noun: ("row", "rows"), reason: "with no http(s) URL in column \"\(columns.url)\", at \(unit)")
         var noKey = LeftOutEntries(
-            page: page, noun: ("row", "rows"), reason: "with no key in column \"\(columns.key ?? "")\", at lines")
+            page: page, noun: ("row", "rows"), reason: "with no key in column \"\(columns.key ?? "")\", at \(unit)")
         defer {
             for entries in [unreadable, noURL, noKey] { entries.tell(notice) }
         }
+        var rowNumber = 0
+        var passing = cursor?.key
+        var startRow = 0
+        if format == .parquet, let key = cursor?.key {
+            if let row = try parquetRow(ofKey: key) { startRow = row }
+            passing = nil
+        }
+        func handle(_ row: Row) throws -> Bool {
+            let counted = passing == nil
+            guard let cells = row.cells else {
+                if counted { unreadable.add(row.at) }
+                return true
+            }
+            rowNumber = format == .parquet ? row.at : rowNumber + 1
+            guard let url = cells[columns.url]?.string.map({ $0.trimmingCharacters(in: .whitespaces) }),
+                let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
+                parsed.host?.isEmpty == false
+            else {
+                if counted { noURL.add(row.at) }
+                return true
+            }
+            let key: String
+            if let keyColumn = columns.key {
+                guard let value = cells[keyColumn]?.stringValue, !value.isEmpty else {
+                    if counted { noKey.add(row.at) }
+                    return true
+                }
+                key = value
+            } else {
+                key = String(rowNumber)
+            }
+            if let wanted = passing {
+                if key == wanted { passing = nil }
+                return true
+            }
+            let kept = metadataColumns.compactMap { name in cells[name].map { (key: name, value: $0) } }
+            let metadata = kept.isEmpty ? nil : JSONValue.object(kept).serialized()
+            guard !FeedItem.holdsNUL(url, key), !(metadata?.contains("\u{0}") ?? false) else {
+                unreadable.add(row.at)
+                return true
+            }
+            return try body(FeedItem(key: key, url: url, stem: FeedItem.stem(ofURL: url), metadata: metadata))
+        }
+        if format == .parquet {
+            try parquetRows(from: startRow, handle)
+            return
+        }
+        try textRows(handle)
+        if passing != nil {
+            // The cursor's key is gone: from the start, as a new listing.
+            passing = nil
+            rowNumber = 0
+            try textRows(handle)
+        }
+    }
+
+    /// The rows of a CSV, TSV or JSON Lines table.
+    private func textRows(_ each: (Row) throws -> Bool) throws {
+        guard let lines = ListFileLines(path: path) else { throw FeedError("cannot open table \(path)") }
         var header: [String: Int]?
         var lineNumber = 0
-        var rowNumber = 0
         while let next = try lines.next(counting: &lineNumber) {
             guard case .bytes(let bytes) = next, !bytes.contains(0), let text = String(validating: bytes, as: UTF8.self)
             else {
                 if header == nil, format != .jsonl { throw FeedError("\(path):\(lineNumber): the header cannot be read") }
-                unreadable.add(lineNumber)
+                if try !each(Row(cells: nil, at: lineNumber)) { return }
                 continue
             }
             let line = text.trimmingCharacters(in: .newlines)
             if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
-            let row: [String: JSONValue]
+            let cells: [String: JSONValue]?
             switch format {
             case .csv, .tsv:
                 let fields =
@@ -79,41 +160,19 @@ public struct TableFeed: Feed {
                     header = try readHeader(fields)
                     continue
                 }
-                row = columnsAt.reduce(into: [:]) { row, column in
+                cells = columnsAt.reduce(into: [:]) { row, column in
                     if column.value < fields.count { row[column.key] = .string(fields[column.value]) }
                 }
             case .jsonl:
-                guard let value = try? JSONParser.parse(line), case .object(let members) = value else {
-                    unreadable.add(lineNumber)
-                    continue
+                if let value = try? JSONParser.parse(line), case .object(let members) = value {
+                    cells = Dictionary(members, uniquingKeysWith: { first, _ in first })
+                } else {
+                    cells = nil
                 }
-                row = Dictionary(members, uniquingKeysWith: { first, _ in first })
+            case .parquet:
+                preconditionFailure("a Parquet table is not read as text")
             }
-            rowNumber += 1
-            guard let url = row[columns.url]?.string.map({ $0.trimmingCharacters(in: .whitespaces) }),
-                let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
-                parsed.host?.isEmpty == false
-            else {
-                noURL.add(lineNumber)
-                continue
-            }
-            let key: String
-            if let keyColumn = columns.key {
-                guard let value = row[keyColumn]?.stringValue, !value.isEmpty else {
-                    noKey.add(lineNumber)
-                    continue
-                }
-                key = value
-            } else {
-                key = String(rowNumber)
-            }
-            let kept = metadataColumns.compactMap { name in row[name].map { (key: name, value: $0) } }
-            let metadata = kept.isEmpty ? nil : JSONValue.object(kept).serialized()
-            guard !FeedItem.holdsNUL(url, key), !(metadata?.contains("\u{0}") ?? false) else {
-                unreadable.add(lineNumber)
-                continue
-            }
-            if try !body(FeedItem(key: key, url: url, stem: FeedItem.stem(ofURL: url), metadata: metadata)) { return }
+            if try !each(Row(cells: cells, at: lineNumber)) { return }
         }
     }
 
@@ -129,8 +188,13 @@ public struct TableFeed: Feed {
         return at
     }
 
-    /// How many rows `list` would list: the lines that are not blank, less a header.
+    /// How many rows `list` would list: the lines that are not blank, less a header; a
+    /// Parquet file's row count (from its footer; none for a gzipped one).
     public func countItems() -> Int? {
+        if format == .parquet {
+            guard !path.lowercased().hasSuffix(".gz"), let reader = try? ParquetReader(path: path) else { return nil }
+            return Int(reader.rowCount)
+        }
         guard let lines = ListFileLines.count(path, skippingComments: false) else { return nil }
         return format == .jsonl ? lines : max(0, lines - 1)
     }

@@ -1,6 +1,6 @@
 import Foundation
 
-/// `"type": "table"`: a table of image URLs (`.csv`, `.tsv`, `.jsonl`, each optionally
+/// `"type": "table"`: a table of image URLs (`.csv`, `.tsv`, `.jsonl`, `.parquet`, each optionally
 /// `.gz`) whose columns `columns` names: `url`, and optionally `key`, `caption` and
 /// `sha256`; `keep` lists more columns that travel with each item (`TableFeed`).
 public struct TableSourceParameters: RemoteSourceParameters {
@@ -50,13 +50,11 @@ public struct TableSourceParameters: RemoteSourceParameters {
     public func makeFeed(_ context: FeedContext) throws -> any Feed {
         let file = context.spec.resolvePath(try path.expanded(in: context.environment))
         guard let format = TableFeed.Format(fileName: file) else {
-            let lower = file.lowercased()
-            let parquet = lower.hasSuffix(".parquet") || lower.hasSuffix(".parquet.gz")
             throw SpecError(
                 path: path.path,
-                message: parquet
-                    ? "Parquet tables are not read yet: write the table as .csv, .tsv or .jsonl (optionally .gz)"
-                    : "a table is a .csv, .tsv or .jsonl file (optionally .gz); \(context.environment.redact(file)) is none")
+                message:
+                    "a table is a .csv, .tsv, .jsonl or .parquet file (optionally .gz); \(context.environment.redact(file)) is none"
+            )
         }
         guard FileManager.default.isReadableFile(atPath: file) else {
             throw SpecError(

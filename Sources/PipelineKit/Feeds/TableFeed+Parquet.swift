@@ -1,0 +1,124 @@
+import CZlib
+import Foundation
+import ParquetKit
+
+/// A Parquet table: read a row group at a time (ParquetKit), only the columns the source
+/// names. A gzipped file (`.parquet.gz`) is unpacked to a temporary file first, since
+/// Parquet is read from its end.
+extension TableFeed {
+    /// The rows from row number `start + 1` on.
+    func parquetRows(from start: Int, _ each: (Row) throws -> Bool) throws {
+        try withParquet { reader in
+            let names = neededColumns
+            let indices = try columnIndices(names, in: reader)
+            var first = 0
+            for group in 0..<reader.rowGroupCount {
+                let count = Int(reader.rows(inGroup: group))
+                defer { first += count }
+                if first + count <= start { continue }
+                var rows = try reader.rows(inGroup: group, columns: indices)
+                var at = first
+                while let values = try rows.next() {
+                    at += 1
+                    if at <= start { continue }
+                    var cells: [String: JSONValue]? = [:]
+                    for (index, value) in zip(indices, values) {
+                        guard let cell = Self.json(value, reader.columns[index]) else {
+                            cells = nil
+                            break
+                        }
+                        cells?[reader.columns[index].name] = cell
+                    }
+                    if try !each(Row(cells: cells, at: at)) { return }
+                }
+            }
+        }
+    }
+
+    /// The row number of the first row whose key is `key`, reading the key column alone;
+    /// nil when no row has it. Without a key column the key is the row number.
+    func parquetRow(ofKey key: String) throws -> Int? {
+        guard let keyColumn = columns.key else { return Int(key).flatMap { $0 > 0 ? $0 : nil } }
+        return try withParquet { reader in
+            let index = try columnIndices([keyColumn], in: reader)[0]
+            var at = 0
+            for group in 0..<reader.rowGroupCount {
+                var rows = try reader.rows(inGroup: group, columns: [index])
+                while let values = try rows.next() {
+                    at += 1
+                    if Self.json(values[0], reader.columns[index])?.stringValue == key { return at }
+                }
+            }
+            return nil
+        }
+    }
+
+    /// The columns' indices, or an error naming the one the file does not have.
+    private func columnIndices(_ names: [String], in reader: ParquetReader) throws -> [Int] {
+        try names.map { name in
+            guard let index = reader.columns.firstIndex(where: { $0.name == name && !$0.isNested }) else {
+                let flat = reader.columns.filter { !$0.isNested }.map { "\"\($0.name)\"" }.joined(separator: ", ")
+                throw FeedError("\(path): the table has no column \"\(name)\" (it has: \(flat))")
+            }
+            return index
+        }
+    }
+
+    /// `body` with the file open; a Parquet error becomes a feed error naming the file.
+    private func withParquet<T>(_ body: (ParquetReader) throws -> T) throws -> T {
+        var unpacked: String?
+        defer { if let unpacked { unlink(unpacked) } }
+        do {
+            var file = path
+            if path.lowercased().hasSuffix(".gz") {
+                unpacked = try Self.gunzip(path)
+                file = unpacked!
+            }
+            return try body(try ParquetReader(path: file))
+        } catch let error as ParquetError {
+            throw FeedError("table \(path): \(error) (in the file\(unpacked == nil ? "" : " unpacked"))")
+        }
+    }
+
+    /// A cell as JSON: text as a string (nil when the text is not UTF-8), an integer as a
+    /// number (as a string past ±2⁵³, where a JSON number loses digits), a float as a
+    /// number (null when not finite), bytes not marked as text as UTF-8 when they are, else
+    /// as lowercase hex (a binary SHA-256 reads as its hex digest), a null as null.
+    static func json(_ value: ParquetValue?, _ column: ParquetColumn) -> JSONValue? {
+        switch value {
+        case nil: return .null
+        case .bool(let bit)?: return .bool(bit)
+        case .int(let number)?:
+            return number.magnitude <= 1 << 53 ? .number(Double(number), isInteger: true) : .string(String(number))
+        case .double(let number)?: return number.isFinite ? .number(number, isInteger: false) : .null
+        case .bytes(let bytes)?:
+            if column.isText { return String(validating: bytes, as: UTF8.self).map(JSONValue.string) }
+            if column.type == .byteArray, let text = String(validating: bytes, as: UTF8.self) { return .string(text) }
+            return .string(bytes.map { String(format: "%02x", $0) }.joined())
+        }
+    }
+
+    /// `path` unpacked into a temporary file, whose path it returns.
+    private static func gunzip(_ path: String) throws -> String {
+        let target = NSTemporaryDirectory() + "/imgpipe-table-\(UUID().uuidString).parquet"
+        guard let input = gzopen(path, "rb") else { throw FeedError("cannot open table \(path)") }
+        defer { gzclose(input) }
+        guard FileManager.default.createFile(atPath: target, contents: nil), let output = FileHandle(forWritingAtPath: target)
+        else { throw FeedError("cannot unpack table \(path) into \(target): \(String(cString: strerror(errno)))") }
+        defer { try? output.close() }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let read = buffer.withUnsafeMutableBytes { gzread(input, $0.baseAddress, UInt32($0.count)) }
+            if read < 0 {
+                unlink(target)
+                throw FeedError("table \(path): the gzip stream is broken")
+            }
+            if read == 0 { break }
+            do { try output.write(contentsOf: Data(buffer[0..<Int(read)])) } catch {
+                unlink(target)
+                throw FeedError("cannot unpack table \(path) into \(target): \(error)")
+            }
+        }
+        return target
+    }
+}
