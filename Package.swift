@@ -85,6 +85,7 @@ let package = Package(
             name: "ImagePipeline",
             dependencies: [
                 "PipelineKit",
+                "ParquetKit",
                 "VipsKit",
                 "CPostgres",
                 "CProcess",
@@ -98,6 +99,7 @@ let package = Package(
             name: "imgpipe",
             dependencies: [
                 "ImagePipeline",
+                "ParquetKit",
                 "PipelineKit",
                 "VipsKit",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

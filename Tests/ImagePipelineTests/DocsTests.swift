@@ -420,10 +420,11 @@ struct DocsTests {
             Fine: `PipelineSpec`, `RunStages.drive`, `acquireSlot()`, `Sources/CVips/shim.h`, `limits.memory`, `run --new`.
             """
         let problems = Self.architectureProblems(made)
-        #expect(problems.count == 8, "\(problems.joined(separator: "\n"))")
+        #expect(problems.count == 9, "\(problems.joined(separator: "\n"))")
         for expected in [
             "Type\(absent)", "\(absent)Member", "\(absent)File.swift", "\(absent)Function", "RunStages is said",
             "Support/ is listed", "Feeds/URLListFeed.swift, which does not import", "ListFileLines.swift too",
+            "TableFeed+Parquet.swift too",
         ] {
             #expect(problems.contains { $0.contains(expected) }, "nothing about \(expected): \(problems)")
         }

@@ -78,6 +78,47 @@ struct ExportTests {
         #expect(try imgpipe("export", "pipe.json", "--only", "done").jsonLines().count == 3)
         #expect(try imgpipe("export", "pipe.json", "--only", "pending").status == 2)
         #expect(try imgpipe("export", "pipe.json", "--run", "7").stderr.contains("has no run #7"))
+
+        // Parquet: the same records in CSV's columns, typed, read by pyarrow and DuckDB.
+        let toTerminal = try imgpipe("export", "pipe.json", "--format", "parquet")
+        #expect(toTerminal.status == 2 && toTerminal.stderr.contains("give it with -o FILE"), "\(toTerminal.stderr)")
+        let parquet = try imgpipe("export", "pipe.json", "--format", "parquet", "-o", "items.parquet")
+        #expect(parquet.status == 0, "\(parquet.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work.url("items.parquet.partial")))
+        try work.write(
+            """
+            import json, sys, duckdb, pyarrow.parquet as pq
+            t = pq.read_table(sys.argv[1])
+            done = duckdb.connect().execute(
+                f"select count(*) from read_parquet('{sys.argv[1]}') where status = 'done' and \\"output.width\\" <= 100").fetchone()[0]
+            print(json.dumps({"types": {f.name: str(f.type) for f in t.schema}, "rows": t.to_pylist(), "done": done}))
+            """, to: "read_parquet.py")
+        let read = try ImgpipeBinary.launch(
+            executable: "/usr/bin/env", ["python3", "read_parquet.py", "items.parquet"], in: work.path
+        )
+        .wait()
+        let table = try #require(
+            try? JSONSerialization.jsonObject(with: Data(read.stdout.utf8)) as? [String: Any], "stderr: \(read.stderr)")
+        let types = try #require(table["types"] as? [String: String])
+        #expect(types["key"] == "string" && types["attempts"] == "int64" && types["output.width"] == "int64")
+        #expect(types["delivery.web.httpStatus"] == "int64" && types["delivery.disk.remoteURL"] == "string", "\(types)")
+        #expect(table["done"] as? Int == 3)
+        let parquetRows = try #require(table["rows"] as? [[String: Any]])
+        #expect(parquetRows.count == records.count)
+        for (record, row) in zip(records, parquetRows) {
+            #expect(row["key"] as? String == record["key"] as? String && row["status"] as? String == record["status"] as? String)
+            #expect(
+                row["reason"] as? String == record["reason"] as? String && row["attempts"] as? Int == record["attempts"] as? Int)
+            let output = (record["outputs"] as? [String: [String: Any]])?["default"]
+            #expect(
+                row["output.width"] as? Int == output?["width"] as? Int && row["output.bytes"] as? Int == output?["bytes"] as? Int
+            )
+            #expect(row["output.sha256"] as? String == output?["sha256"] as? String)
+            let web = (record["deliveries"] as? [String: [String: [String: Any]]])?["web"]?["default"]
+            #expect(row["delivery.web.httpStatus"] as? Int == web?["httpStatus"] as? Int)
+            #expect(row["delivery.web.remoteURL"] as? String == web?["remoteURL"] as? String)
+            if output == nil { #expect(row["output.width"] is NSNull && row["output.name"] is NSNull, "\(row)") }
+        }
     }
 
     /// CSV: a header naming each sink's columns, cells quoted where they must be, the feed's

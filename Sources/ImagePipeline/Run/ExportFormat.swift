@@ -1,7 +1,8 @@
 import Foundation
+import ParquetKit
 import PipelineKit
 
-/// How `imgpipe export` writes records: one JSON object per line, or CSV.
+/// How `imgpipe export` writes records: one JSON object per line, CSV, or Parquet.
 ///
 /// JSON Lines keep the record's shape: `outputs` and `deliveries` are objects by output id
 /// (and by sink, then output id), `metadata` is the feed's own object. CSV flattens it into
@@ -12,23 +13,65 @@ import PipelineKit
 /// `delivery.S.attempts` (RFC 4180 quoting; an empty cell for a missing value). With
 /// several outputs, each output `O` has its own columns `output.O.name` … `output.O.sha256`,
 /// and each sink its `delivery.S.O.status` … `delivery.S.O.attempts`, in the pipeline's
-/// order of outputs.
+/// order of outputs. Parquet has CSV's columns, typed: `attempts`, `output.width`,
+/// `output.height`, `output.bytes`, `delivery.S.httpStatus` and `delivery.S.attempts` are
+/// 64-bit integers, the others text; a missing value is null.
 public enum ExportFormat: String, Sendable, CaseIterable {
-    case jsonl, csv
+    case jsonl, csv, parquet
 
     static let outputFields = ["name", "format", "width", "height", "bytes", "sha256"]
     static let deliveryFields = ["status", "remoteURL", "httpStatus", "attempts"]
 
+    /// A cell of the flat layout CSV and Parquet share.
+    public enum Cell {
+        case text(String?)
+        case int(Int?)
+    }
+
+    /// The flat layout's columns, each with whether it holds integers. `outputs` are the
+    /// run's output ids.
+    static func columns(sinks: [String], outputs: [String]) -> [(name: String, isInteger: Bool)] {
+        let integers: Set<String> = ["attempts", "width", "height", "bytes", "httpStatus"]
+        let fixed = ["key", "location", "status", "reason", "message", "attempts", "tier", "metadata"].map {
+            ($0, $0 == "attempts")
+        }
+        let one = outputs == [OutputSpec.defaultID]
+        let perOutput = outputs.flatMap { id in
+            Self.outputFields.map { (one ? "output.\($0)" : "output.\(id).\($0)", integers.contains($0)) }
+        }
+        let perSink = sinks.flatMap { sink in
+            outputs.flatMap { id in
+                Self.deliveryFields.map {
+                    (one ? "delivery.\(sink).\($0)" : "delivery.\(sink).\(id).\($0)", integers.contains($0))
+                }
+            }
+        }
+        return (fixed + perOutput + perSink).map { (name: $0.0, isInteger: $0.1) }
+    }
+
     /// The first line (CSV's header), or nil. `outputs` are the run's output ids.
     public func header(sinks: [String], outputs: [String] = [OutputSpec.defaultID]) -> String? {
         guard self == .csv else { return nil }
-        let fixed = ["key", "location", "status", "reason", "message", "attempts", "tier", "metadata"]
-        let one = outputs == [OutputSpec.defaultID]
-        let perOutput = outputs.flatMap { id in Self.outputFields.map { one ? "output.\($0)" : "output.\(id).\($0)" } }
-        let perSink = sinks.flatMap { sink in
-            outputs.flatMap { id in Self.deliveryFields.map { one ? "delivery.\(sink).\($0)" : "delivery.\(sink).\(id).\($0)" } }
+        return Self.columns(sinks: sinks, outputs: outputs).map { Self.csvCell($0.name) }.joined(separator: ",")
+    }
+
+    /// Parquet's columns for a run's sinks and outputs.
+    public static func parquetColumns(sinks: [String], outputs: [String]) -> [ParquetColumn] {
+        columns(sinks: sinks, outputs: outputs).map { column in
+            column.isInteger ? ParquetColumn(name: column.name, type: .int64) : .text(column.name)
         }
-        return (fixed + perOutput + perSink).map(Self.csvCell).joined(separator: ",")
+    }
+
+    /// One record as a Parquet row, in `parquetColumns`' order.
+    public static func parquetRow(
+        _ record: ExportRecord, sinks: [String], outputs: [String], redact: (String) -> String
+    ) -> [ParquetValue?] {
+        cells(record, sinks: sinks, outputs: outputs, redact: redact).map { cell in
+            switch cell {
+            case .text(let text): text.map(ParquetValue.text)
+            case .int(let number): number.map { .int(Int64($0)) }
+            }
+        }
     }
 
     /// One record as one line (without the newline). `redact` masks what must not leave.
@@ -38,7 +81,13 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     ) -> String {
         switch self {
         case .jsonl: jsonLine(record, redact: redact)
-        case .csv: csvLine(record, sinks: sinks, outputs: outputs, redact: redact)
+        case .csv, .parquet:
+            Self.cells(record, sinks: sinks, outputs: outputs, redact: redact).map { cell in
+                switch cell {
+                case .text(let text): Self.csvCell(text ?? "")
+                case .int(let number): number.map(String.init) ?? ""
+                }
+            }.joined(separator: ",")
         }
     }
 
@@ -90,16 +139,18 @@ public enum ExportFormat: String, Sendable, CaseIterable {
         return json.text
     }
 
-    private func csvLine(_ record: ExportRecord, sinks: [String], outputs: [String], redact: (String) -> String) -> String {
-        var cells: [String?] = [
-            redact(Environment.shown(record.key)), redact(Environment.shown(record.location)), record.status, record.reason,
-            record.message.map(redact), String(record.attempts), record.tier, record.metadata.map(redact),
+    /// A record's cells in `columns`' order.
+    static func cells(_ record: ExportRecord, sinks: [String], outputs: [String], redact: (String) -> String) -> [Cell] {
+        var cells: [Cell] = [
+            .text(redact(Environment.shown(record.key))), .text(redact(Environment.shown(record.location))), .text(record.status),
+            .text(record.reason), .text(record.message.map(redact)), .int(record.attempts), .text(record.tier),
+            .text(record.metadata.map(redact)),
         ]
         for id in outputs {
             let output = record.outputs.first { $0.id == id }?.output
             cells += [
-                output?.name, output?.format, output?.width.map(String.init), output?.height.map(String.init),
-                output?.bytes.map(String.init), output?.sha256,
+                .text(output?.name), .text(output?.format), .int(output?.width), .int(output?.height), .int(output?.bytes),
+                .text(output?.sha256),
             ]
         }
         for sink in sinks {
@@ -107,12 +158,12 @@ public enum ExportFormat: String, Sendable, CaseIterable {
             for id in outputs {
                 let delivery = byOutput.first { $0.id == id }?.delivery
                 cells += [
-                    delivery?.status, delivery?.remoteURL.map(redact), delivery?.httpStatus.map(String.init),
-                    delivery.map { String($0.attempts) },
+                    .text(delivery?.status), .text(delivery?.remoteURL.map(redact)), .int(delivery?.httpStatus),
+                    .int(delivery?.attempts),
                 ]
             }
         }
-        return cells.map { Self.csvCell($0 ?? "") }.joined(separator: ",")
+        return cells
     }
 
     /// RFC 4180: quoted when it holds a comma, a quote or a line break; quotes doubled.
