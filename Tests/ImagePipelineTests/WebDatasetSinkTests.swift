@@ -59,6 +59,29 @@ struct WebDatasetSinkTests {
         return try JSONDecoder().decode([String: [Member]].self, from: Data(read.stdout.utf8))
     }
 
+    /// Every shard manifest (`NNNNN.parquet`) in `folder` as pyarrow reads it: its rows by
+    /// file name, and its column types.
+    func manifests(in folder: String) throws -> [String: [[String: Any]]] {
+        try work.write(
+            """
+            import json, os, sys, pyarrow.parquet as pq
+            folder = sys.argv[1]
+            out = {}
+            for name in sorted(os.listdir(folder)):
+                if name.endswith(".parquet") and not name.startswith("."):
+                    table = pq.read_table(os.path.join(folder, name))
+                    out[name] = table.to_pylist()
+                    types = {f.name: str(f.type) for f in table.schema}
+                    assert types["key"] == "string" and types["originalWidth"] == "int64", types
+            print(json.dumps(out))
+            """, to: "read_manifests.py")
+        let read = try ImgpipeBinary.launch(
+            executable: "/usr/bin/env", ["python3", "read_manifests.py", folder], in: work.path
+        ).wait()
+        try #require(read.status == 0, "pyarrow could not read the manifests: \(read.stderr)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(read.stdout.utf8)) as? [String: [[String: Any]]])
+    }
+
     /// The keys of the samples of a shard, in order, from its `.json` members.
     func sampleKeys(of members: [Member]) throws -> [String] {
         try members.filter { $0.name.hasSuffix(".json") }.map { member in
@@ -143,9 +166,25 @@ struct WebDatasetSinkTests {
         let outputs = try Dictionary(
             uniqueKeysWithValues: rows("SELECT itemKey, hash FROM output").map { ($0["itemKey"] as String, $0["hash"] as String) }
         )
+        let manifests = try manifests(in: work.url("shards"))
+        #expect(manifests.keys.sorted() == ["00000.parquet", "00001.parquet", "00002.parquet"])
         for (name, members) in shards {
             let shardKeys = try sampleKeys(of: members)
             seen += shardKeys
+            // The manifest: a row per sample, in order, saying what KEY.json says, with the
+            // input's size and hash as decoded and read.
+            let manifest = manifests[String(name.dropLast(4)) + ".parquet"] ?? []
+            #expect(manifest.map { $0["key"] as? String } == shardKeys.map(Optional.some), "\(name)")
+            for row in manifest {
+                let key = row["key"] as? String ?? ""
+                let input = work.url("in/" + key)
+                #expect(
+                    row["originalWidth"] as? Int == 64 + (keys.firstIndex(of: key) ?? -64) && row["originalHeight"] as? Int == 48)
+                #expect(row["sha256"] as? String == sha256Hex(try Data(contentsOf: URL(fileURLWithPath: input))), "\(row)")
+                #expect(row["output.sha256"] as? String == outputs[key] && row["width"] as? Int == 32, "\(row)")
+                #expect(row["output.member"] as? String == WebDatasetSink.sampleKey(key) + ".jpg" && row["caption"] is NSNull)
+                #expect((row["url"] as? String)?.hasSuffix("in/" + key) == true, "\(row)")
+            }
             for (index, key) in shardKeys.enumerated() {
                 let sample = WebDatasetSink.sampleKey(key)
                 let image = members[2 * index]
@@ -155,6 +194,8 @@ struct WebDatasetSinkTests {
                 let json = try #require(
                     try JSONSerialization.jsonObject(with: Data((record.text ?? "").utf8)) as? [String: Any])
                 #expect((json["width"] as? Int) == 32 && (json["height"] as? Int) ?? 0 > 0, "\(json)")
+                #expect(json["originalWidth"] as? Int == 64 + (keys.firstIndex(of: key) ?? -64), "\(json)")
+                #expect(json["originalHeight"] as? Int == 48 && (json["sha256"] as? String)?.count == 64, "\(json)")
                 #expect((json["url"] as? String)?.hasSuffix("in/" + key) == true, "\(json)")
             }
             let stats = try #require(
@@ -266,11 +307,16 @@ struct WebDatasetSinkTests {
         let receipts = try first.commit()
         #expect(receipts.keys.sorted() == ["a", "b"])
         // Killed here: no finish, nothing recorded; and another process swept the stats
-        // before they were renamed into place (written again from the journal).
+        // before they were renamed into place (written again from the journal), and the
+        // manifest (made again from the shard's records).
         try FileManager.default.removeItem(atPath: work.url("shards/00000_stats.json"))
+        try FileManager.default.removeItem(atPath: work.url("shards/00000.parquet"))
 
         let second = sink()
         try second.prepare(workRoot: workRoot)
+        let manifest = try #require(try manifests(in: work.url("shards"))["00000.parquet"])
+        #expect(manifest.map { $0["key"] as? String } == ["a", "b"] && manifest.first?["caption"] as? String == "a caption of a")
+        #expect(manifest.first?["meta"] as? String == #"{"n":1}"# && manifest.first?["output.bytes"] as? Int ?? 0 > 0)
         let stats = try String(contentsOfFile: work.url("shards/00000_stats.json"), encoding: .utf8)
         #expect(stats.contains(#""samples":2"#) && stats.contains(#""recovered":true"#), "\(stats)")
         for item in try items(["a", "b"]) {

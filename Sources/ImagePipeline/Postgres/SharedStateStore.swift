@@ -81,6 +81,7 @@ final class SharedStateStore: RunStateStore, Sendable {
     func lastKey(runId: Int64) throws -> String? { try journal.lastKey(runId: runId) }
     func markListingCut(runId: Int64, _ cut: Bool) throws { try journal.markListingCut(runId: runId, cut) }
     func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] { try journal.stagedOutputs(runId: runId, key: key) }
+    func source(runId: Int64, key: String) throws -> SourceStamp? { try journal.source(runId: runId, key: key) }
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)] {
         try journal.pendingDeliveries(runId: runId, key: key)
     }

@@ -750,10 +750,15 @@ final class RunStages: Sendable {
                     items.append((sink, [delivery]))
                 }
             }
+            // What the input was, for sinks that record it with the item (a shard's KEY.json).
+            let source =
+                items.contains(where: { $0.sink.takesWholeItems })
+                ? try? context.store.source(runId: context.runId, key: job.key) : nil
             for (sink, deliveries) in items {
                 let item = BatchItem(
                     key: job.key, metadata: job.metadata, caption: pipeline.spec.source.caption(of: job.metadata),
-                    deliveries: deliveries)
+                    deliveries: deliveries, inputWidth: source?.width, inputHeight: source?.height,
+                    inputSHA256: source?.sha256)
                 attempt(item, to: sink, number: 1, settlement)
             }
         }

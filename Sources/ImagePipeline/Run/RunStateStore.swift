@@ -44,6 +44,8 @@ public protocol RunStateStore: AnyObject, Sendable {
     /// Records whether the run's listing ended with an error (`RunRecord.listingCut`).
     func markListingCut(runId: Int64, _ cut: Bool) throws
     func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput]
+    /// What an item's source was when it was processed (`SourceStamp`), nil before.
+    func source(runId: Int64, key: String) throws -> SourceStamp?
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)]
 
     /// Whether a delivery of `key` may start now. Always `go` for a state file; a shared

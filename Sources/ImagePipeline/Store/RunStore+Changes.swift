@@ -224,10 +224,12 @@ extension RunStore {
             try db.cachedStatement(
                 sql: """
                     UPDATE item SET status = 'processed', attempts = attempts + 1, updatedAt = ?,
-                        sourceSize = ?, sourceModified = ?, sourceHash = ?, sourceVersion = ?
+                        sourceSize = ?, sourceModified = ?, sourceHash = ?, sourceVersion = ?, sourceWidth = ?, sourceHeight = ?
                     WHERE runId = ? AND key = ?
                     """
-            ).execute(arguments: [time, source?.size, source?.modified, source?.sha256, source?.version, runId, key])
+            ).execute(arguments: [
+                time, source?.size, source?.modified, source?.sha256, source?.version, source?.width, source?.height, runId, key,
+            ])
             return .applied
 
         case .delivered(let key, let output, let sink, let remoteURL, let httpStatus, let attempts):
@@ -350,8 +352,9 @@ extension RunStore {
         }
         try db.cachedStatement(
             sql: """
-                UPDATE item SET (sourceSize, sourceModified, sourceHash, sourceVersion, tier) =
-                    (SELECT sourceSize, sourceModified, sourceHash, COALESCE(?, sourceVersion), tier FROM item
+                UPDATE item SET (sourceSize, sourceModified, sourceHash, sourceVersion, sourceWidth, sourceHeight, tier) =
+                    (SELECT sourceSize, sourceModified, sourceHash, COALESCE(?, sourceVersion), sourceWidth, sourceHeight, tier
+                     FROM item
                      WHERE runId = ? AND key = ?)
                 WHERE runId = ? AND key = ?
                 """
@@ -534,9 +537,10 @@ struct HandOn {
     /// the holder.
     static let insertItems = """
         INSERT INTO item (runId, seq, key, location, metadata, status, attempts, nameKey, nameStem, tier,
-            sourceSize, sourceModified, sourceHash, sourceVersion, carriedFrom, updatedAt)
+            sourceSize, sourceModified, sourceHash, sourceVersion, sourceWidth, sourceHeight, carriedFrom, updatedAt)
         SELECT ?, h.seq, i.key, h.location, h.metadata, 'done', 0, h.nameKey, i.nameStem, i.tier,
-            i.sourceSize, i.sourceModified, i.sourceHash, COALESCE(h.version, i.sourceVersion), h.carriedFrom, ?
+            i.sourceSize, i.sourceModified, i.sourceHash, COALESCE(h.version, i.sourceVersion), i.sourceWidth, i.sourceHeight,
+            h.carriedFrom, ?
         FROM temp.handOn h CROSS JOIN item i ON i.runId = h.holder AND i.key = h.key
         WHERE h.holder = ?
         """

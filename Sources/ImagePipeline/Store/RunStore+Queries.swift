@@ -155,6 +155,22 @@ extension RunStore {
         }
     }
 
+    /// What an item's source was when it was processed (nil before then).
+    public func source(runId: Int64, key: String) throws -> SourceStamp? {
+        try read { db in
+            try Row.fetchOne(
+                db.cachedStatement(
+                    sql: """
+                        SELECT sourceSize, sourceModified, sourceHash, sourceVersion, sourceWidth, sourceHeight FROM item
+                        WHERE runId = ? AND key = ?
+                        """), arguments: [runId, key]
+            ).map { row in
+                SourceStamp(
+                    size: row[0], modified: row[1], sha256: row[2], version: row[3], width: row[4], height: row[5])
+            }
+        }
+    }
+
     /// An item's staged outputs (those with a staged file recorded), by output id.
     public func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] {
         try read { db in

@@ -261,6 +261,15 @@ public final class RunStore: Sendable {
             try db.execute(sql: "ALTER TABLE run ADD COLUMN handedOn INTEGER NOT NULL DEFAULT 0")
             try db.execute(sql: Self.handOnTriggers)
         }
+        migrator.registerMigration("v10: the source's dimensions") { db in
+            // The input's width and height as decoded, recorded with its other stamps when the
+            // item is processed: a shard's `KEY.json` and manifest carry them.
+            try db.execute(
+                sql: """
+                    ALTER TABLE item ADD COLUMN sourceWidth INTEGER;
+                    ALTER TABLE item ADD COLUMN sourceHeight INTEGER;
+                    """)
+        }
         return migrator
     }
 }

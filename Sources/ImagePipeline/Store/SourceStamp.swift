@@ -4,25 +4,35 @@ import PipelineKit
 /// What an item's source was when the item was processed, recorded with it so that a later
 /// run can tell whether it changed (`ChangeDetector`): a local file's size and modification
 /// time, the SHA-256 of the bytes (a local file's, or a download's), and the feed's version
-/// field (`versionField`) when the source names one.
+/// field (`versionField`) when the source names one; and the picture's width and height as
+/// decoded (which a shard's records carry; change detection does not look at them).
 public struct SourceStamp: Sendable, Equatable {
     public var size: Int?
     public var modified: Double?
     public var sha256: String?
     public var version: String?
+    public var width: Int?
+    public var height: Int?
 
-    public init(size: Int? = nil, modified: Double? = nil, sha256: String? = nil, version: String? = nil) {
+    public init(
+        size: Int? = nil, modified: Double? = nil, sha256: String? = nil, version: String? = nil, width: Int? = nil,
+        height: Int? = nil
+    ) {
         self.size = size
         self.modified = modified
         self.sha256 = sha256
         self.version = version
+        self.width = width
+        self.height = height
     }
 
     /// The stamp of an input as the pixel stage read it (`bytes` of it, hashed): with the
     /// modification time of `file` when it is a local source's (a download's spool file is
     /// new each time).
     public init(read image: ProcessedImage, file: String, local: Bool) {
-        self.init(size: image.inputBytes, modified: local ? Self.fileInfo(file)?.modified : nil, sha256: image.inputSHA256)
+        self.init(
+            size: image.inputBytes, modified: local ? Self.fileInfo(file)?.modified : nil, sha256: image.inputSHA256,
+            width: image.inputWidth, height: image.inputHeight)
     }
 
     /// The stamp of the file at `path`, read again: its size, its modification time (`local`

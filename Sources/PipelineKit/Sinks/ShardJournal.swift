@@ -43,14 +43,14 @@ struct ShardJournal {
 
     /// The journal at `path` and its `.open` entry, settled against the shards in `root`,
     /// and written back as what is left.
-    static func load(path: String, root: String) throws -> ShardJournal {
+    static func load(path: String, root: String, outputs: [String]) throws -> ShardJournal {
         var journal = ShardJournal(path: path)
         var written: [Entry] = []
         for file in [path, journal.openPath] {
             guard let data = FileManager.default.contents(atPath: file) else { continue }
             written += try entries(in: data, file: file)
         }
-        journal.inherited = try settle(written, root: root)
+        journal.inherited = try settle(written, root: root, outputs: outputs)
         journal.index()
         do {
             try journal.saveInherited()
@@ -84,7 +84,7 @@ struct ShardJournal {
 
     /// The entries whose shard is published, each with its shard; the temporary files of
     /// every entry are removed, and stats a published shard lacks are written from the entry.
-    private static func settle(_ entries: [Entry], root: String) throws -> [Entry] {
+    private static func settle(_ entries: [Entry], root: String, outputs: [String]) throws -> [Entry] {
         guard !entries.isEmpty else { return [] }
         // Newest first: a shard published just before a kill has one of the last numbers.
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [])
@@ -119,10 +119,17 @@ struct ShardJournal {
                 // left of it goes, and its items are written again.
                 unlink(partial)
                 unlink(partial + ".stats.json")
+                unlink(partial + ".parquet")
                 continue
             }
-            // Published, and maybe not tidied up: its stats go into place (or are written
-            // from the entry, if another process swept them), its temporary name goes.
+            // Published, and maybe not tidied up: its stats and manifest go into place (or are
+            // written from the entry and the shard's records, if another process swept them),
+            // its temporary name goes.
+            let manifest = root + "/" + String(name.dropLast(4)) + ".parquet"
+            if rename(partial + ".parquet", manifest) != 0, !FileManager.default.fileExists(atPath: manifest) {
+                let records = try ShardManifest.records(inShard: root + "/" + name)
+                try ShardManifest.write(records, outputs: outputs, to: manifest)
+            }
             let stats = root + "/" + String(name.dropLast(4)) + "_stats.json"
             if rename(partial + ".stats.json", stats) != 0, !FileManager.default.fileExists(atPath: stats) {
                 let value = JSONValue.object([

@@ -104,12 +104,23 @@ public struct BatchItem: Sendable {
     /// The outputs, each with its staged file. A sink that takes items whole
     /// (`Sink.takesWholeItems`) gets every output it takes at once; any other gets one.
     public let deliveries: [Delivery]
+    /// The input as it was decoded: its width and height, and the SHA-256 of its bytes (given
+    /// to sinks that take items whole; nil when unknown).
+    public var inputWidth: Int?
+    public var inputHeight: Int?
+    public var inputSHA256: String?
 
-    public init(key: String, metadata: String?, caption: String?, deliveries: [Delivery]) {
+    public init(
+        key: String, metadata: String?, caption: String?, deliveries: [Delivery], inputWidth: Int? = nil,
+        inputHeight: Int? = nil, inputSHA256: String? = nil
+    ) {
         self.key = key
         self.metadata = metadata
         self.caption = caption
         self.deliveries = deliveries
+        self.inputWidth = inputWidth
+        self.inputHeight = inputHeight
+        self.inputSHA256 = inputSHA256
     }
 }
 

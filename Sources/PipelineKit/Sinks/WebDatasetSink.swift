@@ -3,8 +3,8 @@ import Foundation
 import Synchronization
 
 /// Writes items into WebDataset shards: `00000.tar`, `00001.tar`, … in a folder, each
-/// holding `samplesPerShard` samples (the last one of a run fewer), with
-/// `00000_stats.json` beside each.
+/// holding `samplesPerShard` samples (the last one of a run fewer), with its manifest
+/// `00000.parquet` (`ShardManifest`) and `00000_stats.json` beside each.
 ///
 /// A sample is the members `KEY.EXT` (the output; `KEY.OUTPUT.EXT` when the sink takes
 /// several outputs), `KEY.txt` (the caption, when the item has one) and `KEY.json`, written
@@ -21,6 +21,8 @@ public final class WebDatasetSink: Sink {
     public let name: String
     public let root: String
     public let samplesPerShard: Int
+    /// The ids of the outputs the sink takes, in the pipeline's order.
+    let outputs: [String]
     /// Whether member names carry the output's id (the sink takes several outputs).
     let namesOutputs: Bool
     /// The bytes a sample key may take (`sampleKey`).
@@ -39,6 +41,8 @@ public final class WebDatasetSink: Sink {
         let opened: Date
         var size = 0
         var keys: [String] = []
+        /// The samples' `KEY.json` records, for the manifest.
+        var records: [JSONValue] = []
         var outputBytes = 0
         var firstRun = ""
     }
@@ -60,6 +64,7 @@ public final class WebDatasetSink: Sink {
         self.name = name
         self.root = URL(fileURLWithPath: root).standardizedFileURL.path
         self.samplesPerShard = max(1, samplesPerShard)
+        self.outputs = outputs
         namesOutputs = outputs.count > 1
         // ustar's 100 bytes of name, less the longest extension and its dot (`.json`, `.webp`)
         // and, with several outputs, the longest id and its dot.
@@ -118,7 +123,7 @@ public final class WebDatasetSink: Sink {
         let path = workRoot + "/webdataset-" + FeedItem.safeName(name) + ".journal"
         let journal: ShardJournal
         do {
-            journal = try ShardJournal.load(path: path, root: root)
+            journal = try ShardJournal.load(path: path, root: root, outputs: outputs)
         } catch {
             throw SinkError("sink \(name): \(error)")
         }
@@ -137,7 +142,7 @@ public final class WebDatasetSink: Sink {
         if let shard = state.withLock({ $0.journal?.answer(run: run, key: item.key) }) {
             return .delivered(DeliveryReceipt(remoteURL: shard))
         }
-        let (bytes, outputBytes) = try sample(item, attempt: attempt)
+        let (bytes, outputBytes, record) = try sample(item, attempt: attempt)
         return try state.withLock { state throws(DeliveryFailure) -> Acceptance in
             var shard: OpenShard
             if let open = state.open {
@@ -165,6 +170,7 @@ public final class WebDatasetSink: Sink {
             shard.size += bytes.count
             shard.outputBytes += outputBytes
             shard.keys.append(item.key)
+            shard.records.append(record)
             state.open = shard
             return .held(full: shard.keys.count >= samplesPerShard)
         }
@@ -176,12 +182,14 @@ public final class WebDatasetSink: Sink {
             state.open = nil
             let partialPath = root + "/" + shard.partial
             let statsPath = partialPath + ".stats.json"
+            let manifestPath = partialPath + ".parquet"
             var published = false
             defer {
                 close(shard.descriptor)
                 if !published {
                     unlink(partialPath)
                     unlink(statsPath)
+                    unlink(manifestPath)
                 }
             }
             do throws(ItemFailure) {
@@ -189,6 +197,7 @@ public final class WebDatasetSink: Sink {
                 try ShardFiles.write(TarFormat.end, to: shard.descriptor, at: shard.size, naming: partialPath)
                 guard fsync(shard.descriptor) == 0 else { throw ItemFailure(.upload, "cannot flush \(partialPath): \(CError())") }
                 try ShardFiles.write(statsPath, stats(of: shard, size: size))
+                try ShardManifest.write(shard.records, outputs: outputs, to: manifestPath)
                 // The batch before this one is recorded (the runner records a batch before it
                 // commits the next): this shard's entry takes its place.
                 var digest = shard.digest
@@ -209,9 +218,9 @@ public final class WebDatasetSink: Sink {
                 state.next = number + 1
                 ShardFiles.syncFolder(root)
                 let shardPath = root + "/" + Self.shardName(number)
-                if rename(statsPath, root + "/" + String(Self.shardName(number).dropLast(4)) + "_stats.json") != 0 {
-                    unlink(statsPath)
-                }
+                let stem = root + "/" + String(Self.shardName(number).dropLast(4))
+                if rename(statsPath, stem + "_stats.json") != 0 { unlink(statsPath) }
+                if rename(manifestPath, stem + ".parquet") != 0 { unlink(manifestPath) }
                 unlink(partialPath)
                 return Dictionary(shard.keys.map { ($0, DeliveryReceipt(remoteURL: shardPath)) }, uniquingKeysWith: { a, _ in a })
             } catch {
@@ -246,7 +255,9 @@ public final class WebDatasetSink: Sink {
     // MARK: - samples
 
     /// The tar members of one sample, and the bytes of its outputs.
-    private func sample(_ item: BatchItem, attempt: Int) throws(DeliveryFailure) -> (bytes: [UInt8], outputBytes: Int) {
+    private func sample(
+        _ item: BatchItem, attempt: Int
+    ) throws(DeliveryFailure) -> (bytes: [UInt8], outputBytes: Int, record: JSONValue) {
         let key = Self.sampleKey(item.key, room: keyRoom)
         let modified = Int(Date().timeIntervalSince1970)
         var bytes: [UInt8] = []
@@ -283,9 +294,14 @@ public final class WebDatasetSink: Sink {
         if let first = item.deliveries.first {
             record += [("width", PipelineSchema.integer(first.width)), ("height", PipelineSchema.integer(first.height))]
         }
+        if let width = item.inputWidth, let height = item.inputHeight {
+            record += [("originalWidth", PipelineSchema.integer(width)), ("originalHeight", PipelineSchema.integer(height))]
+        }
+        if let sha256 = item.inputSHA256 { record.append(("sha256", .string(sha256))) }
         record.append(("outputs", .array(outputs)))
-        append(key + ".json", Array(JSONValue.object(record).serialized().utf8), to: &bytes, modified: modified)
-        return (bytes, outputBytes)
+        let value = JSONValue.object(record)
+        append(key + ".json", Array(value.serialized().utf8), to: &bytes, modified: modified)
+        return (bytes, outputBytes, value)
     }
 
     private func append(_ name: String, _ data: [UInt8], to bytes: inout [UInt8], modified: Int) {
@@ -349,8 +365,9 @@ public final class WebDatasetSink: Sink {
             else { continue }
             unlink(path)
         }
-        for name in mine where name.hasSuffix(".stats.json") {
-            let shard = root + "/" + String(name.dropLast(".stats.json".count))
+        for name in mine {
+            guard let suffix = [".stats.json", ".parquet"].first(where: { name.hasSuffix($0) }) else { continue }
+            let shard = root + "/" + String(name.dropLast(suffix.count))
             if !FileManager.default.fileExists(atPath: shard) { unlink(root + "/" + name) }
         }
     }
