@@ -150,22 +150,29 @@ struct WebDatasetSinkTests {
         for (index, key) in keys.enumerated() {
             try ImageFixtures.jpeg(at: work.url("in/" + key), width: 64 + index, height: 48)
         }
+        // Two that never reach the sink, counted in the shards' stats by reason.
+        try work.write("not an image", to: "in/broken.jpg")
+        try ImageFixtures.jpeg(at: work.url("in/small.jpg"), width: 8, height: 8)
         try work.write(
             """
-            {"version": 1, "source": {"type": "directory", "path": "in"},
+            {"version": 1, "source": {"type": "directory", "path": "in"}, "accept": {"minWidth": 16},
              "filters": [{"op": "fit", "width": 32, "height": 32}],
              "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 3}}
             """, to: "pipe.json")
         let run = try imgpipe("run", "pipe.json", "--state", "state.sqlite")
-        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        #expect(run.status == 1, "\(run.stdout)\(run.stderr)")
 
         let shards = try shards(in: work.url("shards"))
         #expect(shards.keys.sorted() == ["00000.tar", "00001.tar", "00002.tar"])
         #expect(shards.mapValues { $0.count } == ["00000.tar": 6, "00001.tar": 6, "00002.tar": 2])
         var seen: [String] = []
         let outputs = try Dictionary(
-            uniqueKeysWithValues: rows("SELECT itemKey, hash FROM output").map { ($0["itemKey"] as String, $0["hash"] as String) }
+            uniqueKeysWithValues: rows("SELECT itemKey, hash FROM output WHERE hash IS NOT NULL").map {
+                ($0["itemKey"] as String, $0["hash"] as String)
+            }
         )
+        var failed: [String: Int] = [:]
+        var skipped: [String: Int] = [:]
         let manifests = try manifests(in: work.url("shards"))
         #expect(manifests.keys.sorted() == ["00000.parquet", "00001.parquet", "00002.parquet"])
         for (name, members) in shards {
@@ -203,11 +210,16 @@ struct WebDatasetSinkTests {
                     with: Data(contentsOf: URL(fileURLWithPath: work.url("shards/" + String(name.dropLast(4)) + "_stats.json"))))
                     as? [String: Any])
             #expect(stats["samples"] as? Int == shardKeys.count, "\(stats)")
+            failed.merge(stats["failed"] as? [String: Int] ?? [:], uniquingKeysWith: +)
+            skipped.merge(stats["skipped"] as? [String: Int] ?? [:], uniquingKeysWith: +)
         }
         #expect(seen.sorted() == keys, "each item in exactly one shard")
+        #expect(failed == ["decode": 1] && skipped == ["too-small": 1], "the shards' stats: \(failed), \(skipped)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
         // Each delivery names the shard that holds it.
-        for row in try rows("SELECT itemKey, status, remoteURL FROM delivery") {
+        let delivered = try rows("SELECT itemKey, status, remoteURL FROM delivery WHERE status = 'done'")
+        #expect(delivered.map { $0["itemKey"] as String }.sorted() == keys)
+        for row in delivered {
             let key: String = row["itemKey"]
             let shard = try #require(try shards.first { try sampleKeys(of: $0.value).contains(key) }?.key)
             #expect(row["status"] == "done" && (row["remoteURL"] as String).hasSuffix("shards/" + shard), "\(row)")

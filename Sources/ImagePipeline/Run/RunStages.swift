@@ -955,6 +955,7 @@ final class RunStages: Sendable {
             ])
         writer.submit(.skipped(key: job.key, skip: skip)) { [self] outcome in
             if job.isRemote { context.spool.recycle(context.spoolDirectory + "/\(job.seq)") }
+            noteUndelivered("skipped", reason: skip.reason.rawValue)
             context.reporter.itemSettled(key: job.key, outcome: .skipped(skip))
             // Taken up before this item's slot is given back: the session cannot end between.
             if case .revived(let keys) = outcome { takeUpAgain(keys, freedBy: job.key) }
@@ -984,8 +985,17 @@ final class RunStages: Sendable {
         }
     }
 
+    /// Tells the sinks that batch whole items (their stats count these) of an item that
+    /// ended without them.
+    private func noteUndelivered(_ status: String, reason: String) {
+        for sink in context.sinks.values where sink.takesWholeItems { sink.noteUndelivered(status, reason: reason) }
+    }
+
     private func finish(_ job: Job, failure: ItemFailure?) {
-        if let failure { context.reporter.itemFailed(key: job.key, failure: failure) }
+        if let failure {
+            context.reporter.itemFailed(key: job.key, failure: failure)
+            noteUndelivered("failed", reason: failure.reason.rawValue)
+        }
         context.reporter.itemSettled(key: job.key, outcome: failure.map { .failed($0) } ?? .done)
         perform(
             state.withLock {

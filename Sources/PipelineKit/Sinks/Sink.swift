@@ -168,6 +168,9 @@ public protocol Sink: Sendable {
     func discard()
     /// Called when the run stops, after the last commit.
     func finish()
+    /// An item of the run ended without reaching the sink: `status` is `failed` or
+    /// `skipped`, `reason` why (a batching sink counts them in its batch's stats).
+    func noteUndelivered(_ status: String, reason: String)
     /// Removes what earlier runs delivered here at these locations (as each delivery
     /// recorded it), when the sink prunes (only `DirectorySink` with `"prune": true`);
     /// returns how many it removed.
@@ -179,6 +182,8 @@ extension Sink {
     public func prepare(workRoot: String) throws {}
     /// Nothing to close.
     public func finish() {}
+    /// Not counted.
+    public func noteUndelivered(_ status: String, reason: String) {}
     public func prune(_ locations: [String]) -> Int { 0 }
 }
 

@@ -53,6 +53,9 @@ public final class WebDatasetSink: Sink {
         var next = 0
         /// The journal (set by `prepare`).
         var journal: ShardJournal?
+        /// Items of the run that ended without reaching the sink since the last commit, by
+        /// status (`failed`, `skipped`) and reason: the next shard's stats count them.
+        var undelivered: [String: [String: Int]] = [:]
     }
 
     private let state = Mutex(State())
@@ -196,7 +199,7 @@ public final class WebDatasetSink: Sink {
                 let size = shard.size + TarFormat.end.count
                 try ShardFiles.write(TarFormat.end, to: shard.descriptor, at: shard.size, naming: partialPath)
                 guard fsync(shard.descriptor) == 0 else { throw ItemFailure(.upload, "cannot flush \(partialPath): \(CError())") }
-                try ShardFiles.write(statsPath, stats(of: shard, size: size))
+                try ShardFiles.write(statsPath, stats(of: shard, size: size, undelivered: state.undelivered))
                 try ShardManifest.write(shard.records, outputs: outputs, to: manifestPath)
                 // The batch before this one is recorded (the runner records a batch before it
                 // commits the next): this shard's entry takes its place.
@@ -216,6 +219,7 @@ public final class WebDatasetSink: Sink {
                 }
                 published = true
                 state.next = number + 1
+                state.undelivered = [:]
                 ShardFiles.syncFolder(root)
                 let shardPath = root + "/" + Self.shardName(number)
                 let stem = root + "/" + String(Self.shardName(number).dropLast(4))
@@ -227,6 +231,10 @@ public final class WebDatasetSink: Sink {
                 throw DeliveryFailure(error)
             }
         }
+    }
+
+    public func noteUndelivered(_ status: String, reason: String) {
+        state.withLock { $0.undelivered[status, default: [:]][reason, default: 0] += 1 }
     }
 
     public func discard() {
@@ -310,10 +318,14 @@ public final class WebDatasetSink: Sink {
         bytes += TarFormat.padding(data.count)
     }
 
-    private func stats(of shard: OpenShard, size: Int) -> [UInt8] {
+    private func stats(of shard: OpenShard, size: Int, undelivered: [String: [String: Int]]) -> [UInt8] {
         let seconds = (Date().timeIntervalSince(shard.opened) * 1000).rounded() / 1000
+        func byReason(_ status: String) -> JSONValue {
+            .object((undelivered[status] ?? [:]).sorted { $0.key < $1.key }.map { ($0.key, PipelineSchema.integer($0.value)) })
+        }
         let value = JSONValue.object([
             ("samples", PipelineSchema.integer(shard.keys.count)), ("bytes", PipelineSchema.integer(size)),
+            ("failed", byReason("failed")), ("skipped", byReason("skipped")),
             ("outputBytes", PipelineSchema.integer(shard.outputBytes)), ("seconds", .number(seconds, isInteger: false)),
             ("firstKey", .string(shard.keys.first ?? "")), ("lastKey", .string(shard.keys.last ?? "")),
             ("run", .string(shard.firstRun)), ("writer", .string(Self.processPart)),
