@@ -39,6 +39,28 @@ public enum ParquetCodec: Int64, Sendable, CaseIterable {
             }
             return Array(bytes)
         }
+        // What the stream says of its own size, checked before the room for it is made.
+        let stated: Int? = bytes.withUnsafeBytes { source in
+            switch self {
+            case .snappy:
+                var length = 0
+                let status = snappy_uncompressed_length(
+                    source.baseAddress?.assumingMemoryBound(to: CChar.self), source.count, &length)
+                return status == SNAPPY_OK ? length : -1
+            case .zstd:
+                let length = ZSTD_getFrameContentSize(source.baseAddress, source.count)
+                // Unknown (a streamed frame): found out by decompressing into the room declared.
+                if length == ZSTD_CONTENTSIZE_UNKNOWN { return nil }
+                return length == ZSTD_CONTENTSIZE_ERROR || length > UInt64(Int.max) ? -1 : Int(length)
+            default:
+                return nil
+            }
+        }
+        if let stated, stated != size {
+            throw ParquetError(
+                offset: offset,
+                stated < 0 ? "a \(name) page that cannot be read" : "a \(name) page of \(stated) bytes declared as \(size)")
+        }
         var output = [UInt8](repeating: 0, count: size)
         let produced: Int? = bytes.withUnsafeBytes { source in
             output.withUnsafeMutableBytes { target in

@@ -12,7 +12,8 @@ import Foundation
 /// of the columns asked for.
 public final class ParquetReader {
     public let columns: [ParquetColumn]
-    public let rowCount: Int64
+    /// The rows of every row group.
+    public private(set) var rowCount: Int64 = 0
     let rowGroups: [RowGroup]
     private let handle: FileHandle
     private let fileSize: Int
@@ -21,6 +22,13 @@ public final class ParquetReader {
     static let maximumFooter = 64 << 20
     /// The largest page, compressed or not.
     static let maximumPage = 256 << 20
+    /// The most structs a footer may hold (about 4,000 row groups of 50 columns).
+    static let maximumFooterStructs = 1 << 20
+    /// The most values one page may hold: a page's runs can repeat a value any number of
+    /// times, so its size does not bound them.
+    static let maximumPageValues = 1 << 22
+    /// The deepest nesting of groups in a schema.
+    static let maximumSchemaDepth = 64
 
     struct Chunk {
         let column: Int
@@ -41,10 +49,15 @@ public final class ParquetReader {
     public func rows(inGroup index: Int) -> Int64 { rowGroups[index].rows }
 
     /// Opens `path` and reads its footer.
-    public init(path: String) throws {
+    public convenience init(path: String) throws {
         guard let handle = FileHandle(forReadingAtPath: path) else {
             throw ParquetError(offset: 0, "cannot open: \(String(cString: strerror(errno)))")
         }
+        try self.init(handle: handle)
+    }
+
+    /// Reads the file open in `handle` (which it closes when done), from its footer.
+    public init(handle: FileHandle) throws {
         self.handle = handle
         let size = Int(try handle.seekToEnd())
         fileSize = size
@@ -61,18 +74,22 @@ public final class ParquetReader {
             throw ParquetError(offset: size - 8, "a footer length of \(footerLength) bytes in a file of \(size)")
         }
         let footerStart = size - 8 - footerLength
-        var reader = ThriftReader(try Self.read(handle, at: footerStart, count: footerLength), base: footerStart)
+        var reader = ThriftReader(
+            try Self.read(handle, at: footerStart, count: footerLength), base: footerStart, structs: Self.maximumFooterStructs)
         let metadata = try reader.readStruct()
         guard let schema = metadata.list(2), !schema.isEmpty else {
             throw ParquetError(offset: footerStart, "the footer has no schema")
         }
         columns = try Self.leaves(of: schema, at: footerStart)
-        rowCount = try metadata.requiredInt(3, "the row count")
         var groups: [RowGroup] = []
+        var total: Int64 = 0
         for case .structure(let group) in metadata.list(4) ?? [] {
             let rows = try group.requiredInt(3, "a row group's row count")
+            let (sum, overflow) = total.addingReportingOverflow(rows)
+            guard rows >= 0, !overflow else { throw ParquetError(offset: group.offset, "a row group of \(rows) rows") }
+            total = sum
             let chunks = group.list(1) ?? []
-            guard chunks.count == columns.count, rows >= 0 else {
+            guard chunks.count == columns.count else {
                 throw ParquetError(
                     offset: group.offset, "a row group of \(chunks.count) column chunks for \(columns.count) columns")
             }
@@ -88,22 +105,28 @@ public final class ParquetReader {
                 guard let codec = ParquetCodec(rawValue: codecNumber) else {
                     throw ParquetError(offset: meta.offset, "unknown compression codec \(codecNumber)")
                 }
+                let values = try meta.requiredInt(5, "a column chunk's value count")
+                guard values > 0 || rows > 0 else {
+                    // An empty chunk (pyarrow writes its data page offset as 0): nothing to read.
+                    read.append(Chunk(column: index, codec: codec, start: 4, length: 0, values: 0, offset: meta.offset))
+                    continue
+                }
                 let dataStart = try meta.requiredInt(9, "a column chunk's data page offset")
                 let start = meta.int(11).map { $0 > 0 && $0 < dataStart ? $0 : dataStart } ?? dataStart
                 let length = try meta.requiredInt(7, "a column chunk's compressed size")
                 guard start >= 4, length >= 0, start <= Int64(footerStart), length <= Int64(footerStart) - start else {
                     throw ParquetError(
                         offset: meta.offset,
-                        "a column chunk at bytes \(start)..<\(start &+ length), past the data (ends at \(footerStart))")
+                        "a column chunk of \(length) bytes at byte \(start), past the data (which ends at \(footerStart))")
                 }
                 read.append(
                     Chunk(
-                        column: index, codec: codec, start: Int(start), length: Int(length),
-                        values: try meta.requiredInt(5, "a column chunk's value count"), offset: meta.offset))
+                        column: index, codec: codec, start: Int(start), length: Int(length), values: values, offset: meta.offset))
             }
             groups.append(RowGroup(rows: rows, chunks: read))
         }
         rowGroups = groups
+        rowCount = total
     }
 
     deinit { try? handle.close() }
@@ -124,9 +147,12 @@ public final class ParquetReader {
             let repetition = element.int(3) ?? 0
             let children = element.int(5) ?? 0
             let inside = nested || repetition == 2
-            if children > 0 {
-                guard children <= Int64(elements.count - next) else {
+            if children != 0 {
+                guard children > 0, children <= Int64(elements.count - next) else {
                     throw ParquetError(offset: element.offset, "a group of \(children) columns past the schema's end")
+                }
+                guard path.count < Self.maximumSchemaDepth else {
+                    throw ParquetError(offset: element.offset, "groups nested more than \(Self.maximumSchemaDepth) deep")
                 }
                 for _ in 0..<children { try walk(path: path + [name], nested: true) }
                 return
@@ -135,13 +161,28 @@ public final class ParquetReader {
             guard let type = ParquetPhysicalType(rawValue: typeNumber) else {
                 throw ParquetError(offset: element.offset, "column \"\(name)\" has unknown type \(typeNumber)")
             }
-            let logicalString = element.structure(10)?.structure(1) != nil
+            let length = element.int(2) ?? 0
+            if type == .fixedLenByteArray {
+                guard length > 0, length <= 1 << 20 else {
+                    throw ParquetError(offset: element.offset, "column \"\(name)\" has values of \(length) bytes")
+                }
+            }
+            // STRING, ENUM and JSON (logical types 1, 4, 7; converted types 0, 4, 19) are text.
+            let logical = element.structure(10)
+            let converted = element.int(6)
+            let isText = [0, 4, 19].contains(converted ?? -1) || [1, 4, 7].contains { logical?.structure($0) != nil }
+            // UINT_8 … UINT_64 (converted 11–14), or INTEGER with isSigned false.
+            let isUnsigned =
+                (11...14).contains(converted ?? -1) || logical?.structure(10).map { $0.bool(2) == false } == true
             leaves.append(
                 ParquetColumn(
-                    name: (path + [name]).joined(separator: "."), type: type, length: Int(element.int(2) ?? 0),
-                    optional: repetition == 1, isText: element.int(6) == 0 || logicalString, isNested: inside))
+                    name: (path + [name]).joined(separator: "."), type: type, length: Int(length),
+                    optional: repetition == 1, isText: isText, isUnsigned: isUnsigned, isNested: inside))
         }
         let rootChildren = elements[0].int(5) ?? Int64(elements.count - 1)
+        guard rootChildren >= 0, rootChildren < Int64(elements.count) else {
+            throw ParquetError(offset: elements[0].offset, "a schema of \(rootChildren) columns in \(elements.count) elements")
+        }
         for _ in 0..<rootChildren { try walk(path: [], nested: false) }
         guard next == elements.count else { throw ParquetError(offset: offset, "the schema has elements past its groups") }
         return leaves
@@ -209,9 +250,10 @@ private struct ChunkDecoder {
     let chunk: ParquetReader.Chunk
     let bytes: [UInt8]
     let rows: Int64
-    /// The most values one page may hold: a page's runs can repeat a value any number of
-    /// times, so its size does not bound them.
-    static let maximumPageValues = 1 << 22
+    /// The most bytes and structs a page header may take (its statistics hold a page's
+    /// smallest and largest values).
+    static let maximumHeader = 16 << 20
+    static let maximumHeaderStructs = 64
 
     private var dictionary: [ParquetValue]?
     private var position = 0
@@ -259,7 +301,8 @@ private struct ChunkDecoder {
             throw ParquetError(
                 offset: chunk.start + position, "column \"\(column.name)\" ends after \(decoded) of \(rows) values")
         }
-        var reader = ThriftReader(bytes, at: position, base: chunk.start)
+        var reader = ThriftReader(
+            bytes, at: position, base: chunk.start, limit: Self.maximumHeader, structs: Self.maximumHeaderStructs)
         let header = try reader.readStruct()
         let bodyStart = reader.position
         let compressed = Int(try header.requiredInt(3, "a page's compressed size"))
@@ -279,6 +322,9 @@ private struct ChunkDecoder {
                 throw ParquetError(offset: header.offset, "a dictionary page without its header")
             }
             let count = Int(try page.requiredInt(1, "a dictionary's size"))
+            guard column.type != .boolean, count >= 0, count <= ParquetReader.maximumPageValues else {
+                throw ParquetError(offset: header.offset, "a dictionary of \(count) values for column \"\(column.name)\"")
+            }
             let plain = try chunk.codec.decompress(body, to: uncompressed, offset: bodyOffset)
             var at = 0
             dictionary = try plainValues(plain, &at, count: count, offset: bodyOffset)
@@ -296,8 +342,9 @@ private struct ChunkDecoder {
             }
             let definitionLength = Int(try page.requiredInt(5, "a page's definition levels length"))
             let repetitionLength = Int(try page.requiredInt(6, "a page's repetition levels length"))
-            guard definitionLength >= 0, repetitionLength >= 0,
-                definitionLength + repetitionLength <= min(compressed, uncompressed)
+            let room = min(compressed, uncompressed)
+            guard definitionLength >= 0, repetitionLength >= 0, definitionLength <= room, repetitionLength <= room,
+                definitionLength + repetitionLength <= room
             else { throw ParquetError(offset: page.offset, "levels longer than their page") }
             let levelsEnd = body.startIndex + repetitionLength + definitionLength
             let rest = body[levelsEnd...]
@@ -319,7 +366,7 @@ private struct ChunkDecoder {
     /// A data page's values: its definition levels (in `levels` for version 2, length-
     /// prefixed at the start of `plain` for version 1) say which are null.
     private mutating func dataPage(_ plain: [UInt8], levels: [UInt8]?, count: Int, encoding: Int64, offset: Int) throws {
-        guard count >= 0, count <= Self.maximumPageValues, Int64(count) <= rows - decoded else {
+        guard count >= 0, count <= ParquetReader.maximumPageValues, Int64(count) <= rows - decoded else {
             throw ParquetError(offset: offset, "a page of \(count) values where \(rows - decoded) are left")
         }
         var at = 0
@@ -397,13 +444,15 @@ private struct ChunkDecoder {
         case .int32:
             let width = try fixed(4)
             for _ in 0..<count {
-                result.append(.int(Int64(Int32(bitPattern: UInt32(little(at, width))))))
+                let bits = UInt32(little(at, width))
+                result.append(.int(column.isUnsigned ? Int64(bits) : Int64(Int32(bitPattern: bits))))
                 at += width
             }
         case .int64:
             let width = try fixed(8)
             for _ in 0..<count {
-                result.append(.int(Int64(bitPattern: little(at, width))))
+                let bits = little(at, width)
+                result.append(column.isUnsigned ? .uint(bits) : .int(Int64(bitPattern: bits)))
                 at += width
             }
         case .float:

@@ -44,8 +44,10 @@ public struct ParquetColumn: Sendable, Equatable {
     /// FIXED_LEN_BYTE_ARRAY's length.
     public let length: Int
     public let optional: Bool
-    /// Annotated as text (UTF8 or STRING).
+    /// Annotated as text (STRING, ENUM or JSON).
     public let isText: Bool
+    /// Annotated as an unsigned integer (UINT_8 … UINT_64, or INTEGER unsigned).
+    public let isUnsigned: Bool
     /// Inside a group or repeated: a column of a nested table, which this reader leaves
     /// alone (it may be there; it cannot be asked for).
     public let isNested: Bool
@@ -56,15 +58,19 @@ public struct ParquetColumn: Sendable, Equatable {
         self.length = 0
         self.optional = optional
         self.isText = isText
+        self.isUnsigned = false
         self.isNested = false
     }
 
-    init(name: String, type: ParquetPhysicalType, length: Int, optional: Bool, isText: Bool, isNested: Bool) {
+    init(
+        name: String, type: ParquetPhysicalType, length: Int, optional: Bool, isText: Bool, isUnsigned: Bool, isNested: Bool
+    ) {
         self.name = name
         self.type = type
         self.length = length
         self.optional = optional
         self.isText = isText
+        self.isUnsigned = isUnsigned
         self.isNested = isNested
     }
 
@@ -74,11 +80,12 @@ public struct ParquetColumn: Sendable, Equatable {
     }
 }
 
-/// One value of a column. INT32 and INT64 are `int`, FLOAT and DOUBLE `double`, BYTE_ARRAY
-/// and FIXED_LEN_BYTE_ARRAY `bytes`.
+/// One value of a column. INT32 and INT64 are `int` (an unsigned INT64 is `uint`), FLOAT and
+/// DOUBLE `double`, BYTE_ARRAY and FIXED_LEN_BYTE_ARRAY `bytes`.
 public enum ParquetValue: Sendable, Equatable, Hashable {
     case bool(Bool)
     case int(Int64)
+    case uint(UInt64)
     case double(Double)
     case bytes([UInt8])
 

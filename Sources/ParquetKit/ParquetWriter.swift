@@ -178,6 +178,9 @@ public final class ParquetWriter {
                 case .int64: little(UInt64(bitPattern: number), 8)
                 default: preconditionFailure("an integer in column \(column.name)")
                 }
+            case .uint(let number)?:
+                precondition(column.type == .int64, "an unsigned integer in column \(column.name)")
+                little(number, 8)
             case .double(let number)?:
                 switch column.type {
                 case .double: little(number.bitPattern, 8)

@@ -3,8 +3,11 @@
 ///
 /// The reader decodes a struct into its fields by id without knowing the schema, so that
 /// fields a newer writer adds are read past, never misread. Every length and count is
-/// checked against the bytes that are left before anything is allocated, and nesting is
-/// bounded: a hostile footer gets an error naming the byte, never a crash.
+/// checked against the bytes that are left before anything is allocated; nesting is bounded
+/// (structs, lists and maps alike); lists of anything but structs, and maps, are read past
+/// without being kept (Parquet's reader needs none of them); and the structs one reader
+/// decodes are counted against a budget: a hostile footer gets an error naming the byte,
+/// never a crash nor memory out of proportion.
 enum ThriftType: UInt8 {
     case stop = 0
     case boolTrue = 1
@@ -22,22 +25,44 @@ enum ThriftType: UInt8 {
     case structure = 12
 }
 
-/// A decoded value. Integers of every width are `int`.
-indirect enum ThriftValue {
+/// A decoded value. Integers of every width are `int`; a list of anything but structs, or
+/// a map, is `skipped`.
+enum ThriftValue {
     case bool(Bool)
     case int(Int64)
     case double(Double)
     case binary([UInt8])
     case list([ThriftValue])
     case structure(ThriftStruct)
-    case map([(ThriftValue, ThriftValue)])
+    case skipped
 }
 
 /// A struct's fields by id, with typed accessors that say which field was wrong.
 struct ThriftStruct {
-    var fields: [Int16: ThriftValue] = [:]
+    /// The fields in the order read (a struct has a handful: a list is smaller than a table).
+    var fieldList: [(id: Int16, value: ThriftValue)] = []
     /// Where the struct began in the file, for errors.
     var offset: Int
+
+    var fields: Fields {
+        get { Fields(list: fieldList) }
+        set { fieldList = newValue.list }
+    }
+
+    /// The fields by id (the last of a repeated id wins, as a dictionary's would).
+    struct Fields {
+        var list: [(id: Int16, value: ThriftValue)]
+
+        subscript(id: Int16) -> ThriftValue? {
+            get { list.last { $0.id == id }?.value }
+            set {
+                list.removeAll { $0.id == id }
+                if let newValue { list.append((id, newValue)) }
+            }
+        }
+
+        var keys: [Int16] { list.map(\.id) }
+    }
 
     func int(_ id: Int16) -> Int64? {
         if case .int(let value)? = fields[id] { return value }
@@ -78,12 +103,20 @@ struct ThriftReader {
     private let bytes: [UInt8]
     private(set) var position: Int
     private let base: Int
+    /// Where the reader must stop (a page header may not run past it).
+    private let end: Int
+    /// The structs it may still decode.
+    private var budget: Int
     private static let maximumDepth = 24
 
-    init(_ bytes: [UInt8], at position: Int = 0, base: Int = 0) {
+    /// Reads `bytes` from `position` up to `limit` bytes on (all of them without one),
+    /// decoding at most `structs` structs.
+    init(_ bytes: [UInt8], at position: Int = 0, base: Int = 0, limit: Int? = nil, structs: Int = 1 << 20) {
         self.bytes = bytes
         self.position = position
         self.base = base
+        end = limit.map { min(bytes.count, position + $0) } ?? bytes.count
+        budget = structs
     }
 
     /// Where the reader is, as an offset in the file.
@@ -91,6 +124,8 @@ struct ThriftReader {
 
     mutating func readStruct(depth: Int = 0) throws -> ThriftStruct {
         guard depth < Self.maximumDepth else { throw ParquetError(offset: fileOffset, "structures nested too deep") }
+        guard budget > 0 else { throw ParquetError(offset: fileOffset, "more structures than a Parquet header holds") }
+        budget -= 1
         var result = ThriftStruct(offset: fileOffset)
         var lastID: Int16 = 0
         while true {
@@ -115,7 +150,7 @@ struct ThriftReader {
             case .boolFalse: value = .bool(false)
             default: value = try read(type, depth: depth + 1)
             }
-            result.fields[id] = value
+            result.fieldList.append((id, value))
         }
     }
 
@@ -126,14 +161,14 @@ struct ThriftReader {
         case .byte: return .int(Int64(Int8(bitPattern: try byte())))
         case .i16, .i32, .i64: return .int(try zigzag())
         case .double:
-            guard bytes.count - position >= 8 else { throw ParquetError(offset: fileOffset, "a double past the end") }
+            guard end - position >= 8 else { throw ParquetError(offset: fileOffset, "a double past the end") }
             var bits: UInt64 = 0
             for index in 0..<8 { bits |= UInt64(bytes[position + index]) << (8 * index) }
             position += 8
             return .double(Double(bitPattern: bits))
         case .binary:
             let length = try varint()
-            guard length <= UInt64(bytes.count - position) else {
+            guard length <= UInt64(end - position) else {
                 throw ParquetError(offset: fileOffset, "a string of \(length) bytes past the end")
             }
             let start = position
@@ -147,35 +182,38 @@ struct ThriftReader {
                 throw ParquetError(offset: fileOffset - 1, "unknown Thrift list element type \(header & 0x0F)")
             }
             // Every element takes at least one byte: a count larger than what is left is a lie.
-            guard count <= UInt64(bytes.count - position) else {
+            guard count <= UInt64(end - position) else {
                 throw ParquetError(offset: fileOffset, "a list of \(count) elements past the end")
             }
-            var values: [ThriftValue] = []
-            values.reserveCapacity(Int(count))
-            for _ in 0..<count {
-                values.append(element == .structure ? .structure(try readStruct(depth: depth)) : try read(element, depth: depth))
+            guard depth < Self.maximumDepth else { throw ParquetError(offset: fileOffset, "lists nested too deep") }
+            guard element == .structure else {
+                for _ in 0..<count { _ = try read(element, depth: depth + 1) }
+                return .skipped
             }
+            var values: [ThriftValue] = []
+            values.reserveCapacity(Int(min(count, 1 << 16)))
+            for _ in 0..<count { values.append(.structure(try readStruct(depth: depth + 1))) }
             return .list(values)
         case .map:
             let count = try varint()
-            guard count > 0 else { return .map([]) }
+            guard count > 0 else { return .skipped }
             let types = try byte()
             guard let key = ThriftType(rawValue: types >> 4), let value = ThriftType(rawValue: types & 0x0F),
-                count <= UInt64(bytes.count - position) / 2
+                count <= UInt64(end - position) / 2, depth < Self.maximumDepth
             else { throw ParquetError(offset: fileOffset, "a malformed map") }
-            var pairs: [(ThriftValue, ThriftValue)] = []
             for _ in 0..<count {
-                let k = key == .structure ? ThriftValue.structure(try readStruct(depth: depth)) : try read(key, depth: depth)
-                let v = value == .structure ? ThriftValue.structure(try readStruct(depth: depth)) : try read(value, depth: depth)
-                pairs.append((k, v))
+                _ = key == .structure ? ThriftValue.structure(try readStruct(depth: depth + 1)) : try read(key, depth: depth + 1)
+                _ =
+                    value == .structure
+                    ? ThriftValue.structure(try readStruct(depth: depth + 1)) : try read(value, depth: depth + 1)
             }
-            return .map(pairs)
+            return .skipped
         case .structure: return .structure(try readStruct(depth: depth))
         }
     }
 
     private mutating func byte() throws -> UInt8 {
-        guard position < bytes.count else { throw ParquetError(offset: fileOffset, "the header ends early") }
+        guard position < end else { throw ParquetError(offset: fileOffset, "the header ends early") }
         defer { position += 1 }
         return bytes[position]
     }

@@ -102,4 +102,14 @@ struct ExportFormatTests {
         JSONValue.decimal(value, into: &bytes)
         #expect(String(decoding: bytes, as: UTF8.self) == "x=" + expected)
     }
+
+    /// Every integer a double holds exactly is written as an integer: a 16-digit key or a
+    /// timestamp in microseconds is not `4503599627370497.0`.
+    @Test(arguments: [
+        (1e15, "1000000000000000"), (4_503_599_627_370_497, "4503599627370497"), (-9_007_199_254_740_992, "-9007199254740992"),
+        (1_577_836_800_000_000, "1577836800000000"),
+    ])
+    func anIntegerUpTo2To53IsWrittenAsOne(_ value: Double, _ expected: String) {
+        #expect(JSONValue.number(value, isInteger: true).serialized() == expected)
+    }
 }

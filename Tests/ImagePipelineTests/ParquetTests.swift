@@ -38,6 +38,7 @@ struct ParquetTests {
         switch value {
         case .bool(let bit): bit ? "true" : "false"
         case .int(let number): String(number)
+        case .uint(let number): String(number)
         case .double(let number): String(number)
         case .bytes(let bytes): String(decoding: bytes, as: UTF8.self)
         }
@@ -260,5 +261,180 @@ struct ParquetTests {
             do { _ = try readAll(path) } catch is ParquetError { errors += 1 }
         }
         #expect(errors > 0)
+    }
+
+    // MARK: - files made by hand: what a reviewer's attacks found
+
+    /// A whole file: `PAR1`, `body`, then the footer `footer` writes, its length and `PAR1`.
+    static func file(body: [UInt8] = [], footer: (inout ThriftWriter) -> Void) -> [UInt8] {
+        var writer = ThriftWriter()
+        writer.beginStruct()
+        footer(&writer)
+        writer.endStruct()
+        let length = UInt32(writer.bytes.count)
+        return Array("PAR1".utf8) + body + writer.bytes
+            + [UInt8(length & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 24)]
+            + Array("PAR1".utf8)
+    }
+
+    /// A schema: the root with `rootChildren`, then each element's fields written by its closure.
+    static func schema(rootChildren: Int, _ elements: [(inout ThriftWriter) -> Void]) -> (inout ThriftWriter) -> Void {
+        { writer in
+            writer.i32(1, 1)
+            writer.list(2, .structure, count: elements.count + 1) { list in
+                list.beginStruct()
+                list.string(4, "schema")
+                list.i32(5, rootChildren)
+                list.endStruct()
+                for element in elements {
+                    list.beginStruct()
+                    element(&list)
+                    list.endStruct()
+                }
+            }
+            writer.int(3, 0)
+            writer.list(4, .structure, count: 0) { _ in }
+        }
+    }
+
+    func readError(_ bytes: [UInt8], _ name: String) throws -> String {
+        let path = work.url(name)
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        do {
+            _ = try readAll(path)
+            return "read"
+        } catch let error as ParquetError {
+            return error.description
+        }
+    }
+
+    /// Nesting that recursion would follow to the end of the stack is refused: lists of
+    /// lists in an unknown footer field, groups in groups in the schema; and so are a root of
+    /// fewer than no columns and values of fewer than one byte.
+    @Test func refusesNestingAndNegativeCounts() throws {
+        let good = Self.file(
+            footer: Self.schema(
+                rootChildren: 1,
+                [
+                    {
+                        $0.i32(1, 6)
+                        $0.i32(3, 1)
+                        $0.string(4, "url")
+                    }
+                ]))
+        #expect(try readError(good, "good.parquet") == "read")
+        // A footer field 20 of 5,000 lists, each holding the next.
+        var deep = good
+        let footerLength = Int(good[good.count - 8]) | Int(good[good.count - 7]) << 8
+        deep.removeLast(8)
+        deep.removeLast()  // the footer's stop
+        deep += [0x09, 0x28] + [UInt8](repeating: 0x19, count: 5000) + [0x09, 0x00]
+        let length = footerLength - 1 + 2 + 5000 + 2
+        deep += [UInt8(length & 0xFF), UInt8(length >> 8 & 0xFF), 0, 0] + Array("PAR1".utf8)
+        let lists = try readError(deep, "deep-lists.parquet")
+        #expect(lists.contains("nested too deep"), "\(lists)")
+        // 5,000 groups, each the only child of the one before.
+        let groups = try readError(
+            Self.file(
+                footer: Self.schema(
+                    rootChildren: 1,
+                    Array(
+                        repeating: {
+                            $0.string(4, "g")
+                            $0.i32(5, 1)
+                        }, count: 5000) + [
+                            {
+                                $0.i32(1, 6)
+                                $0.string(4, "leaf")
+                            }
+                        ]
+                )), "deep-groups.parquet")
+        #expect(groups.contains("nested more than 64 deep"), "\(groups)")
+        let negative = try readError(Self.file(footer: Self.schema(rootChildren: -1, [])), "negative-root.parquet")
+        #expect(negative.contains("a schema of -1 columns"), "\(negative)")
+        let fixed = try readError(
+            Self.file(
+                footer: Self.schema(
+                    rootChildren: 1,
+                    [
+                        {
+                            $0.i32(1, 7)
+                            $0.i32(2, -1)
+                            $0.string(4, "h")
+                        }
+                    ])),
+            "fixed.parquet")
+        #expect(fixed.contains(#"column "h" has values of -1 bytes"#), "\(fixed)")
+    }
+
+    /// A dictionary larger than a page may hold is refused before its values are made.
+    @Test func refusesADictionaryOfTooManyValues() throws {
+        let count = ParquetReader.maximumPageValues + 1
+        let values = [UInt8](repeating: 0, count: count * 4)  // that many empty strings
+        var header = ThriftWriter()
+        header.beginStruct()
+        header.i32(1, 2)
+        header.i32(2, values.count)
+        header.i32(3, values.count)
+        header.structure(7) { page in
+            page.i32(1, count)
+            page.i32(2, 0)
+        }
+        header.endStruct()
+        let body = header.bytes + values
+        let bytes = Self.file(body: body) { footer in
+            Self.schema(
+                rootChildren: 1,
+                [
+                    {
+                        $0.i32(1, 6)
+                        $0.i32(3, 0)
+                        $0.string(4, "url")
+                    }
+                ])(&footer)
+            footer.list(4, .structure, count: 1) { groups in
+                groups.beginStruct()
+                groups.list(1, .structure, count: 1) { chunks in
+                    chunks.beginStruct()
+                    chunks.int(2, 4)
+                    chunks.structure(3) { meta in
+                        meta.i32(1, 6)
+                        meta.list(2, .i32, count: 1) { $0.listInt(0) }
+                        meta.list(3, .binary, count: 1) { $0.listBinary(Array("url".utf8)) }
+                        meta.i32(4, 0)
+                        meta.int(5, 1)
+                        meta.int(6, Int64(body.count))
+                        meta.int(7, Int64(body.count))
+                        meta.int(9, 4)
+                    }
+                    chunks.endStruct()
+                }
+                groups.int(2, Int64(body.count))
+                groups.int(3, 1)
+                groups.endStruct()
+            }
+        }
+        let error = try readError(bytes, "big-dictionary.parquet")
+        #expect(error.contains("a dictionary of \(count) values"), "\(error)")
+    }
+
+    /// What pyarrow writes that the first reader refused or misread: a table of no rows, a
+    /// row group of none between two, unsigned integers at their largest.
+    @Test func readsEmptyGroupsAndUnsignedIntegers() throws {
+        _ = try python(
+            """
+            import sys, pyarrow as pa, pyarrow.parquet as pq
+            pq.write_table(pa.table({"url": pa.array([], pa.string())}), "zero.parquet")
+            schema = pa.schema([("url", pa.string())])
+            with pq.ParquetWriter("gap.parquet", schema) as w:
+                w.write_table(pa.table({"url": ["a"]}, schema=schema))
+                w.write_table(pa.table({"url": pa.array([], pa.string())}, schema=schema))
+                w.write_table(pa.table({"url": ["b"]}, schema=schema))
+            pq.write_table(pa.table({"u64": pa.array([2**64 - 1, 7], pa.uint64()), "u32": pa.array([2**32 - 1, 8], pa.uint32())}),
+                           "unsigned.parquet")
+            """)
+        #expect(try readAll(work.url("zero.parquet")).rows.isEmpty)
+        #expect(try readAll(work.url("gap.parquet")).rows == [["a"], ["b"]])
+        #expect(try readAll(work.url("unsigned.parquet")).rows == [["18446744073709551615", "4294967295"], ["7", "8"]])
     }
 }

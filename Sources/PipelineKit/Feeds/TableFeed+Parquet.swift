@@ -4,7 +4,9 @@ import ParquetKit
 
 /// A Parquet table: read a row group at a time (ParquetKit), only the columns the source
 /// names. A gzipped file (`.parquet.gz`) is unpacked to a temporary file first, since
-/// Parquet is read from its end.
+/// Parquet is read from its end: a file without a name (unlinked as soon as it is made, so
+/// that nothing is left if the process dies), at most `maximumUnpacked` bytes, refused as
+/// soon as its first bytes are not Parquet's.
 extension TableFeed {
     /// The rows from row number `start + 1` on.
     func parquetRows(from start: Int, _ each: (Row) throws -> Bool) throws {
@@ -56,9 +58,13 @@ extension TableFeed {
     /// The columns' indices, or an error naming the one the file does not have.
     private func columnIndices(_ names: [String], in reader: ParquetReader) throws -> [Int] {
         try names.map { name in
-            guard let index = reader.columns.firstIndex(where: { $0.name == name && !$0.isNested }) else {
+            guard let index = reader.columns.firstIndex(where: { $0.name == name }) else {
                 let flat = reader.columns.filter { !$0.isNested }.map { "\"\($0.name)\"" }.joined(separator: ", ")
                 throw FeedError("\(path): the table has no column \"\(name)\" (it has: \(flat))")
+            }
+            guard !reader.columns[index].isNested else {
+                throw FeedError(
+                    "\(path): column \"\(name)\" is nested (inside a list, map or struct): only flat columns are read")
             }
             return index
         }
@@ -66,19 +72,16 @@ extension TableFeed {
 
     /// `body` with the file open; a Parquet error becomes a feed error naming the file.
     private func withParquet<T>(_ body: (ParquetReader) throws -> T) throws -> T {
-        var unpacked: String?
-        defer { if let unpacked { unlink(unpacked) } }
+        let gzipped = path.lowercased().hasSuffix(".gz")
         do {
-            var file = path
-            if path.lowercased().hasSuffix(".gz") {
-                unpacked = try Self.gunzip(path)
-                file = unpacked!
-            }
-            return try body(try ParquetReader(path: file))
+            return try body(try gzipped ? ParquetReader(handle: try Self.gunzip(path)) : ParquetReader(path: path))
         } catch let error as ParquetError {
-            throw FeedError("table \(path): \(error) (in the file\(unpacked == nil ? "" : " unpacked"))")
+            throw FeedError("table \(path): \(error)\(gzipped ? " (of the file unpacked)" : "")")
         }
     }
+
+    /// The most a `.parquet.gz` may unpack to.
+    static let maximumUnpacked: Int64 = 64 << 30
 
     /// A cell as JSON: text as a string (nil when the text is not UTF-8), an integer as a
     /// number (as a string past ±2⁵³, where a JSON number loses digits), a float as a
@@ -90,6 +93,8 @@ extension TableFeed {
         case .bool(let bit)?: return .bool(bit)
         case .int(let number)?:
             return number.magnitude <= 1 << 53 ? .number(Double(number), isInteger: true) : .string(String(number))
+        case .uint(let number)?:
+            return number <= 1 << 53 ? .number(Double(number), isInteger: true) : .string(String(number))
         case .double(let number)?: return number.isFinite ? .number(number, isInteger: false) : .null
         case .bytes(let bytes)?:
             if column.isText { return String(validating: bytes, as: UTF8.self).map(JSONValue.string) }
@@ -98,27 +103,36 @@ extension TableFeed {
         }
     }
 
-    /// `path` unpacked into a temporary file, whose path it returns.
-    private static func gunzip(_ path: String) throws -> String {
-        let target = NSTemporaryDirectory() + "/imgpipe-table-\(UUID().uuidString).parquet"
+    /// `path` unpacked into a temporary file without a name, open for reading.
+    private static func gunzip(_ path: String) throws -> FileHandle {
         guard let input = gzopen(path, "rb") else { throw FeedError("cannot open table \(path)") }
         defer { gzclose(input) }
-        guard FileManager.default.createFile(atPath: target, contents: nil), let output = FileHandle(forWritingAtPath: target)
-        else { throw FeedError("cannot unpack table \(path) into \(target): \(String(cString: strerror(errno)))") }
-        defer { try? output.close() }
+        let folder = NSTemporaryDirectory()
+        var template = Array((folder + "/imgpipe-table-XXXXXX").utf8CString)
+        let descriptor = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard descriptor >= 0 else {
+            throw FeedError("cannot unpack table \(path) in \(folder): \(String(cString: strerror(errno)))")
+        }
+        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+        _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
+        let output = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var written: Int64 = 0
         while true {
             let read = buffer.withUnsafeMutableBytes { gzread(input, $0.baseAddress, UInt32($0.count)) }
-            if read < 0 {
-                unlink(target)
-                throw FeedError("table \(path): the gzip stream is broken")
-            }
+            guard read >= 0 else { throw FeedError("table \(path): the gzip stream is broken") }
             if read == 0 { break }
+            if written == 0, read < 4 || buffer[0..<4] != Array("PAR1".utf8)[...] {
+                throw FeedError("table \(path): unpacked, it does not begin as a Parquet file (PAR1)")
+            }
+            written += Int64(read)
+            guard written <= maximumUnpacked else {
+                throw FeedError("table \(path): unpacks to more than \(maximumUnpacked >> 30) GiB")
+            }
             do { try output.write(contentsOf: Data(buffer[0..<Int(read)])) } catch {
-                unlink(target)
-                throw FeedError("cannot unpack table \(path) into \(target): \(error)")
+                throw FeedError("cannot unpack table \(path) in \(folder): \(error)")
             }
         }
-        return target
+        return output
     }
 }

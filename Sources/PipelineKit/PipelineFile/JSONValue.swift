@@ -47,7 +47,12 @@ public enum JSONValue: Sendable, Equatable {
         case .null: out += "null".utf8
         case .bool(let value): out += (value ? "true" : "false").utf8
         case .number(let value, let isInteger):
-            if isInteger, abs(value) < 1e15 { Self.decimal(Int64(value), into: &out) } else { out += String(value).utf8 }
+            // Every integer a double holds exactly (to 2⁵³) is written as one.
+            if isInteger, abs(value) <= 9_007_199_254_740_992 {
+                Self.decimal(Int64(value), into: &out)
+            } else {
+                out += String(value).utf8
+            }
         case .string(let value): JSONValue.quote(value, into: &out)
         case .array(let items):
             out.append(UInt8(ascii: "["))

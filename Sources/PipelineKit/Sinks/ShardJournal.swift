@@ -119,14 +119,14 @@ struct ShardJournal {
                 // left of it goes, and its items are written again.
                 unlink(partial)
                 unlink(partial + ".stats.json")
-                unlink(partial + ".parquet")
+                unlink(partial + ".manifest")
                 continue
             }
             // Published, and maybe not tidied up: its stats and manifest go into place (or are
             // written from the entry and the shard's records, if another process swept them),
             // its temporary name goes.
             let manifest = root + "/" + String(name.dropLast(4)) + ".parquet"
-            if rename(partial + ".parquet", manifest) != 0, !FileManager.default.fileExists(atPath: manifest) {
+            if rename(partial + ".manifest", manifest) != 0, !FileManager.default.fileExists(atPath: manifest) {
                 let records = try ShardManifest.records(inShard: root + "/" + name)
                 try ShardManifest.write(records, outputs: outputs, to: manifest)
             }

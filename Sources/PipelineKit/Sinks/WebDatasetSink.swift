@@ -185,7 +185,8 @@ public final class WebDatasetSink: Sink {
             state.open = nil
             let partialPath = root + "/" + shard.partial
             let statsPath = partialPath + ".stats.json"
-            let manifestPath = partialPath + ".parquet"
+            // Not `.parquet`: a reader's `*.parquet` takes committed manifests only.
+            let manifestPath = partialPath + ".manifest"
             var published = false
             defer {
                 close(shard.descriptor)
@@ -378,7 +379,7 @@ public final class WebDatasetSink: Sink {
             unlink(path)
         }
         for name in mine {
-            guard let suffix = [".stats.json", ".parquet"].first(where: { name.hasSuffix($0) }) else { continue }
+            guard let suffix = [".stats.json", ".manifest"].first(where: { name.hasSuffix($0) }) else { continue }
             let shard = root + "/" + String(name.dropLast(suffix.count))
             if !FileManager.default.fileExists(atPath: shard) { unlink(root + "/" + name) }
         }
