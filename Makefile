@@ -109,9 +109,9 @@ bench-scaleout: bench-deps
 
 # Fuzzing is not a test either: `make test` never runs it. A separate build folder (the
 # instrumented build would otherwise replace the normal one); seeds are the samples in
-# every accepted format, made small, written at run time under .build-fuzz/corpus; any
-# crash, timeout or input over the memory limit lands in .build-fuzz/artifacts/ (replay it
-# with `swift run imgpipe-fuzz FILE`).
+# every accepted format, made small, and small Parquet tables (pyarrow), written at run
+# time under .build-fuzz/corpus; any crash, timeout or input over the memory limit lands in
+# .build-fuzz/artifacts/ (replay it with `swift run imgpipe-fuzz FILE`).
 FUZZ_SECONDS ?= 60
 FUZZ_DIR := .build-fuzz
 fuzz: deps
@@ -121,5 +121,7 @@ fuzz: deps
 	  for ext in jpg png gif webp tif avif; do \
 	    vipsthumbnail "$$f" -s 96 -o "$(CURDIR)/$(FUZZ_DIR)/corpus/$$(basename "$${f%.*}")-seed.$$ext" 2>/dev/null || true; \
 	  done; done
+	python3 -c 'import sys, pyarrow as pa, pyarrow.parquet as pq; t = pa.table({"url": [f"u{i % 7}" for i in range(60)], "n": pa.array([i if i % 5 else None for i in range(60)], pa.int64()), "f": [i % 2 == 0 for i in range(60)]}); [pq.write_table(t, f"{sys.argv[1]}/table-{c}-{v}.parquet", compression=c, data_page_version=v, use_dictionary=(c != "zstd"), row_group_size=25) for c in ("snappy", "zstd", "gzip", "none") for v in ("1.0", "2.0")]' \
+	  $(FUZZ_DIR)/corpus 2>/dev/null || echo "fuzz: no Parquet seeds (pyarrow missing: make test-deps)"
 	$(FUZZ_DIR)/debug/imgpipe-fuzz $(FUZZ_DIR)/corpus -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=400 \
 	  -timeout=10 -max_len=262144 -artifact_prefix=$(FUZZ_DIR)/artifacts/ -print_final_stats=1

@@ -110,7 +110,7 @@ let package = Package(
         .executableTarget(name: "imgpipe-scaleout", dependencies: ["ImagePipeline", "PipelineKit"]),
         // The fuzz target (`make fuzz` builds it with -sanitize=fuzzer -DFUZZING); an
         // ordinary build makes a replayer of saved inputs.
-        .executableTarget(name: "imgpipe-fuzz", dependencies: ["ImagePipeline", "PipelineKit", "VipsKit"]),
+        .executableTarget(name: "imgpipe-fuzz", dependencies: ["ImagePipeline", "PipelineKit", "ParquetKit", "VipsKit"]),
         .target(
             name: "ImagePipelineTesting",
             dependencies: ["ImagePipeline", "PipelineKit", "VipsKit"]

@@ -15,7 +15,13 @@ public final class ParquetReader {
     /// The rows of every row group.
     public private(set) var rowCount: Int64 = 0
     let rowGroups: [RowGroup]
-    private let handle: FileHandle
+    /// Where the file's bytes come from: an open file, or bytes in memory.
+    private enum Storage {
+        case file(FileHandle)
+        case memory([UInt8])
+    }
+
+    private let storage: Storage
     private let fileSize: Int
 
     /// The largest footer read (a footer of a billion-row file is a few MB).
@@ -57,13 +63,21 @@ public final class ParquetReader {
     }
 
     /// Reads the file open in `handle` (which it closes when done), from its footer.
-    public init(handle: FileHandle) throws {
-        self.handle = handle
-        let size = Int(try handle.seekToEnd())
+    public convenience init(handle: FileHandle) throws {
+        try self.init(storage: .file(handle), size: Int(try handle.seekToEnd()))
+    }
+
+    /// Reads a file held in memory (the fuzz target's).
+    public convenience init(bytes: [UInt8]) throws {
+        try self.init(storage: .memory(bytes), size: bytes.count)
+    }
+
+    private init(storage: Storage, size: Int) throws {
+        self.storage = storage
         fileSize = size
         guard size >= 12 else { throw ParquetError(offset: 0, "\(size) bytes is too short for a Parquet file") }
-        let tail = try Self.read(handle, at: size - 8, count: 8)
-        guard try Self.read(handle, at: 0, count: 4) == Array("PAR1".utf8) else {
+        let tail = try Self.read(storage, at: size - 8, count: 8)
+        guard try Self.read(storage, at: 0, count: 4) == Array("PAR1".utf8) else {
             throw ParquetError(offset: 0, "no PAR1 magic number: not a Parquet file")
         }
         guard tail[4...] == Array("PAR1".utf8)[...] else {
@@ -75,7 +89,7 @@ public final class ParquetReader {
         }
         let footerStart = size - 8 - footerLength
         var reader = ThriftReader(
-            try Self.read(handle, at: footerStart, count: footerLength), base: footerStart, structs: Self.maximumFooterStructs)
+            try Self.read(storage, at: footerStart, count: footerLength), base: footerStart, structs: Self.maximumFooterStructs)
         let metadata = try reader.readStruct()
         guard let schema = metadata.list(2), !schema.isEmpty else {
             throw ParquetError(offset: footerStart, "the footer has no schema")
@@ -129,7 +143,7 @@ public final class ParquetReader {
         rowCount = total
     }
 
-    deinit { try? handle.close() }
+    deinit { if case .file(let handle) = storage { try? handle.close() } }
 
     /// The schema's leaves, from its depth-first list: each element with children is a
     /// group, and its next `num_children` elements (recursively) are inside it.
@@ -208,17 +222,27 @@ public final class ParquetReader {
                     "column \"\(described.name)\" has \(chunk.values) values in a group of \(group.rows) rows")
             }
             return ChunkDecoder(
-                column: described, chunk: chunk, bytes: try Self.read(handle, at: chunk.start, count: chunk.length),
+                column: described, chunk: chunk, bytes: try read(at: chunk.start, count: chunk.length),
                 rows: group.rows)
         }
         return ParquetRows(decoders: decoders, rows: group.rows)
     }
 
-    static func read(_ handle: FileHandle, at offset: Int, count: Int) throws -> [UInt8] {
-        try handle.seek(toOffset: UInt64(offset))
-        let data = try handle.read(upToCount: count) ?? Data()
-        guard data.count == count else { throw ParquetError(offset: offset, "the file ends before \(count) bytes") }
-        return [UInt8](data)
+    func read(at offset: Int, count: Int) throws -> [UInt8] { try Self.read(storage, at: offset, count: count) }
+
+    private static func read(_ storage: Storage, at offset: Int, count: Int) throws -> [UInt8] {
+        switch storage {
+        case .file(let handle):
+            try handle.seek(toOffset: UInt64(offset))
+            let data = try handle.read(upToCount: count) ?? Data()
+            guard data.count == count else { throw ParquetError(offset: offset, "the file ends before \(count) bytes") }
+            return [UInt8](data)
+        case .memory(let bytes):
+            guard offset >= 0, count >= 0, offset <= bytes.count, count <= bytes.count - offset else {
+                throw ParquetError(offset: offset, "the file ends before \(count) bytes")
+            }
+            return Array(bytes[offset..<(offset + count)])
+        }
     }
 }
 

@@ -1,11 +1,14 @@
 import Foundation
 import ImagePipeline
+import ParquetKit
 import PipelineKit
 import VipsKit
 
 /// The decode-and-check path as a fuzz target: any bytes through `ImageProcessor` with a
-/// fit and JPEG output under the default limits. A failure (`ItemFailure`) is an answer;
-/// a crash, a hang or memory over libFuzzer's `-rss_limit_mb` is a finding.
+/// fit and JPEG output under the default limits; bytes that begin with `PAR1` through
+/// `ParquetReader` instead, every row of every column. A failure (`ItemFailure`,
+/// `ParquetError`) is an answer; a crash, a hang or memory over libFuzzer's `-rss_limit_mb`
+/// is a finding.
 ///
 /// `make fuzz` builds it with `-sanitize=fuzzer -DFUZZING` (libFuzzer supplies `main`);
 /// an ordinary build makes a replayer: `imgpipe-fuzz FILE…` runs each file once, to
@@ -20,12 +23,29 @@ enum FuzzTarget {
     /// Processes one input; returns the failure's reason, or `done`.
     @discardableResult
     static func run(_ data: Data) -> String {
+        if data.starts(with: Array("PAR1".utf8)) { return table(data) }
         defer { VipsRuntime.endThreadWork() }
         do {
             _ = try processor.process(.data(data))
             return "done"
         } catch {
             return error.description
+        }
+    }
+
+    /// Reads a Parquet file whole; returns the error, or how many rows it read.
+    static func table(_ data: Data) -> String {
+        do {
+            let reader = try ParquetReader(bytes: [UInt8](data))
+            let flat = reader.columns.indices.filter { !reader.columns[$0].isNested }
+            var rows = 0
+            for group in 0..<reader.rowGroupCount {
+                var cursor = try reader.rows(inGroup: group, columns: flat)
+                while try cursor.next() != nil { rows += 1 }
+            }
+            return "\(rows) rows"
+        } catch {
+            return "\(error)"
         }
     }
 }
