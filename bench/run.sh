@@ -20,7 +20,8 @@
 #   Slow origin: bench/slow-origin.sh (96 one-second answers, downloads 16, uploads 8).
 #   Issue 13's targets are checked against the runs of this same session (report.py).
 #
-# Scale section: bench/scale.sh (SCALE_SIZES, SCALE_MAX).
+# Scale section: bench/scale.sh (SCALE_SIZES, SCALE_MAX). Shards: bench/shards.sh and
+# bench/datasets.sh (a Parquet table to shards against img2dataset; a million rows listed).
 # Knobs: RUNS, SCALE (20000), SKIP_PEERS=1 (no mogrify, no img2dataset; the vipsthumbnail
 # floor always runs).
 set -euo pipefail
@@ -139,6 +140,8 @@ cat "$WORK/scale-samples.txt" >> "$SAMPLES"
 
 # WebDataset shards against a folder, the same images: bench/shards.sh prints its own lines.
 ROUNDS=$RUNS bench/shards.sh | tee "$WORK/shards.txt"
+# A URL table to shards against img2dataset, and a million-row table listed: the same.
+ROUNDS=$RUNS SKIP_PEERS=${SKIP_PEERS:-} bench/datasets.sh | tee "$WORK/datasets.txt"
 
 clear_aside
 python3 bench/report.py "$SAMPLES" "$RUNS" "$SCALE" "$(cpu_name)" "$(pkg-config --modversion vips)" > bench/RESULTS.md.new

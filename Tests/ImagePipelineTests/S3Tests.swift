@@ -318,4 +318,57 @@ struct S3Tests {
         #expect(result.stderr.contains("ListObjectsV2") && result.stderr.contains("SignatureDoesNotMatch"), "\(result.stderr)")
         #expect(result.stderr.contains("no item could be listed, so there is nothing to resume"), "\(result.stderr)")
     }
+
+    // MARK: - a table in a bucket
+
+    /// A Parquet table and a gzipped CSV, each an object of the bucket (written by pyarrow
+    /// and Python's csv, put by boto3), read as a `table` source's `s3` location: their rows'
+    /// images come from a loopback server, keys and captions as the table says; an object that
+    /// is not there stops the listing naming its address.
+    @Test func aTableInABucketIsReadLikeALocalOne() throws {
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: Self.samples + "/chelsea-cmyk.jpg"))
+        let images = try TestHTTPServer { request in request.path.hasPrefix("/img/") ? .bytes(jpeg) : .status(404) }
+        let base = images.baseURL
+        try server.boto3(
+            """
+            import csv, gzip, io, pyarrow as pa, pyarrow.parquet as pq
+            bucket, base = sys.argv[1], sys.argv[2]
+            rows = {"url": [f"{base}/img/{i}.jpg" for i in range(3)], "id": ["a", "b", "c"], "text": ["one", "two", None]}
+            out = io.BytesIO()
+            pq.write_table(pa.table(rows), out)
+            s3.put_object(Bucket=bucket, Key="tables/urls.parquet", Body=out.getvalue())
+            text = io.StringIO()
+            writer = csv.writer(text)
+            writer.writerow(["url", "id", "text"])
+            for i in range(3):
+                writer.writerow([rows["url"][i], rows["id"][i], rows["text"][i] or ""])
+            s3.put_object(Bucket=bucket, Key="tables/urls.csv.gz", Body=gzip.compress(text.getvalue().encode()))
+            """, arguments: [bucket, base])
+        for table in ["urls.parquet", "urls.csv.gz", "gone.parquet"] {
+            try? FileManager.default.removeItem(atPath: work.url(".imgpipe"))
+            try pipeline(
+                source: """
+                    {"type": "table", "path": "\(table)", "columns": {"url": "url", "key": "id", "caption": "text"},
+                     "s3": {"bucket": "\(bucket)", "endpoint": "\(server.endpoint)", "prefix": "tables"}, "cache": false}
+                    """,
+                sink: #"{"type": "directory", "path": "out"}"#)
+            let run = try imgpipe(["run", "pipe.json"])
+            if table == "gone.parquet" {
+                #expect(run.status != 0)
+                #expect(run.stderr.contains("cannot read table s3://\(bucket)/tables/gone.parquet"), "\(run.stderr)")
+                continue
+            }
+            #expect(run.status == 0, "\(table): \(run.stdout)\(run.stderr)")
+            let records = try imgpipe(["export", "pipe.json"]).jsonLines()
+            #expect(records.map { $0["key"] as? String } == ["a", "b", "c"], "\(table)")
+            #expect(records.allSatisfy { $0["status"] as? String == "done" }, "\(table)")
+            let metadata = records.first?["metadata"] as? [String: Any]
+            #expect(metadata?["text"] as? String == "one", "\(table): \(metadata ?? [:])")
+        }
+        // Nothing of the downloads is left in the temporary folder.
+        let left = try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter {
+            $0.hasPrefix("imgpipe-table-")
+        }
+        #expect(left.isEmpty, "\(left)")
+    }
 }

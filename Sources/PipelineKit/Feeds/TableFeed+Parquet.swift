@@ -74,7 +74,7 @@ extension TableFeed {
     private func withParquet<T>(_ body: (ParquetReader) throws -> T) throws -> T {
         let gzipped = path.lowercased().hasSuffix(".gz")
         do {
-            return try body(try gzipped ? ParquetReader(handle: try Self.gunzip(path)) : ParquetReader(path: path))
+            return try body(try gzipped ? ParquetReader(handle: try gunzip()) : ParquetReader(path: readPath))
         } catch let error as ParquetError {
             throw FeedError("table \(path): \(error)\(gzipped ? " (of the file unpacked)" : "")")
         }
@@ -104,8 +104,9 @@ extension TableFeed {
     }
 
     /// `path` unpacked into a temporary file without a name, open for reading.
-    private static func gunzip(_ path: String) throws -> FileHandle {
-        guard let input = gzopen(path, "rb") else { throw FeedError("cannot open table \(path)") }
+    private func gunzip() throws -> FileHandle {
+        let maximumUnpacked = Self.maximumUnpacked
+        guard let input = gzopen(readPath, "rb") else { throw FeedError("cannot open table \(path)") }
         defer { gzclose(input) }
         let folder = NSTemporaryDirectory()
         var template = Array((folder + "/imgpipe-table-XXXXXX").utf8CString)

@@ -31,11 +31,38 @@ public struct TableFeed: Feed {
         }
     }
 
+    /// The file, or the object's `s3://bucket/key` address (`object`).
     public let path: String
     public let format: Format
     public let columns: TableColumns
     public let keep: [String]
     let notice: @Sendable (String) -> Void
+    /// An object of a bucket to download first, when the table is not a local file.
+    var object: Object?
+    /// The file read, when it is not `path` (a downloaded object's copy).
+    var file: String?
+
+    /// A table in a bucket: downloaded to a file without a name before it is read.
+    struct Object: Sendable {
+        let client: S3Client
+        let key: String
+        let http: HTTPClient
+        let attempts: Int
+        let backoff: Double
+    }
+
+    init(
+        path: String, format: Format, columns: TableColumns, keep: [String], notice: @escaping @Sendable (String) -> Void
+    ) {
+        self.path = path
+        self.format = format
+        self.columns = columns
+        self.keep = keep
+        self.notice = notice
+    }
+
+    /// Where the table's bytes are read.
+    var readPath: String { file ?? path }
 
     /// The columns that go into each item's metadata, in this order, each once.
     var metadataColumns: [String] {
@@ -69,6 +96,14 @@ public struct TableFeed: Feed {
     public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
         throws
     {
+        if let object {
+            let copy = try download(object)
+            defer { try? copy.close() }
+            var local = self
+            local.object = nil
+            local.file = "/proc/self/fd/\(copy.fileDescriptor)"
+            return try local.list(after: cursor, expecting: expect, body)
+        }
         if let expect, let count = countItems() { expect(.counted(count)) }
         let page = "table \(path)"
         let unit = format == .parquet ? "rows" : "lines"
@@ -138,7 +173,7 @@ public struct TableFeed: Feed {
 
     /// The rows of a CSV, TSV or JSON Lines table.
     private func textRows(_ each: (Row) throws -> Bool) throws {
-        guard let lines = ListFileLines(path: path) else { throw FeedError("cannot open table \(path)") }
+        guard let lines = ListFileLines(path: readPath) else { throw FeedError("cannot open table \(path)") }
         var header: [String: Int]?
         var lineNumber = 0
         while let next = try lines.next(counting: &lineNumber) {
@@ -191,11 +226,36 @@ public struct TableFeed: Feed {
     /// How many rows `list` would list: the lines that are not blank, less a header; a
     /// Parquet file's row count (from its footer; none for a gzipped one).
     public func countItems() -> Int? {
+        guard object == nil else { return nil }
         if format == .parquet {
-            guard !path.lowercased().hasSuffix(".gz"), let reader = try? ParquetReader(path: path) else { return nil }
+            guard !path.lowercased().hasSuffix(".gz"), let reader = try? ParquetReader(path: readPath) else { return nil }
             return Int(reader.rowCount)
         }
-        guard let lines = ListFileLines.count(path, skippingComments: false) else { return nil }
+        guard let lines = ListFileLines.count(readPath, skippingComments: false) else { return nil }
         return format == .jsonl ? lines : max(0, lines - 1)
+    }
+}
+
+extension TableFeed {
+    /// The object downloaded (with the run's retries) to a temporary file, open, its name
+    /// already gone: nothing is left behind if the process dies after the download.
+    func download(_ object: Object) throws -> FileHandle {
+        let temporary = NSTemporaryDirectory() + "/imgpipe-table-\(UUID().uuidString)"
+        defer { unlink(temporary) }
+        let request = object.client.getRequest(
+            key: object.key, headers: [:], destination: temporary, maxBytes: Int(Self.maximumUnpacked))
+        let result: HTTPResult
+        do {
+            result = try object.http.performWithRetries(request, attempts: object.attempts, backoff: object.backoff)
+        } catch {
+            throw FeedError("cannot read table \(path): \(error.message)")
+        }
+        guard (200..<300).contains(result.status) else {
+            throw FeedError("cannot read table \(path): HTTP \(result.status)")
+        }
+        guard let handle = FileHandle(forReadingAtPath: temporary) else {
+            throw FeedError("cannot read table \(path)'s copy \(temporary): \(String(cString: strerror(errno)))")
+        }
+        return handle
     }
 }

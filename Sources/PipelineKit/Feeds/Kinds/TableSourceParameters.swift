@@ -2,7 +2,8 @@ import Foundation
 
 /// `"type": "table"`: a table of image URLs (`.csv`, `.tsv`, `.jsonl`, `.parquet`, each optionally
 /// `.gz`) whose columns `columns` names: `url`, and optionally `key`, `caption` and
-/// `sha256`; `keep` lists more columns that travel with each item (`TableFeed`).
+/// `sha256`; `keep` lists more columns that travel with each item (`TableFeed`). With `s3`
+/// (a bucket as an `s3` source names one), `path` is the object's key under the prefix.
 public struct TableSourceParameters: RemoteSourceParameters {
     public static let typeName = "table"
     public static let properties: [(key: String, value: JSONValue)] = [
@@ -16,12 +17,15 @@ public struct TableSourceParameters: RemoteSourceParameters {
                 ], required: ["url"])
         ),
         ("keep", .object([("type", .string("array")), ("items", PipelineSchema.nonEmpty)])),
+        ("s3", PipelineSchema.object(PipelineSchema.s3Location, required: ["bucket"])),
     ]
     public static let required = ["path", "columns"]
 
     public var path: EnvString
     public var columns: TableColumns
     public var keep: [String]
+    /// The bucket the table is in, when it is not a local file.
+    public var s3: S3Spec?
     public var remoteOptions: RemoteOptions
 
     public init(_ object: SpecObject) throws {
@@ -44,10 +48,32 @@ public struct TableSourceParameters: RemoteSourceParameters {
                 return text
             }
         }
+        s3 = try object.optional("s3") { node in try S3Spec(try node.object(allowing: PipelineSchema.s3Location.map(\.key))) }
         remoteOptions = try RemoteOptions(object)
     }
 
+    public func objectClient(in environment: Environment, http: HTTPClient) throws -> S3Client? {
+        try s3?.client(in: environment, http: http)
+    }
+
     public func makeFeed(_ context: FeedContext) throws -> any Feed {
+        if let s3 {
+            guard let client = context.fetcher?.objects, let http = context.fetcher?.client else {
+                throw SpecError(path: s3.path, message: "no S3 client")
+            }
+            let key = try s3.folder(in: context.environment) + (try path.expanded(in: context.environment))
+            guard let format = TableFeed.Format(fileName: key) else {
+                throw SpecError(
+                    path: path.path,
+                    message:
+                        "a table is a .csv, .tsv, .jsonl or .parquet file (optionally .gz); \(client.address(of: key)) is none")
+            }
+            let retry = context.spec.retry
+            var feed = TableFeed(
+                path: client.address(of: key), format: format, columns: columns, keep: keep, notice: context.notice)
+            feed.object = TableFeed.Object(client: client, key: key, http: http, attempts: retry.attempts, backoff: retry.backoff)
+            return feed
+        }
         let file = context.spec.resolvePath(try path.expanded(in: context.environment))
         guard let format = TableFeed.Format(fileName: file) else {
             throw SpecError(
