@@ -176,7 +176,8 @@ struct DocsTests {
     }
 
     /// Each one passes `imgpipe validate` as written, beside a `photos/` folder (and one a
-    /// level up, for the reference's `../photos`). Host names are swapped for 127.0.0.1
+    /// level up, for the reference's `../photos`) and the training-set recipe's table (validate
+    /// checks that a table can be read, not what it holds). Host names are swapped for 127.0.0.1
     /// (validate makes no request, but nothing here may leave loopback).
     @Test func everyDocumentedPipelineIsValid() throws {
         let pipelines = try Self.documentedPipelines()
@@ -187,6 +188,8 @@ struct DocsTests {
             try FileManager.default.createDirectory(atPath: photos, withIntermediateDirectories: true)
             try FileManager.default.copyItem(atPath: Self.root + "/samples/rocket.jpg", toPath: photos + "/rocket.jpg")
         }
+        try FileManager.default.createDirectory(atPath: folder + "/parts", withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: folder + "/parts/part-00000.parquet", contents: Data("PAR1".utf8))
         for (index, pipeline) in pipelines.enumerated() {
             let text = Self.replacing(
                 #"(https?://)[A-Za-z0-9.-]+\.(com|example|internal)(:[0-9]+)?"#, in: pipeline.text, with: "$1127.0.0.1")
