@@ -283,18 +283,20 @@ struct TableSourceTests {
     }
 
     /// A resumed listing starts after its cursor's key: in a Parquet table at the key's row
-    /// (found from the key column, or the row number itself), in a text table after the
-    /// key's line; a key the table no longer has lists from the start.
+    /// (found from the URL and key columns), in a text table after the key's line; a key the
+    /// table no longer has, or rows before it that came or went (not as many items up to it
+    /// as the run listed), list from the start.
     @Test func aResumedListingStartsAfterItsCursor() throws {
         try writeParquet(
             "many.parquet", #"{"u": [f"https://e.org/{i}.jpg" for i in range(1, 2501)], "k": [f"k{i}" for i in range(1, 2501)]}"#)
         try writeTable("few.csv", [["u", "k"]] + (1...5).map { ["https://e.org/\($0).jpg", "k\($0)"] })
-        func keys(_ table: String, key: Bool, after cursor: String?) throws -> [String] {
+        func keys(_ table: String, key: Bool, after cursor: String?, listed count: Int? = nil) throws -> [String] {
             let feed = TableFeed(
                 path: work.url(table), format: try #require(TableFeed.Format(fileName: table)),
                 columns: TableColumns(url: "u", key: key ? "k" : nil), keep: [], notice: { _ in })
             var listed: [String] = []
-            try feed.list(after: cursor.map { FeedCursor(key: $0, listed: 0) }, expecting: nil) {
+            let position = cursor.flatMap { Int($0.drop { !$0.isNumber }) }
+            try feed.list(after: cursor.map { FeedCursor(key: $0, listed: count ?? position ?? 0) }, expecting: nil) {
                 listed.append($0.key)
                 return true
             }
@@ -309,5 +311,9 @@ struct TableSourceTests {
         #expect(try keys("few.csv", key: true, after: "k3") == ["k4", "k5"])
         #expect(try keys("few.csv", key: false, after: "4") == ["5"])
         #expect(try keys("few.csv", key: true, after: "gone") == ["k1", "k2", "k3", "k4", "k5"])
+        // Rows before the cursor came (the run listed 2 where the table now has 3 up to it).
+        #expect(try keys("many.parquet", key: true, after: "k1500", listed: 1499).count == 2500)
+        #expect(try keys("few.csv", key: true, after: "k3", listed: 2) == ["k1", "k2", "k3", "k4", "k5"])
+        #expect(try keys("few.csv", key: false, after: "4", listed: 5).count == 5)
     }
 }

@@ -282,6 +282,34 @@ struct WebDatasetSinkTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
     }
 
+    /// An item that fails after the session's last shard was committed (the run ends with no
+    /// shard open) is counted in that shard's stats, written again when the session ends.
+    @Test func aFailureAfterTheLastShardIsCountedInIt() throws {
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
+        let server = try TestHTTPServer { request in
+            if request.path == "/slow-bad.jpg" {
+                usleep(1_500_000)
+                return .bytes(Data("not an image".utf8))
+            }
+            return .bytes(jpeg)
+        }
+        try work.write(["g1.jpg", "g2.jpg", "slow-bad.jpg"].map { "\(server.baseURL)/\($0)\n" }.joined(), to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}],
+             "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 2}, "retry": {"attempts": 1}}
+            """, to: "pipe.json")
+        let run = try imgpipe("run", "pipe.json", "--state", "state.sqlite")
+        #expect(run.status == 1, "\(run.stdout)\(run.stderr)")
+        #expect(try shards(in: work.url("shards")).keys.sorted() == ["00000.tar"])
+        let stats = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: work.url("shards/00000_stats.json"))))
+                as? [String: Any])
+        #expect(stats["failed"] as? [String: Int] == ["decode": 1] && stats["samples"] as? Int == 2, "\(stats)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
+    }
+
     func makeJPEG() throws -> String {
         let path = work.url("source.jpg")
         try ImageFixtures.jpeg(at: path, width: 40, height: 30)
@@ -320,9 +348,10 @@ struct WebDatasetSinkTests {
         #expect(receipts.keys.sorted() == ["a", "b"])
         // Killed here: no finish, nothing recorded; and another process swept the stats
         // before they were renamed into place (written again from the journal), and the
-        // manifest (made again from the shard's records).
+        // manifest, whose making again was cut short by a kill (made again from the shard's
+        // records).
         try FileManager.default.removeItem(atPath: work.url("shards/00000_stats.json"))
-        try FileManager.default.removeItem(atPath: work.url("shards/00000.parquet"))
+        try work.write("PAR1", to: "shards/00000.parquet")
 
         let second = sink()
         try second.prepare(workRoot: workRoot)

@@ -23,36 +23,43 @@ extension TableFeed {
                 while let values = try rows.next() {
                     at += 1
                     if at <= start { continue }
-                    var cells: [String: JSONValue]? = [:]
-                    for (index, value) in zip(indices, values) {
-                        guard let cell = Self.json(value, reader.columns[index]) else {
-                            cells = nil
-                            break
-                        }
-                        cells?[reader.columns[index].name] = cell
-                    }
-                    if try !each(Row(cells: cells, at: at)) { return }
+                    if try !each(Row(cells: Self.cells(values, of: indices, in: reader), at: at)) { return }
                 }
             }
         }
     }
 
-    /// The row number of the first row whose key is `key`, reading the key column alone;
-    /// nil when no row has it. Without a key column the key is the row number.
-    func parquetRow(ofKey key: String) throws -> Int? {
-        guard let keyColumn = columns.key else { return Int(key).flatMap { $0 > 0 ? $0 : nil } }
-        return try withParquet { reader in
-            let index = try columnIndices([keyColumn], in: reader)[0]
+    /// The row number of the cursor's key, found from the URL and key columns alone, when
+    /// as many rows up to it made items as the run listed (the table is the one listed);
+    /// nil otherwise: the listing starts from the first row.
+    func parquetRow(after cursor: FeedCursor) throws -> Int? {
+        try withParquet { reader in
+            let names = [columns.url] + (columns.key.map { [$0] } ?? [])
+            let indices = try columnIndices(names, in: reader)
             var at = 0
+            var items = 0
             for group in 0..<reader.rowGroupCount {
-                var rows = try reader.rows(inGroup: group, columns: [index])
+                var rows = try reader.rows(inGroup: group, columns: indices)
                 while let values = try rows.next() {
                     at += 1
-                    if Self.json(values[0], reader.columns[index])?.stringValue == key { return at }
+                    let cells = Self.cells(values, of: indices, in: reader)
+                    guard case .item(_, let key) = verdict(cells, rowNumber: at) else { continue }
+                    items += 1
+                    if key == cursor.key { return items == cursor.listed ? at : nil }
                 }
             }
             return nil
         }
+    }
+
+    /// A row's values as cells by column name; nil when one cannot be read.
+    private static func cells(_ values: [ParquetValue?], of indices: [Int], in reader: ParquetReader) -> [String: JSONValue]? {
+        var cells: [String: JSONValue] = [:]
+        for (index, value) in zip(indices, values) {
+            guard let cell = json(value, reader.columns[index]) else { return nil }
+            cells[reader.columns[index].name] = cell
+        }
+        return cells
     }
 
     /// The columns' indices, or an error naming the one the file does not have.
@@ -108,21 +115,21 @@ extension TableFeed {
         let maximumUnpacked = Self.maximumUnpacked
         guard let input = gzopen(readPath, "rb") else { throw FeedError("cannot open table \(path)") }
         defer { gzclose(input) }
-        let folder = NSTemporaryDirectory()
-        var template = Array((folder + "/imgpipe-table-XXXXXX").utf8CString)
-        let descriptor = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        guard descriptor >= 0 else {
-            throw FeedError("cannot unpack table \(path) in \(folder): \(String(cString: strerror(errno)))")
-        }
-        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
-        _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
-        let output = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        let output = try Self.nameless()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var written: Int64 = 0
         while true {
             let read = buffer.withUnsafeMutableBytes { gzread(input, $0.baseAddress, UInt32($0.count)) }
             guard read >= 0 else { throw FeedError("table \(path): the gzip stream is broken") }
-            if read == 0 { break }
+            if read == 0 {
+                // The end of the data, or of the file before the stream's end.
+                var status: Int32 = Z_OK
+                _ = gzerror(input, &status)
+                if status != Z_OK && status != Z_STREAM_END {
+                    throw FeedError("table \(path): the gzip file is cut short")
+                }
+                break
+            }
             if written == 0, read < 4 || buffer[0..<4] != Array("PAR1".utf8)[...] {
                 throw FeedError("table \(path): unpacked, it does not begin as a Parquet file (PAR1)")
             }
@@ -131,7 +138,7 @@ extension TableFeed {
                 throw FeedError("table \(path): unpacks to more than \(maximumUnpacked >> 30) GiB")
             }
             do { try output.write(contentsOf: Data(buffer[0..<Int(read)])) } catch {
-                throw FeedError("cannot unpack table \(path) in \(folder): \(error)")
+                throw FeedError("cannot unpack table \(path) in the temporary folder: \(error)")
             }
         }
         return output

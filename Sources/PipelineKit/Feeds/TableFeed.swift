@@ -116,43 +116,46 @@ public struct TableFeed: Feed {
             for entries in [unreadable, noURL, noKey] { entries.tell(notice) }
         }
         var rowNumber = 0
-        var passing = cursor?.key
+        // After a cursor, rows are passed over up to its key, and taken for the same table
+        // only if as many of them made items as the run listed; else it is listed anew.
+        var passing = cursor
+        var passedItems = 0
+        var changed = false
         var startRow = 0
-        if format == .parquet, let key = cursor?.key {
-            if let row = try parquetRow(ofKey: key) { startRow = row }
+        if format == .parquet, let cursor {
+            if let row = try parquetRow(after: cursor) { startRow = row }
             passing = nil
         }
         func handle(_ row: Row) throws -> Bool {
             let counted = passing == nil
-            guard let cells = row.cells else {
+            rowNumber = format == .parquet ? row.at : rowNumber + (row.cells == nil ? 0 : 1)
+            let (url, key): (String, String)
+            switch verdict(row.cells, rowNumber: rowNumber) {
+            case .unreadable:
                 if counted { unreadable.add(row.at) }
                 return true
-            }
-            rowNumber = format == .parquet ? row.at : rowNumber + 1
-            guard let url = cells[columns.url]?.string.map({ $0.trimmingCharacters(in: .whitespaces) }),
-                let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
-                parsed.host?.isEmpty == false
-            else {
+            case .noURL:
                 if counted { noURL.add(row.at) }
                 return true
-            }
-            let key: String
-            if let keyColumn = columns.key {
-                guard let value = cells[keyColumn]?.stringValue, !value.isEmpty else {
-                    if counted { noKey.add(row.at) }
-                    return true
-                }
-                key = value
-            } else {
-                key = String(rowNumber)
+            case .noKey:
+                if counted { noKey.add(row.at) }
+                return true
+            case .item(let itemURL, let itemKey):
+                (url, key) = (itemURL, itemKey)
             }
             if let wanted = passing {
-                if key == wanted { passing = nil }
+                passedItems += 1
+                guard key == wanted.key else { return true }
+                guard passedItems == wanted.listed else {
+                    changed = true
+                    return false
+                }
+                passing = nil
                 return true
             }
-            let kept = metadataColumns.compactMap { name in cells[name].map { (key: name, value: $0) } }
+            let kept = metadataColumns.compactMap { name in row.cells?[name].map { (key: name, value: $0) } }
             let metadata = kept.isEmpty ? nil : JSONValue.object(kept).serialized()
-            guard !FeedItem.holdsNUL(url, key), !(metadata?.contains("\u{0}") ?? false) else {
+            guard !(metadata?.contains("\u{0}") ?? false) else {
                 unreadable.add(row.at)
                 return true
             }
@@ -163,12 +166,36 @@ public struct TableFeed: Feed {
             return
         }
         try textRows(handle)
-        if passing != nil {
-            // The cursor's key is gone: from the start, as a new listing.
+        if passing != nil || changed {
+            // The cursor's key is gone, or rows before it came or went: from the start, as a
+            // new listing (the runner passes over the items it has).
             passing = nil
             rowNumber = 0
             try textRows(handle)
         }
+    }
+
+    /// What a row makes: an item (its URL and key), or why it is left out. `rowNumber` is
+    /// the key of a table without a key column.
+    enum Verdict: Equatable {
+        case item(url: String, key: String)
+        case unreadable, noURL, noKey
+    }
+
+    func verdict(_ cells: [String: JSONValue]?, rowNumber: Int) -> Verdict {
+        guard let cells else { return .unreadable }
+        guard let url = cells[columns.url]?.string.map({ $0.trimmingCharacters(in: .whitespaces) }),
+            let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""),
+            parsed.host?.isEmpty == false
+        else { return .noURL }
+        let key: String
+        if let keyColumn = columns.key {
+            guard let value = cells[keyColumn]?.stringValue, !value.isEmpty else { return .noKey }
+            key = value
+        } else {
+            key = String(rowNumber)
+        }
+        return FeedItem.holdsNUL(url, key) ? .unreadable : .item(url: url, key: key)
     }
 
     /// The rows of a CSV, TSV or JSON Lines table.
@@ -237,11 +264,12 @@ public struct TableFeed: Feed {
 }
 
 extension TableFeed {
-    /// The object downloaded (with the run's retries) to a temporary file, open, its name
-    /// already gone: nothing is left behind if the process dies after the download.
+    /// The object downloaded (with the run's retries) into a temporary file whose name is
+    /// removed before the download starts (it is written through `/proc/self/fd`): nothing
+    /// is left behind whenever the process dies.
     func download(_ object: Object) throws -> FileHandle {
-        let temporary = NSTemporaryDirectory() + "/imgpipe-table-\(UUID().uuidString)"
-        defer { unlink(temporary) }
+        let handle = try Self.nameless()
+        let temporary = "/proc/self/fd/\(handle.fileDescriptor)"
         let request = object.client.getRequest(
             key: object.key, headers: [:], destination: temporary, maxBytes: Int(Self.maximumUnpacked))
         let result: HTTPResult
@@ -253,9 +281,19 @@ extension TableFeed {
         guard (200..<300).contains(result.status) else {
             throw FeedError("cannot read table \(path): HTTP \(result.status)")
         }
-        guard let handle = FileHandle(forReadingAtPath: temporary) else {
-            throw FeedError("cannot read table \(path)'s copy \(temporary): \(String(cString: strerror(errno)))")
-        }
         return handle
+    }
+
+    /// A new file in the temporary folder, open for reading and writing, its name removed.
+    static func nameless() throws -> FileHandle {
+        let folder = NSTemporaryDirectory()
+        var template = Array((folder + "/imgpipe-table-XXXXXX").utf8CString)
+        let descriptor = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard descriptor >= 0 else {
+            throw FeedError("cannot make a temporary file in \(folder): \(String(cString: strerror(errno)))")
+        }
+        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+        _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
+        return FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
     }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import ParquetKit
 
 /// What a `WebDatasetSink` writes down before it publishes a shard, in the state file's work
 /// folder: the shard's temporary name, its size and the SHA-256 of its bytes, and its items'
@@ -123,21 +124,28 @@ struct ShardJournal {
                 continue
             }
             // Published, and maybe not tidied up: its stats and manifest go into place (or are
-            // written from the entry and the shard's records, if another process swept them),
-            // its temporary name goes.
+            // made again, from the entry and the shard's records, if another process swept them
+            // or a kill cut the making short: under the temporary names, then renamed), its
+            // temporary name goes.
             let manifest = root + "/" + String(name.dropLast(4)) + ".parquet"
-            if rename(partial + ".manifest", manifest) != 0, !FileManager.default.fileExists(atPath: manifest) {
+            if rename(partial + ".manifest", manifest) != 0, (try? ParquetReader(path: manifest)) == nil {
                 let records = try ShardManifest.records(inShard: root + "/" + name)
-                try ShardManifest.write(records, outputs: outputs, to: manifest)
+                try ShardManifest.write(records, outputs: outputs, to: partial + ".manifest")
+                guard rename(partial + ".manifest", manifest) == 0 else {
+                    throw SinkError("cannot put the manifest of \(name) in place: \(CError())")
+                }
             }
             let stats = root + "/" + String(name.dropLast(4)) + "_stats.json"
-            if rename(partial + ".stats.json", stats) != 0, !FileManager.default.fileExists(atPath: stats) {
+            if rename(partial + ".stats.json", stats) != 0,
+                (try? JSONParser.parse(bytes: Array((FileManager.default.contents(atPath: stats) ?? Data())))) == nil
+            {
                 let value = JSONValue.object([
                     ("samples", PipelineSchema.integer(entry.keys.count)), ("bytes", PipelineSchema.integer(entry.size)),
                     ("firstKey", .string(entry.keys.first ?? "")), ("lastKey", .string(entry.keys.last ?? "")),
                     ("run", .string(entry.run)), ("recovered", .bool(true)),
                 ])
-                try? ShardFiles.write(stats, Array((value.serialized() + "\n").utf8))
+                try? ShardFiles.write(partial + ".stats.json", Array((value.serialized() + "\n").utf8))
+                _ = rename(partial + ".stats.json", stats)
             }
             unlink(partial)
             entry.shard = root + "/" + name

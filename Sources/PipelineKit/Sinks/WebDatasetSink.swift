@@ -56,6 +56,9 @@ public final class WebDatasetSink: Sink {
         /// Items of the run that ended without reaching the sink since the last commit, by
         /// status (`failed`, `skipped`) and reason: the next shard's stats count them.
         var undelivered: [String: [String: Int]] = [:]
+        /// The last shard this session committed: its stats' path and what they say, so that
+        /// items that end after it (the session's last shard committed) are counted there.
+        var lastStats: (path: String, counts: StatsCounts)?
     }
 
     private let state = Mutex(State())
@@ -200,7 +203,8 @@ public final class WebDatasetSink: Sink {
                 let size = shard.size + TarFormat.end.count
                 try ShardFiles.write(TarFormat.end, to: shard.descriptor, at: shard.size, naming: partialPath)
                 guard fsync(shard.descriptor) == 0 else { throw ItemFailure(.upload, "cannot flush \(partialPath): \(CError())") }
-                try ShardFiles.write(statsPath, stats(of: shard, size: size, undelivered: state.undelivered))
+                let counts = StatsCounts(shard: shard, size: size, undelivered: state.undelivered)
+                try ShardFiles.write(statsPath, counts.bytes)
                 try ShardManifest.write(shard.records, outputs: outputs, to: manifestPath)
                 // The batch before this one is recorded (the runner records a batch before it
                 // commits the next): this shard's entry takes its place.
@@ -225,6 +229,7 @@ public final class WebDatasetSink: Sink {
                 let shardPath = root + "/" + Self.shardName(number)
                 let stem = root + "/" + String(Self.shardName(number).dropLast(4))
                 if rename(statsPath, stem + "_stats.json") != 0 { unlink(statsPath) }
+                state.lastStats = (stem + "_stats.json", counts)
                 if rename(manifestPath, stem + ".parquet") != 0 { unlink(manifestPath) }
                 unlink(partialPath)
                 return Dictionary(shard.keys.map { ($0, DeliveryReceipt(remoteURL: shardPath)) }, uniquingKeysWith: { a, _ in a })
@@ -256,6 +261,18 @@ public final class WebDatasetSink: Sink {
                 close(shard.descriptor)
                 unlink(root + "/" + shard.partial)
                 state.open = nil
+            }
+            // Items that ended after the session's last shard: counted in its stats, written
+            // again under a temporary name and renamed.
+            if !state.undelivered.isEmpty, var last = state.lastStats {
+                last.counts.add(state.undelivered)
+                let temporary = root + "/" + Self.partialPrefix + Self.processPart + "-" + UUID().uuidString + ".tar.stats.json"
+                if (try? ShardFiles.write(temporary, last.counts.bytes)) != nil, rename(temporary, last.path) == 0 {
+                    state.undelivered = [:]
+                    state.lastStats = last
+                } else {
+                    unlink(temporary)
+                }
             }
             try? state.journal?.endSession()
         }
@@ -319,19 +336,35 @@ public final class WebDatasetSink: Sink {
         bytes += TarFormat.padding(data.count)
     }
 
-    private func stats(of shard: OpenShard, size: Int, undelivered: [String: [String: Int]]) -> [UInt8] {
-        let seconds = (Date().timeIntervalSince(shard.opened) * 1000).rounded() / 1000
-        func byReason(_ status: String) -> JSONValue {
-            .object((undelivered[status] ?? [:]).sorted { $0.key < $1.key }.map { ($0.key, PipelineSchema.integer($0.value)) })
+    /// What a shard's stats file says.
+    private struct StatsCounts {
+        var members: [(key: String, value: JSONValue)]
+        var undelivered: [String: [String: Int]]
+
+        fileprivate init(shard: OpenShard, size: Int, undelivered: [String: [String: Int]]) {
+            let seconds = (Date().timeIntervalSince(shard.opened) * 1000).rounded() / 1000
+            members = [
+                ("samples", PipelineSchema.integer(shard.keys.count)), ("bytes", PipelineSchema.integer(size)),
+                ("outputBytes", PipelineSchema.integer(shard.outputBytes)), ("seconds", .number(seconds, isInteger: false)),
+                ("firstKey", .string(shard.keys.first ?? "")), ("lastKey", .string(shard.keys.last ?? "")),
+                ("run", .string(shard.firstRun)), ("writer", .string(WebDatasetSink.processPart)),
+            ]
+            self.undelivered = undelivered
         }
-        let value = JSONValue.object([
-            ("samples", PipelineSchema.integer(shard.keys.count)), ("bytes", PipelineSchema.integer(size)),
-            ("failed", byReason("failed")), ("skipped", byReason("skipped")),
-            ("outputBytes", PipelineSchema.integer(shard.outputBytes)), ("seconds", .number(seconds, isInteger: false)),
-            ("firstKey", .string(shard.keys.first ?? "")), ("lastKey", .string(shard.keys.last ?? "")),
-            ("run", .string(shard.firstRun)), ("writer", .string(Self.processPart)),
-        ])
-        return Array((value.serialized() + "\n").utf8)
+
+        mutating func add(_ more: [String: [String: Int]]) {
+            undelivered.merge(more) { $0.merging($1, uniquingKeysWith: +) }
+        }
+
+        var bytes: [UInt8] {
+            func byReason(_ status: String) -> JSONValue {
+                .object(
+                    (undelivered[status] ?? [:]).sorted { $0.key < $1.key }.map { ($0.key, PipelineSchema.integer($0.value)) })
+            }
+            var all = members
+            all.insert(contentsOf: [("failed", byReason("failed")), ("skipped", byReason("skipped"))], at: 2)
+            return Array((JSONValue.object(all).serialized() + "\n").utf8)
+        }
     }
 
     // MARK: - files
