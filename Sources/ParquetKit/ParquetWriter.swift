@@ -39,10 +39,13 @@ public final class ParquetWriter {
         rowGroupRows: Int = 1 << 20
     ) throws {
         precondition([.uncompressed, .snappy].contains(codec), "the writer compresses with SNAPPY or not at all")
-        guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path) else {
+        // Opened in place (FileManager's `createFile` writes a temporary file beside it first,
+        // which a kill would leave in the caller's folder).
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else {
             throw ParquetError(offset: 0, "cannot create \(path): \(String(cString: strerror(errno)))")
         }
-        self.handle = handle
+        handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         self.columns = columns
         self.codec = codec
         self.rowGroupBytes = rowGroupBytes

@@ -289,6 +289,9 @@ struct TableSourceTests {
     @Test func aResumedListingStartsAfterItsCursor() throws {
         try writeParquet(
             "many.parquet", #"{"u": [f"https://e.org/{i}.jpg" for i in range(1, 2501)], "k": [f"k{i}" for i in range(1, 2501)]}"#)
+        try writeParquet(
+            "many.parquet.gz",
+            #"{"u": [f"https://e.org/{i}.jpg" for i in range(1, 2501)], "k": [f"k{i}" for i in range(1, 2501)]}"#)
         try writeTable("few.csv", [["u", "k"]] + (1...5).map { ["https://e.org/\($0).jpg", "k\($0)"] })
         func keys(_ table: String, key: Bool, after cursor: String?, listed count: Int? = nil) throws -> [String] {
             let feed = TableFeed(
@@ -304,6 +307,8 @@ struct TableSourceTests {
         }
         let keyed = try keys("many.parquet", key: true, after: "k1500")
         #expect(keyed.count == 1000 && keyed.first == "k1501" && keyed.last == "k2500")
+        let unpacked = try keys("many.parquet.gz", key: true, after: "k1500")
+        #expect(unpacked.count == 1000 && unpacked.first == "k1501", "a gzipped table, unpacked once")
         let numbered = try keys("many.parquet", key: false, after: "2000")
         #expect(numbered.count == 500 && numbered.first == "2001")
         #expect(try keys("many.parquet", key: true, after: "gone").count == 2500)

@@ -304,6 +304,7 @@ final class RunStages: Sendable {
                 case .failed(let failure):
                     context.reporter.itemFailed(key: item.key, failure: failure)
                     context.reporter.itemSettled(key: item.key, outcome: .failed(failure))
+                    noteUndelivered("failed", reason: failure.reason.rawValue)
                     perform(state.withLock { $0.insertFailed() })
                 case .existing:
                     // Dropped by this session (a shared run's chunk lost, then given back to

@@ -81,7 +81,7 @@ extension TableFeed {
     private func withParquet<T>(_ body: (ParquetReader) throws -> T) throws -> T {
         let gzipped = path.lowercased().hasSuffix(".gz")
         do {
-            return try body(try gzipped ? ParquetReader(handle: try gunzip()) : ParquetReader(path: readPath))
+            return try body(try gzipped && !unpacked ? ParquetReader(handle: try gunzip()) : ParquetReader(path: readPath))
         } catch let error as ParquetError {
             throw FeedError("table \(path): \(error)\(gzipped ? " (of the file unpacked)" : "")")
         }
@@ -111,7 +111,7 @@ extension TableFeed {
     }
 
     /// `path` unpacked into a temporary file without a name, open for reading.
-    private func gunzip() throws -> FileHandle {
+    func gunzip() throws -> FileHandle {
         let maximumUnpacked = Self.maximumUnpacked
         guard let input = gzopen(readPath, "rb") else { throw FeedError("cannot open table \(path)") }
         defer { gzclose(input) }

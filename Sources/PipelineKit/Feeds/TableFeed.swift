@@ -39,8 +39,10 @@ public struct TableFeed: Feed {
     let notice: @Sendable (String) -> Void
     /// An object of a bucket to download first, when the table is not a local file.
     var object: Object?
-    /// The file read, when it is not `path` (a downloaded object's copy).
+    /// The file read, when it is not `path` (a downloaded object's copy, a gzipped Parquet
+    /// file unpacked: `unpacked`).
     var file: String?
+    var unpacked = false
 
     /// A table in a bucket: downloaded to a file without a name before it is read.
     struct Object: Sendable {
@@ -102,6 +104,15 @@ public struct TableFeed: Feed {
             var local = self
             local.object = nil
             local.file = "/proc/self/fd/\(copy.fileDescriptor)"
+            return try local.list(after: cursor, expecting: expect, body)
+        }
+        if format == .parquet, !unpacked, path.lowercased().hasSuffix(".gz") {
+            // Unpacked once for the whole listing (a resume reads it twice).
+            let copy = try gunzip()
+            defer { try? copy.close() }
+            var local = self
+            local.file = "/proc/self/fd/\(copy.fileDescriptor)"
+            local.unpacked = true
             return try local.list(after: cursor, expecting: expect, body)
         }
         if let expect, let count = countItems() { expect(.counted(count)) }

@@ -161,11 +161,12 @@ private final class OutputStream {
 
     init(path: String?) throws {
         if let path {
-            guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path)
-            else {
+            // Opened in place: FileManager's `createFile` writes a temporary file beside it first.
+            let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard descriptor >= 0 else {
                 throw CommandError.failure("cannot write \(path): \(String(cString: strerror(errno)))")
             }
-            self.handle = handle
+            handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
             ownsHandle = true
         } else {
             handle = FileHandle.standardOutput
