@@ -55,7 +55,7 @@ public struct ItemFields: Sendable {
         case "stem": return stem
         case "caption":
             guard let captionField else { return "" }
-            return metadata.flatMap(JSONValue.lenient)?[captionField]?.stringValue ?? ""
+            return JSONValue.text(of: captionField, inMetadata: metadata) ?? ""
         default:
             guard name.hasPrefix("meta."), name.count > 5 else { return nil }
             var node = metadata.flatMap(JSONValue.lenient)

@@ -49,6 +49,14 @@ extension JSONValue: Decodable {
         try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
     }
 
+    /// The text (`stringValue`) of member `name` of an item's metadata, the JSON object's
+    /// text as imgpipe stores it; nil when there is none. The one reading of a caption or an
+    /// expected hash, for sinks, the hash check and `{caption}` alike.
+    package static func text(of name: String, inMetadata metadata: String?) -> String? {
+        guard let metadata, let value = try? JSONParser.parse(metadata) else { return nil }
+        return value[name]?.stringValue
+    }
+
     /// A text value: a string, or a number written as text (`12`, `1.5`); else nil.
     var stringValue: String? {
         switch self {

@@ -109,8 +109,7 @@ extension SourceSpec {
     }
 
     private func field(_ name: String?, of metadata: String?) -> String? {
-        guard let name, let metadata, let value = try? JSONParser.parse(metadata) else { return nil }
-        return value[name]?.stringValue
+        name.flatMap { JSONValue.text(of: $0, inMetadata: metadata) }
     }
 }
 
