@@ -13,7 +13,7 @@ import Foundation
 public final class ParquetReader {
     public let columns: [ParquetColumn]
     /// The rows of every row group.
-    public private(set) var rowCount: Int64 = 0
+    public let rowCount: Int64
     let rowGroups: [RowGroup]
     /// Where the file's bytes come from: an open file, or bytes in memory.
     private enum Storage {
@@ -22,7 +22,6 @@ public final class ParquetReader {
     }
 
     private let storage: Storage
-    private let fileSize: Int
 
     /// The largest footer read (a footer of a billion-row file is a few MB).
     static let maximumFooter = 64 << 20
@@ -37,7 +36,6 @@ public final class ParquetReader {
     static let maximumSchemaDepth = 64
 
     struct Chunk {
-        let column: Int
         let codec: ParquetCodec
         let start: Int
         let length: Int
@@ -74,7 +72,6 @@ public final class ParquetReader {
 
     private init(storage: Storage, size: Int) throws {
         self.storage = storage
-        fileSize = size
         guard size >= 12 else { throw ParquetError(offset: 0, "\(size) bytes is too short for a Parquet file") }
         let tail = try Self.read(storage, at: size - 8, count: 8)
         guard try Self.read(storage, at: 0, count: 4) == Array("PAR1".utf8) else {
@@ -108,7 +105,7 @@ public final class ParquetReader {
                     offset: group.offset, "a row group of \(chunks.count) column chunks for \(columns.count) columns")
             }
             var read: [Chunk] = []
-            for (index, value) in chunks.enumerated() {
+            for value in chunks {
                 guard case .structure(let chunk) = value, let meta = chunk.structure(3) else {
                     throw ParquetError(offset: group.offset, "a column chunk without its metadata")
                 }
@@ -122,7 +119,7 @@ public final class ParquetReader {
                 let values = try meta.requiredInt(5, "a column chunk's value count")
                 guard values > 0 || rows > 0 else {
                     // An empty chunk (pyarrow writes its data page offset as 0): nothing to read.
-                    read.append(Chunk(column: index, codec: codec, start: 4, length: 0, values: 0, offset: meta.offset))
+                    read.append(Chunk(codec: codec, start: 4, length: 0, values: 0, offset: meta.offset))
                     continue
                 }
                 let dataStart = try meta.requiredInt(9, "a column chunk's data page offset")
@@ -135,7 +132,7 @@ public final class ParquetReader {
                 }
                 read.append(
                     Chunk(
-                        column: index, codec: codec, start: Int(start), length: Int(length), values: values, offset: meta.offset))
+                        codec: codec, start: Int(start), length: Int(length), values: values, offset: meta.offset))
             }
             groups.append(RowGroup(rows: rows, chunks: read))
         }

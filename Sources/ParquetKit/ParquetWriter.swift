@@ -25,7 +25,6 @@ public final class ParquetWriter {
         let offset: Int
         let compressed: Int
         let uncompressed: Int
-        let values: Int
     }
 
     struct WrittenGroup {
@@ -105,7 +104,7 @@ public final class ParquetWriter {
                             }
                             meta.list(3, .binary, count: 1) { path in path.listBinary(Array(column.name.utf8)) }
                             meta.i32(4, Int(codec.rawValue))
-                            meta.int(5, Int64(chunk.values))
+                            meta.int(5, Int64(group.rows))
                             meta.int(6, Int64(chunk.uncompressed))
                             meta.int(7, Int64(chunk.compressed))
                             meta.int(9, Int64(chunk.offset))
@@ -140,7 +139,7 @@ public final class ParquetWriter {
             try handle.write(contentsOf: Data(chunk.bytes))
             written.append(
                 WrittenChunk(
-                    offset: self.written, compressed: chunk.bytes.count, uncompressed: chunk.uncompressed, values: groupRows))
+                    offset: self.written, compressed: chunk.bytes.count, uncompressed: chunk.uncompressed))
             self.written += chunk.bytes.count
             chunks[index] = ColumnChunkBuilder(column: columns[index])
         }

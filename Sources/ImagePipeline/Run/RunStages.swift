@@ -412,6 +412,9 @@ final class RunStages: Sendable {
         var tier: Tier?
         /// The feed's metadata for the item, for `{meta.…}` in text filters.
         var metadata: String?
+        /// What the input was, once processed in this session (read from the state file when
+        /// nil, for a sink that records it).
+        var source: SourceStamp?
 
         init(key: String, seq: Int, location: String, metadata: String?) {
             self.key = key
@@ -648,11 +651,12 @@ final class RunStages: Sendable {
             metrics?.wrote(bytes: outputs.reduce(0) { $0 + $1.bytes })
             var processed = job
             processed.outputs = outputs
-            let next = processed
             // What the input was, for a later `plan` or `run --incremental`: the bytes the
             // processor read, not read again.
             var source = images.first.map { SourceStamp(read: $0, file: job.spoolPath ?? job.location, local: !job.isRemote) }
             source?.version = SourceStamp.version(in: job.metadata, field: spec.source.remote?.versionField)
+            processed.source = source
+            let next = processed
             writer.submit(.processed(key: job.key, outputs: outputs, source: source)) { [self] outcome in
                 if case .failed(let failure) = outcome {
                     for output in next.outputs { unlink(output.path) }
@@ -751,10 +755,12 @@ final class RunStages: Sendable {
                     items.append((sink, [delivery]))
                 }
             }
-            // What the input was, for sinks that record it with the item (a shard's KEY.json).
+            // What the input was, for sinks that record it with the item (a shard's KEY.json):
+            // known when the item was processed in this session, else from the state file.
             let source =
-                items.contains(where: { $0.sink.takesWholeItems })
-                ? try? context.store.source(runId: context.runId, key: job.key) : nil
+                job.source
+                ?? (items.contains(where: { $0.sink.takesWholeItems })
+                    ? try? context.store.source(runId: context.runId, key: job.key) : nil)
             for (sink, deliveries) in items {
                 let item = BatchItem(
                     key: job.key, metadata: job.metadata, caption: pipeline.spec.source.caption(of: job.metadata),

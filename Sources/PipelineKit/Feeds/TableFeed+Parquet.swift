@@ -77,13 +77,13 @@ extension TableFeed {
         }
     }
 
-    /// `body` with the file open; a Parquet error becomes a feed error naming the file.
+    /// `body` with the file open (a `.parquet.gz` is unpacked by `list` before it reads); a
+    /// Parquet error becomes a feed error naming the file.
     private func withParquet<T>(_ body: (ParquetReader) throws -> T) throws -> T {
-        let gzipped = path.lowercased().hasSuffix(".gz")
         do {
-            return try body(try gzipped && !unpacked ? ParquetReader(handle: try gunzip()) : ParquetReader(path: readPath))
+            return try body(try ParquetReader(path: readPath))
         } catch let error as ParquetError {
-            throw FeedError("table \(path): \(error)\(gzipped ? " (of the file unpacked)" : "")")
+            throw FeedError("table \(path): \(error)\(unpacked ? " (of the file unpacked)" : "")")
         }
     }
 
@@ -106,7 +106,7 @@ extension TableFeed {
         case .bytes(let bytes)?:
             if column.isText { return String(validating: bytes, as: UTF8.self).map(JSONValue.string) }
             if column.type == .byteArray, let text = String(validating: bytes, as: UTF8.self) { return .string(text) }
-            return .string(bytes.map { String(format: "%02x", $0) }.joined())
+            return .string(bytes.hex)
         }
     }
 
