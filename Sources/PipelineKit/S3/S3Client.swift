@@ -198,7 +198,9 @@ public struct S3Client: Sendable {
     /// Joins the parts, in order. The object's ETag must be the MD5 of the parts' MD5s
     /// followed by `-` and the number of parts. S3 may answer 200 with an error document
     /// here (the completion failed after the headers went out): that is a failure too.
-    func completeMultipartUpload(key: String, uploadId: String, parts: [Part]) throws(HTTPFailure) {
+    func completeMultipartUpload(
+        key: String, uploadId: String, parts: [Part], headers: [String: String] = [:]
+    ) throws(HTTPFailure) {
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
         for (index, part) in parts.enumerated() {
             xml += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\"\(part.etag.xmlEscaped)\"</ETag></Part>"
@@ -207,7 +209,7 @@ public struct S3Client: Sendable {
         let what = address(of: key)
         let result = try send(
             "CompleteMultipartUpload", what, method: "POST", key: key,
-            query: [("uploadId", uploadId)], headers: ["Content-Type": "application/xml"],
+            query: [("uploadId", uploadId)], headers: headers.merging(["Content-Type": "application/xml"]) { $1 },
             body: Data(xml.utf8))
         let answer = result.body.flatMap(S3XML.parse)
         if let answer, answer.name == "Error" {
@@ -216,6 +218,25 @@ public struct S3Client: Sendable {
         let etag = Self.unquoted(answer?.value("ETag") ?? result.etag)
         let expected = Data(Insecure.MD5.hash(data: parts.reduce(Data()) { $0 + $1.md5 })).hex + "-\(parts.count)"
         try Self.check(etag: etag, expected: expected, result: result, what: "CompleteMultipartUpload \(what)")
+    }
+
+    /// The headers of `key` (`HeadObject`: names in lower case, `x-amz-meta-…` included);
+    /// nil when there is no such object.
+    func headObject(key: String) throws(HTTPFailure) -> [String: String]? {
+        do throws(HTTPFailure) {
+            return try send("HeadObject", address(of: key), method: "HEAD", key: key).headers
+        } catch  where error.status == 404 {
+            return nil
+        }
+    }
+
+    /// `key`'s bytes written into the file `destination`, `maxBytes` at most.
+    func getObject(key: String, to destination: String, maxBytes: Int) throws(HTTPFailure) {
+        let result = try http.perform(getRequest(key: key, headers: [:], destination: destination, maxBytes: maxBytes))
+        guard (200...299).contains(result.status) else {
+            throw Self.failure(
+                "GetObject", address(of: key), status: result.status, error: result.body.flatMap(S3XML.parse), retryAfter: nil)
+        }
     }
 
     /// Abandons a multipart upload and frees its parts; one already gone (`NoSuchUpload`,

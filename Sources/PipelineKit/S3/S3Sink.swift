@@ -11,12 +11,8 @@ import Synchronization
 /// as for the other sinks.
 ///
 /// Outputs of `multipartThreshold` bytes or more go up as a multipart upload of
-/// `partSize` parts (each with its `Content-MD5`, read from the staged file one at a
-/// time). A failure at any step aborts the upload before the delivery is retried. So that
-/// a killed process leaves no upload behind, each upload is written to a journal in the
-/// state file's work folder before it is started and removed when it is completed or
-/// aborted; `prepare` aborts what the journal still holds (an entry killed before S3
-/// answered with its id is found by listing the uploads of its key).
+/// `partSize` parts, journaled so that a killed process leaves no upload behind
+/// (`S3Uploads`); a failure at any step aborts the upload before the delivery is retried.
 public final class S3Sink: OutputSink {
     public let name: String
     package let client: S3Client
@@ -45,49 +41,13 @@ public final class S3Sink: OutputSink {
     /// under the prefix (a wrong key stops the command before a run starts), then aborts
     /// every upload the journal holds.
     public func prepare(workRoot: String) throws {
-        let directory = workRoot + "/s3-uploads/" + FeedItem.safeName(name)
-        do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        } catch {
-            throw SinkError("sink \(name): cannot make its journal folder \(directory): \(error.localizedDescription)")
-        }
-        journal.withLock { $0 = directory }
-        let inProgress = try uploadsLeftBehind()
-        for entry in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] {
-            let path = directory + "/" + entry
-            // The temporary file of an entry's atomic write that a kill cut short: the entry
-            // it was replacing (written first, with the key) is still there.
-            guard entry.hasSuffix(".upload") else {
-                unlink(path)
-                continue
-            }
-            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
-            let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-            guard let key = lines.first, !key.isEmpty else {
-                unlink(path)
-                continue
-            }
-            let ids = lines.count > 1 && !lines[1].isEmpty ? [lines[1]] : inProgress.filter { $0.key == key }.map(\.uploadId)
-            do throws(HTTPFailure) {
-                for id in ids { try client.abortMultipartUpload(key: key, uploadId: id) }
-                unlink(path)
-            } catch {
-                throw SinkError("sink \(name): cannot abort an unfinished upload of \(client.address(of: key)): \(error.message)")
-            }
-        }
+        let uploads = uploads(journal: workRoot + "/s3-uploads/" + FeedItem.safeName(name))
+        journal.withLock { $0 = uploads.journal }
+        try uploads.abortLeftBehind(prefix: folder, sink: name)
     }
 
-    /// The uploads in progress under the prefix. A key allowed to write but not to list
-    /// uploads (`AccessDenied`) lists none: the journal's entries with an id are still
-    /// aborted; a wrong key or secret is refused.
-    private func uploadsLeftBehind() throws -> [S3Client.Upload] {
-        do throws(HTTPFailure) {
-            return try client.listMultipartUploads(prefix: folder)
-        } catch  where error.status == 403 && error.message.contains("AccessDenied") {
-            return []
-        } catch {
-            throw SinkError("sink \(name): \(error.message)")
-        }
+    private func uploads(journal: String) -> S3Uploads {
+        S3Uploads(client: client, journal: journal, multipartThreshold: options.multipartThreshold, partSize: options.partSize)
     }
 
     /// The object's key: the prefix and the `key` template (or the output's name).
@@ -114,59 +74,10 @@ public final class S3Sink: OutputSink {
         if let storageClass = options.storageClass { headers["x-amz-storage-class"] = storageClass }
         for (field, value) in metadata { headers["x-amz-meta-" + field.lowercased()] = value }
         do throws(HTTPFailure) {
-            if size < options.multipartThreshold {
-                try client.putObject(key: key, data: try Self.read(file, at: 0, count: size), headers: headers)
-            } else {
-                try multipart(key: key, file: file, size: size, headers: headers)
-            }
+            try uploads(journal: journal.withLock { $0 }).upload(key: key, file: file, size: size, headers: headers)
             return .delivered(DeliveryReceipt(remoteURL: client.address(of: key), httpStatus: 200, attempts: attempt))
         } catch {
             return try error.deliveryAttempt(attempt, retry: retry)
-        }
-    }
-
-    /// Create, the parts in order, complete; on any failure, abort (and keep the journal
-    /// entry if even that fails, for the next `prepare`).
-    private func multipart(key: String, file: FileHandle, size: Int, headers: [String: String]) throws(HTTPFailure) {
-        let entry = journal.withLock { $0 } + "/" + sha256Hex(key).prefix(32) + ".upload"
-        func note(_ text: String) throws(HTTPFailure) {
-            do {
-                try Data(text.utf8).write(to: URL(fileURLWithPath: entry), options: .atomic)
-            } catch {
-                throw HTTPFailure(
-                    kind: .io, message: "cannot write the upload journal \(entry): \(error.localizedDescription)",
-                    status: nil, retryAfter: nil)
-            }
-        }
-        try note(key + "\n")
-        let uploadId = try client.createMultipartUpload(key: key, headers: headers)
-        do throws(HTTPFailure) {
-            try note(key + "\n" + uploadId + "\n")
-            var parts: [S3Client.Part] = []
-            var offset = 0
-            while offset < size {
-                let data = try Self.read(file, at: offset, count: options.partSize)
-                guard !data.isEmpty else { break }
-                parts.append(try client.uploadPart(key: key, uploadId: uploadId, number: parts.count + 1, data: data))
-                offset += data.count
-            }
-            try client.completeMultipartUpload(key: key, uploadId: uploadId, parts: parts)
-            unlink(entry)
-        } catch {
-            if (try? client.abortMultipartUpload(key: key, uploadId: uploadId)) != nil { unlink(entry) }
-            throw error
-        }
-    }
-
-    /// Up to `count` bytes of the staged output from `offset`.
-    private static func read(_ file: FileHandle, at offset: Int, count: Int) throws(HTTPFailure) -> Data {
-        do {
-            try file.seek(toOffset: UInt64(offset))
-            return try file.read(upToCount: count) ?? Data()
-        } catch {
-            throw HTTPFailure(
-                kind: .io, message: "cannot read the staged output: \(error.localizedDescription)",
-                status: nil, retryAfter: nil)
         }
     }
 }

@@ -3,36 +3,15 @@
 public struct S3SinkParameters: SinkParameters {
     public static let typeName = "s3"
     public static let properties: [(key: String, value: JSONValue)] =
-        PipelineSchema.s3Location + [
-            ("key", PipelineSchema.nonEmpty),
-            ("storageClass", .object([("enum", PipelineSchema.strings(S3SinkOptions.storageClasses))])),
-            ("metadata", PipelineSchema.ref("strings")),
-            ("multipartThreshold", PipelineSchema.integerSchema(1...5 << 30)),
-            ("partSize", PipelineSchema.integerSchema(S3SinkOptions.minimumPartSize...5 << 30)),
-        ]
+        PipelineSchema.s3Location + [("key", PipelineSchema.nonEmpty)] + S3SinkOptions.properties
     public static let required = ["bucket"]
 
     public var location: S3Spec
     public var options: S3SinkOptions
 
     public init(_ object: SpecObject) throws {
-        var options = S3SinkOptions()
+        options = try S3SinkOptions(object)
         options.key = try object.optional("key") { try NameTemplate($0) }
-        options.storageClass = try object.optional("storageClass") { try $0.choice(S3SinkOptions.storageClasses) }
-        options.metadata = try object.optional("metadata", default: []) { node in
-            let list = try node.namedValues(headers: true)
-            for item in list where !item.value.hasReferences && !item.value.raw.isS3MetadataValue {
-                throw SpecError(path: item.value.path, message: "S3 metadata values are ASCII on one line")
-            }
-            return list
-        }
-        options.multipartThreshold = try object.optional("multipartThreshold", default: options.multipartThreshold) {
-            try $0.integer(in: 1...5 << 30)
-        }
-        options.partSize = try object.optional("partSize", default: options.partSize) {
-            try $0.integer(in: S3SinkOptions.minimumPartSize...5 << 30)
-        }
-        self.options = options
         location = try S3Spec(object)
     }
 
@@ -47,13 +26,9 @@ public struct S3SinkParameters: SinkParameters {
 
     public func make(_ context: SinkContext) throws -> any Sink {
         let client = try location.client(in: context.environment, http: context.client())
-        let metadata = try options.metadata.map { ($0.name, try $0.value.expanded(in: context.environment)) }
-        for (index, (_, value)) in metadata.enumerated() where !value.isS3MetadataValue {
-            throw SpecError(path: options.metadata[index].value.path, message: "S3 metadata values are ASCII on one line")
-        }
         return S3Sink(
             name: context.name, client: client, folder: try location.folder(in: context.environment), options: options,
-            metadata: metadata, retry: context.retry)
+            metadata: try options.expandedMetadata(in: context.environment), retry: context.retry)
     }
 }
 
@@ -79,4 +54,41 @@ public struct S3SinkOptions: Sendable, Equatable {
     public static let minimumPartSize = 5 << 20
 
     public init() {}
+
+    /// The keys of an entry that writes objects (every one but `key`), with their schema.
+    static let properties: [(key: String, value: JSONValue)] = [
+        ("storageClass", .object([("enum", PipelineSchema.strings(storageClasses))])),
+        ("metadata", PipelineSchema.ref("strings")),
+        ("multipartThreshold", PipelineSchema.integerSchema(1...5 << 30)),
+        ("partSize", PipelineSchema.integerSchema(minimumPartSize...5 << 30)),
+    ]
+
+    /// Reads `properties` from an entry whose keys are already checked.
+    init(_ object: SpecObject) throws {
+        var options = S3SinkOptions()
+        options.storageClass = try object.optional("storageClass") { try $0.choice(S3SinkOptions.storageClasses) }
+        options.metadata = try object.optional("metadata", default: []) { node in
+            let list = try node.namedValues(headers: true)
+            for item in list where !item.value.hasReferences && !item.value.raw.isS3MetadataValue {
+                throw SpecError(path: item.value.path, message: "S3 metadata values are ASCII on one line")
+            }
+            return list
+        }
+        options.multipartThreshold = try object.optional("multipartThreshold", default: options.multipartThreshold) {
+            try $0.integer(in: 1...5 << 30)
+        }
+        options.partSize = try object.optional("partSize", default: options.partSize) {
+            try $0.integer(in: S3SinkOptions.minimumPartSize...5 << 30)
+        }
+        self = options
+    }
+
+    /// The metadata with `${…}` expanded, each value checked.
+    func expandedMetadata(in environment: Environment) throws -> [(String, String)] {
+        let expanded = try metadata.map { ($0.name, try $0.value.expanded(in: environment)) }
+        for (index, (_, value)) in expanded.enumerated() where !value.isS3MetadataValue {
+            throw SpecError(path: metadata[index].value.path, message: "S3 metadata values are ASCII on one line")
+        }
+        return expanded
+    }
 }
