@@ -11,6 +11,43 @@ extension WebDatasetSinkTests {
     /// nothing to claim), and the numbers they take make one sequence from 00000 without a
     /// gap; every item is in exactly one shard, and every shard reads whole.
     @Test func twoWorkersWriteOneSequenceOfShards() throws {
+        try twoWorkersWriteOneSequence(sink: #"{"type": "webdataset", "path": "shards", "samplesPerShard": 3}"#) {
+            work.url("shards")
+        }
+    }
+
+    /// The same, into a bucket (moto's server): the numbers are taken by uploads that fail
+    /// on a key that exists.
+    @Test func twoWorkersWriteOneSequenceOfShardsIntoABucket() throws {
+        let moto = try MotoServer()
+        let bucket = "imgpipe-" + UUID().uuidString.prefix(8).lowercased()
+        try moto.createBucket(bucket)
+        let sink =
+            #"{"type": "webdataset", "samplesPerShard": 3, "s3": {"bucket": "\#(bucket)", "prefix": "sets", "#
+            + #""endpoint": "\#(moto.endpoint)"}}"#
+        try twoWorkersWriteOneSequence(sink: sink, environment: moto.credentials) {
+            try download(from: moto, bucket: bucket, prefix: "sets/")
+        }
+    }
+
+    /// The objects under `prefix` of a bucket, downloaded by boto3 into a new folder by
+    /// their names below the prefix; the folder.
+    func download(from moto: MotoServer, bucket: String, prefix: String) throws -> String {
+        let folder = work.url("downloaded-" + UUID().uuidString.prefix(6))
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try moto.boto3(
+            """
+            bucket, prefix, folder = sys.argv[1:4]
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    s3.download_file(bucket, item["Key"], os.path.join(folder, item["Key"][len(prefix):]))
+            """, arguments: [bucket, prefix, folder])
+        return folder
+    }
+
+    func twoWorkersWriteOneSequence(
+        sink: String, environment: [String: String] = [:], shardsFolder: () throws -> String
+    ) throws {
         let cluster = try PostgresCluster.start()
         let url = try cluster.makeDatabase()
         defer { cluster.dropDatabase(url) }
@@ -28,18 +65,21 @@ extension WebDatasetSinkTests {
             """
             {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
              "filters": [{"op": "fit", "width": 24, "height": 24}], "limits": {"downloads": 1},
-             "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 3}}
+             "sink": \(sink)}
             """, to: "pipe.json")
         let workers = try (0..<2).map { _ in
-            try ImgpipeBinary.launch(["work", "pipe.json", "--state", url, "--chunk-size", "2", "-j", "1"], in: work.path)
+            try ImgpipeBinary.launch(
+                ["work", "pipe.json", "--state", url, "--chunk-size", "2", "-j", "1"], in: work.path, environment: environment)
         }
         for result in workers.map({ $0.wait() }) { #expect(result.status == 0, "\(result.stderr)") }
 
-        let shards = try shards(in: work.url("shards"))
+        let folder = try shardsFolder()
+        let shards = try shards(in: folder)
         let numbers = shards.keys.compactMap { Int($0.dropLast(4)) }.sorted()
         #expect(!numbers.isEmpty && numbers == Array(0..<numbers.count), "\(shards.keys.sorted())")
         let all = try shards.values.flatMap { try sampleKeys(of: $0) }
-        let done = try ImgpipeBinary.run(["export", "pipe.json", "--state", url, "--format", "jsonl"], in: work.path)
+        let done = try ImgpipeBinary.run(
+            ["export", "pipe.json", "--state", url, "--format", "jsonl"], in: work.path, environment: environment)
         #expect(done.stdout.split(separator: "\n").count == 20, "\(done.stderr)")
         #expect(all.count == 20 && Set(all).count == 20, "each item in exactly one shard: \(all.sorted())")
         #expect(shards.values.allSatisfy { $0.count <= 6 }, "at most three samples a shard")
@@ -47,11 +87,12 @@ extension WebDatasetSinkTests {
         let writers = try Set(
             numbers.map { number in
                 let stats = try Data(
-                    contentsOf: URL(fileURLWithPath: work.url("shards/" + String(format: "%05d_stats.json", number))))
+                    contentsOf: URL(fileURLWithPath: folder + "/" + String(format: "%05d_stats.json", number)))
                 let object = try #require(try JSONSerialization.jsonObject(with: stats) as? [String: Any])
                 return try #require(object["writer"] as? String)
             })
         #expect(writers.count == 2, "\(writers)")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasPrefix(".") } == [])
+        #expect(try manifests(in: folder).count == numbers.count, "a manifest beside each shard")
     }
 }

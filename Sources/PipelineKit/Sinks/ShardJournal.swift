@@ -42,16 +42,16 @@ struct ShardJournal {
 
     init(path: String) { self.path = path }
 
-    /// The journal at `path` and its `.open` entry, settled against the shards in `root`,
-    /// and written back as what is left.
-    static func load(path: String, root: String, outputs: [String]) throws -> ShardJournal {
+    /// The journal at `path` and its `.open` entry, settled against the shards at `place`
+    /// (whose temporary files are in `staging`), and written back as what is left.
+    static func load(path: String, place: any ShardPlace, staging: String, outputs: [String]) throws -> ShardJournal {
         var journal = ShardJournal(path: path)
         var written: [Entry] = []
         for file in [path, journal.openPath] {
             guard let data = FileManager.default.contents(atPath: file) else { continue }
             written += try entries(in: data, file: file)
         }
-        journal.inherited = try settle(written, root: root, outputs: outputs)
+        journal.inherited = try settle(written, place: place, staging: staging, outputs: outputs)
         journal.index()
         do {
             try journal.saveInherited()
@@ -84,22 +84,19 @@ struct ShardJournal {
     }
 
     /// The entries whose shard is published, each with its shard; the temporary files of
-    /// every entry are removed, and stats a published shard lacks are written from the entry.
-    private static func settle(_ entries: [Entry], root: String, outputs: [String]) throws -> [Entry] {
+    /// every entry are removed, and stats or a manifest a published shard lacks are put in
+    /// place (made again from the entry and the shard, if need be).
+    private static func settle(_ entries: [Entry], place: any ShardPlace, staging: String, outputs: [String]) throws
+        -> [Entry]
+    {
         guard !entries.isEmpty else { return [] }
+        let sizes = try place.shards()
         // Newest first: a shard published just before a kill has one of the last numbers.
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [])
-            .compactMap { name in WebDatasetSink.shardNumber(name).map { (name, $0) } }
-            .sorted { $0.1 > $1.1 }.map(\.0)
-        var sizes: [String: Int] = [:]
-        for name in names {
-            var info = stat()
-            if lstat(root + "/" + name, &info) == 0 { sizes[name] = Int(info.st_size) }
-        }
+        let names = sizes.keys.sorted { (WebDatasetSink.shardNumber($0) ?? 0) > (WebDatasetSink.shardNumber($1) ?? 0) }
         var digests: [String: String] = [:]
         var published: [Entry] = []
         for var entry in entries {
-            let partial = root + "/" + entry.partial
+            let partial = staging + "/" + entry.partial
             // Found before (an entry a session started with): its shard, if still that size.
             // Else the shards of its size, by digest; one that cannot be read stops the
             // sink, the journal kept, rather than write its items again.
@@ -107,17 +104,17 @@ struct ShardJournal {
             for name in names where match == nil && sizes[name] == entry.size {
                 if digests[name] == nil {
                     do {
-                        digests[name] = try ShardFiles.sha256(of: root + "/" + name)
+                        digests[name] = try place.sha256(of: name) ?? ""
                     } catch {
                         throw SinkError(
-                            "cannot read \(root)/\(name) to settle the journal's entry of \(entry.partial): \(error)")
+                            "cannot read \(place.address(of: name)) to settle the journal's entry of \(entry.partial): \(error)")
                     }
                 }
                 if digests[name] == entry.sha256 { match = name }
             }
             guard let name = match else {
-                // Never published (killed before the link, or the link failed): whatever is
-                // left of it goes, and its items are written again.
+                // Never published (killed before, or the publishing failed): whatever is left of
+                // it goes, and its items are written again.
                 unlink(partial)
                 unlink(partial + ".stats.json")
                 unlink(partial + ".manifest")
@@ -125,33 +122,41 @@ struct ShardJournal {
             }
             // Published, and maybe not tidied up: its stats and manifest go into place (or are
             // made again, from the entry and the shard's records, if another process swept them
-            // or a kill cut the making short: under the temporary names, then renamed), its
-            // temporary name goes.
-            let manifest = root + "/" + String(name.dropLast(4)) + ".parquet"
-            if rename(partial + ".manifest", manifest) != 0, (try? ParquetReader(path: manifest)) == nil {
-                let records = try ShardManifest.records(inShard: root + "/" + name)
-                try ShardManifest.write(records, outputs: outputs, to: partial + ".manifest")
-                guard rename(partial + ".manifest", manifest) == 0 else {
-                    throw SinkError("cannot put the manifest of \(name) in place: \(CError())")
+            // or a kill cut the making short), its temporary name goes.
+            let stem = String(name.dropLast(4))
+            if !put(partial + ".manifest", as: stem + ".parquet", at: place) {
+                let copy = try place.localCopy(of: name, in: staging)
+                defer { if copy.isCopy { unlink(copy.path) } }
+                try ShardManifest.write(
+                    try ShardManifest.records(inShard: copy.path), outputs: outputs, to: partial + ".manifest")
+                do throws(ItemFailure) {
+                    try place.place(partial + ".manifest", as: stem + ".parquet")
+                } catch {
+                    throw SinkError("cannot put the manifest of \(name) in place: \(error.message)")
                 }
             }
-            let stats = root + "/" + String(name.dropLast(4)) + "_stats.json"
-            if rename(partial + ".stats.json", stats) != 0,
-                (try? JSONParser.parse(bytes: Array((FileManager.default.contents(atPath: stats) ?? Data())))) == nil
-            {
+            if !put(partial + ".stats.json", as: stem + "_stats.json", at: place) {
                 let value = JSONValue.object([
                     ("samples", PipelineSchema.integer(entry.keys.count)), ("bytes", PipelineSchema.integer(entry.size)),
                     ("firstKey", .string(entry.keys.first ?? "")), ("lastKey", .string(entry.keys.last ?? "")),
                     ("run", .string(entry.run)), ("recovered", .bool(true)),
                 ])
                 try? ShardFiles.write(partial + ".stats.json", Array((value.serialized() + "\n").utf8))
-                _ = rename(partial + ".stats.json", stats)
+                try? place.place(partial + ".stats.json", as: stem + "_stats.json")
             }
             unlink(partial)
-            entry.shard = root + "/" + name
+            entry.shard = place.address(of: name)
             published.append(entry)
         }
         return published
+    }
+
+    /// Puts the temporary file `path`, if there is one, in place as `name`; true when `name`
+    /// is there and whole after.
+    private static func put(_ path: String, as name: String, at place: any ShardPlace) -> Bool {
+        if FileManager.default.fileExists(atPath: path), (try? place.place(path, as: name)) != nil { return true }
+        unlink(path)
+        return place.holds(name)
     }
 
     private mutating func index() {

@@ -2,24 +2,27 @@ import Crypto
 import Foundation
 import Synchronization
 
-/// Writes items into WebDataset shards: `00000.tar`, `00001.tar`, … in a folder, each
-/// holding `samplesPerShard` samples (the last one of a run fewer), with its manifest
-/// `00000.parquet` (`ShardManifest`) and `00000_stats.json` beside each.
+/// Writes items into WebDataset shards: `00000.tar`, `00001.tar`, … in a folder or under a
+/// prefix of a bucket (`ShardPlace`), each holding `samplesPerShard` samples (the last one
+/// of a run fewer), with its manifest `00000.parquet` (`ShardManifest`) and
+/// `00000_stats.json` beside each.
 ///
 /// A sample is the members `KEY.EXT` (the output; `KEY.OUTPUT.EXT` when the sink takes
 /// several outputs), `KEY.txt` (the caption, when the item has one) and `KEY.json`, written
 /// one after the other. `KEY` is the item's key made safe for WebDataset (`sampleKey`).
 ///
-/// A shard is written under a temporary name in the folder while its batch is open, and
-/// appears whole or not at all: at commit it is closed, flushed to disk, and linked to the
-/// first free number (`link` fails on a name that exists, so two processes sharing the
-/// folder never take one number, and numbers have no gaps). Before that link, the shard's
-/// keys go into a journal in the state file's work folder; if the process dies after the
-/// link and before the runner records the batch, resume reads the journal, finds the shard
-/// published, and answers its items as delivered instead of writing them again.
+/// A shard is written under a temporary name in a staging folder (the folder itself, or
+/// the state file's work folder for a bucket) while its batch is open, and appears whole
+/// or not at all: at commit it is closed, flushed to disk, and published under the first
+/// free number (a `link` that fails on a name that exists; an upload that fails on a key
+/// that exists), so two processes sharing the place never take one number, and numbers
+/// have no gaps. Before it is published, the shard's keys go into a journal in the state
+/// file's work folder; if the process dies after the publishing and before the runner
+/// records the batch, resume reads the journal, finds the shard published, and answers its
+/// items as delivered instead of writing them again.
 public final class WebDatasetSink: Sink {
     public let name: String
-    public let root: String
+    let place: any ShardPlace
     public let samplesPerShard: Int
     /// The ids of the outputs the sink takes, in the pipeline's order.
     let outputs: [String]
@@ -29,7 +32,7 @@ public final class WebDatasetSink: Sink {
     let keyRoom: Int
 
     static let partialPrefix = ".imgpipe-shard-"
-    private static let processPart = "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())"
+    static let processPart = "\(FeedItem.safeName(ProcessInfo.processInfo.hostName))-\(getpid())"
 
     /// The shard being written.
     private struct OpenShard {
@@ -51,24 +54,32 @@ public final class WebDatasetSink: Sink {
         var open: OpenShard?
         /// The number the next commit tries first.
         var next = 0
+        /// Where temporary shards are written (set by `prepare`).
+        var staging = ""
         /// The journal (set by `prepare`).
         var journal: ShardJournal?
         /// Items of the run that ended without reaching the sink since the last commit, by
         /// status (`failed`, `skipped`) and reason: the next shard's stats count them.
         var undelivered: [String: [String: Int]] = [:]
-        /// The last shard this session committed: its stats' path and what they say, so that
+        /// The last shard this session committed: its stats' name and what they say, so that
         /// items that end after it (the session's last shard committed) are counted there.
-        var lastStats: (path: String, counts: StatsCounts)?
+        var lastStats: (name: String, counts: StatsCounts)?
     }
 
     private let state = Mutex(State())
 
     public var takesWholeItems: Bool { true }
 
-    /// `outputs`: the ids of the outputs the sink takes.
-    public init(name: String, root: String, samplesPerShard: Int, outputs: [String]) {
+    /// Shards in the folder `root`; `outputs`: the ids of the outputs the sink takes.
+    public convenience init(name: String, root: String, samplesPerShard: Int, outputs: [String]) {
+        self.init(
+            name: name, place: ShardFolder(root: URL(fileURLWithPath: root).standardizedFileURL.path),
+            samplesPerShard: samplesPerShard, outputs: outputs)
+    }
+
+    init(name: String, place: any ShardPlace, samplesPerShard: Int, outputs: [String]) {
         self.name = name
-        self.root = URL(fileURLWithPath: root).standardizedFileURL.path
+        self.place = place
         self.samplesPerShard = max(1, samplesPerShard)
         self.outputs = outputs
         namesOutputs = outputs.count > 1
@@ -117,28 +128,30 @@ public final class WebDatasetSink: Sink {
 
     // MARK: - the sink
 
-    /// Makes the folder, settles what a killed process left (its journal, its temporary
-    /// shards), and finds the next shard number.
+    /// Makes the folders, settles what a killed process left (its journal, its temporary
+    /// shards, its uploads), and finds the next shard number.
     public func prepare(workRoot: String) throws {
         do {
-            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
             try FileManager.default.createDirectory(atPath: workRoot, withIntermediateDirectories: true)
         } catch {
-            throw SinkError("sink \(name): cannot make folder \(root): \(error.localizedDescription)")
+            throw SinkError("sink \(name): cannot make folder \(workRoot): \(error.localizedDescription)")
         }
+        try place.prepare(workRoot: workRoot, sink: name)
+        let staging = place.staging(workRoot: workRoot, sink: name)
         let path = workRoot + "/webdataset-" + FeedItem.safeName(name) + ".journal"
         let journal: ShardJournal
+        let next: Int
         do {
-            journal = try ShardJournal.load(path: path, root: root, outputs: outputs)
+            journal = try ShardJournal.load(path: path, place: place, staging: staging, outputs: outputs)
+            next = (try place.shards().keys.compactMap(Self.shardNumber).max() ?? -1) + 1
         } catch {
             throw SinkError("sink \(name): \(error)")
         }
-        sweepPartials()
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
-        let next = (names.compactMap(Self.shardNumber).max() ?? -1) + 1
+        sweepPartials(in: staging)
         state.withLock { state in
             state.journal = journal
             state.next = next
+            state.staging = staging
         }
     }
 
@@ -154,17 +167,17 @@ public final class WebDatasetSink: Sink {
             if let open = state.open {
                 shard = open
             } else {
-                shard = try openShard()
+                shard = try openShard(in: state.staging)
             }
             if shard.keys.isEmpty { shard.firstRun = run }
             do throws(ItemFailure) {
-                try ShardFiles.write(bytes, to: shard.descriptor, at: shard.size, naming: root + "/" + shard.partial)
+                try ShardFiles.write(bytes, to: shard.descriptor, at: shard.size, naming: state.staging + "/" + shard.partial)
                 shard.digest.update(data: bytes)
             } catch {
                 if shard.keys.isEmpty {
                     // Nothing held: no shard stays open.
                     close(shard.descriptor)
-                    unlink(root + "/" + shard.partial)
+                    unlink(state.staging + "/" + shard.partial)
                     state.open = nil
                 } else {
                     // What was written of the sample is cut off: the shard holds whole samples.
@@ -186,7 +199,7 @@ public final class WebDatasetSink: Sink {
         try state.withLock { state throws(DeliveryFailure) -> [String: DeliveryReceipt] in
             guard let shard = state.open else { return [:] }
             state.open = nil
-            let partialPath = root + "/" + shard.partial
+            let partialPath = state.staging + "/" + shard.partial
             let statsPath = partialPath + ".stats.json"
             // Not `.parquet`: a reader's `*.parquet` takes committed manifests only.
             let manifestPath = partialPath + ".manifest"
@@ -210,29 +223,22 @@ public final class WebDatasetSink: Sink {
                 // commits the next): this shard's entry takes its place.
                 var digest = shard.digest
                 digest.update(data: TarFormat.end)
+                let sha256 = digest.finalize().hex
                 try state.journal?.saveOpen(
-                    ShardJournal.Entry(
-                        run: shard.firstRun, partial: shard.partial, size: size, sha256: digest.finalize().hex,
-                        keys: shard.keys))
-                // The first free number, taken by a link that fails if the name exists.
-                var number = state.next
-                while link(partialPath, root + "/" + Self.shardName(number)) != 0 {
-                    guard errno == EEXIST else {
-                        throw ItemFailure(.upload, "cannot publish \(partialPath) as \(Self.shardName(number)): \(CError())")
-                    }
-                    number += 1
-                }
+                    ShardJournal.Entry(run: shard.firstRun, partial: shard.partial, size: size, sha256: sha256, keys: shard.keys))
+                let number = try place.publish(partialPath, sha256: sha256, from: state.next)
                 published = true
                 state.next = number + 1
                 state.undelivered = [:]
-                ShardFiles.syncFolder(root)
-                let shardPath = root + "/" + Self.shardName(number)
-                let stem = root + "/" + String(Self.shardName(number).dropLast(4))
-                if rename(statsPath, stem + "_stats.json") != 0 { unlink(statsPath) }
+                let stem = String(Self.shardName(number).dropLast(4))
+                // The shard stands, and its items are in it, without these: a failure to put one
+                // in place (after its retries) leaves it out, and is not the items' failure.
+                try? place.place(statsPath, as: stem + "_stats.json")
                 state.lastStats = (stem + "_stats.json", counts)
-                if rename(manifestPath, stem + ".parquet") != 0 { unlink(manifestPath) }
+                try? place.place(manifestPath, as: stem + ".parquet")
                 unlink(partialPath)
-                return Dictionary(shard.keys.map { ($0, DeliveryReceipt(remoteURL: shardPath)) }, uniquingKeysWith: { a, _ in a })
+                let receipt = DeliveryReceipt(remoteURL: place.address(of: Self.shardName(number)))
+                return Dictionary(shard.keys.map { ($0, receipt) }, uniquingKeysWith: { a, _ in a })
             } catch {
                 throw DeliveryFailure(error)
             }
@@ -248,7 +254,7 @@ public final class WebDatasetSink: Sink {
             guard let shard = state.open else { return }
             state.open = nil
             close(shard.descriptor)
-            unlink(root + "/" + shard.partial)
+            unlink(state.staging + "/" + shard.partial)
         }
     }
 
@@ -259,15 +265,18 @@ public final class WebDatasetSink: Sink {
         state.withLock { state in
             if let shard = state.open {
                 close(shard.descriptor)
-                unlink(root + "/" + shard.partial)
+                unlink(state.staging + "/" + shard.partial)
                 state.open = nil
             }
             // Items that ended after the session's last shard: counted in its stats, written
-            // again under a temporary name and renamed.
+            // again under a temporary name and put in place.
             if !state.undelivered.isEmpty, var last = state.lastStats {
                 last.counts.add(state.undelivered)
-                let temporary = root + "/" + Self.partialPrefix + Self.processPart + "-" + UUID().uuidString + ".tar.stats.json"
-                if (try? ShardFiles.write(temporary, last.counts.bytes)) != nil, rename(temporary, last.path) == 0 {
+                let temporary =
+                    state.staging + "/" + Self.partialPrefix + Self.processPart + "-" + UUID().uuidString + ".tar.stats.json"
+                if (try? ShardFiles.write(temporary, last.counts.bytes)) != nil,
+                    (try? place.place(temporary, as: last.name)) != nil
+                {
                     state.undelivered = [:]
                     state.lastStats = last
                 } else {
@@ -371,10 +380,10 @@ public final class WebDatasetSink: Sink {
 
     /// A new temporary shard, locked. Another process's sweep may take a file between its
     /// making and its lock, so the lock is checked to hold the file at that name.
-    private func openShard() throws(DeliveryFailure) -> OpenShard {
+    private func openShard(in staging: String) throws(DeliveryFailure) -> OpenShard {
         for _ in 0..<5 {
             let partial = Self.partialPrefix + Self.processPart + "-" + UUID().uuidString + ".tar"
-            let path = root + "/" + partial
+            let path = staging + "/" + partial
             let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
             guard descriptor >= 0 else {
                 throw DeliveryFailure(ItemFailure(.upload, "cannot make \(path): \(CError())"))
@@ -390,17 +399,17 @@ public final class WebDatasetSink: Sink {
             return OpenShard(
                 descriptor: descriptor, partial: partial, opened: Date())
         }
-        throw DeliveryFailure(ItemFailure(.upload, "cannot keep a temporary shard in \(root): another process removes them"))
+        throw DeliveryFailure(ItemFailure(.upload, "cannot keep a temporary shard in \(staging): another process removes them"))
     }
 
     /// Removes temporary shards of this machine whose lock can be taken (their process is
     /// gone, or closed them), then stats files whose shard is gone.
-    private func sweepPartials() {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+    private func sweepPartials(in staging: String) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? []
         let thisHost = Self.partialPrefix + FeedItem.safeName(ProcessInfo.processInfo.hostName) + "-"
         let mine = names.filter { $0.hasPrefix(thisHost) }
         for name in mine where name.hasSuffix(".tar") {
-            let path = root + "/" + name
+            let path = staging + "/" + name
             let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
             guard descriptor >= 0 else { continue }
             defer { close(descriptor) }
@@ -413,8 +422,8 @@ public final class WebDatasetSink: Sink {
         }
         for name in mine {
             guard let suffix = [".stats.json", ".manifest"].first(where: { name.hasSuffix($0) }) else { continue }
-            let shard = root + "/" + String(name.dropLast(suffix.count))
-            if !FileManager.default.fileExists(atPath: shard) { unlink(root + "/" + name) }
+            let shard = staging + "/" + String(name.dropLast(suffix.count))
+            if !FileManager.default.fileExists(atPath: shard) { unlink(staging + "/" + name) }
         }
     }
 }

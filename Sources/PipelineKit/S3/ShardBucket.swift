@@ -1,0 +1,153 @@
+import Foundation
+import Synchronization
+
+/// Shards under a prefix of a bucket. A shard is written in the state file's work folder
+/// and published by an upload that only succeeds if no object has its number's key
+/// (`If-None-Match: *` on the `PutObject`, or on the completion of a multipart upload):
+/// S3 answers 412 when another process took the number first, and the shard goes up
+/// again under the next one. The object carries the SHA-256 of its bytes
+/// (`x-amz-meta-imgpipe-sha256`), which is what the shards' journal compares after a kill.
+///
+/// Each request that may pass (5xx, a cut connection) is tried again on the committing
+/// thread (`RetryLoop`, the pipeline's `retry`): a commit that failed would fail a whole
+/// shard's items.
+final class ShardBucket: ShardPlace {
+    let client: S3Client
+    /// The prefix, ending with `/` unless empty.
+    let folder: String
+    let options: S3SinkOptions
+    /// `x-amz-meta-<name>` values, expanded.
+    let metadata: [(String, String)]
+    let retry: RetryLoop
+    /// The journal of multipart uploads, known once `prepare` ran.
+    private let journal = Mutex("")
+
+    init(client: S3Client, folder: String, options: S3SinkOptions, metadata: [(String, String)], retry: RetryPolicy) {
+        self.client = client
+        self.folder = folder
+        self.options = options
+        self.metadata = metadata
+        self.retry = RetryLoop(attempts: retry.attempts, backoff: retry.backoff)
+    }
+
+    func staging(workRoot: String, sink: String) -> String {
+        workRoot + "/webdataset-" + FeedItem.safeName(sink) + ".shards"
+    }
+
+    private var uploads: S3Uploads {
+        S3Uploads(
+            client: client, journal: journal.withLock { $0 }, multipartThreshold: options.multipartThreshold,
+            partSize: options.partSize)
+    }
+
+    /// Makes the staging folder and aborts the multipart uploads a killed process left
+    /// (which checks the bucket and the credentials first).
+    func prepare(workRoot: String, sink: String) throws {
+        let staging = staging(workRoot: workRoot, sink: sink)
+        do {
+            try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+        } catch {
+            throw SinkError("sink \(sink): cannot make folder \(staging): \(error.localizedDescription)")
+        }
+        journal.withLock { $0 = workRoot + "/s3-uploads/" + FeedItem.safeName(sink) }
+        try uploads.abortLeftBehind(prefix: folder, sink: sink)
+    }
+
+    func address(of name: String) -> String { client.address(of: folder + name) }
+
+    func shards() throws -> [String: Int] {
+        var sizes: [String: Int] = [:]
+        var continuation: String?
+        repeat {
+            let page: S3Client.Page
+            do throws(HTTPFailure) {
+                page = try retry.run { _ throws(HTTPFailure) in
+                    try client.listObjects(prefix: folder, continuation: continuation, startAfter: nil, maxKeys: 1000)
+                }
+            } catch {
+                throw SinkError(error.message)
+            }
+            for object in page.objects where object.key.hasPrefix(folder) {
+                let name = String(object.key.dropFirst(folder.count))
+                if WebDatasetSink.shardNumber(name) != nil { sizes[name] = object.size }
+            }
+            continuation = page.next
+        } while continuation != nil
+        return sizes
+    }
+
+    func sha256(of name: String) throws -> String? {
+        do throws(HTTPFailure) {
+            return try retry.run { _ throws(HTTPFailure) in try client.headObject(key: folder + name) }?[
+                "x-amz-meta-imgpipe-sha256"]
+        } catch {
+            throw SinkError(error.message)
+        }
+    }
+
+    func publish(_ partial: String, sha256: String, from first: Int) throws(ItemFailure) -> Int {
+        var headers = ["Content-Type": "application/x-tar", "x-amz-meta-imgpipe-sha256": sha256]
+        if let storageClass = options.storageClass { headers["x-amz-storage-class"] = storageClass }
+        for (field, value) in metadata { headers["x-amz-meta-" + field.lowercased()] = value }
+        var number = first
+        // Each refusal is followed by a listing, which skips every number taken since: as many
+        // tries as processes publishing at once, not as shards.
+        for _ in 0..<100 {
+            let name = WebDatasetSink.shardName(number)
+            do throws(HTTPFailure) {
+                try upload(partial, as: name, headers: headers, ifAbsent: true)
+                return number
+            } catch  where error.status == 412 || error.status == 409 {
+                // An earlier try that S3 stored but whose answer was lost: published.
+                if (try? self.sha256(of: name)) == sha256 { return number }
+                // Taken (412), or another conditional write of that key under way (409): the
+                // number after the last one there, or the next one at least.
+                let last = (try? shards().keys.compactMap(WebDatasetSink.shardNumber).max()) ?? nil
+                number = max(error.status == 412 ? number + 1 : number, (last ?? -1) + 1)
+            } catch {
+                throw ItemFailure(.upload, "cannot publish the shard as \(address(of: name)): \(error.message)")
+            }
+        }
+        throw ItemFailure(.upload, "cannot publish the shard under \(address(of: "")): every number tried was taken first")
+    }
+
+    func place(_ path: String, as name: String) throws(ItemFailure) {
+        defer { unlink(path) }
+        let type = name.hasSuffix(".parquet") ? "application/vnd.apache.parquet" : "application/json"
+        do throws(HTTPFailure) {
+            try upload(path, as: name, headers: ["Content-Type": type], ifAbsent: false)
+        } catch {
+            throw ItemFailure(.upload, "cannot upload \(address(of: name)): \(error.message)")
+        }
+    }
+
+    private func upload(_ path: String, as name: String, headers: [String: String], ifAbsent: Bool) throws(HTTPFailure) {
+        guard let file = FileHandle(forReadingAtPath: path) else {
+            throw HTTPFailure(kind: .io, message: "cannot read \(path): \(CError())", status: nil, retryAfter: nil)
+        }
+        defer { try? file.close() }
+        let size = (try? file.seekToEnd()).map(Int.init) ?? 0
+        let uploads = uploads
+        try retry.run { _ throws(HTTPFailure) in
+            try uploads.upload(key: folder + name, file: file, size: size, headers: headers, ifAbsent: ifAbsent)
+        }
+    }
+
+    func holds(_ name: String) -> Bool {
+        ((try? retry.run { _ throws(HTTPFailure) in try client.headObject(key: folder + name) }) ?? nil) != nil
+    }
+
+    func localCopy(of name: String, in staging: String) throws -> (path: String, isCopy: Bool) {
+        let path =
+            staging + "/" + WebDatasetSink.partialPrefix + WebDatasetSink.processPart + "-copy-" + UUID().uuidString + ".tar"
+        do throws(HTTPFailure) {
+            try retry.run { _ throws(HTTPFailure) in
+                try client.getObject(key: folder + name, to: path, maxBytes: Int.max)
+            }
+        } catch {
+            unlink(path)
+            throw SinkError("cannot read \(address(of: name)): \(error.message)")
+        }
+        return (path, true)
+    }
+}
