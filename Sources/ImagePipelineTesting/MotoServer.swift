@@ -17,8 +17,9 @@ public final class MotoServer: Sendable {
     public let endpoint: String
     public let accessKeyId: String
     public let secretAccessKey: String
-    /// While this file exists, every part upload waits (`holdParts`); the first one held
-    /// creates `partSeenFlag`.
+    /// While this file exists, every request whose method and path (`GET /bucket/key?…`)
+    /// hold its text waits (`holdParts`, `hold(matching:)`); the first one held creates
+    /// `partSeenFlag`.
     private let holdFlag = NSTemporaryDirectory() + "/moto-hold-\(UUID().uuidString.prefix(8))"
     private let partSeenFlag = NSTemporaryDirectory() + "/moto-part-seen-\(UUID().uuidString.prefix(8))"
 
@@ -29,15 +30,21 @@ public final class MotoServer: Sendable {
         get { FileManager.default.fileExists(atPath: holdFlag) }
         set {
             if newValue {
-                unlink(partSeenFlag)
-                _ = FileManager.default.createFile(atPath: holdFlag, contents: nil)
+                hold(matching: "partNumber=")
             } else {
                 unlink(holdFlag)
             }
         }
     }
 
-    /// True once a part upload has reached the server while `holdParts` was set.
+    /// Requests whose method and path hold `text` (`"GET /bucket/tables/"`) wait as part
+    /// uploads do under `holdParts`, until `holdParts` is set back to false.
+    public func hold(matching text: String) {
+        unlink(partSeenFlag)
+        _ = FileManager.default.createFile(atPath: holdFlag, contents: Data(text.utf8))
+    }
+
+    /// True once a held request has reached the server.
     public var partSeen: Bool { FileManager.default.fileExists(atPath: partSeenFlag) }
 
     /// The environment a pipeline with default credentials reads.
@@ -127,10 +134,18 @@ public final class MotoServer: Sendable {
             return path + "?" + "&".join(quote(unquote(k), safe="-_.~") + "=" + quote(unquote(v), safe="-_.~")
                                          for k, _, v in pairs)
 
+        def held(method, path):
+            try:
+                with open(os.environ["MOTO_HOLD_FLAG"]) as flag:
+                    return flag.read() in method + " " + path
+            except OSError:
+                return False
+
         def init(self, account_id, method, path, *rest, **named):
-            # With `holdParts`, a part upload says it arrived and waits until it is let go:
-            # the multipart upload stays under way for as long as the test needs.
-            if "partNumber=" in path and os.path.exists(os.environ["MOTO_HOLD_FLAG"]):
+            # With `holdParts` (or `hold(matching:)`), a request says it arrived and waits
+            # until it is let go: a multipart upload (or a download) stays under way for as
+            # long as the test needs.
+            if held(method, path):
                 open(os.environ["MOTO_PART_SEEN"], "a").close()
                 deadline = time.time() + 120
                 while os.path.exists(os.environ["MOTO_HOLD_FLAG"]) and time.time() < deadline:

@@ -365,10 +365,38 @@ struct S3Tests {
             let metadata = records.first?["metadata"] as? [String: Any]
             #expect(metadata?["text"] as? String == "one", "\(table): \(metadata ?? [:])")
         }
-        // Nothing of the downloads is left in the temporary folder.
-        let left = try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()).filter {
-            $0.hasPrefix("imgpipe-table-")
-        }
-        #expect(left.isEmpty, "\(left)")
+    }
+
+    /// A table's download is written into a file whose name is gone before the first byte
+    /// arrives: a kill -9 in the middle of it (the server holds the GET) leaves nothing in
+    /// the temporary folder.
+    @Test func aKillDuringATablesDownloadLeavesNoFileBehind() throws {
+        try server.boto3(
+            """
+            import io, pyarrow as pa, pyarrow.parquet as pq
+            out = io.BytesIO()
+            pq.write_table(pa.table({"url": ["http://127.0.0.1:9/a.jpg"]}), out)
+            s3.put_object(Bucket=sys.argv[1], Key="tables/urls.parquet", Body=out.getvalue())
+            """, arguments: [bucket])
+        try pipeline(
+            source: """
+                {"type": "table", "path": "urls.parquet", "columns": {"url": "url"},
+                 "s3": {"bucket": "\(bucket)", "endpoint": "\(server.endpoint)", "prefix": "tables"}, "cache": false}
+                """,
+            sink: #"{"type": "directory", "path": "out"}"#)
+        let temporary = try work.folder("tmp")
+        server.hold(matching: "GET /\(bucket)/tables/urls.parquet")
+        defer { server.holdParts = false }
+        let running = try ImgpipeBinary.launch(
+            ["run", "pipe.json"], in: work.path, environment: server.credentials.merging(["TMPDIR": temporary]) { $1 })
+        defer { if running.process.isRunning { running.signal(SIGKILL) } }
+        let deadline = Date().addingTimeInterval(120)
+        while !server.partSeen, running.process.isRunning, Date() < deadline { usleep(10_000) }
+        try #require(server.partSeen, "the table's download did not reach the server")
+        running.signal(SIGKILL)
+        _ = running.wait()
+        server.holdParts = false
+        #expect(running.process.terminationReason == .uncaughtSignal)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: temporary) == [])
     }
 }
