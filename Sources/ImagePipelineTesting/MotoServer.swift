@@ -22,6 +22,32 @@ public final class MotoServer: Sendable {
     /// `partSeenFlag`.
     private let holdFlag = NSTemporaryDirectory() + "/moto-hold-\(UUID().uuidString.prefix(8))"
     private let partSeenFlag = NSTemporaryDirectory() + "/moto-part-seen-\(UUID().uuidString.prefix(8))"
+    /// The faults the server answers with (`inject`), as JSON.
+    private let faultsFile = NSTemporaryDirectory() + "/moto-faults-\(UUID().uuidString.prefix(8)).json"
+
+    /// An answer the server gives instead of its own, to requests whose method and path
+    /// (`PUT /bucket/key?query`) hold `match`, `times` times: with `after`, the request is
+    /// carried out first (an upload stored, its answer lost on the way).
+    public struct Fault: Encodable, Sendable {
+        public let match: String
+        public let status: Int
+        public let after: Bool
+        public let times: Int
+
+        public init(_ match: String, status: Int, after: Bool = false, times: Int = 1_000_000) {
+            self.match = match
+            self.status = status
+            self.after = after
+            self.times = times
+        }
+    }
+
+    /// Answers with `faults` from now on (the first that matches a request, while its
+    /// `times` last); an empty list ends them.
+    public func inject(_ faults: [Fault]) throws {
+        try JSONEncoder().encode(faults).write(to: URL(fileURLWithPath: faultsFile + ".tmp"))
+        guard rename(faultsFile + ".tmp", faultsFile) == 0 else { throw ServerError("cannot write \(faultsFile)") }
+    }
 
     /// Part uploads wait (up to two minutes) until this is set back to false: a test that
     /// kills imgpipe once `partSeen` knows a multipart upload is under way, and stays so,
@@ -59,7 +85,7 @@ public final class MotoServer: Sendable {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-c", Self.serve, "-H", "127.0.0.1", "-p", "0"]
         process.environment = ProcessInfo.processInfo.environment.merging([
-            "MOTO_HOLD_FLAG": holdFlag, "MOTO_PART_SEEN": partSeenFlag,
+            "MOTO_HOLD_FLAG": holdFlag, "MOTO_PART_SEEN": partSeenFlag, "MOTO_FAULTS": faultsFile,
         ]) { $1 }
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         process.standardOutput = output
@@ -104,6 +130,7 @@ public final class MotoServer: Sendable {
         Self.stop(process)
         unlink(holdFlag)
         unlink(partSeenFlag)
+        unlink(faultsFile)
     }
 
     static func stop(_ process: Process) {
@@ -153,6 +180,47 @@ public final class MotoServer: Sendable {
             original(self, account_id, method, encoded(path), *rest, **named)
 
         access.IAMRequestBase.__init__ = init
+
+        # `inject`: the first fault that matches a request answers it instead (after carrying
+        # it out, with "after"), and counts down its `times`.
+        import json, threading
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+        dispatch = DomainDispatcherApplication.__call__
+        faults_lock = threading.Lock()
+
+        def take_fault(request):
+            path = os.environ["MOTO_FAULTS"]
+            with faults_lock:
+                try:
+                    with open(path) as file:
+                        faults = json.load(file)
+                except (OSError, ValueError):
+                    return None
+                for fault in faults:
+                    if fault["times"] > 0 and fault["match"] in request:
+                        fault["times"] -= 1
+                        with open(path + ".tmp", "w") as file:
+                            json.dump(faults, file)
+                        os.replace(path + ".tmp", path)
+                        return fault
+            return None
+
+        def faulty(self, environ, start_response):
+            query = environ.get("QUERY_STRING", "")
+            request = environ["REQUEST_METHOD"] + " " + environ.get("PATH_INFO", "") + ("?" + query if query else "")
+            fault = take_fault(request)
+            if fault is None:
+                return dispatch(self, environ, start_response)
+            if fault["after"]:
+                for _ in dispatch(self, environ, lambda status, headers, exc_info=None: (lambda data: None)):
+                    pass
+            body = b"" if environ["REQUEST_METHOD"] == "HEAD" else \\
+                b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
+            start_response(str(fault["status"]) + " Injected",
+                           [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+            return [body]
+
+        DomainDispatcherApplication.__call__ = faulty
         main(sys.argv[1:])
         """
 

@@ -58,22 +58,120 @@ extension WebDatasetSinkTests {
         }
     }
 
-    /// An upload S3 stored but whose answer was lost is tried again, and refused: the shard
-    /// there is the one being published (its SHA-256 says so), so it keeps its number; a
-    /// shard of other bytes takes the next.
-    @Test func anUploadTriedAgainAfterALostAnswerKeepsItsNumber() throws {
+    /// An upload S3 stored but whose answer was lost (a 500 after the store) is tried again
+    /// and refused: the shard there is this one (its SHA-256 says so), so it keeps its number.
+    @Test func anUploadStoredWithItsAnswerLostKeepsItsNumber() throws {
         let moto = try MotoServer()
         let bucket = "imgpipe-" + UUID().uuidString.prefix(8).lowercased()
         try moto.createBucket(bucket)
         let sink = try bucketSink(moto, bucket: bucket, workRoot: work.url("work"))
-        try work.write("shard bytes", to: "one.tar")
-        try work.write("other bytes", to: "two.tar")
-        #expect(try sink.place.publish(work.url("one.tar"), sha256: "aa", from: 0) == 0)
-        #expect(try sink.place.publish(work.url("one.tar"), sha256: "aa", from: 0) == 0)
-        #expect(try sink.place.publish(work.url("two.tar"), sha256: "bb", from: 0) == 1)
-        let objects = try moto.objects(in: bucket)
-        #expect(objects.keys.sorted() == ["sets/00000.tar", "sets/00001.tar"])
-        #expect(objects["sets/00001.tar"]?.metadata["imgpipe-sha256"] == "bb")
+        try moto.inject([MotoServer.Fault("PUT /\(bucket)/sets/00000.tar", status: 500, after: true, times: 1)])
+        for item in try items(["a", "b"]) { _ = try sink.accept(item, attempt: 1) }
+        #expect(
+            try sink.commit().mapValues(\.remoteURL) == [
+                "a": "s3://\(bucket)/sets/00000.tar", "b": "s3://\(bucket)/sets/00000.tar",
+            ])
+        sink.finish()
+        #expect(try moto.objects(in: bucket).keys.filter { $0.hasSuffix(".tar") } == ["sets/00000.tar"])
+    }
+
+    /// The same, but what is there cannot be looked at (its `HeadObject` fails), or every
+    /// later try fails too: the shard may be stored, so its items fail without a second copy,
+    /// and the journal keeps the entry. The next session finds the shard and answers them
+    /// delivered (as `resume --retry-failed` would hand them again).
+    @Test(arguments: [false, true])
+    func aPublishingThatMayHaveBeenStoredIsSettledNextSession(laterTriesFail: Bool) throws {
+        let moto = try MotoServer()
+        let bucket = "imgpipe-" + UUID().uuidString.prefix(8).lowercased()
+        try moto.createBucket(bucket)
+        let sink = try bucketSink(moto, bucket: bucket, workRoot: work.url("work"))
+        let shard = "/\(bucket)/sets/00000.tar"
+        try moto.inject(
+            [MotoServer.Fault("PUT " + shard, status: 500, after: true, times: 1)]
+                + (laterTriesFail ? [MotoServer.Fault("PUT " + shard, status: 503)] : [])
+                + [MotoServer.Fault("HEAD " + shard, status: 503)])
+        for item in try items(["a", "b"]) { _ = try sink.accept(item, attempt: 1) }
+        #expect(throws: DeliveryFailure.self) { try sink.commit() }
+        sink.finish()
+        #expect(try moto.objects(in: bucket).keys.filter { $0.hasSuffix(".tar") } == ["sets/00000.tar"], "one copy")
+
+        try moto.inject([])
+        let next = try bucketSink(moto, bucket: bucket, workRoot: work.url("work"))
+        for item in try items(["a", "b"]) {
+            #expect(try next.accept(item, attempt: 1) == .delivered(DeliveryReceipt(remoteURL: "s3://\(bucket)/sets/00000.tar")))
+        }
+        #expect(try next.accept(try items(["c"])[0], attempt: 1) == .held(full: false))
+        _ = try next.commit()
+        next.finish()
+        let folder = try download(from: moto, bucket: bucket, prefix: "sets/")
+        #expect(try shards(in: folder).mapValues { try sampleKeys(of: $0) } == ["00000.tar": ["a", "b"], "00001.tar": ["c"]])
+    }
+
+    /// Another conditional write of the key under way (409) is waited for and tried again, a
+    /// few times, not a hundred; then the shard fails saying why.
+    @Test func aConflictThatLastsFailsTheShardAfterItsRetries() throws {
+        let moto = try MotoServer()
+        let bucket = "imgpipe-" + UUID().uuidString.prefix(8).lowercased()
+        try moto.createBucket(bucket)
+        let sink = try bucketSink(moto, bucket: bucket, workRoot: work.url("work"))
+        try moto.inject([MotoServer.Fault("PUT /\(bucket)/sets/00000.tar", status: 409)])
+        _ = try sink.accept(try items(["a"])[0], attempt: 1)
+        do {
+            _ = try sink.commit()
+            Issue.record("the commit succeeded")
+        } catch {
+            #expect(error.failure.message.contains("(after 3 tries)"), "\(error.failure.message)")
+        }
+        sink.finish()
+        #expect(try moto.objects(in: bucket).isEmpty)
+    }
+
+    /// A journal entry of an upload killed before S3 answered with its id names only its key,
+    /// which every process writing shards here uploads too: another process's upload of that
+    /// key is left alone (the `s3` sink, whose keys are its own, aborts them).
+    @Test func anUploadOfAnotherWriterIsNotAbortedForAKeyInTheJournal() throws {
+        let moto = try MotoServer()
+        let bucket = "imgpipe-" + UUID().uuidString.prefix(8).lowercased()
+        try moto.createBucket(bucket)
+        try work.write("sets/00000.tar\n", to: "work/s3-uploads/shards/entry.upload")
+        try moto.boto3("s3.create_multipart_upload(Bucket=sys.argv[1], Key='sets/00000.tar')", arguments: [bucket])
+        let sink = try bucketSink(moto, bucket: bucket, workRoot: work.url("work"))
+        sink.finish()
+        #expect(try moto.multipartUploads(in: bucket) == ["sets/00000.tar"])
+        #expect(!FileManager.default.fileExists(atPath: work.url("work/s3-uploads/shards/entry.upload")))
+    }
+
+    /// A bucket named by a variable (`"bucket": "${BUCKET}"` inside `s3`): another value is
+    /// another place, which a change-aware re-run fills with every sample; the same value
+    /// is nothing to do.
+    @Test func aShardBucketMovedByItsVariableIsAnotherPlace() throws {
+        let moto = try MotoServer()
+        let buckets = ["a", "b"].map { "imgpipe-\($0)-" + UUID().uuidString.prefix(6).lowercased() }
+        for bucket in buckets { try moto.createBucket(bucket) }
+        for index in 1...3 {
+            try ImageFixtures.write(try ImageFixtures.photo(width: 40, height: 30, seed: index), to: work.url("in/p\(index).png"))
+        }
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"},
+             "filters": [{"op": "fit", "width": 16, "height": 16}],
+             "sink": {"type": "webdataset", "s3": {"bucket": "${BUCKET}", "endpoint": "\(moto.endpoint)"}}}
+            """, to: "pipe.json")
+        func imgpipe(_ arguments: String..., bucket: String) throws -> CommandResult {
+            try ImgpipeBinary.run(arguments, in: work.path, environment: moto.credentials.merging(["BUCKET": bucket]) { $1 })
+        }
+        func redo(_ bucket: String) throws -> Int? {
+            let plan = try imgpipe("plan", "pipe.json", "--json", bucket: bucket)
+            let value = try JSONSerialization.jsonObject(with: Data(plan.stdout.utf8)) as? [String: Any]
+            return ((value?["outputs"] as? [String: Any])?["default"] as? [String: Any])?["redo"] as? Int
+        }
+        #expect(try imgpipe("run", "pipe.json", bucket: buckets[0]).status == 0)
+        #expect(try redo(buckets[0]) == 0)
+        #expect(try redo(buckets[1]) == 3)
+        let moved = try imgpipe("run", "pipe.json", "--incremental", bucket: buckets[1])
+        #expect(moved.status == 0, "\(moved.stderr)")
+        let folder = try download(from: moto, bucket: buckets[1], prefix: "")
+        #expect(try shards(in: folder).values.flatMap { try sampleKeys(of: $0) }.sorted() == ["p1.png", "p2.png", "p3.png"])
     }
 
     /// What `validate` says of a sink with no place, an `s3` key a shard sink does not take,
@@ -85,6 +183,11 @@ extension WebDatasetSinkTests {
             (#"{"type": "webdataset"}"#, "a webdataset sink writes its shards into a folder (\"path\") or a bucket (\"s3\")"),
             (#"{"type": "webdataset", "s3": {"bucket": "data", "key": "{key}"}}"#, "sinks[0].s3.key: unknown key"),
             (#"{"type": "webdataset", \#(bucket)}, {"type": "webdataset", "name": "b", \#(bucket)}"#, "written twice"),
+            (
+                #"{"type": "webdataset", "path": "train", \#(bucket)}, "#
+                    + #"{"type": "webdataset", "name": "b", "s3": {"bucket": "data", "prefix": "sets/train/", "#
+                    + #""endpoint": "http://127.0.0.1:9"}}"#, "written twice"
+            ),
         ]
         for (sinks, message) in cases {
             try work.write(

@@ -365,7 +365,13 @@ extension BuiltPipeline {
         let written = spec.document["sinks"]?.arrayValue ?? spec.document["sink"].map { [$0] } ?? []
         var targets: [(String, JSONValue)] = []
         for (sink, entry) in zip(spec.sinks, written) {
-            guard case .object(let members) = entry.withoutComments else { continue }
+            guard case .object(var members) = entry.withoutComments else { continue }
+            // A bucket given as a location of its own (`"s3": {…}` of a `webdataset` sink): its
+            // fields say where outputs go as the `s3` sink's own do.
+            if let index = members.firstIndex(where: { $0.key == "s3" }), case .object(let location) = members[index].value {
+                members.remove(at: index)
+                members += location
+            }
             let place = members.compactMap { member -> (String, JSONValue)? in
                 guard Self.whereOutputsGo.contains(member.key) else { return nil }
                 guard case .string(let text) = member.value else { return (member.key, member.value) }

@@ -15,6 +15,11 @@ struct S3Uploads: Sendable {
     let journal: String
     let multipartThreshold: Int
     let partSize: Int
+    /// Whether an entry killed before S3 answered with its upload's id aborts every upload
+    /// of its key: true where no other process uploads that key (the `s3` sink's keys are its
+    /// items'); false where others do (shard numbers), which leaves such an upload to the
+    /// bucket's lifecycle rule.
+    var abortsByKey = true
 
     /// Makes the journal's folder and aborts every upload it holds. The uploads in progress
     /// under `prefix` are listed first, which checks the bucket and the credentials (a
@@ -40,7 +45,9 @@ struct S3Uploads: Sendable {
                 unlink(path)
                 continue
             }
-            let ids = lines.count > 1 && !lines[1].isEmpty ? [lines[1]] : inProgress.filter { $0.key == key }.map(\.uploadId)
+            let ids =
+                lines.count > 1 && !lines[1].isEmpty
+                ? [lines[1]] : abortsByKey ? inProgress.filter { $0.key == key }.map(\.uploadId) : []
             do throws(HTTPFailure) {
                 for id in ids { try client.abortMultipartUpload(key: key, uploadId: id) }
                 unlink(path)

@@ -27,7 +27,9 @@ final class ShardBucket: ShardPlace {
         self.folder = folder
         self.options = options
         self.metadata = metadata
-        self.retry = RetryLoop(attempts: retry.attempts, backoff: retry.backoff)
+        let http = client.http
+        self.retry = RetryLoop(
+            attempts: retry.attempts, backoff: retry.backoff, isCancelled: { http.cancellation?.isCancelled ?? false })
     }
 
     func staging(workRoot: String, sink: String) -> String {
@@ -35,9 +37,11 @@ final class ShardBucket: ShardPlace {
     }
 
     private var uploads: S3Uploads {
+        // Every process that writes here uploads the same keys: an upload is only aborted by
+        // its id, never as one of its key's.
         S3Uploads(
             client: client, journal: journal.withLock { $0 }, multipartThreshold: options.multipartThreshold,
-            partSize: options.partSize)
+            partSize: options.partSize, abortsByKey: false)
     }
 
     /// Makes the staging folder and aborts the multipart uploads a killed process left
@@ -71,6 +75,7 @@ final class ShardBucket: ShardPlace {
                 let name = String(object.key.dropFirst(folder.count))
                 if WebDatasetSink.shardNumber(name) != nil { sizes[name] = object.size }
             }
+            guard page.next != continuation else { break }
             continuation = page.next
         } while continuation != nil
         return sizes
@@ -85,30 +90,66 @@ final class ShardBucket: ShardPlace {
         }
     }
 
+    /// Looks before it uploads: a number another process took since this one last published
+    /// costs a `HeadObject` and a listing, not an upload. Only two commits at one moment
+    /// race, and the upload's condition settles that race.
     func publish(_ partial: String, sha256: String, from first: Int) throws(ItemFailure) -> Int {
-        var headers = ["Content-Type": "application/x-tar", "x-amz-meta-imgpipe-sha256": sha256]
+        var headers = ["Content-Type": "application/x-tar"]
         if let storageClass = options.storageClass { headers["x-amz-storage-class"] = storageClass }
         for (field, value) in metadata { headers["x-amz-meta-" + field.lowercased()] = value }
+        // After the pipeline's metadata: the journal and the checks below read it.
+        headers["x-amz-meta-imgpipe-sha256"] = sha256
         var number = first
-        // Each refusal is followed by a listing, which skips every number taken since: as many
-        // tries as processes publishing at once, not as shards.
-        for _ in 0..<100 {
+        var conflicts = 0
+        // Each number taken is followed by a listing, which skips every number taken since: as
+        // many turns as processes publishing at once, not as shards.
+        for _ in 0..<1000 {
             let name = WebDatasetSink.shardName(number)
+            // A look that fails is no answer: the upload's condition still holds.
+            if case .some(.some) = try? client.headObject(key: folder + name) {
+                number = try self.number(after: number)
+                continue
+            }
             do throws(HTTPFailure) {
                 try upload(partial, as: name, headers: headers, ifAbsent: true)
                 return number
-            } catch  where error.status == 412 || error.status == 409 {
-                // An earlier try that S3 stored but whose answer was lost: published.
-                if (try? self.sha256(of: name)) == sha256 { return number }
-                // Taken (412), or another conditional write of that key under way (409): the
-                // number after the last one there, or the next one at least.
-                let last = (try? shards().keys.compactMap(WebDatasetSink.shardNumber).max()) ?? nil
-                number = max(error.status == 412 ? number + 1 : number, (last ?? -1) + 1)
+            } catch  where error.status == 412 {
+                // Taken: by an earlier try of this very upload, whose answer was lost (the digest
+                // says so), or by another process. A digest that cannot be read leaves it open:
+                // the shard fails, and its journal entry is kept for the next session to settle.
+                let there: String?
+                do {
+                    there = try self.sha256(of: name)
+                } catch {
+                    throw ItemFailure(
+                        .upload, "cannot tell whether \(address(of: name)) is this shard, uploaded before: \(error)")
+                }
+                if there == sha256 { return number }
+                number = try self.number(after: number)
+            } catch  where error.status == 409 {
+                // Another conditional write of the key is under way: waited for, then tried again.
+                conflicts += 1
+                guard conflicts < retry.attempts else {
+                    throw ItemFailure(
+                        .upload, "cannot publish the shard as \(address(of: name)): \(error.message) (after \(conflicts) tries)")
+                }
+                Thread.sleep(forTimeInterval: RetryPolicy.delay(afterAttempt: conflicts, backoff: retry.backoff))
             } catch {
+                // The last try may have been stored with its answer lost.
+                if (try? self.sha256(of: name)) == sha256 { return number }
                 throw ItemFailure(.upload, "cannot publish the shard as \(address(of: name)): \(error.message)")
             }
         }
-        throw ItemFailure(.upload, "cannot publish the shard under \(address(of: "")): every number tried was taken first")
+        throw ItemFailure(.upload, "cannot publish the shard under \(address(of: "")): other processes took every number tried")
+    }
+
+    /// The number after the highest shard there, and after `number` at least.
+    private func number(after number: Int) throws(ItemFailure) -> Int {
+        do {
+            return max(number + 1, (try shards().keys.compactMap(WebDatasetSink.shardNumber).max() ?? -1) + 1)
+        } catch {
+            throw ItemFailure(.upload, "cannot list the shards under \(address(of: "")): \(error)")
+        }
     }
 
     func place(_ path: String, as name: String) throws(ItemFailure) {
@@ -126,7 +167,12 @@ final class ShardBucket: ShardPlace {
             throw HTTPFailure(kind: .io, message: "cannot read \(path): \(CError())", status: nil, retryAfter: nil)
         }
         defer { try? file.close() }
-        let size = (try? file.seekToEnd()).map(Int.init) ?? 0
+        let size: Int
+        do {
+            size = Int(try file.seekToEnd())
+        } catch {
+            throw HTTPFailure(kind: .io, message: "cannot read \(path): \(error)", status: nil, retryAfter: nil)
+        }
         let uploads = uploads
         try retry.run { _ throws(HTTPFailure) in
             try uploads.upload(key: folder + name, file: file, size: size, headers: headers, ifAbsent: ifAbsent)

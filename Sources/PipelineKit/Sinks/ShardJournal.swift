@@ -4,7 +4,7 @@ import ParquetKit
 
 /// What a `WebDatasetSink` writes down before it publishes a shard, in the state file's work
 /// folder: the shard's temporary name, its size and the SHA-256 of its bytes, and its items'
-/// keys. A process killed after the link and before the runner recorded those items leaves
+/// keys. A process killed after publishing and before the runner recorded those items leaves
 /// an entry the next session reads (`load`): a numbered shard with that size and digest
 /// means the items are in it, and the sink answers them delivered instead of writing them
 /// again; no such shard means it was never published, and its items go into a new one. (A
@@ -33,6 +33,10 @@ struct ShardJournal {
     /// Published shards killed sessions did not see recorded, with their keys not yet
     /// answered in an ended session.
     private(set) var inherited: [Entry] = []
+    /// Entries of shards this session failed to publish, kept for the next session to settle:
+    /// a failure may come after the shard was stored (an upload whose answer was lost), and
+    /// its items, failed, could be handed again by `resume --retry-failed`.
+    private var unsettled: [Entry] = []
     /// `run NUL key` → the inherited entry holding it.
     private var lookup: [String: Int] = [:]
     /// Inherited items answered delivered in this session (`run NUL key`), and the runs
@@ -136,13 +140,10 @@ struct ShardJournal {
                 }
             }
             if !put(partial + ".stats.json", as: stem + "_stats.json", at: place) {
-                let value = JSONValue.object([
-                    ("samples", PipelineSchema.integer(entry.keys.count)), ("bytes", PipelineSchema.integer(entry.size)),
-                    ("firstKey", .string(entry.keys.first ?? "")), ("lastKey", .string(entry.keys.last ?? "")),
-                    ("run", .string(entry.run)), ("recovered", .bool(true)),
-                ])
-                try? ShardFiles.write(partial + ".stats.json", Array((value.serialized() + "\n").utf8))
-                try? place.place(partial + ".stats.json", as: stem + "_stats.json")
+                let stats = ShardStats(
+                    samples: entry.keys.count, bytes: entry.size, firstKey: entry.keys.first ?? "",
+                    lastKey: entry.keys.last ?? "", run: entry.run)
+                try? place.place(stats, as: stem + "_stats.json", staging: staging)
             }
             unlink(partial)
             entry.shard = place.address(of: name)
@@ -181,6 +182,14 @@ struct ShardJournal {
         try Self.save([entry], to: openPath)
     }
 
+    /// The publishing of `entry`'s shard (the `.open` one) failed: the entry is kept in the
+    /// journal, and the next session looks for its shard.
+    mutating func keepUnsettled(_ entry: Entry) throws(ItemFailure) {
+        unsettled.append(entry)
+        try saveInherited()
+        unlink(openPath)
+    }
+
     /// The session ended, every item it answered or committed recorded: those entries go,
     /// and those of runs other than the ones it was handed items of.
     mutating func endSession() throws(ItemFailure) {
@@ -198,11 +207,11 @@ struct ShardJournal {
     }
 
     private func saveInherited() throws(ItemFailure) {
-        guard !inherited.isEmpty else {
+        guard !inherited.isEmpty || !unsettled.isEmpty else {
             unlink(path)
             return
         }
-        try Self.save(inherited, to: path)
+        try Self.save(inherited + unsettled, to: path)
     }
 
     private static func save(_ entries: [Entry], to path: String) throws(ItemFailure) {

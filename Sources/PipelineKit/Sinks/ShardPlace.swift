@@ -33,6 +33,23 @@ protocol ShardPlace: Sendable {
     func localCopy(of name: String, in staging: String) throws -> (path: String, isCopy: Bool)
 }
 
+extension ShardPlace {
+    /// Puts `stats` in place as `name`, written first into a file of their own in `staging`
+    /// (one a sweep removes, should a kill leave it).
+    func place(_ stats: ShardStats, as name: String, staging: String) throws(ItemFailure) {
+        let path =
+            staging + "/" + WebDatasetSink.partialPrefix + WebDatasetSink.processPart + "-" + UUID().uuidString
+            + ".tar.stats.json"
+        do throws(ItemFailure) {
+            try ShardFiles.write(path, stats.serialized)
+            try place(path, as: name)
+        } catch {
+            unlink(path)
+            throw error
+        }
+    }
+}
+
 /// Shards in a folder, which may be shared by several processes: a shard is published by
 /// a `link` from its temporary name, which fails on a name that exists.
 struct ShardFolder: ShardPlace {

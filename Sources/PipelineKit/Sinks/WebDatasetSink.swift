@@ -63,7 +63,7 @@ public final class WebDatasetSink: Sink {
         var undelivered: [String: [String: Int]] = [:]
         /// The last shard this session committed: its stats' name and what they say, so that
         /// items that end after it (the session's last shard committed) are counted there.
-        var lastStats: (name: String, counts: StatsCounts)?
+        var lastStats: (name: String, stats: ShardStats)?
     }
 
     private let state = Mutex(State())
@@ -204,6 +204,7 @@ public final class WebDatasetSink: Sink {
             // Not `.parquet`: a reader's `*.parquet` takes committed manifests only.
             let manifestPath = partialPath + ".manifest"
             var published = false
+            var entry: ShardJournal.Entry?
             defer {
                 close(shard.descriptor)
                 if !published {
@@ -216,16 +217,24 @@ public final class WebDatasetSink: Sink {
                 let size = shard.size + TarFormat.end.count
                 try ShardFiles.write(TarFormat.end, to: shard.descriptor, at: shard.size, naming: partialPath)
                 guard fsync(shard.descriptor) == 0 else { throw ItemFailure(.upload, "cannot flush \(partialPath): \(CError())") }
-                let counts = StatsCounts(shard: shard, size: size, undelivered: state.undelivered)
-                try ShardFiles.write(statsPath, counts.bytes)
+                let stats = ShardStats(
+                    samples: shard.keys.count, bytes: size, firstKey: shard.keys.first ?? "", lastKey: shard.keys.last ?? "",
+                    run: shard.firstRun,
+                    written: (
+                        shard.outputBytes, (Date().timeIntervalSince(shard.opened) * 1000).rounded() / 1000, Self.processPart
+                    ),
+                    undelivered: state.undelivered)
+                try ShardFiles.write(statsPath, stats.serialized)
                 try ShardManifest.write(shard.records, outputs: outputs, to: manifestPath)
                 // The batch before this one is recorded (the runner records a batch before it
                 // commits the next): this shard's entry takes its place.
                 var digest = shard.digest
                 digest.update(data: TarFormat.end)
                 let sha256 = digest.finalize().hex
-                try state.journal?.saveOpen(
-                    ShardJournal.Entry(run: shard.firstRun, partial: shard.partial, size: size, sha256: sha256, keys: shard.keys))
+                let saved = ShardJournal.Entry(
+                    run: shard.firstRun, partial: shard.partial, size: size, sha256: sha256, keys: shard.keys)
+                try state.journal?.saveOpen(saved)
+                entry = saved
                 let number = try place.publish(partialPath, sha256: sha256, from: state.next)
                 published = true
                 state.next = number + 1
@@ -234,12 +243,15 @@ public final class WebDatasetSink: Sink {
                 // The shard stands, and its items are in it, without these: a failure to put one
                 // in place (after its retries) leaves it out, and is not the items' failure.
                 try? place.place(statsPath, as: stem + "_stats.json")
-                state.lastStats = (stem + "_stats.json", counts)
+                state.lastStats = (stem + "_stats.json", stats)
                 try? place.place(manifestPath, as: stem + ".parquet")
                 unlink(partialPath)
                 let receipt = DeliveryReceipt(remoteURL: place.address(of: Self.shardName(number)))
                 return Dictionary(shard.keys.map { ($0, receipt) }, uniquingKeysWith: { a, _ in a })
             } catch {
+                // Its publishing failed, maybe after the shard was stored: the next session
+                // settles it, so a retry of its failed items never writes them twice.
+                if let entry { try? state.journal?.keepUnsettled(entry) }
                 throw DeliveryFailure(error)
             }
         }
@@ -271,16 +283,10 @@ public final class WebDatasetSink: Sink {
             // Items that ended after the session's last shard: counted in its stats, written
             // again under a temporary name and put in place.
             if !state.undelivered.isEmpty, var last = state.lastStats {
-                last.counts.add(state.undelivered)
-                let temporary =
-                    state.staging + "/" + Self.partialPrefix + Self.processPart + "-" + UUID().uuidString + ".tar.stats.json"
-                if (try? ShardFiles.write(temporary, last.counts.bytes)) != nil,
-                    (try? place.place(temporary, as: last.name)) != nil
-                {
+                last.stats.add(state.undelivered)
+                if (try? place.place(last.stats, as: last.name, staging: state.staging)) != nil {
                     state.undelivered = [:]
                     state.lastStats = last
-                } else {
-                    unlink(temporary)
                 }
             }
             try? state.journal?.endSession()
@@ -343,37 +349,6 @@ public final class WebDatasetSink: Sink {
         bytes += TarFormat.header(name: name, size: data.count, modified: modified)
         bytes += data
         bytes += TarFormat.padding(data.count)
-    }
-
-    /// What a shard's stats file says.
-    private struct StatsCounts {
-        var members: [(key: String, value: JSONValue)]
-        var undelivered: [String: [String: Int]]
-
-        fileprivate init(shard: OpenShard, size: Int, undelivered: [String: [String: Int]]) {
-            let seconds = (Date().timeIntervalSince(shard.opened) * 1000).rounded() / 1000
-            members = [
-                ("samples", PipelineSchema.integer(shard.keys.count)), ("bytes", PipelineSchema.integer(size)),
-                ("outputBytes", PipelineSchema.integer(shard.outputBytes)), ("seconds", .number(seconds, isInteger: false)),
-                ("firstKey", .string(shard.keys.first ?? "")), ("lastKey", .string(shard.keys.last ?? "")),
-                ("run", .string(shard.firstRun)), ("writer", .string(WebDatasetSink.processPart)),
-            ]
-            self.undelivered = undelivered
-        }
-
-        mutating func add(_ more: [String: [String: Int]]) {
-            undelivered.merge(more) { $0.merging($1, uniquingKeysWith: +) }
-        }
-
-        var bytes: [UInt8] {
-            func byReason(_ status: String) -> JSONValue {
-                .object(
-                    (undelivered[status] ?? [:]).sorted { $0.key < $1.key }.map { ($0.key, PipelineSchema.integer($0.value)) })
-            }
-            var all = members
-            all.insert(contentsOf: [("failed", byReason("failed")), ("skipped", byReason("skipped"))], at: 2)
-            return Array((JSONValue.object(all).serialized() + "\n").utf8)
-        }
     }
 
     // MARK: - files

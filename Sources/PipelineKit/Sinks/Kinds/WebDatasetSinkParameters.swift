@@ -35,13 +35,15 @@ public struct WebDatasetSinkParameters: SinkParameters {
         let outputs = try checkedOutputs(context)
         guard let s3 else { return try folderSink(context, outputs: outputs) }
         let client = try s3.client(in: context.environment, http: context.client())
-        let below = try path.map { try $0.expanded(in: context.environment) } ?? ""
-        var folder = try s3.folder(in: context.environment) + below.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
-        if !folder.isEmpty, !folder.hasSuffix("/") { folder += "/" }
+        let folder = try bucketFolder(in: context.environment)
+        // Two such sinks under one prefix (however it is spelled) would write every sample twice.
+        let here = (client.endpoint.absoluteString, client.bucket, folder)
         for other in context.spec.sinks where other.name != context.name {
-            guard let parameters = other.parameters as? Self, parameters.s3 != nil, parameters.deliversLike(self) else {
-                continue
-            }
+            guard let parameters = other.parameters as? Self, let theirs = parameters.s3,
+                let bucket = try? theirs.client(in: context.environment, http: context.client()),
+                let them = try? (bucket.endpoint.absoluteString, bucket.bucket, parameters.bucketFolder(in: context.environment)),
+                them == here
+            else { continue }
             throw SpecError(
                 path: s3.path,
                 message: "sink \(other.name) writes shards under \(client.address(of: folder)) too: "
@@ -51,6 +53,16 @@ public struct WebDatasetSinkParameters: SinkParameters {
             client: client, folder: folder, options: options, metadata: try options.expandedMetadata(in: context.environment),
             retry: context.retry)
         return WebDatasetSink(name: context.name, place: place, samplesPerShard: samplesPerShard, outputs: outputs)
+    }
+
+    /// The prefix of the shards in the bucket: the `s3` prefix and `path` below it, ending
+    /// with `/` unless empty.
+    private func bucketFolder(in environment: Environment) throws -> String {
+        let below = try path.map { try $0.expanded(in: environment) } ?? ""
+        var folder =
+            try (s3?.folder(in: environment) ?? "") + below.split(separator: "/").filter { $0 != "." }.joined(separator: "/")
+        if !folder.isEmpty, !folder.hasSuffix("/") { folder += "/" }
+        return folder
     }
 
     /// The sink's outputs. Member names hold the output's id when the sink takes several: an
