@@ -338,26 +338,39 @@ struct MemoryBudgetTests {
     }
 
     /// First come, first served: an item that does not fit waits for the ones before it to
-    /// release, and one that asks later waits behind it.
+    /// release, and one that asks later waits behind it, even when it would fit. Each step
+    /// waits for the state it needs (the budget's queue), not for time, so load cannot
+    /// reorder it.
     @Test func admissionWaitsForReleaseInOrder() throws {
         let budget = MemoryBudget(bytes: 1000)
         #expect(budget.admit(600, unless: { false }))
         let order = LockedBox<[String]>([])
         let done = DispatchGroup()
-        for (name, need, delay) in [("large", 700, 0.0), ("small", 100, 0.2)] {
+        func until(_ condition: () -> Bool) {
+            let deadline = Date().addingTimeInterval(30)
+            while !condition(), Date() < deadline { usleep(1000) }
+        }
+        for (name, need) in [("large", 700), ("small", 100)] {
+            let waitingBefore = budget.waiting
             done.enter()
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
+            DispatchQueue.global().async {
                 if budget.admit(need, unless: { false }) { order.withLock { $0.append(name) } }
                 done.leave()
             }
+            until { budget.waiting == waitingBefore + 1 }
         }
-        Thread.sleep(forTimeInterval: 0.5)
+        #expect(budget.waiting == 2)
+        Thread.sleep(forTimeInterval: 0.3)
         // 100 would fit beside 600, but the 700 asked first.
         #expect(order.withLock { $0 }.isEmpty)
-        budget.release(600)
-        #expect(done.wait(timeout: .now() + 5) == .success)
+        // 700 fits beside 300 now, and goes in; 100 does not fit beside the 1000 then.
+        budget.release(300)
+        until { order.withLock { $0 } == ["large"] }
+        #expect(order.withLock { $0 } == ["large"] && budget.waiting == 1 && budget.admitted == 1000)
+        budget.release(700)
+        #expect(done.wait(timeout: .now() + 30) == .success)
         #expect(order.withLock { $0 } == ["large", "small"])
-        #expect(budget.admitted == 800)
+        #expect(budget.admitted == 400)
         // A stopping run gives up the wait.
         #expect(!budget.admit(900, unless: { true }))
     }

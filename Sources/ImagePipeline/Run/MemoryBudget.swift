@@ -60,4 +60,11 @@ final class MemoryBudget: @unchecked Sendable {
         defer { condition.unlock() }
         return inUse
     }
+
+    /// Items waiting for their turn now (for tests).
+    var waiting: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return queue.count
+    }
 }
