@@ -75,6 +75,8 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     }
 
     /// One record as one line (without the newline). `redact` masks what must not leave.
+    /// Parquet is a file, not lines (`export` writes its rows with `parquetRow`): given it,
+    /// this writes the CSV line of the same cells.
     public func line(
         _ record: ExportRecord, sinks: [String], outputs: [String] = [OutputSpec.defaultID],
         redact: (String) -> String

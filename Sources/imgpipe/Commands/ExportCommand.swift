@@ -77,67 +77,47 @@ struct ExportCommand: ParsableCommand {
         }
     }
 
-    /// The one path of both: the run asked for (or the latest) from `open`'s source, its
-    /// CSV header, and each record as a line. `open` also gives the message for a run the
+    /// The one path of both: the run asked for (or the latest) from `open`'s source, and
+    /// each record written as `format` says. `open` also gives the message for a run the
     /// source does not have (nil: the latest).
     private func export(
         masking: @escaping (String) -> String,
         open: () throws -> (source: any ExportSource, missing: (Int64?) -> String)
     ) throws {
         let environment = Environment()
-        if format == .parquet, let output {
-            return try writeParquet(to: output, environment: environment, masking: masking, open: open)
-        }
-        try writeRecords(environment: environment, masking: masking) { sink in
+        try writingInPlace(environment: environment, masking: masking) { partial in
             let (source, missing) = try open()
             guard let run = try source.exportedRun(number: runNumber) else { throw CommandError.usage(missing(runNumber)) }
+            let only = only.flatMap(ItemStatus.init(rawValue:))
+            if format == .parquet, let partial {
+                // Row groups are written as they fill.
+                let writer = try ParquetWriter(
+                    path: partial, columns: ExportFormat.parquetColumns(sinks: run.sinks, outputs: run.outputs))
+                try source.exportRecords(of: run, only: only) { record in
+                    try writer.append(
+                        ExportFormat.parquetRow(record, sinks: run.sinks, outputs: run.outputs, redact: environment.redact))
+                }
+                try writer.finish(sync: true)
+                return
+            }
+            let sink = try OutputStream(path: partial)
             if let header = format.header(sinks: run.sinks, outputs: run.outputs) { sink.write(header) }
-            try source.exportRecords(of: run, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
+            try source.exportRecords(of: run, only: only) { record in
                 sink.write(format.line(record, sinks: run.sinks, outputs: run.outputs, redact: environment.redact))
             }
+            try sink.close()
         }
     }
 
-    /// Parquet: the records streamed into a `.partial` file (row groups written as they
-    /// fill), synced and renamed into place; removed when anything fails.
-    private func writeParquet(
-        to output: String, environment: Environment, masking: (String) -> String,
-        open: () throws -> (source: any ExportSource, missing: (Int64?) -> String)
-    ) throws {
-        let partial = output + ".partial"
-        do {
-            let (source, missing) = try open()
-            guard let run = try source.exportedRun(number: runNumber) else { throw CommandError.usage(missing(runNumber)) }
-            let writer = try ParquetWriter(
-                path: partial, columns: ExportFormat.parquetColumns(sinks: run.sinks, outputs: run.outputs))
-            try source.exportRecords(of: run, only: only.flatMap(ItemStatus.init(rawValue:))) { record in
-                try writer.append(
-                    ExportFormat.parquetRow(record, sinks: run.sinks, outputs: run.outputs, redact: environment.redact))
-            }
-            try writer.finish(sync: true)
-            guard rename(partial, output) == 0 else {
-                throw CommandError.failure("cannot write \(output): \(String(cString: strerror(errno)))")
-            }
-        } catch let error as CommandError {
-            unlink(partial)
-            throw error
-        } catch {
-            unlink(partial)
-            throw CommandError.failure(masking(environment.redact(String(describing: error))))
-        }
-    }
-
-    /// Runs `body` with standard output, or with `-o` a `.partial` file renamed into place
-    /// once `body` is done (removed when it fails): the file appears whole or not at all.
-    private func writeRecords(
-        environment: Environment, masking: (String) -> String = { $0 },
-        _ body: (OutputStream) throws -> Void
+    /// Runs `body` with standard output (nil), or with `-o` the path of a `.partial` file,
+    /// renamed into place once `body` is done (removed when it fails): the file appears
+    /// whole or not at all. A failure other than a `CommandError` is told masked.
+    private func writingInPlace(
+        environment: Environment, masking: (String) -> String, _ body: (String?) throws -> Void
     ) throws {
         let partial = output.map { $0 + ".partial" }
         do {
-            let sink = try OutputStream(path: partial)
-            try body(sink)
-            try sink.close()
+            try body(partial)
             if let partial, let output, rename(partial, output) != 0 {
                 throw CommandError.failure("cannot write \(output): \(String(cString: strerror(errno)))")
             }
