@@ -8,9 +8,9 @@ import ParquetKit
 /// that nothing is left if the process dies), at most `maximumUnpacked` bytes, refused as
 /// soon as its first bytes are not Parquet's.
 extension TableFeed {
-    /// The rows from row number `start + 1` on.
-    func parquetRows(from start: Int, _ each: (Row) throws -> Bool) throws {
-        try withParquet { reader in
+    /// The rows of `table` (`openParquet`) from row number `start + 1` on.
+    func parquetRows(of table: ParquetReader, from start: Int, _ each: (Row) throws -> Bool) throws {
+        try withParquet(table) { reader in
             let names = neededColumns
             let indices = try columnIndices(names, in: reader)
             var first = 0
@@ -32,8 +32,8 @@ extension TableFeed {
     /// The row number of the cursor's key, found from the URL and key columns alone, when
     /// as many rows up to it made items as the run listed (the table is the one listed);
     /// nil otherwise: the listing starts from the first row.
-    func parquetRow(after cursor: FeedCursor) throws -> Int? {
-        try withParquet { reader in
+    func parquetRow(of table: ParquetReader, after cursor: FeedCursor) throws -> Int? {
+        try withParquet(table) { reader in
             let names = [columns.url] + (columns.key.map { [$0] } ?? [])
             let indices = try columnIndices(names, in: reader)
             var at = 0
@@ -77,11 +77,17 @@ extension TableFeed {
         }
     }
 
-    /// `body` with the file open (a `.parquet.gz` is unpacked by `list` before it reads); a
-    /// Parquet error becomes a feed error naming the file.
-    private func withParquet<T>(_ body: (ParquetReader) throws -> T) throws -> T {
+    /// The file open, its footer read: once per listing (a `.parquet.gz` is unpacked by
+    /// `list` before it reads).
+    func openParquet() throws -> ParquetReader {
+        try withParquet(nil) { $0 }
+    }
+
+    /// `body` with `table`, or the file opened; a Parquet error becomes a feed error naming
+    /// the file.
+    private func withParquet<T>(_ table: ParquetReader?, _ body: (ParquetReader) throws -> T) throws -> T {
         do {
-            return try body(try ParquetReader(path: readPath))
+            return try body(try table ?? ParquetReader(path: readPath))
         } catch let error as ParquetError {
             throw FeedError("table \(path): \(error)\(unpacked ? " (of the file unpacked)" : "")")
         }

@@ -115,7 +115,8 @@ public struct TableFeed: Feed {
             local.unpacked = true
             return try local.list(after: cursor, expecting: expect, body)
         }
-        if let expect, let count = countItems() { expect(.counted(count)) }
+        let table = format == .parquet ? try openParquet() : nil
+        if let expect, let count = table.map({ Int($0.rowCount) }) ?? countItems() { expect(.counted(count)) }
         let page = "table \(path)"
         let unit = format == .parquet ? "rows" : "lines"
         var unreadable = LeftOutEntries(page: page, noun: ("row", "rows"), reason: "that cannot be read, at \(unit)")
@@ -133,8 +134,8 @@ public struct TableFeed: Feed {
         var passedItems = 0
         var changed = false
         var startRow = 0
-        if format == .parquet, let cursor {
-            if let row = try parquetRow(after: cursor) { startRow = row }
+        if let table, let cursor {
+            if let row = try parquetRow(of: table, after: cursor) { startRow = row }
             passing = nil
         }
         func handle(_ row: Row) throws -> Bool {
@@ -172,8 +173,8 @@ public struct TableFeed: Feed {
             }
             return try body(FeedItem(key: key, url: url, stem: FeedItem.stem(ofURL: url), metadata: metadata))
         }
-        if format == .parquet {
-            try parquetRows(from: startRow, handle)
+        if let table {
+            try parquetRows(of: table, from: startRow, handle)
             return
         }
         try textRows(handle)
@@ -262,7 +263,8 @@ public struct TableFeed: Feed {
     }
 
     /// How many rows `list` would list: the lines that are not blank, less a header; a
-    /// Parquet file's row count (from its footer; none for a gzipped one).
+    /// Parquet file's row count (from its footer; none for a gzipped one, which `list`
+    /// counts once it has unpacked it).
     public func countItems() -> Int? {
         guard object == nil else { return nil }
         if format == .parquet {
