@@ -94,7 +94,7 @@ public final class ParquetReader {
         columns = try Self.leaves(of: schema, at: footerStart)
         var groups: [RowGroup] = []
         var total: Int64 = 0
-        for case .structure(let group) in metadata.list(4) ?? [] {
+        for group in metadata.list(4) ?? [] {
             let rows = try group.requiredInt(3, "a row group's row count")
             let (sum, overflow) = total.addingReportingOverflow(rows)
             guard rows >= 0, !overflow else { throw ParquetError(offset: group.offset, "a row group of \(rows) rows") }
@@ -105,8 +105,8 @@ public final class ParquetReader {
                     offset: group.offset, "a row group of \(chunks.count) column chunks for \(columns.count) columns")
             }
             var read: [Chunk] = []
-            for value in chunks {
-                guard case .structure(let chunk) = value, let meta = chunk.structure(3) else {
+            for chunk in chunks {
+                guard let meta = chunk.structure(3) else {
                     throw ParquetError(offset: group.offset, "a column chunk without its metadata")
                 }
                 guard chunk.binary(1) == nil else {
@@ -144,10 +144,7 @@ public final class ParquetReader {
 
     /// The schema's leaves, from its depth-first list: each element with children is a
     /// group, and its next `num_children` elements (recursively) are inside it.
-    private static func leaves(of schema: [ThriftValue], at offset: Int) throws -> [ParquetColumn] {
-        var elements: [ThriftStruct] = []
-        for case .structure(let element) in schema { elements.append(element) }
-        guard elements.count == schema.count else { throw ParquetError(offset: offset, "a schema element is not a struct") }
+    private static func leaves(of elements: [ThriftStruct], at offset: Int) throws -> [ParquetColumn] {
         var leaves: [ParquetColumn] = []
         var next = 1
         func walk(path: [String], nested: Bool) throws {

@@ -25,14 +25,14 @@ enum ThriftType: UInt8 {
     case structure = 12
 }
 
-/// A decoded value. Integers of every width are `int`; a list of anything but structs, or
-/// a map, is `skipped`.
+/// A decoded value. Integers of every width are `int`; a list is a list of structs (a list
+/// of anything else, or a map, is `skipped`).
 enum ThriftValue {
     case bool(Bool)
     case int(Int64)
     case double(Double)
     case binary([UInt8])
-    case list([ThriftValue])
+    case list([ThriftStruct])
     case structure(ThriftStruct)
     case skipped
 }
@@ -44,50 +44,39 @@ struct ThriftStruct {
     /// Where the struct began in the file, for errors.
     var offset: Int
 
-    var fields: Fields {
-        get { Fields(list: fieldList) }
-        set { fieldList = newValue.list }
-    }
-
-    /// The fields by id (the last of a repeated id wins, as a dictionary's would).
-    struct Fields {
-        var list: [(id: Int16, value: ThriftValue)]
-
-        subscript(id: Int16) -> ThriftValue? {
-            get { list.last { $0.id == id }?.value }
-            set {
-                list.removeAll { $0.id == id }
-                if let newValue { list.append((id, newValue)) }
-            }
+    /// The field of an id (the last of a repeated id wins, as a dictionary's would).
+    subscript(id: Int16) -> ThriftValue? {
+        get { fieldList.last { $0.id == id }?.value }
+        set {
+            fieldList.removeAll { $0.id == id }
+            if let newValue { fieldList.append((id, newValue)) }
         }
-
-        var keys: [Int16] { list.map(\.id) }
     }
 
     func int(_ id: Int16) -> Int64? {
-        if case .int(let value)? = fields[id] { return value }
+        if case .int(let value)? = self[id] { return value }
         return nil
     }
 
     func bool(_ id: Int16) -> Bool? {
-        if case .bool(let value)? = fields[id] { return value }
+        if case .bool(let value)? = self[id] { return value }
         return nil
     }
 
     func binary(_ id: Int16) -> [UInt8]? {
-        if case .binary(let value)? = fields[id] { return value }
+        if case .binary(let value)? = self[id] { return value }
         return nil
     }
 
     func string(_ id: Int16) -> String? { binary(id).flatMap { String(validating: $0, as: UTF8.self) } }
 
     func structure(_ id: Int16) -> ThriftStruct? {
-        if case .structure(let value)? = fields[id] { return value }
+        if case .structure(let value)? = self[id] { return value }
         return nil
     }
 
-    func list(_ id: Int16) -> [ThriftValue]? {
-        if case .list(let value)? = fields[id] { return value }
+    func list(_ id: Int16) -> [ThriftStruct]? {
+        if case .list(let value)? = self[id] { return value }
         return nil
     }
 
@@ -190,9 +179,9 @@ struct ThriftReader {
                 for _ in 0..<count { _ = try read(element, depth: depth + 1) }
                 return .skipped
             }
-            var values: [ThriftValue] = []
+            var values: [ThriftStruct] = []
             values.reserveCapacity(Int(min(count, 1 << 16)))
-            for _ in 0..<count { values.append(.structure(try readStruct(depth: depth + 1))) }
+            for _ in 0..<count { values.append(try readStruct(depth: depth + 1)) }
             return .list(values)
         case .map:
             let count = try varint()
@@ -202,10 +191,8 @@ struct ThriftReader {
                 count <= UInt64(end - position) / 2, depth < Self.maximumDepth
             else { throw ParquetError(offset: fileOffset, "a malformed map") }
             for _ in 0..<count {
-                _ = key == .structure ? ThriftValue.structure(try readStruct(depth: depth + 1)) : try read(key, depth: depth + 1)
-                _ =
-                    value == .structure
-                    ? ThriftValue.structure(try readStruct(depth: depth + 1)) : try read(value, depth: depth + 1)
+                _ = try read(key, depth: depth + 1)
+                _ = try read(value, depth: depth + 1)
             }
             return .skipped
         case .structure: return .structure(try readStruct(depth: depth))

@@ -203,11 +203,11 @@ struct ParquetTests {
         try #require(Self.encode(page) == Array(bytes[start..<end]), "the page header does not re-encode as it was")
         func changed(_ field: Int16, inside: Int16? = nil, to value: Int64) -> [UInt8] {
             var edited = page
-            if let inside, case .structure(var inner)? = edited.fields[inside] {
-                inner.fields[field] = .int(value)
-                edited.fields[inside] = .structure(inner)
+            if let inside, case .structure(var inner)? = edited[inside] {
+                inner[field] = .int(value)
+                edited[inside] = .structure(inner)
             } else {
-                edited.fields[field] = .int(value)
+                edited[field] = .int(value)
             }
             let encoded = Self.encode(edited)
             #expect(encoded.count == end - start, "the edited header changed length")
@@ -227,8 +227,8 @@ struct ParquetTests {
     /// A page header's fields (integers, booleans, structs of them) in the compact protocol.
     static func encode(_ value: ThriftStruct) -> [UInt8] {
         func fields(_ value: ThriftStruct, _ writer: inout ThriftWriter) {
-            for id in value.fields.keys.sorted() {
-                switch value.fields[id]! {
+            for id in value.fieldList.map(\.id).sorted() {
+                switch value[id]! {
                 case .int(let number): writer.int(id, number, .i32)
                 case .bool(let bit): writer.bool(id, bit)
                 case .structure(let inner): writer.structure(id) { fields(inner, &$0) }
