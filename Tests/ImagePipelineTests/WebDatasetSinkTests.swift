@@ -282,6 +282,36 @@ struct WebDatasetSinkTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
     }
 
+    /// An item a shard holds while another sink retries its delivery: the session waits for
+    /// that delivery before it ends (it used to give the item's place back when the shard
+    /// took it, end with the retry still pending, and leave the item for resume).
+    @Test func aSessionWaitsForASinkThatRetriesAnItemAShardHolds() throws {
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
+        let images = try TestHTTPServer { _ in .bytes(jpeg) }
+        let uploads = Mutex(0)
+        let endpoint = try TestHTTPServer { _ in
+            // The first upload is refused as a passing failure: retried a second later.
+            uploads.withLock { count in
+                count += 1
+                return count == 1 ? .status(503) : .status(200)
+            }
+        }
+        try work.write("\(images.baseURL)/one.jpg\n", to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}],
+             "sinks": [{"type": "webdataset", "path": "shards"}, {"type": "http", "url": "\(endpoint.baseURL)/up"}],
+             "retry": {"attempts": 3, "backoff": 1}}
+            """, to: "pipe.json")
+        let result = try imgpipe("run", "pipe.json", "--state", "state.sqlite")
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(uploads.withLock { $0 } == 2)
+        #expect(try rows("SELECT status FROM item").map { $0["status"] as String } == ["done"])
+        let keys = try shards(in: work.url("shards")).mapValues { try sampleKeys(of: $0) }
+        #expect(keys == ["00000.tar": try rows("SELECT key FROM item").map { $0["key"] as String }], "\(keys)")
+    }
+
     /// An item that fails after the session's last shard was committed (the run ends with no
     /// shard open) is counted in that shard's stats, written again when the session ends.
     @Test func aFailureAfterTheLastShardIsCountedInIt() throws {

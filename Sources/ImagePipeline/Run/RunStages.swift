@@ -790,8 +790,9 @@ final class RunStages: Sendable {
             outcome = try batch.accept(
                 item, attempt: number, settlement,
                 onHold: { [self] in
-                    // Held until the batch commits: the item's slot goes to the next one.
-                    if settlement.setAside() { perform(state.withLock { $0.setAside() }) }
+                    // Held until the batch commits: once nothing else is at work on the item,
+                    // its slot goes to the next one.
+                    if settlement.hold(item.deliveries.count) { perform(state.withLock { $0.setAside() }) }
                 }, record: { entries, commit in record(entries, commit, to: batch.sink) })
         } catch {
             if pipeline.cancellation.isAborted { return leavePending(item, settlement) }
@@ -837,6 +838,7 @@ final class RunStages: Sendable {
         var recorded: [(settlement: Settlement, count: Int)] = []
         for entry in entries {
             let item = entry.item
+            entry.settlement.release(item.deliveries.count)
             switch commit {
             case .delivered(let receipts):
                 guard let receipt = receipts[item.key] else {
@@ -865,9 +867,7 @@ final class RunStages: Sendable {
             landed.signal()
             var rest = outcomes[...]
             for (settlement, count) in settlements {
-                for outcome in rest.prefix(count) {
-                    if let verdict = settlement.add(outcome) { settle(settlement, verdict) }
-                }
+                for outcome in rest.prefix(count) { ended(settlement, outcome) }
                 rest = rest.dropFirst(count)
             }
         }
@@ -888,7 +888,10 @@ final class RunStages: Sendable {
         context.options.batchFlush?.register(nil)
         guard committing else {
             for batch in batches.values {
-                for entry in batch.discard() { leavePending(entry.item, entry.settlement) }
+                for entry in batch.discard() {
+                    entry.settlement.release(entry.item.deliveries.count)
+                    leavePending(entry.item, entry.settlement)
+                }
             }
             return
         }
@@ -908,9 +911,7 @@ final class RunStages: Sendable {
 
     /// Leaves one sink's deliveries of an item pending (for resume).
     private func leavePending(_ item: BatchItem, _ settlement: Settlement) {
-        for _ in item.deliveries {
-            if let verdict = settlement.add(nil) { settle(settlement, verdict) }
-        }
+        for _ in item.deliveries { ended(settlement, nil) }
     }
 
     /// Records one sink's end of some of an item's deliveries, in one transaction, and
@@ -918,9 +919,17 @@ final class RunStages: Sendable {
     private func record(_ changes: [StoreChange], _ settlement: Settlement) {
         metrics?.recording(changes)
         writer.submit(changes) { [self] outcomes in
-            for outcome in outcomes {
-                if let verdict = settlement.add(outcome) { settle(settlement, verdict) }
-            }
+            for outcome in outcomes { ended(settlement, outcome) }
+        }
+    }
+
+    /// One of the item's deliveries ended (nil: left pending): the item is settled after its
+    /// last; before, it gives its slot back once all it waits for is held in batches.
+    private func ended(_ settlement: Settlement, _ outcome: ChangeOutcome?) {
+        if let verdict = settlement.add(outcome) {
+            settle(settlement, verdict)
+        } else if settlement.asideIfOnlyHeld() {
+            perform(state.withLock { $0.setAside() })
         }
     }
 
@@ -1022,24 +1031,55 @@ final class Settlement: Sendable {
     }
 
     let job: RunStages.Job
-    private let outcomes: Mutex<(remaining: Int, failure: ItemFailure?, completed: Bool)>
-    private let heldInBatch = Mutex(false)
 
-    init(job: RunStages.Job, remaining: Int) {
-        self.job = job
-        outcomes = Mutex((remaining, nil, false))
-    }
+    private struct State {
+        /// Deliveries not ended yet.
+        var remaining: Int
+        var failure: ItemFailure?
+        var completed = false
+        /// Of those, the ones held in sinks' open batches.
+        var held = 0
+        /// Whether the item gave its slot back (once, when all it waited for was held).
+        var setAside = false
 
-    /// Marks the item held in a sink's open batch; true the first time (the item gives its
-    /// slot back once, however many sinks hold it).
-    func setAside() -> Bool {
-        heldInBatch.withLock { held in
-            defer { held = true }
-            return !held
+        /// Sets the item aside if every delivery it waits for is held in a batch; true then.
+        mutating func asideIfOnlyHeld() -> Bool {
+            guard !setAside, held > 0, held == remaining else { return false }
+            setAside = true
+            return true
         }
     }
 
-    var wasSetAside: Bool { heldInBatch.withLock { $0 } }
+    private let outcomes: Mutex<State>
+
+    init(job: RunStages.Job, remaining: Int) {
+        self.job = job
+        outcomes = Mutex(State(remaining: remaining))
+    }
+
+    /// `count` deliveries of the item are held in a sink's open batch; true when the item
+    /// gives its slot back now: the first time every delivery it still waits for is held
+    /// (another sink still at work on it, retrying, keeps the slot, so the session waits
+    /// for it).
+    func hold(_ count: Int) -> Bool {
+        outcomes.withLock { state in
+            state.held += count
+            return state.asideIfOnlyHeld()
+        }
+    }
+
+    /// `count` held deliveries come to their end: their batch committed, failed or was
+    /// dropped (each is then added as ended).
+    func release(_ count: Int) {
+        outcomes.withLock { $0.held -= count }
+    }
+
+    /// After a delivery ended without a verdict: true when the item gives its slot back now.
+    func asideIfOnlyHeld() -> Bool {
+        outcomes.withLock { $0.asideIfOnlyHeld() }
+    }
+
+    var wasSetAside: Bool { outcomes.withLock { $0.setAside } }
 
     /// One delivery's end (nil: left pending); the verdict once every delivery has ended.
     func add(_ outcome: ChangeOutcome?) -> Verdict? {
