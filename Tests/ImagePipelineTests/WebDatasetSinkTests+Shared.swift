@@ -30,6 +30,68 @@ extension WebDatasetSinkTests {
         }
     }
 
+    /// A worker stopped (SIGSTOP) past its lease while its open shard holds items: another
+    /// worker takes its chunk and finishes the run. Woken, the first learns its leases are
+    /// gone and drops the shard instead of committing it: each item is in one shard only.
+    @Test func aWorkerStoppedPastItsLeaseDropsTheShardItHolds() throws {
+        let (cluster, url, server) = try sharedRun(
+            items: 12, sink: #"{"type": "webdataset", "path": "shards", "samplesPerShard": 100}"#)
+        defer { cluster.dropDatabase(url) }
+        defer { withExtendedLifetime(server) {} }
+        let lease = ["--lease", "3", "--heartbeat", "0.5", "--chunk-size", "6", "-j", "1"]
+        let stopped = try ImgpipeBinary.launch(["work", "pipe.json", "--state", url] + lease, in: work.path)
+        defer { if stopped.process.isRunning { stopped.signal(SIGKILL) } }
+        // Stopped once its open shard holds two samples.
+        let deadline = Date().addingTimeInterval(120)
+        var holding = 0
+        while holding < 2, stopped.process.isRunning, Date() < deadline {
+            let folder = (try? FileManager.default.contentsOfDirectory(atPath: work.url("shards"))) ?? []
+            let open = folder.filter { $0.hasPrefix(WebDatasetSink.partialPrefix) && $0.hasSuffix(".tar") }
+            holding =
+                open.compactMap { FileManager.default.contents(atPath: work.url("shards/" + $0)) }
+                .map { $0.ranges(of: Data(".json\u{0}".utf8)).count }.max() ?? 0
+            if holding < 2 { usleep(10_000) }
+        }
+        try #require(holding >= 2, "the first worker's open shard never held two samples")
+        stopped.signal(SIGSTOP)
+
+        let other = try ImgpipeBinary.run(["work", "pipe.json", "--state", url] + lease, in: work.path)
+        #expect(other.status == 0, "\(other.stderr)")
+        stopped.signal(SIGCONT)
+        let late = stopped.wait()
+        #expect(late.status == 0, "\(late.stderr)")
+
+        let shards = try shards(in: work.url("shards"))
+        let all = try shards.values.flatMap { try sampleKeys(of: $0) }
+        #expect(all.count == 12 && Set(all).count == 12, "each item in one shard: \(all.sorted())")
+        let numbers = shards.keys.compactMap { Int($0.dropLast(4)) }.sorted()
+        #expect(numbers == Array(0..<numbers.count), "\(shards.keys.sorted())")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
+    }
+
+    /// A database for a shared run of `items` images from a loopback server into `sink`
+    /// (`pipe.json`). Each image takes 0.2 s to arrive, one at a time per worker: workers
+    /// have items to claim for seconds. The server is returned to be kept alive.
+    func sharedRun(items: Int, sink: String) throws -> (PostgresCluster, String, TestHTTPServer) {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.makeDatabase()
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
+        let server = try TestHTTPServer { _ in
+            var response = TestHTTPServer.Response.bytes(jpeg)
+            response.stall = 0.2
+            return response
+        }
+        let names = (1...items).map { String(format: "img-%02d.jpg", $0) }
+        try work.write(names.map { "\(server.baseURL)/\($0)\n" }.joined(), to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "filters": [{"op": "fit", "width": 24, "height": 24}], "limits": {"downloads": 1},
+             "sink": \(sink)}
+            """, to: "pipe.json")
+        return (cluster, url, server)
+    }
+
     /// The objects under `prefix` of a bucket, downloaded by boto3 into a new folder by
     /// their names below the prefix; the folder.
     func download(from moto: MotoServer, bucket: String, prefix: String) throws -> String {
@@ -48,25 +110,9 @@ extension WebDatasetSinkTests {
     func twoWorkersWriteOneSequence(
         sink: String, environment: [String: String] = [:], shardsFolder: () throws -> String
     ) throws {
-        let cluster = try PostgresCluster.start()
-        let url = try cluster.makeDatabase()
+        let (cluster, url, server) = try sharedRun(items: 20, sink: sink)
         defer { cluster.dropDatabase(url) }
-        // Each image takes 0.2 s to arrive, one at a time per worker: both workers have
-        // items to claim for seconds.
-        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
-        let server = try TestHTTPServer { _ in
-            var response = TestHTTPServer.Response.bytes(jpeg)
-            response.stall = 0.2
-            return response
-        }
-        let names = (1...20).map { String(format: "img-%02d.jpg", $0) }
-        try work.write(names.map { "\(server.baseURL)/\($0)\n" }.joined(), to: "urls.txt")
-        try work.write(
-            """
-            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
-             "filters": [{"op": "fit", "width": 24, "height": 24}], "limits": {"downloads": 1},
-             "sink": \(sink)}
-            """, to: "pipe.json")
+        defer { withExtendedLifetime(server) {} }
         let workers = try (0..<2).map { _ in
             try ImgpipeBinary.launch(
                 ["work", "pipe.json", "--state", url, "--chunk-size", "2", "-j", "1"], in: work.path, environment: environment)

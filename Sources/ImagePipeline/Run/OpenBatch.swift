@@ -19,12 +19,19 @@ final class OpenBatch: Sendable {
     enum Commit: Sendable {
         case delivered([String: DeliveryReceipt])
         case failed(DeliveryFailure)
+        /// Not delivered, and no longer held: left pending (another worker's item now).
+        case dropped
     }
 
     let sink: any Sink
     private let held = Mutex<[Entry]>([])
+    /// Whether an item's delivery may go out now (`RunStateStore.deliveryGate`).
+    private let gate: @Sendable (String) -> DeliveryGate
 
-    init(_ sink: any Sink) { self.sink = sink }
+    init(_ sink: any Sink, gate: @escaping @Sendable (String) -> DeliveryGate = { _ in .go }) {
+        self.sink = sink
+        self.gate = gate
+    }
 
     /// Hands `item` to the sink. An item it holds is registered with `settlement`, and
     /// `onHold` runs before anything else can reach the batch; when the sink says the batch
@@ -61,6 +68,7 @@ final class OpenBatch: Sendable {
 
     private func commit(_ held: inout [Entry], _ record: ([Entry], Commit) -> Void) {
         guard !held.isEmpty else { return }
+        guard regate(&held, record) else { return commit(&held, record) }
         let entries = held
         held.removeAll()
         do throws(DeliveryFailure) {
@@ -68,6 +76,37 @@ final class OpenBatch: Sendable {
         } catch {
             record(entries, .failed(error))
         }
+    }
+
+    /// Asks the gate of every held item, as a delivery's attempt does: true when each may go.
+    /// A worker stopped past its lease holds items another worker has taken since: a batch
+    /// holding one would deliver it twice, so the sink drops the batch, those items are
+    /// left pending (`dropped`), and the others are handed to the sink again, into a new
+    /// batch (false: `held` is that batch). While the worker cannot tell yet (`wait`: its
+    /// last heartbeat is too old), it asks again, for up to a minute, then counts them lost.
+    private func regate(_ held: inout [Entry], _ record: ([Entry], Commit) -> Void) -> Bool {
+        var gates = held.map { gate($0.item.key) }
+        for _ in 0..<600 where gates.contains(.wait) {
+            usleep(100_000)
+            gates = held.map { gate($0.item.key) }
+        }
+        guard gates.contains(where: { $0 != .go }) else { return true }
+        let entries = held
+        held.removeAll()
+        sink.discard()
+        for (entry, gate) in zip(entries, gates) {
+            guard gate == .go else {
+                record([entry], .dropped)
+                continue
+            }
+            switch Result(catching: { () throws(DeliveryFailure) in try sink.accept(entry.item, attempt: 1) }) {
+            case .success(.held): held.append(entry)
+            case .success(.delivered(let receipt)): record([entry], .delivered([entry.item.key: receipt]))
+            case .success(.retry): record([entry], .dropped)
+            case .failure(let failure): record([entry], .failed(failure))
+            }
+        }
+        return false
     }
 
     /// Drops the open batch (the run stops at once); returns the items it held.
@@ -83,6 +122,8 @@ final class OpenBatch: Sendable {
 /// How a feed that waits for work to end elsewhere (a shared run's chunks) has the runner
 /// commit what its sinks hold (`PipelineRunner.Options.batchFlush`): a worker whose last
 /// items sit in a batch that is not full would otherwise wait for its own chunks forever.
+/// The runner commits once nothing else of its session is at work (each item ended or
+/// held), so a feed may ask as often as it waits.
 public final class BatchFlush: Sendable {
     private let action = Mutex<(@Sendable () -> Void)?>(nil)
 

@@ -31,7 +31,8 @@ final class RunStages: Sendable {
 
     init(_ context: RunContext) throws {
         self.context = context
-        batches = context.sinks.mapValues(OpenBatch.init)
+        let store = context.store
+        batches = context.sinks.mapValues { OpenBatch($0, gate: { store.deliveryGate(key: $0) }) }
         let counts = try context.store.counts(runId: context.runId)
         state = Mutex(
             RunState(
@@ -57,7 +58,7 @@ final class RunStages: Sendable {
     // MARK: - the session
 
     func drive() throws -> RunSummary {
-        context.options.batchFlush?.register { [weak self] in self?.commitOpenBatches() }
+        context.options.batchFlush?.register { [weak self] in self?.commitOpenBatchesOnceIdle() }
         let run = context.run
         let store = context.store
         let started = Date()
@@ -847,8 +848,9 @@ final class RunStages: Sendable {
                     continue
                 }
                 changes += delivered(item, to: sink, receipt)
-            case .failed where pipeline.cancellation.isAborted:
-                // Cut short by the run's stop, not refused: left for resume, not failed.
+            case .failed where pipeline.cancellation.isAborted, .dropped:
+                // Cut short by the run's stop, not refused, or another worker's item now: left
+                // pending, not failed.
                 leavePending(item, entry.settlement)
                 continue
             case .failed(let failure):
@@ -874,8 +876,16 @@ final class RunStages: Sendable {
         landed.wait()
     }
 
-    /// Commits what every sink holds now (a feed with nothing more to give this session for
-    /// a while: `BatchFlush`).
+    /// A feed with nothing more to give this session for a while (`BatchFlush`): what every
+    /// sink holds is committed once nothing else of the session is at work (every item it
+    /// was given has ended or is held in a batch), so the batches hold all they can: asked
+    /// while items are still made, a flush would commit them one by one.
+    private func commitOpenBatchesOnceIdle() {
+        guard state.withLock({ $0.inFlight == 0 }) else { return }
+        commitOpenBatches()
+    }
+
+    /// Commits what every sink holds now.
     private func commitOpenBatches() {
         for batch in batches.values {
             batch.commit { entries, commit in record(entries, commit, to: batch.sink) }
