@@ -346,9 +346,10 @@ struct MemoryBudgetTests {
         #expect(budget.admit(600, unless: { false }))
         let order = LockedBox<[String]>([])
         let done = DispatchGroup()
-        func until(_ condition: () -> Bool) {
+        func until(_ condition: () -> Bool, sourceLocation: SourceLocation = #_sourceLocation) {
             let deadline = Date().addingTimeInterval(30)
             while !condition(), Date() < deadline { usleep(1000) }
+            #expect(condition(), "not reached within 30 s", sourceLocation: sourceLocation)
         }
         for (name, need) in [("large", 700), ("small", 100)] {
             let waitingBefore = budget.waiting

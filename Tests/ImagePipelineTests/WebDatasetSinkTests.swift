@@ -312,6 +312,67 @@ struct WebDatasetSinkTests {
         #expect(keys == ["00000.tar": try rows("SELECT key FROM item").map { $0["key"] as String }], "\(keys)")
     }
 
+    /// Ctrl-C while another sink's uploads of items a shard holds outlast the grace period:
+    /// the shard is committed before the abort (the items are made; only the other sink is
+    /// still at work), not dropped with it; resume then finishes the uploads alone.
+    @Test func aGracePeriodThatRunsOutCommitsWhatTheShardHolds() throws {
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
+        let images = try TestHTTPServer { _ in .bytes(jpeg) }
+        let released = Mutex(false)
+        let uploads = Mutex(0)
+        let endpoint = try TestHTTPServer { _ in
+            // Each item's first upload is refused at once (503: tried again after the shard
+            // took the item, as deliveries go sink by sink); the retries are held until the
+            // test lets them go (two minutes at most).
+            guard
+                uploads.withLock({ count in
+                    count += 1
+                    return count > 3
+                })
+            else { return .status(503) }
+            let deadline = Date().addingTimeInterval(120)
+            while !released.withLock({ $0 }), Date() < deadline { usleep(10_000) }
+            return .status(200)
+        }
+        defer { released.withLock { $0 = true } }
+        try work.write((1...3).map { "\(images.baseURL)/\($0).jpg\n" }.joined(), to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}], "limits": {"uploads": 6, "timeout": 150},
+             "sinks": [{"type": "webdataset", "name": "shards", "path": "shards", "samplesPerShard": 100},
+                       {"type": "http", "name": "archive", "url": "\(endpoint.baseURL)/up"}],
+             "retry": {"attempts": 3, "backoff": 0.1}}
+            """, to: "pipe.json")
+        let running = try ImgpipeBinary.launch(["run", "pipe.json", "--state", "state.sqlite"], in: work.path)
+        defer { if running.process.isRunning { running.signal(SIGKILL) } }
+        let deadline = Date().addingTimeInterval(120)
+        var holding = 0
+        while holding < 3, running.process.isRunning, Date() < deadline {
+            let folder = (try? FileManager.default.contentsOfDirectory(atPath: work.url("shards"))) ?? []
+            holding =
+                folder.filter { $0.hasPrefix(WebDatasetSink.partialPrefix) && $0.hasSuffix(".tar") }
+                .compactMap { FileManager.default.contents(atPath: work.url("shards/" + $0)) }
+                .map { $0.ranges(of: Data(".json\u{0}".utf8)).count }.max() ?? 0
+            if holding < 3 { usleep(10_000) }
+        }
+        try #require(holding == 3, "the open shard never held the three samples")
+        running.signal(SIGINT)
+        let interrupted = running.wait()
+        #expect(interrupted.status != 0, "\(interrupted.stderr)")
+        #expect(interrupted.stderr.contains("grace period over"), "\(interrupted.stderr)")
+        let keys = try rows("SELECT key FROM item ORDER BY key").map { $0["key"] as String }
+        #expect(try shards(in: work.url("shards")).mapValues { try sampleKeys(of: $0).sorted() } == ["00000.tar": keys])
+        let shardDeliveries = try rows("SELECT status FROM delivery WHERE sink = 'shards'").map { $0["status"] as String }
+        #expect(shardDeliveries == ["done", "done", "done"])
+
+        released.withLock { $0 = true }
+        let resumed = try imgpipe("resume", "pipe.json", "--state", "state.sqlite")
+        #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+        #expect(try rows("SELECT status FROM item").map { $0["status"] as String } == ["done", "done", "done"])
+        #expect(try shards(in: work.url("shards")).keys.sorted() == ["00000.tar"], "no shard written again")
+    }
+
     /// An item that fails after the session's last shard was committed (the run ends with no
     /// shard open) is counted in that shard's stats, written again when the session ends.
     @Test func aFailureAfterTheLastShardIsCountedInIt() throws {

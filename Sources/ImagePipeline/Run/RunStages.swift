@@ -110,6 +110,9 @@ final class RunStages: Sendable {
             {
                 if !state.withLock({ $0.aborted }) {
                     context.reporter.notice("grace period over; leaving unfinished items for resume")
+                    // What the batches hold is made (only another sink may still be at work
+                    // on those items): committed, not dropped with the abort.
+                    commitOpenBatches()
                 }
                 interrupt(now: true)
                 break
@@ -704,8 +707,9 @@ final class RunStages: Sendable {
     /// output, or one per sink with all the outputs it takes when it takes items whole).
     /// Each sink's delivery goes on by itself (its retries on a timer); a sink may hold the
     /// item in its open batch, and the item, its staged outputs kept, gives its slot back
-    /// until the batch commits. The item is settled when every delivery has ended: done,
-    /// failed, or left pending because the run is stopping.
+    /// once every delivery it still waits for is held (`Settlement.hold`), until the batch
+    /// commits. The item is settled when every delivery has ended: done, failed, or left
+    /// pending because the run is stopping.
     private func deliver(_ job: Job) {
         context.deliverers.submit { [self] in
             // Queued when the run was interrupted: left `processed`, resume delivers it.

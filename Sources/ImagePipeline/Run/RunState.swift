@@ -85,8 +85,9 @@ struct RunState: Sendable {
         return checkDone()
     }
 
-    /// An item is held in a sink's open batch (`Sink.accept`): it gives its slot back
-    /// without a verdict, and ends when the batch commits. The session is over when the
+    /// Every delivery an item still waits for is held in sinks' open batches
+    /// (`Settlement.hold`): it gives its slot back without a verdict, and ends when the last
+    /// of those batches commits. The session is over when the
     /// producer has finished and no item holds a slot: the runner then commits what the
     /// sinks hold before it writes the run's state.
     mutating func setAside() -> ReleaseAction {
