@@ -157,6 +157,7 @@ def scale_section():
     line("`resume` (finished run)", "K resume")
     line("`export --format jsonl` (records/s)", "K export-jsonl", lambda wall, n: f"{wall:.2f} s, {n / wall:,.0f}/s")
     line("`export --format csv` (records/s)", "K export-csv", lambda wall, n: f"{wall:.2f} s, {n / wall:,.0f}/s")
+    line("`export --format parquet` (records/s)", "K export-parquet", lambda wall, n: f"{wall:.2f} s, {n / wall:,.0f}/s")
     line("`plan`", "K plan")
     line("no-op `run --incremental`", "K incremental")
     line("floor: listing the folder (`find -printf`)", "K listing")

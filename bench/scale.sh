@@ -3,8 +3,8 @@
 # command on a state file of N items, N = 10k, 100k, 1M by default. The feed is a folder
 # of N hard links to 1×1 PNGs (50,000 links each) (made by a script, cached in bench/work/scale-N), the
 # pipeline fits to 256×256 and writes JPEGs to a folder. For each N, timed with
-# /usr/bin/time: the run, `status --json`, `resume` of the finished run, `export` (JSONL and
-# CSV), `plan`, a no-op `run --incremental`, and the floors of the goals: a listing of the
+# /usr/bin/time: the run, `status --json`, `resume` of the finished run, `export` (JSONL,
+# CSV and Parquet), `plan`, a no-op `run --incremental`, and the floors of the goals: a listing of the
 # folder with each file's size and time (`find -printf`), and one pass over the state's
 # items, outputs and deliveries (Python's sqlite3). The state file's size after the run
 # and after the no-op incremental run. Lines "K label N wall_s peak_rss_kb" (sizes: "K state
@@ -52,7 +52,7 @@ for n in $SIZES; do
   [ "$n" -le "$MAX" ] || continue
   dir=$WORK/scale-$n
   tiny_folder "$n"
-  rm -rf "$dir/out" "$dir/state" "$dir/export.jsonl" "$dir/export.csv"
+  rm -rf "$dir/out" "$dir/state" "$dir/export.jsonl" "$dir/export.csv" "$dir/export.parquet"
   work_pipeline "$dir/p.json" "scale-$n" '{ "type": "directory", "path": "feed" }' out
   state=$dir/state/s.sqlite
   timed "K run $n" "$OUT" "$BIN" run "$dir/p.json" --state "$state" --quiet
@@ -61,6 +61,7 @@ for n in $SIZES; do
   timed "K resume $n" "$OUT" "$BIN" resume "$dir/p.json" --state "$state" --quiet
   timed "K export-jsonl $n" "$OUT" "$BIN" export "$dir/p.json" --state "$state" --format jsonl -o "$dir/export.jsonl"
   timed "K export-csv $n" "$OUT" "$BIN" export "$dir/p.json" --state "$state" --format csv -o "$dir/export.csv"
+  timed "K export-parquet $n" "$OUT" "$BIN" export "$dir/p.json" --state "$state" --format parquet -o "$dir/export.parquet"
   timed "K plan $n" "$OUT" "$BIN" plan "$dir/p.json" --state "$state"
   timed "K incremental $n" "$OUT" "$BIN" run "$dir/p.json" --state "$state" --incremental --quiet
   echo "K state after-incremental $n $(state_mb "$state") 0" >> "$OUT"
