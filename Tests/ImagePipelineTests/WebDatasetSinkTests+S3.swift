@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipelineTesting
+import Synchronization
 import Testing
 
 @testable import ImagePipeline
@@ -107,6 +108,21 @@ extension WebDatasetSinkTests {
         #expect(try shards(in: folder).mapValues { try sampleKeys(of: $0) } == ["00000.tar": ["a", "b"], "00001.tar": ["c"]])
     }
 
+    /// An earlier try of this very upload still under way answers the retry 409, then
+    /// finishes: the look before the next try finds the shard there with this one's digest,
+    /// and it keeps its number (it was uploaded again under the next one).
+    @Test func aConflictWithItsOwnEarlierTryKeepsTheNumber() throws {
+        let moto = try MotoServer()
+        let bucket = "imgpipe-" + UUID().uuidString.prefix(8).lowercased()
+        try moto.createBucket(bucket)
+        let sink = try bucketSink(moto, bucket: bucket, workRoot: work.url("work"))
+        try moto.inject([MotoServer.Fault("PUT /\(bucket)/sets/00000.tar", status: 409, after: true, times: 1)])
+        for item in try items(["a", "b"]) { _ = try sink.accept(item, attempt: 1) }
+        #expect(try sink.commit()["a"]?.remoteURL == "s3://\(bucket)/sets/00000.tar")
+        sink.finish()
+        #expect(try moto.objects(in: bucket).keys.filter { $0.hasSuffix(".tar") } == ["sets/00000.tar"])
+    }
+
     /// Another conditional write of the key under way (409) is waited for and tried again, a
     /// few times, not a hundred; then the shard fails saying why.
     @Test func aConflictThatLastsFailsTheShardAfterItsRetries() throws {
@@ -172,6 +188,45 @@ extension WebDatasetSinkTests {
         #expect(moved.status == 0, "\(moved.stderr)")
         let folder = try download(from: moto, bucket: buckets[1], prefix: "")
         #expect(try shards(in: folder).values.flatMap { try sampleKeys(of: $0) }.sorted() == ["p1.png", "p2.png", "p3.png"])
+    }
+
+    /// Ctrl-C, and the grace period runs out while an http sink's retries hang: the shard is
+    /// committed then, and a passing 500 on its upload is tried again (the first Ctrl-C
+    /// does not cut a commit's retries short, only a second one does): its items are not
+    /// failed.
+    @Test func aCommitAfterCtrlCTriesAPassingFailureAgain() throws {
+        let moto = try MotoServer()
+        let bucket = "imgpipe-" + UUID().uuidString.prefix(8).lowercased()
+        try moto.createBucket(bucket)
+        let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
+        let images = try TestHTTPServer { _ in .bytes(jpeg) }
+        let (endpoint, uploads, release) = try hangingEndpoint(refusingFirst: 2)
+        defer { release() }
+        try work.write((1...2).map { "\(images.baseURL)/\($0).jpg\n" }.joined(), to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "filters": [{"op": "fit", "width": 16, "height": 16}], "limits": {"uploads": 6, "timeout": 150},
+             "sinks": [{"type": "webdataset", "name": "shards", "samplesPerShard": 100,
+                        "s3": {"bucket": "\(bucket)", "endpoint": "\(moto.endpoint)"}},
+                       {"type": "http", "name": "archive", "url": "\(endpoint.baseURL)/up"}],
+             "retry": {"attempts": 3, "backoff": 0.1}}
+            """, to: "pipe.json")
+        try moto.inject([MotoServer.Fault("PUT /\(bucket)/00000.tar", status: 500, times: 1)])
+        let running = try ImgpipeBinary.launch(
+            ["run", "pipe.json", "--state", "state.sqlite"], in: work.path, environment: moto.credentials)
+        defer { if running.process.isRunning { running.signal(SIGKILL) } }
+        // Both items held in the shard: their retried uploads to the http sink hang.
+        let deadline = Date().addingTimeInterval(120)
+        while uploads() < 4, running.process.isRunning, Date() < deadline { usleep(10_000) }
+        try #require(uploads() >= 4, "the http sink's retries never came")
+        running.signal(SIGINT)
+        let interrupted = running.wait()
+        #expect(interrupted.stderr.contains("grace period over"), "\(interrupted.stderr)")
+        let shard = try rows("SELECT status FROM delivery WHERE sink = 'shards'").map { $0["status"] as String }
+        #expect(shard == ["done", "done"], "\(interrupted.stderr)")
+        #expect(try rows("SELECT count(*) AS n FROM item WHERE status = 'failed'").first?["n"] as Int? == 0)
+        #expect(try moto.objects(in: bucket).keys.filter { $0.hasSuffix(".tar") } == ["00000.tar"])
     }
 
     /// What `validate` says of a sink with no place, an `s3` key a shard sink does not take,

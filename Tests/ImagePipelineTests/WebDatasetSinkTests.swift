@@ -312,29 +312,34 @@ struct WebDatasetSinkTests {
         #expect(keys == ["00000.tar": try rows("SELECT key FROM item").map { $0["key"] as String }], "\(keys)")
     }
 
+    /// An http sink's endpoint whose first `refused` uploads are answered 503 at once (each
+    /// tried again after the shard took its item, as an item's deliveries go sink by sink),
+    /// and whose later ones hang until `release` (two minutes at most); `uploads` counts them.
+    func hangingEndpoint(refusingFirst refused: Int) throws -> (
+        server: TestHTTPServer, uploads: @Sendable () -> Int, release: @Sendable () -> Void
+    ) {
+        let state = LockedBox((uploads: 0, released: false))
+        let server = try TestHTTPServer { _ in
+            let count = state.withLock { state in
+                state.uploads += 1
+                return state.uploads
+            }
+            guard count > refused else { return .status(503) }
+            let deadline = Date().addingTimeInterval(120)
+            while !state.withLock({ $0.released }), Date() < deadline { usleep(10_000) }
+            return .status(200)
+        }
+        return (server, { state.withLock { $0.uploads } }, { state.withLock { $0.released = true } })
+    }
+
     /// Ctrl-C while another sink's uploads of items a shard holds outlast the grace period:
     /// the shard is committed before the abort (the items are made; only the other sink is
     /// still at work), not dropped with it; resume then finishes the uploads alone.
     @Test func aGracePeriodThatRunsOutCommitsWhatTheShardHolds() throws {
         let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
         let images = try TestHTTPServer { _ in .bytes(jpeg) }
-        let released = Mutex(false)
-        let uploads = Mutex(0)
-        let endpoint = try TestHTTPServer { _ in
-            // Each item's first upload is refused at once (503: tried again after the shard
-            // took the item, as deliveries go sink by sink); the retries are held until the
-            // test lets them go (two minutes at most).
-            guard
-                uploads.withLock({ count in
-                    count += 1
-                    return count > 3
-                })
-            else { return .status(503) }
-            let deadline = Date().addingTimeInterval(120)
-            while !released.withLock({ $0 }), Date() < deadline { usleep(10_000) }
-            return .status(200)
-        }
-        defer { released.withLock { $0 = true } }
+        let (endpoint, uploads, release) = try hangingEndpoint(refusingFirst: 3)
+        defer { release() }
         try work.write((1...3).map { "\(images.baseURL)/\($0).jpg\n" }.joined(), to: "urls.txt")
         try work.write(
             """
@@ -357,6 +362,10 @@ struct WebDatasetSinkTests {
             if holding < 3 { usleep(10_000) }
         }
         try #require(holding == 3, "the open shard never held the three samples")
+        // And the three retried uploads under way (a retry still on its timer would be left
+        // pending by the Ctrl-C, and the session end at once).
+        while uploads() < 6, running.process.isRunning, Date() < deadline { usleep(10_000) }
+        try #require(uploads() == 6, "the http sink's retries never came")
         running.signal(SIGINT)
         let interrupted = running.wait()
         #expect(interrupted.status != 0, "\(interrupted.stderr)")
@@ -366,7 +375,7 @@ struct WebDatasetSinkTests {
         let shardDeliveries = try rows("SELECT status FROM delivery WHERE sink = 'shards'").map { $0["status"] as String }
         #expect(shardDeliveries == ["done", "done", "done"])
 
-        released.withLock { $0 = true }
+        release()
         let resumed = try imgpipe("resume", "pipe.json", "--state", "state.sqlite")
         #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
         #expect(try rows("SELECT status FROM item").map { $0["status"] as String } == ["done", "done", "done"])

@@ -27,10 +27,16 @@ final class OpenBatch: Sendable {
     private let held = Mutex<[Entry]>([])
     /// Whether an item's delivery may go out now (`RunStateStore.deliveryGate`).
     private let gate: @Sendable (String) -> DeliveryGate
+    /// Whether the run stops at once (a second Ctrl-C).
+    private let isAborted: @Sendable () -> Bool
 
-    init(_ sink: any Sink, gate: @escaping @Sendable (String) -> DeliveryGate = { _ in .go }) {
+    init(
+        _ sink: any Sink, gate: @escaping @Sendable (String) -> DeliveryGate = { _ in .go },
+        isAborted: @escaping @Sendable () -> Bool = { false }
+    ) {
         self.sink = sink
         self.gate = gate
+        self.isAborted = isAborted
     }
 
     /// Hands `item` to the sink. An item it holds is registered with `settlement`, and
@@ -83,13 +89,15 @@ final class OpenBatch: Sendable {
     /// holding one would deliver it twice, so the sink drops the batch, those items are
     /// left pending (`dropped`), and the others are handed to the sink again, into a new
     /// batch (false: `held` is that batch). While the worker cannot tell yet (`wait`: its
-    /// last heartbeat is too old), it asks again, for up to a minute, then counts them lost.
+    /// last heartbeat is too old), it asks again, as a delivery's attempt does, until the run
+    /// stops at once: the batch is then dropped, its items left pending.
     private func regate(_ held: inout [Entry], _ record: ([Entry], Commit) -> Void) -> Bool {
         var gates = held.map { gate($0.item.key) }
-        for _ in 0..<600 where gates.contains(.wait) {
+        while gates.contains(.wait), !isAborted() {
             usleep(100_000)
             gates = held.map { gate($0.item.key) }
         }
+        if gates.contains(.wait) { gates = gates.map { $0 == .go ? .go : .drop } }
         guard gates.contains(where: { $0 != .go }) else { return true }
         let entries = held
         held.removeAll()
@@ -102,7 +110,7 @@ final class OpenBatch: Sendable {
             switch Result(catching: { () throws(DeliveryFailure) in try sink.accept(entry.item, attempt: 1) }) {
             case .success(.held): held.append(entry)
             case .success(.delivered(let receipt)): record([entry], .delivered([entry.item.key: receipt]))
-            case .success(.retry): record([entry], .dropped)
+            case .success(.retry(_, let failure)): record([entry], .failed(DeliveryFailure(failure)))
             case .failure(let failure): record([entry], .failed(failure))
             }
         }

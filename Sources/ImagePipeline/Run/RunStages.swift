@@ -32,7 +32,10 @@ final class RunStages: Sendable {
     init(_ context: RunContext) throws {
         self.context = context
         let store = context.store
-        batches = context.sinks.mapValues { OpenBatch($0, gate: { store.deliveryGate(key: $0) }) }
+        let cancellation = context.pipeline.cancellation
+        batches = context.sinks.mapValues {
+            OpenBatch($0, gate: { store.deliveryGate(key: $0) }, isAborted: { cancellation.isAborted })
+        }
         let counts = try context.store.counts(runId: context.runId)
         state = Mutex(
             RunState(

@@ -27,9 +27,11 @@ final class ShardBucket: ShardPlace {
         self.folder = folder
         self.options = options
         self.metadata = metadata
+        // A commit goes on through the first Ctrl-C (the session commits what it holds): only
+        // an abort cuts its retries short, and its items are then left pending.
         let http = client.http
         self.retry = RetryLoop(
-            attempts: retry.attempts, backoff: retry.backoff, isCancelled: { http.cancellation?.isCancelled ?? false })
+            attempts: retry.attempts, backoff: retry.backoff, isCancelled: { http.cancellation?.isAborted ?? false })
     }
 
     func staging(workRoot: String, sink: String) -> String {
@@ -58,6 +60,9 @@ final class ShardBucket: ShardPlace {
     }
 
     func address(of name: String) -> String { client.address(of: folder + name) }
+
+    /// An upload whose answer was lost may have been stored.
+    var failureMayHavePublished: Bool { true }
 
     func shards() throws -> [String: Int] {
         var sizes: [String: Int] = [:]
@@ -105,8 +110,10 @@ final class ShardBucket: ShardPlace {
         // many turns as processes publishing at once, not as shards.
         for _ in 0..<1000 {
             let name = WebDatasetSink.shardName(number)
-            // A look that fails is no answer: the upload's condition still holds.
-            if case .some(.some) = try? client.headObject(key: folder + name) {
+            // A look that fails is no answer: the upload's condition still holds. A shard there
+            // with this one's digest is this one (an earlier try that S3 finished late).
+            if case .some(.some(let there)) = try? client.headObject(key: folder + name) {
+                if there["x-amz-meta-imgpipe-sha256"] == sha256 { return number }
                 number = try self.number(after: number)
                 continue
             }
@@ -133,7 +140,8 @@ final class ShardBucket: ShardPlace {
                     throw ItemFailure(
                         .upload, "cannot publish the shard as \(address(of: name)): \(error.message) (after \(conflicts) tries)")
                 }
-                Thread.sleep(forTimeInterval: RetryPolicy.delay(afterAttempt: conflicts, backoff: retry.backoff))
+                let until = Date().addingTimeInterval(RetryPolicy.delay(afterAttempt: conflicts, backoff: retry.backoff))
+                while Date() < until, !retry.isCancelled() { usleep(50_000) }
             } catch {
                 // The last try may have been stored with its answer lost.
                 if (try? self.sha256(of: name)) == sha256 { return number }

@@ -19,6 +19,9 @@ protocol ShardPlace: Sendable {
     /// The SHA-256 of a shard's bytes; nil when the place cannot say (a shard imgpipe did
     /// not write).
     func sha256(of name: String) throws -> String?
+    /// Whether a `publish` that failed may have published the shard all the same (an upload
+    /// stored whose answer was lost): its journal entry is then kept for the next session.
+    var failureMayHavePublished: Bool { get }
     /// Publishes the whole, flushed temporary shard `partial` under the first free number
     /// from `first` (never one another process took, so numbers have no gaps); its number.
     /// `partial` stays where it is.
@@ -56,6 +59,9 @@ struct ShardFolder: ShardPlace {
     let root: String
 
     func staging(workRoot: String, sink: String) -> String { root }
+
+    /// A `link` that failed made no name.
+    var failureMayHavePublished: Bool { false }
 
     func prepare(workRoot: String, sink: String) throws {
         do {

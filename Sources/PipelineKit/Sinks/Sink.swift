@@ -164,7 +164,8 @@ public protocol Sink: Sendable {
     /// (an item without one is left undelivered, for resume); throws the failure of the
     /// whole batch, which fails each of its items. Nothing open: nothing to do.
     func commit() throws(DeliveryFailure) -> [String: DeliveryReceipt]
-    /// Drops the open batch (the run stops at once): its items stay undelivered.
+    /// Drops the open batch: its items stay undelivered. The run stops at once, or (a shared
+    /// run's worker that lost some of the batch's items) hands the sink the others again.
     func discard()
     /// Called when the run stops, after the last commit.
     func finish()

@@ -251,7 +251,7 @@ public final class WebDatasetSink: Sink {
             } catch {
                 // Its publishing failed, maybe after the shard was stored: the next session
                 // settles it, so a retry of its failed items never writes them twice.
-                if let entry { try? state.journal?.keepUnsettled(entry) }
+                if let entry, place.failureMayHavePublished { try? state.journal?.keepUnsettled(entry) }
                 throw DeliveryFailure(error)
             }
         }

@@ -36,12 +36,13 @@ public struct WebDatasetSinkParameters: SinkParameters {
         guard let s3 else { return try folderSink(context, outputs: outputs) }
         let client = try s3.client(in: context.environment, http: context.client())
         let folder = try bucketFolder(in: context.environment)
-        // Two such sinks under one prefix (however it is spelled) would write every sample twice.
-        let here = (client.endpoint.absoluteString, client.bucket, folder)
+        // Two such sinks under one prefix (however it is spelled: compared as the URL of the
+        // prefix) would write every sample twice.
+        let here = client.url(key: folder).absoluteString
         for other in context.spec.sinks where other.name != context.name {
             guard let parameters = other.parameters as? Self, let theirs = parameters.s3,
                 let bucket = try? theirs.client(in: context.environment, http: context.client()),
-                let them = try? (bucket.endpoint.absoluteString, bucket.bucket, parameters.bucketFolder(in: context.environment)),
+                let them = try? bucket.url(key: parameters.bucketFolder(in: context.environment)).absoluteString,
                 them == here
             else { continue }
             throw SpecError(
