@@ -312,19 +312,20 @@ struct WebDatasetSinkTests {
         #expect(keys == ["00000.tar": try rows("SELECT key FROM item").map { $0["key"] as String }], "\(keys)")
     }
 
-    /// An http sink's endpoint whose first `refused` uploads are answered 503 at once (each
-    /// tried again after the shard took its item, as an item's deliveries go sink by sink),
-    /// and whose later ones hang until `release` (two minutes at most); `uploads` counts them.
-    func hangingEndpoint(refusingFirst refused: Int) throws -> (
+    /// An http sink's endpoint that answers each item's first upload (told apart by its
+    /// `Idempotency-Key`) 503 at once, and hangs its second until `release` (two minutes at
+    /// most); `uploads` counts them. An item's deliveries go one sink after the other: the
+    /// refused upload is tried again on a timer, once the shard holds the item.
+    func hangingEndpoint() throws -> (
         server: TestHTTPServer, uploads: @Sendable () -> Int, release: @Sendable () -> Void
     ) {
-        let state = LockedBox((uploads: 0, released: false))
-        let server = try TestHTTPServer { _ in
-            let count = state.withLock { state in
+        let state = LockedBox((uploads: 0, seen: Set<String>(), released: false))
+        let server = try TestHTTPServer { request in
+            let first = state.withLock { state in
                 state.uploads += 1
-                return state.uploads
+                return state.seen.insert(request.headers["idempotency-key"] ?? "").inserted
             }
-            guard count > refused else { return .status(503) }
+            guard !first else { return .status(503) }
             let deadline = Date().addingTimeInterval(120)
             while !state.withLock({ $0.released }), Date() < deadline { usleep(10_000) }
             return .status(200)
@@ -338,7 +339,7 @@ struct WebDatasetSinkTests {
     @Test func aGracePeriodThatRunsOutCommitsWhatTheShardHolds() throws {
         let jpeg = try Data(contentsOf: URL(fileURLWithPath: try makeJPEG()))
         let images = try TestHTTPServer { _ in .bytes(jpeg) }
-        let (endpoint, uploads, release) = try hangingEndpoint(refusingFirst: 3)
+        let (endpoint, uploads, release) = try hangingEndpoint()
         defer { release() }
         try work.write((1...3).map { "\(images.baseURL)/\($0).jpg\n" }.joined(), to: "urls.txt")
         try work.write(

@@ -97,7 +97,14 @@ final class OpenBatch: Sendable {
             usleep(100_000)
             gates = held.map { gate($0.item.key) }
         }
-        if gates.contains(.wait) { gates = gates.map { $0 == .go ? .go : .drop } }
+        guard !isAborted() else {
+            // Stopping at once: nothing more is committed.
+            let entries = held
+            held.removeAll()
+            sink.discard()
+            for entry in entries { record([entry], .dropped) }
+            return false
+        }
         guard gates.contains(where: { $0 != .go }) else { return true }
         let entries = held
         held.removeAll()

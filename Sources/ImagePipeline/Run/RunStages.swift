@@ -114,7 +114,8 @@ final class RunStages: Sendable {
                 if !state.withLock({ $0.aborted }) {
                     context.reporter.notice("grace period over; leaving unfinished items for resume")
                     // What the batches hold is made (only another sink may still be at work
-                    // on those items): committed, not dropped with the abort.
+                    // on those items): committed, each request made once, not dropped with the
+                    // abort.
                     commitOpenBatches()
                 }
                 interrupt(now: true)
@@ -855,9 +856,9 @@ final class RunStages: Sendable {
                     continue
                 }
                 changes += delivered(item, to: sink, receipt)
-            case .failed where pipeline.cancellation.isAborted, .dropped:
-                // Cut short by the run's stop, not refused, or another worker's item now: left
-                // pending, not failed.
+            case .failed where pipeline.cancellation.isCancelled, .dropped:
+                // A commit that failed while the run stops (its requests made once, not tried
+                // again), or another worker's item now: left pending for resume, not failed.
                 leavePending(item, entry.settlement)
                 continue
             case .failed(let failure):

@@ -37,9 +37,10 @@ public struct HTTPResult: Sendable {
 /// Tries an operation again while its failure may pass: exponential backoff with jitter
 /// (`backoff` × 2^(n−1) × 0.5…1.5), or the server's `Retry-After` (at most 60 s).
 ///
-/// It waits on the calling thread, so it is only used where one thread does one thing in
-/// order: listing a feed's pages. Items' downloads and deliveries return "retry after N"
-/// to the runner instead, which waits on a timer.
+/// It waits on the calling thread (in steps, so that a stop ends the wait), so it is only
+/// used where one thread does one thing in order: listing a feed's pages, a batching
+/// sink's commit. Items' downloads and deliveries return "retry after N" to the runner
+/// instead, which waits on a timer.
 public struct RetryLoop: Sendable {
     public let attempts: Int
     public let backoff: Double
@@ -70,7 +71,8 @@ public struct RetryLoop: Sendable {
                         kind: error.kind, message: error.message + (attempt > 1 ? " (after \(attempt) attempts)" : ""),
                         status: error.status, retryAfter: error.retryAfter)
                 }
-                Thread.sleep(forTimeInterval: error.retryDelay(attempt: attempt, backoff: backoff))
+                let until = Date().addingTimeInterval(error.retryDelay(attempt: attempt, backoff: backoff))
+                while Date() < until, !isCancelled() { Thread.sleep(forTimeInterval: min(0.05, until.timeIntervalSinceNow)) }
                 attempt += 1
             }
         }

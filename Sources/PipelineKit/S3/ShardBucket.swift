@@ -27,11 +27,11 @@ final class ShardBucket: ShardPlace {
         self.folder = folder
         self.options = options
         self.metadata = metadata
-        // A commit goes on through the first Ctrl-C (the session commits what it holds): only
-        // an abort cuts its retries short, and its items are then left pending.
+        // Once the run is stopping, a request is made once, not tried again: a commit's items
+        // whose shard did not go up are then left pending (`RunStages.record`).
         let http = client.http
         self.retry = RetryLoop(
-            attempts: retry.attempts, backoff: retry.backoff, isCancelled: { http.cancellation?.isAborted ?? false })
+            attempts: retry.attempts, backoff: retry.backoff, isCancelled: { http.cancellation?.isCancelled ?? false })
     }
 
     func staging(workRoot: String, sink: String) -> String {
@@ -139,6 +139,9 @@ final class ShardBucket: ShardPlace {
                 guard conflicts < retry.attempts else {
                     throw ItemFailure(
                         .upload, "cannot publish the shard as \(address(of: name)): \(error.message) (after \(conflicts) tries)")
+                }
+                guard !retry.isCancelled() else {
+                    throw ItemFailure(.upload, "cannot publish the shard as \(address(of: name)): \(error.message)")
                 }
                 let until = Date().addingTimeInterval(RetryPolicy.delay(afterAttempt: conflicts, backoff: retry.backoff))
                 while Date() < until, !retry.isCancelled() { usleep(50_000) }

@@ -36,13 +36,12 @@ public struct WebDatasetSinkParameters: SinkParameters {
         guard let s3 else { return try folderSink(context, outputs: outputs) }
         let client = try s3.client(in: context.environment, http: context.client())
         let folder = try bucketFolder(in: context.environment)
-        // Two such sinks under one prefix (however it is spelled: compared as the URL of the
-        // prefix) would write every sample twice.
-        let here = client.url(key: folder).absoluteString
+        // Two such sinks under one prefix (however it is spelled) would write every sample twice.
+        let here = Self.place(client, folder)
         for other in context.spec.sinks where other.name != context.name {
             guard let parameters = other.parameters as? Self, let theirs = parameters.s3,
                 let bucket = try? theirs.client(in: context.environment, http: context.client()),
-                let them = try? bucket.url(key: parameters.bucketFolder(in: context.environment)).absoluteString,
+                let them = try? Self.place(bucket, parameters.bucketFolder(in: context.environment)),
                 them == here
             else { continue }
             throw SpecError(
@@ -54,6 +53,17 @@ public struct WebDatasetSinkParameters: SinkParameters {
             client: client, folder: folder, options: options, metadata: try options.expandedMetadata(in: context.environment),
             retry: context.retry)
         return WebDatasetSink(name: context.name, place: place, samplesPerShard: samplesPerShard, outputs: outputs)
+    }
+
+    /// A prefix of a bucket as one string, whatever the spelling of its endpoint (a `/` at its
+    /// end) or its addressing (`pathStyle`).
+    private static func place(_ client: S3Client, _ folder: String) -> String {
+        let endpoint = client.endpoint
+        let path = endpoint.path.hasSuffix("/") ? String(endpoint.path.dropLast()) : endpoint.path
+        return [
+            endpoint.scheme ?? "", endpoint.host?.lowercased() ?? "", endpoint.port.map(String.init) ?? "", path,
+            client.bucket, folder,
+        ].joined(separator: "\u{0}")
     }
 
     /// The prefix of the shards in the bucket: the `s3` prefix and `path` below it, ending
