@@ -70,6 +70,19 @@ public final class MotoServer: Sendable {
         _ = FileManager.default.createFile(atPath: holdFlag, contents: Data(text.utf8))
     }
 
+    /// Waits (two minutes at most) until a held request has reached the server, then kills
+    /// `running` (SIGKILL), waits for it and lets held requests go; false, and nothing
+    /// killed, if no held request came while it ran.
+    public func killOnceHeld(_ running: RunningCommand) -> Bool {
+        let deadline = Date().addingTimeInterval(120)
+        while !partSeen, running.process.isRunning, Date() < deadline { usleep(10_000) }
+        guard partSeen else { return false }
+        running.signal(SIGKILL)
+        _ = running.wait()
+        holdParts = false
+        return true
+    }
+
     /// True once a held request has reached the server.
     public var partSeen: Bool { FileManager.default.fileExists(atPath: partSeenFlag) }
 

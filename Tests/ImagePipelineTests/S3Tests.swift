@@ -390,12 +390,7 @@ struct S3Tests {
         let running = try ImgpipeBinary.launch(
             ["run", "pipe.json"], in: work.path, environment: server.credentials.merging(["TMPDIR": temporary]) { $1 })
         defer { if running.process.isRunning { running.signal(SIGKILL) } }
-        let deadline = Date().addingTimeInterval(120)
-        while !server.partSeen, running.process.isRunning, Date() < deadline { usleep(10_000) }
-        try #require(server.partSeen, "the table's download did not reach the server")
-        running.signal(SIGKILL)
-        _ = running.wait()
-        server.holdParts = false
+        try #require(server.killOnceHeld(running), "the table's download did not reach the server")
         #expect(running.process.terminationReason == .uncaughtSignal)
         #expect(try FileManager.default.contentsOfDirectory(atPath: temporary) == [])
     }

@@ -310,12 +310,7 @@ extension WebDatasetSinkTests {
         let running = try ImgpipeBinary.launch(
             ["run", "pipe.json", "--state", "state.sqlite"], in: work.path, environment: moto.credentials)
         defer { if running.process.isRunning { running.signal(SIGKILL) } }
-        let deadline = Date().addingTimeInterval(120)
-        while !moto.partSeen, running.process.isRunning, Date() < deadline { usleep(10_000) }
-        try #require(moto.partSeen, "no part of a shard reached the server")
-        running.signal(SIGKILL)
-        _ = running.wait()
-        moto.holdParts = false
+        try #require(moto.killOnceHeld(running), "no part of a shard reached the server")
         #expect(running.process.terminationReason == .uncaughtSignal)
         #expect(try moto.objects(in: bucket).keys.filter { $0.hasSuffix(".tar") } == [], "no shard is whole yet")
         #expect(try moto.multipartUploads(in: bucket) == ["sets/train/00000.tar"])

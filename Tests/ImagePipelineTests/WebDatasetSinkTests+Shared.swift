@@ -45,11 +45,7 @@ extension WebDatasetSinkTests {
         let deadline = Date().addingTimeInterval(120)
         var holding = 0
         while holding < 2, stopped.process.isRunning, Date() < deadline {
-            let folder = (try? FileManager.default.contentsOfDirectory(atPath: work.url("shards"))) ?? []
-            let open = folder.filter { $0.hasPrefix(WebDatasetSink.partialPrefix) && $0.hasSuffix(".tar") }
-            holding =
-                open.compactMap { FileManager.default.contents(atPath: work.url("shards/" + $0)) }
-                .map { $0.ranges(of: Data(".json\u{0}".utf8)).count }.max() ?? 0
+            holding = openShardSamples()
             if holding < 2 { usleep(10_000) }
         }
         try #require(holding >= 2, "the first worker's open shard never held two samples")

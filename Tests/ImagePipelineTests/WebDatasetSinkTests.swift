@@ -312,6 +312,15 @@ struct WebDatasetSinkTests {
         #expect(keys == ["00000.tar": try rows("SELECT key FROM item").map { $0["key"] as String }], "\(keys)")
     }
 
+    /// The samples of the fullest open (temporary) shard in `shards`, counted by their
+    /// `KEY.json` members' names.
+    func openShardSamples() -> Int {
+        let folder = (try? FileManager.default.contentsOfDirectory(atPath: work.url("shards"))) ?? []
+        return folder.filter { $0.hasPrefix(WebDatasetSink.partialPrefix) && $0.hasSuffix(".tar") }
+            .compactMap { FileManager.default.contents(atPath: work.url("shards/" + $0)) }
+            .map { $0.ranges(of: Data(".json\u{0}".utf8)).count }.max() ?? 0
+    }
+
     /// An http sink's endpoint that answers each item's first upload (told apart by its
     /// `Idempotency-Key`) 503 at once, and hangs its second until `release` (two minutes at
     /// most); `uploads` counts them. An item's deliveries go one sink after the other: the
@@ -355,11 +364,7 @@ struct WebDatasetSinkTests {
         let deadline = Date().addingTimeInterval(120)
         var holding = 0
         while holding < 3, running.process.isRunning, Date() < deadline {
-            let folder = (try? FileManager.default.contentsOfDirectory(atPath: work.url("shards"))) ?? []
-            holding =
-                folder.filter { $0.hasPrefix(WebDatasetSink.partialPrefix) && $0.hasSuffix(".tar") }
-                .compactMap { FileManager.default.contents(atPath: work.url("shards/" + $0)) }
-                .map { $0.ranges(of: Data(".json\u{0}".utf8)).count }.max() ?? 0
+            holding = openShardSamples()
             if holding < 3 { usleep(10_000) }
         }
         try #require(holding == 3, "the open shard never held the three samples")

@@ -157,7 +157,7 @@ final class ShardBucket: ShardPlace {
     /// The number after the highest shard there, and after `number` at least.
     private func number(after number: Int) throws(ItemFailure) -> Int {
         do {
-            return max(number + 1, (try shards().keys.compactMap(WebDatasetSink.shardNumber).max() ?? -1) + 1)
+            return max(number + 1, try nextNumber())
         } catch {
             throw ItemFailure(.upload, "cannot list the shards under \(address(of: "")): \(error)")
         }

@@ -37,6 +37,11 @@ protocol ShardPlace: Sendable {
 }
 
 extension ShardPlace {
+    /// The number after the highest shard there (0 when there is none).
+    func nextNumber() throws -> Int {
+        (try shards().keys.compactMap(WebDatasetSink.shardNumber).max() ?? -1) + 1
+    }
+
     /// Puts `stats` in place as `name`, written first into a file of their own in `staging`
     /// (one a sweep removes, should a kill leave it).
     func place(_ stats: ShardStats, as name: String, staging: String) throws(ItemFailure) {

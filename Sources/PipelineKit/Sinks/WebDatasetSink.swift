@@ -143,7 +143,7 @@ public final class WebDatasetSink: Sink {
         let next: Int
         do {
             journal = try ShardJournal.load(path: path, place: place, staging: staging, outputs: outputs)
-            next = (try place.shards().keys.compactMap(Self.shardNumber).max() ?? -1) + 1
+            next = try place.nextNumber()
         } catch {
             throw SinkError("sink \(name): \(error)")
         }
