@@ -396,6 +396,38 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(try run.counts().done == 1 && run.counts().failed == 0)
     }
 
+    /// The worker's count of items done is written in the fenced transaction that ends the
+    /// items: a connection lost while counting rolls both back, and the replay writes both.
+    /// (Counted after the commit, the count was lost with the connection while the items
+    /// stayed done: `status` and the network-cut test saw one item fewer.)
+    @Test func aConnectionLostWhileCountingLosesNeitherTheItemsNorTheirCount() throws {
+        let run = try worker("w")
+        _ = try list(3, by: run)
+        let chunk = try #require(try run.claim().first)
+        // The first change of the worker's count kills its own connection; a sequence,
+        // not a row, says "once", since the kill rolls back what the transaction wrote.
+        let database = try PostgresConnection(url: url)
+        try database.execute("CREATE SEQUENCE cut_once")
+        try database.execute(
+            """
+            CREATE FUNCTION cut_counting() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF nextval('cut_once') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+                RETURN NEW;
+            END $$
+            """)
+        try database.execute(
+            """
+            CREATE TRIGGER cut_counting BEFORE UPDATE OF items_done ON imgpipe_worker
+            FOR EACH ROW WHEN (OLD.items_done IS DISTINCT FROM NEW.items_done) EXECUTE FUNCTION cut_counting()
+            """)
+        _ = try? run.record([.init(seq: 0, status: .done), .init(seq: 1, status: .done)], in: chunk)
+        #expect(try database.execute("SELECT last_value FROM cut_once").first?.int("last_value") ?? 0 >= 1, "the cut happened")
+        let done = try database.execute("SELECT count(*) AS n FROM imgpipe_item WHERE status = 'done'").first?.int("n")
+        let counted = try database.execute("SELECT items_done FROM imgpipe_worker").first?.int("items_done")
+        #expect(done == 2 && counted == 2, "items done \(String(describing: done)), counted \(String(describing: counted))")
+    }
+
     @Test func aRescueNeverRewritesAChunkFinishedAMomentBefore() throws {
         let run = try worker("w", lease: 1)
         _ = try list(3, by: run)

@@ -486,7 +486,8 @@ public final class SharedRun: @unchecked Sendable {
     /// and the lister's lease, and records its heartbeat; returns the chunks it still holds
     /// (a chunk missing from the answer was rescued: stop working on it). Only known tokens
     /// are renewed: a lease this worker does not know of (a claim whose answer was lost)
-    /// runs out and is rescued.
+    /// runs out and is rescued. Each statement commits alone (never wrap them in one
+    /// transaction): `record` locks a chunk, then the worker row.
     @discardableResult
     public func heartbeat(tokens: [Int64]? = nil) throws -> [Int64: Int64] {
         try connection.execute("UPDATE imgpipe_worker SET heartbeat_at = now() WHERE run_id = $1 AND name = $2", [run, worker])
@@ -591,7 +592,7 @@ public final class SharedRun: @unchecked Sendable {
     @discardableResult
     public func record(_ outcomes: [Outcome], in chunk: Chunk) throws -> Int {
         guard !outcomes.isEmpty else { return 0 }
-        let written = try connection.transaction { () -> Int in
+        return try connection.transaction { () -> Int in
             try fence(chunk)
             let written = try connection.execute(
                 """
@@ -626,17 +627,17 @@ public final class SharedRun: @unchecked Sendable {
                     String(statuses.count { $0 == "failed" }), String(statuses.count { $0 == "skipped" }),
                     SharedItemDetail.tallyText(added),
                 ])
+            // The worker's count, in the same transaction: a replay after a lost connection
+            // counts exactly what it wrote. Lock order is chunk, then worker row; the
+            // heartbeat takes them in the other order but commits each statement alone, so
+            // it never holds one while waiting for the other.
+            if !statuses.isEmpty {
+                try connection.execute(
+                    "UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
+                    [run, worker, String(statuses.count)])
+            }
             return statuses.count
         }
-        // After the fenced transaction, never inside it: the heartbeat locks the worker row
-        // before chunks, so taking it after a chunk could deadlock the two.
-        if written > 0 {
-            // Not replayed: the first try may have counted them.
-            _ = try? connection.execute(
-                "UPDATE imgpipe_worker SET items_done = items_done + $3 WHERE run_id = $1 AND name = $2",
-                [run, worker, String(written)], idempotent: false)
-        }
-        return written
     }
 
     /// Marks `chunk` done when every item in it has ended (fenced like `record`); returns
