@@ -74,6 +74,14 @@ extension RunStoreTests {
         #expect(!lines.contains { $0.contains("delivery_status") }, "\(lines)")
     }
 
+    @Test func aResumeFreesSkippedItemsNamesThroughTheirPrimaryKeys() throws {
+        _ = try filledStore(300)
+        let lines = try plan(RunStore.freeSkippedNamesSQL)
+        #expect(lines.contains("SEARCH output USING INDEX sqlite_autoindex_output_1 (runId=? AND itemKey=?)"), "\(lines)")
+        #expect(lines.contains("SEARCH item USING INDEX item_status (runId=? AND status=?)"), "\(lines)")
+        #expect(searchesOnly(lines) && !lines.contains { $0.contains("output_name") }, "\(lines)")
+    }
+
     @Test func aComparedItemIsReadThroughItsPrimaryKeys() throws {
         _ = try filledStore(300)
         let lines = try plan(RunStore.comparedItemsSQL)

@@ -303,6 +303,12 @@ extension RunStore {
         return false
     }
 
+    /// Whether this process changed any row of the file (SQLite's count of the rows its
+    /// connection inserted, updated or deleted since it opened, its triggers' included).
+    public var changedRows: Bool {
+        ((try? database.read { $0.totalChangesCount }) ?? 1) > 0
+    }
+
     /// Copies the log into the file and empties it (`wal_checkpoint(TRUNCATE)`), as closing
     /// the last connection does. Until then a file cut short can read as sound: pages copied
     /// into it before the cut are still read from the log, which the copy then drops.

@@ -145,10 +145,15 @@ struct RunSession {
     /// run went on (shorter now than when locked, or found otherwise than after one of this
     /// session's writes: cut short or written to, though writes since may have made it as
     /// long again), which is told even when SQLite finds no damage. Nil when sound.
+    ///
+    /// A session that changed no row and found the file as it left it (a `resume` of a
+    /// finished run) wrote nothing that `quick_check` could find broken: the check, a read
+    /// of the whole file (about a second at a million items), is left out.
     private func stateFileProblem(_ store: RunStore, lock: StateLock) -> String? {
         let changed = lock.shrank || store.wasChanged
         let stateFile = lock.stateFile
         store.foldLog()
+        guard changed || store.changedRows else { return nil }
         if let damage = store.damage() {
             return "state file \(stateFile) was damaged while the run was going (\(damage)); start over with "
                 + "`imgpipe run \(options.pipeline) --new --state <another file>`"
