@@ -50,7 +50,7 @@ public struct DirectoryFeed: Feed {
         if let error = unread.error { throw error }
     }
 
-    /// How many files `list` would list, by the same rules (`entries(of:)`), counted without
+    /// How many files `list` would list, by the same rules (`readEntries(of:)`), counted without
     /// making items: `readdir` tells each entry's type, so a regular file costs no `stat`
     /// (only symbolic links, and entries of file systems that do not report types, are
     /// looked at). A folder that cannot be read counts as empty, as `list` lists nothing
@@ -60,18 +60,55 @@ public struct DirectoryFeed: Feed {
     }
 
     private func countFiles(in directory: [UInt8]) -> Int {
-        guard case .success(let entries) = entries(of: directory) else { return 0 }
-        return entries.reduce(0) { count, entry in
-            count + (entry.kind == .image ? 1 : entry.kind == .folder ? countFiles(in: entry.path) : 0)
+        var count = 0
+        _ = readEntries(of: directory) { name, kind in
+            switch kind {
+            case .image: count += 1
+            case .folder: count += countFiles(in: directory + [UInt8(ascii: "/")] + name)
+            }
         }
+        return count
     }
 
-    /// One entry of a folder that the listing looks at.
-    private struct Entry {
+    /// The entries of one folder that the listing looks at, in byte order of their names.
+    /// The names are packed into one buffer: a folder of a million files costs about 30
+    /// bytes a file here, where an array per name (and one per path) cost about 200.
+    private struct FolderEntries {
         enum Kind { case image, folder }
-        let name: [UInt8]
-        let path: [UInt8]
-        let kind: Kind
+
+        /// Eight bytes: a name is at most 255 bytes (`NAME_MAX`), a folder's names at most
+        /// 4 GiB (`append` refuses more).
+        struct Entry {
+            let start: UInt32
+            let count: UInt8
+            let kind: Kind
+        }
+
+        private(set) var names: [UInt8] = []
+        private(set) var entries: [Entry] = []
+
+        /// False when the folder's names would pass 4 GiB.
+        mutating func append(_ name: [UInt8], _ kind: Kind) -> Bool {
+            guard name.count <= Int(UInt8.max), let start = UInt32(exactly: names.count),
+                UInt32(exactly: names.count + name.count) != nil
+            else { return false }
+            entries.append(Entry(start: start, count: UInt8(name.count), kind: kind))
+            names.append(contentsOf: name)
+            return true
+        }
+
+        func name(of entry: Entry) -> ArraySlice<UInt8> { names[Int(entry.start)..<Int(entry.start) + Int(entry.count)] }
+
+        /// Sorts the entries by name, byte by byte (a name that is a prefix of another first).
+        mutating func sort() {
+            names.withUnsafeBufferPointer { buffer in
+                guard let base = buffer.baseAddress else { return }
+                entries.sort { a, b in
+                    let common = memcmp(base + Int(a.start), base + Int(b.start), Int(min(a.count, b.count)))
+                    return common != 0 ? common < 0 : a.count < b.count
+                }
+            }
+        }
     }
 
     /// The entries of `directory` that are listed (files with an image extension: regular
@@ -79,22 +116,34 @@ public struct DirectoryFeed: Feed {
     /// naming them) or walked into (folders, when recursive and not excluded), names in
     /// byte order; or the `errno` of a folder that cannot be read. Names are bytes: one that
     /// is not valid UTF-8 is listed like any other.
-    private func entries(of directory: [UInt8]) -> Result<[Entry], CError> {
-        guard let handle = LocalPath.withCPath(bytes: directory, { opendir($0) }) else { return .failure(CError()) }
+    private func entries(of directory: [UInt8]) -> Result<FolderEntries, CError> {
+        var found = FolderEntries()
+        var full = false
+        let error = readEntries(of: directory) { name, kind in
+            if !full, !found.append(name, kind) { full = true }
+        }
+        if let error { return .failure(error) }
+        if full { return .failure(CError(EOVERFLOW)) }
+        found.sort()
+        return .success(found)
+    }
+
+    /// Calls `body` with each entry of `directory` that the listing looks at, in the order
+    /// `readdir` gives them; returns the `errno` of a folder that cannot be read.
+    private func readEntries(of directory: [UInt8], _ body: ([UInt8], FolderEntries.Kind) -> Void) -> CError? {
+        guard let handle = LocalPath.withCPath(bytes: directory, { opendir($0) }) else { return CError() }
         defer { closedir(handle) }
-        var entries: [Entry] = []
         while true {
             errno = 0
             guard let entry = readdir(handle) else {
                 // The end, or a folder that fails while it is read.
-                if errno != 0 { return .failure(CError()) }
-                break
+                return errno != 0 ? CError() : nil
             }
             let name = Self.nameBytes(of: entry)
             if name.first == UInt8(ascii: ".") { continue }
-            let path = directory + [UInt8(ascii: "/")] + name
             var type = Int(entry.pointee.d_type)
             if type == DT_LNK || type == DT_UNKNOWN {
+                let path = directory + [UInt8(ascii: "/")] + name
                 // Follow a link to a file, never one to a folder.
                 var info = stat()
                 var linkInfo = stat()
@@ -113,12 +162,11 @@ public struct DirectoryFeed: Feed {
                 }
             }
             if type == DT_DIR {
-                if recursive, !isExcluded(path) { entries.append(Entry(name: name, path: path, kind: .folder)) }
+                if recursive, !isExcluded(directory + [UInt8(ascii: "/")] + name) { body(name, .folder) }
             } else if type == DT_REG, Self.hasImageExtension(name) {
-                entries.append(Entry(name: name, path: path, kind: .image))
+                body(name, .image)
             }
         }
-        return .success(entries.sorted { $0.name.lexicographicallyPrecedes($1.name) })
     }
 
     private func isExcluded(_ path: [UInt8]) -> Bool {
@@ -162,19 +210,20 @@ public struct DirectoryFeed: Feed {
         _ directory: [UInt8], relative: [UInt8], after: ArraySlice<[UInt8]> = [], unread: inout UnreadFolders,
         _ body: (FeedItem) throws -> Bool
     ) throws -> Bool {
-        let entries: [Entry]
+        let folder: FolderEntries
         switch self.entries(of: directory) {
-        case .success(let found): entries = found
+        case .success(let found): folder = found
         case .failure(let error):
             if relative.isEmpty { throw FeedError("cannot list source directory \(root): \(error)") }
             unread.add(LocalPath.escaped(relative), error)
             return true
         }
-        for entry in entries {
+        for entry in folder.entries {
+            let name = folder.name(of: entry)
             var rest: ArraySlice<[UInt8]> = []
             if let first = after.first {
-                if entry.name.lexicographicallyPrecedes(first) { continue }
-                if entry.name == first {
+                if name.lexicographicallyPrecedes(first) { continue }
+                if name.elementsEqual(first) {
                     switch entry.kind {
                     case .image where after.count == 1: continue
                     case .folder where after.count > 1: rest = after.dropFirst()
@@ -182,12 +231,13 @@ public struct DirectoryFeed: Feed {
                     }
                 }
             }
-            let key = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
+            let key = relative.isEmpty ? Array(name) : relative + [UInt8(ascii: "/")] + name
+            let path = directory + [UInt8(ascii: "/")] + name
             switch entry.kind {
             case .folder:
-                if try !walk(entry.path, relative: key, after: rest, unread: &unread, body) { return false }
+                if try !walk(path, relative: key, after: rest, unread: &unread, body) { return false }
             case .image:
-                if try !body(FeedItem(key: LocalPath.escaped(key), location: LocalPath.location(entry.path))) { return false }
+                if try !body(FeedItem(key: LocalPath.escaped(key), location: LocalPath.location(path))) { return false }
             }
         }
         return true
