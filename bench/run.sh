@@ -22,6 +22,7 @@
 #
 # Scale section: bench/scale.sh (SCALE_SIZES, SCALE_MAX). Shards: bench/shards.sh and
 # bench/datasets.sh (a Parquet table to shards against img2dataset; a million rows listed).
+# Quality per byte: bench/quality.sh (an SSIM target against a fixed quality).
 # Knobs: RUNS, SCALE (20000), SKIP_PEERS=1 (no mogrify, no img2dataset; the vipsthumbnail
 # floor always runs).
 set -euo pipefail
@@ -137,6 +138,9 @@ sed 's/^/O /' "$WORK/slow-samples.txt" >> "$SAMPLES"
 # Scale: every command on state files of 10k, 100k and 1M items (SCALE_MAX caps them).
 SCALE_SAMPLES="$WORK/scale-samples.txt" bench/scale.sh >/dev/null
 cat "$WORK/scale-samples.txt" >> "$SAMPLES"
+
+# Quality per byte: an SSIM target against the fixed quality that meets it for 95 %.
+ROUNDS=$RUNS bench/quality.sh | tee "$WORK/quality.txt"
 
 # WebDataset shards against a folder, the same images: bench/shards.sh prints its own lines.
 ROUNDS=$RUNS bench/shards.sh | tee "$WORK/shards.txt"

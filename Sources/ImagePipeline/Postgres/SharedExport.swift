@@ -13,6 +13,8 @@ struct SharedItemDetail: Codable {
         let height: Int?
         let bytes: Int?
         let sha256: String?
+        let quality: Int?
+        let ssim: Double?
     }
 
     struct Delivery: Codable {
@@ -34,7 +36,8 @@ struct SharedItemDetail: Codable {
         outputs = record.outputs.map {
             Output(
                 id: $0.id, name: $0.output.name, format: $0.output.format, width: $0.output.width,
-                height: $0.output.height, bytes: $0.output.bytes, sha256: $0.output.sha256)
+                height: $0.output.height, bytes: $0.output.bytes, sha256: $0.output.sha256, quality: $0.output.quality,
+                ssim: $0.output.ssim)
         }
         deliveries = record.deliveries.flatMap { sink in
             sink.byOutput.map {
@@ -130,7 +133,7 @@ public struct SharedExport: ExportSource {
                     id: $0.id,
                     output: ExportRecord.Output(
                         name: $0.name, format: $0.format, width: $0.width, height: $0.height,
-                        bytes: $0.bytes, sha256: $0.sha256)
+                        bytes: $0.bytes, sha256: $0.sha256, quality: $0.quality, ssim: $0.ssim)
                 )
             },
             deliveries: deliveries)

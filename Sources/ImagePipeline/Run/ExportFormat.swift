@@ -116,6 +116,8 @@ public enum ExportFormat: String, Sendable, CaseIterable {
             json.member("height", int: output.height)
             json.member("bytes", int: output.bytes)
             json.member("sha256", output.sha256.map(redact))
+            if let quality = output.quality { json.member("quality", int: quality) }
+            if let ssim = output.ssim { json.member("ssim", number: ssim) }
             json.close()
         }
         json.close()

@@ -44,6 +44,12 @@ struct JSONBytes {
         int(value)
     }
 
+    /// A member holding a number (as `JSONValue` writes one).
+    mutating func member(_ name: String, number value: Double) {
+        key(name)
+        self.value(.number(value, isInteger: false))
+    }
+
     /// A string, or `null` for nil.
     mutating func string(_ value: String?) {
         guard let value else { return null() }

@@ -698,7 +698,7 @@ final class RunStages: Sendable {
                 outputs.append(
                     StagedOutput(
                         id: output.id, path: staged, name: name, sha256: image.sha256,
-                        bytes: image.data.count, width: image.width, height: image.height))
+                        bytes: image.data.count, width: image.width, height: image.height, choice: image.choice))
             }
         } catch {
             for output in outputs { unlink(output.path) }

@@ -211,14 +211,15 @@ extension RunStore {
             for output in outputs {
                 try db.cachedStatement(
                     sql: """
-                        INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height, quality, ssim)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         ON CONFLICT (runId, itemKey, output) DO UPDATE SET name = excluded.name, stagedPath = excluded.stagedPath,
-                            hash = excluded.hash, bytes = excluded.bytes, width = excluded.width, height = excluded.height
+                            hash = excluded.hash, bytes = excluded.bytes, width = excluded.width, height = excluded.height,
+                            quality = excluded.quality, ssim = excluded.ssim
                         """
                 ).execute(arguments: [
                     runId, key, output.id, output.name, output.path, output.sha256, output.bytes,
-                    output.width, output.height,
+                    output.width, output.height, output.choice?.quality, output.choice?.ssim,
                 ])
             }
             try db.cachedStatement(

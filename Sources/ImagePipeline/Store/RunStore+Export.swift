@@ -12,6 +12,9 @@ public struct ExportRecord: Sendable {
         public let height: Int?
         public let bytes: Int?
         public let sha256: String?
+        /// The quality a search chose and the SSIM it reached (`OutputSpec.searchesQuality`).
+        public var quality: Int? = nil
+        public var ssim: Double? = nil
     }
 
     public struct Delivery: Sendable {
@@ -69,7 +72,8 @@ extension RunStore {
                 let id: String = row[2]
                 let output = ExportRecord.Output(
                     name: row.optional(3) ?? "", format: formats[id] ?? "jpeg", width: row.optional(6),
-                    height: row.optional(7), bytes: row.optional(5), sha256: row.optional(4))
+                    height: row.optional(7), bytes: row.optional(5), sha256: row.optional(4), quality: row.optional(8),
+                    ssim: row.optional(9))
                 return (row[0], (order: row[1] as Int64, id: id, output: output))
             }
             let deliveries = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.deliveries), arguments: arguments)) {
@@ -122,7 +126,7 @@ extension RunStore {
             FROM item i WHERE \(filter) ORDER BY i.seq
             """,
             outputs: """
-            SELECT i.seq, o.rowid, o.output, o.name, o.hash, o.bytes, o.width, o.height
+            SELECT i.seq, o.rowid, o.output, o.name, o.hash, o.bytes, o.width, o.height, o.quality, o.ssim
             FROM item i CROSS JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
             WHERE \(filter) AND o.hash IS NOT NULL ORDER BY i.seq
             """,

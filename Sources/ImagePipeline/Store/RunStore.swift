@@ -270,6 +270,15 @@ public final class RunStore: Sendable {
                     ALTER TABLE item ADD COLUMN sourceHeight INTEGER;
                     """)
         }
+        migrator.registerMigration("v11: the quality a search chose") { db in
+            // An output whose quality is searched per image (`"quality": { "ssim": … }`,
+            // `maxBytes`) records the quality chosen and the SSIM it reached.
+            try db.execute(
+                sql: """
+                    ALTER TABLE output ADD COLUMN quality INTEGER;
+                    ALTER TABLE output ADD COLUMN ssim REAL;
+                    """)
+        }
         return migrator
     }
 }

@@ -147,11 +147,14 @@ public struct StagedOutput: Sendable, Equatable {
     public let bytes: Int
     public let width: Int
     public let height: Int
+    /// The quality a search chose (`OutputSpec.searchesQuality`); nil for a fixed one.
+    public let choice: QualityChoice?
 
     public init(
         id: String = OutputSpec.defaultID, path: String, name: String, sha256: String, bytes: Int, width: Int,
-        height: Int
+        height: Int, choice: QualityChoice? = nil
     ) {
+        self.choice = choice
         self.id = id
         self.path = path
         self.name = name

@@ -23,11 +23,14 @@ public struct ProcessedImage: Sendable {
     /// The input as read: its size and the SHA-256 of its bytes (what a run records of its source).
     public let inputBytes: Int
     public let inputSHA256: String
+    /// The quality a search chose (`OutputSpec.searchesQuality`); nil for a fixed one.
+    public let choice: QualityChoice?
 
     package init(
         output: String = OutputSpec.defaultID, data: Data, width: Int, height: Int, inputWidth: Int, inputHeight: Int,
-        inputFormat: ImageFormat, sha256: String, inputBytes: Int, inputSHA256: String
+        inputFormat: ImageFormat, sha256: String, inputBytes: Int, inputSHA256: String, choice: QualityChoice? = nil
     ) {
+        self.choice = choice
         self.output = output
         self.data = data
         self.width = width
@@ -346,8 +349,7 @@ public struct ImageProcessor: Sendable {
                     if outputSteps[index].isEmpty,
                         let twin = pictures.first(where: {
                             $0.image === made && outputSteps[$0.index].isEmpty
-                                && outputs[$0.index].spec.format == output.spec.format
-                                && Self.encoding(of: outputs[$0.index].spec) == Self.encoding(of: output.spec)
+                                && Self.encodeAlike(outputs[$0.index].spec, output.spec)
                         })
                     {
                         encodings.copy(twin.index, to: index, id: output.spec.id)
@@ -374,8 +376,18 @@ public struct ImageProcessor: Sendable {
                 }
                 let encode = { @Sendable [made] () throws(ItemFailure) -> ProcessedImage in
                     let encoded: Data
+                    var choice: QualityChoice?
                     do {
-                        encoded = try made.encoded(Self.encoding(of: output.spec))
+                        if output.spec.searchesQuality {
+                            let found = try QualitySearch(output: output.spec).encode(made)
+                            encoded = found.data
+                            choice = found.choice
+                        } else {
+                            encoded = try made.encoded(Self.encoding(of: output.spec))
+                        }
+                    } catch let failure as ItemFailure {
+                        throw ItemFailure(
+                            failure.reason, failure.message + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
                     } catch {
                         // Pixels are computed while encoding, so a truncated or corrupt input fails here.
                         if let damage = inputDamage(error, data: data, format: format) {
@@ -387,7 +399,7 @@ public struct ImageProcessor: Sendable {
                         output: output.spec.id, data: encoded, width: made.width, height: made.height,
                         inputWidth: header.width, inputHeight: header.height,
                         inputFormat: format, sha256: sha256Hex(encoded),
-                        inputBytes: data.count, inputSHA256: inputSHA256)
+                        inputBytes: data.count, inputSHA256: inputSHA256, choice: choice)
                 }
                 // Encoded on `encoders` while this worker makes the next output, when one of
                 // its threads is free (with more workers than cores, often none is: the
@@ -577,6 +589,13 @@ public struct ImageProcessor: Sendable {
             prepared = try prepared.flattened()
         }
         return prepared
+    }
+
+    /// Whether two outputs' pictures, alike, come out as the same bytes: the same encoding,
+    /// and the same quality search if any.
+    static func encodeAlike(_ a: OutputSpec, _ b: OutputSpec) -> Bool {
+        a.format == b.format && encoding(of: a) == encoding(of: b) && a.ssimTarget == b.ssimTarget
+            && a.maxBytes == b.maxBytes && (!a.searchesQuality || a.minQuality == b.minQuality)
     }
 
     package static func encoding(of output: OutputSpec) -> Encoding {

@@ -40,8 +40,18 @@ public struct OutputSpec: Sendable, Equatable, Codable {
     /// Applied after the pipeline's common `filters`, for this output only.
     public var filters: [FilterSpec] = []
     public var format: OutputFormat = .jpeg
-    /// 1…100, for JPEG, WebP and AVIF (default 85).
+    /// 1…100, for JPEG, WebP and AVIF (default 85): the quality of every image, unless
+    /// `ssimTarget` or `maxBytes` choose one per image.
     public var quality = 85
+    /// `"quality": { "ssim": T }`: each image gets the lowest quality whose encoded result
+    /// reaches SSIM `T` against its pixels before encoding (`QualitySearch`).
+    public var ssimTarget: Double?
+    /// `"maxBytes"`: each image gets the highest quality whose result fits in so many bytes
+    /// (with `ssimTarget`, the target's quality unless the budget forbids it).
+    public var maxBytes: Int?
+    /// The lowest quality a search goes down to (default 30): an image that does not fit
+    /// `maxBytes` even there fails with `limit`.
+    public var minQuality = 30
     /// Remove metadata (EXIF, XMP, ICC) from the output.
     public var strip = true
     /// JPEG: progressive (interlaced) encoding.
@@ -58,8 +68,11 @@ public struct OutputSpec: Sendable, Equatable, Codable {
 
     /// `filters` is not coded: a processor's outputs carry theirs expanded (`OutputPlan`).
     private enum CodingKeys: String, CodingKey {
-        case id, format, quality, strip, progressive, compression, lossless, effort, name
+        case id, format, quality, ssimTarget, maxBytes, minQuality, strip, progressive, compression, lossless, effort, name
     }
+
+    /// Whether each image's quality is chosen by a search (a target or a budget).
+    public var searchesQuality: Bool { ssimTarget != nil || maxBytes != nil }
 }
 
 extension OutputSpec {

@@ -149,7 +149,20 @@ public enum PipelineSchema {
                             ("id", ref("outputID")),
                             ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
                             ("format", .object([("enum", strings(SpecNode.withAliases(OutputFormat.allCases.map(\.rawValue))))])),
-                            ("quality", integerSchema(1...100)),
+                            (
+                                "quality",
+                                .object([
+                                    (
+                                        "oneOf",
+                                        .array([
+                                            integerSchema(1...100),
+                                            object([("ssim", numberSchema(0.5...0.9999))], required: ["ssim"]),
+                                        ])
+                                    )
+                                ])
+                            ),
+                            ("maxBytes", integerSchema(1...Int.max)),
+                            ("minQuality", integerSchema(1...100)),
                             ("strip", .object([("type", .string("boolean"))])),
                             ("progressive", .object([("type", .string("boolean"))])),
                             ("compression", integerSchema(0...9)),

@@ -305,7 +305,7 @@ extension OutputSpec {
     /// and the default name has `{output}` in it).
     package init(node: SpecNode, registry: FilterRegistry = .standard, several: Bool = false) throws {
         let object = try node.object(allowing: [
-            "id", "filters", "format", "quality", "strip", "progressive", "compression",
+            "id", "filters", "format", "quality", "maxBytes", "minQuality", "strip", "progressive", "compression",
             "lossless", "effort", "name",
         ])
         self.init()
@@ -333,15 +333,40 @@ extension OutputSpec {
             }
         }
         try only("quality", for: [.jpeg, .webp, .avif])
+        try only("maxBytes", for: [.jpeg, .webp, .avif])
+        try only("minQuality", for: [.jpeg, .webp, .avif])
         try only("progressive", for: [.jpeg])
         try only("compression", for: [.png])
         try only("lossless", for: [.webp])
         try only("effort", for: [.webp, .avif])
-        quality = try object.optional("quality", default: quality) { try $0.integer(in: 1...100) }
+        if let node = object.member("quality"), case .object = node.value {
+            // A target instead of a number: the quality is searched per image.
+            let target = try node.object(allowing: ["ssim"])
+            ssimTarget = try target.required("ssim") { try $0.number(in: 0.5...0.9999) }
+        } else {
+            quality = try object.optional("quality", default: quality) { node in
+                guard case .number = node.value else {
+                    throw node.expected("a quality 1…100 or a target such as { \"ssim\": 0.97 }")
+                }
+                return try node.integer(in: 1...100)
+            }
+        }
+        maxBytes = try object.optional("maxBytes") { try $0.integer(in: 1...Int.max) }
+        minQuality = try object.optional("minQuality", default: minQuality) { try $0.integer(in: 1...100) }
+        if object.has("minQuality"), !searchesQuality {
+            throw SpecError(
+                path: object.path.appending("minQuality").description,
+                message: "used only with a quality target (\"quality\": { \"ssim\": 0.97 }) or maxBytes")
+        }
         strip = try object.optional("strip", default: strip) { try $0.bool() }
         progressive = try object.optional("progressive", default: progressive) { try $0.bool() }
         compression = try object.optional("compression", default: compression) { try $0.integer(in: 0...9) }
         lossless = try object.optional("lossless", default: lossless) { try $0.bool() }
+        if lossless, searchesQuality {
+            throw SpecError(
+                path: object.path.appending(ssimTarget != nil ? "quality" : "maxBytes").description,
+                message: "lossless WebP has no quality to choose; drop \"lossless\" or the target")
+        }
         effort = try object.optional("effort", default: effort) { try $0.integer(in: 0...(format == .webp ? 6 : 9)) }
         name = try object.optional("name", default: several ? NameTemplate.standardOfSeveral : NameTemplate.standard) {
             try NameTemplate($0)

@@ -294,6 +294,10 @@ struct StatusCommand: ParsableCommand {
                 if let most = group.compactMap({ FailureAdvice.bytes(in: $0.0.message) }).max() {
                     fix = "raise `limits.maxBytes` to \(most)"
                 }
+            case "output-budget":
+                // The output's settings are part of what a resume keeps: a re-run remakes
+                // what they change.
+                then = "`imgpipe run \(pipelineFile)\(stateOption) --incremental`"
             case "name-clash":
                 // The output's name is part of what a resume keeps: a new run takes it.
                 then = "a new run: `imgpipe run \(pipelineFile)\(stateOption)`"

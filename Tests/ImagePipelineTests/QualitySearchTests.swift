@@ -1,0 +1,254 @@
+import Foundation
+import ImagePipelineTesting
+import Testing
+import VipsKit
+
+@testable import ImagePipeline
+@testable import PipelineKit
+
+/// An output's quality chosen per image (`QualitySearch`): an SSIM target, a byte budget,
+/// both, on the real photos of `samples/`, checked on the bytes written and their decoded
+/// pixels against the pixels before encoding.
+@Suite("Quality per image")
+struct QualitySearchTests {
+    static let samples = DeployTests.root + "/samples"
+    /// Real photos of several kinds: a sharp night launch, a still life, a portrait, a
+    /// deep-sky field full of fine detail.
+    static let photos = ["rocket.jpg", "coffee.webp", "astronaut-exif-rotated.jpg", "hubble-deep-field.jpg"]
+    let fit = FilterStep.fit(width: 512, height: 512, enlarge: false)
+
+    /// One output of `spec` made from the sample `name`, fitted to 512.
+    func made(_ name: String, _ spec: OutputSpec) throws -> ProcessedImage {
+        let image = try ImageProcessor(filters: [fit], output: spec, limits: Limits()).process(.file(Self.samples + "/" + name))
+        VipsRuntime.endThreadWork()
+        return image
+    }
+
+    /// The pixels before encoding: the same chain, written losslessly.
+    func reference(_ name: String) throws -> VipsImage {
+        var lossless = OutputSpec()
+        lossless.format = .png
+        return try VipsImage.open(data: try made(name, lossless).data).materialized()
+    }
+
+    func jpeg(_ target: Double? = nil, maxBytes: Int? = nil, quality: Int = 85) -> OutputSpec {
+        var spec = OutputSpec()
+        spec.ssimTarget = target
+        spec.maxBytes = maxBytes
+        spec.quality = quality
+        return spec
+    }
+
+    /// The SSIM of `reference` encoded as JPEG at `quality`, decoded again.
+    func ssim(of reference: VipsImage, atQuality quality: Int) throws -> Double {
+        let bytes = try reference.encoded(.jpeg(quality: quality, progressive: false, strip: true))
+        return try VipsImage.open(data: bytes).structuralSimilarity(to: reference)
+    }
+
+    @Test func aTargetGivesEachPhotoTheLowestQualityThatReachesIt() throws {
+        for name in Self.photos {
+            let image = try made(name, jpeg(0.97))
+            let choice = try #require(image.choice, "\(name): no choice recorded")
+            let reference = try reference(name)
+            // The bytes written, decoded, reach the target against the pixels before encoding,
+            // and the SSIM recorded is theirs.
+            let reached = try VipsImage.open(data: image.data).structuralSimilarity(to: reference)
+            #expect(abs(reached - (choice.ssim ?? 0)) < 1e-9, "\(name): recorded \(choice.ssim ?? 0), measured \(reached)")
+            if choice.quality < 100 {
+                #expect(reached >= 0.97, "\(name): SSIM \(reached) at quality \(choice.quality)")
+                // One quality lower falls short: the lowest that reaches it.
+                if choice.quality > 30 {
+                    #expect(try ssim(of: reference, atQuality: choice.quality - 1) < 0.97, "\(name) at \(choice.quality - 1)")
+                }
+            }
+            // Never more bytes than the quality a fixed setting would need for all of them.
+            let fixed = try made(name, jpeg(quality: 95))
+            #expect(image.data.count <= fixed.data.count, "\(name): \(image.data.count) against q95's \(fixed.data.count)")
+        }
+    }
+
+    @Test func aTargetSavesBytesOnPhotosThatDoNotNeedTheHighestQuality() throws {
+        // A still life and a portrait reach 0.97 well below 95.
+        for name in ["coffee.webp", "astronaut-exif-rotated.jpg"] {
+            let searched = try made(name, jpeg(0.97))
+            let fixed = try made(name, jpeg(quality: 95))
+            #expect(try #require(searched.choice).quality < 95, "\(name)")
+            #expect(
+                Double(searched.data.count) < 0.8 * Double(fixed.data.count),
+                "\(name): \(searched.data.count) vs \(fixed.data.count)")
+        }
+    }
+
+    @Test func aBudgetGivesTheHighestQualityThatFits() throws {
+        for name in Self.photos {
+            var spec = OutputSpec()
+            spec.format = .webp
+            spec.maxBytes = 20_000
+            let image = try made(name, spec)
+            let choice = try #require(image.choice)
+            #expect(image.data.count <= 20_000, "\(name): \(image.data.count) bytes")
+            #expect(choice.ssim == nil, "no target: no SSIM computed")
+            if choice.quality < 100 {
+                let reference = try reference(name)
+                let above = try reference.encoded(.webp(quality: choice.quality + 1, lossless: false, effort: 4, strip: true))
+                #expect(above.count > 20_000, "\(name): quality \(choice.quality + 1) fits too (\(above.count) bytes)")
+            }
+        }
+    }
+
+    @Test func aTargetTheBudgetForbidsGivesWayToTheBudget() throws {
+        let alone = try made("hubble-deep-field.jpg", jpeg(0.99))
+        let both = try made("hubble-deep-field.jpg", jpeg(0.99, maxBytes: 40_000))
+        #expect(alone.data.count > 40_000, "the target alone is over the budget (\(alone.data.count))")
+        #expect(both.data.count <= 40_000)
+        #expect(try #require(both.choice).quality < #require(alone.choice).quality)
+        #expect(try #require(both.choice?.ssim) < 0.99, "the SSIM recorded is the one reached")
+        // A budget the target fits under changes nothing.
+        let roomy = try made("coffee.webp", jpeg(0.97, maxBytes: 10_000_000))
+        let plain = try made("coffee.webp", jpeg(0.97))
+        #expect(roomy.data == plain.data && roomy.choice == plain.choice)
+    }
+
+    @Test func aBudgetNothingFitsFailsAsLimitNamingTheSizeReached() throws {
+        var spec = jpeg(maxBytes: 800)
+        spec.minQuality = 40
+        do throws(ItemFailure) {
+            _ = try ImageProcessor(filters: [fit], output: spec, limits: Limits()).process(.file(Self.samples + "/rocket.jpg"))
+            Issue.record("a 512-pixel photo fit in 800 bytes")
+        } catch {
+            #expect(error.reason == .limit)
+            #expect(error.message.contains("at quality 40 (minQuality), over maxBytes 800"), "\(error.message)")
+            let size = try #require(FailureAdvice.bytes(in: error.message))
+            #expect(size > 800)
+            #expect(FailureAdvice.of(reason: "limit", message: error.message, httpStatus: nil).cause == "output-budget")
+        }
+    }
+
+    @Test func theSamePixelsGiveTheSameChoiceEveryTime() throws {
+        let first = try made("rocket.jpg", jpeg(0.95))
+        let again = try made("rocket.jpg", jpeg(0.95))
+        #expect(first.data == again.data && first.choice == again.choice)
+    }
+
+    @Test func twoOutputsAlikeButForTheirTargetAreEncodedEachTheirOwnWay() throws {
+        var low = jpeg(0.9)
+        low.id = "low"
+        var high = jpeg(0.99)
+        high.id = "high"
+        let images = try ImageProcessor(filters: [fit], outputs: [OutputPlan(low), OutputPlan(high)], limits: Limits())
+            .processOutputs(.file(Self.samples + "/coffee.webp"))
+        VipsRuntime.endThreadWork()
+        #expect(images[0].data.count < images[1].data.count)
+        #expect(try #require(images[0].choice).quality < #require(images[1].choice).quality)
+    }
+
+    @Test func theSearchFindsWhatAScanFindsInAFewProbes() {
+        // Monotone curves of several shapes: the answer is the scan's, in fewer probes on
+        // the whole than halving takes (six or seven over 30…100), and never many more.
+        let curves: [(Int) -> Double] = [
+            { 1 - 0.5 * exp(-Double($0) / 20) },
+            { 0.8 + 0.2 * Double($0) / 100 },
+            { Double($0) < 90 ? 0.9 + Double($0) / 10_000 : 0.99 + Double($0 - 90) / 1000 },
+        ]
+        var probes: [Int] = []
+        var halvings: [Int] = []
+        for curve in curves {
+            for step in 0..<60 {
+                let target = 0.85 + Double(step) * 0.0025
+                var tried = 0
+                let found = QualitySearch.lowest(reaching: target, from: 30) { quality in
+                    tried += 1
+                    return curve(quality)
+                }
+                let scanned = (30...100).first { curve($0) >= target } ?? 100
+                #expect(found == scanned, "target \(target): \(found), the scan says \(scanned)")
+                #expect(tried <= 9, "target \(target): \(tried) probes")
+                probes.append(tried)
+                var (low, high, halving) = (30, 100, 0)
+                while low < high {
+                    let middle = (low + high) / 2
+                    halving += 1
+                    if curve(middle) >= target { high = middle } else { low = middle + 1 }
+                }
+                halvings.append(halving)
+            }
+        }
+        #expect(probes.reduce(0, +) < halvings.reduce(0, +), "\(probes) against halving's \(halvings)")
+        // A curve that is not monotone: the answer is a quality that was tried and reached
+        // the target, or 100.
+        var passed: Set<Int> = []
+        let found = QualitySearch.lowest(reaching: 0.5, from: 30) { quality in
+            let score = quality % 7 == 0 ? 0.9 : 0.1
+            if score >= 0.5 { passed.insert(quality) }
+            return score
+        }
+        #expect(found == 100 || passed.contains(found))
+    }
+
+    // MARK: - the pipeline file
+
+    func output(_ json: String) throws -> OutputSpec {
+        try OutputSpec(node: SpecNode(value: try JSONParser.parse(json), path: .root))
+    }
+
+    func error(_ json: String) -> String {
+        do {
+            _ = try output(json)
+            return "accepted"
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test func theFileSaysTargetsAndBudgetsAndRefusesWhatCannotApply() throws {
+        let target = try output(#"{ "quality": { "ssim": 0.97 }, "maxBytes": 30000, "minQuality": 40 }"#)
+        #expect(target.ssimTarget == 0.97 && target.maxBytes == 30000 && target.minQuality == 40 && target.searchesQuality)
+        #expect(try output(#"{ "quality": 70 }"#).searchesQuality == false)
+        #expect(error(#"{ "quality": { "ssim": 1.5 } }"#).contains("quality.ssim"))
+        #expect(error(#"{ "quality": { "psnr": 40 } }"#).contains("unknown key"))
+        #expect(error(#"{ "quality": "high" }"#).contains("a quality 1…100 or a target"))
+        #expect(error(#"{ "minQuality": 40 }"#).contains("used only with a quality target"))
+        #expect(error(#"{ "format": "png", "maxBytes": 1000 }"#).contains("not used by png"))
+        #expect(error(#"{ "format": "webp", "lossless": true, "quality": { "ssim": 0.97 } }"#).contains("lossless WebP"))
+    }
+
+    // MARK: - through the binary
+
+    @Test func aRunRecordsTheQualityChosenAndTheSSIMReachedInItsExport() throws {
+        let work = try TemporaryDirectory()
+        let photos = try work.folder("photos")
+        for name in ["rocket.jpg", "coffee.webp"] {
+            try FileManager.default.copyItem(atPath: Self.samples + "/" + name, toPath: photos + "/" + name)
+        }
+        _ = try work.write(
+            """
+            { "version": 1, "source": { "type": "directory", "path": "photos" },
+              "filters": [ { "op": "fit", "width": 512, "height": 512 } ],
+              "output": { "format": "jpeg", "quality": { "ssim": 0.97 }, "maxBytes": 60000 },
+              "sink": { "type": "directory", "path": "out" } }
+            """, to: "p.json")
+        let run = try ImgpipeBinary.run(["run", "p.json", "--quiet"], in: work.path)
+        #expect(run.status == 0, "\(run.stderr)")
+        let export = try ImgpipeBinary.run(["export", "p.json", "--format", "jsonl"], in: work.path)
+        #expect(export.status == 0, "\(export.stderr)")
+        let records = export.stdout.split(separator: "\n").map { try? JSONParser.parse(String($0)) }
+        #expect(records.count == 2)
+        func number(_ value: JSONValue?) -> Double? {
+            if case .number(let number, _)? = value { return number }
+            return nil
+        }
+        for record in records {
+            let output = try #require(record?["outputs"]?["default"])
+            let quality = try #require(number(output["quality"]))
+            let ssim = try #require(number(output["ssim"]))
+            guard case .string(let name)? = output["name"] else {
+                Issue.record("no name: \(output)")
+                continue
+            }
+            let written = try Data(contentsOf: URL(fileURLWithPath: work.path + "/out/" + name))
+            #expect(written.count <= 60_000 && Double(written.count) == number(output["bytes"]))
+            #expect((30...100).contains(Int(quality)))
+            #expect(ssim > 0.9 && ssim <= 1)
+        }
+    }
+}
