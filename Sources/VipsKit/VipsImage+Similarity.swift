@@ -106,7 +106,9 @@ public final class SimilarityReference {
         let c2 = Float(VipsImage.ssimC2)
         var total = 0.0
         for row in 0..<height {
-            var sum: Float = 0
+            // Summed in double precision: a long row of values near 1 in single precision
+            // rounds upward (2e-5 at 20,000 pixels).
+            var sum = 0.0
             for index in row * width..<(row + 1) * width {
                 let mx = meanX[index]
                 let my = meanY[index]
@@ -114,9 +116,9 @@ public final class SimilarityReference {
                 let product = mx * my
                 let numerator = (2 * product + c1) * (2 * (meanXY[index] - product) + c2)
                 let denominator = (mx * mx + my * my + c1) * (varianceX[index] + (meanYY[index] - my * my) + c2)
-                sum += numerator / denominator
+                sum += Double(numerator / denominator)
             }
-            total += Double(sum)
+            total += sum
         }
         return total / Double(width * height)
     }

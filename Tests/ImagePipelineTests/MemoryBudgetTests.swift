@@ -246,6 +246,21 @@ struct MemoryBudgetTests {
         #expect(directory.files(under: "out") == ["big.png"])
     }
 
+    /// An output whose quality or format is searched counts its SSIM planes and probes.
+    @Test func aSearchedOutputCountsItsSearch() throws {
+        let header = ImageHeader(
+            format: .png, width: 1200, height: 1200, bands: 3, bytesPerSample: 1, holding: .rows, kind: "PNG")
+        var searched = OutputSpec()
+        searched.ssimTarget = 0.9
+        var best = OutputSpec()
+        best.bestOf = [.webp, .jpeg]
+        let fixed = ImageProcessor(filters: [], output: OutputSpec(), limits: Limits()).memoryEstimate(header).bytes
+        for spec in [searched, best] {
+            let estimate = ImageProcessor(filters: [], output: spec, limits: Limits()).memoryEstimate(header).bytes
+            #expect(estimate - fixed >= 48 * 1200 * 1200, "\(spec): \(estimate) against \(fixed)")
+        }
+    }
+
     /// What the estimate counts for the chain's whole pictures, step by step.
     @Test func wholePictureStepsAreCountedAtTheSizeTheyRunAt() throws {
         let header = ImageHeader(

@@ -422,6 +422,35 @@ struct PixelHelperTests {
         #expect(throws: WireReader.Malformed.self) { try PixelMessage.read(Array(answer.header.dropLast()), payload: payload) }
         #expect(throws: WireReader.Malformed.self) { try PixelMessage.read(answer.header, payload: payload.dropLast()) }
         #expect(throws: WireReader.Malformed.self) { try PixelMessage.read(answer.header, payload: payload + Data([0])) }
+        // A quality search's choice and a chosen format come back as sent; an SSIM that is
+        // not a finite number, or one without a quality, or an unknown format is refused.
+        let searched = ProcessedImage(
+            output: "thumb", data: Data([1, 2, 3]), width: 3, height: 1, inputWidth: 30, inputHeight: 10,
+            inputFormat: .png, sha256: "ab", inputBytes: 99, inputSHA256: "cd", choice: QualityChoice(quality: 61, ssim: 0.97),
+            format: .avif)
+        let chosen = PixelMessage.answer(.success(.processed([searched])))
+        guard case .outcome(.success(.processed(let back))) = try PixelMessage.read(chosen.header, payload: Data([1, 2, 3]))
+        else {
+            Issue.record("not read back as processed")
+            return
+        }
+        #expect(back.first?.choice == QualityChoice(quality: 61, ssim: 0.97) && back.first?.format == .avif)
+        for (quality, ssim, format) in [(61, "nan", ""), (61, "inf", ""), (-1, "0.97", ""), (61, "0.97", "bmp"), (101, "", "")] {
+            var fields = WireFields()
+            fields.put(PixelMessage.Kind.processed.rawValue)
+            fields.put(1)
+            fields.put("thumb")
+            for number in [3, 1, 30, 10, 99, 3] { fields.put(number) }
+            fields.put("png")
+            fields.put("ab")
+            fields.put("cd")
+            fields.put(quality)
+            fields.put(ssim)
+            fields.put(format)
+            #expect(throws: WireReader.Malformed.self, "\(quality) \(ssim) \(format)") {
+                try PixelMessage.read(fields.bytes, payload: Data([1, 2, 3]))
+            }
+        }
         var huge = WireFields()
         huge.put(PixelMessage.Kind.skipped.rawValue)
         huge.put(Int.max)

@@ -17,6 +17,12 @@ struct QualitySearchTests {
     static let photos = ["rocket.jpg", "coffee.webp", "astronaut-exif-rotated.jpg", "hubble-deep-field.jpg"]
     let fit = FilterStep.fit(width: 512, height: 512, enlarge: false)
 
+    /// The format of `bytes` as imgpipe reads it (`ImageFormat.sniff`).
+    static func sniffed(_ bytes: Data) -> String? {
+        guard case .accepted(let format) = ImageFormat.sniff(Array(bytes.prefix(64))) else { return nil }
+        return format.rawValue
+    }
+
     /// One output of `spec` made from the sample `name`, fitted to 512.
     func made(_ name: String, _ spec: OutputSpec) throws -> ProcessedImage {
         let image = try ImageProcessor(filters: [fit], output: spec, limits: Limits()).process(.file(Self.samples + "/" + name))
@@ -109,6 +115,16 @@ struct QualitySearchTests {
         #expect(roomy.data == plain.data && roomy.choice == plain.choice)
     }
 
+    @Test func aQualityBesideABudgetIsItsCeiling() throws {
+        let capped = try made("rocket.jpg", try output(#"{ "quality": 50, "maxBytes": 100000 }"#))
+        let fixed = try made("rocket.jpg", jpeg(quality: 50))
+        #expect(try #require(capped.choice).quality == 50 && capped.data == fixed.data)
+        // Without a number, a budget that everything fits gives 100.
+        let roomy = try made("rocket.jpg", try output(#"{ "maxBytes": 10000000 }"#))
+        #expect(roomy.choice?.quality == 100)
+        #expect(error(#"{ "quality": 50, "minQuality": 60, "maxBytes": 100000 }"#).contains("above quality 50"))
+    }
+
     @Test func aBudgetNothingFitsFailsAsLimitNamingTheSizeReached() throws {
         var spec = jpeg(maxBytes: 800)
         spec.minQuality = 40
@@ -149,6 +165,9 @@ struct QualitySearchTests {
             { 1 - 0.5 * exp(-Double($0) / 20) },
             { 0.8 + 0.2 * Double($0) / 100 },
             { Double($0) < 90 ? 0.9 + Double($0) / 10_000 : 0.99 + Double($0 - 90) / 1000 },
+            // Steep at the top, flat below: where a line through the bracket overshoots.
+            { 0.85 + 0.15 * pow(Double($0) / 100, 12) },
+            { 1 - 0.15 * pow(1 - Double($0) / 100, 0.3) },
         ]
         var probes: [Int] = []
         var halvings: [Int] = []
@@ -162,7 +181,7 @@ struct QualitySearchTests {
                 }
                 let scanned = (30...100).first { curve($0) >= target } ?? 100
                 #expect(found == scanned, "target \(target): \(found), the scan says \(scanned)")
-                #expect(tried <= 9, "target \(target): \(tried) probes")
+                #expect(tried <= 10, "target \(target): \(tried) probes")
                 probes.append(tried)
                 var (low, high, halving) = (30, 100, 0)
                 while low < high {
@@ -183,6 +202,48 @@ struct QualitySearchTests {
             return score
         }
         #expect(found == 100 || passed.contains(found))
+    }
+
+    // MARK: - the best format
+
+    @Test func theBestFormatIsTheSmallestOfItsCandidatesEachAtTheTarget() throws {
+        for name in ["rocket.jpg", "hubble-deep-field.jpg"] {
+            let best = try made(name, try output(#"{ "format": "best", "quality": { "ssim": 0.97 } }"#))
+            let chosen = try #require(best.format, "\(name): no format recorded")
+            var sizes: [OutputFormat: Int] = [:]
+            for format in OutputSpec.bestDefault {
+                var spec = jpeg(0.97)
+                spec.format = format
+                sizes[format] = try made(name, spec).data.count
+            }
+            #expect(best.data.count == sizes.values.min(), "\(name): \(best.data.count) as \(chosen) against \(sizes)")
+            #expect(sizes[chosen] == best.data.count)
+            // The bytes are the format said, and reach the target.
+            let decoded = try VipsImage.open(data: best.data)
+            #expect(try decoded.structuralSimilarity(to: reference(name)) >= 0.97 || best.choice?.quality == 100)
+            #expect(Self.sniffed(best.data) == chosen.rawValue, "\(name): \(chosen)")
+        }
+    }
+
+    @Test func anImageWithTransparencyNeverGoesToAFormatWithout() throws {
+        // JPEG would be smaller for this photo, but it has an alpha channel.
+        let best = try made("chelsea-alpha.png", try output(#"{ "format": "best", "formats": ["jpeg", "webp"], "quality": 80 }"#))
+        #expect(best.format == .webp)
+        #expect(try VipsImage.open(data: best.data).hasAlpha)
+        // The same picture without alpha may go to JPEG.
+        let opaque = try made("rocket.jpg", try output(#"{ "format": "best", "formats": ["jpeg", "webp"], "quality": 80 }"#))
+        #expect([OutputFormat.jpeg, .webp].contains(try #require(opaque.format)))
+    }
+
+    @Test func theFileSaysBestAndItsFormats() throws {
+        let best = try output(#"{ "format": "BEST" }"#)
+        #expect(best.bestOf == OutputSpec.bestDefault && best.format == .avif)
+        #expect(try output(#"{ "format": "best", "formats": ["png", "jpeg"] }"#).bestOf == [.png, .jpeg])
+        #expect(error(#"{ "format": "best", "formats": ["jpeg"] }"#).contains("no format that keeps transparency"))
+        #expect(error(#"{ "format": "best", "formats": ["gif", "webp"] }"#).contains("formats[0]"))
+        #expect(error(#"{ "format": "best", "formats": ["webp", "webp"] }"#).contains("different formats"))
+        #expect(error(#"{ "format": "jpeg", "formats": ["webp"] }"#).contains("used only with"))
+        #expect(error(#"{ "format": "best", "formats": ["png"], "quality": 80 }"#).contains("not used by best of png"))
     }
 
     // MARK: - the pipeline file
@@ -214,19 +275,74 @@ struct QualitySearchTests {
 
     // MARK: - through the binary
 
-    @Test func aRunRecordsTheQualityChosenAndTheSSIMReachedInItsExport() throws {
+    /// A folder with the samples `names` in `photos/` and `p.json` fitting them to `size`
+    /// into `out/` with `output`.
+    func work(_ names: [String], size: Int, output: String) throws -> TemporaryDirectory {
         let work = try TemporaryDirectory()
         let photos = try work.folder("photos")
-        for name in ["rocket.jpg", "coffee.webp"] {
+        for name in names {
             try FileManager.default.copyItem(atPath: Self.samples + "/" + name, toPath: photos + "/" + name)
         }
         _ = try work.write(
             """
             { "version": 1, "source": { "type": "directory", "path": "photos" },
-              "filters": [ { "op": "fit", "width": 512, "height": 512 } ],
-              "output": { "format": "jpeg", "quality": { "ssim": 0.97 }, "maxBytes": 60000 },
-              "sink": { "type": "directory", "path": "out" } }
+              "filters": [ { "op": "fit", "width": \(size), "height": \(size) } ],
+              "output": \(output), "sink": { "type": "directory", "path": "out" } }
             """, to: "p.json")
+        return work
+    }
+
+    @Test func aBestOutputIsNamedAndDeliveredInTheFormatItCameOutIn() throws {
+        let work = try work(
+            ["rocket.jpg", "chelsea-alpha.png"], size: 256,
+            output: #"{ "format": "best", "formats": ["jpeg", "webp"], "quality": 80 }"#)
+        let run = try ImgpipeBinary.run(["run", "p.json", "--quiet"], in: work.path)
+        #expect(run.status == 0, "\(run.stderr)")
+        let export = try ImgpipeBinary.run(["export", "p.json", "--format", "jsonl"], in: work.path)
+        var formats: [String: String] = [:]
+        for line in export.stdout.split(separator: "\n") {
+            let record = try JSONParser.parse(String(line))
+            guard case .string(let key)? = record["key"], case .string(let name)? = record["outputs"]?["default"]?["name"],
+                case .string(let format)? = record["outputs"]?["default"]?["format"]
+            else {
+                Issue.record("\(line)")
+                continue
+            }
+            formats[key] = format
+            let ext = try #require(OutputFormat(rawValue: format)).fileExtension
+            #expect(name.hasSuffix("." + ext), "\(key): \(name) is \(format)")
+            let written = try Data(contentsOf: URL(fileURLWithPath: work.path + "/out/" + name))
+            #expect(Self.sniffed(written) == format, "\(name)")
+        }
+        #expect(formats["chelsea-alpha.png"] == "webp" && formats.count == 2, "\(formats)")
+    }
+
+    @Test func anIncrementalRunThatCopiesAnItemKeepsItsChoice() throws {
+        let work = try TemporaryDirectory()
+        let photos = try work.folder("photos")
+        try FileManager.default.copyItem(atPath: Self.samples + "/rocket.jpg", toPath: photos + "/rocket.jpg")
+        func pipeline(_ sinks: String) throws {
+            _ = try work.write(
+                """
+                { "version": 1, "source": { "type": "directory", "path": "photos" },
+                  "output": { "format": "jpeg", "quality": { "ssim": 0.95 } }, "sinks": [\(sinks)] }
+                """, to: "p.json")
+        }
+        try pipeline(#"{ "type": "directory", "path": "a" }, { "type": "directory", "path": "b" }"#)
+        #expect(try ImgpipeBinary.run(["run", "p.json", "--quiet"], in: work.path).status == 0)
+        // A sink gone: the item's rows are copied to the new run, not moved.
+        try pipeline(#"{ "type": "directory", "path": "a" }"#)
+        let again = try ImgpipeBinary.run(["run", "p.json", "--incremental", "--quiet"], in: work.path)
+        #expect(again.status == 0, "\(again.stderr)")
+        let export = try ImgpipeBinary.run(["export", "p.json", "--format", "jsonl"], in: work.path)
+        let record = try JSONParser.parse(export.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(record["outputs"]?["default"]?["quality"] != nil && record["outputs"]?["default"]?["ssim"] != nil, "\(record)")
+    }
+
+    @Test func aRunRecordsTheQualityChosenAndTheSSIMReachedInItsExport() throws {
+        let work = try work(
+            ["rocket.jpg", "coffee.webp"], size: 512,
+            output: #"{ "format": "jpeg", "quality": { "ssim": 0.97 }, "maxBytes": 60000 }"#)
         let run = try ImgpipeBinary.run(["run", "p.json", "--quiet"], in: work.path)
         #expect(run.status == 0, "\(run.stderr)")
         let export = try ImgpipeBinary.run(["export", "p.json", "--format", "jsonl"], in: work.path)

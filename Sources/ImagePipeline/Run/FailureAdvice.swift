@@ -50,7 +50,7 @@ public struct FailureAdvice: Sendable, Equatable {
             if message.contains("limits.maxPixels") {
                 return FailureAdvice(.permanent, "max-pixels", fix: "raise `limits.maxPixels`")
             }
-            if message.contains("(minQuality), over maxBytes") {
+            if message.contains("the output is"), message.contains("over maxBytes") {
                 // An output's byte budget (`QualitySearch`), not the input's limit.
                 return FailureAdvice(
                     .permanent, "output-budget", fix: "raise the output's `maxBytes` or lower its `minQuality`")

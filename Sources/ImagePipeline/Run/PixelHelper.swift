@@ -165,6 +165,7 @@ enum PixelMessage {
                 fields.put(image.inputSHA256)
                 fields.put(image.choice?.quality ?? -1)
                 fields.put(image.choice?.ssim.map { String($0) } ?? "")
+                fields.put(image.format?.rawValue ?? "")
             }
             return (fields.bytes, images.map(\.data))
         case .success(.skipped(let skip)):
@@ -205,9 +206,11 @@ enum PixelMessage {
                 let inputSHA256 = try reader.string()
                 let quality = try reader.int()
                 let ssim = try reader.string()
-                guard quality == -1 || (1...100).contains(quality), ssim.isEmpty || Double(ssim) != nil else {
-                    throw WireReader.Malformed()
-                }
+                let chosen = try reader.string()
+                guard quality == -1 || (1...100).contains(quality),
+                    ssim.isEmpty || (quality != -1 && Double(ssim)?.isFinite == true),
+                    chosen.isEmpty || OutputFormat(rawValue: chosen) != nil
+                else { throw WireReader.Malformed() }
                 // One output (the usual case) is the whole payload: not copied again.
                 let data = numbers[5] == payload.count ? payload : payload.subdata(in: offset..<offset + numbers[5])
                 offset += numbers[5]
@@ -216,7 +219,8 @@ enum PixelMessage {
                         output: output, data: data, width: numbers[0], height: numbers[1],
                         inputWidth: numbers[2], inputHeight: numbers[3], inputFormat: format,
                         sha256: sha256, inputBytes: numbers[4], inputSHA256: inputSHA256,
-                        choice: quality < 0 ? nil : QualityChoice(quality: quality, ssim: Double(ssim))))
+                        choice: quality < 0 ? nil : QualityChoice(quality: quality, ssim: Double(ssim)),
+                        format: OutputFormat(rawValue: chosen)))
             }
             guard offset == payload.count else { throw WireReader.Malformed() }
             return .outcome(.success(.processed(images)))

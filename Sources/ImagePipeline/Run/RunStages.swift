@@ -686,7 +686,7 @@ final class RunStages: Sendable {
                 let name = output.fileName(key: job.nameKey, stem: job.nameStem, index: job.seq, made: image)
                 // One output: `<seq>.<ext>`, as state files before several outputs had it.
                 let file = spec.outputs.count == 1 ? "\(job.seq)" : "\(job.seq)-\(output.id)"
-                let staged = context.stagedDirectory + "/\(file).\(output.format.fileExtension)"
+                let staged = context.stagedDirectory + "/\(file).\((image.format ?? output.format).fileExtension)"
                 let partial = staged + ".partial"
                 do {
                     try FileWriter.write(image.data, to: partial)
@@ -698,7 +698,8 @@ final class RunStages: Sendable {
                 outputs.append(
                     StagedOutput(
                         id: output.id, path: staged, name: name, sha256: image.sha256,
-                        bytes: image.data.count, width: image.width, height: image.height, choice: image.choice))
+                        bytes: image.data.count, width: image.width, height: image.height, choice: image.choice,
+                        format: image.format))
             }
         } catch {
             for output in outputs { unlink(output.path) }
@@ -754,7 +755,8 @@ final class RunStages: Sendable {
                 }
                 let delivery = Delivery(
                     runId: context.runId, runUUID: context.run.uuid, key: job.key, output: outputID,
-                    width: output.width, height: output.height, stagedPath: output.path, name: output.name, format: spec.format,
+                    width: output.width, height: output.height, stagedPath: output.path, name: output.name,
+                    format: output.format ?? spec.format,
                     origin: pipeline.environment.recorded(job.location), nameKey: job.nameKey,
                     nameStem: job.nameStem, sha256: output.sha256, index: job.seq)
                 // A sink that takes items whole gets all of the item's outputs it takes at once.

@@ -211,15 +211,16 @@ extension RunStore {
             for output in outputs {
                 try db.cachedStatement(
                     sql: """
-                        INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height, quality, ssim)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        INSERT INTO output (runId, itemKey, output, name, stagedPath, hash, bytes, width, height, quality, ssim,
+                            format)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         ON CONFLICT (runId, itemKey, output) DO UPDATE SET name = excluded.name, stagedPath = excluded.stagedPath,
                             hash = excluded.hash, bytes = excluded.bytes, width = excluded.width, height = excluded.height,
-                            quality = excluded.quality, ssim = excluded.ssim
+                            quality = excluded.quality, ssim = excluded.ssim, format = excluded.format
                         """
                 ).execute(arguments: [
                     runId, key, output.id, output.name, output.path, output.sha256, output.bytes,
-                    output.width, output.height, output.choice?.quality, output.choice?.ssim,
+                    output.width, output.height, output.choice?.quality, output.choice?.ssim, output.format?.rawValue,
                 ])
             }
             try db.cachedStatement(
@@ -326,7 +327,8 @@ extension RunStore {
                 let made = try Row.fetchOne(
                     db.cachedStatement(
                         sql: """
-                            SELECT name, hash, bytes, width, height FROM output WHERE runId = ? AND itemKey = ? AND output = ?
+                            SELECT name, hash, bytes, width, height, quality, ssim, format FROM output
+                            WHERE runId = ? AND itemKey = ? AND output = ?
                             """), arguments: [carried.holder, key, output])
             else { continue }
             let name: String? = made["name"]
@@ -337,9 +339,13 @@ extension RunStore {
             if let name, let owner = try nameOwner(name, runId: runId, db: db), owner != key { continue }
             try db.cachedStatement(
                 sql: """
-                    UPDATE output SET name = ?, hash = ?, bytes = ?, width = ?, height = ? WHERE runId = ? AND itemKey = ? AND output = ?
+                    UPDATE output SET name = ?, hash = ?, bytes = ?, width = ?, height = ?, quality = ?, ssim = ?, format = ?
+                    WHERE runId = ? AND itemKey = ? AND output = ?
                     """
-            ).execute(arguments: [name, made["hash"], made["bytes"], made["width"], made["height"], runId, key, output])
+            ).execute(arguments: [
+                name, made["hash"], made["bytes"], made["width"], made["height"], made["quality"], made["ssim"], made["format"],
+                runId, key, output,
+            ])
             for sink in carried.sinks {
                 try db.cachedStatement(
                     sql: """

@@ -71,7 +71,7 @@ extension RunStore {
             let outputs = try PeekingCursor(Row.fetchCursor(db.cachedStatement(sql: sql.outputs), arguments: arguments)) { row in
                 let id: String = row[2]
                 let output = ExportRecord.Output(
-                    name: row.optional(3) ?? "", format: formats[id] ?? "jpeg", width: row.optional(6),
+                    name: row.optional(3) ?? "", format: row.optional(10) ?? formats[id] ?? "jpeg", width: row.optional(6),
                     height: row.optional(7), bytes: row.optional(5), sha256: row.optional(4), quality: row.optional(8),
                     ssim: row.optional(9))
                 return (row[0], (order: row[1] as Int64, id: id, output: output))
@@ -126,7 +126,7 @@ extension RunStore {
             FROM item i WHERE \(filter) ORDER BY i.seq
             """,
             outputs: """
-            SELECT i.seq, o.rowid, o.output, o.name, o.hash, o.bytes, o.width, o.height, o.quality, o.ssim
+            SELECT i.seq, o.rowid, o.output, o.name, o.hash, o.bytes, o.width, o.height, o.quality, o.ssim, o.format
             FROM item i CROSS JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
             WHERE \(filter) AND o.hash IS NOT NULL ORDER BY i.seq
             """,
@@ -154,7 +154,9 @@ extension RunStore {
 
     /// The format of each output of a run's pipeline, by id.
     static func outputFormats(ofDocument document: String) -> [String: String] {
-        Dictionary(outputSpecs(ofDocument: document).map { ($0.id, $0.format.rawValue) }, uniquingKeysWith: { first, _ in first })
+        Dictionary(
+            outputSpecs(ofDocument: document).map { ($0.id, $0.bestOf == nil ? $0.format.rawValue : "best") },
+            uniquingKeysWith: { first, _ in first })
     }
 }
 

@@ -177,13 +177,14 @@ extension RunStore {
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
-                        SELECT output, name, stagedPath, hash, bytes, width, height FROM output
+                        SELECT output, name, stagedPath, hash, bytes, width, height, format FROM output
                         WHERE runId = ? AND itemKey = ? AND stagedPath IS NOT NULL ORDER BY rowid
                         """), arguments: [runId, key]
             ).map { row in
                 StagedOutput(
                     id: row["output"], path: row["stagedPath"], name: row["name"] ?? "", sha256: row["hash"] ?? "",
-                    bytes: row["bytes"] ?? 0, width: row["width"] ?? 0, height: row["height"] ?? 0)
+                    bytes: row["bytes"] ?? 0, width: row["width"] ?? 0, height: row["height"] ?? 0,
+                    format: (row["format"] as String?).flatMap(OutputFormat.init(rawValue:)))
             }
         }
     }

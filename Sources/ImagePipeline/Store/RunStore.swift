@@ -279,6 +279,11 @@ public final class RunStore: Sendable {
                     ALTER TABLE output ADD COLUMN ssim REAL;
                     """)
         }
+        migrator.registerMigration("v12: the format best chose") { db in
+            // `"format": "best"` records the format each output came out in; NULL: the
+            // output's own format, as the pipeline says.
+            try db.execute(sql: "ALTER TABLE output ADD COLUMN format TEXT")
+        }
         return migrator
     }
 }

@@ -149,12 +149,15 @@ public struct StagedOutput: Sendable, Equatable {
     public let height: Int
     /// The quality a search chose (`OutputSpec.searchesQuality`); nil for a fixed one.
     public let choice: QualityChoice?
+    /// The format `"best"` chose; nil: the output's own.
+    public let format: OutputFormat?
 
     public init(
         id: String = OutputSpec.defaultID, path: String, name: String, sha256: String, bytes: Int, width: Int,
-        height: Int, choice: QualityChoice? = nil
+        height: Int, choice: QualityChoice? = nil, format: OutputFormat? = nil
     ) {
         self.choice = choice
+        self.format = format
         self.id = id
         self.path = path
         self.name = name

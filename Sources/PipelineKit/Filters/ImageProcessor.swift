@@ -25,12 +25,16 @@ public struct ProcessedImage: Sendable {
     public let inputSHA256: String
     /// The quality a search chose (`OutputSpec.searchesQuality`); nil for a fixed one.
     public let choice: QualityChoice?
+    /// The format `"best"` chose; nil: the output's own.
+    public let format: OutputFormat?
 
     package init(
         output: String = OutputSpec.defaultID, data: Data, width: Int, height: Int, inputWidth: Int, inputHeight: Int,
-        inputFormat: ImageFormat, sha256: String, inputBytes: Int, inputSHA256: String, choice: QualityChoice? = nil
+        inputFormat: ImageFormat, sha256: String, inputBytes: Int, inputSHA256: String, choice: QualityChoice? = nil,
+        format: OutputFormat? = nil
     ) {
         self.choice = choice
+        self.format = format
         self.output = output
         self.data = data
         self.width = width
@@ -362,8 +366,13 @@ public struct ImageProcessor: Sendable {
                             prefix + step.opName,
                             try checkedSize(applying(step, at: path, to: made, context: context), after: step))
                     }
-                    made = try prepareForOutput(made, colourManaged: colourManaged, format: output.spec.format)
-                    try Self.checkEncodable(made, as: output.spec.format, output: outputs.count > 1 ? output.spec.id : nil)
+                    // `"best"`: prepared as for a format with alpha; each candidate without
+                    // it flattens its own copy (`encodeBest`).
+                    made = try prepareForOutput(
+                        made, colourManaged: colourManaged, format: output.spec.bestOf == nil ? output.spec.format : .png)
+                    if output.spec.bestOf == nil {
+                        try Self.checkEncodable(made, as: output.spec.format, output: outputs.count > 1 ? output.spec.id : nil)
+                    }
                 } catch let failure as ItemFailure {
                     throw failure
                 } catch {
@@ -377,8 +386,11 @@ public struct ImageProcessor: Sendable {
                 let encode = { @Sendable [made] () throws(ItemFailure) -> ProcessedImage in
                     let encoded: Data
                     var choice: QualityChoice?
+                    var chosen: OutputFormat?
                     do {
-                        if output.spec.searchesQuality {
+                        if output.spec.bestOf != nil {
+                            (encoded, choice, chosen) = try Self.encodeBest(made, output.spec)
+                        } else if output.spec.searchesQuality {
                             let found = try QualitySearch(output: output.spec).encode(made)
                             encoded = found.data
                             choice = found.choice
@@ -399,7 +411,7 @@ public struct ImageProcessor: Sendable {
                         output: output.spec.id, data: encoded, width: made.width, height: made.height,
                         inputWidth: header.width, inputHeight: header.height,
                         inputFormat: format, sha256: sha256Hex(encoded),
-                        inputBytes: data.count, inputSHA256: inputSHA256, choice: choice)
+                        inputBytes: data.count, inputSHA256: inputSHA256, choice: choice, format: chosen)
                 }
                 // Encoded on `encoders` while this worker makes the next output, when one of
                 // its threads is free (with more workers than cores, often none is: the
@@ -592,17 +604,57 @@ public struct ImageProcessor: Sendable {
     }
 
     /// Whether two outputs' pictures, alike, come out as the same bytes: the same encoding,
-    /// and the same quality search if any.
+    /// and the same quality search and choice of formats if any.
     static func encodeAlike(_ a: OutputSpec, _ b: OutputSpec) -> Bool {
-        a.format == b.format && encoding(of: a) == encoding(of: b) && a.ssimTarget == b.ssimTarget
-            && a.maxBytes == b.maxBytes && (!a.searchesQuality || a.minQuality == b.minQuality)
+        a.format == b.format && a.bestOf == b.bestOf && encoding(of: a) == encoding(of: b)
+            && a.ssimTarget == b.ssimTarget && a.maxBytes == b.maxBytes
+            && (!a.searchesQuality || a.minQuality == b.minQuality)
+    }
+
+    /// `"format": "best"`: `image` (prepared with its alpha, if any) encoded in each of the
+    /// output's formats that keeps the alpha it has (JPEG flattens its own copy when there
+    /// is none), each at its own quality when the output searches one, and the smallest
+    /// kept (the first listed of equal sizes). A format that cannot hold the picture, or
+    /// whose smallest result is over `maxBytes`, is passed over; when every one is, the
+    /// first one's failure is the item's.
+    static func encodeBest(_ image: VipsImage, _ output: OutputSpec) throws -> (Data, QualityChoice?, OutputFormat) {
+        var best: (data: Data, choice: QualityChoice?, format: OutputFormat)?
+        var firstFailure: ItemFailure?
+        // Every candidate reads these pixels: computed once.
+        let image = try image.materialized()
+        for candidate in output.formats where !image.hasAlpha || candidate.keepsAlpha {
+            var spec = output
+            spec.format = candidate
+            spec.bestOf = nil
+            do {
+                try checkEncodable(image, as: candidate, output: nil)
+                let picture = candidate.keepsAlpha ? image : try image.flattened()
+                let made: (data: Data, choice: QualityChoice?)
+                if spec.searchesQuality, candidate != .png {
+                    let found = try QualitySearch(output: spec).encode(picture)
+                    made = (found.data, found.choice)
+                } else {
+                    made = (try picture.encoded(encoding(of: spec)), nil)
+                    if let budget = spec.maxBytes, made.data.count > budget {
+                        throw ItemFailure(.limit, "the output is \(made.data.count) bytes as png, over maxBytes \(budget)")
+                    }
+                }
+                if best.map({ made.data.count < $0.data.count }) ?? true { best = (made.data, made.choice, candidate) }
+            } catch let failure as ItemFailure {
+                firstFailure = firstFailure ?? ItemFailure(failure.reason, "\(candidate.rawValue): " + failure.message)
+            }
+        }
+        guard let best else {
+            throw firstFailure ?? ItemFailure(.encode, "no format of \(output.formats.map(\.rawValue)) keeps the picture")
+        }
+        return (best.data, best.choice, best.format)
     }
 
     package static func encoding(of output: OutputSpec) -> Encoding {
         switch output.format {
         case .jpeg: .jpeg(quality: output.quality, progressive: output.progressive, strip: output.strip)
         case .png: .png(compression: output.compression, strip: output.strip)
-        case .webp: .webp(quality: output.quality, lossless: output.lossless, effort: output.effort, strip: output.strip)
+        case .webp: .webp(quality: output.quality, lossless: output.lossless, effort: min(output.effort, 6), strip: output.strip)
         case .avif: .avif(quality: output.quality, effort: output.effort, strip: output.strip)
         case .tiff: .tiff(strip: output.strip)
         case .gif: .gif(strip: output.strip)

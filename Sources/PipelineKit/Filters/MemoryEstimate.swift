@@ -22,6 +22,8 @@ public struct MemoryEstimate: Sendable, Equatable {
     static let perItem = 16 << 20
     /// Rows of the loaded picture held by a sequential pipeline's caches.
     static let cachedRows = 2048
+    /// The bytes a pixel of an output costs while its quality or format is searched.
+    static let searchPerPixel = 48
 }
 
 extension ImageProcessor {
@@ -99,10 +101,17 @@ extension ImageProcessor {
         // picture fitted to 1024 (a plain PNG, a TIFF, the reading of an interlaced PNG's
         // decoded picture).
         decoder += product(min(header.height, MemoryEstimate.cachedRows), loadWidth, header.bands, header.bytesPerSample)
-        let wholeEncoders = outputs.filter { [.webp, .avif, .gif].contains($0.spec.format) }.count
+        let whole: Set<OutputFormat> = [.webp, .avif, .gif]
+        let wholeEncoders = outputs.filter { output in output.spec.formats.contains { whole.contains($0) } }.count
         let kept = wholeEncoders + (outputs.count > 1 ? 1 : 0)
+        // An output whose quality or format is searched holds its picture, every probe's
+        // bytes and about ten float planes of it for SSIM (`QualitySearch`): measured at 48
+        // bytes a pixel over a fixed quality (1200 × 1200, a target of 0.9).
+        let searching = outputs.filter { $0.spec.searchesQuality || $0.spec.bestOf != nil }.count
         // Each term is at most 2^60 (`product`), so the sum cannot overflow.
-        let total = decoder + product(loaded, 4, kept) + wholePictures(header, loaded: loadedSize) + MemoryEstimate.perItem
+        let total =
+            decoder + product(loaded, 4, kept) + product(loaded, MemoryEstimate.searchPerPixel, searching)
+            + wholePictures(header, loaded: loadedSize) + MemoryEstimate.perItem
         return MemoryEstimate(bytes: total, what: "\(header.kind), \(Self.megapixels(header.pixels))")
     }
 }

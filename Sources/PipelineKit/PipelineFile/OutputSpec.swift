@@ -40,6 +40,10 @@ public struct OutputSpec: Sendable, Equatable, Codable {
     /// Applied after the pipeline's common `filters`, for this output only.
     public var filters: [FilterSpec] = []
     public var format: OutputFormat = .jpeg
+    /// `"format": "best"`: each image is encoded in each of these (`"formats"`, by default
+    /// AVIF, WebP and JPEG) and the smallest kept, an image with an alpha channel only in
+    /// those that keep it; `format` is then the first of them. Nil: one format, `format`.
+    public var bestOf: [OutputFormat]?
     /// 1…100, for JPEG, WebP and AVIF (default 85): the quality of every image, unless
     /// `ssimTarget` or `maxBytes` choose one per image.
     public var quality = 85
@@ -68,25 +72,38 @@ public struct OutputSpec: Sendable, Equatable, Codable {
 
     /// `filters` is not coded: a processor's outputs carry theirs expanded (`OutputPlan`).
     private enum CodingKeys: String, CodingKey {
-        case id, format, quality, ssimTarget, maxBytes, minQuality, strip, progressive, compression, lossless, effort, name
+        case id, format, bestOf, quality, ssimTarget, maxBytes, minQuality, strip, progressive, compression, lossless, effort
+        case name
     }
+
+    /// The formats `"best"` chooses from when `"formats"` does not say.
+    public static let bestDefault: [OutputFormat] = [.avif, .webp, .jpeg]
+    /// The formats `"best"` may choose from: those with a quality to search, and PNG.
+    public static let bestCandidates: [OutputFormat] = [.avif, .webp, .jpeg, .png]
+
+    /// The formats an image of this output may come out in.
+    public var formats: [OutputFormat] { bestOf ?? [format] }
 
     /// Whether each image's quality is chosen by a search (a target or a budget).
     public var searchesQuality: Bool { ssimTarget != nil || maxBytes != nil }
 }
 
 extension OutputSpec {
-    /// This output's file name for an item, `made` filling `{hash}`, `{width}` and `{height}`.
+    /// This output's file name for an item, `made` filling `{hash}`, `{width}`, `{height}`
+    /// and (for `"best"`) `{ext}`.
     package func fileName(key: String, stem: String, index: Int, made: ProcessedImage) -> String {
         name.render(
-            key: key, stem: stem, index: index, format: format, hash: String(made.sha256.prefix(16)), output: id,
-            size: (made.width, made.height))
+            key: key, stem: stem, index: index, format: made.format ?? format, hash: String(made.sha256.prefix(16)),
+            output: id, size: (made.width, made.height))
     }
 
-    /// The name before the output is made: known unless the template uses `{hash}`,
-    /// `{width}` or `{height}` (`NameTemplate.dependsOnOutput`).
+    /// Whether the name is known only once the output is made: its template uses `{hash}`,
+    /// `{width}` or `{height}` (`NameTemplate.dependsOnOutput`), or `{ext}` of a `"best"`.
+    public var nameDependsOnOutput: Bool { name.dependsOnOutput || (bestOf != nil && name.uses("ext")) }
+
+    /// The name before the output is made, unless it depends on it (`nameDependsOnOutput`).
     package func fileNameBeforeMaking(key: String, stem: String, index: Int) -> String? {
-        name.dependsOnOutput ? nil : name.render(key: key, stem: stem, index: index, format: format, hash: nil, output: id)
+        nameDependsOnOutput ? nil : name.render(key: key, stem: stem, index: index, format: format, hash: nil, output: id)
     }
 }
 

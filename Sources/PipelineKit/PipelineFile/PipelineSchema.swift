@@ -148,7 +148,19 @@ public enum PipelineSchema {
                         object([
                             ("id", ref("outputID")),
                             ("filters", .object([("type", .string("array")), ("items", ref("filter"))])),
-                            ("format", .object([("enum", strings(SpecNode.withAliases(OutputFormat.allCases.map(\.rawValue))))])),
+                            (
+                                "format",
+                                .object([
+                                    ("enum", strings(SpecNode.withAliases(OutputFormat.allCases.map(\.rawValue)) + ["best"]))
+                                ])
+                            ),
+                            (
+                                "formats",
+                                .object([
+                                    ("type", .string("array")), ("minItems", integer(1)), ("uniqueItems", .bool(true)),
+                                    ("items", .object([("enum", strings(OutputSpec.bestCandidates.map(\.rawValue)))])),
+                                ])
+                            ),
                             (
                                 "quality",
                                 .object([

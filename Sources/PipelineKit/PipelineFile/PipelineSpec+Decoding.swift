@@ -143,7 +143,9 @@ extension PipelineSpec {
         // Two outputs whose names could be equal would overwrite each other in a folder.
         for (index, output) in outputs.enumerated() {
             for (otherIndex, other) in outputs.enumerated().prefix(index)
-            where output.name.mayEqual(other.name, output.format, other.format) {
+            where output.formats.contains(where: { mine in
+                other.formats.contains { output.name.mayEqual(other.name, mine, $0) }
+            }) {
                 throw SpecError(
                     path: "outputs[\(index)].name",
                     message: "outputs \(JSONValue.quote(other.id)) and \(JSONValue.quote(output.id)) can get the same file name "
@@ -305,7 +307,7 @@ extension OutputSpec {
     /// and the default name has `{output}` in it).
     package init(node: SpecNode, registry: FilterRegistry = .standard, several: Bool = false) throws {
         let object = try node.object(allowing: [
-            "id", "filters", "format", "quality", "maxBytes", "minQuality", "strip", "progressive", "compression",
+            "id", "filters", "format", "formats", "quality", "maxBytes", "minQuality", "strip", "progressive", "compression",
             "lossless", "effort", "name",
         ])
         self.init()
@@ -322,14 +324,37 @@ extension OutputSpec {
             return text
         }
         filters = try object.optional("filters", default: []) { node in try node.array().map { try registry.decode($0) } }
-        format = try object.optional("format", default: .jpeg) { node in
-            OutputFormat(rawValue: try node.choice(OutputFormat.allCases.map(\.rawValue)))!
+        if let node = object.member("format"), case .string(let text) = node.value, text.lowercased() == "best" {
+            let candidates = OutputSpec.bestCandidates.map(\.rawValue)
+            let chosen = try object.optional("formats", default: OutputSpec.bestDefault) { node in
+                let listed = try node.array().map { OutputFormat(rawValue: try $0.choice(candidates))! }
+                guard !listed.isEmpty, Set(listed).count == listed.count else {
+                    throw node.expected("a list of different formats among \(candidates.joined(separator: ", "))")
+                }
+                guard listed.contains(where: \.keepsAlpha) else {
+                    throw node.fail(
+                        "lists no format that keeps transparency (avif, webp or png): an image with it would have none")
+                }
+                return listed
+            }
+            bestOf = chosen
+            format = chosen[0]
+        } else {
+            format = try object.optional("format", default: .jpeg) { node in
+                OutputFormat(rawValue: try node.choice(OutputFormat.allCases.map(\.rawValue) + ["best"]))!
+            }
+            if object.has("formats") {
+                throw SpecError(
+                    path: object.path.appending("formats").description, message: "used only with \"format\": \"best\"")
+            }
         }
-        func only(_ key: String, for formats: [OutputFormat]) throws {
-            if object.has(key), !formats.contains(format) {
+        let used = formats
+        func only(_ key: String, for applying: [OutputFormat]) throws {
+            if object.has(key), !used.contains(where: applying.contains) {
+                let named = bestOf == nil ? format.rawValue : "best of " + used.map(\.rawValue).joined(separator: ", ")
                 throw SpecError(
                     path: object.path.appending(key).description,
-                    message: "not used by \(format.rawValue) (it applies to \(formats.map(\.rawValue).joined(separator: ", ")))")
+                    message: "not used by \(named) (it applies to \(applying.map(\.rawValue).joined(separator: ", ")))")
             }
         }
         try only("quality", for: [.jpeg, .webp, .avif])
@@ -358,14 +383,24 @@ extension OutputSpec {
                 path: object.path.appending("minQuality").description,
                 message: "used only with a quality target (\"quality\": { \"ssim\": 0.97 }) or maxBytes")
         }
+        if maxBytes != nil, ssimTarget == nil {
+            // A number beside a budget is its ceiling; without one, the budget may go to 100.
+            if !object.has("quality") { quality = QualitySearch.highest }
+            if minQuality > quality {
+                throw SpecError(
+                    path: object.path.appending("minQuality").description,
+                    message: "\(minQuality) is above quality \(quality), the highest the budget may choose")
+            }
+        }
         strip = try object.optional("strip", default: strip) { try $0.bool() }
         progressive = try object.optional("progressive", default: progressive) { try $0.bool() }
         compression = try object.optional("compression", default: compression) { try $0.integer(in: 0...9) }
         lossless = try object.optional("lossless", default: lossless) { try $0.bool() }
         if lossless, searchesQuality {
+            let key = ssimTarget != nil ? "quality" : "maxBytes"
             throw SpecError(
-                path: object.path.appending(ssimTarget != nil ? "quality" : "maxBytes").description,
-                message: "lossless WebP has no quality to choose; drop \"lossless\" or the target")
+                path: object.path.appending(key).description,
+                message: "lossless WebP has no quality to choose; drop \"lossless\" or \"\(key)\"")
         }
         effort = try object.optional("effort", default: effort) { try $0.integer(in: 0...(format == .webp ? 6 : 9)) }
         name = try object.optional("name", default: several ? NameTemplate.standardOfSeveral : NameTemplate.standard) {

@@ -295,6 +295,9 @@ struct StatusCommand: ParsableCommand {
                     fix = "raise `limits.maxBytes` to \(most)"
                 }
             case "output-budget":
+                if let most = group.compactMap({ FailureAdvice.bytes(in: $0.0.message) }).max() {
+                    fix = "raise the output's `maxBytes` to \(most) or lower its `minQuality`"
+                }
                 // The output's settings are part of what a resume keeps: a re-run remakes
                 // what they change.
                 then = "`imgpipe run \(pipelineFile)\(stateOption) --incremental`"

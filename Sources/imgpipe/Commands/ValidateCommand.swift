@@ -46,8 +46,13 @@ struct ValidateCommand: ParsableCommand {
                 + (spec.filters.isEmpty ? "" : " [\(spec.filters.map(\.op).joined(separator: " → "))]")
                 + ", "
                 + (spec.outputs.count == 1
-                    ? "\(spec.output.format.rawValue) output"
-                    : "outputs: " + spec.outputs.map { "\($0.id) (\($0.format.rawValue))" }.joined(separator: ", "))
+                    ? "\(Self.format(of: spec.output)) output"
+                    : "outputs: " + spec.outputs.map { "\($0.id) (\(Self.format(of: $0)))" }.joined(separator: ", "))
                 + ", sinks: \(sinks)")
+    }
+
+    /// An output's format as the file says it: `best of avif, webp, jpeg` for `"best"`.
+    static func format(of output: OutputSpec) -> String {
+        output.bestOf.map { "best of " + $0.map(\.rawValue).joined(separator: ", ") } ?? output.format.rawValue
     }
 }
