@@ -863,13 +863,18 @@ public final class SharedRun: @unchecked Sendable {
 
     static func counts(runId: Int64, on connection: PostgresConnection) throws -> Counts {
         var counts = Counts()
+        // One statement, so one snapshot: read apart, a lister finishing between the two
+        // made a total of the chunks listed so far look exact (`0/10` over a feed of 12).
         for row in try connection.execute(
             """
-            SELECT state, count(*) AS chunks, coalesce(sum(items), 0) AS items, coalesce(sum(done), 0) AS done,
-                   coalesce(sum(failed), 0) AS failed, coalesce(sum(skipped), 0) AS skipped
-            FROM imgpipe_chunk WHERE run_id = $1 GROUP BY state
+            SELECT r.feed_complete, c.state, count(c.id) AS chunks, coalesce(sum(c.items), 0) AS items,
+                   coalesce(sum(c.done), 0) AS done, coalesce(sum(c.failed), 0) AS failed,
+                   coalesce(sum(c.skipped), 0) AS skipped
+            FROM imgpipe_run r LEFT JOIN imgpipe_chunk c ON c.run_id = r.id
+            WHERE r.id = $1 GROUP BY r.feed_complete, c.state
             """, [String(runId)]
         ).all {
+            counts.feedComplete = row.bool("feed_complete")
             let chunks = Int(row.int("chunks") ?? 0)
             counts.items += Int(row.int("items") ?? 0)
             counts.done += Int(row.int("done") ?? 0)
@@ -878,14 +883,10 @@ public final class SharedRun: @unchecked Sendable {
             switch row["state"] {
             case "pending": counts.chunksPending = chunks
             case "leased": counts.chunksLeased = chunks
+            case nil: break
             default: counts.chunksDone = chunks
             }
         }
-        counts.feedComplete =
-            try connection.execute(
-                "SELECT feed_complete FROM imgpipe_run WHERE id = $1",
-                [String(runId)]
-            ).first?.bool("feed_complete") ?? false
         return counts
     }
 }
