@@ -123,6 +123,8 @@ struct QualitySearchTests {
         let roomy = try made("rocket.jpg", try output(#"{ "maxBytes": 10000000 }"#))
         #expect(roomy.choice?.quality == 100)
         #expect(error(#"{ "quality": 50, "minQuality": 60, "maxBytes": 100000 }"#).contains("above quality 50"))
+        // A ceiling under the default floor lowers the floor.
+        #expect(try output(#"{ "format": "webp", "quality": 20, "maxBytes": 5000 }"#).minQuality == 20)
     }
 
     @Test func aBudgetNothingFitsFailsAsLimitNamingTheSizeReached() throws {
@@ -235,6 +237,43 @@ struct QualitySearchTests {
         #expect([OutputFormat.jpeg, .webp].contains(try #require(opaque.format)))
     }
 
+    @Test func aFormatThatCannotHoldThePictureIsPassedOver() throws {
+        // WebP holds at most 16383 pixels a side; JPEG and PNG hold this one.
+        let wide = try TemporaryDirectory()
+        let path = wide.url("wide.png")
+        try ImageFixtures.write(try ImageFixtures.quadrants(width: 17000, height: 40), to: path)
+        let spec = try output(#"{ "format": "best", "formats": ["webp", "jpeg", "png"], "quality": 80 }"#)
+        let image = try ImageProcessor(filters: [], output: spec, limits: Limits()).process(.file(path))
+        VipsRuntime.endThreadWork()
+        #expect(image.format == .jpeg || image.format == .png)
+        #expect(image.width == 17000)
+    }
+
+    @Test func aCandidateThatReachesTheTargetIsKeptOverASmallerOneThatDoesNot() throws {
+        // No lossy format reaches 0.9999 on this photo at 128 pixels; PNG does.
+        var spec = try output(#"{ "format": "best", "formats": ["jpeg", "webp", "png"], "quality": { "ssim": 0.9999 } }"#)
+        spec.id = "default"
+        let image = try ImageProcessor(filters: [.fit(width: 128, height: 128, enlarge: false)], output: spec, limits: Limits())
+            .process(.file(Self.samples + "/rocket.jpg"))
+        VipsRuntime.endThreadWork()
+        #expect(image.format == .png)
+    }
+
+    @Test func twoBestOutputsDifferingInAnotherFormatsSettingsAreNotTwins() throws {
+        let lossy = try output(#"{ "id": "a", "format": "best", "formats": ["jpeg", "webp"], "quality": 50 }"#)
+        let lossless = try output(
+            #"{ "id": "b", "format": "best", "formats": ["jpeg", "webp"], "quality": 50, "lossless": true }"#)
+        let images = try ImageProcessor(
+            filters: [.fit(width: 64, height: 64, enlarge: false)], outputs: [OutputPlan(lossy), OutputPlan(lossless)],
+            limits: Limits()
+        ).processOutputs(.file(Self.samples + "/rocket.jpg"))
+        VipsRuntime.endThreadWork()
+        let alone = try ImageProcessor(filters: [.fit(width: 64, height: 64, enlarge: false)], output: lossless, limits: Limits())
+            .process(.file(Self.samples + "/rocket.jpg"))
+        VipsRuntime.endThreadWork()
+        #expect(images[1].data == alone.data && images[1].format == alone.format)
+    }
+
     @Test func theFileSaysBestAndItsFormats() throws {
         let best = try output(#"{ "format": "BEST" }"#)
         #expect(best.bestOf == OutputSpec.bestDefault && best.format == .avif)
@@ -315,6 +354,18 @@ struct QualitySearchTests {
             #expect(Self.sniffed(written) == format, "\(name)")
         }
         #expect(formats["chelsea-alpha.png"] == "webp" && formats.count == 2, "\(formats)")
+    }
+
+    @Test func itemsOfOneStemGetNamesOfTheirOwnAndAPlanAfterSeesNothingToDo() throws {
+        let work = try work(
+            ["rocket.jpg"], size: 64, output: #"{ "format": "best", "formats": ["webp", "jpeg"], "quality": 80 }"#)
+        try FileManager.default.copyItem(atPath: Self.samples + "/camera-grey.png", toPath: work.path + "/photos/rocket.png")
+        let run = try ImgpipeBinary.run(["run", "p.json", "--quiet"], in: work.path)
+        #expect(run.status == 0, "\(run.stderr)")
+        let written = try FileManager.default.contentsOfDirectory(atPath: work.path + "/out").sorted()
+        #expect(written.count == 2 && written.allSatisfy { $0.hasPrefix("rocket") }, "\(written)")
+        let plan = try ImgpipeBinary.run(["plan", "p.json"], in: work.path)
+        #expect(plan.status == 0 && plan.stdout.contains("nothing to do"), "\(plan.stdout)\(plan.stderr)")
     }
 
     @Test func anIncrementalRunThatCopiesAnItemKeepsItsChoice() throws {

@@ -23,7 +23,8 @@ extension StatusReport {
             self.init(
                 path: path,
                 outputsOfSink: Dictionary(uniqueKeysWithValues: spec.sinks.map { ($0.name, spec.outputs(of: $0.name)) }),
-                formats: Dictionary(uniqueKeysWithValues: spec.outputs.map { ($0.id, $0.format.rawValue) }))
+                formats: Dictionary(
+                    uniqueKeysWithValues: spec.outputs.map { ($0.id, $0.bestOf == nil ? $0.format.rawValue : "best") }))
         }
     }
 

@@ -220,12 +220,12 @@ public final class ChangeDetector: Sendable {
         for output in outputs {
             if outputReasons[output.id] != nil {
                 remake.append(output.id)
-            } else if let name = output.fileNameBeforeMaking(key: item.nameKey, stem: item.nameStem, index: index),
-                name != recorded?.names[output.id],
+            } else if let names = output.namesBeforeMaking(key: item.nameKey, stem: item.nameStem, index: index),
+                !names.contains(where: { $0 == recorded?.names[output.id] }),
                 // Nor the name of its own the item got when that one was taken.
-                output.fileNameBeforeMaking(
-                    key: item.nameKey, stem: NameTemplate.uniqueStem(item.nameStem, key: item.key), index: index)
-                    != recorded?.names[output.id]
+                output.namesBeforeMaking(
+                    key: item.nameKey, stem: NameTemplate.uniqueStem(item.nameStem, key: item.key), index: index)?
+                    .contains(where: { $0 == recorded?.names[output.id] }) != true
             {
                 remake.append(output.id)
                 renamed.append(output.id)

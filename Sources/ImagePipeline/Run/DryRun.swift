@@ -326,7 +326,7 @@ public struct DryRun: Sendable {
             var fileName = output.fileName(key: item.nameKey, stem: item.nameStem, index: index, made: image)
             var name = folder + fileName
             var row: DryRunRow
-            if claimed[name].map({ $0 != item.key }) == true, !output.nameDependsOnOutput {
+            if claimed[name].map({ $0 != item.key }) == true, !output.name.dependsOnOutput {
                 // As a run does: the name made from the item's unique stem.
                 let unique = output.fileName(
                     key: item.nameKey, stem: NameTemplate.uniqueStem(item.nameStem, key: item.key), index: index, made: image)

@@ -606,7 +606,15 @@ public struct ImageProcessor: Sendable {
     /// Whether two outputs' pictures, alike, come out as the same bytes: the same encoding,
     /// and the same quality search and choice of formats if any.
     static func encodeAlike(_ a: OutputSpec, _ b: OutputSpec) -> Bool {
-        a.format == b.format && a.bestOf == b.bestOf && encoding(of: a) == encoding(of: b)
+        // Each format's own settings (`lossless`, `compression`, …), not only the first's.
+        func encodings(_ spec: OutputSpec) -> [Encoding] {
+            spec.formats.map { format in
+                var one = spec
+                one.format = format
+                return encoding(of: one)
+            }
+        }
+        return a.format == b.format && a.bestOf == b.bestOf && encodings(a) == encodings(b)
             && a.ssimTarget == b.ssimTarget && a.maxBytes == b.maxBytes
             && (!a.searchesQuality || a.minQuality == b.minQuality)
     }
@@ -614,11 +622,12 @@ public struct ImageProcessor: Sendable {
     /// `"format": "best"`: `image` (prepared with its alpha, if any) encoded in each of the
     /// output's formats that keeps the alpha it has (JPEG flattens its own copy when there
     /// is none), each at its own quality when the output searches one, and the smallest
-    /// kept (the first listed of equal sizes). A format that cannot hold the picture, or
-    /// whose smallest result is over `maxBytes`, is passed over; when every one is, the
+    /// kept (the first listed of equal sizes), one that reaches the SSIM target before one
+    /// that falls short of it. A format that cannot hold the picture, whose encoder fails,
+    /// or whose smallest result is over `maxBytes`, is passed over; when every one is, the
     /// first one's failure is the item's.
     static func encodeBest(_ image: VipsImage, _ output: OutputSpec) throws -> (Data, QualityChoice?, OutputFormat) {
-        var best: (data: Data, choice: QualityChoice?, format: OutputFormat)?
+        var best: (data: Data, choice: QualityChoice?, format: OutputFormat, reached: Bool)?
         var firstFailure: ItemFailure?
         // Every candidate reads these pixels: computed once.
         let image = try image.materialized()
@@ -639,8 +648,12 @@ public struct ImageProcessor: Sendable {
                         throw ItemFailure(.limit, "the output is \(made.data.count) bytes as png, over maxBytes \(budget)")
                     }
                 }
-                if best.map({ made.data.count < $0.data.count }) ?? true { best = (made.data, made.choice, candidate) }
-            } catch let failure as ItemFailure {
+                // PNG is lossless: it reaches any target.
+                let reached = output.ssimTarget.map { target in made.choice.map { ($0.ssim ?? 0) >= target } ?? true } ?? true
+                let better = best.map { reached != $0.reached ? reached : made.data.count < $0.data.count } ?? true
+                if better { best = (made.data, made.choice, candidate, reached) }
+            } catch {
+                let failure = error as? ItemFailure ?? ItemFailure(.encode, text(error))
                 firstFailure = firstFailure ?? ItemFailure(failure.reason, "\(candidate.rawValue): " + failure.message)
             }
         }

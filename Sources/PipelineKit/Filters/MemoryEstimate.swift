@@ -107,10 +107,14 @@ extension ImageProcessor {
         // An output whose quality or format is searched holds its picture, every probe's
         // bytes and about ten float planes of it for SSIM (`QualitySearch`): measured at 48
         // bytes a pixel over a fixed quality (1200 × 1200, a target of 0.9).
-        let searching = outputs.filter { $0.spec.searchesQuality || $0.spec.bestOf != nil }.count
+        // (On the loaded picture: an upper bound of the output's when the chain starts with
+        // its fit, as it should.) A `"best"` without a search holds its picture, 4 bytes a
+        // pixel, and the candidates' bytes.
+        let searching = outputs.filter { $0.spec.searchesQuality }.count
+        let choosing = outputs.filter { !$0.spec.searchesQuality && $0.spec.bestOf != nil }.count
         // Each term is at most 2^60 (`product`), so the sum cannot overflow.
         let total =
-            decoder + product(loaded, 4, kept) + product(loaded, MemoryEstimate.searchPerPixel, searching)
+            decoder + product(loaded, 4, kept + choosing) + product(loaded, MemoryEstimate.searchPerPixel, searching)
             + wholePictures(header, loaded: loadedSize) + MemoryEstimate.perItem
         return MemoryEstimate(bytes: total, what: "\(header.kind), \(Self.megapixels(header.pixels))")
     }

@@ -97,13 +97,21 @@ extension OutputSpec {
             output: id, size: (made.width, made.height))
     }
 
-    /// Whether the name is known only once the output is made: its template uses `{hash}`,
-    /// `{width}` or `{height}` (`NameTemplate.dependsOnOutput`), or `{ext}` of a `"best"`.
-    public var nameDependsOnOutput: Bool { name.dependsOnOutput || (bestOf != nil && name.uses("ext")) }
-
-    /// The name before the output is made, unless it depends on it (`nameDependsOnOutput`).
+    /// The name before the output is made: known unless the template uses `{hash}`,
+    /// `{width}` or `{height}` (`NameTemplate.dependsOnOutput`). For `"best"`, `{ext}` is
+    /// the first format's: the name an item claims among the others (so that `x.jpg` and
+    /// `x.png` still get names of their own), which the format chosen then completes
+    /// (`fileName`); no two items share a stem, so no two chosen names meet.
     package func fileNameBeforeMaking(key: String, stem: String, index: Int) -> String? {
-        nameDependsOnOutput ? nil : name.render(key: key, stem: stem, index: index, format: format, hash: nil, output: id)
+        name.dependsOnOutput ? nil : name.render(key: key, stem: stem, index: index, format: format, hash: nil, output: id)
+    }
+
+    /// Every name the output may get before it is made, one per format it may come out in
+    /// (`plan` and `run --incremental` compare the recorded name with them); nil when the
+    /// name depends on the output.
+    package func namesBeforeMaking(key: String, stem: String, index: Int) -> [String]? {
+        guard !name.dependsOnOutput else { return nil }
+        return formats.map { name.render(key: key, stem: stem, index: index, format: $0, hash: nil, output: id) }
     }
 }
 

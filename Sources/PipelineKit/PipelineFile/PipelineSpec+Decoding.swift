@@ -386,6 +386,8 @@ extension OutputSpec {
         if maxBytes != nil, ssimTarget == nil {
             // A number beside a budget is its ceiling; without one, the budget may go to 100.
             if !object.has("quality") { quality = QualitySearch.highest }
+            // The default floor goes no higher than the ceiling the file gives.
+            if !object.has("minQuality") { minQuality = min(minQuality, quality) }
             if minQuality > quality {
                 throw SpecError(
                     path: object.path.appending("minQuality").description,
@@ -402,7 +404,8 @@ extension OutputSpec {
                 path: object.path.appending(key).description,
                 message: "lossless WebP has no quality to choose; drop \"lossless\" or \"\(key)\"")
         }
-        effort = try object.optional("effort", default: effort) { try $0.integer(in: 0...(format == .webp ? 6 : 9)) }
+        // WebP's encoder goes to 6, AVIF's to 9 (a WebP of `"best"` is capped at 6).
+        effort = try object.optional("effort", default: effort) { try $0.integer(in: 0...(used.contains(.avif) ? 9 : 6)) }
         name = try object.optional("name", default: several ? NameTemplate.standardOfSeveral : NameTemplate.standard) {
             try NameTemplate($0)
         }
