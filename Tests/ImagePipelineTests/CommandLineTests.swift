@@ -368,7 +368,7 @@ struct CommandLineTests {
         #expect(
             typo.status == 2
                 && typo.stderr.contains(
-                    #"output.format: expected one of jpeg, png, webp, avif, tiff, gif, got "jepg" (did you mean "jpeg"?)"#),
+                    #"output.format: expected one of jpeg, png, webp, avif, tiff, gif, best, got "jepg" (did you mean "jpeg"?)"#),
             "stderr: \(typo.stderr)")
         try work.folder("jobs")
         let folder = try imgpipe("run", "jobs")

@@ -43,7 +43,7 @@ struct ThumbnailCommand: ParsableCommand {
     @Option(help: "The folder the thumbnails are written to.", completion: .directory)
     var to = "thumbnails"
 
-    @Option(help: "Output format: jpeg, png, webp, avif, tiff, gif.")
+    @Option(help: "Output format: jpeg, png, webp, avif, tiff, gif, or best (the smallest of avif, webp, jpeg).")
     var format = "jpeg"
 
     @Option(help: "Encoder quality, 1-100 (the format's default otherwise).")
