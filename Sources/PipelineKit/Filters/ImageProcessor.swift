@@ -390,12 +390,8 @@ public struct ImageProcessor: Sendable {
                     do {
                         if output.spec.bestOf != nil {
                             (encoded, choice, chosen) = try Self.encodeBest(made, output.spec)
-                        } else if output.spec.searchesQuality {
-                            let found = try QualitySearch(output: output.spec).encode(made)
-                            encoded = found.data
-                            choice = found.choice
                         } else {
-                            encoded = try made.encoded(Self.encoding(of: output.spec))
+                            (encoded, choice) = try Self.encodeOne(made, output.spec)
                         }
                     } catch let failure as ItemFailure {
                         throw ItemFailure(
@@ -614,7 +610,8 @@ public struct ImageProcessor: Sendable {
                 return encoding(of: one)
             }
         }
-        return a.format == b.format && a.bestOf == b.bestOf && encodings(a) == encodings(b)
+        // The first encoding holds the format: equal encodings are of the same formats.
+        return a.bestOf == b.bestOf && encodings(a) == encodings(b)
             && a.ssimTarget == b.ssimTarget && a.maxBytes == b.maxBytes
             && (!a.searchesQuality || a.minQuality == b.minQuality)
     }
@@ -638,16 +635,7 @@ public struct ImageProcessor: Sendable {
             do {
                 try checkEncodable(image, as: candidate, output: nil)
                 let picture = candidate.keepsAlpha ? image : try image.flattened()
-                let made: (data: Data, choice: QualityChoice?)
-                if spec.searchesQuality, candidate != .png {
-                    let found = try QualitySearch(output: spec).encode(picture)
-                    made = (found.data, found.choice)
-                } else {
-                    made = (try picture.encoded(encoding(of: spec)), nil)
-                    if let budget = spec.maxBytes, made.data.count > budget {
-                        throw ItemFailure(.limit, "the output is \(made.data.count) bytes as png, over maxBytes \(budget)")
-                    }
-                }
+                let made = try encodeOne(picture, spec)
                 // PNG is lossless: it reaches any target.
                 let reached = output.ssimTarget.map { target in made.choice.map { ($0.ssim ?? 0) >= target } ?? true } ?? true
                 let better = best.map { reached != $0.reached ? reached : made.data.count < $0.data.count } ?? true
@@ -661,6 +649,21 @@ public struct ImageProcessor: Sendable {
             throw firstFailure ?? ItemFailure(.encode, "no format of \(output.formats.map(\.rawValue)) keeps the picture")
         }
         return (best.data, best.choice, best.format)
+    }
+
+    /// `image` encoded in the output's one format: at the quality its search chooses when it
+    /// has one and the format has a quality (PNG has none: held to `maxBytes` as it comes
+    /// out), else at its settings.
+    static func encodeOne(_ image: VipsImage, _ output: OutputSpec) throws -> (data: Data, choice: QualityChoice?) {
+        if output.searchesQuality, output.format != .png {
+            let found = try QualitySearch(output: output).encode(image)
+            return (found.data, found.choice)
+        }
+        let data = try image.encoded(encoding(of: output))
+        if let budget = output.maxBytes, data.count > budget {
+            throw ItemFailure(.limit, "the output is \(data.count) bytes as png, over maxBytes \(budget)")
+        }
+        return (data, nil)
     }
 
     package static func encoding(of output: OutputSpec) -> Encoding {
