@@ -54,10 +54,10 @@ struct FilterOpsTests {
     }
 
     @Test func cropByAspectTakesTheLargestWindow() throws {
-        let square = try run(.cropAspect(aspectWidth: 1, aspectHeight: 1, gravity: .east))
+        let square = try run(.cropAspect(aspectWidth: 1, aspectHeight: 1, gravity: .east, focus: nil))
         #expect((square.width, square.height) == (100, 100))
         #expect(near(square[90, 10], ImageFixtures.green) && near(square[90, 90], ImageFixtures.white))
-        let wide = try run(.cropAspect(aspectWidth: 16, aspectHeight: 9, gravity: .centre))
+        let wide = try run(.cropAspect(aspectWidth: 16, aspectHeight: 9, gravity: .centre, focus: nil))
         #expect((wide.width, wide.height) == (178, 100))
     }
 
@@ -363,9 +363,9 @@ struct FilterOpsTests {
     // MARK: every op on every kind of input
 
     static let everyOp: [FilterStep] = [
-        .autorotate, .fit(width: 50, height: 50, enlarge: false), .fill(width: 40, height: 30, gravity: .attention),
+        .autorotate, .fit(width: 50, height: 50, enlarge: false), .fill(width: 40, height: 30, gravity: .attention, focus: nil),
         .resize(width: 70, height: nil, scale: nil), .cropRect(x: 2, y: 2, width: 30, height: 20),
-        .cropAspect(aspectWidth: 4, aspectHeight: 3, gravity: .entropy), .rotate(degrees: 33, background: .white),
+        .cropAspect(aspectWidth: 4, aspectHeight: 3, gravity: .entropy, focus: nil), .rotate(degrees: 33, background: .white),
         .rotate(degrees: 270, background: .black), .flip(horizontal: false),
         .pad(top: 3, right: 3, bottom: 3, left: 3, colour: .white),
         .trim(threshold: 10), .roundCorners(radius: 8), .border(width: 2, colour: .black),

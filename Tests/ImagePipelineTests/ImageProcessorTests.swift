@@ -75,9 +75,9 @@ struct ImageProcessorTests {
     func fillGivesTheExactSize(gravity: Gravity) throws {
         let path = directory.url("fill.jpg")
         try ImageFixtures.jpeg(at: path, width: 1000, height: 600)
-        let fused = try run([.fill(width: 200, height: 200, gravity: gravity)], on: path)
+        let fused = try run([.fill(width: 200, height: 200, gravity: gravity, focus: nil)], on: path)
         #expect((fused.width, fused.height) == (200, 200))
-        let stepwise = try run([.grayscale, .fill(width: 300, height: 120, gravity: gravity)], on: path)
+        let stepwise = try run([.grayscale, .fill(width: 300, height: 120, gravity: gravity, focus: nil)], on: path)
         #expect((stepwise.width, stepwise.height) == (300, 120))
     }
 
@@ -86,13 +86,13 @@ struct ImageProcessorTests {
         // the scaled 333×200 image... so a west crop keeps the left (red/blue) half.
         let path = directory.url("q.png")
         try ImageFixtures.write(try ImageFixtures.quadrants(width: 1000, height: 500), to: path)
-        let west = try run([.fill(width: 100, height: 100, gravity: .west)], on: path)
+        let west = try run([.fill(width: 100, height: 100, gravity: .west, focus: nil)], on: path)
         assertColour(west[10, 10], near: ImageFixtures.red)
         assertColour(west[90, 90], near: ImageFixtures.blue)
-        let east = try run([.fill(width: 100, height: 100, gravity: .east)], on: path)
+        let east = try run([.fill(width: 100, height: 100, gravity: .east, focus: nil)], on: path)
         assertColour(east[10, 10], near: ImageFixtures.green)
         assertColour(east[90, 90], near: ImageFixtures.white)
-        let northEastStepwise = try run([.grayscale, .fill(width: 100, height: 100, gravity: .northEast)], on: path)
+        let northEastStepwise = try run([.grayscale, .fill(width: 100, height: 100, gravity: .northEast, focus: nil)], on: path)
         #expect(northEastStepwise.bands == 1)
         #expect(Int(northEastStepwise[90, 90][0]) > 200, "the white quadrant should land bottom-right")
     }

@@ -20,7 +20,7 @@ struct SharedLoadTests {
         .fit(width: 1280, height: 1280, enlarge: false),
         .fit(width: 640, height: 640, enlarge: false),
         .fit(width: 320, height: 320, enlarge: false),
-        .fill(width: 150, height: 150, gravity: .centre),
+        .fill(width: 150, height: 150, gravity: .centre, focus: nil),
     ]
 
     /// Each output of a several-output processor beside the same output made alone, as

@@ -174,7 +174,7 @@ public struct BuiltPipeline: Sendable {
         static func checkOutputSize(_ step: FilterStep, at path: String, limits: Limits) throws {
             let size: (Int, Int)?
             switch step {
-            case .fill(let width, let height, _): size = (width, height)
+            case .fill(let width, let height, _, _): size = (width, height)
             case .fit(let width?, let height?, true): size = (width, height)
             case .resize(let width?, let height?, _): size = (width, height)
             default: size = nil

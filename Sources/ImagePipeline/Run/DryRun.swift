@@ -311,7 +311,9 @@ public struct DryRun: Sendable {
         let milliseconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
         let images: [ProcessedImage]
         switch result {
-        case .success(let made): images = made
+        case .success(let made):
+            images = made
+            for note in made.first?.notes ?? [] { notice("item \"\(item.key.printable)\": \(note)") }
         case .failure(let failure):
             return spec.outputs.map { output in
                 var row = DryRunRow(

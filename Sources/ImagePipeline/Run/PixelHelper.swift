@@ -106,6 +106,10 @@ enum PixelMessage {
         return try encoder.encode(settings)
     }
 
+    /// The most notes an answer may carry for one output (a processor makes one per
+    /// focus step at most).
+    static let maxNotes = 64
+
     /// Numbers JSON has no text for, as a program may set them (`limits.timeout` infinite):
     /// written as these strings, read back as the numbers.
     static let nonFinite = (
@@ -166,6 +170,8 @@ enum PixelMessage {
                 fields.put(image.choice?.quality ?? -1)
                 fields.put(image.choice?.ssim.map { String($0) } ?? "")
                 fields.put(image.format?.rawValue ?? "")
+                fields.put(image.notes.count)
+                for note in image.notes { fields.put(note) }
             }
             return (fields.bytes, images.map(\.data))
         case .success(.skipped(let skip)):
@@ -211,16 +217,20 @@ enum PixelMessage {
                     ssim.isEmpty || (quality != -1 && Double(ssim)?.isFinite == true),
                     chosen.isEmpty || OutputFormat(rawValue: chosen) != nil
                 else { throw WireReader.Malformed() }
+                let noteCount = try reader.int()
+                guard (0...Self.maxNotes).contains(noteCount) else { throw WireReader.Malformed() }
+                let notes = try (0..<noteCount).map { _ throws(WireReader.Malformed) in try reader.string() }
                 // One output (the usual case) is the whole payload: not copied again.
                 let data = numbers[5] == payload.count ? payload : payload.subdata(in: offset..<offset + numbers[5])
                 offset += numbers[5]
-                images.append(
-                    ProcessedImage(
-                        output: output, data: data, width: numbers[0], height: numbers[1],
-                        inputWidth: numbers[2], inputHeight: numbers[3], inputFormat: format,
-                        sha256: sha256, inputBytes: numbers[4], inputSHA256: inputSHA256,
-                        choice: quality < 0 ? nil : QualityChoice(quality: quality, ssim: Double(ssim)),
-                        format: OutputFormat(rawValue: chosen)))
+                var image = ProcessedImage(
+                    output: output, data: data, width: numbers[0], height: numbers[1],
+                    inputWidth: numbers[2], inputHeight: numbers[3], inputFormat: format,
+                    sha256: sha256, inputBytes: numbers[4], inputSHA256: inputSHA256,
+                    choice: quality < 0 ? nil : QualityChoice(quality: quality, ssim: Double(ssim)),
+                    format: OutputFormat(rawValue: chosen))
+                image.notes = notes
+                images.append(image)
             }
             guard offset == payload.count else { throw WireReader.Malformed() }
             return .outcome(.success(.processed(images)))

@@ -614,6 +614,9 @@ final class RunStages: Sendable {
             case .success(.processed(let processed)?):
                 images = processed
             }
+            for note in images.first?.notes ?? [] {
+                context.reporter.notice("item \"\(job.key.printable)\": \(note)")
+            }
             // The SHA-256 a table gives is checked against the bytes the processor read.
             if let expected = spec.source.expectedSHA256(of: job.metadata), let read = images.first?.inputSHA256,
                 read != expected

@@ -8,7 +8,7 @@ struct ChainPlan: Sendable, Equatable {
     struct Thumbnail: Sendable, Equatable {
         enum Box: Sendable, Equatable {
             case fit(width: Int?, height: Int?, enlarge: Bool)
-            case fill(width: Int, height: Int, gravity: Gravity)
+            case fill(width: Int, height: Int, gravity: Gravity, focus: FocusPoint?)
         }
         var autorotate: Bool
         var box: Box
@@ -39,8 +39,9 @@ struct ChainPlan: Sendable, Equatable {
         case .fit(let width, let height, let enlarge)?:
             thumbnail = Thumbnail(autorotate: autorotate, box: .fit(width: width, height: height, enlarge: enlarge))
             rest = rest.dropFirst()
-        case .fill(let width, let height, let gravity)?:
-            thumbnail = Thumbnail(autorotate: autorotate, box: .fill(width: width, height: height, gravity: gravity))
+        case .fill(let width, let height, let gravity, let focus)?:
+            thumbnail = Thumbnail(
+                autorotate: autorotate, box: .fill(width: width, height: height, gravity: gravity, focus: focus))
             rest = rest.dropFirst()
         default:
             thumbnail = nil
@@ -152,7 +153,9 @@ struct SharedLoad: Sendable {
     /// as libvips' own shrink-on-load does: on a grid of 4-px lines, 1601 or 803 px wide,
     /// the smaller outputs came out closer to the output made alone than with `shrunk`,
     /// whose last block takes the odd row or column: SSIM 0.77–0.98 against 0.71–0.90.)
-    func resize(_ source: VipsImage, to size: (width: Int, height: Int), for index: Int) throws -> VipsImage {
+    func resize(
+        _ source: VipsImage, to size: (width: Int, height: Int), for index: Int, context: FilterContext
+    ) throws -> VipsImage {
         let original = source
         var source = source
         var whole = min(source.width / max(1, size.width), source.height / max(1, size.height))
@@ -166,8 +169,8 @@ struct SharedLoad: Sendable {
         if whole >= 2 { source = try source.shrunk(by: whole) }
         var resized = try source.resizedExactly(to: size, ownCode: true)
         if premultiplied { resized = try resized.unpremultiplied(like: original) }
-        guard case .fill(let w, let h, let gravity) = boxes[index] else { return resized }
-        return try resized.cropped(to: (w, h), gravity: gravity)
+        guard case .fill(let w, let h, let gravity, let focus) = boxes[index] else { return resized }
+        return try resized.cropped(to: (w, h), gravity: gravity, focus: focus, context: context)
     }
 
     /// Whether output `index`'s resize keeps the whole picture (a `fit`; a `fill` crops).
@@ -187,7 +190,7 @@ struct SharedLoad: Sendable {
                     width: size.width, height: size.height, box: (w, h), enlarge: enlarge, jpeg: format == .jpeg)
             case .fit(let w, let h, let enlarge):
                 BoxGeometry.fit(width: size.width, height: size.height, box: (w, h), enlarge: enlarge)
-            case .fill(let w, let h, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
+            case .fill(let w, let h, _, _): BoxGeometry.cover(width: size.width, height: size.height, box: (w, h))
             }
         }
     }

@@ -47,6 +47,7 @@ extension FilterRegistry {
                         values = options
                     case .colour: type = "colour"
                     case .aspect: type = "aspect"
+                    case .point: type = "point"
                     }
                     return .init(
                         name: p.name, type: type, minimum: minimum, maximum: maximum, values: values,

@@ -8,6 +8,12 @@ private func number(_ name: String, _ range: ClosedRange<Double>, _ fallback: Do
     P(name, .number(range), default: .number(fallback, isInteger: false), summary)
 }
 
+/// `fill`'s and `crop`'s point for gravity `focus`.
+private let focusParameter = P(
+    "focus", .point,
+    "with gravity focus: the point to centre on, {\"x\": …, \"y\": …} as fractions 0–1 of the picture "
+        + "(constants or templates such as \"{meta.fx}\"); an item without a usable point is cropped by attention")
+
 private func integer(
     _ name: String, _ range: ClosedRange<Int>, _ fallback: Int?, _ summary: String,
     required: Bool = false
@@ -52,10 +58,12 @@ extension FilterRegistry {
                 integer("height", pixels, nil, "output height in pixels", required: true),
                 P(
                     "gravity", .choice(Gravity.names), default: .string("centre"),
-                    "what to keep: centre, a compass point, attention or entropy"),
+                    "what to keep: centre, a compass point, attention, entropy or focus"),
+                focusParameter,
             ]
         ) { a in
-            .fill(width: a.int("width")!, height: a.int("height")!, gravity: a.gravity("gravity"))
+            let (gravity, focus) = try a.placement()
+            return .fill(width: a.int("width")!, height: a.int("height")!, gravity: gravity, focus: focus)
         },
         FilterDefinition(
             name: "resize", summary: "Resize to width and/or height (aspect kept when only one is given), or by scale.",
@@ -80,13 +88,15 @@ extension FilterRegistry {
                 integer("height", pixels, nil, "rectangle height"),
                 P("aspect", .aspect, "aspect ratio such as \"16:9\" (instead of a rectangle)"),
                 P("gravity", .choice(Gravity.names), default: .string("centre"), "where the aspect window sits"),
+                focusParameter,
             ]
         ) { a in
             let rect = ["x", "y", "width", "height"].filter(a.has)
             if let aspect = a.string("aspect") {
                 if let first = rect.first { throw a.fail(first, "give either aspect or x, y, width, height, not both") }
                 let (w, h) = ParameterType.aspect(aspect)!
-                return .cropAspect(aspectWidth: w, aspectHeight: h, gravity: a.gravity("gravity"))
+                let (gravity, focus) = try a.placement()
+                return .cropAspect(aspectWidth: w, aspectHeight: h, gravity: gravity, focus: focus)
             }
             for name in ["x", "y", "width", "height"] where !a.has(name) {
                 throw a.fail(name, "missing (crop needs x, y, width and height, or aspect)")

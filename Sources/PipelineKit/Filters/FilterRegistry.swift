@@ -9,6 +9,8 @@ public enum ParameterType: Sendable, Equatable {
     case colour
     /// `W:H`, two positive numbers, e.g. `16:9`.
     case aspect
+    /// `{"x": …, "y": …}`, each a fraction from 0 to 1 or a template (`"{meta.fx}"`).
+    case point
 
     /// What an error says was expected.
     var expectation: String {
@@ -20,6 +22,7 @@ public enum ParameterType: Sendable, Equatable {
         case .choice(let options): "one of " + options.joined(separator: ", ")
         case .colour: "a colour such as \"#ff8800\" (#rgb, #rrggbb or #rrggbbaa)"
         case .aspect: "an aspect ratio such as \"16:9\""
+        case .point: "an object {\"x\": …, \"y\": …}, each a fraction from 0 to 1 or a template such as \"{meta.fx}\""
         }
     }
 
@@ -35,6 +38,7 @@ public enum ParameterType: Sendable, Equatable {
         case .choice(let options): options.joined(separator: "|")
         case .colour: "colour"
         case .aspect: "W:H"
+        case .point: "{x, y}"
         }
     }
 }
@@ -85,6 +89,28 @@ public struct ParameterDefinition: Sendable {
                 throw node.expected(type.expectation)
             }
             return .string(text)
+        case .point:
+            let object = try node.object(allowing: ["x", "y"])
+            var members: [(key: String, value: JSONValue)] = []
+            for axis in ["x", "y"] {
+                guard let member = object.member(axis) else {
+                    throw SpecError(path: node.path.appending(axis).description, message: "missing (required)")
+                }
+                let text: String
+                switch member.value {
+                case .number(let value, _):
+                    text = member.value.serialized()
+                    guard (0...1).contains(value) else { throw member.expected("a fraction from 0 to 1") }
+                case .string(let value):
+                    guard ItemFields.mentionsFields(value) || FocusPoint.fraction(value) != nil else {
+                        throw member.expected("a fraction from 0 to 1, or a template such as \"{meta.fx}\"")
+                    }
+                    text = value
+                default: throw member.expected("a fraction from 0 to 1, or a template such as \"{meta.fx}\"")
+                }
+                members.append((axis, .string(text)))
+            }
+            return .object(members)
         }
     }
 }
@@ -120,6 +146,22 @@ public struct FilterArguments: Sendable {
 
     func gravity(_ name: String) -> Gravity {
         string(name).flatMap(Gravity.init(name:)) ?? .centre
+    }
+
+    /// `gravity` and, when it is `focus`, the point from `focus` (required then, and
+    /// refused with any other gravity).
+    func placement() throws -> (Gravity, FocusPoint?) {
+        let gravity = gravity("gravity")
+        guard case .object(let members)? = values["focus"] else {
+            if gravity == .focus { throw fail("focus", "missing (required by gravity \"focus\")") }
+            return (gravity, nil)
+        }
+        guard gravity == .focus else { throw fail("focus", "is used only with gravity \"focus\"") }
+        func text(_ axis: String) -> String {
+            if case .string(let value)? = members.first(where: { $0.key == axis })?.value { return value }
+            return ""
+        }
+        return (gravity, FocusPoint(x: text("x"), y: text("y")))
     }
 
     package func has(_ name: String) -> Bool { values[name] != nil }

@@ -7,6 +7,8 @@ struct FilterContext: Sendable {
     let baseDirectory: String
     /// The item being processed, for `{meta.…}` in text filters (nil: texts as written).
     var fields: ItemFields?
+    /// Where this item's notes go (a focus point it could not use); nil: nowhere.
+    var notes: ItemNotes?
 
     func resolve(_ path: String) -> String {
         path.hasPrefix("/") ? path : URL(fileURLWithPath: baseDirectory).appendingPathComponent(path).standardizedFileURL.path
@@ -85,9 +87,10 @@ extension FilterStep {
         case .fit(let width, let height, let enlarge):
             let size = BoxGeometry.fit(width: image.width, height: image.height, box: (width, height), enlarge: enlarge)
             return try image.resizedExactly(to: size)
-        case .fill(let width, let height, let gravity):
+        case .fill(let width, let height, let gravity, let focus):
             let cover = BoxGeometry.cover(width: image.width, height: image.height, box: (width, height))
-            return try image.resizedExactly(to: cover).cropped(to: (width, height), gravity: gravity)
+            return try image.resizedExactly(to: cover).cropped(
+                to: (width, height), gravity: gravity, focus: focus, context: context)
         case .resize(let width, let height, let scale):
             return try image.resizedExactly(
                 to: BoxGeometry.resize(
@@ -98,7 +101,7 @@ extension FilterStep {
                 throw FilterError("crop at (\(x), \(y)) lies outside the \(image.width)×\(image.height) image")
             }
             return try image.cropped(left: x, top: y, width: min(width, image.width - x), height: min(height, image.height - y))
-        case .cropAspect(let aspectWidth, let aspectHeight, let gravity):
+        case .cropAspect(let aspectWidth, let aspectHeight, let gravity, let focus):
             let ratio = aspectWidth / aspectHeight
             var w = image.width
             var h = Int((Double(w) / ratio).rounded())
@@ -106,7 +109,7 @@ extension FilterStep {
                 h = image.height
                 w = max(1, min(image.width, Int((Double(h) * ratio).rounded())))
             }
-            return try image.cropped(to: (w, max(1, h)), gravity: gravity)
+            return try image.cropped(to: (w, max(1, h)), gravity: gravity, focus: focus, context: context)
         case .rotate(let degrees, let background):
             return try image.rotatedClockwise(degrees, background: background)
         case .flip(let horizontal):
@@ -199,7 +202,8 @@ extension VipsImage {
         let h = min(size.height, height)
         guard w != width || h != height else { return self }
         switch gravity {
-        case .attention: return try materialized().smartCropped(width: w, height: h, interesting: .attention)
+        // `focus` without its point (`cropped(to:gravity:focus:context:)` has it) acts as attention.
+        case .attention, .focus: return try materialized().smartCropped(width: w, height: h, interesting: .attention)
         case .entropy: return try materialized().smartCropped(width: w, height: h, interesting: .entropy)
         default:
             let origin = gravity.offset(width: w, height: h, fullWidth: width, fullHeight: height)

@@ -1,5 +1,6 @@
 /// Where a crop or an overlay sits: a compass point, the centre, or (for crops) what
-/// libvips finds most interesting (`attention`: skin, saturation, edges; `entropy`: detail).
+/// libvips finds most interesting (`attention`: skin, saturation, edges; `entropy`: detail)
+/// or a point the feed gives (`focus`, with the step's `FocusPoint`).
 public enum Gravity: String, Sendable, CaseIterable, Codable {
     case centre
     case north
@@ -12,20 +13,23 @@ public enum Gravity: String, Sendable, CaseIterable, Codable {
     case northWest = "north-west"
     case attention
     case entropy
+    case focus
 
     /// The names accepted for crops (`center` is also taken as `centre`).
     public static var names: [String] { allCases.map(\.rawValue) }
     /// The names accepted for placing overlays (no smart gravities).
     public static var placementNames: [String] { allCases.filter { !$0.isSmart }.map(\.rawValue) }
 
-    public var isSmart: Bool { self == .attention || self == .entropy }
+    /// Chosen per image (`attention`, `entropy`, `focus`): not a place for an overlay.
+    public var isSmart: Bool { self == .attention || self == .entropy || self == .focus }
 
     package init?(name: String) {
         self.init(rawValue: name == "center" ? "centre" : name)
     }
 
     /// The top-left corner of a `width`×`height` box in a `fullWidth`×`fullHeight` image,
-    /// `margin` away from the edges it is pushed against (smart gravities act as centre).
+    /// `margin` away from the edges it is pushed against (gravities chosen per image act as
+    /// centre).
     package func offset(width: Int, height: Int, fullWidth: Int, fullHeight: Int, margin: Int = 0) -> (x: Int, y: Int) {
         let x: Int
         let y: Int
@@ -147,12 +151,13 @@ public enum FilterStep: Sendable, Equatable, Codable {
     /// Fit inside the box (a missing side is unbounded), aspect kept, never enlarged unless asked.
     case fit(width: Int?, height: Int?, enlarge: Bool)
     /// Cover the box, then crop to exactly its size around `gravity`.
-    case fill(width: Int, height: Int, gravity: Gravity)
+    /// `focus` is set when `gravity` is `.focus`.
+    case fill(width: Int, height: Int, gravity: Gravity, focus: FocusPoint?)
     /// To `width` and/or `height` (aspect kept when one is given), or by `scale`.
     case resize(width: Int?, height: Int?, scale: Double?)
     case cropRect(x: Int, y: Int, width: Int, height: Int)
-    /// The largest `aspectWidth`:`aspectHeight` window, placed by `gravity`.
-    case cropAspect(aspectWidth: Double, aspectHeight: Double, gravity: Gravity)
+    /// The largest `aspectWidth`:`aspectHeight` window, placed by `gravity` (and `focus`).
+    case cropAspect(aspectWidth: Double, aspectHeight: Double, gravity: Gravity, focus: FocusPoint?)
     /// Clockwise degrees; right angles are exact, other angles fill corners with `background`.
     case rotate(degrees: Double, background: Colour)
     case flip(horizontal: Bool)

@@ -27,6 +27,9 @@ public struct ProcessedImage: Sendable {
     public let choice: QualityChoice?
     /// The format `"best"` chose; nil: the output's own.
     public let format: OutputFormat?
+    /// What making the item had to say, such as a focus point it could not use (on the
+    /// item's first output only).
+    public var notes: [String] = []
 
     package init(
         output: String = OutputSpec.defaultID, data: Data, width: Int, height: Int, inputWidth: Int, inputHeight: Int,
@@ -247,6 +250,8 @@ public struct ImageProcessor: Sendable {
         var context = self.context
         context.fields = fields
         context.fields?.captionField = settings.captionField
+        let notes = ItemNotes()
+        context.notes = notes
         // Files are read into memory (within limits.maxBytes) and decoded from there: libvips
         // then picks its loader from the bytes in memory instead of opening the file once
         // per loader it tries.
@@ -289,7 +294,8 @@ public struct ImageProcessor: Sendable {
         let load = sharedLoad.map { $0.thumbnail(for: inputSize, targets: targets) } ?? plan.thumbnail
         if let thumbnail = load {
             do {
-                (image, colourManaged) = try runThumbnail(thumbnail, data: data, header: header, format: format)
+                (image, colourManaged) = try runThumbnail(
+                    thumbnail, data: data, header: header, format: format, context: context)
                 image = try lap(sharedLoad == nil ? plan.thumbnailLabel : "load", image)
             } catch {
                 throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(Self.text(error))")
@@ -341,7 +347,9 @@ public struct ImageProcessor: Sendable {
                         let from =
                             resized.filter { $0.width >= goal.width && $0.height >= goal.height }
                             .min { $0.width * $0.height < $1.width * $1.height } ?? image
-                        made = try lap(prefix + sharedLoad.label(of: index), try sharedLoad.resize(from, to: goal, for: index))
+                        made = try lap(
+                            prefix + sharedLoad.label(of: index),
+                            try sharedLoad.resize(from, to: goal, for: index, context: context))
                         // Only a fit keeps the whole picture (a fill has been cropped).
                         if sharedLoad.keepsWholePicture(index), index != order.last {
                             made = try made.materialized()
@@ -431,7 +439,9 @@ public struct ImageProcessor: Sendable {
             // have been had it been encoded in turn.
             throw encodings.firstFailure() ?? error
         }
-        return .processed(try encodings.all())
+        var images = try encodings.all()
+        images[0].notes = notes.all
+        return .processed(images)
     }
 
     /// The input's bytes; a file is read whole, after its size is checked against
@@ -494,7 +504,7 @@ public struct ImageProcessor: Sendable {
     /// converted to sRGB through its ICC profile.
     private func runThumbnail(
         _ thumbnail: ChainPlan.Thumbnail, data: Data, header: VipsImage,
-        format: ImageFormat
+        format: ImageFormat, context: FilterContext
     ) throws -> (VipsImage, Bool) {
         var colour = ColourManagement.none
         if header.isCMYK {
@@ -507,13 +517,13 @@ public struct ImageProcessor: Sendable {
         var height: Int
         var size = ThumbnailSize.down
         var crop = Interesting.none
-        var finalCrop: (width: Int, height: Int, gravity: Gravity)?
+        var finalCrop: (width: Int, height: Int, gravity: Gravity, focus: FocusPoint?)?
         switch thumbnail.box {
         case .fit(let w, let h, let enlarge):
             width = min(w ?? maxSide, maxSide)
             height = min(h ?? maxSide, maxSide)
             size = enlarge ? .both : .down
-        case .fill(let w, let h, let gravity):
+        case .fill(let w, let h, let gravity, let focus):
             switch gravity {
             case .centre, .attention, .entropy:
                 (width, height) = (min(w, maxSide), min(h, maxSide))
@@ -523,7 +533,7 @@ public struct ImageProcessor: Sendable {
                 let source = thumbnail.autorotate ? header.uprightSize : (header.width, header.height)
                 (width, height) = BoxGeometry.cover(width: source.0, height: source.1, box: (w, h))
                 size = .force
-                finalCrop = (w, h, gravity)
+                finalCrop = (w, h, gravity, focus)
             }
         }
         var image = try VipsImage.thumbnail(
@@ -531,7 +541,8 @@ public struct ImageProcessor: Sendable {
             autorotate: thumbnail.autorotate, crop: crop, colour: colour,
             failOn: format.failOn)
         if let finalCrop {
-            image = try image.cropped(to: (finalCrop.width, finalCrop.height), gravity: finalCrop.gravity)
+            image = try image.cropped(
+                to: (finalCrop.width, finalCrop.height), gravity: finalCrop.gravity, focus: finalCrop.focus, context: context)
         }
         return (image, colour.exportProfile != nil)
     }

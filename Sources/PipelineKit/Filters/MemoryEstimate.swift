@@ -75,7 +75,7 @@ extension ImageProcessor {
             switch thumbnail.box {
             case .fit(let width, let height, let enlarge):
                 loadedSize = BoxGeometry.fit(width: size.width, height: size.height, box: (width, height), enlarge: enlarge)
-            case .fill(let width, let height, _):
+            case .fill(let width, let height, _, _):
                 loadedSize = (width, height)
             }
             loaded = product(loadedSize.width, loadedSize.height)
@@ -141,7 +141,7 @@ extension ImageProcessor {
                 let start: (width: Int, height: Int) =
                     switch sharedLoad.boxes[index] {
                     case .fit: target
-                    case .fill(let width, let height, _): (min(width, target.width), min(height, target.height))
+                    case .fill(let width, let height, _, _): (min(width, target.width), min(height, target.height))
                     }
                 own = ChainWalk(size: start, bands: header.bands, sample: header.bytesPerSample)
             }
@@ -200,9 +200,10 @@ struct ChainWalk {
             hold(whole)
         case .fit(let w, let h, let enlarge):
             size = BoxGeometry.fit(width: width, height: height, box: (w, h), enlarge: enlarge)
-        case .fill(let w, let h, let gravity):
+        case .fill(let w, let h, let gravity, _):
             let cover = BoxGeometry.cover(width: width, height: height, box: (w, h))
-            if [.attention, .entropy].contains(gravity), cover != (w, h) {
+            // A focus crop falls back to attention for an item without a usable point.
+            if gravity.isSmart, cover != (w, h) {
                 hold(product(cover.width, cover.height, bands, sample))
             }
             size = (min(w, cover.width), min(h, cover.height))
@@ -210,14 +211,14 @@ struct ChainWalk {
             size = BoxGeometry.resize(width: width, height: height, to: (w, h), scale: scale)
         case .cropRect(let x, let y, let w, let h):
             if x < width, y < height { size = (Self.side(min(w, width - x)), Self.side(min(h, height - y))) }
-        case .cropAspect(let aspectWidth, let aspectHeight, let gravity):
+        case .cropAspect(let aspectWidth, let aspectHeight, let gravity, _):
             let ratio = aspectWidth / aspectHeight
             var (w, h) = (width, Int((Double(width) / ratio).rounded()))
             if h > height {
                 h = height
                 w = max(1, min(width, Int((Double(h) * ratio).rounded())))
             }
-            if [.attention, .entropy].contains(gravity), (w, h) != (width, height) { hold(whole) }
+            if gravity.isSmart, (w, h) != (width, height) { hold(whole) }
             size = (Self.side(w), Self.side(h))
         case .rotate(let degrees, let background):
             var turn = degrees.truncatingRemainder(dividingBy: 360)

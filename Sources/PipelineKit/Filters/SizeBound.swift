@@ -22,7 +22,7 @@ package struct SizeBound: Equatable {
                 return enlarge ? box : min(box, bound ?? box)
             }
             return SizeBound(width: side(boxWidth, width), height: side(boxHeight, height))
-        case .fill(let boxWidth, let boxHeight, _):
+        case .fill(let boxWidth, let boxHeight, _, _):
             return SizeBound(width: boxWidth, height: boxHeight)
         case .resize(let boxWidth, let boxHeight, let scale):
             return scale == nil ? SizeBound(width: boxWidth, height: boxHeight) : .any

@@ -239,6 +239,14 @@ public enum PipelineSchema {
             case .colour:
                 schema = [("type", .string("string")), ("pattern", .string("^#([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$"))]
             case .aspect: schema = [("type", .string("string")), ("pattern", .string("^[0-9]+(\\.[0-9]+)?:[0-9]+(\\.[0-9]+)?$"))]
+            case .point:
+                let axis: JSONValue = .object([
+                    ("oneOf", .array([.object(members(numberSchema(0...1))), .object([("type", .string("string"))])]))
+                ])
+                schema = [
+                    ("type", .string("object")), ("additionalProperties", .bool(false)),
+                    ("properties", .object([("x", axis), ("y", axis)])), ("required", strings(["x", "y"])),
+                ]
             }
             if let fallback = parameter.defaultValue { schema.append(("default", fallback)) }
             schema.append(("description", .string(parameter.summary)))
