@@ -22,7 +22,8 @@
 #
 # Scale section: bench/scale.sh (SCALE_SIZES, SCALE_MAX). Shards: bench/shards.sh and
 # bench/datasets.sh (a Parquet table to shards against img2dataset; a million rows listed).
-# Quality per byte: bench/quality.sh (an SSIM target against a fixed quality).
+# Quality per byte: bench/quality.sh (an SSIM target against a fixed quality) and
+# bench/animation.sh (an animated GIF's memory against its frame count).
 # Knobs: RUNS, SCALE (20000), SKIP_PEERS=1 (no mogrify, no img2dataset; the vipsthumbnail
 # floor always runs).
 set -euo pipefail
@@ -141,6 +142,8 @@ cat "$WORK/scale-samples.txt" >> "$SAMPLES"
 
 # Quality per byte: an SSIM target against the fixed quality that meets it for 95 %.
 ROUNDS=$RUNS bench/quality.sh | tee "$WORK/quality.txt"
+# Animations: 50 and 500 frames of 800×600 to WebP and GIF, against vipsthumbnail.
+ROUNDS=$RUNS bench/animation.sh | tee "$WORK/animation.txt"
 
 # WebDataset shards against a folder, the same images: bench/shards.sh prints its own lines.
 ROUNDS=$RUNS bench/shards.sh | tee "$WORK/shards.txt"

@@ -41,6 +41,16 @@ static inline VipsImage *ip_new_from_buffer(const void *data, size_t length, Vip
         NULL);
 }
 
+/// Every page of an image in memory (the frames of an animated GIF or WebP) as one tall
+/// image, `page-height` rows per page, read in order.
+static inline VipsImage *ip_new_from_buffer_pages(const void *data, size_t length, VipsFailOn fail_on) {
+    return vips_image_new_from_buffer(data, length, "",
+        "access", VIPS_ACCESS_SEQUENTIAL,
+        "fail_on", fail_on,
+        "n", -1,
+        NULL);
+}
+
 /// Shrink-on-load resize of a file or (with `path` NULL) of a buffer the caller keeps
 /// alive. `export_profile` and `import_profile` may be NULL.
 ///
@@ -409,6 +419,43 @@ static inline int ip_tiffsave_buffer(VipsImage *in, void **buf, size_t *len, gbo
 
 static inline int ip_gifsave_buffer(VipsImage *in, void **buf, size_t *len, gboolean strip) {
     return vips_gifsave_buffer(in, buf, len, "strip", strip, NULL);
+}
+
+// MARK: animation
+
+static inline int ip_page_height(VipsImage *in) { return vips_image_get_page_height(in); }
+
+/// The `delay` array (milliseconds per frame): its length, with `*out` pointing into the
+/// image's metadata; 0 when there is none.
+static inline int ip_delays(VipsImage *in, int **out) {
+    int n = 0;
+    if (vips_image_get_typeof(in, "delay") == 0) return 0;
+    if (vips_image_get_array_int(in, "delay", out, &n) != 0) return 0;
+    return n;
+}
+
+/// The `loop` count (0: forever), or -1 when the image has none.
+static inline int ip_loop(VipsImage *in) {
+    int loop = 0;
+    if (vips_image_get_typeof(in, "loop") == 0 || vips_image_get_int(in, "loop", &loop) != 0) return -1;
+    return loop;
+}
+
+/// Pictures stacked top to bottom (each as wide as the first).
+static inline int ip_stack(VipsImage **in, int n, VipsImage **out) {
+    return vips_arrayjoin(in, out, n, "across", 1, NULL);
+}
+
+/// A copy labelled as `n` pages of `page_height` rows with their delays and loop count
+/// (`delays` NULL or `loop` < 0: left as they are).
+static inline int ip_label_pages(VipsImage *in, VipsImage **out, int page_height, int n,
+    const int *delays, int n_delays, int loop) {
+    if (vips_copy(in, out, NULL) != 0) return -1;
+    vips_image_set_int(*out, VIPS_META_PAGE_HEIGHT, page_height);
+    vips_image_set_int(*out, VIPS_META_N_PAGES, n);
+    if (delays != NULL) vips_image_set_array_int(*out, "delay", delays, n_delays);
+    if (loop >= 0) vips_image_set_int(*out, "loop", loop);
+    return 0;
 }
 
 #endif

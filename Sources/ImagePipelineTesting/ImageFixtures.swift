@@ -47,6 +47,31 @@ public enum ImageFixtures {
         return try VipsImage.fromPixels(bytes, width: width, height: height, bands: 3).labelled(.srgb)
     }
 
+    /// An animated GIF of `count` frames, `width`×`height` each: frame i is flat grey
+    /// `frameGrey(i)` with a white square at x = i·(width − 8)/(count − 1), so that each
+    /// frame can be told apart and followed. Frame i shows for `delays[i]` ms (100 each by
+    /// default); the animation plays `loop` times (0: for ever).
+    public static func animatedGIF(
+        count: Int, width: Int, height: Int, delays: [Int]? = nil, loop: Int = 0
+    ) throws -> Data {
+        let frames = try (0..<count).map { index in
+            var bytes = [UInt8](repeating: frameGrey(index), count: width * height * 3)
+            let left = count > 1 ? index * (width - 8) / (count - 1) : 0
+            for y in 0..<min(8, height) {
+                for x in left..<min(left + 8, width) {
+                    for band in 0..<3 { bytes[(y * width + x) * 3 + band] = 255 }
+                }
+            }
+            return try VipsImage.fromPixels(bytes, width: width, height: height, bands: 3).labelled(.srgb)
+        }
+        let animation = try VipsImage.animation(frames, delays: delays ?? Array(repeating: 100, count: count), loop: loop)
+        return try animation.encoded(.gif(strip: false))
+    }
+
+    /// The grey of frame `index` of `animatedGIF`: 16 levels apart (GIF's palette keeps
+    /// them), never above 192 (the square stays the only white).
+    public static func frameGrey(_ index: Int) -> UInt8 { UInt8(16 + (index * 16) % 192) }
+
     /// Writes `image`; the format comes from the suffix (`x.png[palette]` style options work).
     public static func write(_ image: VipsImage, to path: String) throws {
         try FileManager.default.createDirectory(

@@ -5,8 +5,9 @@ import PipelineKit
 import VipsKit
 
 /// The decode-and-check path as a fuzz target: any bytes through `ImageProcessor` with a
-/// fit and JPEG output under the default limits; bytes that begin with `PAR1` through
-/// `ParquetReader` instead, every row of every column. A failure (`ItemFailure`,
+/// fit and JPEG output under the default limits (a GIF or a WebP, to an animated WebP as
+/// well: every frame); bytes that begin with `PAR1` through `ParquetReader` instead, every
+/// row of every column. A failure (`ItemFailure`,
 /// `ParquetError`) is an answer; a crash, a hang or memory over libFuzzer's `-rss_limit_mb`
 /// is a finding.
 ///
@@ -20,6 +21,17 @@ enum FuzzTarget {
         return ImageProcessor(filters: [.fit(width: 256, height: 256, enlarge: false)], output: output, limits: Limits())
     }()
 
+    /// Every frame of an animation through a fit and a crop.
+    static let animated: ImageProcessor = {
+        var output = OutputSpec()
+        output.format = .webp
+        let steps: [FilterStep] = [
+            .fit(width: 256, height: 256, enlarge: false),
+            .cropAspect(aspectWidth: 1, aspectHeight: 1, gravity: .north, focus: nil),
+        ]
+        return ImageProcessor(filters: steps, output: output, limits: Limits())
+    }()
+
     /// Processes one input; returns the failure's reason, or `done`.
     @discardableResult
     static func run(_ data: Data) -> String {
@@ -27,6 +39,9 @@ enum FuzzTarget {
         defer { VipsRuntime.endThreadWork() }
         do {
             _ = try processor.process(.data(data))
+            if data.starts(with: Array("GIF8".utf8)) || data.starts(with: Array("RIFF".utf8)) {
+                _ = try animated.process(.data(data))
+            }
             return "done"
         } catch {
             return error.description

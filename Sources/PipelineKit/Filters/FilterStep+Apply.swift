@@ -77,6 +77,17 @@ extension FilterStep {
         }
     }
 
+    /// The largest window of aspect `ratio` (width ÷ height) in a `width`×`height` picture.
+    static func aspectWindow(_ ratio: Double, width: Int, height: Int) -> (width: Int, height: Int) {
+        var w = width
+        var h = Int((Double(w) / ratio).rounded())
+        if h > height {
+            h = height
+            w = max(1, min(width, Int((Double(h) * ratio).rounded())))
+        }
+        return (w, max(1, h))
+    }
+
     /// Runs this step. Pixels are computed later, when the output is encoded, except
     /// where a step must read the image more than once (it then computes it into memory).
     func apply(to image: VipsImage, context: FilterContext) throws -> VipsImage {
@@ -102,14 +113,8 @@ extension FilterStep {
             }
             return try image.cropped(left: x, top: y, width: min(width, image.width - x), height: min(height, image.height - y))
         case .cropAspect(let aspectWidth, let aspectHeight, let gravity, let focus):
-            let ratio = aspectWidth / aspectHeight
-            var w = image.width
-            var h = Int((Double(w) / ratio).rounded())
-            if h > image.height {
-                h = image.height
-                w = max(1, min(image.width, Int((Double(h) * ratio).rounded())))
-            }
-            return try image.cropped(to: (w, max(1, h)), gravity: gravity, focus: focus, context: context)
+            let size = Self.aspectWindow(aspectWidth / aspectHeight, width: image.width, height: image.height)
+            return try image.cropped(to: size, gravity: gravity, focus: focus, context: context)
         case .rotate(let degrees, let background):
             return try image.rotatedClockwise(degrees, background: background)
         case .flip(let horizontal):

@@ -140,6 +140,8 @@ public struct ImageProcessor: Sendable {
     let outputStepPaths: [[String]]
     /// The shrink-on-load shared by every output, when the chain allows it.
     let sharedLoad: SharedLoad?
+    /// Whether each output keeps an animated input animated (`OutputSpec.animates`).
+    let animates: [Bool]
     public let limits: Limits
     /// Checked by `processOrSkip` before any pixel is decoded.
     public let accept: AcceptRules
@@ -206,6 +208,7 @@ public struct ImageProcessor: Sendable {
         limits = settings.limits
         accept = settings.accept
         context = FilterContext(baseDirectory: baseDirectory)
+        animates = outputs.map { output in output.spec.animates(steps: (filters + output.filters).map { ($0, "") }) }
     }
 
     /// `process`, with the `accept` rules checked first: from the bytes (size, format by
@@ -276,6 +279,11 @@ public struct ImageProcessor: Sendable {
             return .skipped(skip)
         }
 
+        // An animation turned by its EXIF orientation (rare) is made from its first frame.
+        if animates.contains(true), format == .gif || format == .webp, header.pageCount > 1, header.orientation == 1 {
+            return try runFrames(
+                data: data, header: header, format: format, pages: header.pageCount, context: context, timing: timing)
+        }
         var image: VipsImage
         var colourManaged = false
         var clock = DispatchTime.now()
@@ -392,25 +400,7 @@ public struct ImageProcessor: Sendable {
                     throw ItemFailure(.process, Self.text(error) + (named ? " (output \(output.spec.id))" : ""))
                 }
                 let encode = { @Sendable [made] () throws(ItemFailure) -> ProcessedImage in
-                    let encoded: Data
-                    var choice: QualityChoice?
-                    var chosen: OutputFormat?
-                    do {
-                        if output.spec.bestOf != nil {
-                            (encoded, choice, chosen) = try Self.encodeBest(made, output.spec)
-                        } else {
-                            (encoded, choice) = try Self.encodeOne(made, output.spec)
-                        }
-                    } catch let failure as ItemFailure {
-                        throw ItemFailure(
-                            failure.reason, failure.message + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
-                    } catch {
-                        // Pixels are computed while encoding, so a truncated or corrupt input fails here.
-                        if let damage = inputDamage(error, data: data, format: format) {
-                            throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
-                        }
-                        throw ItemFailure(.encode, Self.text(error) + (outputs.count > 1 ? " (output \(output.spec.id))" : ""))
-                    }
+                    let (encoded, choice, chosen) = try encodeOutput(made, output.spec, data: data, format: format)
                     return ProcessedImage(
                         output: output.spec.id, data: encoded, width: made.width, height: made.height,
                         inputWidth: header.width, inputHeight: header.height,
@@ -551,7 +541,7 @@ public struct ImageProcessor: Sendable {
     /// (JPEG output is flattened onto white).
     /// The path of step `index` (`planPaths`, `outputStepPaths`); a step the paths do not
     /// reach is still run, named by its number alone.
-    private static func path(of index: Int, in paths: [String]) -> String {
+    static func path(of index: Int, in paths: [String]) -> String {
         paths.indices.contains(index) ? paths[index] : "step \(index + 1)"
     }
 
@@ -559,7 +549,7 @@ public struct ImageProcessor: Sendable {
     /// a `StepFailure` naming the step by `path` and the size of the picture it was given:
     /// libvips' text names its own operation (`embed: bad dimensions`), which is not the
     /// filter the pipeline file has.
-    private func applying(_ step: FilterStep, at path: String, to image: VipsImage, context: FilterContext) throws -> VipsImage {
+    func applying(_ step: FilterStep, at path: String, to image: VipsImage, context: FilterContext) throws -> VipsImage {
         do {
             return try step.apply(to: image, context: context)
         } catch let failure as ItemFailure {
@@ -572,12 +562,18 @@ public struct ImageProcessor: Sendable {
     /// `image`, the result of `step`, unless it is over `limits.maxPixels` (a `limit`
     /// failure). libvips builds an image's pipeline before computing a pixel, so a step that
     /// would make gigapixels (`border` 100000) is stopped before any memory or time goes.
-    private func checkedSize(_ image: VipsImage, after step: FilterStep) throws -> VipsImage {
-        let (pixels, overflow) = image.width.multipliedReportingOverflow(by: image.height)
-        guard overflow || pixels > limits.maxPixels else { return image }
+    func checkedSize(_ image: VipsImage, after step: FilterStep) throws -> VipsImage {
+        try checkSize(width: image.width, height: image.height, after: step)
+        return image
+    }
+
+    /// `step` made a `width`×`height` picture (or frame): a `limit` failure over `maxPixels`.
+    func checkSize(width: Int, height: Int, after step: FilterStep) throws {
+        let (pixels, overflow) = width.multipliedReportingOverflow(by: height)
+        guard overflow || pixels > limits.maxPixels else { return }
         throw ItemFailure(
             .limit,
-            "\(step.opName) makes \(image.width)×\(image.height)"
+            "\(step.opName) makes \(width)×\(height)"
                 + (overflow ? "" : " (\(Self.megapixels(pixels)))")
                 + ", over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
     }
@@ -660,6 +656,27 @@ public struct ImageProcessor: Sendable {
             throw firstFailure ?? ItemFailure(.encode, "no format of \(output.formats.map(\.rawValue)) keeps the picture")
         }
         return (best.data, best.choice, best.format)
+    }
+
+    /// `picture` encoded as `output` says (`encodeBest` or `encodeOne`); a failure names the
+    /// output when there are several, and one of the input's damage (its pixels are computed
+    /// while encoding) is `decode`.
+    func encodeOutput(
+        _ picture: VipsImage, _ output: OutputSpec, data: Data, format: ImageFormat
+    ) throws(ItemFailure) -> (Data, QualityChoice?, OutputFormat?) {
+        let named = outputs.count > 1 ? " (output \(output.id))" : ""
+        do {
+            if output.bestOf != nil { return try Self.encodeBest(picture, output) }
+            let (encoded, choice) = try Self.encodeOne(picture, output)
+            return (encoded, choice, nil)
+        } catch let failure as ItemFailure {
+            throw ItemFailure(failure.reason, failure.message + named)
+        } catch {
+            if let damage = inputDamage(error, data: data, format: format) {
+                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
+            }
+            throw ItemFailure(.encode, Self.text(error) + named)
+        }
     }
 
     /// `image` encoded in the output's one format: at the quality its search chooses when it

@@ -28,6 +28,9 @@ public enum OutputFormat: String, Sendable, CaseIterable, Codable {
 
     /// Whether the format stores an alpha channel (JPEG output is flattened onto white).
     public var keepsAlpha: Bool { self != .jpeg }
+
+    /// The formats that hold an animation.
+    public static let animating: [OutputFormat] = [.gif, .webp]
 }
 
 /// One output of each item: its own filters (after the pipeline's common ones), how it is
@@ -66,6 +69,10 @@ public struct OutputSpec: Sendable, Equatable, Codable {
     public var lossless = false
     /// WebP: encoder effort 0…6 (default 4); AVIF: 0…9 (default 4).
     public var effort = 4
+    /// GIF and WebP: an animated input stays animated (`"animation": "keep"`, the default)
+    /// when the output's chain can apply to every frame (`FilterStep.appliesToFrames`); false
+    /// (`"first"`): it is made from its first frame.
+    public var keepsAnimation = true
     public var name = NameTemplate.standard
 
     public init() {}
@@ -73,7 +80,7 @@ public struct OutputSpec: Sendable, Equatable, Codable {
     /// `filters` is not coded: a processor's outputs carry theirs expanded (`OutputPlan`).
     private enum CodingKeys: String, CodingKey {
         case id, format, bestOf, quality, ssimTarget, maxBytes, minQuality, strip, progressive, compression, lossless, effort
-        case name
+        case keepsAnimation, name
     }
 
     /// The formats `"best"` chooses from when `"formats"` does not say.

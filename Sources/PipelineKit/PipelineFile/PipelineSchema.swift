@@ -49,6 +49,7 @@ public enum PipelineSchema {
                             ("timeout", numberSchema(0.001...86400)),
                             ("maxBytes", integerSchema(1...Int.max)),
                             ("maxPixels", integerSchema(1...Int.max)),
+                            ("maxFrames", integerSchema(1...1_000_000)),
                             ("memory", integerSchema(16...1 << 30)),
                             ("rate", numberSchema(0.001...1_000_000)),
                             ("burst", integerSchema(1...1000)),
@@ -180,6 +181,7 @@ public enum PipelineSchema {
                             ("compression", integerSchema(0...9)),
                             ("lossless", .object([("type", .string("boolean"))])),
                             ("effort", integerSchema(0...9)),
+                            ("animation", .object([("enum", strings(["keep", "first"]))])),
                             ("name", .object([("type", .string("string")), ("minLength", integer(1))])),
                         ])
                     ),

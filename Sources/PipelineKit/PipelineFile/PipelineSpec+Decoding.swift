@@ -308,7 +308,7 @@ extension OutputSpec {
     package init(node: SpecNode, registry: FilterRegistry = .standard, several: Bool = false) throws {
         let object = try node.object(allowing: [
             "id", "filters", "format", "formats", "quality", "maxBytes", "minQuality", "strip", "progressive", "compression",
-            "lossless", "effort", "name",
+            "lossless", "effort", "animation", "name",
         ])
         self.init()
         if several, !object.has("id") {
@@ -364,6 +364,7 @@ extension OutputSpec {
         try only("compression", for: [.png])
         try only("lossless", for: [.webp])
         try only("effort", for: [.webp, .avif])
+        try only("animation", for: OutputFormat.animating)
         if let node = object.member("quality"), case .object = node.value {
             // A target instead of a number: the quality is searched per image.
             let target = try node.object(allowing: ["ssim"])
@@ -406,6 +407,7 @@ extension OutputSpec {
         }
         // WebP's encoder goes to 6, AVIF's to 9 (a WebP of `"best"` is capped at 6).
         effort = try object.optional("effort", default: effort) { try $0.integer(in: 0...(used.contains(.avif) ? 9 : 6)) }
+        keepsAnimation = try object.optional("animation", default: keepsAnimation) { try $0.choice(["keep", "first"]) == "keep" }
         name = try object.optional("name", default: several ? NameTemplate.standardOfSeveral : NameTemplate.standard) {
             try NameTemplate($0)
         }
@@ -415,7 +417,7 @@ extension OutputSpec {
 extension Limits {
     package init(node: SpecNode) throws {
         let object = try node.object(allowing: [
-            "downloads", "workers", "uploads", "timeout", "maxBytes", "maxPixels",
+            "downloads", "workers", "uploads", "timeout", "maxBytes", "maxPixels", "maxFrames",
             "memory", "rate", "burst",
         ])
         self.init()
@@ -425,6 +427,7 @@ extension Limits {
         timeout = try object.optional("timeout", default: timeout) { try $0.number(in: 0.001...86400) }
         maxBytes = try object.optional("maxBytes", default: maxBytes) { try $0.integer(in: 1...Int.max) }
         maxPixels = try object.optional("maxPixels", default: maxPixels) { try $0.integer(in: 1...Int.max) }
+        maxFrames = try object.optional("maxFrames", default: maxFrames) { try $0.integer(in: 1...1_000_000) }
         memory = try object.optional("memory", default: nil) { try $0.integer(in: 16...1 << 30) }
         rate = try object.optional("rate", default: nil) { try $0.number(in: 0.001...1_000_000) }
         burst = try object.optional("burst", default: nil) { try $0.integer(in: 1...1000) }

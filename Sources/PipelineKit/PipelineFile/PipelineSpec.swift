@@ -251,6 +251,9 @@ public struct Limits: Sendable, Equatable, Codable {
     /// Largest input accepted, in pixels (width × height, read from the header): sharp's
     /// limit, 16383 × 16383. Inputs a decoder must hold whole are bounded by `memory` too.
     public var maxPixels = 268_402_689
+    /// The most frames an animation kept as one (`OutputSpec.keepsAnimation`) may have;
+    /// `maxPixels` then counts every frame.
+    public var maxFrames = 1000
     /// The run's memory budget for pixel work, in megabytes (MiB): items are admitted
     /// against it by an estimate read from their header (`MemoryEstimate`); nil is
     /// `defaultMemory`.

@@ -40,6 +40,7 @@ struct ValidateCommand: ParsableCommand {
             }
         }
         guard faults.isEmpty else { throw CommandError.usage(faults.joined(separator: "\nerror: ")) }
+        for note in spec.firstFrameNotes { Console.note("\(pipeline): \(note)") }
         let sinks = spec.sinks.map { "\($0.name) (\($0.typeName))" }.joined(separator: ", ")
         Console.out(
             "\(pipeline): valid — \(spec.source.typeName) source, \(spec.filters.count) filter(s)"

@@ -1,0 +1,277 @@
+import Foundation
+import VipsKit
+
+extension FilterStep {
+    /// Whether the step can run on every frame of an animation (`FrameRoll`): geometry
+    /// that does not look at the pixels, and colour work pixel by pixel. Not: steps that
+    /// decide from the picture (`trim`, `normalize`, a crop by `attention` or `entropy`,
+    /// which would also choose another window per frame), steps over a neighbourhood or
+    /// the frame's shape (`blur`, `sharpen`, `median`, `pixelate`, `vignette`,
+    /// `round-corners`), turns (`rotate`, a vertical `flip`) and the overlays.
+    public var appliesToFrames: Bool {
+        switch self {
+        case .fill(_, _, let gravity, _), .cropAspect(_, _, let gravity, _):
+            gravity == .focus || !gravity.isSmart
+        case .flip(let horizontal): horizontal
+        case .autorotate, .fit, .resize, .cropRect, .pad, .border, .adjust, .grayscale, .sepia, .invert, .posterize,
+            .tint, .threshold:
+            true
+        case .rotate, .trim, .roundCorners, .normalize, .vignette, .blur, .sharpen, .pixelate, .median, .caption, .text,
+            .watermark:
+            false
+        }
+    }
+}
+
+/// The frames of an animation as libvips holds them, stacked top to bottom in one tall
+/// picture, `pageHeight` rows each. Steps apply to all frames at once: a resize of the
+/// whole stack (as libvips' own thumbnail resizes an animation: the kernel may reach a
+/// row or two into the neighbouring frame), colour work on every pixel, and crops and pads
+/// frame by frame. Nothing is computed here: the encoder reads the frames in order.
+struct FrameRoll {
+    var image: VipsImage
+    var pageHeight: Int
+    let count: Int
+
+    /// Every frame resampled to `size`.
+    func resized(to size: (width: Int, height: Int)) throws -> FrameRoll {
+        guard size != (image.width, pageHeight) else { return self }
+        // The stack's vertical scale is the frames' (the same ratio, reckoned on the whole).
+        var resized = try image.resized(
+            horizontal: Double(size.width) / Double(image.width), vertical: Double(size.height * count) / Double(image.height))
+        let height = size.height * count
+        guard resized.height >= height else {
+            throw FilterError("resizing \(count) frames to \(size.width)×\(size.height) made \(resized.height) rows")
+        }
+        if resized.height > height {
+            resized = try resized.cropped(left: 0, top: 0, width: resized.width, height: height)
+        }
+        return FrameRoll(image: resized, pageHeight: size.height, count: count)
+    }
+
+    /// The same window of every frame: `width`×`height` from (`x`, `y`).
+    func window(x: Int, y: Int, width: Int, height: Int) throws -> FrameRoll {
+        guard (x, y, width, height) != (0, 0, image.width, pageHeight) else { return self }
+        if y == 0, height == pageHeight {
+            return FrameRoll(
+                image: try image.cropped(left: x, top: 0, width: width, height: image.height), pageHeight: height,
+                count: count)
+        }
+        let frames = try (0..<count).map { try image.cropped(left: x, top: $0 * pageHeight + y, width: width, height: height) }
+        return FrameRoll(image: try VipsImage.stacked(frames), pageHeight: height, count: count)
+    }
+
+    /// The window of `size` placed by `gravity` (compass points and the centre) or, with
+    /// `.focus`, centred on the item's point (the centre when it has none usable, noted).
+    func window(_ size: (width: Int, height: Int), gravity: Gravity, focus: FocusPoint?, context: FilterContext) throws
+        -> FrameRoll
+    {
+        let (w, h) = (min(size.width, image.width), min(size.height, pageHeight))
+        var origin = gravity.offset(width: w, height: h, fullWidth: image.width, fullHeight: pageHeight)
+        if gravity == .focus, let focus {
+            switch focus.resolved(with: context.fields) {
+            case .point(let x, let y):
+                origin = FocusPoint.window(width: w, height: h, fullWidth: image.width, fullHeight: pageHeight, x: x, y: y)
+            case .unusable(let why):
+                // By attention, each frame would get a window of its own.
+                context.notes?.add(why + "; cropped at the centre instead")
+            }
+        }
+        return try window(x: origin.x, y: origin.y, width: w, height: h)
+    }
+
+    /// `step` on every frame; only steps that `appliesToFrames`.
+    func applying(_ step: FilterStep, context: FilterContext) throws -> FrameRoll {
+        let (width, height) = (image.width, pageHeight)
+        switch step {
+        case .autorotate:
+            // Taken only for upright animations (`ImageProcessor.run`).
+            return self
+        case .fit(let w, let h, let enlarge):
+            return try resized(to: BoxGeometry.fit(width: width, height: height, box: (w, h), enlarge: enlarge))
+        case .resize(let w, let h, let scale):
+            return try resized(to: BoxGeometry.resize(width: width, height: height, to: (w, h), scale: scale))
+        case .fill(let w, let h, let gravity, let focus):
+            let cover = BoxGeometry.cover(width: width, height: height, box: (w, h))
+            return try resized(to: cover).window((w, h), gravity: gravity, focus: focus, context: context)
+        case .cropRect(let x, let y, let w, let h):
+            guard x < width, y < height else {
+                throw FilterError("crop at (\(x), \(y)) lies outside the \(width)×\(height) image")
+            }
+            return try window(x: x, y: y, width: min(w, width - x), height: min(h, height - y))
+        case .cropAspect(let aspectWidth, let aspectHeight, let gravity, let focus):
+            let size = FilterStep.aspectWindow(aspectWidth / aspectHeight, width: width, height: height)
+            return try window(size, gravity: gravity, focus: focus, context: context)
+        case .pad(let top, let right, let bottom, let left, let colour):
+            return try padded(top: top, right: right, bottom: bottom, left: left, colour: colour)
+        case .border(let w, let colour):
+            return try padded(top: w, right: w, bottom: w, left: w, colour: colour)
+        case .flip(true), .adjust, .grayscale, .sepia, .invert, .posterize, .tint, .threshold:
+            // Pixel by pixel (or row by row): the stack is done as one picture.
+            return FrameRoll(image: try step.apply(to: image, context: context), pageHeight: pageHeight, count: count)
+        default:
+            throw FilterError("\(step.opName) cannot apply to each frame of an animation")
+        }
+    }
+
+    private func padded(top: Int, right: Int, bottom: Int, left: Int, colour: Colour) throws -> FrameRoll {
+        let frames = try (0..<count).map { index in
+            try image.cropped(left: 0, top: index * pageHeight, width: image.width, height: pageHeight)
+                .padded(top: top, right: right, bottom: bottom, left: left, colour: colour)
+        }
+        return FrameRoll(image: try VipsImage.stacked(frames), pageHeight: pageHeight + top + bottom, count: count)
+    }
+}
+
+extension OutputSpec {
+    /// Why this output, whose steps (common and own, with their places in the pipeline
+    /// file) are `steps`, makes an animated input from its first frame although its format
+    /// could animate; nil when it keeps every frame, or when it would not animate anyway
+    /// (`"animation": "first"`, or a format that cannot).
+    package func firstFrameReason(steps: [(step: FilterStep, path: String)]) -> String? {
+        guard keepsAnimation, formats.contains(where: OutputFormat.animating.contains) else { return nil }
+        if bestOf != nil { return "\"format\": \"best\" chooses among still pictures" }
+        if searchesQuality { return "a quality target or maxBytes searches still pictures" }
+        if let step = steps.first(where: { !$0.step.appliesToFrames }) {
+            return "\(step.path) \(step.step.opName) cannot apply to each frame on its own"
+        }
+        return nil
+    }
+
+    /// Whether an animated input stays animated in this output.
+    package func animates(steps: [(step: FilterStep, path: String)]) -> Bool {
+        keepsAnimation && bestOf == nil && OutputFormat.animating.contains(format) && firstFrameReason(steps: steps) == nil
+    }
+}
+
+extension PipelineSpec {
+    /// What `validate` says of outputs that make an animated input from its first frame
+    /// although their format could animate: which step or setting keeps them from it.
+    public var firstFrameNotes: [String] {
+        outputs.enumerated().compactMap { index, output in
+            let path = document["outputs"] == nil ? "output" : "outputs[\(index)]"
+            let steps =
+                filters.enumerated().map { ($1.step, "filters[\($0)]") }
+                + output.filters.enumerated().map { ($1.step, "\(path).filters[\($0)]") }
+            guard let reason = output.firstFrameReason(steps: steps) else { return nil }
+            return "\(path): an animated input becomes one frame, as \(reason) "
+                + "(\"animation\": \"first\" on the output says so and quiets this)"
+        }
+    }
+}
+
+extension ImageProcessor {
+    /// Each output's steps as written (the common ones, then its own), with their places.
+    func writtenSteps(of index: Int) -> [(step: FilterStep, path: String)] {
+        let output = outputs[index]
+        let path = output.path ?? (outputs.count == 1 ? "output" : "outputs[\(index)]")
+        return settings.filters.enumerated().map { ($1, "filters[\($0)]") }
+            + output.filters.enumerated().map { ($1, "\(path).filters[\($0)]") }
+    }
+
+    /// An animated GIF or WebP of `pages` frames, for a pipeline where some output keeps
+    /// animations: each output's whole chain (the common steps, then its own) runs on every
+    /// frame (on the first only, for an output that does not animate) and the frames are
+    /// joined again, with the input's delays and loop count. The frames are read in order
+    /// as the encoder asks for them, never all held: the input is opened anew for each
+    /// output (a sequential read goes through once).
+    func runFrames(
+        data: Data, header: VipsImage, format: ImageFormat, pages: Int, context: FilterContext,
+        timing: ((String, Double) -> Void)?
+    ) throws(ItemFailure) -> ProcessOutcome {
+        guard pages <= limits.maxFrames else {
+            throw ItemFailure(.limit, "the animation has \(pages) frames, over limits.maxFrames (\(limits.maxFrames))")
+        }
+        // The frames' size as the loader of every frame gives it (a GIF's frames fill its
+        // screen), checked before any is decoded.
+        let frameHeight: Int
+        let frameWidth: Int
+        do {
+            let all = try VipsImage.openFrames(data: data, failOn: format.failOn)
+            (frameWidth, frameHeight) = (all.width, all.pageHeight)
+            guard frameHeight > 0, all.height == frameHeight * pages else {
+                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(pages) frames in \(all.height) rows")
+            }
+        } catch let failure as ItemFailure {
+            throw failure
+        } catch {
+            throw ItemFailure(.decode, "cannot read \(format.rawValue) frames: \(Self.text(error))")
+        }
+        let (pixels, overflow) = (frameWidth * frameHeight).multipliedReportingOverflow(by: pages)
+        if overflow || pixels > limits.maxPixels {
+            throw ItemFailure(
+                .limit,
+                "the animation is \(frameWidth)×\(frameHeight) × \(pages) frames"
+                    + (overflow ? "" : " (\(Self.megapixels(pixels)))")
+                    + ", over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
+        }
+        let inputSHA256 = sha256Hex(data)
+        var images: [ProcessedImage] = []
+        for (index, output) in outputs.enumerated() {
+            let started = DispatchTime.now()
+            let named = outputs.count > 1 ? " (output \(output.spec.id))" : ""
+            let animated = animates[index]
+            let picture: VipsImage
+            let frameSize: (width: Int, height: Int)
+            do {
+                // Opened anew for each output: a sequential read goes through once.
+                let all = try VipsImage.openFrames(data: data, failOn: format.failOn)
+                let height = frameHeight
+                if animated {
+                    var roll = FrameRoll(image: all, pageHeight: height, count: pages)
+                    for (step, path) in writtenSteps(of: index) {
+                        do {
+                            roll = try roll.applying(step, context: context)
+                        } catch {
+                            throw StepFailure(
+                                path: path, op: step.opName, width: roll.image.width, height: roll.pageHeight, cause: error)
+                        }
+                        try checkSize(width: roll.image.width, height: roll.pageHeight, after: step)
+                    }
+                    let prepared = try prepareForOutput(roll.image, colourManaged: false, format: output.spec.format)
+                    frameSize = (prepared.width, roll.pageHeight)
+                    // The encoder's bound is on each frame, not on the stack.
+                    try Self.checkEncodable(
+                        try prepared.frame(0, height: frameSize.height), as: output.spec.format,
+                        output: outputs.count > 1 ? output.spec.id : nil)
+                    let delays = all.frameDelays
+                    picture = try prepared.labelledAsFrames(
+                        pageHeight: roll.pageHeight, delays: delays.count == pages ? delays : [], loop: all.loopCount)
+                } else {
+                    // The first frame through the chain, as a still input would go.
+                    var frame = try all.frame(0, height: height)
+                    for (step, path) in writtenSteps(of: index) {
+                        frame = try checkedSize(applying(step, at: path, to: frame, context: context), after: step)
+                    }
+                    frame = try prepareForOutput(
+                        frame, colourManaged: false, format: output.spec.bestOf == nil ? output.spec.format : .png)
+                    if output.spec.bestOf == nil {
+                        try Self.checkEncodable(frame, as: output.spec.format, output: outputs.count > 1 ? output.spec.id : nil)
+                    }
+                    frameSize = (frame.width, frame.height)
+                    picture = frame
+                }
+            } catch let failure as ItemFailure {
+                throw failure
+            } catch {
+                if let damage = inputDamage(StepFailure.cause(of: error), data: data, format: format) {
+                    throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(damage)")
+                }
+                throw ItemFailure(.process, Self.text(error) + (error is StepFailure ? "" : named))
+            }
+            let (encoded, choice, chosen) = try encodeOutput(picture, output.spec, data: data, format: format)
+            if let timing {
+                let frames = animated ? pages : 1
+                let label = (outputs.count > 1 ? "\(output.spec.id): " : "") + "\(frames) frame\(frames == 1 ? "" : "s")"
+                timing(label, Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000)
+            }
+            images.append(
+                ProcessedImage(
+                    output: output.spec.id, data: encoded, width: frameSize.width, height: frameSize.height,
+                    inputWidth: header.width, inputHeight: header.height, inputFormat: format, sha256: sha256Hex(encoded),
+                    inputBytes: data.count, inputSHA256: inputSHA256, choice: choice, format: chosen))
+        }
+        images[0].notes = context.notes?.all ?? []
+        return .processed(images)
+    }
+}
