@@ -156,7 +156,7 @@ struct AnimationTests {
         limits.maxPixels = 100_000
         let tooLarge = ImageProcessor(filters: [], output: output(.webp), limits: limits)
         #expect(
-            throws: ItemFailure(.limit, "the animation is 100×100 × 12 frames (0.1 MP), over limits.maxPixels (0.1 MP)")
+            throws: ItemFailure(.limit, "the animation is 12 frames of 100×100 (0.1 MP), over limits.maxPixels (0.1 MP)")
         ) {
             try tooLarge.process(.file(path))
         }
@@ -238,6 +238,73 @@ struct AnimationTests {
         } catch {
             #expect(error.reason == .decode, "\(error)")
         }
+    }
+
+    /// Transparent frames are resampled premultiplied, as a still picture is: the colour
+    /// of transparent pixels does not darken their neighbours (it did, 255 → 127).
+    @Test func transparentFramesKeepTheirColourThroughAResize() throws {
+        // Two frames of other yellows (WebP merges a frame that repeats the one before).
+        let pictures = try (0..<2).map { index in
+            var bytes = [UInt8](repeating: 0, count: 40 * 30 * 4)
+            for y in 0..<30 {
+                for x in 20..<40 {
+                    bytes.replaceSubrange((y * 40 + x) * 4..<(y * 40 + x) * 4 + 4, with: [255, 253 - UInt8(index * 60), 0, 255])
+                }
+            }
+            return try VipsImage.fromPixels(bytes, width: 40, height: 30, bands: 4).labelled(.srgb)
+        }
+        let path = directory.url("sticker.gif")
+        try VipsImage.animation(pictures, delays: [100, 100], loop: 0).encoded(.gif(strip: false))
+            .write(to: URL(fileURLWithPath: path))
+        var kept = output(.webp)
+        kept.lossless = true
+        var first = kept
+        first.keepsAnimation = false
+        let fit = FilterStep.fit(width: 13, height: 13, enlarge: false)
+        let animated = try frames(
+            of: try ImageProcessor(filters: [fit], output: kept, limits: Limits()).process(.file(path)).data)
+        let still = try frames(of: try ImageProcessor(filters: [fit], output: first, limits: Limits()).process(.file(path)).data)
+        #expect(animated.count == 2)
+        for x in 0..<13 where still.pixels[x, 4][3] > 40 {
+            #expect(abs(Int(animated.pixels[x, 4][0]) - Int(still.pixels[x, 4][0])) <= 8, "column \(x): \(animated.pixels[x, 4])")
+        }
+    }
+
+    /// What a filter makes counts every frame against `maxPixels` (20 frames of 100×100 are
+    /// 25 times 8000 px of input), and the stack of frames stays within libvips' bound.
+    @Test func whatTheFiltersMakeCountsEveryFrame() throws {
+        let path = try gif(count: 20, width: 20, height: 20)
+        var limits = Limits()
+        limits.maxPixels = 10_000
+        let resize = FilterStep.resize(width: 100, height: 100, scale: nil)
+        do {
+            _ = try ImageProcessor(filters: [resize], output: output(.webp), limits: limits).process(.file(path))
+            Issue.record("20 frames of 100×100 passed maxPixels 10000")
+        } catch {
+            #expect(error.reason == .limit)
+            #expect(error.message.hasPrefix("resize makes 20 frames of 100×100 (0.2 MP), over limits.maxPixels"), "\(error)")
+        }
+        let tall = try gif(count: 1000, width: 16, height: 16)
+        let stretch = FilterStep.resize(width: 16, height: 10_001, scale: nil)
+        do {
+            _ = try ImageProcessor(filters: [stretch], output: output(.webp), limits: Limits()).process(.file(tall))
+            Issue.record("a stack of 10001000 rows passed")
+        } catch {
+            #expect(
+                error.message
+                    == "resize makes 1000 frames of 16×10001, which stack 10001000 rows high, over the 10000000 rows libvips holds in one picture"
+            )
+        }
+    }
+
+    /// A crop that takes the whole frame reads no point and says nothing, as for a still.
+    @Test func aWholeFrameCropSaysNothing() throws {
+        let path = try gif(count: 3, width: 40, height: 30)
+        let fill = FilterStep.fill(width: 40, height: 30, gravity: .focus, focus: FocusPoint(x: "{meta.fx}", y: "0.5"))
+        let made = try ImageProcessor(filters: [fill], output: output(.webp), limits: Limits()).process(
+            .file(path), fields: ItemFields(key: "k", stem: "k", metadata: "{}"))
+        #expect(made.notes.isEmpty)
+        #expect(try frames(of: made.data).count == 3)
     }
 
     /// `validate` names the step or setting that keeps an output from animating.

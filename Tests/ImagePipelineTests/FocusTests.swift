@@ -183,6 +183,17 @@ struct FocusTests {
         #expect(FileManager.default.fileExists(atPath: directory.url("out/c.png")))
     }
 
+    /// An item keeps at most `ItemNotes.most` notes and one saying more were left out
+    /// (the wire to the run takes no more than 64: 66 used to end the pixel helper).
+    @Test func notesAreCapped() {
+        let notes = ItemNotes()
+        for index in 0..<100 { notes.add("note \(index)") }
+        notes.add("note 3")
+        #expect(notes.all.count == ItemNotes.most + 1)
+        #expect(notes.all.last == "more notes left out")
+        #expect(notes.all.first == "note 0")
+    }
+
     /// The pipeline file: `focus` is required by gravity focus and refused with any other;
     /// a constant must be a fraction, a string either a fraction or a template.
     @Test func thePipelineFileIsCheckedAtValidate() throws {
@@ -216,6 +227,21 @@ struct FocusTests {
         #expect(
             try error(#"{"op": "text", "text": "t", "gravity": "focus"}"#)?.path == "filters[0].gravity",
             "an overlay has no focus")
+        // Strings: a number as JSON writes it, or a template of complete fields.
+        for bad in [#""{meta.fx""#, #""0x1p-1""#, #"".5""#, #""nan""#, #""{meta.}""#, #""{width}""#] {
+            #expect(
+                try error(#"{"op": "fill", "width": 9, "height": 9, "gravity": "focus", "focus": {"x": \#(bad), "y": 0}}"#)?.path
+                    == "filters[0].focus.x", "\(bad) was taken")
+        }
+        #expect(FocusPoint.fraction(" 0.5\n") == 0.5)
+        #expect(FocusPoint.fraction("2.5e-1") == 0.25)
+        // A crop by rectangle has nothing to place.
+        #expect(
+            try error(#"{"op": "crop", "x": 0, "y": 0, "width": 5, "height": 5, "gravity": "focus"}"#)?.path
+                == "filters[0].gravity")
+        #expect(
+            try error(#"{"op": "crop", "x": 0, "y": 0, "width": 5, "height": 5, "focus": {"x": 0, "y": 0}}"#)?.path
+                == "filters[0].focus")
         let good = try PipelineSpec.decode(
             text:
                 #"{"version": 1, "source": {"type": "directory", "path": "in"}, "sink": {"type": "directory", "path": "out"}, "filters": [{"op": "fill", "width": 9, "height": 9, "gravity": "focus", "focus": {"x": "{meta.fx}", "y": 0.25}}]}"#,

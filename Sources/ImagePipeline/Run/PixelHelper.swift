@@ -106,8 +106,8 @@ enum PixelMessage {
         return try encoder.encode(settings)
     }
 
-    /// The most notes an answer may carry for one output (a processor makes one per
-    /// focus step at most).
+    /// The most notes an answer may carry for one output (a processor keeps
+    /// `ItemNotes.most` and one saying more were left out).
     static let maxNotes = 64
 
     /// Numbers JSON has no text for, as a program may set them (`limits.timeout` infinite):

@@ -101,6 +101,9 @@ extension FilterRegistry {
             for name in ["x", "y", "width", "height"] where !a.has(name) {
                 throw a.fail(name, "missing (crop needs x, y, width and height, or aspect)")
             }
+            // A rectangle is where it is said to be: nothing places it.
+            if a.has("focus") { throw a.fail("focus", "used only with aspect (and gravity \"focus\")") }
+            if a.gravity("gravity") != .centre { throw a.fail("gravity", "used only with aspect") }
             return .cropRect(x: a.int("x")!, y: a.int("y")!, width: a.int("width")!, height: a.int("height")!)
         },
         FilterDefinition(

@@ -102,7 +102,7 @@ public struct ParameterDefinition: Sendable {
                     text = member.value.serialized()
                     guard (0...1).contains(value) else { throw member.expected("a fraction from 0 to 1") }
                 case .string(let value):
-                    guard ItemFields.mentionsFields(value) || FocusPoint.fraction(value) != nil else {
+                    guard FocusPoint.isTemplate(value) || FocusPoint.fraction(value) != nil else {
                         throw member.expected("a fraction from 0 to 1, or a template such as \"{meta.fx}\"")
                     }
                     text = value

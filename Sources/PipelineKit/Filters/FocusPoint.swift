@@ -26,9 +26,11 @@ public struct FocusPoint: Sendable, Equatable, Codable {
             let filled = fields?.fill(text) ?? text
             guard let value = Self.fraction(filled) else {
                 let source = filled == text ? "" : " (\(text))"
+                // A feed's value is quoted, up to 80 characters of it.
+                let shown = filled.count > 80 ? filled.prefix(80) + "…" : filled
                 let what =
                     filled.allSatisfy(\.isWhitespace)
-                    ? "is missing" : "is \(JSONValue.quote(filled)), not a fraction from 0 to 1"
+                    ? "is missing" : "is \(JSONValue.quote(shown)), not a fraction from 0 to 1"
                 return .unusable("focus \(axis)\(source) \(what)")
             }
             values.append(value)
@@ -36,11 +38,53 @@ public struct FocusPoint: Sendable, Equatable, Codable {
         return .point(x: values[0], y: values[1])
     }
 
-    /// `text` as a number from 0 to 1, or nil.
+    /// `text` (spaces and line breaks around it aside) as a number from 0 to 1 written as
+    /// JSON writes numbers (`0.25`, `1`, `2.5e-1`; not `0x1p-2`, `.5` or `nan`), or nil.
     package static func fraction(_ text: String) -> Double? {
-        guard let value = Double(text.trimmingCharacters(in: .whitespaces)), value.isFinite, (0...1).contains(value)
-        else { return nil }
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard isJSONNumber(trimmed), let value = Double(trimmed), (0...1).contains(value) else { return nil }
         return value
+    }
+
+    /// Whether `text` is a number in JSON's grammar: `-`? digits (no leading zero) then
+    /// an optional `.digits` and an optional exponent.
+    static func isJSONNumber(_ text: String) -> Bool {
+        var rest = Substring(text).utf8[...]
+        func digits() -> Int {
+            let count = rest.prefix { (0x30...0x39).contains($0) }.count
+            rest = rest.dropFirst(count)
+            return count
+        }
+        if rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
+        let leadingZero = rest.first == UInt8(ascii: "0")
+        let whole = digits()
+        guard whole > 0, !leadingZero || whole == 1 else { return false }
+        if rest.first == UInt8(ascii: ".") {
+            rest = rest.dropFirst()
+            guard digits() > 0 else { return false }
+        }
+        if rest.first == UInt8(ascii: "e") || rest.first == UInt8(ascii: "E") {
+            rest = rest.dropFirst()
+            if rest.first == UInt8(ascii: "+") || rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
+            guard digits() > 0 else { return false }
+        }
+        return rest.isEmpty
+    }
+
+    /// Whether `text` is a template whose every `{…}` is a complete field of the item
+    /// (`{meta.fx}`, `{key}`…) and which has at least one: what `validate` takes besides a number.
+    package static func isTemplate(_ text: String) -> Bool {
+        var fields = 0
+        var rest = Substring(text)
+        while let open = rest.firstIndex(where: { $0 == "{" || $0 == "}" }) {
+            guard rest[open] == "{", let close = rest[open...].firstIndex(of: "}") else { return false }
+            let name = rest[rest.index(after: open)..<close]
+            guard ["key", "stem", "caption"].contains(name) || (name.hasPrefix("meta.") && name.count > 5 && !name.contains("{"))
+            else { return false }
+            fields += 1
+            rest = rest[rest.index(after: close)...]
+        }
+        return fields > 0
     }
 
     /// The top-left corner of a `width`×`height` window centred on (`x`, `y`) of a
@@ -57,12 +101,16 @@ public struct FocusPoint: Sendable, Equatable, Codable {
 }
 
 /// What the processor had to say of one item (a focus point it could not use), each note
-/// once, in the order they came.
+/// once, in the order they came: at most `most`, then one saying more were left out.
 final class ItemNotes: Sendable {
+    static let most = 16
     private let notes = LockedBox<[String]>([])
 
     func add(_ note: String) {
-        notes.withLock { if !$0.contains(note) { $0.append(note) } }
+        notes.withLock { notes in
+            guard !notes.contains(note), notes.count <= Self.most else { return }
+            notes.append(notes.count < Self.most ? note : "more notes left out")
+        }
     }
 
     var all: [String] { notes.withLock { $0 } }

@@ -36,9 +36,13 @@ struct FrameRoll {
     /// Every frame resampled to `size`.
     func resized(to size: (width: Int, height: Int)) throws -> FrameRoll {
         guard size != (image.width, pageHeight) else { return self }
+        // With alpha, resampled premultiplied (as the thumbnail of a still picture is): a
+        // transparent pixel's colour must not bleed into its neighbours.
+        let source = image.hasAlpha ? try image.premultiplied() : image
         // The stack's vertical scale is the frames' (the same ratio, reckoned on the whole).
-        var resized = try image.resized(
+        var resized = try source.resized(
             horizontal: Double(size.width) / Double(image.width), vertical: Double(size.height * count) / Double(image.height))
+        if image.hasAlpha { resized = try resized.unpremultiplied(like: image) }
         let height = size.height * count
         guard resized.height >= height else {
             throw FilterError("resizing \(count) frames to \(size.width)×\(size.height) made \(resized.height) rows")
@@ -67,6 +71,8 @@ struct FrameRoll {
         -> FrameRoll
     {
         let (w, h) = (min(size.width, image.width), min(size.height, pageHeight))
+        // Nothing to crop: nothing to place (nor a point to read), as for a still picture.
+        guard (w, h) != (image.width, pageHeight) else { return self }
         var origin = gravity.offset(width: w, height: h, fullWidth: image.width, fullHeight: pageHeight)
         if gravity == .focus, let focus {
             switch focus.resolved(with: context.fields) {
@@ -161,11 +167,12 @@ extension PipelineSpec {
 }
 
 extension ImageProcessor {
-    /// Each output's steps as written (the common ones, then its own), with their places.
-    func writtenSteps(of index: Int) -> [(step: FilterStep, path: String)] {
+    /// Output `index`'s steps as written (the common `filters`, then its own), with their
+    /// places in the pipeline file.
+    static func writtenSteps(of index: Int, filters: [FilterStep], outputs: [OutputPlan]) -> [(step: FilterStep, path: String)] {
         let output = outputs[index]
         let path = output.path ?? (outputs.count == 1 ? "output" : "outputs[\(index)]")
-        return settings.filters.enumerated().map { ($1, "filters[\($0)]") }
+        return filters.enumerated().map { ($1, "filters[\($0)]") }
             + output.filters.enumerated().map { ($1, "\(path).filters[\($0)]") }
     }
 
@@ -182,29 +189,28 @@ extension ImageProcessor {
         guard pages <= limits.maxFrames else {
             throw ItemFailure(.limit, "the animation has \(pages) frames, over limits.maxFrames (\(limits.maxFrames))")
         }
-        // The frames' size as the loader of every frame gives it (a GIF's frames fill its
-        // screen), checked before any is decoded.
-        let frameHeight: Int
-        let frameWidth: Int
+        // libvips holds the frames as one stack: one its loader could not open is refused
+        // here, as a limit, before it is asked to.
+        try Self.checkStack(rows: header.height * pages, of: "the animation's \(pages) frames of \(header.height) rows")
+        // Every frame as the loader gives it (a GIF's fill its screen), its size checked
+        // before any is decoded; the first output reads it, the others open it anew (a
+        // sequential read goes through once).
+        var opened: VipsImage
         do {
-            let all = try VipsImage.openFrames(data: data, failOn: format.failOn)
-            (frameWidth, frameHeight) = (all.width, all.pageHeight)
-            guard frameHeight > 0, all.height == frameHeight * pages else {
-                throw ItemFailure(.decode, "cannot decode \(format.rawValue): \(pages) frames in \(all.height) rows")
-            }
-        } catch let failure as ItemFailure {
-            throw failure
+            opened = try VipsImage.openFrames(data: data, failOn: format.failOn)
         } catch {
             throw ItemFailure(.decode, "cannot read \(format.rawValue) frames: \(Self.text(error))")
         }
-        let (pixels, overflow) = (frameWidth * frameHeight).multipliedReportingOverflow(by: pages)
-        if overflow || pixels > limits.maxPixels {
+        let (frameWidth, frameHeight) = (opened.width, opened.pageHeight)
+        guard frameHeight > 0, opened.height == frameHeight * pages else {
             throw ItemFailure(
-                .limit,
-                "the animation is \(frameWidth)×\(frameHeight) × \(pages) frames"
-                    + (overflow ? "" : " (\(Self.megapixels(pixels)))")
-                    + ", over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
+                .decode,
+                "cannot decode \(format.rawValue): its \(pages) frames do not stack (\(opened.height) rows, "
+                    + "frames \(frameHeight) rows high)")
         }
+        try checkFrames(width: frameWidth, height: frameHeight, count: pages, made: "the animation is")
+        let delays = Self.delays(opened.frameDelays, count: pages)
+        let loop = opened.loopCount
         let inputSHA256 = sha256Hex(data)
         var images: [ProcessedImage] = []
         for (index, output) in outputs.enumerated() {
@@ -214,19 +220,19 @@ extension ImageProcessor {
             let picture: VipsImage
             let frameSize: (width: Int, height: Int)
             do {
-                // Opened anew for each output: a sequential read goes through once.
-                let all = try VipsImage.openFrames(data: data, failOn: format.failOn)
+                let all = index == 0 ? opened : try VipsImage.openFrames(data: data, failOn: format.failOn)
                 let height = frameHeight
                 if animated {
                     var roll = FrameRoll(image: all, pageHeight: height, count: pages)
-                    for (step, path) in writtenSteps(of: index) {
+                    for (step, path) in Self.writtenSteps(of: index, filters: settings.filters, outputs: outputs) {
                         do {
                             roll = try roll.applying(step, context: context)
                         } catch {
                             throw StepFailure(
                                 path: path, op: step.opName, width: roll.image.width, height: roll.pageHeight, cause: error)
                         }
-                        try checkSize(width: roll.image.width, height: roll.pageHeight, after: step)
+                        try checkFrames(
+                            width: roll.image.width, height: roll.pageHeight, count: pages, made: "\(step.opName) makes")
                     }
                     let prepared = try prepareForOutput(roll.image, colourManaged: false, format: output.spec.format)
                     frameSize = (prepared.width, roll.pageHeight)
@@ -234,13 +240,11 @@ extension ImageProcessor {
                     try Self.checkEncodable(
                         try prepared.frame(0, height: frameSize.height), as: output.spec.format,
                         output: outputs.count > 1 ? output.spec.id : nil)
-                    let delays = all.frameDelays
-                    picture = try prepared.labelledAsFrames(
-                        pageHeight: roll.pageHeight, delays: delays.count == pages ? delays : [], loop: all.loopCount)
+                    picture = try prepared.labelledAsFrames(pageHeight: roll.pageHeight, delays: delays, loop: loop)
                 } else {
                     // The first frame through the chain, as a still input would go.
                     var frame = try all.frame(0, height: height)
-                    for (step, path) in writtenSteps(of: index) {
+                    for (step, path) in Self.writtenSteps(of: index, filters: settings.filters, outputs: outputs) {
                         frame = try checkedSize(applying(step, at: path, to: frame, context: context), after: step)
                     }
                     frame = try prepareForOutput(
@@ -274,4 +278,37 @@ extension ImageProcessor {
         images[0].notes = context.notes?.all ?? []
         return .processed(images)
     }
+
+    /// The most rows libvips 8.14 holds in one picture (`VIPS_MAX_COORD`): the stack of an
+    /// animation's frames must fit in it.
+    static let largestStack = 10_000_000
+
+    /// A stack of `rows` rows (`what`: its frames): a `limit` failure past `largestStack`.
+    static func checkStack(rows: Int, of what: String) throws(ItemFailure) {
+        guard rows > largestStack else { return }
+        throw ItemFailure(
+            .limit, "\(what) stack \(rows) rows high, over the \(largestStack) rows libvips holds in one picture")
+    }
+
+    /// `count` frames of `width`×`height` (what the input is, or what a step `made`): a
+    /// `limit` failure when together they pass `maxPixels`, or their stack libvips' bound.
+    func checkFrames(width: Int, height: Int, count: Int, made: String) throws(ItemFailure) {
+        let (frame, overflow) = width.multipliedReportingOverflow(by: height)
+        let (pixels, overflowAll) = frame.multipliedReportingOverflow(by: count)
+        if overflow || overflowAll || pixels > limits.maxPixels {
+            throw ItemFailure(
+                .limit,
+                "\(made) \(count) frames of \(width)×\(height)"
+                    + (overflow || overflowAll ? "" : " (\(Self.megapixels(pixels)))")
+                    + ", over limits.maxPixels (\(Self.megapixels(limits.maxPixels)))")
+        }
+        try Self.checkStack(rows: height * count, of: "\(made) \(count) frames of \(width)×\(height), which")
+    }
+
+    /// One delay (milliseconds) per frame: the file's, the last repeated for frames it
+    /// gives none (100 ms when it gives none at all), extra ones left out.
+    static func delays(_ given: [Int], count: Int) -> [Int] {
+        (0..<count).map { given.indices.contains($0) ? given[$0] : given.last ?? 100 }
+    }
+
 }

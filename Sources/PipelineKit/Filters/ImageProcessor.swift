@@ -208,7 +208,9 @@ public struct ImageProcessor: Sendable {
         limits = settings.limits
         accept = settings.accept
         context = FilterContext(baseDirectory: baseDirectory)
-        animates = outputs.map { output in output.spec.animates(steps: (filters + output.filters).map { ($0, "") }) }
+        animates = outputs.indices.map { index in
+            outputs[index].spec.animates(steps: Self.writtenSteps(of: index, filters: filters, outputs: outputs))
+        }
     }
 
     /// `process`, with the `accept` rules checked first: from the bytes (size, format by
