@@ -1,5 +1,6 @@
 import Foundation
 import ImagePipelineTesting
+import ParquetKit
 import Testing
 import VipsKit
 
@@ -404,6 +405,7 @@ struct QualitySearchTests {
             if case .number(let number, _)? = value { return number }
             return nil
         }
+        var chosen: [String: (quality: Int, ssim: Double)] = [:]
         for record in records {
             let output = try #require(record?["outputs"]?["default"])
             let quality = try #require(number(output["quality"]))
@@ -416,6 +418,36 @@ struct QualitySearchTests {
             #expect(written.count <= 60_000 && Double(written.count) == number(output["bytes"]))
             #expect((30...100).contains(Int(quality)))
             #expect(ssim > 0.9 && ssim <= 1)
+            guard case .string(let key)? = record?["key"] else { continue }
+            chosen[key] = (Int(quality), ssim)
         }
+        // CSV and Parquet carry the same two columns, as JSON Lines write them.
+        let csv = try ImgpipeBinary.run(["export", "p.json", "--format", "csv"], in: work.path)
+        let rows = csv.stdout.split(separator: "\n").map { $0.split(separator: ",", omittingEmptySubsequences: false) }
+        let header = try #require(rows.first)
+        let (qualityColumn, ssimColumn) = (
+            try #require(header.firstIndex(of: "output.quality")), try #require(header.firstIndex(of: "output.ssim"))
+        )
+        for row in rows.dropFirst() {
+            let (quality, ssim) = try #require(chosen[String(row[0])])
+            #expect(Int(row[qualityColumn]) == quality && Double(row[ssimColumn]) == ssim, "\(row)")
+        }
+        let parquet = try ImgpipeBinary.run(["export", "p.json", "--format", "parquet", "-o", "items.parquet"], in: work.path)
+        #expect(parquet.status == 0, "\(parquet.stderr)")
+        let reader = try ParquetReader(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: work.path + "/items.parquet"))))
+        let names = reader.columns.map(\.name)
+        let wanted = try ["key", "output.quality", "output.ssim"].map { name in try #require(names.firstIndex(of: name)) }
+        var cursor = try reader.rows(inGroup: 0, columns: wanted)
+        var seen = 0
+        while let row = try cursor.next() {
+            guard case .bytes(let key)? = row[0], case .int(let quality)? = row[1], case .double(let ssim)? = row[2] else {
+                Issue.record("\(row)")
+                continue
+            }
+            let expected = try #require(chosen[String(decoding: key, as: UTF8.self)])
+            #expect(Int(quality) == expected.quality && ssim == expected.ssim)
+            seen += 1
+        }
+        #expect(seen == 2)
     }
 }

@@ -8,45 +8,54 @@ import PipelineKit
 /// (and by sink, then output id), `metadata` is the feed's own object. CSV flattens it into
 /// fixed columns: `key`, `location`, `status`, `reason`, `message`, `attempts`, `tier`,
 /// `metadata` (the JSON text), `output.name`, `output.format`, `output.width`,
-/// `output.height`, `output.bytes`, `output.sha256`, then for each sink `S` of the run
+/// `output.height`, `output.bytes`, `output.sha256`, `output.quality`, `output.ssim` (a
+/// quality search's choice; empty otherwise), then for each sink `S` of the run
 /// `delivery.S.status`, `delivery.S.remoteURL`, `delivery.S.httpStatus`,
 /// `delivery.S.attempts` (RFC 4180 quoting; an empty cell for a missing value). With
-/// several outputs, each output `O` has its own columns `output.O.name` … `output.O.sha256`,
+/// several outputs, each output `O` has its own columns `output.O.name` … `output.O.ssim`,
 /// and each sink its `delivery.S.O.status` … `delivery.S.O.attempts`, in the pipeline's
 /// order of outputs. Parquet has CSV's columns, typed: `attempts`, `output.width`,
-/// `output.height`, `output.bytes`, `delivery.S.httpStatus` and `delivery.S.attempts` are
-/// 64-bit integers, the others text; a missing value is null.
+/// `output.height`, `output.bytes`, `output.quality`, `delivery.S.httpStatus` and
+/// `delivery.S.attempts` are 64-bit integers, `output.ssim` a double, the others text; a
+/// missing value is null.
 public enum ExportFormat: String, Sendable, CaseIterable {
     case jsonl, csv, parquet
 
-    static let outputFields = ["name", "format", "width", "height", "bytes", "sha256"]
+    static let outputFields = ["name", "format", "width", "height", "bytes", "sha256", "quality", "ssim"]
     static let deliveryFields = ["status", "remoteURL", "httpStatus", "attempts"]
 
     /// A cell of the flat layout CSV and Parquet share.
     public enum Cell {
         case text(String?)
         case int(Int?)
+        case number(Double?)
     }
 
-    /// The flat layout's columns, each with whether it holds integers. `outputs` are the
-    /// run's output ids.
-    static func columns(sinks: [String], outputs: [String]) -> [(name: String, isInteger: Bool)] {
-        let integers: Set<String> = ["attempts", "width", "height", "bytes", "httpStatus"]
-        let fixed = ["key", "location", "status", "reason", "message", "attempts", "tier", "metadata"].map {
-            ($0, $0 == "attempts")
+    /// What a column of the flat layout holds.
+    enum Kind {
+        case text, integer, number
+    }
+
+    /// The flat layout's columns, each with what it holds. `outputs` are the run's output ids.
+    static func columns(sinks: [String], outputs: [String]) -> [(name: String, kind: Kind)] {
+        func kind(_ field: String) -> Kind {
+            switch field {
+            case "attempts", "width", "height", "bytes", "httpStatus", "quality": .integer
+            case "ssim": .number
+            default: .text
+            }
         }
+        let fixed = ["key", "location", "status", "reason", "message", "attempts", "tier", "metadata"].map { ($0, kind($0)) }
         let one = outputs == [OutputSpec.defaultID]
         let perOutput = outputs.flatMap { id in
-            Self.outputFields.map { (one ? "output.\($0)" : "output.\(id).\($0)", integers.contains($0)) }
+            Self.outputFields.map { (one ? "output.\($0)" : "output.\(id).\($0)", kind($0)) }
         }
         let perSink = sinks.flatMap { sink in
             outputs.flatMap { id in
-                Self.deliveryFields.map {
-                    (one ? "delivery.\(sink).\($0)" : "delivery.\(sink).\(id).\($0)", integers.contains($0))
-                }
+                Self.deliveryFields.map { (one ? "delivery.\(sink).\($0)" : "delivery.\(sink).\(id).\($0)", kind($0)) }
             }
         }
-        return (fixed + perOutput + perSink).map { (name: $0.0, isInteger: $0.1) }
+        return (fixed + perOutput + perSink).map { (name: $0.0, kind: $0.1) }
     }
 
     /// The first line (CSV's header), or nil. `outputs` are the run's output ids.
@@ -58,7 +67,11 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     /// Parquet's columns for a run's sinks and outputs.
     public static func parquetColumns(sinks: [String], outputs: [String]) -> [ParquetColumn] {
         columns(sinks: sinks, outputs: outputs).map { column in
-            column.isInteger ? ParquetColumn(name: column.name, type: .int64) : .text(column.name)
+            switch column.kind {
+            case .integer: ParquetColumn(name: column.name, type: .int64)
+            case .number: ParquetColumn(name: column.name, type: .double)
+            case .text: .text(column.name)
+            }
         }
     }
 
@@ -70,6 +83,7 @@ public enum ExportFormat: String, Sendable, CaseIterable {
             switch cell {
             case .text(let text): text.map(ParquetValue.text)
             case .int(let number): number.map { .int(Int64($0)) }
+            case .number(let number): number.map(ParquetValue.double)
             }
         }
     }
@@ -88,6 +102,8 @@ public enum ExportFormat: String, Sendable, CaseIterable {
                 switch cell {
                 case .text(let text): Self.csvCell(text ?? "")
                 case .int(let number): number.map(String.init) ?? ""
+                // As JSON Lines write it.
+                case .number(let number): number.map { JSONValue.number($0, isInteger: false).serialized() } ?? ""
                 }
             }.joined(separator: ",")
         }
@@ -154,7 +170,7 @@ public enum ExportFormat: String, Sendable, CaseIterable {
             let output = record.outputs.first { $0.id == id }?.output
             cells += [
                 .text(output?.name), .text(output?.format), .int(output?.width), .int(output?.height), .int(output?.bytes),
-                .text(output?.sha256),
+                .text(output?.sha256), .int(output?.quality), .number(output?.ssim),
             ]
         }
         for sink in sinks {
