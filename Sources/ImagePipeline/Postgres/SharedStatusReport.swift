@@ -24,7 +24,7 @@ extension StatusReport {
                 path: path,
                 outputsOfSink: Dictionary(uniqueKeysWithValues: spec.sinks.map { ($0.name, spec.outputs(of: $0.name)) }),
                 formats: Dictionary(
-                    uniqueKeysWithValues: spec.outputs.map { ($0.id, $0.bestOf == nil ? $0.format.rawValue : "best") }))
+                    uniqueKeysWithValues: spec.outputs.map { ($0.id, $0.formatName) }))
         }
     }
 

@@ -155,7 +155,7 @@ extension RunStore {
     /// The format of each output of a run's pipeline, by id.
     static func outputFormats(ofDocument document: String) -> [String: String] {
         Dictionary(
-            outputSpecs(ofDocument: document).map { ($0.id, $0.bestOf == nil ? $0.format.rawValue : "best") },
+            outputSpecs(ofDocument: document).map { ($0.id, $0.formatName) },
             uniquingKeysWith: { first, _ in first })
     }
 }

@@ -91,6 +91,14 @@ public struct OutputSpec: Sendable, Equatable, Codable {
     /// The formats an image of this output may come out in.
     public var formats: [OutputFormat] { bestOf ?? [format] }
 
+    /// The format as the file says it: `jpeg`, …, or `best` (status, export).
+    public var formatName: String { bestOf == nil ? format.rawValue : "best" }
+
+    /// The same with `best`'s candidates: `best of avif, webp, jpeg` (validate).
+    public var formatDescription: String {
+        bestOf.map { "best of " + $0.map(\.rawValue).joined(separator: ", ") } ?? format.rawValue
+    }
+
     /// Whether each image's quality is chosen by a search (a target or a budget).
     public var searchesQuality: Bool { ssimTarget != nil || maxBytes != nil }
 }

@@ -351,7 +351,7 @@ extension OutputSpec {
         let used = formats
         func only(_ key: String, for applying: [OutputFormat]) throws {
             if object.has(key), !used.contains(where: applying.contains) {
-                let named = bestOf == nil ? format.rawValue : "best of " + used.map(\.rawValue).joined(separator: ", ")
+                let named = formatDescription
                 throw SpecError(
                     path: object.path.appending(key).description,
                     message: "not used by \(named) (it applies to \(applying.map(\.rawValue).joined(separator: ", ")))")

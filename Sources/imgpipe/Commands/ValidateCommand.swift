@@ -47,13 +47,8 @@ struct ValidateCommand: ParsableCommand {
                 + (spec.filters.isEmpty ? "" : " [\(spec.filters.map(\.op).joined(separator: " → "))]")
                 + ", "
                 + (spec.outputs.count == 1
-                    ? "\(Self.format(of: spec.output)) output"
-                    : "outputs: " + spec.outputs.map { "\($0.id) (\(Self.format(of: $0)))" }.joined(separator: ", "))
+                    ? "\(spec.output.formatDescription) output"
+                    : "outputs: " + spec.outputs.map { "\($0.id) (\($0.formatDescription))" }.joined(separator: ", "))
                 + ", sinks: \(sinks)")
-    }
-
-    /// An output's format as the file says it: `best of avif, webp, jpeg` for `"best"`.
-    static func format(of output: OutputSpec) -> String {
-        output.bestOf.map { "best of " + $0.map(\.rawValue).joined(separator: ", ") } ?? output.format.rawValue
     }
 }
