@@ -183,6 +183,20 @@ struct FocusTests {
         #expect(FileManager.default.fileExists(atPath: directory.url("out/c.png")))
     }
 
+    /// A feed's value is quoted up to 80 scalars: a character of a thousand combining
+    /// marks is not one character's worth of text.
+    @Test func aLongValueIsQuotedInPart() {
+        let value = "0" + String(repeating: "\u{301}", count: 3000)
+        guard
+            case .unusable(let why) = FocusPoint(x: "{meta.fx}", y: "0").resolved(
+                with: ItemFields(key: "k", stem: "k", metadata: #"{"fx": ""# + value + #""}"#))
+        else {
+            Issue.record("a value of combining marks was taken")
+            return
+        }
+        #expect(why.utf8.count < 300, "\(why.utf8.count) bytes")
+    }
+
     /// An item keeps at most `ItemNotes.most` notes and one saying more were left out
     /// (the wire to the run takes no more than 64: 66 used to end the pixel helper).
     @Test func notesAreCapped() {
@@ -228,12 +242,15 @@ struct FocusTests {
             try error(#"{"op": "text", "text": "t", "gravity": "focus"}"#)?.path == "filters[0].gravity",
             "an overlay has no focus")
         // Strings: a number as JSON writes it, or a template of complete fields.
-        for bad in [#""{meta.fx""#, #""0x1p-1""#, #"".5""#, #""nan""#, #""{meta.}""#, #""{width}""#] {
+        for bad in [
+            #""{meta.fx""#, #""0x1p-1""#, #"".5""#, #""nan""#, #""{meta.}""#, #""{meta..}""#, #""{width}""#, #""{key}x""#,
+        ] {
             #expect(
                 try error(#"{"op": "fill", "width": 9, "height": 9, "gravity": "focus", "focus": {"x": \#(bad), "y": 0}}"#)?.path
                     == "filters[0].focus.x", "\(bad) was taken")
         }
         #expect(FocusPoint.fraction(" 0.5\n") == 0.5)
+        #expect(FocusPoint.isTemplate("0.{meta.x}") && FocusPoint.isTemplate("{meta.a}{meta.b}"))
         #expect(FocusPoint.fraction("2.5e-1") == 0.25)
         // A crop by rectangle has nothing to place.
         #expect(

@@ -434,9 +434,11 @@ struct QualitySearchTests {
             guard case .string(let key)? = record?["key"] else { continue }
             chosen[key] = (Int(quality), ssim)
         }
+        #expect(chosen.count == 2)
         // CSV and Parquet carry the same two columns, as JSON Lines write them.
         let csv = try ImgpipeBinary.run(["export", "p.json", "--format", "csv"], in: work.path)
         let rows = csv.stdout.split(separator: "\n").map { $0.split(separator: ",", omittingEmptySubsequences: false) }
+        #expect(rows.count == 1 + chosen.count, "\(csv.stdout)")
         let header = try #require(rows.first)
         let (qualityColumn, ssimColumn) = (
             try #require(header.firstIndex(of: "output.quality")), try #require(header.firstIndex(of: "output.ssim"))

@@ -9,7 +9,8 @@ import PipelineKit
 /// fixed columns: `key`, `location`, `status`, `reason`, `message`, `attempts`, `tier`,
 /// `metadata` (the JSON text), `output.name`, `output.format`, `output.width`,
 /// `output.height`, `output.bytes`, `output.sha256`, `output.quality`, `output.ssim` (a
-/// quality search's choice; empty otherwise), then for each sink `S` of the run
+/// quality search's choice, and the SSIM reached with an SSIM target; empty otherwise),
+/// then for each sink `S` of the run
 /// `delivery.S.status`, `delivery.S.remoteURL`, `delivery.S.httpStatus`,
 /// `delivery.S.attempts` (RFC 4180 quoting; an empty cell for a missing value). With
 /// several outputs, each output `O` has its own columns `output.O.name` … `output.O.ssim`,

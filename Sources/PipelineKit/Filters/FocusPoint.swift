@@ -26,8 +26,10 @@ public struct FocusPoint: Sendable, Equatable, Codable {
             let filled = fields?.fill(text) ?? text
             guard let value = Self.fraction(filled) else {
                 let source = filled == text ? "" : " (\(text))"
-                // A feed's value is quoted, up to 80 characters of it.
-                let shown = filled.count > 80 ? filled.prefix(80) + "…" : filled
+                // A feed's value is quoted, up to 80 scalars of it (a character may hold
+                // any number of combining marks).
+                let shown =
+                    filled.unicodeScalars.count > 80 ? String(filled.unicodeScalars.prefix(80)) + "…" : filled
                 let what =
                     filled.allSatisfy(\.isWhitespace)
                     ? "is missing" : "is \(JSONValue.quote(shown)), not a fraction from 0 to 1"
@@ -41,50 +43,33 @@ public struct FocusPoint: Sendable, Equatable, Codable {
     /// `text` (spaces and line breaks around it aside) as a number from 0 to 1 written as
     /// JSON writes numbers (`0.25`, `1`, `2.5e-1`; not `0x1p-2`, `.5` or `nan`), or nil.
     package static func fraction(_ text: String) -> Double? {
-        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard isJSONNumber(trimmed), let value = Double(trimmed), (0...1).contains(value) else { return nil }
+        guard case .number(let value, _)? = try? JSONParser.parse(text), (0...1).contains(value) else { return nil }
         return value
     }
 
-    /// Whether `text` is a number in JSON's grammar: `-`? digits (no leading zero) then
-    /// an optional `.digits` and an optional exponent.
-    static func isJSONNumber(_ text: String) -> Bool {
-        var rest = Substring(text).utf8[...]
-        func digits() -> Int {
-            let count = rest.prefix { (0x30...0x39).contains($0) }.count
-            rest = rest.dropFirst(count)
-            return count
-        }
-        if rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
-        let leadingZero = rest.first == UInt8(ascii: "0")
-        let whole = digits()
-        guard whole > 0, !leadingZero || whole == 1 else { return false }
-        if rest.first == UInt8(ascii: ".") {
-            rest = rest.dropFirst()
-            guard digits() > 0 else { return false }
-        }
-        if rest.first == UInt8(ascii: "e") || rest.first == UInt8(ascii: "E") {
-            rest = rest.dropFirst()
-            if rest.first == UInt8(ascii: "+") || rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
-            guard digits() > 0 else { return false }
-        }
-        return rest.isEmpty
-    }
-
-    /// Whether `text` is a template whose every `{…}` is a complete field of the item
-    /// (`{meta.fx}`, `{key}`…) and which has at least one: what `validate` takes besides a number.
+    /// Whether `text` is a template that may fill to a number: at least one `{…}`, each a
+    /// complete field of the item (`{meta.fx}`, `{key}`…), and around them only what a
+    /// number is written with (digits, `.`, `e`, `+`, `-`, spaces): what `validate` takes
+    /// besides a number. `"{meta.fx"` and `"{key}x"` are not.
     package static func isTemplate(_ text: String) -> Bool {
         var fields = 0
         var rest = Substring(text)
         while let open = rest.firstIndex(where: { $0 == "{" || $0 == "}" }) {
-            guard rest[open] == "{", let close = rest[open...].firstIndex(of: "}") else { return false }
+            guard rest[open] == "{", let close = rest[open...].firstIndex(of: "}"),
+                rest[..<open].allSatisfy(isNumberCharacter)
+            else { return false }
             let name = rest[rest.index(after: open)..<close]
-            guard ["key", "stem", "caption"].contains(name) || (name.hasPrefix("meta.") && name.count > 5 && !name.contains("{"))
+            let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+            guard ["key", "stem", "caption"].contains(name) || (parts.count > 1 && parts[0] == "meta" && !parts.contains(""))
             else { return false }
             fields += 1
             rest = rest[rest.index(after: close)...]
         }
-        return fields > 0
+        return fields > 0 && rest.allSatisfy(isNumberCharacter)
+    }
+
+    private static func isNumberCharacter(_ character: Character) -> Bool {
+        character.isWhitespace || "0123456789.eE+-".contains(character)
     }
 
     /// The top-left corner of a `width`×`height` window centred on (`x`, `y`) of a

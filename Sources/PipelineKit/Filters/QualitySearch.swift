@@ -125,7 +125,8 @@ struct QualitySearch {
                 (failing, failingScore) = (probe, score)
             }
             let halve = widths.count >= 2 && 2 * (passing - failing) > widths[widths.count - 2]
-            if !halve, let low = failingScore.map(loss), let high = passingScore.map(loss), high > low {
+            // A perfect score (a flat picture) has no loss to draw a line through: halved.
+            if !halve, let low = failingScore.map(loss), let high = passingScore.flatMap(lossBelowPerfect), high > low {
                 let crossing = Double(failing) + (loss(target) - low) / (high - low) * Double(passing - failing)
                 next = Int(crossing.rounded(.up))
             } else {
@@ -138,4 +139,7 @@ struct QualitySearch {
     /// −log(1 − `score`), which grows about linearly with the quality (an SSIM of 1 is
     /// taken as 1 − 10⁻⁹).
     static func loss(_ score: Double) -> Double { -log(max(1e-9, 1 - score)) }
+
+    /// `loss`, or nil for a score within 10⁻⁶ of 1, where the line would guess too low.
+    static func lossBelowPerfect(_ score: Double) -> Double? { score < 1 - 1e-6 ? loss(score) : nil }
 }
