@@ -307,6 +307,27 @@ struct AnimationTests {
         #expect(try frames(of: made.data).count == 3)
     }
 
+    /// A quality target on an animation: the quality is chosen on the first frame and
+    /// every frame is encoded at it; the record has the choice.
+    @Test func aQualityTargetIsMetOnTheFirstFrameAndSetForAll() throws {
+        let path = try gif(count: 10, width: 200, height: 100)
+        var spec = output(.webp)
+        spec.ssimTarget = 0.95
+        let made = try ImageProcessor(filters: [.fit(width: 100, height: 100, enlarge: false)], output: spec, limits: Limits())
+            .process(.file(path))
+        let choice = try #require(made.choice)
+        #expect((30...100).contains(choice.quality))
+        #expect((choice.ssim ?? 0) >= 0.95)
+        let out = try frames(of: made.data)
+        #expect((out.count, out.height, out.pixels.width) == (10, 50, 100))
+        // Every frame at the chosen quality: the bytes of the animation made at it.
+        let fixed = try ImageProcessor(
+            filters: [.fit(width: 100, height: 100, enlarge: false)], output: output(.webp, quality: choice.quality),
+            limits: Limits()
+        ).process(.file(path))
+        #expect(fixed.data == made.data)
+    }
+
     /// `validate` names the step or setting that keeps an output from animating.
     @Test func validateSaysWhatMakesAnOutputOneFrame() throws {
         func notes(_ pipeline: String) throws -> [String] {
@@ -323,7 +344,8 @@ struct AnimationTests {
         #expect(try notes(#"{\#(base), "filters": [{"op": "trim"}], "output": {"format": "jpeg"}}"#).isEmpty)
         #expect(try notes(#"{\#(base), "output": {"format": "gif"}}"#).isEmpty)
         #expect(
-            try notes(#"{\#(base), "output": {"format": "webp", "quality": {"ssim": 0.95}}}"#).first?.contains(
-                "a quality target or maxBytes") == true)
+            try notes(#"{\#(base), "output": {"format": "webp", "maxBytes": 5000}}"#).first?.contains(
+                "as maxBytes is a still picture's budget") == true)
+        #expect(try notes(#"{\#(base), "output": {"format": "webp", "quality": {"ssim": 0.95}}}"#).isEmpty)
     }
 }

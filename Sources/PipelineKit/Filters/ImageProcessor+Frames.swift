@@ -38,11 +38,12 @@ struct FrameRoll {
         guard size != (image.width, pageHeight) else { return self }
         // With alpha, resampled premultiplied (as the thumbnail of a still picture is): a
         // transparent pixel's colour must not bleed into its neighbours.
-        let source = image.hasAlpha ? try image.premultiplied() : image
+        let alpha = image.hasAlpha
+        let source = alpha ? try image.premultiplied() : image
         // The stack's vertical scale is the frames' (the same ratio, reckoned on the whole).
         var resized = try source.resized(
             horizontal: Double(size.width) / Double(image.width), vertical: Double(size.height * count) / Double(image.height))
-        if image.hasAlpha { resized = try resized.unpremultiplied(like: image) }
+        if alpha { resized = try resized.unpremultiplied(like: image) }
         let height = size.height * count
         guard resized.height >= height else {
             throw FilterError("resizing \(count) frames to \(size.width)×\(size.height) made \(resized.height) rows")
@@ -137,7 +138,9 @@ extension OutputSpec {
     package func firstFrameReason(steps: [(step: FilterStep, path: String)]) -> String? {
         guard keepsAnimation, formats.contains(where: OutputFormat.animating.contains) else { return nil }
         if bestOf != nil { return "\"format\": \"best\" chooses among still pictures" }
-        if searchesQuality { return "a quality target or maxBytes searches still pictures" }
+        // A quality target is met on the first frame; a budget would have the whole
+        // animation encoded again at each quality it tries.
+        if maxBytes != nil { return "maxBytes is a still picture's budget" }
         if let step = steps.first(where: { !$0.step.appliesToFrames }) {
             return "\(step.path) \(step.step.opName) cannot apply to each frame on its own"
         }
@@ -195,7 +198,7 @@ extension ImageProcessor {
         // Every frame as the loader gives it (a GIF's fill its screen), its size checked
         // before any is decoded; the first output reads it, the others open it anew (a
         // sequential read goes through once).
-        var opened: VipsImage
+        let opened: VipsImage
         do {
             opened = try VipsImage.openFrames(data: data, failOn: format.failOn)
         } catch {
@@ -219,31 +222,33 @@ extension ImageProcessor {
             let animated = animates[index]
             let picture: VipsImage
             let frameSize: (width: Int, height: Int)
+            // An animation's quality is chosen on its first frame (`searched`), then set.
+            var encoding = output.spec
+            var searched: QualityChoice?
             do {
                 let all = index == 0 ? opened : try VipsImage.openFrames(data: data, failOn: format.failOn)
-                let height = frameHeight
                 if animated {
-                    var roll = FrameRoll(image: all, pageHeight: height, count: pages)
-                    for (step, path) in Self.writtenSteps(of: index, filters: settings.filters, outputs: outputs) {
-                        do {
-                            roll = try roll.applying(step, context: context)
-                        } catch {
-                            throw StepFailure(
-                                path: path, op: step.opName, width: roll.image.width, height: roll.pageHeight, cause: error)
-                        }
-                        try checkFrames(
-                            width: roll.image.width, height: roll.pageHeight, count: pages, made: "\(step.opName) makes")
-                    }
-                    let prepared = try prepareForOutput(roll.image, colourManaged: false, format: output.spec.format)
-                    frameSize = (prepared.width, roll.pageHeight)
+                    let (prepared, pageHeight) = try madeFrames(index, from: all, pages: pages, context: context)
+                    frameSize = (prepared.width, pageHeight)
                     // The encoder's bound is on each frame, not on the stack.
                     try Self.checkEncodable(
-                        try prepared.frame(0, height: frameSize.height), as: output.spec.format,
+                        try prepared.frame(0, height: pageHeight), as: output.spec.format,
                         output: outputs.count > 1 ? output.spec.id : nil)
-                    picture = try prepared.labelledAsFrames(pageHeight: roll.pageHeight, delays: delays, loop: loop)
+                    picture = try prepared.labelledAsFrames(pageHeight: pageHeight, delays: delays, loop: loop)
+                    if output.spec.ssimTarget != nil {
+                        // The quality is chosen on the first frame, made from a stack of its
+                        // own (the one above is read once, by the encoder), and every frame
+                        // is encoded at it.
+                        let again = try VipsImage.openFrames(data: data, failOn: format.failOn)
+                        let (stack, height) = try madeFrames(index, from: again, pages: pages, context: context)
+                        let found = try QualitySearch(output: output.spec).encode(try stack.frame(0, height: height))
+                        searched = found.choice
+                        encoding.quality = found.choice.quality
+                        encoding.ssimTarget = nil
+                    }
                 } else {
                     // The first frame through the chain, as a still input would go.
-                    var frame = try all.frame(0, height: height)
+                    var frame = try all.frame(0, height: frameHeight)
                     for (step, path) in Self.writtenSteps(of: index, filters: settings.filters, outputs: outputs) {
                         frame = try checkedSize(applying(step, at: path, to: frame, context: context), after: step)
                     }
@@ -263,7 +268,7 @@ extension ImageProcessor {
                 }
                 throw ItemFailure(.process, Self.text(error) + (error is StepFailure ? "" : named))
             }
-            let (encoded, choice, chosen) = try encodeOutput(picture, output.spec, data: data, format: format)
+            let (encoded, choice, chosen) = try encodeOutput(picture, encoding, data: data, format: format)
             if let timing {
                 let frames = animated ? pages : 1
                 let label = (outputs.count > 1 ? "\(output.spec.id): " : "") + "\(frames) frame\(frames == 1 ? "" : "s")"
@@ -273,10 +278,27 @@ extension ImageProcessor {
                 ProcessedImage(
                     output: output.spec.id, data: encoded, width: frameSize.width, height: frameSize.height,
                     inputWidth: header.width, inputHeight: header.height, inputFormat: format, sha256: sha256Hex(encoded),
-                    inputBytes: data.count, inputSHA256: inputSHA256, choice: choice, format: chosen))
+                    inputBytes: data.count, inputSHA256: inputSHA256, choice: searched ?? choice, format: chosen))
         }
         images[0].notes = context.notes?.all ?? []
         return .processed(images)
+    }
+
+    /// Output `index`'s chain (the common steps, then its own) on every frame of `all`,
+    /// prepared for its format: the stack and the height of its frames.
+    private func madeFrames(
+        _ index: Int, from all: VipsImage, pages: Int, context: FilterContext
+    ) throws -> (VipsImage, pageHeight: Int) {
+        var roll = FrameRoll(image: all, pageHeight: all.pageHeight, count: pages)
+        for (step, path) in Self.writtenSteps(of: index, filters: settings.filters, outputs: outputs) {
+            do {
+                roll = try roll.applying(step, context: context)
+            } catch {
+                throw StepFailure(path: path, op: step.opName, width: roll.image.width, height: roll.pageHeight, cause: error)
+            }
+            try checkFrames(width: roll.image.width, height: roll.pageHeight, count: pages, made: "\(step.opName) makes")
+        }
+        return (try prepareForOutput(roll.image, colourManaged: false, format: outputs[index].spec.format), roll.pageHeight)
     }
 
     /// The most rows libvips 8.14 holds in one picture (`VIPS_MAX_COORD`): the stack of an
