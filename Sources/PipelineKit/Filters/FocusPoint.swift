@@ -58,10 +58,7 @@ public struct FocusPoint: Sendable, Equatable, Codable {
             guard rest[open] == "{", let close = rest[open...].firstIndex(of: "}"),
                 rest[..<open].allSatisfy(isNumberCharacter)
             else { return false }
-            let name = rest[rest.index(after: open)..<close]
-            let parts = name.split(separator: ".", omittingEmptySubsequences: false)
-            guard ["key", "stem", "caption"].contains(name) || (parts.count > 1 && parts[0] == "meta" && !parts.contains(""))
-            else { return false }
+            guard ItemFields.isField(rest[rest.index(after: open)..<close]) else { return false }
             fields += 1
             rest = rest[rest.index(after: close)...]
         }

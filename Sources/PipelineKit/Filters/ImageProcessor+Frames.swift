@@ -123,8 +123,7 @@ struct FrameRoll {
 
     private func padded(top: Int, right: Int, bottom: Int, left: Int, colour: Colour) throws -> FrameRoll {
         let frames = try (0..<count).map { index in
-            try image.cropped(left: 0, top: index * pageHeight, width: image.width, height: pageHeight)
-                .padded(top: top, right: right, bottom: bottom, left: left, colour: colour)
+            try image.frame(index, height: pageHeight).padded(top: top, right: right, bottom: bottom, left: left, colour: colour)
         }
         return FrameRoll(image: try VipsImage.stacked(frames), pageHeight: pageHeight + top + bottom, count: count)
     }

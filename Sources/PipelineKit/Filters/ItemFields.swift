@@ -48,6 +48,13 @@ public struct ItemFields: Sendable {
         return out + rest
     }
 
+    /// Whether `name` (what is between `{` and `}`) is a field: `key`, `stem`, `caption` or
+    /// `meta.A.B…` with no empty part.
+    static func isField(_ name: Substring) -> Bool {
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        return ["key", "stem", "caption"].contains(name) || (parts.count > 1 && parts[0] == "meta" && !parts.contains(""))
+    }
+
     /// The text of field `name`, "" for a missing `meta.` field, nil when `name` is not a field.
     private func value(of name: Substring) -> String? {
         switch name {
