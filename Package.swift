@@ -57,8 +57,11 @@ let package = Package(
         // Folders opened beneath a directory sink's without following symbolic links
         // (`openat2`, which glibc does not wrap), and the swap its tests make (`renameat2`).
         .target(name: "CBeneath"),
-        // The only module that imports CVips (and COrcGuard, CPangoGuard, CResample).
-        .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CPangoGuard", "CResample"]),
+        // A JPEG decoded at 1/2, 1/4 or 1/8 of its size by libjpeg-turbo (libvips' own JPEG
+        // library), straight into pixels: an output's fingerprint without libvips' overhead.
+        .target(name: "CJpegScale", linkerSettings: [.linkedLibrary("jpeg")]),
+        // The only module that imports CVips (and COrcGuard, CPangoGuard, CResample, CJpegScale).
+        .target(name: "VipsKit", dependencies: ["CVips", "COrcGuard", "CPangoGuard", "CResample", "CJpegScale"]),
         // Parquet files of flat tables, read and written (Debian has no Parquet library): the
         // table source's `.parquet`, `export --format parquet`, the shards' manifests.
         .target(name: "ParquetKit", dependencies: ["CSnappy", "CZstd", "CZlib"]),

@@ -41,6 +41,19 @@ static inline VipsImage *ip_new_from_buffer(const void *data, size_t length, Vip
         NULL);
 }
 
+/// An image in memory read with the loader's own options (`option_string`, e.g.
+/// "shrink=2" for a JPEG decoded at half size), for sequential reading.
+static inline VipsImage *ip_new_from_buffer_options(const void *data, size_t length, const char *option_string) {
+    return vips_image_new_from_buffer(data, length, option_string,
+        "access", VIPS_ACCESS_SEQUENTIAL,
+        NULL);
+}
+
+/// The name of the loader libvips would pick for an image in memory; NULL when none.
+static inline const char *ip_loader_of_buffer(const void *data, size_t length) {
+    return vips_foreign_find_load_buffer(data, length);
+}
+
 /// Every page of an image in memory (the frames of an animated GIF or WebP) as one tall
 /// image, `page-height` rows per page, read in order.
 static inline VipsImage *ip_new_from_buffer_pages(const void *data, size_t length, VipsFailOn fail_on) {

@@ -28,11 +28,17 @@ public final class TemporaryDirectory: Sendable {
     /// Writes text to `relative` and returns the path.
     @discardableResult
     public func write(_ text: String, to relative: String) throws -> String {
+        try write(Data(text.utf8), to: relative)
+    }
+
+    /// Writes bytes to `relative` and returns the path.
+    @discardableResult
+    public func write(_ data: Data, to relative: String) throws -> String {
         let target = url(relative)
         try FileManager.default.createDirectory(
             atPath: (target as NSString).deletingLastPathComponent,
             withIntermediateDirectories: true)
-        try Data(text.utf8).write(to: URL(fileURLWithPath: target))
+        try data.write(to: URL(fileURLWithPath: target))
         return target
     }
 

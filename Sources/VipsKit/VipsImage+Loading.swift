@@ -83,6 +83,28 @@ extension VipsImage {
         return VipsImage(taking: image, keepAlive: [storage])
     }
 
+    /// Opens an image in memory decoded at a reduced size where its format allows it, no
+    /// smaller than `side` pixels on its longer side: a JPEG shrunk by 2, 4 or 8 in the DCT,
+    /// a WebP scaled by libwebp; any other format whole. `width` and `height` are the image's
+    /// own. The bytes are kept alive with the image.
+    public static func open(data: Data, width: Int, height: Int, atLeast side: Int) throws -> VipsImage {
+        try VipsRuntime.setUp()
+        let storage = ByteStorage(data)
+        let longer = max(width, height)
+        let loader = ip_loader_of_buffer(storage.base, storage.count).map { String(cString: $0) } ?? ""
+        var options = ""
+        if loader.contains("Jpeg"), let shrink = [8, 4, 2].first(where: { longer / $0 >= side }) {
+            options = "shrink=\(shrink)"
+        } else if loader.contains("Webp"), longer > side {
+            // A little over, so that rounding cannot take the result under `side`.
+            options = "scale=\(min(1, (Double(side) + 1) / Double(longer)))"
+        }
+        guard let image = ip_new_from_buffer_options(storage.base, storage.count, options) else {
+            throw VipsError.take("load", context: "\(data.count) bytes")
+        }
+        return VipsImage(taking: image, keepAlive: [storage])
+    }
+
     /// Loads and resizes in one step, letting the loader shrink while decoding (JPEG DCT
     /// scaling, WebP and HEIF scaled decode, PNG/TIFF pyramid pages). `crop` other than
     /// `.none` fills the box and crops to it.

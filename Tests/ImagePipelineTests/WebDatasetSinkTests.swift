@@ -171,6 +171,13 @@ struct WebDatasetSinkTests {
                 ($0["itemKey"] as String, $0["hash"] as String)
             }
         )
+        // Each item's fingerprints as the state file has them.
+        let fingerprints = try Dictionary(
+            uniqueKeysWithValues: rows("SELECT key, phash, thumbhash, dominant FROM item WHERE phash IS NOT NULL").map {
+                ($0["key"] as String, [$0["phash"] as String, $0["thumbhash"] as String, $0["dominant"] as String])
+            }
+        )
+        #expect(fingerprints.keys.sorted() == keys)
         var failed: [String: Int] = [:]
         var skipped: [String: Int] = [:]
         let manifests = try manifests(in: work.url("shards"))
@@ -191,6 +198,7 @@ struct WebDatasetSinkTests {
                 #expect(row["output.sha256"] as? String == outputs[key] && row["width"] as? Int == 32, "\(row)")
                 #expect(row["output.member"] as? String == WebDatasetSink.sampleKey(key) + ".jpg" && row["caption"] is NSNull)
                 #expect((row["url"] as? String)?.hasSuffix("in/" + key) == true, "\(row)")
+                #expect(["phash", "thumbhash", "dominant"].map { row[$0] as? String ?? "" } == fingerprints[key], "\(row)")
             }
             for (index, key) in shardKeys.enumerated() {
                 let sample = WebDatasetSink.sampleKey(key)
@@ -204,6 +212,7 @@ struct WebDatasetSinkTests {
                 #expect(json["originalWidth"] as? Int == 64 + (keys.firstIndex(of: key) ?? -64), "\(json)")
                 #expect(json["originalHeight"] as? Int == 48 && (json["sha256"] as? String)?.count == 64, "\(json)")
                 #expect((json["url"] as? String)?.hasSuffix("in/" + key) == true, "\(json)")
+                #expect(["phash", "thumbhash", "dominant"].map { json[$0] as? String ?? "" } == fingerprints[key], "\(json)")
             }
             let stats = try #require(
                 try JSONSerialization.jsonObject(

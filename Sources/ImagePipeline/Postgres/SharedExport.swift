@@ -30,9 +30,20 @@ struct SharedItemDetail: Codable {
     let tier: String?
     let outputs: [Output]
     let deliveries: [Delivery]
+    /// The input's SHA-256 and the first output's fingerprint (absent in rows of older runs).
+    let sha256: String?
+    let fingerprint: Fingerprint?
+
+    struct Fingerprint: Codable {
+        let phash: String
+        let thumbhash: String
+        let dominant: String
+    }
 
     init(_ record: ExportRecord) {
         tier = record.tier
+        sha256 = record.sha256
+        fingerprint = record.fingerprint.map { Fingerprint(phash: $0.phash, thumbhash: $0.thumbhash, dominant: $0.dominant) }
         outputs = record.outputs.map {
             Output(
                 id: $0.id, name: $0.output.name, format: $0.output.format, width: $0.output.width,
@@ -125,7 +136,7 @@ public struct SharedExport: ExportSource {
                 deliveries.append((delivery.sink, [(delivery.output, made)]))
             }
         }
-        return ExportRecord(
+        var record = ExportRecord(
             key: row["key"] ?? "", location: row["location"] ?? "", status: row["status"] ?? "", reason: row["reason"],
             message: row["message"], attempts: Int(row.int("attempts") ?? 0), tier: detail?.tier, metadata: row["metadata"],
             outputs: (detail?.outputs ?? []).map {
@@ -137,5 +148,10 @@ public struct SharedExport: ExportSource {
                 )
             },
             deliveries: deliveries)
+        record.sha256 = detail?.sha256
+        record.fingerprint = detail?.fingerprint.map {
+            ImageFingerprint(phash: $0.phash, thumbhash: $0.thumbhash, dominant: $0.dominant)
+        }
+        return record
     }
 }

@@ -82,6 +82,15 @@ final class SharedStateStore: RunStateStore, Sendable {
     func markListingCut(runId: Int64, _ cut: Bool) throws { try journal.markListingCut(runId: runId, cut) }
     func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] { try journal.stagedOutputs(runId: runId, key: key) }
     func source(runId: Int64, key: String) throws -> SourceStamp? { try journal.source(runId: runId, key: key) }
+    func fingerprint(runId: Int64, key: String) throws -> ImageFingerprint? { try journal.fingerprint(runId: runId, key: key) }
+    /// A shared run does not take `dedup` (`SharedWorker` refuses it): a worker's journal
+    /// knows only its own items.
+    func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)? {
+        throw StoreError("dedup is not available in a shared run")
+    }
+    func keptHashes(runId: Int64, _ body: (Int, String, UInt64) throws -> Void) throws {
+        throw StoreError("dedup is not available in a shared run")
+    }
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)] {
         try journal.pendingDeliveries(runId: runId, key: key)
     }
@@ -102,7 +111,7 @@ final class SharedStateStore: RunStateStore, Sendable {
         for change in changes {
             switch change {
             case .insert(let item): wanted += item.outputs.compactMap { $0.name.map { ($0, item.key) } }
-            case .processed(let key, let outputs, _): wanted += outputs.map { ($0.name, key) }
+            case .processed(let key, let outputs, _, _, _): wanted += outputs.map { ($0.name, key) }
             default: break
             }
         }
@@ -172,7 +181,7 @@ final class SharedStateStore: RunStateStore, Sendable {
     static func end(of change: StoreChange, _ outcome: ChangeOutcome) -> (key: String, outcome: ItemOutcome)? {
         switch (change, outcome) {
         case (.insert(let item), .failed(let failure)): (item.key, .failed(failure))
-        case (.processed(let key, _, _), .failed(let failure)): (key, .failed(failure))
+        case (.processed(let key, _, _, _, _), .failed(let failure)): (key, .failed(failure))
         case (.delivered(let key, _, _, _, _, _), .completed): (key, .done)
         case (.deliveryFailed(let key, _, _, _, _), .failed(let failure)): (key, .failed(failure))
         case (.failed(let key, let failure, _), .applied): (key, .failed(failure))

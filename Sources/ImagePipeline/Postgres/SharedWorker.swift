@@ -80,6 +80,13 @@ public final class SharedWorker: Sendable {
         pipeline: BuiltPipeline, url: String, journalPath: String, reporter: any RunReporter, logger: Logger,
         options: Options
     ) throws {
+        // Each verdict compares an item with the items kept before it: a worker's journal
+        // knows only its own.
+        guard !pipeline.spec.dedup.isOn else {
+            throw SharedWorkerError(
+                "dedup: a shared run (PostgreSQL) cannot look for duplicates yet; run the pipeline with a state file, "
+                    + "or leave \"dedup\" out")
+        }
         self.pipeline = pipeline
         self.journalPath = journalPath
         self.reporter = reporter

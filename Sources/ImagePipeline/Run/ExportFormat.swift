@@ -7,7 +7,9 @@ import PipelineKit
 /// JSON Lines keep the record's shape: `outputs` and `deliveries` are objects by output id
 /// (and by sink, then output id), `metadata` is the feed's own object. CSV flattens it into
 /// fixed columns: `key`, `location`, `status`, `reason`, `message`, `attempts`, `tier`,
-/// `metadata` (the JSON text), `output.name`, `output.format`, `output.width`,
+/// `metadata` (the JSON text), `sha256` (of the input's bytes), `phash`, `thumbhash`,
+/// `dominant` (`ImageFingerprint`), `duplicateOf`, `distance` (a `dedup` duplicate's),
+/// `output.name`, `output.format`, `output.width`,
 /// `output.height`, `output.bytes`, `output.sha256`, `output.quality`, `output.ssim` (a
 /// quality search's choice, and the SSIM reached with an SSIM target; empty otherwise),
 /// then for each sink `S` of the run
@@ -15,7 +17,7 @@ import PipelineKit
 /// `delivery.S.attempts` (RFC 4180 quoting; an empty cell for a missing value). With
 /// several outputs, each output `O` has its own columns `output.O.name` … `output.O.ssim`,
 /// and each sink its `delivery.S.O.status` … `delivery.S.O.attempts`, in the pipeline's
-/// order of outputs. Parquet has CSV's columns, typed: `attempts`, `output.width`,
+/// order of outputs. Parquet has CSV's columns, typed: `attempts`, `distance`, `output.width`,
 /// `output.height`, `output.bytes`, `output.quality`, `delivery.S.httpStatus` and
 /// `delivery.S.attempts` are 64-bit integers, `output.ssim` a double, the others text; a
 /// missing value is null.
@@ -41,12 +43,15 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     static func columns(sinks: [String], outputs: [String]) -> [(name: String, kind: Kind)] {
         func kind(_ field: String) -> Kind {
             switch field {
-            case "attempts", "width", "height", "bytes", "httpStatus", "quality": .integer
+            case "attempts", "width", "height", "bytes", "httpStatus", "quality", "distance": .integer
             case "ssim": .number
             default: .text
             }
         }
-        let fixed = ["key", "location", "status", "reason", "message", "attempts", "tier", "metadata"].map { ($0, kind($0)) }
+        let fixed = [
+            "key", "location", "status", "reason", "message", "attempts", "tier", "metadata", "sha256", "phash", "thumbhash",
+            "dominant", "duplicateOf", "distance",
+        ].map { ($0, kind($0)) }
         let one = outputs == [OutputSpec.defaultID]
         let perOutput = outputs.flatMap { id in
             Self.outputFields.map { (one ? "output.\($0)" : "output.\(id).\($0)", kind($0)) }
@@ -122,6 +127,14 @@ public enum ExportFormat: String, Sendable, CaseIterable {
         json.member("tier", record.tier.map(redact))
         json.key("metadata")
         if let metadata = record.metadata.flatMap({ JSONValue.lenient(redact($0)) }) { json.value(metadata) } else { json.null() }
+        json.member("sha256", record.sha256)
+        json.member("phash", record.fingerprint?.phash)
+        json.member("thumbhash", record.fingerprint?.thumbhash)
+        json.member("dominant", record.fingerprint?.dominant)
+        if let duplicateOf = record.duplicateOf {
+            json.member("duplicateOf", redact(Environment.shown(duplicateOf)))
+            json.member("distance", int: record.distance)
+        }
         json.key("outputs")
         json.open()
         for (id, output) in record.outputs {
@@ -165,7 +178,9 @@ public enum ExportFormat: String, Sendable, CaseIterable {
         var cells: [Cell] = [
             .text(redact(Environment.shown(record.key))), .text(redact(Environment.shown(record.location))), .text(record.status),
             .text(record.reason), .text(record.message.map(redact)), .int(record.attempts), .text(record.tier),
-            .text(record.metadata.map(redact)),
+            .text(record.metadata.map(redact)), .text(record.sha256), .text(record.fingerprint?.phash),
+            .text(record.fingerprint?.thumbhash), .text(record.fingerprint?.dominant),
+            .text(record.duplicateOf.map { redact(Environment.shown($0)) }), .int(record.distance),
         ]
         for id in outputs {
             let output = record.outputs.first { $0.id == id }?.output

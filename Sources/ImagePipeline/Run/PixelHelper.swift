@@ -110,6 +110,23 @@ enum PixelMessage {
     /// `ItemNotes.most` and one saying more were left out).
     static let maxNotes = 64
 
+    /// An output's fingerprint as the answer carries it: three texts, all empty for none;
+    /// each is checked for its form (a helper decodes hostile input: its answer is read as
+    /// carefully as the rest).
+    static func readFingerprint(_ reader: inout WireReader) throws(WireReader.Malformed) -> ImageFingerprint? {
+        let phash = try reader.string()
+        let thumbhash = try reader.string()
+        let dominant = try reader.string()
+        if phash.isEmpty, thumbhash.isEmpty, dominant.isEmpty { return nil }
+        let hex = Set("0123456789abcdef".utf8)
+        let base64 = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=".utf8)
+        guard phash.utf8.count == 16, phash.utf8.allSatisfy(hex.contains),
+            (1...40).contains(thumbhash.utf8.count), thumbhash.utf8.allSatisfy(base64.contains),
+            dominant.utf8.count == 7, dominant.hasPrefix("#"), dominant.utf8.dropFirst().allSatisfy(hex.contains)
+        else { throw WireReader.Malformed() }
+        return ImageFingerprint(phash: phash, thumbhash: thumbhash, dominant: dominant)
+    }
+
     /// Numbers JSON has no text for, as a program may set them (`limits.timeout` infinite):
     /// written as these strings, read back as the numbers.
     static let nonFinite = (
@@ -172,6 +189,9 @@ enum PixelMessage {
                 fields.put(image.format?.rawValue ?? "")
                 fields.put(image.notes.count)
                 for note in image.notes { fields.put(note) }
+                for part in [image.fingerprint?.phash, image.fingerprint?.thumbhash, image.fingerprint?.dominant] {
+                    fields.put(part ?? "")
+                }
             }
             return (fields.bytes, images.map(\.data))
         case .success(.skipped(let skip)):
@@ -220,6 +240,7 @@ enum PixelMessage {
                 let noteCount = try reader.int()
                 guard (0...Self.maxNotes).contains(noteCount) else { throw WireReader.Malformed() }
                 let notes = try (0..<noteCount).map { _ throws(WireReader.Malformed) in try reader.string() }
+                let fingerprint = try Self.readFingerprint(&reader)
                 // One output (the usual case) is the whole payload: not copied again.
                 let data = numbers[5] == payload.count ? payload : payload.subdata(in: offset..<offset + numbers[5])
                 offset += numbers[5]
@@ -230,6 +251,7 @@ enum PixelMessage {
                     choice: quality < 0 ? nil : QualityChoice(quality: quality, ssim: Double(ssim)),
                     format: OutputFormat(rawValue: chosen))
                 image.notes = notes
+                image.fingerprint = fingerprint
                 images.append(image)
             }
             guard offset == payload.count else { throw WireReader.Malformed() }

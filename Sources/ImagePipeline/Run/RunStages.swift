@@ -28,6 +28,8 @@ final class RunStages: Sendable {
     private let retryTimers = Mutex<(next: UInt64, pending: [UInt64: @Sendable () -> Void])>((0, [:]))
     /// What each sink holds in its open batch, by sink name.
     private let batches: [String: OpenBatch]
+    /// `dedup`'s judge and the gate that gives its verdicts in feed order; nil without `dedup`.
+    private let dedup: (judge: DedupJudge, gate: DedupGate)?
 
     init(_ context: RunContext) throws {
         self.context = context
@@ -37,6 +39,10 @@ final class RunStages: Sendable {
             OpenBatch($0, gate: { store.deliveryGate(key: $0) }, isAborted: { cancellation.isAborted })
         }
         let counts = try context.store.counts(runId: context.runId)
+        let policy = context.pipeline.spec.dedup
+        dedup =
+            policy.isOn
+            ? (try DedupJudge(policy: policy, store: store, runId: context.runId), DedupGate()) : nil
         state = Mutex(
             RunState(
                 capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete,
@@ -55,7 +61,10 @@ final class RunStages: Sendable {
             // Pixel helpers can be stopped where threads cannot: their items are left for resume.
             context.pixels.abort()
         }
-        if action != .none { cancelRetries() }
+        if action != .none {
+            cancelRetries()
+            dedup?.gate.shut()
+        }
     }
 
     // MARK: - the session
@@ -423,6 +432,8 @@ final class RunStages: Sendable {
         /// What the input was, once processed in this session (read from the state file when
         /// nil, for a sink that records it).
         var source: SourceStamp?
+        /// What the first output looks like, once processed in this session (as `source`).
+        var fingerprint: ImageFingerprint?
 
         init(key: String, seq: Int, location: String, metadata: String?) {
             self.key = key
@@ -451,6 +462,8 @@ final class RunStages: Sendable {
     }
 
     private func start(_ job: Job, at status: ItemStatus) {
+        // An item on its way to the pixel stage has a `dedup` verdict coming.
+        if status == .pending || status == .fetched { dedup?.gate.enter(job.seq) }
         switch status {
         case .pending where !job.isRemote:
             // A local file has nothing to fetch: it is read in place by the pixel stage.
@@ -567,6 +580,12 @@ final class RunStages: Sendable {
         context.workers.submit { [self] in
             guard !isCancelled else { return releaseSlot() }
             let spec = pipeline.spec
+            // The same bytes as a kept item before it: a duplicate, known without pixel work.
+            if let dedup, dedup.judge.policy.exact, let body,
+                let kept = try? dedup.judge.keptBefore(seq: job.seq, sha256: sha256Hex(body))
+            {
+                return skip(job, .duplicate(of: kept, distance: 0))
+            }
             let input = body.map(ImageInput.data) ?? .file(job.spoolPath ?? job.location)
             // Admitted against the run's memory budget by an estimate from the header, before
             // any decoding: one that does not fit waits for others to end; one over the whole
@@ -667,14 +686,50 @@ final class RunStages: Sendable {
             var source = images.first.map { SourceStamp(read: $0, file: job.spoolPath ?? job.location, local: !job.isRemote) }
             source?.version = SourceStamp.version(in: job.metadata, field: spec.source.remote?.versionField)
             processed.source = source
+            processed.fingerprint = images.first?.fingerprint
             let next = processed
-            writer.submit(.processed(key: job.key, outputs: outputs, source: source)) { [self] outcome in
-                if case .failed(let failure) = outcome {
-                    for output in next.outputs { unlink(output.path) }
-                    finish(job, failure: failure)
-                } else {
-                    deliver(next)
-                }
+            guard let dedup else { return record(next) }
+            dedup.gate.arrive(job.seq) { [self] go in
+                judge(next, dedup, go: go)
+            }
+        }
+    }
+
+    /// `dedup`'s verdict on a processed item, in its turn (`DedupGate`): a duplicate is
+    /// skipped and its staged outputs removed; the first of its kind is recorded as kept.
+    private func judge(_ job: Job, _ dedup: (judge: DedupJudge, gate: DedupGate), go: Bool) {
+        guard go else {
+            // The run is stopping: left as recorded (fetched), made again on resume.
+            for output in job.outputs { unlink(output.path) }
+            return releaseSlot()
+        }
+        let verdict = Result {
+            try dedup.judge.verdict(key: job.key, seq: job.seq, sha256: job.source?.sha256, fingerprint: job.fingerprint)
+        }
+        dedup.gate.pass(job.seq)
+        switch verdict {
+        case .success(nil):
+            record(job, kept: true) { dedup.judge.written(sha256: job.source?.sha256) }
+        case .success(let skip?):
+            for output in job.outputs { unlink(output.path) }
+            self.skip(job, skip)
+        case .failure(let error):
+            for output in job.outputs { unlink(output.path) }
+            fail(job, ItemFailure(.io, "cannot read the state file: \(error)"), attempts: 1)
+        }
+    }
+
+    /// Records a processed item (its outputs staged), then delivers it.
+    private func record(_ job: Job, kept: Bool = false, then written: @escaping @Sendable () -> Void = {}) {
+        let change = StoreChange.processed(
+            key: job.key, outputs: job.outputs, source: job.source, fingerprint: job.fingerprint, kept: kept)
+        writer.submit(change) { [self] outcome in
+            written()
+            if case .failed(let failure) = outcome {
+                for output in job.outputs { unlink(output.path) }
+                finish(job, failure: failure)
+            } else {
+                deliver(job)
             }
         }
     }
@@ -771,15 +826,16 @@ final class RunStages: Sendable {
             }
             // What the input was, for sinks that record it with the item (a shard's KEY.json):
             // known when the item was processed in this session, else from the state file.
-            let source =
-                job.source
-                ?? (items.contains(where: { $0.sink.takesWholeItems })
-                    ? try? context.store.source(runId: context.runId, key: job.key) : nil)
+            let whole = items.contains(where: { $0.sink.takesWholeItems })
+            let source = job.source ?? (whole ? try? context.store.source(runId: context.runId, key: job.key) : nil)
+            let fingerprint =
+                job.fingerprint ?? (whole ? try? context.store.fingerprint(runId: context.runId, key: job.key) : nil)
             for (sink, deliveries) in items {
-                let item = BatchItem(
+                var item = BatchItem(
                     key: job.key, metadata: job.metadata, caption: pipeline.spec.source.caption(of: job.metadata),
                     deliveries: deliveries, inputWidth: source?.width, inputHeight: source?.height,
                     inputSHA256: source?.sha256)
+                item.fingerprint = fingerprint
                 attempt(item, to: sink, number: 1, settlement)
             }
         }
@@ -973,6 +1029,7 @@ final class RunStages: Sendable {
     }
 
     private func fail(_ job: Job, _ failure: ItemFailure, attempts: Int) {
+        dedup?.gate.leave(job.seq)
         context.logger.debug(
             "item failed",
             metadata: [
@@ -986,6 +1043,7 @@ final class RunStages: Sendable {
 
     /// Records a skip: the item is settled without an output, and no sink is asked for it.
     private func skip(_ job: Job, _ skip: ItemSkip) {
+        dedup?.gate.leave(job.seq)
         context.logger.info(
             "item skipped",
             metadata: [

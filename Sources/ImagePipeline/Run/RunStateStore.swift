@@ -47,6 +47,14 @@ public protocol RunStateStore: AnyObject, Sendable {
     /// What an item's source was when it was processed (`SourceStamp`), nil before.
     func source(runId: Int64, key: String) throws -> SourceStamp?
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)]
+    /// What an item's first output looks like (`ImageFingerprint`), nil before it is made.
+    func fingerprint(runId: Int64, key: String) throws -> ImageFingerprint?
+
+    /// `dedup`: the first item in feed order the run kept whose input had `sha256`, other
+    /// than `key`; nil when there is none.
+    func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)?
+    /// `dedup`: calls `body` with each kept item's place, key and perceptual hash.
+    func keptHashes(runId: Int64, _ body: (Int, String, UInt64) throws -> Void) throws
 
     /// Whether a delivery of `key` may start now. Always `go` for a state file; a shared
     /// run's worker delivers only items whose chunk it still holds (`SharedStateStore`).

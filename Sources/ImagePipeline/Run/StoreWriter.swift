@@ -74,8 +74,9 @@ final class StoreWriter: Sendable {
         switch change {
         case .failed(let key, let failure, let attempts):
             return .failed(key: key, failure: clean(failure), attempts: attempts)
-        case .skipped(let key, let skip):
-            return .skipped(key: key, skip: ItemSkip(skip.reason, redact(skip.message)))
+        case .skipped(let key, var skip):
+            skip.message = redact(skip.message)
+            return .skipped(key: key, skip: skip)
         case .deliveryFailed(let key, let output, let sink, let failure, let attempts):
             return .deliveryFailed(key: key, output: output, sink: sink, failure: clean(failure), attempts: attempts)
         case .delivered(let key, let output, let sink, let remoteURL, let httpStatus, let attempts):

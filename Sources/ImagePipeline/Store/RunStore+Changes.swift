@@ -189,7 +189,7 @@ extension RunStore {
             ).execute(arguments: [spoolPath, tier?.rawValue, time, runId, key])
             return .applied
 
-        case .processed(let key, let outputs, let source):
+        case .processed(let key, let outputs, let source, let fingerprint, let kept):
             if let name = Dictionary(grouping: outputs, by: \.name).first(where: { $0.value.count > 1 })?.key {
                 let failure = ItemFailure(.encode, "two outputs of the item are both named \"\(name)\"")
                 try markFailed(key: key, failure: failure, attempts: 1, runId: runId, time: time, db: db)
@@ -226,11 +226,13 @@ extension RunStore {
             try db.cachedStatement(
                 sql: """
                     UPDATE item SET status = 'processed', attempts = attempts + 1, updatedAt = ?,
-                        sourceSize = ?, sourceModified = ?, sourceHash = ?, sourceVersion = ?, sourceWidth = ?, sourceHeight = ?
+                        sourceSize = ?, sourceModified = ?, sourceHash = ?, sourceVersion = ?, sourceWidth = ?, sourceHeight = ?,
+                        phash = ?, thumbhash = ?, dominant = ?, kept = ?, duplicateOf = NULL, distance = NULL
                     WHERE runId = ? AND key = ?
                     """
             ).execute(arguments: [
-                time, source?.size, source?.modified, source?.sha256, source?.version, source?.width, source?.height, runId, key,
+                time, source?.size, source?.modified, source?.sha256, source?.version, source?.width, source?.height,
+                fingerprint?.phash, fingerprint?.thumbhash, fingerprint?.dominant, kept ? 1 : nil, runId, key,
             ])
             return .applied
 
@@ -283,10 +285,11 @@ extension RunStore {
         case .skipped(let key, let skip):
             try db.cachedStatement(
                 sql: """
-                    UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, spoolPath = NULL, updatedAt = ?
+                    UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, spoolPath = NULL, updatedAt = ?,
+                        kept = NULL, duplicateOf = ?, distance = ?
                     WHERE runId = ? AND key = ?
                     """
-            ).execute(arguments: [skip.reason.rawValue, skip.message, time, runId, key])
+            ).execute(arguments: [skip.reason.rawValue, skip.message, time, skip.duplicateOf, skip.distance, runId, key])
             try clearStaged(key: key, runId: runId, db: db)
             return .applied
 
@@ -544,10 +547,11 @@ struct HandOn {
     /// the holder.
     static let insertItems = """
         INSERT INTO item (runId, seq, key, location, metadata, status, attempts, nameKey, nameStem, tier,
-            sourceSize, sourceModified, sourceHash, sourceVersion, sourceWidth, sourceHeight, carriedFrom, updatedAt)
+            sourceSize, sourceModified, sourceHash, sourceVersion, sourceWidth, sourceHeight, phash, thumbhash, dominant, kept,
+            carriedFrom, updatedAt)
         SELECT ?, h.seq, i.key, h.location, h.metadata, 'done', 0, h.nameKey, i.nameStem, i.tier,
             i.sourceSize, i.sourceModified, i.sourceHash, COALESCE(h.version, i.sourceVersion), i.sourceWidth, i.sourceHeight,
-            h.carriedFrom, ?
+            i.phash, i.thumbhash, i.dominant, i.kept, h.carriedFrom, ?
         FROM temp.handOn h CROSS JOIN item i ON i.runId = h.holder AND i.key = h.key
         WHERE h.holder = ?
         """

@@ -38,6 +38,13 @@ public struct ExportRecord: Sendable {
     public let outputs: [(id: String, output: Output)]
     /// By sink name, then output id.
     public let deliveries: [(sink: String, byOutput: [(id: String, delivery: Delivery)])]
+    /// The SHA-256 of the input's bytes, once processed.
+    public var sha256: String? = nil
+    /// What the first output looks like (`ImageFingerprint`), once processed.
+    public var fingerprint: ImageFingerprint? = nil
+    /// A duplicate's (`dedup`): the item it repeats, and the distance between their hashes.
+    public var duplicateOf: String? = nil
+    public var distance: Int? = nil
 }
 
 extension RunStore {
@@ -103,11 +110,19 @@ extension RunStore {
                         bySink.append((delivery.sink, [(delivery.output, delivery.delivery)]))
                     }
                 }
-                try body(
-                    ExportRecord(
-                        key: row[1], location: row[2], status: status, reason: row.optional(4), message: row.optional(5),
-                        attempts: row[6], tier: row.optional(7), metadata: row.optional(8),
-                        outputs: made.map { ($0.id, $0.output) }, deliveries: bySink))
+                var record = ExportRecord(
+                    key: row[1], location: row[2], status: status, reason: row.optional(4), message: row.optional(5),
+                    attempts: row[6], tier: row.optional(7), metadata: row.optional(8),
+                    outputs: made.map { ($0.id, $0.output) }, deliveries: bySink)
+                record.sha256 = row.optional(9)
+                if let phash: String = row.optional(10), let thumbhash: String = row.optional(11),
+                    let dominant: String = row.optional(12)
+                {
+                    record.fingerprint = ImageFingerprint(phash: phash, thumbhash: thumbhash, dominant: dominant)
+                }
+                record.duplicateOf = row.optional(13)
+                record.distance = row.optional(14)
+                try body(record)
             }
         }
         try read(walk)
@@ -122,7 +137,8 @@ extension RunStore {
         let filter = "i.runId = ?" + (only ? " AND i.status = ?" : "") + (key ? " AND i.key = ?" : "")
         return (
             items: """
-            SELECT i.seq, i.key, i.location, i.status, i.reason, i.message, i.attempts, i.tier, i.metadata
+            SELECT i.seq, i.key, i.location, i.status, i.reason, i.message, i.attempts, i.tier, i.metadata,
+                i.sourceHash, i.phash, i.thumbhash, i.dominant, i.duplicateOf, i.distance
             FROM item i WHERE \(filter) ORDER BY i.seq
             """,
             outputs: """

@@ -171,6 +171,46 @@ extension RunStore {
         }
     }
 
+    public func fingerprint(runId: Int64, key: String) throws -> ImageFingerprint? {
+        try read { db in
+            try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT phash, thumbhash, dominant FROM item WHERE runId = ? AND key = ?"),
+                arguments: [runId, key]
+            ).flatMap { row in
+                guard let phash: String = row.optional(0), let thumbhash: String = row.optional(1),
+                    let dominant: String = row.optional(2)
+                else { return nil }
+                return ImageFingerprint(phash: phash, thumbhash: thumbhash, dominant: dominant)
+            }
+        }
+    }
+
+    /// On `item_kept_hash`: the kept items with one hash, in feed order.
+    public func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)? {
+        try read { db in
+            try Row.fetchOne(
+                db.cachedStatement(
+                    sql: """
+                        SELECT key, seq FROM item WHERE runId = ? AND sourceHash = ? AND kept = 1 AND key != ?
+                        ORDER BY seq LIMIT 1
+                        """), arguments: [runId, sha256, key]
+            ).map { (key: $0[0], seq: $0[1]) }
+        }
+    }
+
+    /// One pass over the run's items (once per session of a run with `dedup.similar`).
+    public func keptHashes(runId: Int64, _ body: (Int, String, UInt64) throws -> Void) throws {
+        try read { db in
+            let rows = try Row.fetchCursor(
+                db.cachedStatement(
+                    sql: "SELECT seq, key, phash FROM item WHERE runId = ? AND kept = 1 AND phash IS NOT NULL"),
+                arguments: [runId])
+            while let row = try rows.next() {
+                if let hash = PerceptualHash(hex: row[2]) { try body(row[0], row[1], hash.bits) }
+            }
+        }
+    }
+
     /// An item's staged outputs (those with a staged file recorded), by output id.
     public func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] {
         try read { db in

@@ -284,6 +284,22 @@ public final class RunStore: Sendable {
             // output's own format, as the pipeline says.
             try db.execute(sql: "ALTER TABLE output ADD COLUMN format TEXT")
         }
+        migrator.registerMigration("v13: fingerprints and duplicates") { db in
+            // What each item's first output looks like (`ImageFingerprint`), and `dedup`'s
+            // verdicts: `kept` marks the first of its kind, which later items are compared
+            // with (by input hash here; by perceptual hash in memory, `DedupJudge`); a
+            // duplicate names the item it repeats and how far their hashes lie apart.
+            try db.execute(
+                sql: """
+                    ALTER TABLE item ADD COLUMN phash TEXT;
+                    ALTER TABLE item ADD COLUMN thumbhash TEXT;
+                    ALTER TABLE item ADD COLUMN dominant TEXT;
+                    ALTER TABLE item ADD COLUMN kept INTEGER;
+                    ALTER TABLE item ADD COLUMN duplicateOf TEXT;
+                    ALTER TABLE item ADD COLUMN distance INTEGER;
+                    CREATE INDEX item_kept_hash ON item(runId, sourceHash, seq) WHERE kept = 1;
+                    """)
+        }
         return migrator
     }
 }

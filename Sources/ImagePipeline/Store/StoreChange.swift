@@ -8,8 +8,12 @@ public enum StoreChange: Sendable {
     /// The input is readable at `spoolPath`; `tier` says what served it (nil: unchanged).
     case fetched(key: String, spoolPath: String, tier: Tier?)
     /// Every output is staged. Names not claimed at insert are claimed now. `source` is what
-    /// the input was (for change-aware runs).
-    case processed(key: String, outputs: [StagedOutput], source: SourceStamp? = nil)
+    /// the input was (for change-aware runs); `fingerprint` what the first output looks
+    /// like; `kept`: a run with `dedup` kept the item as the first of its kind, and later
+    /// items are compared with it.
+    case processed(
+        key: String, outputs: [StagedOutput], source: SourceStamp? = nil, fingerprint: ImageFingerprint? = nil,
+        kept: Bool = false)
     /// One sink has one output; the item is done when every delivery is.
     case delivered(
         key: String, output: String = OutputSpec.defaultID, sink: String, remoteURL: String?, httpStatus: Int?,

@@ -280,6 +280,7 @@ extension ImageProcessor {
                     inputBytes: data.count, inputSHA256: inputSHA256, choice: searched ?? choice, format: chosen))
         }
         images[0].notes = context.notes?.all ?? []
+        images[0].fingerprint = try? ImageFingerprint.of(images[0])
         return .processed(images)
     }
 

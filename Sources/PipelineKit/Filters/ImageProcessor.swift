@@ -30,6 +30,9 @@ public struct ProcessedImage: Sendable {
     /// What making the item had to say, such as a focus point it could not use (on the
     /// item's first output only).
     public var notes: [String] = []
+    /// What the output looks like (`ImageFingerprint`), on the item's first output only;
+    /// nil when it could not be read back.
+    public var fingerprint: ImageFingerprint?
 
     package init(
         output: String = OutputSpec.defaultID, data: Data, width: Int, height: Int, inputWidth: Int, inputHeight: Int,
@@ -433,6 +436,7 @@ public struct ImageProcessor: Sendable {
         }
         var images = try encodings.all()
         images[0].notes = notes.all
+        images[0].fingerprint = try? ImageFingerprint.of(images[0])
         return .processed(images)
     }
 

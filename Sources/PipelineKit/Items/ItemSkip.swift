@@ -13,17 +13,33 @@ public enum SkipReason: String, Sendable, CaseIterable, Codable {
     case aspect
     /// A format `accept.formats` does not list.
     case format
+    /// The same bytes as an earlier item the run kept, or a picture within `dedup.similar`'s
+    /// distance of one (`DedupPolicy`): `ItemSkip.duplicateOf` names that item.
+    case duplicate
 }
 
 /// Why one item was skipped: a terminal verdict like done or failed, but not a fault. The
 /// item's output is not made and no sink is asked for it; a resume does not try it again.
 public struct ItemSkip: Error, Sendable, Equatable, CustomStringConvertible {
     public let reason: SkipReason
-    public let message: String
+    public var message: String
+    /// A duplicate's: the key of the item it repeats, and the Hamming distance between the
+    /// two perceptual hashes (0 for the same bytes).
+    public var duplicateOf: String?
+    public var distance: Int?
 
     public init(_ reason: SkipReason, _ message: String) {
         self.reason = reason
         self.message = message
+    }
+
+    /// An item that repeats `kept` (`distance` 0: its bytes are the same).
+    public static func duplicate(of kept: String, distance: Int) -> ItemSkip {
+        let how = distance == 0 ? "has the same bytes as" : "looks like (perceptual hash distance \(distance))"
+        var skip = ItemSkip(.duplicate, "\(how) item \(JSONValue.quote(kept))")
+        skip.duplicateOf = kept
+        skip.distance = distance
+        return skip
     }
 
     public var description: String { "\(reason.rawValue): \(message)" }

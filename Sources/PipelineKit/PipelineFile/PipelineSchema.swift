@@ -113,6 +113,7 @@ public enum PipelineSchema {
                             ("allow", .object([("type", .string("array")), ("items", addressRange)])),
                         ])
                     ),
+                    ("dedup", DedupPolicy.schema),
                 ])
             ),
             (

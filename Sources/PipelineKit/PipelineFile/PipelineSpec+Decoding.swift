@@ -3,7 +3,7 @@ import Foundation
 extension PipelineSpec {
     static let topLevelKeys = [
         "version", "name", "source", "filters", "output", "outputs", "sink", "sinks", "limits", "retry",
-        "userAgent", "accept", "network",
+        "userAgent", "accept", "network", "dedup",
     ]
 
     /// Reads and validates a pipeline file. Errors are `SpecError`s naming the JSON path
@@ -111,6 +111,7 @@ extension PipelineSpec {
             userAgent: userAgent,
             accept: accept, baseDirectory: baseDirectory, document: document)
         spec.network = network
+        spec.dedup = try root.optional("dedup", default: DedupPolicy()) { try DedupPolicy(node: $0) }
         return spec
     }
 

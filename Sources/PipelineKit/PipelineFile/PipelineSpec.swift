@@ -26,6 +26,8 @@ public struct PipelineSpec: Sendable {
     public var accept = AcceptRules()
     /// The addresses requests may connect to (`"network"`).
     public var network = AddressPolicy()
+    /// Which repeats of the feed are skipped (`"dedup"`).
+    public var dedup = DedupPolicy()
     /// The absolute directory of the pipeline file; relative paths start here.
     public var baseDirectory: String
     /// The document as written (no `${…}` expanded), for the state file.

@@ -7,7 +7,8 @@ import ParquetKit
 ///
 /// Columns: `key`, `url`, `caption`, `meta` (the kept columns and feed fields, as JSON
 /// text), `width` and `height` (of the first output), `originalWidth` and `originalHeight`
-/// (the input as decoded), `sha256` (of the input's bytes); then for each output the sink
+/// (the input as decoded), `sha256` (of the input's bytes), `phash`, `thumbhash` and
+/// `dominant` (`ImageFingerprint`); then for each output the sink
 /// takes, `output.member`, `output.format`, `output.width`, `output.height`,
 /// `output.bytes`, `output.sha256` (`output.ID.member` … with several outputs). Numbers
 /// are 64-bit integers, the rest text; a missing value is null.
@@ -17,7 +18,8 @@ enum ShardManifest {
     ]
     static let fields: [(name: String, isInteger: Bool)] = [
         ("key", false), ("url", false), ("caption", false), ("meta", false), ("width", true), ("height", true),
-        ("originalWidth", true), ("originalHeight", true), ("sha256", false),
+        ("originalWidth", true), ("originalHeight", true), ("sha256", false), ("phash", false), ("thumbhash", false),
+        ("dominant", false),
     ]
 
     static func columns(outputs: [String]) -> [ParquetColumn] {

@@ -109,6 +109,8 @@ public struct BatchItem: Sendable {
     public var inputWidth: Int?
     public var inputHeight: Int?
     public var inputSHA256: String?
+    /// What the item's first output looks like (`ImageFingerprint`), when known.
+    public var fingerprint: ImageFingerprint?
 
     public init(
         key: String, metadata: String?, caption: String?, deliveries: [Delivery], inputWidth: Int? = nil,

@@ -339,6 +339,12 @@ public final class WebDatasetSink: Sink {
             record += [("originalWidth", PipelineSchema.integer(width)), ("originalHeight", PipelineSchema.integer(height))]
         }
         if let sha256 = item.inputSHA256 { record.append(("sha256", .string(sha256))) }
+        if let fingerprint = item.fingerprint {
+            record += [
+                ("phash", .string(fingerprint.phash)), ("thumbhash", .string(fingerprint.thumbhash)),
+                ("dominant", .string(fingerprint.dominant)),
+            ]
+        }
         record.append(("outputs", .array(outputs)))
         let value = JSONValue.object(record)
         append(key + ".json", Array(value.serialized().utf8), to: &bytes, modified: modified)
