@@ -23,7 +23,8 @@
 # Scale section: bench/scale.sh (SCALE_SIZES, SCALE_MAX). Shards: bench/shards.sh and
 # bench/datasets.sh (a Parquet table to shards against img2dataset; a million rows listed).
 # Quality per byte: bench/quality.sh (an SSIM target against a fixed quality) and
-# bench/animation.sh (an animated GIF's memory against its frame count).
+# bench/animation.sh (an animated GIF's memory against its frame count). Dedup:
+# bench/dedup.sh (the near-duplicate index at a million hashes, against a scan).
 # Knobs: RUNS, SCALE (20000), SKIP_PEERS=1 (no mogrify, no img2dataset; the vipsthumbnail
 # floor always runs).
 set -euo pipefail
@@ -144,6 +145,8 @@ cat "$WORK/scale-samples.txt" >> "$SAMPLES"
 ROUNDS=$RUNS bench/quality.sh | tee "$WORK/quality.txt"
 # Animations: 50 and 500 frames of 800×600 to WebP and GIF, against vipsthumbnail.
 ROUNDS=$RUNS bench/animation.sh | tee "$WORK/animation.txt"
+# Dedup: the near-duplicate index at a million hashes, against a scan of every hash.
+bench/dedup.sh | tee "$WORK/dedup.txt"
 
 # WebDataset shards against a folder, the same images: bench/shards.sh prints its own lines.
 ROUNDS=$RUNS bench/shards.sh | tee "$WORK/shards.txt"
