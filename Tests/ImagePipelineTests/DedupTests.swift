@@ -125,10 +125,11 @@ struct DedupTests {
     @Test func theFirstInFeedOrderIsKeptWhenACopyIsReadyFirst() throws {
         let bytes = try Self.nearCopy(of: try Self.scenePNG(21))
         let copyAsked = DispatchSemaphore(value: 0)
+        let copyCameFirst = Atomic(false)
         let server = try TestHTTPServer { request in
             switch request.path {
             case "/first.jpg":
-                _ = copyAsked.wait(timeout: .now() + 10)
+                copyCameFirst.store(copyAsked.wait(timeout: .now() + 10) == .success, ordering: .releasing)
                 Thread.sleep(forTimeInterval: 1)
                 return .bytes(bytes)
             case "/copy.jpg":
@@ -146,9 +147,103 @@ struct DedupTests {
             """, to: "pipe.json")
         let run = try imgpipe("run", "pipe.json")
         #expect(run.status == 0, "stderr: \(run.stderr)")
+        let copyCameFirstly = copyCameFirst.load(ordering: .acquiring)
+        #expect(copyCameFirstly, "the copy was not downloaded while the first was held")
         let records = try records("pipe.json")
         #expect(records["first.jpg"]?["status"] as? String == "done", "\(records)")
         #expect(records["copy.jpg"]?["duplicateOf"] as? String == "first.jpg", "\(records)")
+    }
+
+    /// A first Ctrl-C lets the items in flight finish, dedup or not: the items made while
+    /// an earlier one is held wait for its verdict and are then recorded, none thrown away,
+    /// and `resume` delivers them without making them again.
+    @Test func aFirstInterruptLetsTheItemsWaitingForTheirVerdictFinish() throws {
+        let bodies = try (0..<6).map { try Self.nearCopy(of: try Self.scenePNG(UInt64(70 + $0))) }
+        let release = Atomic(false)
+        let firstAsked = DispatchSemaphore(value: 0)
+        let server = try TestHTTPServer { request in
+            guard let index = Int(request.path.dropFirst(2).prefix(1)), bodies.indices.contains(index) else {
+                return .status(404)
+            }
+            if index == 0 {
+                firstAsked.signal()
+                while !release.load(ordering: .acquiring) { Thread.sleep(forTimeInterval: 0.02) }
+            }
+            return .bytes(bodies[index])
+        }
+        defer {
+            release.store(true, ordering: .releasing)
+            server.stop()
+        }
+        try work.write(bodies.indices.map { "\(server.baseURL)/i\($0).jpg" }.joined(separator: "\n") + "\n", to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "dedup": {"exact": true, "similar": true}, "output": {"format": "png"},
+             "sink": {"type": "directory", "path": "out"}}
+            """, to: "pipe.json")
+        let running = try ImgpipeBinary.launch(["run", "pipe.json"], in: work.path)
+        #expect(firstAsked.wait(timeout: .now() + 60) == .success)
+        // Every other item downloaded (the server has answered them) and made meanwhile.
+        let deadline = Date().addingTimeInterval(60)
+        while server.requests.count < bodies.count, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        Thread.sleep(forTimeInterval: 1)
+        running.signal(SIGINT)
+        Thread.sleep(forTimeInterval: 0.5)
+        release.store(true, ordering: .releasing)
+        let ended = running.wait()
+        let records = try records("pipe.json")
+        // Made and judged, none thrown back to be made again: done, or processed (a delivery
+        // queued after the interrupt is left for resume, as without dedup).
+        let statuses = records.mapValues { $0["status"] as? String ?? "" }
+        #expect(
+            statuses.count == bodies.count && statuses.values.allSatisfy { ["done", "processed"].contains($0) },
+            "\(statuses) \(ended.stderr)")
+        let resumed = try imgpipe("resume", "pipe.json")
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+        let after = try self.records("pipe.json")
+        #expect(after.values.allSatisfy { $0["status"] as? String == "done" && $0["attempts"] as? Int == 1 }, "\(after)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("out")).count == bodies.count)
+    }
+
+    /// `run --incremental` compares new items with the items it carries over: a near copy
+    /// added to the feed after a first run is a duplicate of the picture that run kept.
+    @Test func anIncrementalRunComparesNewItemsWithThoseItCarries() throws {
+        let original = try Self.scenePNG(81)
+        try work.write(original, to: "in/a.png")
+        try work.write(try Self.scenePNG(82), to: "in/b.png")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"}, "dedup": {"similar": true},
+             "output": {"format": "png"}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "pipe.json")
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        try work.write(try Self.nearCopy(of: original, scale: 0.8, lift: 5), to: "in/c-copy.jpg")
+        let again = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(again.status == 0, "stderr: \(again.stderr)")
+        let records = try records("pipe.json")
+        #expect(records["a.png"]?["status"] as? String == "done" && records["b.png"]?["status"] as? String == "done")
+        #expect(records["c-copy.jpg"]?["duplicateOf"] as? String == "a.png", "\(records["c-copy.jpg"] ?? [:])")
+    }
+
+    /// Flat pictures of different colours share a perceptual hash (nothing but noise in its
+    /// structure bits): their colour tells them apart, and none is a duplicate.
+    @Test func flatPicturesOfDifferentColoursAreNotDuplicates() throws {
+        for (name, colour) in [
+            ("red", [220.0, 30, 30]), ("green", [30, 200, 40]), ("blue", [20, 40, 210]), ("grey", [128, 128, 128]),
+        ] {
+            let flat = try ImageFixtures.scene(width: 8, height: 8, seed: 1)
+                .embedded(x: 0, y: 0, width: 300, height: 200, background: colour)
+            try work.write(try flat.encoded(.png(compression: 6, strip: true)), to: "in/\(name).png")
+        }
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "directory", "path": "in"}, "dedup": {"similar": true},
+             "output": {"format": "png"}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "pipe.json")
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let records = try records("pipe.json")
+        #expect(records.count == 4 && records.values.allSatisfy { $0["status"] as? String == "done" }, "\(records)")
     }
 
     /// kill -9 while later items wait for an earlier one, then `resume`: each group is kept
@@ -245,6 +340,15 @@ struct DedupTests {
         let records = try records("pipe.json")
         let blue = try #require(records["a-blue.png"])
         #expect(blue["dominant"] as? String == "#3366cc", "\(blue)")
+        // The ThumbHash keeps the output's average colour (its L, P and Q), read back here
+        // from the decoded output.
+        let made = try ImageFixtures.decode(work.url("out/a-blue.png"))
+        let mean = (0..<3).map { made.mean(band: $0) / 255 }
+        let expected = SIMD3((mean[0] + mean[1] + mean[2]) / 3, (mean[0] + mean[1]) / 2 - mean[2], mean[0] - mean[1])
+        let kept = try #require(ImageFingerprint.averageColour(ofThumbHash: blue["thumbhash"] as? String ?? ""))
+        #expect(
+            abs(kept.x - expected.x) < 0.03 && abs(kept.y - expected.y) < 0.05 && abs(kept.z - expected.z) < 0.05,
+            "\(kept) \(expected)")
         #expect(blue["sha256"] as? String == sha256Hex(try Data(contentsOf: URL(fileURLWithPath: work.url("in/a-blue.png")))))
         for (key, record) in records {
             let thumbhash = try #require(record["thumbhash"] as? String, "\(key)")
@@ -299,6 +403,52 @@ struct DedupTests {
         #expect(Double(confused) <= 0.01 * Double(pairs), "\(confused) of \(pairs)")
     }
 
+    /// The same bytes from three URLs of one host are that host's placeholder: the third and
+    /// later are skipped as `placeholder`, the first two flagged in `export` and `status`;
+    /// the same bytes from one URL of another host, and distinct pictures, are made as usual.
+    @Test func bytesAHostServesForThreeURLsAreItsPlaceholder() throws {
+        let unavailable = try Self.nearCopy(of: try Self.scenePNG(61))
+        let pictures = [try Self.nearCopy(of: try Self.scenePNG(62)), try Self.nearCopy(of: try Self.scenePNG(63))]
+        let handler: TestHTTPServer.Handler = { request in
+            switch request.path {
+            case "/p1.jpg": .bytes(pictures[0])
+            case "/p2.jpg": .bytes(pictures[1])
+            default: .bytes(unavailable)
+            }
+        }
+        let first = try TestHTTPServer(handler: handler)
+        let second = try TestHTTPServer(host: "127.0.0.2", handler: handler)
+        defer {
+            first.stop()
+            second.stop()
+        }
+        let names = ["a1", "p1", "a2", "p2", "a3", "a4", "b1", "a5"]
+        try work.write(
+            names.map { ($0 == "b1" ? second : first).baseURL + "/\($0).jpg" }.joined(separator: "\n") + "\n", to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "dedup": {"placeholders": true}, "output": {"format": "png"}, "sink": {"type": "directory", "path": "out"}}
+            """, to: "pipe.json")
+        let run = try imgpipe("run", "pipe.json")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        let records = try records("pipe.json")
+        for name in ["a1", "a2", "p1", "p2", "b1"] {
+            #expect(records[name + ".jpg"]?["status"] as? String == "done", "\(name): \(records[name + ".jpg"] ?? [:])")
+        }
+        #expect(records["a1.jpg"]?["placeholder"] as? Bool == true && records["a2.jpg"]?["placeholder"] as? Bool == true)
+        for name in ["p1", "p2", "b1"] { #expect(records[name + ".jpg"]?["placeholder"] == nil, "\(name)") }
+        for name in ["a3", "a4", "a5"] {
+            let record = try #require(records[name + ".jpg"])
+            #expect(record["status"] as? String == "skipped" && record["reason"] as? String == "placeholder", "\(record)")
+            let message = record["message"] as? String ?? ""
+            #expect(message.contains("127.0.0.1") && message.contains("/a1.jpg"), "\(message)")
+        }
+        let status = try imgpipe("status", "pipe.json", "--json").decoded(StatusReport.self)
+        #expect(status.placeholders == 2 && status.skipsByReason == ["placeholder": 3], "\(status)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("out")).count == 5)
+    }
+
     /// A JPEG output's fingerprint is decoded by libjpeg-turbo at a fraction of its size: the
     /// smallest of 1/8, 1/4, 1/2 keeping the asked side, with the pixels libvips gives for
     /// the same picture halved; a truncated, CMYK or non-JPEG input is refused (libvips then
@@ -331,6 +481,8 @@ struct DedupTests {
             (#"{"exact": "yes"}"#, "dedup.exact"),
             (#"{"near": true}"#, "dedup.near"),
             (#"{"similar": 3}"#, "dedup.similar"),
+            (#"{"placeholders": {"after": 1}}"#, "dedup.placeholders.after"),
+            (#"{"placeholders": {"after": 17}}"#, "dedup.placeholders.after"),
         ]
         for (index, (dedup, path)) in cases.enumerated() {
             try work.write(

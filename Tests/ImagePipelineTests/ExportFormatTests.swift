@@ -15,7 +15,7 @@ struct ExportFormatTests {
     ]
 
     static func record(_ text: String) -> ExportRecord {
-        ExportRecord(
+        var record = ExportRecord(
             key: text, location: "/in/" + text, status: "done", reason: text.isEmpty ? nil : text, message: text,
             attempts: 2, tier: "local", metadata: #"{"title": "\u00e9 \"x\"", "n": 3, "list": [1, null, true]}"#,
             outputs: [
@@ -26,6 +26,17 @@ struct ExportFormatTests {
                 ("disk", [("small", .init(status: "done", remoteURL: text, httpStatus: nil, attempts: 1, message: nil))]),
                 ("web", [("big", .init(status: "failed", remoteURL: nil, httpStatus: 503, attempts: 3, message: text))]),
             ])
+        // A duplicate's fields with some texts, a fingerprint with the others.
+        if text.count % 2 == 0 {
+            record.duplicateOf = text
+            record.distance = text.count
+            record.placeholder = true
+        } else {
+            record.sha256 = String(repeating: "a", count: 64)
+            record.fingerprint = ImageFingerprint(
+                phash: "0123456789abcdef", thumbhash: "1QcSHQRnh493V4dIh4eXh1h4kJUI", dominant: "#4a6f8c")
+        }
+        return record
     }
 
     /// The record as the tree of values writes it (what `export` wrote before `JSONBytes`).
@@ -57,14 +68,26 @@ struct ExportFormatTests {
                     })
             )
         }
-        return JSONValue.object([
+        var members: [(key: String, value: JSONValue)] = [
             ("key", .string(redact(Environment.shown(record.key)))),
             ("location", .string(redact(Environment.shown(record.location)))),
             ("status", .string(record.status)), ("reason", text(record.reason)), ("message", text(record.message)),
             ("attempts", number(record.attempts)), ("tier", text(record.tier)),
             ("metadata", record.metadata.flatMap { JSONValue.lenient(redact($0)) } ?? .null),
-            ("outputs", .object(outputs)), ("deliveries", .object(deliveries)),
-        ]).serialized()
+        ]
+        let fingerprint: [String?] = [
+            record.sha256, record.fingerprint?.phash, record.fingerprint?.thumbhash, record.fingerprint?.dominant,
+        ]
+        for (name, value) in zip(["sha256", "phash", "thumbhash", "dominant"], fingerprint) {
+            members.append((name, value.map(JSONValue.string) ?? .null))
+        }
+        if let duplicateOf = record.duplicateOf {
+            members.append(("duplicateOf", .string(redact(Environment.shown(duplicateOf)))))
+            members.append(("distance", number(record.distance)))
+        }
+        if record.placeholder { members.append(("placeholder", .bool(true))) }
+        members += [("outputs", .object(outputs)), ("deliveries", .object(deliveries))]
+        return JSONValue.object(members).serialized()
     }
 
     @Test(arguments: awkward)

@@ -32,18 +32,12 @@ struct SharedItemDetail: Codable {
     let deliveries: [Delivery]
     /// The input's SHA-256 and the first output's fingerprint (absent in rows of older runs).
     let sha256: String?
-    let fingerprint: Fingerprint?
-
-    struct Fingerprint: Codable {
-        let phash: String
-        let thumbhash: String
-        let dominant: String
-    }
+    let fingerprint: ImageFingerprint?
 
     init(_ record: ExportRecord) {
         tier = record.tier
         sha256 = record.sha256
-        fingerprint = record.fingerprint.map { Fingerprint(phash: $0.phash, thumbhash: $0.thumbhash, dominant: $0.dominant) }
+        fingerprint = record.fingerprint
         outputs = record.outputs.map {
             Output(
                 id: $0.id, name: $0.output.name, format: $0.output.format, width: $0.output.width,
@@ -149,9 +143,7 @@ public struct SharedExport: ExportSource {
             },
             deliveries: deliveries)
         record.sha256 = detail?.sha256
-        record.fingerprint = detail?.fingerprint.map {
-            ImageFingerprint(phash: $0.phash, thumbhash: $0.thumbhash, dominant: $0.dominant)
-        }
+        record.fingerprint = detail?.fingerprint
         return record
     }
 }

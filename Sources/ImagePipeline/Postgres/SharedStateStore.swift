@@ -88,7 +88,13 @@ final class SharedStateStore: RunStateStore, Sendable {
     func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)? {
         throw StoreError("dedup is not available in a shared run")
     }
-    func keptHashes(runId: Int64, _ body: (Int, String, UInt64) throws -> Void) throws {
+    func keptHashes(runId: Int64, _ body: (Int, String, ImageFingerprint) throws -> Void) throws {
+        throw StoreError("dedup is not available in a shared run")
+    }
+    func keptFingerprint(runId: Int64, key: String) throws -> ImageFingerprint? {
+        throw StoreError("dedup is not available in a shared run")
+    }
+    func sighting(runId: Int64, host: String, sha256: String) throws -> (count: Int, keys: [String])? {
         throw StoreError("dedup is not available in a shared run")
     }
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)] {

@@ -9,6 +9,8 @@ import PipelineKit
 /// fixed columns: `key`, `location`, `status`, `reason`, `message`, `attempts`, `tier`,
 /// `metadata` (the JSON text), `sha256` (of the input's bytes), `phash`, `thumbhash`,
 /// `dominant` (`ImageFingerprint`), `duplicateOf`, `distance` (a `dedup` duplicate's),
+/// `placeholder` (1 for an item made before its bytes were found to be its host's
+/// placeholder),
 /// `output.name`, `output.format`, `output.width`,
 /// `output.height`, `output.bytes`, `output.sha256`, `output.quality`, `output.ssim` (a
 /// quality search's choice, and the SSIM reached with an SSIM target; empty otherwise),
@@ -17,7 +19,7 @@ import PipelineKit
 /// `delivery.S.attempts` (RFC 4180 quoting; an empty cell for a missing value). With
 /// several outputs, each output `O` has its own columns `output.O.name` … `output.O.ssim`,
 /// and each sink its `delivery.S.O.status` … `delivery.S.O.attempts`, in the pipeline's
-/// order of outputs. Parquet has CSV's columns, typed: `attempts`, `distance`, `output.width`,
+/// order of outputs. Parquet has CSV's columns, typed: `attempts`, `distance`, `placeholder`, `output.width`,
 /// `output.height`, `output.bytes`, `output.quality`, `delivery.S.httpStatus` and
 /// `delivery.S.attempts` are 64-bit integers, `output.ssim` a double, the others text; a
 /// missing value is null.
@@ -43,14 +45,14 @@ public enum ExportFormat: String, Sendable, CaseIterable {
     static func columns(sinks: [String], outputs: [String]) -> [(name: String, kind: Kind)] {
         func kind(_ field: String) -> Kind {
             switch field {
-            case "attempts", "width", "height", "bytes", "httpStatus", "quality", "distance": .integer
+            case "attempts", "width", "height", "bytes", "httpStatus", "quality", "distance", "placeholder": .integer
             case "ssim": .number
             default: .text
             }
         }
         let fixed = [
             "key", "location", "status", "reason", "message", "attempts", "tier", "metadata", "sha256", "phash", "thumbhash",
-            "dominant", "duplicateOf", "distance",
+            "dominant", "duplicateOf", "distance", "placeholder",
         ].map { ($0, kind($0)) }
         let one = outputs == [OutputSpec.defaultID]
         let perOutput = outputs.flatMap { id in
@@ -135,6 +137,10 @@ public enum ExportFormat: String, Sendable, CaseIterable {
             json.member("duplicateOf", redact(Environment.shown(duplicateOf)))
             json.member("distance", int: record.distance)
         }
+        if record.placeholder {
+            json.key("placeholder")
+            json.value(.bool(true))
+        }
         json.key("outputs")
         json.open()
         for (id, output) in record.outputs {
@@ -181,6 +187,7 @@ public enum ExportFormat: String, Sendable, CaseIterable {
             .text(record.metadata.map(redact)), .text(record.sha256), .text(record.fingerprint?.phash),
             .text(record.fingerprint?.thumbhash), .text(record.fingerprint?.dominant),
             .text(record.duplicateOf.map { redact(Environment.shown($0)) }), .int(record.distance),
+            .int(record.placeholder ? 1 : nil),
         ]
         for id in outputs {
             let output = record.outputs.first { $0.id == id }?.output

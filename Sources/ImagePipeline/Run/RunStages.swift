@@ -53,6 +53,10 @@ final class RunStages: Sendable {
     private var writer: StoreWriter { context.writer }
     private var metrics: RunMetrics? { context.options.metrics }
     private var isCancelled: Bool { state.withLock { $0.isCancelled } }
+    /// Whether a fetched item is left for resume instead of made: once the run is
+    /// interrupted; with `dedup`, only once it aborts, as the items after it (made already,
+    /// perhaps) cannot have their verdicts before its own (`DedupGate`).
+    private var isStoppingPixelWork: Bool { dedup == nil ? isCancelled : pipeline.cancellation.isAborted }
 
     func interrupt(now: Bool) {
         let action = state.withLock { $0.interrupt(now: now, at: Date()) }
@@ -61,10 +65,9 @@ final class RunStages: Sendable {
             // Pixel helpers can be stopped where threads cannot: their items are left for resume.
             context.pixels.abort()
         }
-        if action != .none {
-            cancelRetries()
-            dedup?.gate.shut()
-        }
+        if action != .none { cancelRetries() }
+        // Items in flight finish on a first interrupt; an abort leaves every verdict to come.
+        if action == .abort { dedup?.gate.shut() }
     }
 
     // MARK: - the session
@@ -209,6 +212,13 @@ final class RunStages: Sendable {
         perform(state.withLock { $0.release() })
     }
 
+    /// An item left as recorded because the run is stopping gives its slot back; with
+    /// `dedup`, no item after it has its verdict in this session (`DedupGate.abandon`).
+    private func leaveForResume(_ job: Job) {
+        dedup?.gate.abandon(job.seq)
+        releaseSlot()
+    }
+
     private func reportDuplicate(_ key: String) {
         if state.withLock({ $0.reportDuplicate(key) }) {
             context.reporter.info("duplicate key \"\(key.printable)\" in the feed; processed once")
@@ -345,6 +355,9 @@ final class RunStages: Sendable {
                 case .completed:
                     // Carried over whole from the previous run (`--incremental`): done.
                     state.withLock { $0.inserted() }
+                    do { try dedup?.judge.carried(key: item.key, seq: itemSeq) } catch {
+                        context.reporter.notice("cannot read the state file: \(error)")
+                    }
                     metrics?.carried(deliveriesTo: takers.flatMap { $0 })
                     context.reporter.itemSettled(key: item.key, outcome: .done)
                     perform(state.withLock { $0.finish(failed: false) })
@@ -515,7 +528,7 @@ final class RunStages: Sendable {
     /// Downloads a remote item (or links it from the cache) into the run's spool folder.
     private func fetch(_ job: Job, attempt: Int = 1, reserved: Bool = false) {
         context.fetchers.submit { [self] in
-            guard !isCancelled else { return releaseSlot() }
+            guard !isCancelled else { return leaveForResume(job) }
             guard let fetcher = pipeline.fetcher else {
                 return fail(job, ItemFailure(.download, "a URL item in a local source: \(job.location)"), attempts: 1)
             }
@@ -552,17 +565,17 @@ final class RunStages: Sendable {
                         "host": "\(URL(string: job.location)?.host ?? "")", "delay": "\(delay)",
                     ])
                 metrics?.retrying("fetch")
-                return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
+                return later(delay, ifInterrupted: { [self] in leaveForResume(job) }) { [self] in
                     fetch(job, attempt: attempt + 1)
                 }
             case .success(.later(let delay, let reserved)):
                 // The host's turn: not an attempt.
-                return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
+                return later(delay, ifInterrupted: { [self] in leaveForResume(job) }) { [self] in
                     fetch(job, attempt: attempt, reserved: reserved)
                 }
             case .failure(let error):
                 // A transfer cut by the abort is no verdict on the item: left for resume.
-                if pipeline.cancellation.isAborted { return releaseSlot() }
+                if pipeline.cancellation.isAborted { return leaveForResume(job) }
                 return fail(job, error, attempts: attempt)
             }
             var fetched = job
@@ -578,13 +591,19 @@ final class RunStages: Sendable {
     /// memory (the same bytes as its spool file); otherwise the file is read.
     private func process(_ job: Job, body: Data? = nil, attempt: Int = 1) {
         context.workers.submit { [self] in
-            guard !isCancelled else { return releaseSlot() }
+            guard !isStoppingPixelWork else { return leaveForResume(job) }
             let spec = pipeline.spec
-            // The same bytes as a kept item before it: a duplicate, known without pixel work.
-            if let dedup, dedup.judge.policy.exact, let body,
-                let kept = try? dedup.judge.keptBefore(seq: job.seq, sha256: sha256Hex(body))
-            {
-                return skip(job, .duplicate(of: kept, distance: 0))
+            // The same bytes as a kept item before it: a duplicate, known without pixel work
+            // (unless placeholders are counted: every sighting is, in feed order).
+            if let dedup, dedup.judge.policy.exact, dedup.judge.policy.placeholdersAfter == nil, let body {
+                let read = sha256Hex(body)
+                // As the check after the pixel work would have it: the table's hash first.
+                if let expected = spec.source.expectedSHA256(of: job.metadata), read != expected {
+                    return fail(job, Self.hashMismatch(read: read, expected: expected), attempts: 1)
+                }
+                if let kept = try? dedup.judge.keptBefore(seq: job.seq, sha256: read) {
+                    return skip(job, .duplicate(of: kept, distance: 0, exact: true))
+                }
             }
             let input = body.map(ImageInput.data) ?? .file(job.spoolPath ?? job.location)
             // Admitted against the run's memory budget by an estimate from the header, before
@@ -601,7 +620,7 @@ final class RunStages: Sendable {
                             + "over limits.memory \(budget.bytes >> 20) MB"), attempts: 1)
             }
             let need = estimate?.bytes ?? budget.bytes
-            guard budget.admit(need, unless: { isCancelled }) else { return releaseSlot() }
+            guard budget.admit(need, unless: { isStoppingPixelWork }) else { return leaveForResume(job) }
             let began = DispatchTime.now()
             let result = Result { () throws(ItemFailure) -> ProcessOutcome? in
                 try context.pixels.processOrSkip(
@@ -627,7 +646,7 @@ final class RunStages: Sendable {
                 return fail(job, failure, attempts: 1)
             case .success(nil):
                 // Its pixel helper ended as the run stopped at once: left for resume.
-                return releaseSlot()
+                return leaveForResume(job)
             case .success(.skipped(let skip)?):
                 return self.skip(job, skip)
             case .success(.processed(let processed)?):
@@ -640,10 +659,7 @@ final class RunStages: Sendable {
             if let expected = spec.source.expectedSHA256(of: job.metadata), let read = images.first?.inputSHA256,
                 read != expected
             {
-                return fail(
-                    job,
-                    ItemFailure(.hashMismatch, "the downloaded bytes have SHA-256 \(read); the table says \(expected)"),
-                    attempts: 1)
+                return fail(job, Self.hashMismatch(read: read, expected: expected), attempts: 1)
             }
             let outputs: [StagedOutput]
             do {
@@ -667,7 +683,7 @@ final class RunStages: Sendable {
                             "item": "\(job.key)", "stage": "stage", "attempt": "\(attempt)", "error": "\(error)",
                         ])
                     metrics?.retrying("stage")
-                    return later(delay, ifInterrupted: { [self] in releaseSlot() }) { [self] in
+                    return later(delay, ifInterrupted: { [self] in leaveForResume(job) }) { [self] in
                         try? FileManager.default.createDirectory(
                             atPath: context.stagedDirectory, withIntermediateDirectories: true)
                         process(job, body: body, attempt: attempt + 1)
@@ -704,19 +720,32 @@ final class RunStages: Sendable {
             return releaseSlot()
         }
         let verdict = Result {
-            try dedup.judge.verdict(key: job.key, seq: job.seq, sha256: job.source?.sha256, fingerprint: job.fingerprint)
+            try dedup.judge.verdict(
+                key: job.key, seq: job.seq, sha256: job.source?.sha256, fingerprint: job.fingerprint,
+                host: job.isRemote ? URL(string: job.location)?.host : nil)
         }
-        dedup.gate.pass(job.seq)
+        // The verdict's writes are queued before the next item's verdict can be: the writer
+        // keeps their order, so a duplicate is never recorded before the item it names.
+        defer { dedup.gate.pass(job.seq) }
+        if case .success(let made) = verdict, let sighting = made.sighting {
+            writer.submit(sighting) { _ in dedup.judge.written(sighting) }
+        }
         switch verdict {
-        case .success(nil):
-            record(job, kept: true) { dedup.judge.written(sha256: job.source?.sha256) }
-        case .success(let skip?):
+        case .success(let made):
+            guard let skip = made.skip else {
+                return record(job, kept: true) { dedup.judge.written(sha256: job.source?.sha256) }
+            }
             for output in job.outputs { unlink(output.path) }
             self.skip(job, skip)
         case .failure(let error):
             for output in job.outputs { unlink(output.path) }
             fail(job, ItemFailure(.io, "cannot read the state file: \(error)"), attempts: 1)
         }
+    }
+
+    /// An input whose bytes are not those its table gave.
+    static func hashMismatch(read: String, expected: String) -> ItemFailure {
+        ItemFailure(.hashMismatch, "the downloaded bytes have SHA-256 \(read); the table says \(expected)")
     }
 
     /// Records a processed item (its outputs staged), then delivers it.

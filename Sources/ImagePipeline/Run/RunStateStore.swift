@@ -53,8 +53,14 @@ public protocol RunStateStore: AnyObject, Sendable {
     /// `dedup`: the first item in feed order the run kept whose input had `sha256`, other
     /// than `key`; nil when there is none.
     func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)?
-    /// `dedup`: calls `body` with each kept item's place, key and perceptual hash.
-    func keptHashes(runId: Int64, _ body: (Int, String, UInt64) throws -> Void) throws
+    /// `dedup.placeholders`: how many items of the run `host` gave `sha256`'s bytes for, and
+    /// the keys of the first ones; nil when none.
+    func sighting(runId: Int64, host: String, sha256: String) throws -> (count: Int, keys: [String])?
+    /// `dedup`: calls `body` with each kept item's place, key and fingerprint.
+    func keptHashes(runId: Int64, _ body: (Int, String, ImageFingerprint) throws -> Void) throws
+    /// `dedup`: an item's fingerprint when the run kept it (`StoreChange.processed`'s
+    /// `kept`), else nil.
+    func keptFingerprint(runId: Int64, key: String) throws -> ImageFingerprint?
 
     /// Whether a delivery of `key` may start now. Always `go` for a state file; a shared
     /// run's worker delivers only items whose chunk it still holds (`SharedStateStore`).

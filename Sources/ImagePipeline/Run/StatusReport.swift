@@ -38,6 +38,9 @@ public struct StatusReport: Sendable, Codable {
     /// Items a later `run --incremental` took over whole from this run (`HandOn`): this run
     /// made them, and counts them no more; nil when there are none.
     public var handedOn: Int? = nil
+    /// Items made before their bytes were found to be their host's placeholder
+    /// (`dedup.placeholders`; `export` flags them); nil when there are none.
+    public var placeholders: Int? = nil
     /// Seconds spent running, over every session.
     public let elapsed: Double
     /// Finished items per second of running time.
@@ -104,6 +107,8 @@ public struct StatusReport: Sendable, Codable {
             startedAt: formatter.string(from: run.startedAt), finishedAt: run.finishedAt.map(formatter.string(from:)),
             elapsed: run.elapsed, itemsPerSecond: run.elapsed > 0 ? Double(finishedItems) / run.elapsed : 0)
         if run.handedOn > 0 { report.handedOn = run.handedOn }
+        let placeholders = try store.placeholderCount(runId: run.id)
+        if placeholders > 0 { report.placeholders = placeholders }
         return report
     }
 }

@@ -297,6 +297,26 @@ extension RunStore {
             try db.cachedStatement(sql: "UPDATE run SET feedComplete = 1 WHERE id = ?").execute(arguments: [runId])
             return .applied
 
+        case .sighted(let host, let sha256, let key, let flagging):
+            // The first keys are kept (to flag them, and to know an item seen again).
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO sighting (runId, host, sha256, count, keys) VALUES (?, ?, ?, 1, json_array(?))
+                    ON CONFLICT (runId, host, sha256) DO UPDATE SET count = count + 1,
+                        keys = CASE WHEN json_array_length(keys) < 16 THEN json_insert(keys, '$[#]', ?) ELSE keys END
+                    """
+            ).execute(arguments: [runId, host, sha256, key, key])
+            if !flagging.isEmpty {
+                let list = String(decoding: try JSONEncoder().encode(flagging), as: UTF8.self)
+                try db.cachedStatement(
+                    sql: """
+                        UPDATE item SET placeholder = 1
+                        WHERE runId = ? AND key IN (SELECT value FROM json_each(?)) AND status != 'skipped'
+                        """
+                ).execute(arguments: [runId, list])
+            }
+            return .applied
+
         case .reset(let key, let status):
             try db.cachedStatement(sql: "UPDATE item SET status = ?, updatedAt = ? WHERE runId = ? AND key = ?")
                 .execute(arguments: [status.rawValue, time, runId, key])

@@ -45,6 +45,8 @@ public struct ExportRecord: Sendable {
     /// A duplicate's (`dedup`): the item it repeats, and the distance between their hashes.
     public var duplicateOf: String? = nil
     public var distance: Int? = nil
+    /// Made before its bytes were found to be its host's placeholder (`dedup.placeholders`).
+    public var placeholder = false
 }
 
 extension RunStore {
@@ -115,13 +117,10 @@ extension RunStore {
                     attempts: row[6], tier: row.optional(7), metadata: row.optional(8),
                     outputs: made.map { ($0.id, $0.output) }, deliveries: bySink)
                 record.sha256 = row.optional(9)
-                if let phash: String = row.optional(10), let thumbhash: String = row.optional(11),
-                    let dominant: String = row.optional(12)
-                {
-                    record.fingerprint = ImageFingerprint(phash: phash, thumbhash: thumbhash, dominant: dominant)
-                }
+                record.fingerprint = ImageFingerprint(row: row, from: 10)
                 record.duplicateOf = row.optional(13)
                 record.distance = row.optional(14)
+                record.placeholder = (row.optional(15) as Int?) == 1
                 try body(record)
             }
         }
@@ -138,7 +137,7 @@ extension RunStore {
         return (
             items: """
             SELECT i.seq, i.key, i.location, i.status, i.reason, i.message, i.attempts, i.tier, i.metadata,
-                i.sourceHash, i.phash, i.thumbhash, i.dominant, i.duplicateOf, i.distance
+                i.sourceHash, i.phash, i.thumbhash, i.dominant, i.duplicateOf, i.distance, i.placeholder
             FROM item i WHERE \(filter) ORDER BY i.seq
             """,
             outputs: """
@@ -173,6 +172,17 @@ extension RunStore {
         Dictionary(
             outputSpecs(ofDocument: document).map { ($0.id, $0.formatName) },
             uniquingKeysWith: { first, _ in first })
+    }
+}
+
+extension ImageFingerprint {
+    /// The fingerprint in a row's columns `phash`, `thumbhash`, `dominant` from `index` on;
+    /// nil when one is NULL.
+    init?(row: Row, from index: Int) {
+        guard let phash: String = row.optional(index), let thumbhash: String = row.optional(index + 1),
+            let dominant: String = row.optional(index + 2)
+        else { return nil }
+        self.init(phash: phash, thumbhash: thumbhash, dominant: dominant)
     }
 }
 

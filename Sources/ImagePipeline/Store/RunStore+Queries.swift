@@ -176,12 +176,17 @@ extension RunStore {
             try Row.fetchOne(
                 db.cachedStatement(sql: "SELECT phash, thumbhash, dominant FROM item WHERE runId = ? AND key = ?"),
                 arguments: [runId, key]
-            ).flatMap { row in
-                guard let phash: String = row.optional(0), let thumbhash: String = row.optional(1),
-                    let dominant: String = row.optional(2)
-                else { return nil }
-                return ImageFingerprint(phash: phash, thumbhash: thumbhash, dominant: dominant)
-            }
+            ).flatMap { ImageFingerprint(row: $0, from: 0) }
+        }
+    }
+
+    public func keptFingerprint(runId: Int64, key: String) throws -> ImageFingerprint? {
+        try read { db in
+            try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT phash, thumbhash, dominant FROM item WHERE runId = ? AND key = ? AND kept = 1"),
+                arguments: [runId, key]
+            ).flatMap { ImageFingerprint(row: $0, from: 0) }
         }
     }
 
@@ -198,15 +203,41 @@ extension RunStore {
         }
     }
 
+    /// On `sighting`'s primary key.
+    public func sighting(runId: Int64, host: String, sha256: String) throws -> (count: Int, keys: [String])? {
+        try read { db in
+            try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT count, keys FROM sighting WHERE runId = ? AND host = ? AND sha256 = ?"),
+                arguments: [runId, host, sha256]
+            ).map { row in
+                let keys = (try? JSONDecoder().decode([String].self, from: Data((row[1] as String).utf8))) ?? []
+                return (count: row[0], keys: keys)
+            }
+        }
+    }
+
+    /// Items flagged as made with a host's placeholder (`dedup.placeholders`), on
+    /// `item_placeholder`.
+    public func placeholderCount(runId: Int64) throws -> Int {
+        try read { db in
+            try Int.fetchOne(
+                db.cachedStatement(sql: "SELECT count(*) FROM item WHERE runId = ? AND placeholder = 1"), arguments: [runId]
+            ) ?? 0
+        }
+    }
+
     /// One pass over the run's items (once per session of a run with `dedup.similar`).
-    public func keptHashes(runId: Int64, _ body: (Int, String, UInt64) throws -> Void) throws {
+    public func keptHashes(runId: Int64, _ body: (Int, String, ImageFingerprint) throws -> Void) throws {
         try read { db in
             let rows = try Row.fetchCursor(
                 db.cachedStatement(
-                    sql: "SELECT seq, key, phash FROM item WHERE runId = ? AND kept = 1 AND phash IS NOT NULL"),
+                    sql: """
+                        SELECT seq, key, phash, thumbhash, dominant FROM item
+                        WHERE runId = ? AND kept = 1 AND phash IS NOT NULL
+                        """),
                 arguments: [runId])
             while let row = try rows.next() {
-                if let hash = PerceptualHash(hex: row[2]) { try body(row[0], row[1], hash.bits) }
+                if let fingerprint = ImageFingerprint(row: row, from: 2) { try body(row[0], row[1], fingerprint) }
             }
         }
     }

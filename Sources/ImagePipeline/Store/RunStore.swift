@@ -288,7 +288,10 @@ public final class RunStore: Sendable {
             // What each item's first output looks like (`ImageFingerprint`), and `dedup`'s
             // verdicts: `kept` marks the first of its kind, which later items are compared
             // with (by input hash here; by perceptual hash in memory, `DedupJudge`); a
-            // duplicate names the item it repeats and how far their hashes lie apart.
+            // duplicate names the item it repeats and how far their hashes lie apart;
+            // `placeholder` flags an item made before its bytes were found to be its host's
+            // placeholder. `sighting` counts, per host and input hash, the URLs that gave
+            // those bytes (with the keys of the first ones, to flag them).
             try db.execute(
                 sql: """
                     ALTER TABLE item ADD COLUMN phash TEXT;
@@ -297,7 +300,17 @@ public final class RunStore: Sendable {
                     ALTER TABLE item ADD COLUMN kept INTEGER;
                     ALTER TABLE item ADD COLUMN duplicateOf TEXT;
                     ALTER TABLE item ADD COLUMN distance INTEGER;
+                    ALTER TABLE item ADD COLUMN placeholder INTEGER;
                     CREATE INDEX item_kept_hash ON item(runId, sourceHash, seq) WHERE kept = 1;
+                    CREATE INDEX item_placeholder ON item(runId) WHERE placeholder = 1;
+                    CREATE TABLE sighting (
+                        runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                        host TEXT NOT NULL,
+                        sha256 TEXT NOT NULL,
+                        count INTEGER NOT NULL,
+                        keys TEXT NOT NULL,
+                        PRIMARY KEY (runId, host, sha256)
+                    ) WITHOUT ROWID;
                     """)
         }
         return migrator

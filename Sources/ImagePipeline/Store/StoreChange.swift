@@ -25,6 +25,9 @@ public enum StoreChange: Sendable {
     /// The item is not to be processed (opted out, refused by robots.txt, outside
     /// `accept`): terminal, and its deliveries are never attempted.
     case skipped(key: String, skip: ItemSkip)
+    /// `dedup.placeholders`: `host` gave `sha256`'s bytes for the item `key`; `flagging`
+    /// are the items made with them before they were found to be a placeholder.
+    case sighted(host: String, sha256: String, key: String, flagging: [String])
     /// Back to an earlier stage (its staged output or spool was lost).
     case reset(key: String, to: ItemStatus)
     /// The feed has been listed to its end (or to the run's `--limit`).

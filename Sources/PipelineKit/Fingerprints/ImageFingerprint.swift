@@ -17,7 +17,7 @@ import VipsKit
 /// (`small`). It describes what the run made, and costs no second decode
 /// of the input. (Keeping the output's pixels from before its encode cost more: libvips
 /// then evaluates the chain twice, into memory and into the encoder.)
-public struct ImageFingerprint: Sendable, Equatable {
+public struct ImageFingerprint: Sendable, Equatable, Codable {
     public let phash: String
     public let thumbhash: String
     public let dominant: String
@@ -30,6 +30,29 @@ public struct ImageFingerprint: Sendable, Equatable {
 
     /// The perceptual hash's bits; nil when `phash` is not 16 hex digits.
     package var perceptualHash: PerceptualHash? { PerceptualHash(hex: phash) }
+
+    /// The picture's average colour as its ThumbHash keeps it (the DC terms of its header):
+    /// lightness 0…1 and the two colour differences −1…1 (`ThumbHash`'s L, P and Q); nil
+    /// when `thumbhash` is not one.
+    package var averageColour: SIMD3<Double>? { Self.averageColour(ofThumbHash: thumbhash) }
+
+    /// `averageColour` of a ThumbHash in base64.
+    package static func averageColour(ofThumbHash text: String) -> SIMD3<Double>? {
+        guard let bytes = Data(base64Encoded: text), bytes.count >= 5 else { return nil }
+        let header =
+            Int(bytes[bytes.startIndex]) | Int(bytes[bytes.startIndex + 1]) << 8
+            | Int(bytes[bytes.startIndex + 2]) << 16
+        return SIMD3(Double(header & 63) / 63, Double(header >> 6 & 63) / 31.5 - 1, Double(header >> 12 & 63) / 31.5 - 1)
+    }
+
+    /// Whether two average colours could be of the same picture, near copies included
+    /// (brightened or darkened by a twentieth, re-encoded): a perceptual hash alone cannot
+    /// tell flat or smooth pictures apart (their few structure bits are noise), their colour
+    /// can.
+    package static func coloursAlike(_ a: SIMD3<Double>, _ b: SIMD3<Double>) -> Bool {
+        let apart = a - b
+        return Swift.abs(apart.x) <= 0.12 && Swift.abs(apart.y) <= 0.13 && Swift.abs(apart.z) <= 0.13
+    }
 
     /// The longest side of the picture the three are taken from (ThumbHash's bound is 100;
     /// 64 costs a third as much, and its seven coefficients a side need no more).

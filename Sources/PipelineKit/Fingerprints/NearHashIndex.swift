@@ -62,12 +62,18 @@ package struct NearHashIndex<ID: Comparable & Sendable>: Sendable {
     /// Among the hashes within `distance` bits of `hash`, the one with the smallest ID: that
     /// ID and its distance, or nil when there is none.
     @inlinable package func earliest(within hash: UInt64) -> (id: ID, distance: Int)? {
+        earliest(within: hash) { _ in true }
+    }
+
+    /// As `earliest(within:)`, among the entries whose ID `accept` takes.
+    @inlinable package func earliest(within hash: UInt64, where accept: (ID) -> Bool) -> (id: ID, distance: Int)? {
         var best: (position: Int, distance: Int)?
         visitCandidates(of: hash) { entry in
             let apart = (entry.hash ^ hash).nonzeroBitCount
             guard apart <= distance else { return }
             let position = Int(entry.position)
             if let current = best, ids[current.position] <= ids[position] { return }
+            guard accept(ids[position]) else { return }
             best = (position, apart)
         }
         return best.map { (ids[$0.position], $0.distance) }

@@ -16,6 +16,9 @@ public enum SkipReason: String, Sendable, CaseIterable, Codable {
     /// The same bytes as an earlier item the run kept, or a picture within `dedup.similar`'s
     /// distance of one (`DedupPolicy`): `ItemSkip.duplicateOf` names that item.
     case duplicate
+    /// Bytes the item's host served for `dedup.placeholders` or more different URLs of the
+    /// run (a "photo unavailable" picture): the item it was first seen with is in the message.
+    case placeholder
 }
 
 /// Why one item was skipped: a terminal verdict like done or failed, but not a fault. The
@@ -33,10 +36,20 @@ public struct ItemSkip: Error, Sendable, Equatable, CustomStringConvertible {
         self.message = message
     }
 
-    /// An item that repeats `kept` (`distance` 0: its bytes are the same).
-    public static func duplicate(of kept: String, distance: Int) -> ItemSkip {
-        let how = distance == 0 ? "has the same bytes as" : "looks like (perceptual hash distance \(distance))"
-        var skip = ItemSkip(.duplicate, "\(how) item \(JSONValue.quote(kept))")
+    /// An item whose bytes `host` has served for `count` different URLs of the run, first
+    /// for item `first`.
+    public static func placeholder(host: String, count: Int, first: String) -> ItemSkip {
+        ItemSkip(
+            .placeholder,
+            "\(host) served the same bytes for \(count) different URLs, first for item \(JSONValue.quote(Environment.shown(first))): "
+                + "a placeholder, not a picture of its own")
+    }
+
+    /// An item that repeats `kept`: `exact`, its bytes are the same; else its picture lies
+    /// `distance` bits from `kept`'s.
+    public static func duplicate(of kept: String, distance: Int, exact: Bool) -> ItemSkip {
+        let how = exact ? "has the same bytes as" : "looks like (perceptual hash distance \(distance))"
+        var skip = ItemSkip(.duplicate, "\(how) item \(JSONValue.quote(Environment.shown(kept)))")
         skip.duplicateOf = kept
         skip.distance = distance
         return skip

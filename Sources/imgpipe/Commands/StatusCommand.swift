@@ -211,6 +211,11 @@ struct StatusCommand: ParsableCommand {
             }
             if report.skips.count > 50 { Console.out("  … \(report.skipped - 50) more (use --json)") }
         }
+        if let placeholders = report.placeholders {
+            Console.out(
+                "placeholders: \(placeholders) item(s) made before their bytes were found to be their host's placeholder "
+                    + "(`imgpipe export` flags them)")
+        }
         if let chunks = report.chunks {
             Console.out("chunks: \(chunks.pending) pending, \(chunks.leased) leased, \(chunks.done) done")
         }

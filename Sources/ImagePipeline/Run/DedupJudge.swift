@@ -1,0 +1,151 @@
+import Foundation
+import PipelineKit
+import Synchronization
+
+/// `dedup`'s judge: whether an item repeats one the run kept.
+///
+/// - Exact (`dedup.exact`): the input's SHA-256 is looked up among the kept items in the
+///   store (`RunStateStore.keptItem`, an index of kept items by hash), and among the items
+///   kept in this session whose record is not written yet.
+/// - Similar (`dedup.similar`): the first output's perceptual hash is looked up in a
+///   multi-index hash table of every kept item's (`NearHashIndex`), read from the store when
+///   the session starts and added to as items are kept.
+///
+/// An item that repeats none is kept (`StoreChange.processed`'s `kept`), and later items
+/// are compared with it. The same items in the same order give the same verdicts: a
+/// resumed run reaches the verdicts the interrupted one would have.
+final class DedupJudge: Sendable {
+    /// A kept item, ordered by its place in the feed.
+    struct Kept: Comparable, Sendable {
+        let seq: Int
+        let key: String
+        /// The average colour its ThumbHash keeps (`ImageFingerprint.averageColour`).
+        var colour: SIMD3<Double>?
+
+        static func < (a: Kept, b: Kept) -> Bool { a.seq < b.seq }
+        static func == (a: Kept, b: Kept) -> Bool { a.seq == b.seq && a.key == b.key }
+    }
+
+    private struct State {
+        var near: NearHashIndex<Kept>?
+        /// Items kept in this session whose `processed` record is not written yet, by hash.
+        var unwritten: [String: Kept] = [:]
+        /// Sightings of bytes from a host (`host` newline `sha256`) counted in this session
+        /// and not all written yet: what the store will say, with the writes still to come.
+        var sightings: [String: (count: Int, keys: [String], pending: Int)] = [:]
+    }
+
+    /// A verdict: the item's skip (nil: kept), and the sighting to record with it.
+    struct Verdict {
+        var skip: ItemSkip?
+        var sighting: StoreChange?
+    }
+
+    let policy: DedupPolicy
+    private let store: any RunStateStore
+    private let runId: Int64
+    private let state: Mutex<State>
+
+    /// Reads the perceptual hashes of the items the run kept before this session.
+    init(policy: DedupPolicy, store: any RunStateStore, runId: Int64) throws {
+        self.policy = policy
+        self.store = store
+        self.runId = runId
+        var near = policy.similarDistance.map { NearHashIndex<Kept>(distance: $0) }
+        if near != nil {
+            try store.keptHashes(runId: runId) { seq, key, fingerprint in
+                guard let hash = fingerprint.perceptualHash?.bits else { return }
+                near?.insert(hash, id: Kept(seq: seq, key: key, colour: fingerprint.averageColour))
+            }
+        }
+        state = Mutex(State(near: near))
+    }
+
+    /// The item's verdict: kept (and remembered as such), or the skip of a placeholder or a
+    /// duplicate; with `dedup.placeholders`, the sighting of its bytes from its `host`.
+    func verdict(key: String, seq: Int, sha256: String?, fingerprint: ImageFingerprint?, host: String?) throws -> Verdict {
+        var sighting: StoreChange?
+        if let after = policy.placeholdersAfter, let host, let sha256 {
+            let id = host + "\n" + sha256
+            let counted = state.withLock { $0.sightings[id].map { (count: $0.count, keys: $0.keys) } }
+            var seen = try counted ?? store.sighting(runId: runId, host: host, sha256: sha256) ?? (0, [])
+            // An item made again (its staged output lost) is not seen a second time.
+            if !seen.keys.contains(key) {
+                seen.count += 1
+                let flagging = seen.count == after ? seen.keys : []
+                if seen.keys.count < DedupPolicy.maxSightings { seen.keys.append(key) }
+                state.withLock { state in
+                    let pending = (state.sightings[id]?.pending ?? 0) + 1
+                    state.sightings[id] = (seen.count, seen.keys, pending)
+                }
+                sighting = .sighted(host: host, sha256: sha256, key: key, flagging: flagging)
+                if seen.count >= after {
+                    return Verdict(skip: .placeholder(host: host, count: seen.count, first: seen.keys[0]), sighting: sighting)
+                }
+            }
+        }
+        return Verdict(skip: try duplicate(key: key, seq: seq, sha256: sha256, fingerprint: fingerprint), sighting: sighting)
+    }
+
+    /// nil (the item is kept, and remembered as such), or the skip of a duplicate.
+    private func duplicate(key: String, seq: Int, sha256: String?, fingerprint: ImageFingerprint?) throws -> ItemSkip? {
+        let me = Kept(seq: seq, key: key, colour: fingerprint?.averageColour)
+        if policy.exact, let sha256 {
+            let seen = state.withLock { $0.unwritten[sha256] }
+            if let seen, seen.key != key { return .duplicate(of: seen.key, distance: 0, exact: true) }
+            if let kept = try store.keptItem(runId: runId, sha256: sha256, except: key) {
+                return .duplicate(of: kept.key, distance: 0, exact: true)
+            }
+        }
+        let phash = fingerprint?.perceptualHash?.bits
+        return state.withLock { state -> ItemSkip? in
+            // Within the distance and of a like colour (a flat or smooth picture's hash is
+            // mostly noise); never the item itself (made again).
+            let alike = { (kept: Kept) -> Bool in
+                guard let a = kept.colour, let b = me.colour else { return true }
+                return ImageFingerprint.coloursAlike(a, b)
+            }
+            if let phash, let found = state.near?.earliest(within: phash, where: { $0.key != key && alike($0) }) {
+                return .duplicate(of: found.id.key, distance: found.distance, exact: false)
+            }
+            if let phash { state.near?.insert(phash, id: me) }
+            if policy.exact, let sha256 { state.unwritten[sha256] = state.unwritten[sha256] ?? me }
+            return nil
+        }
+    }
+
+    /// The key of a kept item before `seq` in feed order whose input had `sha256`, if any:
+    /// the first of its group (its verdict came after every item before it), so an item
+    /// with these bytes is its duplicate whatever else is in flight.
+    func keptBefore(seq: Int, sha256: String) throws -> String? {
+        if let seen = state.withLock({ $0.unwritten[sha256] }) { return seen.seq < seq ? seen.key : nil }
+        guard let kept = try store.keptItem(runId: runId, sha256: sha256, except: "") else { return nil }
+        return kept.seq < seq ? kept.key : nil
+    }
+
+    /// An item `run --incremental` carried over whole: when it was kept, later items are
+    /// compared with it (its insert came before theirs, in feed order).
+    func carried(key: String, seq: Int) throws {
+        guard policy.similarDistance != nil, let fingerprint = try store.keptFingerprint(runId: runId, key: key),
+            let hash = fingerprint.perceptualHash?.bits
+        else { return }
+        state.withLock { $0.near?.insert(hash, id: Kept(seq: seq, key: key, colour: fingerprint.averageColour)) }
+    }
+
+    /// A kept item's record is written: the store answers for it from now on.
+    func written(sha256: String?) {
+        guard let sha256 else { return }
+        state.withLock { _ = $0.unwritten.removeValue(forKey: sha256) }
+    }
+
+    /// A sighting is written: once all of its bytes' are, the store answers for them.
+    func written(_ sighting: StoreChange) {
+        guard case .sighted(let host, let sha256, _, _) = sighting else { return }
+        let id = host + "\n" + sha256
+        state.withLock { state in
+            guard var entry = state.sightings[id] else { return }
+            entry.pending -= 1
+            state.sightings[id] = entry.pending > 0 ? entry : nil
+        }
+    }
+}
