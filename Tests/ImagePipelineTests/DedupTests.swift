@@ -1,10 +1,10 @@
 import Foundation
-import ImagePipeline
 import ImagePipelineTesting
 import Synchronization
 import Testing
 import VipsKit
 
+@testable import ImagePipeline
 @testable import PipelineKit
 
 /// `dedup` and the fingerprints every record carries, through the built binary: exact and
@@ -416,15 +416,22 @@ struct DedupTests {
             default: .bytes(unavailable)
             }
         }
+        // Three origins: 127.0.0.1 and 127.0.0.2, and 127.0.0.1 on another port.
         let first = try TestHTTPServer(handler: handler)
         let second = try TestHTTPServer(host: "127.0.0.2", handler: handler)
+        let third = try TestHTTPServer(handler: handler)
         defer {
             first.stop()
             second.stop()
+            third.stop()
         }
-        let names = ["a1", "p1", "a2", "p2", "a3", "a4", "b1", "a5"]
-        try work.write(
-            names.map { ($0 == "b1" ? second : first).baseURL + "/\($0).jpg" }.joined(separator: "\n") + "\n", to: "urls.txt")
+        func list(_ names: [String]) throws {
+            let urls = names.map { name in
+                (name.hasPrefix("b") ? second : name.hasPrefix("c") ? third : first).baseURL + "/\(name).jpg"
+            }
+            try work.write(urls.joined(separator: "\n") + "\n", to: "urls.txt")
+        }
+        try list(["a1", "p1", "a2", "p2", "a3", "a4", "b1", "a5", "c1"])
         try work.write(
             """
             {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
@@ -433,11 +440,11 @@ struct DedupTests {
         let run = try imgpipe("run", "pipe.json")
         #expect(run.status == 0, "stderr: \(run.stderr)")
         let records = try records("pipe.json")
-        for name in ["a1", "a2", "p1", "p2", "b1"] {
+        for name in ["a1", "a2", "p1", "p2", "b1", "c1"] {
             #expect(records[name + ".jpg"]?["status"] as? String == "done", "\(name): \(records[name + ".jpg"] ?? [:])")
         }
         #expect(records["a1.jpg"]?["placeholder"] as? Bool == true && records["a2.jpg"]?["placeholder"] as? Bool == true)
-        for name in ["p1", "p2", "b1"] { #expect(records[name + ".jpg"]?["placeholder"] == nil, "\(name)") }
+        for name in ["p1", "p2", "b1", "c1"] { #expect(records[name + ".jpg"]?["placeholder"] == nil, "\(name)") }
         for name in ["a3", "a4", "a5"] {
             let record = try #require(records[name + ".jpg"])
             #expect(record["status"] as? String == "skipped" && record["reason"] as? String == "placeholder", "\(record)")
@@ -446,7 +453,44 @@ struct DedupTests {
         }
         let status = try imgpipe("status", "pipe.json", "--json").decoded(StatusReport.self)
         #expect(status.placeholders == 2 && status.skipsByReason == ["placeholder": 3], "\(status)")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("out")).count == 5)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("out")).count == 6)
+
+        // `run --incremental` with one more URL of the first origin: it counts on from the
+        // last run, so nothing skipped there is made now, and the new one is skipped too.
+        try list(["a1", "p1", "a2", "p2", "a3", "a4", "b1", "a5", "c1", "a6"])
+        let again = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(again.status == 0, "stderr: \(again.stderr)")
+        let later = try self.records("pipe.json")
+        for name in ["a3", "a4", "a5", "a6"] { #expect(later[name + ".jpg"]?["reason"] as? String == "placeholder", "\(name)") }
+        #expect(later["a1.jpg"]?["placeholder"] as? Bool == true && later["a2.jpg"]?["placeholder"] as? Bool == true)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("out")).count == 6)
+    }
+
+    /// A sighting written before a kill whose item's own record was not: made again on
+    /// resume, the item is judged as it was (the third URL, a placeholder), not counted a
+    /// second time nor kept; and an item never seen is counted on.
+    @Test func anItemSeenBeforeAKillIsJudgedAsItWas() throws {
+        let store = try RunStore(path: work.url("state/judge.sqlite"))
+        let run = try store.createRun(
+            pipelinePath: "/p.json", pipelineName: "p", document: "{}", fingerprint: ["filters": "[]", "output": "{}"],
+            sinks: ["out"], itemLimit: nil, workRoot: work.url("work"))
+        let sha = String(repeating: "e", count: 64)
+        for (seq, key) in ["k1", "k2", "k3"].enumerated() {
+            _ = try store.apply(
+                [
+                    .insert(
+                        NewItem(key: key, seq: seq + 1, location: "/in/\(key)", metadata: nil, outputName: nil, sinks: ["out"])),
+                    .sighted(host: "h.example", sha256: sha, key: key, flagging: key == "k3" ? ["k1", "k2"] : []),
+                ], runId: run.id)
+        }
+        let judge = try DedupJudge(policy: DedupPolicy(placeholdersAfter: 3), store: store, runId: run.id)
+        let again = try judge.verdict(key: "k3", seq: 3, sha256: sha, fingerprint: nil, host: "h.example")
+        #expect(again.skip?.reason == .placeholder && again.sighting == nil, "\(String(describing: again.skip))")
+        let first = try judge.verdict(key: "k1", seq: 1, sha256: sha, fingerprint: nil, host: "h.example")
+        #expect(first.skip == nil && first.sighting == nil)
+        let fourth = try judge.verdict(key: "k4", seq: 4, sha256: sha, fingerprint: nil, host: "h.example")
+        #expect(fourth.skip?.reason == .placeholder && fourth.sighting != nil)
+        #expect(try store.placeholderCount(runId: run.id) == 2)
     }
 
     /// A JPEG output's fingerprint is decoded by libjpeg-turbo at a fraction of its size: the

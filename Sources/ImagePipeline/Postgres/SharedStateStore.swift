@@ -94,6 +94,9 @@ final class SharedStateStore: RunStateStore, Sendable {
     func keptFingerprint(runId: Int64, key: String) throws -> ImageFingerprint? {
         throw StoreError("dedup is not available in a shared run")
     }
+    func inheritSightings(runId: Int64, from baseline: Int64) throws {
+        throw StoreError("dedup is not available in a shared run")
+    }
     func sighting(runId: Int64, host: String, sha256: String) throws -> (count: Int, keys: [String])? {
         throw StoreError("dedup is not available in a shared run")
     }

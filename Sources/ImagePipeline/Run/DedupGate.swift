@@ -65,6 +65,10 @@ final class DedupGate: Sendable {
         if let now { body(now) }
     }
 
+    /// Whether `seq` comes after an item left for resume: its verdict is not for this
+    /// session, so neither is its pixel work.
+    func isAbandoned(_ seq: Int) -> Bool { state.withLock { $0.isAbandoned(seq) } }
+
     /// `seq` had its verdict: the next waiting item may have its own.
     func pass(_ seq: Int) { leave(seq) }
 
@@ -73,7 +77,8 @@ final class DedupGate: Sendable {
     /// item after it is given `false`, so that a resume judges them after it, in feed order.
     func abandon(_ seq: Int) {
         let (refused, next) = state.withLock { state -> ([@Sendable (Bool) -> Void], (@Sendable (Bool) -> Void)?) in
-            state.waiting.remove(seq)
+            // An item that never entered (made again, judged already) holds no one back.
+            guard state.waiting.remove(seq) != nil else { return ([], nil) }
             state.abandonedFrom = min(state.abandonedFrom ?? seq, seq)
             let after = state.parked.keys.filter(state.isAbandoned)
             let refused = after.compactMap { state.parked.removeValue(forKey: $0) }

@@ -46,11 +46,13 @@ final class DedupJudge: Sendable {
     private let runId: Int64
     private let state: Mutex<State>
 
-    /// Reads the perceptual hashes of the items the run kept before this session.
-    init(policy: DedupPolicy, store: any RunStateStore, runId: Int64) throws {
+    /// Reads the perceptual hashes of the items the run kept before this session; a run
+    /// compared with `baseline` (`run --incremental`) counts on from its sightings.
+    init(policy: DedupPolicy, store: any RunStateStore, runId: Int64, baseline: Int64? = nil) throws {
         self.policy = policy
         self.store = store
         self.runId = runId
+        if policy.placeholdersAfter != nil, let baseline { try store.inheritSightings(runId: runId, from: baseline) }
         var near = policy.similarDistance.map { NearHashIndex<Kept>(distance: $0) }
         if near != nil {
             try store.keptHashes(runId: runId) { seq, key, fingerprint in
@@ -69,8 +71,13 @@ final class DedupJudge: Sendable {
             let id = host + "\n" + sha256
             let counted = state.withLock { $0.sightings[id].map { (count: $0.count, keys: $0.keys) } }
             var seen = try counted ?? store.sighting(runId: runId, host: host, sha256: sha256) ?? (0, [])
-            // An item made again (its staged output lost) is not seen a second time.
-            if !seen.keys.contains(key) {
+            if let index = seen.keys.firstIndex(of: key) {
+                // Seen before (an item made again, or one whose sighting was written before a
+                // kill and its own record not): not counted twice, and judged as it was then.
+                if index + 1 >= after {
+                    return Verdict(skip: .placeholder(host: host, count: index + 1, first: seen.keys[0]), sighting: nil)
+                }
+            } else {
                 seen.count += 1
                 let flagging = seen.count == after ? seen.keys : []
                 if seen.keys.count < DedupPolicy.maxSightings { seen.keys.append(key) }

@@ -42,7 +42,8 @@ final class RunStages: Sendable {
         let policy = context.pipeline.spec.dedup
         dedup =
             policy.isOn
-            ? (try DedupJudge(policy: policy, store: store, runId: context.runId), DedupGate()) : nil
+            ? (try DedupJudge(policy: policy, store: store, runId: context.runId, baseline: context.run.baseline), DedupGate())
+            : nil
         state = Mutex(
             RunState(
                 capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete,
@@ -591,7 +592,7 @@ final class RunStages: Sendable {
     /// memory (the same bytes as its spool file); otherwise the file is read.
     private func process(_ job: Job, body: Data? = nil, attempt: Int = 1) {
         context.workers.submit { [self] in
-            guard !isStoppingPixelWork else { return leaveForResume(job) }
+            guard !isStoppingPixelWork, dedup?.gate.isAbandoned(job.seq) != true else { return leaveForResume(job) }
             let spec = pipeline.spec
             // The same bytes as a kept item before it: a duplicate, known without pixel work
             // (unless placeholders are counted: every sighting is, in feed order).
@@ -722,7 +723,7 @@ final class RunStages: Sendable {
         let verdict = Result {
             try dedup.judge.verdict(
                 key: job.key, seq: job.seq, sha256: job.source?.sha256, fingerprint: job.fingerprint,
-                host: job.isRemote ? URL(string: job.location)?.host : nil)
+                host: job.isRemote ? URL(string: job.location).flatMap(RobotsPolicy.origin(of:)) : nil)
         }
         // The verdict's writes are queued before the next item's verdict can be: the writer
         // keeps their order, so a duplicate is never recorded before the item it names.
@@ -1058,7 +1059,8 @@ final class RunStages: Sendable {
     }
 
     private func fail(_ job: Job, _ failure: ItemFailure, attempts: Int) {
-        dedup?.gate.leave(job.seq)
+        // Its record is queued before the next item's verdict can be.
+        defer { dedup?.gate.leave(job.seq) }
         context.logger.debug(
             "item failed",
             metadata: [
@@ -1072,7 +1074,8 @@ final class RunStages: Sendable {
 
     /// Records a skip: the item is settled without an output, and no sink is asked for it.
     private func skip(_ job: Job, _ skip: ItemSkip) {
-        dedup?.gate.leave(job.seq)
+        // Its record is queued before the next item's verdict can be.
+        defer { dedup?.gate.leave(job.seq) }
         context.logger.info(
             "item skipped",
             metadata: [

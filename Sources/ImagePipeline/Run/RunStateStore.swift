@@ -53,6 +53,9 @@ public protocol RunStateStore: AnyObject, Sendable {
     /// `dedup`: the first item in feed order the run kept whose input had `sha256`, other
     /// than `key`; nil when there is none.
     func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)?
+    /// `dedup.placeholders` in `run --incremental`: the counts of `baseline` (the run it is
+    /// compared with) become the run's own, where it has none for a host and hash yet.
+    func inheritSightings(runId: Int64, from baseline: Int64) throws
     /// `dedup.placeholders`: how many items of the run `host` gave `sha256`'s bytes for, and
     /// the keys of the first ones; nil when none.
     func sighting(runId: Int64, host: String, sha256: String) throws -> (count: Int, keys: [String])?

@@ -286,7 +286,7 @@ extension RunStore {
             try db.cachedStatement(
                 sql: """
                     UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, spoolPath = NULL, updatedAt = ?,
-                        kept = NULL, duplicateOf = ?, distance = ?
+                        kept = NULL, placeholder = NULL, duplicateOf = ?, distance = ?
                     WHERE runId = ? AND key = ?
                     """
             ).execute(arguments: [skip.reason.rawValue, skip.message, time, skip.duplicateOf, skip.distance, runId, key])
@@ -568,10 +568,10 @@ struct HandOn {
     static let insertItems = """
         INSERT INTO item (runId, seq, key, location, metadata, status, attempts, nameKey, nameStem, tier,
             sourceSize, sourceModified, sourceHash, sourceVersion, sourceWidth, sourceHeight, phash, thumbhash, dominant, kept,
-            carriedFrom, updatedAt)
+            placeholder, carriedFrom, updatedAt)
         SELECT ?, h.seq, i.key, h.location, h.metadata, 'done', 0, h.nameKey, i.nameStem, i.tier,
             i.sourceSize, i.sourceModified, i.sourceHash, COALESCE(h.version, i.sourceVersion), i.sourceWidth, i.sourceHeight,
-            i.phash, i.thumbhash, i.dominant, i.kept, h.carriedFrom, ?
+            i.phash, i.thumbhash, i.dominant, i.kept, i.placeholder, h.carriedFrom, ?
         FROM temp.handOn h CROSS JOIN item i ON i.runId = h.holder AND i.key = h.key
         WHERE h.holder = ?
         """

@@ -203,6 +203,17 @@ extension RunStore {
         }
     }
 
+    public func inheritSightings(runId: Int64, from baseline: Int64) throws {
+        try write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO sighting (runId, host, sha256, count, keys)
+                    SELECT ?, host, sha256, count, keys FROM sighting WHERE runId = ?
+                    ON CONFLICT (runId, host, sha256) DO NOTHING
+                    """, arguments: [runId, baseline])
+        }
+    }
+
     /// On `sighting`'s primary key.
     public func sighting(runId: Int64, host: String, sha256: String) throws -> (count: Int, keys: [String])? {
         try read { db in
