@@ -105,33 +105,44 @@ public struct ImageFingerprint: Sendable, Equatable, Codable {
         )
         var out = [UInt8](repeating: 0, count: newWidth * newHeight * 4)
         rgba.withUnsafeBufferPointer { source in
-            for row in 0..<newHeight {
-                let top = row * height / newHeight
-                let bottom = max(top + 1, (row + 1) * height / newHeight)
-                for column in 0..<newWidth {
-                    let left = column * width / newWidth
-                    let right = max(left + 1, (column + 1) * width / newWidth)
-                    var sums = (0, 0, 0, 0)
-                    for y in top..<bottom {
-                        var index = (y * width + left) * 4
-                        for _ in left..<right {
-                            sums.0 += Int(source[index])
-                            sums.1 += Int(source[index + 1])
-                            sums.2 += Int(source[index + 2])
-                            sums.3 += Int(source[index + 3])
-                            index += 4
-                        }
+            boxes(width: width, height: height, columns: newWidth, rows: newHeight) { cell, rows, columns in
+                var sums = (0, 0, 0, 0)
+                for y in rows {
+                    var index = (y * width + columns.lowerBound) * 4
+                    for _ in columns {
+                        sums.0 += Int(source[index])
+                        sums.1 += Int(source[index + 1])
+                        sums.2 += Int(source[index + 2])
+                        sums.3 += Int(source[index + 3])
+                        index += 4
                     }
-                    let count = (bottom - top) * (right - left)
-                    let at = (row * newWidth + column) * 4
-                    out[at] = UInt8((sums.0 + count / 2) / count)
-                    out[at + 1] = UInt8((sums.1 + count / 2) / count)
-                    out[at + 2] = UInt8((sums.2 + count / 2) / count)
-                    out[at + 3] = UInt8((sums.3 + count / 2) / count)
                 }
+                let count = rows.count * columns.count
+                let at = cell * 4
+                out[at] = UInt8((sums.0 + count / 2) / count)
+                out[at + 1] = UInt8((sums.1 + count / 2) / count)
+                out[at + 2] = UInt8((sums.2 + count / 2) / count)
+                out[at + 3] = UInt8((sums.3 + count / 2) / count)
             }
         }
         return (out, newWidth, newHeight)
+    }
+
+    /// Cuts a `width`×`height` picture into a grid of `columns`×`rows` boxes and calls
+    /// `body` with each box's place in the grid (row by row) and the picture's rows and
+    /// columns it covers: at least one of each, so a picture smaller than the grid gives
+    /// each box its nearest pixel.
+    @inline(__always)
+    static func boxes(width: Int, height: Int, columns: Int, rows: Int, _ body: (Int, Range<Int>, Range<Int>) -> Void) {
+        for row in 0..<rows {
+            let top = row * height / rows
+            let bottom = max(top + 1, (row + 1) * height / rows)
+            for column in 0..<columns {
+                let left = column * width / columns
+                let right = max(left + 1, (column + 1) * width / columns)
+                body(row * columns + column, top..<bottom, left..<right)
+            }
+        }
     }
 
     /// Interleaved RGBA from 1 (grey), 2 (grey, alpha), 3 (RGB) or 4 (RGBA) bands.
@@ -173,18 +184,12 @@ public struct ImageFingerprint: Sendable, Equatable, Codable {
             luma[index] = (0.299 * red + 0.587 * green + 0.114 * blue) * alpha + 255 * (1 - alpha)
         }
         var grid = [Double](repeating: 0, count: size * size)
-        for row in 0..<size {
-            let top = row * height / size
-            let bottom = max(top + 1, (row + 1) * height / size)
-            for column in 0..<size {
-                let left = column * width / size
-                let right = max(left + 1, (column + 1) * width / size)
-                var total = 0.0
-                for y in top..<bottom {
-                    for x in left..<right { total += luma[y * width + x] }
-                }
-                grid[row * size + column] = total / Double((bottom - top) * (right - left))
+        boxes(width: width, height: height, columns: size, rows: size) { cell, rows, columns in
+            var total = 0.0
+            for y in rows {
+                for x in columns { total += luma[y * width + x] }
             }
+            grid[cell] = total / Double(rows.count * columns.count)
         }
         return grid
     }
