@@ -237,6 +237,40 @@ final class SharedRunTests: @unchecked Sendable {
         #expect(plan.contains("Limit"), "\(plan)")
     }
 
+    /// `dedup`'s queries in a shared run are index scans at 20,000 items: the floor on
+    /// `imgpipe_item_unjudged` (most items ended), a kept hash on `imgpipe_kept_sha256`, and
+    /// near copies through the four band indexes alone.
+    @Test func dedupsQueriesReadTheirIndexes() throws {
+        let lister = try worker("lister", chunkSize: 2)
+        _ = try list(20_000, by: lister)
+        let run = String(lister.runId)
+        try lister.connection.execute("UPDATE imgpipe_item SET status = 'done' WHERE run_id = $1 AND seq < 19000", [run])
+        try lister.connection.execute(
+            """
+            INSERT INTO imgpipe_kept (run_id, seq, key, sha256, phash, band0, band1, band2, band3)
+            SELECT $1, g, 'item-' || g, md5(g::text), h, (h >> 48) & 65535, (h >> 32) & 65535, (h >> 16) & 65535, h & 65535
+            FROM (SELECT g, ('x' || substr(md5(g::text), 1, 16))::bit(64)::bigint AS h FROM generate_series(0, 19999) g) s
+            """, [run])
+        try lister.connection.execute("ANALYZE imgpipe_item")
+        try lister.connection.execute("ANALYZE imgpipe_kept")
+        func plan(_ sql: String, _ parameters: [String?]) throws -> String {
+            try lister.connection.execute("EXPLAIN " + sql, parameters).all.compactMap { $0["QUERY PLAN"] }
+                .joined(separator: "\n")
+        }
+        let floor = try plan(SharedDedup.floorSQL, [run, "19500", "{19001,19002}"])
+        #expect(floor.contains("imgpipe_item_unjudged") && !floor.contains("Seq Scan"), "\(floor)")
+        let kept = try plan(SharedDedup.keptSQL, [run, "c4ca4238a0b923820dcc509a6f75849b", "item-2"])
+        #expect(kept.contains("imgpipe_kept_sha256") && !kept.contains("Seq Scan"), "\(kept)")
+        let probes = (0..<4).map { band in
+            postgresTextArray(NearHashIndex<Int>.probes(of: UInt16(band * 1000), radius: 2).map { String($0) })
+        }
+        let matches = try plan(SharedDedup.matchesSQL, [run] + probes + ["1234567", "8", "c4ca4238a0b923820dcc509a6f75849b"])
+        // Each band's arm takes the distance in its index, reading no row.
+        for band in 0..<4 { #expect(matches.contains("Index Only Scan using imgpipe_kept_band\(band)"), "\(matches)") }
+        #expect(matches.contains("imgpipe_kept_sha256") && matches.contains("imgpipe_kept_pkey"), "\(matches)")
+        #expect(!matches.contains("Seq Scan"), "\(matches)")
+    }
+
     // MARK: - claims sized to the work left
 
     /// Two workers of equal speed over 600 items in chunks of 500: each claims again when it

@@ -762,8 +762,8 @@ final class SharedWorkTests: @unchecked Sendable {
         #expect(server.uploads.count == 6)
     }
 
-    /// A database made by the version before this one (no tallies, names, limit or
-    /// refresh columns): `status` and `export` read it as it is; the first worker of this
+    /// A database made by the version before this one (no tallies, names, limit, refresh
+    /// or dedup columns): `status` and `export` read it as it is; the first worker of this
     /// version adds what is missing and counts the items that ended before from their detail.
     @Test func aDatabaseOfTheEarlierVersionIsReadThenUpgradedWithItsCounts() throws {
         let server = try UploadServer()
@@ -773,7 +773,8 @@ final class SharedWorkTests: @unchecked Sendable {
         for statement in [
             "ALTER TABLE imgpipe_item DROP COLUMN tally", "ALTER TABLE imgpipe_chunk DROP COLUMN tally",
             "ALTER TABLE imgpipe_run DROP COLUMN item_limit, DROP COLUMN refreshing, DROP COLUMN refresh_error",
-            "DROP TABLE imgpipe_name",
+            "DROP TABLE imgpipe_name", "DROP TABLE imgpipe_kept, imgpipe_sighting",
+            "ALTER TABLE imgpipe_item DROP COLUMN judged, DROP COLUMN placeholder",
         ] {
             try database().execute(statement)
         }

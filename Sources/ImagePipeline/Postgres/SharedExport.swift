@@ -33,11 +33,16 @@ struct SharedItemDetail: Codable {
     /// The input's SHA-256 and the first output's fingerprint (absent in rows of older runs).
     let sha256: String?
     let fingerprint: ImageFingerprint?
+    /// A duplicate's (`dedup`): the item it repeats and the distance between their hashes.
+    let duplicateOf: String?
+    let distance: Int?
 
     init(_ record: ExportRecord) {
         tier = record.tier
         sha256 = record.sha256
         fingerprint = record.fingerprint
+        duplicateOf = record.duplicateOf
+        distance = record.distance
         outputs = record.outputs.map {
             Output(
                 id: $0.id, name: $0.output.name, format: $0.output.format, width: $0.output.width,
@@ -104,10 +109,13 @@ public struct SharedExport: ExportSource {
 
     public func exportRecords(of run: ExportedRun, only: ItemStatus?, _ body: (ExportRecord) throws -> Void) throws {
         var after: Int64 = -1
+        // A database of an earlier version has no `placeholder` column: read as it is.
+        let placeholder = try SharedRunSchema.exists(on: connection) ? "placeholder" : "false AS placeholder"
         while true {
             let rows = try connection.execute(
                 """
-                SELECT seq, key, location, status, reason, message, attempts, metadata, detail FROM imgpipe_item
+                SELECT seq, key, location, status, reason, message, attempts, metadata, detail, \(placeholder)
+                FROM imgpipe_item
                 WHERE run_id = $1 AND seq > $2 AND ($3::text IS NULL OR status = $3) ORDER BY seq LIMIT 1000
                 """, [String(run.id), String(after), only?.rawValue]
             ).all
@@ -144,6 +152,9 @@ public struct SharedExport: ExportSource {
             deliveries: deliveries)
         record.sha256 = detail?.sha256
         record.fingerprint = detail?.fingerprint
+        record.duplicateOf = detail?.duplicateOf
+        record.distance = detail?.distance
+        record.placeholder = row.bool("placeholder")
         return record
     }
 }

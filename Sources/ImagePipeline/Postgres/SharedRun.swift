@@ -666,7 +666,7 @@ public final class SharedRun: @unchecked Sendable {
 
     /// Locks the chunk's row for this transaction if, and only if, this worker's lease on
     /// it stands: a rescuer's `UPDATE` waits for the lock, then sees the result.
-    private func fence(_ chunk: Chunk) throws {
+    func fence(_ chunk: Chunk) throws {
         let held = try connection.execute(
             """
             SELECT 1 FROM imgpipe_chunk

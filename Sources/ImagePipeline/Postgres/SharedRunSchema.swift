@@ -11,6 +11,7 @@ import PipelineKit
 /// - `imgpipe_item`: one row per feed item, unique per (run, key).
 /// - `imgpipe_worker`: one row per worker process (host:pid) with its last heartbeat.
 /// - `imgpipe_name`: the output names of the run, each held by one item key.
+/// - `imgpipe_kept` and `imgpipe_sighting`: `dedup`'s kept items and sightings (`SharedDedup`).
 ///
 /// Lease tokens come from one sequence: a token is never handed out twice, so a write
 /// fenced by (owner, token) from a lease that was rescued and claimed again is refused even
@@ -31,18 +32,18 @@ enum SharedRunSchema {
     }
 
     /// True when the tables are there as this version makes them: the last statement's
-    /// column, `imgpipe_item.tally`, is. (A database made by an earlier version lacks it, and
+    /// index, `imgpipe_item_placeholder`, is. (A database made by an earlier version lacks it, and
     /// `make` adds what is missing, every statement being `IF NOT EXISTS`.) Read from
-    /// `pg_attribute` with the statement's own snapshot, not through `to_regclass`: a
+    /// `pg_class` with the statement's own snapshot, not through `to_regclass`: a
     /// session's catalog cache may keep a table missing that another session has since made
     /// (the check after the advisory lock then said "missing" and a second worker ran the DDL
     /// again, its `ALTER TABLE` deadlocking against a first run's insert).
     static func exists(on connection: PostgresConnection) throws -> Bool {
         try connection.execute(
             """
-            SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
-                           WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = 'imgpipe_item'
-                             AND a.attname = 'tally' AND NOT a.attisdropped) AS present
+            SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                           WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = 'imgpipe_item_placeholder')
+                AS present
             """
         ).first?.bool("present") == true
     }
@@ -68,7 +69,7 @@ enum SharedRunSchema {
         ).first?.bool("present") == true
     }
 
-    /// Made in this order; `exists` looks for the column the ALTERs near the end add last.
+    /// Made in this order; `exists` looks for the index made last.
     static let statements = [
         """
         CREATE TABLE IF NOT EXISTS imgpipe_run (
@@ -180,6 +181,48 @@ enum SharedRunSchema {
         WHERE i.tally IS NULL AND i.detail IS NOT NULL
         """,
         "UPDATE imgpipe_chunk c SET tally = \(chunkTally()) WHERE c.tally = '{}'::jsonb AND c.done + c.failed + c.skipped > 0",
+        // `dedup` (`SharedDedup`): the kept items, by input hash and by the four 16-bit bands
+        // of their perceptual hash (multi-index hashing: `NearHashIndex`).
+        """
+        CREATE TABLE IF NOT EXISTS imgpipe_kept (
+            run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,
+            seq BIGINT NOT NULL,
+            key TEXT NOT NULL,
+            sha256 TEXT,
+            phash BIGINT,
+            band0 INTEGER,
+            band1 INTEGER,
+            band2 INTEGER,
+            band3 INTEGER,
+            thumbhash TEXT,
+            PRIMARY KEY (run_id, seq)
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS imgpipe_kept_sha256 ON imgpipe_kept (run_id, sha256, seq) WHERE sha256 IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS imgpipe_kept_band0 ON imgpipe_kept (run_id, band0) INCLUDE (phash, seq)",
+        "CREATE INDEX IF NOT EXISTS imgpipe_kept_band1 ON imgpipe_kept (run_id, band1) INCLUDE (phash, seq)",
+        "CREATE INDEX IF NOT EXISTS imgpipe_kept_band2 ON imgpipe_kept (run_id, band2) INCLUDE (phash, seq)",
+        "CREATE INDEX IF NOT EXISTS imgpipe_kept_band3 ON imgpipe_kept (run_id, band3) INCLUDE (phash, seq)",
+        // `dedup.placeholders`: per host and input hash, how many items gave those bytes
+        // and the first keys (JSON).
+        """
+        CREATE TABLE IF NOT EXISTS imgpipe_sighting (
+            run_id BIGINT NOT NULL REFERENCES imgpipe_run(id) ON DELETE CASCADE,
+            host TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            keys TEXT NOT NULL,
+            PRIMARY KEY (run_id, host, sha256)
+        )
+        """,
+        // An item whose `dedup` verdict is made (the items after it may have theirs), and
+        // the items still waited for, in feed order (`SharedDedup`'s floor).
+        "ALTER TABLE imgpipe_item ADD COLUMN IF NOT EXISTS judged BOOLEAN NOT NULL DEFAULT false",
+        "CREATE INDEX IF NOT EXISTS imgpipe_item_unjudged ON imgpipe_item (run_id, seq) WHERE status = 'pending' AND NOT judged",
+        // Made before its bytes were found to be its host's placeholder.
+        "ALTER TABLE imgpipe_item ADD COLUMN IF NOT EXISTS placeholder BOOLEAN NOT NULL DEFAULT false",
+        // Last: its presence says every statement before it has been made (`exists`).
+        "CREATE INDEX IF NOT EXISTS imgpipe_item_placeholder ON imgpipe_item (run_id) WHERE placeholder",
     ]
 }
 

@@ -83,23 +83,6 @@ final class SharedStateStore: RunStateStore, Sendable {
     func stagedOutputs(runId: Int64, key: String) throws -> [StagedOutput] { try journal.stagedOutputs(runId: runId, key: key) }
     func source(runId: Int64, key: String) throws -> SourceStamp? { try journal.source(runId: runId, key: key) }
     func fingerprint(runId: Int64, key: String) throws -> ImageFingerprint? { try journal.fingerprint(runId: runId, key: key) }
-    /// A shared run does not take `dedup` (`SharedWorker` refuses it): a worker's journal
-    /// knows only its own items.
-    func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)? {
-        throw StoreError("dedup is not available in a shared run")
-    }
-    func keptHashes(runId: Int64, _ body: (Int, String, ImageFingerprint) throws -> Void) throws {
-        throw StoreError("dedup is not available in a shared run")
-    }
-    func keptFingerprint(runId: Int64, key: String) throws -> ImageFingerprint? {
-        throw StoreError("dedup is not available in a shared run")
-    }
-    func inheritSightings(runId: Int64, from baseline: Int64) throws {
-        throw StoreError("dedup is not available in a shared run")
-    }
-    func sighting(runId: Int64, host: String, sha256: String) throws -> (count: Int, keys: [String])? {
-        throw StoreError("dedup is not available in a shared run")
-    }
     func pendingDeliveries(runId: Int64, key: String) throws -> [(output: String, sink: String)] {
         try journal.pendingDeliveries(runId: runId, key: key)
     }

@@ -141,7 +141,7 @@ extension StatusReport {
         let skips = try first("skipped").map {
             SkipRecord(key: Environment.shown($0["key"] ?? ""), reason: $0["reason"] ?? "?", message: $0["message"] ?? "")
         }
-        return StatusReport(
+        var report = StatusReport(
             run: row.int("id") ?? 0, state: row["state"] ?? "", pipeline: pipeline?.path ?? row["pipeline_name"] ?? "",
             name: row["pipeline_name"] ?? "", total: counts.items, feedComplete: row.bool("feed_complete"),
             done: counts.done, skipped: counts.skipped, failed: counts.failed, pending: counts.pending,
@@ -157,5 +157,14 @@ extension StatusReport {
                     name: $0["name"] ?? "", lastHeartbeatSecondsAgo: Double($0["ago"] ?? "") ?? 0,
                     itemsDone: Int($0.int("items_done") ?? 0), chunksHeld: Int($0.int("held") ?? 0))
             })
+        // On `imgpipe_item_placeholder` (absent in a database of an earlier version).
+        if try SharedRunSchema.exists(on: connection),
+            let placeholders = try connection.execute(
+                "SELECT count(*) AS n FROM imgpipe_item WHERE run_id = $1 AND placeholder", [id]
+            ).first?.int("n"), placeholders > 0
+        {
+            report.placeholders = Int(placeholders)
+        }
+        return report
     }
 }

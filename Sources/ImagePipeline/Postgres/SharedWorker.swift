@@ -11,7 +11,7 @@ import VipsKit
 /// its store (`SharedStateStore`: a journal of the worker's own on this machine, each output
 /// name claimed run-wide, each item's end written to the shared database fenced by the
 /// chunk's lease, and a chunk whose items have all ended marked done).
-/// Three threads besides the stages:
+/// Three or four threads besides the stages:
 /// - the lister takes the lister's lease when nobody holds it and lists the pipeline's
 ///   feed into the database page by page (one transaction per page with its cursor);
 /// - the heartbeat renews the leases every `heartbeat` seconds and rescues expired ones
@@ -19,7 +19,9 @@ import VipsKit
 ///   (no new upload starts), gives up its connections (the calls under way end) and exits
 ///   with an error;
 /// - the recorder writes the items' ends every 0.1 s and completes chunks
-///   (`SharedStateStore.flush`).
+///   (`SharedStateStore.flush`);
+/// - with `dedup`, the floor's poller asks every 20 ms whether the items before the one
+///   waiting for its verdict have all had theirs (`SharedDedup`).
 ///
 /// Every delivery carries the shared run's UUID in its idempotency key, so an item
 /// redone by another worker after this one died mid-upload is sent with the same key.
@@ -80,13 +82,6 @@ public final class SharedWorker: Sendable {
         pipeline: BuiltPipeline, url: String, journalPath: String, reporter: any RunReporter, logger: Logger,
         options: Options
     ) throws {
-        // Each verdict compares an item with the items kept before it: a worker's journal
-        // knows only its own.
-        guard !pipeline.spec.dedup.isOn else {
-            throw SharedWorkerError(
-                "dedup: a shared run (PostgreSQL) cannot look for duplicates yet; run the pipeline with a state file, "
-                    + "or leave \"dedup\" out")
-        }
         self.pipeline = pipeline
         self.journalPath = journalPath
         self.reporter = reporter
@@ -167,6 +162,10 @@ public final class SharedWorker: Sendable {
         runnerOptions.warmPixelHelpers = true
         let flush = BatchFlush()
         runnerOptions.batchFlush = flush
+        // `dedup`: verdicts in the shared database, in feed order across the workers.
+        let dedup = try pipeline.spec.dedup.isOn ? SharedDedup(shared: run.sibling(), ledger: ledger) : nil
+        defer { dedup?.stop() }
+        runnerOptions.dedupLedger = dedup
         let chunkFeed = ChunkFeed(
             shared: run, ledger: ledger, stopping: stopping, listingError: listingError,
             environment: pipeline.environment, store: store, patience: options.leaseSeconds, flush: flush)
@@ -545,6 +544,14 @@ final class ChunkLedger: Sendable {
             return state.chunks[chunk.token].map { $0.queued >= $0.given } ?? false
         }
         if over { claimEnded.signal() }
+    }
+
+    /// The claim `key` is held under, when it stands (not lost).
+    func claim(of key: String) -> SharedRun.Chunk? {
+        state.withLock { state in
+            guard let place = state.items[key], let held = state.chunks[place.token], !held.lost else { return nil }
+            return held.chunk
+        }
     }
 
     /// The chunk and sequence number of an item whose end is to be recorded; nil when it is

@@ -5,11 +5,14 @@ import Synchronization
 /// `dedup`'s judge: whether an item repeats one the run kept.
 ///
 /// - Exact (`dedup.exact`): the input's SHA-256 is looked up among the kept items in the
-///   store (`RunStateStore.keptItem`, an index of kept items by hash), and among the items
+///   store (`DedupStore.keptItem`, an index of kept items by hash), and among the items
 ///   kept in this session whose record is not written yet.
 /// - Similar (`dedup.similar`): the first output's perceptual hash is looked up in a
 ///   multi-index hash table of every kept item's (`NearHashIndex`), read from the store when
 ///   the session starts and added to as items are kept.
+///
+/// In a shared run (`DedupLedger`), both are looked up in the shared database instead,
+/// and each verdict is written there before the next item's, on any worker, is made.
 ///
 /// An item that repeats none is kept (`StoreChange.processed`'s `kept`), and later items
 /// are compared with it. The same items in the same order give the same verdicts: a
@@ -24,6 +27,13 @@ final class DedupJudge: Sendable {
 
         static func < (a: Kept, b: Kept) -> Bool { a.seq < b.seq }
         static func == (a: Kept, b: Kept) -> Bool { a.seq == b.seq && a.key == b.key }
+
+        /// Whether a near copy of this item's hash is a copy of it: of a like colour (a flat
+        /// or smooth picture's hash is mostly noise). Unknown colours are alike.
+        func isAlike(_ colour: SIMD3<Double>?) -> Bool {
+            guard let mine = self.colour, let colour else { return true }
+            return ImageFingerprint.coloursAlike(mine, colour)
+        }
     }
 
     private struct State {
@@ -35,6 +45,13 @@ final class DedupJudge: Sendable {
         var sightings: [String: (count: Int, keys: [String], pending: Int)] = [:]
     }
 
+    /// Where the kept items are: a state file's (with this session's overlay, `State`), or
+    /// a shared run's ledger.
+    private enum Records: Sendable {
+        case local(any DedupStore, runId: Int64)
+        case shared(any DedupLedger)
+    }
+
     /// A verdict: the item's skip (nil: kept), and the sighting to record with it.
     struct Verdict {
         var skip: ItemSkip?
@@ -42,16 +59,14 @@ final class DedupJudge: Sendable {
     }
 
     let policy: DedupPolicy
-    private let store: any RunStateStore
-    private let runId: Int64
+    private let records: Records
     private let state: Mutex<State>
 
     /// Reads the perceptual hashes of the items the run kept before this session; a run
     /// compared with `baseline` (`run --incremental`) counts on from its sightings.
-    init(policy: DedupPolicy, store: any RunStateStore, runId: Int64, baseline: Int64? = nil) throws {
+    init(policy: DedupPolicy, store: any DedupStore, runId: Int64, baseline: Int64? = nil) throws {
         self.policy = policy
-        self.store = store
-        self.runId = runId
+        records = .local(store, runId: runId)
         if policy.placeholdersAfter != nil, let baseline { try store.inheritSightings(runId: runId, from: baseline) }
         var near = policy.similarDistance.map { NearHashIndex<Kept>(distance: $0) }
         if near != nil {
@@ -63,9 +78,19 @@ final class DedupJudge: Sendable {
         state = Mutex(State(near: near))
     }
 
+    /// A judge of a shared run's items: each verdict is read from and written to `ledger`.
+    init(policy: DedupPolicy, ledger: any DedupLedger) {
+        self.policy = policy
+        records = .shared(ledger)
+        state = Mutex(State())
+    }
+
     /// The item's verdict: kept (and remembered as such), or the skip of a placeholder or a
     /// duplicate; with `dedup.placeholders`, the sighting of its bytes from its `host`.
     func verdict(key: String, seq: Int, sha256: String?, fingerprint: ImageFingerprint?, host: String?) throws -> Verdict {
+        guard case .local(let store, let runId) = records else {
+            return try sharedVerdict(key: key, seq: seq, sha256: sha256, fingerprint: fingerprint, host: host)
+        }
         var sighting: StoreChange?
         if let after = policy.placeholdersAfter, let host, let sha256 {
             let id = host + "\n" + sha256
@@ -91,11 +116,15 @@ final class DedupJudge: Sendable {
                 }
             }
         }
-        return Verdict(skip: try duplicate(key: key, seq: seq, sha256: sha256, fingerprint: fingerprint), sighting: sighting)
+        return Verdict(
+            skip: try duplicate(key: key, seq: seq, sha256: sha256, fingerprint: fingerprint, in: store, runId: runId),
+            sighting: sighting)
     }
 
     /// nil (the item is kept, and remembered as such), or the skip of a duplicate.
-    private func duplicate(key: String, seq: Int, sha256: String?, fingerprint: ImageFingerprint?) throws -> ItemSkip? {
+    private func duplicate(
+        key: String, seq: Int, sha256: String?, fingerprint: ImageFingerprint?, in store: any DedupStore, runId: Int64
+    ) throws -> ItemSkip? {
         let me = Kept(seq: seq, key: key, colour: fingerprint?.averageColour)
         if policy.exact, let sha256 {
             let seen = state.withLock { $0.unwritten[sha256] }
@@ -106,13 +135,8 @@ final class DedupJudge: Sendable {
         }
         let phash = fingerprint?.perceptualHash?.bits
         return state.withLock { state -> ItemSkip? in
-            // Within the distance and of a like colour (a flat or smooth picture's hash is
-            // mostly noise); never the item itself (made again).
-            let alike = { (kept: Kept) -> Bool in
-                guard let a = kept.colour, let b = me.colour else { return true }
-                return ImageFingerprint.coloursAlike(a, b)
-            }
-            if let phash, let found = state.near?.earliest(within: phash, where: { $0.key != key && alike($0) }) {
+            // Within the distance and of a like colour; never the item itself (made again).
+            if let phash, let found = state.near?.earliest(within: phash, where: { $0.key != key && $0.isAlike(me.colour) }) {
                 return .duplicate(of: found.id.key, distance: found.distance, exact: false)
             }
             if let phash { state.near?.insert(phash, id: me) }
@@ -121,19 +145,67 @@ final class DedupJudge: Sendable {
         }
     }
 
+    /// A shared run's verdict, made from what `ledger` holds (every verdict before this
+    /// item's, on any worker: `DedupFloor`) and written there before the next is made.
+    private func sharedVerdict(
+        key: String, seq: Int, sha256: String?, fingerprint: ImageFingerprint?, host: String?
+    ) throws -> Verdict {
+        guard case .shared(let ledger) = records else { preconditionFailure("a state file's judge") }
+        var judgement = DedupJudgement(key: key, seq: seq)
+        var skip: ItemSkip?
+        if let after = policy.placeholdersAfter, let host, let sha256 {
+            var seen = try ledger.sighting(host: host, sha256: sha256) ?? (0, [])
+            if let index = seen.keys.firstIndex(of: key) {
+                // Judged before (by a worker that then stopped): judged as it was then.
+                if index + 1 >= after { skip = .placeholder(host: host, count: index + 1, first: seen.keys[0]) }
+            } else {
+                seen.count += 1
+                let flagging = seen.count == after ? seen.keys : []
+                if seen.keys.count < DedupPolicy.maxSightings { seen.keys.append(key) }
+                judgement.sighting = (host, sha256, seen.count, seen.keys, flagging)
+                if seen.count >= after { skip = .placeholder(host: host, count: seen.count, first: seen.keys[0]) }
+            }
+        }
+        let phash = policy.similarDistance == nil ? nil : fingerprint?.perceptualHash?.bits
+        let exact = policy.exact ? sha256 : nil
+        if skip == nil, exact != nil || phash != nil {
+            let matches = try ledger.matches(sha256: exact, phash: phash, within: policy.similarDistance ?? 0)
+                .filter { $0.key != key }
+            let colour = fingerprint?.averageColour
+            if let exact, let same = matches.filter({ $0.sha256 == exact }).min(by: { $0.seq < $1.seq }) {
+                skip = .duplicate(of: same.key, distance: 0, exact: true)
+            } else if let near = matches.filter({
+                $0.distance != nil && Kept(seq: $0.seq, key: $0.key, colour: $0.colour).isAlike(colour)
+            }).min(by: { $0.seq < $1.seq }), let distance = near.distance {
+                skip = .duplicate(of: near.key, distance: distance, exact: false)
+            }
+        }
+        if skip == nil { judgement.kept = (sha256, fingerprint) }
+        try ledger.judged(judgement)
+        return Verdict(skip: skip, sighting: nil)
+    }
+
     /// The key of a kept item before `seq` in feed order whose input had `sha256`, if any:
     /// the first of its group (its verdict came after every item before it), so an item
     /// with these bytes is its duplicate whatever else is in flight.
     func keptBefore(seq: Int, sha256: String) throws -> String? {
-        if let seen = state.withLock({ $0.unwritten[sha256] }) { return seen.seq < seq ? seen.key : nil }
-        guard let kept = try store.keptItem(runId: runId, sha256: sha256, except: "") else { return nil }
+        let kept: (key: String, seq: Int)?
+        switch records {
+        case .local(let store, let runId):
+            if let seen = state.withLock({ $0.unwritten[sha256] }) { return seen.seq < seq ? seen.key : nil }
+            kept = try store.keptItem(runId: runId, sha256: sha256, except: nil)
+        case .shared(let ledger):
+            kept = try ledger.kept(sha256: sha256, except: nil)
+        }
+        guard let kept else { return nil }
         return kept.seq < seq ? kept.key : nil
     }
 
     /// An item `run --incremental` carried over whole: when it was kept, later items are
     /// compared with it (its insert came before theirs, in feed order).
     func carried(key: String, seq: Int) throws {
-        guard policy.similarDistance != nil, let fingerprint = try store.keptFingerprint(runId: runId, key: key),
+        guard policy.similarDistance != nil, case .local(let store, let runId) = records,
+            let fingerprint = try store.keptFingerprint(runId: runId, key: key),
             let hash = fingerprint.perceptualHash?.bits
         else { return }
         state.withLock { $0.near?.insert(hash, id: Kept(seq: seq, key: key, colour: fingerprint.averageColour)) }

@@ -34,6 +34,8 @@ public final class PipelineRunner: Sendable {
         public var warmPixelHelpers = false
         /// Lets the feed have the session commit its sinks' open batches (`BatchFlush`).
         public var batchFlush: BatchFlush?
+        /// Where a shared run's `dedup` verdicts are kept (`SharedDedup`); nil: in the state file.
+        public var dedupLedger: (any DedupLedger)?
         /// What the session counts for `--metrics` (nil: nothing is counted).
         public var metrics: RunMetrics?
         public init() {}

@@ -39,15 +39,26 @@ final class RunStages: Sendable {
             OpenBatch($0, gate: { store.deliveryGate(key: $0) }, isAborted: { cancellation.isAborted })
         }
         let counts = try context.store.counts(runId: context.runId)
-        let policy = context.pipeline.spec.dedup
-        dedup =
-            policy.isOn
-            ? (try DedupJudge(policy: policy, store: store, runId: context.runId, baseline: context.run.baseline), DedupGate())
-            : nil
+        dedup = try Self.dedup(context)
         state = Mutex(
             RunState(
                 capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete,
                 itemLimit: context.run.itemLimit))
+    }
+
+    /// `dedup`'s judge and gate: a shared run's worker judges through its ledger (the
+    /// shared database), a state file's run through the state file.
+    private static func dedup(_ context: RunContext) throws -> (judge: DedupJudge, gate: DedupGate)? {
+        let policy = context.pipeline.spec.dedup
+        guard policy.isOn else { return nil }
+        if let ledger = context.options.dedupLedger {
+            return (DedupJudge(policy: policy, ledger: ledger), DedupGate(floor: ledger))
+        }
+        guard let store = context.store as? any DedupStore else {
+            throw StoreError("dedup: this run's store cannot look for duplicates")
+        }
+        let judge = try DedupJudge(policy: policy, store: store, runId: context.runId, baseline: context.run.baseline)
+        return (judge, DedupGate())
     }
 
     private var pipeline: BuiltPipeline { context.pipeline }
@@ -706,7 +717,12 @@ final class RunStages: Sendable {
             processed.fingerprint = images.first?.fingerprint
             let next = processed
             guard let dedup else { return record(next) }
+            // In a shared run, an item may wait for items this worker has not admitted yet:
+            // it gives its slot back meanwhile.
+            let parks = dedup.gate.floor != nil
+            if parks { perform(state.withLock { $0.park() }) }
             dedup.gate.arrive(job.seq) { [self] go in
+                if parks { state.withLock { $0.unpark() } }
                 judge(next, dedup, go: go)
             }
         }
@@ -740,7 +756,7 @@ final class RunStages: Sendable {
             self.skip(job, skip)
         case .failure(let error):
             for output in job.outputs { unlink(output.path) }
-            fail(job, ItemFailure(.io, "cannot read the state file: \(error)"), attempts: 1)
+            fail(job, ItemFailure(.io, "cannot record the dedup verdict: \(error)"), attempts: 1)
         }
     }
 

@@ -14,6 +14,9 @@ struct RunState: Sendable {
     private(set) var inFlight = 0
     /// Items held in sinks' open batches, which gave their slot back (`setAside`).
     private(set) var heldInBatches = 0
+    /// Items waiting for their `dedup` verdict in a shared run, which gave their slot back
+    /// (`park`): the items before them may be other workers', or not admitted yet.
+    private(set) var parked = 0
     private(set) var counts: ItemCounts
     private(set) var finishedThisSession = 0
     /// Items of this run, counted against `--limit`: those recorded before this session
@@ -95,6 +98,20 @@ struct RunState: Sendable {
         return release()
     }
 
+    /// An item of a shared run waits for its `dedup` verdict without its slot: the item
+    /// it waits for may need one (a chunk this worker claims after it, rescued from a
+    /// worker that stopped). The session is not over while it waits.
+    mutating func park() -> ReleaseAction {
+        parked += 1
+        return release()
+    }
+
+    /// A parked item's verdict comes: it holds a slot again, which its end gives back.
+    mutating func unpark() {
+        parked -= 1
+        inFlight += 1
+    }
+
     /// An item set aside comes to its end (its batch committed, failed or was dropped): it
     /// holds a slot again, which its end gives back.
     mutating func takeUpSetAside() {
@@ -123,7 +140,7 @@ struct RunState: Sendable {
     }
 
     private mutating func checkDone() -> ReleaseAction {
-        guard producerFinished, inFlight == 0, !signalledDone else { return .none }
+        guard producerFinished, inFlight == 0, parked == 0, !signalledDone else { return .none }
         signalledDone = true
         return .allDone
     }

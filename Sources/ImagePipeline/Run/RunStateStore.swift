@@ -50,21 +50,6 @@ public protocol RunStateStore: AnyObject, Sendable {
     /// What an item's first output looks like (`ImageFingerprint`), nil before it is made.
     func fingerprint(runId: Int64, key: String) throws -> ImageFingerprint?
 
-    /// `dedup`: the first item in feed order the run kept whose input had `sha256`, other
-    /// than `key`; nil when there is none.
-    func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)?
-    /// `dedup.placeholders` in `run --incremental`: the counts of `baseline` (the run it is
-    /// compared with) become the run's own, where it has none for a host and hash yet.
-    func inheritSightings(runId: Int64, from baseline: Int64) throws
-    /// `dedup.placeholders`: how many items of the run `host` gave `sha256`'s bytes for, and
-    /// the keys of the first ones; nil when none.
-    func sighting(runId: Int64, host: String, sha256: String) throws -> (count: Int, keys: [String])?
-    /// `dedup`: calls `body` with each kept item's place, key and fingerprint.
-    func keptHashes(runId: Int64, _ body: (Int, String, ImageFingerprint) throws -> Void) throws
-    /// `dedup`: an item's fingerprint when the run kept it (`StoreChange.processed`'s
-    /// `kept`), else nil.
-    func keptFingerprint(runId: Int64, key: String) throws -> ImageFingerprint?
-
     /// Whether a delivery of `key` may start now. Always `go` for a state file; a shared
     /// run's worker delivers only items whose chunk it still holds (`SharedStateStore`).
     func deliveryGate(key: String) -> DeliveryGate

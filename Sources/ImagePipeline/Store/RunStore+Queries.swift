@@ -191,12 +191,12 @@ extension RunStore {
     }
 
     /// On `item_kept_hash`: the kept items with one hash, in feed order.
-    public func keptItem(runId: Int64, sha256: String, except key: String) throws -> (key: String, seq: Int)? {
+    public func keptItem(runId: Int64, sha256: String, except key: String?) throws -> (key: String, seq: Int)? {
         try read { db in
             try Row.fetchOne(
                 db.cachedStatement(
                     sql: """
-                        SELECT key, seq FROM item WHERE runId = ? AND sourceHash = ? AND kept = 1 AND key != ?
+                        SELECT key, seq FROM item WHERE runId = ? AND sourceHash = ? AND kept = 1 AND key IS NOT ?
                         ORDER BY seq LIMIT 1
                         """), arguments: [runId, sha256, key]
             ).map { (key: $0[0], seq: $0[1]) }
