@@ -112,7 +112,7 @@ let package = Package(
         // The shared-run store alone under simulated workers, for bench/scaleout.sh.
         .executableTarget(name: "imgpipe-scaleout", dependencies: ["ImagePipeline", "PipelineKit"]),
         // Fingerprints' cost and the near-duplicate index at a million hashes (`bench/dedup.sh`).
-        .executableTarget(name: "imgpipe-hashbench", dependencies: ["PipelineKit", "VipsKit"]),
+        .executableTarget(name: "imgpipe-hashbench", dependencies: ["ImagePipeline", "PipelineKit", "VipsKit"]),
         // The fuzz target (`make fuzz` builds it with -sanitize=fuzzer -DFUZZING); an
         // ordinary build makes a replayer of saved inputs.
         .executableTarget(name: "imgpipe-fuzz", dependencies: ["ImagePipeline", "PipelineKit", "ParquetKit", "VipsKit"]),

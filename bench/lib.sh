@@ -161,3 +161,24 @@ alternate() {
     done
   done
 }
+
+# start_postgres — a PostgreSQL cluster of the bench's own on loopback (fsync on, 100
+# connections), stopped and removed when the script exits; sets PGPORT. fresh_db makes a
+# new database in it and sets URL to it.
+start_postgres() {
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  PGDIR=$(mktemp -d /tmp/imgpipe-bench-pg-XXXX); chmod 755 "$PGDIR"
+  PGAS=(); [ "$(id -u)" = 0 ] && { chown postgres "$PGDIR"; PGAS=(runuser -u postgres --); }
+  echo bench > "$PGDIR/pw"
+  "${PGAS[@]}" "$PGBIN/initdb" -D "$PGDIR/data" -U imgpipe --pwfile="$PGDIR/pw" --auth=trust >/dev/null
+  PGPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "${PGAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w \
+    -o "-h 127.0.0.1 -p $PGPORT -k $PGDIR -c max_connections=100" start >/dev/null
+  trap '"${PGAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast stop >/dev/null 2>&1; rm -rf "$PGDIR"' EXIT
+}
+PGDB=0
+fresh_db() {
+  PGDB=$((PGDB + 1))
+  psql -q -h 127.0.0.1 -p "$PGPORT" -U imgpipe postgres -c "CREATE DATABASE b$PGDB" >/dev/null
+  URL="postgres://imgpipe:bench@127.0.0.1:$PGPORT/b$PGDB"
+}

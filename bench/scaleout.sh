@@ -29,20 +29,7 @@ swift build -c release --product imgpipe-scaleout >/dev/null
 SCALEOUT=.build/release/imgpipe-scaleout
 
 # A cluster of the bench's own, fsync on, stopped at the end.
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-PGDIR=$(mktemp -d /tmp/imgpipe-bench-pg-XXXX); chmod 755 "$PGDIR"
-AS=(); [ "$(id -u)" = 0 ] && { chown postgres "$PGDIR"; AS=(runuser -u postgres --); }
-echo bench > "$PGDIR/pw"
-"${AS[@]}" "$PGBIN/initdb" -D "$PGDIR/data" -U imgpipe --pwfile="$PGDIR/pw" --auth=trust >/dev/null
-PGPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"${AS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w -o "-h 127.0.0.1 -p $PGPORT -k $PGDIR -c max_connections=100" start >/dev/null
-trap '"${AS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast stop >/dev/null 2>&1; rm -rf "$PGDIR"' EXIT
-DB=0
-fresh_db() {
-  DB=$((DB + 1))
-  psql -q -h 127.0.0.1 -p "$PGPORT" -U imgpipe postgres -c "CREATE DATABASE b$DB" >/dev/null
-  URL="postgres://imgpipe:bench@127.0.0.1:$PGPORT/b$DB"
-}
+start_postgres
 
 echo "scaleout: the store alone, $ITEMS items"
 for k in $KS; do
@@ -85,7 +72,7 @@ for _ in 1 2 3 4; do (cd "$OUT" && exec "$BINABS" work pipe.json --state "$URL" 
 sleep 1; kill -9 "${pids[0]}"
 for pid in "${pids[@]:1}"; do wait "$pid"; done
 end=$(date +%s.%N)
-done_count=$(psql -tA -h 127.0.0.1 -p "$PGPORT" -U imgpipe "b$DB" -c "SELECT count(*) FROM imgpipe_item WHERE status = 'done'")
+done_count=$(psql -tA -h 127.0.0.1 -p "$PGPORT" -U imgpipe "b$PGDB" -c "SELECT count(*) FROM imgpipe_item WHERE status = 'done'")
 echo "killed $(echo "$end - $start" | bc) $done_count $(count_files "$OUT/out")" | tee "$OUT/killed.txt"
 
 python3 - "$OUT" "$ITEMS" "$IMAGES" <<'PY'

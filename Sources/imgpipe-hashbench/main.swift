@@ -1,8 +1,9 @@
 import Foundation
+import ImagePipeline
 import PipelineKit
 import VipsKit
 
-// Two benchmarks for `bench/dedup.sh`. Not a product.
+// Three benchmarks for `bench/dedup.sh`. Not a product.
 //
 //   imgpipe-hashbench fingerprints FOLDER
 //
@@ -20,6 +21,13 @@ import VipsKit
 // Prints one line of `name=value` pairs: seconds to insert, queries per second, the mean
 // candidates a query examined and their share of the index, the scan's queries per second,
 // and the peak resident set.
+//
+//   imgpipe-hashbench postgres URL N Q DISTANCE CHECK
+//
+// The same in a shared run's tables (`imgpipe_kept`, four indexed 16-bit bands): N kept
+// items with pseudo-random hashes written by one statement, then Q lookups through
+// `SharedDedup.matches` (a shared run's own query), half near copies of stored hashes and half
+// new, and the first CHECK checked against a scan of the run's rows (`bit_count`), timed too.
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "fingerprints" {
     let folder = CommandLine.arguments[2]
@@ -40,6 +48,71 @@ if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "fingerprints" 
     exit(0)
 }
 
+if CommandLine.arguments.count == 7, CommandLine.arguments[1] == "postgres" {
+    let numbers = CommandLine.arguments.dropFirst(3).compactMap { Int($0) }
+    guard numbers.count == 4, numbers[0] > 0, numbers[1] > 1, (0...16).contains(numbers[2]) else {
+        FileHandle.standardError.write(Data("usage: imgpipe-hashbench postgres URL N QUERIES DISTANCE CHECK\n".utf8))
+        exit(2)
+    }
+    let (count, queryCount, distance, checked) = (numbers[0], numbers[1], numbers[2], min(numbers[3], numbers[1]))
+    let shared = try SharedRun(
+        connection: PostgresConnection(url: CommandLine.arguments[2]), pipelineName: "hashbench",
+        fingerprint: ["bench": "dedup"], joining: .fresh(replace: false))
+    let run = String(shared.runId)
+    // Each row's hash is the first 64 bits of the MD5 of its number: the same on every run.
+    var start = DispatchTime.now()
+    try shared.connection.execute(
+        """
+        INSERT INTO imgpipe_kept (run_id, seq, key, phash, band0, band1, band2, band3)
+        SELECT $1, g, 'item-' || g, h, (h >> 48) & 65535, (h >> 32) & 65535, (h >> 16) & 65535, h & 65535
+        FROM (SELECT g, ('x' || substr(md5(g::text), 1, 16))::bit(64)::bigint AS h FROM generate_series(0, $2::bigint - 1) g) s
+        """, [run, String(count)])
+    try shared.connection.execute("ANALYZE imgpipe_kept")
+    let insertSeconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
+    var random = SeededHashes(state: 2026)
+    let stored = try shared.connection.execute(
+        "SELECT phash FROM imgpipe_kept WHERE run_id = $1 AND seq % $2 = 0", [run, String(max(1, count / queryCount))]
+    ).all.compactMap { $0.int("phash").map { UInt64(bitPattern: $0) } }
+    let queries: [UInt64] = (0..<queryCount).map { index in
+        guard index % 2 == 0, !stored.isEmpty else { return random.next() }
+        var hash = stored[Int(random.next() % UInt64(stored.count))]
+        for _ in 0..<Int(random.next() % UInt64(distance + 1)) { hash ^= 1 << (random.next() % 64) }
+        return hash
+    }
+    let dedup = try SharedDedup(reading: try shared.sibling())
+    defer { dedup.stop() }
+    /// The queries' answers and their rate.
+    func lookups() throws -> (answers: [[String]], perSecond: Int) {
+        let start = DispatchTime.now()
+        var answers: [[String]] = []
+        for query in queries {
+            answers.append(try dedup.matches(sha256: nil, phash: query, within: distance).map(\.key).sorted())
+        }
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
+        return (answers, Int(Double(queryCount) / seconds))
+    }
+    // Rows just written: each candidate's visibility is read from its row. Then as a run's
+    // older rows are once autovacuum has been by (the visibility map set): from the index.
+    let fresh = try lookups()
+    try shared.connection.execute("VACUUM imgpipe_kept")
+    let (answers, vacuumed) = try lookups()
+    start = DispatchTime.now()
+    var disagreements = zip(answers, fresh.answers).count { $0 != $1 }
+    for (query, answer) in zip(queries, answers).prefix(checked) {
+        let scanned = try shared.connection.execute(
+            "SELECT key FROM imgpipe_kept WHERE run_id = $1 AND bit_count((phash # $2::bigint)::bit(64)) <= $3",
+            [run, String(Int64(bitPattern: query)), String(distance)]
+        ).all.compactMap { $0["key"] }.sorted()
+        if scanned != answer { disagreements += 1 }
+    }
+    let scanSeconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
+    print(
+        "postgres hashes=\(count) distance=\(distance) insert_s=\(String(format: "%.1f", insertSeconds))",
+        "queries_per_s=\(vacuumed) fresh_queries_per_s=\(fresh.perSecond) found=\(answers.count { !$0.isEmpty })",
+        "scan_queries_per_s=\(String(format: "%.2f", Double(checked) / scanSeconds)) disagreements=\(disagreements)")
+    exit(disagreements == 0 ? 0 : 1)
+}
+
 let arguments = CommandLine.arguments.dropFirst().compactMap { Int($0) }
 guard arguments.count == 4, arguments[0] > 0, arguments[1] > 0, (0...16).contains(arguments[2]) else {
     FileHandle.standardError.write(Data("usage: imgpipe-hashbench N QUERIES DISTANCE CHECK\n".utf8))
@@ -48,7 +121,7 @@ guard arguments.count == 4, arguments[0] > 0, arguments[1] > 0, (0...16).contain
 let (count, queryCount, distance, checked) = (arguments[0], arguments[1], arguments[2], min(arguments[3], arguments[1]))
 
 /// SplitMix64: the same hashes on every run.
-struct Generator {
+struct SeededHashes {
     var state: UInt64
     mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
@@ -63,7 +136,7 @@ func seconds(since start: DispatchTime) -> Double {
     Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
 }
 
-var random = Generator(state: 2026)
+var random = SeededHashes(state: 2026)
 let hashes = (0..<count).map { _ in random.next() }
 let queries: [UInt64] = (0..<queryCount).map { index in
     guard index % 2 == 0 else { return random.next() }
