@@ -307,8 +307,8 @@ final class SharedWorkTests: @unchecked Sendable {
             "the old journal went, the new one after a clean end")
     }
 
-    /// A worker whose pipeline lists other items, uses other ones or delivers elsewhere
-    /// does not join (or end as) the run of another: it joined, failed 190 of 300 items as
+    /// A worker whose pipeline lists other items, uses other ones, delivers elsewhere or
+    /// compares items otherwise (`dedup`) does not join (or end as) the run of another: it joined, failed 190 of 300 items as
     /// `limit` under its own `maxPixels` and mixed its sink folder into the run's tallies.
     /// A machine's own threads and timeouts may differ.
     @Test func aWorkerWhosePipelineDiffersInItsItemsOrSinksDoesNotJoin() throws {
@@ -323,6 +323,7 @@ final class SharedWorkTests: @unchecked Sendable {
             ("accept", base.replacingOccurrences(of: #""limits": {"#, with: #""accept": {"formats": ["png"]}, "limits": {"#)),
             ("limits.maxPixels", base.replacingOccurrences(of: #""limits": {"#, with: #""limits": {"maxPixels": 1000, "#)),
             ("sinks", base.replacingOccurrences(of: #"{"type": "directory", "path": "out"}, "#, with: "")),
+            ("dedup", base.replacingOccurrences(of: #""limits": {"#, with: #""dedup": {"exact": true}, "limits": {"#)),
         ]
         for (field, text) in variants {
             try #require(text != base, "the \(field) variant changed nothing")

@@ -291,6 +291,54 @@ struct WebDatasetSinkTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
     }
 
+    /// `dedup.placeholders` with the shard still open: the two items made with a host's
+    /// placeholder before the third URL showed it to be one are taken out of the open shard
+    /// and skipped, not delivered; the shard is written whole with the others.
+    @Test func itemsFoundToBePlaceholdersAreTakenOutOfTheOpenShard() throws {
+        let unavailable = try ImageFixtures.scene(width: 120, height: 90, seed: 90).encoded(.png(compression: 6, strip: true))
+        let pictures = try (1...4).map {
+            try ImageFixtures.scene(width: 120, height: 90, seed: UInt64(90 + $0)).encoded(.png(compression: 6, strip: true))
+        }
+        let server = try TestHTTPServer { request in
+            guard request.path.hasPrefix("/r"), let index = Int(request.path.dropFirst(2).prefix(1)) else {
+                return .bytes(unavailable)
+            }
+            return .bytes(pictures[index - 1])
+        }
+        defer { server.stop() }
+        let order = ["r1", "p1", "r2", "p2", "r3", "p3", "r4", "p4"]
+        try work.write(order.map { "\(server.baseURL)/\($0).png\n" }.joined(), to: "urls.txt")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "url-list", "path": "urls.txt", "cache": false},
+             "dedup": {"placeholders": true}, "filters": [{"op": "fit", "width": 32, "height": 32}],
+             "sink": {"type": "webdataset", "path": "shards", "samplesPerShard": 100}}
+            """, to: "pipe.json")
+        let run = try imgpipe("run", "pipe.json")
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        let shards = try shards(in: work.url("shards"))
+        #expect(shards.keys.sorted() == ["00000.tar"], "\(shards.keys.sorted())")
+        let keys = try shards.values.flatMap { try sampleKeys(of: $0) }.map {
+            $0.split(separator: "/").last.map(String.init) ?? $0
+        }
+        #expect(keys == ["r1.png", "r2.png", "r3.png", "r4.png"], "\(keys)")
+        #expect(try manifests(in: work.url("shards")).values.first?.count == 4)
+        let exported = try imgpipe("export", "pipe.json")
+        let records = Dictionary(
+            uniqueKeysWithValues: try exported.jsonLines().map {
+                (($0["key"] as? String)?.split(separator: "/").last.map(String.init) ?? "", $0)
+            })
+        for name in ["p1.png", "p2.png"] {
+            let record = try #require(records[name])
+            #expect(record["status"] as? String == "skipped" && record["reason"] as? String == "placeholder", "\(record)")
+            #expect(record["placeholder"] as? Bool == true && (record["message"] as? String ?? "").contains("taken out"))
+        }
+        for name in ["p3.png", "p4.png"] { #expect(records[name]?["reason"] as? String == "placeholder") }
+        let status = try imgpipe("status", "pipe.json", "--json").decoded(StatusReport.self)
+        #expect(status.done == 4 && status.skipsByReason == ["placeholder": 4] && status.placeholders == 2, "\(status)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: work.url("shards")).filter { $0.hasPrefix(".") } == [])
+    }
+
     /// An item a shard holds while another sink retries its delivery: the session waits for
     /// that delivery before it ends (it used to give the item's place back when the shard
     /// took it, end with the retry still pending, and leave the item for resume).

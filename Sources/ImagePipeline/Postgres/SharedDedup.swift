@@ -41,7 +41,14 @@ public final class SharedDedup: DedupLedger, Sendable {
         /// after it. Items in turn on this worker need no question then.
         let clearBelow = Mutex(1)
 
-        init(_ shared: SharedRun) { self.shared = Mutex(shared) }
+        let ledger: ChunkLedger
+        /// The ledger's count of lost claims when the cache was last trusted.
+        let lossesSeen = Mutex(0)
+
+        init(_ shared: SharedRun, ledger: ChunkLedger) {
+            self.shared = Mutex(shared)
+            self.ledger = ledger
+        }
 
         /// `seq` had its verdict or ended: when every item before it had, so has every
         /// item before the next.
@@ -49,7 +56,23 @@ public final class SharedDedup: DedupLedger, Sendable {
             clearBelow.withLock { if $0 >= seq { $0 = max($0, seq + 1) } }
         }
 
+        /// A claim was lost since the cache was last trusted: an item this worker ended
+        /// may have had its end refused, and is another worker's to make again. What was
+        /// known from its own ends goes; the database is asked.
+        func forgetIfLost() {
+            let losses = ledger.lossCount
+            guard
+                lossesSeen.withLock({ seen in
+                    defer { seen = losses }
+                    return seen != losses
+                })
+            else { return }
+            clearBelow.withLock { $0 = 1 }
+            left.withLock { $0.removeAll() }
+        }
+
         func isClear(below seq: Int) -> Bool {
+            forgetIfLost()
             if clearBelow.withLock({ $0 >= seq }) { return true }
             let excluded = left.withLock { left -> [String?] in
                 let old = Date().addingTimeInterval(-60)
@@ -88,22 +111,26 @@ public final class SharedDedup: DedupLedger, Sendable {
     /// `shared`: a connection of this worker's own; the floor of a watched item is asked
     /// every `pollSeconds`.
     init(shared: SharedRun, ledger: ChunkLedger, pollSeconds: Double = 0.02) throws {
-        // `bit_count` (the distance in `matchesSQL`) came with PostgreSQL 14.
-        let version = try shared.connection.execute("SHOW server_version_num").first?["server_version_num"]
-        if let version = version.flatMap({ Int($0) }), version < 140_000 {
-            throw SharedWorkerError(
-                "dedup: a shared run needs PostgreSQL 14 or later to look for duplicates (this server is \(version / 10_000))")
-        }
         // Verdicts are written without waiting for the server's disk. One lost in a crash
         // of the server takes every later write with it (the log is written in order), the
         // items' ends that rest on it included: those items are made and judged again, with
         // the same verdicts. Waiting, each verdict would take a flush of the server's log
         // (milliseconds on a disk), and verdicts are made one at a time across the workers.
         try shared.connection.execute("SET synchronous_commit = off")
-        let core = Core(shared)
+        let core = Core(shared, ledger: ledger)
         self.core = core
         self.ledger = ledger
         poller = LoopThread(name: "imgpipe.dedup-floor", every: pollSeconds, wake: wake) { core.poll() }
+    }
+
+    /// Refuses a server older than PostgreSQL 14: `bit_count` (the distance in
+    /// `matchesSQL`) came with it.
+    static func checkServer(_ connection: PostgresConnection) throws {
+        let version = try connection.execute("SHOW server_version_num").first?["server_version_num"]
+        if let version = version.flatMap({ Int($0) }), version < 140_000 {
+            throw SharedWorkerError(
+                "dedup: a shared run needs PostgreSQL 14 or later to look for duplicates (this server is \(version / 10_000))")
+        }
     }
 
     /// A reader of `shared`'s kept items, holding no chunk (its `judged` refuses): for
@@ -173,7 +200,12 @@ public final class SharedDedup: DedupLedger, Sendable {
             INSERT INTO imgpipe_kept (run_id, seq, key, sha256, phash, band0, band1, band2, band3, thumbhash)
             SELECT $1, $5, $6, $7, $8::bigint, $9::integer, $10::integer, $11::integer, $12::integer, $13
             WHERE $14::boolean AND EXISTS (SELECT 1 FROM held)
-            ON CONFLICT (run_id, seq) DO NOTHING
+            ON CONFLICT (run_id, seq) DO UPDATE SET key = excluded.key, sha256 = excluded.sha256, phash = excluded.phash,
+                band0 = excluded.band0, band1 = excluded.band1, band2 = excluded.band2, band3 = excluded.band3,
+                thumbhash = excluded.thumbhash
+        ), unkept AS (
+            -- Judged again (`resume --retry-failed`) and not kept now: no longer compared with.
+            DELETE FROM imgpipe_kept WHERE run_id = $1 AND seq = $5 AND NOT $14::boolean AND EXISTS (SELECT 1 FROM held)
         ), sighting AS (
             INSERT INTO imgpipe_sighting (run_id, host, sha256, count, keys)
             SELECT $1, $15::text, $16::text, $17::integer, $18::text WHERE $15::text IS NOT NULL AND EXISTS (SELECT 1 FROM held)
@@ -193,12 +225,15 @@ public final class SharedDedup: DedupLedger, Sendable {
     public func isClear(below seq: Int) -> Bool { core.isClear(below: seq) }
 
     public func watch(_ seq: Int, then: @escaping @Sendable () -> Void) {
-        if core.stopped.withLock({ $0 }) { return then() }
+        // Stopped once the session is over: nothing is left to wait.
+        if core.stopped.withLock({ $0 }) { return }
         core.watched.withLock { $0 = (seq, then) }
         wake.signal()
     }
 
-    public func left(_ seq: Int) {
+    public func left(_ seq: Int, key: String) {
+        // Its end is written only while its chunk is held: one lost is another worker's.
+        guard ledger.claim(of: key) != nil else { return }
         core.left.withLock { $0[seq] = Date() }
         core.passed(seq)
     }

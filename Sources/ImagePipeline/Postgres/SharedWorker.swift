@@ -88,8 +88,12 @@ public final class SharedWorker: Sendable {
         self.logger = logger
         self.options = options
         ledger = ChunkLedger(leaseSeconds: options.leaseSeconds)
+        let connection = try PostgresConnection(url: url, idleInTransactionTimeoutSeconds: Self.transactionLimit(options))
+        // Before the run is joined (or a new one made): a server that cannot compare the
+        // items is refused with nothing changed.
+        if pipeline.spec.dedup.isOn { try SharedDedup.checkServer(connection) }
         run = try SharedRun(
-            connection: PostgresConnection(url: url, idleInTransactionTimeoutSeconds: Self.transactionLimit(options)),
+            connection: connection,
             pipelineName: pipeline.spec.name,
             fingerprint: Self.fingerprint(of: pipeline.spec), chunkSize: options.chunkSize,
             leaseSeconds: options.leaseSeconds, joining: options.joining)
@@ -112,7 +116,7 @@ public final class SharedWorker: Sendable {
     /// Fingerprint keys added after the first shared runs: a run without them was made by
     /// an older imgpipe, and is joined on what it recorded.
     public static let recordedSince: Set<String> = [
-        "source", "accept", "sinks", "limits.maxBytes", "limits.maxPixels", "network",
+        "source", "accept", "sinks", "limits.maxBytes", "limits.maxPixels", "network", "dedup",
     ]
 
     public static func fingerprint(of spec: PipelineSpec) -> [String: String] {
@@ -132,6 +136,8 @@ public final class SharedWorker: Sendable {
             "limits.maxBytes": String(spec.limits.maxBytes), "limits.maxPixels": String(spec.limits.maxPixels),
             // Which addresses may be reached: an item refused on one machine is not fetched on another.
             "network": canonical(document["network"]),
+            // Whether and how items are compared: every worker judges by the same rules.
+            "dedup": canonical(document["dedup"]),
         ]) { $1 }
     }
 
@@ -607,12 +613,19 @@ final class ChunkLedger: Sendable {
     /// Marks `chunk`'s claim lost; false when it is not held (any more) under that claim.
     @discardableResult
     func markLost(_ chunk: SharedRun.Chunk) -> Bool {
-        state.withLock { state in
+        let marked = state.withLock { state in
             guard state.chunks[chunk.token] != nil else { return false }
             state.chunks[chunk.token]?.lost = true
             return true
         }
+        if marked { losses.withLock { $0 += 1 } }
+        return marked
     }
+
+    /// How many claims have been marked lost: what a worker knew of its items' ends may be
+    /// wrong since (`SharedDedup` asks the database again).
+    private let losses = Mutex(0)
+    var lossCount: Int { losses.withLock { $0 } }
 
     /// `ask` (the claimer's question for the run's end), after forgetting the finish
     /// signals that came while the claimer was busy: each would otherwise wake one wait,

@@ -56,9 +56,10 @@ final class DedupGate: Sendable {
 
     /// An item ended without a verdict (failed, skipped before its outputs were made): no
     /// longer waited for.
-    func leave(_ seq: Int) {
-        let entered = state.withLock { $0.waiting.remove(seq) != nil }
-        if entered { floor?.left(seq) }
+    func leave(_ seq: Int, key: String) {
+        // An item skipped by its own verdict (a duplicate) is passed by it, not left.
+        let entered = state.withLock { $0.running != seq && $0.waiting.remove(seq) != nil }
+        if entered { floor?.left(seq, key: key) }
         advance()
     }
 
@@ -126,9 +127,15 @@ final class DedupGate: Sendable {
     private func advance() {
         guard let next = state.withLock({ $0.takeNext() }) else { return }
         if let floor, !floor.isClear(below: next) {
-            state.withLock { state in
+            let refused = state.withLock { state -> (@Sendable (Bool) -> Void)? in
                 if state.running == next { state.running = nil }
+                // Stopped while the floor was asked (`shut` and `abandon` leave the running
+                // item to this): refused now, not watched.
+                guard state.shut || state.isAbandoned(next) else { return nil }
+                state.waiting.remove(next)
+                return state.parked.removeValue(forKey: next)
             }
+            if let refused { return DispatchQueue.global().async { refused(false) } }
             floor.watch(next) { [self] in advance() }
             return
         }

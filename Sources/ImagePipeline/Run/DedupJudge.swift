@@ -56,6 +56,8 @@ final class DedupJudge: Sendable {
     struct Verdict {
         var skip: ItemSkip?
         var sighting: StoreChange?
+        /// The items this verdict finds were made with a placeholder (`dedup.placeholders`).
+        var flagging: [String] = []
     }
 
     let policy: DedupPolicy
@@ -112,7 +114,9 @@ final class DedupJudge: Sendable {
                 }
                 sighting = .sighted(host: host, sha256: sha256, key: key, flagging: flagging)
                 if seen.count >= after {
-                    return Verdict(skip: .placeholder(host: host, count: seen.count, first: seen.keys[0]), sighting: sighting)
+                    return Verdict(
+                        skip: .placeholder(host: host, count: seen.count, first: seen.keys[0]), sighting: sighting,
+                        flagging: flagging)
                 }
             }
         }
@@ -182,7 +186,7 @@ final class DedupJudge: Sendable {
         }
         if skip == nil { judgement.kept = (sha256, fingerprint) }
         try ledger.judged(judgement)
-        return Verdict(skip: skip, sighting: nil)
+        return Verdict(skip: skip, sighting: nil, flagging: judgement.sighting?.flagging ?? [])
     }
 
     /// The key of a kept item before `seq` in feed order whose input had `sha256`, if any:

@@ -34,7 +34,7 @@ public protocol DedupFloor: AnyObject, Sendable {
     func watch(_ seq: Int, then: @escaping @Sendable () -> Void)
     /// An item of this worker ended without a verdict (failed, or skipped before its
     /// pixel work): not waited for, though its end may not have reached the others yet.
-    func left(_ seq: Int)
+    func left(_ seq: Int, key: String)
 }
 
 /// A verdict as a shared run records it, for every worker to read (`DedupLedger.judged`).

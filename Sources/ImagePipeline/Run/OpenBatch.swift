@@ -42,10 +42,12 @@ final class OpenBatch: Sendable {
     /// Hands `item` to the sink. An item it holds is registered with `settlement`, and
     /// `onHold` runs before anything else can reach the batch; when the sink says the batch
     /// is full, it is committed there and then (see `commit`), before another item comes in.
+    /// nil when `refusing` says the item is not to be handed over (asked under the batch's
+    /// lock, so that an item `withdraw` takes out after the answer was "no" cannot come in).
     func accept(
-        _ item: BatchItem, attempt: Int, _ settlement: Settlement, onHold: () -> Void,
-        record: ([Entry], Commit) -> Void
-    ) throws(DeliveryFailure) -> Acceptance {
+        _ item: BatchItem, attempt: Int, _ settlement: Settlement, refusing: (String) -> Bool = { _ in false },
+        onHold: () -> Void, record: ([Entry], Commit) -> Void
+    ) throws(DeliveryFailure) -> Acceptance? {
         guard sink.takesWholeItems else {
             let outcome = try sink.accept(item, attempt: attempt)
             guard case .held = outcome else { return outcome }
@@ -53,7 +55,8 @@ final class OpenBatch: Sendable {
             throw DeliveryFailure(
                 ItemFailure(.upload, "sink \(sink.name) held an output but does not take items whole"), attempts: attempt)
         }
-        let outcome = held.withLock { held in
+        let outcome = held.withLock { held -> Result<Acceptance, DeliveryFailure>? in
+            if refusing(item.key) { return nil }
             let outcome = Result { () throws(DeliveryFailure) in try sink.accept(item, attempt: attempt) }
             if case .success(.held(let full)) = outcome {
                 held.append(Entry(item: item, settlement: settlement))
@@ -62,7 +65,7 @@ final class OpenBatch: Sendable {
             }
             return outcome
         }
-        return try outcome.get()
+        return try outcome?.get()
     }
 
     /// Commits the open batch (nothing held: nothing to do) and hands what became of it, with
@@ -122,6 +125,19 @@ final class OpenBatch: Sendable {
             }
         }
         return false
+    }
+
+    /// Takes the held items of `keys` that `take` accepts out of the open batch (as the sink
+    /// takes them out of its own); returns those taken out.
+    func withdraw(_ keys: Set<String>, where take: (Entry) -> Bool) -> [Entry] {
+        held.withLock { held in
+            let wanted = Set(held.filter { keys.contains($0.item.key) && take($0) }.map(\.item.key))
+            guard !wanted.isEmpty else { return [] }
+            let taken = sink.withdraw(wanted)
+            let out = held.filter { taken.contains($0.item.key) }
+            held.removeAll { taken.contains($0.item.key) }
+            return out
+        }
     }
 
     /// Drops the open batch (the run stops at once); returns the items it held.

@@ -30,6 +30,11 @@ final class RunStages: Sendable {
     private let batches: [String: OpenBatch]
     /// `dedup`'s judge and the gate that gives its verdicts in feed order; nil without `dedup`.
     private let dedup: (judge: DedupJudge, gate: DedupGate)?
+    /// Whether items found to have been made with a placeholder are taken out of the open
+    /// batch (`dedup.placeholders`, the pipeline's one sink batching items: a dataset's).
+    private let withdrawsPlaceholders: Bool
+    /// Those items, each with its skip, so that one on its way to the batch is refused there.
+    private let withdrawing = Mutex<[String: ItemSkip]>([:])
 
     init(_ context: RunContext) throws {
         self.context = context
@@ -40,6 +45,9 @@ final class RunStages: Sendable {
         }
         let counts = try context.store.counts(runId: context.runId)
         dedup = try Self.dedup(context)
+        withdrawsPlaceholders =
+            context.pipeline.spec.dedup.placeholdersAfter != nil && context.sinks.count == 1
+            && context.sinks.values.allSatisfy(\.takesWholeItems)
         state = Mutex(
             RunState(
                 capacity: context.capacity, counts: counts, feedComplete: context.run.feedComplete,
@@ -79,7 +87,9 @@ final class RunStages: Sendable {
         }
         if action != .none { cancelRetries() }
         // Items in flight finish on a first interrupt; an abort leaves every verdict to come.
-        if action == .abort { dedup?.gate.shut() }
+        // In a shared run, the items before a waiting one may be other workers', stopping
+        // too, or chunks no one will claim now: the waiting items are left for resume.
+        if action == .abort || (action != .none && dedup?.gate.floor != nil) { dedup?.gate.shut() }
     }
 
     // MARK: - the session
@@ -480,6 +490,9 @@ final class RunStages: Sendable {
             metadata = record.metadata
         }
 
+        /// The origin a remote item comes from (`dedup.placeholders` counts per origin).
+        var host: String? { isRemote ? URL(string: location).flatMap(RobotsPolicy.origin(of:)) : nil }
+
         /// Items of a local source carry the tier `local` (or `fallback`) from their listing;
         /// everything else was listed by a remote source and is only ever fetched over
         /// http(s), never read from disk.
@@ -738,14 +751,18 @@ final class RunStages: Sendable {
         }
         let verdict = Result {
             try dedup.judge.verdict(
-                key: job.key, seq: job.seq, sha256: job.source?.sha256, fingerprint: job.fingerprint,
-                host: job.isRemote ? URL(string: job.location).flatMap(RobotsPolicy.origin(of:)) : nil)
+                key: job.key, seq: job.seq, sha256: job.source?.sha256, fingerprint: job.fingerprint, host: job.host)
         }
         // The verdict's writes are queued before the next item's verdict can be: the writer
         // keeps their order, so a duplicate is never recorded before the item it names.
         defer { dedup.gate.pass(job.seq) }
         if case .success(let made) = verdict, let sighting = made.sighting {
             writer.submit(sighting) { _ in dedup.judge.written(sighting) }
+        }
+        if case .success(let made) = verdict, !made.flagging.isEmpty,
+            case .placeholder = made.skip?.reason, let host = job.host
+        {
+            withdraw(made.flagging, .withdrawnPlaceholder(host: host, count: made.flagging.count + 1, first: made.flagging[0]))
         }
         switch verdict {
         case .success(let made):
@@ -758,6 +775,32 @@ final class RunStages: Sendable {
             for output in job.outputs { unlink(output.path) }
             fail(job, ItemFailure(.io, "cannot record the dedup verdict: \(error)"), attempts: 1)
         }
+    }
+
+    /// Items a verdict found were made with a placeholder (`dedup.placeholders`), when the
+    /// pipeline's one sink batches items: those its open batch holds are taken out of it
+    /// and skipped, not delivered, and so is one still on its way there (refused by the
+    /// batch). One delivered already (its batch committed) is left: it is flagged.
+    private func withdraw(_ keys: [String], _ skip: ItemSkip) {
+        guard withdrawsPlaceholders else { return }
+        // Before the batches are asked: an item not in one yet is refused when it comes.
+        withdrawing.withLock { for key in keys { $0[key] = skip } }
+        for batch in batches.values {
+            for entry in batch.withdraw(Set(keys), where: { $0.settlement.isOnlyHeld }) {
+                entry.settlement.release(entry.item.deliveries.count)
+                // Held in the batch, it gave its slot back: it takes one for its end to give back.
+                if entry.settlement.wasSetAside { state.withLock { $0.takeUpSetAside() } }
+                withdrawn(entry.settlement)
+            }
+        }
+    }
+
+    /// Skips an item taken out of (or refused by) the batch as a placeholder.
+    private func withdrawn(_ settlement: Settlement) {
+        let job = settlement.job
+        guard let skip = withdrawing.withLock({ $0.removeValue(forKey: job.key) }) else { return }
+        for output in job.outputs { unlink(output.path) }
+        self.skip(job, skip)
     }
 
     /// An input whose bytes are not those its table gave.
@@ -899,12 +942,13 @@ final class RunStages: Sendable {
         }
         // Every sink of the session has its `OpenBatch` (made from the same dictionary).
         guard let batch = batches[sink.name] else { return leavePending(item, settlement) }
-        let outcome: Acceptance
+        let accepted: Acceptance?
         let began = DispatchTime.now().uptimeNanoseconds
         defer { metrics?.timed(.deliver, since: began) }
         do throws(DeliveryFailure) {
-            outcome = try batch.accept(
+            accepted = try batch.accept(
                 item, attempt: number, settlement,
+                refusing: { [self] key in withdrawsPlaceholders && withdrawing.withLock { $0[key] != nil } },
                 onHold: { [self] in
                     // Held until the batch commits: once nothing else is at work on the item,
                     // its slot goes to the next one.
@@ -918,6 +962,8 @@ final class RunStages: Sendable {
                         key: $0.key, output: $0.output, sink: sink.name, failure: error.failure, attempts: error.attempts)
                 }, settlement)
         }
+        // Found to be a placeholder on its way to the batch: skipped, not delivered.
+        guard let outcome = accepted else { return withdrawn(settlement) }
         switch outcome {
         case .delivered(let receipt):
             record(delivered(item, to: sink, receipt), settlement)
@@ -1076,7 +1122,7 @@ final class RunStages: Sendable {
 
     private func fail(_ job: Job, _ failure: ItemFailure, attempts: Int) {
         // Its record is queued before the next item's verdict can be.
-        defer { dedup?.gate.leave(job.seq) }
+        defer { dedup?.gate.leave(job.seq, key: job.key) }
         context.logger.debug(
             "item failed",
             metadata: [
@@ -1091,7 +1137,7 @@ final class RunStages: Sendable {
     /// Records a skip: the item is settled without an output, and no sink is asked for it.
     private func skip(_ job: Job, _ skip: ItemSkip) {
         // Its record is queued before the next item's verdict can be.
-        defer { dedup?.gate.leave(job.seq) }
+        defer { dedup?.gate.leave(job.seq, key: job.key) }
         context.logger.info(
             "item skipped",
             metadata: [
@@ -1209,6 +1255,9 @@ final class Settlement: Sendable {
     }
 
     var wasSetAside: Bool { outcomes.withLock { $0.setAside } }
+
+    /// Whether every delivery the item still waits for is held in sinks' open batches.
+    var isOnlyHeld: Bool { outcomes.withLock { $0.held > 0 && $0.held == $0.remaining } }
 
     /// One delivery's end (nil: left pending); the verdict once every delivery has ended.
     func add(_ outcome: ChangeOutcome?) -> Verdict? {

@@ -286,7 +286,8 @@ extension RunStore {
             try db.cachedStatement(
                 sql: """
                     UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, spoolPath = NULL, updatedAt = ?,
-                        kept = NULL, placeholder = NULL, duplicateOf = ?, distance = ?
+                        kept = NULL, placeholder = CASE WHEN ?1 = 'placeholder' THEN placeholder END,
+                        duplicateOf = ?, distance = ?
                     WHERE runId = ? AND key = ?
                     """
             ).execute(arguments: [skip.reason.rawValue, skip.message, time, skip.duplicateOf, skip.distance, runId, key])

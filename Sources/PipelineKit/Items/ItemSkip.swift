@@ -45,6 +45,15 @@ public struct ItemSkip: Error, Sendable, Equatable, CustomStringConvertible {
                 + "a placeholder, not a picture of its own")
     }
 
+    /// An item made, and held in a sink's open batch, before its bytes were found to be
+    /// `host`'s placeholder (`count` URLs, the first `first`): taken out, not delivered.
+    public static func withdrawnPlaceholder(host: String, count: Int, first: String) -> ItemSkip {
+        ItemSkip(
+            .placeholder,
+            "\(host) served the same bytes for \(count) different URLs, first for item \(JSONValue.quote(Environment.shown(first))): "
+                + "a placeholder, found after this item was made; taken out of the open batch, not delivered")
+    }
+
     /// An item that repeats `kept`: `exact`, its bytes are the same; else its picture lies
     /// `distance` bits from `kept`'s.
     public static func duplicate(of kept: String, distance: Int, exact: Bool) -> ItemSkip {

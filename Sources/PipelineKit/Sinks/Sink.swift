@@ -169,6 +169,10 @@ public protocol Sink: Sendable {
     /// Drops the open batch: its items stay undelivered. The run stops at once, or (a shared
     /// run's worker that lost some of the batch's items) hands the sink the others again.
     func discard()
+    /// Takes the items of `keys` out of the open batch, if it holds them (items found, after
+    /// they were held, to need no delivery: made with a host's placeholder); returns the
+    /// keys taken out. The batch stays open with the others.
+    func withdraw(_ keys: Set<String>) -> Set<String>
     /// Called when the run stops, after the last commit.
     func finish()
     /// An item of the run ended without reaching the sink: `status` is `failed` or
@@ -185,6 +189,8 @@ extension Sink {
     public func prepare(workRoot: String) throws {}
     /// Nothing to close.
     public func finish() {}
+    /// Nothing held, or nothing that can be taken out.
+    public func withdraw(_ keys: Set<String>) -> Set<String> { [] }
     /// Not counted.
     public func noteUndelivered(_ status: String, reason: String) {}
     public func prune(_ locations: [String]) -> Int { 0 }

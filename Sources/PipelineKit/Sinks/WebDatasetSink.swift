@@ -44,6 +44,9 @@ public final class WebDatasetSink: Sink {
         let opened: Date
         var size = 0
         var keys: [String] = []
+        /// Where each sample's members begin in the file, and its outputs' bytes (beside `keys`).
+        var offsets: [Int] = []
+        var sampleOutputBytes: [Int] = []
         /// The samples' `KEY.json` records, for the manifest.
         var records: [JSONValue] = []
         var outputBytes = 0
@@ -186,6 +189,8 @@ public final class WebDatasetSink: Sink {
                 }
                 throw DeliveryFailure(error, attempts: attempt)
             }
+            shard.offsets.append(shard.size)
+            shard.sampleOutputBytes.append(outputBytes)
             shard.size += bytes.count
             shard.outputBytes += outputBytes
             shard.keys.append(item.key)
@@ -254,6 +259,53 @@ public final class WebDatasetSink: Sink {
                 if let entry, place.failureMayHavePublished { try? state.journal?.keepUnsettled(entry) }
                 throw DeliveryFailure(error)
             }
+        }
+    }
+
+    /// Takes the samples of `keys` out of the open shard: the shard is written again,
+    /// under a new temporary name, without them. Nothing is taken when the copy fails.
+    public func withdraw(_ keys: Set<String>) -> Set<String> {
+        state.withLock { state in
+            guard let shard = state.open, shard.keys.contains(where: keys.contains) else { return [] }
+            guard var fresh = try? openShard(in: state.staging) else { return [] }
+            fresh.firstRun = shard.firstRun
+            let freshPath = state.staging + "/" + fresh.partial
+            var withdrawn: Set<String> = []
+            for (index, key) in shard.keys.enumerated() {
+                if keys.contains(key) {
+                    withdrawn.insert(key)
+                    continue
+                }
+                let start = shard.offsets[index]
+                let end = index + 1 < shard.offsets.count ? shard.offsets[index + 1] : shard.size
+                var bytes = [UInt8](repeating: 0, count: end - start)
+                let read = bytes.withUnsafeMutableBytes { pread(shard.descriptor, $0.baseAddress, end - start, off_t(start)) }
+                do throws(ItemFailure) {
+                    guard read == end - start else { throw ItemFailure(.upload, "cannot read the open shard: \(CError())") }
+                    try ShardFiles.write(bytes, to: fresh.descriptor, at: fresh.size, naming: freshPath)
+                } catch {
+                    close(fresh.descriptor)
+                    unlink(freshPath)
+                    return []
+                }
+                fresh.digest.update(data: bytes)
+                fresh.offsets.append(fresh.size)
+                fresh.sampleOutputBytes.append(shard.sampleOutputBytes[index])
+                fresh.size += bytes.count
+                fresh.outputBytes += shard.sampleOutputBytes[index]
+                fresh.keys.append(key)
+                fresh.records.append(shard.records[index])
+            }
+            close(shard.descriptor)
+            unlink(state.staging + "/" + shard.partial)
+            if fresh.keys.isEmpty {
+                close(fresh.descriptor)
+                unlink(freshPath)
+                state.open = nil
+            } else {
+                state.open = fresh
+            }
+            return withdrawn
         }
     }
 
