@@ -40,6 +40,8 @@ final class DedupJudge: Sendable {
         var near: NearHashIndex<Kept>?
         /// Items kept in this session whose `processed` record is not written yet, by hash.
         var unwritten: [String: Kept] = [:]
+        /// Kept items taken out of a sink's open batch as placeholders: not compared with.
+        var withdrawn: Set<String> = []
         /// Sightings of bytes from a host (`host` newline `sha256`) counted in this session
         /// and not all written yet: what the store will say, with the writes still to come.
         var sightings: [String: (count: Int, keys: [String], pending: Int)] = [:]
@@ -132,7 +134,9 @@ final class DedupJudge: Sendable {
         let me = Kept(seq: seq, key: key, colour: fingerprint?.averageColour)
         if policy.exact, let sha256 {
             let seen = state.withLock { $0.unwritten[sha256] }
-            if let seen, seen.key != key { return .duplicate(of: seen.key, distance: 0, exact: true) }
+            if let seen, seen.key != key, !state.withLock({ $0.withdrawn.contains(seen.key) }) {
+                return .duplicate(of: seen.key, distance: 0, exact: true)
+            }
             if let kept = try store.keptItem(runId: runId, sha256: sha256, except: key) {
                 return .duplicate(of: kept.key, distance: 0, exact: true)
             }
@@ -140,7 +144,10 @@ final class DedupJudge: Sendable {
         let phash = fingerprint?.perceptualHash?.bits
         return state.withLock { state -> ItemSkip? in
             // Within the distance and of a like colour; never the item itself (made again).
-            if let phash, let found = state.near?.earliest(within: phash, where: { $0.key != key && $0.isAlike(me.colour) }) {
+            if let phash,
+                let found = state.near?.earliest(
+                    within: phash, where: { $0.key != key && $0.isAlike(me.colour) && !state.withdrawn.contains($0.key) })
+            {
                 return .duplicate(of: found.id.key, distance: found.distance, exact: false)
             }
             if let phash { state.near?.insert(phash, id: me) }
@@ -213,6 +220,15 @@ final class DedupJudge: Sendable {
             let hash = fingerprint.perceptualHash?.bits
         else { return }
         state.withLock { $0.near?.insert(hash, id: Kept(seq: seq, key: key, colour: fingerprint.averageColour)) }
+    }
+
+    /// A kept item was taken out of a sink's open batch as a placeholder (its record then
+    /// says not kept): later items are not compared with it.
+    func withdrawn(key: String) {
+        state.withLock { state in
+            state.withdrawn.insert(key)
+            state.unwritten = state.unwritten.filter { $0.value.key != key }
+        }
     }
 
     /// A kept item's record is written: the store answers for it from now on.

@@ -45,7 +45,7 @@ final class OpenBatch: Sendable {
     /// nil when `refusing` says the item is not to be handed over (asked under the batch's
     /// lock, so that an item `withdraw` takes out after the answer was "no" cannot come in).
     func accept(
-        _ item: BatchItem, attempt: Int, _ settlement: Settlement, refusing: (String) -> Bool = { _ in false },
+        _ item: BatchItem, attempt: Int, _ settlement: Settlement, refusing: (BatchItem) -> Bool = { _ in false },
         onHold: () -> Void, record: ([Entry], Commit) -> Void
     ) throws(DeliveryFailure) -> Acceptance? {
         guard sink.takesWholeItems else {
@@ -56,7 +56,7 @@ final class OpenBatch: Sendable {
                 ItemFailure(.upload, "sink \(sink.name) held an output but does not take items whole"), attempts: attempt)
         }
         let outcome = held.withLock { held -> Result<Acceptance, DeliveryFailure>? in
-            if refusing(item.key) { return nil }
+            if refusing(item) { return nil }
             let outcome = Result { () throws(DeliveryFailure) in try sink.accept(item, attempt: attempt) }
             if case .success(.held(let full)) = outcome {
                 held.append(Entry(item: item, settlement: settlement))

@@ -33,8 +33,9 @@ final class RunStages: Sendable {
     /// Whether items found to have been made with a placeholder are taken out of the open
     /// batch (`dedup.placeholders`, the pipeline's one sink batching items: a dataset's).
     private let withdrawsPlaceholders: Bool
-    /// Those items, each with its skip, so that one on its way to the batch is refused there.
-    private let withdrawing = Mutex<[String: ItemSkip]>([:])
+    /// Those items, each with its skip and the placeholder's bytes (SHA-256: only an item made
+    /// from them is taken), so that one on its way to the batch is refused there.
+    private let withdrawing = Mutex<[String: (skip: ItemSkip, sha256: String)]>([:])
 
     init(_ context: RunContext) throws {
         self.context = context
@@ -760,9 +761,10 @@ final class RunStages: Sendable {
             writer.submit(sighting) { _ in dedup.judge.written(sighting) }
         }
         if case .success(let made) = verdict, !made.flagging.isEmpty,
-            case .placeholder = made.skip?.reason, let host = job.host
+            case .placeholder = made.skip?.reason, let host = job.host, let sha256 = job.source?.sha256
         {
-            withdraw(made.flagging, .withdrawnPlaceholder(host: host, count: made.flagging.count + 1, first: made.flagging[0]))
+            let skip = ItemSkip.withdrawnPlaceholder(host: host, count: made.flagging.count + 1, first: made.flagging[0])
+            withdraw(made.flagging, skip, sha256: sha256)
         }
         switch verdict {
         case .success(let made):
@@ -781,26 +783,40 @@ final class RunStages: Sendable {
     /// pipeline's one sink batches items: those its open batch holds are taken out of it
     /// and skipped, not delivered, and so is one still on its way there (refused by the
     /// batch). One delivered already (its batch committed) is left: it is flagged.
-    private func withdraw(_ keys: [String], _ skip: ItemSkip) {
+    private func withdraw(_ keys: [String], _ skip: ItemSkip, sha256: String) {
         guard withdrawsPlaceholders else { return }
         // Before the batches are asked: an item not in one yet is refused when it comes.
-        withdrawing.withLock { for key in keys { $0[key] = skip } }
-        for batch in batches.values {
-            for entry in batch.withdraw(Set(keys), where: { $0.settlement.isOnlyHeld }) {
-                entry.settlement.release(entry.item.deliveries.count)
-                // Held in the batch, it gave its slot back: it takes one for its end to give back.
-                if entry.settlement.wasSetAside { state.withLock { $0.takeUpSetAside() } }
-                withdrawn(entry.settlement)
+        withdrawing.withLock { for key in keys { $0[key] = (skip, sha256) } }
+        // Off the verdict's path: a batch may be committing (a flush, an upload), and the
+        // shard is written again without the items. Refused meanwhile, they cannot come in.
+        DispatchQueue.global().async { [self] in
+            for batch in batches.values {
+                let taken = batch.withdraw(Set(keys)) { entry in
+                    entry.settlement.isOnlyHeld && entry.item.inputSHA256 == sha256
+                }
+                for entry in taken {
+                    entry.settlement.release(entry.item.deliveries.count)
+                    // Held in the batch, it gave its slot back: it takes one for its end to give back.
+                    if entry.settlement.wasSetAside { state.withLock { $0.takeUpSetAside() } }
+                    withdrawn(entry.item, entry.settlement)
+                }
             }
         }
     }
 
-    /// Skips an item taken out of (or refused by) the batch as a placeholder.
-    private func withdrawn(_ settlement: Settlement) {
+    /// Skips an item taken out of (or refused by) the batch as a placeholder; not compared
+    /// with any more, if it was kept.
+    private func withdrawn(_ item: BatchItem, _ settlement: Settlement) {
         let job = settlement.job
-        guard let skip = withdrawing.withLock({ $0.removeValue(forKey: job.key) }) else { return }
-        for output in job.outputs { unlink(output.path) }
-        self.skip(job, skip)
+        guard let entry = withdrawing.withLock({ $0.removeValue(forKey: job.key) }) else {
+            // Not expected (one attempt per item): left for resume rather than lost.
+            return leavePending(item, settlement)
+        }
+        dedup?.judge.withdrawn(key: job.key)
+        // Its outputs go once the skip is written: a kill before leaves it to `deliver`.
+        self.skip(job, entry.skip) {
+            for output in job.outputs { unlink(output.path) }
+        }
     }
 
     /// An input whose bytes are not those its table gave.
@@ -873,6 +889,20 @@ final class RunStages: Sendable {
                 pending = try context.store.pendingDeliveries(runId: context.runId, key: job.key)
             } catch {
                 return fail(job, ItemFailure(.io, "cannot read the state file: \(error)"), attempts: 1)
+            }
+            // Found to be made with a placeholder in a session that stopped before taking it
+            // out of the batch (or before it reached the batch): not delivered now either.
+            if withdrawsPlaceholders, (try? context.store.isFlaggedPlaceholder(runId: context.runId, key: job.key)) == true {
+                dedup?.judge.withdrawn(key: job.key)
+                let outputs = job.outputs
+                return skip(
+                    job,
+                    ItemSkip(
+                        .placeholder,
+                        "made with bytes found, after it was made, to be its host's placeholder: not delivered")
+                ) {
+                    for output in outputs { unlink(output.path) }
+                }
             }
             let staged = Dictionary(job.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
             let ready = pipeline.spec.outputs.allSatisfy {
@@ -948,7 +978,9 @@ final class RunStages: Sendable {
         do throws(DeliveryFailure) {
             accepted = try batch.accept(
                 item, attempt: number, settlement,
-                refusing: { [self] key in withdrawsPlaceholders && withdrawing.withLock { $0[key] != nil } },
+                refusing: { [self] item in
+                    withdrawsPlaceholders && withdrawing.withLock { $0[item.key]?.sha256 == item.inputSHA256 }
+                },
                 onHold: { [self] in
                     // Held until the batch commits: once nothing else is at work on the item,
                     // its slot goes to the next one.
@@ -963,7 +995,7 @@ final class RunStages: Sendable {
                 }, settlement)
         }
         // Found to be a placeholder on its way to the batch: skipped, not delivered.
-        guard let outcome = accepted else { return withdrawn(settlement) }
+        guard let outcome = accepted else { return withdrawn(item, settlement) }
         switch outcome {
         case .delivered(let receipt):
             record(delivered(item, to: sink, receipt), settlement)
@@ -1135,7 +1167,8 @@ final class RunStages: Sendable {
     }
 
     /// Records a skip: the item is settled without an output, and no sink is asked for it.
-    private func skip(_ job: Job, _ skip: ItemSkip) {
+    /// `written` runs once the skip is written.
+    private func skip(_ job: Job, _ skip: ItemSkip, written: @escaping @Sendable () -> Void = {}) {
         // Its record is queued before the next item's verdict can be.
         defer { dedup?.gate.leave(job.seq, key: job.key) }
         context.logger.info(
@@ -1145,6 +1178,7 @@ final class RunStages: Sendable {
                 "message": "\(pipeline.environment.redact(skip.message))",
             ])
         writer.submit(.skipped(key: job.key, skip: skip)) { [self] outcome in
+            written()
             if job.isRemote { context.spool.recycle(context.spoolDirectory + "/\(job.seq)") }
             noteUndelivered("skipped", reason: skip.reason.rawValue)
             context.reporter.itemSettled(key: job.key, outcome: .skipped(skip))

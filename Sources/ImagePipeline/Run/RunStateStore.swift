@@ -50,6 +50,9 @@ public protocol RunStateStore: AnyObject, Sendable {
     /// What an item's first output looks like (`ImageFingerprint`), nil before it is made.
     func fingerprint(runId: Int64, key: String) throws -> ImageFingerprint?
 
+    /// Whether an item was flagged as made with its host's placeholder (`dedup.placeholders`).
+    func isFlaggedPlaceholder(runId: Int64, key: String) throws -> Bool
+
     /// Whether a delivery of `key` may start now. Always `go` for a state file; a shared
     /// run's worker delivers only items whose chunk it still holds (`SharedStateStore`).
     func deliveryGate(key: String) -> DeliveryGate
@@ -71,6 +74,8 @@ public enum DeliveryGate: Sendable, Equatable {
 
 extension RunStateStore {
     public func deliveryGate(key: String) -> DeliveryGate { .go }
+    /// A store that does not flag items: none is.
+    public func isFlaggedPlaceholder(runId: Int64, key: String) throws -> Bool { false }
     public func takeBack(key: String) -> Bool { false }
 
     /// The folder the runs' work folders go in: `<path without extension>.work`.

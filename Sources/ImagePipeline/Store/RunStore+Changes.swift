@@ -285,10 +285,10 @@ extension RunStore {
         case .skipped(let key, let skip):
             try db.cachedStatement(
                 sql: """
-                    UPDATE item SET status = 'skipped', reason = ?, message = ?, httpStatus = NULL, spoolPath = NULL, updatedAt = ?,
+                    UPDATE item SET status = 'skipped', reason = ?1, message = ?2, httpStatus = NULL, spoolPath = NULL, updatedAt = ?3,
                         kept = NULL, placeholder = CASE WHEN ?1 = 'placeholder' THEN placeholder END,
-                        duplicateOf = ?, distance = ?
-                    WHERE runId = ? AND key = ?
+                        duplicateOf = ?4, distance = ?5
+                    WHERE runId = ?6 AND key = ?7
                     """
             ).execute(arguments: [skip.reason.rawValue, skip.message, time, skip.duplicateOf, skip.distance, runId, key])
             try clearStaged(key: key, runId: runId, db: db)
@@ -313,8 +313,9 @@ extension RunStore {
                     sql: """
                         UPDATE item SET placeholder = 1
                         WHERE runId = ? AND key IN (SELECT value FROM json_each(?)) AND status != 'skipped'
+                          AND (sourceHash IS NULL OR sourceHash = ?)
                         """
-                ).execute(arguments: [runId, list])
+                ).execute(arguments: [runId, list, sha256])
             }
             return .applied
 

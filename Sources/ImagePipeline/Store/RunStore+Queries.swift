@@ -227,6 +227,14 @@ extension RunStore {
         }
     }
 
+    public func isFlaggedPlaceholder(runId: Int64, key: String) throws -> Bool {
+        try read { db in
+            try Int.fetchOne(
+                db.cachedStatement(sql: "SELECT placeholder FROM item WHERE runId = ? AND key = ?"), arguments: [runId, key]
+            ) == 1
+        }
+    }
+
     /// Items flagged as made with a host's placeholder (`dedup.placeholders`), on
     /// `item_placeholder`.
     public func placeholderCount(runId: Int64) throws -> Int {

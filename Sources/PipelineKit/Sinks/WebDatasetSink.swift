@@ -41,7 +41,7 @@ public final class WebDatasetSink: Sink {
         let partial: String
         /// The SHA-256 of what is written so far (the journal's fingerprint of the shard).
         var digest = SHA256()
-        let opened: Date
+        var opened: Date
         var size = 0
         var keys: [String] = []
         /// Where each sample's members begin in the file, and its outputs' bytes (beside `keys`).
@@ -269,6 +269,7 @@ public final class WebDatasetSink: Sink {
             guard let shard = state.open, shard.keys.contains(where: keys.contains) else { return [] }
             guard var fresh = try? openShard(in: state.staging) else { return [] }
             fresh.firstRun = shard.firstRun
+            fresh.opened = shard.opened
             let freshPath = state.staging + "/" + fresh.partial
             var withdrawn: Set<String> = []
             for (index, key) in shard.keys.enumerated() {
