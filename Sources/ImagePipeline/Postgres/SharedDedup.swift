@@ -280,6 +280,13 @@ public final class SharedDedup: DedupLedger, Sendable {
         }
     }
 
+    public func unkeep(seq: Int) throws {
+        try core.shared.withLock { shared in
+            _ = try shared.connection.execute(
+                "DELETE FROM imgpipe_kept WHERE run_id = $1 AND seq = $2", [String(shared.runId), Self.databaseSeq(seq)])
+        }
+    }
+
     public func judged(_ judgement: DedupJudgement) throws {
         guard let chunk = ledger.claim(of: judgement.key) else {
             throw SharedWorkerError("the item's chunk is not this worker's any more: its verdict is left to its new holder")

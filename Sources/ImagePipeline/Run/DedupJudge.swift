@@ -224,7 +224,10 @@ final class DedupJudge: Sendable {
 
     /// A kept item was taken out of a sink's open batch as a placeholder (its record then
     /// says not kept): later items are not compared with it.
-    func withdrawn(key: String) {
+    func withdrawn(key: String, seq: Int) {
+        // A shared run's kept row goes (a failure leaves it: a later copy is then a duplicate
+        // of an item not delivered, as before).
+        if case .shared(let ledger) = records { try? ledger.unkeep(seq: seq) }
         state.withLock { state in
             state.withdrawn.insert(key)
             state.unwritten = state.unwritten.filter { $0.value.key != key }

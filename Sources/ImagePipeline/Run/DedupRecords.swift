@@ -65,6 +65,9 @@ public protocol DedupLedger: DedupFloor {
     /// Records a verdict: the item judged (the items after it may have theirs), kept or
     /// not, and its sighting.
     func judged(_ judgement: DedupJudgement) throws
+    /// A kept item was taken out of a sink's open batch as a placeholder: later items are
+    /// not compared with it.
+    func unkeep(seq: Int) throws
 }
 
 /// A kept item a shared run's lookup found (`DedupLedger.matches`).

@@ -812,7 +812,7 @@ final class RunStages: Sendable {
             // Not expected (one attempt per item): left for resume rather than lost.
             return leavePending(item, settlement)
         }
-        dedup?.judge.withdrawn(key: job.key)
+        dedup?.judge.withdrawn(key: job.key, seq: job.seq)
         // Its outputs go once the skip is written: a kill before leaves it to `deliver`.
         self.skip(job, entry.skip) {
             for output in job.outputs { unlink(output.path) }
@@ -893,7 +893,7 @@ final class RunStages: Sendable {
             // Found to be made with a placeholder in a session that stopped before taking it
             // out of the batch (or before it reached the batch): not delivered now either.
             if withdrawsPlaceholders, (try? context.store.isFlaggedPlaceholder(runId: context.runId, key: job.key)) == true {
-                dedup?.judge.withdrawn(key: job.key)
+                dedup?.judge.withdrawn(key: job.key, seq: job.seq)
                 let outputs = job.outputs
                 return skip(
                     job,
