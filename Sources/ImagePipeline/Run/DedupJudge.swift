@@ -30,9 +30,11 @@ final class DedupJudge: Sendable {
 
         /// Whether a near copy of this item's hash is a copy of it: of a like colour (a flat
         /// or smooth picture's hash is mostly noise). Unknown colours are alike.
-        func isAlike(_ colour: SIMD3<Double>?) -> Bool {
-            guard let mine = self.colour, let colour else { return true }
-            return ImageFingerprint.coloursAlike(mine, colour)
+        func isAlike(_ colour: SIMD3<Double>?) -> Bool { Self.alike(self.colour, colour) }
+
+        static func alike(_ a: SIMD3<Double>?, _ b: SIMD3<Double>?) -> Bool {
+            guard let a, let b else { return true }
+            return ImageFingerprint.coloursAlike(a, b)
         }
     }
 
@@ -99,27 +101,17 @@ final class DedupJudge: Sendable {
         if let after = policy.placeholdersAfter, let host, let sha256 {
             let id = host + "\n" + sha256
             let counted = state.withLock { $0.sightings[id].map { (count: $0.count, keys: $0.keys) } }
-            var seen = try counted ?? store.sighting(runId: runId, host: host, sha256: sha256) ?? (0, [])
-            if let index = seen.keys.firstIndex(of: key) {
-                // Seen before (an item made again, or one whose sighting was written before a
-                // kill and its own record not): not counted twice, and judged as it was then.
-                if index + 1 >= after {
-                    return Verdict(skip: .placeholder(host: host, count: index + 1, first: seen.keys[0]), sighting: nil)
-                }
-            } else {
-                seen.count += 1
-                let flagging = seen.count == after ? seen.keys : []
-                if seen.keys.count < DedupPolicy.maxSightings { seen.keys.append(key) }
+            let seen = try counted ?? store.sighting(runId: runId, host: host, sha256: sha256) ?? (0, [])
+            let sighted = Self.sight(key, seen, after: after, host: host)
+            if let now = sighted.counted {
                 state.withLock { state in
                     let pending = (state.sightings[id]?.pending ?? 0) + 1
-                    state.sightings[id] = (seen.count, seen.keys, pending)
+                    state.sightings[id] = (now.count, now.keys, pending)
                 }
-                sighting = .sighted(host: host, sha256: sha256, key: key, flagging: flagging)
-                if seen.count >= after {
-                    return Verdict(
-                        skip: .placeholder(host: host, count: seen.count, first: seen.keys[0]), sighting: sighting,
-                        flagging: flagging)
-                }
+                sighting = .sighted(host: host, sha256: sha256, key: key, flagging: now.flagging)
+            }
+            if let skip = sighted.skip {
+                return Verdict(skip: skip, sighting: sighting, flagging: sighted.counted?.flagging ?? [])
             }
         }
         return Verdict(
@@ -156,6 +148,25 @@ final class DedupJudge: Sendable {
         }
     }
 
+    /// `key`'s sighting of bytes its host gave for `seen.count` items before (the first of
+    /// them `seen.keys`): its skip when the bytes are a placeholder (`after` sightings),
+    /// and the counts after it, with the items it finds were made with the placeholder.
+    /// A key seen before (an item made again, or one whose sighting was written before a
+    /// kill and its own record not) is not counted twice, and is judged as it was then.
+    static func sight(
+        _ key: String, _ seen: (count: Int, keys: [String]), after: Int, host: String
+    ) -> (skip: ItemSkip?, counted: (count: Int, keys: [String], flagging: [String])?) {
+        if let index = seen.keys.firstIndex(of: key) {
+            let skip = index + 1 >= after ? ItemSkip.placeholder(host: host, count: index + 1, first: seen.keys[0]) : nil
+            return (skip, nil)
+        }
+        let count = seen.count + 1
+        let flagging = count == after ? seen.keys : []
+        let keys = seen.keys.count < DedupPolicy.maxSightings ? seen.keys + [key] : seen.keys
+        let skip = count >= after ? ItemSkip.placeholder(host: host, count: count, first: keys[0]) : nil
+        return (skip, (count, keys, flagging))
+    }
+
     /// A shared run's verdict, made from what `ledger` holds (every verdict before this
     /// item's, on any worker: `DedupFloor`) and written there before the next is made.
     private func sharedVerdict(
@@ -165,17 +176,9 @@ final class DedupJudge: Sendable {
         var judgement = DedupJudgement(key: key, seq: seq)
         var skip: ItemSkip?
         if let after = policy.placeholdersAfter, let host, let sha256 {
-            var seen = try ledger.sighting(host: host, sha256: sha256) ?? (0, [])
-            if let index = seen.keys.firstIndex(of: key) {
-                // Judged before (by a worker that then stopped): judged as it was then.
-                if index + 1 >= after { skip = .placeholder(host: host, count: index + 1, first: seen.keys[0]) }
-            } else {
-                seen.count += 1
-                let flagging = seen.count == after ? seen.keys : []
-                if seen.keys.count < DedupPolicy.maxSightings { seen.keys.append(key) }
-                judgement.sighting = (host, sha256, seen.count, seen.keys, flagging)
-                if seen.count >= after { skip = .placeholder(host: host, count: seen.count, first: seen.keys[0]) }
-            }
+            let sighted = Self.sight(key, try ledger.sighting(host: host, sha256: sha256) ?? (0, []), after: after, host: host)
+            skip = sighted.skip
+            if let now = sighted.counted { judgement.sighting = (host, sha256, now.count, now.keys, now.flagging) }
         }
         let phash = policy.similarDistance == nil ? nil : fingerprint?.perceptualHash?.bits
         let exact = policy.exact ? sha256 : nil
@@ -186,7 +189,7 @@ final class DedupJudge: Sendable {
             if let exact, let same = matches.filter({ $0.sha256 == exact }).min(by: { $0.seq < $1.seq }) {
                 skip = .duplicate(of: same.key, distance: 0, exact: true)
             } else if let near = matches.filter({
-                $0.distance != nil && Kept(seq: $0.seq, key: $0.key, colour: $0.colour).isAlike(colour)
+                $0.distance != nil && Kept.alike($0.colour, colour)
             }).min(by: { $0.seq < $1.seq }), let distance = near.distance {
                 skip = .duplicate(of: near.key, distance: distance, exact: false)
             }
