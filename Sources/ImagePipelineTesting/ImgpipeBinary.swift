@@ -209,8 +209,8 @@ extension ImgpipeBinary {
 }
 
 extension CommandResult {
-    /// Standard output decoded as one of the CLI's Codable reports (`StatusReport`,
-    /// `RunSummary`): the JSON is read the way the library writes it, not as `Any`.
+    /// Standard output decoded as a Codable report of the CLI (`StatusReport`): the JSON is
+    /// read the way the library writes it, not as `Any`.
     public func decoded<T: Decodable>(_ type: T.Type) throws -> T {
         do {
             return try JSONDecoder().decode(T.self, from: Data(stdout.utf8))

@@ -27,7 +27,7 @@ extension BatchingSinkTests {
             pipeline: built.replacingSinks([sink]), url: url, journalPath: journal.path, reporter: SilentReporter(),
             logger: Logger(label: "batching-shared"), options: options)
         let ended = DispatchSemaphore(value: 0)
-        let outcome = LockedBox<Result<SharedWorker.Summary, any Error>?>(nil)
+        let outcome = LockedBox<Result<StatusReport, any Error>?>(nil)
         Thread.detachNewThread {
             let result = Result { try worker.execute() }
             outcome.withLock { $0 = result }
@@ -41,7 +41,7 @@ extension BatchingSinkTests {
         }
         withExtendedLifetime(journal.lock) {}
         let summary = try #require(try outcome.withLock { $0 }?.get())
-        #expect(summary.finished && summary.runDone == 7, "\(summary)")
+        #expect(summary.isFinished && summary.done == 7, "\(summary)")
         // Each item in one committed batch (a batch is committed whenever the worker has
         // nothing to claim, so there may be several).
         let committed = try MemoryBatchSink.batches(in: work.url("shards")).values.flatMap { $0.map(\.key) }

@@ -95,6 +95,39 @@ struct CommandLineTests {
         #expect(report.run == 1)
     }
 
+    /// `run --json` ends with the run's report as `status --json` gives it, plus what the
+    /// session did; `status` has no session.
+    @Test func aSessionEndsWithTheRunsReportAndWhatItDid() throws {
+        try pipeline()
+        for name in ["a", "b", "c"] {
+            try ImageFixtures.jpeg(at: work.url("in/\(name).jpg"), width: 64, height: 64)
+        }
+        try work.write("not an image", to: "in/d.jpg")
+        let result = try imgpipe("run", "pipe.json", "--json")
+        #expect(result.status == 1, "stderr: \(result.stderr)")
+        let ended = try result.decoded(StatusReport.self)
+        let status = try status()
+        #expect((ended.run, ended.total, ended.done, ended.failed, ended.pending) == (status.run, 4, 3, 1, 0))
+        #expect(ended.sinks == status.sinks && ended.sinks["directory-0"] == DeliveryCounts(done: 3, failed: 0, pending: 0))
+        #expect(ended.failures == status.failures && ended.failures.map(\.key) == ["d.jpg"], "\(ended.failures)")
+        #expect(ended.state == "finished" && ended.failuresByReason == status.failuresByReason)
+        let session = try #require(ended.session)
+        #expect((session.done, session.skipped, session.failed, session.ended) == (3, 0, 1, 4))
+        #expect(!session.interrupted && session.listingError == nil && session.worker == nil)
+        #expect(session.stateFile.hasSuffix(".imgpipe/pipe.sqlite"), "\(session.stateFile)")
+        #expect(status.session == nil)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let members = try #require(json["session"] as? [String: Any])
+        #expect(members["ended"] as? Int == 4 && members["itemsPerSecond"] is Double, "\(members)")
+        let shown = try #require(
+            try JSONSerialization.jsonObject(with: Data(imgpipe("status", "pipe.json", "--json").stdout.utf8)) as? [String: Any])
+        #expect(shown["session"] == nil && Set(shown.keys).union(["session"]) == Set(json.keys), "\(shown.keys) \(json.keys)")
+
+        // A resume of the finished run: the same report, a session that ended nothing.
+        let again = try imgpipe("resume", "pipe.json", "--json").decoded(StatusReport.self)
+        #expect((again.run, again.done, again.failed) == (ended.run, 3, 1) && again.session?.ended == 0)
+    }
+
     @Test func limitTakesTheFirstItemsOfTheFeed() throws {
         try pipeline()
         for name in ["a", "b", "c", "d"] {
@@ -102,7 +135,7 @@ struct CommandLineTests {
         }
         let result = try imgpipe("run", "pipe.json", "--limit", "2", "--json")
         #expect(result.status == 0, "stderr: \(result.stderr)")
-        #expect(try result.decoded(RunSummary.self).total == 2)
+        #expect(try result.decoded(StatusReport.self).total == 2)
         #expect(work.files(under: "out") == ["a.jpg", "b.jpg"])
     }
 
@@ -739,8 +772,8 @@ struct CommandLineTests {
             {"version": 1, "source": {"type": "directory", "path": "."}, "filters": [{"op": "fit", "width": 32}],
              "sink": {"type": "directory", "path": "out"}}
             """, to: "pics/p.json")
-        #expect(try imgpipe("run", "pics/p.json", "--json").decoded(RunSummary.self).total == 2)
-        #expect(try imgpipe("run", "pics/p.json", "--json").decoded(RunSummary.self).total == 2)
+        #expect(try imgpipe("run", "pics/p.json", "--json").decoded(StatusReport.self).total == 2)
+        #expect(try imgpipe("run", "pics/p.json", "--json").decoded(StatusReport.self).total == 2)
         for _ in 1...2 {
             let preview = try imgpipe("dry-run", "pics/p.json", "--samples", "pics", "--out", "pics/preview")
             #expect(preview.stdout.contains("2 sample(s) previewed"), "stdout: \(preview.stdout)")

@@ -286,11 +286,12 @@ final class MetricsTests: @unchecked Sendable {
             in: work.path)
         let end = try #require(Self.poll(port: port, seconds: 60) { $0.value("imgpipe_session_active") == 0 })
         let result = worker.wait()
-        let summary = try result.decoded(SharedWorker.Summary.self)
+        let report = try result.decoded(StatusReport.self)
+        let (run, summary) = (report.run, try #require(report.session))
         try Self.checkSyntax(end.text)
         for sample in end.samples {
             #expect(
-                sample.labels["worker"] == summary.worker && sample.labels["run"] == "\(summary.run)"
+                sample.labels["worker"] == summary.worker && sample.labels["run"] == "\(run)"
                     && sample.labels["pipeline"] == "metered", "\(sample.line)")
         }
         #expect(end.value("imgpipe_items_total", ["status": "done"]) == Double(summary.done))

@@ -256,7 +256,7 @@ struct PixelHelperTests {
     /// says, its spec changed by `change` after it is read; the summary and what was logged.
     func session(
         _ launch: PixelHelperLaunch, change: (inout PipelineSpec) -> Void = { _ in }
-    ) throws -> (RunSummary, [String]) {
+    ) throws -> (StatusReport, [String]) {
         var spec = try PipelineSpec.load(path: work.url("pipe.json"))
         change(&spec)
         let pipeline = try BuiltPipeline.build(spec, path: work.url("pipe.json"), environment: Environment([:]))
@@ -301,7 +301,7 @@ struct PixelHelperTests {
         try pipeline(workers: 1)
         let (summary, lines) = try session(PixelHelperLaunch(executable: "/bin/sh", arguments: ["-c", "kill -9 $$"]))
         #expect(summary.done == 0 && summary.failed == 2, "\(summary)")
-        let report = try RunStore(path: summary.stateFile).failures(runId: summary.run)
+        let report = try RunStore(path: try #require(summary.session).stateFile).failures(runId: summary.run)
         #expect(
             report.map(\.message)
                 == Array(

@@ -146,7 +146,7 @@ struct RunStateStoreTests {
             try fixture.journal.failures(runId: run) == [
                 FailureRecord(key: "bad.jpg", reason: "decode", message: "not an image", attempts: 2, httpStatus: nil)
             ])
-        #expect(try store.failureCounts(runId: run) == ["decode": 1])
+        #expect(try store.report(runId: run).failuresByReason == ["decode": 1])
         let counts = try store.counts(runId: run)
         #expect((counts.total, counts.failed, counts.pending, counts.unfinished) == (2, 1, 1, 1))
         // A failed item's delivery is not counted as pending for its sink.

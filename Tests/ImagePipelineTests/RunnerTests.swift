@@ -421,7 +421,7 @@ struct RunnerTests {
         let sink = MemorySink(retriesBeforeSuccess: 2)
         let store = try RunStore(path: work.url("state.sqlite"))
         let summary = try runner(try built([sink]), store: store).execute(.fresh(limit: nil, replaceUnfinished: false))
-        #expect(summary.done == 5 && summary.failed == 0 && summary.pending == 0 && !summary.interrupted)
+        #expect(summary.done == 5 && summary.failed == 0 && summary.pending == 0 && summary.session?.interrupted == false)
         let received = sink.received.withLock { $0 }
         #expect(received.keys.sorted() == (1...5).map { "\($0).jpg" })
         for data in received.values {
@@ -435,7 +435,7 @@ struct RunnerTests {
         #expect(rows.count == 5 && rows.allSatisfy { $0["status"] == "done" && $0["attempts"] == 3 })
         #expect(
             !FileManager.default.fileExists(
-                atPath: summary.stateFile.replacingOccurrences(of: ".sqlite", with: ".work") + "/run-1"),
+                atPath: store.path.replacingOccurrences(of: ".sqlite", with: ".work") + "/run-1"),
             "the work folder stays after a run with no failure")
     }
 
@@ -453,9 +453,9 @@ struct RunnerTests {
         let stopped = runner(pipeline, store: store)
         stopped.interrupt()
         let interrupted = try stopped.execute(.resume(retryFailed: true))
-        #expect(interrupted.interrupted && interrupted.pending == 1)
+        #expect(interrupted.session?.interrupted == true && interrupted.pending == 1)
         let resumed = try runner(try built([MemorySink()]), store: store).execute(.resume(retryFailed: false))
-        #expect(resumed.done == 4 && resumed.failed == 0 && resumed.processed == 1)
+        #expect(resumed.done == 4 && resumed.failed == 0 && resumed.session?.ended == 1)
     }
 }
 

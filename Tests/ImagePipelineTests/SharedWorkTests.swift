@@ -132,8 +132,13 @@ final class SharedWorkTests: @unchecked Sendable {
         // --new starts another run once the latest has finished.
         let next = try shared(["work", "pipe.json", "--new", "--json"])
         #expect(next.status == 0, "\(next.stderr)")
-        let second = try next.decoded(SharedWorker.Summary.self)
-        #expect(Int(second.run) != (report["run"] as? Int) && second.total == 60 && second.runDone == 60 && second.finished)
+        let second = try next.decoded(StatusReport.self)
+        #expect(Int(second.run) != (report["run"] as? Int) && second.total == 60 && second.done == 60 && second.isFinished)
+        // This worker's session in the run's report: it made every item of the new run.
+        #expect(
+            second.session?.worker != nil && second.session?.done == 60 && second.chunks?.pending == 0,
+            "\(second)")
+        #expect(second.workers?.map(\.name) == [second.session?.worker].compactMap { $0 })
         #expect(server.uploads.count == 120, "a new run has its own UUID, so its own idempotency keys")
     }
 

@@ -71,8 +71,8 @@ final class SharedStateStore: RunStateStore, Sendable {
     }
 
     func counts(runId: Int64) throws -> ItemCounts { try journal.counts(runId: runId) }
-    func failureCounts(runId: Int64) throws -> [String: Int] { try journal.failureCounts(runId: runId) }
-    func skipCounts(runId: Int64) throws -> [String: Int] { try journal.skipCounts(runId: runId) }
+    /// The worker's own part: `SharedWorker` reports the whole run from the database.
+    func report(runId: Int64) throws -> StatusReport { try journal.report(runId: runId) }
     func item(runId: Int64, key: String) throws -> ItemRecord? { try journal.item(runId: runId, key: key) }
     func unfinishedItems(runId: Int64, after seq: Int, limit: Int) throws -> [ItemRecord] {
         try journal.unfinishedItems(runId: runId, after: seq, limit: limit)

@@ -43,26 +43,6 @@ public final class SharedWorker: Sendable {
         public init() {}
     }
 
-    public struct Summary: Sendable, Codable {
-        public let run: Int64
-        public let uuid: String
-        public let worker: String
-        /// Items this worker ended, by how.
-        public let done: Int
-        public let failed: Int
-        public let skipped: Int
-        /// The whole run's counts, from the chunks' counters.
-        public let total: Int
-        public let runDone: Int
-        public let runFailed: Int
-        public let runSkipped: Int
-        public let runPending: Int
-        public let finished: Bool
-        public let interrupted: Bool
-        public let elapsed: Double
-        public let listingError: String?
-    }
-
     let pipeline: BuiltPipeline
     let journalPath: String
     let reporter: any RunReporter
@@ -157,7 +137,10 @@ public final class SharedWorker: Sendable {
     /// The run was abandoned (`run --new`) under this worker.
     private let abandoned = Mutex(false)
 
-    public func execute() throws -> Summary {
+    /// Takes part in the run until it has no work left for this worker (or an interruption)
+    /// and returns the whole run's report from the database, with `session` set to what this
+    /// worker did.
+    public func execute() throws -> StatusReport {
         defer { ended.withLock { $0 = true } }
         let started = Date()
         let store = try SharedStateStore(
@@ -184,7 +167,7 @@ public final class SharedWorker: Sendable {
         if stopping.isCancelled { localRunner.interrupt(now: stopping.isAborted) }
 
         let threads = try startThreads(store: store, progress: progress)
-        var summary: RunSummary?
+        var summary: StatusReport?
         var failure: Error?
         do {
             summary = try localRunner.execute(.fresh(limit: nil, replaceUnfinished: true))
@@ -222,10 +205,10 @@ public final class SharedWorker: Sendable {
         // said as the heartbeat would have said it, not as a run left unfinished.
         if !finished, try threads.recorderRun.state() == "abandoned" { throw Self.abandonedError(run.runId) }
         let mine = store.tally()
-        let interrupted = summary?.interrupted ?? true
+        let interrupted = summary?.session?.interrupted ?? true
         // The feed of chunks failing (the database out of reach past the lease) ends the
         // runner's listing with an error: said, and the worker does not exit 0.
-        if let chunkError = summary?.listingError, listingError.withLock({ $0 }) == nil {
+        if let chunkError = summary?.session?.listingError, listingError.withLock({ $0 }) == nil {
             listingError.withLock { $0 = "claiming chunks failed: " + chunkError }
         }
         if !interrupted, mine.unrecorded == 0, summary?.failed == 0 {
@@ -236,12 +219,19 @@ public final class SharedWorker: Sendable {
                 try? FileManager.default.removeItem(atPath: path)
             }
         }
-        return Summary(
-            run: run.runId, uuid: run.uuid, worker: run.worker, done: mine.done, failed: mine.failed,
-            skipped: mine.skipped, total: counts.items, runDone: counts.done, runFailed: counts.failed,
-            runSkipped: counts.skipped, runPending: counts.pending, finished: finished,
-            interrupted: interrupted && !finished,
-            elapsed: Date().timeIntervalSince(started), listingError: listingError.withLock { $0 })
+        guard
+            var report = try StatusReport.shared(
+                at: run.connection.url, pipelineName: nil, runNumber: run.runId,
+                pipeline: StatusReport.SharedPipeline(pipeline.spec, path: pipeline.path))
+        else { throw SharedWorkerError("run #\(run.runId) is no longer in the database") }
+        var session = StatusReport.Session(stateFile: journalPath)
+        (session.done, session.failed, session.skipped) = (mine.done, mine.failed, mine.skipped)
+        session.worker = run.worker
+        session.interrupted = interrupted && !finished
+        session.elapsed = Date().timeIntervalSince(started)
+        session.listingError = listingError.withLock { $0 }
+        report.session = session
+        return report
     }
 
     // MARK: - threads

@@ -66,9 +66,9 @@ public final class PipelineRunner: Sendable {
         active.withLock { $0 }?.interrupt(now: now)
     }
 
-    /// Runs to the end of the feed (or an interruption) and returns the summary. Every
-    /// thread it started has ended when it returns.
-    public func execute(_ mode: RunMode) throws -> RunSummary {
+    /// Runs to the end of the feed (or an interruption) and returns the run's report as the
+    /// session leaves it, with `session` set. Every thread it started has ended when it returns.
+    public func execute(_ mode: RunMode) throws -> StatusReport {
         // Sinks are checked before a run is created or reopened: a sink that cannot be
         // prepared (a read-only folder) must not leave a `running` run behind.
         let identity = identity

@@ -41,31 +41,6 @@ public struct RunProgress: Sendable {
     }
 }
 
-/// The end of a run (or of one session of it).
-public struct RunSummary: Sendable, Codable {
-    public let run: Int64
-    public let stateFile: String
-    /// Items the run has (those listed so far when `feedComplete` is false).
-    public let total: Int
-    /// Whether the feed has been listed to its end.
-    public let feedComplete: Bool
-    public let done: Int
-    public let skipped: Int
-    public let failed: Int
-    public let pending: Int
-    /// Items finished in this session.
-    public let processed: Int
-    public let elapsed: Double
-    public let itemsPerSecond: Double
-    /// True when stopped by a signal: the run can be resumed.
-    public let interrupted: Bool
-    public let failuresByReason: [String: Int]
-    /// Skipped items by reason (`opt-out`, `robots`, `too-small`, `aspect`, `format`).
-    public let skipsByReason: [String: Int]
-    /// Set when the feed could not be listed to its end (the run can be resumed later).
-    public let listingError: String?
-}
-
 /// Receives what a run has to say. The library prints nothing itself: the command line
 /// passes a reporter that writes to the terminal.
 public protocol RunReporter: Sendable {

@@ -95,13 +95,13 @@ final class RunStages: Sendable {
 
     // MARK: - the session
 
-    func drive() throws -> RunSummary {
+    func drive() throws -> StatusReport {
         context.options.batchFlush?.register { [weak self] in self?.commitOpenBatchesOnceIdle() }
         let run = context.run
         let store = context.store
         let started = Date()
         if run.state == .finished {
-            return try summary(of: store.counts(runId: run.id), elapsed: 0, interrupted: false)
+            return try report(elapsed: 0, interrupted: false)
         }
         try store.setState(.running, runId: run.id)
         do {
@@ -184,20 +184,21 @@ final class RunStages: Sendable {
         // The work folder goes once nothing in it can be needed: kept while items failed,
         // so that `resume --retry-failed` can deliver staged outputs without redoing them.
         if finished, final.failed == 0 { try? FileManager.default.removeItem(atPath: run.workDirectory) }
-        return try summary(of: final, elapsed: elapsed, interrupted: !finished && cancelled)
+        return try report(elapsed: elapsed, interrupted: !finished && cancelled)
     }
 
-    /// The summary of the session, from the run's counts as they stand at its end.
-    private func summary(of final: ItemCounts, elapsed: Double, interrupted: Bool) throws -> RunSummary {
-        let store = context.store
-        let (session, listingError, feedComplete) = state.withLock { ($0.finishedThisSession, $0.listingError, $0.feedComplete) }
-        return RunSummary(
-            run: context.runId, stateFile: store.path, total: final.total, feedComplete: feedComplete,
-            done: final.done,
-            skipped: final.skipped, failed: final.failed, pending: final.unfinished, processed: session,
-            elapsed: elapsed, itemsPerSecond: elapsed > 0 ? Double(session) / elapsed : 0,
-            interrupted: interrupted, failuresByReason: try store.failureCounts(runId: context.runId),
-            skipsByReason: try store.skipCounts(runId: context.runId), listingError: listingError)
+    /// The run's report as the session leaves it, with what the session did.
+    private func report(elapsed: Double, interrupted: Bool) throws -> StatusReport {
+        var report = try context.store.report(runId: context.runId)
+        var session = StatusReport.Session(stateFile: context.store.path)
+        state.withLock {
+            (session.done, session.skipped, session.failed) = $0.endedThisSession
+            session.listingError = $0.listingError
+        }
+        session.elapsed = elapsed
+        session.interrupted = interrupted
+        report.session = session
+        return report
     }
 
     /// Removes half-written staged outputs and downloads of a killed session.

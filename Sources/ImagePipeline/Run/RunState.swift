@@ -18,7 +18,9 @@ struct RunState: Sendable {
     /// (`park`): the items before them may be other workers', or not admitted yet.
     private(set) var parked = 0
     private(set) var counts: ItemCounts
-    private(set) var finishedThisSession = 0
+    /// Items this session ended, by how.
+    private(set) var endedThisSession = (done: 0, skipped: 0, failed: 0)
+    var finishedThisSession: Int { endedThisSession.done + endedThisSession.skipped + endedThisSession.failed }
     /// Items of this run, counted against `--limit`: those recorded before this session
     /// and those listed since, less duplicates.
     private(set) var admitted = 0
@@ -121,15 +123,20 @@ struct RunState: Sendable {
 
     /// An item reached `done` (no failure) or `failed`, and gives its slot back.
     mutating func finish(failed: Bool) -> ReleaseAction {
-        if failed { counts.failed += 1 } else { counts.done += 1 }
-        finishedThisSession += 1
+        if failed {
+            counts.failed += 1
+            endedThisSession.failed += 1
+        } else {
+            counts.done += 1
+            endedThisSession.done += 1
+        }
         return release()
     }
 
     /// An item was skipped (terminal, like done), and gives its slot back.
     mutating func skip() -> ReleaseAction {
         counts.skipped += 1
-        finishedThisSession += 1
+        endedThisSession.skipped += 1
         return release()
     }
 

@@ -31,8 +31,8 @@ public protocol RunStateStore: AnyObject, Sendable {
     func apply(_ changes: [StoreChange], runId: Int64, now: Date) throws -> [ChangeOutcome]
 
     func counts(runId: Int64) throws -> ItemCounts
-    func failureCounts(runId: Int64) throws -> [String: Int]
-    func skipCounts(runId: Int64) throws -> [String: Int]
+    /// The run's report as `status` gives it (a shared run's worker: its own part).
+    func report(runId: Int64) throws -> StatusReport
 
     func item(runId: Int64, key: String) throws -> ItemRecord?
     /// Items not yet done, failed or skipped, in feed order after `seq`.

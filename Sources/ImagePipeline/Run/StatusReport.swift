@@ -1,9 +1,11 @@
 import Foundation
 import PipelineKit
 
-/// What `imgpipe status` shows about a run: of a state file (`latest(in:)`, `run(_:in:)`)
-/// or shared in PostgreSQL (`shared(at:…)`, which sets the four last fields; a state file's
-/// report leaves them out of its JSON).
+/// What imgpipe reports of a run, the one report type of every command: `status` of a
+/// state file (`latest(in:)`, `run(_:in:)`) or of a run shared in PostgreSQL (`shared(at:…)`,
+/// which sets `uuid`, `pagesListed`, `chunks` and `workers`; a state file's report leaves
+/// them out of its JSON), and the end of a session of `run`, `resume` and `work`: the same
+/// report of the run as that session leaves it, with `session` set (what it did).
 public struct StatusReport: Sendable, Codable {
     public let run: Int64
     public let state: String
@@ -53,6 +55,55 @@ public struct StatusReport: Sendable, Codable {
     public var chunks: Chunks? = nil
     /// A shared run's workers, by name.
     public var workers: [Worker]? = nil
+    /// What the session this report ends did (`run`, `resume` and `work`); nil for `status`.
+    public var session: Session? = nil
+
+    /// One session of a run: the items it ended, its time, how it stopped. Its counts are
+    /// this session's, where the report's are the whole run's.
+    public struct Session: Sendable, Codable {
+        /// The items this session ended, by how (a shared run's worker: those it recorded).
+        public var done = 0
+        public var skipped = 0
+        public var failed = 0
+        /// Seconds this session ran.
+        public var elapsed: Double = 0
+        /// True when stopped by a signal: the run can be resumed.
+        public var interrupted = false
+        /// Set when the feed could not be listed to its end (the run can be resumed later).
+        public var listingError: String? = nil
+        /// The state file (a shared run's worker: its journal).
+        public var stateFile: String
+        /// A shared run's worker, by name.
+        public var worker: String? = nil
+
+        public init(stateFile: String) { self.stateFile = stateFile }
+
+        /// Items ended in this session (done, skipped or failed).
+        public var ended: Int { done + skipped + failed }
+        /// Items ended per second of this session.
+        public var itemsPerSecond: Double { elapsed > 0 ? Double(ended) / elapsed : 0 }
+
+        private enum Derived: String, CodingKey { case ended, itemsPerSecond }
+
+        /// The stored fields, then `ended` and `itemsPerSecond` for readers of the JSON.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(done, forKey: .done)
+            try container.encode(skipped, forKey: .skipped)
+            try container.encode(failed, forKey: .failed)
+            try container.encode(elapsed, forKey: .elapsed)
+            try container.encode(interrupted, forKey: .interrupted)
+            try container.encodeIfPresent(listingError, forKey: .listingError)
+            try container.encode(stateFile, forKey: .stateFile)
+            try container.encodeIfPresent(worker, forKey: .worker)
+            var derived = encoder.container(keyedBy: Derived.self)
+            try derived.encode(ended, forKey: .ended)
+            try derived.encode(itemsPerSecond, forKey: .itemsPerSecond)
+        }
+    }
+
+    /// Whether the run has ended: every item of its feed done, skipped or failed.
+    public var isFinished: Bool { state == RunRecord.State.finished.rawValue }
 
     /// One worker of a shared run.
     public struct Worker: Sendable, Codable {
@@ -109,6 +160,16 @@ public struct StatusReport: Sendable, Codable {
         if run.handedOn > 0 { report.handedOn = run.handedOn }
         let placeholders = try store.placeholderCount(runId: run.id)
         if placeholders > 0 { report.placeholders = placeholders }
+        return report
+    }
+}
+
+extension RunStore {
+    /// Run number `runId`'s report (`StatusReport.run`), for the end of a session.
+    public func report(runId: Int64) throws -> StatusReport {
+        guard let report = try StatusReport.run(runId, in: self) else {
+            throw StoreError("no run #\(runId) in the state file \(path)")
+        }
         return report
     }
 }

@@ -106,7 +106,7 @@ struct RunSession {
         ) { runner.interrupt(now: $0) }
         defer { trap.cancel() }
 
-        let summary: RunSummary
+        let summary: StatusReport
         do {
             // Whatever comes next (the summary, an error) starts on a clean line.
             defer { reporter.endLine() }
@@ -123,20 +123,21 @@ struct RunSession {
         }
         // A feed that could not be listed at all is the pipeline's fault (or its server's),
         // and the run holds nothing to resume: it is abandoned, so the next `run` starts anew.
-        if summary.listingError != nil, summary.total == 0, !summary.interrupted {
+        let session = summary.session ?? StatusReport.Session(stateFile: store.path)
+        if session.listingError != nil, summary.total == 0, !session.interrupted {
             try? store.setState(.abandoned, runId: summary.run)
             throw CommandError.usage(
                 "no item could be listed, so there is nothing to resume: check the pipeline's source "
                     + "(\(pipeline.spec.source.typeName): its path or URL, and that its server answers), "
                     + "then run it again with `imgpipe run \(options.pipeline)`")
         }
-        if runnerOptions.changes != nil, !summary.interrupted {
+        if runnerOptions.changes != nil, !session.interrupted {
             prune(summary: summary, store: store, pipeline: pipeline, reporter: reporter)
         }
-        report(summary, pipeline: options.pipeline)
-        if summary.interrupted { throw Exit.interrupted }
+        report(summary, session: session, pipeline: options.pipeline)
+        if session.interrupted { throw Exit.interrupted }
         // Items left unfinished by a session that was not interrupted: not "every item done".
-        if summary.failed > 0 || summary.listingError != nil || summary.pending > 0 { throw Exit.failedItems }
+        if summary.failed > 0 || session.listingError != nil || summary.pending > 0 { throw Exit.failedItems }
     }
 
     /// Why the state file cannot be trusted at the end of a session: damaged, as SQLite's
@@ -168,7 +169,7 @@ struct RunSession {
     /// Only a run that listed the whole feed knows what is gone from it: with `--limit`, a
     /// listing that failed or one that listed nothing (`RunStore.partialListing`), the items
     /// it did not list are not gone, and nothing is removed.
-    private func prune(summary: RunSummary, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
+    private func prune(summary: StatusReport, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
         if let run = try? store.run(id: summary.run), let partial = store.partialListing(of: run) {
             if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
                 reporter.info(
@@ -203,7 +204,7 @@ struct RunSession {
         try session.perform()
     }
 
-    private func report(_ summary: RunSummary, pipeline: String) {
+    private func report(_ summary: StatusReport, session: StatusReport.Session, pipeline: String) {
         if json {
             Console.json(summary)
             return
@@ -212,8 +213,7 @@ struct RunSession {
         var rest = summary.pending > 0 ? ", \(summary.pending) pending" : ""
         rest += " of \(summary.total)" + (summary.feedComplete ? "" : " listed so far")
         rest += String(
-            format: " (%d this session in %.1f s, %.1f items/s)", summary.processed, summary.elapsed,
-            summary.itemsPerSecond)
+            format: " (%d this session in %.1f s, %.1f items/s)", session.ended, session.elapsed, session.itemsPerSecond)
         Console.out(parts: [
             ("run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, ", nil),
             ("\(summary.failed) failed", summary.failed > 0 ? .red : nil), (rest, nil),
@@ -226,16 +226,16 @@ struct RunSession {
             let reasons = summary.skipsByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
             Console.out("skipped: " + reasons.joined(separator: ", ") + " (details: imgpipe status \(pipeline))")
         }
-        if let listingError = summary.listingError {
+        if let listingError = session.listingError {
             Console.out(
                 "the feed could not be listed to its end (\(listingError)); "
                     + (summary.total > 0 ? "the items listed were run. " : "no item was listed. ")
                     + "Continue later with: imgpipe resume \(pipeline)")
         }
-        if summary.interrupted || summary.pending > 0 {
+        if session.interrupted || summary.pending > 0 {
             var resume = "imgpipe resume \(pipeline)"
             if options.state != nil { resume += " --state \(options.state!)" }
-            Console.out("stopped before the end; state saved in \(Console.display(summary.stateFile)). Continue with: \(resume)")
+            Console.out("stopped before the end; state saved in \(Console.display(session.stateFile)). Continue with: \(resume)")
         }
     }
 }

@@ -88,32 +88,33 @@ struct SharedSession {
             worker.interrupt(now: $0)
         }
         defer { trap.cancel() }
-        let summary: SharedWorker.Summary
+        let report: StatusReport
         do {
             defer { reporter.endLine() }
-            summary = try worker.execute()
+            report = try worker.execute()
             ran = true
         } catch {
             throw CommandError.failure(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
+        let session = report.session ?? StatusReport.Session(stateFile: "")
         if json {
-            Console.json(summary)
+            Console.json(report)
         } else if !quiet {
             Console.out(
-                "worker \(summary.worker) of run #\(summary.run): \(summary.done) done, \(summary.skipped) skipped, "
-                    + "\(summary.failed) failed here")
+                "worker \(session.worker ?? "?") of run #\(report.run): \(session.done) done, \(session.skipped) skipped, "
+                    + "\(session.failed) failed here")
             Console.out(
-                "run #\(summary.run): \(summary.runDone) done, \(summary.runSkipped) skipped, \(summary.runFailed) failed, "
-                    + "\(summary.runPending) pending of \(summary.total)" + (summary.finished ? " (finished)" : ""))
-            if let listingError = summary.listingError { Console.out("the feed could not be listed to its end: \(listingError)") }
+                "run #\(report.run): \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
+                    + "\(report.pending) pending of \(report.total)" + (report.isFinished ? " (finished)" : ""))
+            if let listingError = session.listingError { Console.out("the feed could not be listed to its end: \(listingError)") }
         }
-        if summary.interrupted { throw Exit.interrupted }
-        if !summary.finished {
+        if session.interrupted { throw Exit.interrupted }
+        if !report.isFinished {
             // Never 0 while the run has work left: a Job must not complete over it.
             throw CommandError.failure(
-                "run #\(summary.run) is not finished (\(summary.runPending) items pending); "
+                "run #\(report.run) is not finished (\(report.pending) items pending); "
                     + "run `imgpipe work` again to go on")
         }
-        if summary.runFailed > 0 && !completeWithFailures || summary.listingError != nil { throw Exit.failedItems }
+        if report.failed > 0 && !completeWithFailures || session.listingError != nil { throw Exit.failedItems }
     }
 }
