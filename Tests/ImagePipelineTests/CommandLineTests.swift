@@ -114,7 +114,7 @@ struct CommandLineTests {
         let session = try #require(ended.session)
         #expect((session.done, session.skipped, session.failed, session.ended) == (3, 0, 1, 4))
         #expect(!session.interrupted && session.listingError == nil && session.worker == nil)
-        #expect(session.stateFile.hasSuffix(".imgpipe/pipe.sqlite"), "\(session.stateFile)")
+        #expect(session.stateFile?.hasSuffix(".imgpipe/pipe.sqlite") == true, "\(String(describing: session.stateFile))")
         #expect(status.session == nil)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
         let members = try #require(json["session"] as? [String: Any])

@@ -301,7 +301,7 @@ struct PixelHelperTests {
         try pipeline(workers: 1)
         let (summary, lines) = try session(PixelHelperLaunch(executable: "/bin/sh", arguments: ["-c", "kill -9 $$"]))
         #expect(summary.done == 0 && summary.failed == 2, "\(summary)")
-        let report = try RunStore(path: try #require(summary.session).stateFile).failures(runId: summary.run)
+        let report = try RunStore(path: try #require(summary.session?.stateFile)).failures(runId: summary.run)
         #expect(
             report.map(\.message)
                 == Array(

@@ -139,6 +139,8 @@ final class SharedWorkTests: @unchecked Sendable {
             second.session?.worker != nil && second.session?.done == 60 && second.chunks?.pending == 0,
             "\(second)")
         #expect(second.workers?.map(\.name) == [second.session?.worker].compactMap { $0 })
+        // Its journal was removed at the clean end, so the session names none.
+        #expect(second.session?.stateFile == nil, "\(String(describing: second.session))")
         #expect(server.uploads.count == 120, "a new run has its own UUID, so its own idempotency keys")
     }
 

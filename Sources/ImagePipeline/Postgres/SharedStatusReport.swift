@@ -51,7 +51,18 @@ extension StatusReport {
     ) throws -> StatusReport? {
         let connection = try PostgresConnection(url: url)
         defer { connection.close() }
-        guard try SharedRunSchema.present(on: connection),
+        guard try SharedRunSchema.present(on: connection) else { return nil }
+        return try shared(on: connection, pipelineName: pipelineName, runNumber: runNumber, pipeline: pipeline)
+    }
+
+    /// The same, read on `connection` (a worker's own at the end of its session), the
+    /// run's counts taken as `counts` when given (read in the same moment as the worker's
+    /// last progress line).
+    static func shared(
+        on connection: PostgresConnection, pipelineName: String?, runNumber: Int64?, pipeline: SharedPipeline?,
+        counts given: SharedRun.Counts? = nil
+    ) throws -> StatusReport? {
+        guard
             let row = try connection.execute(
                 """
                 SELECT id, uuid, pipeline_name, state, feed_complete, pages_listed,
@@ -64,7 +75,7 @@ extension StatusReport {
             ).first
         else { return nil }
         let id = String(row.int("id") ?? 0)
-        let counts = try SharedRun.counts(runId: row.int("id") ?? 0, on: connection)
+        let counts = try given ?? SharedRun.counts(runId: row.int("id") ?? 0, on: connection)
         func byReason(_ status: String) throws -> [String: Int] {
             Dictionary(
                 uniqueKeysWithValues: try connection.execute(

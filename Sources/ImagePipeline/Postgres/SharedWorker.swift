@@ -195,8 +195,9 @@ public final class SharedWorker: Sendable {
             listingError.withLock { $0 = $0 ?? "the feed could not be listed again: " + failed }
         }
         let finished = try threads.recorderRun.markFinished()
-        // Read after the marking: a run reopened meanwhile (a retry of its failed items) is
-        // said with the items it has pending now.
+        // Read after the marking, on the recorder's connection, one reading for the last
+        // progress line and the report: a run reopened meanwhile (a retry of its failed
+        // items) is said with the items it has pending now.
         let counts = try threads.recorderRun.counts()
         // The last progress line is the run's as this worker leaves it.
         progress.record(counts)
@@ -204,6 +205,11 @@ public final class SharedWorker: Sendable {
         // Abandoned after this worker's last heartbeat looked (it ended its items first):
         // said as the heartbeat would have said it, not as a run left unfinished.
         if !finished, try threads.recorderRun.state() == "abandoned" { throw Self.abandonedError(run.runId) }
+        guard
+            var report = try StatusReport.shared(
+                on: threads.recorderRun.connection, pipelineName: nil, runNumber: run.runId,
+                pipeline: StatusReport.SharedPipeline(pipeline.spec, path: pipeline.path), counts: counts)
+        else { throw SharedWorkerError("run #\(run.runId) is no longer in the database") }
         let mine = store.tally()
         let interrupted = summary?.session?.interrupted ?? true
         // The feed of chunks failing (the database out of reach past the lease) ends the
@@ -211,6 +217,7 @@ public final class SharedWorker: Sendable {
         if let chunkError = summary?.session?.listingError, listingError.withLock({ $0 }) == nil {
             listingError.withLock { $0 = "claiming chunks failed: " + chunkError }
         }
+        var session = StatusReport.Session(stateFile: journalPath)
         if !interrupted, mine.unrecorded == 0, summary?.failed == 0 {
             for path in [
                 journalPath, journalPath + "-wal", journalPath + "-shm",
@@ -218,16 +225,11 @@ public final class SharedWorker: Sendable {
             ] {
                 try? FileManager.default.removeItem(atPath: path)
             }
+            session.stateFile = nil
         }
-        guard
-            var report = try StatusReport.shared(
-                at: run.connection.url, pipelineName: nil, runNumber: run.runId,
-                pipeline: StatusReport.SharedPipeline(pipeline.spec, path: pipeline.path))
-        else { throw SharedWorkerError("run #\(run.runId) is no longer in the database") }
-        var session = StatusReport.Session(stateFile: journalPath)
         (session.done, session.failed, session.skipped) = (mine.done, mine.failed, mine.skipped)
         session.worker = run.worker
-        session.interrupted = interrupted && !finished
+        session.interrupted = interrupted && !report.isFinished
         session.elapsed = Date().timeIntervalSince(started)
         session.listingError = listingError.withLock { $0 }
         report.session = session

@@ -71,12 +71,13 @@ public struct StatusReport: Sendable, Codable {
         public var interrupted = false
         /// Set when the feed could not be listed to its end (the run can be resumed later).
         public var listingError: String? = nil
-        /// The state file (a shared run's worker: its journal).
-        public var stateFile: String
+        /// The state file; a shared run's worker's journal, nil when it was removed at a
+        /// clean end (nothing of this worker's was left unrecorded).
+        public var stateFile: String?
         /// A shared run's worker, by name.
         public var worker: String? = nil
 
-        public init(stateFile: String) { self.stateFile = stateFile }
+        public init(stateFile: String?) { self.stateFile = stateFile }
 
         /// Items ended in this session (done, skipped or failed).
         public var ended: Int { done + skipped + failed }
@@ -94,7 +95,7 @@ public struct StatusReport: Sendable, Codable {
             try container.encode(elapsed, forKey: .elapsed)
             try container.encode(interrupted, forKey: .interrupted)
             try container.encodeIfPresent(listingError, forKey: .listingError)
-            try container.encode(stateFile, forKey: .stateFile)
+            try container.encodeIfPresent(stateFile, forKey: .stateFile)
             try container.encodeIfPresent(worker, forKey: .worker)
             var derived = encoder.container(keyedBy: Derived.self)
             try derived.encode(ended, forKey: .ended)

@@ -123,7 +123,7 @@ struct RunSession {
         }
         // A feed that could not be listed at all is the pipeline's fault (or its server's),
         // and the run holds nothing to resume: it is abandoned, so the next `run` starts anew.
-        let session = summary.session ?? StatusReport.Session(stateFile: store.path)
+        guard let session = summary.session else { preconditionFailure("PipelineRunner.execute reports its session") }
         if session.listingError != nil, summary.total == 0, !session.interrupted {
             try? store.setState(.abandoned, runId: summary.run)
             throw CommandError.usage(
@@ -134,7 +134,7 @@ struct RunSession {
         if runnerOptions.changes != nil, !session.interrupted {
             prune(summary: summary, store: store, pipeline: pipeline, reporter: reporter)
         }
-        report(summary, session: session, pipeline: options.pipeline)
+        report(summary, session: session, stateFile: store.path, pipeline: options.pipeline)
         if session.interrupted { throw Exit.interrupted }
         // Items left unfinished by a session that was not interrupted: not "every item done".
         if summary.failed > 0 || session.listingError != nil || summary.pending > 0 { throw Exit.failedItems }
@@ -204,7 +204,7 @@ struct RunSession {
         try session.perform()
     }
 
-    private func report(_ summary: StatusReport, session: StatusReport.Session, pipeline: String) {
+    private func report(_ summary: StatusReport, session: StatusReport.Session, stateFile: String, pipeline: String) {
         if json {
             Console.json(summary)
             return
@@ -235,7 +235,7 @@ struct RunSession {
         if session.interrupted || summary.pending > 0 {
             var resume = "imgpipe resume \(pipeline)"
             if options.state != nil { resume += " --state \(options.state!)" }
-            Console.out("stopped before the end; state saved in \(Console.display(session.stateFile)). Continue with: \(resume)")
+            Console.out("stopped before the end; state saved in \(Console.display(stateFile)). Continue with: \(resume)")
         }
     }
 }

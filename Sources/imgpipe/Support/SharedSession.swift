@@ -96,12 +96,12 @@ struct SharedSession {
         } catch {
             throw CommandError.failure(StateLocation.masking(in: environment.redact(String(describing: error)), url: url))
         }
-        let session = report.session ?? StatusReport.Session(stateFile: "")
+        guard let session = report.session else { preconditionFailure("SharedWorker.execute reports its session") }
         if json {
             Console.json(report)
         } else if !quiet {
             Console.out(
-                "worker \(session.worker ?? "?") of run #\(report.run): \(session.done) done, \(session.skipped) skipped, "
+                "worker \(worker.run.worker) of run #\(report.run): \(session.done) done, \(session.skipped) skipped, "
                     + "\(session.failed) failed here")
             Console.out(
                 "run #\(report.run): \(report.done) done, \(report.skipped) skipped, \(report.failed) failed, "
