@@ -90,6 +90,8 @@ public final class ChangeDetector: Sendable {
     /// order (a folder listed by name): one statement for `readAhead` items instead of one
     /// for each. By run and `carriedFrom`.
     private let windows = Mutex<[WindowKey: Window]>([:])
+    /// The source files and delivered files looked at, found in their folders kept open.
+    private let files = FolderStats()
 
     /// A window holds the items of one run read with one `carriedFrom`.
     private struct WindowKey: Hashable {
@@ -253,7 +255,7 @@ public final class ChangeDetector: Sendable {
             var window = windows[id, default: Window()]
             defer { windows[id] = window }
             let bytes = RunStore.ComparedWindow.bytes(of: key)
-            if window.covers(bytes) { return window.read.item(key) }
+            if window.covers(bytes) { return window.read.item(bytes: bytes) }
             let rising = window.previous.map { $0.lexicographicallyPrecedes(bytes) } ?? false
             window.rising = rising ? window.rising + 1 : 0
             window.previous = bytes
@@ -264,7 +266,7 @@ public final class ChangeDetector: Sendable {
             else { return nil }
             window.read = read
             window.first = bytes
-            return read.item(key)
+            return read.item(bytes: bytes)
         }
     }
 
@@ -274,8 +276,7 @@ public final class ChangeDetector: Sendable {
     private func stillThere(_ file: RunStore.DeliveredFile, key: String, name: String?) -> Bool {
         if let root = folders[file.sink], let name {
             let path = root + "/" + name
-            var info = stat()
-            guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
+            guard let info = files.info(path), (info.st_mode & S_IFMT) == S_IFREG else { return false }
             if let bytes = file.bytes, Int(info.st_size) != bytes { return false }
         }
         return !laterRuns
@@ -290,7 +291,7 @@ public final class ChangeDetector: Sendable {
         if recorded.status == .skipped { return .skipped }
         guard recorded.status == .done, let stamp = recorded.stamp else { return .changed }
         if item.isLocal {
-            guard let info = SourceStamp.fileInfo(item.location) else { return .changed }
+            guard let info = files.sizeAndTime(item.location) else { return .changed }
             if info.size != stamp.size { return .changed }
             if info.modified == stamp.modified { return .unchanged }
             return SourceStamp.of(file: item.location, local: true)?.sha256 == stamp.sha256 ? .unchanged : .changed

@@ -51,9 +51,9 @@ public struct ChangePlan: Sendable, Codable {
         var working = 0
         var forGood = 0
         var listed = Set<String>()
-        try pipeline.feed.list(after: nil, expecting: { _ in }) { found in
+        try ListingAhead.list(pipeline.feed) { found in
             let item = found.withoutSecrets(environment)
-            guard listed.insert(item.key).inserted else { return true }
+            guard listed.insert(item.key).inserted else { return }
             // The detector reads the file or fetches the image: the location as fetched.
             let verdict =
                 detector?.classify(
@@ -65,12 +65,12 @@ public struct ChangePlan: Sendable, Codable {
                 ?? ChangeDetector.Verdict(source: .new, remake: ids, renamed: [])
             counts[verdict.source, default: 0] += 1
             if verdict.lastFailure?.outlook == .permanent { forGood += 1 }
-            let made = Set(verdict.remake).union(resent)
+            // An output is named once in `remake`: a set only when the resent ones join it.
+            let made = resent.isEmpty ? verdict.remake : Array(Set(verdict.remake).union(resent))
             for id in made { redo[id, default: 0] += 1 }
             for id in verdict.renamed { renamed[id, default: 0] += 1 }
             for id in verdict.replaced { replaced[id, default: 0] += 1 }
             if !made.isEmpty { working += 1 }
-            return true
         }
         var gone = 0
         if let store, let detector {

@@ -45,9 +45,7 @@ public struct SourceStamp: Sendable, Equatable {
     /// A file's size and modification time (seconds since 1970, to the nanosecond); nil
     /// when it cannot be read.
     static func fileInfo(_ path: String) -> (size: Int, modified: Double)? {
-        var info = stat()
-        guard LocalPath.withCPath(path, { stat($0, &info) }) == 0 else { return nil }
-        return (Int(info.st_size), Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
+        FolderStats.info(path).map(FolderStats.sizeAndTime)
     }
 
     /// The value of `field` in an item's metadata (a JSON object), as text: a string as it

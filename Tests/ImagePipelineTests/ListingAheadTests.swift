@@ -1,0 +1,59 @@
+import Foundation
+import Testing
+
+@testable import ImagePipeline
+@testable import PipelineKit
+
+/// `ListingAhead`, the listing `plan` runs on a thread of its own: every item in order,
+/// the listing's error after the items before it, and a caller that stops stops it.
+@Suite("a listing on a thread of its own")
+struct ListingAheadTests {
+    /// Lists `count` items, then fails with `error` when given; counts what it listed.
+    struct NumberedFeed: Feed {
+        let count: Int
+        var error: String?
+        let listed = LockedBox(0)
+
+        func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
+            throws
+        {
+            for index in 0..<count {
+                listed.withLock { $0 += 1 }
+                guard try body(FeedItem(key: "item-\(index)", location: "/nowhere/\(index).jpg")) else { return }
+            }
+            if let error { throw FeedError(error) }
+        }
+    }
+
+    @Test func everyItemComesInTheFeedsOrder() throws {
+        // More than the batches that may wait, and a last batch that is not full.
+        let count = ListingAhead.batch * (ListingAhead.depth + 3) + 7
+        var keys: [String] = []
+        try ListingAhead.list(NumberedFeed(count: count)) { keys.append($0.key) }
+        #expect(keys == (0..<count).map { "item-\($0)" })
+    }
+
+    @Test func theListingsErrorComesAfterTheItemsBeforeIt() throws {
+        var keys: [String] = []
+        #expect(throws: FeedError.self) {
+            try ListingAhead.list(NumberedFeed(count: 1000, error: "the folder went away")) { keys.append($0.key) }
+        }
+        #expect(keys.count == 1000 && keys.last == "item-999")
+    }
+
+    /// The caller's error ends the call, and the lister with it: it lists at most the
+    /// batches that may wait beyond the one being looked at, not the whole feed.
+    @Test func aCallerThatStopsStopsTheListing() throws {
+        struct Enough: Error {}
+        let feed = NumberedFeed(count: 1_000_000)
+        var seen = 0
+        #expect(throws: Enough.self) {
+            try ListingAhead.list(feed) { _ in
+                seen += 1
+                if seen == 10 { throw Enough() }
+            }
+        }
+        let listed = feed.listed.withLock { $0 }
+        #expect(listed <= ListingAhead.batch * (ListingAhead.depth + 3), "\(listed) listed")
+    }
+}
