@@ -43,6 +43,29 @@ struct FolderStatsTests {
         #expect(stats.sizeAndTime(work.url("f1/late.jpg"))?.size == 4)
     }
 
+    /// Two threads at once, over more folders than are kept (so that one closes them all
+    /// while the other looks): each answer is still its own file's.
+    @Test func twoThreadsAtOnceGetTheirOwnFilesSizes() throws {
+        let folders = FolderStats.keptFolders + 16
+        var sizes: [String: Int] = [:]
+        for folder in 0..<folders {
+            let path = "t\(folder)/a.jpg"
+            try work.write(String(repeating: "y", count: folder + 1), to: path)
+            sizes[work.url(path)] = folder + 1
+        }
+        let stats = FolderStats()
+        let (paths, expected) = (Array(sizes.keys), sizes)
+        let wrong = LockedBox<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 2) { thread in
+            for round in 0..<40 {
+                for (index, path) in paths.enumerated() where (index + round + thread) % 2 == 0 {
+                    if stats.sizeAndTime(path)?.size != expected[path] { wrong.withLock { $0.append(path) } }
+                }
+            }
+        }
+        #expect(wrong.withLock { $0 }.isEmpty, "\(wrong.withLock { $0 }.prefix(5))")
+    }
+
     /// A name that is not UTF-8 (a location written as a `file:` URL) is looked up by its
     /// bytes; a link is followed, as `stat` follows it.
     @Test func aNameThatIsNotUTF8AndALinkAreFoundAsStatFindsThem() throws {

@@ -42,18 +42,34 @@ struct ListingAheadTests {
     }
 
     /// The caller's error ends the call, and the lister with it: it lists at most the
-    /// batches that may wait beyond the one being looked at, not the whole feed.
+    /// batches that may wait beyond the one being looked at, not the whole feed. The caller
+    /// stops once the lister is waiting for room (every place taken): the handoff must then
+    /// be let go as it was made (libdispatch trapped on a semaphore freed below its start).
     @Test func aCallerThatStopsStopsTheListing() throws {
         struct Enough: Error {}
-        let feed = NumberedFeed(count: 1_000_000)
-        var seen = 0
-        #expect(throws: Enough.self) {
-            try ListingAhead.list(feed) { _ in
-                seen += 1
-                if seen == 10 { throw Enough() }
+        for _ in 1...20 {
+            let feed = NumberedFeed(count: 1_000_000)
+            let full = ListingAhead.batch * (ListingAhead.depth + 2)
+            #expect(throws: Enough.self) {
+                try ListingAhead.list(feed) { _ in
+                    // A guard, not a timing: the lister fills every place within a moment.
+                    let deadline = Date().addingTimeInterval(30)
+                    while feed.listed.withLock({ $0 }) < full, Date() < deadline { usleep(1000) }
+                    throw Enough()
+                }
             }
+            let listed = feed.listed.withLock { $0 }
+            #expect(listed >= full && listed <= ListingAhead.batch * (ListingAhead.depth + 3), "\(listed) listed")
         }
-        let listed = feed.listed.withLock { $0 }
-        #expect(listed <= ListingAhead.batch * (ListingAhead.depth + 3), "\(listed) listed")
+    }
+
+    @Test func anEmptyFeedAndAnErrorBeforeAnyItemEndAtOnce() throws {
+        var keys: [String] = []
+        try ListingAhead.list(NumberedFeed(count: 0)) { keys.append($0.key) }
+        #expect(keys.isEmpty)
+        #expect(throws: FeedError.self) {
+            try ListingAhead.list(NumberedFeed(count: 0, error: "no such folder")) { keys.append($0.key) }
+        }
+        #expect(keys.isEmpty)
     }
 }

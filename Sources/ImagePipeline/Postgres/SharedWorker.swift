@@ -225,7 +225,7 @@ public final class SharedWorker: Sendable {
             ] {
                 try? FileManager.default.removeItem(atPath: path)
             }
-            session.stateFile = nil
+            if !FileManager.default.fileExists(atPath: journalPath) { session.stateFile = nil }
         }
         (session.done, session.failed, session.skipped) = (mine.done, mine.failed, mine.skipped)
         session.worker = run.worker

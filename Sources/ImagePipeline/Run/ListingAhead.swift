@@ -12,7 +12,8 @@ enum ListingAhead {
     static let depth = 4
 
     /// Calls `body` with each item of `feed`, in order; rethrows the listing's error after
-    /// the items listed before it, or `body`'s (the listing then stops at its next item).
+    /// the items listed before it, or `body`'s (the listing then stops when its batch is
+    /// full, up to `batch` items later).
     static func list(_ feed: any Feed, _ body: (FeedItem) throws -> Void) throws {
         let handoff = Handoff()
         let done = DispatchSemaphore(value: 0)
@@ -59,8 +60,14 @@ enum ListingAhead {
         private let state = Mutex(State())
         /// A batch (or the end) is there to take.
         private let ready = DispatchSemaphore(value: 0)
-        /// Room for one more batch.
-        private let room = DispatchSemaphore(value: ListingAhead.depth)
+        /// Room for one more batch: made empty and given `depth` places, since libdispatch
+        /// traps when a semaphore is freed below the value it was made with (a caller that
+        /// stopped leaves it so).
+        private let room = DispatchSemaphore(value: 0)
+
+        init() {
+            for _ in 0..<ListingAhead.depth { room.signal() }
+        }
 
         /// Hands `items` over, waiting for room; false once the caller has stopped taking.
         func put(_ items: [FeedItem]) -> Bool {

@@ -351,15 +351,8 @@ extension RunStore {
         /// The item whose key has `bytes` (`bytes(of:)`).
         public func item(bytes: [UInt8]) -> ComparedItem? { items[KeyBytes(bytes)] }
 
-        /// A key's bytes, hashed in one pass (an array's own hash takes a byte at a time:
-        /// a tenth of a `plan`'s time went to hashing keys so).
-        struct KeyBytes: Hashable, Sendable {
-            let bytes: [UInt8]
-
-            init(_ bytes: [UInt8]) { self.bytes = bytes }
-
-            func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
-        }
+        /// A key's bytes as a dictionary key.
+        typealias KeyBytes = HashedBytes
 
         /// A key's bytes as the state file has them: up to a NUL, where GRDB ends the text
         /// it binds.

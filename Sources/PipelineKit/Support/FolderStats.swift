@@ -13,7 +13,7 @@ package final class FolderStats: Sendable {
     /// Folders kept open at most.
     static let keptFolders = 64
 
-    private let folders = Mutex<[[UInt8]: Int32]>([:])
+    private let folders = Mutex<[HashedBytes: Int32]>([:])
 
     package init() {}
 
@@ -27,13 +27,17 @@ package final class FolderStats: Sendable {
     /// writes it), nil when it cannot be read.
     package func info(_ location: String) -> stat? {
         let path = LocalPath.bytes(location)
-        guard let slash = path.lastIndex(of: UInt8(ascii: "/")), slash > 0, slash < path.count - 1 else {
-            return Self.info(bytes: path)
+        // A NUL ends the path `stat` sees: such a location is looked at as `stat` would.
+        guard let slash = path.lastIndex(of: UInt8(ascii: "/")), slash > 0, slash < path.count - 1, !path.contains(0)
+        else { return Self.info(bytes: path) }
+        let name = Array(path[(slash + 1)...])
+        // Looked up under the lock: another thread cannot close the folder meanwhile.
+        return folders.withLock { kept -> stat? in
+            let descriptor = Self.descriptor(of: HashedBytes(Array(path[..<slash])), in: &kept)
+            guard descriptor >= 0 else { return Self.info(bytes: path) }
+            var info = stat()
+            return LocalPath.withCPath(bytes: name, { fstatat(descriptor, $0, &info, 0) }) == 0 ? info : nil
         }
-        let descriptor = folder(Array(path[..<slash]))
-        guard descriptor >= 0 else { return Self.info(bytes: path) }
-        var info = stat()
-        return LocalPath.withCPath(bytes: Array(path[(slash + 1)...]), { fstatat(descriptor, $0, &info, 0) }) == 0 ? info : nil
     }
 
     /// The size and modification time (seconds since 1970, to the nanosecond) of the file at
@@ -55,19 +59,21 @@ package final class FolderStats: Sendable {
         (Int(info.st_size), Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
     }
 
-    /// An open descriptor of `folder`, or -1 when it cannot be opened (one that may be
-    /// walked through but not read: the caller then walks the whole path).
-    private func folder(_ folder: [UInt8]) -> Int32 {
-        folders.withLock { kept in
-            if let descriptor = kept[folder] { return descriptor }
-            if kept.count >= Self.keptFolders {
-                for descriptor in kept.values { close(descriptor) }
-                kept.removeAll(keepingCapacity: true)
-            }
-            let descriptor = LocalPath.withCPath(bytes: folder) { open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-            // A folder that cannot be opened is not kept: it may be there at the next look.
-            if descriptor >= 0 { kept[folder] = descriptor }
-            return descriptor
+    /// An open descriptor of `folder`, or -1 when it cannot be opened (the caller then
+    /// walks the whole path). Opened for lookups only (`O_PATH`): a folder that may be
+    /// walked through but not read is kept too.
+    private static func descriptor(of folder: HashedBytes, in kept: inout [HashedBytes: Int32]) -> Int32 {
+        if let descriptor = kept[folder] { return descriptor }
+        if kept.count >= keptFolders {
+            for descriptor in kept.values { close(descriptor) }
+            kept.removeAll(keepingCapacity: true)
         }
+        let descriptor = LocalPath.withCPath(bytes: folder.bytes) { open($0, lookupsOnly | O_DIRECTORY | O_CLOEXEC) }
+        // A folder that cannot be opened is not kept: it may be there at the next look.
+        if descriptor >= 0 { kept[folder] = descriptor }
+        return descriptor
     }
+
+    /// Linux's `O_PATH` (the same on x86-64 and arm64; Glibc's module leaves it out).
+    private static let lookupsOnly: Int32 = 0o10000000
 }
