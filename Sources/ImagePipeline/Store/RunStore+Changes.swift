@@ -495,19 +495,21 @@ struct HandOn {
                     WHERE i.runId = ? AND i.key = ?
                     """), arguments: [runId, runId, carried.holder, item.key])
         var kept: [String: Set<String>] = [:]
+        // Columns by position (a name is looked for among the row's columns each time):
+        // this is read for each item carried over.
         for row in rows {
             // Named from the item's stem, or from its own one (`uniqueStem`) when another held a name.
-            let stem: String? = row["nameStem"]
+            let stem: String? = row.optional(1)
             let unique = stem != item.nameStem && stem != nil && stem == item.uniqueStem
-            guard !(row["present"] as Bool), row["status"] == ItemStatus.done.rawValue, stem == item.nameStem || unique,
-                let new = wanted[row["output"]], (row["owner"] as String?) == nil
+            guard !(row[7] as Bool), row[0] == ItemStatus.done.rawValue, stem == item.nameStem || unique,
+                let new = wanted[row[2]], (row.optional(6) as String?) == nil
             else { return false }
-            let name: String? = row["name"]
+            let name: String? = row.optional(3)
             if let want = unique ? new.uniqueName ?? new.name : new.name, want != name { return false }
             if let name, let owner = held[name], owner != item.key { return false }
             var sinks = kept[new.id, default: []]
-            if let sink: String = row["sink"] {
-                guard row["delivered"] == "done" else { return false }
+            if let sink: String = row.optional(4) {
+                guard row.optional(5) == "done" else { return false }
                 sinks.insert(sink)
             }
             kept[new.id] = sinks
