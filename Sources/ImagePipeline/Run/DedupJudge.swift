@@ -28,10 +28,8 @@ final class DedupJudge: Sendable {
         static func < (a: Kept, b: Kept) -> Bool { a.seq < b.seq }
         static func == (a: Kept, b: Kept) -> Bool { a.seq == b.seq && a.key == b.key }
 
-        /// Whether a near copy of this item's hash is a copy of it: of a like colour (a flat
-        /// or smooth picture's hash is mostly noise). Unknown colours are alike.
-        func isAlike(_ colour: SIMD3<Double>?) -> Bool { Self.alike(self.colour, colour) }
-
+        /// Whether two items with near hashes are copies by their average colours (a flat or
+        /// smooth picture's hash is mostly noise). Unknown colours are alike.
         static func alike(_ a: SIMD3<Double>?, _ b: SIMD3<Double>?) -> Bool {
             guard let a, let b else { return true }
             return ImageFingerprint.coloursAlike(a, b)
@@ -138,7 +136,8 @@ final class DedupJudge: Sendable {
             // Within the distance and of a like colour; never the item itself (made again).
             if let phash,
                 let found = state.near?.earliest(
-                    within: phash, where: { $0.key != key && $0.isAlike(me.colour) && !state.withdrawn.contains($0.key) })
+                    within: phash,
+                    where: { $0.key != key && Kept.alike($0.colour, me.colour) && !state.withdrawn.contains($0.key) })
             {
                 return .duplicate(of: found.id.key, distance: found.distance, exact: false)
             }

@@ -342,17 +342,14 @@ extension RunStore {
     /// the state file tells keys apart by their bytes, where Swift's `String` takes two
     /// spellings of `é` (precomposed, decomposed) for one key.
     public struct ComparedWindow: Sendable {
-        let items: [KeyBytes: ComparedItem]
+        let items: [HashedBytes: ComparedItem]
         /// The greatest key read, as stored; nil when the run's end came first.
         public let last: [UInt8]?
 
         public func item(_ key: String) -> ComparedItem? { item(bytes: Self.bytes(of: key)) }
 
         /// The item whose key has `bytes` (`bytes(of:)`).
-        public func item(bytes: [UInt8]) -> ComparedItem? { items[KeyBytes(bytes)] }
-
-        /// A key's bytes as a dictionary key.
-        typealias KeyBytes = HashedBytes
+        public func item(bytes: [UInt8]) -> ComparedItem? { items[HashedBytes(bytes)] }
 
         /// A key's bytes as the state file has them: up to a NUL, where GRDB ends the text
         /// it binds.
@@ -365,7 +362,7 @@ extension RunStore {
     /// are ordered and told apart by their bytes, as SQLite does.
     public func comparedItems(runId: Int64, from key: String, limit: Int, carriedFrom: Int64? = nil) throws -> ComparedWindow {
         try read { db in
-            var items: [ComparedWindow.KeyBytes: ComparedItem] = [:]
+            var items: [HashedBytes: ComparedItem] = [:]
             var last: [UInt8]?
             // Columns by position, NULL-able ones through `Row.optional`: this is read for
             // each item of the feed. A row for each output and delivery done. The key as
@@ -374,7 +371,7 @@ extension RunStore {
                 db.cachedStatement(sql: Self.comparedItemsSQL), arguments: [runId, key, carriedFrom, carriedFrom, limit])
             while let row = try rows.next() {
                 let bytes = [UInt8](row[0] as Data)
-                let key = ComparedWindow.KeyBytes(bytes)
+                let key = HashedBytes(bytes)
                 if items[key] == nil {
                     let rawStatus: String = row[1]
                     guard let status = ItemStatus(rawValue: rawStatus) else {
