@@ -191,15 +191,24 @@ struct IncrementalTests {
         let first = try rows()
         #expect(Array(first.prefix(3)) == [24, 48, 96])
         let files = snapshot("out")
+        // Nothing changed: no run is made (`UpToDate`). A source touched (its bytes the same)
+        // and a new one make a run, which takes the others over whole and adds their rows
+        // to nothing: the new item's rows and the run's own record.
         for _ in 1...2 {
             let rerun = try imgpipe("run", "pipe.json", "--incremental")
-            #expect(rerun.status == 0, "\(rerun.stderr)")
+            #expect(rerun.status == 0 && rerun.stderr.contains("up to date"), "\(rerun.stderr)")
         }
-        // Each run adds its own record (the pipeline document, its counters), nothing per item.
+        let same = try rows()
+        #expect(Array(same.prefix(3)) == Array(first.prefix(3)) && same[3] - first[3] <= 1, "\(same), before \(first)")
+        try photo("p25", seed: 25, width: 64, height: 48)
+        let added = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(added.status == 0 && !added.stderr.contains("up to date"), "\(added.stderr)")
         let again = try rows()
         #expect(
-            Array(again.prefix(3)) == Array(first.prefix(3)) && again[3] - first[3] <= 2,
-            "rows and pages after two re-runs that changed nothing: \(again), before \(first)")
+            Array(again.prefix(3)) == [25, 50, 100] && again[3] - first[3] <= 3,
+            "rows and pages after a re-run that carried 24 items: \(again), before \(first)")
+        try FileManager.default.removeItem(atPath: work.url("in/p25.jpg"))
+        #expect(try imgpipe("run", "pipe.json", "--incremental").status == 0)
         #expect(snapshot("out").mapValues(\.inode) == files.mapValues(\.inode))
         try exportAgreesWithDisk(items: 24, folders: ["out", "archive"])
         func status(_ arguments: String...) throws -> [String: Any] {
@@ -210,6 +219,8 @@ struct IncrementalTests {
         #expect(latest["run"] as? Int == 3 && latest["done"] as? Int == 24, "\(latest)")
         let handedOn = try status("--run", "1")
         #expect(handedOn["done"] as? Int == 0, "run 1 holds no item now: \(handedOn)")
+        let withP25 = try status("--run", "2")
+        #expect(withP25["done"] as? Int == 1, "run 2 keeps p25, gone from run 3: \(withP25)")
 
         // Ten items taken over by a run of `--limit 10`, which is not compared with.
         #expect(try imgpipe("run", "pipe.json", "--incremental", "--limit", "10").status == 0)
@@ -228,7 +239,7 @@ struct IncrementalTests {
             "nothing made again; p24's files pruned")
         try exportAgreesWithDisk(items: 23, folders: ["out", "archive"])
         let rowsNow = try rows()
-        #expect(Array(rowsNow.prefix(3)) == [24, 48, 96], "p24's rows stay with the run it was last in: \(rowsNow)")
+        #expect(Array(rowsNow.prefix(3)) == [25, 50, 100], "p24's and p25's rows stay with the run each was last in: \(rowsNow)")
         // Every run's counters followed its items and deliveries as they moved.
         let disagreements = try DatabaseQueue(path: state).read { db in
             try Int.fetchOne(
@@ -790,6 +801,22 @@ struct IncrementalTests {
         let after = snapshot("byfield.json-out")
         #expect(after["n2.png"]?.data != before["n2.png"]?.data)
         for name in ["n1.png", "n3.png", "n4.png"] { #expect(after[name]?.inode == before[name]?.inode, "\(name)") }
+
+        // Again: every version as recorded, so nothing changed and no image is asked for.
+        let requestsNow = imageRequests()
+        let same = try imgpipe("run", "byfield.json", "--incremental")
+        #expect(same.status == 0 && same.stderr.contains("up to date"), "\(same.stdout)\(same.stderr)")
+        #expect(imageRequests() == requestsNow)
+        // By ETag (once n2's change is taken in), each image is asked for once per re-run,
+        // by the run: the look before it fetches nothing, and finds no feed compared by its
+        // bytes up to date.
+        #expect(try imgpipe("run", "byetag.json", "--incremental").status == 0)
+        for _ in 1...2 {
+            let asked = imageRequests()
+            let again = try imgpipe("run", "byetag.json", "--incremental")
+            #expect(again.status == 0 && !again.stderr.contains("up to date"), "\(again.stdout)\(again.stderr)")
+            #expect(imageRequests() - asked == 4)
+        }
     }
 
     /// A `versionField` named after the first run (the user's case, with the cache on): the

@@ -17,6 +17,7 @@ struct ListingAheadTests {
         func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
             throws
         {
+            expect?(.counted(count))
             for index in 0..<count {
                 listed.withLock { $0 += 1 }
                 guard try body(FeedItem(key: "item-\(index)", location: "/nowhere/\(index).jpg")) else { return }
@@ -31,6 +32,26 @@ struct ListingAheadTests {
         var keys: [String] = []
         try ListingAhead.list(NumberedFeed(count: count)) { keys.append($0.key) }
         #expect(keys == (0..<count).map { "item-\($0)" })
+    }
+
+    /// `expecting` hears the feed's count before its first item; answered false, the
+    /// listing ends there, and the caller sees an end with nothing listed. Answered true,
+    /// every item comes.
+    @Test func aCountAnsweredNoEndsTheListingBeforeItsFirstItem() throws {
+        for goOn in [false, true] {
+            let feed = NumberedFeed(count: 5000)
+            let heard = LockedBox<[Int]>([])
+            var keys = 0
+            try ListingAhead.list(
+                feed,
+                expecting: { count in
+                    heard.withLock { $0.append(count.items) }
+                    return goOn
+                }
+            ) { _ in keys += 1 }
+            #expect(heard.withLock { $0 } == [5000])
+            #expect(keys == (goOn ? 5000 : 0) && feed.listed.withLock { $0 } == (goOn ? 5000 : 1), "go on: \(goOn)")
+        }
     }
 
     @Test func theListingsErrorComesAfterTheItemsBeforeIt() throws {

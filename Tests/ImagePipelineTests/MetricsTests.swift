@@ -124,8 +124,8 @@ final class MetricsTests: @unchecked Sendable {
         #expect(Self.get(port: port, path: "/metrics") == nil, "the endpoint must close with the process")
     }
 
-    /// `run --incremental` with nothing changed: every item carried over whole. Its
-    /// deliveries (copied from the earlier run) are counted as `status` counts them.
+    /// `run --incremental` with one item added: the three others carried over whole. Their
+    /// deliveries (the earlier run's) are counted as `status` counts them.
     @Test func anIncrementalRunCountsTheDeliveriesItCarries() throws {
         for index in 0..<3 { try ImageFixtures.jpeg(at: work.url("in/\(index).jpg"), width: 64, height: 48) }
         try work.write(
@@ -137,6 +137,7 @@ final class MetricsTests: @unchecked Sendable {
             """, to: "carried.json")
         let first = try ImgpipeBinary.run(["run", "carried.json", "--quiet"], in: work.path)
         #expect(first.status == 0, "\(first.stderr)")
+        try ImageFixtures.jpeg(at: work.url("in/3.jpg"), width: 64, height: 48)
         let port = try Self.freePort()
         let again = try ImgpipeBinary.launch(
             ["run", "carried.json", "--incremental", "--quiet", "--metrics", "\(port)", "--metrics-linger", "5"], in: work.path)
@@ -144,15 +145,15 @@ final class MetricsTests: @unchecked Sendable {
         let result = again.wait()
         #expect(result.status == 0, "\(result.stderr)")
         let status = try ImgpipeBinary.run(["status", "carried.json", "--json"], in: work.path).decoded(StatusReport.self)
-        #expect(status.done == 3, "\(status)")
-        #expect(end.value("imgpipe_items_total", ["status": "done"]) == 3)
+        #expect(status.done == 4, "\(status)")
+        #expect(end.value("imgpipe_items_total", ["status": "done"]) == 4)
         #expect(status.sinks.count == 2)
         for (name, counts) in status.sinks {
             let delivered = end.value("imgpipe_deliveries_total", ["sink": name, "outcome": "delivered"]) ?? 0
             #expect(delivered == Double(counts.done), "\(name): \(counts)")
         }
-        // Two outputs to the first sink, one to the second, for each of three items.
-        #expect(end.sum("imgpipe_deliveries_total") == 9)
+        // Two outputs to the first sink, one to the second, for each of four items.
+        #expect(end.sum("imgpipe_deliveries_total") == 12)
     }
 
     /// A host that answered 503 with `Retry-After` shows as held and slowed while the hold

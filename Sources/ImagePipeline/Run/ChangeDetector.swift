@@ -57,6 +57,9 @@ public final class ChangeDetector: Sendable {
         public var lastFailure: FailureAdvice?
         /// The run that holds the item's record: the baseline, or one of its `heirs`.
         public var holder: Int64?
+        /// How that run listed the item, for an unchanged one (`UpToDate` compares it with
+        /// the listing now).
+        public var listed: RunStore.ComparedItem.Listed?
     }
 
     /// The run compared with.
@@ -201,15 +204,16 @@ public final class ChangeDetector: Sendable {
     }
 
     /// The verdict on one item of the feed (as listed, its location as fetched), which this
-    /// run numbers `index` (`{index}` in names).
-    public func classify(_ item: FeedItem, index: Int) -> Verdict {
+    /// run numbers `index` (`{index}` in names). Without `fetching`, a remote item that
+    /// would be fetched to compare its bytes is `changed` instead.
+    public func classify(_ item: FeedItem, index: Int, fetching: Bool = true) -> Verdict {
         var holder = baseline.id
         var recorded = record(of: item.key, in: baseline.id)
         for heir in heirs where recorded == nil {
             recorded = record(of: item.key, in: heir, carriedFrom: baseline.id)
             holder = heir
         }
-        let source = compare(item, recorded: recorded.map { ($0.status, $0.stamp) })
+        let source = compare(item, recorded: recorded.map { ($0.status, $0.stamp) }, fetching: fetching)
         guard source == .unchanged else {
             var verdict = Verdict(source: source, remake: outputs.map(\.id), renamed: [])
             verdict.lastFailure = recorded?.failure
@@ -242,6 +246,7 @@ public final class ChangeDetector: Sendable {
         var verdict = Verdict(source: source, remake: remake, renamed: renamed)
         verdict.replaced = replaced
         verdict.holder = holder
+        verdict.listed = recorded?.listed
         return verdict
     }
 
@@ -285,7 +290,7 @@ public final class ChangeDetector: Sendable {
                 sink: file.sink, location: file.location, hash: file.hash)) == false
     }
 
-    private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?)?) -> Source {
+    private func compare(_ item: FeedItem, recorded: (status: ItemStatus, stamp: SourceStamp?)?, fetching: Bool) -> Source {
         guard let recorded else { return .new }
         if recorded.status == .failed { return .failed }
         if recorded.status == .skipped { return .skipped }
@@ -299,6 +304,7 @@ public final class ChangeDetector: Sendable {
         if let field = versionField, let old = stamp.version, let now = SourceStamp.version(in: item.metadata, field: field) {
             return old == now ? .unchanged : .changed
         }
+        guard fetching else { return .changed }
         return currentHash(of: item.location) == stamp.sha256 ? .unchanged : .changed
     }
 

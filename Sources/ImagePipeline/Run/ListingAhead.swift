@@ -13,8 +13,12 @@ enum ListingAhead {
 
     /// Calls `body` with each item of `feed`, in order; rethrows the listing's error after
     /// the items listed before it, or `body`'s (the listing then stops when its batch is
-    /// full, up to `batch` items later).
-    static func list(_ feed: any Feed, _ body: (FeedItem) throws -> Void) throws {
+    /// full, up to `batch` items later). `expect`, on the listing's thread, is told the
+    /// feed's count when the feed gives one (`Feed.list`); when it answers false the
+    /// listing ends there, before its next item.
+    static func list(
+        _ feed: any Feed, expecting expect: (@Sendable (FeedCount) -> Bool)? = nil, _ body: (FeedItem) throws -> Void
+    ) throws {
         let handoff = Handoff()
         let done = DispatchSemaphore(value: 0)
         let lister = Thread {
@@ -22,8 +26,10 @@ enum ListingAhead {
             var pending: [FeedItem] = []
             pending.reserveCapacity(batch)
             var failure: (any Error)?
+            var goOn = true
             do {
-                try feed.list(after: nil, expecting: nil) { item in
+                try feed.list(after: nil, expecting: expect.map { expect in { goOn = expect($0) && goOn } }) { item in
+                    guard goOn else { return false }
                     pending.append(item)
                     guard pending.count == batch else { return true }
                     defer { pending.removeAll(keepingCapacity: true) }

@@ -76,6 +76,9 @@ public struct StatusReport: Sendable, Codable {
         public var stateFile: String?
         /// A shared run's worker, by name.
         public var worker: String? = nil
+        /// True when `run --incremental` found the feed and the pipeline as the run it
+        /// compared with left them, and made no run (`UpToDate`): the report is that run's.
+        public var upToDate: Bool? = nil
 
         public init(stateFile: String?) { self.stateFile = stateFile }
 
@@ -97,6 +100,7 @@ public struct StatusReport: Sendable, Codable {
             try container.encodeIfPresent(listingError, forKey: .listingError)
             try container.encodeIfPresent(stateFile, forKey: .stateFile)
             try container.encodeIfPresent(worker, forKey: .worker)
+            try container.encodeIfPresent(upToDate, forKey: .upToDate)
             var derived = encoder.container(keyedBy: Derived.self)
             try derived.encode(ended, forKey: .ended)
             try derived.encode(itemsPerSecond, forKey: .itemsPerSecond)

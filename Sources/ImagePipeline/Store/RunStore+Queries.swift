@@ -330,6 +330,16 @@ extension RunStore {
         public let failure: FailureAdvice?
         /// Its deliveries recorded done, with a location.
         public internal(set) var delivered: [DeliveredFile]
+        /// How the run listed it: its number, its location and the feed's metadata as
+        /// recorded, and the key its names are made from.
+        public let listed: Listed
+
+        public struct Listed: Sendable, Equatable {
+            public let seq: Int
+            public let location: String
+            public let metadata: String?
+            public let nameKey: String?
+        }
     }
 
     /// What run `runId` recorded of item `key`; nil when the run has no such item. With
@@ -384,7 +394,10 @@ extension RunStore {
                     if status == .failed, let reason: String = row.optional(6) {
                         failure = FailureAdvice.of(reason: reason, message: row.optional(7) ?? "", httpStatus: row.optional(8))
                     }
-                    items[key] = ComparedItem(status: status, stamp: stamp, names: [:], failure: failure, delivered: [])
+                    let listed = ComparedItem.Listed(
+                        seq: row[15], location: row[16], metadata: row.optional(17), nameKey: row.optional(18))
+                    items[key] = ComparedItem(
+                        status: status, stamp: stamp, names: [:], failure: failure, delivered: [], listed: listed)
                     if last.map({ $0.lexicographicallyPrecedes(bytes) }) ?? true { last = bytes }
                 }
                 guard let id: String = row.optional(9) else { continue }
@@ -404,7 +417,7 @@ extension RunStore {
     /// to a location. Arguments: the run, the key, `carriedFrom` twice, the limit.
     static let comparedItemsSQL = """
         SELECT i.key, i.status, i.sourceSize, i.sourceModified, i.sourceHash, i.sourceVersion, i.reason, i.message,
-            i.httpStatus, o.output, o.name, o.bytes, o.hash, d.sink, d.remoteURL
+            i.httpStatus, o.output, o.name, o.bytes, o.hash, d.sink, d.remoteURL, i.seq, i.location, i.metadata, i.nameKey
         FROM (SELECT * FROM item WHERE runId = ? AND key >= ? AND (? IS NULL OR carriedFrom = ?) ORDER BY key LIMIT ?) i
         LEFT JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
         LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output

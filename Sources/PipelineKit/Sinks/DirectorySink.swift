@@ -36,7 +36,15 @@ public struct DirectorySink: OutputSink {
     /// incremental run no longer makes, as recorded), each only if it is a regular file
     /// inside the folder as it is now; returns how many were removed. Without it, removes
     /// nothing. A file an earlier run wrote into a folder the sink no longer names is left.
-    public func prune(_ locations: [String]) -> Int {
+    public func prune(_ locations: [String]) -> Int { pruning(locations, remove: true) }
+
+    /// Whether `prune` would remove any of these files (`run --incremental` with nothing
+    /// else to do still prunes).
+    public func wouldPrune(_ locations: [String]) -> Bool { pruning(locations, remove: false) > 0 }
+
+    /// The files of `locations` that `prune` removes: removed with `remove`, else the
+    /// first one found is counted and the look ends.
+    private func pruning(_ locations: [String], remove: Bool) -> Int {
         guard prunes, let base = try? SinkFolder.root(resolvedRoot) else { return 0 }
         var removed = 0
         // Each file is reached beneath the folder by descriptor, as outputs are written: a
@@ -46,9 +54,11 @@ public struct DirectorySink: OutputSink {
             let name = (relative as NSString).lastPathComponent
             guard let folder = base.existingFolder((relative as NSString).deletingLastPathComponent) else { continue }
             var info = stat()
-            guard fstatat(folder.descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
-                unlinkat(folder.descriptor, name, 0) == 0
-            else { continue }
+            guard fstatat(folder.descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                continue
+            }
+            guard remove else { return 1 }
+            guard unlinkat(folder.descriptor, name, 0) == 0 else { continue }
             removed += 1
         }
         return removed

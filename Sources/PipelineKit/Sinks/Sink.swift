@@ -182,6 +182,10 @@ public protocol Sink: Sendable {
     /// recorded it), when the sink prunes (only `DirectorySink` with `"prune": true`);
     /// returns how many it removed.
     func prune(_ locations: [String]) -> Int
+    /// Whether `prune` would remove any of these (it removes nothing).
+    func wouldPrune(_ locations: [String]) -> Bool
+    /// Whether the sink prunes at all.
+    var prunes: Bool { get }
 }
 
 extension Sink {
@@ -194,6 +198,8 @@ extension Sink {
     /// Not counted.
     public func noteUndelivered(_ status: String, reason: String) {}
     public func prune(_ locations: [String]) -> Int { 0 }
+    public func wouldPrune(_ locations: [String]) -> Bool { false }
+    public var prunes: Bool { false }
 }
 
 /// A sink that delivers each output by itself, as soon as it is handed it: a batch of one

@@ -95,6 +95,28 @@ struct RunSession {
             }
             if runnerOptions.changes == nil { reporter.info("no finished run to compare with: every item is new") }
         }
+        // Nothing changed since the run compared with: no run is made (a new one would hold
+        // its items as they are and deliver nothing).
+        if case .fresh(nil, _) = mode, incremental, let changes = runnerOptions.changes {
+            let started = Date()
+            let current: RunRecord?
+            do {
+                current = try UpToDate.check(changes, pipeline: pipeline, store: store)
+            } catch {
+                throw CommandError.failure(environment.redact(String(describing: error)))
+            }
+            if let current {
+                ran = true
+                var summary = try store.report(runId: current.id)
+                var session = StatusReport.Session(stateFile: store.path)
+                session.elapsed = Date().timeIntervalSince(started)
+                session.upToDate = true
+                summary.session = session
+                reporter.info("up to date: the feed and the pipeline are as run #\(current.id) left them; no run made")
+                report(summary, session: session, stateFile: store.path, pipeline: options.pipeline)
+                return
+            }
+        }
         let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger, options: runnerOptions)
         // After a second signal, work in flight is abandoned; a libvips job cannot be cut
         // short, so the process does not wait for it: after 2 s it exits as a kill would
@@ -171,7 +193,7 @@ struct RunSession {
     /// it did not list are not gone, and nothing is removed.
     private func prune(summary: StatusReport, store: RunStore, pipeline: BuiltPipeline, reporter: ConsoleReporter) {
         if let run = try? store.run(id: summary.run), let partial = store.partialListing(of: run) {
-            if pipeline.sinks.contains(where: { ($0 as? DirectorySink)?.prunes == true }) {
+            if pipeline.sinks.contains(where: \.prunes) {
                 reporter.info(
                     summary.total == 0
                         ? "nothing pruned: \(partial)"

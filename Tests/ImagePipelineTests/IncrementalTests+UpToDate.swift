@@ -1,0 +1,105 @@
+import Foundation
+import GRDB
+import ImagePipelineTesting
+import Testing
+
+@testable import PipelineKit
+
+extension IncrementalTests {
+    /// `run --incremental` with nothing changed makes no run (`UpToDate`): the state file,
+    /// its runs and the sink's files stay as they were, and the report is the compared
+    /// run's. Each kind of difference makes a run that does what it must, and the re-run
+    /// after it is up to date again: a source changed in place and one added, one renamed
+    /// (as many items as before), a delivered file removed, the pipeline file edited without
+    /// touching any output, an earlier run's file left for a pruning sink, a failed item.
+    @Test func aRerunWithNothingChangedMakesNoRunAndAnyDifferenceMakesOne() throws {
+        for index in 1...4 { try photo("p\(index)", seed: index, width: 64, height: 48) }
+        func write(name: String = "pipe") throws {
+            try work.write(
+                """
+                {"version": 1, "name": "\(name)", "source": {"type": "directory", "path": "in"},
+                 "filters": [{"op": "fit", "width": 40, "height": 40}],
+                 "outputs": [{"id": "web", "format": "jpeg", "name": "{stem}.jpg"}],
+                 "sinks": [{"type": "directory", "name": "site", "path": "out", "prune": true}]}
+                """, to: "pipe.json")
+        }
+        try write()
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        let state = work.url(".imgpipe/pipe.sqlite")
+        func runs() throws -> [Int64] {
+            try DatabaseQueue(path: state).read { try Int64.fetchAll($0, sql: "SELECT id FROM run ORDER BY id") }
+        }
+        /// The pages that hold something (the first session to open the file for writing
+        /// may leave one free page, as a `resume` of a finished run does).
+        func pages() throws -> Int {
+            try DatabaseQueue(path: state).read {
+                try (Int.fetchOne($0, sql: "PRAGMA page_count") ?? -1) - (Int.fetchOne($0, sql: "PRAGMA freelist_count") ?? 0)
+            }
+        }
+        /// The run `run --incremental` reports, and whether it made one.
+        func rerun(exit: Int32 = 0, sourceLocation: SourceLocation = #_sourceLocation) throws -> (run: Int, made: Bool) {
+            let result = try imgpipe("run", "pipe.json", "--incremental", "--json")
+            #expect(result.status == exit, "\(result.stderr)", sourceLocation: sourceLocation)
+            let report = try #require(
+                try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], sourceLocation: sourceLocation
+            )
+            let session = try #require(report["session"] as? [String: Any], sourceLocation: sourceLocation)
+            return (report["run"] as? Int ?? -1, session["upToDate"] as? Bool != true)
+        }
+
+        let files = snapshot("out")
+        let size = try pages()
+        let nothing = try imgpipe("run", "pipe.json", "--incremental")
+        #expect(nothing.status == 0, "\(nothing.stderr)")
+        #expect(
+            nothing.stderr.contains("up to date: the feed and the pipeline are as run #1 left them; no run made")
+                && nothing.stdout.contains("run #1: 4 done, 0 skipped, 0 failed of 4 (0 this session"),
+            "\(nothing.stdout)\(nothing.stderr)")
+        #expect(try rerun() == (1, false))
+        #expect(try runs() == [1] && pages() == size)
+        #expect(snapshot("out").mapValues(\.inode) == files.mapValues(\.inode))
+
+        // A source changed in place: run #2 makes it again.
+        try photo("p2", seed: 9, width: 64, height: 48)
+        #expect(try rerun() == (2, true))
+        #expect(snapshot("out")["p2.jpg"]?.inode != files["p2.jpg"]?.inode)
+        #expect(try rerun() == (2, false))
+
+        // One more source, then one renamed (as many as before): p5's file is pruned.
+        try photo("p5", seed: 5, width: 64, height: 48)
+        #expect(try rerun() == (3, true))
+        #expect(try rerun() == (3, false))
+        try FileManager.default.moveItem(atPath: work.url("in/p5.jpg"), toPath: work.url("in/p6.jpg"))
+        #expect(try rerun() == (4, true))
+        #expect(Set(snapshot("out").keys) == ["p1.jpg", "p2.jpg", "p3.jpg", "p4.jpg", "p6.jpg"])
+        #expect(try rerun() == (4, false))
+
+        // A delivered file removed: made again.
+        try FileManager.default.removeItem(atPath: work.url("out/p3.jpg"))
+        #expect(try rerun() == (5, true))
+        #expect(snapshot("out")["p3.jpg"] != nil)
+        #expect(try rerun() == (5, false))
+
+        // The pipeline file edited, no output touched: a run that carries every item.
+        try write(name: "renamed")
+        let kept = snapshot("out").mapValues(\.inode)
+        #expect(try rerun() == (6, true))
+        #expect(snapshot("out").mapValues(\.inode) == kept)
+        #expect(try rerun() == (6, false))
+
+        // A run that does not prune (a new run over the whole feed) leaves p1's file of the
+        // earlier runs; the incremental run after it has that to prune.
+        try FileManager.default.removeItem(atPath: work.url("in/p1.jpg"))
+        #expect(try imgpipe("run", "pipe.json").status == 0)
+        #expect(snapshot("out")["p1.jpg"] != nil)
+        #expect(try rerun() == (8, true))
+        #expect(snapshot("out")["p1.jpg"] == nil)
+        #expect(try rerun() == (8, false))
+
+        // A failed item is tried again by each re-run.
+        try work.write("not an image", to: "in/bad.jpg")
+        #expect(try rerun(exit: 1) == (9, true))
+        #expect(try rerun(exit: 1) == (10, true))
+        #expect(try runs() == Array(1...10))
+    }
+}
