@@ -103,3 +103,67 @@ extension IncrementalTests {
         #expect(try runs() == Array(1...10))
     }
 }
+
+extension IncrementalTests {
+    /// What a review of the look found, each kept from coming back: a table counts its rows
+    /// before listing, some of which are left out (no URL), so its count says at most how
+    /// many items come; the feed's notices are given once, by the look when nothing changed
+    /// and by the run when one follows; the metadata's version decides without a request;
+    /// and an item whose key holds a `${…}` value is compared under its key as recorded
+    /// (the run asked for it under the value, found nothing, and made it again each time).
+    @Test func aTableWithARowLeftOutAndAKeyHoldingAValueIsComparedRight() throws {
+        let (images, server) = try versionedFeed()
+        func table(n2: String) throws {
+            let rows =
+                ["url,key,v"]
+                + [("n1", "n1", "v1"), ("n2", "n2", n2), ("n3", "n3", "v1"), ("n4", "zq9-door", "v1")].map {
+                    "\(server.baseURL)/images/\($0.0).jpg,\($0.1),\($0.2)"
+                } + [",n9,v1"]
+            try work.write(rows.joined(separator: "\n") + "\n", to: "urls.csv")
+        }
+        try table(n2: "v1")
+        try work.write(
+            """
+            {"version": 1, "source": {"type": "table", "path": "urls.csv", "columns": {"url": "url", "key": "key"},
+                                      "keep": ["v"], "versionField": "v", "cache": false},
+             "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{key}.png"},
+             "sink": {"type": "directory", "path": "${OUTDIR}"}}
+            """, to: "pipe.json")
+        func run(_ arguments: String...) throws -> CommandResult {
+            let result = try ImgpipeBinary.run(arguments, in: work.path, environment: ["OUTDIR": "zq9"])
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            return result
+        }
+        func leftOut(_ result: CommandResult) -> Int { result.stderr.components(separatedBy: "left out").count - 1 }
+        func imageRequests() -> Int { server.requests.count { $0.path.hasPrefix("/images/") } }
+        let first = try run("run", "pipe.json")
+        #expect(leftOut(first) == 1, "\(first.stderr)")
+        let files = snapshot("zq9")
+        #expect(files.count == 4, "\(files.keys.sorted())")
+        let asked = imageRequests()
+
+        let same = try run("run", "pipe.json", "--incremental")
+        #expect(same.stderr.contains("up to date: the feed and the pipeline are as run #1 left them"), "\(same.stderr)")
+        #expect(leftOut(same) == 1 && imageRequests() == asked, "\(same.stderr)")
+
+        // n2 replaced: made again alone; the item of key `zq9-door` (which holds the value
+        // of ${OUTDIR}) keeps its file.
+        let replacement = work.url("src/n2-new.jpg")
+        try ImageFixtures.write(try ImageFixtures.photo(width: 200, height: 150, seed: 22), to: replacement)
+        images.withLock { $0["n2"] = (2, try! Data(contentsOf: URL(fileURLWithPath: replacement))) }
+        try table(n2: "v2")
+        let changed = try run("run", "pipe.json", "--incremental")
+        #expect(!changed.stderr.contains("up to date") && leftOut(changed) == 1, "\(changed.stderr)")
+        #expect(imageRequests() == asked + 1, "only n2 was fetched")
+        let after = snapshot("zq9")
+        #expect(after.count == 4, "\(after.keys.sorted())")
+        for (name, file) in files {
+            if name.hasPrefix("n2") {
+                #expect(after[name]?.inode != file.inode, "\(name) made again")
+            } else {
+                #expect(after[name]?.inode == file.inode, "\(name) kept")
+            }
+        }
+        #expect(try run("run", "pipe.json", "--incremental").stderr.contains("up to date"))
+    }
+}

@@ -154,6 +154,21 @@ final class MetricsTests: @unchecked Sendable {
         }
         // Two outputs to the first sink, one to the second, for each of four items.
         #expect(end.sum("imgpipe_deliveries_total") == 12)
+
+        // Again, nothing changed: no run is made, and the series count the run compared
+        // with (#2) as a re-run carrying every item over would.
+        let port2 = try Self.freePort()
+        let same = try ImgpipeBinary.launch(
+            ["run", "carried.json", "--incremental", "--metrics", "\(port2)", "--metrics-linger", "5"], in: work.path)
+        let last = try #require(Self.poll(port: port2) { $0.value("imgpipe_session_active") == 0 }, "no scrape after the look")
+        let sameResult = same.wait()
+        #expect(sameResult.status == 0 && sameResult.stderr.contains("up to date"), "\(sameResult.stderr)")
+        #expect(last.value("imgpipe_items_total", ["status": "done", "run": "2"]) == 4)
+        for (name, counts) in status.sinks {
+            let delivered = last.value("imgpipe_deliveries_total", ["sink": name, "outcome": "delivered", "run": "2"])
+            #expect(delivered == Double(counts.done), "\(name): \(counts)")
+        }
+        #expect(last.sum("imgpipe_deliveries_total") == 12)
     }
 
     /// A host that answered 503 with `Retry-After` shows as held and slowed while the hold

@@ -82,15 +82,19 @@ extension RunStoreTests {
         #expect(searchesOnly(lines) && !lines.contains { $0.contains("output_name") }, "\(lines)")
     }
 
+    /// With how each item was listed too (`UpToDate`'s look), the same plan.
     @Test func aComparedItemIsReadThroughItsPrimaryKeys() throws {
         _ = try filledStore(300)
-        let lines = try plan(RunStore.comparedItemsSQL)
-        #expect(lines.contains { $0.contains("USING INDEX sqlite_autoindex_item_1 (runId=? AND key>?)") }, "\(lines)")
-        #expect(lines.contains { $0.hasPrefix("SEARCH o USING") && $0.contains("sqlite_autoindex_output_1") }, "\(lines)")
-        #expect(
-            lines.contains { $0.hasPrefix("SEARCH d USING") && $0.contains("sqlite_autoindex_delivery_1") }, "\(lines)")
-        // `SCAN i` walks the window the subquery read (at most its limit of rows), no table.
-        #expect(lines.contains("SCAN i") && searchesOnly(lines.filter { $0 != "SCAN i" }), "\(lines)")
+        #expect(RunStore.comparedListingSQL.contains("i.seq, i.location, i.metadata, i.nameKey"))
+        for sql in [RunStore.comparedItemsSQL, RunStore.comparedListingSQL] {
+            let lines = try plan(sql)
+            #expect(lines.contains { $0.contains("USING INDEX sqlite_autoindex_item_1 (runId=? AND key>?)") }, "\(lines)")
+            #expect(lines.contains { $0.hasPrefix("SEARCH o USING") && $0.contains("sqlite_autoindex_output_1") }, "\(lines)")
+            #expect(
+                lines.contains { $0.hasPrefix("SEARCH d USING") && $0.contains("sqlite_autoindex_delivery_1") }, "\(lines)")
+            // `SCAN i` walks the window the subquery read (at most its limit of rows), no table.
+            #expect(lines.contains("SCAN i") && searchesOnly(lines.filter { $0 != "SCAN i" }), "\(lines)")
+        }
     }
 
     /// A window of items from a key on: exactly the run's items from it, in key order, up to

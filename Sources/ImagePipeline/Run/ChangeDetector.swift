@@ -93,6 +93,8 @@ public final class ChangeDetector: Sendable {
     /// order (a folder listed by name): one statement for `readAhead` items instead of one
     /// for each. By run and `carriedFrom`.
     private let windows = Mutex<[WindowKey: Window]>([:])
+    /// Whether the records read say how the run listed each item (`Verdict.listed`).
+    private let listing: Bool
     /// The source files and delivered files looked at, found in their folders kept open.
     private let files = FolderStats()
 
@@ -120,10 +122,13 @@ public final class ChangeDetector: Sendable {
 
     /// Compares with run `baselineID` when given, else with the latest finished run; nil
     /// when there is none (every item is then new).
+    /// With `listing`, each verdict on an unchanged item says how the run listed it
+    /// (`Verdict.listed`, for `UpToDate`).
     public init?(
         store: RunStore, pipeline: BuiltPipeline, scratch: String, baselineID: Int64? = nil,
-        current: Int64? = nil
+        current: Int64? = nil, listing: Bool = false
     ) throws {
+        self.listing = listing
         let runs = try store.runs()
         // Not a run that listed part of the feed (`RunStore.partialListing`): its unlisted
         // items would all look new.
@@ -203,6 +208,16 @@ public final class ChangeDetector: Sendable {
         unchangedSinks = unchanged
     }
 
+    /// An item of the feed as the detector takes it (`classify`): its key and names as the
+    /// run records them (`recorded`: `found` without its `${…}` values, `FeedItem.withoutSecrets`),
+    /// which are what the compared run holds, and its location and metadata as listed (the
+    /// file read or the image fetched with the values).
+    public static func compared(_ found: FeedItem, recorded item: FeedItem) -> FeedItem {
+        FeedItem(
+            key: item.key, location: found.location, metadata: found.metadata, nameKey: item.nameKey,
+            nameStem: item.nameStem, fromFallback: found.fromFallback, isLocal: found.isLocal)
+    }
+
     /// The verdict on one item of the feed (as listed, its location as fetched), which this
     /// run numbers `index` (`{index}` in names). Without `fetching`, a remote item that
     /// would be fetched to compare its bytes is `changed` instead.
@@ -266,8 +281,12 @@ public final class ChangeDetector: Sendable {
             window.previous = bytes
             // Keys in another order (a URL list) are read one by one: a window would be read
             // for one item of it. Eight rises in a row (nine keys) happen there about once in 360,000.
-            guard window.rising >= 8 else { return try? store.comparedItem(runId: runId, key: key, carriedFrom: carriedFrom) }
-            guard let read = try? store.comparedItems(runId: runId, from: key, limit: Self.readAhead, carriedFrom: carriedFrom)
+            guard window.rising >= 8 else {
+                return try? store.comparedItem(runId: runId, key: key, carriedFrom: carriedFrom, listing: listing)
+            }
+            guard
+                let read = try? store.comparedItems(
+                    runId: runId, from: key, limit: Self.readAhead, carriedFrom: carriedFrom, listing: listing)
             else { return nil }
             window.read = read
             window.first = bytes

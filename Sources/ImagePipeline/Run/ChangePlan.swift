@@ -54,14 +54,8 @@ public struct ChangePlan: Sendable, Codable {
         try ListingAhead.list(pipeline.feed) { found in
             let item = found.withoutSecrets(environment)
             guard listed.insert(item.key).inserted else { return }
-            // The detector reads the file or fetches the image: the location as fetched.
             let verdict =
-                detector?.classify(
-                    FeedItem(
-                        key: item.key, location: found.location, metadata: found.metadata,
-                        nameKey: item.nameKey, nameStem: item.nameStem,
-                        fromFallback: found.fromFallback, isLocal: found.isLocal),
-                    index: listed.count)
+                detector?.classify(ChangeDetector.compared(found, recorded: item), index: listed.count)
                 ?? ChangeDetector.Verdict(source: .new, remake: ids, renamed: [])
             counts[verdict.source, default: 0] += 1
             if verdict.lastFailure?.outlook == .permanent { forGood += 1 }

@@ -94,6 +94,17 @@ public final class RunMetrics: Sendable {
         }
     }
 
+    /// A `run --incremental` that found nothing changed and made no run (`UpToDate`): the
+    /// series name the run compared with, and count its items done and its deliveries
+    /// delivered, as a re-run that carried every item over whole would.
+    public func upToDate(_ report: StatusReport) {
+        identify(run: report.run)
+        count("imgpipe_items_total", [("status", "done"), ("reason", "")], by: report.done)
+        for (sink, counts) in report.sinks.sorted(by: { $0.key < $1.key }) {
+            count("imgpipe_deliveries_total", [("sink", sink), ("outcome", "delivered")], by: counts.done)
+        }
+    }
+
     /// The deliveries of an item `run --incremental` carried over whole, one per sink name
     /// given (every delivery row of such an item is done: the earlier run's, copied).
     func carried(deliveriesTo sinks: [String]) {

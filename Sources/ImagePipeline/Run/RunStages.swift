@@ -417,7 +417,7 @@ final class RunStages: Sendable {
                 let itemSeq = listed.position ?? seq + 1
                 var carried: NewItem.Carried?
                 if let changes = context.options.changes {
-                    let verdict = changes.classify(listed, index: itemSeq)
+                    let verdict = changes.classify(ChangeDetector.compared(listed, recorded: item), index: itemSeq)
                     let kept = spec.outputs.map(\.id).filter { !verdict.remake.contains($0) }
                     if verdict.source == .unchanged, !kept.isEmpty {
                         carried = NewItem.Carried(

@@ -7,6 +7,9 @@ import Synchronization
 /// feed is listed and compared as `plan` does, and the first difference ends the look.
 ///
 /// Up to date means all of this, checked in this order (the cheap ones first):
+/// - the feed is listed from local files (`Feed.listsLocally`: a folder, a URL list, a table
+///   on disk): a feed listed from a server would be asked for its pages again by the run
+///   that follows a difference found late, or a failure;
 /// - the run compared with is the state file's latest run, finished (no later run took
 ///   items from it or delivered over its files);
 /// - the pipeline file is the one it recorded, with the same values of its `${…}` and the
@@ -16,14 +19,19 @@ import Synchronization
 ///   to remove (`DirectorySink.wouldPrune`);
 /// - the feed lists as many items as it has (when the feed counts them before listing,
 ///   a feed that grew ends the look there), each once, each unchanged with every output kept
-///   (`ChangeDetector`), at the number, location, metadata and name key it recorded.
+///   (`ChangeDetector`), at the number, location, metadata and name key it recorded. A count
+///   of entries some of which may be left out (`FeedCount.isAtMost`) ends the look only when
+///   it is below the run's.
 ///
 /// A remote item compared by its bytes would be fetched here and again by the run: it is
 /// not fetched, and counts as a difference (`ChangeDetector.classify(_:index:fetching:)`).
 public enum UpToDate {
     /// The run compared with when the feed and the pipeline are as it left them; nil at the
     /// first difference, or when the feed cannot be listed (the run that follows says why).
-    public static func check(_ detector: ChangeDetector, pipeline: BuiltPipeline, store: RunStore) throws -> RunRecord? {
+    public static func check(pipeline: BuiltPipeline, store: RunStore, scratch: String) throws -> RunRecord? {
+        guard pipeline.feed.listsLocally,
+            let detector = try ChangeDetector(store: store, pipeline: pipeline, scratch: scratch, listing: true)
+        else { return nil }
         let baseline = detector.baseline
         let spec = pipeline.spec
         guard baseline.state == .finished, try store.latestRun()?.id == baseline.id, detector.heirs.isEmpty,
@@ -38,27 +46,25 @@ public enum UpToDate {
         let environment = pipeline.environment
         let otherCount = Atomic(false)
         struct Differs: Error {}
-        var listed = Set<String>()
+        var listed = 0
         var seq = 0
         do {
             try ListingAhead.list(
                 pipeline.feed,
                 expecting: { count in
-                    guard !count.isEstimate, count.items != counts.total else { return true }
+                    // A count of entries (some may be left out) says too few, never too many.
+                    let differs = count.isAtMost ? count.items < counts.total : count.items != counts.total
+                    guard !count.isEstimate, differs else { return true }
                     otherCount.store(true, ordering: .relaxed)
                     return false
                 }
             ) { found in
                 let item = found.withoutSecrets(environment)
-                guard listed.insert(item.key).inserted else { throw Differs() }
-                // Numbered as the run numbers it (`RunStages.list`).
+                // Numbered as the run numbers it (`RunStages.list`). A key listed twice is
+                // found at the first one's number the second time: a difference.
                 seq = found.position ?? seq + 1
-                let verdict = detector.classify(
-                    FeedItem(
-                        key: item.key, location: found.location, metadata: found.metadata,
-                        nameKey: item.nameKey, nameStem: item.nameStem,
-                        fromFallback: found.fromFallback, isLocal: found.isLocal),
-                    index: seq, fetching: false)
+                listed += 1
+                let verdict = detector.classify(ChangeDetector.compared(found, recorded: item), index: seq, fetching: false)
                 let now = RunStore.ComparedItem.Listed(
                     seq: seq, location: environment.recorded(item.location), metadata: item.metadata,
                     nameKey: item.nameKey)
@@ -69,7 +75,8 @@ public enum UpToDate {
         } catch {
             return nil
         }
-        guard !otherCount.load(ordering: .relaxed), listed.count == counts.total else { return nil }
+        // Each item listed matched a recorded one of its own number: as many, and all are.
+        guard !otherCount.load(ordering: .relaxed), listed == counts.total else { return nil }
         return baseline
     }
 }

@@ -330,9 +330,9 @@ extension RunStore {
         public let failure: FailureAdvice?
         /// Its deliveries recorded done, with a location.
         public internal(set) var delivered: [DeliveredFile]
-        /// How the run listed it: its number, its location and the feed's metadata as
-        /// recorded, and the key its names are made from.
-        public let listed: Listed
+        /// How the run listed it (read with `listing`): its number, its location and the
+        /// feed's metadata as recorded, and the key its names are made from.
+        public let listed: Listed?
 
         public struct Listed: Sendable, Equatable {
             public let seq: Int
@@ -344,8 +344,10 @@ extension RunStore {
 
     /// What run `runId` recorded of item `key`; nil when the run has no such item. With
     /// `carriedFrom`, only an item run `runId` took over whole from that run.
-    public func comparedItem(runId: Int64, key: String, carriedFrom: Int64? = nil) throws -> ComparedItem? {
-        try comparedItems(runId: runId, from: key, limit: 1, carriedFrom: carriedFrom).item(key)
+    public func comparedItem(runId: Int64, key: String, carriedFrom: Int64? = nil, listing: Bool = false) throws
+        -> ComparedItem?
+    {
+        try comparedItems(runId: runId, from: key, limit: 1, carriedFrom: carriedFrom, listing: listing).item(key)
     }
 
     /// Items of a run read together in key order (`comparedItems`), by their keys' bytes:
@@ -370,7 +372,9 @@ extension RunStore {
     /// (`carriedFrom` as in `comparedItem`), in one statement on primary keys: every item of
     /// the run from `key` to the window's `last` (to the end when it is nil) is in it. Keys
     /// are ordered and told apart by their bytes, as SQLite does.
-    public func comparedItems(runId: Int64, from key: String, limit: Int, carriedFrom: Int64? = nil) throws -> ComparedWindow {
+    public func comparedItems(
+        runId: Int64, from key: String, limit: Int, carriedFrom: Int64? = nil, listing: Bool = false
+    ) throws -> ComparedWindow {
         try read { db in
             var items: [HashedBytes: ComparedItem] = [:]
             var last: [UInt8]?
@@ -378,7 +382,8 @@ extension RunStore {
             // each item of the feed. A row for each output and delivery done. The key as
             // stored (its bytes, not a decoded `String`).
             let rows = try Row.fetchCursor(
-                db.cachedStatement(sql: Self.comparedItemsSQL), arguments: [runId, key, carriedFrom, carriedFrom, limit])
+                db.cachedStatement(sql: listing ? Self.comparedListingSQL : Self.comparedItemsSQL),
+                arguments: [runId, key, carriedFrom, carriedFrom, limit])
             while let row = try rows.next() {
                 let bytes = [UInt8](row[0] as Data)
                 let key = HashedBytes(bytes)
@@ -394,8 +399,10 @@ extension RunStore {
                     if status == .failed, let reason: String = row.optional(6) {
                         failure = FailureAdvice.of(reason: reason, message: row.optional(7) ?? "", httpStatus: row.optional(8))
                     }
-                    let listed = ComparedItem.Listed(
-                        seq: row[15], location: row[16], metadata: row.optional(17), nameKey: row.optional(18))
+                    let listed =
+                        listing
+                        ? ComparedItem.Listed(
+                            seq: row[15], location: row[16], metadata: row.optional(17), nameKey: row.optional(18)) : nil
                     items[key] = ComparedItem(
                         status: status, stamp: stamp, names: [:], failure: failure, delivered: [], listed: listed)
                     if last.map({ $0.lexicographicallyPrecedes(bytes) }) ?? true { last = bytes }
@@ -417,12 +424,17 @@ extension RunStore {
     /// to a location. Arguments: the run, the key, `carriedFrom` twice, the limit.
     static let comparedItemsSQL = """
         SELECT i.key, i.status, i.sourceSize, i.sourceModified, i.sourceHash, i.sourceVersion, i.reason, i.message,
-            i.httpStatus, o.output, o.name, o.bytes, o.hash, d.sink, d.remoteURL, i.seq, i.location, i.metadata, i.nameKey
+            i.httpStatus, o.output, o.name, o.bytes, o.hash, d.sink, d.remoteURL
         FROM (SELECT * FROM item WHERE runId = ? AND key >= ? AND (? IS NULL OR carriedFrom = ?) ORDER BY key LIMIT ?) i
         LEFT JOIN output o ON o.runId = i.runId AND o.itemKey = i.key
         LEFT JOIN delivery d ON d.runId = o.runId AND d.itemKey = o.itemKey AND d.output = o.output
             AND d.status = 'done' AND d.remoteURL IS NOT NULL
         """
+
+    /// `comparedItemsSQL` with how the run listed each item (`ComparedItem.Listed`), for
+    /// `UpToDate`: `plan` and the run do not read the text they would not look at.
+    static let comparedListingSQL = comparedItemsSQL.replacingOccurrences(
+        of: "d.sink, d.remoteURL\n", with: "d.sink, d.remoteURL, i.seq, i.location, i.metadata, i.nameKey\n")
 
     /// Whether a run after `runId` and up to `upTo` (one abandoned or unfinished since, an
     /// incremental run killed and started over), other than `excluding`, recorded a delivery

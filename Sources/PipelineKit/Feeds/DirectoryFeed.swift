@@ -27,6 +27,8 @@ public struct DirectoryFeed: Feed {
         excluded = Set(folders.map { URL(fileURLWithPath: $0).standardizedFileURL.path })
     }
 
+    public var listsLocally: Bool { true }
+
     /// Counts the files when asked to (all of them: the run's total; `countFiles`), then
     /// lists those after `cursor`'s key in listing order, folders before it never opened: a
     /// resumed listing of a million files starts at once. A file added before the cursor

@@ -174,6 +174,9 @@ public protocol Feed: Sendable {
     /// progress lines use it for their total, and nothing else depends on it. Without it a
     /// local feed counts nothing.
     func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool) throws
+    /// Whether the listing reads only local files (a folder, a URL list, a table on disk):
+    /// listed twice, it asks no server anything twice.
+    var listsLocally: Bool { get }
 }
 
 /// Where a resumed listing starts: after the item `key`, the run having recorded `listed`
@@ -193,6 +196,9 @@ public struct FeedCursor: Sendable, Equatable, Codable {
 }
 
 extension Feed {
+    /// Listed from a server, unless the feed says otherwise.
+    public var listsLocally: Bool { false }
+
     /// Every item, from the start, counting nothing.
     public func list(_ body: (FeedItem) throws -> Bool) throws {
         try list(after: nil, expecting: nil, body)
@@ -211,8 +217,18 @@ public struct FeedCount: Sendable, Equatable {
     /// Flickr's `total`), which the listing may not reach; false when the feed counted
     /// what it will list (a folder, a URL list, a one-page JSON feed).
     public let isEstimate: Bool
+    /// True when the number is of entries, some of which the listing may leave out (a URL
+    /// list's or a table's lines or rows): it lists at most that many.
+    public var isAtMost = false
 
     public static func counted(_ items: Int) -> FeedCount { FeedCount(items: items, isEstimate: false) }
+
+    /// Entries counted, each listed unless it is left out (no URL, unreadable).
+    public static func atMost(_ items: Int) -> FeedCount {
+        var count = FeedCount(items: items, isEstimate: false)
+        count.isAtMost = true
+        return count
+    }
 
     /// What an API reports, capped by the source's own `maxItems`.
     public static func reported(_ items: Int, maxItems: Int?) -> FeedCount {

@@ -89,6 +89,9 @@ public struct TableFeed: Feed {
         let at: Int
     }
 
+    /// A table on disk; an object of a bucket is downloaded to be listed.
+    public var listsLocally: Bool { object == nil }
+
     /// Lists the rows in order. After `cursor` (a resumed run), the rows up to the cursor's
     /// key are passed over, not listed: a Parquet table starts at the row group that holds
     /// it (found from the key column alone, or from the row number when the key is one), a
@@ -116,7 +119,7 @@ public struct TableFeed: Feed {
             return try local.list(after: cursor, expecting: expect, body)
         }
         let table = format == .parquet ? try openParquet() : nil
-        if let expect, let count = table.map({ Int($0.rowCount) }) ?? countItems() { expect(.counted(count)) }
+        if let expect, let count = table.map({ Int($0.rowCount) }) ?? countItems() { expect(.atMost(count)) }
         let page = "table \(path)"
         let unit = format == .parquet ? "rows" : "lines"
         var unreadable = LeftOutEntries(page: page, noun: ("row", "rows"), reason: "that cannot be read, at \(unit)")

@@ -8,12 +8,14 @@ import Foundation
 public struct URLListFeed: Feed {
     public let path: String
 
+    public var listsLocally: Bool { true }
+
     /// Counts the lines first when asked to (`countItems`), then lists them from the start
     /// (a resumed run passes over the items it has).
     public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
         throws
     {
-        if let expect, let count = countItems() { expect(.counted(count)) }
+        if let expect, let count = countItems() { expect(.atMost(count)) }
         try lines(body)
     }
 

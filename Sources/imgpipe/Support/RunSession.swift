@@ -3,6 +3,7 @@ import Foundation
 import ImagePipeline
 import Logging
 import PipelineKit
+import Synchronization
 
 /// What `run` and `resume` share: open the state file, trap signals, run, report, map the
 /// result to an exit code.
@@ -38,7 +39,10 @@ struct RunSession {
         if incremental || resumesIncremental { spec.revalidateCache() }
         let environment = Environment()
         let reporter = ConsoleReporter(quiet: quiet || json, environment: environment)
-        let pipeline = try options.build(spec, environment: environment) { reporter.notice($0) }
+        let held = HeldNotices()
+        let pipeline = try options.build(spec, environment: environment) { message in
+            if !held.hold(message) { reporter.notice(message) }
+        }
         let serving = try metrics?.start(pipeline: spec.name)
         var ran = false
         defer { serving?.finish(ran: ran) }
@@ -97,21 +101,27 @@ struct RunSession {
         }
         // Nothing changed since the run compared with: no run is made (a new one would hold
         // its items as they are and deliver nothing).
-        if case .fresh(nil, _) = mode, incremental, let changes = runnerOptions.changes {
+        if case .fresh(nil, _) = mode, incremental, runnerOptions.changes != nil {
             let started = Date()
             let current: RunRecord?
+            // The feed's notices (entries left out) are the run's to give when one follows.
+            held.start()
             do {
-                current = try UpToDate.check(changes, pipeline: pipeline, store: store)
+                current = try UpToDate.check(
+                    pipeline: pipeline, store: store, scratch: RunStore.workRoot(ofStateFile: stateFile) + "/compare")
             } catch {
                 throw CommandError.failure(environment.redact(String(describing: error)))
             }
+            let notices = held.stop()
             if let current {
                 ran = true
+                for notice in notices { reporter.notice(notice) }
                 var summary = try store.report(runId: current.id)
                 var session = StatusReport.Session(stateFile: store.path)
                 session.elapsed = Date().timeIntervalSince(started)
                 session.upToDate = true
                 summary.session = session
+                serving?.metrics.upToDate(summary)
                 reporter.info("up to date: the feed and the pipeline are as run #\(current.id) left them; no run made")
                 report(summary, session: session, stateFile: store.path, pipeline: options.pipeline)
                 return
@@ -258,6 +268,31 @@ struct RunSession {
             var resume = "imgpipe resume \(pipeline)"
             if options.state != nil { resume += " --state \(options.state!)" }
             Console.out("stopped before the end; state saved in \(Console.display(stateFile)). Continue with: \(resume)")
+        }
+    }
+}
+
+/// Notices held while `UpToDate` lists the feed: given when nothing changed, dropped when a
+/// run follows (its own listing gives them again).
+final class HeldNotices: Sendable {
+    private let state = Mutex<(holding: Bool, held: [String])>((false, []))
+
+    func start() { state.withLock { $0 = (true, []) } }
+
+    /// Stops holding; the notices held.
+    func stop() -> [String] {
+        state.withLock { state in
+            defer { state = (false, []) }
+            return state.held
+        }
+    }
+
+    /// Holds `message` when holding; false when it is to be given now.
+    func hold(_ message: String) -> Bool {
+        state.withLock { state in
+            guard state.holding else { return false }
+            state.held.append(message)
+            return true
         }
     }
 }
