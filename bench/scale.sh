@@ -4,7 +4,8 @@
 # of N hard links to 1×1 PNGs (50,000 links each) (made by a script, cached in bench/work/scale-N), the
 # pipeline fits to 256×256 and writes JPEGs to a folder. For each N, timed with
 # /usr/bin/time: the run, `status --json`, `resume` of the finished run, `export` (JSONL,
-# CSV and Parquet), `plan`, a no-op `run --incremental`, and the floors of the goals: a listing of the
+# CSV and Parquet), `plan`, a no-op `run --incremental` (which finds nothing changed and makes no run),
+# one with a file more (a run that takes every other item over), and the floors of the goals: a listing of the
 # folder with each file's size and time (`find -printf`), and one pass over the state's
 # items, outputs and deliveries (Python's sqlite3). The state file's size after the run
 # and after the no-op incremental run. Lines "K label N wall_s peak_rss_kb" (sizes: "K state
@@ -65,6 +66,9 @@ for n in $SIZES; do
   timed "K plan $n" "$OUT" "$BIN" plan "$dir/p.json" --state "$state"
   timed "K incremental $n" "$OUT" "$BIN" run "$dir/p.json" --state "$state" --incremental --quiet
   echo "K state after-incremental $n $(state_mb "$state") 0" >> "$OUT"
+  ln "$dir/feed/i0000000.png" "$dir/feed/zz-one-more.png"
+  timed "K incremental-one-more $n" "$OUT" "$BIN" run "$dir/p.json" --state "$state" --incremental --quiet
+  rm "$dir/feed/zz-one-more.png"
   timed "K listing $n" "$OUT" find "$dir/feed" -type f -printf '%s %T@ %p\n'
   timed "K state-pass $n" "$OUT" python3 -c "
 import sqlite3, sys
