@@ -105,9 +105,10 @@ extension IncrementalTests {
 }
 
 extension IncrementalTests {
-    /// What a review of the look found, each kept from coming back: a table counts its rows
-    /// before listing, some of which are left out (no URL), so its count says at most how
-    /// many items come; the feed's notices are given once, by the look when nothing changed
+    /// What reviews of the look found, each kept from coming back: a table with a folder to
+    /// fall back on is listed from local files; a table counts its rows before listing,
+    /// some of which are left out (no URL), so its count says at most how many items come;
+    /// the feed's notices are given once, by the look when nothing changed
     /// and by the run when one follows; the metadata's version decides without a request;
     /// and an item whose key holds a `${…}` value is compared under its key as recorded
     /// (the run asked for it under the value, found nothing, and made it again each time).
@@ -122,10 +123,12 @@ extension IncrementalTests {
             try work.write(rows.joined(separator: "\n") + "\n", to: "urls.csv")
         }
         try table(n2: "v1")
+        try work.folder("bundled")
         try work.write(
             """
             {"version": 1, "source": {"type": "table", "path": "urls.csv", "columns": {"url": "url", "key": "key"},
-                                      "keep": ["v"], "versionField": "v", "cache": false},
+                                      "keep": ["v"], "versionField": "v", "cache": false,
+                                      "fallback": {"type": "directory", "path": "bundled"}},
              "filters": [{"op": "fit", "width": 50, "height": 50}], "output": {"format": "png", "name": "{key}.png"},
              "sink": {"type": "directory", "path": "${OUTDIR}"}}
             """, to: "pipe.json")

@@ -24,11 +24,15 @@ import Synchronization
 ///   it is below the run's.
 ///
 /// A remote item compared by its bytes would be fetched here and again by the run: it is
-/// not fetched, and counts as a difference (`ChangeDetector.classify(_:index:fetching:)`).
+/// not fetched, and counts as a difference (`ChangeDetector.classify(_:index:fetching:)`);
+/// a source of remote items without a `versionField` (a URL list) is not looked at.
 public enum UpToDate {
     /// The run compared with when the feed and the pipeline are as it left them; nil at the
     /// first difference, or when the feed cannot be listed (the run that follows says why).
     public static func check(pipeline: BuiltPipeline, store: RunStore, scratch: String) throws -> RunRecord? {
+        // Remote items with no version to compare (a URL list, a table without
+        // `versionField`) would each be fetched: the look would end at the first.
+        if let remote = pipeline.spec.source.remote, remote.versionField == nil { return nil }
         guard pipeline.feed.listsLocally,
             let detector = try ChangeDetector(store: store, pipeline: pipeline, scratch: scratch, listing: true)
         else { return nil }

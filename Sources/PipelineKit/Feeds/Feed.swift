@@ -171,8 +171,8 @@ public protocol Feed: Sendable {
     /// the feed expects to list, as soon as that is cheap to know: before the first item
     /// for a local folder or file, with the first page for a remote source. It may be
     /// called again (a fallback source takes over) or never (the source does not say);
-    /// progress lines use it for their total, and nothing else depends on it. Without it a
-    /// local feed counts nothing.
+    /// progress lines use it for their total, and `run --incremental`'s look (`UpToDate`)
+    /// to end early when the count rules its run out. Without it a local feed counts nothing.
     func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool) throws
     /// Whether the listing reads only local files (a folder, a URL list, a table on disk):
     /// listed twice, it asks no server anything twice.
@@ -215,7 +215,8 @@ public struct FeedCount: Sendable, Equatable {
     public let items: Int
     /// True when the number is what a remote API says it holds (NASA's `total_hits`,
     /// Flickr's `total`), which the listing may not reach; false when the feed counted
-    /// what it will list (a folder, a URL list, a one-page JSON feed).
+    /// its entries (a folder, a one-page JSON feed: what it will list; a URL list, a
+    /// table: `isAtMost`).
     public let isEstimate: Bool
     /// True when the number is of entries, some of which the listing may leave out (a URL
     /// list's or a table's lines or rows): it lists at most that many.

@@ -273,6 +273,9 @@ public struct FallbackFeed: Feed {
         self.onFallback = onFallback
     }
 
+    /// Local when both are (a table on disk with a folder to fall back on).
+    public var listsLocally: Bool { primary.listsLocally && fallback.listsLocally }
+
     /// The primary starts after `cursor`; a fallback lists from its start.
     public func list(after cursor: FeedCursor?, expecting expect: ((FeedCount) -> Void)?, _ body: (FeedItem) throws -> Bool)
         throws

@@ -103,16 +103,15 @@ struct RunSession {
         // its items as they are and deliver nothing).
         if case .fresh(nil, _) = mode, incremental, runnerOptions.changes != nil {
             let started = Date()
-            let current: RunRecord?
             // The feed's notices (entries left out) are the run's to give when one follows.
             held.start()
-            do {
-                current = try UpToDate.check(
+            let looked = Result {
+                try UpToDate.check(
                     pipeline: pipeline, store: store, scratch: RunStore.workRoot(ofStateFile: stateFile) + "/compare")
-            } catch {
-                throw CommandError.failure(environment.redact(String(describing: error)))
             }
             let notices = held.stop()
+            let current: RunRecord?
+            do { current = try looked.get() } catch { throw CommandError.failure(environment.redact(String(describing: error))) }
             if let current {
                 ran = true
                 for notice in notices { reporter.notice(notice) }
