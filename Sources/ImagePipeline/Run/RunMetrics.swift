@@ -100,7 +100,7 @@ public final class RunMetrics: Sendable {
     public func upToDate(_ report: StatusReport) {
         identify(run: report.run)
         count("imgpipe_items_total", [("status", "done"), ("reason", "")], by: report.done)
-        for (sink, counts) in report.sinks.sorted(by: { $0.key < $1.key }) {
+        for (sink, counts) in report.sinks {
             count("imgpipe_deliveries_total", [("sink", sink), ("outcome", "delivered")], by: counts.done)
         }
     }

@@ -269,7 +269,7 @@ struct RunState: Sendable {
         let toList = expected.items - listedThisPass
         let knownToList = max(0, knownAtStart - passedOverThisPass)
         let count = min(admitted + max(0, toList - knownToList), itemLimit ?? .max)
-        return expected.isEstimate ? .estimate(count) : .exact(count)
+        return expected.kind == .estimate ? .estimate(count) : .exact(count)
     }
 
     func progress(runId: Int64, elapsed: Double) -> RunProgress {

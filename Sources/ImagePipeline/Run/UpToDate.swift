@@ -7,9 +7,10 @@ import Synchronization
 /// feed is listed and compared as `plan` does, and the first difference ends the look.
 ///
 /// Up to date means all of this, checked in this order (the cheap ones first):
-/// - the feed is listed from local files (`Feed.listsLocally`: a folder, a URL list, a table
-///   on disk): a feed listed from a server would be asked for its pages again by the run
-///   that follows a difference found late, or a failure;
+/// - the feed is listed from local files (`Feed.listsLocally`: a folder, a table on disk, a
+///   fallback of such), and its items are local or have a `versionField`: a feed listed
+///   from a server would be asked for its pages again by the run that follows a difference
+///   found late, or a failure;
 /// - the run compared with is the state file's latest run, finished (no later run took
 ///   items from it or delivered over its files);
 /// - the pipeline file is the one it recorded, with the same values of its `${…}` and the
@@ -20,7 +21,7 @@ import Synchronization
 /// - the feed lists as many items as it has (when the feed counts them before listing,
 ///   a feed that grew ends the look there), each once, each unchanged with every output kept
 ///   (`ChangeDetector`), at the number, location, metadata and name key it recorded. A count
-///   of entries some of which may be left out (`FeedCount.isAtMost`) ends the look only when
+///   of entries some of which may be left out (`FeedCount.Kind.atMost`) ends the look only when
 ///   it is below the run's.
 ///
 /// A remote item compared by its bytes would be fetched here and again by the run: it is
@@ -56,11 +57,15 @@ public enum UpToDate {
             try ListingAhead.list(
                 pipeline.feed,
                 expecting: { count in
-                    // A count of entries (some may be left out) says too few, never too many.
-                    let differs = count.isAtMost ? count.items < counts.total : count.items != counts.total
-                    guard !count.isEstimate, differs else { return true }
-                    otherCount.store(true, ordering: .relaxed)
-                    return false
+                    let differs =
+                        switch count.kind {
+                        case .exact: count.items != counts.total
+                        // Entries some of which may be left out say too few, never too many.
+                        case .atMost: count.items < counts.total
+                        case .estimate: false
+                        }
+                    if differs { otherCount.store(true, ordering: .relaxed) }
+                    return !differs
                 }
             ) { found in
                 let item = found.withoutSecrets(environment)

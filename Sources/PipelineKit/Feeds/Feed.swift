@@ -212,28 +212,28 @@ extension Feed {
 
 /// How many items a feed expects to list.
 public struct FeedCount: Sendable, Equatable {
-    public let items: Int
-    /// True when the number is what a remote API says it holds (NASA's `total_hits`,
-    /// Flickr's `total`), which the listing may not reach; false when the feed counted
-    /// its entries (a folder, a one-page JSON feed: what it will list; a URL list, a
-    /// table: `isAtMost`).
-    public let isEstimate: Bool
-    /// True when the number is of entries, some of which the listing may leave out (a URL
-    /// list's or a table's lines or rows): it lists at most that many.
-    public var isAtMost = false
+    public enum Kind: Sendable {
+        /// What the feed will list (a folder, a one-page JSON feed).
+        case exact
+        /// Entries counted, some of which the listing may leave out (a URL list's lines,
+        /// a table's rows): it lists at most that many.
+        case atMost
+        /// What a remote API says it holds (NASA's `total_hits`, Flickr's `total`), which
+        /// the listing may not reach.
+        case estimate
+    }
 
-    public static func counted(_ items: Int) -> FeedCount { FeedCount(items: items, isEstimate: false) }
+    public let items: Int
+    public let kind: Kind
+
+    public static func counted(_ items: Int) -> FeedCount { FeedCount(items: items, kind: .exact) }
 
     /// Entries counted, each listed unless it is left out (no URL, unreadable).
-    public static func atMost(_ items: Int) -> FeedCount {
-        var count = FeedCount(items: items, isEstimate: false)
-        count.isAtMost = true
-        return count
-    }
+    public static func atMost(_ items: Int) -> FeedCount { FeedCount(items: items, kind: .atMost) }
 
     /// What an API reports, capped by the source's own `maxItems`.
     public static func reported(_ items: Int, maxItems: Int?) -> FeedCount {
-        FeedCount(items: max(0, min(items, maxItems ?? .max)), isEstimate: true)
+        FeedCount(items: max(0, min(items, maxItems ?? .max)), kind: .estimate)
     }
 }
 

@@ -77,37 +77,16 @@ struct RunSession {
                 "state file \(stateFile) is damaged (\(damage)): it cannot be resumed; "
                     + "start over with `imgpipe run \(options.pipeline) --new --state <another file>`")
         }
-        let logger = options.logging.logger()
-        var runnerOptions = PipelineRunner.Options()
-        runnerOptions.pixelHelper = Imgpipe.pixelHelper
-        runnerOptions.metrics = serving?.metrics
-        // An incremental run, and the resume of one, compare with the run it started from.
-        var baselineID: Int64?
-        var current: Int64?
-        if case .resume = mode, let latest = try? store.latestRun(), latest.isUnfinished {
-            baselineID = latest.baseline
-            current = latest.id
-        }
-        if incremental || baselineID != nil {
-            do {
-                runnerOptions.changes = try ChangeDetector(
-                    store: store, pipeline: pipeline,
-                    scratch: RunStore.workRoot(ofStateFile: stateFile) + "/compare",
-                    baselineID: baselineID, current: current)
-            } catch {
-                throw CommandError.failure(environment.redact(String(describing: error)))
-            }
-            if runnerOptions.changes == nil { reporter.info("no finished run to compare with: every item is new") }
-        }
+        let scratch = RunStore.workRoot(ofStateFile: stateFile) + "/compare"
         // Nothing changed since the run compared with: no run is made (a new one would hold
-        // its items as they are and deliver nothing).
-        if case .fresh(nil, _) = mode, incremental, runnerOptions.changes != nil {
+        // its items as they are and deliver nothing). Looked at before the run's own
+        // comparison is set up, which is then not needed.
+        if case .fresh(nil, _) = mode, incremental {
             let started = Date()
             // The feed's notices (entries left out) are the run's to give when one follows.
             held.start()
             let looked = Result {
-                try UpToDate.check(
-                    pipeline: pipeline, store: store, scratch: RunStore.workRoot(ofStateFile: stateFile) + "/compare")
+                try UpToDate.check(pipeline: pipeline, store: store, scratch: scratch)
             }
             let notices = held.stop()
             let current: RunRecord?
@@ -125,6 +104,26 @@ struct RunSession {
                 report(summary, session: session, stateFile: store.path, pipeline: options.pipeline)
                 return
             }
+        }
+        let logger = options.logging.logger()
+        var runnerOptions = PipelineRunner.Options()
+        runnerOptions.pixelHelper = Imgpipe.pixelHelper
+        runnerOptions.metrics = serving?.metrics
+        // An incremental run, and the resume of one, compare with the run it started from.
+        var baselineID: Int64?
+        var current: Int64?
+        if case .resume = mode, let latest = try? store.latestRun(), latest.isUnfinished {
+            baselineID = latest.baseline
+            current = latest.id
+        }
+        if incremental || baselineID != nil {
+            do {
+                runnerOptions.changes = try ChangeDetector(
+                    store: store, pipeline: pipeline, scratch: scratch, baselineID: baselineID, current: current)
+            } catch {
+                throw CommandError.failure(environment.redact(String(describing: error)))
+            }
+            if runnerOptions.changes == nil { reporter.info("no finished run to compare with: every item is new") }
         }
         let runner = PipelineRunner(pipeline: pipeline, store: store, reporter: reporter, logger: logger, options: runnerOptions)
         // After a second signal, work in flight is abandoned; a libvips job cannot be cut
