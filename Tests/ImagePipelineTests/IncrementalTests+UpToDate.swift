@@ -168,5 +168,24 @@ extension IncrementalTests {
             }
         }
         #expect(try run("run", "pipe.json", "--incremental").stderr.contains("up to date"))
+
+        // A row without the version field (a JSONL table): its bytes decide, so each re-run
+        // asks for that image once, in the run. The look before it asks nothing
+        // (`fetching: false`) and is not satisfied.
+        let lines = [
+            #"{"url": "\#(server.baseURL)/images/n1.jpg", "key": "n1", "v": "v1"}"#,
+            #"{"url": "\#(server.baseURL)/images/n3.jpg", "key": "n3"}"#,
+        ]
+        try work.write(lines.joined(separator: "\n") + "\n", to: "urls.jsonl")
+        try work.write(
+            try String(contentsOfFile: work.url("pipe.json"), encoding: .utf8).replacingOccurrences(
+                of: "urls.csv", with: "urls.jsonl"), to: "jsonl.json")
+        _ = try run("run", "jsonl.json")
+        for _ in 1...2 {
+            let before = imageRequests()
+            let unversioned = try run("run", "jsonl.json", "--incremental")
+            #expect(!unversioned.stderr.contains("up to date"), "\(unversioned.stderr)")
+            #expect(imageRequests() - before == 1, "n3 asked for by the run alone")
+        }
     }
 }

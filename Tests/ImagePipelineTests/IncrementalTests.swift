@@ -809,8 +809,7 @@ struct IncrementalTests {
         #expect(same.status == 0 && !same.stderr.contains("up to date"), "\(same.stdout)\(same.stderr)")
         #expect(imageRequests() == requestsNow)
         // By ETag (once n2's change is taken in), each image is asked for once per re-run,
-        // by the run: the look before it fetches nothing, and finds no feed compared by its
-        // bytes up to date.
+        // by the run: a feed listed from a server is not looked at first.
         #expect(try imgpipe("run", "byetag.json", "--incremental").status == 0)
         for _ in 1...2 {
             let asked = imageRequests()
