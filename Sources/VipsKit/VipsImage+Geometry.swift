@@ -36,7 +36,8 @@ extension VipsImage {
     /// `rs_reduce_lanczos3`, which gives libvips' scalar code's samples (its vector code's,
     /// on by default, differ by a fraction of a level on average) in about a quarter of its
     /// time. Used where imgpipe makes an item's smaller outputs from a larger one
-    /// (`SharedLoad.resize`), not for a pipeline's own steps: those stay libvips', so that
+    /// (`SharedLoad.resize`) and for a JPEG's leading `fit` (`ImageProcessor.reducedJPEG`),
+    /// whatever the session; not for a pipeline's other steps: those stay libvips', so that
     /// `dry-run`, which holds each step's picture in memory, shows what `run` writes.
     public func reducedInMemory(horizontal: Double, vertical: Double) throws -> VipsImage {
         if horizontal <= 1, vertical <= 1, horizontal < 1 || vertical < 1 {
@@ -55,6 +56,12 @@ extension VipsImage {
             }
         }
         return try resized(horizontal: horizontal, vertical: vertical)
+    }
+
+    /// Whether `reducedInMemory` makes a `width`×`height` picture smaller by these factors
+    /// (each over 1, as `vips_resize` is given them) in imgpipe's own code, as libvips would.
+    public static func reducesAsLibvips(width: Int, height: Int, horizontal: Double, vertical: Double) -> Bool {
+        rs_reduces_as_libvips(Int32(width), Int32(height), horizontal, vertical) != 0
     }
 
     /// Cuts out a rectangle; it must lie inside the image.

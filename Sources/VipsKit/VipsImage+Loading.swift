@@ -105,6 +105,19 @@ extension VipsImage {
         return VipsImage(taking: image, keepAlive: [storage])
     }
 
+    /// Opens a JPEG in memory decoded at 1/`shrink` of its size (libjpeg's DCT scaling;
+    /// `shrink` 1, 2, 4 or 8), as `vips_thumbnail` loads it before its resize. The bytes are
+    /// kept alive with the image.
+    public static func open(jpeg data: Data, shrink: Int, failOn: FailOn) throws -> VipsImage {
+        try VipsRuntime.setUp()
+        let storage = ByteStorage(data)
+        let options = "shrink=\(shrink),fail_on=\(failOn == .warning ? "warning" : "error")"
+        guard let image = ip_new_from_buffer_options(storage.base, storage.count, options) else {
+            throw VipsError.take("load", context: "\(data.count) bytes")
+        }
+        return VipsImage(taking: image, keepAlive: [storage])
+    }
+
     /// Loads and resizes in one step, letting the loader shrink while decoding (JPEG DCT
     /// scaling, WebP and HEIF scaled decode, PNG/TIFF pyramid pages). `crop` other than
     /// `.none` fills the box and crops to it.

@@ -133,4 +133,51 @@ struct ResampleTests {
         #expect((ours.width, ours.height, ours.bands) == (width / 2, height / 2, bands))
         #expect(Self.differing(ours, libvips) == 0)
     }
+
+    /// JPEGs fitted into boxes: sizes where the thumbnail decodes at 1/1, 1/2, 1/4 and 1/8,
+    /// odd sizes, thin pictures, and grey.
+    static let fitCases: [(Int, Int, Int, Bool)] = [
+        (1600, 1200, 256, false), (1280, 960, 256, false), (1024, 768, 256, false), (801, 601, 256, false),
+        (640, 480, 256, false), (4100, 700, 256, false), (3000, 200, 300, false), (700, 500, 99, true),
+        (333, 1000, 64, true),
+    ]
+
+    /// A JPEG's leading `fit` is made as `vips_thumbnail` makes it (the same DCT-scaled load,
+    /// the same size), with the resize done by imgpipe's own code: its samples within 4
+    /// levels of libvips' thumbnail (whose vector code keeps fewer bits of the mask) and
+    /// well under one level apart on average.
+    @Test(arguments: fitCases)
+    func aJPEGsFitIsTheThumbnailsWithOurResize(width: Int, height: Int, box: Int, grey: Bool) throws {
+        var picture = try ImageFixtures.photo(width: width, height: height, seed: width + height)
+        if grey { picture = try picture.toGrey() }
+        let data = try picture.encoded(.jpeg(quality: 90, progressive: false, strip: true))
+        let header = try VipsImage.open(data: data, failOn: .warning)
+        let ours = try #require(
+            try ImageProcessor.reducedJPEG(data: data, header: header, box: (box, box), enlarge: false)
+        ).pixels()
+        let libvips = try VipsImage.thumbnail(
+            data: data, width: box, height: box, size: .down, autorotate: false, failOn: .warning
+        ).pixels()
+        #expect((ours.width, ours.height, ours.bands) == (libvips.width, libvips.height, libvips.bands))
+        let expected = BoxGeometry.thumbnailFit(
+            width: width, height: height, box: (box, box), enlarge: false, jpeg: true)
+        #expect((ours.width, ours.height) == (expected.width, expected.height))
+        let apart = zip(ours.samples, libvips.samples).map { abs(Int($0) - Int($1)) }
+        #expect(apart.count == libvips.samples.count && (apart.max() ?? 0) <= 4)
+        #expect(Double(apart.reduce(0, +)) / Double(max(1, apart.count)) < 0.5)
+    }
+
+    /// What that code does not make as libvips would is left to `vips_thumbnail`: an
+    /// enlargement, a picture already inside the box, and a reduction that is still 4× or
+    /// more after the 1/8 load (libvips starts it with a box shrink).
+    @Test func aFitOurCodeDoesNotMakeIsLeftToTheThumbnail() throws {
+        for (width, height, box, enlarge) in [(200, 100, 256, true), (200, 100, 256, false), (10000, 100, 256, false)] {
+            let data = try ImageFixtures.photo(width: width, height: height).encoded(
+                .jpeg(quality: 90, progressive: false, strip: true))
+            let header = try VipsImage.open(data: data, failOn: .warning)
+            #expect(
+                try ImageProcessor.reducedJPEG(data: data, header: header, box: (box, box), enlarge: enlarge) == nil,
+                "\(width)×\(height) into \(box)")
+        }
+    }
 }

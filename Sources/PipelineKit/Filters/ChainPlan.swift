@@ -74,7 +74,21 @@ enum BoxGeometry {
         width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool,
         jpeg: Bool
     ) -> (width: Int, height: Int) {
-        let plain = fit(width: width, height: height, box: box, enlarge: enlarge)
+        guard let steps = thumbnailSteps(width: width, height: height, box: box, enlarge: enlarge, jpeg: jpeg) else {
+            return fit(width: width, height: height, box: box, enlarge: enlarge)
+        }
+        return steps.size
+    }
+
+    /// How `vips_thumbnail` (libvips 8.14) makes a reduction of a JPEG or a PNG/GIF of
+    /// `width`×`height` (as shown) to fit the box: the loader's shrink (`loadShrink`, 1, 2,
+    /// 4 or 8, a JPEG's DCT scaling), then `vips_resize` of the loaded picture by
+    /// `horizontal` and `vertical` factors (1 or more), to `size`. nil when the thumbnail
+    /// does not reduce both ways (an enlargement, a size already inside the box).
+    static func thumbnailSteps(
+        width: Int, height: Int, box: (width: Int?, height: Int?), enlarge: Bool,
+        jpeg: Bool
+    ) -> (loadShrink: Int, horizontal: Double, vertical: Double, size: (width: Int, height: Int))? {
         let unbounded = 10_000_000  // what the thumbnail is given for a missing side
         let (w, h) = (Double(min(box.width ?? unbounded, unbounded)), Double(min(box.height ?? unbounded, unbounded)))
         // libvips' `calculate_shrink` for a fit: the larger factor both ways, at least 1
@@ -85,18 +99,18 @@ enum BoxGeometry {
             return (min(shrink, Double(width)), min(shrink, Double(height)))
         }
         let (h0, v0) = shrinks(width, height)
-        guard h0 > 1, v0 > 1 else { return plain }
+        guard h0 > 1, v0 > 1 else { return nil }
         let common = min(h0, v0)
         let k = !jpeg ? 1 : common >= 16 ? 8 : common >= 8 ? 4 : common >= 4 ? 2 : 1
         let (loadedWidth, loadedHeight) = (width / k, height / k)
-        guard loadedWidth > 0, loadedHeight > 0 else { return plain }
+        guard loadedWidth > 0, loadedHeight > 0 else { return nil }
         // The resize from the loaded picture, as `vips_resize` reckons its output size.
         let (hs, vs) = shrinks(loadedWidth, loadedHeight)
         func reduced(_ length: Int, _ shrink: Double) -> Int {
             let scale = 1 / shrink
             return scale < 1 ? max(1, Int(Double(length) / (1 / scale) + 0.5)) : length
         }
-        return (reduced(loadedWidth, hs), reduced(loadedHeight, vs))
+        return (k, hs, vs, (reduced(loadedWidth, hs), reduced(loadedHeight, vs)))
     }
 
     /// The smallest size, aspect kept, that covers the box (each side at least the box's).
