@@ -54,6 +54,8 @@ int ip_set_child_subreaper(int on) {
     return prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)(on != 0));
 }
 
-void ip_release_free_memory(void) {
+int ip_release_free_memory(size_t keep) {
+    if (mallinfo2().fordblks <= keep) return 0;
     malloc_trim(0);
+    return 1;
 }

@@ -113,6 +113,9 @@ public struct MeasuredResult: Sendable {
     /// The largest peak (`VmHWM`) of one pixel helper, in bytes.
     public let helperPeakRSS: Int
     public var helperPeakRSSMegabytes: Int { helperPeakRSS / 1_048_576 }
+    /// Minor page faults of the run and of the helpers it reaped (`wait4`'s `ru_minflt`):
+    /// memory touched for the first time, which a process that reuses what it freed avoids.
+    public let minorFaults: Int
 }
 
 extension ImgpipeBinary {
@@ -158,6 +161,7 @@ extension ImgpipeBinary {
         var helperPeaks: [pid_t: Int] = [:]
         var ownPeak = 0
         var concurrentPeak = 0
+        var usage = rusage()
         let deadline = Date().addingTimeInterval(timeout)
         while true {
             // The pid from posix_spawn is `env`'s, which execs imgpipe in the same process.
@@ -170,7 +174,7 @@ extension ImgpipeBinary {
             let own = highWaterMark(of: pid) ?? 0
             ownPeak = max(ownPeak, own)
             peak = max(peak, own + helperPeaks.values.reduce(0, +))
-            let reaped = wait4(pid, &status, WNOHANG, nil)
+            let reaped = wait4(pid, &status, WNOHANG, &usage)
             if reaped == pid { break }
             if reaped < 0, errno != EINTR { break }
             if !timedOut, Date() > deadline {
@@ -188,7 +192,7 @@ extension ImgpipeBinary {
             result: CommandResult(status: signal == 0 ? (status >> 8) & 0xFF : -1, stdout: stdout, stderr: stderr),
             signal: signal == 0 ? nil : signal, peakRSS: peak, ownPeakRSS: ownPeak,
             concurrentPeakRSS: concurrentPeak, timedOut: timedOut,
-            helperPeakRSS: helperPeaks.values.max() ?? 0)
+            helperPeakRSS: helperPeaks.values.max() ?? 0, minorFaults: usage.ru_minflt)
     }
 
     /// `VmHWM` of a running process, in bytes (nil once it has exited).

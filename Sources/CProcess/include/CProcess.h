@@ -34,7 +34,9 @@ int ip_keep_from_same_user(void);
 int ip_set_child_subreaper(int on);
 
 /// Gives the memory malloc holds free back to the system (`malloc_trim(0)`, in
-/// `<malloc.h>`, which Swift's Glibc module does not show): a pixel helper, after each item.
-void ip_release_free_memory(void);
+/// `<malloc.h>`, which Swift's Glibc module does not show) when it holds more than `keep`
+/// bytes free (`mallinfo2`'s `fordblks`): a pixel helper, after each item. Returns 1 when it
+/// gave memory back, 0 when it kept it.
+int ip_release_free_memory(size_t keep);
 
 #endif

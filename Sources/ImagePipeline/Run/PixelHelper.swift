@@ -32,6 +32,13 @@ public enum PixelHelper {
 
     /// Serves the run that started this process on standard input (a socket), until it
     /// closes it. `parent` is the run's process id.
+    /// The free memory a helper keeps for its next item (32 MiB): an ordinary item's
+    /// buffers (a decoded picture, the encoder's) are then used again, not given back and
+    /// faulted in anew. Giving all of it back after each item cost about 600 page faults
+    /// an item on web-sized JPEGs, a third of the run's CPU time in the kernel
+    /// (bench/RESULTS.md).
+    static let keptFreeMemory = 32 << 20
+
     public static func serve(parent: pid_t) -> Never {
         guard ip_die_with_parent(parent) == 0 else { exit(0) }
         signal(SIGINT, SIG_IGN)
@@ -64,10 +71,11 @@ public enum PixelHelper {
                 answer = (PixelMessage.refusal("a request that cannot be read"), [])
             }
             guard PixelWire.write(socket, header: answer.header, payload: answer.payload) else { exit(0) }
-            // What the item's decoders freed goes back to the system now, not when malloc
-            // next trims: the run admits the next item against its memory budget on that
-            // footing (`MemoryBudget`), and an idle helper should not sit on a decode's peak.
-            ip_release_free_memory()
+            // What the item's decoders freed beyond `keptFreeMemory` goes back to the system
+            // now, not when malloc next trims: the run admits the next item against its
+            // memory budget on that footing (`MemoryBudget`), and an idle helper should not
+            // sit on a decode's peak.
+            _ = ip_release_free_memory(keptFreeMemory)
         }
         exit(0)
     }
