@@ -125,6 +125,9 @@ struct RunContext: Sendable {
     let spoolDirectory: String
     /// The spool folder's files, reused from one download to the next.
     let spool: SpoolFiles
+    /// The staged folder's files, reused from one delivered output to the next (each keeps
+    /// at most 256 KiB of blocks while it waits).
+    let stagedFiles: SpoolFiles
     let pipeline: BuiltPipeline
     let store: any RunStateStore
     let writer: StoreWriter
@@ -160,6 +163,7 @@ struct RunContext: Sendable {
         let limits = pipeline.spec.limits
         capacity = limits.downloads + limits.effectiveWorkers * 2 + limits.uploads
         spool = SpoolFiles(directory: spoolDirectory, keep: capacity)
+        stagedFiles = SpoolFiles(directory: stagedDirectory, keep: capacity, keptBytes: 256 << 10)
         fetchers = BoundedExecutor(label: "imgpipe.fetch", width: limits.downloads)
         let workers = BoundedExecutor(label: "imgpipe.pixels", width: limits.effectiveWorkers) {
             VipsRuntime.endThreadWork()

@@ -170,6 +170,7 @@ final class RunStages: Sendable {
         writer.drain()
         context.stopExecutors()
         context.spool.clear()
+        context.stagedFiles.clear()
 
         let elapsed = Date().timeIntervalSince(started)
         // The session's last state, whatever the timer's phase: a session shorter than one
@@ -696,7 +697,7 @@ final class RunStages: Sendable {
                     // Spool files waiting for reuse hold disk space (`SpoolFiles`): once
                     // they are given back, the outputs are staged again at once, before this
                     // counts as a failed attempt.
-                    guard context.spool.clear() > 0 else { throw error }
+                    guard context.spool.clear() + context.stagedFiles.clear() > 0 else { throw error }
                     outputs = try stage(images, of: job)
                 }
             } catch {
@@ -853,6 +854,9 @@ final class RunStages: Sendable {
                 let staged = context.stagedDirectory + "/\(file).\((image.format ?? output.format).fileExtension)"
                 let partial = staged + ".partial"
                 do {
+                    // Over a file of a delivered output, when one waits (`SpoolFiles`); a
+                    // new file when it cannot be moved.
+                    if let free = context.stagedFiles.take(), rename(free, partial) != 0 { unlink(free) }
                     try FileWriter.write(image.data, to: partial)
                     guard rename(partial, staged) == 0 else { throw StageError(String(cString: strerror(errno))) }
                 } catch {
@@ -1145,7 +1149,7 @@ final class RunStages: Sendable {
         case .failed(let failure):
             finish(job, failure: failure)
         case .done:
-            for output in job.outputs { unlink(output.path) }
+            for output in job.outputs { context.stagedFiles.recycle(output.path) }
             if job.isRemote { context.spool.recycle(context.spoolDirectory + "/\(job.seq)") }
             finish(job, failure: nil)
         case .unfinished:

@@ -15,8 +15,17 @@ import Synchronization
 /// A file waiting for reuse keeps its first `keptBytes` of blocks (and their cached pages),
 /// which the next download writes over: a download of up to that size takes no new blocks
 /// nor pages, and gives none back. Anything past that is freed (a hole punched), as
-/// deleting the file would, so the files waiting hold at most `keep` × `keptBytes`; when an
-/// output cannot be staged (a full disk), they are deleted before it is tried again. What is
+/// deleting the file would; when an output cannot be staged (a full disk), they are deleted
+/// before it is tried again.
+///
+/// At most `keep` files wait, or as many as the session had made and not deleted, when
+/// that is more: items held in a sink's open batch (a shard of 250 samples) keep their
+/// files until it commits, and give them all back at once; keeping only `keep` of them
+/// would delete the rest and create as many again. So the files waiting hold at most
+/// `keptBytes` times the most files the session ever had.
+///
+/// The staged outputs' folder reuses its files the same way (`RunContext.stagedFiles`): an
+/// output is written over a free file, renamed into place, and given back once delivered. What is
 /// kept reaches the disk now and then, where a hole never did: the kernel writes a file
 /// back once it has stayed dirty for half a minute, so at most the spool files' few MB
 /// every half minute.
@@ -34,23 +43,31 @@ final class SpoolFiles: Sendable {
     let directory: String
     /// Files kept for reuse at most (the rest are deleted).
     let keep: Int
-    /// Files ready for reuse, files being readied (counted against `keep`), the last number.
-    private let state = Mutex<(free: [String], readying: Int, next: Int)>(([], 0, 0))
+    /// Bytes of blocks a file waiting here keeps.
+    let keptBytes: off_t
+    /// Files ready for reuse, files being readied (counted against the limit), the last
+    /// number, and the files made (a `take` that found none free) and deleted (`recycle`).
+    private let state = Mutex<(free: [String], readying: Int, next: Int, made: Int, deleted: Int)>(([], 0, 0, 0, 0))
 
     static let freePrefix = ".free-"
     /// Bytes of blocks a file waiting for reuse keeps (a whole number of blocks).
     static let keptBytes: off_t = 1 << 20
 
-    init(directory: String, keep: Int) {
+    init(directory: String, keep: Int, keptBytes: off_t = SpoolFiles.keptBytes) {
         self.directory = directory
         self.keep = keep
+        self.keptBytes = keptBytes
     }
 
     /// A free file for a download to write over, the last one given back; nil when none is
-    /// waiting. The download renames it into place, or gives it back (`recycle`) when it
-    /// does not end in it.
+    /// waiting (the caller then makes a new file). The download renames it into place, or
+    /// gives it back (`recycle`) when it does not end in it.
     func take() -> String? {
-        state.withLock { $0.free.popLast() }
+        state.withLock { state in
+            if let free = state.free.popLast() { return free }
+            state.made += 1
+            return nil
+        }
     }
 
     /// The item whose spool file is at `path` has ended: its file is kept for the next
@@ -58,24 +75,27 @@ final class SpoolFiles: Sendable {
     func recycle(_ path: String) {
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
-        guard (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
-            let free = state.withLock({ state -> String? in
-                guard state.free.count + state.readying < keep else { return nil }
-                state.readying += 1
-                state.next += 1
-                return directory + "/" + Self.freePrefix + String(state.next)
-            })
-        else {
+        let reusable = (info.st_mode & S_IFMT) == S_IFREG && info.st_nlink == 1
+        let free = state.withLock { state -> String? in
+            guard reusable, state.free.count + state.readying < max(keep, state.made - state.deleted) else {
+                state.deleted += 1
+                return nil
+            }
+            state.readying += 1
+            state.next += 1
+            return directory + "/" + Self.freePrefix + String(state.next)
+        }
+        guard let free else {
             unlink(path)
             return
         }
         let readied =
-            Self.dropBlocks(path, from: Self.keptBytes, size: info.st_size, blockSize: off_t(info.st_blksize))
+            Self.dropBlocks(path, from: keptBytes, size: info.st_size, blockSize: off_t(info.st_blksize))
             && rename(path, free) == 0
         if !readied { unlink(path) }
         state.withLock { state in
             state.readying -= 1
-            if readied { state.free.append(free) }
+            if readied { state.free.append(free) } else { state.deleted += 1 }
         }
     }
 
