@@ -554,15 +554,19 @@ public struct ImageProcessor: Sendable {
 
     /// A JPEG fitted into a box as `vips_thumbnail` fits it (the same DCT-scaled load and
     /// output size), with the resize done by imgpipe's own vector code
-    /// (`reducedInMemory`: libvips' lanczos3 samples, about a quarter of its time). nil when
-    /// the fit is not a reduction that code makes as libvips would.
+    /// (`reducedInMemory`: libvips' lanczos3 samples, about a quarter of its time). The load
+    /// is held whole, so only a load of at most `MemoryEstimate.cachedRows` rows takes this
+    /// path: the rows the memory budget counts for a JPEG's load (a taller one streams
+    /// through `vips_thumbnail`, a few rows at a time). nil then, and when the fit is not a
+    /// reduction that code makes as libvips would.
     static func reducedJPEG(
         data: Data, header: VipsImage, box: (width: Int?, height: Int?), enlarge: Bool
     ) throws -> VipsImage? {
         guard
             let steps = BoxGeometry.thumbnailSteps(
                 width: header.width, height: header.height, box: box, enlarge: enlarge, jpeg: true),
-            steps.horizontal > 1, steps.vertical > 1,
+            header.bands == 1 || header.bands == 3, steps.horizontal > 1, steps.vertical > 1,
+            header.height / steps.loadShrink <= MemoryEstimate.cachedRows,
             VipsImage.reducesAsLibvips(
                 width: header.width / steps.loadShrink, height: header.height / steps.loadShrink,
                 horizontal: steps.horizontal, vertical: steps.vertical)
