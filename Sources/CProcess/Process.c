@@ -3,8 +3,10 @@
 #define _GNU_SOURCE
 #include "CProcess.h"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdio.h>
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -54,8 +56,20 @@ int ip_set_child_subreaper(int on) {
     return prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)(on != 0));
 }
 
-int ip_release_free_memory(size_t keep) {
-    if (mallinfo2().fordblks <= keep) return 0;
+void ip_release_free_memory(void) {
     malloc_trim(0);
-    return 1;
+}
+
+size_t ip_resident_bytes(void) {
+    char text[64];
+    int file = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (file < 0) return 0;
+    ssize_t length = read(file, text, sizeof(text) - 1);
+    close(file);
+    if (length <= 0) return 0;
+    text[length] = 0;
+    // "size resident shared …", in pages.
+    unsigned long size = 0, resident = 0;
+    if (sscanf(text, "%lu %lu", &size, &resident) != 2) return 0;
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }

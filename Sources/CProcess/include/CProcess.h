@@ -34,9 +34,11 @@ int ip_keep_from_same_user(void);
 int ip_set_child_subreaper(int on);
 
 /// Gives the memory malloc holds free back to the system (`malloc_trim(0)`, in
-/// `<malloc.h>`, which Swift's Glibc module does not show) when it holds more than `keep`
-/// bytes free (`mallinfo2`'s `fordblks`): a pixel helper, after each item. Returns 1 when it
-/// gave memory back, 0 when it kept it.
-int ip_release_free_memory(size_t keep);
+/// `<malloc.h>`, which Swift's Glibc module does not show): a pixel helper, after an item
+/// that left it holding more than it keeps.
+void ip_release_free_memory(void);
+
+/// The process's resident memory in bytes (`/proc/self/statm`); 0 when it cannot be read.
+size_t ip_resident_bytes(void);
 
 #endif

@@ -30,15 +30,19 @@ public enum PixelHelper {
     /// The helper's name in `/proc/PID/comm` (and so in `ps` and `top`).
     public static let processName = "imgpipe-pixels"
 
-    /// Serves the run that started this process on standard input (a socket), until it
-    /// closes it. `parent` is the run's process id.
-    /// The free memory a helper keeps for its next item (32 MiB): an ordinary item's
-    /// buffers (a decoded picture, the encoder's) are then used again, not given back and
-    /// faulted in anew. Giving all of it back after each item cost about 600 page faults
-    /// an item on web-sized JPEGs, a third of the run's CPU time in the kernel
-    /// (bench/RESULTS.md).
+    /// What a helper may hold past what it held after its last `malloc_trim` before it
+    /// trims again (32 MiB): an ordinary item's buffers (a decoded picture, the encoder's)
+    /// are then used again, not given back and faulted in anew. Trimming after every item
+    /// cost about 600 page faults an item on web-sized JPEGs, a third of the run's CPU time
+    /// spent in the kernel (bench/RESULTS.md).
     static let keptFreeMemory = 32 << 20
 
+    /// Whether a helper holding `resident` bytes (0: not known), which held `floor` after
+    /// its last trim, gives its free memory back now.
+    static func trims(resident: Int, floor: Int) -> Bool { resident == 0 || resident > floor + keptFreeMemory }
+
+    /// Serves the run that started this process on standard input (a socket), until it
+    /// closes it. `parent` is the run's process id.
     public static func serve(parent: pid_t) -> Never {
         guard ip_die_with_parent(parent) == 0 else { exit(0) }
         signal(SIGINT, SIG_IGN)
@@ -57,6 +61,8 @@ public enum PixelHelper {
             exit(2)
         }
         guard PixelWire.write(socket, header: PixelMessage.ready) else { exit(0) }
+        // What the helper held after its last trim (none yet: the first item trims).
+        var floor = -keptFreeMemory
         while let frame = PixelWire.read(socket) {
             let answer: (header: [UInt8], payload: [Data])
             do {
@@ -71,11 +77,16 @@ public enum PixelHelper {
                 answer = (PixelMessage.refusal("a request that cannot be read"), [])
             }
             guard PixelWire.write(socket, header: answer.header, payload: answer.payload) else { exit(0) }
-            // What the item's decoders freed beyond `keptFreeMemory` goes back to the system
-            // now, not when malloc next trims: the run admits the next item against its
-            // memory budget on that footing (`MemoryBudget`), and an idle helper should not
-            // sit on a decode's peak.
-            _ = ip_release_free_memory(keptFreeMemory)
+            // What the item's decoders freed goes back to the system now, not when malloc
+            // next trims, once the helper holds more than `keptFreeMemory` past what it held
+            // after its last trim: the run admits the next item against its memory budget
+            // on that footing (`MemoryBudget`), and an idle helper should not sit on a
+            // decode's peak. (Resident memory, not malloc's free bytes: those still count
+            // chunks whose pages an earlier trim gave back.)
+            if trims(resident: Int(ip_resident_bytes()), floor: floor) {
+                ip_release_free_memory()
+                floor = Int(ip_resident_bytes())
+            }
         }
         exit(0)
     }
