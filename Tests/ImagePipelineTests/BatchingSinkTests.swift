@@ -162,6 +162,37 @@ struct BatchingSinkTests {
             "an item of the open batch was processed again")
     }
 
+    /// A staged output of an earlier session that no longer holds the bytes recorded (the
+    /// file it was written over kept another output's after a crash of the machine) is
+    /// made again on resume, never delivered: here its bytes reversed, the same length.
+    @Test func aStagedOutputNotAsRecordedIsMadeAgainOnResume() throws {
+        let running = try pausedRun()
+        defer { if running.process.isRunning { running.signal(SIGKILL) } }
+        let open = try waitForPause(of: running)
+        running.signal(SIGKILL)
+        #expect(running.wait().status != 0)
+        var staged: [String: String] = [:]
+        for key in open {
+            let row = try #require(try rows("SELECT stagedPath, hash FROM output WHERE itemKey = '\(key)'").first)
+            staged[key] = row["hash"]
+        }
+        let altered = try #require(open.sorted().first)
+        let path: String = try #require(try rows("SELECT stagedPath FROM output WHERE itemKey = '\(altered)'").first)[
+            "stagedPath"]
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        try Data(bytes.reversed()).write(to: URL(fileURLWithPath: path))
+
+        let resumed = try ImgpipeBinary.launch(
+            executable: program, ["resume", "pipe.json", "state.sqlite", "shards", "3"], in: work.path
+        ).wait()
+        #expect(resumed.status == 0, "stderr: \(resumed.stderr)")
+        let after = try committed()
+        #expect(after.batches.values.joined().sorted() == keys.sorted(), "each item in exactly one batch")
+        for key in open { #expect(after.hashes[key] == staged[key], "\(key) delivered other bytes") }
+        let items = try rows("SELECT key, status FROM item")
+        #expect(items.count == keys.count && items.allSatisfy { $0["status"] == "done" })
+    }
+
     /// A batch that cannot be committed fails each of its items (reason `upload`, the sink's
     /// message), none recorded delivered, their staged outputs kept for `--retry-failed`.
     @Test func aCommitThatFailsFailsEveryItemOfItsBatch() throws {

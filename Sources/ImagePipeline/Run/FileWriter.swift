@@ -15,11 +15,11 @@ enum FileWriter {
     /// ext4, a file cut to nothing and written again is sent to the disk when it is closed
     /// (`auto_da_alloc`), and the staged folder's files are written over (`SpoolFiles`).
     static func write(_ data: Data, to path: String) throws {
-        let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        let fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw StageError("cannot create \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var info = stat()
-        if fstat(fd, &info) == 0, info.st_size > data.count, ftruncate(fd, off_t(data.count)) != 0 {
+        guard fstat(fd, &info) == 0, info.st_size <= data.count || ftruncate(fd, off_t(data.count)) == 0 else {
             throw StageError("cannot write \(path): \(String(cString: strerror(errno)))")
         }
         try data.withUnsafeBytes { raw in

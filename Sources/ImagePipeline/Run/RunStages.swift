@@ -841,6 +841,17 @@ final class RunStages: Sendable {
         }
     }
 
+    /// Whether a staged output of an earlier session is there and holds the bytes recorded
+    /// (their length and SHA-256). Staged outputs are written over the files of delivered
+    /// ones (`SpoolFiles`) with no `fsync`: after a crash of the machine, a file renamed
+    /// into place may still hold another output's bytes, which are never delivered.
+    static func isIntact(_ output: StagedOutput) -> Bool {
+        guard let data = FileManager.default.contents(atPath: output.path), data.count == output.bytes else {
+            return false
+        }
+        return sha256Hex(data) == output.sha256
+    }
+
     /// Writes an item's outputs to the staged folder, each under a temporary name and renamed
     /// into place; on a failure none of them is left.
     private func stage(_ images: [ProcessedImage], of job: Job) throws -> [StagedOutput] {
@@ -888,9 +899,11 @@ final class RunStages: Sendable {
             // Queued when the run was interrupted: left `processed`, resume delivers it.
             guard !isCancelled else { return releaseSlot() }
             var job = job
+            // Outputs staged by an earlier session, read from the state file.
+            let earlier = job.outputs.isEmpty
             let pending: [(output: String, sink: String)]
             do {
-                if job.outputs.isEmpty { job.outputs = try context.store.stagedOutputs(runId: context.runId, key: job.key) }
+                if earlier { job.outputs = try context.store.stagedOutputs(runId: context.runId, key: job.key) }
                 pending = try context.store.pendingDeliveries(runId: context.runId, key: job.key)
             } catch {
                 return fail(job, ItemFailure(.io, "cannot read the state file: \(error)"), attempts: 1)
@@ -910,11 +923,13 @@ final class RunStages: Sendable {
                 }
             }
             let staged = Dictionary(job.outputs.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-            let ready = pipeline.spec.outputs.allSatisfy {
-                staged[$0.id].map { FileManager.default.fileExists(atPath: $0.path) } ?? false
+            let ready = pipeline.spec.outputs.allSatisfy { spec in
+                staged[spec.id].map { earlier ? Self.isIntact($0) : FileManager.default.fileExists(atPath: $0.path) }
+                    ?? false
             }
             guard ready else {
-                // A staged output is gone (removed by hand): make them again.
+                // A staged output is gone (removed by hand) or not what was staged: make them
+                // again.
                 var cleared = job
                 cleared.outputs = []
                 let again = cleared
