@@ -14,13 +14,16 @@
 #     Parquet and as gzipped CSV, and its URLs alone as a plain URL list (the baseline),
 #     each through `imgpipe plan` (every row read and planned as a new item, nothing
 #     fetched): seconds, rows/s and peak RSS, median of ROUNDS.
-# Knobs: ROUNDS, ROWS, SKIP_PEERS=1 (no img2dataset).
+#   BINS: several builds of imgpipe (their paths, space-separated) alternated in the shards
+#     part, each with its own median and ratio (default: $BIN alone).
+# Knobs: ROUNDS, ROWS, BINS, SKIP_PEERS=1 (no img2dataset), SKIP_LISTING=1 (no table of ROWS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 trap '[ -z "${ORIGIN_PID:-}" ] || stop_origin' EXIT
 ROUNDS=${ROUNDS:-3}
 ROWS=${ROWS:-1000000}
+BINS=${BINS:-$BIN}
 [ -x "$BIN" ] || build_release
 web_corpus
 VENV=$WORK/venv
@@ -58,10 +61,12 @@ JSON
 
 declare -A times peaks
 for round in $(seq 1 "$ROUNDS"); do
-  rm -rf "${WORK:?}/datasets-imgpipe" "$WORK/datasets.sqlite"* "$WORK/datasets.work"
-  measure "imgpipe round $round" "$BIN" run "$WORK/datasets.json" --state "$WORK/datasets.sqlite" --quiet
-  times[imgpipe]="${times[imgpipe]:-} $SECONDS_TAKEN"; peaks[imgpipe]="${peaks[imgpipe]:-} $PEAK_KIB"
-  [ "$(ls "$WORK/datasets-imgpipe" | grep -c '^[0-9]*\.tar$')" -eq 4 ] || { echo "imgpipe wrote no 4 shards" >&2; exit 1; }
+  for bin in $BINS; do
+    rm -rf "${WORK:?}/datasets-imgpipe" "$WORK/datasets.sqlite"* "$WORK/datasets.work"
+    measure "imgpipe $bin round $round" "$bin" run "$WORK/datasets.json" --state "$WORK/datasets.sqlite" --quiet
+    times[$bin]="${times[$bin]:-} $SECONDS_TAKEN"; peaks[$bin]="${peaks[$bin]:-} $PEAK_KIB"
+    [ "$(ls "$WORK/datasets-imgpipe" | grep -c '^[0-9]*\.tar$')" -eq 4 ] || { echo "imgpipe wrote no 4 shards" >&2; exit 1; }
+  done
   if [ -z "${SKIP_PEERS:-}" ]; then
     rm -rf "${WORK:?}/datasets-i2d"
     measure "img2dataset round $round" "$VENV/bin/img2dataset" --url_list "$WORK/web.parquet" --input_format parquet \
@@ -76,15 +81,22 @@ for round in $(seq 1 "$ROUNDS"); do
   times[floor]="${times[floor]:-} $SECONDS_TAKEN"
 done
 stop_origin
-imgpipe=$(median "${times[imgpipe]}")
 floor=$(median "${times[floor]}")
-echo "datasets shards median: imgpipe $imgpipe s, $(median "${peaks[imgpipe]}") KiB peak;" \
-  "floor (vipsthumbnail) $floor s, ratio imgpipe/floor $(awk -v a="$imgpipe" -v b="$floor" 'BEGIN {printf "%.3f", a/b}')"
 if [ -z "${SKIP_PEERS:-}" ]; then
   i2d=$(median "${times[i2d]}")
-  echo "datasets shards median: img2dataset $i2d s, $(median "${peaks[i2d]}") KiB peak;" \
-    "ratio imgpipe/img2dataset $(awk -v a="$imgpipe" -v b="$i2d" 'BEGIN {printf "%.3f", a/b}')"
+  echo "datasets shards median: img2dataset $i2d s, $(median "${peaks[i2d]}") KiB peak"
 fi
+for bin in $BINS; do
+  imgpipe=$(median "${times[$bin]}")
+  label=imgpipe
+  if [ "$BINS" != "$BIN" ]; then label="imgpipe $bin"; fi
+  echo "datasets shards median: $label $imgpipe s, $(median "${peaks[$bin]}") KiB peak;" \
+    "floor (vipsthumbnail) $floor s, ratio imgpipe/floor $(awk -v a="$imgpipe" -v b="$floor" 'BEGIN {printf "%.3f", a/b}')"
+  if [ -z "${SKIP_PEERS:-}" ]; then
+    echo "datasets shards median: $label ratio imgpipe/img2dataset $(awk -v a="$imgpipe" -v b="$i2d" 'BEGIN {printf "%.3f", a/b}')"
+  fi
+done
+if [ -n "${SKIP_LISTING:-}" ]; then exit 0; fi
 
 # A table of ROWS rows, listed.
 python3 - "$ROWS" "$WORK/rows.parquet" "$WORK/rows.csv.gz" "$WORK/rows.txt" <<'PY'
