@@ -11,7 +11,7 @@ struct StageError: Error, CustomStringConvertible {
 /// imgpipe's durability is the state file's), no temporary name (callers rename).
 enum FileWriter {
     /// Writes `data` as the whole of the file at `path`, made when it is not there. A file
-    /// already there is written over and then cut to `data`'s length, not emptied first: on
+    /// already there is cut to `data`'s length when longer and written over, not emptied: on
     /// ext4, a file cut to nothing and written again is sent to the disk when it is closed
     /// (`auto_da_alloc`), and the staged folder's files are written over (`SpoolFiles`).
     static func write(_ data: Data, to path: String) throws {

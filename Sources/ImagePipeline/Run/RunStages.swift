@@ -899,7 +899,8 @@ final class RunStages: Sendable {
             // Queued when the run was interrupted: left `processed`, resume delivers it.
             guard !isCancelled else { return releaseSlot() }
             var job = job
-            // Outputs staged by an earlier session, read from the state file.
+            // Outputs read from the state file (staged by an earlier session, or before an
+            // item was taken back in this one).
             let earlier = job.outputs.isEmpty
             let pending: [(output: String, sink: String)]
             do {

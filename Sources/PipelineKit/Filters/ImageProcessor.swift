@@ -555,21 +555,28 @@ public struct ImageProcessor: Sendable {
     /// A JPEG fitted into a box as `vips_thumbnail` fits it (the same DCT-scaled load and
     /// output size), with the resize done by imgpipe's own vector code
     /// (`reducedInMemory`: libvips' lanczos3 samples, about a quarter of its time). The load
-    /// is held whole, so only a load of at most `MemoryEstimate.cachedRows` rows takes this
-    /// path: the rows the memory budget counts for a JPEG's load (a taller one streams
-    /// through `vips_thumbnail`, a few rows at a time). nil then, and when the fit is not a
-    /// reduction that code makes as libvips would.
+    /// and the resized picture are held whole, where the thumbnail streams them a few rows
+    /// at a time: only a fit whose two pictures together take at most
+    /// `MemoryEstimate.perItem` (16 MiB, the part of every item's estimate that no decoder
+    /// claims) takes this path, so the memory budget holds whatever the estimate makes of
+    /// the load. nil for any other, and when the fit is not a reduction that code makes as
+    /// libvips would.
     static func reducedJPEG(
         data: Data, header: VipsImage, box: (width: Int?, height: Int?), enlarge: Bool
     ) throws -> VipsImage? {
         guard
             let steps = BoxGeometry.thumbnailSteps(
                 width: header.width, height: header.height, box: box, enlarge: enlarge, jpeg: true),
-            header.bands == 1 || header.bands == 3, steps.horizontal > 1, steps.vertical > 1,
-            header.height / steps.loadShrink <= MemoryEstimate.cachedRows,
+            header.bands == 1 || header.bands == 3, steps.horizontal > 1, steps.vertical > 1
+        else { return nil }
+        // libjpeg's scaled sides, rounded up (libvips then cuts the load to the sides rounded down).
+        let k = steps.loadShrink
+        let (loadWidth, loadHeight) = ((header.width + k - 1) / k, (header.height + k - 1) / k)
+        let held = (loadWidth * loadHeight + steps.size.width * steps.size.height) * header.bands
+        guard held <= MemoryEstimate.perItem,
             VipsImage.reducesAsLibvips(
-                width: header.width / steps.loadShrink, height: header.height / steps.loadShrink,
-                horizontal: steps.horizontal, vertical: steps.vertical)
+                width: header.width / k, height: header.height / k, horizontal: steps.horizontal,
+                vertical: steps.vertical)
         else { return nil }
         let loaded = try VipsImage.open(jpeg: data, shrink: steps.loadShrink, failOn: ImageFormat.jpeg.failOn)
             .materialized()
