@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-trap '[ -z "${ORIGIN_PID:-}" ] || stop_origin' EXIT
+trap '[ -z "${ORIGIN_PID:-}" ] || stop_origin; clear_aside' EXIT
 ROUNDS=${ROUNDS:-3}
 ROWS=${ROWS:-1000000}
 BINS=${BINS:-$BIN}
@@ -60,15 +60,20 @@ cat > "$WORK/datasets.json" <<JSON
 JSON
 
 declare -A times peaks
+read -r -a builds <<<"$BINS"
 for round in $(seq 1 "$ROUNDS"); do
-  for bin in $BINS; do
-    rm -rf "${WORK:?}/datasets-imgpipe" "$WORK/datasets.sqlite"* "$WORK/datasets.work"
+  # Each round starts with another build (none is always first or last), and the files of
+  # the run before are moved aside, not deleted: on a journal-less ext4 a run pays for the
+  # inodes freed just before it (`aside`).
+  for index in "${!builds[@]}"; do
+    bin=${builds[$(( (index + round - 1) % ${#builds[@]} ))]}
+    aside "$WORK/datasets-imgpipe" "$WORK/datasets.sqlite"* "$WORK/datasets.work"
     measure "imgpipe $bin round $round" "$bin" run "$WORK/datasets.json" --state "$WORK/datasets.sqlite" --quiet
     times[$bin]="${times[$bin]:-} $SECONDS_TAKEN"; peaks[$bin]="${peaks[$bin]:-} $PEAK_KIB"
     [ "$(ls "$WORK/datasets-imgpipe" | grep -c '^[0-9]*\.tar$')" -eq 4 ] || { echo "imgpipe wrote no 4 shards" >&2; exit 1; }
   done
   if [ -z "${SKIP_PEERS:-}" ]; then
-    rm -rf "${WORK:?}/datasets-i2d"
+    aside "$WORK/datasets-i2d"
     measure "img2dataset round $round" "$VENV/bin/img2dataset" --url_list "$WORK/web.parquet" --input_format parquet \
       --url_col url --caption_col caption --output_folder "$WORK/datasets-i2d" --output_format webdataset \
       --number_sample_per_shard 250 --processes_count 2 --thread_count 32 --image_size 256 --resize_mode keep_ratio \
@@ -76,7 +81,7 @@ for round in $(seq 1 "$ROUNDS"); do
     times[i2d]="${times[i2d]:-} $SECONDS_TAKEN"; peaks[i2d]="${peaks[i2d]:-} $PEAK_KIB"
     [ "$(ls "$WORK/datasets-i2d" | grep -c '\.tar$')" -eq 4 ] || { echo "img2dataset wrote no 4 shards" >&2; exit 1; }
   fi
-  rm -rf "${WORK:?}/datasets-floor"; mkdir -p "$WORK/datasets-floor"
+  aside "$WORK/datasets-floor"; mkdir -p "$WORK/datasets-floor"
   measure "vipsthumbnail round $round" sh -c "ls '$WEB_CORPUS'/*.jpg | xargs -P 2 -n 25 vipsthumbnail --size '256x256>' -o '$PWD/$WORK/datasets-floor/%s.jpg[Q=85,strip]'"
   times[floor]="${times[floor]:-} $SECONDS_TAKEN"
 done
