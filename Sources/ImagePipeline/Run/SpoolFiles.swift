@@ -22,13 +22,12 @@ import Synchronization
 /// that is more: items held in a sink's open batch (a shard of 250 samples) keep their
 /// files until it commits, and give them all back at once; keeping only `keep` of them
 /// would delete the rest and create as many again. So the files waiting hold at most
-/// `keptBytes` times the most files the session ever had.
+/// `keptBytes` times the most files the session ever had. What is kept reaches the disk now
+/// and then, where a hole never did: the kernel writes a file back once it has stayed dirty
+/// for half a minute, so at most what the files waiting keep, every half minute.
 ///
 /// The staged outputs' folder reuses its files the same way (`RunContext.stagedFiles`): an
-/// output is written over a free file, renamed into place, and given back once delivered. What is
-/// kept reaches the disk now and then, where a hole never did: the kernel writes a file
-/// back once it has stayed dirty for half a minute, so at most the spool files' few MB
-/// every half minute.
+/// output is written over a free file, renamed into place, and given back once delivered.
 ///
 /// Nothing here changes what a spool file means: an item's spool file is written in full,
 /// then renamed to `<seq>` and recorded `fetched`, as before. A download writes into the
